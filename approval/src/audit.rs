@@ -1,0 +1,202 @@
+//! Append-only JSONL audit log: one line per decision, flushed per line.
+//!
+//! Each line records who asked (task, session, subagent, plugin), for what
+//! (tool and a SHA-256 digest of the canonical JSON arguments), which rule
+//! matched, the outcome, who decided and how long it waited.
+//!
+//! This module must never write tool arguments (they may hold secrets) — only
+//! their digest — and never rewrite or truncate the file: it is opened in
+//! append mode and each record is one `write_all` of a full line under a lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// What happened to a call, as written in the audit log and events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditDecision {
+    /// Allowed by policy without asking.
+    Allow,
+    /// Denied by policy (or mode) without asking.
+    Deny,
+    /// A person approved.
+    Approve,
+    /// A person declined, or the wait ended without an approval (client gone,
+    /// canceled, error).
+    Decline,
+    /// Nobody decided within the timeout; declined.
+    Timeout,
+    /// Allowed without asking because of `bypassPermissions`.
+    Bypass,
+}
+
+impl AuditDecision {
+    /// Whether the call may run.
+    pub fn allows(self) -> bool {
+        matches!(
+            self,
+            AuditDecision::Allow | AuditDecision::Approve | AuditDecision::Bypass
+        )
+    }
+}
+
+/// One audit line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// RFC 3339 UTC time of the decision.
+    pub ts: String,
+    /// Approval request id (`apr_...`) when the call was asked.
+    pub request_id: Option<String>,
+    /// Task the call belongs to.
+    pub task_id: Option<String>,
+    /// Session (sandbox) the call belongs to.
+    pub session_id: Option<String>,
+    /// Subagent that made the call.
+    pub subagent: String,
+    /// Plugin that made the call.
+    pub plugin: Option<String>,
+    /// Tool name.
+    pub tool: String,
+    /// Hex SHA-256 of the canonical JSON arguments ([`args_digest`]).
+    pub args_sha256: String,
+    /// The rule that matched, if any.
+    pub rule: Option<String>,
+    /// The outcome.
+    pub decision: AuditDecision,
+    /// `policy`, `user:<who>`, `timeout`, `disconnect`, `bypass`, `error`, `mode`.
+    pub decided_by: String,
+    /// How long the call waited for a decision, in milliseconds.
+    pub waited_ms: u64,
+}
+
+impl AuditRecord {
+    /// Current time as RFC 3339 (UTC, millisecond precision).
+    pub fn now() -> String {
+        humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+    }
+
+    /// Milliseconds of a wait, saturating.
+    pub fn millis(d: Duration) -> u64 {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Hex SHA-256 of the canonical JSON form of `args` (object keys sorted
+/// recursively, no insignificant whitespace), so equal arguments always give
+/// the same digest whatever their key order.
+pub fn args_digest(args: &Value) -> String {
+    let mut canonical = String::new();
+    write_canonical(args, &mut canonical);
+    hex::encode(Sha256::digest(canonical.as_bytes()))
+}
+
+fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// An audit log could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+#[error("audit log {path}: {source}")]
+pub struct AuditError {
+    /// The log file.
+    pub path: PathBuf,
+    /// The I/O error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The audit log file.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl AuditLog {
+    /// Open (creating if needed) `path` for appending.
+    pub fn open(path: impl AsRef<Path>) -> Result<AuditLog, AuditError> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|source| AuditError {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(AuditLog {
+            path,
+            file: Mutex::new(file),
+        })
+    }
+
+    /// The log file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one record as one line and flush it.
+    pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        let mut line = serde_json::to_string(record).map_err(|e| AuditError {
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        line.push('\n');
+        // A poisoned lock only means another writer panicked mid-call; the file
+        // handle itself is still fine to append to.
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        file.write_all(line.as_bytes())
+            .and_then(|()| file.flush())
+            .map_err(|source| AuditError {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_is_key_order_independent() {
+        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,"x"],"x":null}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":{"x":null,"y":[1,"x"]},"b":1}"#).unwrap();
+        assert_eq!(args_digest(&a), args_digest(&b));
+        assert_ne!(args_digest(&a), args_digest(&serde_json::json!({"b": 2})));
+        assert_eq!(args_digest(&a).len(), 64);
+    }
+}

@@ -1,0 +1,629 @@
+//! The approval gate every tool call passes before it runs.
+//!
+//! [`ApprovalGate::request`] evaluates the policy (with the subagent's capped
+//! permission mode). `allow` and `deny` return at once. `ask` registers a
+//! pending request `apr_<uuid>`, publishes [`GateEvent::Requested`] and
+//! immediately a [`GateEvent::Heartbeat`] (then one every
+//! [`HEARTBEAT_INTERVAL`]), and waits for the first of:
+//! - [`ApprovalGate::resolve`] (`POST /v1/approvals/{id}`) → approve/decline;
+//! - the caller's [`Decider`] (e.g. a TTY prompt) → approve/decline, or decline
+//!   if it fails;
+//! - the policy timeout → decline (`timeout`);
+//! - [`ApprovalGate::cancel_task`] → decline (`cancel`);
+//! - the waiting future being dropped (client gone, task canceled) → decline
+//!   (`disconnect`), recorded from the drop guard.
+//!
+//! Every outcome is written to the audit log exactly once and published as
+//! [`GateEvent::Resolved`] (asks only).
+//!
+//! This module must never let a call run without an explicit `allow` or
+//! approval: every path that is not one of those ends in a decline, including
+//! audit-log write failures.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{broadcast, oneshot};
+
+use crate::audit::{AuditDecision, AuditLog, AuditRecord, args_digest};
+use crate::mode::PermissionMode;
+use crate::policy::{Decision, EvalContext, Policy};
+
+/// Interval between heartbeats while a request waits, so SSE proxies flush
+/// and clients see the wait is alive. 15 s is below common proxy idle
+/// timeouts (30–60 s).
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Most requests waiting at once. Beyond this a new ask is declined at once
+/// (`error`) instead of growing memory without bound.
+pub const MAX_PENDING: usize = 1024;
+
+/// Capacity of the event channel; a subscriber that lags by more than this
+/// misses events (it sees `RecvError::Lagged`) rather than blocking the gate.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// Prefix of approval request ids.
+pub const REQUEST_ID_PREFIX: &str = "apr_";
+
+/// A tool call to be approved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// Tool name (`Bash`, `Read`, `mcp__server__tool`, ...).
+    pub tool: String,
+    /// Tool arguments.
+    pub input: Value,
+    /// Subagent making the call.
+    pub subagent: String,
+    /// Task the call belongs to.
+    pub task_id: Option<String>,
+    /// Session (sandbox) the call belongs to.
+    pub session_id: Option<String>,
+    /// Plugin making the call.
+    pub plugin: Option<String>,
+    /// The subagent's requested `permissionMode` (capped by the operator).
+    pub mode: Option<PermissionMode>,
+}
+
+impl ApprovalRequest {
+    /// A request with only the required fields set.
+    pub fn new(tool: impl Into<String>, input: Value, subagent: impl Into<String>) -> Self {
+        ApprovalRequest {
+            tool: tool.into(),
+            input,
+            subagent: subagent.into(),
+            task_id: None,
+            session_id: None,
+            plugin: None,
+            mode: None,
+        }
+    }
+}
+
+/// A request waiting for a person (`GET /v1/approvals`, `approval_request`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// `apr_<uuid>`.
+    pub id: String,
+    /// Tool name.
+    pub tool: String,
+    /// Tool arguments (shown to the person deciding; never audited).
+    pub input: Value,
+    /// Subagent making the call.
+    pub subagent: String,
+    /// Task the call belongs to.
+    pub task_id: Option<String>,
+    /// Session the call belongs to.
+    pub session_id: Option<String>,
+    /// Plugin making the call.
+    pub plugin: Option<String>,
+    /// Rule that asked, if any.
+    pub matched_rule: Option<String>,
+    /// Why the call is asked.
+    pub reason: String,
+    /// RFC 3339 time the request was made.
+    pub created_at: String,
+    /// RFC 3339 time the request is declined if nobody decides.
+    pub expires_at: String,
+}
+
+/// A person's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolution {
+    /// Run the call.
+    Approve,
+    /// Do not run it.
+    Decline,
+}
+
+/// What a [`Decider`] answered, and who answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserDecision {
+    /// Approve or decline.
+    pub resolution: Resolution,
+    /// Who decided, without the `user:` prefix (e.g. `tty`, `alice`).
+    pub who: String,
+}
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A per-request way to get a decision besides [`ApprovalGate::resolve`],
+/// such as a TTY prompt. The future is dropped if another path decides first.
+pub trait Decider: Send + Sync {
+    /// Ask about `request`. An `Err` declines the call (decided by `error`).
+    fn decide(&self, request: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>>;
+}
+
+/// Gate events, serialised with the SSE event names in `type`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type")]
+pub enum GateEvent {
+    /// A call waits for a decision.
+    #[serde(rename = "approval_request")]
+    Requested(PendingApproval),
+    /// A call is still waiting.
+    #[serde(rename = "heartbeat")]
+    Heartbeat {
+        /// The waiting request.
+        request_id: String,
+        /// Its task.
+        task_id: Option<String>,
+    },
+    /// A waiting call was decided.
+    #[serde(rename = "approval_resolved")]
+    Resolved {
+        /// The request.
+        request_id: String,
+        /// Its task.
+        task_id: Option<String>,
+        /// `approve`, `decline` or `timeout`.
+        decision: AuditDecision,
+        /// Who decided.
+        decided_by: String,
+    },
+}
+
+/// The final outcome of one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// Request id when the call was asked.
+    pub request_id: Option<String>,
+    /// Outcome (as audited).
+    pub decision: AuditDecision,
+    /// `policy`, `user:<who>`, `timeout`, `disconnect`, `cancel`, `bypass`,
+    /// `error`.
+    pub decided_by: String,
+    /// The rule that matched, if any.
+    pub matched_rule: Option<String>,
+    /// Explanation.
+    pub reason: String,
+    /// Time spent waiting for a decision.
+    #[serde(skip)]
+    pub waited: Duration,
+}
+
+impl Verdict {
+    /// Whether the call may run.
+    pub fn allowed(&self) -> bool {
+        self.decision.allows()
+    }
+
+    /// For a call that may not run: the synthetic tool result the model reads.
+    pub fn declined_message(&self, tool: &str) -> Option<String> {
+        if self.allowed() {
+            return None;
+        }
+        let why = match self.decision {
+            AuditDecision::Deny => format!("denied by the approval policy ({})", self.reason),
+            AuditDecision::Timeout => "declined: nobody approved it in time".to_owned(),
+            _ => format!("declined ({})", self.decided_by),
+        };
+        Some(format!("The {tool} call was not run: {why}."))
+    }
+}
+
+/// A gate error visible to callers of [`ApprovalGate::resolve`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    /// No such pending request (unknown id, already decided, or expired).
+    #[error("no pending approval `{0}` (unknown, already decided or expired)")]
+    UnknownRequest(String),
+}
+
+/// What reaches a waiting request through its channel.
+enum Answer {
+    Person(UserDecision),
+    Cancel,
+}
+
+struct Pending {
+    info: PendingApproval,
+    tx: oneshot::Sender<Answer>,
+}
+
+struct Inner {
+    policy: Arc<Policy>,
+    ctx: EvalContext,
+    audit: Option<Arc<AuditLog>>,
+    events: broadcast::Sender<GateEvent>,
+    pending: Mutex<HashMap<String, Pending>>,
+    heartbeat: Duration,
+}
+
+/// The approval gate. Cheap to clone; clones share state.
+#[derive(Clone)]
+pub struct ApprovalGate {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ApprovalGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApprovalGate")
+            .field("pending", &self.pending().len())
+            .finish()
+    }
+}
+
+impl ApprovalGate {
+    /// A gate for `policy`, resolving paths against `ctx`, auditing to `audit`.
+    pub fn new(policy: Arc<Policy>, ctx: EvalContext, audit: Option<Arc<AuditLog>>) -> Self {
+        Self::with_heartbeat(policy, ctx, audit, HEARTBEAT_INTERVAL)
+    }
+
+    /// Like [`ApprovalGate::new`] with another heartbeat interval (tests).
+    pub fn with_heartbeat(
+        policy: Arc<Policy>,
+        ctx: EvalContext,
+        audit: Option<Arc<AuditLog>>,
+        heartbeat: Duration,
+    ) -> Self {
+        let (events, _) = broadcast::channel(EVENT_CAPACITY);
+        ApprovalGate {
+            inner: Arc::new(Inner {
+                policy,
+                ctx,
+                audit,
+                events,
+                pending: Mutex::new(HashMap::new()),
+                heartbeat: heartbeat.max(Duration::from_millis(1)),
+            }),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// Receive gate events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<GateEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Requests waiting for a decision, oldest first.
+    pub fn pending(&self) -> Vec<PendingApproval> {
+        let mut list: Vec<PendingApproval> = self
+            .inner
+            .lock_pending()
+            .values()
+            .map(|p| p.info.clone())
+            .collect();
+        list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        list
+    }
+
+    /// Deliver a person's decision for a pending request. `who` identifies
+    /// them (audited as `user:<who>`).
+    pub fn resolve(
+        &self,
+        id: &str,
+        resolution: Resolution,
+        who: impl Into<String>,
+    ) -> Result<(), GateError> {
+        let who = who.into();
+        self.inner
+            .deliver(id, Answer::Person(UserDecision { resolution, who }))
+    }
+
+    /// Decline every pending request of a task (task canceled). Returns how
+    /// many were declined.
+    pub fn cancel_task(&self, task_id: &str) -> usize {
+        let taken: Vec<Pending> = {
+            let mut map = self.inner.lock_pending();
+            let ids: Vec<String> = map
+                .iter()
+                .filter(|(_, p)| p.info.task_id.as_deref() == Some(task_id))
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        let n = taken.len();
+        for p in taken {
+            let _ = p.tx.send(Answer::Cancel);
+        }
+        n
+    }
+
+    /// Decide one call (no per-request decider).
+    pub async fn request(&self, req: ApprovalRequest) -> Verdict {
+        self.request_with(req, None).await
+    }
+
+    /// Decide one call; `decider` (e.g. a TTY prompt) may answer an ask.
+    pub async fn request_with(
+        &self,
+        req: ApprovalRequest,
+        decider: Option<Arc<dyn Decider>>,
+    ) -> Verdict {
+        let started = Instant::now();
+        let inner = &self.inner;
+        let mode = inner.policy.effective_mode(req.mode);
+        let ev = inner.policy.decide(&req.tool, &req.input, &inner.ctx, mode);
+        let (decision, decided_by) = match ev.decision {
+            Decision::Ask => {
+                return self
+                    .ask(req, ev.matched_rule, ev.reason, decider, started)
+                    .await;
+            }
+            Decision::Allow if ev.bypass => (AuditDecision::Bypass, "bypass"),
+            Decision::Allow => (AuditDecision::Allow, "policy"),
+            Decision::Deny => (AuditDecision::Deny, "policy"),
+        };
+        let verdict = Verdict {
+            request_id: None,
+            decision,
+            decided_by: decided_by.into(),
+            matched_rule: ev.matched_rule,
+            reason: ev.reason,
+            waited: started.elapsed(),
+        };
+        inner.record(&req, verdict)
+    }
+
+    /// Decide several calls; asks wait concurrently. Verdicts come back in
+    /// the order of `requests`. Dropping the returned future declines every
+    /// call still waiting.
+    pub async fn decide_batch(&self, requests: Vec<ApprovalRequest>) -> Vec<Verdict> {
+        self.decide_batch_with(requests, None).await
+    }
+
+    /// [`ApprovalGate::decide_batch`] with a per-request decider.
+    pub async fn decide_batch_with(
+        &self,
+        requests: Vec<ApprovalRequest>,
+        decider: Option<Arc<dyn Decider>>,
+    ) -> Vec<Verdict> {
+        let mut set = tokio::task::JoinSet::new();
+        let n = requests.len();
+        for (i, req) in requests.into_iter().enumerate() {
+            let gate = self.clone();
+            let decider = decider.clone();
+            set.spawn(async move { (i, gate.request_with(req, decider).await) });
+        }
+        let mut out: Vec<Option<Verdict>> = vec![None; n];
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok((i, v)) => out[i] = Some(v),
+                Err(e) => tracing::error!(error = %e, "approval task failed; its call is declined"),
+            }
+        }
+        out.into_iter()
+            .map(|v| {
+                v.unwrap_or_else(|| Verdict {
+                    request_id: None,
+                    decision: AuditDecision::Decline,
+                    decided_by: "error".into(),
+                    matched_rule: None,
+                    reason: "the approval task failed".into(),
+                    waited: Duration::ZERO,
+                })
+            })
+            .collect()
+    }
+
+    async fn ask(
+        &self,
+        req: ApprovalRequest,
+        matched_rule: Option<String>,
+        reason: String,
+        decider: Option<Arc<dyn Decider>>,
+        started: Instant,
+    ) -> Verdict {
+        let inner = &self.inner;
+        let timeout = inner.policy.timeout();
+        let id = format!("{REQUEST_ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let now = SystemTime::now();
+        let info = PendingApproval {
+            id: id.clone(),
+            tool: req.tool.clone(),
+            input: req.input.clone(),
+            subagent: req.subagent.clone(),
+            task_id: req.task_id.clone(),
+            session_id: req.session_id.clone(),
+            plugin: req.plugin.clone(),
+            matched_rule: matched_rule.clone(),
+            reason: reason.clone(),
+            created_at: humantime::format_rfc3339_millis(now).to_string(),
+            expires_at: humantime::format_rfc3339_millis(now + timeout).to_string(),
+        };
+        let base = Verdict {
+            request_id: Some(id.clone()),
+            decision: AuditDecision::Decline,
+            decided_by: "error".into(),
+            matched_rule,
+            reason,
+            waited: Duration::ZERO,
+        };
+        let (tx, mut rx) = oneshot::channel();
+        {
+            let mut map = inner.lock_pending();
+            if map.len() >= MAX_PENDING {
+                drop(map);
+                let v = Verdict {
+                    reason: format!("more than {MAX_PENDING} approvals pending"),
+                    waited: started.elapsed(),
+                    ..base
+                };
+                return inner.record(&req, v);
+            }
+            map.insert(
+                id.clone(),
+                Pending {
+                    info: info.clone(),
+                    tx,
+                },
+            );
+        }
+        let mut guard = WaitGuard {
+            inner: Arc::clone(inner),
+            req,
+            verdict: Some(base),
+            started,
+        };
+        inner.publish(GateEvent::Requested(info.clone()));
+        inner.publish(GateEvent::Heartbeat {
+            request_id: id.clone(),
+            task_id: info.task_id.clone(),
+        });
+
+        let mut decided: BoxFuture<'static, Result<UserDecision, String>> = match decider {
+            Some(d) => d.decide(info.clone()),
+            None => Box::pin(std::future::pending()),
+        };
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut beat = tokio::time::interval_at(
+            tokio::time::Instant::now() + inner.heartbeat,
+            inner.heartbeat,
+        );
+        let outcome: Result<Answer, &'static str> = loop {
+            tokio::select! {
+                r = &mut rx => break r.map_err(|_| "error"),
+                r = &mut decided => {
+                    if inner.lock_pending().remove(&id).is_none() {
+                        // `resolve` won the race; its answer is in the channel.
+                        break rx.try_recv().map_err(|_| "error");
+                    }
+                    break r.map(Answer::Person).map_err(|e| {
+                        tracing::warn!(request_id = %id, error = %e, "approval decider failed; declining");
+                        "error"
+                    });
+                }
+                () = &mut deadline => {
+                    if inner.lock_pending().remove(&id).is_none() {
+                        break rx.try_recv().map_err(|_| "error");
+                    }
+                    break Err("timeout");
+                }
+                _ = beat.tick() => inner.publish(GateEvent::Heartbeat {
+                    request_id: id.clone(),
+                    task_id: info.task_id.clone(),
+                }),
+            }
+        };
+        let (decision, decided_by) = match outcome {
+            Ok(Answer::Cancel) => (AuditDecision::Decline, "cancel".to_owned()),
+            Ok(Answer::Person(UserDecision {
+                resolution: Resolution::Approve,
+                who,
+            })) => (AuditDecision::Approve, format!("user:{who}")),
+            Ok(Answer::Person(UserDecision {
+                resolution: Resolution::Decline,
+                who,
+            })) => (AuditDecision::Decline, format!("user:{who}")),
+            Err("timeout") => (AuditDecision::Timeout, "timeout".to_owned()),
+            Err(other) => (AuditDecision::Decline, other.to_owned()),
+        };
+        guard.finish(decision, decided_by)
+    }
+}
+
+impl Inner {
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+        // Poisoning only means a panic elsewhere while holding the lock; the
+        // map itself is always left consistent.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn deliver(&self, id: &str, decision: Answer) -> Result<(), GateError> {
+        let entry = self.lock_pending().remove(id);
+        match entry {
+            Some(p) => {
+                p.tx.send(decision)
+                    .map_err(|_| GateError::UnknownRequest(id.to_owned()))
+            }
+            None => Err(GateError::UnknownRequest(id.to_owned())),
+        }
+    }
+
+    fn publish(&self, event: GateEvent) {
+        // No subscriber is fine: the audit log is the record.
+        let _ = self.events.send(event);
+    }
+
+    /// Audit `verdict`; if that fails, the call is declined instead.
+    fn record(&self, req: &ApprovalRequest, mut verdict: Verdict) -> Verdict {
+        if let Some(log) = &self.audit {
+            let rec = AuditRecord {
+                ts: AuditRecord::now(),
+                request_id: verdict.request_id.clone(),
+                task_id: req.task_id.clone(),
+                session_id: req.session_id.clone(),
+                subagent: req.subagent.clone(),
+                plugin: req.plugin.clone(),
+                tool: req.tool.clone(),
+                args_sha256: args_digest(&req.input),
+                rule: verdict.matched_rule.clone(),
+                decision: verdict.decision,
+                decided_by: verdict.decided_by.clone(),
+                waited_ms: AuditRecord::millis(verdict.waited),
+            };
+            if let Err(e) = log.append(&rec) {
+                tracing::error!(error = %e, tool = %req.tool, "audit write failed; declining the call");
+                if verdict.allowed() {
+                    verdict.decision = AuditDecision::Decline;
+                    verdict.decided_by = "error".into();
+                    verdict.reason = format!("audit log write failed: {e}");
+                }
+            }
+        }
+        verdict
+    }
+}
+
+/// Records a decline if the waiting future is dropped before a decision.
+struct WaitGuard {
+    inner: Arc<Inner>,
+    req: ApprovalRequest,
+    /// `Some` until the wait ends; holds the base verdict.
+    verdict: Option<Verdict>,
+    started: Instant,
+}
+
+impl WaitGuard {
+    fn finish(&mut self, decision: AuditDecision, decided_by: String) -> Verdict {
+        let base = self.verdict.take().expect("finish is called once");
+        let v = Verdict {
+            decision,
+            decided_by,
+            waited: self.started.elapsed(),
+            ..base
+        };
+        self.complete(v)
+    }
+
+    fn complete(&self, v: Verdict) -> Verdict {
+        let id = v.request_id.clone().unwrap_or_default();
+        self.inner.lock_pending().remove(&id);
+        let v = self.inner.record(&self.req, v);
+        self.inner.publish(GateEvent::Resolved {
+            request_id: id,
+            task_id: self.req.task_id.clone(),
+            decision: v.decision,
+            decided_by: v.decided_by.clone(),
+        });
+        v
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        if let Some(base) = self.verdict.take() {
+            let v = Verdict {
+                decision: AuditDecision::Decline,
+                decided_by: "disconnect".into(),
+                waited: self.started.elapsed(),
+                ..base
+            };
+            self.complete(v);
+        }
+    }
+}

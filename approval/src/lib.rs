@@ -1,0 +1,30 @@
+//! warden's approval layer: the operator's policy in Claude Code's
+//! permission-rule syntax, permission modes capped by the operator, the
+//! fail-safe human-in-the-loop gate every tool call passes, and the audit log.
+//!
+//! Modules:
+//! - [`policy`]: `approval:` configuration, rule evaluation, modes applied;
+//! - [`rule`] / [`matcher`] / [`shell`]: rule syntax, matching, Bash splitting;
+//! - [`mode`]: permission modes and the operator's cap;
+//! - [`gate`]: asks, waits, timeouts, batches, events;
+//! - [`audit`]: the JSONL audit log.
+//!
+//! This crate never runs tools, never talks HTTP and never reads a TTY itself:
+//! the host wires it into its `tools` capability, API and CLI.
+
+pub mod audit;
+pub mod gate;
+pub mod matcher;
+pub mod mode;
+pub mod policy;
+pub mod rule;
+pub mod shell;
+
+pub use audit::{AuditDecision, AuditError, AuditLog, AuditRecord, args_digest};
+pub use gate::{
+    ApprovalGate, ApprovalRequest, BoxFuture, Decider, GateError, GateEvent, PendingApproval,
+    Resolution, UserDecision, Verdict,
+};
+pub use mode::{AskHandling, EffectiveMode, PermissionMode, effective_mode};
+pub use policy::{Decision, EvalContext, Evaluation, Policy, PolicyConfig, PolicyError};
+pub use rule::{Rule, RuleError};

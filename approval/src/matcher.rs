@@ -1,0 +1,307 @@
+//! Pattern matching primitives behind permission rules: Bash command patterns,
+//! gitignore-style path globs, lexical path normalisation and URL hosts.
+//!
+//! Everything here is pure and synchronous: no file-system access (paths are
+//! normalised lexically; symlinks are the sandbox's business), no allocation
+//! proportional to anything but the inputs, and no panics on any input.
+
+use std::path::{Component, Path, PathBuf};
+
+/// How a `Bash(...)` specifier matches one simple command's canonical text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BashPattern {
+    /// `Bash(git status)`: the whole command, exactly.
+    Exact(String),
+    /// `Bash(npm run test:*)`: the command is the prefix, or the prefix
+    /// followed by a space and anything (word boundary: `ls:*` does not match
+    /// `lsof`), or — when the prefix has more than one word — the rule text
+    /// read literally as a glob (`test:` followed by anything, so
+    /// `npm run test:unit` matches; `ls:*` does not match a command `ls:x`).
+    Prefix(String),
+    /// `Bash(npm run *)`, `Bash(git * main)`: `*` matches any run of
+    /// characters (spaces included) within one simple command. A single
+    /// trailing ` *` is optional, so `Bash(ls *)` matches `ls` and `ls -la` but
+    /// never `lsof`.
+    Glob(String),
+}
+
+impl BashPattern {
+    /// Does the pattern match this simple command text?
+    pub fn matches(&self, text: &str) -> bool {
+        match self {
+            BashPattern::Exact(p) => text == p,
+            BashPattern::Prefix(p) => {
+                // The literal `:` continuation only extends an argument
+                // (`npm run test:unit`), never the command name itself
+                // (`ls:*` must not match a command called `ls:x`).
+                let colon_ok = p.contains(' ');
+                text == p
+                    || text.strip_prefix(p.as_str()).is_some_and(|rest| {
+                        rest.starts_with(' ') || (colon_ok && rest.starts_with(':'))
+                    })
+            }
+            BashPattern::Glob(p) => {
+                if let Some(base) = p.strip_suffix(" *")
+                    && !base.contains('*')
+                    && text == base
+                {
+                    return true;
+                }
+                wildcard_match(p.as_bytes(), text.as_bytes())
+            }
+        }
+    }
+}
+
+/// `*` matches any byte sequence; every other byte matches itself.
+/// Iterative with single-star backtracking: O(pattern × text), no recursion.
+fn wildcard_match(p: &[u8], t: &[u8]) -> bool {
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// Lexically normalise `path` against `base` (used when `path` is relative):
+/// `.` dropped, `..` pops a component (never above `/`).
+/// Returns the absolute normalised path.
+pub fn normalize_path(base: &Path, path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    };
+    let mut out = PathBuf::from("/");
+    for comp in joined.components() {
+        match comp {
+            Component::Normal(c) => out.push(c),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// A gitignore-style glob over absolute, normalised paths (`/`-separated).
+///
+/// `*` matches within one path segment, `?` one character of a segment,
+/// `[abc]`, `[a-z]`, `[!x]` a character class, and a `**` segment any number
+/// (including zero) of segments. As in gitignore, a pattern that matches a
+/// directory also matches everything below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathGlob {
+    segments: Vec<String>,
+}
+
+impl PathGlob {
+    /// `pattern` must be absolute; a trailing `/` means "this directory and
+    /// everything in it".
+    pub fn new(pattern: &str) -> PathGlob {
+        let segments = pattern
+            .split('/')
+            .filter(|s| !s.is_empty() && *s != ".")
+            .map(str::to_owned)
+            .collect();
+        PathGlob { segments }
+    }
+
+    /// The pattern as an absolute path string.
+    pub fn as_string(&self) -> String {
+        format!("/{}", self.segments.join("/"))
+    }
+
+    /// Does the glob match `path` (absolute, normalised) or one of its
+    /// ancestors?
+    pub fn matches(&self, path: &Path) -> bool {
+        let segs: Vec<String> = path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect();
+        let pat: Vec<&str> = self.segments.iter().map(String::as_str).collect();
+        (0..=segs.len()).any(|n| {
+            let prefix: Vec<&str> = segs[..n].iter().map(String::as_str).collect();
+            match_segments(&pat, &prefix)
+        })
+    }
+}
+
+fn match_segments(pat: &[&str], path: &[&str]) -> bool {
+    // Dynamic programming over (pattern index, path index); no recursion.
+    let (np, ns) = (pat.len(), path.len());
+    let mut dp = vec![vec![false; ns + 1]; np + 1];
+    dp[np][ns] = true;
+    for i in (0..np).rev() {
+        for j in (0..=ns).rev() {
+            dp[i][j] = if pat[i] == "**" {
+                dp[i + 1][j] || (j < ns && dp[i][j + 1])
+            } else {
+                j < ns && segment_match(pat[i], path[j]) && dp[i + 1][j + 1]
+            };
+        }
+    }
+    dp[0][0]
+}
+
+/// Glob match of one path segment: `*`, `?`, `[...]`; `\x` escapes `x`.
+fn segment_match(pat: &str, text: &str) -> bool {
+    let p: Vec<char> = pat.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        let step = if pi < p.len() {
+            match p[pi] {
+                '*' => {
+                    star = Some((pi, ti));
+                    pi += 1;
+                    continue;
+                }
+                '?' => Some(pi + 1),
+                '[' => class_match(&p, pi, t[ti]),
+                '\\' if pi + 1 < p.len() => (p[pi + 1] == t[ti]).then_some(pi + 2),
+                c => (c == t[ti]).then_some(pi + 1),
+            }
+        } else {
+            None
+        };
+        match step {
+            Some(next) => {
+                pi = next;
+                ti += 1;
+            }
+            None => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Match a `[...]` class starting at `p[start]`; returns the index after it.
+/// An unterminated `[` matches a literal `[`.
+fn class_match(p: &[char], start: usize, c: char) -> Option<usize> {
+    let mut i = start + 1;
+    let negate = matches!(p.get(i), Some('!' | '^'));
+    if negate {
+        i += 1;
+    }
+    let first = i;
+    let mut hit = false;
+    while i < p.len() && (p[i] != ']' || i == first) {
+        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+            hit |= p[i] <= c && c <= p[i + 2];
+            i += 3;
+        } else {
+            hit |= p[i] == c;
+            i += 1;
+        }
+    }
+    if i >= p.len() {
+        return (c == '[').then_some(start + 1);
+    }
+    (hit != negate).then_some(i + 1)
+}
+
+/// Does `pattern` contain glob metacharacters?
+pub fn has_glob_meta(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// The host of an `http(s)://` URL, lowercased, without port, userinfo or a
+/// trailing dot. `None` when the text is not such a URL.
+pub fn url_host(url: &str) -> Option<String> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split_once(']')?.0
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    (!host.is_empty()).then_some(host)
+}
+
+/// `WebFetch(domain:...)`: exact host, or `*.example.com` for any subdomain
+/// (not the apex).
+pub fn domain_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
+        None => host == pattern,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard() {
+        assert!(wildcard_match(b"git * main", b"git push origin main"));
+        assert!(!wildcard_match(b"git * main", b"git push origin dev"));
+        assert!(wildcard_match(b"*", b""));
+    }
+
+    #[test]
+    fn globs() {
+        let g = PathGlob::new("/w/src/**/*.rs");
+        assert!(g.matches(Path::new("/w/src/a/b/c.rs")));
+        assert!(g.matches(Path::new("/w/src/c.rs")));
+        assert!(!g.matches(Path::new("/w/src/c.rsx")));
+        assert!(PathGlob::new("/w/se[c]rets").matches(Path::new("/w/secrets/k")));
+        assert!(PathGlob::new("/w/?.txt").matches(Path::new("/w/a.txt")));
+        assert!(!PathGlob::new("/w/[!a].txt").matches(Path::new("/w/a.txt")));
+    }
+
+    #[test]
+    fn normalise() {
+        assert_eq!(
+            normalize_path(Path::new("/w"), Path::new("./secrets/../secrets/a")),
+            PathBuf::from("/w/secrets/a")
+        );
+        assert_eq!(
+            normalize_path(Path::new("/w"), Path::new("../../..")),
+            PathBuf::from("/")
+        );
+    }
+
+    #[test]
+    fn hosts() {
+        assert_eq!(
+            url_host("https://User@Example.COM.:8080/x").as_deref(),
+            Some("example.com")
+        );
+        assert_eq!(url_host("http://[::1]:80/").as_deref(), Some("::1"));
+        assert_eq!(url_host("ftp://x"), None);
+        assert!(domain_matches("*.example.com", "a.example.com"));
+        assert!(!domain_matches("*.example.com", "example.com"));
+        assert!(!domain_matches("example.com", "evilexample.com"));
+    }
+}

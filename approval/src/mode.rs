@@ -1,0 +1,146 @@
+//! Permission modes (an agent file's `permissionMode`) and the operator's cap.
+//!
+//! A mode is split into two independent effects, so that capping is exact:
+//! - **read-only** (`plan`): tools that change files or run commands are denied;
+//! - **what an `ask` becomes** ([`AskHandling`]): denied (`dontAsk`), asked
+//!   (`default`, `plan`), allowed for file edits inside the workspace
+//!   (`acceptEdits`), or allowed for everything (`bypassPermissions`).
+//!
+//! The effective mode of a subagent is the *stricter* of what it asks for and
+//! the operator's `max_mode` on each axis ([`effective_mode`]); bypass also
+//! needs `allow_bypass: true`. This module must never let a requested mode
+//! relax anything beyond the operator's cap.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A permission mode, as written in agent files and `approval.max_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PermissionMode {
+    /// Policy as written; `ask` prompts a person.
+    #[default]
+    Default,
+    /// `ask` becomes allow for file edits (Edit, Write, MultiEdit,
+    /// NotebookEdit) inside the workspace; never for Bash.
+    AcceptEdits,
+    /// Read-only: Write/Edit/MultiEdit/NotebookEdit/Bash are denied.
+    Plan,
+    /// Never prompt: `ask` becomes deny.
+    DontAsk,
+    /// `ask` becomes allow (audited as `bypass`); deny still denies.
+    BypassPermissions,
+}
+
+/// What an `ask` decision turns into under a mode, least to most permissive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AskHandling {
+    /// `dontAsk`: decline without asking.
+    Deny,
+    /// Ask a person.
+    Prompt,
+    /// Allow file edits inside the workspace; ask for the rest.
+    AcceptEdits,
+    /// Allow without asking, recorded as a bypass.
+    Bypass,
+}
+
+/// The mode actually applied to a subagent's calls (see [`effective_mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct EffectiveMode {
+    /// Mutating tools are denied.
+    pub read_only: bool,
+    /// What an `ask` becomes.
+    pub on_ask: AskHandling,
+}
+
+impl Default for EffectiveMode {
+    fn default() -> Self {
+        PermissionMode::Default.into()
+    }
+}
+
+impl From<PermissionMode> for EffectiveMode {
+    fn from(m: PermissionMode) -> Self {
+        let on_ask = match m {
+            PermissionMode::Default | PermissionMode::Plan => AskHandling::Prompt,
+            PermissionMode::AcceptEdits => AskHandling::AcceptEdits,
+            PermissionMode::DontAsk => AskHandling::Deny,
+            PermissionMode::BypassPermissions => AskHandling::Bypass,
+        };
+        EffectiveMode {
+            read_only: m == PermissionMode::Plan,
+            on_ask,
+        }
+    }
+}
+
+/// Tools a read-only (`plan`) mode denies.
+pub const MUTATING_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"];
+
+/// The mode applied to a subagent: on each axis the stricter of what the agent
+/// requested (`None` = `default`) and the operator's `max_mode`; bypass is
+/// reachable only when `allow_bypass` is set (otherwise it degrades to
+/// `acceptEdits`). An agent can therefore always make itself *stricter*
+/// (`plan`, `dontAsk`) but never more permissive than the operator allows.
+pub fn effective_mode(
+    requested: Option<PermissionMode>,
+    max: PermissionMode,
+    allow_bypass: bool,
+) -> EffectiveMode {
+    let req = EffectiveMode::from(requested.unwrap_or_default());
+    let cap = EffectiveMode::from(max);
+    let mut on_ask = req.on_ask.min(cap.on_ask);
+    if on_ask == AskHandling::Bypass && !allow_bypass {
+        on_ask = AskHandling::AcceptEdits;
+    }
+    EffectiveMode {
+        read_only: req.read_only || cap.read_only,
+        on_ask,
+    }
+}
+
+impl PermissionMode {
+    /// The name used in agent files and configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Default => "default",
+            PermissionMode::AcceptEdits => "acceptEdits",
+            PermissionMode::Plan => "plan",
+            PermissionMode::DontAsk => "dontAsk",
+            PermissionMode::BypassPermissions => "bypassPermissions",
+        }
+    }
+}
+
+impl fmt::Display for PermissionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown permission mode name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown permission mode `{0}` (expected default, acceptEdits, plan, dontAsk or bypassPermissions)"
+)]
+pub struct UnknownMode(pub String);
+
+impl FromStr for PermissionMode {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            PermissionMode::Default,
+            PermissionMode::AcceptEdits,
+            PermissionMode::Plan,
+            PermissionMode::DontAsk,
+            PermissionMode::BypassPermissions,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s.trim())
+        .ok_or_else(|| UnknownMode(s.to_owned()))
+    }
+}

@@ -1,0 +1,433 @@
+//! The operator's approval policy (`approval:` in `warden.yaml`) and its
+//! evaluation for one tool call.
+//!
+//! Order of operations in [`Policy::decide`]:
+//! 1. **Rules** ([`Policy::evaluate`]): deny → ask → allow, first match wins,
+//!    else `default`. A Bash command is split into its simple commands
+//!    ([`crate::shell`]); each part is evaluated on its own and the strictest
+//!    part decides (deny > ask > allow). A command that cannot be fully parsed,
+//!    a part writing a file through a redirection that its allow rule did not
+//!    mention, and (when specific Bash deny/ask rules exist) a part whose
+//!    command word is computed at run time are at least `ask`.
+//! 2. **Deny is final**: an explicit deny rule or a `default: deny` is never
+//!    relaxed by any mode, bypass included.
+//! 3. **Read-only** (`plan`): Write/Edit/MultiEdit/NotebookEdit/Bash → deny.
+//! 4. **Ask handling**: `dontAsk` → deny; `acceptEdits` → allow for file edit
+//!    tools whose path is inside the workspace; `bypassPermissions` → allow,
+//!    flagged as a bypass; otherwise the call is asked.
+//!
+//! This module must never do I/O or block; it must never produce `allow` for a
+//! call it could not fully analyse.
+
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::matcher::normalize_path;
+use crate::mode::{self, AskHandling, EffectiveMode, MUTATING_TOOLS, PermissionMode};
+use crate::rule::{self, EDIT_TOOLS, Rule, RuleError, Target};
+use crate::shell;
+
+/// How long an `ask` waits for a person when the operator sets no `timeout`:
+/// two minutes is long enough to read a command and short enough that an
+/// unattended task does not hang (the call is declined at the end).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Longest `timeout` accepted: a day. Anything longer is almost certainly a
+/// unit mistake and would keep tasks and their sandboxes alive indefinitely.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A policy decision, ordered by strictness (`Allow < Ask < Deny`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Run without asking.
+    Allow,
+    /// Ask a person; anything but an explicit approval declines.
+    Ask,
+    /// Never run.
+    Deny,
+}
+
+impl Decision {
+    /// `allow`, `ask` or `deny`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Ask => "ask",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// The `approval:` section of `warden.yaml`. Every field is optional.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Decision for calls no rule matches. Default `ask`: an unknown tool or
+    /// command is neither silently run nor silently refused — a person sees it.
+    pub default: Decision,
+    /// Rules whose calls run without asking. Default empty: nothing is
+    /// pre-approved unless the operator says so.
+    pub allow: Vec<String>,
+    /// Rules whose calls are always asked, even if an allow rule matches.
+    /// Default empty.
+    pub ask: Vec<String>,
+    /// Rules whose calls never run. Default empty.
+    pub deny: Vec<String>,
+    /// How long an ask waits before it is declined (humantime: `120s`, `5m`).
+    /// Default [`DEFAULT_TIMEOUT`].
+    #[serde(with = "humantime_duration")]
+    pub timeout: Duration,
+    /// The most permissive mode an agent's `permissionMode` may claim.
+    /// Default `default`: agent files cannot relax the operator's policy unless
+    /// the operator opts in; stricter modes (`plan`, `dontAsk`) are always
+    /// honoured because they only take permissions away.
+    pub max_mode: PermissionMode,
+    /// Whether `bypassPermissions` may take effect at all. Default `false`:
+    /// bypass skips every prompt, so it must be an explicit operator decision;
+    /// `max_mode: bypassPermissions` without it is a configuration error.
+    pub allow_bypass: bool,
+    /// JSONL audit log of every decision. Default none (no file written; the
+    /// host may still log decisions). The host resolves relative paths.
+    pub audit_log: Option<PathBuf>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            default: Decision::Ask,
+            allow: Vec::new(),
+            ask: Vec::new(),
+            deny: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            max_mode: PermissionMode::Default,
+            allow_bypass: false,
+            audit_log: None,
+        }
+    }
+}
+
+mod humantime_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(text.trim()).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration `{text}`: {e} (expected e.g. `120s`, `5m`)"
+            ))
+        })
+    }
+}
+
+/// A policy that could not be built from its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// A rule in one of the lists is malformed.
+    #[error("approval.{list}[{index}]: {source}")]
+    Rule {
+        /// `allow`, `ask` or `deny`.
+        list: &'static str,
+        /// Position in that list.
+        index: usize,
+        /// The rule and what is wrong with it.
+        #[source]
+        source: RuleError,
+    },
+    /// `timeout` out of range.
+    #[error("approval.timeout: {0} (expected more than 0s and at most 24h)")]
+    Timeout(String),
+    /// `max_mode: bypassPermissions` without `allow_bypass: true`.
+    #[error(
+        "approval.max_mode: bypassPermissions requires `allow_bypass: true` (bypass skips every prompt)"
+    )]
+    BypassNotAllowed,
+}
+
+/// Where a call is evaluated: paths in rules and inputs resolve against these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvalContext {
+    /// The workspace root as the tools see it (e.g. `/workspace`); relative
+    /// tool paths and `./`, `/` and bare rule paths resolve against it.
+    pub workspace_root: PathBuf,
+    /// The home directory `~/` rules resolve against.
+    pub home: PathBuf,
+}
+
+/// The outcome of evaluating one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Evaluation {
+    /// What to do.
+    pub decision: Decision,
+    /// The rule that decided, if one did (`None`: the default or a mode).
+    pub matched_rule: Option<String>,
+    /// A short human-readable explanation.
+    pub reason: String,
+    /// The call is allowed only because of `bypassPermissions`.
+    pub bypass: bool,
+}
+
+/// A loaded, validated policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    config: PolicyConfig,
+    deny: Vec<Rule>,
+    ask: Vec<Rule>,
+    allow: Vec<Rule>,
+    /// Specific Bash deny/ask rules exist (that a computed command word could
+    /// evade).
+    bash_restrictions: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::from_config(PolicyConfig::default()).expect("the default policy is valid")
+    }
+}
+
+impl Policy {
+    /// Validate a configuration and parse its rules.
+    pub fn from_config(config: PolicyConfig) -> Result<Policy, PolicyError> {
+        let parse = |list: &'static str, rules: &[String]| -> Result<Vec<Rule>, PolicyError> {
+            rules
+                .iter()
+                .enumerate()
+                .map(|(index, r)| {
+                    Rule::parse(r).map_err(|source| PolicyError::Rule {
+                        list,
+                        index,
+                        source,
+                    })
+                })
+                .collect()
+        };
+        let deny = parse("deny", &config.deny)?;
+        let ask = parse("ask", &config.ask)?;
+        let allow = parse("allow", &config.allow)?;
+        if config.timeout.is_zero() || config.timeout > MAX_TIMEOUT {
+            return Err(PolicyError::Timeout(
+                humantime::format_duration(config.timeout).to_string(),
+            ));
+        }
+        if config.max_mode == PermissionMode::BypassPermissions && !config.allow_bypass {
+            return Err(PolicyError::BypassNotAllowed);
+        }
+        let bash_restrictions = deny.iter().chain(&ask).any(Rule::is_bash_specific);
+        Ok(Policy {
+            config,
+            deny,
+            ask,
+            allow,
+            bash_restrictions,
+        })
+    }
+
+    /// The configuration this policy was built from.
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// How long an ask waits before it is declined.
+    pub fn timeout(&self) -> Duration {
+        self.config.timeout
+    }
+
+    /// The mode applied to a subagent that requests `requested`, capped by
+    /// `max_mode` and `allow_bypass`.
+    pub fn effective_mode(&self, requested: Option<PermissionMode>) -> EffectiveMode {
+        mode::effective_mode(requested, self.config.max_mode, self.config.allow_bypass)
+    }
+
+    /// Whether a subagent's tool list should include `tool`: false when a
+    /// deny rule covers the whole tool (a bare name, `Bash(*)`, `mcp__server`).
+    pub fn tool_visible(&self, tool: &str) -> bool {
+        !self
+            .deny
+            .iter()
+            .any(|r| r.is_whole_tool() && r.covers_tool(tool))
+    }
+
+    /// Rules only (step 1 of the module docs), for the `default` mode.
+    pub fn evaluate(&self, tool: &str, input: &Value, ctx: &EvalContext) -> Evaluation {
+        if tool == "Bash" {
+            return self.evaluate_bash(input, ctx);
+        }
+        let resolved = rule::tool_path(tool, input).map(|p| resolve_path(&ctx.workspace_root, &p));
+        let target = Target {
+            tool,
+            input,
+            bash_part: None,
+            path: resolved.as_ref().map(|(p, esc)| (p.as_path(), *esc)),
+            workspace_root: &ctx.workspace_root,
+            home: &ctx.home,
+        };
+        let (decision, rule) = self.first_match(&target);
+        let reason = match rule {
+            Some(r) => format!("{} rule `{}`", decision.as_str(), r.text()),
+            None => format!("no rule matches; default is {}", decision.as_str()),
+        };
+        Evaluation {
+            decision,
+            matched_rule: rule.map(|r| r.text().to_owned()),
+            reason,
+            bypass: false,
+        }
+    }
+
+    /// Rules, then the mode (all steps of the module docs).
+    pub fn decide(
+        &self,
+        tool: &str,
+        input: &Value,
+        ctx: &EvalContext,
+        mode: EffectiveMode,
+    ) -> Evaluation {
+        let mut ev = self.evaluate(tool, input, ctx);
+        if ev.decision == Decision::Deny {
+            return ev;
+        }
+        if mode.read_only && MUTATING_TOOLS.contains(&tool) {
+            ev.decision = Decision::Deny;
+            ev.reason = format!("plan mode is read-only: {tool} is not available");
+            return ev;
+        }
+        if ev.decision != Decision::Ask {
+            return ev;
+        }
+        match mode.on_ask {
+            AskHandling::Prompt => {}
+            AskHandling::Deny => {
+                ev.decision = Decision::Deny;
+                ev.reason = format!("{}; dontAsk mode declines instead of asking", ev.reason);
+            }
+            AskHandling::AcceptEdits => {
+                let inside = rule::tool_path(tool, input)
+                    .map(|p| resolve_path(&ctx.workspace_root, &p))
+                    .is_some_and(|(p, escaped)| !escaped && p.starts_with(&ctx.workspace_root));
+                if EDIT_TOOLS.contains(&tool) && inside {
+                    ev.decision = Decision::Allow;
+                    ev.reason = format!(
+                        "{}; acceptEdits mode allows edits in the workspace",
+                        ev.reason
+                    );
+                }
+            }
+            AskHandling::Bypass => {
+                ev.decision = Decision::Allow;
+                ev.bypass = true;
+                ev.reason = format!(
+                    "{}; bypassPermissions mode allows without asking",
+                    ev.reason
+                );
+            }
+        }
+        ev
+    }
+
+    fn first_match<'a>(&'a self, t: &Target<'_>) -> (Decision, Option<&'a Rule>) {
+        for (list, decision) in [
+            (&self.deny, Decision::Deny),
+            (&self.ask, Decision::Ask),
+            (&self.allow, Decision::Allow),
+        ] {
+            if let Some(r) = list
+                .iter()
+                .find(|r| r.matches(t, decision == Decision::Allow))
+            {
+                return (decision, Some(r));
+            }
+        }
+        (self.config.default, None)
+    }
+
+    fn evaluate_bash(&self, input: &Value, ctx: &EvalContext) -> Evaluation {
+        let command = input.get("command").and_then(Value::as_str);
+        let split = shell::split(command.unwrap_or(""));
+        let target = |part: Option<&'_ str>| -> (Decision, Option<&Rule>) {
+            self.first_match(&Target {
+                tool: "Bash",
+                input,
+                bash_part: part,
+                path: None,
+                workspace_root: &ctx.workspace_root,
+                home: &ctx.home,
+            })
+        };
+        // (decision, rule, reason) of the strictest part so far.
+        let mut worst: Option<(Decision, Option<String>, String)> = None;
+        let mut consider = |d: Decision, rule: Option<&Rule>, why: String| {
+            if worst.as_ref().is_none_or(|(w, _, _)| d > *w) {
+                worst = Some((d, rule.map(|r| r.text().to_owned()), why));
+            }
+        };
+        if split.commands.is_empty() {
+            let (d, r) = target(None);
+            consider(d, r, describe(d, r, None));
+        }
+        for part in &split.commands {
+            let text = part.text();
+            let (mut d, r) = target(Some(&text));
+            let mut why = describe(d, r, Some(&text));
+            if d == Decision::Allow
+                && part.writes_file
+                && r.is_some_and(|r| r.is_bash_specific() && !r.bash_mentions_redirect())
+            {
+                d = Decision::Ask;
+                why = format!(
+                    "`{text}` writes a file through a redirection its allow rule does not mention"
+                );
+            }
+            if d == Decision::Allow && part.dynamic_command && self.bash_restrictions {
+                d = Decision::Ask;
+                why = format!("the command word of `{text}` is computed at run time");
+            }
+            consider(d, r, why);
+        }
+        let (mut decision, matched_rule, mut reason) =
+            worst.unwrap_or((self.config.default, None, String::new()));
+        if command.is_none() {
+            decision = decision.max(Decision::Ask);
+            reason = "Bash input has no `command` string".into();
+        } else if !split.complete && decision < Decision::Ask {
+            decision = Decision::Ask;
+            reason = format!(
+                "the command could not be fully analysed ({})",
+                split.problem.as_deref().unwrap_or("unknown problem")
+            );
+        }
+        Evaluation {
+            decision,
+            matched_rule,
+            reason,
+            bypass: false,
+        }
+    }
+}
+
+fn describe(d: Decision, rule: Option<&Rule>, part: Option<&str>) -> String {
+    let subject = part.map_or_else(|| "the command".to_owned(), |p| format!("`{p}`"));
+    match rule {
+        Some(r) => format!("{subject}: {} rule `{}`", d.as_str(), r.text()),
+        None => format!("{subject}: no rule matches; default is {}", d.as_str()),
+    }
+}
+
+/// Normalise a tool path against the workspace root. The flag is true when
+/// the path uses `..` and ends up outside the workspace (such a path never
+/// matches an allow rule).
+fn resolve_path(root: &Path, path: &Path) -> (PathBuf, bool) {
+    let normalised = normalize_path(root, path);
+    let root_norm = normalize_path(Path::new("/"), root);
+    let uses_parent = path.components().any(|c| c == Component::ParentDir);
+    let escaped = uses_parent && !normalised.starts_with(&root_norm);
+    (normalised, escaped)
+}

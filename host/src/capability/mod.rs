@@ -1,0 +1,175 @@
+//! Capabilities: what a plugin may ask of the host, and the one checker that decides.
+//!
+//! A plugin *requests* capabilities in its `plugin-info`; the operator *grants* them in
+//! `plugins.grants.<id>`. The effective set is the intersection. Every host import
+//! calls [`Grants::check`] before doing anything, and a denial is an error value naming
+//! the capability — never a trap, never a silent success. This module must never
+//! perform the capability itself.
+
+pub mod http;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::config::GrantConfig;
+use http::AllowList;
+
+/// A host capability (mirrors the WIT `capability` enum).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Capability {
+    Log,
+    Http,
+    Model,
+    Tools,
+    Events,
+    State,
+    Resources,
+}
+
+impl Capability {
+    pub const ALL: [Capability; 7] = [
+        Capability::Log,
+        Capability::Http,
+        Capability::Model,
+        Capability::Tools,
+        Capability::Events,
+        Capability::State,
+        Capability::Resources,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::Log => "log",
+            Capability::Http => "http",
+            Capability::Model => "model",
+            Capability::Tools => "tools",
+            Capability::Events => "events",
+            Capability::State => "state",
+            Capability::Resources => "resources",
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why the checker said no. Becomes WIT `error::denied(text)`.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum Denied {
+    #[error("capability `{capability}` denied: plugin `{plugin}` did not request it")]
+    NotRequested { plugin: String, capability: Capability },
+    #[error("capability `{capability}` denied: not granted to plugin `{plugin}` (plugins.grants.{plugin})")]
+    NotGranted { plugin: String, capability: Capability },
+    #[error("capability `http` denied: {url} is not in the allow-list of plugin `{plugin}` (plugins.grants.{plugin}.http)")]
+    UrlNotAllowed { plugin: String, url: String },
+    #[error("capability `http` denied: secret `{secret}` is not granted to plugin `{plugin}` (plugins.grants.{plugin}.secrets)")]
+    SecretNotGranted { plugin: String, secret: String },
+}
+
+/// The effective grants of one plugin: operator grant ∩ plugin request.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    plugin: String,
+    requested: Vec<Capability>,
+    granted: Vec<Capability>,
+    http: AllowList,
+    secrets: BTreeMap<String, String>,
+}
+
+impl Grants {
+    /// Intersects the operator's grant with what the plugin asked for.
+    pub fn new(plugin: &str, requested: &[Capability], grant: Option<&GrantConfig>) -> Result<Self, http::PatternError> {
+        let default = GrantConfig::default();
+        let g = grant.unwrap_or(&default);
+        let operator = |c: Capability| match c {
+            Capability::Log => g.log,
+            Capability::Http => !g.http.is_empty(),
+            Capability::Model => g.model,
+            Capability::Tools => g.tools,
+            Capability::Events => g.events,
+            Capability::State => g.state,
+            Capability::Resources => g.resources,
+        };
+        let mut requested = requested.to_vec();
+        requested.sort();
+        requested.dedup();
+        let granted = requested.iter().copied().filter(|c| operator(*c)).collect::<Vec<_>>();
+        let http = if granted.contains(&Capability::Http) { AllowList::parse(&g.http)? } else { AllowList::default() };
+        Ok(Grants { plugin: plugin.to_owned(), requested, granted, http, secrets: g.secrets.clone() })
+    }
+
+    /// The single gate every host import passes through.
+    pub fn check(&self, capability: Capability) -> Result<(), Denied> {
+        if self.granted.contains(&capability) {
+            return Ok(());
+        }
+        if !self.requested.contains(&capability) {
+            return Err(Denied::NotRequested { plugin: self.plugin.clone(), capability });
+        }
+        Err(Denied::NotGranted { plugin: self.plugin.clone(), capability })
+    }
+
+    /// `http` plus the allow-list for this URL.
+    pub fn check_url(&self, url: &reqwest::Url) -> Result<(), Denied> {
+        self.check(Capability::Http)?;
+        if self.http.allows(url) {
+            Ok(())
+        } else {
+            Err(Denied::UrlNotAllowed { plugin: self.plugin.clone(), url: url.to_string() })
+        }
+    }
+
+    /// The environment variable behind a secret name, if granted.
+    pub fn secret_env(&self, secret: &str) -> Result<&str, Denied> {
+        self.secrets
+            .get(secret)
+            .map(String::as_str)
+            .ok_or_else(|| Denied::SecretNotGranted { plugin: self.plugin.clone(), secret: secret.to_owned() })
+    }
+
+    pub fn granted(&self) -> &[Capability] {
+        &self.granted
+    }
+
+    pub fn requested(&self) -> &[Capability] {
+        &self.requested
+    }
+
+    pub fn http_patterns(&self) -> Vec<String> {
+        self.http.patterns()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intersection_of_request_and_grant() {
+        let grant = GrantConfig { log: true, model: true, http: vec!["https://*.example.com".into()], ..Default::default() };
+        let g = Grants::new("p", &[Capability::Log, Capability::Http, Capability::Tools], Some(&grant)).unwrap();
+        assert_eq!(g.granted(), &[Capability::Log, Capability::Http]);
+        assert!(g.check(Capability::Log).is_ok());
+        // granted by the operator but not requested by the plugin
+        assert!(matches!(g.check(Capability::Model), Err(Denied::NotRequested { .. })));
+        // requested but not granted
+        let e = g.check(Capability::Tools).unwrap_err();
+        assert!(e.to_string().contains("`tools` denied"), "{e}");
+        assert!(g.check_url(&reqwest::Url::parse("https://a.example.com/").unwrap()).is_ok());
+        assert!(g.check_url(&reqwest::Url::parse("https://example.org/").unwrap()).is_err());
+    }
+
+    #[test]
+    fn nothing_granted_means_nothing_allowed() {
+        let g = Grants::new("p", &Capability::ALL, None).unwrap();
+        for c in Capability::ALL {
+            assert!(g.check(c).is_err(), "{c}");
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The `warden` command line: parsing and presentation only. Every command builds the
+//! same composition root ([`crate::start`]) and prints what the library returns.
+//! Exit codes: 0 ok, 1 task failed or declined, 2 usage or configuration error.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::plugin::TaskCall;
+use crate::task::{self, TaskScope, TaskStatus};
+
+/// Exit code for a failed, declined or input-requiring task.
+pub const EXIT_TASK_FAILED: u8 = 1;
+/// Exit code for usage and configuration errors.
+pub const EXIT_USAGE: u8 = 2;
+/// Capacity of the event channel between a running task and the terminal printer.
+const EVENT_CHANNEL_CAPACITY: usize = 1024;
+
+#[derive(Parser, Debug)]
+#[command(name = "warden", version, about = "WebAssembly plugin host for sandboxed subagent executors")]
+pub struct Cli {
+    /// Configuration file (default: ./warden.yaml if present, else built-in defaults).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one task and print its result.
+    Run {
+        subagent_type: String,
+        prompt: String,
+        /// Short description of the task (default: the first words of the prompt).
+        #[arg(long)]
+        description: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        /// Session whose sandbox the task uses (default: a new one).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print one JSON object {task_id, status, output}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List resolved subagents.
+    Agents {
+        #[arg(long)]
+        json: bool,
+    },
+    /// List loaded plugins and invalid plugin files.
+    Plugins {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Work with one plugin file.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+    /// Work with the configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PluginCommand {
+    /// Show a component's world, WIT version, imports, exports and requested capabilities.
+    Inspect {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Validate the configuration file.
+    Check,
+}
+
+/// Entry point used by `main`.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match rt.block_on(dispatch(cli.command, config)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Config { command: ConfigCommand::Check } => {
+            println!("{}: ok", config.source_name());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
+        Command::Plugins { json } => {
+            let registry = crate::start(config).await?;
+            let rows = registry.snapshot().status();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else if rows.is_empty() {
+                println!("no plugins in {}", registry.plugin_dir().display());
+            } else {
+                for r in rows {
+                    match r.error {
+                        Some(e) if r.state == "invalid" => println!("{:<16} invalid  {e}", r.id),
+                        e => {
+                            let caps: Vec<_> = r.granted_capabilities.iter().map(|c| c.name()).collect();
+                            println!(
+                                "{:<16} {:<8} {:<10} kinds={} granted=[{}]{}{}",
+                                r.id,
+                                r.state,
+                                r.version,
+                                r.kinds.join(","),
+                                caps.join(","),
+                                if r.shadowed_kinds.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(" shadowed={}", r.shadowed_kinds.join(","))
+                                },
+                                e.map(|e| format!(" error: {e}")).unwrap_or_default()
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agents { json } => {
+            let registry = crate::start(config).await?;
+            let snap = registry.snapshot();
+            if json {
+                #[derive(Serialize)]
+                struct Agents<'a> {
+                    agents: Vec<&'a crate::registry::Registered>,
+                    problems: &'a [crate::registry::RegistryProblem],
+                }
+                let out = Agents { agents: snap.definitions.values().collect(), problems: &snap.problems };
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                for r in snap.definitions.values() {
+                    println!("{:<24} {:<8} {}  ({})", r.definition.name, r.definition.kind, r.definition.description, r.source);
+                }
+                for p in &snap.problems {
+                    eprintln!("warning: {}: {}", p.source, p.message);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { subagent_type, prompt, description, model, session, json } => {
+            let registry = crate::start(config).await?;
+            let description = description.unwrap_or_else(|| prompt.split_whitespace().take(5).collect::<Vec<_>>().join(" "));
+            let call = TaskCall { description, prompt, subagent_type, model, resume: None, run_in_background: false };
+            let (tx, mut rx) = tokio::sync::mpsc::channel(EVENT_CHANNEL_CAPACITY);
+            let printer = tokio::spawn(async move {
+                let tty = std::io::stderr().is_terminal();
+                while let Some(ev) = rx.recv().await {
+                    let ev: crate::plugin::PluginEvent = ev;
+                    if tty || !json {
+                        eprintln!("[{}] {}: {}", ev.plugin, ev.kind, ev.data);
+                    }
+                }
+            });
+            let scope = TaskScope {
+                session_id: session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4())),
+                user_id: "local".into(),
+                events: Some(tx),
+            };
+            let outcome = match task::run(&registry, task::new_task_id(), &call, scope).await {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            };
+            let _ = printer.await;
+            if json {
+                println!("{}", serde_json::to_string(&outcome)?);
+            } else {
+                match (&outcome.status, &outcome.output, &outcome.error) {
+                    (TaskStatus::Completed, Some(o), _) => println!("{o}"),
+                    (TaskStatus::InputRequired, Some(q), _) => println!("input required: {q}"),
+                    (_, _, Some(e)) => eprintln!("task {} failed: {e}", outcome.task_id),
+                    _ => {}
+                }
+            }
+            Ok(if outcome.status == TaskStatus::Completed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TASK_FAILED) })
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Inspection {
+    file: PathBuf,
+    valid: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    world: &'static str,
+    wit_versions: Vec<String>,
+    imports: Vec<String>,
+    exports: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    info: Option<crate::plugin::PluginInfo>,
+}
+
+async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let services = std::sync::Arc::new(crate::services::HostServices::new(vec![]));
+    let runtime = crate::Runtime::new(
+        crate::RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel: false },
+        services,
+    )?;
+    let mut report = Inspection {
+        file: file.to_owned(),
+        valid: false,
+        error: None,
+        world: "warden:plugin/plugin",
+        wit_versions: vec![],
+        imports: vec![],
+        exports: vec![],
+        info: None,
+    };
+    match wasmtime::component::Component::new(runtime.engine(), &bytes) {
+        Err(e) => report.error = Some(format!("not a valid WebAssembly component: {e}")),
+        Ok(component) => {
+            let ty = component.component_type();
+            report.imports = ty.imports(runtime.engine()).map(|(n, _)| n.to_string()).collect();
+            report.exports = ty.exports(runtime.engine()).map(|(n, _)| n.to_string()).collect();
+            let mut versions: Vec<String> = report
+                .imports
+                .iter()
+                .chain(&report.exports)
+                .filter(|n| n.starts_with("warden:plugin/"))
+                .filter_map(|n| n.split_once('@').map(|(_, v)| v.to_owned()))
+                .collect();
+            versions.sort();
+            versions.dedup();
+            report.wit_versions = versions;
+            let id = crate::registry::plugin_id(file).unwrap_or_else(|| "inspected".into());
+            match runtime.load(&id, file.to_owned(), &bytes, config.limits_for(&id), None).await {
+                Ok(p) => {
+                    report.valid = true;
+                    report.info = Some(p.info.clone());
+                }
+                Err(e) => report.error = Some(e.to_string()),
+            }
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("file:     {}", report.file.display());
+        println!("valid:    {}", if report.valid { "yes" } else { "no" });
+        if let Some(e) = &report.error {
+            println!("error:    {e}");
+        }
+        println!("world:    {}", report.world);
+        println!("wit:      {}", report.wit_versions.join(", "));
+        if let Some(i) = &report.info {
+            println!("name:     {} {}", i.name, i.version);
+            println!("kinds:    {}", i.kinds.join(", "));
+            let caps: Vec<_> = i.capabilities.iter().map(|c| c.name()).collect();
+            println!("requests: {}", caps.join(", "));
+        }
+        println!("imports:");
+        for i in &report.imports {
+            println!("  {i}");
+        }
+        println!("exports:");
+        for e in &report.exports {
+            println!("  {e}");
+        }
+    }
+    Ok(if report.valid { ExitCode::SUCCESS } else { ExitCode::from(EXIT_USAGE) })
+}

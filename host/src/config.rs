@@ -1,0 +1,512 @@
+//! Operator configuration: the `warden.yaml` file.
+//!
+//! Every field is optional and has a safe default (documented on the field). Unknown
+//! keys and bad values are errors that name the file, the key path and what was
+//! expected. This module only parses and validates; it must never act on the
+//! configuration (no files created, no network).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// File looked up in the working directory when `--config` is not given.
+pub const DEFAULT_CONFIG_FILE: &str = "warden.yaml";
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: {key}: {message}")]
+    Invalid {
+        file: PathBuf,
+        /// Dotted key path, e.g. `plugins.limits.timeout`.
+        key: String,
+        message: String,
+    },
+}
+
+/// The whole `warden.yaml`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub plugins: PluginsConfig,
+    pub subagents: SubagentsConfig,
+    pub models: ModelsConfig,
+    /// Sandbox settings; validated by the sandbox crate when it is wired in.
+    pub sandbox: serde_yaml::Value,
+    /// Approval policy; validated by the approval crate when it is wired in.
+    pub approval: serde_yaml::Value,
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    /// Directory the config file lives in; relative paths resolve against it.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// Where this configuration came from (`<built-in defaults>` when no file).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+/// `plugins:` — where plugins come from, what they may do, how far they may go.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginsConfig {
+    /// Directory scanned for `.wasm` components. Default `./plugins`: next to the config.
+    pub dir: PathBuf,
+    /// Watch `dir` and apply adds, replacements and removals without a restart.
+    /// Default true: operators expect a dropped-in plugin to appear.
+    pub watch: bool,
+    /// Where compiled components are cached. Default `./.warden/cache`: outside the
+    /// plugin directory, so nothing an operator drops in is ever deserialized as
+    /// native code.
+    pub cache_dir: PathBuf,
+    /// Per-call limits for every plugin.
+    pub limits: Limits,
+    /// Per-plugin overrides of `limits`, keyed by plugin id (the file stem).
+    pub limit_overrides: BTreeMap<String, LimitsOverride>,
+    /// Capabilities granted per plugin id (the `.wasm` file stem, which the operator
+    /// chooses — never the name a plugin claims for itself). Nothing granted = nothing allowed.
+    pub grants: BTreeMap<String, GrantConfig>,
+    /// Plugin ids in priority order for kinds claimed by more than one plugin.
+    /// Unlisted plugins come after the listed ones, in file-name order.
+    pub priority: Vec<String>,
+}
+
+impl Default for PluginsConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("./plugins"),
+            watch: true,
+            cache_dir: PathBuf::from("./.warden/cache"),
+            limits: Limits::default(),
+            limit_overrides: BTreeMap::new(),
+            grants: BTreeMap::new(),
+            priority: Vec::new(),
+        }
+    }
+}
+
+/// Default wall-clock limit of one plugin call: long enough for an LLM agent loop
+/// with a few tool calls, short enough that a stuck plugin frees its slot.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default linear-memory cap of one plugin instance: ample for JSON handling and
+/// a Python component's interpreter, small enough that 100 concurrent calls fit.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 64 * 1024 * 1024;
+/// Default cap on the size of a plugin's returned text: larger outputs would flood
+/// the parent agent's context anyway.
+pub const DEFAULT_MAX_OUTPUT: u64 = 1024 * 1024;
+
+/// Limits of one plugin call.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock deadline of one call, including host I/O done on its behalf.
+    #[serde(with = "duration_text")]
+    pub timeout: Duration,
+    /// Linear-memory cap per instance (`64MiB`, `1GiB`, or bytes).
+    #[serde(with = "size_text")]
+    pub memory: u64,
+    /// Optional fuel (instruction budget) per call; `null` = unlimited (deadline only).
+    pub fuel: Option<u64>,
+    /// Largest text a call may return.
+    #[serde(with = "size_text")]
+    pub max_output: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_CALL_TIMEOUT,
+            memory: DEFAULT_MEMORY_LIMIT,
+            fuel: None,
+            max_output: DEFAULT_MAX_OUTPUT,
+        }
+    }
+}
+
+/// Per-plugin override: any field given replaces the global limit.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsOverride {
+    #[serde(with = "opt_duration_text")]
+    pub timeout: Option<Duration>,
+    #[serde(with = "opt_size_text")]
+    pub memory: Option<u64>,
+    pub fuel: Option<u64>,
+    #[serde(with = "opt_size_text")]
+    pub max_output: Option<u64>,
+}
+
+impl Limits {
+    pub fn with_override(mut self, o: Option<&LimitsOverride>) -> Self {
+        if let Some(o) = o {
+            self.timeout = o.timeout.unwrap_or(self.timeout);
+            self.memory = o.memory.unwrap_or(self.memory);
+            self.fuel = o.fuel.or(self.fuel);
+            self.max_output = o.max_output.unwrap_or(self.max_output);
+        }
+        self
+    }
+}
+
+/// What the operator grants one plugin. Every field defaults to "no".
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrantConfig {
+    pub log: bool,
+    /// Allow-list of outbound URLs in Spin's grammar (`https://*.example.com`,
+    /// `http://localhost:*`); empty = no network.
+    pub http: Vec<String>,
+    pub model: bool,
+    pub tools: bool,
+    pub events: bool,
+    pub state: bool,
+    pub resources: bool,
+    /// Secrets the host may inject into this plugin's HTTP requests, by name:
+    /// name → environment variable holding the value. The plugin only ever sees the name.
+    pub secrets: BTreeMap<String, String>,
+}
+
+/// `subagents:` — where definitions come from.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubagentsConfig {
+    /// Directories searched recursively for Claude-format `.md` agent files.
+    pub agent_dirs: Vec<PathBuf>,
+    /// References of any kind, resolved by the first plugin whose `can-resolve` accepts.
+    pub references: Vec<ReferenceConfig>,
+    /// Register the built-in general-purpose / Explore / Plan / Bash agents.
+    /// Default false: operators opt in to what runs on their machines.
+    pub builtin: bool,
+}
+
+impl Default for SubagentsConfig {
+    fn default() -> Self {
+        Self { agent_dirs: vec![PathBuf::from("./agents")], references: Vec::new(), builtin: false }
+    }
+}
+
+/// One `subagents.references` entry.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReferenceConfig {
+    pub uri: String,
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `models:` — model providers (used by the `model` capability).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelsConfig {
+    /// `provider/model` used when neither the task nor the agent names one.
+    pub default: String,
+    pub aliases: BTreeMap<String, String>,
+    pub providers: BTreeMap<String, serde_yaml::Value>,
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        Self { default: "demo/scripted".into(), aliases: BTreeMap::new(), providers: BTreeMap::new() }
+    }
+}
+
+/// Default HTTP listen address: loopback only, so an unauthenticated default is safe.
+pub const DEFAULT_SERVER_ADDR: &str = "127.0.0.1:7878";
+
+/// `server:` — the HTTP API.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub addr: String,
+    /// Environment variable with comma-separated bearer tokens; unset = no auth, loopback only.
+    pub tokens_env: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self { addr: DEFAULT_SERVER_ADDR.into(), tokens_env: "WARDEN_TOKENS".into() }
+    }
+}
+
+/// `store:` — where task records and plugin state persist.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    pub path: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { path: PathBuf::from("./.warden/state.db") }
+    }
+}
+
+impl Config {
+    /// Loads `path`, or `./warden.yaml` if present, or the built-in defaults.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            Some(p) => Self::from_file(p),
+            None if Path::new(DEFAULT_CONFIG_FILE).is_file() => {
+                Self::from_file(Path::new(DEFAULT_CONFIG_FILE))
+            }
+            None => Ok(Config { base_dir: PathBuf::from("."), ..Config::default() }),
+        }
+    }
+
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { file: path.to_owned(), source })?;
+        let mut config = Self::from_yaml(&text, path)?;
+        config.base_dir = path.parent().map(Path::to_owned).unwrap_or_default();
+        if config.base_dir.as_os_str().is_empty() {
+            config.base_dir = PathBuf::from(".");
+        }
+        config.source = Some(path.to_owned());
+        Ok(config)
+    }
+
+    /// Parses YAML text; `file` is only used in error messages.
+    pub fn from_yaml(text: &str, file: &Path) -> Result<Config, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        let de = serde_yaml::Deserializer::from_str(text);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let location = inner
+                .location()
+                .map(|l| format!(" (line {}, column {})", l.line(), l.column()))
+                .unwrap_or_default();
+            ConfigError::Invalid {
+                file: file.to_owned(),
+                key: if key == "." { "(top level)".into() } else { key },
+                message: format!("{}{location}", bare_message(&inner.to_string())),
+            }
+        })?;
+        config.validate(file)?;
+        Ok(config)
+    }
+
+    fn validate(&self, file: &Path) -> Result<(), ConfigError> {
+        let invalid = |key: String, message: String| ConfigError::Invalid { file: file.to_owned(), key, message };
+        for (id, grant) in &self.plugins.grants {
+            for (i, pattern) in grant.http.iter().enumerate() {
+                crate::capability::http::AllowedUrl::parse(pattern).map_err(|e| {
+                    invalid(format!("plugins.grants.{id}.http[{i}]"), e.to_string())
+                })?;
+            }
+        }
+        let limits = std::iter::once(("plugins.limits".to_string(), self.plugins.limits)).chain(
+            self.plugins
+                .limit_overrides
+                .iter()
+                .map(|(id, o)| (format!("plugins.limit_overrides.{id}"), self.plugins.limits.with_override(Some(o)))),
+        );
+        for (key, l) in limits {
+            if l.timeout.is_zero() {
+                return Err(invalid(format!("{key}.timeout"), "expected a duration above zero, like 30s".into()));
+            }
+            if l.memory < MIN_MEMORY_LIMIT {
+                return Err(invalid(
+                    format!("{key}.memory"),
+                    format!("expected at least {MIN_MEMORY_LIMIT} bytes (1MiB); a component cannot start with less"),
+                ));
+            }
+        }
+        for (i, r) in self.subagents.references.iter().enumerate() {
+            if r.kind.trim().is_empty() {
+                return Err(invalid(format!("subagents.references[{i}].kind"), "expected a kind like A2A".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves a configured path against the config file's directory.
+    pub fn path(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() { p.to_owned() } else { self.base_dir.join(p) }
+    }
+
+    /// Limits for one plugin id.
+    pub fn limits_for(&self, plugin_id: &str) -> Limits {
+        self.plugins.limits.with_override(self.plugins.limit_overrides.get(plugin_id))
+    }
+
+    /// What the configuration came from, for messages.
+    pub fn source_name(&self) -> String {
+        self.source.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "<built-in defaults>".into())
+    }
+}
+
+/// serde_yaml's message without its own path prefix and location suffix (both are
+/// reported separately and more precisely).
+fn bare_message(text: &str) -> &str {
+    let mut t = text;
+    if let Some((prefix, rest)) = t.split_once(": ") {
+        if !prefix.contains(' ') && !prefix.is_empty() {
+            t = rest;
+        }
+    }
+    match t.rfind(" at line ") {
+        Some(i) => &t[..i],
+        None => t,
+    }
+}
+
+/// Smallest memory limit accepted: one 64 KiB wasm page is not enough for any real guest.
+pub const MIN_MEMORY_LIMIT: u64 = 1024 * 1024;
+
+/// Parses `30s`, `2m`, `1h 30m` (humantime) — the only duration syntax in the config.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("invalid duration {text:?} ({e}); expected like 30s, 2m or 1h"))
+}
+
+/// Parses `64MiB`, `512 MB`, `1GiB` or a plain byte count.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid size {text:?}; expected like 64MiB or 1048576"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" | "ki" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" | "mi" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" | "gi" => 1 << 30,
+        other => return Err(format!("invalid size unit {other:?} in {text:?}; expected B, KiB, MiB, GiB, KB, MB or GB")),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+/// A YAML scalar that is either a string or a number, for sizes and durations.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Int(u64),
+    Text(String),
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Int(n) => write!(f, "{n}"),
+            Scalar::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+mod duration_text {
+    use super::*;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        match Scalar::deserialize(d)? {
+            Scalar::Int(secs) => Ok(Duration::from_secs(secs)),
+            Scalar::Text(t) => parse_duration(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+mod opt_duration_text {
+    use super::*;
+    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::duration_text::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        super::duration_text::deserialize(d).map(Some)
+    }
+}
+
+mod size_text {
+    use super::*;
+    pub fn serialize<S: serde::Serializer>(n: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*n)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match Scalar::deserialize(d)? {
+            Scalar::Int(n) => Ok(n),
+            Scalar::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+mod opt_size_text {
+    use super::*;
+    pub fn serialize<S: serde::Serializer>(n: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match n {
+            Some(n) => s.serialize_u64(*n),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        super::size_text::deserialize(d).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(yaml, Path::new("w.yaml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.plugins.limits, Limits::default());
+        assert!(c.plugins.grants.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_path() {
+        let e = parse("plugins:\n  limits:\n    timeot: 3s\n").unwrap_err().to_string();
+        assert!(e.starts_with("w.yaml: plugins.limits.timeot: unknown field `timeot`, expected one of"), "{e}");
+        assert!(e.ends_with("(line 3, column 5)"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_names_key_and_expectation() {
+        let e = parse("plugins:\n  limits:\n    timeout: soon\n").unwrap_err().to_string();
+        assert!(e.contains("plugins.limits.timeout") && e.contains("expected like 30s"), "{e}");
+    }
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        let c = parse("plugins:\n  limits: { timeout: 2s, memory: 16MiB, fuel: 1000 }\n").unwrap();
+        assert_eq!(c.plugins.limits.timeout, Duration::from_secs(2));
+        assert_eq!(c.plugins.limits.memory, 16 << 20);
+        assert_eq!(c.plugins.limits.fuel, Some(1000));
+    }
+
+    #[test]
+    fn bad_http_grant_is_reported_with_its_index() {
+        let e = parse("plugins:\n  grants:\n    a2a: { http: [\"example.com\"] }\n").unwrap_err().to_string();
+        assert!(e.contains("plugins.grants.a2a.http[0]") && e.contains("scheme"), "{e}");
+    }
+
+    #[test]
+    fn override_replaces_only_given_fields() {
+        let c = parse("plugins:\n  limit_overrides:\n    slow: { timeout: 90s }\n").unwrap();
+        let l = c.limits_for("slow");
+        assert_eq!(l.timeout, Duration::from_secs(90));
+        assert_eq!(l.memory, DEFAULT_MEMORY_LIMIT);
+        assert_eq!(c.limits_for("other"), Limits::default());
+    }
+}

@@ -1,0 +1,96 @@
+//! The SPI as host-side Rust types: what callers of the runtime see.
+//!
+//! These mirror the WIT records of `warden:plugin` but are owned by warden, so
+//! bindgen output never leaks out of [`crate::runtime`]. This module holds data only.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::capability::Capability;
+
+/// `SubagentReference(uri, kind, metadata)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubagentReference {
+    pub uri: String,
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A resolved subagent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentDefinition {
+    pub name: String,
+    pub description: String,
+    pub kind: String,
+    pub reference: SubagentReference,
+    /// Protocol-specific data (JSON text; `{}` when none).
+    pub protocol_data: String,
+}
+
+/// The parent agent's Task call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskCall {
+    pub description: String,
+    pub prompt: String,
+    pub subagent_type: String,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub resume: Option<String>,
+    #[serde(default)]
+    pub run_in_background: bool,
+}
+
+/// Who and when, for one execute call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskContext {
+    pub task_id: String,
+    pub session_id: String,
+    pub user_id: String,
+}
+
+/// What a plugin says about itself.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub kinds: Vec<String>,
+    pub capabilities: Vec<Capability>,
+}
+
+/// An error value a plugin returned (WIT `error`), or that a host import returns.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize)]
+#[serde(tag = "code", content = "message", rename_all = "snake_case")]
+pub enum GuestError {
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("denied: {0}")]
+    Denied(String),
+    #[error("timeout: {0}")]
+    Timeout(String),
+    #[error("remote failure: {0}")]
+    Remote(String),
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("input required: {0}")]
+    InputRequired(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// One progress event a plugin emitted (`events.emit`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PluginEvent {
+    pub plugin: String,
+    pub kind: String,
+    pub data: serde_json::Value,
+}
+
+/// Where a call's events go. Bounded: a plugin that floods is told so, the host
+/// never buffers without limit.
+pub type EventSink = mpsc::Sender<PluginEvent>;

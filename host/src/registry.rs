@@ -1,0 +1,408 @@
+//! The registry: loaded plugins → kinds → subagent definitions.
+//!
+//! Plugins come from the plugin directory ([`crate::plugin_dir`]); each serves the
+//! kinds its `plugin-info` declares. When two plugins claim one kind, the winner is
+//! the first in `plugins.priority`, then the smallest plugin id (file name order) —
+//! deterministic, and reported as "shadowed" on the loser. References from
+//! `subagents.references` (and agent files as `CLAUDE` references) are resolved by the
+//! first plugin of their kind whose `can-resolve` accepts; definitions are keyed by
+//! name and the first one wins a name collision (reported).
+//!
+//! The registry publishes immutable snapshots: readers never wait on a reload, and a
+//! call in flight keeps the plugin version it started with. It must never run a task.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+
+use crate::capability::Capability;
+use crate::config::Config;
+use crate::plugin::{SubagentDefinition, SubagentReference};
+use crate::runtime::{LoadedPlugin, Runtime};
+
+/// A file in the plugin directory that could not be loaded.
+#[derive(Debug, Clone, Serialize)]
+pub struct InvalidPlugin {
+    pub id: String,
+    pub source: PathBuf,
+    pub error: String,
+}
+
+/// A definition and where it came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Registered {
+    #[serde(flatten)]
+    pub definition: SubagentDefinition,
+    /// The plugin id that resolved it (and executes it).
+    pub plugin: String,
+    /// The reference URI it was resolved from.
+    pub source: String,
+}
+
+/// One problem found while building definitions, for `warden agents` and logs.
+#[derive(Debug, Clone, Serialize)]
+pub struct RegistryProblem {
+    pub source: String,
+    pub message: String,
+}
+
+/// An immutable view of the registry.
+#[derive(Default)]
+pub struct Snapshot {
+    pub plugins: BTreeMap<String, Arc<LoadedPlugin>>,
+    /// Replacement attempts that failed while the old version keeps serving.
+    pub replace_errors: BTreeMap<String, String>,
+    pub invalid: BTreeMap<String, InvalidPlugin>,
+    /// kind → plugin ids in resolution order (first = serving).
+    pub kinds: BTreeMap<String, Vec<String>>,
+    pub definitions: BTreeMap<String, Registered>,
+    pub problems: Vec<RegistryProblem>,
+}
+
+/// `warden plugins --json` row.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginStatus {
+    pub id: String,
+    pub name: String,
+    pub version: String,
+    pub kinds: Vec<String>,
+    /// Kinds this plugin claims but another plugin serves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadowed_kinds: Vec<String>,
+    pub requested_capabilities: Vec<Capability>,
+    pub granted_capabilities: Vec<Capability>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub http_allow: Vec<String>,
+    /// `loaded` or `invalid`.
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub source: PathBuf,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
+}
+
+impl Snapshot {
+    /// The plugin serving `kind`, if any.
+    pub fn plugin_for_kind(&self, kind: &str) -> Option<Arc<LoadedPlugin>> {
+        self.kinds.get(kind).and_then(|ids| ids.first()).and_then(|id| self.plugins.get(id)).cloned()
+    }
+
+    /// `- name: description` lines, the text a parent agent's Task tool lists.
+    pub fn registrations(&self) -> String {
+        self.definitions
+            .values()
+            .map(|r| format!("-{}: {}\n", r.definition.name, r.definition.description))
+            .collect()
+    }
+
+    pub fn status(&self) -> Vec<PluginStatus> {
+        let mut rows: Vec<PluginStatus> = self
+            .plugins
+            .values()
+            .map(|p| PluginStatus {
+                id: p.id.clone(),
+                name: p.info.name.clone(),
+                version: p.info.version.clone(),
+                kinds: p.info.kinds.clone(),
+                shadowed_kinds: p
+                    .info
+                    .kinds
+                    .iter()
+                    .filter(|k| self.kinds.get(*k).and_then(|ids| ids.first()) != Some(&p.id))
+                    .cloned()
+                    .collect(),
+                requested_capabilities: p.grants.requested().to_vec(),
+                granted_capabilities: p.grants.granted().to_vec(),
+                http_allow: p.grants.http_patterns(),
+                state: "loaded",
+                error: self.replace_errors.get(&p.id).cloned(),
+                source: p.source.clone(),
+                sha256: p.content_hash.clone(),
+            })
+            .collect();
+        rows.extend(self.invalid.values().filter(|i| !self.plugins.contains_key(&i.id)).map(|i| PluginStatus {
+            id: i.id.clone(),
+            name: String::new(),
+            version: String::new(),
+            kinds: vec![],
+            shadowed_kinds: vec![],
+            requested_capabilities: vec![],
+            granted_capabilities: vec![],
+            http_allow: vec![],
+            state: "invalid",
+            error: Some(i.error.clone()),
+            source: i.source.clone(),
+            sha256: String::new(),
+        }));
+        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        rows
+    }
+}
+
+pub struct Registry {
+    runtime: Arc<Runtime>,
+    config: Arc<Config>,
+    current: RwLock<Arc<Snapshot>>,
+    /// Serialises writers (loads, reloads); readers never take it.
+    write: tokio::sync::Mutex<()>,
+}
+
+/// The plugin id of a `.wasm` file: its stem.
+pub fn plugin_id(path: &Path) -> Option<String> {
+    if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
+        return None;
+    }
+    path.file_stem().and_then(|s| s.to_str()).map(str::to_owned)
+}
+
+impl Registry {
+    pub fn new(runtime: Arc<Runtime>, config: Arc<Config>) -> Self {
+        Registry {
+            runtime,
+            config,
+            current: RwLock::new(Arc::new(Snapshot::default())),
+            write: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    /// The current snapshot (cheap; never blocks on a reload in progress).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.read().unwrap().clone()
+    }
+
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.config.path(&self.config.plugins.dir)
+    }
+
+    /// Loads every `.wasm` in the plugin directory and resolves all references.
+    pub async fn load_all(&self) {
+        let _w = self.write.lock().await;
+        let dir = self.plugin_dir();
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| plugin_id(p).is_some()).collect(),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "plugin directory not readable; no plugins loaded");
+                vec![]
+            }
+        };
+        files.sort();
+        let mut next = Snapshot::default();
+        for path in files {
+            let id = plugin_id(&path).expect("filtered above");
+            match self.load_file(&id, &path).await {
+                Ok(p) => {
+                    next.plugins.insert(id, Arc::new(p));
+                }
+                Err(error) => {
+                    tracing::error!(plugin = %id, file = %path.display(), %error, "plugin skipped");
+                    next.invalid.insert(id.clone(), InvalidPlugin { id, source: path, error });
+                }
+            }
+        }
+        self.publish(next).await;
+    }
+
+    async fn load_file(&self, id: &str, path: &Path) -> Result<LoadedPlugin, String> {
+        let bytes = tokio::fs::read(path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let p = self
+            .runtime
+            .load(id, path.to_owned(), &bytes, self.config.limits_for(id), self.config.plugins.grants.get(id))
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(
+            plugin = %id, name = %p.info.name, version = %p.info.version, kinds = ?p.info.kinds,
+            granted = ?p.grants.granted(), origin = ?p.origin, load_ms = p.load_time.as_millis() as u64,
+            "plugin loaded"
+        );
+        Ok(p)
+    }
+
+    /// Applies one change in the plugin directory: `path` was added, replaced or removed.
+    pub async fn apply_change(&self, path: &Path) {
+        let Some(id) = plugin_id(path) else { return };
+        let _w = self.write.lock().await;
+        let old = self.snapshot();
+        let mut next = Snapshot {
+            plugins: old.plugins.clone(),
+            replace_errors: old.replace_errors.clone(),
+            invalid: old.invalid.clone(),
+            ..Snapshot::default()
+        };
+        if !path.exists() {
+            let removed = next.plugins.remove(&id).is_some() | next.invalid.remove(&id).is_some();
+            next.replace_errors.remove(&id);
+            if removed {
+                tracing::info!(plugin = %id, "plugin removed");
+            }
+        } else {
+            let unchanged = old.plugins.get(&id).is_some_and(|p| {
+                std::fs::read(path).is_ok_and(|b| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&b)) == p.content_hash)
+            });
+            if unchanged {
+                return;
+            }
+            match self.load_file(&id, path).await {
+                Ok(p) => {
+                    if let Some(prev) = old.plugins.get(&id) {
+                        tracing::info!(plugin = %id, from = %prev.info.version, to = %p.info.version, "plugin replaced");
+                    }
+                    next.plugins.insert(id.clone(), Arc::new(p));
+                    next.invalid.remove(&id);
+                    next.replace_errors.remove(&id);
+                }
+                Err(error) => {
+                    if let Some(prev) = old.plugins.get(&id) {
+                        let msg = format!("replacement rejected, still serving version {}: {error}", prev.info.version);
+                        tracing::error!(plugin = %id, %msg);
+                        next.replace_errors.insert(id.clone(), msg);
+                    } else {
+                        tracing::error!(plugin = %id, file = %path.display(), %error, "plugin skipped");
+                        next.invalid.insert(id.clone(), InvalidPlugin { id, source: path.to_owned(), error });
+                    }
+                }
+            }
+        }
+        self.publish(next).await;
+    }
+
+    /// Computes kinds and definitions for `next` and makes it current.
+    async fn publish(&self, mut next: Snapshot) {
+        next.kinds = self.kind_table(&next);
+        for (kind, ids) in &next.kinds {
+            if ids.len() > 1 {
+                let msg = format!(
+                    "kind {kind} is claimed by plugins {}; `{}` serves it (plugins.priority, then file name order)",
+                    ids.join(", "),
+                    ids[0]
+                );
+                tracing::warn!("{msg}");
+                next.problems.push(RegistryProblem { source: format!("kind {kind}"), message: msg });
+            }
+        }
+        self.resolve_definitions(&mut next).await;
+        *self.current.write().unwrap() = Arc::new(next);
+    }
+
+    fn kind_table(&self, s: &Snapshot) -> BTreeMap<String, Vec<String>> {
+        let priority = &self.config.plugins.priority;
+        let rank = |id: &str| priority.iter().position(|p| p == id).unwrap_or(usize::MAX);
+        let mut kinds: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in s.plugins.values() {
+            for k in &p.info.kinds {
+                kinds.entry(k.clone()).or_default().push(p.id.clone());
+            }
+        }
+        for ids in kinds.values_mut() {
+            ids.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+            ids.dedup();
+        }
+        kinds
+    }
+
+    /// Every reference to resolve: configured references, then agent files.
+    fn references(&self) -> Vec<SubagentReference> {
+        let mut refs: Vec<SubagentReference> = self
+            .config
+            .subagents
+            .references
+            .iter()
+            .map(|r| SubagentReference { uri: r.uri.clone(), kind: r.kind.clone(), metadata: r.metadata.clone() })
+            .collect();
+        for dir in &self.config.subagents.agent_dirs {
+            let dir = self.config.path(dir);
+            let mut files = vec![];
+            collect_markdown(&dir, &mut files);
+            files.sort();
+            refs.extend(files.into_iter().map(|f| SubagentReference {
+                uri: f.display().to_string(),
+                kind: "CLAUDE".into(),
+                metadata: BTreeMap::new(),
+            }));
+        }
+        refs
+    }
+
+    async fn resolve_definitions(&self, next: &mut Snapshot) {
+        for reference in self.references() {
+            let ids = next.kinds.get(&reference.kind).cloned().unwrap_or_default();
+            if ids.is_empty() {
+                next.problems.push(RegistryProblem {
+                    source: reference.uri.clone(),
+                    message: format!("no loaded plugin serves kind {}", reference.kind),
+                });
+                continue;
+            }
+            let mut resolved = None;
+            for id in &ids {
+                let plugin = &next.plugins[id];
+                match self.runtime.can_resolve(plugin, &reference).await {
+                    Ok(true) => {
+                        resolved = Some((plugin.clone(), self.runtime.resolve(plugin, &reference).await));
+                        break;
+                    }
+                    Ok(false) => continue,
+                    Err(e) => next.problems.push(RegistryProblem {
+                        source: reference.uri.clone(),
+                        message: format!("can-resolve failed: {e}"),
+                    }),
+                }
+            }
+            match resolved {
+                None => next.problems.push(RegistryProblem {
+                    source: reference.uri.clone(),
+                    message: format!("no plugin of kind {} accepts this reference", reference.kind),
+                }),
+                Some((_, Err(e))) => {
+                    tracing::warn!(reference = %reference.uri, error = %e, "reference not resolved");
+                    next.problems.push(RegistryProblem { source: reference.uri.clone(), message: e.to_string() })
+                }
+                Some((plugin, Ok(mut def))) => {
+                    if let Some(n) = reference.metadata.get("name") {
+                        def.name = n.clone();
+                    }
+                    if let Some(d) = reference.metadata.get("description") {
+                        def.description = d.clone();
+                    }
+                    if let Some(existing) = next.definitions.get(&def.name) {
+                        next.problems.push(RegistryProblem {
+                            source: reference.uri.clone(),
+                            message: format!(
+                                "duplicate subagent name {:?}: already defined by {}; this one is ignored",
+                                def.name, existing.source
+                            ),
+                        });
+                        continue;
+                    }
+                    next.definitions.insert(
+                        def.name.clone(),
+                        Registered { definition: def, plugin: plugin.id.clone(), source: reference.uri.clone() },
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn collect_markdown(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            collect_markdown(&p, out);
+        } else if ft.is_file() && p.extension().and_then(|x| x.to_str()) == Some("md") {
+            out.push(p);
+        }
+    }
+}

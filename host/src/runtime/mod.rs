@@ -1,0 +1,469 @@
+//! The plugin runtime: one wasmtime `Engine`, compiled components (cached on disk),
+//! an `InstancePre` per plugin, and per call a fresh `Store` with a deadline, a memory
+//! cap and optional fuel.
+//!
+//! A trap, a timeout or a limit hit ends that call with a [`CallError`]; nothing a
+//! plugin does may panic or stall the host. This module must never grant a capability
+//! by itself — every import goes through [`crate::capability`].
+
+mod bindings;
+pub mod cache;
+pub(crate) mod host_state;
+mod imports;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
+use wasmtime::{Config as EngineConfig, Engine, Store, Trap, UpdateDeadline};
+
+use crate::capability::{Capability, Grants};
+use crate::config::Limits;
+use crate::plugin::{
+    EventSink, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+};
+use crate::services::HostServices;
+use bindings::Plugin as PluginBindings;
+use bindings::types as wit;
+pub use cache::Origin;
+pub use host_state::CallScope;
+use host_state::HostState;
+
+/// How often the epoch advances. A spinning guest yields to the async executor once
+/// per tick and notices its deadline within one tick.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Stack available to guest code: deep enough for real parsers, bounded so runaway
+/// recursion traps instead of exhausting the host stack.
+pub const MAX_WASM_STACK: usize = 1024 * 1024;
+/// Time allowed for loading-time calls (`meta.info`): a plugin that cannot describe
+/// itself within this is rejected.
+pub const INFO_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a plugin call did not return a value.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum CallError {
+    /// The plugin returned an error value.
+    #[error("{0}")]
+    Guest(GuestError),
+    #[error("plugin `{plugin}` timed out after {limit:?}")]
+    Timeout { plugin: String, limit: Duration },
+    #[error("plugin `{plugin}` exceeded its memory limit of {limit} bytes")]
+    MemoryLimit { plugin: String, limit: u64 },
+    #[error("plugin `{plugin}` ran out of fuel ({fuel} units)")]
+    OutOfFuel { plugin: String, fuel: u64 },
+    #[error("plugin `{plugin}` returned {size} bytes, more than the output limit of {limit} bytes")]
+    OutputTooLarge { plugin: String, size: u64, limit: u64 },
+    #[error("plugin `{plugin}` trapped: {message}")]
+    Trap { plugin: String, message: String },
+    #[error("plugin `{plugin}` could not be instantiated: {message}")]
+    Instantiate { plugin: String, message: String },
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("not a valid WebAssembly component: {0}")]
+    Compile(String),
+    #[error("does not fit the warden:plugin world: {0}")]
+    World(String),
+    #[error("meta.info failed: {0}")]
+    Info(CallError),
+    #[error("invalid plugin-info: {0}")]
+    InvalidInfo(String),
+    #[error("invalid grant: {0}")]
+    Grant(String),
+}
+
+/// A loaded, ready-to-instantiate plugin. Immutable: replacing a plugin creates a new
+/// `LoadedPlugin`; calls in flight keep the `Arc` of the old one.
+pub struct LoadedPlugin {
+    /// Operator-chosen id: the file stem. Grants and limits are keyed by it.
+    pub id: String,
+    pub info: PluginInfo,
+    pub grants: Arc<Grants>,
+    pub limits: Limits,
+    pub source: PathBuf,
+    pub content_hash: String,
+    pub origin: Origin,
+    pub load_time: Duration,
+    pre: InstancePre<HostState>,
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPlugin").field("id", &self.id).field("info", &self.info).finish()
+    }
+}
+
+/// The engine and everything shared by all plugins.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: cache::CompileCache,
+    services: Arc<HostServices>,
+    fuel_enabled: bool,
+    _ticker: EpochTicker,
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+struct EpochTicker {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Options fixed for the engine's lifetime.
+pub struct RuntimeOptions {
+    /// `None` disables the compile cache.
+    pub cache_dir: Option<PathBuf>,
+    /// Instrument code for fuel metering (needed when any plugin has a fuel limit;
+    /// it costs some speed, so it is off otherwise).
+    pub fuel: bool,
+}
+
+impl Runtime {
+    pub fn new(options: RuntimeOptions, services: Arc<HostServices>) -> anyhow::Result<Runtime> {
+        let mut cfg = EngineConfig::new();
+        cfg.wasm_component_model(true)
+            .epoch_interruption(true)
+            .consume_fuel(options.fuel)
+            .max_wasm_stack(MAX_WASM_STACK);
+        let engine = Engine::new(&cfg).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
+        let mut linker = Linker::<HostState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e}"))?;
+        PluginBindings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new().name("warden-epoch".into()).spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })?;
+        }
+        let cache = cache::CompileCache::new(&engine, options.cache_dir);
+        Ok(Runtime { engine, linker, cache, services, fuel_enabled: options.fuel, _ticker: EpochTicker { stop } })
+    }
+
+    pub fn services(&self) -> &Arc<HostServices> {
+        &self.services
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles (or loads from cache) a component and reads its `plugin-info`.
+    /// `grant_for` maps the plugin id to its operator grant.
+    pub async fn load(
+        &self,
+        id: &str,
+        source: PathBuf,
+        bytes: &[u8],
+        limits: Limits,
+        grant: Option<&crate::config::GrantConfig>,
+    ) -> Result<LoadedPlugin, LoadError> {
+        let started = Instant::now();
+        let engine = self.engine.clone();
+        let (component, origin, content_hash) = {
+            let bytes = bytes.to_vec();
+            let cache = &self.cache;
+            // Compilation is CPU-heavy; keep it off the async workers.
+            tokio::task::block_in_place(|| cache.load(&engine, &bytes))
+                .map_err(|e| LoadError::Compile(root_cause(&e)))?
+        };
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::World(root_cause(&e)))?;
+        let info = self.call_info(id, &pre, &component).await.map_err(LoadError::Info)?;
+        validate_info(&info)?;
+        let grants = Grants::new(id, &info.capabilities, grant).map_err(|e| LoadError::Grant(e.to_string()))?;
+        if info.name != id {
+            tracing::warn!(plugin = id, claimed = %info.name, "plugin names itself differently from its file; grants use the file name");
+        }
+        Ok(LoadedPlugin {
+            id: id.to_owned(),
+            info,
+            grants: Arc::new(grants),
+            limits,
+            source,
+            content_hash,
+            origin,
+            load_time: started.elapsed(),
+            pre,
+        })
+    }
+
+    async fn call_info(
+        &self,
+        id: &str,
+        pre: &InstancePre<HostState>,
+        _component: &Component,
+    ) -> Result<PluginInfo, CallError> {
+        let limits = Limits { timeout: INFO_CALL_TIMEOUT, ..Limits::default() };
+        let scope = self.scope(id, Arc::new(Grants::default()), None, None, limits.timeout);
+        self.run(id, pre, limits, scope, |bindings, store| {
+            Box::pin(async move { bindings.warden_plugin_meta().call_info(store).await })
+        })
+        .await
+        .map(|i| PluginInfo {
+            name: i.name,
+            version: i.version,
+            kinds: i.kinds,
+            capabilities: i.capabilities.into_iter().map(Capability::from).collect(),
+        })
+    }
+
+    fn scope(
+        &self,
+        plugin: &str,
+        grants: Arc<Grants>,
+        task: Option<TaskContext>,
+        events: Option<EventSink>,
+        timeout: Duration,
+    ) -> CallScope {
+        CallScope {
+            plugin: plugin.into(),
+            grants,
+            task,
+            deadline: Instant::now() + timeout,
+            events,
+            services: self.services.clone(),
+        }
+    }
+
+    pub async fn can_resolve(&self, plugin: &LoadedPlugin, reference: &SubagentReference) -> Result<bool, CallError> {
+        let scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
+        let r = to_wit_reference(reference);
+        self.run(&plugin.id, &plugin.pre, plugin.limits, scope, move |b, store| {
+            Box::pin(async move { b.warden_plugin_resolver().call_can_resolve(store, &r).await })
+        })
+        .await
+    }
+
+    pub async fn resolve(
+        &self,
+        plugin: &LoadedPlugin,
+        reference: &SubagentReference,
+    ) -> Result<SubagentDefinition, CallError> {
+        let scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
+        let r = to_wit_reference(reference);
+        let def = self
+            .run(&plugin.id, &plugin.pre, plugin.limits, scope, move |b, store| {
+                Box::pin(async move { b.warden_plugin_resolver().call_resolve(store, &r).await })
+            })
+            .await?
+            .map_err(|e| CallError::Guest(e.into()))?;
+        Ok(from_wit_definition(def))
+    }
+
+    pub async fn execute(
+        &self,
+        plugin: &LoadedPlugin,
+        task: TaskContext,
+        call: &TaskCall,
+        definition: &SubagentDefinition,
+        events: Option<EventSink>,
+    ) -> Result<String, CallError> {
+        let timeout = plugin.limits.timeout;
+        let ctx = wit::TaskContext {
+            task_id: task.task_id.clone(),
+            session_id: task.session_id.clone(),
+            user_id: task.user_id.clone(),
+            deadline_ms: timeout.as_millis() as u64,
+        };
+        let scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), events, timeout);
+        let call = wit::TaskCall {
+            description: call.description.clone(),
+            prompt: call.prompt.clone(),
+            subagent_type: call.subagent_type.clone(),
+            model: call.model.clone(),
+            resume: call.resume.clone(),
+            run_in_background: call.run_in_background,
+        };
+        let def = to_wit_definition(definition);
+        let out = self
+            .run(&plugin.id, &plugin.pre, plugin.limits, scope, move |b, store| {
+                Box::pin(async move { b.warden_plugin_executor().call_execute(store, &ctx, &call, &def).await })
+            })
+            .await?
+            .map_err(|e| CallError::Guest(e.into()))?;
+        if out.len() as u64 > plugin.limits.max_output {
+            return Err(CallError::OutputTooLarge {
+                plugin: plugin.id.clone(),
+                size: out.len() as u64,
+                limit: plugin.limits.max_output,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Instantiates `pre` in a fresh store and runs `f` under the limits.
+    async fn run<R: Send + 'static>(
+        &self,
+        plugin: &str,
+        pre: &InstancePre<HostState>,
+        limits: Limits,
+        scope: CallScope,
+        f: impl for<'a> FnOnce(
+            &'a PluginBindings,
+            &'a mut Store<HostState>,
+        ) -> std::pin::Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>>
+        + Send,
+    ) -> Result<R, CallError> {
+        let deadline = scope.deadline;
+        let mut store = Store::new(&self.engine, HostState::new(scope, limits.memory));
+        store.limiter(|s| &mut s.limiter);
+        let memory_hit = store.data().limiter.hit_flag();
+        let fuel = limits.fuel;
+        if self.fuel_enabled {
+            store.set_fuel(fuel.unwrap_or(u64::MAX)).map_err(|e| trap(plugin, &e))?;
+        }
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        let classify = |e: wasmtime::Error| -> CallError {
+            if memory_hit.load(Ordering::SeqCst) {
+                return CallError::MemoryLimit { plugin: plugin.into(), limit: limits.memory };
+            }
+            match e.downcast_ref::<Trap>() {
+                Some(Trap::Interrupt) => CallError::Timeout { plugin: plugin.into(), limit: limits.timeout },
+                Some(Trap::OutOfFuel) => CallError::OutOfFuel { plugin: plugin.into(), fuel: fuel.unwrap_or(0) },
+                _ => trap(plugin, &e),
+            }
+        };
+        let work = async {
+            let instance = pre.instantiate_async(&mut store).await.map_err(|e| {
+                if memory_hit.load(Ordering::SeqCst) {
+                    CallError::MemoryLimit { plugin: plugin.into(), limit: limits.memory }
+                } else {
+                    CallError::Instantiate { plugin: plugin.into(), message: root_cause(&e) }
+                }
+            })?;
+            let bindings = PluginBindings::new(&mut store, &instance)
+                .map_err(|e| CallError::Instantiate { plugin: plugin.into(), message: root_cause(&e) })?;
+            let r = f(&bindings, &mut store).await.map_err(classify);
+            for (stream, pipe) in [("stdout", &store.data().stdout), ("stderr", &store.data().stderr)] {
+                let text = pipe.contents();
+                if !text.is_empty() {
+                    tracing::info!(plugin, stream, output = %String::from_utf8_lossy(&text), "plugin output");
+                }
+            }
+            r
+        };
+        match tokio::time::timeout_at(deadline.into(), work).await {
+            Ok(r) => r,
+            Err(_) => Err(CallError::Timeout { plugin: plugin.into(), limit: limits.timeout }),
+        }
+    }
+}
+
+fn trap(plugin: &str, e: &wasmtime::Error) -> CallError {
+    let mut message = root_cause(e);
+    if matches!(e.downcast_ref::<Trap>(), Some(Trap::UnreachableCodeReached)) {
+        message.push_str(" (the plugin panicked or aborted)");
+    }
+    CallError::Trap { plugin: plugin.into(), message }
+}
+
+/// The error chain as one line, without wasm backtraces.
+fn root_cause(e: &wasmtime::Error) -> String {
+    let mut parts = vec![];
+    for c in e.chain() {
+        let s = c.to_string();
+        let first = s.lines().next().unwrap_or("").to_owned();
+        if !first.is_empty() && !parts.contains(&first) {
+            parts.push(first);
+        }
+    }
+    parts.join(": ")
+}
+
+fn validate_info(info: &PluginInfo) -> Result<(), LoadError> {
+    let bad = |m: String| Err(LoadError::InvalidInfo(m));
+    if info.name.trim().is_empty() {
+        return bad("name is empty".into());
+    }
+    if info.kinds.is_empty() {
+        return bad("kinds is empty: a plugin must serve at least one kind".into());
+    }
+    for k in &info.kinds {
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return bad(format!("kind {k:?} must be non-empty [A-Za-z0-9_-]"));
+        }
+    }
+    Ok(())
+}
+
+impl From<wit::Capability> for Capability {
+    fn from(c: wit::Capability) -> Self {
+        match c {
+            wit::Capability::Log => Capability::Log,
+            wit::Capability::Http => Capability::Http,
+            wit::Capability::Model => Capability::Model,
+            wit::Capability::Tools => Capability::Tools,
+            wit::Capability::Events => Capability::Events,
+            wit::Capability::State => Capability::State,
+            wit::Capability::Resources => Capability::Resources,
+        }
+    }
+}
+
+impl From<wit::Error> for GuestError {
+    fn from(e: wit::Error) -> Self {
+        match e {
+            wit::Error::NotFound(m) => GuestError::NotFound(m),
+            wit::Error::InvalidInput(m) => GuestError::InvalidInput(m),
+            wit::Error::Denied(m) => GuestError::Denied(m),
+            wit::Error::Timeout(m) => GuestError::Timeout(m),
+            wit::Error::Remote(m) => GuestError::Remote(m),
+            wit::Error::Unavailable(m) => GuestError::Unavailable(m),
+            wit::Error::InputRequired(m) => GuestError::InputRequired(m),
+            wit::Error::Internal(m) => GuestError::Internal(m),
+        }
+    }
+}
+
+fn to_wit_reference(r: &SubagentReference) -> wit::SubagentReference {
+    wit::SubagentReference {
+        uri: r.uri.clone(),
+        kind: r.kind.clone(),
+        metadata: r.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    }
+}
+
+fn to_wit_definition(d: &SubagentDefinition) -> wit::SubagentDefinition {
+    wit::SubagentDefinition {
+        name: d.name.clone(),
+        description: d.description.clone(),
+        kind: d.kind.clone(),
+        reference: to_wit_reference(&d.reference),
+        protocol_data: d.protocol_data.clone(),
+    }
+}
+
+fn from_wit_definition(d: wit::SubagentDefinition) -> SubagentDefinition {
+    SubagentDefinition {
+        name: d.name,
+        description: d.description,
+        kind: d.kind,
+        reference: SubagentReference {
+            uri: d.reference.uri,
+            kind: d.reference.kind,
+            metadata: d.reference.metadata.into_iter().collect(),
+        },
+        protocol_data: d.protocol_data,
+    }
+}

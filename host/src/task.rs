@@ -1,0 +1,86 @@
+//! Running one TaskCall: validate it, find the definition and the plugin serving its
+//! kind, execute under the plugin's limits, and report an outcome. This module never
+//! talks to a terminal or a socket; the CLI and the HTTP API present its results.
+
+use serde::Serialize;
+
+use crate::plugin::{EventSink, GuestError, TaskCall, TaskContext};
+use crate::registry::Registry;
+use crate::runtime::CallError;
+
+/// Terminal states of a task (DESIGN: task states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Completed,
+    Failed,
+    InputRequired,
+    Canceled,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskOutcome {
+    pub task_id: String,
+    pub status: TaskStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A TaskCall that cannot start.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum TaskError {
+    #[error("missing required field `{0}`")]
+    MissingField(&'static str),
+    #[error("unknown subagent_type {name:?}; available: {}", if available.is_empty() { "(none)".to_string() } else { available.join(", ") })]
+    UnknownSubagent { name: String, available: Vec<String> },
+    #[error("subagent {name:?} is of kind {kind}, which no loaded plugin serves")]
+    NoPlugin { name: String, kind: String },
+}
+
+/// Where a task runs: its ids and where its events go.
+pub struct TaskScope {
+    pub session_id: String,
+    pub user_id: String,
+    pub events: Option<EventSink>,
+}
+
+/// A fresh task id, `task_<uuid>`.
+pub fn new_task_id() -> String {
+    format!("task_{}", uuid::Uuid::new_v4())
+}
+
+/// Runs `call` to completion.
+pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: TaskScope) -> Result<TaskOutcome, TaskError> {
+    if call.prompt.trim().is_empty() {
+        return Err(TaskError::MissingField("prompt"));
+    }
+    if call.subagent_type.trim().is_empty() {
+        return Err(TaskError::MissingField("subagent_type"));
+    }
+    let snapshot = registry.snapshot();
+    let Some(registered) = snapshot.definitions.get(&call.subagent_type) else {
+        return Err(TaskError::UnknownSubagent {
+            name: call.subagent_type.clone(),
+            available: snapshot.definitions.keys().cloned().collect(),
+        });
+    };
+    let Some(plugin) = snapshot.plugin_for_kind(&registered.definition.kind) else {
+        return Err(TaskError::NoPlugin { name: call.subagent_type.clone(), kind: registered.definition.kind.clone() });
+    };
+    let definition = registered.definition.clone();
+    drop(snapshot);
+    let ctx = TaskContext { task_id: task_id.clone(), session_id: scope.session_id, user_id: scope.user_id };
+    tracing::info!(task_id = %task_id, plugin = %plugin.id, subagent = %definition.name, "task started");
+    let result = registry.runtime().execute(&plugin, ctx, call, &definition, scope.events).await;
+    let outcome = match result {
+        Ok(output) => TaskOutcome { task_id, status: TaskStatus::Completed, output: Some(output), error: None },
+        Err(CallError::Guest(GuestError::InputRequired(q))) => {
+            TaskOutcome { task_id, status: TaskStatus::InputRequired, output: Some(q), error: None }
+        }
+        Err(e) => TaskOutcome { task_id, status: TaskStatus::Failed, output: None, error: Some(e.to_string()) },
+    };
+    tracing::info!(task_id = %outcome.task_id, status = ?outcome.status, "task finished");
+    Ok(outcome)
+}

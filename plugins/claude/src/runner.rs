@@ -1,0 +1,374 @@
+//! The agent loop: a Claude subagent run as a model ↔ tools conversation.
+//!
+//! Everything the loop needs from outside goes through [`Host`] (the WIT imports in the
+//! wasm build, fakes in the tests). One [`run`] call:
+//!
+//! 1. checks the task (a prompt is required) and reads the agent's [`ProtocolData`];
+//! 2. starts the conversation: a fresh one is `system` (body + preloaded skills) and `user`
+//!    (the prompt); with `resume` the stored transcript of that task is loaded and the prompt
+//!    appended as a new `user` message;
+//! 3. selects the tools ([`crate::toolset::select`]);
+//! 4. loops, at most `maxTurns` model calls (default [`DEFAULT_MAX_TURNS`]): ask the model;
+//!    no tool calls → its text is the result; otherwise run the calls the agent may make in
+//!    one batch (the host's approval gate returns declined calls as error results, which go
+//!    back to the model like any other result), answer calls to tools it may not use with a
+//!    synthesised error result, and go on. After every turn the transcript is stored under
+//!    `transcript/<task-id>`, and a `status` event says which turn is running.
+//!
+//! Outcomes: the final assistant text (the parent sees nothing else); `Ok` with an
+//! `error: …` text when the turn limit is hit (tool calls of the last turn are then not run
+//! but answered with error results, so the stored transcript stays consistent for `resume`);
+//! `Err` when the model call or the tool capability fails, or the input is bad.
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{ProtocolData, skill_uri};
+use crate::error::PluginError;
+use crate::frontmatter;
+use crate::toolset;
+
+/// `maxTurns` when the agent does not set it.
+pub const DEFAULT_MAX_TURNS: u32 = 10;
+
+/// Transcript format version stored in `state`.
+pub const TRANSCRIPT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// JSON object.
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Self { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+    }
+
+    fn tool_result(id: &str, content: impl Into<String>) -> Self {
+        Self { tool_call_id: Some(id.to_string()), ..Self::new("tool", content) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    pub id: String,
+    pub content: String,
+    pub is_error: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletionRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub message: Message,
+    pub finish_reason: String,
+    pub reasoning: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// The host capabilities the loop uses.
+pub trait Host {
+    fn complete(&mut self, request: &CompletionRequest) -> Result<Completion, PluginError>;
+    fn list_tools(&mut self) -> Result<Vec<ToolSpec>, PluginError>;
+    fn call_tools(&mut self, calls: &[ToolCall]) -> Result<Vec<ToolResult>, PluginError>;
+    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, PluginError>;
+    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), PluginError>;
+    /// Best effort: failures are the host's to report.
+    fn emit(&mut self, kind: &str, data: &str);
+    /// Best effort.
+    fn log(&mut self, level: LogLevel, message: &str);
+    fn read_resource(&mut self, uri: &str) -> Result<Vec<u8>, PluginError>;
+}
+
+/// The task, as far as the loop cares.
+#[derive(Debug, Clone, Default)]
+pub struct TaskInput {
+    pub task_id: String,
+    pub prompt: String,
+    /// `TaskCall.model`: wins over the agent's `model`.
+    pub model: Option<String>,
+    /// Id of an earlier task whose transcript this one continues.
+    pub resume: Option<String>,
+}
+
+/// The agent, as far as the loop cares.
+#[derive(Debug, Clone, Default)]
+pub struct AgentInput {
+    pub name: String,
+    /// The definition's reference URI (skills are found relative to it).
+    pub uri: String,
+    /// The definition's `protocol-data` JSON.
+    pub protocol_data: String,
+}
+
+/// What is stored under `transcript/<task-id>` after every turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transcript {
+    pub version: u32,
+    pub agent: String,
+    pub task_id: String,
+    #[serde(default)]
+    pub resumed_from: Option<String>,
+    /// The model asked for (`""`: the operator's default).
+    pub model: String,
+    /// Model calls made by this task.
+    pub turns: u32,
+    /// `running`, `completed`, `max_turns`.
+    pub status: String,
+    pub messages: Vec<Message>,
+}
+
+pub fn transcript_key(task_id: &str) -> String {
+    format!("transcript/{task_id}")
+}
+
+/// Runs the agent loop (see the module docs).
+pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<String, PluginError> {
+    if task.prompt.trim().is_empty() {
+        return Err(PluginError::InvalidInput("task-call prompt is empty: a subagent needs a prompt".into()));
+    }
+    let protocol = ProtocolData::from_json(&agent.protocol_data)?;
+    let max_turns = protocol.max_turns.filter(|&t| t > 0).unwrap_or(DEFAULT_MAX_TURNS);
+    let model = task
+        .model
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .or(protocol.model.as_deref())
+        .unwrap_or("")
+        .to_string();
+
+    let messages = match task.resume.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
+        Some(earlier) => {
+            let mut messages = load_transcript(host, earlier, &agent.name)?;
+            messages.push(Message::new("user", task.prompt.clone()));
+            messages
+        }
+        None => {
+            let system = system_prompt(host, agent, &protocol);
+            let mut messages = Vec::new();
+            if !system.is_empty() {
+                messages.push(Message::new("system", system));
+            }
+            messages.push(Message::new("user", task.prompt.clone()));
+            messages
+        }
+    };
+    let mut transcript = Transcript {
+        version: TRANSCRIPT_VERSION,
+        agent: agent.name.clone(),
+        task_id: task.task_id.clone(),
+        resumed_from: task.resume.clone().filter(|r| !r.trim().is_empty()),
+        model: model.clone(),
+        turns: 0,
+        status: "running".into(),
+        messages,
+    };
+
+    let tools = select_tools(host, &protocol)?;
+
+    for turn in 1..=max_turns {
+        host.emit("status", &serde_json::json!({ "message": format!("turn {turn}") }).to_string());
+        let request = CompletionRequest {
+            model: model.clone(),
+            messages: transcript.messages.clone(),
+            tools: tools.clone(),
+            max_tokens: None,
+        };
+        let completion = host
+            .complete(&request)
+            .map_err(|e| e.context(&format!("model call failed (subagent `{}`, turn {turn})", agent.name)))?;
+        transcript.turns = turn;
+
+        let mut reply = completion.message;
+        reply.role = "assistant".into();
+        reply.tool_call_id = None;
+        for (i, call) in reply.tool_calls.iter_mut().enumerate() {
+            if call.id.trim().is_empty() {
+                call.id = format!("call_{turn}_{i}");
+            }
+        }
+        let calls = reply.tool_calls.clone();
+        transcript.messages.push(reply);
+
+        if calls.is_empty() {
+            transcript.status = "completed".into();
+            save(host, &transcript);
+            let text = transcript.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+            return Ok(text);
+        }
+
+        let results = if turn == max_turns {
+            calls
+                .iter()
+                .map(|c| {
+                    Message::tool_result(
+                        &c.id,
+                        format!("error: not run: the subagent reached its turn limit ({max_turns})"),
+                    )
+                })
+                .collect()
+        } else {
+            run_tools(host, &tools, &calls, turn)?
+        };
+        transcript.messages.extend(results);
+        save(host, &transcript);
+    }
+
+    transcript.status = "max_turns".into();
+    save(host, &transcript);
+    host.log(
+        LogLevel::Warn,
+        &format!("subagent `{}` stopped after {max_turns} turns without a final answer", agent.name),
+    );
+    Ok(format!("error: subagent stopped after {max_turns} turns without a final answer"))
+}
+
+/// Runs one turn's tool calls: the allowed ones in one host batch, the rest answered with
+/// error results; the results come back in call order.
+fn run_tools(
+    host: &mut dyn Host,
+    tools: &[ToolSpec],
+    calls: &[ToolCall],
+    turn: u32,
+) -> Result<Vec<Message>, PluginError> {
+    let allowed = |name: &str| tools.iter().any(|t| t.name == name);
+    let batch: Vec<ToolCall> = calls.iter().filter(|c| allowed(&c.name)).cloned().collect();
+    let mut host_results = if batch.is_empty() {
+        Vec::new()
+    } else {
+        host.call_tools(&batch).map_err(|e| e.context(&format!("tool calls failed (turn {turn})")))?
+    }
+    .into_iter();
+
+    let available = tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
+    let mut out = Vec::with_capacity(calls.len());
+    for call in calls {
+        if !allowed(&call.name) {
+            host.log(LogLevel::Warn, &format!("model called tool `{}`, which this subagent does not have", call.name));
+            let available = if available.is_empty() { "none".to_string() } else { available.clone() };
+            out.push(Message::tool_result(
+                &call.id,
+                format!("error: tool `{}` is not available to this subagent (available tools: {available})", call.name),
+            ));
+            continue;
+        }
+        let content = match host_results.next() {
+            Some(result) if result.is_error && !result.content.starts_with("error") => {
+                format!("error: {}", result.content)
+            }
+            Some(result) => result.content,
+            None => "error: the host returned no result for this call".to_string(),
+        };
+        out.push(Message::tool_result(&call.id, content));
+    }
+    Ok(out)
+}
+
+fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<ToolSpec>, PluginError> {
+    if protocol.tools.as_ref().is_some_and(|t| t.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let available = match host.list_tools() {
+        Ok(tools) => tools,
+        Err(e @ (PluginError::Denied(_) | PluginError::Unavailable(_))) => {
+            host.log(LogLevel::Warn, &format!("no session tools for this subagent: {e}"));
+            Vec::new()
+        }
+        Err(e) => return Err(e.context("listing the session's tools")),
+    };
+    let selection = toolset::select(available, protocol.tools.as_deref(), &protocol.disallowed_tools);
+    for warning in &selection.warnings {
+        host.log(LogLevel::Warn, warning);
+    }
+    Ok(selection.tools)
+}
+
+/// The body, followed by every preloaded skill that can be read.
+fn system_prompt(host: &mut dyn Host, agent: &AgentInput, protocol: &ProtocolData) -> String {
+    let mut prompt = protocol.system_prompt.trim().to_string();
+    for skill in &protocol.skills {
+        let skill = skill.trim();
+        if skill.is_empty() || skill.contains(['/', '\\']) || skill == ".." || skill == "." {
+            host.log(LogLevel::Warn, &format!("skill `{skill}` is not a plain skill name; not loaded"));
+            continue;
+        }
+        if agent.uri.trim().is_empty() {
+            host.log(LogLevel::Warn, &format!("skill `{skill}` not loaded: the definition has no file to look next to"));
+            continue;
+        }
+        let uri = skill_uri(&agent.uri, skill);
+        match host.read_resource(&uri) {
+            Ok(bytes) => {
+                let text = String::from_utf8_lossy(&bytes);
+                let body = match frontmatter::split(&text) {
+                    Ok((_, body)) => body,
+                    Err(_) => text.replace("\r\n", "\n"),
+                };
+                if !prompt.is_empty() {
+                    prompt.push_str("\n\n");
+                }
+                prompt.push_str(&format!("# Skill: {skill}\n\n{}", body.trim()));
+            }
+            Err(e) => host.log(LogLevel::Warn, &format!("skill `{skill}` not loaded from {uri}: {e}")),
+        }
+    }
+    prompt
+}
+
+fn load_transcript(host: &mut dyn Host, task_id: &str, agent: &str) -> Result<Vec<Message>, PluginError> {
+    let key = transcript_key(task_id);
+    let bytes = host
+        .state_get(&key)
+        .map_err(|e| e.context(&format!("loading the transcript of task {task_id} to resume")))?
+        .ok_or_else(|| PluginError::NotFound(format!("no transcript of task {task_id} to resume")))?;
+    let transcript: Transcript = serde_json::from_slice(&bytes)
+        .map_err(|e| PluginError::Internal(format!("stored transcript of task {task_id} is unreadable: {e}")))?;
+    if transcript.agent != agent {
+        return Err(PluginError::InvalidInput(format!(
+            "task {task_id} ran subagent `{}`; it cannot be resumed as `{agent}`",
+            transcript.agent
+        )));
+    }
+    Ok(transcript.messages)
+}
+
+/// Stores the transcript; a failure is logged, not fatal (the task can still finish).
+fn save(host: &mut dyn Host, transcript: &Transcript) {
+    let json = serde_json::to_vec(transcript).expect("transcript serialises");
+    if let Err(e) = host.state_set(&transcript_key(&transcript.task_id), &json) {
+        host.log(LogLevel::Warn, &format!("transcript not stored (resume will not work for this task): {e}"));
+    }
+}

@@ -1,0 +1,216 @@
+//! Every real-world agent file under `shared/fixtures/claude-agents` must resolve with the
+//! name, description, tools and model its frontmatter states.
+//!
+//! The fixtures are found through `WARDEN_FIXTURES` (the `fixtures` directory, or its
+//! `claude-agents` subdirectory), else by looking for `shared/fixtures` next to each
+//! ancestor of this crate (the project keeps `shared/` beside the repository).
+//!
+//! The expected values come from a deliberately naive line reader (independent of the
+//! parser under test): these files keep `name`, `model` and `tools` on one line each.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::fake::session_tools;
+use crate::agent::{Agent, parse_agent};
+use crate::toolset;
+
+const EXPECTED_FILES: usize = 202;
+
+fn agents_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("WARDEN_FIXTURES").filter(|d| !d.is_empty()) {
+        let dir = PathBuf::from(dir);
+        let nested = dir.join("claude-agents");
+        return if nested.is_dir() { nested } else { dir };
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for ancestor in manifest.ancestors() {
+        let candidate = ancestor.join("shared/fixtures/claude-agents");
+        if candidate.is_dir() {
+            return candidate;
+        }
+    }
+    panic!(
+        "fixtures not found: set WARDEN_FIXTURES to the shared/fixtures directory \
+         (looked for shared/fixtures/claude-agents beside every ancestor of {})",
+        manifest.display()
+    );
+}
+
+fn md_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            md_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+}
+
+fn all_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    md_files(&agents_dir(), &mut files);
+    files
+}
+
+fn resolve(path: &Path) -> Agent {
+    let bytes = fs::read(path).unwrap();
+    parse_agent(&path.display().to_string(), &bytes, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn fixture(relative: &str) -> (PathBuf, Agent) {
+    let path = agents_dir().join(relative);
+    let agent = resolve(&path);
+    (path, agent)
+}
+
+/// The naive oracle: `key: value` lines of the frontmatter, values as written.
+fn frontmatter_lines(path: &Path) -> BTreeMap<String, String> {
+    let text = fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next().map(str::trim_end), Some("---"), "{}", path.display());
+    let mut out = BTreeMap::new();
+    for line in lines.take_while(|l| l.trim_end() != "---") {
+        if let Some((key, value)) = line.split_once(':')
+            && !key.starts_with(' ')
+            && !key.is_empty()
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            out.insert(key.to_string(), value.trim().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_fixture_agent_resolves_with_its_name_description_tools_and_model() {
+    let files = all_files();
+    assert_eq!(files.len(), EXPECTED_FILES, "agent files under {}", agents_dir().display());
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut by_stem: BTreeMap<String, usize> = BTreeMap::new();
+    let mut tolerant = 0;
+    for path in &files {
+        let agent = resolve(path);
+        let lines = frontmatter_lines(path);
+        let shown = path.display();
+
+        let name = &lines["name"];
+        assert!(!agent.name.is_empty(), "{shown}");
+        assert_eq!(&agent.name, name, "{shown}: name");
+
+        assert!(!agent.description.trim().is_empty(), "{shown}: description");
+        let written = &lines["description"];
+        if written.starts_with('"') {
+            assert_eq!(format!("\"{}\"", agent.description), *written, "{shown}: quoted description");
+        } else if !written.starts_with(['>', '|']) {
+            assert_eq!(&agent.description, written, "{shown}: plain description");
+        } else {
+            assert!(!agent.description.contains('\n') || written.starts_with('|'), "{shown}: folded");
+        }
+
+        match lines.get("tools") {
+            None => assert_eq!(agent.protocol.tools, None, "{shown}: no tools key means all tools"),
+            Some(t) if t == "[]" => assert_eq!(agent.protocol.tools, Some(vec![]), "{shown}: tools: []"),
+            Some(t) => {
+                let expected: Vec<String> = t.split(',').map(|s| s.trim().to_string()).collect();
+                assert_eq!(agent.protocol.tools.as_ref(), Some(&expected), "{shown}: tools");
+            }
+        }
+        assert_eq!(agent.protocol.model.as_deref(), lines.get("model").map(String::as_str), "{shown}: model");
+        if let Some(color) = lines.get("color") {
+            assert_eq!(agent.protocol.extra["color"], color.as_str(), "{shown}: unknown keys are kept");
+        }
+        assert!(!agent.protocol.system_prompt.is_empty(), "{shown}: body");
+
+        if agent.mode == crate::frontmatter::ParseMode::Tolerant {
+            tolerant += 1;
+        }
+        by_name.entry(agent.name.clone()).or_default().push(shown.to_string());
+        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+        *by_stem.entry(stem).or_default() += 1;
+    }
+
+    let duplicate_names: Vec<_> = by_name.iter().filter(|(_, files)| files.len() > 1).collect();
+    let repeated_stems: Vec<_> = by_stem.iter().filter(|(_, n)| **n > 1).collect();
+    println!(
+        "{} files, {} distinct names, {} duplicate names, {} file names used in more than one folder, {} read tolerantly",
+        files.len(),
+        by_name.len(),
+        duplicate_names.len(),
+        repeated_stems.len(),
+        tolerant
+    );
+    for (name, files) in &duplicate_names {
+        println!("duplicate name {name}: {files:?}");
+    }
+    for (stem, n) in &repeated_stems {
+        println!("file name {stem}.md in {n} folders");
+    }
+}
+
+#[test]
+fn folded_description_and_empty_tools_list() {
+    let (_, a) = fixture("wshobson-agents/arm-cortex-microcontrollers/arm-cortex-expert.md");
+    assert_eq!(a.name, "arm-cortex-expert");
+    assert!(a.description.starts_with("Senior embedded software engineer specializing in firmware"));
+    assert!(a.description.ends_with("interrupt-driven I/O, and peripheral drivers."));
+    assert!(!a.description.contains('\n'), "`>` folds lines");
+    assert_eq!(a.protocol.tools, Some(vec![]), "tools: [] is no tools, not all tools");
+    assert_eq!(a.protocol.model.as_deref(), Some("inherit"));
+    assert!(a.protocol.system_prompt.starts_with("# @arm-cortex-expert"));
+}
+
+#[test]
+fn strip_folded_description_and_mcp_tool_names() {
+    let (_, a) = fixture("wshobson-agents/meigen-ai-design/gallery-researcher.md");
+    assert!(a.description.starts_with("Gallery search and inspiration agent. Delegates here"));
+    assert!(!a.description.ends_with('\n'));
+    assert_eq!(
+        a.protocol.tools,
+        Some(vec!["mcp__meigen__search_gallery".to_string(), "mcp__meigen__get_inspiration".into()])
+    );
+    assert_eq!(a.protocol.model.as_deref(), Some("haiku"));
+}
+
+#[test]
+fn quoted_description() {
+    let (_, a) = fixture("wshobson-agents/plugin-eval/eval-judge.md");
+    assert!(a.description.starts_with("LLM judge for plugin quality assessment."));
+    assert!(!a.description.contains('"'));
+    assert_eq!(a.protocol.tools, Some(vec!["Read".to_string(), "Grep".into(), "Glob".into()]));
+}
+
+#[test]
+fn name_differs_from_file_name() {
+    let (path, a) = fixture("wshobson-agents/framework-migration/legacy-modernizer.md");
+    assert_eq!(path.file_stem().unwrap(), "legacy-modernizer");
+    assert_eq!(a.name, "framework-migration-legacy-modernizer");
+    assert_eq!(a.protocol.model.as_deref(), Some("fable"), "unknown model names pass through");
+    assert_eq!(a.protocol.tools, None);
+}
+
+#[test]
+fn fence_lines_inside_the_body_stay_in_the_system_prompt() {
+    let (path, a) = fixture("wshobson-agents/c4-architecture/c4-code.md");
+    let text = fs::read_to_string(&path).unwrap();
+    let fences = text.lines().filter(|l| l.trim_end() == "---").count();
+    assert!(fences > 2, "the fixture has `---` lines in its body");
+    assert_eq!(a.protocol.system_prompt.lines().filter(|l| l.trim_end() == "---").count(), fences - 2);
+    assert!(text.trim_end().ends_with(a.protocol.system_prompt.lines().last().unwrap()));
+}
+
+#[test]
+fn unknown_keys_and_nesting_tools_in_a_team_lead() {
+    let (_, a) = fixture("wshobson-agents/agent-teams/team-lead.md");
+    assert_eq!(a.protocol.extra["color"], "blue");
+    let tools = a.protocol.tools.clone().unwrap();
+    assert!(tools.contains(&"Agent".to_string()) && tools.contains(&"TeamCreate".to_string()));
+    let selection = toolset::select(session_tools(), Some(&tools), &a.protocol.disallowed_tools);
+    let names: Vec<_> = selection.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["Read", "Glob", "Grep", "Bash"]);
+    assert!(selection.warnings.iter().any(|w| w.contains("`Agent`") && w.contains("no nesting")));
+    assert!(selection.warnings.iter().any(|w| w.contains("TeamCreate")));
+}

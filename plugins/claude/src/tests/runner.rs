@@ -1,0 +1,313 @@
+//! The agent loop against a scripted host.
+
+use serde_json::json;
+
+use super::fake::{FakeHost, call, spec, text, tool_calls};
+use crate::agent::parse_agent;
+use crate::error::PluginError;
+use crate::runner::{AgentInput, Message, TaskInput, ToolResult, Transcript, run, transcript_key};
+
+const AGENT_URI: &str = "/agents/.claude/agents/helper.md";
+
+fn agent_from(frontmatter: &str, body: &str) -> AgentInput {
+    let file = format!("---\nname: helper\ndescription: Helps\n{frontmatter}---\n{body}\n");
+    let parsed = parse_agent(AGENT_URI, file.as_bytes(), &[]).unwrap();
+    AgentInput { name: parsed.name, uri: AGENT_URI.into(), protocol_data: parsed.protocol.to_json() }
+}
+
+fn helper() -> AgentInput {
+    agent_from("", "You are a helpful subagent.")
+}
+
+fn task(id: &str, prompt: &str) -> TaskInput {
+    TaskInput { task_id: id.into(), prompt: prompt.into(), model: None, resume: None }
+}
+
+fn transcript(host: &FakeHost, id: &str) -> Transcript {
+    serde_json::from_slice(&host.state[&transcript_key(id)]).unwrap()
+}
+
+#[test]
+fn text_only_answer_applies_the_system_prompt_and_prompt() {
+    let mut host = FakeHost::new(vec![text("The answer is 42.")]);
+    let out = run(&mut host, &task("t1", "What is the answer?"), &helper()).unwrap();
+    assert_eq!(out, "The answer is 42.");
+    assert_eq!(host.requests.len(), 1);
+    let request = &host.requests[0];
+    assert_eq!(
+        request.messages,
+        vec![Message::new("system", "You are a helpful subagent."), Message::new("user", "What is the answer?")]
+    );
+    assert_eq!(request.model, "");
+    assert_eq!(host.events, vec![("status".to_string(), json!({"message": "turn 1"}).to_string())]);
+    let t = transcript(&host, "t1");
+    assert_eq!((t.status.as_str(), t.turns, t.messages.len(), t.agent.as_str()), ("completed", 1, 3, "helper"));
+}
+
+#[test]
+fn one_tool_use_round_trips_results_to_the_model() {
+    let mut host = FakeHost::new(vec![
+        tool_calls("Reading.", vec![call("c1", "Read", r#"{"file_path":"a.txt"}"#)]),
+        text("a.txt says hello"),
+    ]);
+    host.tool_fn = Box::new(|c| ToolResult { id: c.id.clone(), content: "hello".into(), is_error: false });
+    let out = run(&mut host, &task("t1", "read a.txt"), &helper()).unwrap();
+    assert_eq!(out, "a.txt says hello");
+    assert_eq!(host.batches, vec![vec![call("c1", "Read", r#"{"file_path":"a.txt"}"#)]]);
+    let second = &host.requests[1].messages;
+    assert_eq!(second.len(), 4);
+    assert_eq!(second[2].role, "assistant");
+    assert_eq!(second[2].tool_calls, vec![call("c1", "Read", r#"{"file_path":"a.txt"}"#)]);
+    assert_eq!(second[3].role, "tool");
+    assert_eq!(second[3].tool_call_id.as_deref(), Some("c1"));
+    assert_eq!(second[3].content, "hello");
+    assert_eq!(host.events.len(), 2);
+    assert!(host.events[1].1.contains("turn 2"));
+}
+
+#[test]
+fn several_steps_and_batches_keep_call_order_and_isolate_history() {
+    let mut host = FakeHost::new(vec![
+        tool_calls("", vec![call("a", "Glob", "{}"), call("b", "Grep", "{}")]),
+        tool_calls("", vec![call("c", "Bash", r#"{"command":"ls"}"#)]),
+        tool_calls("", vec![call("d", "Write", "{}")]),
+        text("done: wrote the file"),
+    ]);
+    let out = run(&mut host, &task("t1", "do it"), &helper()).unwrap();
+    assert_eq!(out, "done: wrote the file", "the parent sees only the final text");
+    assert_eq!(host.batches.len(), 3);
+    assert_eq!(host.batches[0].iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    let last = &host.requests[3].messages;
+    let ids: Vec<_> = last.iter().filter_map(|m| m.tool_call_id.as_deref()).collect();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+    let t = transcript(&host, "t1");
+    assert_eq!((t.turns, t.messages.len()), (4, 2 + 3 * 2 + 1 + 1));
+}
+
+#[test]
+fn max_turns_exceeded_returns_an_error_text() {
+    let looping = || tool_calls("again", vec![call("x", "Read", "{}")]);
+    let mut host = FakeHost::new(vec![looping(), looping(), looping(), looping()]);
+    let out = run(&mut host, &task("t1", "loop"), &agent_from("maxTurns: 3\n", "body")).unwrap();
+    assert_eq!(out, "error: subagent stopped after 3 turns without a final answer");
+    assert_eq!(host.requests.len(), 3);
+    assert_eq!(host.batches.len(), 2, "tool calls of the last turn are not run");
+    let t = transcript(&host, "t1");
+    assert_eq!((t.status.as_str(), t.turns), ("max_turns", 3));
+    let last = t.messages.last().unwrap();
+    assert_eq!(last.role, "tool");
+    assert!(last.content.contains("turn limit"));
+}
+
+#[test]
+fn default_max_turns_is_ten() {
+    let script = (0..20).map(|_| tool_calls("", vec![call("x", "Read", "{}")])).collect();
+    let mut host = FakeHost::new(script);
+    let out = run(&mut host, &task("t1", "loop"), &helper()).unwrap();
+    assert_eq!(out, "error: subagent stopped after 10 turns without a final answer");
+    assert_eq!(host.requests.len(), 10);
+}
+
+#[test]
+fn missing_prompt_is_invalid_input() {
+    let mut host = FakeHost::new(vec![text("never")]);
+    for prompt in ["", "  \n"] {
+        let err = run(&mut host, &task("t1", prompt), &helper()).unwrap_err();
+        assert!(matches!(&err, PluginError::InvalidInput(m) if m.contains("prompt")), "{err}");
+    }
+    assert!(host.requests.is_empty());
+}
+
+#[test]
+fn provider_error_fails_the_task() {
+    let mut host = FakeHost::new(vec![
+        tool_calls("", vec![call("a", "Read", "{}")]),
+        Err(PluginError::Remote("HTTP 500 from provider".into())),
+    ]);
+    let err = run(&mut host, &task("t1", "go"), &helper()).unwrap_err();
+    match err {
+        PluginError::Remote(m) => {
+            assert!(m.contains("HTTP 500 from provider") && m.contains("turn 2"), "{m}");
+        }
+        other => panic!("expected remote, got {other}"),
+    }
+    let mut host = FakeHost::new(vec![Err(PluginError::Timeout("deadline".into()))]);
+    assert!(matches!(run(&mut host, &task("t1", "go"), &helper()), Err(PluginError::Timeout(_))));
+}
+
+#[test]
+fn unknown_and_filtered_tools_get_error_results_without_reaching_the_host() {
+    let mut host = FakeHost::new(vec![
+        tool_calls(
+            "",
+            vec![call("a", "WebFetch", "{}"), call("b", "Read", "{}"), call("c", "Bash", "{}"), call("d", "Task", "{}")],
+        ),
+        text("ok"),
+    ]);
+    let agent = agent_from("disallowedTools: Bash\n", "body");
+    assert_eq!(run(&mut host, &task("t1", "go"), &agent).unwrap(), "ok");
+    assert_eq!(host.batches, vec![vec![call("b", "Read", "{}")]]);
+    let messages = &host.requests[1].messages;
+    let results: Vec<_> = messages.iter().filter(|m| m.role == "tool").collect();
+    assert_eq!(results.len(), 4);
+    assert_eq!(results.iter().map(|m| m.tool_call_id.as_deref().unwrap()).collect::<Vec<_>>(), ["a", "b", "c", "d"]);
+    for (i, name) in [(0, "WebFetch"), (2, "Bash"), (3, "Task")] {
+        assert!(results[i].content.starts_with("error:") && results[i].content.contains(name), "{:?}", results[i]);
+    }
+    assert_eq!(results[1].content, "Read ok");
+    assert!(host.warnings().iter().any(|w| w.contains("WebFetch")));
+}
+
+#[test]
+fn declined_calls_reach_the_model_as_error_results() {
+    let mut host = FakeHost::new(vec![tool_calls("", vec![call("a", "Bash", "{}")]), text("it was declined")]);
+    host.tool_fn =
+        Box::new(|c| ToolResult { id: c.id.clone(), content: "declined by the operator".into(), is_error: true });
+    assert_eq!(run(&mut host, &task("t1", "go"), &helper()).unwrap(), "it was declined");
+    let result = host.requests[1].messages.last().unwrap();
+    assert_eq!(result.content, "error: declined by the operator");
+}
+
+#[test]
+fn tools_and_disallowed_tools_filter_what_the_model_sees() {
+    let mut host = FakeHost::new(vec![text("a")]);
+    run(&mut host, &task("t1", "go"), &helper()).unwrap();
+    assert_eq!(host.tool_names_offered(0), ["Read", "Write", "Edit", "Glob", "Grep", "Bash"]);
+
+    let mut host = FakeHost::new(vec![text("a")]);
+    let agent = agent_from("tools: Read, Grep, Bash, Task, WebSearch\ndisallowedTools: [Bash]\n", "body");
+    run(&mut host, &task("t1", "go"), &agent).unwrap();
+    assert_eq!(host.tool_names_offered(0), ["Read", "Grep"]);
+    let warnings = host.warnings();
+    assert!(warnings.iter().any(|w| w.contains("WebSearch")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("no nesting")), "{warnings:?}");
+
+    let mut host = FakeHost::new(vec![text("a")]);
+    run(&mut host, &task("t1", "go"), &agent_from("tools: []\n", "body")).unwrap();
+    assert!(host.requests[0].tools.is_empty());
+    assert_eq!(host.list_calls, 0, "no tools: the session's list is not even asked for");
+}
+
+#[test]
+fn tools_capability_denied_means_no_tools_not_failure() {
+    let mut host = FakeHost::new(vec![text("text only")]);
+    host.tools = Err(PluginError::Denied("tools not granted".into()));
+    assert_eq!(run(&mut host, &task("t1", "go"), &helper()).unwrap(), "text only");
+    assert!(host.requests[0].tools.is_empty());
+    assert!(host.warnings().iter().any(|w| w.contains("tools not granted")));
+
+    let mut host = FakeHost::new(vec![text("never")]);
+    host.tools = Err(PluginError::Internal("sandbox exploded".into()));
+    assert!(matches!(run(&mut host, &task("t1", "go"), &helper()), Err(PluginError::Internal(_))));
+}
+
+#[test]
+fn model_override_then_frontmatter_then_default() {
+    let with_model = agent_from("model: haiku\n", "body");
+    let mut host = FakeHost::new(vec![text("a"), text("b"), text("c")]);
+    let mut t = task("t1", "go");
+    t.model = Some("opus".into());
+    run(&mut host, &t, &with_model).unwrap();
+    run(&mut host, &task("t2", "go"), &with_model).unwrap();
+    run(&mut host, &task("t3", "go"), &helper()).unwrap();
+    let models: Vec<_> = host.requests.iter().map(|r| r.model.as_str()).collect();
+    assert_eq!(models, ["opus", "haiku", ""]);
+
+    let mut host = FakeHost::new(vec![text("a")]);
+    let mut t = task("t4", "go");
+    t.model = Some("  ".into());
+    run(&mut host, &t, &agent_from("model: inherit\n", "body")).unwrap();
+    assert_eq!(host.requests[0].model, "inherit", "aliases go to the host unresolved");
+}
+
+#[test]
+fn resume_continues_a_stored_transcript() {
+    let mut host = FakeHost::new(vec![
+        tool_calls("", vec![call("a", "Read", "{}")]),
+        text("first answer"),
+        text("second answer"),
+    ]);
+    assert_eq!(run(&mut host, &task("t1", "first question"), &helper()).unwrap(), "first answer");
+    let mut again = task("t2", "follow-up question");
+    again.resume = Some("t1".into());
+    assert_eq!(run(&mut host, &again, &helper()).unwrap(), "second answer");
+
+    let messages = &host.requests[2].messages;
+    let contents: Vec<_> = messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+    assert_eq!(
+        contents,
+        [
+            ("system", "You are a helpful subagent."),
+            ("user", "first question"),
+            ("assistant", ""),
+            ("tool", "Read ok"),
+            ("assistant", "first answer"),
+            ("user", "follow-up question"),
+        ]
+    );
+    let t2 = transcript(&host, "t2");
+    assert_eq!(t2.resumed_from.as_deref(), Some("t1"));
+    assert_eq!(t2.messages.len(), 7);
+    assert_eq!(transcript(&host, "t1").messages.len(), 5, "the earlier transcript is left as it was");
+
+    let mut missing = task("t3", "more");
+    missing.resume = Some("nope".into());
+    assert!(matches!(run(&mut host, &missing, &helper()), Err(PluginError::NotFound(m)) if m.contains("nope")));
+
+    let mut other = task("t4", "more");
+    other.resume = Some("t1".into());
+    let other_agent = AgentInput { name: "someone-else".into(), ..helper() };
+    assert!(matches!(run(&mut host, &other, &other_agent), Err(PluginError::InvalidInput(_))));
+}
+
+#[test]
+fn state_failures_do_not_fail_the_task() {
+    let mut host = FakeHost::new(vec![text("fine")]);
+    host.state_fails = true;
+    assert_eq!(run(&mut host, &task("t1", "go"), &helper()).unwrap(), "fine");
+    assert!(host.warnings().iter().any(|w| w.contains("transcript not stored")));
+}
+
+#[test]
+fn skills_are_preloaded_and_missing_ones_warn() {
+    let mut host = FakeHost::new(vec![text("ok")]);
+    host.resources.insert(
+        "/agents/.claude/skills/style/SKILL.md".into(),
+        b"---\nname: style\ndescription: House style\n---\nUse tabs.\n".to_vec(),
+    );
+    let agent = agent_from("skills: style, missing, ../escape\n", "Body.");
+    run(&mut host, &task("t1", "go"), &agent).unwrap();
+    assert_eq!(host.requests[0].messages[0].content, "Body.\n\n# Skill: style\n\nUse tabs.");
+    assert_eq!(
+        host.resource_reads,
+        ["/agents/.claude/skills/style/SKILL.md", "/agents/.claude/skills/missing/SKILL.md"]
+    );
+    let warnings = host.warnings();
+    assert!(warnings.iter().any(|w| w.contains("skill `missing`")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("../escape")), "{warnings:?}");
+}
+
+#[test]
+fn bad_protocol_data_is_invalid_input_and_empty_ids_are_filled() {
+    let mut host = FakeHost::new(vec![text("x")]);
+    let bad = AgentInput { protocol_data: "not json".into(), ..helper() };
+    assert!(matches!(run(&mut host, &task("t1", "go"), &bad), Err(PluginError::InvalidInput(_))));
+
+    // `{}` protocol data (a definition made by someone else) still runs.
+    let mut host = FakeHost::new(vec![tool_calls("", vec![call("", "Read", "{}")]), text("y")]);
+    let bare = AgentInput { name: "bare".into(), uri: String::new(), protocol_data: "{}".into() };
+    assert_eq!(run(&mut host, &task("t1", "go"), &bare).unwrap(), "y");
+    assert_eq!(host.requests[0].messages.len(), 1, "no system message without a body");
+    assert_eq!(host.batches[0][0].id, "call_1_0");
+    assert_eq!(host.requests[1].messages[2].tool_call_id.as_deref(), Some("call_1_0"));
+}
+
+#[test]
+fn an_agent_without_session_tools_of_its_list_is_told_so() {
+    let mut host = FakeHost::new(vec![tool_calls("", vec![call("a", "Read", "{}")]), text("z")]);
+    host.tools = Ok(vec![spec("Grep")]);
+    run(&mut host, &task("t1", "go"), &agent_from("tools: Read\n", "b")).unwrap();
+    assert!(host.batches.is_empty());
+    let result = host.requests[1].messages.last().unwrap();
+    assert!(result.content.contains("available tools: none"), "{}", result.content);
+}

@@ -1,0 +1,303 @@
+//! Sandbox latency and throughput against the real Docker Engine.
+//!
+//! Run: `cargo bench -p warden-sandbox --bench sandbox_bench` (needs Docker and the
+//! `warden-sandbox:bookworm` image). Prints a Markdown table; `--write FILE` also appends
+//! (or replaces) a `## Sandbox` section in FILE.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use serde_json::json;
+use warden_sandbox::{ByteSize, Sandbox, SandboxConfig, SessionKey};
+
+/// Warm iterations per exec measurement.
+const WARM_ITERS: usize = 60;
+/// Iterations for the docker CLI (each spawns a process; slower).
+const CLI_ITERS: usize = 30;
+/// Cold sessions created.
+const COLD_ITERS: usize = 5;
+/// Transfers per throughput measurement.
+const XFER_ITERS: usize = 10;
+/// Size of the throughput payload.
+const XFER_BYTES: usize = 1024 * 1024;
+
+struct Stats {
+    median: Duration,
+    mean: Duration,
+    p90: Duration,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    let mean = v.iter().sum::<Duration>() / v.len() as u32;
+    Stats {
+        median: v[v.len() / 2],
+        mean,
+        p90: v[(v.len() * 9 / 10).min(v.len() - 1)],
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+async fn bollard_exec(docker: &Docker, id: &str) {
+    let opts = CreateExecOptions::<String> {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec!["echo".into(), "hi".into()]),
+        user: Some("1000:1000".into()),
+        ..Default::default()
+    };
+    let exec = docker.create_exec(id, opts).await.unwrap().id;
+    let mut out = Vec::new();
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&exec, None).await.unwrap()
+    {
+        while let Some(Ok(LogOutput::StdOut { message })) = output.next().await {
+            out.extend_from_slice(&message);
+        }
+    }
+    assert_eq!(out, b"hi\n");
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let write_to = args
+        .iter()
+        .position(|a| a == "--write")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let scope = format!("bench{}", std::process::id());
+    let cfg = SandboxConfig {
+        scope: scope.clone(),
+        max_output: ByteSize(4 * 1024 * 1024),
+        ..SandboxConfig::default()
+    };
+    let sb = Sandbox::new(cfg).unwrap();
+    let key = SessionKey::new("bench", "warm");
+    let bash = |k: SessionKey, cmd: &'static str| {
+        let sb = sb.clone();
+        async move {
+            sb.call_tool(&k, "Bash", json!({ "command": cmd }), &[])
+                .await
+                .unwrap()
+        }
+    };
+
+    // Cold: first call of a new session (container + volume creation, then the exec).
+    let mut cold = Vec::new();
+    for i in 0..COLD_ITERS {
+        let k = SessionKey::new("bench", format!("cold{i}"));
+        let t = Instant::now();
+        let o = bash(k.clone(), "echo hi").await;
+        cold.push(t.elapsed());
+        assert_eq!(o.content, "hi\n");
+        sb.end_session(&k).await.unwrap();
+    }
+
+    // Warm session, then the three exec paths on the same container.
+    assert_eq!(bash(key.clone(), "echo hi").await.content, "hi\n");
+    let id = sb
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.key == key && s.scope == scope)
+        .unwrap()
+        .container_id;
+    for _ in 0..5 {
+        bash(key.clone(), "echo hi").await;
+    }
+    let mut warden = Vec::new();
+    for _ in 0..WARM_ITERS {
+        let t = Instant::now();
+        let o = bash(key.clone(), "echo hi").await;
+        warden.push(t.elapsed());
+        assert_eq!(o.content, "hi\n");
+    }
+    let docker = Docker::connect_with_defaults()
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap();
+    let mut bare = Vec::new();
+    for i in 0..WARM_ITERS + 5 {
+        let t = Instant::now();
+        bollard_exec(&docker, &id).await;
+        if i >= 5 {
+            bare.push(t.elapsed());
+        }
+    }
+    let mut cli = Vec::new();
+    for _ in 0..CLI_ITERS {
+        let t = Instant::now();
+        let o = Command::new("docker")
+            .args(["exec", "-u", "1000:1000", &id, "echo", "hi"])
+            .output()
+            .unwrap();
+        cli.push(t.elapsed());
+        assert_eq!(o.stdout, b"hi\n");
+    }
+
+    // Throughput: 1 MB text through Write/Read, 1 MB binary through upload/download.
+    let line = format!("{}\n", "x".repeat(99));
+    let text: String = line.repeat(XFER_BYTES / line.len());
+    let mut write = Vec::new();
+    let mut read = Vec::new();
+    let mut up = Vec::new();
+    let mut down = Vec::new();
+    let blob: Vec<u8> = (0..XFER_BYTES).map(|i| (i * 7919 % 251) as u8).collect();
+    for _ in 0..XFER_ITERS {
+        let t = Instant::now();
+        let o = sb
+            .call_tool(
+                &key,
+                "Write",
+                json!({"file_path": "big.txt", "content": text}),
+                &[],
+            )
+            .await
+            .unwrap();
+        write.push(t.elapsed());
+        assert!(!o.is_error);
+        let t = Instant::now();
+        let o = sb
+            .call_tool(
+                &key,
+                "Read",
+                json!({"file_path": "big.txt", "limit": 100_000}),
+                &[],
+            )
+            .await
+            .unwrap();
+        read.push(t.elapsed());
+        assert!(
+            !o.is_error && o.content.len() > XFER_BYTES,
+            "{}",
+            o.content.len()
+        );
+        let t = Instant::now();
+        sb.upload_file(&key, "big.bin", &blob).await.unwrap();
+        up.push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(
+            sb.download_file(&key, "big.bin").await.unwrap().len(),
+            XFER_BYTES
+        );
+        down.push(t.elapsed());
+    }
+    sb.shutdown().await.unwrap();
+
+    let (w, b, c, cold) = (stats(warden), stats(bare), stats(cli), stats(cold));
+    let mbps = |d: Duration| format!("{:.1} MB/s", XFER_BYTES as f64 / 1e6 / d.as_secs_f64());
+    let mut table = String::new();
+    table.push_str("| measurement | median | mean | p90 | note |\n|---|---|---|---|---|\n");
+    let row = |name: &str, s: &Stats, note: String| {
+        format!(
+            "| {name} | {} | {} | {} | {note} |\n",
+            ms(s.median),
+            ms(s.mean),
+            ms(s.p90)
+        )
+    };
+    table.push_str(&row(
+        "warm `Bash(echo hi)` through warden-sandbox",
+        &w,
+        format!("{WARM_ITERS} runs"),
+    ));
+    table.push_str(&row(
+        "`docker exec <ctr> echo hi` (CLI)",
+        &c,
+        format!(
+            "{CLI_ITERS} runs; warden is **{:.1}×** faster (median)",
+            c.median.as_secs_f64() / w.median.as_secs_f64()
+        ),
+    ));
+    table.push_str(&row(
+        "bare bollard exec (create + start + drain)",
+        &b,
+        format!(
+            "{WARM_ITERS} runs; warden / bare = **{:.2}×** (median)",
+            w.median.as_secs_f64() / b.median.as_secs_f64()
+        ),
+    ));
+    table.push_str(&row(
+        "cold session (container + volume + first `Bash`)",
+        &cold,
+        format!("{COLD_ITERS} sessions"),
+    ));
+    for (name, v) in [
+        ("Write 1 MB text", write),
+        ("Read 1 MB text (numbered lines)", read),
+        ("upload_file 1 MB binary", up),
+        ("download_file 1 MB binary", down),
+    ] {
+        let s = stats(v);
+        table.push_str(&row(name, &s, format!("{} (median)", mbps(s.median))));
+    }
+    println!("{table}");
+
+    if let Some(path) = write_to {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
+            .unwrap_or_default();
+        let engine = String::from_utf8_lossy(
+            &Command::new("docker")
+                .args(["version", "--format", "{{.Server.Version}}"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .trim()
+        .to_string();
+        let section = format!(
+            "## Sandbox\n\nCommand: `CARGO_TARGET_DIR=/work/target-sandbox cargo bench -p warden-sandbox --bench sandbox_bench -- --write BENCHMARKS.md`\n\n\
+             Machine: {} cores ({cpu}), Docker Engine {engine}, image `warden-sandbox:bookworm`, default hardening (runc).\n\
+             Targets (issue 3): warden ≥ 3× faster than the `docker exec` CLI; ≤ 1.2× a bare bollard exec.\n\n{table}\n\
+             The warden path includes the timeout/process-group wrapper, the session shell state (source + save) and output capture; \
+             the bare path is only exec create + start + drain of `echo hi`. Warm calls reuse a long-lived in-container agent exec, \
+             which is why they beat a fresh exec. Load average during this run: {} (other builds share the machine; \
+             earlier runs under load 6–13 gave 2.4×–3.5× vs the CLI and 0.38×–0.57× vs bare bollard).\n",
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+            load_before
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let existing =
+            std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\n".to_string());
+        let updated = match existing.find("## Sandbox\n") {
+            Some(start) => {
+                let rest = &existing[start + 1..];
+                let end = rest
+                    .find("\n## ")
+                    .map(|e| start + 1 + e + 1)
+                    .unwrap_or(existing.len());
+                format!("{}{}{}", &existing[..start], section, &existing[end..])
+            }
+            None => format!(
+                "{}{}{}",
+                existing,
+                if existing.ends_with("\n\n") { "" } else { "\n" },
+                section
+            ),
+        };
+        std::fs::write(&path, updated).unwrap();
+        println!("wrote {path}");
+    }
+}

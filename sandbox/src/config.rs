@@ -1,0 +1,309 @@
+//! The operator's `sandbox:` settings: every field optional, every default the safe one.
+//!
+//! This module only parses and validates; it must never weaken a default silently — a value
+//! it cannot understand is a deserialisation or validation error, never "use something else".
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::SandboxError;
+
+/// Image used when the operator names none; built locally by `cargo xtask build`.
+pub const DEFAULT_IMAGE: &str = "warden-sandbox:bookworm";
+/// Network mode by default: no network at all, so untrusted code cannot exfiltrate or attack.
+pub const DEFAULT_NETWORK: &str = "none";
+/// Memory limit by default (512 MiB): enough for interpreters and builds of small projects,
+/// small enough that a runaway process cannot starve the host.
+pub const DEFAULT_MEMORY: ByteSize = ByteSize(512 * 1024 * 1024);
+/// CPU limit by default: one core, so one session cannot monopolise a machine.
+pub const DEFAULT_CPUS: f64 = 1.0;
+/// Process limit by default: stops fork bombs while leaving room for shells and builds.
+pub const DEFAULT_PIDS: i64 = 256;
+/// Idle time after which a session's container and workspace are removed.
+pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(15 * 60);
+/// Hard wall-clock limit per exec when the tool call names none (Claude Code's Bash default).
+pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+/// Concurrent sessions per host by default: bounds containers (and memory) one host can create.
+pub const DEFAULT_MAX_SESSIONS: usize = 32;
+/// Tool output cap by default (256 KiB): a model cannot use more, and the host must not buffer more.
+pub const DEFAULT_MAX_OUTPUT: ByteSize = ByteSize(256 * 1024);
+/// Container user by default: an unprivileged numeric uid:gid that needs no /etc/passwd entry.
+pub const DEFAULT_USER: &str = "1000:1000";
+/// Size of the tmpfs at /tmp by default: room for temp files and the shell state, bounded
+/// because tmpfs pages count against the container's memory.
+pub const DEFAULT_TMP_SIZE: ByteSize = ByteSize(64 * 1024 * 1024);
+/// Scope label by default; hosts sharing one Docker engine must use different scopes.
+pub const DEFAULT_SCOPE: &str = "default";
+
+/// The `sandbox:` section of `warden.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// Local image for session containers. Default `warden-sandbox:bookworm`: built locally
+    /// (no registry is assumed); any image with bash and coreutils works (ripgrep for Glob/Grep).
+    pub image: String,
+    /// Docker network mode. Default `none`: sandboxed code gets no network unless the
+    /// operator opens it (`bridge` or a named network).
+    pub network: String,
+    /// Memory limit (`512MiB`, `1GiB`, or bytes). Default 512 MiB; swap is disabled so the
+    /// limit is real. A process exceeding it is OOM-killed inside the container only.
+    pub memory: ByteSize,
+    /// CPU limit in cores. Default 1.0, so one session cannot starve the host.
+    pub cpus: f64,
+    /// Maximum number of processes in the container. Default 256: contains fork bombs.
+    pub pids: i64,
+    /// Idle time (`15m`, `90s`) after which a session's container and volume are removed.
+    /// Default 15 minutes: long enough for a conversation pause, short enough not to hoard.
+    #[serde(with = "humantime_serde_compat")]
+    pub idle_ttl: Duration,
+    /// Hard time limit for one exec when the tool call gives none. Default 120 s; on expiry
+    /// the whole process group is killed.
+    #[serde(with = "humantime_serde_compat")]
+    pub exec_timeout: Duration,
+    /// Optional OCI runtime (e.g. `runsc` for gVisor). Default none: Docker's default runtime.
+    /// The runtime must be registered in the Docker daemon.
+    pub runtime: Option<String>,
+    /// Maximum concurrent sessions for this host. Default 32; past it, a new session fails
+    /// with a clear error instead of exhausting the machine.
+    pub max_sessions: usize,
+    /// Maximum bytes of one tool result (head and tail kept, truncation stated). Default 256 KiB.
+    pub max_output: ByteSize,
+    /// Numeric `uid:gid` the tools run as. Default `1000:1000`: never root, and numeric so it
+    /// works on imported images without an /etc/passwd entry and so uploaded files get a
+    /// known owner.
+    pub user: String,
+    /// Size of the tmpfs mounted at /tmp (the root filesystem is read-only). Default 64 MiB.
+    pub tmp_size: ByteSize,
+    /// Label value that separates warden hosts sharing one Docker engine. On start a host
+    /// adopts or removes only leftovers of its own scope. Default `default`.
+    pub scope: String,
+    /// Docker endpoint (`unix:///var/run/docker.sock`, `tcp://...`). Default: `DOCKER_HOST`
+    /// if set, else the local socket.
+    pub docker_host: Option<String>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            image: DEFAULT_IMAGE.to_string(),
+            network: DEFAULT_NETWORK.to_string(),
+            memory: DEFAULT_MEMORY,
+            cpus: DEFAULT_CPUS,
+            pids: DEFAULT_PIDS,
+            idle_ttl: DEFAULT_IDLE_TTL,
+            exec_timeout: DEFAULT_EXEC_TIMEOUT,
+            runtime: None,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            max_output: DEFAULT_MAX_OUTPUT,
+            user: DEFAULT_USER.to_string(),
+            tmp_size: DEFAULT_TMP_SIZE,
+            scope: DEFAULT_SCOPE.to_string(),
+            docker_host: None,
+        }
+    }
+}
+
+/// Smallest memory limit accepted: below this even bash fails to start reliably.
+pub const MIN_MEMORY: u64 = 16 * 1024 * 1024;
+/// Smallest output cap accepted: room for a useful head, tail and the truncation notice.
+pub const MIN_MAX_OUTPUT: u64 = 1024;
+
+impl SandboxConfig {
+    /// Checks values serde cannot: ranges, the numeric user, label-safe scope.
+    pub fn validate(&self) -> Result<(), SandboxError> {
+        let bad = |key: &str, expected: &str| {
+            Err(SandboxError::Config(format!(
+                "sandbox.{key}: expected {expected}"
+            )))
+        };
+        if self.image.trim().is_empty() {
+            return bad("image", "a non-empty image reference");
+        }
+        if self.network.trim().is_empty() {
+            return bad("network", "`none`, `bridge` or a network name");
+        }
+        if self.network == "host" {
+            return bad(
+                "network",
+                "anything but `host` (it would expose the host's network stack)",
+            );
+        }
+        if self.memory.0 < MIN_MEMORY {
+            return bad("memory", "at least 16MiB");
+        }
+        if !(self.cpus > 0.0 && self.cpus.is_finite()) {
+            return bad("cpus", "a positive number of cores");
+        }
+        if self.pids < 16 {
+            return bad("pids", "at least 16 processes");
+        }
+        if self.idle_ttl.is_zero() {
+            return bad("idle_ttl", "a positive duration such as `15m`");
+        }
+        if self.exec_timeout < Duration::from_secs(1) {
+            return bad("exec_timeout", "at least 1s");
+        }
+        if self.max_sessions == 0 {
+            return bad("max_sessions", "at least 1");
+        }
+        if self.max_output.0 < MIN_MAX_OUTPUT {
+            return bad("max_output", "at least 1KiB");
+        }
+        if self.tmp_size.0 < 1024 * 1024 {
+            return bad("tmp_size", "at least 1MiB");
+        }
+        if self.uid_gid().is_none() {
+            return bad(
+                "user",
+                "a numeric `uid:gid` other than root, e.g. `1000:1000`",
+            );
+        }
+        if self.scope.is_empty()
+            || self.scope.len() > 32
+            || !self
+                .scope
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return bad("scope", "1-32 characters of [A-Za-z0-9_-]");
+        }
+        if let Some(rt) = &self.runtime
+            && rt.trim().is_empty()
+        {
+            return bad(
+                "runtime",
+                "a registered runtime name such as `runsc`, or null",
+            );
+        }
+        Ok(())
+    }
+
+    /// The numeric (uid, gid) of `user`; `None` when it is not numeric or is root.
+    pub fn uid_gid(&self) -> Option<(u64, u64)> {
+        let (u, g) = match self.user.split_once(':') {
+            Some((u, g)) => (u, g),
+            None => (self.user.as_str(), self.user.as_str()),
+        };
+        let (u, g) = (u.parse::<u64>().ok()?, g.parse::<u64>().ok()?);
+        (u != 0 && g != 0).then_some((u, g))
+    }
+}
+
+/// A byte count that reads `512MiB`, `1GiB`, `64m`, `256KiB` or a plain integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// Parses a size with an optional binary (KiB/MiB/GiB) or short (k/m/g) unit.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("`{text}` is not a size like 512MiB"))?;
+        let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            other => {
+                return Err(format!(
+                    "unknown size unit `{other}` in `{text}` (use KiB, MiB, GiB)"
+                ));
+            }
+        };
+        n.checked_mul(mult)
+            .map(ByteSize)
+            .ok_or_else(|| format!("`{text}` is too large"))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        if b != 0 && b.is_multiple_of(1 << 30) {
+            write!(f, "{}GiB", b >> 30)
+        } else if b != 0 && b.is_multiple_of(1 << 20) {
+            write!(f, "{}MiB", b >> 20)
+        } else if b != 0 && b.is_multiple_of(1 << 10) {
+            write!(f, "{}KiB", b >> 10)
+        } else {
+            write!(f, "{b}")
+        }
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(ByteSize(n)),
+            Raw::Text(t) => ByteSize::parse(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Durations as humantime strings (`15m`, `120s`), or integer seconds.
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Secs(n) => Ok(Duration::from_secs(n)),
+            Raw::Text(t) => humantime::parse_duration(&t).map_err(|e| {
+                serde::de::Error::custom(format!("`{t}` is not a duration like 15m or 120s: {e}"))
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(ByteSize::parse("512MiB").unwrap().0, 512 << 20);
+        assert_eq!(ByteSize::parse("1g").unwrap().0, 1 << 30);
+        assert_eq!(ByteSize::parse("4096").unwrap().0, 4096);
+        assert!(ByteSize::parse("12 parsecs").is_err());
+    }
+
+    #[test]
+    fn defaults_are_valid_and_users_checked() {
+        let c = SandboxConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.uid_gid(), Some((1000, 1000)));
+        let root = SandboxConfig {
+            user: "0:0".into(),
+            ..SandboxConfig::default()
+        };
+        assert!(root.validate().is_err());
+    }
+}

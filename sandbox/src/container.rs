@@ -1,0 +1,402 @@
+//! Creating, finding and removing hardened session containers and their workspace volumes.
+//!
+//! Every container made here is non-root, drops all capabilities, sets no-new-privileges,
+//! has a read-only root with a tmpfs /tmp, a labelled named volume at /workspace, the
+//! configured network (none by default), pids/memory/CPU limits and an init process.
+//! This module must never mount the Docker socket or any host path, never run a container
+//! privileged or add capabilities, and never touch containers or volumes without the
+//! `warden.managed=true` label.
+
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::models::{
+    ContainerCreateBody, ContainerSummary, HostConfig, Mount, MountTypeEnum, Volume,
+    VolumeCreateOptions,
+};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, ListVolumesOptions,
+    RemoveContainerOptions, RemoveVolumeOptions, StartContainerOptions,
+};
+
+use crate::config::SandboxConfig;
+use crate::error::{SandboxError, docker_status};
+use crate::exec;
+use crate::session::SessionKey;
+
+/// Mount point of the session's workspace volume; every file tool is confined to it.
+pub const WORKSPACE: &str = "/workspace";
+/// Label present on everything warden creates; nothing without it is ever touched.
+pub const LABEL_MANAGED: &str = "warden.managed";
+/// Label carrying the session's user id.
+pub const LABEL_USER: &str = "warden.user";
+/// Label carrying the session id.
+pub const LABEL_SESSION: &str = "warden.session";
+/// Label carrying the host scope (`sandbox.scope`).
+pub const LABEL_SCOPE: &str = "warden.scope";
+/// PATH inside the container (imported images carry no environment).
+const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// HOME inside the container: on the /tmp tmpfs, because the root filesystem is read-only.
+const CONTAINER_HOME: &str = "/tmp";
+/// Longest slice of a user or session id used in Docker names (the rest is in the hash).
+const NAME_PART_MAX: usize = 24;
+/// Polls while waiting for a removal in progress elsewhere to finish.
+const REMOVAL_WAIT_POLLS: u32 = 50;
+/// Pause between those polls.
+const REMOVAL_WAIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+/// Attempts at creating a session container when the engine reports a transient conflict.
+const CREATE_ATTEMPTS: u32 = 3;
+/// Attempts at the workspace setup exec (the runtime occasionally fails to start a process
+/// in a container that has just started).
+const SETUP_ATTEMPTS: u32 = 3;
+/// Pause between those attempts.
+const SETUP_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+/// Host-side limit for the root exec that opens /workspace to the session user.
+const WORKSPACE_SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Docker names (container and volume) of a session.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub container: String,
+    pub volume: String,
+}
+
+/// Deterministic, Docker-safe names for a session in a scope.
+pub(crate) fn names(scope: &str, key: &SessionKey) -> Names {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(NAME_PART_MAX)
+            .collect()
+    };
+    let hash = fnv1a(&[
+        scope.as_bytes(),
+        b"\0",
+        key.user_id.as_bytes(),
+        b"\0",
+        key.session_id.as_bytes(),
+    ]);
+    let stem = format!(
+        "{scope}-{}-{}-{hash:016x}",
+        clean(&key.user_id),
+        clean(&key.session_id)
+    );
+    Names {
+        container: format!("warden-{stem}"),
+        volume: format!("warden-ws-{stem}"),
+    }
+}
+
+/// The workspace volume name that goes with a session container name.
+pub(crate) fn volume_of(container_name: &str) -> String {
+    match container_name.strip_prefix("warden-") {
+        Some(stem) => format!("warden-ws-{stem}"),
+        None => String::new(),
+    }
+}
+
+/// FNV-1a 64-bit: a stable (across Rust versions) hash for names, not for security.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    /// FNV-1a 64-bit offset basis.
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    /// FNV-1a 64-bit prime.
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    for b in parts.iter().flat_map(|p| p.iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(PRIME);
+    }
+    h
+}
+
+fn labels(scope: &str, key: &SessionKey) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_SCOPE.to_string(), scope.to_string()),
+        (LABEL_USER.to_string(), key.user_id.clone()),
+        (LABEL_SESSION.to_string(), key.session_id.clone()),
+    ])
+}
+
+/// The container config: every hardening default in one place.
+fn container_body(cfg: &SandboxConfig, key: &SessionKey, names: &Names) -> ContainerCreateBody {
+    let tmpfs = HashMap::from([(
+        "/tmp".to_string(),
+        format!("rw,nosuid,nodev,size={},mode=1777", cfg.tmp_size.0),
+    )]);
+    let nano_cpus = (cfg.cpus * 1e9).round() as i64;
+    let memory = cfg.memory.0 as i64;
+    ContainerCreateBody {
+        image: Some(cfg.image.clone()),
+        user: Some(cfg.user.clone()),
+        // An imported image has no CMD; the container only idles under init, tools exec in.
+        cmd: Some(vec!["sleep".into(), "infinity".into()]),
+        entrypoint: Some(vec![]),
+        working_dir: Some(WORKSPACE.into()),
+        env: Some(vec![
+            format!("PATH={CONTAINER_PATH}"),
+            format!("HOME={CONTAINER_HOME}"),
+            "LANG=C.UTF-8".into(),
+        ]),
+        labels: Some(labels(&cfg.scope, key)),
+        network_disabled: Some(cfg.network == "none"),
+        stop_timeout: Some(1),
+        host_config: Some(HostConfig {
+            init: Some(true),
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges:true".into()]),
+            privileged: Some(false),
+            network_mode: Some(cfg.network.clone()),
+            pids_limit: Some(cfg.pids),
+            memory: Some(memory),
+            // Equal to memory: no swap, so the memory limit is real.
+            memory_swap: Some(memory),
+            nano_cpus: Some(nano_cpus),
+            tmpfs: Some(tmpfs),
+            mounts: Some(vec![Mount {
+                target: Some(WORKSPACE.into()),
+                source: Some(names.volume.clone()),
+                typ: Some(MountTypeEnum::VOLUME),
+                read_only: Some(false),
+                ..Default::default()
+            }]),
+            runtime: cfg.runtime.clone(),
+            ipc_mode: Some("private".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Creates (or reuses) the session's volume, creates and starts its container, and opens
+/// /workspace to the session user. Returns the container id.
+pub(crate) async fn create_and_start(
+    docker: &Docker,
+    cfg: &SandboxConfig,
+    key: &SessionKey,
+) -> Result<String, SandboxError> {
+    let names = names(&cfg.scope, key);
+    // Checked first so that a missing image leaves nothing (not even a volume) behind.
+    if let Err(e) = docker.inspect_image(&cfg.image).await {
+        return Err(match docker_status(&e) {
+            Some(404) => SandboxError::ImageMissing {
+                image: cfg.image.clone(),
+            },
+            _ => SandboxError::from_docker("inspect sandbox image", e),
+        });
+    }
+    // Idempotent for the local driver: an existing volume of this name is returned as is,
+    // which is how a recreated container keeps a workspace that survived.
+    docker
+        .create_volume(VolumeCreateOptions {
+            name: Some(names.volume.clone()),
+            labels: Some(labels(&cfg.scope, key)),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| SandboxError::from_docker("create workspace volume", e))?;
+
+    let mut attempt = 0;
+    let created = loop {
+        attempt += 1;
+        // A dead container of the same name (killed, engine restarted) is in the way.
+        remove_container(docker, &names.container).await?;
+        let body = container_body(cfg, key, &names);
+        let opts = CreateContainerOptions {
+            name: Some(names.container.clone()),
+            ..Default::default()
+        };
+        let created = match docker.create_container(Some(opts), body).await {
+            Ok(c) => c,
+            Err(e) if docker_status(&e) == Some(409) && attempt < CREATE_ATTEMPTS => continue,
+            Err(e) => return Err(SandboxError::from_docker("create session container", e)),
+        };
+        match docker
+            .start_container(&created.id, None::<StartContainerOptions>)
+            .await
+        {
+            Ok(()) => break created,
+            Err(e) => {
+                let _ = remove_container(docker, &created.id).await;
+                if docker_status(&e) == Some(409) && attempt < CREATE_ATTEMPTS {
+                    continue;
+                }
+                return Err(SandboxError::from_docker("start session container", e));
+            }
+        }
+    };
+    // The volume root is created root-owned; root in the container (no capabilities) still
+    // owns it and may open it. Sticky bit as in /tmp.
+    let mut setup_result = Ok(-1);
+    for attempt in 0..SETUP_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(SETUP_RETRY_PAUSE).await;
+        }
+        let setup = vec!["chmod".into(), "1777".into(), WORKSPACE.into()];
+        setup_result =
+            exec::run_housekeeping(docker, &created.id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT)
+                .await;
+        // 126: the runtime could not start the process (transient on a busy engine).
+        if !matches!(setup_result, Ok(126)) {
+            break;
+        }
+    }
+    match setup_result {
+        Ok(0) => {}
+        Ok(code) => {
+            let _ = remove_container(docker, &created.id).await;
+            return Err(SandboxError::Docker {
+                action: "prepare /workspace".into(),
+                message: format!("chmod exited with {code} (does the image have coreutils?)"),
+            });
+        }
+        Err(
+            exec::ExecFailure::ContainerGone(m)
+            | exec::ExecFailure::ContainerWedged(m)
+            | exec::ExecFailure::Broken(m),
+        ) => {
+            let _ = remove_container(docker, &created.id).await;
+            return Err(SandboxError::Docker {
+                action: "prepare /workspace".into(),
+                message: format!(
+                    "container stopped right after start ({m}); does the image have `sleep`?"
+                ),
+            });
+        }
+        Err(exec::ExecFailure::Failed(e)) => {
+            let _ = remove_container(docker, &created.id).await;
+            return Err(e);
+        }
+    }
+    Ok(created.id)
+}
+
+/// Force-removes a container by id or name; absent is success.
+pub(crate) async fn remove_container(
+    docker: &Docker,
+    id_or_name: &str,
+) -> Result<(), SandboxError> {
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match docker.remove_container(id_or_name, Some(opts)).await {
+        Ok(()) => Ok(()),
+        Err(e) if docker_status(&e) == Some(404) => Ok(()),
+        // 409: removal already in progress (a concurrent remover); wait until it is gone so
+        // that its name is free again.
+        Err(e) if docker_status(&e) == Some(409) => {
+            for _ in 0..REMOVAL_WAIT_POLLS {
+                match docker
+                    .inspect_container(id_or_name, None::<InspectContainerOptions>)
+                    .await
+                {
+                    Err(e) if docker_status(&e) == Some(404) => return Ok(()),
+                    _ => tokio::time::sleep(REMOVAL_WAIT_PAUSE).await,
+                }
+            }
+            Err(SandboxError::Docker {
+                action: "remove session container".into(),
+                message: format!("{id_or_name} is still being removed"),
+            })
+        }
+        Err(e) => Err(SandboxError::from_docker("remove session container", e)),
+    }
+}
+
+/// Removes a volume; absent is success. Retries briefly while a just-removed container
+/// still holds it.
+pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> Result<(), SandboxError> {
+    /// Attempts while the engine still reports the volume in use.
+    const ATTEMPTS: u32 = 20;
+    /// Pause between attempts.
+    const PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+    for attempt in 0..ATTEMPTS {
+        match docker
+            .remove_volume(name, Some(RemoveVolumeOptions { force: true }))
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(e) if docker_status(&e) == Some(404) => return Ok(()),
+            Err(e) if docker_status(&e) == Some(409) && attempt + 1 < ATTEMPTS => {
+                tokio::time::sleep(PAUSE).await;
+            }
+            Err(e) => return Err(SandboxError::from_docker("remove workspace volume", e)),
+        }
+    }
+    Ok(())
+}
+
+/// Removes a session's container and volume by their deterministic names.
+pub(crate) async fn remove_session(docker: &Docker, names: &Names) -> Result<(), SandboxError> {
+    remove_container(docker, &names.container).await?;
+    remove_volume(docker, &names.volume).await
+}
+
+fn label_filters(scope: Option<&str>, extra: &[(&str, &str)]) -> HashMap<String, Vec<String>> {
+    let mut label = vec![format!("{LABEL_MANAGED}=true")];
+    if let Some(s) = scope {
+        label.push(format!("{LABEL_SCOPE}={s}"));
+    }
+    let mut f = HashMap::from([("label".to_string(), label)]);
+    for (k, v) in extra {
+        f.entry((*k).to_string())
+            .or_default()
+            .push((*v).to_string());
+    }
+    f
+}
+
+/// Every warden-managed container (running or not), optionally of one scope.
+pub(crate) async fn list_managed(
+    docker: &Docker,
+    scope: Option<&str>,
+) -> Result<Vec<ContainerSummary>, SandboxError> {
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(label_filters(scope, &[])),
+        ..Default::default()
+    };
+    docker
+        .list_containers(Some(opts))
+        .await
+        .map_err(|e| SandboxError::from_docker("list containers", e))
+}
+
+/// Every warden-managed volume, optionally only those no container references.
+pub(crate) async fn list_volumes(
+    docker: &Docker,
+    scope: Option<&str>,
+    dangling_only: bool,
+) -> Result<Vec<Volume>, SandboxError> {
+    let extra: &[(&str, &str)] = if dangling_only {
+        &[("dangling", "true")]
+    } else {
+        &[]
+    };
+    let opts = ListVolumesOptions {
+        filters: Some(label_filters(scope, extra)),
+    };
+    docker
+        .list_volumes(Some(opts))
+        .await
+        .map(|r| r.volumes.unwrap_or_default())
+        .map_err(|e| SandboxError::from_docker("list volumes", e))
+}
+
+/// The session key a managed container or volume carries in its labels.
+pub(crate) fn key_from_labels(labels: Option<&HashMap<String, String>>) -> Option<SessionKey> {
+    let l = labels?;
+    Some(SessionKey {
+        user_id: l.get(LABEL_USER)?.clone(),
+        session_id: l.get(LABEL_SESSION)?.clone(),
+    })
+}

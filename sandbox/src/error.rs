@@ -1,0 +1,135 @@
+//! Errors of the sandbox crate: infrastructure failures and refused requests.
+//!
+//! A tool's ordinary failure (file not found, non-zero exit, ambiguous edit) is a
+//! `ToolOutput { is_error: true }`, not one of these. Messages here are shown to operators
+//! and models: they must name what failed and what to do, and must never contain secrets
+//! (per-task environment values are never formatted into an error).
+
+use thiserror::Error;
+
+/// Everything that can go wrong in the sandbox crate.
+#[derive(Debug, Error)]
+pub enum SandboxError {
+    /// The Docker engine cannot be reached (socket missing, daemon down, API error on connect).
+    #[error(
+        "Docker is unavailable: {0}. Sandbox tools (Read, Write, Edit, Glob, Grep, Bash) need a running Docker Engine; text-only subagents keep working"
+    )]
+    DockerUnavailable(String),
+
+    /// The configured image is not present locally (there is no registry to pull from).
+    #[error(
+        "sandbox image `{image}` is not present in the local Docker engine; build it with `cargo xtask build` (or: debootstrap --variant=minbase --include=python3-minimal,ripgrep,ca-certificates bookworm ROOTFS && tar -C ROOTFS -c . | docker import - {image})"
+    )]
+    ImageMissing {
+        /// The image reference that was not found.
+        image: String,
+    },
+
+    /// The per-host session limit (`sandbox.max_sessions`) is reached.
+    #[error(
+        "too many sandbox sessions: the limit is {max} (sandbox.max_sessions); end idle sessions or raise the limit"
+    )]
+    TooManySessions {
+        /// The configured maximum.
+        max: usize,
+    },
+
+    /// A path names something outside /workspace (lexically, or after resolving symlinks).
+    #[error(
+        "path `{path}` resolves to `{resolved}`, which is outside the workspace /workspace; refused"
+    )]
+    PathOutsideWorkspace {
+        /// The path as the caller gave it.
+        path: String,
+        /// Where it points.
+        resolved: String,
+    },
+
+    /// A file operation on a confined path failed (missing, not a file, too large, ...).
+    #[error("{path}: {message}")]
+    File {
+        /// The path as the caller gave it.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// The tool name is not one the sandbox provides.
+    #[error("unknown sandbox tool `{0}`; available: Read, Write, Edit, Glob, Grep, Bash")]
+    UnknownTool(String),
+
+    /// The tool input does not match the tool's schema.
+    #[error("invalid input for {tool}: {message}")]
+    InvalidInput {
+        /// The tool called.
+        tool: String,
+        /// What is wrong with the input.
+        message: String,
+    },
+
+    /// A session key is unusable (empty or too long).
+    #[error("invalid session key: {0}")]
+    InvalidSessionKey(String),
+
+    /// The `sandbox:` configuration is invalid.
+    #[error("invalid sandbox configuration: {0}")]
+    Config(String),
+
+    /// The sandbox was shut down; no new calls are accepted.
+    #[error("the sandbox is shut down")]
+    ShutDown,
+
+    /// An exec could not be completed (the host-side deadline passed even after the kill).
+    #[error("exec in session {session} failed: {message}")]
+    Exec {
+        /// `user/session` of the call.
+        session: String,
+        /// What happened.
+        message: String,
+    },
+
+    /// Any other Docker API error.
+    #[error("Docker API error during {action}: {message}")]
+    Docker {
+        /// What warden was doing.
+        action: String,
+        /// The engine's message.
+        message: String,
+    },
+}
+
+impl SandboxError {
+    /// Classifies a bollard error: transport failures become `DockerUnavailable`.
+    pub(crate) fn from_docker(action: &str, e: bollard::errors::Error) -> Self {
+        use bollard::errors::Error as E;
+        match e {
+            E::DockerResponseServerError {
+                status_code,
+                message,
+            } => SandboxError::Docker {
+                action: action.to_string(),
+                message: format!("{status_code}: {message}"),
+            },
+            E::IOError { .. }
+            | E::HyperResponseError { .. }
+            | E::SocketNotFoundError(_)
+            | E::RequestTimeoutError
+            | E::HttpClientError { .. }
+            | E::UnsupportedURISchemeError { .. } => {
+                SandboxError::DockerUnavailable(format!("{action}: {e}"))
+            }
+            other => SandboxError::Docker {
+                action: action.to_string(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// The HTTP status of a Docker API error response, if it was one.
+pub(crate) fn docker_status(e: &bollard::errors::Error) -> Option<u16> {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}

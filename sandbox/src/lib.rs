@@ -1,0 +1,28 @@
+//! Per-session hardened Docker sandboxes and the file/shell tools that run in them.
+//!
+//! The host builds one [`Sandbox`] from the operator's `sandbox:` settings
+//! ([`SandboxConfig`]) and calls [`Sandbox::call_tool`] for every Read, Write, Edit, Glob,
+//! Grep or Bash call of a subagent, keyed by [`SessionKey`] (user id, session id). The first
+//! call of a session creates its container; later calls reuse it; idle sessions are reaped;
+//! [`Sandbox::shutdown`] removes everything. Operators get [`Sandbox::list_sessions`],
+//! [`Sandbox::prune`] and [`Sandbox::metrics`].
+//!
+//! This crate must never give sandboxed code a way out: no Docker socket, no host paths,
+//! no capabilities, no root, no file access outside /workspace, no process that outlives
+//! its timeout — and it must never log the per-task environment it passes to Bash.
+
+mod archive;
+pub mod config;
+pub mod container;
+pub mod error;
+mod exec;
+pub mod metrics;
+pub mod session;
+pub mod tools;
+mod workspace;
+
+pub use config::{ByteSize, SandboxConfig};
+pub use error::SandboxError;
+pub use metrics::MetricsSnapshot;
+pub use session::{PruneReport, Sandbox, SessionInfo, SessionKey};
+pub use tools::{TOOL_NAMES, ToolOutput, ToolSpec, tool_specs};

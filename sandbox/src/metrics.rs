@@ -1,0 +1,149 @@
+//! Counters the host exports (Prometheus text at `/metrics`) and the CLI prints.
+//!
+//! Only counts and durations live here: never session contents, commands or environment.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Live counters, updated lock-free.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    pub sessions_active: AtomicU64,
+    pub sessions_created: AtomicU64,
+    pub sessions_removed: AtomicU64,
+    pub containers_recreated: AtomicU64,
+    pub execs: AtomicU64,
+    pub exec_timeouts: AtomicU64,
+    pub exec_latency_micros: AtomicU64,
+    pub tool_calls: AtomicU64,
+    pub tool_errors: AtomicU64,
+}
+
+impl Metrics {
+    /// Records one finished exec round trip.
+    pub(crate) fn exec_done(&self, took: Duration, timed_out: bool) {
+        self.execs.fetch_add(1, Ordering::Relaxed);
+        self.exec_latency_micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        if timed_out {
+            self.exec_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A consistent-enough copy for reporting.
+    pub(crate) fn snapshot(&self) -> MetricsSnapshot {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            sessions_active: get(&self.sessions_active),
+            sessions_created_total: get(&self.sessions_created),
+            sessions_removed_total: get(&self.sessions_removed),
+            containers_recreated_total: get(&self.containers_recreated),
+            execs_total: get(&self.execs),
+            exec_timeouts_total: get(&self.exec_timeouts),
+            exec_latency_seconds_sum: get(&self.exec_latency_micros) as f64 / 1e6,
+            exec_latency_count: get(&self.execs),
+            tool_calls_total: get(&self.tool_calls),
+            tool_errors_total: get(&self.tool_errors),
+        }
+    }
+}
+
+/// A point-in-time copy of the sandbox counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MetricsSnapshot {
+    /// Sessions with a live container in this host.
+    pub sessions_active: u64,
+    /// Session containers created (including recreations).
+    pub sessions_created_total: u64,
+    /// Sessions removed (idle, ended, shut down).
+    pub sessions_removed_total: u64,
+    /// Containers recreated after they vanished mid-session.
+    pub containers_recreated_total: u64,
+    /// Execs run (tools and Bash).
+    pub execs_total: u64,
+    /// Execs ended by their hard timeout.
+    pub exec_timeouts_total: u64,
+    /// Sum of exec round-trip latencies, seconds.
+    pub exec_latency_seconds_sum: f64,
+    /// Number of latencies in the sum.
+    pub exec_latency_count: u64,
+    /// Tool calls handled.
+    pub tool_calls_total: u64,
+    /// Tool calls that ended in an error (result or `SandboxError`).
+    pub tool_errors_total: u64,
+}
+
+impl MetricsSnapshot {
+    /// Prometheus text exposition of these counters (prefix `warden_sandbox_`).
+    pub fn to_prometheus(&self) -> String {
+        let mut out = String::new();
+        let mut put = |name: &str, kind: &str, help: &str, value: String| {
+            out.push_str(&format!(
+                "# HELP warden_sandbox_{name} {help}\n# TYPE warden_sandbox_{name} {kind}\nwarden_sandbox_{name} {value}\n"
+            ));
+        };
+        put(
+            "sessions_active",
+            "gauge",
+            "Sessions with a live container.",
+            self.sessions_active.to_string(),
+        );
+        put(
+            "sessions_created_total",
+            "counter",
+            "Session containers created.",
+            self.sessions_created_total.to_string(),
+        );
+        put(
+            "sessions_removed_total",
+            "counter",
+            "Sessions removed.",
+            self.sessions_removed_total.to_string(),
+        );
+        put(
+            "containers_recreated_total",
+            "counter",
+            "Containers recreated after vanishing.",
+            self.containers_recreated_total.to_string(),
+        );
+        put(
+            "execs_total",
+            "counter",
+            "Execs run.",
+            self.execs_total.to_string(),
+        );
+        put(
+            "exec_timeouts_total",
+            "counter",
+            "Execs killed by their timeout.",
+            self.exec_timeouts_total.to_string(),
+        );
+        put(
+            "exec_latency_seconds_sum",
+            "counter",
+            "Sum of exec latencies.",
+            format!("{:.6}", self.exec_latency_seconds_sum),
+        );
+        put(
+            "exec_latency_seconds_count",
+            "counter",
+            "Number of exec latencies.",
+            self.exec_latency_count.to_string(),
+        );
+        put(
+            "tool_calls_total",
+            "counter",
+            "Tool calls handled.",
+            self.tool_calls_total.to_string(),
+        );
+        put(
+            "tool_errors_total",
+            "counter",
+            "Tool calls that failed.",
+            self.tool_errors_total.to_string(),
+        );
+        out
+    }
+}

@@ -1,0 +1,728 @@
+//! Session lifecycle: one container per (user_id, session_id), created on first use,
+//! reused, recreated when it vanished, reaped when idle, removed on end and shutdown.
+//!
+//! Concurrent first use of a session creates exactly one container (a per-session async
+//! mutex guards creation). The Docker connection is made lazily at the first tool use, so a
+//! host without Docker still starts and its text-only subagents keep working.
+//! This module must never remove a container or volume that lacks warden's labels, never
+//! remove a session that has a call in flight (except on explicit end or shutdown), and never
+//! let the number of sessions exceed `max_sessions`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use bollard::Docker;
+use bollard::models::ContainerSummaryStateEnum;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+use crate::config::SandboxConfig;
+use crate::container::{self, Names};
+use crate::error::SandboxError;
+use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
+use crate::metrics::{Metrics, MetricsSnapshot};
+
+/// Longest accepted user or session id, in bytes (they become Docker labels).
+pub const MAX_KEY_PART_LEN: usize = 128;
+/// Longest pause between idle sweeps; shorter TTLs sweep at a quarter of the TTL.
+const REAPER_MAX_INTERVAL: Duration = Duration::from_secs(30);
+/// Shortest pause between idle sweeps.
+const REAPER_MIN_INTERVAL: Duration = Duration::from_millis(250);
+/// A dangling workspace volume younger than this may be mid-creation; `prune` leaves it.
+const PRUNE_MIN_VOLUME_AGE: Duration = Duration::from_secs(120);
+/// Per-request timeout of the Docker client, seconds (exec output streams are not bound by it).
+const DOCKER_CLIENT_TIMEOUT_SECS: u64 = 120;
+
+/// Identifies a session: every subagent of one (user, session) shares one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SessionKey {
+    /// The end user (or tenant) the session belongs to.
+    pub user_id: String,
+    /// The conversation / task session id.
+    pub session_id: String,
+}
+
+impl SessionKey {
+    /// A key from its parts.
+    pub fn new(user_id: impl Into<String>, session_id: impl Into<String>) -> Self {
+        Self {
+            user_id: user_id.into(),
+            session_id: session_id.into(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), SandboxError> {
+        for (what, v) in [("user_id", &self.user_id), ("session_id", &self.session_id)] {
+            if v.is_empty() || v.len() > MAX_KEY_PART_LEN || v.chars().any(char::is_control) {
+                return Err(SandboxError::InvalidSessionKey(format!(
+                    "{what} must be 1-{MAX_KEY_PART_LEN} bytes without control characters"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.user_id, self.session_id)
+    }
+}
+
+/// One session as the operator sees it (`warden sandbox ls`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionInfo {
+    /// The session.
+    pub key: SessionKey,
+    /// The host scope that owns it.
+    pub scope: String,
+    /// Docker container id.
+    pub container_id: String,
+    /// Docker container name.
+    pub container_name: String,
+    /// Docker state (`running`, `exited`, ...).
+    pub state: String,
+    /// When the container was created.
+    pub created: SystemTime,
+    /// Last tool use, when this host owns the session.
+    pub last_used: Option<SystemTime>,
+    /// True when this host (this `Sandbox`) manages it.
+    pub owned_here: bool,
+}
+
+/// What a prune removed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PruneReport {
+    /// Names of removed containers.
+    pub containers: Vec<String>,
+    /// Names of removed volumes.
+    pub volumes: Vec<String>,
+}
+
+/// The sandbox manager the host holds (cheap to clone; one per host).
+///
+/// Call [`Sandbox::shutdown`] before exit: dropping it without shutdown leaves the session
+/// containers running, to be adopted by the next `Sandbox` of the same scope.
+#[derive(Clone)]
+pub struct Sandbox {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: SandboxConfig,
+    docker: tokio::sync::OnceCell<Docker>,
+    sessions: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    pub(crate) metrics: Metrics,
+    shut_down: AtomicBool,
+    reaper: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Slot {
+    key: SessionKey,
+    names: Names,
+    /// The live container id; the async mutex serialises creation.
+    container: tokio::sync::Mutex<Option<String>>,
+    last_used: Mutex<(Instant, SystemTime)>,
+    in_flight: AtomicUsize,
+    /// Idle in-container agents of the live container.
+    agents: exec::AgentPool,
+}
+
+impl Slot {
+    fn new(key: SessionKey, names: Names, container: Option<String>) -> Self {
+        Self {
+            key,
+            names,
+            container: tokio::sync::Mutex::new(container),
+            last_used: Mutex::new((Instant::now(), SystemTime::now())),
+            in_flight: AtomicUsize::new(0),
+            agents: exec::AgentPool::default(),
+        }
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().expect("last_used lock") = (Instant::now(), SystemTime::now());
+    }
+}
+
+/// A call's hold on a session: keeps the reaper away while the call runs.
+pub(crate) struct Lease {
+    slot: Arc<Slot>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.slot.touch();
+        self.slot.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Everything a tool needs for one call in one session.
+pub(crate) struct SessionCtx<'a> {
+    pub(crate) inner: &'a Inner,
+    pub(crate) docker: &'a Docker,
+    lease: Lease,
+    /// Per-task environment for Bash (secrets); never logged.
+    pub(crate) env: &'a [(String, String)],
+}
+
+impl fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("scope", &self.inner.config.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sandbox {
+    /// A sandbox manager for `config`. Validates the configuration only: Docker is contacted
+    /// at the first tool use, so this succeeds on hosts without Docker.
+    pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
+        config.validate()?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                docker: tokio::sync::OnceCell::new(),
+                sessions: Mutex::new(HashMap::new()),
+                metrics: Metrics::default(),
+                shut_down: AtomicBool::new(false),
+                reaper: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The configuration in effect.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.inner.config
+    }
+
+    /// Connects to Docker now (instead of at first use), adopting this scope's leftovers.
+    pub async fn connect(&self) -> Result<(), SandboxError> {
+        self.docker().await.map(|_| ())
+    }
+
+    /// Counters for `/metrics` and the CLI.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
+    pub(crate) async fn docker(&self) -> Result<&Docker, SandboxError> {
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            return Err(SandboxError::ShutDown);
+        }
+        self.inner
+            .docker
+            .get_or_try_init(|| async {
+                let docker = connect(&self.inner.config).await?;
+                adopt_leftovers(&self.inner, &docker).await?;
+                let handle = tokio::spawn(reap_loop(Arc::downgrade(&self.inner)));
+                *self.inner.reaper.lock().expect("reaper lock") = Some(handle);
+                Ok::<_, SandboxError>(docker)
+            })
+            .await
+    }
+
+    /// Takes a lease on the session (creating its slot, not yet its container).
+    pub(crate) async fn session<'a>(
+        &'a self,
+        key: &SessionKey,
+        env: &'a [(String, String)],
+    ) -> Result<SessionCtx<'a>, SandboxError> {
+        key.validate()?;
+        let docker = self.docker().await?;
+        let slot = {
+            let mut map = self.inner.sessions.lock().expect("sessions lock");
+            let slot = match map.get(key) {
+                Some(s) => s.clone(),
+                None => {
+                    if map.len() >= self.inner.config.max_sessions {
+                        return Err(SandboxError::TooManySessions {
+                            max: self.inner.config.max_sessions,
+                        });
+                    }
+                    let slot = Arc::new(Slot::new(
+                        key.clone(),
+                        container::names(&self.inner.config.scope, key),
+                        None,
+                    ));
+                    map.insert(key.clone(), slot.clone());
+                    slot
+                }
+            };
+            slot.in_flight.fetch_add(1, Ordering::AcqRel);
+            slot
+        };
+        let ctx = SessionCtx {
+            inner: &self.inner,
+            docker,
+            lease: Lease { slot },
+            env,
+        };
+        // Create the container now so that creation errors surface before any tool work.
+        if let Err(e) = ctx.container().await {
+            self.inner.forget_if_empty(&ctx.lease.slot).await;
+            return Err(e);
+        }
+        Ok(ctx)
+    }
+
+    /// Ends a session now: removes its container and workspace volume. Returns whether this
+    /// host knew the session (its container/volume are removed either way).
+    #[tracing::instrument(skip(self), fields(user = %key.user_id, session = %key.session_id))]
+    pub async fn end_session(&self, key: &SessionKey) -> Result<bool, SandboxError> {
+        key.validate()?;
+        let docker = self.docker().await?;
+        let slot = self
+            .inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .remove(key);
+        match slot {
+            Some(slot) => {
+                self.inner.destroy(docker, &slot).await?;
+                Ok(true)
+            }
+            None => {
+                container::remove_session(docker, &container::names(&self.inner.config.scope, key))
+                    .await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Removes every session of this host (containers and volumes) and stops the reaper.
+    /// Further calls fail with [`SandboxError::ShutDown`].
+    pub async fn shutdown(&self) -> Result<(), SandboxError> {
+        self.inner.shut_down.store(true, Ordering::Release);
+        if let Some(h) = self.inner.reaper.lock().expect("reaper lock").take() {
+            h.abort();
+        }
+        let Some(docker) = self.inner.docker.get() else {
+            return Ok(());
+        };
+        let slots: Vec<Arc<Slot>> = self
+            .inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        let results =
+            futures_util::future::join_all(slots.iter().map(|s| self.inner.destroy(docker, s)))
+                .await;
+        results
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()
+            .map(|_| ())
+    }
+
+    /// Every warden-managed session container on the engine (all scopes), with this host's
+    /// last-use time for the sessions it owns.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, SandboxError> {
+        let docker = self.docker().await?;
+        let listed = container::list_managed(docker, None).await?;
+        let owned: HashMap<String, SystemTime> = self
+            .inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .map(|s| {
+                (
+                    s.names.container.clone(),
+                    s.last_used.lock().expect("last_used lock").1,
+                )
+            })
+            .collect();
+        let mut out: Vec<SessionInfo> = listed
+            .into_iter()
+            .filter_map(|c| {
+                let key = container::key_from_labels(c.labels.as_ref())?;
+                let name = c
+                    .names
+                    .as_ref()?
+                    .first()?
+                    .trim_start_matches('/')
+                    .to_string();
+                let scope = c
+                    .labels
+                    .as_ref()?
+                    .get(container::LABEL_SCOPE)
+                    .cloned()
+                    .unwrap_or_default();
+                let last_used = owned.get(&name).copied();
+                Some(SessionInfo {
+                    key,
+                    owned_here: last_used.is_some() && scope == self.inner.config.scope,
+                    scope,
+                    container_id: c.id.clone().unwrap_or_default(),
+                    container_name: name,
+                    state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                    created: SystemTime::UNIX_EPOCH
+                        + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64),
+                    last_used,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
+        Ok(out)
+    }
+
+    /// Removes warden-labelled containers that have exited (or are dead) and warden-labelled
+    /// volumes no container uses (theirs, or older than two minutes), in any scope; never this
+    /// host's live sessions. Running or just-created containers of other hosts are left to
+    /// their owners (or to adoption when their host restarts).
+    pub async fn prune(&self) -> Result<PruneReport, SandboxError> {
+        self.prune_inner(false).await
+    }
+
+    /// Removes every warden-labelled container and volume (any scope, running or not) except
+    /// this host's live sessions. For operators (`warden sandbox prune --all`) and test sweeps.
+    pub async fn prune_all(&self) -> Result<PruneReport, SandboxError> {
+        self.prune_inner(true).await
+    }
+
+    async fn prune_inner(&self, all: bool) -> Result<PruneReport, SandboxError> {
+        let docker = self.docker().await?;
+        let (live_containers, live_volumes): (Vec<String>, Vec<String>) = self
+            .inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .map(|s| (s.names.container.clone(), s.names.volume.clone()))
+            .unzip();
+        let mut report = PruneReport::default();
+        for c in container::list_managed(docker, None).await? {
+            let name = c
+                .names
+                .as_ref()
+                .and_then(|n| n.first())
+                .map(|n| n.trim_start_matches('/').to_string());
+            let Some(name) = name else { continue };
+            // Only exited or dead containers are leftovers; `created` ones may be mid-creation
+            // by another host, running ones belong to a live host.
+            let finished = matches!(
+                c.state,
+                Some(ContainerSummaryStateEnum::EXITED | ContainerSummaryStateEnum::DEAD)
+            );
+            if live_containers.contains(&name) || (!finished && !all) {
+                continue;
+            }
+            container::remove_container(docker, c.id.as_deref().unwrap_or(&name)).await?;
+            report.containers.push(name);
+        }
+        for v in container::list_volumes(docker, None, !all).await? {
+            if live_volumes.contains(&v.name) {
+                continue;
+            }
+            // A dangling volume may belong to a session another host is creating right now:
+            // only volumes of containers removed above, or old enough, are leftovers.
+            let ours = report
+                .containers
+                .iter()
+                .any(|c| container::volume_of(c) == v.name);
+            let old = serde_json::to_value(&v.created_at)
+                .ok()
+                .and_then(|t| {
+                    t.as_str()
+                        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+                })
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= PRUNE_MIN_VOLUME_AGE);
+            if !all && !ours && !old {
+                continue;
+            }
+            container::remove_volume(docker, &v.name).await?;
+            report.volumes.push(v.name);
+        }
+        tracing::info!(
+            containers = report.containers.len(),
+            volumes = report.volumes.len(),
+            all,
+            "pruned sandbox leftovers"
+        );
+        Ok(report)
+    }
+}
+
+impl Inner {
+    /// Removes a slot that never got a container (creation failed) so it does not count
+    /// against `max_sessions`.
+    async fn forget_if_empty(&self, slot: &Arc<Slot>) {
+        let empty = slot.container.lock().await.is_none();
+        if !empty {
+            return;
+        }
+        let mut map = self.sessions.lock().expect("sessions lock");
+        // Our own lease still counts one.
+        if slot.in_flight.load(Ordering::Acquire) <= 1
+            && map.get(&slot.key).is_some_and(|s| Arc::ptr_eq(s, slot))
+        {
+            map.remove(&slot.key);
+        }
+    }
+
+    /// Removes a session's container and volume (waits for a creation in progress).
+    async fn destroy(&self, docker: &Docker, slot: &Slot) -> Result<(), SandboxError> {
+        let mut guard = slot.container.lock().await;
+        let had = guard.take();
+        slot.agents.clear();
+        if had.is_some() {
+            self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
+            self.metrics
+                .sessions_removed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        container::remove_session(docker, &slot.names).await?;
+        tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session removed");
+        Ok(())
+    }
+
+    /// Removes sessions idle longer than the TTL with no call in flight.
+    async fn reap_idle(&self, docker: &Docker) {
+        let ttl = self.config.idle_ttl;
+        let expired: Vec<Arc<Slot>> = {
+            let mut map = self.sessions.lock().expect("sessions lock");
+            let keys: Vec<SessionKey> = map
+                .values()
+                .filter(|s| {
+                    s.in_flight.load(Ordering::Acquire) == 0
+                        && s.last_used.lock().expect("last_used lock").0.elapsed() >= ttl
+                })
+                .map(|s| s.key.clone())
+                .collect();
+            keys.iter().filter_map(|k| map.remove(k)).collect()
+        };
+        for slot in expired {
+            tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session idle past ttl; removing");
+            if let Err(e) = self.destroy(docker, &slot).await {
+                tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, error = %e, "idle session removal failed");
+            }
+        }
+    }
+}
+
+impl SessionCtx<'_> {
+    /// The session key.
+    pub(crate) fn key(&self) -> &SessionKey {
+        &self.lease.slot.key
+    }
+
+    /// The live container id, creating the container if there is none.
+    pub(crate) async fn container(&self) -> Result<String, SandboxError> {
+        let slot = &self.lease.slot;
+        let mut guard = slot.container.lock().await;
+        if let Some(id) = &*guard {
+            return Ok(id.clone());
+        }
+        let started = Instant::now();
+        let id = container::create_and_start(self.docker, &self.inner.config, &slot.key).await?;
+        self.inner
+            .metrics
+            .sessions_created
+            .fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .metrics
+            .sessions_active
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            user = %slot.key.user_id, session = %slot.key.session_id, container = %id,
+            took_ms = started.elapsed().as_millis() as u64, "session container created"
+        );
+        *guard = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Forgets a container that turned out to be gone, so the next use recreates it.
+    pub(crate) async fn container_gone(&self, id: &str, why: &str) {
+        let slot = &self.lease.slot;
+        let mut guard = slot.container.lock().await;
+        if guard.as_deref() == Some(id) {
+            *guard = None;
+            slot.agents.clear();
+            self.inner
+                .metrics
+                .sessions_active
+                .fetch_sub(1, Ordering::Relaxed);
+            self.inner
+                .metrics
+                .containers_recreated
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, container = %id, why, "session container gone; recreating");
+        }
+    }
+
+    /// Removes a container that stopped cooperating; the next use creates a fresh one on
+    /// the same workspace volume.
+    pub(crate) async fn replace_container(&self, id: &str, why: &str) {
+        self.container_gone(id, why).await;
+        if let Err(e) = container::remove_container(self.docker, id).await {
+            tracing::warn!(user = %self.key().user_id, session = %self.key().session_id, error = %e, "removing a wedged container failed");
+        }
+    }
+
+    /// The user the tools run as.
+    pub(crate) fn user(&self) -> &str {
+        &self.inner.config.user
+    }
+
+    /// Runs a command under the timeout wrapper; recreates the container once if it vanished
+    /// (the command had not started then, so the retry is safe).
+    pub(crate) async fn exec(
+        &self,
+        argv: Vec<String>,
+        timeout: Duration,
+        with_env: bool,
+    ) -> Result<ExecResult, SandboxError> {
+        let mut last = String::new();
+        for _ in 0..2 {
+            let id = self.container().await?;
+            let req = ExecRequest {
+                argv: argv.clone(),
+                env: if with_env { self.env } else { &[] },
+                timeout,
+                capture_limit: self.inner.config.max_output.0 as usize,
+            };
+            let started = Instant::now();
+            match exec::run(self.docker, &self.lease.slot.agents, &id, self.user(), req).await {
+                Ok(r) => {
+                    self.inner.metrics.exec_done(started.elapsed(), r.timed_out);
+                    return Ok(r);
+                }
+                Err(ExecFailure::ContainerGone(why)) => {
+                    self.container_gone(&id, &why).await;
+                    last = why;
+                }
+                Err(ExecFailure::ContainerWedged(why)) => {
+                    self.replace_container(&id, &why).await;
+                    last = why;
+                }
+                Err(ExecFailure::Broken(why)) => {
+                    self.replace_container(&id, &why).await;
+                    return Err(SandboxError::Exec {
+                        session: self.key().to_string(),
+                        message: format!(
+                            "{why}; the container was replaced (workspace kept) — retry the call"
+                        ),
+                    });
+                }
+                Err(ExecFailure::Failed(e)) => return Err(e),
+            }
+        }
+        Err(SandboxError::Exec {
+            session: self.key().to_string(),
+            message: format!("container vanished twice: {last}"),
+        })
+    }
+}
+
+async fn connect(cfg: &SandboxConfig) -> Result<Docker, SandboxError> {
+    let unavailable = |e: bollard::errors::Error| SandboxError::DockerUnavailable(e.to_string());
+    let docker = match cfg.docker_host.as_deref() {
+        None => Docker::connect_with_defaults().map_err(unavailable)?,
+        Some(h) if h.starts_with("unix://") || h.starts_with('/') => {
+            Docker::connect_with_unix(h, DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+                .map_err(unavailable)?
+        }
+        Some(h) => {
+            Docker::connect_with_http(h, DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+                .map_err(unavailable)?
+        }
+    };
+    let endpoint = cfg
+        .docker_host
+        .clone()
+        .or_else(|| std::env::var("DOCKER_HOST").ok())
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    let docker = docker.negotiate_version().await.map_err(|e| {
+        SandboxError::DockerUnavailable(format!(
+            "cannot reach the Docker Engine at {endpoint}: {e}"
+        ))
+    })?;
+    Ok(docker)
+}
+
+/// On connect: adopt this scope's running session containers (their workspace continues),
+/// remove its stopped ones and volumes that belong to no adopted session.
+async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxError> {
+    let scope = inner.config.scope.as_str();
+    let mut adopted = 0usize;
+    for c in container::list_managed(docker, Some(scope)).await? {
+        let id = c.id.clone().unwrap_or_default();
+        let running = matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
+        let key = container::key_from_labels(c.labels.as_ref());
+        let name = c
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
+            .map(|n| n.trim_start_matches('/').to_string());
+        let adopt = {
+            let mut map = inner.sessions.lock().expect("sessions lock");
+            match key {
+                Some(key)
+                    if running
+                        && map.len() < inner.config.max_sessions
+                        && name.as_deref()
+                            == Some(container::names(scope, &key).container.as_str())
+                        && !map.contains_key(&key) =>
+                {
+                    let names = container::names(scope, &key);
+                    tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted session container from a previous host");
+                    map.insert(
+                        key.clone(),
+                        Arc::new(Slot::new(key, names, Some(id.clone()))),
+                    );
+                    inner
+                        .metrics
+                        .sessions_active
+                        .fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if adopt {
+            adopted += 1;
+        } else {
+            tracing::info!(container = %id, "removing leftover session container");
+            container::remove_container(docker, &id).await?;
+        }
+    }
+    let keep: Vec<String> = inner
+        .sessions
+        .lock()
+        .expect("sessions lock")
+        .values()
+        .map(|s| s.names.volume.clone())
+        .collect();
+    for v in container::list_volumes(docker, Some(scope), false).await? {
+        if !keep.contains(&v.name) {
+            container::remove_volume(docker, &v.name).await?;
+        }
+    }
+    if adopted > 0 {
+        tracing::info!(adopted, scope, "adopted sandbox sessions");
+    }
+    Ok(())
+}
+
+async fn reap_loop(inner: Weak<Inner>) {
+    let interval = match inner.upgrade() {
+        Some(i) => (i.config.idle_ttl / 4).clamp(REAPER_MIN_INTERVAL, REAPER_MAX_INTERVAL),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let Some(docker) = inner.docker.get().cloned() else {
+            continue;
+        };
+        inner.reap_idle(&docker).await;
+    }
+}

@@ -1,0 +1,280 @@
+//! Read, Write and Edit, plus the host's binary-safe `upload_file` / `download_file`.
+//!
+//! File bytes travel only through the archive API. These functions must never touch a
+//! path that `workspace::resolve` has not confined, and never show binary content as text.
+
+use serde::Deserialize;
+
+use super::ToolOutput;
+use crate::archive;
+use crate::error::SandboxError;
+use crate::exec::cap_text;
+use crate::session::{Sandbox, SessionCtx, SessionKey};
+use crate::workspace::{self, Kind, Purpose, Target};
+
+/// Lines Read returns when the call gives no limit (Claude Code's default).
+pub const DEFAULT_READ_LIMIT: usize = 2000;
+/// Characters kept per line in Read output; longer lines are cut (minified files).
+pub const MAX_LINE_CHARS: usize = 2000;
+/// Largest file Read and Edit load (bigger files: use Bash with head/sed, or Grep).
+pub const MAX_TEXT_FILE_BYTES: u64 = 32 * 1024 * 1024;
+/// Largest file `upload_file` / `download_file` move in one call.
+pub const MAX_TRANSFER_BYTES: u64 = 256 * 1024 * 1024;
+/// Bytes inspected for NUL when deciding whether a file is binary (as git and grep do).
+const BINARY_SNIFF_BYTES: usize = 8000;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ReadInput {
+    file_path: String,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WriteInput {
+    file_path: String,
+    content: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct EditInput {
+    file_path: String,
+    old_string: String,
+    new_string: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+/// True for content that is not UTF-8 text (NUL bytes early on, or invalid UTF-8).
+fn is_binary(bytes: &[u8]) -> bool {
+    bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) || std::str::from_utf8(bytes).is_err()
+}
+
+fn not_a_file(path: &str, t: &Target) -> Option<ToolOutput> {
+    match &t.kind {
+        Kind::File => None,
+        Kind::Missing => Some(ToolOutput::error(format!("File does not exist: {path}"))),
+        Kind::Dir => Some(ToolOutput::error(format!(
+            "{path} is a directory, not a file; use Glob or Bash `ls` to list it"
+        ))),
+        Kind::Other(k) => Some(ToolOutput::error(format!(
+            "{path} is not a regular file ({k})"
+        ))),
+    }
+}
+
+async fn fetch(ctx: &SessionCtx<'_>, t: &Target, max: u64) -> Result<Vec<u8>, SandboxError> {
+    let id = ctx.container().await?;
+    archive::download(ctx.docker, &id, &t.path, max).await
+}
+
+async fn store(
+    ctx: &SessionCtx<'_>,
+    t: &Target,
+    data: &[u8],
+    mode: u32,
+) -> Result<(), SandboxError> {
+    let (uid, gid) = ctx
+        .inner
+        .config
+        .uid_gid()
+        .ok_or_else(|| SandboxError::Config("sandbox.user is not numeric".into()))?;
+    let (dir, name) = t.path.rsplit_once('/').unwrap_or(("/workspace", &t.path));
+    let dir = if dir.is_empty() { "/" } else { dir };
+    let tar = archive::pack_file(name, data, mode, uid, gid)?;
+    let id = ctx.container().await?;
+    archive::upload(ctx.docker, &id, dir, tar).await
+}
+
+pub(crate) async fn read(
+    ctx: &SessionCtx<'_>,
+    input: ReadInput,
+    cap: usize,
+) -> Result<ToolOutput, SandboxError> {
+    let path = input.file_path.as_str();
+    let t = workspace::resolve(ctx, path, Purpose::Read).await?;
+    if let Some(out) = not_a_file(path, &t) {
+        return Ok(out);
+    }
+    if t.size > MAX_TEXT_FILE_BYTES {
+        return Ok(ToolOutput::error(format!(
+            "{path} is {} bytes, over Read's {MAX_TEXT_FILE_BYTES}-byte limit; use Grep, or Bash with head/sed to see parts of it",
+            t.size
+        )));
+    }
+    let bytes = fetch(ctx, &t, MAX_TEXT_FILE_BYTES).await?;
+    if is_binary(&bytes) {
+        return Ok(ToolOutput::error(format!(
+            "{path} is a binary file ({} bytes); Read shows text only. Inspect it with Bash, e.g. `od -A x -t x1z {path} | head`",
+            bytes.len()
+        )));
+    }
+    let text = String::from_utf8(bytes).expect("checked by is_binary");
+    if text.is_empty() {
+        return Ok(ToolOutput::ok(format!(
+            "(the file {path} exists but is empty)"
+        )));
+    }
+    let total = text.lines().count();
+    let start = input.offset.unwrap_or(1).max(1);
+    let limit = input.limit.unwrap_or(DEFAULT_READ_LIMIT).max(1);
+    if start > total {
+        return Ok(ToolOutput::error(format!(
+            "offset {start} is past the end of {path}, which has {total} lines"
+        )));
+    }
+    let mut out = String::with_capacity(text.len().min(cap) + 64);
+    let mut shown = 0;
+    for (i, line) in text.lines().enumerate().skip(start - 1).take(limit) {
+        let line = match line.char_indices().nth(MAX_LINE_CHARS) {
+            Some((cut, _)) => format!("{}… [line truncated]", &line[..cut]),
+            None => line.to_string(),
+        };
+        out.push_str(&format!("{:>6}\t{line}\n", i + 1));
+        shown += 1;
+        if out.len() > cap * 2 {
+            break;
+        }
+    }
+    let last = start - 1 + shown;
+    if last < total {
+        out.push_str(&format!(
+            "[showing lines {start}-{last} of {total}; use offset/limit to read more]\n"
+        ));
+    }
+    Ok(ToolOutput::ok(cap_text(out, cap)))
+}
+
+pub(crate) async fn write(
+    ctx: &SessionCtx<'_>,
+    input: WriteInput,
+) -> Result<ToolOutput, SandboxError> {
+    let path = input.file_path.as_str();
+    let t = workspace::resolve(ctx, path, Purpose::Write).await?;
+    let existed = match &t.kind {
+        Kind::Missing => false,
+        Kind::File => true,
+        _ => return Ok(not_a_file(path, &t).expect("not a file")),
+    };
+    store(
+        ctx,
+        &t,
+        input.content.as_bytes(),
+        if existed { t.mode } else { 0o644 },
+    )
+    .await?;
+    Ok(ToolOutput::ok(if existed {
+        format!(
+            "The file {path} has been overwritten ({} bytes).",
+            input.content.len()
+        )
+    } else {
+        format!(
+            "File created successfully at: {path} ({} bytes).",
+            input.content.len()
+        )
+    }))
+}
+
+pub(crate) async fn edit(
+    ctx: &SessionCtx<'_>,
+    input: EditInput,
+) -> Result<ToolOutput, SandboxError> {
+    let path = input.file_path.as_str();
+    if input.old_string.is_empty() {
+        return Ok(ToolOutput::error(
+            "old_string must not be empty; use Write to create a file",
+        ));
+    }
+    if input.old_string == input.new_string {
+        return Ok(ToolOutput::error(
+            "No changes to make: old_string and new_string are exactly the same.",
+        ));
+    }
+    let t = workspace::resolve(ctx, path, Purpose::Read).await?;
+    if let Some(out) = not_a_file(path, &t) {
+        return Ok(out);
+    }
+    if t.size > MAX_TEXT_FILE_BYTES {
+        return Ok(ToolOutput::error(format!(
+            "{path} is over Edit's {MAX_TEXT_FILE_BYTES}-byte limit"
+        )));
+    }
+    let bytes = fetch(ctx, &t, MAX_TEXT_FILE_BYTES).await?;
+    if is_binary(&bytes) {
+        return Ok(ToolOutput::error(format!(
+            "{path} is a binary file; Edit changes text files only"
+        )));
+    }
+    let text = String::from_utf8(bytes).expect("checked by is_binary");
+    let count = text.matches(input.old_string.as_str()).count();
+    if count == 0 {
+        return Ok(ToolOutput::error(format!(
+            "String to replace not found in {path}."
+        )));
+    }
+    if count > 1 && !input.replace_all {
+        return Ok(ToolOutput::error(format!(
+            "Found {count} matches of the string to replace in {path}, but replace_all is false. To replace all, set replace_all to true; to replace one, give more surrounding context so old_string is unique."
+        )));
+    }
+    let updated = if input.replace_all {
+        text.replace(&input.old_string, &input.new_string)
+    } else {
+        text.replacen(&input.old_string, &input.new_string, 1)
+    };
+    store(ctx, &t, updated.as_bytes(), t.mode).await?;
+    Ok(ToolOutput::ok(format!(
+        "The file {path} has been updated ({count} replacement{}).",
+        if count == 1 { "" } else { "s" }
+    )))
+}
+
+impl Sandbox {
+    /// Writes raw bytes to a confined path in the session workspace (binary-safe; creates
+    /// parent directories). For the host (attachments) and tests; not a model-facing tool.
+    pub async fn upload_file(
+        &self,
+        key: &SessionKey,
+        path: &str,
+        data: &[u8],
+    ) -> Result<(), SandboxError> {
+        if data.len() as u64 > MAX_TRANSFER_BYTES {
+            return Err(SandboxError::File {
+                path: path.into(),
+                message: format!("larger than the {MAX_TRANSFER_BYTES}-byte transfer limit"),
+            });
+        }
+        let ctx = self.session(key, &[]).await?;
+        let t = workspace::resolve(&ctx, path, Purpose::Write).await?;
+        match &t.kind {
+            Kind::Missing => store(&ctx, &t, data, 0o644).await,
+            Kind::File => store(&ctx, &t, data, t.mode).await,
+            _ => Err(SandboxError::File {
+                path: path.into(),
+                message: "exists and is not a regular file".into(),
+            }),
+        }
+    }
+
+    /// Reads raw bytes from a confined path in the session workspace (binary-safe).
+    pub async fn download_file(
+        &self,
+        key: &SessionKey,
+        path: &str,
+    ) -> Result<Vec<u8>, SandboxError> {
+        let ctx = self.session(key, &[]).await?;
+        let t = workspace::resolve(&ctx, path, Purpose::Read).await?;
+        match &t.kind {
+            Kind::File => fetch(&ctx, &t, MAX_TRANSFER_BYTES).await,
+            Kind::Missing => Err(SandboxError::File {
+                path: path.into(),
+                message: "does not exist".into(),
+            }),
+            _ => Err(SandboxError::File {
+                path: path.into(),
+                message: "is not a regular file".into(),
+            }),
+        }
+    }
+}

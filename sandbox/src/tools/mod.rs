@@ -1,0 +1,259 @@
+//! The sandbox tools with Claude Code's names and parameters: Read, Write, Edit, Glob,
+//! Grep, Bash — their schemas and the single entry point [`Sandbox::call_tool`].
+//!
+//! This layer parses and validates input and formats results; the work happens in the
+//! session's container. It must never run a tool outside the session's sandbox, never skip
+//! path confinement, and never log tool input environment values (they carry secrets).
+
+mod bash;
+mod files;
+mod search;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::sync::atomic::Ordering;
+
+use crate::error::SandboxError;
+use crate::session::{Sandbox, SessionKey};
+
+/// Names of every tool this crate provides, in `tool_specs` order.
+pub const TOOL_NAMES: [&str; 6] = ["Read", "Write", "Edit", "Glob", "Grep", "Bash"];
+/// Most environment variables one call may pass.
+const MAX_ENV_VARS: usize = 64;
+
+/// The result of one tool call, as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// Text for the model (capped at `sandbox.max_output`, truncation stated).
+    pub content: String,
+    /// True when the tool failed in the ordinary way (missing file, non-zero exit, ...).
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub(crate) fn ok(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    pub(crate) fn error(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// A tool's name, description and JSON Schema for its input (for the model's tool list).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Claude Code's tool name.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the input object.
+    pub input_schema: Value,
+}
+
+/// Specs of every sandbox tool.
+pub fn tool_specs() -> Vec<ToolSpec> {
+    let spec = |name: &str, description: &str, input_schema: Value| ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        input_schema,
+    };
+    vec![
+        spec(
+            "Read",
+            "Reads a file from the session workspace (/workspace). Returns lines numbered like `cat -n`, starting at 1. By default reads up to 2000 lines from the start; use offset and limit for long files. Binary files are reported, not shown.",
+            json!({"type":"object","properties":{
+                "file_path":{"type":"string","description":"Path of the file (absolute under /workspace, or relative to it)"},
+                "offset":{"type":"integer","minimum":1,"description":"Line number to start reading from"},
+                "limit":{"type":"integer","minimum":1,"description":"Number of lines to read"}},
+                "required":["file_path"],"additionalProperties":false}),
+        ),
+        spec(
+            "Write",
+            "Writes a file in the session workspace, replacing it if it exists and creating parent directories.",
+            json!({"type":"object","properties":{
+                "file_path":{"type":"string","description":"Path of the file (absolute under /workspace, or relative to it)"},
+                "content":{"type":"string","description":"The content to write"}},
+                "required":["file_path","content"],"additionalProperties":false}),
+        ),
+        spec(
+            "Edit",
+            "Replaces exact text in a file. old_string must occur exactly once unless replace_all is true.",
+            json!({"type":"object","properties":{
+                "file_path":{"type":"string","description":"Path of the file to modify"},
+                "old_string":{"type":"string","description":"The text to replace"},
+                "new_string":{"type":"string","description":"The replacement text (must differ from old_string)"},
+                "replace_all":{"type":"boolean","default":false,"description":"Replace every occurrence"}},
+                "required":["file_path","old_string","new_string"],"additionalProperties":false}),
+        ),
+        spec(
+            "Glob",
+            "Finds files by glob pattern (e.g. `**/*.rs`), newest first. Searches /workspace unless path is given.",
+            json!({"type":"object","properties":{
+                "pattern":{"type":"string","description":"The glob pattern to match files against"},
+                "path":{"type":"string","description":"Directory to search in (default /workspace)"}},
+                "required":["pattern"],"additionalProperties":false}),
+        ),
+        spec(
+            "Grep",
+            "Searches file contents with ripgrep (regular expressions). output_mode: files_with_matches (default), content, count.",
+            json!({"type":"object","properties":{
+                "pattern":{"type":"string","description":"Regular expression to search for"},
+                "path":{"type":"string","description":"File or directory to search (default /workspace)"},
+                "glob":{"type":"string","description":"Only search files matching this glob (rg --glob)"},
+                "type":{"type":"string","description":"Only search files of this type (rg --type), e.g. rust, py"},
+                "output_mode":{"type":"string","enum":["content","files_with_matches","count"]},
+                "-i":{"type":"boolean","description":"Case insensitive"},
+                "-n":{"type":"boolean","description":"Line numbers (content mode; default true)"},
+                "-A":{"type":"integer","minimum":0,"description":"Lines after each match (content mode)"},
+                "-B":{"type":"integer","minimum":0,"description":"Lines before each match (content mode)"},
+                "-C":{"type":"integer","minimum":0,"description":"Lines around each match (content mode)"},
+                "multiline":{"type":"boolean","description":"Let patterns span lines (rg -U --multiline-dotall)"},
+                "head_limit":{"type":"integer","minimum":1,"description":"Only the first N lines/entries of output"}},
+                "required":["pattern"],"additionalProperties":false}),
+        ),
+        spec(
+            "Bash",
+            "Runs a bash command in the session sandbox (working directory and exported variables persist between calls; processes started by a call, including `&` background jobs, end with the call; no network unless the operator allows it). Returns stdout, stderr and the exit code. timeout is in milliseconds (max 600000).",
+            json!({"type":"object","properties":{
+                "command":{"type":"string","description":"The command to run"},
+                "timeout":{"type":"integer","minimum":1,"maximum":bash::MAX_TIMEOUT_MS,"description":"Timeout in milliseconds"},
+                "description":{"type":"string","description":"What the command does, in a few words"},
+                "run_in_background":{"type":"boolean","description":"Not supported in the sandbox; use `cmd > file 2>&1 &`"}},
+                "required":["command"],"additionalProperties":false}),
+        ),
+    ]
+}
+
+pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: Value) -> Result<T, SandboxError> {
+    serde_json::from_value(input).map_err(|e| SandboxError::InvalidInput {
+        tool: tool.to_string(),
+        message: e.to_string(),
+    })
+}
+
+fn validate_env(env: &[(String, String)]) -> Result<(), SandboxError> {
+    if env.len() > MAX_ENV_VARS {
+        return Err(SandboxError::InvalidInput {
+            tool: "Bash".into(),
+            message: format!("more than {MAX_ENV_VARS} environment variables"),
+        });
+    }
+    for (name, value) in env {
+        let mut chars = name.chars();
+        let ok_start = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !ok_start
+            || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || value.contains('\0')
+        {
+            // The value is deliberately not shown: it may be a secret.
+            return Err(SandboxError::InvalidInput {
+                tool: "Bash".into(),
+                message: format!(
+                    "environment variable name `{name}` is not a shell identifier (or its value has NUL)"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Sandbox {
+    /// Runs one tool call in the session's sandbox (creating the container on first use).
+    ///
+    /// `env` is extra environment for Bash (per-task secrets); it is never logged and not
+    /// persisted in the session's shell state. `Ok` with `is_error` is an ordinary tool
+    /// failure; `Err` is a refused request or an infrastructure failure — the host should
+    /// show its `Display` to the model as an error result.
+    #[tracing::instrument(skip(self, input, env), fields(user = %key.user_id, session = %key.session_id))]
+    pub async fn call_tool(
+        &self,
+        key: &SessionKey,
+        tool: &str,
+        input: Value,
+        env: &[(String, String)],
+    ) -> Result<ToolOutput, SandboxError> {
+        self.inner
+            .metrics
+            .tool_calls
+            .fetch_add(1, Ordering::Relaxed);
+        let result = self.dispatch(key, tool, input, env).await;
+        if !matches!(
+            result,
+            Ok(ToolOutput {
+                is_error: false,
+                ..
+            })
+        ) {
+            self.inner
+                .metrics
+                .tool_errors
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        match &result {
+            Ok(out) => tracing::debug!(
+                tool,
+                is_error = out.is_error,
+                bytes = out.content.len(),
+                "tool call done"
+            ),
+            Err(e) => tracing::debug!(tool, error = %e, "tool call refused or failed"),
+        }
+        result
+    }
+
+    async fn dispatch(
+        &self,
+        key: &SessionKey,
+        tool: &str,
+        input: Value,
+        env: &[(String, String)],
+    ) -> Result<ToolOutput, SandboxError> {
+        // Validate before touching Docker, so bad calls fail the same way everywhere.
+        let cap = self.inner.config.max_output.0 as usize;
+        match tool {
+            "Read" => {
+                let i = parse::<files::ReadInput>(tool, input)?;
+                let ctx = self.session(key, env).await?;
+                files::read(&ctx, i, cap).await
+            }
+            "Write" => {
+                let i = parse::<files::WriteInput>(tool, input)?;
+                let ctx = self.session(key, env).await?;
+                files::write(&ctx, i).await
+            }
+            "Edit" => {
+                let i = parse::<files::EditInput>(tool, input)?;
+                let ctx = self.session(key, env).await?;
+                files::edit(&ctx, i).await
+            }
+            "Glob" => {
+                let i = parse::<search::GlobInput>(tool, input)?;
+                let ctx = self.session(key, env).await?;
+                search::glob(&ctx, i, cap).await
+            }
+            "Grep" => {
+                let i = parse::<search::GrepInput>(tool, input)?;
+                let ctx = self.session(key, env).await?;
+                search::grep(&ctx, i, cap).await
+            }
+            "Bash" => {
+                let i = parse::<bash::BashInput>(tool, input)?;
+                validate_env(env)?;
+                let timeout = bash::timeout_of(&i, self.inner.config.exec_timeout)?;
+                let ctx = self.session(key, env).await?;
+                bash::run(&ctx, i, timeout, cap).await
+            }
+            other => Err(SandboxError::UnknownTool(other.to_string())),
+        }
+    }
+}

@@ -1,0 +1,1247 @@
+//! Integration tests of warden-sandbox against the real Docker Engine.
+//!
+//! Own harness (`harness = false`): tests run a few at a time, each with its own sandbox
+//! scope; after each test the runner checks that nothing of that scope is left, and after
+//! all tests that nothing warden-labelled from this run remains. Without Docker or without
+//! the sandbox image every test fails loudly — nothing is skipped.
+//!
+//! Run: `cargo test -p warden-sandbox --test sandbox [-- FILTER...]`
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use warden_sandbox::{Sandbox, SandboxConfig, SandboxError, SessionKey, ToolOutput};
+
+/// Tests running at once (the machine has 2 cores and other builds run).
+const CONCURRENCY: usize = 4;
+/// Per-test limit.
+const TEST_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// What every test gets: a scope no other test (or run) uses.
+#[derive(Clone)]
+struct Ctx {
+    scope: String,
+}
+
+impl Ctx {
+    fn sandbox(&self) -> Sandbox {
+        self.sandbox_with(|_| {})
+    }
+
+    fn sandbox_with(&self, f: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
+        let mut cfg = SandboxConfig {
+            scope: self.scope.clone(),
+            ..SandboxConfig::default()
+        };
+        f(&mut cfg);
+        Sandbox::new(cfg).expect("valid config")
+    }
+}
+
+fn key(session: &str) -> SessionKey {
+    SessionKey::new("tester", session)
+}
+
+async fn tool(sb: &Sandbox, k: &SessionKey, name: &str, input: Value) -> ToolOutput {
+    match sb.call_tool(k, name, input.clone(), &[]).await {
+        Ok(o) => o,
+        Err(e) => panic!("{name} {input} failed: {e}"),
+    }
+}
+
+async fn bash(sb: &Sandbox, k: &SessionKey, cmd: &str) -> ToolOutput {
+    tool(sb, k, "Bash", json!({ "command": cmd })).await
+}
+
+async fn bash_ok(sb: &Sandbox, k: &SessionKey, cmd: &str) -> String {
+    let o = bash(sb, k, cmd).await;
+    assert!(!o.is_error, "`{cmd}` failed: {}", o.content);
+    o.content
+}
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Container id of a session (via list_sessions).
+async fn container_of(sb: &Sandbox, k: &SessionKey) -> String {
+    let s = sb.list_sessions().await.unwrap();
+    let mine: Vec<_> = s
+        .iter()
+        .filter(|i| &i.key == k && i.scope == sb.config().scope)
+        .collect();
+    assert_eq!(mine.len(), 1, "exactly one container for {k}: {s:?}");
+    mine[0].container_id.clone()
+}
+
+/// Processes in a container whose command line starts with `prefix`.
+async fn procs_starting_with(sb: &Sandbox, k: &SessionKey, prefix: &str) -> String {
+    let script = format!(
+        r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null); case "$c" in "{prefix}"*) echo "LEFT $c";; esac; done; true"#
+    );
+    bash_ok(sb, k, &script).await
+}
+
+mod tools {
+    use super::*;
+
+    pub async fn read_write_edit(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("rwe");
+        let w = tool(
+            &sb,
+            &k,
+            "Write",
+            json!({"file_path": "notes/a.txt", "content": "alpha\nbeta\ngamma\nbeta\n"}),
+        )
+        .await;
+        assert!(
+            !w.is_error && w.content.contains("created"),
+            "{}",
+            w.content
+        );
+        let r = tool(
+            &sb,
+            &k,
+            "Read",
+            json!({"file_path": "/workspace/notes/a.txt"}),
+        )
+        .await;
+        assert_eq!(
+            r.content,
+            "     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tbeta\n"
+        );
+        let r = tool(
+            &sb,
+            &k,
+            "Read",
+            json!({"file_path": "notes/a.txt", "offset": 2, "limit": 2}),
+        )
+        .await;
+        assert!(
+            r.content.starts_with("     2\tbeta\n     3\tgamma\n"),
+            "{}",
+            r.content
+        );
+        assert!(
+            r.content.contains("showing lines 2-3 of 4"),
+            "{}",
+            r.content
+        );
+
+        let e = tool(
+            &sb,
+            &k,
+            "Edit",
+            json!({"file_path": "notes/a.txt", "old_string": "beta", "new_string": "BETA"}),
+        )
+        .await;
+        assert!(
+            e.is_error && e.content.contains("Found 2 matches"),
+            "{}",
+            e.content
+        );
+        let e = tool(
+            &sb,
+            &k,
+            "Edit",
+            json!({"file_path": "notes/a.txt", "old_string": "gamma", "new_string": "GAMMA"}),
+        )
+        .await;
+        assert!(!e.is_error, "{}", e.content);
+        let e = tool(&sb, &k, "Edit", json!({"file_path": "notes/a.txt", "old_string": "beta", "new_string": "B", "replace_all": true})).await;
+        assert!(
+            !e.is_error && e.content.contains("2 replacements"),
+            "{}",
+            e.content
+        );
+        let e = tool(
+            &sb,
+            &k,
+            "Edit",
+            json!({"file_path": "notes/a.txt", "old_string": "zeta", "new_string": "Z"}),
+        )
+        .await;
+        assert!(
+            e.is_error && e.content.contains("not found"),
+            "{}",
+            e.content
+        );
+        assert_eq!(
+            bash_ok(&sb, &k, "cat notes/a.txt").await,
+            "alpha\nB\nGAMMA\nB\n"
+        );
+
+        let w = tool(
+            &sb,
+            &k,
+            "Write",
+            json!({"file_path": "notes/a.txt", "content": "new"}),
+        )
+        .await;
+        assert!(w.content.contains("overwritten"), "{}", w.content);
+        let r = tool(&sb, &k, "Read", json!({"file_path": "missing.txt"})).await;
+        assert!(
+            r.is_error && r.content.contains("does not exist"),
+            "{}",
+            r.content
+        );
+        let r = tool(&sb, &k, "Read", json!({"file_path": "notes"})).await;
+        assert!(
+            r.is_error && r.content.contains("directory"),
+            "{}",
+            r.content
+        );
+        // Files belong to the session user, not root.
+        assert_eq!(
+            bash_ok(&sb, &k, "stat -c %u:%g notes/a.txt").await.trim(),
+            "1000:1000"
+        );
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn binary_roundtrip(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("bin");
+        let data: Vec<u8> = (0..200_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        sb.upload_file(&k, "blob/data.bin", &data).await.unwrap();
+        assert_eq!(
+            sb.download_file(&k, "/workspace/blob/data.bin")
+                .await
+                .unwrap(),
+            data
+        );
+        assert_eq!(
+            bash_ok(&sb, &k, "stat -c %s blob/data.bin").await.trim(),
+            data.len().to_string()
+        );
+        // Produced inside, fetched out byte for byte.
+        bash_ok(
+            &sb,
+            &k,
+            "head -c 4096 /dev/urandom > r.bin && od -A n -t x1 -v r.bin | tr -d ' \\n' > r.hex",
+        )
+        .await;
+        let raw = sb.download_file(&k, "r.bin").await.unwrap();
+        let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(sb.download_file(&k, "r.hex").await.unwrap(), hex.as_bytes());
+        let r = tool(&sb, &k, "Read", json!({"file_path": "r.bin"})).await;
+        assert!(
+            r.is_error && r.content.contains("binary file"),
+            "{}",
+            r.content
+        );
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn glob(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("glob");
+        bash_ok(&sb, &k, "mkdir -p src/a docs && touch -d 2020-01-01 src/main.rs src/a/lib.rs docs/x.md .hidden.rs && touch src/a/new.rs").await;
+        let g = tool(&sb, &k, "Glob", json!({"pattern": "**/*.rs"})).await;
+        let lines: Vec<&str> = g.content.lines().collect();
+        assert_eq!(lines.len(), 4, "{}", g.content);
+        assert_eq!(
+            lines[0], "/workspace/src/a/new.rs",
+            "newest first: {}",
+            g.content
+        );
+        assert!(lines.contains(&"/workspace/.hidden.rs"));
+        let g = tool(&sb, &k, "Glob", json!({"pattern": "*.rs", "path": "src/a"})).await;
+        assert_eq!(g.content.lines().count(), 2, "{}", g.content);
+        let g = tool(&sb, &k, "Glob", json!({"pattern": "**/*.py"})).await;
+        assert_eq!(g.content, "No files found");
+        let g = tool(&sb, &k, "Glob", json!({"pattern": "*", "path": "nope"})).await;
+        assert!(g.is_error, "{}", g.content);
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn grep(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("grep");
+        bash_ok(&sb, &k, "mkdir -p p && printf 'fn main() {}\\nlet Needle = 1;\\nneedle again\\nx\\ny\\n' > p/a.rs && printf 'needle in py\\n' > p/b.py && printf 'nothing\\n' > p/c.txt").await;
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "needle"})).await;
+        assert!(g.content.starts_with("Found 2 files"), "{}", g.content);
+        let g = tool(
+            &sb,
+            &k,
+            "Grep",
+            json!({"pattern": "needle", "-i": true, "output_mode": "count"}),
+        )
+        .await;
+        assert!(
+            g.content.contains("/workspace/p/a.rs:2") && g.content.contains("/workspace/p/b.py:1"),
+            "{}",
+            g.content
+        );
+        let g = tool(
+            &sb,
+            &k,
+            "Grep",
+            json!({"pattern": "Needle", "output_mode": "content", "path": "p/a.rs"}),
+        )
+        .await;
+        assert_eq!(g.content.trim(), "/workspace/p/a.rs:2:let Needle = 1;");
+        let g = tool(
+            &sb,
+            &k,
+            "Grep",
+            json!({"pattern": "Needle", "output_mode": "content", "-A": 1, "-n": false}),
+        )
+        .await;
+        assert!(
+            g.content.contains("let Needle = 1;") && g.content.contains("needle again"),
+            "{}",
+            g.content
+        );
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "needle", "type": "py"})).await;
+        assert!(
+            g.content.contains("b.py") && !g.content.contains("a.rs"),
+            "{}",
+            g.content
+        );
+        let g = tool(
+            &sb,
+            &k,
+            "Grep",
+            json!({"pattern": "needle", "glob": "*.rs"}),
+        )
+        .await;
+        assert!(
+            g.content.contains("a.rs") && !g.content.contains("b.py"),
+            "{}",
+            g.content
+        );
+        let g = tool(
+            &sb,
+            &k,
+            "Grep",
+            json!({"pattern": ".", "output_mode": "content", "path": "p/a.rs", "head_limit": 2}),
+        )
+        .await;
+        assert!(
+            g.content.contains("head_limit") && g.content.lines().count() == 3,
+            "{}",
+            g.content
+        );
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "absent-text"})).await;
+        assert!(
+            !g.is_error && g.content == "No files found",
+            "{}",
+            g.content
+        );
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "(unclosed"})).await;
+        assert!(g.is_error, "{}", g.content);
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn bash_state_and_secrets(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("bash");
+        let o = bash(&sb, &k, "echo out; echo err >&2; exit 3").await;
+        assert!(o.is_error);
+        assert_eq!(o.content, "out\n[stderr]\nerr\n[exit code: 3]");
+        bash_ok(
+            &sb,
+            &k,
+            "mkdir -p deep/dir && cd deep/dir && export GREETING='hello world'",
+        )
+        .await;
+        assert_eq!(
+            bash_ok(&sb, &k, "pwd; echo \"$GREETING\"").await,
+            "/workspace/deep/dir\nhello world\n"
+        );
+        // Secrets: visible to the call, never persisted.
+        let env = vec![("API_TOKEN".to_string(), "s3cr3t".to_string())];
+        let o = sb
+            .call_tool(&k, "Bash", json!({"command": "echo ${API_TOKEN}"}), &env)
+            .await
+            .unwrap();
+        assert_eq!(o.content, "s3cr3t\n");
+        assert_eq!(
+            bash_ok(&sb, &k, "echo \"[${API_TOKEN:-unset}]\"").await,
+            "[unset]\n"
+        );
+        let state = bash_ok(&sb, &k, "cat /tmp/.warden/state.sh").await;
+        assert!(
+            !state.contains("s3cr3t") && state.contains("GREETING"),
+            "{state}"
+        );
+        // A secret wins over a persisted variable of the same name.
+        bash_ok(&sb, &k, "export API_TOKEN=plain").await;
+        let o = sb
+            .call_tool(&k, "Bash", json!({"command": "echo $API_TOKEN"}), &env)
+            .await
+            .unwrap();
+        assert_eq!(o.content, "s3cr3t\n");
+        let bad = sb
+            .call_tool(
+                &k,
+                "Bash",
+                json!({"command": "true"}),
+                &[("BAD-NAME".into(), "x".into())],
+            )
+            .await;
+        assert!(
+            matches!(bad, Err(SandboxError::InvalidInput { .. })),
+            "{bad:?}"
+        );
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn output_is_capped(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.max_output = warden_sandbox::ByteSize(16 * 1024));
+        let k = key("cap");
+        let o = bash(&sb, &k, "seq 1 200000; echo LAST-LINE").await;
+        assert!(!o.is_error);
+        assert!(o.content.len() <= 16 * 1024 + 64, "{}", o.content.len());
+        assert!(o.content.starts_with("1\n2\n3\n"), "head kept");
+        assert!(o.content.trim_end().ends_with("LAST-LINE"), "tail kept");
+        assert!(o.content.contains("bytes truncated"), "truncation stated");
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn errors_are_clear(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("errs");
+        let e = sb.call_tool(&k, "WebFetch", json!({}), &[]).await;
+        assert!(matches!(e, Err(SandboxError::UnknownTool(_))), "{e:?}");
+        let e = sb.call_tool(&k, "Read", json!({"path": "x"}), &[]).await;
+        assert!(
+            matches!(&e, Err(SandboxError::InvalidInput { message, .. }) if message.contains("file_path")),
+            "{e:?}"
+        );
+        let e = sb
+            .call_tool(
+                &k,
+                "Bash",
+                json!({"command": "true", "timeout": 700_000}),
+                &[],
+            )
+            .await;
+        assert!(matches!(e, Err(SandboxError::InvalidInput { .. })), "{e:?}");
+        assert_eq!(
+            warden_sandbox::tool_specs()
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            warden_sandbox::TOOL_NAMES
+        );
+        sb.shutdown().await.unwrap();
+    }
+}
+
+mod confinement {
+    use super::*;
+
+    fn refused(r: Result<ToolOutput, SandboxError>, what: &str) {
+        match r {
+            Err(SandboxError::PathOutsideWorkspace { path, resolved }) => {
+                let msg = SandboxError::PathOutsideWorkspace {
+                    path: path.clone(),
+                    resolved,
+                }
+                .to_string();
+                assert!(
+                    msg.contains(&path) && msg.contains("outside the workspace"),
+                    "{msg}"
+                );
+            }
+            other => panic!("{what} was not refused: {other:?}"),
+        }
+    }
+
+    pub async fn escapes_are_refused(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("esc");
+        let call = |tool: &'static str, input: Value| {
+            let sb = sb.clone();
+            let k = k.clone();
+            async move { sb.call_tool(&k, tool, input, &[]).await }
+        };
+        refused(
+            call("Read", json!({"file_path": "../../etc/passwd"})).await,
+            "../../etc/passwd",
+        );
+        refused(
+            call("Read", json!({"file_path": "/etc/shadow"})).await,
+            "/etc/shadow",
+        );
+        refused(
+            call("Read", json!({"file_path": "/workspace/../etc/passwd"})).await,
+            "/workspace/../etc/passwd",
+        );
+        refused(
+            call("Write", json!({"file_path": "/tmp/x", "content": "x"})).await,
+            "Write /tmp/x",
+        );
+        refused(
+            call("Glob", json!({"pattern": "*", "path": "/"})).await,
+            "Glob /",
+        );
+        refused(
+            call("Grep", json!({"pattern": "root", "path": "../"})).await,
+            "Grep ../",
+        );
+        bash_ok(
+            &sb,
+            &k,
+            "ln -s / rootlink && ln -s /etc/passwd pw && mkdir -p d && ln -s /tmp d/tmplink",
+        )
+        .await;
+        refused(
+            call("Read", json!({"file_path": "rootlink/etc/passwd"})).await,
+            "symlink to /",
+        );
+        refused(
+            call("Read", json!({"file_path": "pw"})).await,
+            "symlink to /etc/passwd",
+        );
+        refused(
+            call(
+                "Write",
+                json!({"file_path": "d/tmplink/evil", "content": "x"}),
+            )
+            .await,
+            "write via symlink",
+        );
+        refused(
+            call(
+                "Edit",
+                json!({"file_path": "pw", "old_string": "root", "new_string": "toor"}),
+            )
+            .await,
+            "edit via symlink",
+        );
+        refused(
+            call("Grep", json!({"pattern": "root", "path": "rootlink"})).await,
+            "grep via symlink",
+        );
+        assert!(matches!(
+            sb.download_file(&k, "rootlink/etc/hostname").await,
+            Err(SandboxError::PathOutsideWorkspace { .. })
+        ));
+        assert!(matches!(
+            sb.upload_file(&k, "../x", b"x").await,
+            Err(SandboxError::PathOutsideWorkspace { .. })
+        ));
+        // Nothing was created outside.
+        assert_eq!(
+            bash_ok(&sb, &k, "ls /tmp/evil 2>&1; ls /tmp/x 2>&1; true")
+                .await
+                .matches("No such file")
+                .count(),
+            2
+        );
+        // Symlinks within the workspace are fine.
+        bash_ok(
+            &sb,
+            &k,
+            "echo inside > real.txt && ln -s real.txt alias.txt",
+        )
+        .await;
+        let r = tool(&sb, &k, "Read", json!({"file_path": "alias.txt"})).await;
+        assert_eq!(r.content, "     1\tinside\n");
+        sb.shutdown().await.unwrap();
+    }
+}
+
+mod limits {
+    use super::*;
+
+    pub async fn hardening_is_applied(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("hard");
+        assert_eq!(bash_ok(&sb, &k, "id -u; id -g").await, "1000\n1000\n");
+        assert!(
+            bash_ok(&sb, &k, "grep CapEff /proc/self/status")
+                .await
+                .contains("0000000000000000")
+        );
+        assert!(
+            bash_ok(&sb, &k, "grep NoNewPrivs /proc/self/status")
+                .await
+                .contains('1')
+        );
+        let o = bash(&sb, &k, "touch /etc/evil").await;
+        assert!(
+            o.is_error && o.content.contains("Read-only file system"),
+            "{}",
+            o.content
+        );
+        assert!(
+            bash(
+                &sb,
+                &k,
+                "test -e /var/run/docker.sock || test -e /run/docker.sock"
+            )
+            .await
+            .is_error
+        );
+        let id = container_of(&sb, &k).await;
+        let j: Value = serde_json::from_str(&docker(&["inspect", &id])).unwrap();
+        let h = &j[0]["HostConfig"];
+        assert_eq!(h["CapDrop"], json!(["ALL"]));
+        assert_eq!(h["ReadonlyRootfs"], json!(true));
+        assert_eq!(h["NetworkMode"], json!("none"));
+        assert_eq!(h["PidsLimit"], json!(256));
+        assert_eq!(h["Memory"], json!(512 * 1024 * 1024));
+        assert_eq!(h["NanoCpus"], json!(1_000_000_000));
+        assert_eq!(h["Init"], json!(true));
+        assert_eq!(h["Privileged"], json!(false));
+        assert!(h["SecurityOpt"].to_string().contains("no-new-privileges"));
+        assert_eq!(j[0]["Config"]["User"], json!("1000:1000"));
+        let mounts = j[0]["Mounts"].as_array().unwrap();
+        assert_eq!(mounts.len(), 1, "only the workspace volume: {mounts:?}");
+        assert_eq!(mounts[0]["Destination"], json!("/workspace"));
+        assert_eq!(mounts[0]["Type"], json!("volume"));
+        let labels = &j[0]["Config"]["Labels"];
+        assert_eq!(labels["warden.managed"], json!("true"));
+        assert_eq!(labels["warden.session"], json!("hard"));
+        assert_eq!(labels["warden.user"], json!("tester"));
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn timeout_kills_children(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("timeout");
+        let started = Instant::now();
+        let o = tool(
+            &sb,
+            &k,
+            "Bash",
+            json!({"command": "echo before; sleep 1000 & sleep 1000", "timeout": 1500}),
+        )
+        .await;
+        assert!(
+            o.is_error && o.content.contains("timed out"),
+            "{}",
+            o.content
+        );
+        assert!(
+            o.content.starts_with("before\n"),
+            "output before the timeout is kept: {}",
+            o.content
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "took {:?}",
+            started.elapsed()
+        );
+        // A command ignoring TERM is KILLed after the grace period, children too.
+        let o = tool(
+            &sb,
+            &k,
+            "Bash",
+            json!({"command": "trap '' TERM; sleep 1000 & sleep 1000", "timeout": 1000}),
+        )
+        .await;
+        assert!(
+            o.is_error && o.content.contains("timed out"),
+            "{}",
+            o.content
+        );
+        assert_eq!(
+            procs_starting_with(&sb, &k, "sleep 1000").await,
+            "",
+            "no sleep left behind"
+        );
+        // A background job does not hold the call open, and ends with it.
+        let t0 = Instant::now();
+        assert_eq!(
+            bash_ok(&sb, &k, "sleep 1000 & echo started").await,
+            "started\n"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(
+            procs_starting_with(&sb, &k, "sleep 1000").await,
+            "",
+            "background job ended with its call"
+        );
+        // The session still works, state intact.
+        assert_eq!(bash_ok(&sb, &k, "echo fine").await, "fine\n");
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn fork_bomb_is_contained(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("forkbomb");
+        let o = tool(
+            &sb,
+            &k,
+            "Bash",
+            json!({"command": "bomb() { bomb | bomb & }; bomb", "timeout": 5000}),
+        )
+        .await;
+        // Whatever the bomb reports, it must end and the host must be unaffected.
+        let _ = o;
+        assert!(
+            Command::new("true").status().unwrap().success(),
+            "host can still fork"
+        );
+        // The session recovers (the group was killed) or is recreated.
+        let mut alive = String::new();
+        for _ in 0..20 {
+            let r = bash(&sb, &k, "echo alive").await;
+            if !r.is_error {
+                alive = r.content;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert_eq!(alive, "alive\n");
+        let n: usize = bash_ok(&sb, &k, "ls -d /proc/[0-9]* | wc -l")
+            .await
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(n < 20, "bomb processes left: {n}");
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn network_is_off(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("net");
+        let o = bash(&sb, &k, "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3); print('CONNECTED')\"").await;
+        assert!(
+            o.is_error && !o.content.contains("CONNECTED"),
+            "{}",
+            o.content
+        );
+        assert!(
+            o.content.contains("unreachable") || o.content.contains("Errno"),
+            "{}",
+            o.content
+        );
+        assert_eq!(bash_ok(&sb, &k, "ls /sys/class/net").await.trim(), "lo");
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn memory_hog_is_killed(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.memory = warden_sandbox::ByteSize(128 * 1024 * 1024));
+        let k = key("memhog");
+        let o = bash(
+            &sb,
+            &k,
+            "python3 -c \"x = b'a' * (1024 * 1024 * 1024); print('ALLOCATED')\"",
+        )
+        .await;
+        assert!(
+            o.is_error && !o.content.lines().any(|l| l == "ALLOCATED"),
+            "{}",
+            o.content
+        );
+        assert!(
+            o.content.contains("137") || o.content.contains("MemoryError"),
+            "{}",
+            o.content
+        );
+        assert_eq!(bash_ok(&sb, &k, "echo still here").await, "still here\n");
+        sb.shutdown().await.unwrap();
+    }
+}
+
+mod sessions {
+    use super::*;
+
+    pub async fn reuse_and_concurrent_first_use(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("concurrent");
+        let calls = (0..8).map(|i| {
+            let sb = sb.clone();
+            let k = k.clone();
+            tokio::spawn(
+                async move { bash_ok(&sb, &k, &format!("echo {i} > f{i}; echo ok")).await },
+            )
+        });
+        for r in futures_util::future::join_all(calls).await {
+            assert_eq!(r.unwrap(), "ok\n");
+        }
+        let id = container_of(&sb, &k).await;
+        assert_eq!(sb.metrics().sessions_created_total, 1);
+        assert_eq!(bash_ok(&sb, &k, "ls f* | wc -l").await.trim(), "8");
+        assert_eq!(container_of(&sb, &k).await, id, "reused");
+        let m = sb.metrics();
+        assert_eq!(m.sessions_active, 1);
+        assert!(
+            m.execs_total >= 9
+                && m.exec_latency_count == m.execs_total
+                && m.exec_latency_seconds_sum > 0.0,
+            "{m:?}"
+        );
+        assert!(m.to_prometheus().contains("warden_sandbox_execs_total"));
+        let info = sb
+            .list_sessions()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|i| i.key == k)
+            .unwrap();
+        assert!(
+            info.owned_here && info.last_used.is_some() && info.state == "running",
+            "{info:?}"
+        );
+        sb.shutdown().await.unwrap();
+        assert!(matches!(
+            sb.call_tool(&k, "Bash", json!({"command": "true"}), &[])
+                .await,
+            Err(SandboxError::ShutDown)
+        ));
+    }
+
+    pub async fn twenty_sessions_are_isolated(c: Ctx) {
+        let sb = c.sandbox();
+        let tasks = (0..20).map(|i| {
+            let sb = sb.clone();
+            tokio::spawn(async move {
+                let k = SessionKey::new(format!("user{i}"), "iso");
+                let w = tool(&sb, &k, "Write", json!({"file_path": format!("secret-{i}.txt"), "content": format!("secret of {i}")})).await;
+                assert!(!w.is_error, "{}", w.content);
+                (i, k)
+            })
+        });
+        let keys: Vec<(usize, SessionKey)> = futures_util::future::join_all(tasks)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let checks = keys.into_iter().map(|(i, k)| {
+            let sb = sb.clone();
+            tokio::spawn(async move {
+                let listing = bash_ok(&sb, &k, "ls -A /workspace").await;
+                assert_eq!(
+                    listing,
+                    format!("secret-{i}.txt\n"),
+                    "session {i} sees only its own files"
+                );
+                let g = tool(&sb, &k, "Grep", json!({"pattern": "secret of"})).await;
+                assert_eq!(
+                    g.content,
+                    format!("Found 1 file\n/workspace/secret-{i}.txt")
+                );
+            })
+        });
+        for r in futures_util::future::join_all(checks).await {
+            r.unwrap();
+        }
+        assert_eq!(sb.metrics().sessions_active, 20);
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn max_sessions_is_enforced(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.max_sessions = 2);
+        bash_ok(&sb, &key("m1"), "true").await;
+        bash_ok(&sb, &key("m2"), "true").await;
+        let e = sb
+            .call_tool(&key("m3"), "Bash", json!({"command": "true"}), &[])
+            .await;
+        match e {
+            Err(e @ SandboxError::TooManySessions { max: 2 }) => {
+                assert!(e.to_string().contains("max_sessions"))
+            }
+            other => panic!("expected TooManySessions, got {other:?}"),
+        }
+        assert!(sb.end_session(&key("m1")).await.unwrap());
+        bash_ok(&sb, &key("m3"), "true").await;
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn idle_sessions_are_reaped(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.idle_ttl = Duration::from_secs(2));
+        let k = key("idle");
+        bash_ok(&sb, &k, "echo x > f").await;
+        let id = container_of(&sb, &k).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let left = docker(&["ps", "-aq", "--filter", &format!("id={id}")]);
+        assert_eq!(left.trim(), "", "container reaped");
+        let vols = docker(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=warden.scope={}", c.scope),
+        ]);
+        assert_eq!(vols.trim(), "", "volume reaped");
+        assert_eq!(sb.metrics().sessions_active, 0);
+        // A new call starts afresh.
+        assert_eq!(bash_ok(&sb, &k, "ls").await, "");
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn end_session_removes_everything(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("end");
+        bash_ok(&sb, &k, "echo x > f").await;
+        assert!(sb.end_session(&k).await.unwrap());
+        let label = format!("label=warden.scope={}", c.scope);
+        assert_eq!(docker(&["ps", "-aq", "--filter", &label]).trim(), "");
+        assert_eq!(
+            docker(&["volume", "ls", "-q", "--filter", &label]).trim(),
+            ""
+        );
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn killed_container_is_recreated(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("killed");
+        bash_ok(&sb, &k, "echo survived > keep.txt").await;
+        let first = container_of(&sb, &k).await;
+        docker(&["kill", &first]);
+        assert_eq!(
+            bash_ok(&sb, &k, "cat keep.txt").await,
+            "survived\n",
+            "volume kept"
+        );
+        let second = container_of(&sb, &k).await;
+        assert_ne!(first, second);
+        docker(&["rm", "-f", &second]);
+        let r = tool(&sb, &k, "Read", json!({"file_path": "keep.txt"})).await;
+        assert_eq!(r.content, "     1\tsurvived\n");
+        assert_eq!(sb.metrics().containers_recreated_total, 2);
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn orphans_are_adopted_or_removed(c: Ctx) {
+        let k_run = key("orphan-running");
+        let k_stop = key("orphan-stopped");
+        {
+            let crashed = c.sandbox();
+            bash_ok(&crashed, &k_run, "echo from-before > carry.txt").await;
+            bash_ok(&crashed, &k_stop, "true").await;
+            let stopped = container_of(&crashed, &k_stop).await;
+            docker(&["stop", "-t", "0", &stopped]);
+            // Dropped without shutdown: the host "crashed".
+        }
+        let restarted = c.sandbox();
+        restarted.connect().await.unwrap();
+        let sessions: Vec<_> = restarted
+            .list_sessions()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.scope == c.scope)
+            .collect();
+        assert_eq!(
+            sessions.len(),
+            1,
+            "stopped orphan removed, running one adopted: {sessions:?}"
+        );
+        assert!(sessions[0].owned_here && sessions[0].key == k_run);
+        assert_eq!(
+            bash_ok(&restarted, &k_run, "cat carry.txt").await,
+            "from-before\n"
+        );
+        assert_eq!(
+            restarted.metrics().sessions_created_total,
+            0,
+            "adopted, not recreated"
+        );
+        restarted.shutdown().await.unwrap();
+    }
+
+    pub async fn prune_removes_leftovers(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("prune");
+        bash_ok(&sb, &k, "true").await;
+        let id = container_of(&sb, &k).await;
+        docker(&["stop", "-t", "0", &id]);
+        // Another host (different scope) prunes: the stopped container and its volume go.
+        let other = Ctx {
+            scope: format!("{}-o", c.scope),
+        }
+        .sandbox();
+        let report = other.prune().await.unwrap();
+        assert!(
+            report.containers.iter().any(|n| n.contains(&c.scope)),
+            "{report:?}"
+        );
+        assert!(
+            report.volumes.iter().any(|n| n.contains(&c.scope)),
+            "{report:?}"
+        );
+        let label = format!("label=warden.scope={}", c.scope);
+        assert_eq!(docker(&["ps", "-aq", "--filter", &label]).trim(), "");
+        other.shutdown().await.unwrap();
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn docker_unavailable_is_clear(c: Ctx) {
+        let sb =
+            c.sandbox_with(|cfg| cfg.docker_host = Some("unix:///nonexistent/docker.sock".into()));
+        let e = sb
+            .call_tool(&key("nodocker"), "Bash", json!({"command": "true"}), &[])
+            .await;
+        match e {
+            Err(e @ SandboxError::DockerUnavailable(_)) => {
+                let m = e.to_string();
+                assert!(
+                    m.contains("Docker is unavailable")
+                        && m.contains("text-only subagents keep working"),
+                    "{m}"
+                );
+            }
+            other => panic!("expected DockerUnavailable, got {other:?}"),
+        }
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn missing_image_is_clear(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.image = "warden-sandbox:no-such-tag".into());
+        let e = sb
+            .call_tool(&key("noimage"), "Bash", json!({"command": "true"}), &[])
+            .await;
+        match e {
+            Err(e @ SandboxError::ImageMissing { .. }) => {
+                let m = e.to_string();
+                assert!(
+                    m.contains("cargo xtask build") && m.contains("docker import"),
+                    "{m}"
+                );
+            }
+            other => panic!("expected ImageMissing, got {other:?}"),
+        }
+        // The failed session does not count against the limit.
+        assert_eq!(sb.metrics().sessions_active, 0);
+        sb.shutdown().await.unwrap();
+    }
+}
+
+type TestFn = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+macro_rules! tests {
+    ($($path:ident :: $name:ident),* $(,)?) => {
+        vec![$((concat!(stringify!($path), "::", stringify!($name)), (|c| Box::pin($path::$name(c))) as TestFn)),*]
+    };
+}
+
+fn all_tests() -> Vec<(&'static str, TestFn)> {
+    tests![
+        tools::read_write_edit,
+        tools::binary_roundtrip,
+        tools::glob,
+        tools::grep,
+        tools::bash_state_and_secrets,
+        tools::output_is_capped,
+        tools::errors_are_clear,
+        confinement::escapes_are_refused,
+        limits::hardening_is_applied,
+        limits::timeout_kills_children,
+        limits::fork_bomb_is_contained,
+        limits::network_is_off,
+        limits::memory_hog_is_killed,
+        sessions::reuse_and_concurrent_first_use,
+        sessions::twenty_sessions_are_isolated,
+        sessions::max_sessions_is_enforced,
+        sessions::idle_sessions_are_reaped,
+        sessions::end_session_removes_everything,
+        sessions::killed_container_is_recreated,
+        sessions::orphans_are_adopted_or_removed,
+        sessions::prune_removes_leftovers,
+        sessions::docker_unavailable_is_clear,
+        sessions::missing_image_is_clear,
+    ]
+}
+
+/// Warden-labelled containers and volumes whose scope starts with `prefix`.
+fn leftovers(prefix: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let containers = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        "label=warden.managed=true",
+        "--format",
+        "{{.Names}} {{.Label \"warden.scope\"}}",
+    ]);
+    let volumes = docker(&[
+        "volume",
+        "ls",
+        "--filter",
+        "label=warden.managed=true",
+        "--format",
+        "{{.Name}} {{.Label \"warden.scope\"}}",
+    ]);
+    for (kind, list) in [("container", containers), ("volume", volumes)] {
+        for line in list.lines() {
+            if let Some((name, scope)) = line.split_once(' ')
+                && scope.starts_with(prefix)
+            {
+                found.push(format!("{kind} {name}"));
+            }
+        }
+    }
+    found
+}
+
+fn remove_leftovers(prefix: &str) {
+    for item in leftovers(prefix) {
+        let (kind, name) = item.split_once(' ').unwrap();
+        let _ = match kind {
+            "container" => Command::new("docker").args(["rm", "-f", name]).output(),
+            _ => Command::new("docker")
+                .args(["volume", "rm", "-f", name])
+                .output(),
+        };
+    }
+}
+
+fn preflight() {
+    let out = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "Docker Engine is required for these tests and is not reachable: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!("Docker CLI is required for these tests: {e}"),
+    }
+    let img = Command::new("docker")
+        .args(["image", "inspect", warden_sandbox::config::DEFAULT_IMAGE])
+        .output()
+        .unwrap();
+    assert!(
+        img.status.success(),
+        "the sandbox image {} is missing: run `cargo xtask build` (or see TOOLCHAIN.md) first",
+        warden_sandbox::config::DEFAULT_IMAGE
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tests = all_tests();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in &tests {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let selected: Vec<(usize, &'static str, TestFn)> = tests
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (name, _))| {
+            filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+        })
+        .map(|(i, (n, f))| (i, n, f))
+        .collect();
+    preflight();
+    let run_prefix = format!("t{}x", std::process::id());
+    let started = Instant::now();
+    println!(
+        "running {} tests (scope prefix {run_prefix})",
+        selected.len()
+    );
+    std::panic::set_hook(Box::new(|info| eprintln!("{info}")));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let failures = rt.block_on(async {
+        let sem = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+        let handles = selected.into_iter().map(|(i, name, f)| {
+            let sem = sem.clone();
+            let scope = format!("{run_prefix}{i}");
+            tokio::spawn(async move {
+                let _permit = sem.acquire_owned().await.unwrap();
+                let t0 = Instant::now();
+                let mut task = tokio::spawn(f(Ctx {
+                    scope: format!("{scope}-"),
+                }));
+                let outcome = match tokio::time::timeout(TEST_TIMEOUT, &mut task).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) if e.is_panic() => {
+                        let p = e.into_panic();
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        Err(format!("panicked: {msg}"))
+                    }
+                    Ok(Err(e)) => Err(format!("task failed: {e}")),
+                    Err(_) => {
+                        task.abort();
+                        let _ = task.await;
+                        Err(format!("timed out after {TEST_TIMEOUT:?}"))
+                    }
+                };
+                let scope_prefix = format!("{scope}-");
+                let left = tokio::task::spawn_blocking(move || {
+                    let l = leftovers(&scope_prefix);
+                    remove_leftovers(&scope_prefix);
+                    l
+                })
+                .await
+                .unwrap();
+                let outcome = match outcome {
+                    Ok(()) if !left.is_empty() => Err(format!("left behind: {left:?}")),
+                    o => o,
+                };
+                match &outcome {
+                    Ok(()) => println!("test {name} ... ok ({:.1}s)", t0.elapsed().as_secs_f64()),
+                    Err(m) => println!(
+                        "test {name} ... FAILED ({:.1}s)\n    {m}",
+                        t0.elapsed().as_secs_f64()
+                    ),
+                }
+                outcome.err().map(|m| (name, m))
+            })
+        });
+        futures_util::future::join_all(handles)
+            .await
+            .into_iter()
+            .filter_map(|r| r.unwrap())
+            .collect::<Vec<_>>()
+    });
+    // Final check: nothing warden-labelled from this run remains.
+    let left = leftovers(&run_prefix);
+    remove_leftovers(&run_prefix);
+    let others = leftovers("");
+    if !others.is_empty() {
+        println!(
+            "note: warden-labelled objects of other runs/hosts exist (not ours, left alone): {others:?}"
+        );
+    }
+    println!(
+        "\nfinal check: {} warden-labelled containers/volumes of this run remain",
+        left.len()
+    );
+    println!(
+        "test result: {}. {} failed; finished in {:.1}s",
+        if failures.is_empty() && left.is_empty() {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if !failures.is_empty() || !left.is_empty() {
+        for (name, m) in &failures {
+            println!("  FAILED {name}: {m}");
+        }
+        std::process::exit(1);
+    }
+}

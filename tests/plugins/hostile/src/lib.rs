@@ -1,0 +1,181 @@
+//! `hostile` test plugin: misbehaves on request so the host's limits can be tested.
+//!
+//! kinds `["HOSTILE"]`, requests all seven capabilities. `can-resolve` spins
+//! forever for a reference whose uri is `loop`. `execute` dispatches on the prompt:
+//!
+//! | prompt | behaviour |
+//! |---|---|
+//! | `loop` | infinite loop (deadline / epoch interruption) |
+//! | `membomb` | allocates and fills 1 MiB blocks forever (memory cap) |
+//! | `panic` | `panic!("hostile panic")` (a trap) |
+//! | `oversize` | returns a 16 MiB string |
+//! | `stack` | unbounded recursion (stack overflow trap) |
+//! | `http:<url>` | `http::send` GET; `Ok("<status>\n<body>")` or the error as is |
+//! | `model` | `model::complete` with one user message; the text or the error |
+//! | `tools` | `tools::list`; the tool names (one per line) or the error |
+//! | `resource:<uri>` | `resources::read`; the content (lossy UTF-8) or the error |
+//! | anything else | returns the prompt |
+
+use std::hint::black_box;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "plugin",
+});
+
+use exports::warden::plugin::{executor, meta, resolver};
+use warden::plugin::types::{
+    Capability, Error, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+};
+use warden::plugin::{http, model, resources, tools};
+
+struct Hostile;
+
+impl meta::Guest for Hostile {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "hostile".into(),
+            version: "0.1.0".into(),
+            kinds: vec!["HOSTILE".into()],
+            capabilities: vec![
+                Capability::Log,
+                Capability::Http,
+                Capability::Model,
+                Capability::Tools,
+                Capability::Events,
+                Capability::State,
+                Capability::Resources,
+            ],
+        }
+    }
+}
+
+impl resolver::Guest for Hostile {
+    fn can_resolve(reference: SubagentReference) -> bool {
+        if reference.uri == "loop" {
+            spin();
+        }
+        reference.kind == "HOSTILE"
+    }
+
+    fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
+        let meta = |key: &str| {
+            reference
+                .metadata
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        };
+        let name = meta("name").unwrap_or_else(|| {
+            let uri = reference.uri.as_str();
+            uri.rsplit(['/', ':']).next().unwrap_or(uri).to_string()
+        });
+        let description = meta("description").unwrap_or_else(|| "Misbehaves on request".into());
+        Ok(SubagentDefinition {
+            name,
+            description,
+            kind: reference.kind.clone(),
+            reference,
+            protocol_data: "{}".into(),
+        })
+    }
+}
+
+impl executor::Guest for Hostile {
+    fn execute(
+        _ctx: TaskContext,
+        call: TaskCall,
+        _definition: SubagentDefinition,
+    ) -> Result<String, Error> {
+        let prompt = call.prompt.as_str();
+        match prompt {
+            "loop" => spin(),
+            "membomb" => membomb(),
+            "panic" => panic!("hostile panic"),
+            "oversize" => Ok("x".repeat(16 << 20)),
+            "stack" => Ok(recurse(0).to_string()),
+            "model" => model_call(),
+            "tools" => {
+                let specs = tools::list()?;
+                Ok(specs
+                    .into_iter()
+                    .map(|t| t.name)
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            }
+            _ => {
+                if let Some(url) = prompt.strip_prefix("http:") {
+                    http_get(url)
+                } else if let Some(uri) = prompt.strip_prefix("resource:") {
+                    let bytes = resources::read(uri)?;
+                    Ok(String::from_utf8_lossy(&bytes).into_owned())
+                } else {
+                    Ok(call.prompt)
+                }
+            }
+        }
+    }
+}
+
+/// Loops forever; `black_box` keeps the optimizer from reasoning the loop away.
+fn spin() -> ! {
+    let mut counter = 0u64;
+    loop {
+        counter = black_box(counter.wrapping_add(1));
+    }
+}
+
+/// Allocates, fills and keeps 1 MiB blocks until the host's memory cap stops it.
+fn membomb() -> ! {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut block = vec![0u8; 1 << 20];
+        block.fill(0xA5);
+        hoard.push(black_box(block));
+        black_box(&hoard);
+    }
+}
+
+/// Recursion whose base case the optimizer cannot see (`black_box`) and which is
+/// kept out of tail position, so it cannot become a loop: it ends in a stack overflow.
+#[inline(never)]
+fn recurse(depth: u64) -> u64 {
+    if black_box(depth) == u64::MAX {
+        return 0;
+    }
+    let frame = black_box([depth; 32]);
+    recurse(depth + 1).wrapping_add(frame.iter().sum::<u64>())
+}
+
+fn http_get(url: &str) -> Result<String, Error> {
+    let response = http::send(&http::Request {
+        method: "GET".into(),
+        url: url.into(),
+        headers: Vec::new(),
+        body: None,
+        timeout_ms: None,
+        auth_secret: None,
+    })?;
+    Ok(format!(
+        "{}\n{}",
+        response.status,
+        String::from_utf8_lossy(&response.body)
+    ))
+}
+
+fn model_call() -> Result<String, Error> {
+    let completion = model::complete(&model::CompletionRequest {
+        model: String::new(),
+        messages: vec![model::Message {
+            role: "user".into(),
+            content: "hello".into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }],
+        tools: Vec::new(),
+        max_tokens: Some(16),
+    })?;
+    Ok(completion.message.content)
+}
+
+export!(Hostile);

@@ -1,0 +1,113 @@
+"""`wasi-probe` test plugin (Python, built with componentize-py).
+
+It imports WASI. `execute` tries to reach the outside world through every door
+Python offers (filesystem, environment, sockets, processes) and returns a JSON
+object mapping each probe to "ok" (it got something: a sandbox leak) or
+"error: <message>". The host's deny-all WASI context must make every probe fail.
+"""
+
+import json
+import os
+
+from wit_world import exports
+from wit_world.imports import types
+from componentize_py_types import Err
+
+
+def _listdir():
+    entries = os.listdir("/")
+    if not entries:
+        raise RuntimeError("empty listing")
+    return entries
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def _environ():
+    env = dict(os.environ)
+    if not env:
+        raise RuntimeError("empty environment")
+    return env
+
+
+def _socket():
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.settimeout(1.0)
+        s.connect(("127.0.0.1", 22))
+    finally:
+        s.close()
+
+
+def _subprocess():
+    import subprocess
+
+    return subprocess.run(["/bin/sh", "-c", "id"], capture_output=True).stdout
+
+
+def _system():
+    status = os.system("id")
+    if status != 0:
+        raise RuntimeError(f"exit status {status}")
+
+
+PROBES = [
+    ("listdir", _listdir),
+    ("passwd", lambda: _read("/etc/passwd")),
+    ("hostname", lambda: _read("/etc/hostname")),
+    ("environ", _environ),
+    ("socket", _socket),
+    ("subprocess", _subprocess),
+    ("system", _system),
+]
+
+
+def run_probes():
+    results = {}
+    for name, probe in PROBES:
+        try:
+            probe()
+            results[name] = "ok"
+        except BaseException as e:  # noqa: BLE001 - every failure is the expected outcome
+            results[name] = f"error: {type(e).__name__}: {e}"
+    return results
+
+
+class Meta(exports.Meta):
+    def info(self) -> types.PluginInfo:
+        return types.PluginInfo(
+            name="wasi-probe", version="0.1.0", kinds=["WASI-PROBE"], capabilities=[]
+        )
+
+
+class Resolver(exports.Resolver):
+    def can_resolve(self, reference: types.SubagentReference) -> bool:
+        return reference.kind == "WASI-PROBE"
+
+    def resolve(self, reference: types.SubagentReference) -> types.SubagentDefinition:
+        if reference.kind != "WASI-PROBE":
+            raise Err(types.Error_InvalidInput(f"kind {reference.kind} is not WASI-PROBE"))
+        meta = dict(reference.metadata)
+        name = meta.get("name") or reference.uri.replace(":", "/").rsplit("/", 1)[-1]
+        return types.SubagentDefinition(
+            name=name,
+            description=meta.get("description", "Probes the WASI sandbox"),
+            kind=reference.kind,
+            reference=reference,
+            protocol_data="{}",
+        )
+
+
+class Executor(exports.Executor):
+    def execute(
+        self,
+        ctx: types.TaskContext,
+        call: types.TaskCall,
+        definition: types.SubagentDefinition,
+    ) -> str:
+        return json.dumps(run_probes(), sort_keys=True)

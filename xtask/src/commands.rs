@@ -1,0 +1,98 @@
+//! The subcommands: `build`, `test`, `demo`.
+
+use std::env;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::layout::Layout;
+use crate::python::{Python, TEST_REQUIREMENTS};
+use crate::{guest, image, process};
+
+/// The cargo that runs xtask (set by `cargo run`), else `cargo` on `PATH`.
+fn host_cargo() -> Command {
+    Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Guests first (quick, and they fail fast on a missing toolchain), then the host binary.
+pub fn build(layout: &Layout, with_host: bool) -> Result<()> {
+    let outputs = guest::build_all(layout)?;
+    if with_host {
+        println!("xtask: building the host binary (cargo build --release -p warden)...");
+        process::run(host_cargo().current_dir(&layout.root).args([
+            "build",
+            "--release",
+            "-p",
+            "warden",
+        ]))
+        .context("building the host binary")?;
+        outputs_line(layout, &layout.warden_bin());
+    }
+    for out in &outputs {
+        outputs_line(layout, out);
+    }
+    Ok(())
+}
+
+fn outputs_line(layout: &Layout, path: &Path) {
+    println!(
+        "xtask: built {} ({})",
+        layout.rel(path).display(),
+        guest::size_of(path)
+    );
+}
+
+/// Guests, Python peers, sandbox image, then `cargo test --workspace <args>`.
+///
+/// Tests run in the dev profile (dependencies optimised, see the workspace
+/// `Cargo.toml`) against the dev host binary, so a clean CI run compiles wasmtime
+/// once rather than once per profile.
+pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
+    guest::build_all(layout)?;
+    let python = Python::ensure(layout)?;
+    python.require(TEST_REQUIREMENTS)?;
+    image::ensure()?;
+
+    println!("xtask: building the host binary for the tests (cargo build -p warden)...");
+    process::run(host_cargo().current_dir(&layout.root).args(["build", "-p", "warden"]))
+        .context("building the host binary")?;
+    println!("xtask: running the tests");
+    process::run(
+        host_cargo()
+            .current_dir(&layout.root)
+            .env("WARDEN_BIN", layout.warden_dev_bin())
+            .env("WARDEN_PLUGINS", layout.plugins_out())
+            .env("WARDEN_TEST_PLUGINS", layout.test_plugins_out())
+            .env("WARDEN_PYTHON", python.interpreter())
+            .args(["test", "--workspace"])
+            .args(cargo_args),
+    )
+    .context("tests failed")
+}
+
+/// Build, sandbox image, then the demo itself.
+pub fn demo(layout: &Layout) -> Result<()> {
+    build(layout, true)?;
+    image::ensure()?;
+    run_demo(layout)
+}
+
+/// The demo run; kept thin so what "the demo" is can change in one place.
+fn run_demo(layout: &Layout) -> Result<()> {
+    let config = layout.root.join("demo/warden.yaml");
+    for args in [vec!["plugins"], vec!["agents"]] {
+        println!("\n$ warden --config demo/warden.yaml {}", args.join(" "));
+        let status = Command::new(layout.warden_bin())
+            .current_dir(&layout.root)
+            .arg("--config")
+            .arg(&config)
+            .args(&args)
+            .status()
+            .with_context(|| format!("could not start {}", layout.warden_bin().display()))?;
+        if !status.success() {
+            bail!("the demo failed ({status})");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,199 @@
+//! Guest plugins: finding them, building them, turning core modules into components.
+//!
+//! A guest is a directory under `plugins/` (bundled, output `target/plugins/`) or
+//! `tests/plugins/` (test-only, output `target/test-plugins/`) that holds either
+//! - a `Cargo.toml`: a standalone Rust crate (own empty `[workspace]`) built for
+//!   `wasm32-unknown-unknown` with wit-bindgen, then encoded with `wit-component`; extra
+//!   builds with other features are listed in `[package.metadata.warden.variants]`
+//!   (see [`crate::manifest`]); or
+//! - an `app.py`: a Python component built with componentize-py (see [`crate::python`]).
+//!
+//! Other directories are ignored. Output names are `<directory name>.wasm` (variants:
+//! `<variant name>.wasm`); outputs are replaced atomically (write + rename) so a watching
+//! host never sees half a file.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime};
+
+use anyhow::{Context, Result};
+
+use crate::layout::Layout;
+use crate::manifest::GuestManifest;
+use crate::process;
+use crate::python::Python;
+use crate::toolchain::{WASM_TARGET, WasmToolchain};
+
+enum Source {
+    Rust,
+    Python,
+}
+
+struct Guest {
+    name: String,
+    dir: PathBuf,
+    source: Source,
+    out_dir: PathBuf,
+}
+
+/// Builds every guest; returns the component files written (or already up to date).
+pub fn build_all(layout: &Layout) -> Result<Vec<PathBuf>> {
+    let mut guests = discover(&layout.root.join("plugins"), &layout.plugins_out())?;
+    guests.extend(discover(
+        &layout.root.join("tests/plugins"),
+        &layout.test_plugins_out(),
+    )?);
+    // The plugin templates are built like test plugins so the docs never rot.
+    guests.extend(discover(&layout.root.join("templates"), &layout.test_plugins_out())?);
+    if guests.is_empty() {
+        println!("xtask: no plugins to build");
+        return Ok(Vec::new());
+    }
+
+    let mut toolchain = None;
+    let mut python = None;
+    let mut outputs = Vec::new();
+    for guest in &guests {
+        fs::create_dir_all(&guest.out_dir)
+            .with_context(|| format!("creating {}", guest.out_dir.display()))?;
+        match guest.source {
+            Source::Rust => {
+                if toolchain.is_none() {
+                    toolchain = Some(WasmToolchain::ensure()?);
+                }
+                let toolchain = toolchain.as_ref().expect("set above");
+                outputs.extend(build_rust(layout, toolchain, guest)?);
+            }
+            Source::Python => {
+                if python.is_none() {
+                    python = Some(Python::ensure(layout)?);
+                }
+                let python = python.as_ref().expect("set above");
+                let out = guest.out_dir.join(format!("{}.wasm", guest.name));
+                python.componentize(layout, &guest.name, &guest.dir, &out)?;
+                outputs.push(out);
+            }
+        }
+    }
+    Ok(outputs)
+}
+
+/// The guest directories directly under `dir`, sorted by name; none if `dir` is missing.
+fn discover(dir: &Path, out_dir: &Path) -> Result<Vec<Guest>> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut guests = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        let source = if path.join("Cargo.toml").is_file() {
+            Source::Rust
+        } else if path.join("app.py").is_file() {
+            Source::Python
+        } else {
+            continue;
+        };
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .with_context(|| format!("plugin directory name is not UTF-8: {}", path.display()))?
+            .to_string();
+        guests.push(Guest {
+            name,
+            dir: path,
+            source,
+            out_dir: out_dir.to_path_buf(),
+        });
+    }
+    guests.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(guests)
+}
+
+/// Builds the crate once per variant (the default build first) and encodes each result.
+fn build_rust(layout: &Layout, toolchain: &WasmToolchain, guest: &Guest) -> Result<Vec<PathBuf>> {
+    let manifest = GuestManifest::read(&guest.dir.join("Cargo.toml"))?;
+    let target_dir = layout.wasm_build();
+    let core = target_dir
+        .join(WASM_TARGET)
+        .join("release")
+        .join(format!("{}.wasm", manifest.lib_name));
+
+    let mut builds = vec![(guest.name.clone(), Vec::new())];
+    builds.extend(manifest.variants.iter().cloned());
+    let mut outputs = Vec::new();
+    for (name, features) in builds {
+        let with = if features.is_empty() {
+            String::new()
+        } else {
+            format!(", features {}", features.join(","))
+        };
+        println!(
+            "xtask: building plugin {name} ({}{with})...",
+            toolchain.describe()
+        );
+        let started = Instant::now();
+        process::run(&mut toolchain.cargo_build(&guest.dir, &target_dir, &features))
+            .with_context(|| format!("building plugin {name}"))?;
+        let out = guest.out_dir.join(format!("{name}.wasm"));
+        if is_newer(&out, &[core.clone()]) {
+            println!("xtask: {} is up to date", layout.rel(&out).display());
+        } else {
+            encode_component(&core, &out).with_context(|| format!("encoding plugin {name}"))?;
+        }
+        println!(
+            "xtask: plugin {name} -> {} ({}, {:.1}s)",
+            layout.rel(&out).display(),
+            size_of(&out),
+            started.elapsed().as_secs_f64()
+        );
+        outputs.push(out);
+    }
+    Ok(outputs)
+}
+
+/// Core module (with wit-bindgen's component-type section) → validated component.
+fn encode_component(core: &Path, out: &Path) -> Result<()> {
+    let bytes = fs::read(core).with_context(|| format!("reading {}", core.display()))?;
+    let component = wit_component::ComponentEncoder::default()
+        .module(&bytes)?
+        .validate(true)
+        .encode()?;
+    write_atomically(out, &component)
+}
+
+/// Writes `<path>.tmp` and renames it over `path`.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// `<path>.tmp`, next to `path` (same file system, so a rename is atomic).
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Whether `output` exists and is newer than every existing file in `inputs`.
+pub fn is_newer(output: &Path, inputs: &[PathBuf]) -> bool {
+    let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(out_time) = mtime(output) else {
+        return false;
+    };
+    inputs
+        .iter()
+        .filter_map(|input| mtime(input))
+        .all(|in_time: SystemTime| in_time < out_time)
+}
+
+/// A file's size for progress lines, e.g. `46.5 KiB`.
+pub fn size_of(path: &Path) -> String {
+    let bytes = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if bytes >= 1 << 20 {
+        format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+    } else {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    }
+}

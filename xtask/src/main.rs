@@ -1,0 +1,68 @@
+//! `cargo xtask` — warden's build tool.
+//!
+//! - `cargo xtask build [--plugins-only]`: the host binary (`target/release/warden`), every
+//!   bundled plugin (`plugins/*/` → `target/plugins/<name>.wasm`) and every test plugin
+//!   (`tests/plugins/*/` → `target/test-plugins/<name>.wasm`) as WebAssembly components.
+//! - `cargo xtask test [-- <cargo test args>]`: build, set up the Python peers and the sandbox
+//!   image, then `cargo test --release --workspace` with `WARDEN_*` paths in the environment.
+//! - `cargo xtask demo`: build, set up the sandbox image, run `warden demo`.
+//!
+//! Whatever is missing (wasm toolchain, Python packages, sandbox image) is installed where
+//! that can be done without guessing, or reported with the exact command to run.
+
+mod apt;
+mod commands;
+mod guest;
+mod image;
+mod layout;
+mod manifest;
+mod process;
+mod python;
+mod toolchain;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "warden's build tool")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the host binary and every plugin as a component.
+    Build(BuildArgs),
+    /// Build, set up what the tests need, run every test.
+    Test {
+        /// Arguments passed to `cargo test` (after `--`).
+        #[arg(last = true)]
+        cargo_args: Vec<String>,
+    },
+    /// Build, set up the sandbox image, run the demo (`warden demo`).
+    Demo,
+}
+
+#[derive(Args)]
+struct BuildArgs {
+    /// Release build (the default and only profile; accepted for familiarity).
+    #[arg(long)]
+    release: bool,
+    /// Build only the plugins (guest components), not the host binary.
+    #[arg(long)]
+    plugins_only: bool,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let layout = layout::Layout::discover()?;
+    match cli.command {
+        Cmd::Build(args) => {
+            let _release_is_default = args.release;
+            commands::build(&layout, !args.plugins_only)
+        }
+        Cmd::Test { cargo_args } => commands::test(&layout, &cargo_args),
+        Cmd::Demo => commands::demo(&layout),
+    }
+}

@@ -1,0 +1,174 @@
+//! The Python side: a virtualenv at `target/py-venv` holding componentize-py (to build
+//! Python guest plugins) and, for the tests, the protocol peers (A2A, MCP servers).
+//!
+//! Packages are installed with pip only when missing or at the wrong version.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::guest::{is_newer, size_of, tmp_path};
+use crate::layout::Layout;
+use crate::{apt, process};
+
+/// Builds Python guests; pinned to the line verified with this WIT and wasmtime.
+const COMPONENTIZE_PY: &str = "componentize-py==0.25.*";
+
+/// Protocol peers the end-to-end tests start.
+pub const TEST_REQUIREMENTS: &[&str] = &[
+    "a2a-sdk==1.3.0",
+    "mcp==2.3.0",
+    "uvicorn",
+    "starlette",
+    "httpx",
+];
+
+/// Prints the requirements (`name` or `name==version`, `==x.y.*` allowed) that are not
+/// satisfied by the installed distributions.
+const MISSING_SCRIPT: &str = r#"
+import sys, importlib.metadata as md
+for req in sys.argv[1:]:
+    name, _, want = req.partition("==")
+    try:
+        have = md.version(name)
+    except md.PackageNotFoundError:
+        print(req)
+        continue
+    if want and not (have == want or (want.endswith(".*") and have.startswith(want[:-1]))):
+        print(req)
+"#;
+
+/// The project's virtualenv.
+pub struct Python {
+    venv: PathBuf,
+}
+
+impl Python {
+    /// Creates the virtualenv if needed and makes sure componentize-py is in it.
+    pub fn ensure(layout: &Layout) -> Result<Self> {
+        let python = Self {
+            venv: layout.py_venv(),
+        };
+        if !python.interpreter().is_file() {
+            python.create(layout)?;
+        }
+        python.require(&[COMPONENTIZE_PY])?;
+        Ok(python)
+    }
+
+    /// The venv's interpreter (what tests get as `WARDEN_PYTHON`).
+    pub fn interpreter(&self) -> PathBuf {
+        self.venv.join("bin").join("python")
+    }
+
+    fn create(&self, layout: &Layout) -> Result<()> {
+        println!(
+            "xtask: creating the Python virtualenv {}",
+            layout.rel(&self.venv).display()
+        );
+        let create = || {
+            process::run(
+                Command::new("python3")
+                    .arg("-m")
+                    .arg("venv")
+                    .arg(&self.venv),
+            )
+        };
+        if create().is_ok() {
+            return Ok(());
+        }
+        // Debian splits `venv`/`ensurepip` into python3-venv.
+        if apt::available() {
+            apt::install(&["python3-venv"])?;
+            let _ = fs::remove_dir_all(&self.venv);
+            return create();
+        }
+        bail!(
+            "could not create a Python virtualenv with `python3 -m venv`: install Python 3 \
+             with its venv module (Debian: apt-get install python3-venv)"
+        )
+    }
+
+    /// Installs whichever of `requirements` are missing.
+    pub fn require(&self, requirements: &[&str]) -> Result<()> {
+        let missing = process::stdout_of(
+            Command::new(self.interpreter())
+                .arg("-c")
+                .arg(MISSING_SCRIPT)
+                .args(requirements),
+        )
+        .with_context(|| {
+            format!(
+                "checking Python packages with {}",
+                self.interpreter().display()
+            )
+        })?;
+        let missing: Vec<&str> = missing
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        println!(
+            "xtask: pip-installing into the virtualenv: {}",
+            missing.join(" ")
+        );
+        process::run(
+            Command::new(self.interpreter())
+                .args(["-m", "pip", "install", "--disable-pip-version-check"])
+                .args(&missing),
+        )
+    }
+
+    /// `componentize-py -d <wit> -w plugin componentize app -o <out>`, run in `dir`.
+    /// Skipped when `out` is newer than the app's `.py` files and the WIT files.
+    pub fn componentize(&self, layout: &Layout, name: &str, dir: &Path, out: &Path) -> Result<()> {
+        let mut inputs = files_with_extension(dir, "py")?;
+        inputs.extend(files_with_extension(&layout.wit(), "wit")?);
+        if is_newer(out, &inputs) {
+            println!(
+                "xtask: plugin {name} is up to date ({})",
+                layout.rel(out).display()
+            );
+            return Ok(());
+        }
+        println!("xtask: building plugin {name} (python, componentize-py)...");
+        let started = Instant::now();
+        let tmp = tmp_path(out);
+        process::run(
+            Command::new(self.venv.join("bin").join("componentize-py"))
+                .current_dir(dir)
+                .arg("-d")
+                .arg(layout.wit())
+                .args(["-w", "plugin", "componentize", "app", "-o"])
+                .arg(&tmp),
+        )
+        .with_context(|| format!("building plugin {name}"))?;
+        fs::rename(&tmp, out)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
+        println!(
+            "xtask: plugin {name} -> {} ({}, {:.1}s)",
+            layout.rel(out).display(),
+            size_of(out),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+}
+
+/// Files directly in `dir` whose extension is `ext`.
+fn files_with_extension(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == ext) {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
