@@ -1,0 +1,107 @@
+//! The CLI commands of issue 2: plugins, plugin inspect, agents, run, config check.
+
+use crate::common::*;
+
+#[test]
+fn plugins_json_shows_every_field_and_invalid_files() {
+    let d = Deployment::new(GRANTS);
+    d.add("echo", "echo");
+    d.add("hostile", "hostile");
+    std::fs::write(d.dir.path().join("plugins/broken.wasm"), b"garbage").unwrap();
+    let o = d.warden(&["plugins", "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let rows = json(&o);
+    let rows = rows.as_array().unwrap();
+    let echo = rows.iter().find(|r| r["id"] == "echo").unwrap();
+    assert_eq!(echo["name"], "echo");
+    assert_eq!(echo["version"], "0.1.0");
+    assert_eq!(echo["kinds"], serde_json::json!(["ECHO"]));
+    assert_eq!(echo["granted_capabilities"], serde_json::json!(["log", "events", "state"]));
+    assert_eq!(echo["state"], "loaded");
+    let hostile = rows.iter().find(|r| r["id"] == "hostile").unwrap();
+    assert_eq!(hostile["granted_capabilities"], serde_json::json!([]), "nothing granted = nothing allowed");
+    let broken = rows.iter().find(|r| r["id"] == "broken").unwrap();
+    assert_eq!(broken["state"], "invalid");
+    assert!(broken["error"].as_str().unwrap().contains("not a valid WebAssembly component"));
+}
+
+#[test]
+fn replacing_a_file_switches_the_version() {
+    let d = Deployment::new(GRANTS);
+    d.add("echo", "echo");
+    assert_eq!(json(&d.warden(&["plugins", "--json"]))[0]["version"], "0.1.0");
+    d.add("echo-v2", "echo");
+    assert_eq!(json(&d.warden(&["plugins", "--json"]))[0]["version"], "0.2.0");
+}
+
+#[test]
+fn run_echo_prints_the_result_and_json() {
+    let d = Deployment::new(GRANTS);
+    d.add("echo", "echo");
+    let o = d.warden(&["run", "greeter", "hello from the CLI"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o).trim(), "hello from the CLI");
+    let o = d.warden(&["run", "greeter", "as json", "--json"]);
+    let v = json(&o);
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["output"], "as json");
+    assert!(v["task_id"].as_str().unwrap().starts_with("task_"));
+}
+
+#[test]
+fn run_failures_use_the_documented_exit_codes() {
+    let d = Deployment::new("  limits: { timeout: 1s }\nsubagents:\n  references:\n    - { uri: \"h://bad\", kind: HOSTILE }\n");
+    d.add("hostile", "hostile");
+    let o = d.warden(&["run", "bad", "panic", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let v = json(&o);
+    assert_eq!(v["status"], "failed");
+    assert!(v["error"].as_str().unwrap().contains("panicked"), "{v}");
+
+    let o = d.warden(&["run", "nobody", "hi"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unknown subagent_type \"nobody\"") && err.contains("bad"), "{err}");
+}
+
+#[test]
+fn agents_json_lists_definitions_and_problems() {
+    let d = Deployment::new(&format!("{GRANTS}    - {{ uri: \"a2a://x\", kind: A2A }}\n"));
+    d.add("echo", "echo");
+    let v = json(&d.warden(&["agents", "--json"]));
+    assert_eq!(v["agents"][0]["name"], "greeter");
+    assert_eq!(v["agents"][0]["description"], "Greets people");
+    assert_eq!(v["agents"][0]["kind"], "ECHO");
+    assert_eq!(v["agents"][0]["plugin"], "echo");
+    assert!(v["problems"].as_array().unwrap().iter().any(|p| p["message"].as_str().unwrap().contains("kind A2A")));
+}
+
+#[test]
+fn plugin_inspect_shows_world_and_capabilities() {
+    let d = Deployment::new("");
+    let o = d.warden(&["plugin", "inspect", test_plugin("hostile").to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let v = json(&o);
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["wit_versions"], serde_json::json!(["0.1.0"]));
+    assert!(v["exports"].as_array().unwrap().iter().any(|e| e == "warden:plugin/executor@0.1.0"));
+    assert!(v["imports"].as_array().unwrap().iter().any(|e| e == "warden:plugin/http@0.1.0"));
+    assert_eq!(v["info"]["capabilities"].as_array().unwrap().len(), 7);
+
+    let junk = d.dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"junk").unwrap();
+    let o = d.warden(&["plugin", "inspect", junk.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stdout(&o).contains("valid:    no"));
+}
+
+#[test]
+fn config_check_names_file_key_and_expectation() {
+    let d = Deployment::new("  limits: { timeout: soon }\n");
+    let o = d.warden(&["config", "check"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warden.yaml: plugins.limits.timeout") && err.contains("expected like 30s"), "{err}");
+    let ok = Deployment::new("");
+    assert!(ok.warden(&["config", "check"]).status.success());
+}

@@ -1,0 +1,138 @@
+//! Shared fixtures: the binary, the plugins, scratch deployments.
+#![allow(dead_code)] // shared by every area; not every area uses every helper
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+pub fn bin() -> PathBuf {
+    let p = std::env::var_os("WARDEN_BIN").map(PathBuf::from).unwrap_or_else(|| repo().join("target/debug/warden"));
+    assert!(p.is_file(), "warden binary missing at {} — run `cargo xtask test`", p.display());
+    p
+}
+
+/// A bundled plugin from `target/plugins` (`WARDEN_PLUGINS`).
+pub fn bundled_plugin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("WARDEN_PLUGINS").map(PathBuf::from).unwrap_or_else(|| repo().join("target/plugins"));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(p.is_file(), "{} missing — run `cargo xtask test`", p.display());
+    p
+}
+
+/// A test plugin from `target/test-plugins` (`WARDEN_TEST_PLUGINS`).
+pub fn test_plugin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("WARDEN_TEST_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/test-plugins"));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(p.is_file(), "{} missing — run `cargo xtask test`", p.display());
+    p
+}
+
+/// A scratch deployment: a config file and a plugin directory.
+pub struct Deployment {
+    pub dir: tempfile::TempDir,
+}
+
+impl Deployment {
+    pub fn new(yaml_extra: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        std::fs::write(
+            dir.path().join("warden.yaml"),
+            format!("plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n{yaml_extra}"),
+        )
+        .unwrap();
+        Deployment { dir }
+    }
+
+    pub fn add(&self, plugin: &str, as_id: &str) {
+        std::fs::copy(test_plugin(plugin), self.dir.path().join("plugins").join(format!("{as_id}.wasm"))).unwrap();
+    }
+
+    pub fn warden(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .current_dir(self.dir.path())
+            .arg("--config")
+            .arg(self.dir.path().join("warden.yaml"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!("not JSON ({e}): {}\nstderr: {}", stdout(o), String::from_utf8_lossy(&o.stderr))
+    })
+}
+
+pub const GRANTS: &str = "  grants:\n    echo: { log: true, events: true, state: true }\nsubagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO, metadata: { description: Greets people } }\n";
+
+
+/// The Python interpreter of the test virtualenv (`WARDEN_PYTHON`), which has the
+/// official `a2a-sdk` and `mcp` packages.
+pub fn python() -> PathBuf {
+    let p = std::env::var_os("WARDEN_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/py-venv/bin/python"));
+    assert!(p.is_file(), "test Python missing at {} — run `cargo xtask test`", p.display());
+    p
+}
+
+/// A real protocol peer: a Python script from `tests/peers/` serving on 127.0.0.1.
+/// Started on a free port; killed when dropped.
+pub struct Peer {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Peer {
+    /// Runs `tests/peers/<script> --port <free port> <args>` and waits until the port
+    /// accepts connections (at most 30 s).
+    pub fn start(script: &str, args: &[&str]) -> Peer {
+        let port = free_port();
+        let child = Command::new(python())
+            .arg(repo().join("tests/peers").join(script))
+            .arg("--port")
+            .arg(port.to_string())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start peer {script}: {e}"));
+        let mut peer = Peer { child, port };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = peer.child.try_wait() {
+                panic!("peer {script} exited before listening: {status}");
+            }
+            assert!(std::time::Instant::now() < until, "peer {script} did not listen on {port} within 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        peer
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}

@@ -1,0 +1,8 @@
+//! End-to-end tests of the real `warden` binary with real plugin components and real
+//! peers. `cargo xtask test` builds everything and points `WARDEN_BIN`,
+//! `WARDEN_PLUGINS`, `WARDEN_TEST_PLUGINS` and `WARDEN_PYTHON` at it.
+//! One binary; one module per area.
+
+mod common;
+
+mod cli;
