@@ -39,11 +39,12 @@ pub enum ConfigError {
 pub struct Config {
     pub plugins: PluginsConfig,
     pub subagents: SubagentsConfig,
-    pub models: ModelsConfig,
-    /// Sandbox settings; validated by the sandbox crate when it is wired in.
-    pub sandbox: serde_yaml::Value,
-    /// Approval policy; validated by the approval crate when it is wired in.
-    pub approval: serde_yaml::Value,
+    /// Model providers (see the `warden-models` crate for every key).
+    pub models: warden_models::ModelsConfig,
+    /// Per-session Docker sandboxes (see the `warden-sandbox` crate for every key).
+    pub sandbox: warden_sandbox::SandboxConfig,
+    /// The approval policy (see the `warden-approval` crate for every key).
+    pub approval: warden_approval::PolicyConfig,
     pub server: ServerConfig,
     pub store: StoreConfig,
     /// Directory the config file lives in; relative paths resolve against it.
@@ -203,22 +204,6 @@ pub struct ReferenceConfig {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// `models:` — model providers (used by the `model` capability).
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ModelsConfig {
-    /// `provider/model` used when neither the task nor the agent names one.
-    pub default: String,
-    pub aliases: BTreeMap<String, String>,
-    pub providers: BTreeMap<String, serde_yaml::Value>,
-}
-
-impl Default for ModelsConfig {
-    fn default() -> Self {
-        Self { default: "demo/scripted".into(), aliases: BTreeMap::new(), providers: BTreeMap::new() }
-    }
-}
-
 /// Default HTTP listen address: loopback only, so an unauthenticated default is safe.
 pub const DEFAULT_SERVER_ADDR: &str = "127.0.0.1:7878";
 
@@ -323,6 +308,11 @@ impl Config {
                 ));
             }
         }
+        warden_approval::Policy::from_config(self.approval.clone())
+            .map_err(|e| invalid("approval".into(), e.to_string()))?;
+        let base = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        warden_models::ModelRouter::from_config(&self.models, base)
+            .map_err(|e| invalid("models".into(), e.to_string()))?;
         for (i, r) in self.subagents.references.iter().enumerate() {
             if r.kind.trim().is_empty() {
                 return Err(invalid(format!("subagents.references[{i}].kind"), "expected a kind like A2A".into()));

@@ -14,6 +14,7 @@ pub mod registry;
 pub mod runtime;
 pub mod services;
 pub mod task;
+pub mod tools;
 
 pub use config::Config;
 pub use plugin::{GuestError, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
@@ -22,16 +23,52 @@ pub use runtime::{CallError, LoadedPlugin, Runtime, RuntimeOptions};
 
 use std::sync::Arc;
 
+/// Built-in Claude-format agents (general-purpose, Explore, Plan, Bash), registered
+/// as `builtin://<name>` references when `subagents.builtin: true`.
+pub const BUILTIN_AGENTS: [(&str, &str); 4] = [
+    ("general-purpose", include_str!("../../plugins/claude/builtin/general-purpose.md")),
+    ("Explore", include_str!("../../plugins/claude/builtin/Explore.md")),
+    ("Plan", include_str!("../../plugins/claude/builtin/Plan.md")),
+    ("Bash", include_str!("../../plugins/claude/builtin/Bash.md")),
+];
+
+/// The workspace root as sandbox tools see it; approval path rules resolve against it.
+pub const SANDBOX_WORKSPACE: &str = "/workspace";
+
 /// Builds the runtime and registry for `config` and loads the plugin directory.
 /// The composition root shared by every command.
 pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
+    use anyhow::Context;
     let config = Arc::new(config);
     let roots = config.subagents.agent_dirs.iter().map(|d| config.path(d)).collect();
-    let services = Arc::new(services::HostServices::new(roots));
+
+    let policy = warden_approval::Policy::from_config(config.approval.clone())
+        .with_context(|| format!("{}: approval", config.source_name()))?;
+    let audit = match &config.approval.audit_log {
+        Some(p) => {
+            let path = config.path(p);
+            Some(Arc::new(
+                warden_approval::AuditLog::open(&path).with_context(|| format!("cannot open audit log {}", path.display()))?,
+            ))
+        }
+        None => None,
+    };
+    let eval = warden_approval::EvalContext {
+        workspace_root: SANDBOX_WORKSPACE.into(),
+        home: SANDBOX_WORKSPACE.into(),
+    };
+    let gate = warden_approval::ApprovalGate::new(Arc::new(policy), eval, audit);
+    let sandbox = warden_sandbox::Sandbox::new(config.sandbox.clone()).map(Arc::new).map_err(|e| e.to_string());
+    let tools = Arc::new(tools::ToolHost::new(sandbox, gate));
+    let models = warden_models::ModelRouter::from_config(&config.models, &config.base_dir)
+        .map(Arc::new)
+        .map_err(|e| e.to_string());
+    let services = services::HostServices::new(roots).with_tools(tools).with_models(models);
+
     let fuel = config.plugins.limits.fuel.is_some() || config.plugins.limit_overrides.values().any(|o| o.fuel.is_some());
     let runtime = Runtime::new(
         RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel },
-        services,
+        Arc::new(services),
     )?;
     let registry = Arc::new(Registry::new(Arc::new(runtime), config));
     registry.load_all().await;

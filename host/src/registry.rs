@@ -319,6 +319,13 @@ impl Registry {
             .iter()
             .map(|r| SubagentReference { uri: r.uri.clone(), kind: r.kind.clone(), metadata: r.metadata.clone() })
             .collect();
+        if self.config.subagents.builtin {
+            refs.extend(crate::BUILTIN_AGENTS.iter().map(|(name, _)| SubagentReference {
+                uri: format!("builtin://{name}"),
+                kind: "CLAUDE".into(),
+                metadata: BTreeMap::new(),
+            }));
+        }
         for dir in &self.config.subagents.agent_dirs {
             let dir = self.config.path(dir);
             let mut files = vec![];

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Largest value one `state.set` may store: transcripts fit, a memory bomb does not.
@@ -64,6 +64,10 @@ impl StateStore {
 }
 
 pub struct HostServices {
+    /// The `tools` capability's host side; `None` = no sandbox tools in this host.
+    pub tools: Option<Arc<crate::tools::ToolHost>>,
+    /// Model providers; an error text when `models:` could not be set up.
+    pub models: Result<Arc<warden_models::ModelRouter>, String>,
     /// Redirects are never followed by the client itself: the `http` capability
     /// follows them by hand so each hop passes the allow-list.
     pub http: reqwest::Client,
@@ -81,6 +85,22 @@ impl HostServices {
             .build()
             .expect("a default reqwest client always builds");
         let resource_roots = resource_roots.into_iter().filter_map(|p| p.canonicalize().ok()).collect();
-        HostServices { http, state: StateStore::default(), resource_roots }
+        HostServices {
+            http,
+            state: StateStore::default(),
+            resource_roots,
+            tools: None,
+            models: Err("no model providers are configured in this host".into()),
+        }
+    }
+
+    pub fn with_tools(mut self, tools: Arc<crate::tools::ToolHost>) -> Self {
+        self.tools = Some(tools);
+        self
+    }
+
+    pub fn with_models(mut self, models: Result<Arc<warden_models::ModelRouter>, String>) -> Self {
+        self.models = models;
+        self
     }
 }

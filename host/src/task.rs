@@ -6,7 +6,22 @@ use serde::Serialize;
 
 use crate::plugin::{EventSink, GuestError, TaskCall, TaskContext};
 use crate::registry::Registry;
-use crate::runtime::CallError;
+use crate::runtime::{CallError, CallExtras};
+
+/// The `permission_mode` a definition's protocol data asks for (Claude agent files'
+/// `permissionMode`); unknown values are ignored with a warning — the gate then applies
+/// the operator's policy unchanged.
+fn permission_mode(def: &crate::plugin::SubagentDefinition) -> Option<warden_approval::PermissionMode> {
+    let data: serde_json::Value = serde_json::from_str(&def.protocol_data).ok()?;
+    let mode = data.get("permission_mode")?.as_str()?;
+    match mode.parse() {
+        Ok(m) => Some(m),
+        Err(_) => {
+            tracing::warn!(subagent = %def.name, mode, "unknown permissionMode ignored");
+            None
+        }
+    }
+}
 
 /// Terminal states of a task (DESIGN: task states).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,10 +55,15 @@ pub enum TaskError {
 }
 
 /// Where a task runs: its ids and where its events go.
+#[derive(Default)]
 pub struct TaskScope {
     pub session_id: String,
     pub user_id: String,
     pub events: Option<EventSink>,
+    /// Secrets for the task's sandbox execs (`tool_context`), as environment variables.
+    pub tool_env: Vec<(String, String)>,
+    /// How to ask a person about a tool call; `None` = HTTP approvals only.
+    pub decider: Option<std::sync::Arc<dyn warden_approval::Decider>>,
 }
 
 /// A fresh task id, `task_<uuid>`.
@@ -73,7 +93,13 @@ pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: T
     drop(snapshot);
     let ctx = TaskContext { task_id: task_id.clone(), session_id: scope.session_id, user_id: scope.user_id };
     tracing::info!(task_id = %task_id, plugin = %plugin.id, subagent = %definition.name, "task started");
-    let result = registry.runtime().execute(&plugin, ctx, call, &definition, scope.events).await;
+    let extras = CallExtras {
+        events: scope.events,
+        permission_mode: permission_mode(&definition),
+        tool_env: scope.tool_env,
+        decider: scope.decider,
+    };
+    let result = registry.runtime().execute(&plugin, ctx, call, &definition, extras).await;
     let outcome = match result {
         Ok(output) => TaskOutcome { task_id, status: TaskStatus::Completed, output: Some(output), error: None },
         Err(CallError::Guest(GuestError::InputRequired(q))) => {

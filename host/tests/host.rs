@@ -388,7 +388,7 @@ mod registry {
         assert!(f.registry.snapshot().definitions.contains_key("greeter"));
         let call = TaskCall { prompt: "hi".into(), subagent_type: "greeter".into(), ..Default::default() };
         let run = |r: Arc<Registry>, c: TaskCall| async move {
-            let scope = warden::task::TaskScope { session_id: "s".into(), user_id: "u".into(), events: None };
+            let scope = warden::task::TaskScope { session_id: "s".into(), user_id: "u".into(), ..Default::default() };
             warden::task::run(&r, warden::task::new_task_id(), &c, scope).await.unwrap()
         };
         assert_eq!(run(f.registry.clone(), call.clone()).await.output.as_deref(), Some("hi"));
@@ -422,7 +422,7 @@ mod registry {
         std::fs::remove_file(f.plugins.join("echo.wasm")).unwrap();
         wait_for("ECHO to disappear", || f.registry.snapshot().plugin_for_kind("ECHO").is_none()).await;
         assert!(!f.registry.snapshot().definitions.contains_key("greeter"));
-        let scope = warden::task::TaskScope { session_id: "s".into(), user_id: "u".into(), events: None };
+        let scope = warden::task::TaskScope { session_id: "s".into(), user_id: "u".into(), ..Default::default() };
         let err = warden::task::run(&f.registry, "t".into(), &call, scope).await.unwrap_err();
         assert!(matches!(err, warden::task::TaskError::UnknownSubagent { .. }), "{err:?}");
     }

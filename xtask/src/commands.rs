@@ -80,19 +80,15 @@ pub fn demo(layout: &Layout) -> Result<()> {
 
 /// The demo run; kept thin so what "the demo" is can change in one place.
 fn run_demo(layout: &Layout) -> Result<()> {
-    let config = layout.root.join("demo/warden.yaml");
-    for args in [vec!["plugins"], vec!["agents"]] {
-        println!("\n$ warden --config demo/warden.yaml {}", args.join(" "));
-        let status = Command::new(layout.warden_bin())
-            .current_dir(&layout.root)
-            .arg("--config")
-            .arg(&config)
-            .args(&args)
-            .status()
-            .with_context(|| format!("could not start {}", layout.warden_bin().display()))?;
-        if !status.success() {
-            bail!("the demo failed ({status})");
-        }
+    let status = Command::new(layout.warden_bin())
+        .current_dir(&layout.root)
+        .arg("demo")
+        .arg("--plugins")
+        .arg(layout.plugins_out())
+        .status()
+        .with_context(|| format!("could not start {}", layout.warden_bin().display()))?;
+    if !status.success() {
+        bail!("the demo failed ({status})");
     }
     Ok(())
 }

@@ -27,6 +27,8 @@ pub struct CallScope {
     pub task: Option<TaskContext>,
     pub deadline: Instant,
     pub events: Option<EventSink>,
+    /// Who is calling tools in this call (set for `execute` calls only).
+    pub tools: Option<crate::tools::ToolScope>,
     pub services: Arc<HostServices>,
 }
 

@@ -125,22 +125,159 @@ impl state::Host for HostState {
     }
 }
 
+/// Smallest timeout handed to a model request: below this the call is already lost.
+const MIN_MODEL_TIMEOUT: Duration = Duration::from_millis(1);
+
+fn to_model_message(m: model::Message) -> Result<warden_models::Message, Error> {
+    use warden_models::Role;
+    let role = match m.role.as_str() {
+        "system" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        other => return Err(Error::InvalidInput(format!("message role {other:?}; expected system, user, assistant or tool"))),
+    };
+    let tool_calls = m
+        .tool_calls
+        .into_iter()
+        .map(|c| {
+            let arguments = parse_arguments(&c.name, &c.arguments)?;
+            Ok(warden_models::ToolCall { id: c.id, name: c.name, arguments })
+        })
+        .collect::<Result<_, Error>>()?;
+    Ok(warden_models::Message { role, content: m.content, tool_calls, tool_call_id: m.tool_call_id })
+}
+
+fn parse_arguments(tool: &str, text: &str) -> Result<serde_json::Value, Error> {
+    if text.trim().is_empty() {
+        return Ok(serde_json::json!({}));
+    }
+    serde_json::from_str(text).map_err(|e| Error::InvalidInput(format!("arguments of tool call {tool:?} are not JSON: {e}")))
+}
+
+fn from_model_message(m: warden_models::Message) -> model::Message {
+    use warden_models::Role;
+    model::Message {
+        role: match m.role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+        .into(),
+        content: m.content,
+        tool_calls: m
+            .tool_calls
+            .into_iter()
+            .map(|c| model::ToolCall { id: c.id, name: c.name, arguments: c.arguments.to_string() })
+            .collect(),
+        tool_call_id: m.tool_call_id,
+    }
+}
+
 impl model::Host for HostState {
-    async fn complete(&mut self, _req: model::CompletionRequest) -> Result<model::Completion, Error> {
+    async fn complete(&mut self, req: model::CompletionRequest) -> Result<model::Completion, Error> {
         self.check(Capability::Model)?;
-        Err(Error::Unavailable("no model provider is configured in this host".into()))
+        let router = self.scope.services.models.clone().map_err(Error::Unavailable)?;
+        let name = if req.model.trim().is_empty() { None } else { Some(req.model.as_str()) };
+        let (provider, model_name) = router.resolve(name).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let timeout = self.io_timeout(None)?.max(MIN_MODEL_TIMEOUT);
+        let messages = req.messages.into_iter().map(to_model_message).collect::<Result<Vec<_>, _>>()?;
+        let tools = req
+            .tools
+            .into_iter()
+            .map(|t| {
+                let input_schema = serde_json::from_str(&t.input_schema).map_err(|e| {
+                    Error::InvalidInput(format!("input schema of tool {:?} is not JSON: {e}", t.name))
+                })?;
+                Ok(warden_models::ToolSpec { name: t.name, description: t.description, input_schema })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut request = warden_models::ChatRequest::new(model_name, messages);
+        request.tools = tools;
+        request.max_tokens = req.max_tokens;
+        request.timeout = Some(timeout);
+        // Streamed tokens and reasoning become task events; a full sink drops them
+        // rather than stalling the provider.
+        let sink = self.scope.events.clone().filter(|_| self.scope.grants.check(Capability::Events).is_ok()).map(|events| {
+            let plugin = self.scope.plugin.to_string();
+            warden_models::StreamSink::new(move |ev| {
+                let (kind, text) = match ev {
+                    warden_models::ModelEvent::Token(t) => ("token", t),
+                    warden_models::ModelEvent::Reasoning(t) => ("reasoning", t),
+                    _ => return,
+                };
+                let _ = events.try_send(PluginEvent {
+                    plugin: plugin.clone(),
+                    kind: kind.into(),
+                    data: serde_json::json!({ "text": text }),
+                });
+            })
+        });
+        let response = provider.complete(request, sink).await.map_err(|e| match e {
+            warden_models::ModelError::Timeout { .. } => Error::Timeout(e.to_string()),
+            warden_models::ModelError::Config(_) | warden_models::ModelError::UnknownModel { .. } => {
+                Error::Unavailable(e.to_string())
+            }
+            _ => Error::Remote(e.to_string()),
+        })?;
+        tracing::debug!(plugin = %self.scope.plugin, task_id = self.task_id(), provider = provider.name(), "model call done");
+        Ok(model::Completion {
+            message: from_model_message(response.message),
+            finish_reason: match response.finish_reason {
+                warden_models::FinishReason::Stop => "stop".into(),
+                warden_models::FinishReason::ToolCalls => "tool_calls".into(),
+                warden_models::FinishReason::Length => "length".into(),
+                warden_models::FinishReason::Other(o) => o,
+            },
+            reasoning: response.reasoning,
+        })
+    }
+}
+
+impl HostState {
+    fn tool_host(&self) -> Result<(Arc<crate::tools::ToolHost>, crate::tools::ToolScope), Error> {
+        self.check(Capability::Tools)?;
+        let host = self
+            .scope
+            .services
+            .tools
+            .clone()
+            .ok_or_else(|| Error::Unavailable("sandbox tools are not configured in this host".into()))?;
+        let scope = self
+            .scope
+            .tools
+            .clone()
+            .ok_or_else(|| Error::Unavailable("tools can only be used while executing a task".into()))?;
+        Ok((host, scope))
     }
 }
 
 impl tools::Host for HostState {
     async fn list(&mut self) -> Result<Vec<model::ToolSpec>, Error> {
-        self.check(Capability::Tools)?;
-        Err(Error::Unavailable("sandbox tools are not configured in this host".into()))
+        let (host, _) = self.tool_host()?;
+        Ok(host
+            .list()
+            .into_iter()
+            .map(|t| model::ToolSpec { name: t.name, description: t.description, input_schema: t.input_schema.to_string() })
+            .collect())
     }
 
-    async fn call(&mut self, _calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, Error> {
-        self.check(Capability::Tools)?;
-        Err(Error::Unavailable("sandbox tools are not configured in this host".into()))
+    async fn call(&mut self, calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, Error> {
+        let (host, scope) = self.tool_host()?;
+        let calls = calls
+            .into_iter()
+            .map(|c| {
+                let input = parse_arguments(&c.name, &c.arguments)?;
+                Ok(crate::tools::ToolCall { id: c.id, name: c.name, input })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(host
+            .call_batch(&scope, calls)
+            .await
+            .into_iter()
+            .map(|r| tools::ToolResult { id: r.id, content: r.content, is_error: r.is_error })
+            .collect())
     }
 }
 
@@ -161,6 +298,13 @@ impl resources::Host for HostState {
                 return Err(Error::Remote(format!("resource fetch returned HTTP {}", resp.status)));
             }
             return Ok(resp.body);
+        }
+        if let Some(name) = uri.strip_prefix("builtin://") {
+            return crate::BUILTIN_AGENTS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, text)| text.as_bytes().to_vec())
+                .ok_or_else(|| Error::NotFound(format!("no built-in agent {name:?}")));
         }
         let path = uri.strip_prefix("file://").unwrap_or(&uri);
         let canonical = std::fs::canonicalize(path).map_err(|e| Error::NotFound(format!("{path}: {e}")))?;

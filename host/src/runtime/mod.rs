@@ -41,6 +41,25 @@ pub const MAX_WASM_STACK: usize = 1024 * 1024;
 /// itself within this is rejected.
 pub const INFO_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Per-task inputs of an `execute` call beyond the SPI records.
+#[derive(Default)]
+pub struct CallExtras {
+    /// Where the call's events go.
+    pub events: Option<EventSink>,
+    /// The agent's requested permission mode (capped by the operator's policy).
+    pub permission_mode: Option<warden_approval::PermissionMode>,
+    /// Secrets for sandbox execs (`tool_context`); never logged or stored.
+    pub tool_env: Vec<(String, String)>,
+    /// How to ask a person about a tool call (TTY); `None` = HTTP approvals only.
+    pub decider: Option<Arc<dyn warden_approval::Decider>>,
+}
+
+impl From<Option<EventSink>> for CallExtras {
+    fn from(events: Option<EventSink>) -> Self {
+        CallExtras { events, ..CallExtras::default() }
+    }
+}
+
 /// Why a plugin call did not return a value.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum CallError {
@@ -235,6 +254,7 @@ impl Runtime {
             task,
             deadline: Instant::now() + timeout,
             events,
+            tools: None,
             services: self.services.clone(),
         }
     }
@@ -270,8 +290,9 @@ impl Runtime {
         task: TaskContext,
         call: &TaskCall,
         definition: &SubagentDefinition,
-        events: Option<EventSink>,
+        extras: impl Into<CallExtras>,
     ) -> Result<String, CallError> {
+        let extras: CallExtras = extras.into();
         let timeout = plugin.limits.timeout;
         let ctx = wit::TaskContext {
             task_id: task.task_id.clone(),
@@ -279,7 +300,19 @@ impl Runtime {
             user_id: task.user_id.clone(),
             deadline_ms: timeout.as_millis() as u64,
         };
-        let scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), events, timeout);
+        let tools = crate::tools::ToolScope {
+            task_id: task.task_id.clone(),
+            session_id: task.session_id.clone(),
+            user_id: task.user_id.clone(),
+            subagent: definition.name.clone(),
+            plugin: plugin.id.clone(),
+            permission_mode: extras.permission_mode,
+            env: extras.tool_env,
+            events: extras.events.clone(),
+            decider: extras.decider,
+        };
+        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), extras.events, timeout);
+        scope.tools = Some(tools);
         let call = wit::TaskCall {
             description: call.description.clone(),
             prompt: call.prompt.clone(),

@@ -2,7 +2,10 @@
 //! same composition root ([`crate::start`]) and prints what the library returns.
 //! Exit codes: 0 ok, 1 task failed or declined, 2 usage or configuration error.
 
-use std::io::IsTerminal;
+mod demo;
+mod prompt;
+mod sandbox;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -18,6 +21,8 @@ use crate::task::{self, TaskScope, TaskStatus};
 pub const EXIT_TASK_FAILED: u8 = 1;
 /// Exit code for usage and configuration errors.
 pub const EXIT_USAGE: u8 = 2;
+/// The user id of tasks started from this terminal.
+pub const LOCAL_USER: &str = "local";
 /// Capacity of the event channel between a running task and the terminal printer.
 const EVENT_CHANNEL_CAPACITY: usize = 1024;
 
@@ -69,6 +74,42 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// One tool call through the approval gate and the session's sandbox, as a subagent
+    /// would make it.
+    Tool {
+        /// Tool name: Read, Write, Edit, Glob, Grep, Bash.
+        tool: String,
+        /// Arguments as a JSON object, e.g. '{"command": "ls"}'.
+        args: String,
+        /// Session whose sandbox to use (default: a new one, removed afterwards).
+        #[arg(long)]
+        session: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sandbox sessions and their containers.
+    Sandbox {
+        #[command(subcommand)]
+        command: SandboxCommand,
+    },
+    /// The offline demo: a Claude subagent, a scripted model, a real sandbox, an approval.
+    Demo {
+        /// Directory with the bundled plugins (default: `plugins` next to the binary's
+        /// target directory, i.e. `target/plugins`).
+        #[arg(long)]
+        plugins: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SandboxCommand {
+    /// List sessions and their containers.
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove stopped warden containers and unused warden volumes.
+    Prune,
 }
 
 #[derive(Subcommand, Debug)]
@@ -114,6 +155,26 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Prints one task event for a person reading the terminal (stderr for progress,
+/// so stdout carries only results).
+pub fn print_event(ev: &crate::plugin::PluginEvent) {
+    let text = |k: &str| ev.data.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+    match ev.kind.as_str() {
+        "tool_call" => eprintln!("  → {} {}", text("name"), ev.data.get("input").cloned().unwrap_or_default()),
+        "tool_result" => {
+            let content = text("content");
+            let first = content.lines().next().unwrap_or_default();
+            let more = content.lines().count().saturating_sub(1);
+            let mark = if ev.data["is_error"].as_bool() == Some(true) { "✗" } else { "←" };
+            let tail = if more > 0 { format!(" (+{more} lines)") } else { String::new() };
+            eprintln!("  {mark} {}: {first}{tail}", text("name"));
+        }
+        "token" | "reasoning" => {}
+        "status" => eprintln!("  · {}", text("message")),
+        _ => eprintln!("  [{}] {}: {}", ev.plugin, ev.kind, ev.data),
+    }
+}
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -127,6 +188,10 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
+        Command::Tool { tool, args, session, json } => sandbox::tool(config, &tool, &args, session, json).await,
+        Command::Sandbox { command: SandboxCommand::Ls { json } } => sandbox::ls(config, json).await,
+        Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,
+        Command::Demo { plugins } => demo::run(plugins).await,
         Command::Plugins { json } => {
             let registry = crate::start(config).await?;
             let rows = registry.snapshot().status();
@@ -187,27 +252,33 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             let call = TaskCall { description, prompt, subagent_type, model, resume: None, run_in_background: false };
             let (tx, mut rx) = tokio::sync::mpsc::channel(EVENT_CHANNEL_CAPACITY);
             let printer = tokio::spawn(async move {
-                let tty = std::io::stderr().is_terminal();
                 while let Some(ev) = rx.recv().await {
-                    let ev: crate::plugin::PluginEvent = ev;
-                    if tty || !json {
-                        eprintln!("[{}] {}: {}", ev.plugin, ev.kind, ev.data);
+                    if !json {
+                        print_event(&ev);
                     }
                 }
             });
+            let ephemeral = session.is_none();
+            let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
             let scope = TaskScope {
-                session_id: session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4())),
-                user_id: "local".into(),
+                session_id: session_id.clone(),
+                user_id: LOCAL_USER.into(),
                 events: Some(tx),
+                decider: Some(prompt::terminal_decider(false)),
+                ..TaskScope::default()
             };
-            let outcome = match task::run(&registry, task::new_task_id(), &call, scope).await {
+            let result = task::run(&registry, task::new_task_id(), &call, scope).await;
+            let _ = printer.await;
+            if ephemeral {
+                sandbox::end_session(&registry, &session_id).await;
+            }
+            let outcome = match result {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("error: {e}");
                     return Ok(ExitCode::from(EXIT_USAGE));
                 }
             };
-            let _ = printer.await;
             if json {
                 println!("{}", serde_json::to_string(&outcome)?);
             } else {

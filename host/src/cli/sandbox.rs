@@ -1,0 +1,121 @@
+//! `warden tool` and `warden sandbox ls|prune`: the operator's view of the sandbox and
+//! the approval gate, one call at a time.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use super::{EXIT_TASK_FAILED, EXIT_USAGE, LOCAL_USER, prompt};
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::tools::{ToolCall, ToolScope};
+
+/// Ends a session this process created (its container and workspace volume go).
+pub async fn end_session(registry: &Registry, session_id: &str) {
+    let Some(tools) = &registry.runtime().services().tools else { return };
+    if let Ok(sandbox) = tools.sandbox() {
+        let key = warden_sandbox::SessionKey::new(LOCAL_USER, session_id);
+        if let Err(e) = sandbox.end_session(&key).await {
+            tracing::warn!(session = session_id, error = %e, "could not remove the session's sandbox");
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ToolOutcome<'a> {
+    tool: &'a str,
+    session_id: &'a str,
+    is_error: bool,
+    content: &'a str,
+}
+
+pub async fn tool(config: Config, tool: &str, args: &str, session: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    let input: serde_json::Value = match serde_json::from_str(args) {
+        Ok(v @ serde_json::Value::Object(_)) => v,
+        Ok(_) | Err(_) => {
+            eprintln!("error: arguments must be a JSON object, e.g. '{{\"command\": \"ls\"}}'; got {args:?}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    let registry = crate::start(config).await?;
+    let tools = registry.runtime().services().tools.clone().context("no tool host")?;
+    let ephemeral = session.is_none();
+    let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
+    let scope = ToolScope {
+        task_id: format!("tool_{}", uuid::Uuid::new_v4()),
+        session_id: session_id.clone(),
+        user_id: LOCAL_USER.into(),
+        subagent: "warden-tool".into(),
+        plugin: "cli".into(),
+        decider: Some(prompt::terminal_decider(false)),
+        ..ToolScope::default()
+    };
+    let call = ToolCall { id: "call_1".into(), name: tool.to_owned(), input };
+    let result = tools.call_batch(&scope, vec![call]).await.pop().context("no result")?;
+    if ephemeral {
+        end_session(&registry, &session_id).await;
+    }
+    if json {
+        let out = ToolOutcome { tool, session_id: &session_id, is_error: result.is_error, content: &result.content };
+        println!("{}", serde_json::to_string(&out)?);
+    } else if result.is_error {
+        eprintln!("{}", result.content);
+    } else {
+        println!("{}", result.content);
+    }
+    Ok(if result.is_error { ExitCode::from(EXIT_TASK_FAILED) } else { ExitCode::SUCCESS })
+}
+
+fn sandbox_of(config: Config) -> anyhow::Result<warden_sandbox::Sandbox> {
+    warden_sandbox::Sandbox::new(config.sandbox).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+#[derive(Serialize)]
+struct SessionRow {
+    user_id: String,
+    session_id: String,
+    container: String,
+    state: String,
+    created_secs_ago: u64,
+}
+
+pub async fn ls(config: Config, json: bool) -> anyhow::Result<ExitCode> {
+    let sandbox = sandbox_of(config)?;
+    let rows: Vec<SessionRow> = sandbox
+        .list_sessions()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .into_iter()
+        .map(|s| SessionRow {
+            user_id: s.key.user_id.clone(),
+            session_id: s.key.session_id.clone(),
+            container: s.container_name,
+            state: s.state,
+            created_secs_ago: s.created.elapsed().map(|d| d.as_secs()).unwrap_or(0),
+        })
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else if rows.is_empty() {
+        println!("no sandbox sessions");
+    } else {
+        for r in rows {
+            println!("{:<12} {:<40} {:<10} {} ({}s old)", r.user_id, r.session_id, r.state, r.container, r.created_secs_ago);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn prune(config: Config) -> anyhow::Result<ExitCode> {
+    let sandbox = sandbox_of(config)?;
+    let report = sandbox.prune().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!("removed {} containers, {} volumes", report.containers.len(), report.volumes.len());
+    for c in report.containers {
+        println!("  container {c}");
+    }
+    for v in report.volumes {
+        println!("  volume {v}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,154 @@
+//! The `tools` capability's host side: the session's sandbox tools behind the one
+//! approval gate.
+//!
+//! Every tool call of every plugin comes through [`ToolHost::call_batch`]: the gate
+//! decides (policy, then a person when the policy says ask), allowed calls run in the
+//! session's sandbox in call order, declined calls become a readable "not run" result,
+//! and the host itself emits `tool_call` / `tool_result` events. No other path reaches
+//! the sandbox. This module must never run a call the gate did not allow.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use warden_approval::{ApprovalGate, ApprovalRequest, Decider, PermissionMode, Policy};
+use warden_sandbox::{Sandbox, SessionKey};
+
+use crate::plugin::{EventSink, PluginEvent};
+
+/// A tool as a model sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// One call a plugin asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub input: Value,
+}
+
+/// Its result, in the order of the calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub id: String,
+    pub content: String,
+    pub is_error: bool,
+}
+
+/// Who is calling: the task, its session, the subagent and what the operator's
+/// policy lets it claim.
+#[derive(Clone, Default)]
+pub struct ToolScope {
+    pub task_id: String,
+    pub session_id: String,
+    pub user_id: String,
+    pub subagent: String,
+    pub plugin: String,
+    /// The agent file's `permissionMode`; capped by the operator's `max_mode` in the gate.
+    pub permission_mode: Option<PermissionMode>,
+    /// Per-task secrets for sandbox execs (`tool_context`); never logged or stored.
+    pub env: Vec<(String, String)>,
+    pub events: Option<EventSink>,
+    /// How to ask a person (TTY prompt); `None` = only `POST /v1/approvals/{id}` can decide.
+    pub decider: Option<Arc<dyn Decider>>,
+}
+
+pub struct ToolHost {
+    sandbox: Result<Arc<Sandbox>, String>,
+    gate: ApprovalGate,
+}
+
+impl ToolHost {
+    /// `sandbox` is an error text when the sandbox could not be configured; tool calls
+    /// then fail with it while text-only subagents keep working.
+    pub fn new(sandbox: Result<Arc<Sandbox>, String>, gate: ApprovalGate) -> Self {
+        ToolHost { sandbox, gate }
+    }
+
+    pub fn gate(&self) -> &ApprovalGate {
+        &self.gate
+    }
+
+    pub fn policy(&self) -> &Policy {
+        self.gate.policy()
+    }
+
+    pub fn sandbox(&self) -> Result<&Arc<Sandbox>, &str> {
+        self.sandbox.as_ref().map_err(String::as_str)
+    }
+
+    /// Tools a subagent may see: the sandbox tools minus those a bare-name deny removes.
+    pub fn list(&self) -> Vec<ToolSpec> {
+        warden_sandbox::tool_specs()
+            .into_iter()
+            .filter(|t| self.gate.policy().tool_visible(&t.name))
+            .map(|t| ToolSpec { name: t.name.to_string(), description: t.description.to_string(), input_schema: t.input_schema })
+            .collect()
+    }
+
+    /// Runs a batch through the gate and the sandbox; results come back in call order.
+    pub async fn call_batch(&self, scope: &ToolScope, calls: Vec<ToolCall>) -> Vec<ToolResult> {
+        for c in &calls {
+            emit(scope, "tool_call", json!({ "id": c.id, "name": c.name, "input": c.input, "subagent": scope.subagent }))
+                .await;
+        }
+        let requests = calls
+            .iter()
+            .map(|c| {
+                let mut r = ApprovalRequest::new(c.name.clone(), c.input.clone(), scope.subagent.clone());
+                r.task_id = Some(scope.task_id.clone());
+                r.session_id = Some(scope.session_id.clone());
+                r.plugin = Some(scope.plugin.clone());
+                r.mode = scope.permission_mode;
+                r
+            })
+            .collect();
+        let verdicts = self.gate.decide_batch_with(requests, scope.decider.clone()).await;
+        let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
+        let mut results = Vec::with_capacity(calls.len());
+        for (call, verdict) in calls.into_iter().zip(verdicts) {
+            let (content, is_error) = match verdict.declined_message(&call.name) {
+                Some(declined) => (declined, true),
+                None => match &self.sandbox {
+                    Err(e) => (format!("The {} call failed: {e}", call.name), true),
+                    Ok(sandbox) => match sandbox.call_tool(&key, &call.name, call.input.clone(), &scope.env).await {
+                        Ok(out) => (out.content, out.is_error),
+                        Err(e) => (format!("The {} call failed: {e}", call.name), true),
+                    },
+                },
+            };
+            tracing::info!(
+                task_id = %scope.task_id, session = %scope.session_id, plugin = %scope.plugin,
+                tool = %call.name, decision = ?verdict.decision, is_error, "tool call"
+            );
+            emit(scope, "tool_result", json!({ "id": call.id, "name": call.name, "is_error": is_error, "content": excerpt(&content), "subagent": scope.subagent }))
+                .await;
+            results.push(ToolResult { id: call.id, content, is_error });
+        }
+        results
+    }
+}
+
+/// Longest tool output copied into a `tool_result` event; the model gets it whole.
+pub const TOOL_RESULT_EVENT_EXCERPT: usize = 2048;
+
+fn excerpt(s: &str) -> String {
+    if s.len() <= TOOL_RESULT_EVENT_EXCERPT {
+        return s.to_owned();
+    }
+    let mut cut = TOOL_RESULT_EVENT_EXCERPT;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… [{} bytes]", &s[..cut], s.len())
+}
+
+async fn emit(scope: &ToolScope, kind: &str, data: Value) {
+    if let Some(sink) = &scope.events {
+        let _ = sink.send(PluginEvent { plugin: scope.plugin.clone(), kind: kind.to_owned(), data }).await;
+    }
+}
