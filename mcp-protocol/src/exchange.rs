@@ -1,0 +1,275 @@
+//! One HTTP exchange: the request to send and the reader for its reply.
+
+use serde_json::Value;
+
+use crate::error::{McpError, codes};
+use crate::headers;
+use crate::sse::SseParser;
+
+/// An HTTP request for the MCP endpoint (the caller knows the URL).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpRequest {
+    /// `POST` (messages) or `DELETE` (ending a handshake-era session).
+    pub method: &'static str,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+}
+
+/// A `notifications/progress` for a request of ours.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub token: Value,
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// Something the server sent while we wait for the response.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    Progress(Progress),
+    /// `notifications/message` (server log): level and data.
+    Log { level: String, data: Value },
+    /// Any other notification (method, params).
+    Notification { method: String, params: Value },
+    /// A server-to-client request (handshake revisions: `ping`, `sampling/...`,
+    /// `elicitation/...`). This client does not answer them.
+    ServerRequest { id: Value, method: String },
+}
+
+/// What the request was for; [`crate::Session::advance`] uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Discover,
+    Initialize,
+    Initialized,
+    Call,
+}
+
+enum Body {
+    Unknown,
+    Json(Vec<u8>),
+    Sse(SseParser),
+    /// Non-2xx: kept for the error.
+    Error(Vec<u8>),
+}
+
+/// Reads the reply to one request. Drive it with [`Pending::begin`] (status and
+/// headers), [`Pending::feed`] (each body chunk; may stop early once
+/// [`Pending::is_done`]) and [`Pending::finish`] (end of body); then take the
+/// outcome with [`Pending::result`].
+pub struct Pending {
+    pub(crate) purpose: Purpose,
+    /// `None` for notifications (a 202 is the whole answer).
+    id: Option<Value>,
+    progress_token: Option<Value>,
+    status: u16,
+    session_id: Option<String>,
+    body: Body,
+    outcome: Option<Result<Value, McpError>>,
+    expect_session: bool,
+}
+
+impl Pending {
+    pub(crate) fn new(purpose: Purpose, id: Option<Value>, progress_token: Option<Value>, expect_session: bool) -> Self {
+        Pending {
+            purpose,
+            id,
+            progress_token,
+            status: 0,
+            session_id: None,
+            body: Body::Unknown,
+            outcome: None,
+            expect_session,
+        }
+    }
+
+    pub fn purpose(&self) -> Purpose {
+        self.purpose
+    }
+
+    /// The HTTP status given to [`Pending::begin`].
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The `Mcp-Session-Id` the reply carried, if any.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// The reply's status line and headers.
+    pub fn begin(&mut self, status: u16, headers: &[(String, String)]) {
+        self.status = status;
+        self.session_id = headers::get(headers, headers::SESSION_ID).map(str::to_owned);
+        let content_type = headers::get(headers, "content-type").unwrap_or("").to_ascii_lowercase();
+        self.body = if !(200..300).contains(&status) {
+            Body::Error(Vec::new())
+        } else if content_type.starts_with("text/event-stream") {
+            Body::Sse(SseParser::new())
+        } else {
+            Body::Json(Vec::new())
+        };
+    }
+
+    /// A body chunk; returns the notifications it completed.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Update> {
+        let events = match &mut self.body {
+            Body::Json(buf) | Body::Error(buf) => {
+                if buf.len() < MAX_BUFFERED {
+                    buf.extend_from_slice(chunk);
+                }
+                return Vec::new();
+            }
+            Body::Sse(parser) => parser.feed(chunk),
+            Body::Unknown => return Vec::new(),
+        };
+        let mut updates = Vec::new();
+        for ev in events {
+            if ev.event != "message" || ev.data.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Value>(&ev.data) {
+                Ok(v) => self.message(v, &mut updates),
+                Err(e) => {
+                    if self.outcome.is_none() {
+                        self.outcome = Some(Err(McpError::Protocol(format!("an SSE event is not JSON: {e}"))));
+                    }
+                }
+            }
+        }
+        updates
+    }
+
+    /// True once the response to our request has been read: the rest of the body
+    /// may be dropped.
+    pub fn is_done(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    /// End of body. Returns the notifications still pending (SSE without a final blank line).
+    pub fn finish(&mut self) -> Vec<Update> {
+        let mut updates = Vec::new();
+        match std::mem::replace(&mut self.body, Body::Unknown) {
+            Body::Unknown => {}
+            Body::Sse(mut parser) => {
+                if let Some(ev) = parser.finish()
+                    && let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
+                        self.message(v, &mut updates);
+                    }
+                if self.outcome.is_none() && self.id.is_some() {
+                    self.outcome =
+                        Some(Err(McpError::Protocol("the event stream ended without a response to the request".into())));
+                }
+            }
+            Body::Json(buf) => {
+                if self.id.is_none() {
+                    // A notification: 202 (or any 2xx) with no body is the answer.
+                    self.outcome.get_or_insert(Ok(Value::Null));
+                } else if buf.iter().all(u8::is_ascii_whitespace) {
+                    self.outcome = Some(Err(McpError::Protocol(format!("HTTP {} with an empty body", self.status))));
+                } else {
+                    match serde_json::from_slice::<Value>(&buf) {
+                        Ok(Value::Array(batch)) => {
+                            for v in batch {
+                                self.message(v, &mut updates);
+                            }
+                        }
+                        Ok(v) => self.message(v, &mut updates),
+                        Err(e) => {
+                            self.outcome = Some(Err(McpError::Protocol(format!("the response is not JSON: {e}"))))
+                        }
+                    }
+                    if self.outcome.is_none() {
+                        self.outcome = Some(Err(McpError::Protocol("the response does not answer the request".into())));
+                    }
+                }
+            }
+            Body::Error(buf) => {
+                let rpc = serde_json::from_slice::<Value>(&buf).ok().and_then(|v| rpc_error(&v, self.status));
+                self.outcome = Some(Err(match rpc {
+                    Some(e) => e,
+                    None if self.status == 404 && self.expect_session => McpError::SessionExpired,
+                    None => McpError::http(self.status, &buf),
+                }));
+            }
+        }
+        updates
+    }
+
+    /// The outcome: the JSON-RPC `result`, or why there is none.
+    pub fn result(&mut self) -> Result<Value, McpError> {
+        self.outcome
+            .take()
+            .unwrap_or_else(|| Err(McpError::Protocol("the reply was not read to the end".into())))
+    }
+
+    /// Feeds a whole reply at once and returns its updates (non-streaming transports).
+    pub fn complete(&mut self, status: u16, headers: &[(String, String)], body: &[u8]) -> Vec<Update> {
+        self.begin(status, headers);
+        let mut updates = self.feed(body);
+        updates.extend(self.finish());
+        updates
+    }
+
+    fn message(&mut self, v: Value, updates: &mut Vec<Update>) {
+        let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
+        match (method, v.get("id")) {
+            (Some(method), Some(id)) => updates.push(Update::ServerRequest { id: id.clone(), method }),
+            (Some(method), None) => {
+                let params = v.get("params").cloned().unwrap_or(Value::Null);
+                updates.push(match method.as_str() {
+                    "notifications/progress" => match progress(&params) {
+                        Some(p) if self.progress_token.as_ref().is_none_or(|t| *t == p.token) => Update::Progress(p),
+                        _ => Update::Notification { method, params },
+                    },
+                    "notifications/message" => Update::Log {
+                        level: params.get("level").and_then(Value::as_str).unwrap_or("info").to_owned(),
+                        data: params.get("data").cloned().unwrap_or(Value::Null),
+                    },
+                    _ => Update::Notification { method, params },
+                });
+            }
+            (None, Some(id)) => {
+                if self.id.as_ref() != Some(id) || self.outcome.is_some() {
+                    return; // a response to something else
+                }
+                self.outcome = Some(match rpc_error(&v, self.status) {
+                    Some(e) => Err(e),
+                    None => match v.get("result") {
+                        Some(r) => Ok(r.clone()),
+                        None => Err(McpError::Protocol("a response without `result` or `error`".into())),
+                    },
+                });
+            }
+            (None, None) => {
+                // `{"error": ...}` with `id: null` counts as an answer to us.
+                if let Some(e) = rpc_error(&v, self.status) {
+                    self.outcome.get_or_insert(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// Bodies that are only kept whole (JSON, errors) are capped here.
+const MAX_BUFFERED: usize = 16 << 20;
+
+fn progress(params: &Value) -> Option<Progress> {
+    Some(Progress {
+        token: params.get("progressToken")?.clone(),
+        progress: params.get("progress")?.as_f64()?,
+        total: params.get("total").and_then(Value::as_f64),
+        message: params.get("message").and_then(Value::as_str).map(str::to_owned),
+    })
+}
+
+fn rpc_error(v: &Value, status: u16) -> Option<McpError> {
+    let e = v.get("error")?;
+    Some(McpError::Rpc {
+        status,
+        code: e.get("code").and_then(Value::as_i64).unwrap_or(codes::INTERNAL_ERROR),
+        message: e.get("message").and_then(Value::as_str).unwrap_or("").to_owned(),
+        data: e.get("data").cloned(),
+    })
+}

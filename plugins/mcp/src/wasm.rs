@@ -1,0 +1,191 @@
+//! The WIT exports over the host imports (wasm32 only): the MCP client runs over
+//! `http.send-streaming`, progress becomes `status` events.
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "plugin",
+});
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use exports::warden::plugin::{executor, meta, resolver};
+use warden::plugin::types::{
+    Capability, Error, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+};
+use warden::plugin::{events, http, log};
+use warden_mcp_protocol::{self as mcp, Client, ClientInfo, McpError, Update};
+
+use crate::{KIND, ProtocolData, Target};
+
+struct Mcp;
+
+/// The host error behind the last transport failure, so its kind (denied, timeout,
+/// ...) reaches the task unchanged.
+type LastError = Rc<RefCell<Option<Error>>>;
+
+struct HostTransport {
+    url: String,
+    auth_secret: Option<String>,
+    timeout_ms: Option<u32>,
+    last_error: LastError,
+}
+
+struct HostBody {
+    stream: http::BodyStream,
+    last_error: LastError,
+}
+
+fn transport_error(e: Error, slot: &LastError) -> McpError {
+    let m = match &e {
+        Error::Timeout(m) => McpError::Timeout(m.clone()),
+        Error::NotFound(m)
+        | Error::InvalidInput(m)
+        | Error::Denied(m)
+        | Error::Remote(m)
+        | Error::Unavailable(m)
+        | Error::InputRequired(m)
+        | Error::Internal(m) => McpError::Transport(m.clone()),
+    };
+    *slot.borrow_mut() = Some(e);
+    m
+}
+
+impl mcp::Body for HostBody {
+    fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, McpError> {
+        self.stream.next().map_err(|e| transport_error(e, &self.last_error))
+    }
+}
+
+impl mcp::Transport for HostTransport {
+    type Body = HostBody;
+    fn send(&mut self, request: &mcp::HttpRequest) -> Result<(u16, mcp::Headers, HostBody), McpError> {
+        let req = http::Request {
+            method: request.method.into(),
+            url: self.url.clone(),
+            headers: request.headers.clone(),
+            body: request.body.clone(),
+            timeout_ms: self.timeout_ms,
+            auth_secret: self.auth_secret.clone(),
+        };
+        let (head, stream) = http::send_streaming(&req).map_err(|e| transport_error(e, &self.last_error))?;
+        Ok((head.status, head.headers, HostBody { stream, last_error: self.last_error.clone() }))
+    }
+}
+
+fn client(target: &Target, timeout_ms: Option<u32>) -> (Client<HostTransport>, LastError) {
+    let last_error = LastError::default();
+    let transport = HostTransport {
+        url: target.endpoint.clone(),
+        auth_secret: target.auth_secret.clone(),
+        timeout_ms,
+        last_error: last_error.clone(),
+    };
+    let info = ClientInfo { name: "warden-mcp".into(), version: env!("CARGO_PKG_VERSION").into() };
+    (Client::new(transport, info, target.preference), last_error)
+}
+
+/// An MCP failure as a task error: the host's own error for transport failures,
+/// `timeout` for timeouts, `remote` (naming the endpoint) for everything the server did.
+fn to_wit(e: McpError, last: &LastError, endpoint: &str) -> Error {
+    match e {
+        McpError::Timeout(m) => last.borrow_mut().take().unwrap_or(Error::Timeout(m)),
+        McpError::Transport(m) => last.borrow_mut().take().unwrap_or(Error::Remote(m)),
+        other => Error::Remote(format!("MCP server {endpoint}: {other}")),
+    }
+}
+
+fn write_log(level: log::Level, message: &str) {
+    let _ = log::write(level, message);
+}
+
+impl meta::Guest for Mcp {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "mcp".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            kinds: vec![KIND.into()],
+            capabilities: vec![Capability::Http, Capability::Events, Capability::Log],
+        }
+    }
+}
+
+impl resolver::Guest for Mcp {
+    fn can_resolve(reference: SubagentReference) -> bool {
+        reference.kind.eq_ignore_ascii_case(KIND) && Target::from_reference(&reference.uri, &reference.metadata).is_ok()
+    }
+
+    fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
+        let target = Target::from_reference(&reference.uri, &reference.metadata).map_err(Error::InvalidInput)?;
+        let (mut c, last) = client(&target, None);
+        let err = |e: McpError| to_wit(e, &last, &target.endpoint);
+        let server = c.connect().map_err(err)?.clone();
+        let tools = c.list_all_tools().map_err(err);
+        c.close();
+        let tools = tools?;
+        let (tool, agent) = mcp::select_agent_tool(&tools, target.tool.as_deref(), target.argument.as_deref())
+            .map_err(|m| Error::InvalidInput(format!("MCP server {}: {m}", target.endpoint)))?;
+        write_log(
+            log::Level::Debug,
+            &format!(
+                "resolved {} (revision {}): tool {} argument {}",
+                target.endpoint, server.protocol_version, agent.tool, agent.argument
+            ),
+        );
+        let data = ProtocolData {
+            endpoint: target.endpoint.clone(),
+            tool: agent.tool,
+            argument: agent.argument,
+            protocol_version: server.protocol_version.clone(),
+            server: server.name.clone(),
+            input_schema: tool.input_schema.clone(),
+        };
+        Ok(SubagentDefinition {
+            name: crate::definition_name(&target, &server, &tool),
+            description: crate::definition_description(&target, &server, &tool),
+            kind: KIND.into(),
+            protocol_data: serde_json::to_string(&data).map_err(|e| Error::Internal(e.to_string()))?,
+            reference,
+        })
+    }
+}
+
+impl executor::Guest for Mcp {
+    fn execute(ctx: TaskContext, call: TaskCall, definition: SubagentDefinition) -> Result<String, Error> {
+        let reference = &definition.reference;
+        let target = Target::from_reference(&reference.uri, &reference.metadata).map_err(Error::InvalidInput)?;
+        let data: ProtocolData = serde_json::from_str(&definition.protocol_data)
+            .map_err(|e| Error::InvalidInput(format!("definition protocol-data is not from this plugin: {e}")))?;
+        // Leave a little of the call's time so a timeout comes back as an error value
+        // rather than the host interrupting the call.
+        let margin = (ctx.deadline_ms / 10).min(500);
+        let timeout_ms = u32::try_from(ctx.deadline_ms.saturating_sub(margin)).unwrap_or(u32::MAX);
+        let (mut c, last) = client(&target, Some(timeout_ms));
+        let err = |e: McpError| to_wit(e, &last, &target.endpoint);
+        c.connect().map_err(err)?;
+        let arguments = serde_json::json!({ data.argument.as_str(): call.prompt });
+        let mut on_update = |u: Update| match u {
+            Update::Progress(p) => {
+                let _ = events::emit("status", &crate::progress_event(&p).to_string());
+            }
+            Update::Log { level, data } => {
+                let text = data.as_str().map(str::to_owned).unwrap_or_else(|| data.to_string());
+                write_log(log::Level::Info, &format!("MCP server log ({level}): {text}"));
+            }
+            Update::ServerRequest { method, .. } => {
+                write_log(log::Level::Warn, &format!("MCP server sent a request ({method}) that this client does not answer"));
+            }
+            Update::Notification { .. } => {}
+        };
+        let result = c.call_tool(&data.tool, arguments, Some(ctx.task_id.clone().into()), &mut on_update).map_err(err);
+        c.close();
+        let result = result?;
+        if result.is_error {
+            let text = if result.text.trim().is_empty() { "the tool reported an error".to_owned() } else { result.text };
+            return Err(Error::Remote(text));
+        }
+        Ok(result.text)
+    }
+}
+
+export!(Mcp);
