@@ -5,4 +5,5 @@
 
 mod common;
 
+mod claude;
 mod cli;

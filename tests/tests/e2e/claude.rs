@@ -1,0 +1,250 @@
+//! Claude-format subagents through the real `claude` WASM plugin, the scripted model
+//! provider (the offline stand-in for an LLM) and the real Docker sandbox.
+//! In-process (the `warden` library) where several tasks must share one host.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use warden::plugin::TaskCall;
+use warden::task::{self, TaskOutcome, TaskScope, TaskStatus};
+
+use crate::common::*;
+
+/// A deployment with the bundled claude plugin, one agent file and a script per
+/// scripted provider. Policy: the file and shell tools are allowed (no prompts).
+struct ClaudeHost {
+    _dir: tempfile::TempDir,
+    registry: Arc<warden::Registry>,
+}
+
+const ALLOW_ALL: &str = "approval:\n  default: deny\n  allow: [Read, Write, Edit, Glob, Grep, Bash]\n";
+
+async fn claude_host(agent: &str, scripts: &[(&str, &str)], extra_models: &str) -> ClaudeHost {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("plugins")).unwrap();
+    std::fs::create_dir_all(root.join("agents")).unwrap();
+    std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
+    std::fs::write(root.join("agents/agent.md"), agent).unwrap();
+    let mut providers = String::new();
+    for (name, script) in scripts {
+        std::fs::write(root.join(format!("{name}.yaml")), script).unwrap();
+        providers.push_str(&format!("    {name}: {{ type: scripted, script: ./{name}.yaml }}\n"));
+    }
+    let yaml = format!(
+        "plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
+         subagents:\n  agent_dirs: [./agents]\nmodels:\n  default: {}/scripted\n{extra_models}  providers:\n{providers}{ALLOW_ALL}",
+        scripts[0].0
+    );
+    std::fs::write(root.join("warden.yaml"), yaml).unwrap();
+    let config = warden::Config::from_file(&root.join("warden.yaml")).unwrap();
+    let registry = warden::start(config).await.unwrap();
+    ClaudeHost { _dir: dir, registry }
+}
+
+impl ClaudeHost {
+    async fn run(&self, agent: &str, prompt: &str, session: &str, model: Option<&str>, resume: Option<&str>) -> TaskOutcome {
+        let call = TaskCall {
+            description: "test".into(),
+            prompt: prompt.into(),
+            subagent_type: agent.into(),
+            model: model.map(str::to_owned),
+            resume: resume.map(str::to_owned),
+            run_in_background: false,
+        };
+        let scope = TaskScope { session_id: session.into(), user_id: "tester".into(), ..TaskScope::default() };
+        task::run(&self.registry, task::new_task_id(), &call, scope).await.expect("task starts")
+    }
+
+    async fn run_with_events(&self, agent: &str, prompt: &str, session: &str) -> (TaskOutcome, Vec<warden::plugin::PluginEvent>) {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
+        let call = TaskCall { description: "t".into(), prompt: prompt.into(), subagent_type: agent.into(), ..TaskCall::default() };
+        let scope = TaskScope { session_id: session.into(), user_id: "tester".into(), events: Some(tx), ..TaskScope::default() };
+        let outcome = task::run(&self.registry, task::new_task_id(), &call, scope).await.expect("task starts");
+        let mut events = vec![];
+        while let Ok(e) = rx.try_recv() {
+            events.push(e);
+        }
+        (outcome, events)
+    }
+
+    /// A tool call in `session` as the parent agent (or the operator) would make it.
+    async fn parent_tool(&self, session: &str, tool: &str, input: serde_json::Value) -> warden::tools::ToolResult {
+        let tools = self.registry.runtime().services().tools.clone().unwrap();
+        let scope = warden::tools::ToolScope {
+            task_id: "parent".into(),
+            session_id: session.into(),
+            user_id: "tester".into(),
+            subagent: "parent".into(),
+            plugin: "test".into(),
+            ..Default::default()
+        };
+        let call = warden::tools::ToolCall { id: "p1".into(), name: tool.into(), input };
+        tools.call_batch(&scope, vec![call]).await.pop().unwrap()
+    }
+
+    async fn end(&self, session: &str) {
+        let tools = self.registry.runtime().services().tools.clone().unwrap();
+        let sandbox = tools.sandbox().unwrap();
+        sandbox.end_session(&warden_sandbox_key(session)).await.unwrap();
+    }
+}
+
+fn warden_sandbox_key(session: &str) -> warden_sandbox::SessionKey {
+    warden_sandbox::SessionKey::new("tester", session)
+}
+
+fn session() -> String {
+    format!("e2e_{}", uuid::Uuid::new_v4().simple())
+}
+
+const AGENT: &str = "---\nname: helper\ndescription: Helps with files\ntools: Read, Write, Bash, Glob\nmodel: sonnet\n---\nYou are the helper. Always answer briefly.\n";
+
+fn completed(o: &TaskOutcome) -> &str {
+    assert_eq!(o.status, TaskStatus::Completed, "{o:?}");
+    o.output.as_deref().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn text_only_answer() {
+    let h = claude_host(AGENT, &[("main", "- text: \"All good.\"\n  expect: { last_user_contains: \"how are things\" }\n")], "").await;
+    assert_eq!(completed(&h.run("helper", "how are things?", &session(), None, None).await), "All good.");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn several_steps_in_the_sandbox_and_the_parent_sees_the_file_but_not_the_history() {
+    let script = r##"
+- tool_calls: [{ name: Bash, arguments: { command: "echo step-one-output > one.txt && cat one.txt" } }]
+- tool_calls: [{ name: Read, arguments: { file_path: "one.txt" } }]
+  expect: { last_tool_result_contains: "step-one-output" }
+- tool_calls: [{ name: Write, arguments: { file_path: "report.md", content: "# Report\nwritten by the subagent\n" } }]
+  expect: { last_tool_result_contains: "step-one-output" }
+- text: "Report written."
+"##;
+    let h = claude_host(AGENT, &[("main", script)], "").await;
+    let s = session();
+    let (outcome, events) = h.run_with_events("helper", "make a report", &s).await;
+    // history isolation: the parent gets the final text only
+    assert_eq!(completed(&outcome), "Report written.");
+    let calls: Vec<_> = events.iter().filter(|e| e.kind == "tool_call").map(|e| e.data["name"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(calls, ["Bash", "Read", "Write"]);
+    // the parent session sees what the subagent wrote, and carries on in it
+    let read = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "report.md" })).await;
+    assert!(!read.is_error && read.content.contains("written by the subagent"), "{read:?}");
+    let more = h.parent_tool(&s, "Bash", serde_json::json!({ "command": "ls" })).await;
+    assert!(more.content.contains("one.txt") && more.content.contains("report.md"), "{more:?}");
+    h.end(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_turns_exceeded_is_an_answer_not_a_crash() {
+    let agent = "---\nname: looper\ndescription: Loops\ntools: Glob\nmaxTurns: 2\n---\nLoop.\n";
+    let turn = "- tool_calls: [{ name: Glob, arguments: { pattern: \"*\" } }]\n";
+    let h = claude_host(agent, &[("main", &turn.repeat(3))], "").await;
+    let s = session();
+    let out = h.run("looper", "go", &s, None, None).await;
+    assert!(completed(&out).contains("stopped after 2 turns"), "{out:?}");
+    h.end(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_prompt_is_refused_before_running() {
+    let h = claude_host(AGENT, &[("main", "- text: never\n")], "").await;
+    let call = TaskCall { subagent_type: "helper".into(), ..TaskCall::default() };
+    let err = task::run(&h.registry, "t".into(), &call, TaskScope::default()).await.unwrap_err();
+    assert_eq!(err.to_string(), "missing required field `prompt`");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_error_fails_the_task() {
+    let h = claude_host(AGENT, &[("main", "- error: \"simulated provider outage\"\n")], "").await;
+    let out = h.run("helper", "hi", &session(), None, None).await;
+    assert_eq!(out.status, TaskStatus::Failed);
+    assert!(out.error.as_deref().unwrap().contains("simulated provider outage"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_and_filtered_tools_get_error_results_and_never_reach_the_host() {
+    let agent = "---\nname: picky\ndescription: Picky\ntools: Read, Bash\ndisallowedTools: Bash\n---\nBe picky.\n";
+    let script = r#"
+- tool_calls: [{ name: Frobnicate, arguments: {} }]
+- tool_calls: [{ name: Bash, arguments: { command: "touch /workspace/should-not-exist" } }]
+  expect: { last_tool_result_contains: "tool `Frobnicate` is not available" }
+- text: "done"
+  expect: { last_tool_result_contains: "tool `Bash` is not available" }
+"#;
+    let h = claude_host(agent, &[("main", script)], "").await;
+    let (out, events) = h.run_with_events("picky", "try things", &session()).await;
+    assert_eq!(completed(&out), "done");
+    assert!(events.iter().all(|e| e.kind != "tool_call"), "filtered calls reached the host: {events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_continues_the_transcript() {
+    let script = r#"
+- text: "first answer"
+- text: "second answer, continuing"
+  expect: { last_user_contains: "follow-up question" }
+"#;
+    let h = claude_host(AGENT, &[("main", script)], "").await;
+    let first = h.run("helper", "opening question", &session(), None, None).await;
+    assert_eq!(completed(&first), "first answer");
+    let second = h.run("helper", "follow-up question", &session(), None, Some(&first.task_id)).await;
+    // The scripted model picks its turn by the number of assistant messages in the
+    // request: turn 2 proves the earlier exchange was sent along.
+    assert_eq!(completed(&second), "second answer, continuing");
+    let missing = h.run("helper", "again", &session(), None, Some("task_nope")).await;
+    assert_eq!(missing.status, TaskStatus::Failed);
+    assert!(missing.error.as_deref().unwrap().contains("no transcript"), "{missing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn model_override_and_aliases_pick_the_provider() {
+    let h = claude_host(
+        AGENT,
+        &[("main", "- text: from-main\n"), ("other", "- text: from-other\n")],
+        "  aliases: { sonnet: other/scripted }\n",
+    )
+    .await;
+    // the agent file says `model: sonnet` → alias → provider `other`
+    assert_eq!(completed(&h.run("helper", "q", &session(), None, None).await), "from-other");
+    // the task's model wins over the agent file
+    assert_eq!(completed(&h.run("helper", "q", &session(), Some("main/scripted"), None).await), "from-main");
+    // `inherit` is the operator's default
+    assert_eq!(completed(&h.run("helper", "q", &session(), Some("inherit"), None).await), "from-main");
+    let bad = h.run("helper", "q", &session(), Some("nowhere/x"), None).await;
+    assert_eq!(bad.status, TaskStatus::Failed);
+}
+
+#[test]
+fn every_fixture_agent_resolves_through_the_wasm_plugin() {
+    let fixtures = repo().parent().unwrap().join("shared/fixtures/claude-agents");
+    assert!(fixtures.is_dir(), "fixtures missing at {}", fixtures.display());
+    let d = Deployment::new(&format!(
+        "  grants:\n    claude: {{ resources: true, log: true }}\nsubagents:\n  agent_dirs: [{}]\n",
+        fixtures.display()
+    ));
+    std::fs::copy(bundled_plugin("claude"), d.dir.path().join("plugins/claude.wasm")).unwrap();
+    let v = json(&d.warden(&["agents", "--json"]));
+    let agents = v["agents"].as_array().unwrap();
+    let files = count_md(&fixtures);
+    assert_eq!(files, 202);
+    assert_eq!(agents.len(), files, "problems: {}", v["problems"]);
+    for a in agents {
+        assert!(!a["name"].as_str().unwrap().is_empty() && !a["description"].as_str().unwrap().is_empty(), "{a}");
+        assert_eq!(a["kind"], "CLAUDE");
+        let data: serde_json::Value = serde_json::from_str(a["protocol_data"].as_str().unwrap()).unwrap();
+        assert!(data["system_prompt"].is_string(), "{a}");
+    }
+}
+
+fn count_md(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() { count_md(&p) } else { usize::from(p.extension().is_some_and(|x| x == "md")) }
+        })
+        .sum()
+}
