@@ -7,3 +7,4 @@ mod common;
 
 mod claude;
 mod cli;
+mod a2a;
