@@ -22,6 +22,7 @@ Usage: mcp_server.py --port P [--legacy] [--stateless] [--json-response] [--name
 """
 
 import argparse
+import logging
 
 import anyio
 import uvicorn
@@ -81,6 +82,7 @@ def main() -> None:
     parser.add_argument("--json-response", action="store_true", help="application/json instead of SSE")
     parser.add_argument("--name", default="test-agents")
     args = parser.parse_args()
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # no per-session chatter in test output
 
     app = build(args.name).streamable_http_app(
         json_response=args.json_response, stateless_http=args.stateless

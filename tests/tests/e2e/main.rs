@@ -8,3 +8,5 @@ mod common;
 mod claude;
 mod cli;
 mod a2a;
+mod http_agent;
+mod mcp;

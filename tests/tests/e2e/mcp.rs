@@ -1,0 +1,123 @@
+//! The `mcp` plugin against real MCP servers built with the official Python SDK
+//! (`tests/peers/mcp_server.py`, PyPI `mcp` 2.3.0) over streamable HTTP: the current
+//! revision (2026-07-28: `server/discover`, no session) and an earlier one (the
+//! `initialize` handshake with `Mcp-Session-Id`). Each: resolve, call (with progress
+//! events), a tool error, and a slow tool past its deadline.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::common::{Deployment, Peer, bin, bundled_plugin, json};
+
+struct Mcp {
+    deployment: Deployment,
+    _peer: Peer,
+}
+
+impl Mcp {
+    /// A peer started with `peer_args` and a deployment with the `mcp` plugin and three
+    /// references to it: the default agent tool, `fail` and `slow` (3 s call limit).
+    fn start(peer_args: &[&str]) -> Mcp {
+        let peer = Peer::start("mcp_server.py", peer_args);
+        let url = format!("{}/mcp", peer.url());
+        let deployment = Deployment::new(&format!(
+            "  limits: {{ timeout: 3s }}\n  grants:\n    mcp: {{ http: [\"http://127.0.0.1:*\"], events: true, log: true }}\n\
+             subagents:\n  references:\n\
+             \x20   - {{ uri: \"{url}\", kind: MCP, metadata: {{}} }}\n\
+             \x20   - {{ uri: \"{url}\", kind: MCP, metadata: {{ tool: fail, description: Fails on purpose }} }}\n\
+             \x20   - {{ uri: \"{url}\", kind: MCP, metadata: {{ tool: slow, name: sluggish }} }}\n"
+        ));
+        std::fs::copy(bundled_plugin("mcp"), deployment.dir.path().join("plugins/mcp.wasm")).unwrap();
+        Mcp { deployment, _peer: peer }
+    }
+
+    fn warden(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .current_dir(self.deployment.dir.path())
+            .arg("--config")
+            .arg(self.deployment.dir.path().join("warden.yaml"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn check(&self, revision: &str, progress: bool) {
+        // Resolve: name and description from the server and tool, or the metadata.
+        let out = self.warden(&["agents", "--json"]);
+        let agents = json(&out);
+        let find = |name: &str| {
+            agents["agents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["name"] == name)
+                .unwrap_or_else(|| panic!("no agent {name}: {agents}"))
+                .clone()
+        };
+        let agent = find("test-agents");
+        assert_eq!(agent["kind"], "MCP");
+        assert_eq!(agent["description"], "Answers a question like an agent would.");
+        let data: serde_json::Value = serde_json::from_str(agent["protocol_data"].as_str().unwrap()).unwrap();
+        assert_eq!(data["tool"], "agent");
+        assert_eq!(data["argument"], "prompt");
+        assert_eq!(data["protocol_version"], revision, "negotiated revision");
+        assert_eq!(find("fail")["description"], "Fails on purpose");
+        assert_eq!(find("sluggish")["description"], "Reports progress, then takes its time.");
+
+        // Call: the tool's text is the result; progress notifications become status events.
+        let out = self.warden(&["run", "test-agents", "what is \"up\"?"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "stdout: {}\nstderr: {stderr}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "agent answered: what is \"up\"?");
+        if progress {
+            assert!(stderr.contains("thinking") && stderr.contains("writing"), "progress events missing: {stderr}");
+        }
+
+        // A tool error (`isError`) fails the task with the tool's text.
+        let out = self.warden(&["run", "fail", "x", "--json"]);
+        let v = json(&out);
+        assert_eq!(v["status"], "failed", "{v}");
+        assert!(v["error"].as_str().unwrap().contains("the tool refused: x"), "{v}");
+        assert_eq!(out.status.code(), Some(1));
+
+        // A slow tool fails at the call's deadline (3 s), not when the tool finishes (30 s).
+        let started = Instant::now();
+        let out = self.warden(&["run", "sluggish", "x", "--json"]);
+        let elapsed = started.elapsed();
+        let v = json(&out);
+        assert_eq!(v["status"], "failed", "{v}");
+        let error = v["error"].as_str().unwrap().to_lowercase();
+        assert!(error.contains("timed out") || error.contains("timeout"), "{v}");
+        assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+    }
+}
+
+#[test]
+fn mcp_current_revision_2026_07_28() {
+    Mcp::start(&[]).check("2026-07-28", true);
+}
+
+#[test]
+fn mcp_earlier_revision_with_session() {
+    Mcp::start(&["--legacy"]).check("2025-11-25", true);
+}
+
+#[test]
+fn mcp_earlier_revision_stateless_json_responses() {
+    // application/json replies carry no progress notifications.
+    Mcp::start(&["--legacy", "--stateless", "--json-response"]).check("2025-11-25", false);
+}
+
+#[test]
+fn mcp_unreachable_or_denied_server_is_reported_not_fatal() {
+    // No grant for the port: the reference is reported, the host carries on.
+    let d = Deployment::new(
+        "  grants:\n    mcp: { http: [\"http://example.com\"] }\nsubagents:\n  references:\n    - { uri: \"http://127.0.0.1:9/mcp\", kind: MCP, metadata: {} }\n",
+    );
+    std::fs::copy(bundled_plugin("mcp"), d.dir.path().join("plugins/mcp.wasm")).unwrap();
+    let out = d.warden(&["agents", "--json"]);
+    let v = json(&out);
+    assert_eq!(v["agents"].as_array().unwrap().len(), 0, "{v}");
+    let problems = v["problems"].to_string();
+    assert!(problems.contains("denied") || problems.contains("allow"), "{problems}");
+}
