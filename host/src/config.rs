@@ -214,11 +214,42 @@ pub struct ServerConfig {
     pub addr: String,
     /// Environment variable with comma-separated bearer tokens; unset = no auth, loopback only.
     pub tokens_env: String,
+    /// Tasks running at once; more wait in a queue (see `engine::DEFAULT_MAX_CONCURRENT_TASKS`).
+    pub max_concurrent_tasks: usize,
+    /// Tasks waiting for a slot before new ones are refused with 503.
+    pub max_queued_tasks: usize,
+    /// Wall-clock deadline of one task once it runs (all its plugin calls and tools).
+    #[serde(with = "duration_text")]
+    pub task_timeout: Duration,
+    /// Most tool calls one task may make (a request may ask for fewer); `null` = no limit.
+    /// Over it the task ends `completed` with finish reason `tool_limit`.
+    pub max_tool_iterations: Option<u32>,
+    /// Largest request body the API accepts (`1MiB`, or bytes).
+    #[serde(with = "size_text")]
+    pub max_body: u64,
+    /// Interval of `heartbeat` events on idle event streams, so proxies flush.
+    #[serde(with = "duration_text")]
+    pub heartbeat: Duration,
 }
+
+/// Default largest API request body: a long prompt with context fits, a memory bomb does not.
+pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
+/// Default heartbeat interval on event streams: under the 30-60 s idle timeouts of
+/// common proxies and load balancers.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(15);
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self { addr: DEFAULT_SERVER_ADDR.into(), tokens_env: "WARDEN_TOKENS".into() }
+        Self {
+            addr: DEFAULT_SERVER_ADDR.into(),
+            tokens_env: "WARDEN_TOKENS".into(),
+            max_concurrent_tasks: crate::engine::DEFAULT_MAX_CONCURRENT_TASKS,
+            max_queued_tasks: crate::engine::DEFAULT_MAX_QUEUED_TASKS,
+            task_timeout: crate::engine::DEFAULT_TASK_TIMEOUT,
+            max_tool_iterations: None,
+            max_body: DEFAULT_MAX_BODY,
+            heartbeat: DEFAULT_HEARTBEAT,
+        }
     }
 }
 
@@ -227,11 +258,14 @@ impl Default for ServerConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     pub path: PathBuf,
+    /// How long finished tasks (record, output, events) are kept (default 7d).
+    #[serde(with = "duration_text")]
+    pub retention: Duration,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { path: PathBuf::from("./.warden/state.db") }
+        Self { path: PathBuf::from("./.warden/state.db"), retention: crate::store::DEFAULT_RETENTION }
     }
 }
 

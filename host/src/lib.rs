@@ -3,16 +3,20 @@
 //! Layout: [`config`] (warden.yaml) → [`runtime`] (engine, limits, host imports) with
 //! [`capability`] (the one grant checker) and [`services`] (what imports use) →
 //! [`registry`] (plugins, kinds, definitions) fed by [`plugin_dir`] (hot reload) →
-//! [`task`] (running a TaskCall) → [`cli`] (the `warden` binary's commands).
+//! [`task`] (running a TaskCall) → [`engine`] (background tasks, queue, cancel, persisted in
+//! [`store`]) → [`server`] (the HTTP API) and [`cli`] (the `warden` binary's commands).
 
 pub mod capability;
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod plugin;
 pub mod plugin_dir;
 pub mod registry;
 pub mod runtime;
+pub mod server;
 pub mod services;
+pub mod store;
 pub mod task;
 pub mod tools;
 

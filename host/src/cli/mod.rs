@@ -5,6 +5,7 @@
 mod demo;
 mod prompt;
 mod sandbox;
+mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -92,6 +93,15 @@ pub enum Command {
         #[command(subcommand)]
         command: SandboxCommand,
     },
+    /// Serve the HTTP API (default 127.0.0.1:7878, `server.addr`).
+    Serve {
+        /// Listen address, overriding `server.addr` (e.g. 127.0.0.1:0 for any free port).
+        #[arg(long)]
+        addr: Option<String>,
+    },
+    /// Print the Task and TaskOutput tool definitions (JSON schema and a description
+    /// listing the available subagents) for a parent agent.
+    ToolSchema,
     /// The offline demo: a Claude subagent, a scripted model, a real sandbox, an approval.
     Demo {
         /// Directory with the bundled plugins (default: `plugins` next to the binary's
@@ -192,6 +202,8 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
         Command::Sandbox { command: SandboxCommand::Ls { json } } => sandbox::ls(config, json).await,
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,
         Command::Demo { plugins } => demo::run(plugins).await,
+        Command::Serve { addr } => serve::serve(config, addr).await,
+        Command::ToolSchema => serve::tool_schema(config).await,
         Command::Plugins { json } => {
             let registry = crate::start(config).await?;
             let rows = registry.snapshot().status();

@@ -1,0 +1,838 @@
+//! The task engine: validates TaskCalls, runs them synchronously or in the background
+//! under a concurrency limit with a queue and a per-task deadline, records every task
+//! and its events in the [`crate::store`], cancels, and answers TaskOutput.
+//!
+//! Each task has one driver (a spawned future). The plugin call runs inside it; cancel,
+//! the deadline and the tool-call limit stop the driver's `select!`, which drops the
+//! plugin call (the wasm instance is interrupted at its next await or epoch tick) and
+//! declines the task's pending approvals. A running task lives in memory ([`LiveTask`],
+//! its events in order) and in the store; a finished one only in the store.
+//!
+//! `tool_context` secrets go to sandbox execs as environment variables and nowhere
+//! else: every event, output and error text is scrubbed of them before it is kept.
+//! This module never speaks HTTP; [`crate::server`] presents it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, watch};
+
+use crate::plugin::{EventSink, PluginEvent, TaskCall};
+use crate::registry::Registry;
+use crate::store::{Store, TaskRecord, Write, now_ms};
+use crate::task::{self, TaskError, TaskScope, TaskStatus};
+
+/// Default number of tasks running at once. Each running task holds one plugin
+/// instance of up to `plugins.limits.memory` (64 MiB by default): 32 of them bound the
+/// worst case near 2 GiB, while tasks that mostly wait on models or peers still overlap.
+pub const DEFAULT_MAX_CONCURRENT_TASKS: usize = 32;
+/// Default number of tasks waiting for a slot before new ones are refused (503): a
+/// queue deeper than this would only time out its callers.
+pub const DEFAULT_MAX_QUEUED_TASKS: usize = 1000;
+/// Default wall-clock deadline of one task once it runs: longer than any single plugin
+/// call limit an operator is likely to set, so it only stops tasks that are stuck.
+pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Default TaskOutput wait when `block` is true.
+pub const DEFAULT_OUTPUT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest TaskOutput wait a caller may ask for.
+pub const MAX_OUTPUT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Capacity of a task's plugin event channel (back-pressure on a flooding plugin).
+const EVENT_CHANNEL_CAPACITY: usize = 1024;
+/// Time a cancel request waits for the task to wind down before answering.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// Time allowed for in-flight events to drain after the plugin call ended.
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// Secrets shorter than this are not scrubbed from text (they would match everywhere);
+/// `tool_context` values are tokens and keys, far longer.
+const MIN_REDACTED_SECRET: usize = 4;
+/// What a scrubbed secret reads as.
+pub const REDACTED: &str = "[redacted]";
+/// How often finished tasks past their retention are purged.
+const PURGE_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Engine settings (from `server:` and `store:`).
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub max_concurrent_tasks: usize,
+    pub max_queued_tasks: usize,
+    pub task_timeout: Duration,
+    /// Most tool calls one task may make; `None` = unlimited. A request may lower it.
+    pub max_tool_iterations: Option<u32>,
+    pub retention: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            max_concurrent_tasks: DEFAULT_MAX_CONCURRENT_TASKS,
+            max_queued_tasks: DEFAULT_MAX_QUEUED_TASKS,
+            task_timeout: DEFAULT_TASK_TIMEOUT,
+            max_tool_iterations: None,
+            retention: crate::store::DEFAULT_RETENTION,
+        }
+    }
+}
+
+impl EngineOptions {
+    pub fn from_config(c: &crate::Config) -> Self {
+        EngineOptions {
+            max_concurrent_tasks: c.server.max_concurrent_tasks.max(1),
+            max_queued_tasks: c.server.max_queued_tasks,
+            task_timeout: c.server.task_timeout,
+            max_tool_iterations: c.server.max_tool_iterations,
+            retention: c.store.retention,
+        }
+    }
+}
+
+/// One task to start.
+#[derive(Debug, Clone, Default)]
+pub struct Submission {
+    pub call: TaskCall,
+    pub session_id: Option<String>,
+    pub user_id: Option<String>,
+    /// Secrets for sandbox execs: key → value (keys normalised by [`env_name`]).
+    pub tool_context: BTreeMap<String, String>,
+    pub max_tool_iterations: Option<u32>,
+}
+
+/// The user id of API tasks that name none.
+pub const DEFAULT_USER: &str = "default";
+
+/// Why a submission was refused.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum SubmitError {
+    #[error(transparent)]
+    Invalid(#[from] TaskError),
+    #[error("invalid {field}: {message}")]
+    InvalidField { field: &'static str, message: String },
+    #[error("too many tasks waiting ({0} queued); try again later")]
+    QueueFull(usize),
+}
+
+/// A `tool_context` key as an environment variable name: upper-cased, every character
+/// outside `[A-Z0-9_]` replaced by `_`, a leading digit prefixed with `_`.
+pub fn env_name(key: &str) -> String {
+    let mut s: String =
+        key.chars().map(|c| c.to_ascii_uppercase()).map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert(0, '_');
+    }
+    s
+}
+
+/// Session and user ids name sandbox containers and volumes: keep them plain.
+fn valid_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Why a task was stopped from outside its plugin call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Canceled,
+    ToolLimit(u32),
+}
+
+struct Inner {
+    record: TaskRecord,
+    events: Vec<Value>,
+    pending_approvals: usize,
+    tool_calls: u32,
+    /// The running call's event channel: gate events travel through it too, so an
+    /// `approval_request` always follows the `tool_call` it is about.
+    sink: Option<EventSink>,
+    /// Set once the task is finishing: late gate events are dropped.
+    closed: bool,
+}
+
+/// `PluginEvent::plugin` of gate events sent down a task's event channel (plugin ids
+/// are file stems and never contain a NUL).
+const GATE_EVENT: &str = "\0gate";
+
+/// A task the engine is running (or queueing).
+pub struct LiveTask {
+    inner: Mutex<Inner>,
+    /// Bumped on every change (event appended, status changed).
+    version: watch::Sender<u64>,
+    stop: watch::Sender<Option<Stop>>,
+    secrets: Vec<String>,
+    max_tool_calls: Option<u32>,
+    store: Store,
+}
+
+impl LiveTask {
+    pub fn id(&self) -> String {
+        self.inner.lock().unwrap().record.task_id.clone()
+    }
+
+    pub fn record(&self) -> TaskRecord {
+        self.inner.lock().unwrap().record.clone()
+    }
+
+    /// Events with a sequence number above `after` (sequence = index + 1).
+    pub fn events_after(&self, after: u64) -> Vec<(u64, Value)> {
+        let inner = self.inner.lock().unwrap();
+        inner.events.iter().enumerate().skip(after as usize).map(|(i, e)| (i as u64 + 1, e.clone())).collect()
+    }
+
+    /// A receiver that changes whenever the task does.
+    pub fn watch(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    fn bump(&self) {
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        redact_text(text, &self.secrets)
+    }
+
+    /// Appends an event (scrubbed of secrets) and queues it for the store.
+    fn push(&self, mut event: Value) {
+        redact_value(&mut event, &self.secrets);
+        let (task_id, seq) = {
+            let mut inner = self.inner.lock().unwrap();
+            inner.events.push(event.clone());
+            (inner.record.task_id.clone(), inner.events.len() as u64)
+        };
+        self.store.write(Write::Event { task_id, seq, event });
+        self.bump();
+    }
+
+    fn set_status(&self, status: &str) {
+        let rec = {
+            let mut inner = self.inner.lock().unwrap();
+            if inner.record.is_finished() || inner.record.status == status {
+                return;
+            }
+            inner.record.status = status.to_owned();
+            inner.record.updated_at_ms = now_ms();
+            inner.record.clone()
+        };
+        self.store.write(Write::Task(rec));
+        self.push(json!({ "type": "status", "status": status }));
+    }
+
+    fn request_stop(&self, why: Stop) {
+        self.stop.send_if_modified(|s| {
+            if s.is_none() {
+                *s = Some(why);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    async fn stopped(&self) -> Stop {
+        let mut rx = self.stop.subscribe();
+        loop {
+            if let Some(s) = *rx.borrow_and_update() {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// Waits until the task finishes or `timeout` passes; returns the record either way.
+    pub async fn wait_finished(&self, timeout: Duration) -> TaskRecord {
+        let mut rx = self.watch();
+        let until = tokio::time::Instant::now() + timeout;
+        loop {
+            let rec = self.record();
+            if rec.is_finished() {
+                return rec;
+            }
+            match tokio::time::timeout_at(until, rx.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return self.record(),
+            }
+        }
+    }
+
+    /// A plugin event, as the task's stream shows it: `type` = its kind, its fields,
+    /// and `name` = the subagent it came from.
+    fn plugin_event(&self, ev: PluginEvent) {
+        if ev.plugin == GATE_EVENT {
+            return self.gate_event(ev.data, ev.kind == "approval_request");
+        }
+        let subagent = self.inner.lock().unwrap().record.subagent_type.clone();
+        let kind = match ev.kind.as_str() {
+            // Host-only types: a plugin cannot fake the end of the stream or a decision.
+            "finish" | "approval_request" | "approval_resolved" | "heartbeat" => format!("subagent_{}", ev.kind),
+            k => k.to_owned(),
+        };
+        let mut out = serde_json::Map::new();
+        out.insert("type".into(), Value::String(kind.clone()));
+        match ev.data {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    if k != "type" && !v.is_null() && v != Value::String(String::new()) {
+                        out.insert(k, v);
+                    }
+                }
+            }
+            Value::Null => {}
+            other => {
+                out.insert("data".into(), other);
+            }
+        }
+        out.entry("name").or_insert(Value::String(subagent));
+        out.insert("plugin".into(), Value::String(ev.plugin));
+        self.push(Value::Object(out));
+        if kind == "tool_call" {
+            let n = {
+                let mut inner = self.inner.lock().unwrap();
+                inner.tool_calls += 1;
+                inner.tool_calls
+            };
+            if let Some(max) = self.max_tool_calls
+                && n > max
+            {
+                self.request_stop(Stop::ToolLimit(max));
+            }
+        }
+    }
+}
+
+impl LiveTask {
+    fn gate_event(&self, event: Value, opened: bool) {
+        if self.inner.lock().unwrap().closed {
+            return;
+        }
+        self.push(event);
+        let now_waiting = {
+            let mut inner = self.inner.lock().unwrap();
+            if opened {
+                inner.pending_approvals += 1;
+            } else {
+                inner.pending_approvals = inner.pending_approvals.saturating_sub(1);
+            }
+            inner.pending_approvals > 0
+        };
+        self.set_status(if now_waiting { "input_required" } else { "working" });
+    }
+}
+
+fn redact_text(text: &str, secrets: &[String]) -> String {
+    let mut s = text.to_owned();
+    for secret in secrets {
+        if s.contains(secret.as_str()) {
+            s = s.replace(secret.as_str(), REDACTED);
+        }
+    }
+    s
+}
+
+fn redact_value(v: &mut Value, secrets: &[String]) {
+    if secrets.is_empty() {
+        return;
+    }
+    match v {
+        Value::String(s) => {
+            if secrets.iter().any(|x| s.contains(x.as_str())) {
+                *s = redact_text(s, secrets);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| redact_value(x, secrets)),
+        Value::Object(m) => m.values_mut().for_each(|x| redact_value(x, secrets)),
+        _ => {}
+    }
+}
+
+/// Counters behind `GET /metrics`.
+#[derive(Default)]
+pub struct Metrics {
+    pub submitted: AtomicU64,
+    pub rejected: AtomicU64,
+    pub completed: AtomicU64,
+    pub failed: AtomicU64,
+    pub canceled: AtomicU64,
+    pub input_required: AtomicU64,
+    pub queued: AtomicU64,
+    pub running: AtomicU64,
+    /// Task run time histogram: cumulative counts per bucket of [`DURATION_BUCKETS`].
+    pub duration_buckets: [AtomicU64; DURATION_BUCKETS.len()],
+    pub duration_count: AtomicU64,
+    pub duration_sum_ms: AtomicU64,
+    pub http_requests: AtomicU64,
+    pub http_client_errors: AtomicU64,
+    pub http_server_errors: AtomicU64,
+}
+
+/// Upper bounds (seconds) of the task duration histogram.
+pub const DURATION_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 1800.0];
+
+impl Metrics {
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        for (i, b) in DURATION_BUCKETS.iter().enumerate() {
+            if s <= *b {
+                self.duration_buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.duration_count.fetch_add(1, Ordering::Relaxed);
+        self.duration_sum_ms.fetch_add(d.as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// What a cancel request found.
+#[derive(Debug)]
+pub enum CancelOutcome {
+    /// The task was stopped; its final record.
+    Canceled(TaskRecord),
+    /// It had already finished.
+    AlreadyFinished(TaskRecord),
+    NotFound,
+}
+
+/// The engine. Share it as `Arc<Engine>`.
+pub struct Engine {
+    registry: Arc<Registry>,
+    store: Store,
+    options: EngineOptions,
+    slots: Arc<Semaphore>,
+    live: Mutex<HashMap<String, Arc<LiveTask>>>,
+    pub metrics: Metrics,
+}
+
+impl Engine {
+    /// Opens the engine over `store`: tasks the previous host left running are marked
+    /// failed ("host restarted"), finished tasks past retention are purged, and gate
+    /// events are routed into task streams. Needs a Tokio runtime.
+    pub async fn start(registry: Arc<Registry>, store: Store, options: EngineOptions) -> anyhow::Result<Arc<Engine>> {
+        let recovered = store.recover_interrupted().await?;
+        if !recovered.is_empty() {
+            tracing::warn!(count = recovered.len(), tasks = ?recovered, "tasks interrupted by a restart marked failed");
+        }
+        match store.purge(options.retention) {
+            Ok(n) if n > 0 => tracing::info!(purged = n, "finished tasks past retention removed"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "retention purge failed"),
+        }
+        let engine = Arc::new(Engine {
+            slots: Arc::new(Semaphore::new(options.max_concurrent_tasks)),
+            registry,
+            store,
+            options,
+            live: Mutex::new(HashMap::new()),
+            metrics: Metrics::default(),
+        });
+        if let Some(gate) = engine.gate() {
+            let mut rx = gate.subscribe();
+            let weak = Arc::downgrade(&engine);
+            tokio::spawn(async move {
+                loop {
+                    let ev = match rx.recv().await {
+                        Ok(ev) => ev,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                            tracing::warn!(missed = n, "approval events lagged");
+                            continue;
+                        }
+                        Err(_) => return,
+                    };
+                    let Some(engine) = weak.upgrade() else { return };
+                    engine.on_gate_event(ev);
+                }
+            });
+        }
+        {
+            let weak = Arc::downgrade(&engine);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(PURGE_INTERVAL).await;
+                    let Some(engine) = weak.upgrade() else { return };
+                    let store = engine.store.clone();
+                    let retention = engine.options.retention;
+                    drop(engine);
+                    let _ = tokio::task::spawn_blocking(move || store.purge(retention)).await;
+                }
+            });
+        }
+        Ok(engine)
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    /// The approval gate, when the host has the tools capability.
+    pub fn gate(&self) -> Option<&warden_approval::ApprovalGate> {
+        self.registry.runtime().services().tools.as_ref().map(|t| t.gate())
+    }
+
+    /// Tasks running now (not queued).
+    pub fn running(&self) -> usize {
+        self.metrics.running.load(Ordering::Relaxed) as usize
+    }
+
+    fn on_gate_event(&self, ev: warden_approval::GateEvent) {
+        use warden_approval::GateEvent;
+        let (task_id, opened) = match &ev {
+            GateEvent::Requested(p) => (p.task_id.clone(), true),
+            GateEvent::Resolved { task_id, .. } => (task_id.clone(), false),
+            GateEvent::Heartbeat { .. } => return,
+        };
+        let Some(live) = task_id.and_then(|id| self.live_task(&id)) else { return };
+        let Ok(value) = serde_json::to_value(&ev) else { return };
+        let sink = live.inner.lock().unwrap().sink.clone();
+        let kind = if opened { "approval_request" } else { "approval_resolved" };
+        let ev = PluginEvent { plugin: GATE_EVENT.into(), kind: kind.into(), data: value };
+        match sink {
+            Some(sink) => {
+                if let Err(e) = sink.try_send(ev) {
+                    // Channel full or closed: record it directly rather than lose it.
+                    let ev = e.into_inner();
+                    live.gate_event(ev.data, opened);
+                }
+            }
+            None => live.gate_event(ev.data, opened),
+        }
+    }
+
+    fn live_task(&self, id: &str) -> Option<Arc<LiveTask>> {
+        self.live.lock().unwrap().get(id).cloned()
+    }
+
+    /// Checks a submission without starting it.
+    pub fn validate(&self, sub: &Submission) -> Result<(), SubmitError> {
+        let call = &sub.call;
+        for (field, value) in
+            [("subagent_type", &call.subagent_type), ("description", &call.description), ("prompt", &call.prompt)]
+        {
+            if value.trim().is_empty() {
+                return Err(TaskError::MissingField(field).into());
+            }
+        }
+        let snapshot = self.registry.snapshot();
+        let Some(reg) = snapshot.definitions.get(&call.subagent_type) else {
+            return Err(TaskError::UnknownSubagent {
+                name: call.subagent_type.clone(),
+                available: snapshot.definitions.keys().cloned().collect(),
+            }
+            .into());
+        };
+        if snapshot.plugin_for_kind(&reg.definition.kind).is_none() {
+            return Err(TaskError::NoPlugin { name: call.subagent_type.clone(), kind: reg.definition.kind.clone() }.into());
+        }
+        for (field, v) in [("session_id", &sub.session_id), ("user_id", &sub.user_id)] {
+            if let Some(v) = v
+                && !valid_id(v)
+            {
+                return Err(SubmitError::InvalidField { field, message: "expected 1-128 characters of [A-Za-z0-9_.-]".into() });
+            }
+        }
+        for k in sub.tool_context.keys() {
+            if env_name(k).is_empty() {
+                return Err(SubmitError::InvalidField { field: "tool_context", message: "keys must not be empty".into() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates and starts a task; it runs in the background whatever the caller
+    /// does next (a sync caller waits on [`LiveTask::wait_finished`]).
+    pub fn submit(self: &Arc<Self>, sub: Submission) -> Result<Arc<LiveTask>, SubmitError> {
+        if let Err(e) = self.validate(&sub) {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        if self.metrics.queued.load(Ordering::Relaxed) as usize >= self.options.max_queued_tasks
+            && self.slots.available_permits() == 0
+        {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(SubmitError::QueueFull(self.options.max_queued_tasks));
+        }
+        let task_id = task::new_task_id();
+        let now = now_ms();
+        let record = TaskRecord {
+            task_id: task_id.clone(),
+            status: "submitted".into(),
+            subagent_type: sub.call.subagent_type.clone(),
+            description: sub.call.description.clone(),
+            session_id: sub.session_id.clone().unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4())),
+            user_id: sub.user_id.clone().unwrap_or_else(|| DEFAULT_USER.into()),
+            background: sub.call.run_in_background,
+            output: None,
+            error: None,
+            finish_reason: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+            finished_at_ms: None,
+        };
+        let mut secrets: Vec<String> =
+            sub.tool_context.values().filter(|v| v.len() >= MIN_REDACTED_SECRET).cloned().collect();
+        // Longest first, so a secret containing another is scrubbed whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        let max_tool_calls = match (sub.max_tool_iterations, self.options.max_tool_iterations) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let live = Arc::new(LiveTask {
+            inner: Mutex::new(Inner {
+                record: record.clone(),
+                events: vec![],
+                pending_approvals: 0,
+                tool_calls: 0,
+                sink: None,
+                closed: false,
+            }),
+            version: watch::channel(0).0,
+            stop: watch::channel(None).0,
+            secrets,
+            max_tool_calls,
+            store: self.store.clone(),
+        });
+        self.live.lock().unwrap().insert(task_id.clone(), live.clone());
+        self.store.write(Write::Task(record));
+        live.push(json!({ "type": "status", "status": "submitted", "task_id": task_id }));
+        self.metrics.submitted.fetch_add(1, Ordering::Relaxed);
+        self.metrics.queued.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(task_id = %task_id, subagent = %sub.call.subagent_type, background = sub.call.run_in_background, "task submitted");
+        let tool_env = sub.tool_context.iter().map(|(k, v)| (env_name(k), v.clone())).collect();
+        let engine = self.clone();
+        let driver_live = live.clone();
+        tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env).await });
+        Ok(live)
+    }
+
+    async fn drive(self: Arc<Self>, live: Arc<LiveTask>, call: TaskCall, tool_env: Vec<(String, String)>) {
+        let record = live.record();
+        let task_id = record.task_id.clone();
+        let permit = tokio::select! {
+            p = self.slots.clone().acquire_owned() => p.ok(),
+            _ = live.stopped() => None,
+        };
+        self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+        let Some(permit) = permit else {
+            self.finish(&live, Finish::canceled(), Duration::ZERO).await;
+            return;
+        };
+        self.metrics.running.fetch_add(1, Ordering::Relaxed);
+        live.set_status("working");
+        let started = Instant::now();
+
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<PluginEvent>(EVENT_CHANNEL_CAPACITY);
+        let pump_live = live.clone();
+        let pump = tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                pump_live.plugin_event(ev);
+            }
+        });
+        live.inner.lock().unwrap().sink = Some(tx.clone());
+        let scope = TaskScope {
+            session_id: record.session_id.clone(),
+            user_id: record.user_id.clone(),
+            events: Some(tx),
+            tool_env,
+            decider: None,
+        };
+        let registry = self.registry.clone();
+        let run = task::run(&registry, task_id.clone(), &call, scope);
+        let finish = tokio::select! {
+            r = run => match r {
+                Ok(o) => match o.status {
+                    TaskStatus::Completed => Finish { status: "completed", reason: "stop", output: o.output, error: None },
+                    TaskStatus::InputRequired => Finish { status: "input_required", reason: "input_required", output: o.output, error: None },
+                    TaskStatus::Canceled => Finish::canceled(),
+                    TaskStatus::Failed => Finish { status: "failed", reason: "error", output: None, error: o.error },
+                },
+                Err(e) => Finish { status: "failed", reason: "error", output: None, error: Some(e.to_string()) },
+            },
+            _ = tokio::time::sleep(self.options.task_timeout) => Finish {
+                status: "failed",
+                reason: "deadline",
+                output: None,
+                error: Some(format!("task deadline of {} exceeded", humantime::format_duration(self.options.task_timeout))),
+            },
+            stop = live.stopped() => match stop {
+                Stop::Canceled => Finish::canceled(),
+                Stop::ToolLimit(max) => Finish {
+                    status: "completed",
+                    reason: "tool_limit",
+                    output: Some(format!("Stopped: the task reached its limit of {max} tool calls (max_tool_iterations).")),
+                    error: None,
+                },
+            },
+        };
+        // The plugin call is gone (dropped if it did not finish); nothing may wait on a person for it.
+        if let Some(gate) = self.gate() {
+            gate.cancel_task(&task_id);
+        }
+        {
+            let mut inner = live.inner.lock().unwrap();
+            inner.sink = None;
+            inner.closed = true;
+        }
+        if tokio::time::timeout(DRAIN_WAIT, pump).await.is_err() {
+            tracing::warn!(task_id = %task_id, "task events still in flight after the call ended; dropped");
+        }
+        self.metrics.running.fetch_sub(1, Ordering::Relaxed);
+        drop(permit);
+        self.finish(&live, finish, started.elapsed()).await;
+    }
+
+    async fn finish(&self, live: &Arc<LiveTask>, f: Finish, took: Duration) {
+        live.inner.lock().unwrap().closed = true;
+        let output = f.output.map(|o| live.scrub(&o));
+        let error = f.error.map(|e| live.scrub(&e));
+        if let Some(e) = &error {
+            live.push(json!({ "type": "error", "message": e }));
+        }
+        let mut fin = json!({ "type": "finish", "status": f.status, "reason": f.reason });
+        if let Some(o) = &output {
+            fin["output"] = Value::String(o.clone());
+        }
+        if let Some(e) = &error {
+            fin["error"] = Value::String(e.clone());
+        }
+        live.push(fin);
+        // The record changes in memory only once it is durable: whoever sees a finished
+        // task can rely on the store having it.
+        let now = now_ms();
+        let mut rec = live.record();
+        rec.status = f.status.into();
+        rec.output = output;
+        rec.error = error;
+        rec.finish_reason = Some(f.reason.into());
+        rec.updated_at_ms = now;
+        rec.finished_at_ms = Some(now);
+        self.store.write(Write::Task(rec.clone()));
+        if let Err(e) = self.store.flush().await {
+            tracing::error!(task_id = %rec.task_id, error = %e, "task result not persisted");
+        }
+        let counter = match f.status {
+            "completed" => &self.metrics.completed,
+            "canceled" => &self.metrics.canceled,
+            "input_required" => &self.metrics.input_required,
+            _ => &self.metrics.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if !took.is_zero() {
+            self.metrics.observe(took);
+        }
+        tracing::info!(task_id = %rec.task_id, status = f.status, reason = f.reason, "task finished");
+        live.inner.lock().unwrap().record = rec.clone();
+        self.live.lock().unwrap().remove(&rec.task_id);
+        live.bump();
+    }
+
+    /// The task's live handle if it is running or queued.
+    pub fn live(&self, id: &str) -> Option<Arc<LiveTask>> {
+        self.live_task(id)
+    }
+
+    /// The task's record, live or stored.
+    pub fn get(&self, id: &str) -> Result<Option<TaskRecord>, crate::store::StoreError> {
+        if let Some(l) = self.live_task(id) {
+            return Ok(Some(l.record()));
+        }
+        self.store.task(id)
+    }
+
+    /// TaskOutput: the record, after waiting up to `timeout` for the task to finish
+    /// when `block` (the timeout is capped at [`MAX_OUTPUT_TIMEOUT`]).
+    pub async fn output(&self, id: &str, block: bool, timeout: Duration) -> Result<Option<TaskRecord>, crate::store::StoreError> {
+        match self.live_task(id) {
+            Some(l) if block => Ok(Some(l.wait_finished(timeout.min(MAX_OUTPUT_TIMEOUT)).await)),
+            Some(l) => Ok(Some(l.record())),
+            None => self.store.task(id),
+        }
+    }
+
+    /// Cancels a task: its plugin call is dropped (interrupted), its pending approvals
+    /// are declined, and it ends `canceled`.
+    pub async fn cancel(&self, id: &str) -> Result<CancelOutcome, crate::store::StoreError> {
+        let Some(live) = self.live_task(id) else {
+            return Ok(match self.store.task(id)? {
+                Some(r) => CancelOutcome::AlreadyFinished(r),
+                None => CancelOutcome::NotFound,
+            });
+        };
+        live.request_stop(Stop::Canceled);
+        if let Some(gate) = self.gate() {
+            gate.cancel_task(id);
+        }
+        let rec = live.wait_finished(CANCEL_WAIT).await;
+        Ok(if rec.status == "canceled" { CancelOutcome::Canceled(rec) } else { CancelOutcome::AlreadyFinished(rec) })
+    }
+}
+
+struct Finish {
+    status: &'static str,
+    reason: &'static str,
+    output: Option<String>,
+    error: Option<String>,
+}
+
+impl Finish {
+    fn canceled() -> Self {
+        Finish { status: "canceled", reason: "canceled", output: None, error: Some("canceled".into()) }
+    }
+}
+
+/// The Task and TaskOutput tool definitions a parent agent registers (`warden
+/// tool-schema`, `GET /v1/tools`): JSON schema plus a description listing the
+/// subagents this host serves.
+pub fn tool_schema(snapshot: &crate::registry::Snapshot) -> Value {
+    let registrations = snapshot.registrations();
+    let task_description = format!(
+        "Launch a subagent to handle a task on its own. The subagent works in its own context \
+         (and, for file and shell work, in a sandbox of this session) and returns one final text result.\n\n\
+         Available subagent types and what they are for:\n{}\n\
+         Give a short `description` (3-5 words) and a complete, self-contained `prompt`: the subagent \
+         does not see this conversation. Set `run_in_background` to get a task id at once and collect \
+         the result later with TaskOutput.",
+        if registrations.is_empty() { "(none loaded)\n".to_string() } else { registrations }
+    );
+    let names: Vec<&String> = snapshot.definitions.keys().collect();
+    json!([
+        {
+            "name": "Task",
+            "description": task_description,
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "description": { "type": "string", "description": "A short (3-5 word) description of the task" },
+                    "prompt": { "type": "string", "description": "The task for the subagent to perform" },
+                    "subagent_type": { "type": "string", "enum": names, "description": "The type of subagent to use" },
+                    "model": { "type": "string", "description": "Optional model alias or provider/model for the subagent" },
+                    "resume": { "type": "string", "description": "Optional id of an earlier subagent run to continue" },
+                    "run_in_background": { "type": "boolean", "description": "Return a task id at once; fetch the result with TaskOutput" }
+                },
+                "required": ["description", "prompt", "subagent_type"],
+                "additionalProperties": false
+            }
+        },
+        {
+            "name": "TaskOutput",
+            "description": "Get the status and result of a task started with run_in_background. By default waits \
+                            (block=true) up to timeout ms (default 30000, at most 600000) for it to finish. \
+                            Status is one of submitted, working, input_required, completed, failed, canceled.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "task_id": { "type": "string", "description": "The task id returned by Task" },
+                    "block": { "type": "boolean", "default": true, "description": "Wait for the task to finish" },
+                    "timeout": { "type": "integer", "minimum": 0, "maximum": 600000, "default": 30000, "description": "Longest wait in milliseconds" }
+                },
+                "required": ["task_id"],
+                "additionalProperties": false
+            }
+        }
+    ])
+}

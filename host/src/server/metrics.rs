@@ -1,0 +1,93 @@
+//! `GET /metrics`: Prometheus text exposition, written by hand from the engine's
+//! counters (no registry crate needed for a dozen series), and the middleware that
+//! counts HTTP responses.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use super::AppState;
+use crate::engine::DURATION_BUCKETS;
+
+pub async fn count_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let m = &state.engine.metrics;
+    m.http_requests.fetch_add(1, Ordering::Relaxed);
+    if resp.status().is_client_error() {
+        m.http_client_errors.fetch_add(1, Ordering::Relaxed);
+    } else if resp.status().is_server_error() {
+        m.http_server_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    resp
+}
+
+fn series(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, v) in samples {
+        let _ = writeln!(out, "{name}{labels} {v}");
+    }
+}
+
+pub fn render(state: &AppState) -> String {
+    let engine = &state.engine;
+    let m = &engine.metrics;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let snap = engine.registry().snapshot();
+    let pending = engine.gate().map(|g| g.pending().len() as u64).unwrap_or(0);
+    let mut out = String::new();
+    series(&mut out, "warden_tasks_submitted_total", "counter", "Tasks accepted.", &[("", get(&m.submitted))]);
+    series(&mut out, "warden_tasks_rejected_total", "counter", "Task submissions refused (invalid or queue full).", &[("", get(&m.rejected))]);
+    series(
+        &mut out,
+        "warden_tasks_finished_total",
+        "counter",
+        "Tasks finished, by final status.",
+        &[
+            ("{status=\"completed\"}", get(&m.completed)),
+            ("{status=\"failed\"}", get(&m.failed)),
+            ("{status=\"canceled\"}", get(&m.canceled)),
+            ("{status=\"input_required\"}", get(&m.input_required)),
+        ],
+    );
+    series(&mut out, "warden_tasks_running", "gauge", "Tasks running now.", &[("", get(&m.running))]);
+    series(&mut out, "warden_tasks_queued", "gauge", "Tasks waiting for a slot.", &[("", get(&m.queued))]);
+    series(
+        &mut out,
+        "warden_tasks_max_concurrent",
+        "gauge",
+        "Configured concurrency limit.",
+        &[("", engine.options().max_concurrent_tasks as u64)],
+    );
+    let _ = writeln!(out, "# HELP warden_task_duration_seconds Run time of finished tasks.");
+    let _ = writeln!(out, "# TYPE warden_task_duration_seconds histogram");
+    for (i, b) in DURATION_BUCKETS.iter().enumerate() {
+        let _ = writeln!(out, "warden_task_duration_seconds_bucket{{le=\"{b}\"}} {}", get(&m.duration_buckets[i]));
+    }
+    let count = get(&m.duration_count);
+    let _ = writeln!(out, "warden_task_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "warden_task_duration_seconds_sum {}", get(&m.duration_sum_ms) as f64 / 1000.0);
+    let _ = writeln!(out, "warden_task_duration_seconds_count {count}");
+    series(&mut out, "warden_approvals_pending", "gauge", "Tool calls waiting for a person.", &[("", pending)]);
+    series(&mut out, "warden_plugins_loaded", "gauge", "Plugins loaded.", &[("", snap.plugins.len() as u64)]);
+    series(&mut out, "warden_plugins_invalid", "gauge", "Plugin files that failed to load.", &[("", snap.invalid.len() as u64)]);
+    series(&mut out, "warden_subagents", "gauge", "Resolved subagents.", &[("", snap.definitions.len() as u64)]);
+    let total = get(&m.http_requests);
+    let c4 = get(&m.http_client_errors);
+    let c5 = get(&m.http_server_errors);
+    series(
+        &mut out,
+        "warden_http_responses_total",
+        "counter",
+        "HTTP responses, by status class.",
+        &[
+            ("{class=\"2xx_3xx\"}", total.saturating_sub(c4 + c5)),
+            ("{class=\"4xx\"}", c4),
+            ("{class=\"5xx\"}", c5),
+        ],
+    );
+    out
+}

@@ -1,0 +1,363 @@
+//! The HTTP API (axum): tasks, their event streams, approvals, subagents, plugins,
+//! session files, health and metrics. [`app`] builds the router over shared state and
+//! knows nothing about sockets; [`serve`] binds and runs it. Handlers only translate
+//! between HTTP and the [`crate::engine`]; every error is an [`ApiError`].
+
+mod auth;
+mod error;
+mod metrics;
+mod sse;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub use auth::{check_bind, match_token, tokens_from_env};
+pub use error::{ApiError, parse_json};
+
+use crate::engine::{CancelOutcome, DEFAULT_OUTPUT_TIMEOUT, Engine, Submission};
+use crate::plugin::TaskCall;
+use crate::store::TaskRecord;
+
+/// What every handler shares.
+pub struct ServerState {
+    pub engine: Arc<Engine>,
+    /// Accepted bearer tokens; empty = no authentication (loopback only).
+    pub tokens: Vec<String>,
+    /// Interval of `heartbeat` events on idle streams.
+    pub heartbeat: Duration,
+    /// Largest request body.
+    pub max_body: usize,
+}
+
+pub type AppState = Arc<ServerState>;
+
+impl ServerState {
+    pub fn new(engine: Arc<Engine>, tokens: Vec<String>) -> Self {
+        let server = &engine.registry().config().server;
+        ServerState { heartbeat: server.heartbeat, max_body: server.max_body as usize, engine, tokens }
+    }
+}
+
+/// The router with every endpoint of the API.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics_text))
+        .route("/v1/subagents", get(subagents))
+        .route("/v1/plugins", get(plugins))
+        .route("/v1/tools", get(tools))
+        .route("/v1/tasks", post(create_task))
+        .route("/v1/tasks/{id}", get(task_output))
+        .route("/v1/tasks/{id}/events", get(task_events))
+        .route("/v1/tasks/{id}/cancel", post(cancel_task))
+        .route("/v1/approvals", get(approvals))
+        .route("/v1/approvals/{request_id}", post(decide))
+        .route("/v1/sessions/{id}/files/{*path}", get(download))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.max_body))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::count_requests))
+        .with_state(state)
+}
+
+/// Binds `addr` and serves until `shutdown` resolves. Refuses a non-loopback address
+/// when no tokens are configured.
+pub async fn serve(
+    state: AppState,
+    addr: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let tokens_env = state.engine.registry().config().server.tokens_env.clone();
+    check_bind(&addr, &state.tokens, &tokens_env)?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, auth = !state.tokens.is_empty(), "warden API listening");
+    eprintln!("warden API listening on http://{local}");
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("not_found", "no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this endpoint")
+}
+
+async fn healthz(State(s): State<AppState>) -> Json<Value> {
+    let snap = s.engine.registry().snapshot();
+    Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "plugins": snap.plugins.len(),
+        "subagents": snap.definitions.len(),
+        "running_tasks": s.engine.running(),
+    }))
+}
+
+async fn metrics_text(State(s): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::render(&s)).into_response()
+}
+
+async fn subagents(State(s): State<AppState>) -> Json<Value> {
+    let snap = s.engine.registry().snapshot();
+    Json(json!({
+        "subagents": snap.definitions.values().collect::<Vec<_>>(),
+        "registrations": snap.registrations(),
+        "problems": snap.problems,
+    }))
+}
+
+async fn plugins(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({ "plugins": s.engine.registry().snapshot().status() }))
+}
+
+async fn tools(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({ "tools": crate::engine::tool_schema(&s.engine.registry().snapshot()) }))
+}
+
+/// `POST /v1/tasks` body: the TaskCall fields plus where and how to run it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskRequest {
+    description: Option<String>,
+    prompt: Option<String>,
+    subagent_type: Option<String>,
+    model: Option<String>,
+    resume: Option<String>,
+    #[serde(default)]
+    run_in_background: bool,
+    session_id: Option<String>,
+    user_id: Option<String>,
+    /// Secrets for sandbox execs (environment variables); never stored or logged.
+    #[serde(default)]
+    tool_context: BTreeMap<String, String>,
+    max_tool_iterations: Option<u32>,
+}
+
+/// How a task reads in API answers (the stored record).
+fn task_json(r: &TaskRecord) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
+fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|m| m.trim().starts_with("text/event-stream")))
+}
+
+/// Longest a synchronous `POST /v1/tasks` waits: the task's own deadline bounds it first.
+const SYNC_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+async fn create_task(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body?;
+    let req: TaskRequest = parse_json(&body)?;
+    let sub = Submission {
+        call: TaskCall {
+            description: req.description.unwrap_or_default(),
+            prompt: req.prompt.unwrap_or_default(),
+            subagent_type: req.subagent_type.unwrap_or_default(),
+            model: req.model,
+            resume: req.resume,
+            run_in_background: req.run_in_background,
+        },
+        session_id: req.session_id,
+        user_id: req.user_id,
+        tool_context: req.tool_context,
+        max_tool_iterations: req.max_tool_iterations,
+    };
+    let background = sub.call.run_in_background;
+    let live = s.engine.submit(sub)?;
+    let task_id = live.id();
+    if wants_event_stream(&headers) {
+        let mut resp = sse::task_events(s.engine.clone(), task_id.clone(), 0, s.heartbeat).into_response();
+        if let Ok(v) = HeaderValue::from_str(&task_id) {
+            resp.headers_mut().insert("x-task-id", v);
+        }
+        return Ok(resp);
+    }
+    if background {
+        let rec = live.record();
+        return Ok((
+            StatusCode::ACCEPTED,
+            [(header::LOCATION, format!("/v1/tasks/{task_id}"))],
+            Json(json!({ "task_id": task_id, "status": rec.status, "session_id": rec.session_id })),
+        )
+            .into_response());
+    }
+    let rec = live.wait_finished(SYNC_WAIT).await;
+    Ok(Json(task_json(&rec)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputQuery {
+    block: Option<bool>,
+    #[serde(alias = "timeout")]
+    timeout_ms: Option<u64>,
+}
+
+async fn task_output(
+    State(s): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    q: Result<Query<OutputQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Path(id) = id?;
+    let Query(q) = q?;
+    let timeout = q.timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_OUTPUT_TIMEOUT);
+    match s.engine.output(&id, q.block.unwrap_or(true), timeout).await? {
+        Some(rec) => Ok(Json(task_json(&rec))),
+        None => Err(ApiError::task_not_found(&id)),
+    }
+}
+
+async fn task_events(
+    State(s): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path(id) = id?;
+    let after = match headers.get("last-event-id") {
+        None => 0,
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .ok_or_else(|| ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event sequence number"))?,
+    };
+    if s.engine.get(&id)?.is_none() {
+        return Err(ApiError::task_not_found(&id));
+    }
+    Ok(sse::task_events(s.engine.clone(), id, after, s.heartbeat).into_response())
+}
+
+async fn cancel_task(State(s): State<AppState>, id: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    let Path(id) = id?;
+    match s.engine.cancel(&id).await? {
+        CancelOutcome::Canceled(rec) => Ok(Json(task_json(&rec)).into_response()),
+        CancelOutcome::AlreadyFinished(rec) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "task_finished",
+            format!("task `{id}` already finished with status {}", rec.status),
+        )),
+        CancelOutcome::NotFound => Err(ApiError::task_not_found(&id)),
+    }
+}
+
+async fn approvals(State(s): State<AppState>) -> Json<Value> {
+    let pending = s.engine.gate().map(|g| g.pending()).unwrap_or_default();
+    Json(json!({ "approvals": pending }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    decision: warden_approval::Resolution,
+}
+
+async fn decide(
+    State(s): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    caller: Option<Extension<auth::Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Path(id) = id?;
+    let body: DecisionBody = parse_json(&body?)?;
+    let who = caller.map(|Extension(c)| c.0).unwrap_or_else(|| "api".into());
+    let gate = s.engine.gate().ok_or_else(|| ApiError::not_found("approval_not_found", format!("no pending approval `{id}`")))?;
+    gate.resolve(&id, body.decision, who.clone())
+        .map_err(|e| ApiError::not_found("approval_not_found", e.to_string()))?;
+    Ok(Json(json!({ "request_id": id, "decision": body.decision, "decided_by": who })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileQuery {
+    user_id: Option<String>,
+}
+
+/// MIME type by file extension, and whether browsers may show it inline.
+fn mime_for(path: &str) -> (&'static str, bool) {
+    let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "log" | "md" | "rs" | "py" | "sh" | "toml" | "yaml" | "yml" | "ts" | "js" | "go" | "c" | "h" => {
+            ("text/plain; charset=utf-8", true)
+        }
+        "csv" => ("text/csv; charset=utf-8", true),
+        "json" => ("application/json", true),
+        "html" | "htm" => ("text/html; charset=utf-8", true),
+        "css" => ("text/css; charset=utf-8", true),
+        "png" => ("image/png", true),
+        "jpg" | "jpeg" => ("image/jpeg", true),
+        "gif" => ("image/gif", true),
+        "webp" => ("image/webp", true),
+        "svg" => ("image/svg+xml", true),
+        "pdf" => ("application/pdf", false),
+        "zip" => ("application/zip", false),
+        "gz" | "tgz" => ("application/gzip", false),
+        "tar" => ("application/x-tar", false),
+        _ => ("application/octet-stream", false),
+    }
+}
+
+async fn download(
+    State(s): State<AppState>,
+    params: Result<Path<(String, String)>, PathRejection>,
+    q: Result<Query<FileQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    use warden_sandbox::SandboxError as E;
+    let Path((session, path)) = params?;
+    let Query(q) = q?;
+    let user = q.user_id.unwrap_or_else(|| crate::engine::DEFAULT_USER.into());
+    let tools = s.engine.registry().runtime().services().tools.clone();
+    let unavailable = |m: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", m);
+    let tools = tools.ok_or_else(|| unavailable("this host has no sandbox".into()))?;
+    let sandbox = tools.sandbox().map_err(|e| unavailable(e.to_string()))?;
+    let key = warden_sandbox::SessionKey::new(user, session.clone());
+    // Never create a container just to answer a download.
+    let sessions = sandbox.list_sessions().await.map_err(|e| unavailable(e.to_string()))?;
+    if !sessions.iter().any(|i| i.key == key && i.owned_here) {
+        return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
+    }
+    let bytes = sandbox.download_file(&key, &path).await.map_err(|e| match e {
+        E::PathOutsideWorkspace { .. } => ApiError::new(StatusCode::FORBIDDEN, "path_outside_workspace", e.to_string()),
+        E::File { ref message, .. } if message.contains("does not exist") => ApiError::not_found("file_not_found", e.to_string()),
+        E::File { .. } | E::InvalidSessionKey(_) | E::InvalidInput { .. } => ApiError::bad_request("invalid_file", e.to_string()),
+        E::DockerUnavailable(_) | E::ImageMissing { .. } | E::TooManySessions { .. } | E::ShutDown => unavailable(e.to_string()),
+        other => ApiError::new(StatusCode::BAD_GATEWAY, "sandbox_error", other.to_string()),
+    })?;
+    let (mime, inline) = mime_for(&path);
+    let name = path.rsplit('/').next().unwrap_or("file").replace(['"', '\\', '\r', '\n'], "_");
+    let disposition = format!("{}; filename=\"{name}\"", if inline { "inline" } else { "attachment" });
+    let mut resp = bytes.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    if let Ok(v) = HeaderValue::from_str(&disposition) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    // Inline HTML/SVG from a sandbox must not run script against this origin.
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
+    Ok(resp)
+}

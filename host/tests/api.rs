@@ -1,0 +1,896 @@
+//! The HTTP API against the real router ([`warden::server::app`]) on port 0, with real
+//! test plugins (`echo`, `hostile`) and, where Docker is present, the bundled `claude`
+//! plugin with a scripted model and a real sandbox. Grouped by area.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use warden::config::Config;
+use warden::engine::{Engine, EngineOptions};
+use warden::server::{ServerState, app};
+use warden::store::Store;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+fn test_plugin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("WARDEN_TEST_PLUGINS").map(PathBuf::from).unwrap_or_else(|| repo().join("target/test-plugins"));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(p.is_file(), "{} missing — run `cargo xtask build` first", p.display());
+    p
+}
+
+fn bundled_plugin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("WARDEN_PLUGINS").map(PathBuf::from).unwrap_or_else(|| repo().join("target/plugins"));
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(p.is_file(), "{} missing — run `cargo xtask build` first", p.display());
+    p
+}
+
+/// Log lines of every test in this binary (the secret test searches them).
+fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "warden=debug,warden_sandbox=debug,warden_approval=debug,warden_models=debug",
+            ))
+            .with_writer(move || LogWriter(sink.clone()))
+            .try_init();
+        buf
+    })
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+const ECHO_AND_HOSTILE: &str = r#"
+  grants:
+    echo: { log: true, events: true, state: true }
+  limit_overrides:
+    hostile: { timeout: 60s }
+subagents:
+  agent_dirs: []
+  references:
+    - { uri: "echo://greeter", kind: ECHO, metadata: { description: Greets people } }
+    - { uri: "hostile://hostile", kind: HOSTILE }
+"#;
+
+/// A running API over a scratch deployment.
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    engine: Arc<Engine>,
+    dir: tempfile::TempDir,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// `plugins` are (file, id) pairs; `yaml` is appended under `plugins:` (grants etc.)
+/// and may continue with other sections.
+async fn api_with(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<String>) -> Api {
+    api_with_files(plugins, yaml, tokens, &[]).await
+}
+
+/// Like [`api_with`], with extra files (relative path, content) laid out before start.
+async fn api_with_files(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<String>, files: &[(&str, &str)]) -> Api {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    for (rel, content) in files {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    for (file, id) in plugins {
+        std::fs::copy(file, dir.path().join("plugins").join(format!("{id}.wasm"))).unwrap();
+    }
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("api-compile-cache");
+    let text = format!(
+        "plugins:\n  dir: ./plugins\n  watch: false\n  cache_dir: {}\n{yaml}\nstore:\n  path: ./state.db\n",
+        cache.display()
+    );
+    let text = if text.contains("\nserver:") { text } else { format!("{text}server:\n  heartbeat: 200ms\n") };
+    std::fs::write(dir.path().join("warden.yaml"), &text).unwrap();
+    let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let options = EngineOptions::from_config(&config);
+    let registry = warden::start(config).await.unwrap();
+    let engine = Engine::start(registry, store, options).await.unwrap();
+    let state = Arc::new(ServerState::new(engine.clone(), tokens));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = app(state);
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    Api { base: format!("http://{addr}"), http: reqwest::Client::new(), engine, dir, server }
+}
+
+async fn api() -> Api {
+    api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], ECHO_AND_HOSTILE, vec![]).await
+}
+
+struct Reply {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+    text: String,
+}
+
+impl Api {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Reply {
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply { status, headers, body, text }
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        self.send(self.http.get(self.url(path))).await
+    }
+
+    async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Reply {
+        self.send(self.http.post(self.url(path)).header("content-type", "application/json").body(body)).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Reply {
+        self.post_raw(path, body.to_string()).await
+    }
+
+    /// Starts a background hostile `loop` task and waits until it holds a slot.
+    async fn spinner(&self) -> String {
+        let id = self.task("hostile", "loop", true).await.body["task_id"].as_str().unwrap().to_owned();
+        let t = Instant::now();
+        while self.get(&format!("/v1/tasks/{id}?block=false")).await.body["status"] != "working" {
+            assert!(t.elapsed() < Duration::from_secs(10), "the spinner never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        id
+    }
+
+    async fn task(&self, subagent: &str, prompt: &str, background: bool) -> Reply {
+        self.post(
+            "/v1/tasks",
+            json!({ "description": "test task", "prompt": prompt, "subagent_type": subagent, "run_in_background": background }),
+        )
+        .await
+    }
+
+    /// Opens an SSE stream (GET when `body` is None, else POST /v1/tasks).
+    async fn stream(&self, path: &str, body: Option<Value>, last_event_id: Option<u64>) -> Sse {
+        let mut req = match body {
+            None => self.http.get(self.url(path)),
+            Some(b) => self.http.post(self.url(path)).header("content-type", "application/json").body(b.to_string()),
+        };
+        req = req.header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "stream refused");
+        assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+        let task_id = resp.headers().get("x-task-id").map(|v| v.to_str().unwrap().to_owned());
+        Sse { inner: Box::pin(resp.bytes_stream()), buf: String::new(), task_id }
+    }
+}
+
+/// A minimal SSE reader: (id, data) per event.
+struct Sse {
+    inner: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
+    buf: String,
+    task_id: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct SseEvent {
+    id: Option<u64>,
+    data: Value,
+}
+
+impl Sse {
+    /// The next event, or None at the end of the stream (or after 30 s of silence).
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut id = None;
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim().parse().unwrap());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(SseEvent { id, data: serde_json::from_str(&data).unwrap() });
+            }
+            match tokio::time::timeout(Duration::from_secs(30), self.inner.next()).await {
+                Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Next non-heartbeat event.
+    async fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            let e = self.next().await?;
+            if e.data["type"] != "heartbeat" {
+                return Some(e);
+            }
+        }
+    }
+
+    /// Every remaining non-heartbeat event until the stream ends.
+    async fn rest(&mut self) -> Vec<SseEvent> {
+        let mut out = vec![];
+        while let Some(e) = self.next_event().await {
+            out.push(e);
+        }
+        out
+    }
+}
+
+fn types(events: &[SseEvent]) -> Vec<String> {
+    events.iter().map(|e| e.data["type"].as_str().unwrap_or("?").to_owned()).collect()
+}
+
+mod health {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn healthz_metrics_and_unknown_routes() {
+        let api = api().await;
+        let r = api.get("/healthz").await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body["status"], "ok");
+        assert_eq!(r.body["plugins"], 2);
+        assert_eq!(api.task("greeter", "count me", false).await.status, 200);
+        let m = api.get("/metrics").await;
+        assert_eq!(m.status, 200);
+        assert!(m.headers["content-type"].to_str().unwrap().starts_with("text/plain"));
+        for line in [
+            "warden_tasks_submitted_total 1",
+            "warden_tasks_finished_total{status=\"completed\"} 1",
+            "warden_tasks_running 0",
+            "warden_task_duration_seconds_count 1",
+            "warden_plugins_loaded 2",
+            "# TYPE warden_task_duration_seconds histogram",
+        ] {
+            assert!(m.text.lines().any(|l| l == line), "missing {line:?} in\n{}", m.text);
+        }
+        let r = api.get("/v1/nope").await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("not_found")));
+        let r = api.send(api.http.delete(api.url("/v1/tasks"))).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (405, Some("method_not_allowed")));
+    }
+}
+
+mod catalog {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn subagents_plugins_and_tool_schema() {
+        let api = api().await;
+        let r = api.get("/v1/subagents").await;
+        assert_eq!(r.status, 200);
+        let names: Vec<&str> = r.body["subagents"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert_eq!(names, vec!["greeter", "hostile"]);
+        assert!(r.body["registrations"].as_str().unwrap().contains("-greeter: Greets people"));
+        let r = api.get("/v1/plugins").await;
+        let ids: Vec<&str> = r.body["plugins"].as_array().unwrap().iter().map(|p| p["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, vec!["echo", "hostile"]);
+        assert_eq!(r.body["plugins"][0]["state"], "loaded");
+        let r = api.get("/v1/tools").await;
+        let tools = r.body["tools"].as_array().unwrap();
+        assert_eq!(tools[0]["name"], "Task");
+        assert_eq!(tools[1]["name"], "TaskOutput");
+        assert!(tools[0]["description"].as_str().unwrap().contains("-greeter: Greets people"));
+        assert_eq!(tools[0]["input_schema"]["properties"]["subagent_type"]["enum"], json!(["greeter", "hostile"]));
+        assert_eq!(tools[0]["input_schema"]["required"], json!(["description", "prompt", "subagent_type"]));
+    }
+}
+
+mod tasks {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn sync_and_background_tasks() {
+        let api = api().await;
+        let r = api.task("greeter", "hello api", false).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["status"], "completed");
+        assert_eq!(r.body["output"], "hello api");
+        assert_eq!(r.body["finish_reason"], "stop");
+        assert!(r.body["task_id"].as_str().unwrap().starts_with("task_"));
+
+        let r = api.task("greeter", "in the background", true).await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        let id = r.body["task_id"].as_str().unwrap().to_owned();
+        assert_eq!(r.headers["location"], format!("/v1/tasks/{id}").as_str());
+        let out = api.get(&format!("/v1/tasks/{id}?block=true&timeout_ms=5000")).await;
+        assert_eq!(out.status, 200);
+        assert_eq!((out.body["status"].as_str(), out.body["output"].as_str()), (Some("completed"), Some("in the background")));
+        // TaskOutput's tool parameter name works as an alias.
+        assert_eq!(api.get(&format!("/v1/tasks/{id}?timeout=10")).await.body["status"], "completed");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_failing_plugin_is_a_failed_task_not_an_http_error() {
+        let api = api().await;
+        let r = api.task("hostile", "panic", false).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body["status"], "failed");
+        assert_eq!(r.body["finish_reason"], "error");
+        assert!(r.body["error"].as_str().unwrap().contains("panicked"), "{}", r.text);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn task_output_without_blocking_and_with_a_short_timeout() {
+        let api = api().await;
+        let id = api.task("hostile", "loop", true).await.body["task_id"].as_str().unwrap().to_owned();
+        let r = api.get(&format!("/v1/tasks/{id}?block=false")).await;
+        assert!(["submitted", "working"].contains(&r.body["status"].as_str().unwrap()), "{}", r.text);
+        let t = Instant::now();
+        let r = api.get(&format!("/v1/tasks/{id}?timeout_ms=300")).await;
+        assert_eq!(r.body["status"], "working");
+        assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5));
+        assert_eq!(api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await.status, 200);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn client_mistakes_are_4xx_json_errors() {
+        let api = api().await;
+        let code = |r: &Reply| r.body["error"]["code"].as_str().map(str::to_owned);
+        let r = api.post("/v1/tasks", json!({ "description": "d", "subagent_type": "greeter" })).await;
+        assert_eq!((r.status, code(&r).as_deref()), (400, Some("missing_field")));
+        assert!(r.body["error"]["message"].as_str().unwrap().contains("`prompt`"));
+        let r = api.post("/v1/tasks", json!({ "prompt": "p", "subagent_type": "greeter" })).await;
+        assert!(r.status == 400 && r.body["error"]["message"].as_str().unwrap().contains("`description`"));
+        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p" })).await;
+        assert!(r.status == 400 && r.body["error"]["message"].as_str().unwrap().contains("`subagent_type`"));
+        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "nobody" })).await;
+        assert_eq!((r.status, code(&r).as_deref()), (400, Some("unknown_subagent")));
+        assert!(r.body["error"]["message"].as_str().unwrap().contains("available: greeter, hostile"), "{}", r.text);
+        let r = api.post_raw("/v1/tasks", "{\"description\": ").await;
+        assert_eq!((r.status, code(&r).as_deref()), (400, Some("malformed_json")));
+        let r = api.post_raw("/v1/tasks", "").await;
+        assert_eq!((r.status, code(&r).as_deref()), (400, Some("malformed_json")));
+        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": 5, "subagent_type": "greeter" })).await;
+        assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")));
+        assert!(r.body["error"]["message"].as_str().unwrap().starts_with("prompt:"), "{}", r.text);
+        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "run_in_background": "yes" })).await;
+        assert_eq!(r.status, 400);
+        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "tool_context": { "k": 1 } })).await;
+        assert!(r.status == 400 && r.body["error"]["message"].as_str().unwrap().contains("tool_context"), "{}", r.text);
+        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "run_in_backgound": true })).await;
+        assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")));
+        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "session_id": "../etc" })).await;
+        assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")));
+        let r = api.post("/v1/tasks", json!([1, 2])).await;
+        assert_eq!(r.status, 400);
+        let big = json!({ "description": "d", "prompt": "x".repeat(2 << 20), "subagent_type": "greeter" });
+        // Its own connection: the server answers 413 without reading the body and closes it.
+        let r = api
+            .send(reqwest::Client::new().post(api.url("/v1/tasks")).header("content-type", "application/json").body(big.to_string()))
+            .await;
+        assert_eq!((r.status, code(&r).as_deref()), (413, Some("body_too_large")));
+        for path in ["/v1/tasks/task_nope", "/v1/tasks/task_nope/events"] {
+            let r = api.get(path).await;
+            assert_eq!((r.status, code(&r).as_deref()), (404, Some("task_not_found")), "{path}");
+        }
+        let r = api.post("/v1/tasks/task_nope/cancel", json!({})).await;
+        assert_eq!((r.status, code(&r).as_deref()), (404, Some("task_not_found")));
+        let r = api.get("/v1/tasks/task_nope?block=perhaps").await;
+        assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_query")));
+        let r = api.send(api.http.get(api.url("/v1/tasks/task_nope/events")).header("last-event-id", "abc")).await;
+        assert_eq!(r.status, 400);
+        // None of these reached the engine as a task.
+        assert_eq!(api.engine.metrics.submitted.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+}
+
+mod cancel {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn cancel_interrupts_a_spinning_plugin() {
+        let api = api().await;
+        let id = api.spinner().await;
+        let t = Instant::now();
+        let r = api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!((r.body["status"].as_str(), r.body["finish_reason"].as_str()), (Some("canceled"), Some("canceled")));
+        assert!(t.elapsed() < Duration::from_secs(2), "cancel took {:?}", t.elapsed());
+        assert_eq!(api.engine.running(), 0, "the slot is free again");
+        let r = api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (409, Some("task_finished")));
+        assert_eq!(api.get(&format!("/v1/tasks/{id}")).await.body["status"], "canceled");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_task_deadline_stops_a_task() {
+        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  task_timeout: 500ms\n  heartbeat: 200ms\n");
+        let api = api_with(&[(test_plugin("hostile"), "hostile")], &yaml.replace("    - { uri: \"echo://greeter\", kind: ECHO, metadata: { description: Greets people } }\n", ""), vec![]).await;
+        let t = Instant::now();
+        let r = api.task("hostile", "loop", false).await;
+        assert_eq!((r.body["status"].as_str(), r.body["finish_reason"].as_str()), (Some("failed"), Some("deadline")), "{}", r.text);
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn queued_tasks_wait_for_a_slot_and_can_be_canceled_while_queued() {
+        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  max_concurrent_tasks: 1\n  heartbeat: 200ms\n");
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        let spinner = api.spinner().await;
+        let queued = api.task("greeter", "after you", true).await.body["task_id"].as_str().unwrap().to_owned();
+        let doomed = api.task("greeter", "never", true).await.body["task_id"].as_str().unwrap().to_owned();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(api.get(&format!("/v1/tasks/{queued}?block=false")).await.body["status"], "submitted");
+        assert!(api.get("/metrics").await.text.contains("warden_tasks_queued 2"));
+        assert_eq!(api.post(&format!("/v1/tasks/{doomed}/cancel"), json!({})).await.body["status"], "canceled");
+        api.post(&format!("/v1/tasks/{spinner}/cancel"), json!({})).await;
+        let r = api.get(&format!("/v1/tasks/{queued}?timeout_ms=5000")).await;
+        assert_eq!((r.body["status"].as_str(), r.body["output"].as_str()), (Some("completed"), Some("after you")));
+    }
+}
+
+mod streams {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn post_with_event_stream_accept_streams_the_task() {
+        let api = api().await;
+        let mut s = api
+            .stream("/v1/tasks", Some(json!({ "description": "d", "prompt": "streamed", "subagent_type": "greeter" })), None)
+            .await;
+        let events = s.rest().await;
+        assert_eq!(types(&events), vec!["status", "status", "status", "finish"], "{events:?}");
+        assert_eq!(events[0].data["status"], "submitted");
+        assert_eq!(events[0].data["task_id"].as_str(), s.task_id.as_deref());
+        assert_eq!(events[1].data["status"], "working");
+        // The plugin's own event, relayed with the subagent's name.
+        assert_eq!((events[2].data["message"].as_str(), events[2].data["name"].as_str()), (Some("echoing"), Some("greeter")));
+        assert_eq!((events[3].data["status"].as_str(), events[3].data["output"].as_str()), (Some("completed"), Some("streamed")));
+        let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
+        assert_eq!(ids, vec![1, 2, 3, 4]);
+        // Replay of a finished task, whole and from an id.
+        let id = s.task_id.unwrap();
+        let all = api.stream(&format!("/v1/tasks/{id}/events"), None, None).await.rest().await;
+        assert_eq!(types(&all), types(&events));
+        let tail = api.stream(&format!("/v1/tasks/{id}/events"), None, Some(2)).await.rest().await;
+        assert_eq!(tail.iter().map(|e| e.id.unwrap()).collect::<Vec<_>>(), vec![3, 4]);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn reconnecting_with_last_event_id_gets_every_event_exactly_once() {
+        let api = api().await;
+        let id = api.task("hostile", "loop", true).await.body["task_id"].as_str().unwrap().to_owned();
+        let mut seen = vec![];
+        {
+            let mut s = api.stream(&format!("/v1/tasks/{id}/events"), None, None).await;
+            // Live stream: submitted, working, then heartbeats while the plugin spins.
+            while seen.len() < 2 {
+                seen.push(s.next_event().await.unwrap());
+            }
+            let hb = s.next().await.unwrap();
+            assert_eq!(hb.data["type"], "heartbeat");
+            assert_eq!(hb.id, None, "heartbeats carry no id, so they never move Last-Event-ID");
+        } // disconnect
+        api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+        let last = seen.last().unwrap().id.unwrap();
+        let mut s = api.stream(&format!("/v1/tasks/{id}/events"), None, Some(last)).await;
+        seen.extend(s.rest().await);
+        let ids: Vec<u64> = seen.iter().map(|e| e.id.unwrap()).collect();
+        let expected: Vec<u64> = (1..=ids.len() as u64).collect();
+        assert_eq!(ids, expected, "every id once, in order");
+        assert_eq!(types(&seen), vec!["status", "status", "error", "finish"]);
+        assert_eq!(seen.last().unwrap().data["status"], "canceled");
+        // And while the task is live: reconnect mid-stream of a running task.
+        let id = api.task("hostile", "loop", true).await.body["task_id"].as_str().unwrap().to_owned();
+        let mut s = api.stream(&format!("/v1/tasks/{id}/events"), None, None).await;
+        let first = s.next_event().await.unwrap();
+        drop(s);
+        let mut s = api.stream(&format!("/v1/tasks/{id}/events"), None, first.id).await;
+        let canceler = {
+            let http = api.http.clone();
+            let url = api.url(&format!("/v1/tasks/{id}/cancel"));
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                http.post(url).send().await.unwrap();
+            })
+        };
+        let rest = s.rest().await;
+        canceler.await.unwrap();
+        let ids: Vec<u64> = std::iter::once(first.id.unwrap()).chain(rest.iter().map(|e| e.id.unwrap())).collect();
+        assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+        assert_eq!(rest.last().unwrap().data["type"], "finish");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_task_finishes_after_its_http_client_disconnects() {
+        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  max_concurrent_tasks: 1\n  heartbeat: 200ms\n");
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        // Hold the only slot so the task is still pending when its client goes away.
+        let spinner = api.spinner().await;
+        let id = {
+            let mut s = api
+                .stream("/v1/tasks", Some(json!({ "description": "d", "prompt": "still here", "subagent_type": "greeter" })), None)
+                .await;
+            let first = s.next_event().await.unwrap();
+            assert_eq!(first.data["status"], "submitted");
+            s.task_id.clone().unwrap()
+        }; // the client disconnects here
+        // A synchronous client that gives up does not stop its task either.
+        let sync = api
+            .http
+            .post(api.url("/v1/tasks"))
+            .header("content-type", "application/json")
+            .body(json!({ "description": "d", "prompt": "sync too", "subagent_type": "greeter" }).to_string())
+            .timeout(Duration::from_millis(200))
+            .send()
+            .await;
+        assert!(sync.is_err(), "the sync request should time out on the client side");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        api.post(&format!("/v1/tasks/{spinner}/cancel"), json!({})).await;
+        let r = api.get(&format!("/v1/tasks/{id}?timeout_ms=10000")).await;
+        assert_eq!((r.body["status"].as_str(), r.body["output"].as_str()), (Some("completed"), Some("still here")));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let completed = api.engine.metrics.completed.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(completed, 2, "both the streamed and the abandoned sync task completed");
+    }
+}
+
+mod auth {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn bearer_tokens_are_required_when_configured() {
+        let api = api_with(&[(test_plugin("echo"), "echo")], ECHO_AND_HOSTILE, vec!["s3cret-one".into(), "s3cret-two".into()]).await;
+        assert_eq!(api.get("/healthz").await.status, 200, "health stays open for probes");
+        let r = api.get("/v1/subagents").await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (401, Some("unauthorized")));
+        assert_eq!(r.headers["www-authenticate"], "Bearer");
+        let r = api.send(api.http.get(api.url("/v1/subagents")).bearer_auth("s3cret-on")).await;
+        assert_eq!(r.status, 401);
+        let r = api.send(api.http.get(api.url("/v1/subagents")).bearer_auth("s3cret-two")).await;
+        assert_eq!(r.status, 200);
+        let r = api.send(api.http.get(api.url("/metrics")).bearer_auth("s3cret-one")).await;
+        assert_eq!(r.status, 200);
+    }
+
+    #[test]
+    fn an_open_api_binds_only_to_loopback() {
+        let any: std::net::SocketAddr = "0.0.0.0:7878".parse().unwrap();
+        let lo: std::net::SocketAddr = "127.0.0.1:7878".parse().unwrap();
+        let lo6: std::net::SocketAddr = "[::1]:7878".parse().unwrap();
+        let err = warden::server::check_bind(&any, &[], "WARDEN_TOKENS").unwrap_err().to_string();
+        assert!(err.contains("WARDEN_TOKENS"), "{err}");
+        assert!(warden::server::check_bind(&lo, &[], "WARDEN_TOKENS").is_ok());
+        assert!(warden::server::check_bind(&lo6, &[], "WARDEN_TOKENS").is_ok());
+        assert!(warden::server::check_bind(&any, &["t".into()], "WARDEN_TOKENS").is_ok());
+        assert_eq!(warden::server::match_token(&["a".into(), "bb".into()], "bb"), Some(1));
+        assert_eq!(warden::server::match_token(&["a".into(), "bb".into()], "b"), None);
+        assert_eq!(warden::server::match_token(&["a".into()], ""), None);
+    }
+}
+
+mod approvals {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn approval_endpoints_validate_their_input() {
+        let api = api().await;
+        let r = api.get("/v1/approvals").await;
+        assert_eq!((r.status, r.body["approvals"].clone()), (200, json!([])));
+        let r = api.post("/v1/approvals/apr_nope", json!({ "decision": "approve" })).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("approval_not_found")));
+        let r = api.post("/v1/approvals/apr_nope", json!({ "decision": "maybe" })).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (400, Some("invalid_field")));
+        let r = api.post_raw("/v1/approvals/apr_nope", "{").await;
+        assert_eq!(r.status, 400);
+    }
+}
+
+mod persistence {
+    use super::*;
+    use warden::store::{TaskRecord, Write};
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn restart_fails_interrupted_tasks_and_keeps_finished_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let rec = |id: &str, status: &str, finished: Option<u64>| TaskRecord {
+            task_id: id.into(),
+            status: status.into(),
+            subagent_type: "greeter".into(),
+            description: "d".into(),
+            session_id: "s".into(),
+            user_id: "u".into(),
+            background: true,
+            output: (status == "completed").then(|| "kept".into()),
+            error: None,
+            finish_reason: finished.map(|_| "stop".into()),
+            created_at_ms: 1,
+            updated_at_ms: 1,
+            finished_at_ms: finished,
+        };
+        {
+            let store = Store::open(&path).unwrap();
+            store.write(Write::Task(rec("task_done", "completed", Some(warden::store::now_ms()))));
+            store.write(Write::Task(rec("task_running", "working", None)));
+            store.write(Write::Event { task_id: "task_running".into(), seq: 1, event: json!({ "type": "status", "status": "working" }) });
+            store.write(Write::Task(rec("task_ancient", "completed", Some(1))));
+            store.flush().await.unwrap();
+        }
+        // The first store's writer thread lets go of the file once it sees the store dropped.
+        let t = Instant::now();
+        let store = loop {
+            match Store::open(&path) {
+                Ok(s) => break s,
+                Err(e) if t.elapsed() < Duration::from_secs(5) => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let recovered = store.recover_interrupted().await.unwrap();
+        assert_eq!(recovered, vec!["task_running".to_string()]);
+        let r = store.task("task_running").unwrap().unwrap();
+        assert_eq!((r.status.as_str(), r.error.as_deref()), ("failed", Some("host restarted")));
+        let ev = store.events_after("task_running", 0).unwrap();
+        assert_eq!(ev.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(ev[2].1["reason"], "host_restarted");
+        assert_eq!(store.task("task_done").unwrap().unwrap().output.as_deref(), Some("kept"));
+        assert_eq!(store.purge(Duration::from_secs(3600)).unwrap(), 1, "only the ancient task is past retention");
+        assert!(store.task("task_ancient").unwrap().is_none());
+        assert!(store.task("task_done").unwrap().is_some());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn finished_tasks_are_served_from_the_store() {
+        let api = api().await;
+        let id = api.task("greeter", "persisted", false).await.body["task_id"].as_str().unwrap().to_owned();
+        let stored = api.engine.store().task(&id).unwrap().unwrap();
+        assert_eq!((stored.status.as_str(), stored.output.as_deref()), ("completed", Some("persisted")));
+        assert_eq!(api.engine.store().events_after(&id, 0).unwrap().len(), 4);
+        assert!(api.engine.live(&id).is_none());
+        assert_eq!(api.get(&format!("/v1/tasks/{id}")).await.body["output"], "persisted");
+        assert!(api.dir.path().join("state.db").is_file());
+    }
+}
+
+mod load {
+    use super::*;
+
+    /// 200 concurrent synchronous ECHO tasks over HTTP: none lost, each gets its own output.
+    /// Prints p50/p99 latency (recorded in BENCHMARKS.md).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn two_hundred_concurrent_echo_tasks() {
+        const N: usize = 200;
+        let api = api().await;
+        api.task("greeter", "warm-up", false).await;
+        let started = Instant::now();
+        let mut handles = vec![];
+        for i in 0..N {
+            let http = api.http.clone();
+            let url = api.url("/v1/tasks");
+            handles.push(tokio::spawn(async move {
+                let t = Instant::now();
+                let body = json!({ "description": "load", "prompt": format!("message {i}"), "subagent_type": "greeter" });
+                let resp = http.post(url).header("content-type", "application/json").body(body.to_string()).send().await.unwrap();
+                let status = resp.status().as_u16();
+                let v: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+                (i, status, v, t.elapsed())
+            }));
+        }
+        let mut latencies = vec![];
+        let mut ids = std::collections::HashSet::new();
+        for h in handles {
+            let (i, status, v, took) = h.await.unwrap();
+            assert_eq!(status, 200, "{v}");
+            assert_eq!(v["status"], "completed", "{v}");
+            assert_eq!(v["output"], format!("message {i}"));
+            assert!(ids.insert(v["task_id"].as_str().unwrap().to_owned()));
+            latencies.push(took);
+        }
+        let wall = started.elapsed();
+        latencies.sort();
+        let pct = |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).saturating_sub(1)];
+        println!(
+            "BENCH task_engine: {N} concurrent ECHO tasks over HTTP, max_concurrent_tasks={}: wall {:?}, p50 {:?}, p99 {:?}, max {:?}",
+            api.engine.options().max_concurrent_tasks,
+            wall,
+            pct(0.50),
+            pct(0.99),
+            latencies.last().unwrap()
+        );
+        assert_eq!(ids.len(), N);
+        for id in &ids {
+            assert_eq!(api.engine.store().task(id).unwrap().unwrap().status, "completed", "persisted");
+        }
+    }
+}
+
+/// The Docker-backed scenarios: the bundled `claude` plugin with a scripted model and a
+/// real sandbox session. Skipped (with a note) when Docker is not reachable.
+mod sandboxed {
+    use super::*;
+    use sha2::Digest;
+
+    fn docker_ok() -> bool {
+        let ok = std::process::Command::new("docker")
+            .args(["image", "inspect", "warden-sandbox:bookworm"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            eprintln!("SKIPPED: Docker or the warden-sandbox:bookworm image is not available");
+        }
+        ok
+    }
+
+    const WORKER: &str =
+        "---\nname: worker\ndescription: Runs shell commands in the workspace\ntools: Bash, Read\nmodel: sonnet\n---\nDo the work.\n";
+
+    async fn deployment(script: &str, approval: &str) -> Api {
+        let yaml = format!(
+            r#"  grants:
+    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}
+subagents:
+  agent_dirs: [./agents]
+models:
+  default: demo/scripted
+  providers:
+    demo: {{ type: scripted, script: ./script.yaml }}
+sandbox:
+  image: warden-sandbox:bookworm
+  scope: {scope}
+approval:
+{approval}
+"#,
+            // Hosts of one scope reap each other's containers on start: one scope per test.
+            scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+        );
+        let files = [("script.yaml", script), ("agents/worker.md", WORKER)];
+        api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await
+    }
+
+    async fn end_sessions(api: &Api) {
+        if let Some(t) = &api.engine.registry().runtime().services().tools
+            && let Ok(s) = t.sandbox()
+        {
+            let _ = s.shutdown().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn approval_over_http_and_a_tool_context_secret_that_is_never_kept() {
+        if !docker_ok() {
+            return;
+        }
+        const SECRET: &str = "sk-test-5f3a9c1e7b2d4c68";
+        let script = r#"
+- tool_calls:
+    - name: Bash
+      arguments:
+        command: "printf %s \"$API_TOKEN\" | sha256sum | cut -d' ' -f1 > token.sha && echo stored; echo leak:$API_TOKEN"
+- text: "Stored the token digest."
+"#;
+        let api = deployment(script, "  default: ask\n  ask: [\"Bash\"]\n  allow: [\"Read\"]\n").await;
+        let body = json!({
+            "description": "store digest", "prompt": "store the token digest", "subagent_type": "worker",
+            "session_id": "sess-approval", "user_id": "alice", "tool_context": { "api-token": SECRET }
+        });
+        let mut s = api.stream("/v1/tasks", Some(body), None).await;
+        let task_id = s.task_id.clone().unwrap();
+        let mut events = vec![];
+        let request_id = loop {
+            let e = s.next_event().await.expect("stream ended before an approval_request");
+            events.push(e.clone());
+            if e.data["type"] == "approval_request" {
+                break e.data["id"].as_str().unwrap().to_owned();
+            }
+        };
+        let pending = api.get("/v1/approvals").await;
+        assert_eq!(pending.body["approvals"][0]["id"], request_id.as_str());
+        assert_eq!(pending.body["approvals"][0]["tool"], "Bash");
+        assert_eq!(api.get(&format!("/v1/tasks/{task_id}?block=false")).await.body["status"], "input_required");
+        let r = api.post(&format!("/v1/approvals/{request_id}"), json!({ "decision": "approve" })).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        events.extend(s.rest().await);
+        let t = types(&events);
+        let pos = |ty: &str| t.iter().position(|x| x == ty).unwrap_or_else(|| panic!("no {ty} in {t:?}"));
+        assert!(pos("tool_call") < pos("approval_request"));
+        assert!(pos("approval_request") < pos("approval_resolved"));
+        assert!(pos("approval_resolved") < pos("tool_result"));
+        assert!(pos("tool_result") < pos("finish"));
+        let result = &events[pos("tool_result")].data;
+        assert_eq!(result["is_error"], false, "{result}");
+        assert!(result["content"].as_str().unwrap().contains("stored"), "{result}");
+        assert!(result["content"].as_str().unwrap().contains("leak:[redacted]"), "{result}");
+        let fin = &events.last().unwrap().data;
+        assert_eq!((fin["status"].as_str(), fin["output"].as_str()), (Some("completed"), Some("Stored the token digest.")));
+
+        // The secret reached the exec: its digest is in the workspace (downloaded over HTTP).
+        let f = api.get("/v1/sessions/sess-approval/files/token.sha?user_id=alice").await;
+        assert_eq!(f.status, 200, "{}", f.text);
+        assert_eq!(f.text.trim(), hex::encode(sha2::Sha256::digest(SECRET.as_bytes())));
+        assert!(f.headers["content-disposition"].to_str().unwrap().starts_with("attachment"));
+        let r = api.get("/v1/sessions/sess-approval/files/../../etc/passwd?user_id=alice").await;
+        assert!(r.status == 403 || r.status == 404 || r.status == 400, "{} {}", r.status, r.text);
+        let r = api.get("/v1/sessions/sess-approval/files/missing.txt?user_id=alice").await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("file_not_found")));
+        let r = api.get("/v1/sessions/sess-approval/files/token.sha?user_id=mallory").await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("session_not_found")));
+
+        // ...and is nowhere else: not in the events, the store file or the logs.
+        let replay = api.stream(&format!("/v1/tasks/{task_id}/events"), None, None).await.rest().await;
+        let all: String = replay.iter().map(|e| e.data.to_string()).collect();
+        assert!(!all.contains(SECRET), "secret in the event stream");
+        api.engine.store().flush().await.unwrap();
+        let db = std::fs::read(api.dir.path().join("state.db")).unwrap();
+        assert!(!db.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()), "secret in the task store");
+        let logs = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+        assert!(logs.contains(&task_id), "the logs do record the task");
+        assert!(!logs.contains(SECRET), "secret in the logs");
+        end_sessions(&api).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_task_over_its_tool_call_limit_finishes_with_tool_limit() {
+        if !docker_ok() {
+            return;
+        }
+        let script = r#"
+- tool_calls:
+    - { name: Bash, arguments: { command: "echo one" } }
+- tool_calls:
+    - { name: Bash, arguments: { command: "echo two" } }
+- tool_calls:
+    - { name: Bash, arguments: { command: "echo three" } }
+- text: "done"
+"#;
+        let api = deployment(script, "  default: allow\n  allow: [\"Bash\", \"Read\"]\n").await;
+        let body = json!({ "description": "many tools", "prompt": "go", "subagent_type": "worker",
+                           "session_id": "sess-limit", "max_tool_iterations": 1 });
+        let mut s = api.stream("/v1/tasks", Some(body), None).await;
+        let events = s.rest().await;
+        let fin = &events.last().unwrap().data;
+        assert_eq!((fin["type"].as_str(), fin["status"].as_str(), fin["reason"].as_str()), (Some("finish"), Some("completed"), Some("tool_limit")), "{events:?}");
+        assert!(!types(&events).contains(&"error".to_string()), "a tool limit is not an error");
+        let calls = events.iter().filter(|e| e.data["type"] == "tool_call").count();
+        assert_eq!(calls, 2, "the call over the limit is seen, and the task stops there");
+        end_sessions(&api).await;
+    }
+}
