@@ -10,3 +10,4 @@ mod cli;
 mod a2a;
 mod http_agent;
 mod mcp;
+mod serve;
