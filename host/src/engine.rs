@@ -335,11 +335,7 @@ fn redact_value(v: &mut Value, secrets: &[String]) {
         return;
     }
     match v {
-        Value::String(s) => {
-            if secrets.iter().any(|x| s.contains(x.as_str())) {
-                *s = redact_text(s, secrets);
-            }
-        }
+        Value::String(s) if secrets.iter().any(|x| s.contains(x.as_str())) => *s = redact_text(s, secrets),
         Value::Array(a) => a.iter_mut().for_each(|x| redact_value(x, secrets)),
         Value::Object(m) => m.values_mut().for_each(|x| redact_value(x, secrets)),
         _ => {}

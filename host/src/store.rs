@@ -90,7 +90,7 @@ pub enum Write {
 }
 
 enum Msg {
-    Write(Write),
+    Write(Box<Write>),
     Flush(oneshot::Sender<Result<(), String>>),
 }
 
@@ -147,7 +147,7 @@ impl Store {
 
     /// Queues a write; it is committed with the next batch.
     pub fn write(&self, w: Write) {
-        if self.tx.send(Msg::Write(w)).is_err() {
+        if self.tx.send(Msg::Write(Box::new(w))).is_err() {
             tracing::error!(store = %self.path.display(), "task store writer is gone; write dropped");
         }
     }
@@ -295,35 +295,35 @@ fn writer(db: Arc<Database>, path: PathBuf, mut rx: mpsc::UnboundedReceiver<Msg>
     }
 }
 
-fn commit(db: &Database, batch: &[Msg]) -> Result<(), redb::Error> {
+fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<redb::Error>> {
     if !batch.iter().any(|m| matches!(m, Msg::Write(_))) {
         return Ok(());
     }
-    let w = db.begin_write()?;
+    let w = db.begin_write().map_err(redb::Error::from)?;
     {
-        let mut tasks = w.open_table(TASKS)?;
-        let mut events = w.open_table(EVENTS)?;
-        let mut state = w.open_table(STATE)?;
+        let mut tasks = w.open_table(TASKS).map_err(redb::Error::from)?;
+        let mut events = w.open_table(EVENTS).map_err(redb::Error::from)?;
+        let mut state = w.open_table(STATE).map_err(redb::Error::from)?;
         for m in batch {
             let Msg::Write(write) = m else { continue };
-            match write {
+            match write.as_ref() {
                 Write::Task(rec) => {
                     let bytes = serde_json::to_vec(rec).expect("a task record always serialises");
-                    tasks.insert(rec.task_id.as_str(), bytes.as_slice())?;
+                    tasks.insert(rec.task_id.as_str(), bytes.as_slice()).map_err(redb::Error::from)?;
                 }
                 Write::Event { task_id, seq, event } => {
                     let bytes = serde_json::to_vec(event).expect("JSON always serialises");
-                    events.insert((task_id.as_str(), *seq), bytes.as_slice())?;
+                    events.insert((task_id.as_str(), *seq), bytes.as_slice()).map_err(redb::Error::from)?;
                 }
                 Write::StateSet { plugin, key, value } => {
-                    state.insert((plugin.as_str(), key.as_str()), value.as_slice())?;
+                    state.insert((plugin.as_str(), key.as_str()), value.as_slice()).map_err(redb::Error::from)?;
                 }
                 Write::StateDelete { plugin, key } => {
-                    state.remove((plugin.as_str(), key.as_str()))?;
+                    state.remove((plugin.as_str(), key.as_str())).map_err(redb::Error::from)?;
                 }
             }
         }
     }
-    w.commit()?;
+    w.commit().map_err(redb::Error::from)?;
     Ok(())
 }

@@ -764,6 +764,8 @@ mod sandboxed {
         "---\nname: worker\ndescription: Runs shell commands in the workspace\ntools: Bash, Read\nmodel: sonnet\n---\nDo the work.\n";
 
     async fn deployment(script: &str, approval: &str) -> Api {
+        // Hosts of one scope reap each other's containers on start: one scope per test.
+        let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let yaml = format!(
             r#"  grants:
     claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}
@@ -778,9 +780,7 @@ sandbox:
   scope: {scope}
 approval:
 {approval}
-"#,
-            // Hosts of one scope reap each other's containers on start: one scope per test.
-            scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+"#
         );
         let files = [("script.yaml", script), ("agents/worker.md", WORKER)];
         api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await
