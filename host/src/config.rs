@@ -47,6 +47,10 @@ pub struct Config {
     pub approval: warden_approval::PolicyConfig,
     pub server: ServerConfig,
     pub store: StoreConfig,
+    /// MCP servers whose tools subagents may use (as `mcp__<name>__<tool>`, every call
+    /// through the approval gate). An agent file's `mcpServers` selects among these by
+    /// name; agent files cannot add servers of their own.
+    pub mcp_servers: BTreeMap<String, crate::mcp_tools::McpServerConfig>,
     /// Directory the config file lives in; relative paths resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,

@@ -17,6 +17,7 @@ pub mod runtime;
 pub mod server;
 pub mod services;
 pub mod store;
+pub mod mcp_tools;
 pub mod task;
 pub mod tools;
 
@@ -63,7 +64,7 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
     };
     let gate = warden_approval::ApprovalGate::new(Arc::new(policy), eval, audit);
     let sandbox = warden_sandbox::Sandbox::new(config.sandbox.clone()).map(Arc::new).map_err(|e| e.to_string());
-    let tools = Arc::new(tools::ToolHost::new(sandbox, gate));
+    let tools = Arc::new(tools::ToolHost::new(sandbox, gate).with_mcp(mcp_tools::McpTools::new(&config.mcp_servers)));
     let models = warden_models::ModelRouter::from_config(&config.models, &config.base_dir)
         .map(Arc::new)
         .map_err(|e| e.to_string());

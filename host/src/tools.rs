@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use warden_approval::{ApprovalGate, ApprovalRequest, Decider, PermissionMode, Policy};
 use warden_sandbox::{Sandbox, SessionKey};
 
+use crate::mcp_tools::McpTools;
 use crate::plugin::{EventSink, PluginEvent};
 
 /// A tool as a model sees it.
@@ -55,18 +56,27 @@ pub struct ToolScope {
     pub events: Option<EventSink>,
     /// How to ask a person (TTY prompt); `None` = only `POST /v1/approvals/{id}` can decide.
     pub decider: Option<Arc<dyn Decider>>,
+    /// MCP servers the agent file's `mcpServers` names (operator-configured ones only).
+    pub mcp_servers: Vec<String>,
 }
 
 pub struct ToolHost {
     sandbox: Result<Arc<Sandbox>, String>,
     gate: ApprovalGate,
+    mcp: McpTools,
 }
 
 impl ToolHost {
     /// `sandbox` is an error text when the sandbox could not be configured; tool calls
     /// then fail with it while text-only subagents keep working.
     pub fn new(sandbox: Result<Arc<Sandbox>, String>, gate: ApprovalGate) -> Self {
-        ToolHost { sandbox, gate }
+        ToolHost { sandbox, gate, mcp: McpTools::new(&Default::default()) }
+    }
+
+    /// Adds the operator's MCP servers as tool sources.
+    pub fn with_mcp(mut self, mcp: McpTools) -> Self {
+        self.mcp = mcp;
+        self
     }
 
     pub fn gate(&self) -> &ApprovalGate {
@@ -81,13 +91,39 @@ impl ToolHost {
         self.sandbox.as_ref().map_err(String::as_str)
     }
 
-    /// Tools a subagent may see: the sandbox tools minus those a bare-name deny removes.
-    pub fn list(&self) -> Vec<ToolSpec> {
-        warden_sandbox::tool_specs()
+    /// Tools a subagent may see: the sandbox tools and its MCP servers' tools, minus
+    /// those a bare-name deny removes.
+    pub async fn list(&self, scope: &ToolScope) -> Vec<ToolSpec> {
+        let sandbox = warden_sandbox::tool_specs()
             .into_iter()
-            .filter(|t| self.gate.policy().tool_visible(&t.name))
-            .map(|t| ToolSpec { name: t.name.to_string(), description: t.description.to_string(), input_schema: t.input_schema })
-            .collect()
+            .map(|t| ToolSpec { name: t.name.to_string(), description: t.description.to_string(), input_schema: t.input_schema });
+        let mcp = self
+            .mcp
+            .list(&scope.mcp_servers)
+            .await
+            .into_iter()
+            .map(|t| ToolSpec { name: t.name, description: t.description, input_schema: t.input_schema });
+        sandbox.chain(mcp).filter(|t| self.gate.policy().tool_visible(&t.name)).collect()
+    }
+
+    /// Runs one call the gate allowed: MCP tools on their server, the rest in the sandbox.
+    async fn run_allowed(&self, scope: &ToolScope, key: &SessionKey, call: &ToolCall) -> (String, bool) {
+        if let Some((server, tool)) = warden_mcp_protocol::parse_claude_tool_name(&call.name) {
+            if !self.mcp.visible(&scope.mcp_servers).any(|s| s == server) {
+                return (format!("The {} call failed: MCP server {server:?} is not available to this subagent", call.name), true);
+            }
+            return match self.mcp.call(server, tool, call.input.clone()).await {
+                Ok(r) => (r.text, r.is_error),
+                Err(e) => (format!("The {} call failed: {e}", call.name), true),
+            };
+        }
+        match &self.sandbox {
+            Err(e) => (format!("The {} call failed: {e}", call.name), true),
+            Ok(sandbox) => match sandbox.call_tool(key, &call.name, call.input.clone(), &scope.env).await {
+                Ok(out) => (out.content, out.is_error),
+                Err(e) => (format!("The {} call failed: {e}", call.name), true),
+            },
+        }
     }
 
     /// Runs a batch through the gate and the sandbox; results come back in call order.
@@ -113,13 +149,7 @@ impl ToolHost {
         for (call, verdict) in calls.into_iter().zip(verdicts) {
             let (content, is_error) = match verdict.declined_message(&call.name) {
                 Some(declined) => (declined, true),
-                None => match &self.sandbox {
-                    Err(e) => (format!("The {} call failed: {e}", call.name), true),
-                    Ok(sandbox) => match sandbox.call_tool(&key, &call.name, call.input.clone(), &scope.env).await {
-                        Ok(out) => (out.content, out.is_error),
-                        Err(e) => (format!("The {} call failed: {e}", call.name), true),
-                    },
-                },
+                None => self.run_allowed(scope, &key, &call).await,
             };
             tracing::info!(
                 task_id = %scope.task_id, session = %scope.session_id, plugin = %scope.plugin,

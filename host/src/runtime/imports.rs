@@ -255,9 +255,10 @@ impl HostState {
 
 impl tools::Host for HostState {
     async fn list(&mut self) -> Result<Vec<model::ToolSpec>, Error> {
-        let (host, _) = self.tool_host()?;
+        let (host, scope) = self.tool_host()?;
         Ok(host
-            .list()
+            .list(&scope)
+            .await
             .into_iter()
             .map(|t| model::ToolSpec { name: t.name, description: t.description, input_schema: t.input_schema.to_string() })
             .collect())
@@ -418,6 +419,15 @@ async fn dispatch(client: reqwest::Client, grants: Arc<Grants>, mut out: Outboun
     }
 }
 
+/// A failure while reading a response body: a timeout is a timeout, not a remote fault.
+fn body_error(e: &reqwest::Error) -> Error {
+    if e.is_timeout() {
+        Error::Timeout(format!("reading the HTTP response body timed out: {}", error_chain(e)))
+    } else {
+        Error::Remote(error_chain(e))
+    }
+}
+
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -448,7 +458,7 @@ impl http::Host for HostState {
         }
         let mut body = Vec::new();
         let read = async {
-            while let Some(chunk) = resp.chunk().await.map_err(|e| Error::Remote(error_chain(&e)))? {
+            while let Some(chunk) = resp.chunk().await.map_err(|e| body_error(&e))? {
                 if body.len() as u64 + chunk.len() as u64 > MAX_HTTP_RESPONSE_BODY {
                     return Err(Error::Remote(format!(
                         "response body exceeds the limit of {MAX_HTTP_RESPONSE_BODY} bytes"
@@ -489,7 +499,7 @@ impl http::HostBodyStream for HostState {
         let chunk = tokio::time::timeout(timeout, body.response.chunk())
             .await
             .map_err(|_| Error::Timeout("reading the HTTP response stream timed out".into()))?
-            .map_err(|e| Error::Remote(error_chain(&e)))?;
+            .map_err(|e| body_error(&e))?;
         let Some(chunk) = chunk else { return Ok(None) };
         body.delivered += chunk.len() as u64;
         if body.delivered > MAX_HTTP_RESPONSE_BODY {

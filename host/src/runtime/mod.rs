@@ -41,6 +41,26 @@ pub const MAX_WASM_STACK: usize = 1024 * 1024;
 /// itself within this is rejected.
 pub const INFO_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Names in a definition's `mcp_servers` protocol data (Claude agent files' `mcpServers`:
+/// a list of names, a list of `{name: ...}` objects, or a map keyed by name).
+fn mcp_server_names(protocol_data: &str) -> Vec<String> {
+    let Ok(data) = serde_json::from_str::<serde_json::Value>(protocol_data) else { return vec![] };
+    match data.get("mcp_servers") {
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(|i| match i {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Object(o) if o.len() == 1 => o.keys().next().cloned(),
+                serde_json::Value::Object(o) => o.get("name").and_then(|n| n.as_str()).map(str::to_owned),
+                _ => None,
+            })
+            .collect(),
+        Some(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
+        Some(serde_json::Value::String(s)) => s.split(',').map(|x| x.trim().to_owned()).filter(|x| !x.is_empty()).collect(),
+        _ => vec![],
+    }
+}
+
 /// Per-task inputs of an `execute` call beyond the SPI records.
 #[derive(Default)]
 pub struct CallExtras {
@@ -310,6 +330,7 @@ impl Runtime {
             env: extras.tool_env,
             events: extras.events.clone(),
             decider: extras.decider,
+            mcp_servers: mcp_server_names(&definition.protocol_data),
         };
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), extras.events, timeout);
         scope.tools = Some(tools);
@@ -399,6 +420,70 @@ impl Runtime {
         match tokio::time::timeout_at(deadline.into(), work).await {
             Ok(r) => r,
             Err(_) => Err(CallError::Timeout { plugin: plugin.into(), limit: limits.timeout }),
+        }
+    }
+}
+
+/// Baselines for the benchmarks: the same generated bindings called with none of
+/// warden's machinery (no limits, deadline, capability scope or output checks).
+/// Not for production use.
+#[doc(hidden)]
+pub mod bench {
+    use super::*;
+
+    fn bare_store(rt: &Runtime) -> Store<HostState> {
+        let scope = rt.scope("bench", Arc::new(Grants::default()), None, None, Duration::from_secs(3600));
+        Store::new(&rt.engine, HostState::new(scope, u64::MAX))
+    }
+
+    fn args(prompt: &str) -> (wit::TaskContext, wit::TaskCall, wit::SubagentDefinition) {
+        let reference = wit::SubagentReference { uri: "bench://x".into(), kind: "HOSTILE".into(), metadata: vec![] };
+        (
+            wit::TaskContext { task_id: "t".into(), session_id: "s".into(), user_id: "u".into(), deadline_ms: 0 },
+            wit::TaskCall {
+                description: "d".into(),
+                prompt: prompt.into(),
+                subagent_type: "x".into(),
+                model: None,
+                resume: None,
+                run_in_background: false,
+            },
+            wit::SubagentDefinition { name: "x".into(), description: "d".into(), kind: "HOSTILE".into(), reference, protocol_data: "{}".into() },
+        )
+    }
+
+    /// A fresh store and instance per call, then the typed `execute` call.
+    pub async fn raw_fresh_execute(rt: &Runtime, plugin: &LoadedPlugin, prompt: &str) -> String {
+        let mut store = bare_store(rt);
+        let instance = plugin.pre.instantiate_async(&mut store).await.expect("instantiate");
+        let b = PluginBindings::new(&mut store, &instance).expect("bindings");
+        let (c, t, d) = args(prompt);
+        b.warden_plugin_executor().call_execute(&mut store, &c, &t, &d).await.expect("call").expect("ok")
+    }
+
+    /// Instantiation from the plugin's `InstancePre` alone.
+    pub async fn instantiate_only(rt: &Runtime, plugin: &LoadedPlugin) {
+        let mut store = bare_store(rt);
+        plugin.pre.instantiate_async(&mut store).await.expect("instantiate");
+    }
+
+    /// One long-lived instance; each call is only the typed `execute` call.
+    pub struct HotInstance {
+        store: Store<HostState>,
+        bindings: PluginBindings,
+    }
+
+    impl HotInstance {
+        pub async fn new(rt: &Runtime, plugin: &LoadedPlugin) -> Self {
+            let mut store = bare_store(rt);
+            let instance = plugin.pre.instantiate_async(&mut store).await.expect("instantiate");
+            let bindings = PluginBindings::new(&mut store, &instance).expect("bindings");
+            HotInstance { store, bindings }
+        }
+
+        pub async fn execute(&mut self, prompt: &str) -> String {
+            let (c, t, d) = args(prompt);
+            self.bindings.warden_plugin_executor().call_execute(&mut self.store, &c, &t, &d).await.expect("call").expect("ok")
         }
     }
 }

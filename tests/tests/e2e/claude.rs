@@ -20,6 +20,11 @@ struct ClaudeHost {
 const ALLOW_ALL: &str = "approval:\n  default: deny\n  allow: [Read, Write, Edit, Glob, Grep, Bash]\n";
 
 async fn claude_host(agent: &str, scripts: &[(&str, &str)], extra_models: &str) -> ClaudeHost {
+    claude_host_with(agent, scripts, extra_models, ALLOW_ALL).await
+}
+
+/// Like [`claude_host`] with the tail of the config (`approval:`, `mcp_servers:` ...) given.
+async fn claude_host_with(agent: &str, scripts: &[(&str, &str)], extra_models: &str, tail: &str) -> ClaudeHost {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::create_dir_all(root.join("plugins")).unwrap();
@@ -33,7 +38,7 @@ async fn claude_host(agent: &str, scripts: &[(&str, &str)], extra_models: &str) 
     }
     let yaml = format!(
         "plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
-         subagents:\n  agent_dirs: [./agents]\nmodels:\n  default: {}/scripted\n{extra_models}  providers:\n{providers}{ALLOW_ALL}",
+         subagents:\n  agent_dirs: [./agents]\nmodels:\n  default: {}/scripted\n{extra_models}  providers:\n{providers}{tail}",
         scripts[0].0
     );
     std::fs::write(root.join("warden.yaml"), yaml).unwrap();
@@ -247,4 +252,52 @@ fn count_md(dir: &Path) -> usize {
             if p.is_dir() { count_md(&p) } else { usize::from(p.extension().is_some_and(|x| x == "md")) }
         })
         .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_tool_waits_at_the_gate_and_runs_after_approval() {
+    let peer = Peer::start("mcp_server.py", &[]);
+    let agent = "---\nname: mcp-user\ndescription: Uses MCP\ntools: Read, mcp__calc__add, mcp__calc__agent\nmcpServers: [calc]\n---\nUse the calculator.\n";
+    let script = r#"
+- tool_calls: [{ name: mcp__calc__add, arguments: { a: 20, b: 22 } }]
+- tool_calls: [{ name: mcp__calc__agent, arguments: { prompt: "hello" } }]
+  expect: { last_tool_result_contains: "42" }
+- text: "sum is 42"
+  expect: { last_tool_result_contains: "not run" }
+"#;
+    let tail = format!(
+        "approval:\n  default: deny\n  ask: [\"mcp__calc__*\"]\n  timeout: 30s\nmcp_servers:\n  calc: {{ url: \"{}/mcp\" }}\n",
+        peer.url()
+    );
+    let h = claude_host_with(agent, &[("main", script)], "", &tail).await;
+    let gate = h.registry.runtime().services().tools.clone().unwrap().gate().clone();
+    // A person approves the first ask (the add) and declines the second (the agent call).
+    let decider = tokio::spawn(async move {
+        let mut seen = vec![];
+        while seen.len() < 2 {
+            for p in gate.pending() {
+                if !seen.contains(&p.id) {
+                    let answer = if seen.is_empty() {
+                        assert_eq!(p.tool, "mcp__calc__add");
+                        assert_eq!(p.input, serde_json::json!({ "a": 20, "b": 22 }));
+                        warden_approval::Resolution::Approve
+                    } else {
+                        assert_eq!(p.tool, "mcp__calc__agent");
+                        warden_approval::Resolution::Decline
+                    };
+                    gate.resolve(&p.id, answer, "tester").unwrap();
+                    seen.push(p.id);
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    let (out, events) = h.run_with_events("mcp-user", "add numbers", &session()).await;
+    decider.await.unwrap();
+    assert_eq!(completed(&out), "sum is 42");
+    let results: Vec<_> = events.iter().filter(|e| e.kind == "tool_result").map(|e| (e.data["name"].clone(), e.data["is_error"].clone())).collect();
+    assert_eq!(
+        results,
+        [(serde_json::json!("mcp__calc__add"), serde_json::json!(false)), (serde_json::json!("mcp__calc__agent"), serde_json::json!(true))]
+    );
 }

@@ -1,0 +1,130 @@
+//! Plugin runtime costs, measured in one run so the ratios compare like with like.
+//!
+//! Run: `cargo xtask build --plugins-only && cargo bench -p warden --bench runtime`
+//! (set WARDEN_TEST_PLUGINS / WARDEN_PLUGINS to use other plugin directories).
+//!
+//! - warden `execute` (fresh store + limits + capability scope + deadline) vs the same
+//!   generated bindings with a fresh store and none of that, vs one hot instance;
+//! - instantiation from `InstancePre`;
+//! - start-up (`warden::start`) with every available plugin, cold cache vs warm cache.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use warden::config::Limits;
+use warden::plugin::{SubagentReference, TaskCall, TaskContext};
+use warden::runtime::bench;
+use warden::{Runtime, RuntimeOptions};
+
+/// Calls per measurement round; enough for stable medians of microsecond calls.
+const CALLS: usize = 2000;
+/// Rounds per measurement; the median round is reported.
+const ROUNDS: usize = 7;
+
+fn dir(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(default))
+}
+
+/// Median over rounds of the per-call time of `f`, in microseconds.
+async fn per_call<F, Fut>(mut f: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for _ in 0..CALLS / 10 {
+        f().await;
+    }
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            f().await;
+        }
+        rounds.push(t.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
+    }
+    rounds.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    rounds[ROUNDS / 2]
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let test_plugins = dir("WARDEN_TEST_PLUGINS", "target/test-plugins");
+    let bundled = dir("WARDEN_PLUGINS", "target/plugins");
+    let services = Arc::new(warden::services::HostServices::new(vec![]));
+    let rt = Runtime::new(RuntimeOptions { cache_dir: None, fuel: false }, services).unwrap();
+    let bytes = std::fs::read(test_plugins.join("hostile.wasm")).expect("run `cargo xtask build --plugins-only` first");
+    let plugin = rt.load("hostile", "hostile.wasm".into(), &bytes, Limits::default(), None).await.unwrap();
+    let reference = SubagentReference { uri: "bench://x".into(), kind: "HOSTILE".into(), metadata: Default::default() };
+    let def = rt.resolve(&plugin, &reference).await.unwrap();
+    let call = TaskCall { prompt: "ping".into(), subagent_type: "x".into(), ..Default::default() };
+    let ctx = TaskContext { task_id: "t".into(), session_id: "s".into(), user_id: "u".into() };
+
+    let warden_us = per_call(|| async {
+        let out = rt.execute(&plugin, ctx.clone(), &call, &def, None).await.unwrap();
+        assert_eq!(out, "ping");
+    })
+    .await;
+    let fresh_us = per_call(|| async {
+        assert_eq!(bench::raw_fresh_execute(&rt, &plugin, "ping").await, "ping");
+    })
+    .await;
+    let mut hot = bench::HotInstance::new(&rt, &plugin).await;
+    let mut hot_rounds = Vec::new();
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            assert_eq!(hot.execute("ping").await, "ping");
+        }
+        hot_rounds.push(t.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
+    }
+    hot_rounds.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let hot_us = hot_rounds[ROUNDS / 2];
+    let inst_us = per_call(|| async { bench::instantiate_only(&rt, &plugin).await }).await;
+
+    println!("## Plugin runtime (one run)\n");
+    println!("| measurement | per call | ratio |");
+    println!("|---|---|---|");
+    println!("| warden `execute` (fresh store, limits, scope, deadline) | {warden_us:.1} µs | 1.00× |");
+    println!("| raw wasmtime: same bindings, fresh store, no limits | {fresh_us:.1} µs | warden = {:.2}× |", warden_us / fresh_us);
+    println!("| raw wasmtime: one hot instance, typed call only | {hot_us:.1} µs | warden = {:.2}× |", warden_us / hot_us);
+    println!("| instantiation from `InstancePre` | {inst_us:.1} µs | |");
+
+    // Start-up with every plugin we can find, cold cache vs warm cache.
+    let scratch = tempfile::tempdir().unwrap();
+    let pdir = scratch.path().join("plugins");
+    std::fs::create_dir_all(&pdir).unwrap();
+    let mut n = 0;
+    for d in [&bundled, &test_plugins] {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            if e.path().extension().is_some_and(|x| x == "wasm") {
+                std::fs::copy(e.path(), pdir.join(e.file_name())).unwrap();
+                n += 1;
+            }
+        }
+    }
+    let yaml = format!("plugins:\n  dir: {}\n  cache_dir: {}\n", pdir.display(), scratch.path().join("cache").display());
+    std::fs::write(scratch.path().join("warden.yaml"), yaml).unwrap();
+    let start = || async {
+        let cfg = warden::Config::from_file(&scratch.path().join("warden.yaml")).unwrap();
+        let t = Instant::now();
+        let reg = warden::start(cfg).await.unwrap();
+        let took = t.elapsed();
+        assert_eq!(reg.snapshot().plugins.len(), n, "{:?}", reg.snapshot().invalid);
+        took
+    };
+    let cold = start().await;
+    let mut warm: Vec<Duration> = Vec::new();
+    for _ in 0..5 {
+        warm.push(start().await);
+    }
+    warm.sort();
+    let warm = warm[2];
+    println!("\n## Start-up with {n} plugins\n");
+    println!("| cache | start-up | ratio |");
+    println!("|---|---|---|");
+    println!("| cold (compile everything) | {:.0} ms | 1.00× |", cold.as_secs_f64() * 1e3);
+    println!("| warm (compile cache) | {:.0} ms | cold = {:.1}× warm |", warm.as_secs_f64() * 1e3, cold.as_secs_f64() / warm.as_secs_f64());
+}
