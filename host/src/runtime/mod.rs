@@ -433,7 +433,10 @@ pub mod bench {
 
     fn bare_store(rt: &Runtime) -> Store<HostState> {
         let scope = rt.scope("bench", Arc::new(Grants::default()), None, None, Duration::from_secs(3600));
-        Store::new(&rt.engine, HostState::new(scope, u64::MAX))
+        let mut store = Store::new(&rt.engine, HostState::new(scope, u64::MAX));
+        // Epoch interruption is an engine setting; give the baseline an unreachable deadline.
+        store.set_epoch_deadline(u64::MAX / 2);
+        store
     }
 
     fn args(prompt: &str) -> (wit::TaskContext, wit::TaskCall, wit::SubagentDefinition) {
