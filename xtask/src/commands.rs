@@ -57,6 +57,7 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
     println!("xtask: building the host binary for the tests (cargo build -p warden)...");
     process::run(host_cargo().current_dir(&layout.root).args(["build", "-p", "warden"]))
         .context("building the host binary")?;
+    guest::test_native(layout)?;
     println!("xtask: running the tests");
     process::run(
         host_cargo()

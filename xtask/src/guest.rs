@@ -36,6 +36,29 @@ struct Guest {
     out_dir: PathBuf,
 }
 
+/// Runs the native unit tests of the bundled plugins (`plugins/*` with a Cargo.toml and a
+/// `[lib]` or `src/lib.rs`): their protocol logic is plain Rust, tested with the host
+/// toolchain in a separate target dir (`target/guest-native`).
+pub fn test_native(layout: &Layout) -> Result<()> {
+    let mut dirs: Vec<_> = fs::read_dir(layout.root.join("plugins"))
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.join("Cargo.toml").is_file()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    for dir in dirs {
+        println!("xtask: native unit tests of plugin {}", dir.file_name().unwrap_or_default().to_string_lossy());
+        crate::process::run(
+            std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+                .current_dir(&layout.root)
+                .env("CARGO_TARGET_DIR", layout.target.join("guest-native"))
+                .arg("test")
+                .arg("--manifest-path")
+                .arg(dir.join("Cargo.toml")),
+        )
+        .with_context(|| format!("native tests of {} failed", dir.display()))?;
+    }
+    Ok(())
+}
+
 /// Builds every guest; returns the component files written (or already up to date).
 pub fn build_all(layout: &Layout) -> Result<Vec<PathBuf>> {
     let mut guests = discover(&layout.root.join("plugins"), &layout.plugins_out())?;
