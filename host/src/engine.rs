@@ -630,17 +630,30 @@ impl Engine {
             }
         });
         live.inner.lock().unwrap().sink = Some(tx.clone());
+        let budget = live.max_tool_calls.map(|n| Arc::new(crate::tools::ToolBudget::new(n)));
         let scope = TaskScope {
             session_id: record.session_id.clone(),
             user_id: record.user_id.clone(),
             events: Some(tx),
             tool_env,
             decider: None,
+            tool_budget: budget.clone(),
         };
         let registry = self.registry.clone();
         let run = task::run(&registry, task_id.clone(), &call, scope);
         let finish = tokio::select! {
             r = run => match r {
+                // The tools path refused a call over the budget: however the plugin
+                // ended after that, the task ends on its tool limit.
+                Ok(_) if budget.as_ref().is_some_and(|b| b.exceeded()) => Finish {
+                    status: "completed",
+                    reason: "tool_limit",
+                    output: Some(format!(
+                        "Stopped: the task reached its limit of {} tool calls (max_tool_iterations).",
+                        live.max_tool_calls.unwrap_or_default()
+                    )),
+                    error: None,
+                },
                 Ok(o) => match o.status {
                     TaskStatus::Completed => Finish { status: "completed", reason: "stop", output: o.output, error: None },
                     TaskStatus::InputRequired => Finish { status: "input_required", reason: "input_required", output: o.output, error: None },

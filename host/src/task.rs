@@ -64,6 +64,8 @@ pub struct TaskScope {
     pub tool_env: Vec<(String, String)>,
     /// How to ask a person about a tool call; `None` = HTTP approvals only.
     pub decider: Option<std::sync::Arc<dyn warden_approval::Decider>>,
+    /// Tool calls the task may run (`max_tool_iterations`); `None` = unlimited.
+    pub tool_budget: Option<std::sync::Arc<crate::tools::ToolBudget>>,
 }
 
 /// A fresh task id, `task_<uuid>`.
@@ -98,6 +100,7 @@ pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: T
         permission_mode: permission_mode(&definition),
         tool_env: scope.tool_env,
         decider: scope.decider,
+        tool_budget: scope.tool_budget,
     };
     let result = registry.runtime().execute(&plugin, ctx, call, &definition, extras).await;
     let outcome = match result {

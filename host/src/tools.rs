@@ -8,6 +8,7 @@
 //! the sandbox. This module must never run a call the gate did not allow.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 use warden_approval::{ApprovalGate, ApprovalRequest, Decider, PermissionMode, Policy};
@@ -58,6 +59,36 @@ pub struct ToolScope {
     pub decider: Option<Arc<dyn Decider>>,
     /// MCP servers the agent file's `mcpServers` names (operator-configured ones only).
     pub mcp_servers: Vec<String>,
+    /// Tool calls the task may still run (`max_tool_iterations`); `None` = unlimited.
+    /// Checked before each call runs, so no call past the limit ever starts.
+    pub tool_budget: Option<Arc<ToolBudget>>,
+}
+
+/// A task's tool-call budget (`max_tool_iterations`), shared with the task engine.
+#[derive(Debug)]
+pub struct ToolBudget {
+    remaining: AtomicU32,
+    exceeded: AtomicBool,
+}
+
+impl ToolBudget {
+    pub fn new(max_calls: u32) -> Self {
+        ToolBudget { remaining: AtomicU32::new(max_calls), exceeded: AtomicBool::new(false) }
+    }
+
+    /// Takes one call; false (and remembered) when the budget is used up.
+    pub fn take(&self) -> bool {
+        let ok = self.remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        if !ok {
+            self.exceeded.store(true, Ordering::SeqCst);
+        }
+        ok
+    }
+
+    /// Whether a call was refused for lack of budget.
+    pub fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::SeqCst)
+    }
 }
 
 pub struct ToolHost {
@@ -149,6 +180,9 @@ impl ToolHost {
         for (call, verdict) in calls.into_iter().zip(verdicts) {
             let (content, is_error) = match verdict.declined_message(&call.name) {
                 Some(declined) => (declined, true),
+                None if scope.tool_budget.as_ref().is_some_and(|b| !b.take()) => {
+                    (format!("The {} call was not run: the task reached its tool-call limit.", call.name), true)
+                }
                 None => self.run_allowed(scope, &key, &call).await,
             };
             tracing::info!(

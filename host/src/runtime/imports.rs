@@ -273,9 +273,12 @@ impl tools::Host for HostState {
                 Ok(crate::tools::ToolCall { id: c.id, name: c.name, input })
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(host
-            .call_batch(&scope, calls)
-            .await
+        let results = host.call_batch(&scope, calls).await;
+        if scope.tool_budget.as_ref().is_some_and(|b| b.exceeded()) {
+            // The task is over: stop the plugin's loop here rather than let it carry on.
+            return Err(Error::Denied("the task reached its tool-call limit (max_tool_iterations)".into()));
+        }
+        Ok(results
             .into_iter()
             .map(|r| tools::ToolResult { id: r.id, content: r.content, is_error: r.is_error })
             .collect())

@@ -72,6 +72,8 @@ pub struct CallExtras {
     pub tool_env: Vec<(String, String)>,
     /// How to ask a person about a tool call (TTY); `None` = HTTP approvals only.
     pub decider: Option<Arc<dyn warden_approval::Decider>>,
+    /// Tool calls the task may still run; `None` = unlimited.
+    pub tool_budget: Option<Arc<crate::tools::ToolBudget>>,
 }
 
 impl From<Option<EventSink>> for CallExtras {
@@ -331,6 +333,7 @@ impl Runtime {
             events: extras.events.clone(),
             decider: extras.decider,
             mcp_servers: mcp_server_names(&definition.protocol_data),
+            tool_budget: extras.tool_budget,
         };
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), extras.events, timeout);
         scope.tools = Some(tools);
