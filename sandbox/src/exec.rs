@@ -440,6 +440,34 @@ impl Agent {
     }
 }
 
+/// Kills a command's process group when the call waiting for it is dropped (the task
+/// was canceled or its deadline passed): Docker cannot kill an exec, and without this
+/// the command would run on until its own timeout.
+struct CancelSweep {
+    armed: Option<(Docker, String, String, String)>,
+}
+
+impl CancelSweep {
+    fn arm(docker: &Docker, container: &str, user: &str, agent: &str) -> Self {
+        CancelSweep { armed: Some((docker.clone(), container.to_owned(), user.to_owned(), agent.to_owned())) }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for CancelSweep {
+    fn drop(&mut self) {
+        let Some((docker, container, user, agent)) = self.armed.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        tracing::info!(container = %container, agent = %agent, "call dropped mid-exec; killing its process group");
+        runtime.spawn(async move {
+            kill_sweep(&docker, &container, &user, &agent).await;
+        });
+    }
+}
+
 /// Runs `req` in `container` as `user` under the timeout wrapper, on a pooled agent.
 pub(crate) async fn run(
     docker: &Docker,
@@ -456,7 +484,10 @@ pub(crate) async fn run(
         };
         let mut stdout = Captured::new(req.capture_limit);
         let mut stderr = Captured::new(req.capture_limit + MARKER_WINDOW);
-        match agent.request(&req, &mut stdout, &mut stderr).await {
+        let mut on_cancel = CancelSweep::arm(docker, container, user, &agent.id);
+        let outcome = agent.request(&req, &mut stdout, &mut stderr).await;
+        on_cancel.disarm();
+        match outcome {
             Ok(exit_code) => {
                 pool.give(agent);
                 let timed_out = (exit_code == EXIT_TIMEOUT || exit_code == EXIT_SIGKILL)

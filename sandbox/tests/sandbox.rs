@@ -617,6 +617,26 @@ mod limits {
         sb.shutdown().await.unwrap();
     }
 
+    pub async fn a_dropped_call_kills_its_command(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("dropcancel");
+        bash_ok(&sb, &k, "true").await;
+        // The caller gives up (task canceled): the future is dropped mid-exec.
+        let call = sb.call_tool(&k, "Bash", json!({"command": "sleep 1000 & sleep 1000", "timeout": 600000}), &[]);
+        assert!(tokio::time::timeout(Duration::from_secs(2), call).await.is_err(), "sleep returned early");
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = procs_starting_with(&sb, &k, "sleep 1000").await;
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < until, "a canceled command kept running: {left}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(bash_ok(&sb, &k, "echo fine").await, "fine\n", "the session still works");
+        sb.shutdown().await.unwrap();
+    }
+
     pub async fn timeout_kills_children(c: Ctx) {
         let sb = c.sandbox();
         let k = key("timeout");
@@ -1046,6 +1066,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         confinement::escapes_are_refused,
         limits::hardening_is_applied,
         limits::timeout_kills_children,
+        limits::a_dropped_call_kills_its_command,
         limits::fork_bomb_is_contained,
         limits::network_is_off,
         limits::memory_hog_is_killed,
