@@ -83,25 +83,11 @@ impl OpenAiProvider {
             let resp = http::post_json(name, &self.client, &self.url, headers, &body).await?;
             match sink {
                 Some(sink) if http::is_event_stream(&resp) => read_stream(name, resp, &sink).await,
-                sink => {
-                    let bytes = http::read_body(name, resp).await?;
-                    let out = parse_response(name, &bytes)?;
-                    if let Some(sink) = sink {
-                        // The server ignored `stream: true`: deliver the answer as one fragment each.
-                        if let Some(r) = &out.reasoning {
-                            sink.reasoning(r);
-                        }
-                        sink.token(&out.message.content);
-                    }
-                    Ok(out)
-                }
+                sink => http::buffered(name, resp, sink.as_ref(), parse_response).await,
             }
         })
         .await;
-        if let Err(e) = &result {
-            tracing::debug!(provider = name, error = %e.clone().redact(key.as_deref()), "openai completion failed");
-        }
-        result.map_err(|e| e.redact(key.as_deref()))
+        http::redacted(name, "openai completion failed", result, key.as_deref())
     }
 }
 

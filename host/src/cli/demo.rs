@@ -11,10 +11,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use super::{EXIT_TASK_FAILED, LOCAL_USER, print_event, prompt};
+use super::EXIT_TASK_FAILED;
 use crate::config::Config;
 use crate::plugin::TaskCall;
-use crate::task::{self, TaskScope, TaskStatus};
+use crate::task::TaskStatus;
 
 const DEMO_AGENT: &str = include_str!("../../../demo/agents/release-notes.md");
 const DEMO_SCRIPT: &str = include_str!("../../../demo/script.yaml");
@@ -59,12 +59,6 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     println!("subagents:\n{}", snap.registrations());
     println!("$ Task(subagent_type: \"release-notes\", prompt: {DEMO_PROMPT:?})\n");
 
-    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-    let printer = tokio::spawn(async move {
-        while let Some(ev) = rx.recv().await {
-            print_event(&ev);
-        }
-    });
     let session_id = format!("demo_{}", uuid::Uuid::new_v4());
     let call = TaskCall {
         description: "release notes".into(),
@@ -72,15 +66,7 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         subagent_type: "release-notes".into(),
         ..TaskCall::default()
     };
-    let scope = TaskScope {
-        session_id: session_id.clone(),
-        user_id: LOCAL_USER.into(),
-        events: Some(tx),
-        decider: Some(prompt::terminal_decider(true)),
-        ..TaskScope::default()
-    };
-    let outcome = task::run(&registry, task::new_task_id(), &call, scope).await;
-    let _ = printer.await;
+    let outcome = super::run_on_terminal(&registry, &call, &session_id, true, true).await;
     super::sandbox::end_session(&registry, &session_id).await;
     let outcome = outcome?;
     match (&outcome.status, &outcome.output, &outcome.error) {

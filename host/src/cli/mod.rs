@@ -165,6 +165,35 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Runs one task from this terminal: events printed (unless `print_events` is off),
+/// approvals asked on the TTY (auto-approved without one only when `auto_approve`).
+pub(crate) async fn run_on_terminal(
+    registry: &crate::Registry,
+    call: &TaskCall,
+    session_id: &str,
+    auto_approve: bool,
+    print_events: bool,
+) -> Result<task::TaskOutcome, task::TaskError> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let printer = tokio::spawn(async move {
+        while let Some(ev) = rx.recv().await {
+            if print_events {
+                print_event(&ev);
+            }
+        }
+    });
+    let scope = TaskScope {
+        session_id: session_id.to_owned(),
+        user_id: LOCAL_USER.into(),
+        events: Some(tx),
+        decider: Some(prompt::terminal_decider(auto_approve)),
+        ..TaskScope::default()
+    };
+    let result = task::run(registry, task::new_task_id(), call, scope).await;
+    let _ = printer.await;
+    result
+}
+
 /// Prints one task event for a person reading the terminal (stderr for progress,
 /// so stdout carries only results).
 pub fn print_event(ev: &crate::plugin::PluginEvent) {
@@ -262,25 +291,9 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             let registry = crate::start(config).await?;
             let description = description.unwrap_or_else(|| prompt.split_whitespace().take(5).collect::<Vec<_>>().join(" "));
             let call = TaskCall { description, prompt, subagent_type, model, resume: None, run_in_background: false };
-            let (tx, mut rx) = tokio::sync::mpsc::channel(EVENT_CHANNEL_CAPACITY);
-            let printer = tokio::spawn(async move {
-                while let Some(ev) = rx.recv().await {
-                    if !json {
-                        print_event(&ev);
-                    }
-                }
-            });
             let ephemeral = session.is_none();
             let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
-            let scope = TaskScope {
-                session_id: session_id.clone(),
-                user_id: LOCAL_USER.into(),
-                events: Some(tx),
-                decider: Some(prompt::terminal_decider(false)),
-                ..TaskScope::default()
-            };
-            let result = task::run(&registry, task::new_task_id(), &call, scope).await;
-            let _ = printer.await;
+            let result = run_on_terminal(&registry, &call, &session_id, false, !json).await;
             if ephemeral {
                 sandbox::end_session(&registry, &session_id).await;
             }

@@ -105,3 +105,22 @@ fn config_check_names_file_key_and_expectation() {
     let ok = Deployment::new("");
     assert!(ok.warden(&["config", "check"]).status.success());
 }
+
+#[test]
+fn the_demo_runs_end_to_end_offline() {
+    // No terminal: the demo (and only the demo) auto-approves, and says so.
+    let plugins = bundled_plugin("claude").parent().unwrap().to_owned();
+    let o = std::process::Command::new(bin())
+        .args(["demo", "--plugins"])
+        .arg(&plugins)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("final answer: I wrote RELEASE_NOTES.md"), "{out}");
+    assert!(err.contains("→ Bash") && err.contains("← Write: File created successfully"), "{err}");
+    assert!(err.contains("auto-approving"), "{err}");
+    assert!(out.contains("Bash   approve  by user:demo-auto") && out.contains("Read   allow    by policy"), "{out}");
+}
