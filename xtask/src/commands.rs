@@ -57,6 +57,15 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
     println!("xtask: building the host binary for the tests (cargo build -p warden)...");
     process::run(host_cargo().current_dir(&layout.root).args(["build", "-p", "warden"]))
         .context("building the host binary")?;
+    let fixtures = layout.fixtures();
+    match &fixtures {
+        Some(f) => println!("xtask: shared fixtures at {}", f.display()),
+        None => println!("xtask: shared fixtures not found (tests that need them will say so); set WARDEN_FIXTURES"),
+    }
+    if let Some(f) = &fixtures {
+        // SAFETY: set before xtask starts any thread; the test processes inherit it.
+        unsafe { env::set_var("WARDEN_FIXTURES", f) };
+    }
     guest::test_native(layout)?;
     println!("xtask: running the tests");
     process::run(

@@ -34,6 +34,19 @@ impl Layout {
     }
 
     /// The host binary built by `cargo build --release -p warden`.
+    /// The shared real-world fixtures: `$WARDEN_FIXTURES`, else `shared/fixtures` beside
+    /// the checkout or any of its ancestors, else the workplace's `/work/shared/fixtures`.
+    pub fn fixtures(&self) -> Option<PathBuf> {
+        if let Some(p) = env::var_os("WARDEN_FIXTURES").filter(|v| !v.is_empty()) {
+            return Some(PathBuf::from(p));
+        }
+        self.root
+            .ancestors()
+            .map(|a| a.join("shared/fixtures"))
+            .chain(std::iter::once(PathBuf::from("/work/shared/fixtures")))
+            .find(|p| p.is_dir())
+    }
+
     /// The dev-profile host binary the tests run.
     pub fn warden_dev_bin(&self) -> PathBuf {
         self.target.join("debug").join("warden")

@@ -232,7 +232,7 @@ async fn serve_dir(root: PathBuf) -> u16 {
 }
 
 fn card_fixtures() -> PathBuf {
-    let p = repo().join("../shared/fixtures/a2a-cards");
+    let p = fixtures().join("a2a-cards");
     assert!(p.is_dir(), "A2A card fixtures missing at {}", p.display());
     p.canonicalize().unwrap()
 }

@@ -223,7 +223,7 @@ async fn model_override_and_aliases_pick_the_provider() {
 
 #[test]
 fn every_fixture_agent_resolves_through_the_wasm_plugin() {
-    let fixtures = repo().parent().unwrap().join("shared/fixtures/claude-agents");
+    let fixtures = fixtures().join("claude-agents");
     assert!(fixtures.is_dir(), "fixtures missing at {}", fixtures.display());
     let d = Deployment::new(&format!(
         "  grants:\n    claude: {{ resources: true, log: true }}\nsubagents:\n  agent_dirs: [{}]\n",

@@ -136,3 +136,14 @@ impl Drop for Peer {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// The shared real-world fixtures (Claude agent files, A2A cards): `WARDEN_FIXTURES`
+/// (set by `cargo xtask test`), else `../shared/fixtures` beside the checkout.
+pub fn fixtures() -> PathBuf {
+    let p = std::env::var_os("WARDEN_FIXTURES")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("../shared/fixtures"));
+    assert!(p.is_dir(), "fixtures missing at {} — set WARDEN_FIXTURES or run `cargo xtask test`", p.display());
+    p
+}
