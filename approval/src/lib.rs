@@ -4,7 +4,8 @@
 //!
 //! Modules:
 //! - [`policy`]: `approval:` configuration, rule evaluation, modes applied;
-//! - [`rule`] / [`matcher`] / [`shell`]: rule syntax, matching, Bash splitting;
+//! - [`rule`] / [`matcher`] / [`shell`]: rule syntax, matching, the
+//!   conservative Bash recognizer;
 //! - [`mode`]: permission modes and the operator's cap;
 //! - [`gate`]: asks, waits, timeouts, batches, events;
 //! - [`audit`]: the JSONL audit log.

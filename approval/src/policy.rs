@@ -5,7 +5,8 @@
 //! 1. **Rules** ([`Policy::evaluate`]): deny → ask → allow, first match wins,
 //!    else `default`. A Bash command is split into its simple commands
 //!    ([`crate::shell`]); each part is evaluated on its own and the strictest
-//!    part decides (deny > ask > allow). A command that cannot be fully parsed,
+//!    part decides (deny > ask > allow). A command the recognizer does not
+//!    fully understand (deny rules still apply to every part it found),
 //!    a part writing a file through a redirection that its allow rule did not
 //!    mention, and (when specific Bash deny/ask rules exist) a part whose
 //!    command word is computed at run time are at least `ask`.
@@ -174,6 +175,10 @@ pub struct Evaluation {
     pub reason: String,
     /// The call is allowed only because of `bypassPermissions`.
     pub bypass: bool,
+    /// For Bash: what the recognizer did not understand (such a command is
+    /// never allowed by rules; see [`crate::shell`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_understood: Option<shell::NotUnderstood>,
 }
 
 /// A loaded, validated policy.
@@ -280,6 +285,7 @@ impl Policy {
             matched_rule: rule.map(|r| r.text().to_owned()),
             reason,
             bypass: false,
+            not_understood: None,
         }
     }
 
@@ -351,7 +357,7 @@ impl Policy {
 
     fn evaluate_bash(&self, input: &Value, ctx: &EvalContext) -> Evaluation {
         let command = input.get("command").and_then(Value::as_str);
-        let split = shell::split(command.unwrap_or(""));
+        let recognition = shell::recognize(command.unwrap_or(""));
         let target = |part: Option<&'_ str>| -> (Decision, Option<&Rule>) {
             self.first_match(&Target {
                 tool: "Bash",
@@ -369,11 +375,11 @@ impl Policy {
                 worst = Some((d, rule.map(|r| r.text().to_owned()), why));
             }
         };
-        if split.commands.is_empty() {
+        if recognition.commands().is_empty() {
             let (d, r) = target(None);
             consider(d, r, describe(d, r, None));
         }
-        for part in &split.commands {
+        for part in recognition.commands() {
             let text = part.text();
             let (mut d, r) = target(Some(&text));
             let mut why = describe(d, r, Some(&text));
@@ -397,18 +403,18 @@ impl Policy {
         if command.is_none() {
             decision = decision.max(Decision::Ask);
             reason = "Bash input has no `command` string".into();
-        } else if !split.complete && decision < Decision::Ask {
+        } else if let Some(why) = recognition.not_understood()
+            && decision < Decision::Ask
+        {
             decision = Decision::Ask;
-            reason = format!(
-                "the command could not be fully analysed ({})",
-                split.problem.as_deref().unwrap_or("unknown problem")
-            );
+            reason = format!("the command was not fully understood: {why}");
         }
         Evaluation {
             decision,
             matched_rule,
             reason,
             bypass: false,
+            not_understood: recognition.not_understood(),
         }
     }
 }

@@ -305,11 +305,15 @@ fn parse_spec(tool: &str, spec: &str) -> Result<Spec, String> {
 
 fn parse_bash(spec: &str) -> Result<BashPattern, String> {
     let canon = |s: &str| -> Result<String, String> {
-        let split = shell::split(s);
-        if let Some(p) = split.problem {
-            return Err(format!("the command pattern cannot be parsed: {p}"));
+        // `*` is rule syntax, so a pattern may be a shell glob; only text that
+        // is not well-formed shell is refused.
+        let recognition = shell::recognize(s);
+        if let Some(why) = recognition.not_understood()
+            && why.reason.is_malformed()
+        {
+            return Err(format!("the command pattern cannot be parsed: {why}"));
         }
-        match split.commands.as_slice() {
+        match recognition.commands() {
             [one] => Ok(one.text()),
             [] => Err("empty command pattern".into()),
             _ => Err(

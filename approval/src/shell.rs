@@ -1,53 +1,266 @@
-//! Compound shell command splitter.
+//! Conservative Bash recognizer.
 //!
-//! Splits a Bash command line into the simple commands it would run, so that a
-//! permission rule is checked against every one of them: list and pipeline
-//! operators (`&&`, `||`, `;`, `|`, `|&`, `&`, newlines), subshells `( ... )`,
-//! command substitution `$(...)` and backticks (also inside double quotes, where
-//! the shell still executes them), process substitution `<(...)` / `>(...)`, and
-//! command substitutions nested inside arithmetic `$(( ... ))`.
+//! [`recognize`] reads a Bash command line and either *understands* every byte
+//! of it — and then returns every simple command bash would run, in a form the
+//! permission rules match — or says which construct it does not model and
+//! where ([`Recognition::NotUnderstood`]). The policy allows a command only
+//! when it is understood; anything else is at least asked.
 //!
-//! The splitter is quoting aware (`'...'`, `"..."`, `$'...'`, backslash escapes)
-//! and produces each simple command as dequoted words joined by single spaces,
-//! so `git   "status"` and `git status` are the same text for matching.
-//! Harmless redirections (fd duplication such as `2>&1`, and output to
-//! `/dev/null`) are dropped; all others stay in the text.
+//! # What is modelled (understood)
 //!
-//! What it must never do: panic on any input, or report a command as
-//! [`Split::complete`] when it could not understand it. Anything it does not
-//! understand (unbalanced quotes or parentheses, too deep nesting, too long
-//! input) makes the split *incomplete*, and the policy then refuses to allow the
-//! command without asking. It errs on the side of splitting too much: a word
-//! it is unsure about becomes a separate command that needs its own permission.
-//! It does not expand variables, globs or aliases, and it does not try to see
-//! through wrappers (`env`, `xargs`, `sudo`, `sh -c`): allow rules therefore
-//! never match such commands by accident, but deny rules are a best effort
-//! against a determined author — the allow list and the `ask` default are the
-//! real boundary.
+//! - bytes: printable text, tab and newline; any other control byte (`\r`,
+//!   NUL, ESC, DEL, ...) is not understood;
+//! - lists and pipelines: `;`, `&`, `&&`, `||`, `|`, `|&`, newline;
+//! - subshells `( ... )` and groups `{ ...; }` at the start of a command;
+//!   the reserved words `!`, `time` (and `time -p`), `if`/`then`/`elif`/
+//!   `else`/`fi`, `while`/`until`/`do`/`done` at the start of a command;
+//! - comments: `#` at the start of a word, up to the newline;
+//! - quoting: `'...'`, `"..."`, backslash escapes, `\`-newline continuation;
+//!   `$'...'` in arguments (kept undecoded; the word is marked dynamic);
+//! - parameters: `$name`, `${name}`, `$1`, `${10}`, and the special
+//!   parameters `$? $# $$ $! $- $@ $* $0 $_` (also braced);
+//! - command substitution `$( ... )` and backticks without backslashes (and,
+//!   inside double quotes, without `"`), process substitution `<( ... )` /
+//!   `>( ... )`: their commands are recognized recursively and reported;
+//! - arithmetic `$(( ... ))` whose body is only digits, blanks, parentheses
+//!   and operator characters (no names, no `$`, no subscripts);
+//! - redirections `[n]<`, `[n]>`, `[n]>>`, `[n]>|`, `[n]<>`, `&>`, `&>>`,
+//!   `<<<` with a target word, and `[n]>&m`, `[n]<&m`, `[n]>&-`, `[n]<&-`
+//!   where `m` is only digits; fd duplication and output to `/dev/null`,
+//!   `/dev/stdout`, `/dev/stderr` are dropped from the matched text, every
+//!   other output redirection marks the command as writing a file;
+//! - `NAME=value` / `NAME+=value` prefix assignments (kept in the text);
+//! - arguments with globs, braces and tildes (they only produce arguments).
+//!
+//! # What is not modelled (the command asks)
+//!
+//! Everything else, each with an [`Unmodelled`] reason: heredocs (`<<`, `<<-`),
+//! `${...}` with anything beyond a plain name (defaults, `:=`, substrings,
+//! `@P` and other transforms, `${!x}`, `${#x}`, subscripts), arithmetic with
+//! names or substitutions, `((...))`, `$[...]`, `>&word` / `<&word` with a
+//! non-digit word, `{var}>` named descriptors, `$"..."`, history expansion
+//! (`!` followed by a word character outside single quotes), backticks with
+//! backslashes, `case`/`for`/`select`/`[[`/`function`/`coproc` and function
+//! definitions, `name=(...)` and `name[...]=` array assignments, `;;`/`;&`,
+//! a command word with `$'...'`, a glob, brace or tilde, or blanks in it,
+//! the builtins that run or redefine code or change parsing
+//! ([`UNMODELLED_BUILTINS`]), `set` with anything but `-e`/`-u`/`-o pipefail`
+//! style flags, declaration builtins (`export`, `declare`, ...) with options
+//! or computed names, name-taking builtins (`read`, `unset`, `test -v`, ...)
+//! with computed or subscripted names, `printf` with options or a computed
+//! first argument, and input beyond the limits below.
+//!
+//! The recognizer does not expand variables, globs or aliases (aliases are off
+//! in the non-interactive shell the sandbox runs), and it does not see through
+//! external wrappers (`env`, `xargs`, `sudo`, `sh -c`): such commands need a
+//! rule of their own. When it does not understand a command it still reports
+//! every simple command it could find (best effort, erring on splitting too
+//! much), so that deny rules keep winning: a denied part denies the whole
+//! command even when the rest is not understood. It never panics.
 
-/// Longest command line (in bytes) the splitter analyses. Longer input is
-/// reported incomplete, so it is never allowed without asking. 64 KiB is far
+use serde::Serialize;
+
+/// Longest command line (in bytes) the recognizer analyses. Longer input is
+/// not understood, so it is never allowed without asking. 64 KiB is far
 /// beyond any command a person would review, and bounds the work per call.
 pub const MAX_COMMAND_LEN: usize = 64 * 1024;
 
 /// Deepest nesting of subshells / substitutions analysed. Deeper input is
-/// reported incomplete. Bounds recursion so hostile input cannot overflow the
+/// not understood. Bounds recursion so hostile input cannot overflow the
 /// stack; real commands rarely nest more than three levels.
 pub const MAX_NESTING: usize = 32;
 
-/// Most simple commands collected from one command line. Beyond this the split
-/// is reported incomplete; bounds memory for pathological input.
+/// Most simple commands collected from one command line. Beyond this the
+/// command is not understood; bounds memory for pathological input.
 pub const MAX_PARTS: usize = 4096;
 
-/// Words that introduce or close a compound command; stripped from the front of
-/// a part so that `if rm -rf /; then ...` is checked as `rm -rf /`.
+/// Words that introduce or close a compound command that is modelled; they
+/// are stripped from the front of a command so that `if rm -rf /; then ...`
+/// is checked as `rm -rf /`.
 const LEADING_RESERVED: &[&str] = &[
     "{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time",
-    "esac", "coproc",
 ];
+
+/// Reserved words that start compound commands the recognizer does not model.
+const UNMODELLED_KEYWORDS: &[&str] = &[
+    "case", "esac", "for", "select", "in", "function", "coproc", "[[", "]]",
+];
+
+/// Builtins that run text as code, redefine what a name runs, or change how
+/// the rest of the line is parsed: a command using them is never understood,
+/// whatever the rules say about them.
+pub const UNMODELLED_BUILTINS: &[&str] = &[
+    "eval",
+    "source",
+    ".",
+    "exec",
+    "alias",
+    "unalias",
+    "trap",
+    "enable",
+    "builtin",
+    "command",
+    "shopt",
+    "let",
+    "hash",
+    "mapfile",
+    "readarray",
+    "compgen",
+    "complete",
+    "compopt",
+    "bind",
+    "fc",
+    "history",
+];
+
+/// Declaration builtins: understood only when every argument is a literal
+/// `NAME` or `NAME=value` (options such as `-i`, `-n`, `-a` make later
+/// assignments and expansions evaluate code).
+const DECLARATION_BUILTINS: &[&str] = &["declare", "typeset", "local", "readonly", "export"];
+
+/// Builtins whose arguments name variables (a subscript in a name is
+/// evaluated as arithmetic): understood only when no argument is computed or
+/// contains `[`.
+const NAME_TAKING_BUILTINS: &[&str] = &["read", "unset", "getopts", "wait"];
+
+/// `set` arguments that only change error handling.
+const SET_HARMLESS_WORDS: &[&str] = &["pipefail", "errexit", "nounset"];
 
 /// Output redirection targets that write nothing anyone can read back.
 const HARMLESS_OUTPUT_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr"];
+
+/// Special parameters (`$?`, `${#}`, ...).
+const SPECIAL_PARAMS: &[u8] = b"?#$!-@*0_";
+
+/// Why a command was not understood.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "name")]
+pub enum Unmodelled {
+    /// Longer than [`MAX_COMMAND_LEN`].
+    TooLong,
+    /// Nested deeper than [`MAX_NESTING`].
+    TooDeep,
+    /// More than [`MAX_PARTS`] simple commands.
+    TooManyCommands,
+    /// A control byte other than tab and newline (`\r`, NUL, ESC, DEL, ...).
+    ControlCharacter,
+    /// An unterminated quote, substitution or backtick.
+    Unterminated,
+    /// A `(` or `)` that does not pair up, or a `(` after words.
+    UnbalancedParenthesis,
+    /// A redirection without a target word.
+    MissingRedirectTarget,
+    /// A here-document (`<<WORD`, `<<-WORD`).
+    Heredoc,
+    /// `${...}` with anything beyond a plain name.
+    ParameterOperator,
+    /// Arithmetic with names, substitutions or subscripts, `((...))`, `$[...]`.
+    Arithmetic,
+    /// `>&word` / `<&word` where the word is not only digits or `-`.
+    FdDuplicationWord,
+    /// A `{var}>` descriptor-allocating redirection.
+    NamedFd,
+    /// Backticks containing a backslash (or a `"` inside double quotes).
+    BacktickEscape,
+    /// `$"..."` locale translation.
+    LocaleString,
+    /// `!` followed by a word character outside single quotes.
+    HistoryExpansion,
+    /// A compound command or keyword that is not modelled.
+    Keyword(&'static str),
+    /// A function definition.
+    FunctionDefinition,
+    /// `name=(...)` or `name[...]=value`.
+    ArrayAssignment,
+    /// `;;`, `;&` or `;;&` outside a modelled `case`.
+    CaseTerminator,
+    /// A comment ending in a backslash.
+    CommentContinuation,
+    /// A command word containing `$'...'`.
+    CommandWordQuoting,
+    /// A command word containing a glob, brace or tilde.
+    CommandWordPattern,
+    /// A command word containing a blank.
+    CommandWordBlank,
+    /// A builtin that runs or redefines code or changes parsing.
+    Builtin(&'static str),
+    /// A builtin whose arguments could evaluate code (options, computed or
+    /// subscripted names).
+    BuiltinArguments(&'static str),
+}
+
+impl std::fmt::Display for Unmodelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unmodelled::TooLong => write!(f, "command longer than {MAX_COMMAND_LEN} bytes"),
+            Unmodelled::TooDeep => write!(f, "nesting deeper than {MAX_NESTING}"),
+            Unmodelled::TooManyCommands => write!(f, "more than {MAX_PARTS} commands"),
+            Unmodelled::ControlCharacter => f.write_str("a control character"),
+            Unmodelled::Unterminated => {
+                f.write_str("an unterminated quote, substitution or backtick")
+            }
+            Unmodelled::UnbalancedParenthesis => f.write_str("an unbalanced parenthesis"),
+            Unmodelled::MissingRedirectTarget => f.write_str("a redirection without a target"),
+            Unmodelled::Heredoc => f.write_str("a here-document"),
+            Unmodelled::ParameterOperator => {
+                f.write_str("a `${...}` expansion beyond a plain name")
+            }
+            Unmodelled::Arithmetic => f.write_str("arithmetic with names or substitutions"),
+            Unmodelled::FdDuplicationWord => {
+                f.write_str("`>&word` / `<&word` with a non-digit word")
+            }
+            Unmodelled::NamedFd => f.write_str("a `{var}>` redirection"),
+            Unmodelled::BacktickEscape => f.write_str("backticks with escapes or quotes"),
+            Unmodelled::LocaleString => f.write_str("a `$\"...\"` string"),
+            Unmodelled::HistoryExpansion => f.write_str("history expansion `!`"),
+            Unmodelled::Keyword(k) => write!(f, "the keyword `{k}`"),
+            Unmodelled::FunctionDefinition => f.write_str("a function definition"),
+            Unmodelled::ArrayAssignment => f.write_str("an array assignment"),
+            Unmodelled::CaseTerminator => f.write_str("`;;` / `;&` outside a case"),
+            Unmodelled::CommentContinuation => f.write_str("a comment ending in a backslash"),
+            Unmodelled::CommandWordQuoting => f.write_str("`$'...'` in a command word"),
+            Unmodelled::CommandWordPattern => {
+                f.write_str("a glob, brace or tilde in a command word")
+            }
+            Unmodelled::CommandWordBlank => f.write_str("a blank inside a command word"),
+            Unmodelled::Builtin(b) => write!(f, "the builtin `{b}`"),
+            Unmodelled::BuiltinArguments(b) => {
+                write!(f, "arguments of `{b}` that could evaluate code")
+            }
+        }
+    }
+}
+
+impl Unmodelled {
+    /// The text is malformed shell (as opposed to well-formed but not
+    /// modelled): unterminated, unbalanced, a dangling redirection, too big.
+    pub fn is_malformed(self) -> bool {
+        matches!(
+            self,
+            Unmodelled::TooLong
+                | Unmodelled::TooDeep
+                | Unmodelled::TooManyCommands
+                | Unmodelled::Unterminated
+                | Unmodelled::UnbalancedParenthesis
+                | Unmodelled::MissingRedirectTarget
+        )
+    }
+}
+
+/// Where and why a command was not understood.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct NotUnderstood {
+    /// The first construct that is not modelled.
+    pub reason: Unmodelled,
+    /// Its byte offset in the command.
+    pub at: usize,
+}
+
+impl std::fmt::Display for NotUnderstood {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at byte {}", self.reason, self.at)
+    }
+}
 
 /// One simple command found in a command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,8 +269,8 @@ pub struct SimpleCommand {
     /// its target word. Substitutions appear as the placeholder `$(...)`.
     pub words: Vec<String>,
     /// The command word (the first word after `NAME=value` assignments)
-    /// contains an expansion (`$x`, `$(...)`, backticks, `$'...'`), so what
-    /// runs cannot be known from the text.
+    /// contains an expansion (`$x`, `$(...)`, backticks), so what runs cannot
+    /// be known from the text.
     pub dynamic_command: bool,
     /// An output redirection writes to a file (anything but `/dev/null` and
     /// fd duplication).
@@ -71,31 +284,66 @@ impl SimpleCommand {
     }
 }
 
-/// Result of [`split`].
+/// Result of [`recognize`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Split {
-    /// Every simple command found, in source order (substitutions come before
-    /// the command that contains them).
-    pub commands: Vec<SimpleCommand>,
-    /// False when the input was not fully understood; see the module docs.
-    pub complete: bool,
-    /// Why the split is incomplete (first problem found).
-    pub problem: Option<String>,
+pub enum Recognition {
+    /// Every byte was understood; these are all the simple commands bash
+    /// would run, in source order (substitutions before the command that
+    /// contains them).
+    Understood(Vec<SimpleCommand>),
+    /// Something is not modelled. `seen` holds the simple commands found on
+    /// a best-effort basis: good for deny rules, never for allowing.
+    NotUnderstood {
+        /// Where and why.
+        why: NotUnderstood,
+        /// Commands found anyway (possibly split too much).
+        seen: Vec<SimpleCommand>,
+    },
 }
 
-/// Split a command line into its simple commands. Never panics.
-pub fn split(command: &str) -> Split {
+impl Recognition {
+    /// The commands found (all of them when understood, best effort if not).
+    pub fn commands(&self) -> &[SimpleCommand] {
+        match self {
+            Recognition::Understood(c) => c,
+            Recognition::NotUnderstood { seen, .. } => seen,
+        }
+    }
+
+    /// Why the command was not understood, if it was not.
+    pub fn not_understood(&self) -> Option<NotUnderstood> {
+        match self {
+            Recognition::Understood(_) => None,
+            Recognition::NotUnderstood { why, .. } => Some(*why),
+        }
+    }
+}
+
+/// Recognize a command line. Never panics.
+pub fn recognize(command: &str) -> Recognition {
     if command.len() > MAX_COMMAND_LEN {
-        return Split {
-            commands: Vec::new(),
-            complete: false,
-            problem: Some(format!("command longer than {MAX_COMMAND_LEN} bytes")),
+        return Recognition::NotUnderstood {
+            why: NotUnderstood {
+                reason: Unmodelled::TooLong,
+                at: MAX_COMMAND_LEN,
+            },
+            seen: Vec::new(),
         };
     }
     let mut out = Vec::new();
     let mut problem = None;
+    if let Some(at) = command
+        .bytes()
+        .position(|b| (b < 0x20 && b != b'\t' && b != b'\n') || b == 0x7f)
+    {
+        problem = Some(NotUnderstood {
+            reason: Unmodelled::ControlCharacter,
+            at,
+        });
+    }
     let mut p = Parser {
-        chars: command.chars().collect(),
+        src: command.as_bytes(),
+        base: 0,
         pos: 0,
         depth: 0,
         record: true,
@@ -103,55 +351,137 @@ pub fn split(command: &str) -> Split {
         problem: &mut problem,
     };
     p.parse_list(false);
-    Split {
-        complete: problem.is_none(),
-        commands: out,
-        problem,
+    match problem {
+        None => Recognition::Understood(out),
+        Some(why) => Recognition::NotUnderstood { why, seen: out },
     }
 }
 
 #[derive(Default)]
 struct Word {
-    text: String,
+    text: Vec<u8>,
+    /// Contains an expansion.
     dynamic: bool,
+    /// Byte length of `text` when the first expansion was appended.
+    dynamic_from: Option<usize>,
+    /// Contains any quoting or escaping.
+    quoted: bool,
+    /// Contains `$'...'` or `$"..."`.
+    ansi_c: bool,
+    /// Contains an unquoted glob, brace or tilde character.
+    pattern: bool,
+    /// An unquoted `NAME=` / `NAME+=` prefix: an assignment word.
+    assignment: bool,
+    /// A redirection operator or its target.
+    redirect: bool,
+    /// Offset of the word's first byte.
+    start: usize,
+}
+
+impl Word {
+    fn mark_dynamic(&mut self) {
+        self.dynamic = true;
+        self.dynamic_from.get_or_insert(self.text.len());
+    }
 }
 
 #[derive(Default)]
 struct CommandBuilder {
     words: Vec<Word>,
     cur: Option<Word>,
-    pending_redirect: Option<String>,
+    pending_redirect: Option<(String, usize)>,
     writes_file: bool,
 }
 
 struct Parser<'a> {
-    chars: Vec<char>,
+    src: &'a [u8],
+    /// Offset of `src` in the whole command (backtick bodies are parsed from
+    /// a copy).
+    base: usize,
     pos: usize,
     depth: usize,
     /// Whether simple commands at this level are collected (false inside
     /// arithmetic, where only nested substitutions execute).
     record: bool,
     out: &'a mut Vec<SimpleCommand>,
-    problem: &'a mut Option<String>,
+    problem: &'a mut Option<NotUnderstood>,
+}
+
+fn is_name_start(c: u8) -> bool {
+    c.is_ascii_alphabetic() || c == b'_'
+}
+
+fn is_name_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+fn is_name(s: &[u8]) -> bool {
+    matches!(s.first(), Some(&c) if is_name_start(c)) && s.iter().all(|&c| is_name_char(c))
+}
+
+/// Bytes that end an unquoted word.
+fn is_delimiter(c: u8) -> bool {
+    matches!(
+        c,
+        b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>'
+    )
 }
 
 impl Parser<'_> {
-    fn fail(&mut self, why: impl Into<String>) {
+    fn fail_at(&mut self, reason: Unmodelled, at: usize) {
         if self.problem.is_none() {
-            *self.problem = Some(why.into());
+            *self.problem = Some(NotUnderstood {
+                reason,
+                at: self.base + at,
+            });
         }
     }
 
-    fn peek(&self) -> Option<char> {
-        self.chars.get(self.pos).copied()
+    fn fail(&mut self, reason: Unmodelled) {
+        let at = self.pos.min(self.src.len());
+        self.fail_at(reason, at);
     }
 
-    fn peek_at(&self, off: usize) -> Option<char> {
-        self.chars.get(self.pos + off).copied()
+    fn peek(&self) -> Option<u8> {
+        self.src.get(self.pos).copied()
+    }
+
+    fn peek_at(&self, off: usize) -> Option<u8> {
+        self.src.get(self.pos + off).copied()
     }
 
     fn word<'b>(&self, b: &'b mut CommandBuilder) -> &'b mut Word {
-        b.cur.get_or_insert_with(Word::default)
+        let start = self.pos;
+        b.cur.get_or_insert_with(|| Word {
+            start,
+            ..Word::default()
+        })
+    }
+
+    /// Push one unquoted literal byte, tracking assignments and patterns.
+    fn push_unquoted(&mut self, b: &mut CommandBuilder, c: u8) {
+        let w = self.word(b);
+        if c == b'='
+            && !w.assignment
+            && !w.quoted
+            && !w.dynamic
+            && (is_name(&w.text) || w.text.strip_suffix(b"+").is_some_and(is_name))
+        {
+            w.assignment = true;
+        }
+        if matches!(c, b'*' | b'?' | b'[' | b'{' | b'}' | b'~') {
+            w.pattern = true;
+        }
+        w.text.push(c);
+    }
+
+    /// `!` followed by a character that starts a history event.
+    fn history_at(&self, off: usize) -> bool {
+        self.peek_at(off) == Some(b'!')
+            && !matches!(
+                self.peek_at(off + 1),
+                None | Some(b' ' | b'\t' | b'\n' | b'=' | b'(' | b'"' | b';' | b'&' | b'|' | b')')
+            )
     }
 
     /// Parse a command list until end of input, or (when `nested`) until the
@@ -159,95 +489,122 @@ impl Parser<'_> {
     fn parse_list(&mut self, nested: bool) {
         let mut b = CommandBuilder::default();
         while let Some(c) = self.peek() {
+            if c == b'!' && self.history_at(0) {
+                self.fail(Unmodelled::HistoryExpansion);
+            }
             match c {
-                ' ' | '\t' | '\r' => {
+                b' ' | b'\t' => {
                     self.pos += 1;
                     self.end_word(&mut b);
                 }
-                '\n' | ';' | '|' => {
+                b'\n' | b';' | b'|' => {
+                    if c == b';' && matches!(self.peek_at(1), Some(b';' | b'&')) {
+                        self.fail(Unmodelled::CaseTerminator);
+                    }
                     self.pos += 1;
-                    if c != '\n' && matches!(self.peek(), Some(n) if n == c || n == '&') {
+                    if c != b'\n' && matches!(self.peek(), Some(n) if n == c || n == b'&') {
                         self.pos += 1; // `;;`, `||`, `|&`, `;&`
                     }
                     self.end_command(&mut b);
                 }
-                '&' => {
-                    if self.peek_at(1) == Some('>') {
+                b'&' => {
+                    if self.peek_at(1) == Some(b'>') {
                         // `&>file` / `&>>file`: redirect stdout and stderr.
                         self.end_word(&mut b);
+                        let at = self.pos;
                         self.pos += 2;
                         let mut op = String::from("&>");
-                        if self.peek() == Some('>') {
+                        if self.peek() == Some(b'>') {
                             self.pos += 1;
                             op.push('>');
                         }
-                        b.pending_redirect = Some(op);
+                        self.set_redirect(&mut b, op, at);
                     } else {
                         self.pos += 1;
-                        if self.peek() == Some('&') {
+                        if self.peek() == Some(b'&') {
                             self.pos += 1;
                         }
                         self.end_command(&mut b);
                     }
                 }
-                '(' => {
+                b'(' => {
+                    self.end_word(&mut b);
+                    if !b.words.iter().all(is_leading_reserved) {
+                        let reason = match b.words.last() {
+                            Some(w) if w.assignment && w.text.ends_with(b"=") => {
+                                Unmodelled::ArrayAssignment
+                            }
+                            _ if b.words.len() == 1 => Unmodelled::FunctionDefinition,
+                            _ => Unmodelled::UnbalancedParenthesis,
+                        };
+                        self.fail(reason);
+                    }
+                    if self.peek_at(1) == Some(b'(') {
+                        self.fail(Unmodelled::Arithmetic);
+                    }
                     self.pos += 1;
                     self.end_command(&mut b);
                     self.nested(|p| p.parse_list(true));
                 }
-                ')' => {
+                b')' => {
                     self.pos += 1;
                     self.end_command(&mut b);
                     if nested {
                         return;
                     }
-                    self.fail("unbalanced `)`");
+                    self.fail_at(Unmodelled::UnbalancedParenthesis, self.pos - 1);
                 }
-                '\'' => {
+                b'\'' => {
                     self.pos += 1;
-                    self.word(&mut b);
+                    self.word(&mut b).quoted = true;
                     self.single_quoted(&mut b);
                 }
-                '"' => {
+                b'"' => {
                     self.pos += 1;
-                    self.word(&mut b);
+                    self.word(&mut b).quoted = true;
                     self.double_quoted(&mut b);
                 }
-                '\\' => {
+                b'\\' => {
                     self.pos += 1;
                     match self.peek() {
-                        Some('\n') => self.pos += 1, // line continuation
+                        Some(b'\n') => self.pos += 1, // line continuation
                         Some(n) => {
                             self.pos += 1;
-                            self.word(&mut b).text.push(n);
+                            let w = self.word(&mut b);
+                            w.quoted = true;
+                            w.text.push(n);
                         }
-                        None => self.word(&mut b).text.push('\\'),
+                        None => self.word(&mut b).text.push(b'\\'),
                     }
                 }
-                '$' => self.dollar(&mut b, false),
-                '`' => {
+                b'$' => self.dollar(&mut b, false),
+                b'`' => {
                     self.pos += 1;
-                    self.backtick(&mut b);
+                    self.backtick(&mut b, false);
                 }
-                '<' | '>' => self.redirect(&mut b),
-                '#' if b.cur.is_none() => {
+                b'<' | b'>' => self.redirect(&mut b),
+                b'#' if b.cur.is_none() => {
                     // Comment: up to (not including) the newline.
+                    let start = self.pos;
                     while let Some(n) = self.peek() {
-                        if n == '\n' {
+                        if n == b'\n' {
                             break;
                         }
                         self.pos += 1;
                     }
+                    if self.pos > start + 1 && self.src.get(self.pos - 1) == Some(&b'\\') {
+                        self.fail_at(Unmodelled::CommentContinuation, self.pos - 1);
+                    }
                 }
                 _ => {
                     self.pos += 1;
-                    self.word(&mut b).text.push(c);
+                    self.push_unquoted(&mut b, c);
                 }
             }
         }
         self.end_command(&mut b);
         if nested {
-            self.fail("unbalanced `(`");
+            self.fail(Unmodelled::Unterminated);
         }
     }
 
@@ -258,8 +615,8 @@ impl Parser<'_> {
 
     fn nested_with(&mut self, record: bool, f: impl FnOnce(&mut Self)) {
         if self.depth >= MAX_NESTING {
-            self.fail(format!("nesting deeper than {MAX_NESTING}"));
-            self.pos = self.chars.len();
+            self.fail(Unmodelled::TooDeep);
+            self.pos = self.src.len();
             return;
         }
         let saved = self.record;
@@ -273,8 +630,8 @@ impl Parser<'_> {
     fn single_quoted(&mut self, b: &mut CommandBuilder) {
         loop {
             match self.peek() {
-                None => return self.fail("unterminated single quote"),
-                Some('\'') => {
+                None => return self.fail(Unmodelled::Unterminated),
+                Some(b'\'') => {
                     self.pos += 1;
                     return;
                 }
@@ -288,27 +645,30 @@ impl Parser<'_> {
 
     fn double_quoted(&mut self, b: &mut CommandBuilder) {
         loop {
+            if self.history_at(0) {
+                self.fail(Unmodelled::HistoryExpansion);
+            }
             match self.peek() {
-                None => return self.fail("unterminated double quote"),
-                Some('"') => {
+                None => return self.fail(Unmodelled::Unterminated),
+                Some(b'"') => {
                     self.pos += 1;
                     return;
                 }
-                Some('\\') => {
+                Some(b'\\') => {
                     self.pos += 1;
                     match self.peek() {
-                        Some('\n') => self.pos += 1,
-                        Some(n @ ('$' | '`' | '"' | '\\')) => {
+                        Some(b'\n') => self.pos += 1,
+                        Some(n @ (b'$' | b'`' | b'"' | b'\\')) => {
                             self.pos += 1;
                             self.word(b).text.push(n);
                         }
-                        _ => self.word(b).text.push('\\'),
+                        _ => self.word(b).text.push(b'\\'),
                     }
                 }
-                Some('$') => self.dollar(b, true),
-                Some('`') => {
+                Some(b'$') => self.dollar(b, true),
+                Some(b'`') => {
                     self.pos += 1;
-                    self.backtick(b);
+                    self.backtick(b, true);
                 }
                 Some(c) => {
                     self.pos += 1;
@@ -320,47 +680,61 @@ impl Parser<'_> {
 
     /// At a `$`: substitution, arithmetic, ANSI-C quote, or a parameter.
     fn dollar(&mut self, b: &mut CommandBuilder, in_double_quotes: bool) {
+        let at = self.pos;
         self.pos += 1;
         match self.peek() {
-            Some('(') if self.peek_at(1) == Some('(') => {
-                // Arithmetic `$(( ... ))`: only nested substitutions run.
+            Some(b'(') if self.peek_at(1) == Some(b'(') => {
                 self.pos += 2;
-                self.nested_with(false, |p| {
-                    p.parse_list(true);
-                    if p.peek() == Some(')') {
-                        p.pos += 1;
-                    } else {
-                        p.fail("unterminated `$((`");
-                    }
-                });
+                if !self.literal_arithmetic() {
+                    // Best effort: only nested substitutions run.
+                    self.fail_at(Unmodelled::Arithmetic, at);
+                    self.nested_with(false, |p| {
+                        p.parse_list(true);
+                        if p.peek() == Some(b')') {
+                            p.pos += 1;
+                        } else {
+                            p.fail(Unmodelled::Unterminated);
+                        }
+                    });
+                }
                 let w = self.word(b);
-                w.text.push_str("$((...))");
-                w.dynamic = true;
+                w.text.extend_from_slice(b"$((...))");
+                w.mark_dynamic();
             }
-            Some('(') => {
+            Some(b'(') => {
                 self.pos += 1;
                 self.nested(|p| p.parse_list(true));
                 let w = self.word(b);
-                w.text.push_str("$(...)");
-                w.dynamic = true;
+                w.text.extend_from_slice(b"$(...)");
+                w.mark_dynamic();
             }
-            Some('\'') if !in_double_quotes => {
+            Some(b'[') => {
+                // Obsolete arithmetic `$[...]`; best effort: the rest is read
+                // as ordinary text.
+                self.fail_at(Unmodelled::Arithmetic, at);
+                self.word(b).text.push(b'$');
+            }
+            Some(b'{') => self.braced_parameter(b, at),
+            Some(b'\'') if !in_double_quotes => {
                 // ANSI-C quoting: escapes are not decoded, so the word's real
                 // value is unknown.
                 self.pos += 1;
-                self.word(b).dynamic = true;
+                let w = self.word(b);
+                w.mark_dynamic();
+                w.ansi_c = true;
+                w.quoted = true;
                 loop {
                     match self.peek() {
-                        None => return self.fail("unterminated $'...' quote"),
-                        Some('\\') => {
+                        None => return self.fail(Unmodelled::Unterminated),
+                        Some(b'\\') => {
                             self.pos += 1;
-                            self.word(b).text.push('\\');
+                            self.word(b).text.push(b'\\');
                             if let Some(n) = self.peek() {
                                 self.pos += 1;
                                 self.word(b).text.push(n);
                             }
                         }
-                        Some('\'') => {
+                        Some(b'\'') => {
                             self.pos += 1;
                             return;
                         }
@@ -371,55 +745,160 @@ impl Parser<'_> {
                     }
                 }
             }
-            Some('"') if !in_double_quotes => {
-                // Locale translation `$"..."`: same as a double-quoted string.
+            Some(b'"') if !in_double_quotes => {
+                // Locale translation `$"..."`; best effort: a double-quoted
+                // string.
+                self.fail_at(Unmodelled::LocaleString, at);
                 self.pos += 1;
-                self.word(b);
+                let w = self.word(b);
+                w.quoted = true;
+                w.ansi_c = true;
                 self.double_quoted(b);
             }
-            _ => {
+            Some(c) if is_name_start(c) => {
+                let start = self.pos;
+                while matches!(self.peek(), Some(n) if is_name_char(n)) {
+                    self.pos += 1;
+                }
+                let name = self.src[start..self.pos].to_vec();
                 let w = self.word(b);
-                w.text.push('$');
-                w.dynamic = true;
+                w.mark_dynamic();
+                w.text.push(b'$');
+                w.text.extend_from_slice(&name);
+            }
+            Some(c) if c.is_ascii_digit() || SPECIAL_PARAMS.contains(&c) => {
+                self.pos += 1;
+                let w = self.word(b);
+                w.mark_dynamic();
+                w.text.extend_from_slice(&[b'$', c]);
+            }
+            _ => {
+                // A lone `$` is literal.
+                self.word(b).text.push(b'$');
             }
         }
     }
 
+    /// After `$((`: consume a literal arithmetic body and its `))`. Returns
+    /// false (consuming nothing) when the body is not purely literal.
+    fn literal_arithmetic(&mut self) -> bool {
+        let mut depth = 0usize;
+        let mut i = self.pos;
+        while let Some(&c) = self.src.get(i) {
+            match c {
+                b'(' => depth += 1,
+                b')' if depth == 0 => {
+                    if self.src.get(i + 1) == Some(&b')') {
+                        self.pos = i + 2;
+                        return true;
+                    }
+                    return false;
+                }
+                b')' => depth -= 1,
+                b'0'..=b'9'
+                | b' '
+                | b'\t'
+                | b'+'
+                | b'-'
+                | b'*'
+                | b'/'
+                | b'%'
+                | b'<'
+                | b'>'
+                | b'='
+                | b'!'
+                | b'&'
+                | b'|'
+                | b'^'
+                | b'~'
+                | b'?'
+                | b':'
+                | b',' => {}
+                _ => return false,
+            }
+            i += 1;
+        }
+        false
+    }
+
+    /// At `${`: only `${name}`, `${N}` and `${special}` are modelled.
+    fn braced_parameter(&mut self, b: &mut CommandBuilder, at: usize) {
+        let start = self.pos + 1;
+        let mut end = start;
+        while matches!(self.src.get(end), Some(&c) if is_name_char(c)) {
+            end += 1;
+        }
+        let body = &self.src[start..end];
+        let plain_name = is_name(body) || (!body.is_empty() && body.iter().all(u8::is_ascii_digit));
+        if plain_name && self.src.get(end) == Some(&b'}') {
+            let text = [b"$".as_slice(), body].concat();
+            self.pos = end + 1;
+            let w = self.word(b);
+            w.mark_dynamic();
+            w.text.extend_from_slice(&text);
+            return;
+        }
+        if end == start
+            && matches!(self.src.get(start), Some(c) if SPECIAL_PARAMS.contains(c))
+            && self.src.get(start + 1) == Some(&b'}')
+        {
+            let c = self.src[start];
+            self.pos = start + 2;
+            let w = self.word(b);
+            w.mark_dynamic();
+            w.text.extend_from_slice(&[b'$', c]);
+            return;
+        }
+        // Anything else: best effort, the `${` and what follows are read as
+        // ordinary text (substitutions inside are still found).
+        self.fail_at(Unmodelled::ParameterOperator, at);
+        let w = self.word(b);
+        w.mark_dynamic();
+        w.text.push(b'$');
+    }
+
     /// After an opening backtick: collect up to the closing one (unescaping
-    /// `` \` `` and `\\`), then split the contents as a nested command line.
-    fn backtick(&mut self, b: &mut CommandBuilder) {
-        let mut inner = String::new();
+    /// `` \` ``, `\\` and `\$` on a best-effort basis), then recognize the
+    /// contents as a nested command line.
+    fn backtick(&mut self, b: &mut CommandBuilder, in_double_quotes: bool) {
+        let open = self.pos - 1;
+        let mut inner = Vec::new();
         loop {
             match self.peek() {
                 None => {
-                    self.fail("unterminated backtick");
+                    self.fail(Unmodelled::Unterminated);
                     break;
                 }
-                Some('`') => {
+                Some(b'`') => {
                     self.pos += 1;
                     break;
                 }
-                Some('\\') => {
+                Some(b'\\') => {
+                    self.fail(Unmodelled::BacktickEscape);
                     self.pos += 1;
                     match self.peek() {
-                        Some(n @ ('`' | '\\' | '$')) => {
+                        Some(n @ (b'`' | b'\\' | b'$')) => {
                             self.pos += 1;
                             inner.push(n);
                         }
-                        _ => inner.push('\\'),
+                        _ => inner.push(b'\\'),
                     }
                 }
                 Some(c) => {
+                    if c == b'"' && in_double_quotes {
+                        self.fail(Unmodelled::BacktickEscape);
+                    }
                     self.pos += 1;
                     inner.push(c);
                 }
             }
         }
         if self.depth >= MAX_NESTING {
-            self.fail(format!("nesting deeper than {MAX_NESTING}"));
+            self.fail(Unmodelled::TooDeep);
         } else {
             let mut sub = Parser {
-                chars: inner.chars().collect(),
+                src: &inner,
+                base: self.base + open + 1,
                 pos: 0,
                 depth: self.depth + 1,
                 record: true,
@@ -429,132 +908,273 @@ impl Parser<'_> {
             sub.parse_list(false);
         }
         let w = self.word(b);
-        w.text.push_str("$(...)");
-        w.dynamic = true;
+        w.text.extend_from_slice(b"$(...)");
+        w.mark_dynamic();
     }
 
     /// At an unquoted `<` or `>`: a redirection or a process substitution.
     fn redirect(&mut self, b: &mut CommandBuilder) {
-        let c = self.peek().unwrap_or('>');
-        if self.peek_at(1) == Some('(') {
+        let c = self.peek().unwrap_or(b'>');
+        let at = self.pos;
+        if self.peek_at(1) == Some(b'(') {
             // Process substitution `<(cmd)` / `>(cmd)`: runs `cmd`.
             self.pos += 2;
             self.nested(|p| p.parse_list(true));
             let w = self.word(b);
             w.text.push(c);
-            w.text.push_str("(...)");
-            w.dynamic = true;
+            w.text.extend_from_slice(b"(...)");
+            w.mark_dynamic();
             return;
         }
-        // A word of only digits right before the operator is its fd number.
+        // A word of only unquoted digits right before the operator is its fd
+        // number; `{name}` allocates a descriptor (not modelled).
         let mut op = String::new();
         if let Some(w) = &b.cur
-            && !w.text.is_empty()
+            && !w.quoted
             && !w.dynamic
-            && w.text.chars().all(|ch| ch.is_ascii_digit())
+            && !w.text.is_empty()
         {
-            op.push_str(&w.text);
-            b.cur = None;
+            if w.text.iter().all(u8::is_ascii_digit) {
+                op.push_str(&String::from_utf8_lossy(&w.text));
+                b.cur = None;
+            } else if w.text.first() == Some(&b'{') && w.text.last() == Some(&b'}') {
+                self.fail_at(Unmodelled::NamedFd, w.start);
+            }
         }
         self.end_word(b);
         self.pos += 1;
-        op.push(c);
+        op.push(c as char);
         match (c, self.peek()) {
-            ('>', Some('>' | '|')) | ('<', Some('>')) => {
-                op.push(self.peek().unwrap_or('>'));
+            (b'>', Some(b'>' | b'|')) | (b'<', Some(b'>')) => {
+                op.push(self.peek().unwrap_or(b'>') as char);
                 self.pos += 1;
             }
-            ('<', Some('<')) => {
+            (b'<', Some(b'<')) => {
                 op.push('<');
                 self.pos += 1;
-                if matches!(self.peek(), Some('<' | '-')) {
-                    op.push(self.peek().unwrap_or('<'));
+                if self.peek() == Some(b'<') {
+                    op.push('<'); // here-string `<<<word`
                     self.pos += 1;
+                } else {
+                    // Here-document: the body follows on later lines; best
+                    // effort reads it as commands (splitting too much).
+                    self.fail_at(Unmodelled::Heredoc, at);
+                    if self.peek() == Some(b'-') {
+                        op.push('-');
+                        self.pos += 1;
+                    }
                 }
             }
             _ => {}
         }
-        if self.peek() == Some('&') {
+        let bare = op.trim_start_matches(|c: char| c.is_ascii_digit());
+        if self.peek() == Some(b'&') && matches!(bare, ">" | "<" | ">>" | "<>" | "<<<") {
             // fd duplication / closing: `2>&1`, `>&2`, `<&0`, `>&-`.
             let start = self.pos + 1;
             let mut end = start;
-            while matches!(self.chars.get(end), Some(d) if d.is_ascii_digit()) {
+            while matches!(self.src.get(end), Some(d) if d.is_ascii_digit()) {
                 end += 1;
             }
-            if end == start && self.chars.get(end) == Some(&'-') {
+            if end == start && self.src.get(end) == Some(&b'-') {
                 end += 1;
             }
-            if end > start {
+            let delimited = self.src.get(end).is_none_or(|&d| is_delimiter(d));
+            if end > start && delimited && matches!(bare, ">" | "<") {
                 self.pos = end;
                 return; // harmless: dropped
             }
-            op.push('&'); // `>&file` = `&>file`
+            self.fail_at(Unmodelled::FdDuplicationWord, at);
+            op.push('&');
             self.pos += 1;
         }
-        b.pending_redirect = Some(op);
+        self.set_redirect(b, op, at);
+    }
+
+    fn set_redirect(&mut self, b: &mut CommandBuilder, op: String, at: usize) {
+        if b.pending_redirect.is_some() {
+            self.fail_at(Unmodelled::MissingRedirectTarget, at);
+        }
+        b.pending_redirect = Some((op, at));
     }
 
     fn end_word(&mut self, b: &mut CommandBuilder) {
         let Some(w) = b.cur.take() else { return };
-        if let Some(op) = b.pending_redirect.take() {
+        if let Some((op, _)) = b.pending_redirect.take() {
             let output = op.contains('>');
-            if output && !w.dynamic && HARMLESS_OUTPUT_TARGETS.contains(&w.text.as_str()) {
+            let target = String::from_utf8_lossy(&w.text);
+            if output && !w.dynamic && HARMLESS_OUTPUT_TARGETS.contains(&target.as_ref()) {
                 return;
             }
             if output {
                 b.writes_file = true;
             }
             b.words.push(Word {
-                text: op,
-                dynamic: false,
+                text: op.into_bytes(),
+                start: w.start,
+                redirect: true,
+                ..Word::default()
             });
+            b.words.push(Word {
+                assignment: false,
+                redirect: true,
+                ..w
+            });
+            return;
         }
         b.words.push(w);
     }
 
     fn end_command(&mut self, b: &mut CommandBuilder) {
         self.end_word(b);
-        if let Some(op) = b.pending_redirect.take() {
-            self.fail(format!("redirection `{op}` without a target"));
+        if let Some((_, at)) = b.pending_redirect.take() {
+            self.fail_at(Unmodelled::MissingRedirectTarget, at);
         }
         let mut b = std::mem::take(b);
         let mut start = 0;
-        while start < b.words.len()
-            && !b.words[start].dynamic
-            && LEADING_RESERVED.contains(&b.words[start].text.as_str())
-        {
+        while start < b.words.len() && is_leading_reserved(&b.words[start]) {
+            if b.words[start].text == b"time" {
+                // `time -p`
+                if b.words
+                    .get(start + 1)
+                    .is_some_and(|w| w.text == b"-p" && !w.quoted)
+                {
+                    start += 1;
+                }
+            }
             start += 1;
         }
         let words: Vec<Word> = b.words.drain(start..).collect();
-        if words.is_empty() || !self.record {
+        if words.is_empty() {
+            return;
+        }
+        self.check_command(&words);
+        if !self.record {
             return;
         }
         if self.out.len() >= MAX_PARTS {
-            self.fail(format!("more than {MAX_PARTS} commands"));
-            self.pos = self.chars.len();
+            self.fail(Unmodelled::TooManyCommands);
+            self.pos = self.src.len();
             return;
         }
         let dynamic_command = words
             .iter()
-            .find(|w| !is_assignment(&w.text))
+            .find(|w| !w.assignment && !w.redirect)
             .is_some_and(|w| w.dynamic);
         self.out.push(SimpleCommand {
-            words: words.into_iter().map(|w| w.text).collect(),
+            words: words
+                .into_iter()
+                .map(|w| String::from_utf8_lossy(&w.text).into_owned())
+                .collect(),
             dynamic_command,
             writes_file: b.writes_file,
         });
     }
+
+    /// The command-word and builtin checks of the module docs.
+    fn check_command(&mut self, words: &[Word]) {
+        let Some(ci) = words.iter().position(|w| !w.assignment && !w.redirect) else {
+            return; // assignments and redirections only
+        };
+        let cmd = &words[ci];
+        let args: Vec<&Word> = words[ci + 1..].iter().filter(|w| !w.redirect).collect();
+        let text = cmd.text.as_slice();
+        let at = cmd.start;
+        if !cmd.quoted
+            && let Some(k) = UNMODELLED_KEYWORDS.iter().find(|k| k.as_bytes() == text)
+        {
+            return self.fail_at(Unmodelled::Keyword(k), at);
+        }
+        let bracket_name = text
+            .iter()
+            .position(|&c| c == b'[')
+            .is_some_and(|i| is_name(&text[..i]) && text.contains(&b'='));
+        if bracket_name && !cmd.quoted {
+            return self.fail_at(Unmodelled::ArrayAssignment, at);
+        }
+        if cmd.ansi_c {
+            return self.fail_at(Unmodelled::CommandWordQuoting, at);
+        }
+        if cmd.pattern && text != b"[" {
+            return self.fail_at(Unmodelled::CommandWordPattern, at);
+        }
+        if text.iter().any(|c| matches!(c, b' ' | b'\t' | b'\n')) && !cmd.dynamic {
+            return self.fail_at(Unmodelled::CommandWordBlank, at);
+        }
+        if cmd.dynamic {
+            return; // reported as a dynamic command word
+        }
+        let name = String::from_utf8_lossy(text);
+        if let Some(b) = UNMODELLED_BUILTINS.iter().find(|b| **b == name) {
+            return self.fail_at(Unmodelled::Builtin(b), at);
+        }
+        let arg_start = |i: usize| args.get(i).map_or(at, |w| w.start);
+        if name == "set" {
+            let harmless = |w: &&Word| {
+                let t = w.text.as_slice();
+                !w.dynamic
+                    && (SET_HARMLESS_WORDS.iter().any(|h| h.as_bytes() == t)
+                        || (matches!(t.first(), Some(b'-' | b'+'))
+                            && t.len() > 1
+                            && t[1..].iter().all(|c| matches!(c, b'e' | b'u' | b'o'))))
+            };
+            if let Some(i) = args.iter().position(|w| !harmless(w)) {
+                self.fail_at(Unmodelled::Builtin("set"), arg_start(i));
+            }
+            return;
+        }
+        if let Some(b) = DECLARATION_BUILTINS.iter().find(|b| **b == name) {
+            let literal_name = |w: &&Word| {
+                let t = w.text.as_slice();
+                let eq = t.iter().position(|&c| c == b'=').unwrap_or(t.len());
+                let n = &t[..eq];
+                let n = if eq < t.len() {
+                    n.strip_suffix(b"+").unwrap_or(n)
+                } else {
+                    n
+                };
+                is_name(n) && w.dynamic_from.is_none_or(|d| d > eq)
+            };
+            if let Some(i) = args.iter().position(|w| !literal_name(w)) {
+                self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
+            }
+            return;
+        }
+        if let Some(b) = NAME_TAKING_BUILTINS.iter().find(|b| **b == name) {
+            if let Some(i) = args
+                .iter()
+                .position(|w| w.dynamic || w.text.contains(&b'['))
+            {
+                self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
+            }
+            return;
+        }
+        if name == "test" || name == "[" {
+            let b = if name == "test" { "test" } else { "[" };
+            if let Some(i) = args
+                .iter()
+                .position(|w| w.dynamic || w.text == b"-v" || w.text == b"-R")
+            {
+                self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
+            }
+            return;
+        }
+        if name == "printf"
+            && args
+                .first()
+                .is_some_and(|w| w.dynamic || w.text.first() == Some(&b'-'))
+        {
+            self.fail_at(Unmodelled::BuiltinArguments("printf"), arg_start(0));
+        }
+    }
 }
 
-/// `NAME=value` (or `NAME+=value`) prefix assignment.
-fn is_assignment(word: &str) -> bool {
-    let Some(eq) = word.find('=') else {
-        return false;
-    };
-    let name = word[..eq].strip_suffix('+').unwrap_or(&word[..eq]);
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+/// A reserved word the recognizer models, as the first word of a command.
+fn is_leading_reserved(w: &Word) -> bool {
+    !w.quoted
+        && !w.dynamic
+        && LEADING_RESERVED
+            .iter()
+            .any(|r| r.as_bytes() == w.text.as_slice())
 }
 
 #[cfg(test)]
@@ -562,11 +1182,17 @@ mod tests {
     use super::*;
 
     fn texts(cmd: &str) -> Vec<String> {
-        split(cmd)
-            .commands
-            .iter()
-            .map(SimpleCommand::text)
-            .collect()
+        match recognize(cmd) {
+            Recognition::Understood(c) => c.iter().map(SimpleCommand::text).collect(),
+            Recognition::NotUnderstood { why, .. } => panic!("{cmd:?}: {why}"),
+        }
+    }
+
+    fn why(cmd: &str) -> Unmodelled {
+        recognize(cmd)
+            .not_understood()
+            .unwrap_or_else(|| panic!("{cmd:?} was understood"))
+            .reason
     }
 
     #[test]
@@ -575,7 +1201,8 @@ mod tests {
             texts("a && b || c; d | e & f\ng"),
             ["a", "b", "c", "d", "e", "f", "g"]
         );
-        assert_eq!(texts("a |& b ;; c"), ["a", "b", "c"]);
+        assert_eq!(texts("a |& b"), ["a", "b"]);
+        assert_eq!(why("a ;; b"), Unmodelled::CaseTerminator);
     }
 
     #[test]
@@ -595,18 +1222,27 @@ mod tests {
             texts("diff <(ls a) >(cat)"),
             ["ls a", "cat", "diff <(...) >(...)"]
         );
-        assert_eq!(texts("echo $((1 + $(id -u)))"), ["id -u", "echo $((...))"]);
+        assert_eq!(texts("echo $((1 + 2*(3-1)))"), ["echo $((...))"]);
+        assert_eq!(why("echo $((1 + $(id -u)))"), Unmodelled::Arithmetic);
+        assert_eq!(
+            texts("echo ${HOME} $1 ${10} $? ${#}"),
+            ["echo $HOME $1 $10 $? $#"]
+        );
     }
 
     #[test]
     fn redirects() {
-        let s = split("ls 2>&1 >/dev/null");
-        assert_eq!(s.commands[0].text(), "ls");
-        assert!(!s.commands[0].writes_file);
-        let s = split("echo hi > out.txt");
-        assert_eq!(s.commands[0].text(), "echo hi > out.txt");
-        assert!(s.commands[0].writes_file);
+        let s = recognize("ls 2>&1 >/dev/null");
+        assert_eq!(s.commands()[0].text(), "ls");
+        assert!(!s.commands()[0].writes_file);
+        let s = recognize("echo hi > out.txt");
+        assert_eq!(s.commands()[0].text(), "echo hi > out.txt");
+        assert!(s.commands()[0].writes_file);
         assert_eq!(texts("cat a &> b"), ["cat a &> b"]);
+        assert!(recognize("echo <> f").commands()[0].writes_file);
+        assert_eq!(why("echo data >&1name"), Unmodelled::FdDuplicationWord);
+        assert_eq!(why("echo {fd}>x"), Unmodelled::NamedFd);
+        assert_eq!(why("cat <<EOF\nx\nEOF"), Unmodelled::Heredoc);
     }
 
     #[test]
@@ -614,21 +1250,54 @@ mod tests {
         assert_eq!(texts("if true; then rm -rf /; fi"), ["true", "rm -rf /"]);
         assert_eq!(texts("{ ls; }"), ["ls"]);
         assert_eq!(texts("echo hi # ; rm -rf /"), ["echo hi"]);
+        assert_eq!(texts("time -p ! ls"), ["ls"]);
+        assert_eq!(why("for x in a; do echo; done"), Unmodelled::Keyword("for"));
+        assert_eq!(why("f() { ls; }"), Unmodelled::FunctionDefinition);
+        assert_eq!(why("a=(1 2)"), Unmodelled::ArrayAssignment);
+        assert_eq!(why("a[0]=1 echo"), Unmodelled::ArrayAssignment);
     }
 
     #[test]
-    fn incomplete() {
-        assert!(!split("echo 'x").complete);
-        assert!(!split("echo $(x").complete);
-        assert!(!split("a )").complete);
-        assert!(!split("echo >").complete);
-        assert!(split("echo ok").complete);
+    fn not_understood() {
+        assert_eq!(why("echo 'x"), Unmodelled::Unterminated);
+        assert_eq!(why("echo $(x"), Unmodelled::Unterminated);
+        assert_eq!(why("a )"), Unmodelled::UnbalancedParenthesis);
+        assert_eq!(why("echo >"), Unmodelled::MissingRedirectTarget);
+        assert_eq!(why("echo ok\r# ; rm -rf x"), Unmodelled::ControlCharacter);
+        assert_eq!(why("echo ${z@P}"), Unmodelled::ParameterOperator);
+        assert_eq!(why("eval echo"), Unmodelled::Builtin("eval"));
+        assert_eq!(why("\"eval\" echo"), Unmodelled::Builtin("eval"));
+        assert_eq!(why("ec* hi"), Unmodelled::CommandWordPattern);
+        assert_eq!(why("$'\\x65cho' hi"), Unmodelled::CommandWordQuoting);
+        assert_eq!(why("echo a!b"), Unmodelled::HistoryExpansion);
+        assert!(matches!(recognize("echo ok"), Recognition::Understood(_)));
+        let r = recognize("echo x\0rm y");
+        assert_eq!(
+            r.not_understood(),
+            Some(NotUnderstood {
+                reason: Unmodelled::ControlCharacter,
+                at: 6
+            })
+        );
+    }
+
+    #[test]
+    fn builtins_with_arguments() {
+        assert_eq!(texts("export A=b C=$HOME"), ["export A=b C=$HOME"]);
+        assert_eq!(why("export -n A"), Unmodelled::BuiltinArguments("export"));
+        assert_eq!(why("declare $x"), Unmodelled::BuiltinArguments("declare"));
+        assert_eq!(texts("set -euo pipefail"), ["set -euo pipefail"]);
+        assert_eq!(why("set -k"), Unmodelled::Builtin("set"));
+        assert_eq!(why("read 'a[$(id)]'"), Unmodelled::BuiltinArguments("read"));
+        assert_eq!(why("[ -v x ]"), Unmodelled::BuiltinArguments("["));
+        assert_eq!(texts("[ -f x ]"), ["[ -f x ]"]);
+        assert_eq!(why("printf -v x y"), Unmodelled::BuiltinArguments("printf"));
     }
 
     #[test]
     fn dynamic_command_word() {
-        assert!(split("$CMD -rf /").commands[0].dynamic_command);
-        assert!(!split("X=$(id) ls").commands[1].dynamic_command);
-        assert!(!split("echo $HOME").commands[0].dynamic_command);
+        assert!(recognize("$CMD -rf /").commands()[0].dynamic_command);
+        assert!(!recognize("X=$(id) ls").commands()[1].dynamic_command);
+        assert!(!recognize("echo $HOME").commands()[0].dynamic_command);
     }
 }

@@ -256,6 +256,46 @@ mod rules {
             c(&["Bash(ls:*)"], &[], ("Bash", json!({"cmd": "ls"})), Ask),
             c(&[], &["Bash"], bash("ls"), Deny),
             c(&["Bash(*)"], &[], bash("ls"), Allow),
+            // --- issue 11: constructs the recognizer does not model ask ---
+            c(&["Bash(echo:*)"], &[], bash("echo ok\r# ; rm -rf x"), Ask),
+            c(&["Bash(echo:*)"], &[], bash("echo ok\0rm -rf x"), Ask),
+            c(
+                &["Bash(echo:*)"],
+                &[],
+                bash("cat <<'EOF'\nit's\nEOF\nrm -rf x"),
+                Ask,
+            ),
+            c(
+                &["Bash(echo:*)"],
+                &[],
+                bash("echo <<EOF\nit's\nEOF\necho 'x\nrm -rf x\n'"),
+                Ask,
+            ),
+            c(
+                &["Bash(echo:*)"],
+                &[],
+                bash("echo ${z:='a[$(touch x)]'} $((z))"),
+                Ask,
+            ),
+            c(&["Bash(echo:*)"], &[], bash("echo ${z@P}"), Ask),
+            c(&["Bash(echo:*)"], &[], bash("echo data >&1name"), Ask),
+            c(&["Bash(echo:*)"], &[], bash("echo() { rm x; }; echo"), Ask),
+            c(&["Bash(echo:*)"], &[], bash("eval echo hi"), Ask),
+            c(&["Bash(echo:*)"], &[], bash("echo $((1 + 2))"), Allow),
+            c(&["Bash(echo:*)"], &[], bash("echo ${HOME} 2>&1"), Allow),
+            c(
+                &["Bash(echo:*)"],
+                &["Bash(rm:*)"],
+                bash("cat <<EOF\nx\nEOF\nrm -rf x"),
+                Deny,
+            ),
+            c(
+                &["Bash(echo:*)"],
+                &["Bash(rm:*)"],
+                bash("echo ${z@P}; rm x"),
+                Deny,
+            ),
+            c(&["Bash"], &[], bash("echo ${z@P}"), Ask),
             // --- paths ---
             c(
                 &[],
@@ -825,8 +865,8 @@ mod splitter_fuzz {
 
         #[test]
         fn never_panics(s in "\\PC{0,200}") {
-            let split = shell::split(&s);
-            for c in &split.commands { let _ = c.text(); }
+            let recognition = shell::recognize(&s);
+            for c in recognition.commands() { let _ = c.text(); }
             let p = policy(&["Bash(ls:*)"], &[], &["Bash(rm:*)"]);
             let _ = p.evaluate("Bash", &json!({"command": s}), &ctx());
         }
