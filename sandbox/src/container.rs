@@ -239,7 +239,14 @@ pub(crate) async fn create_and_start(
         if attempt > 0 {
             tokio::time::sleep(SETUP_RETRY_PAUSE).await;
         }
-        let setup = vec!["chmod".into(), "1777".into(), WORKSPACE.into()];
+        // Also proves the image has the agent's interpreter before any tool call needs it.
+        let setup = vec![
+            "python3".into(),
+            "-I".into(),
+            "-S".into(),
+            "-c".into(),
+            format!("import os; os.chmod({WORKSPACE:?}, 0o1777)"),
+        ];
         setup_result =
             exec::run_housekeeping(docker, &created.id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT)
                 .await;
@@ -254,7 +261,7 @@ pub(crate) async fn create_and_start(
             let _ = remove_container(docker, &created.id).await;
             return Err(SandboxError::Docker {
                 action: "prepare /workspace".into(),
-                message: format!("chmod exited with {code} (does the image have coreutils?)"),
+                message: format!("setup exited with {code} (the sandbox image needs bash and python3)"),
             });
         }
         Err(

@@ -1,31 +1,26 @@
-//! Running one command inside a session container with a hard timeout and capped output.
+//! Running one request in a session container on a pooled in-container agent, with a hard
+//! deadline and capped output.
 //!
-//! Docker cannot kill an exec, so every command runs under a small bash wrapper: coreutils
-//! `timeout` puts the command in its own process group and signals the whole group on expiry
-//! (TERM, then KILL after a grace period). When the command ends — normally or not — the
-//! wrapper sweeps its process group with SIGKILL (a builtin loop, so it works even when the
-//! pids limit is exhausted): background children (`sleep 1000 &`, fork bombs) never outlive
-//! the call. Only a process that deliberately leaves the group (`setsid`) survives, until the
-//! session ends; if that wedges the container (pids exhausted), the host removes it and the
-//! next call gets a fresh one on the same workspace volume.
-//! The command's stdout/stderr go to files in the container's /tmp so that background
-//! children holding the pipes cannot keep a call open, and are streamed back afterwards.
-//! If even the wrapper overruns, the host kills the group from a second exec.
-//!
-//! Docker's exec round trip is the dominant cost of a tool call, so the wrapper runs as a
-//! long-lived *agent*: one exec per concurrently busy call slot, kept in a per-session pool,
-//! taking NUL-separated requests on its stdin. A warm call is a write and a read on an open
-//! connection plus the command's own processes.
+//! Docker cannot kill an exec, and its round trip is the dominant cost of a tool call, so
+//! every request runs on a long-lived *agent* (`agent.py`, one exec per concurrently busy
+//! call slot, kept in a per-session pool) that speaks the framed protocol of `agent.rs`.
+//! The agent runs each command in a session of its own with the timeout (TERM, then KILL
+//! after a grace period), and when it ends kills its process group and then every process
+//! of the sandbox user that no other live call owns (double-forked and `setsid` processes
+//! included): nothing a call starts outlives it. The command's output goes to files in the
+//! container's /tmp, so background children holding pipes cannot keep a call open, and only
+//! head and tail (the capture limit) come back, with the true total size.
+//! If even the agent overruns, the host kills it and its tree from a second exec.
 //!
 //! This module must never log environment values (they carry per-task secrets), never run a
-//! command without the timeout wrapper (except the host's own kill sweep), and never buffer
-//! more than the capture limit per stream.
+//! command without the agent (except the host's own housekeeping), and never buffer more
+//! than the capture limit per stream.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
@@ -34,86 +29,73 @@ use bollard::query_parameters::InspectContainerOptions;
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use crate::agent::{AGENT_SOURCE, Frame, FrameReader, Op, Outcome};
 use crate::error::{SandboxError, docker_status};
 
 /// Seconds between the TERM sent to a timed-out process group and the KILL that follows.
 pub(crate) const KILL_GRACE_SECS: u64 = 2;
-/// Extra time the host waits beyond timeout + grace before it kills the group itself:
+/// Extra time the host waits beyond timeout + grace before it kills the agent itself:
 /// covers streaming the captured output back and a slow Docker engine.
 pub(crate) const HOST_DEADLINE_SLACK: Duration = Duration::from_secs(10);
-/// Host-side limit for the kill sweep exec that runs when the wrapper itself overran.
+/// Host-side limit for the kill sweep exec that runs when the agent itself overran.
 pub(crate) const KILL_SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Exit status of coreutils `timeout` when the TERM it sent ended the command.
-pub(crate) const EXIT_TIMEOUT: i64 = 124;
 /// Exit status of a process killed by SIGKILL (timeout's KILL, or the OOM killer).
 pub(crate) const EXIT_SIGKILL: i64 = 137;
-
-/// The in-container agent: a bash loop on a long-lived exec that runs one request at a time
-/// under the timeout wrapper. `$1` is the agent id (names its files in /tmp/.warden).
-/// Request on stdin, NUL-separated: tag, timeout secs, kill grace secs, env count, env
-/// `K=V`..., argc, argv... Response: the command's stdout then an end marker on stdout, its
-/// stderr then the same marker on stderr; the marker carries the tag and the exit status.
-const AGENT: &str = r#"d=/tmp/.warden
-[ -d "$d" ] || mkdir -p -m 700 "$d" || exit 125
-a="$d/agent-$1"; o="$a.out"; e="$a.err"
-trap 'rm -f "$o" "$e" "$a.pid"' EXIT
-while IFS= read -r -d '' tag && IFS= read -r -d '' t && IFS= read -r -d '' k && IFS= read -r -d '' n; do
-  env=()
-  for ((i = 0; i < n; i++)); do IFS= read -r -d '' x || exit 0; env+=("$x"); done
-  IFS= read -r -d '' n || exit 0
-  argv=()
-  for ((i = 0; i < n; i++)); do IFS= read -r -d '' x || exit 0; argv+=("$x"); done
-  (
-    for x in "${env[@]}"; do export "$x"; done
-    exec timeout -k "$k" "$t" "${argv[@]}"
-  ) >"$o" 2>"$e" </dev/null &
-  p=$!
-  echo "$p" >"$a.pid"
-  { wait "$p"; } 2>/dev/null
-  rc=$?
-  n=0
-  while kill -KILL -- "-$p" 2>/dev/null && [ "$n" -lt 10000 ]; do n=$((n + 1)); done
-  [ -s "$o" ] && cat "$o"
-  printf '\036warden-end:%s:%d\n' "$tag" "$rc"
-  [ -s "$e" ] && cat "$e" >&2
-  printf '\036warden-end:%s:%d\n' "$tag" "$rc" >&2
-done
-"#;
-
-/// Kills an agent's current process group from a second exec, by the agent's pid file.
-const KILL_SWEEP: &str = r#"p=$(cat "/tmp/.warden/agent-$1.pid" 2>/dev/null) || exit 0
-for i in 1 2 3 4 5; do kill -KILL -- "-$p" 2>/dev/null || break; done
-exit 0"#;
-
 /// Idle agents kept per session; more concurrent calls start more, the extra ones exit.
 pub(crate) const MAX_IDLE_AGENTS: usize = 4;
-/// Longest end marker: prefix, 16 hex digits of tag, `:`, status digits, newline.
-const MARKER_WINDOW: usize = 64;
+/// Bytes of file data one request may return (Read's and download's limits are lower).
+pub(crate) const MAX_DATA_BYTES: usize = 512 * 1024 * 1024;
 
-/// Makes exec tags unique within this host process.
+/// Makes agent ids unique within this host process.
 static EXEC_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// One command to run in a session container.
+/// The agent's source without comment lines: a shorter argv for every agent exec, and no
+/// prose in the container's process list.
+fn agent_code() -> &'static str {
+    static CODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CODE.get_or_init(|| {
+        AGENT_SOURCE
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}
+
+/// The interpreter command line that starts the agent source in `mode`.
+pub(crate) fn agent_argv(mode: &str, arg: Option<&str>) -> Vec<String> {
+    let mut v: Vec<String> = vec!["python3".into(), "-I".into(), "-S".into(), "-c".into(), agent_code().into(), mode.into()];
+    v.extend(arg.map(str::to_string));
+    v
+}
+
+/// One request to run in a session container.
 pub(crate) struct ExecRequest<'a> {
-    /// The command and its arguments (not interpreted by a shell unless argv says so).
-    pub argv: Vec<String>,
-    /// Extra environment for this exec only (per-task secrets); never logged.
-    pub env: &'a [(String, String)],
-    /// Hard wall-clock limit for the command.
+    pub op: Op<'a>,
+    /// Hard wall-clock limit for a command (file operations get [`FILE_OP_TIMEOUT`]).
     pub timeout: Duration,
     /// Bytes kept per stream (head + tail).
     pub capture_limit: usize,
 }
 
-/// What a finished exec produced.
+/// Host-side limit for a file operation (stat, read, write) on the agent.
+pub(crate) const FILE_OP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a finished request produced.
 #[derive(Debug)]
 pub(crate) struct ExecResult {
     pub stdout: Captured,
     pub stderr: Captured,
-    /// Exit status (128+N for a signal).
+    /// File bytes (`read`).
+    pub data: Vec<u8>,
+    /// The agent's result fields.
+    pub outcome: Outcome,
+    /// Exit status (128+N for a signal); 0 for file operations.
     pub exit_code: i64,
     /// True when the hard timeout ended the command.
     pub timed_out: bool,
+    /// Commands the agent started for this request (0 or 1).
+    pub new_commands: u64,
 }
 
 /// Why an exec did not produce an [`ExecResult`].
@@ -125,7 +107,7 @@ pub(crate) enum ExecFailure {
     /// The engine could not start a process in the container (pids exhausted, runtime
     /// error); the command never started. The container must be replaced.
     ContainerWedged(String),
-    /// The command may have run but the container stopped cooperating (the wrapper could
+    /// The command may have run but the container stopped cooperating (the agent could
     /// not run or report, or the host deadline passed and the kill sweep failed). The
     /// container must be replaced; the command is not retried.
     Broken(String),
@@ -169,6 +151,34 @@ impl Captured {
             let excess = self.tail.len().saturating_sub(tail_cap);
             self.tail.drain(..excess);
         }
+    }
+
+    /// Records the stream's true size (the agent sends only head and tail).
+    pub(crate) fn set_total(&mut self, total: u64) {
+        self.total = total.max((self.head.len() + self.tail.len()) as u64);
+    }
+
+    /// Bytes kept (head + tail).
+    pub(crate) fn kept(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// Lossy text of at most about `budget` kept bytes (head and tail), with one note that
+    /// states every byte dropped: by the capture limit and by this budget together.
+    pub(crate) fn text_within(&self, budget: usize) -> String {
+        let kept = self.bytes();
+        if self.truncated() == 0 && kept.len() <= budget {
+            return String::from_utf8_lossy(&kept).into_owned();
+        }
+        let head_n = self.head.len().min(budget / 2);
+        let tail_n = self.tail.len().min(budget - head_n);
+        let tail: Vec<u8> = self.tail.iter().skip(self.tail.len() - tail_n).copied().collect();
+        let dropped = self.total - (head_n + tail_n) as u64;
+        format!(
+            "{}\n[... {dropped} bytes truncated ...]\n{}",
+            String::from_utf8_lossy(&self.head[..head_n]),
+            String::from_utf8_lossy(&tail)
+        )
     }
 
     /// Bytes dropped from the middle.
@@ -225,11 +235,13 @@ pub(crate) fn cap_text(text: String, max: usize) -> String {
     )
 }
 
-/// A long-lived exec running [`AGENT`], with its attached stdin and output.
+/// A long-lived exec running the agent, with its attached stdin and output.
 pub(crate) struct Agent {
     container: String,
     id: String,
     exec_id: String,
+    /// Commands this agent reported started so far.
+    started: u64,
     input: Pin<Box<dyn AsyncWrite + Send>>,
     output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
 }
@@ -260,99 +272,29 @@ impl AgentPool {
     }
 }
 
-/// Watches one output stream for this request's end marker.
-struct EndWatch {
-    prefix: Vec<u8>,
-    window: Vec<u8>,
-    /// (exit status, marker length) once seen.
-    seen: Option<(i64, usize)>,
-}
-
-impl EndWatch {
-    fn new(tag: &str) -> Self {
-        Self {
-            prefix: format!("\x1ewarden-end:{tag}:").into_bytes(),
-            window: Vec::new(),
-            seen: None,
-        }
-    }
-
-    fn feed(&mut self, chunk: &[u8]) {
-        self.window.extend_from_slice(chunk);
-        let excess = self.window.len().saturating_sub(MARKER_WINDOW);
-        self.window.drain(..excess);
-        if self.window.last() != Some(&b'\n') {
-            return;
-        }
-        let Some(pos) = self
-            .window
-            .windows(self.prefix.len())
-            .rposition(|w| w == self.prefix.as_slice())
-        else {
-            return;
-        };
-        let digits = &self.window[pos + self.prefix.len()..self.window.len() - 1];
-        if let Some(code) = std::str::from_utf8(digits)
-            .ok()
-            .and_then(|d| d.parse::<i64>().ok())
-        {
-            self.seen = Some((code, self.window.len() - pos));
-        }
-    }
-}
-
 /// Why a request on an agent did not complete.
 enum AgentFailure {
     /// The agent's stream ended (or broke) before any byte of the response.
     DeadBeforeOutput,
     /// The stream ended mid-response.
     DeadMidway,
+    /// The agent wrote something that is not the protocol.
+    Garbled(String),
     /// The host deadline passed.
     Overran,
     /// Docker refused something.
     Docker(ExecFailure),
 }
 
-impl Captured {
-    /// Drops the last `n` bytes (the end marker, always the last thing on a stream).
-    fn drop_last(&mut self, n: usize) {
-        if self.tail.len() >= n {
-            self.tail.truncate(self.tail.len() - n);
-        } else {
-            let from_head = (n - self.tail.len()).min(self.head.len());
-            self.tail.clear();
-            self.head.truncate(self.head.len() - from_head);
-        }
-        self.total = self.total.saturating_sub(n as u64);
-    }
-}
-
-fn random_tag() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(EXEC_COUNTER.fetch_add(1, Ordering::Relaxed));
-    format!("{:016x}", h.finish())
-}
-
 async fn spawn_agent(docker: &Docker, container: &str, user: &str) -> Result<Agent, ExecFailure> {
-    let id = format!(
-        "{}-{}",
-        std::process::id(),
-        EXEC_COUNTER.fetch_add(1, Ordering::Relaxed)
-    );
-    let cmd = vec![
-        "bash".into(),
-        "-c".into(),
-        AGENT.into(),
-        "warden-agent".into(),
-        id.clone(),
-    ];
-    let exec_id = create(docker, container, user, cmd, true).await?;
+    let id = format!("{}-{}", std::process::id(), EXEC_COUNTER.fetch_add(1, Ordering::Relaxed));
+    let exec_id = create(docker, container, user, agent_argv("serve", Some(&id)), true).await?;
     match docker.start_exec(&exec_id, None).await {
         Ok(StartExecResults::Attached { output, input }) => Ok(Agent {
             container: container.to_string(),
             id,
             exec_id,
+            started: 0,
             input,
             output,
         }),
@@ -364,53 +306,33 @@ async fn spawn_agent(docker: &Docker, container: &str, user: &str) -> Result<Age
     }
 }
 
-fn request_bytes(tag: &str, req: &ExecRequest<'_>) -> Vec<u8> {
-    let mut fields: Vec<String> = vec![
-        tag.to_string(),
-        format!("{:.3}", req.timeout.as_secs_f64().max(0.001)),
-        KILL_GRACE_SECS.to_string(),
-        req.env.len().to_string(),
-    ];
-    fields.extend(req.env.iter().map(|(k, v)| format!("{k}={v}")));
-    fields.push(req.argv.len().to_string());
-    fields.extend(req.argv.iter().cloned());
-    let mut out = Vec::new();
-    for f in fields {
-        out.extend_from_slice(f.as_bytes());
-        out.push(0);
-    }
-    out
-}
-
 impl Agent {
-    async fn request(
-        &mut self,
-        req: &ExecRequest<'_>,
-        stdout: &mut Captured,
-        stderr: &mut Captured,
-    ) -> Result<i64, AgentFailure> {
-        let tag = random_tag();
-        let bytes = request_bytes(&tag, req);
+    async fn request(&mut self, req: &ExecRequest<'_>, sink: &mut Replies) -> Result<Outcome, AgentFailure> {
+        let bytes = req.op.encode(req.timeout, Duration::from_secs(KILL_GRACE_SECS), req.capture_limit);
         if self.input.write_all(&bytes).await.is_err() || self.input.flush().await.is_err() {
             return Err(AgentFailure::DeadBeforeOutput);
         }
-        let (mut out_end, mut err_end) = (EndWatch::new(&tag), EndWatch::new(&tag));
+        let mut frames = FrameReader::default();
         let mut got_any = false;
-        let deadline = req.timeout + Duration::from_secs(KILL_GRACE_SECS) + HOST_DEADLINE_SLACK;
+        let deadline = match req.op {
+            Op::Exec { .. } | Op::Bash { .. } => req.timeout + Duration::from_secs(KILL_GRACE_SECS) + HOST_DEADLINE_SLACK,
+            _ => FILE_OP_TIMEOUT,
+        };
         let read = tokio::time::timeout(deadline, async {
-            while out_end.seen.is_none() || err_end.seen.is_none() {
+            loop {
                 match self.output.next().await {
-                    Some(Ok(LogOutput::StdOut { message }))
-                    | Some(Ok(LogOutput::Console { message })) => {
+                    Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
                         got_any = true;
-                        stdout.push(&message);
-                        out_end.feed(&message);
+                        frames.feed(&message);
+                        while let Some(frame) = frames.next().map_err(AgentFailure::Garbled)? {
+                            match frame {
+                                Frame::Result(fields) => return Ok(Outcome(fields)),
+                                other => sink.take(other).map_err(AgentFailure::Garbled)?,
+                            }
+                        }
                     }
-                    Some(Ok(LogOutput::StdErr { message })) => {
-                        got_any = true;
-                        stderr.push(&message);
-                        err_end.feed(&message);
-                    }
+                    // The agent's own stderr: only an interpreter crash writes there.
+                    Some(Ok(LogOutput::StdErr { message })) => sink.agent_stderr.push(&message),
                     Some(Ok(LogOutput::StdIn { .. })) => {}
                     Some(Err(e)) if !got_any => {
                         return Err(match docker_status(&e) {
@@ -423,20 +345,37 @@ impl Agent {
                     None => return Err(AgentFailure::DeadBeforeOutput),
                 }
             }
-            Ok(())
         })
         .await;
         match read {
             Err(_) => Err(AgentFailure::Overran),
-            Ok(Err(f)) => Err(f),
-            Ok(Ok(())) => {
-                let (code, out_len) = out_end.seen.expect("seen");
-                let (_, err_len) = err_end.seen.expect("seen");
-                stdout.drop_last(out_len);
-                stderr.drop_last(err_len);
-                Ok(code)
-            }
+            Ok(r) => r,
         }
+    }
+}
+
+/// Where a request's frames go.
+struct Replies {
+    stdout: Captured,
+    stderr: Captured,
+    data: Vec<u8>,
+    agent_stderr: Captured,
+}
+
+impl Replies {
+    fn new(cap: usize) -> Self {
+        Replies { stdout: Captured::new(cap), stderr: Captured::new(cap), data: Vec::new(), agent_stderr: Captured::new(4096) }
+    }
+
+    fn take(&mut self, frame: Frame) -> Result<(), String> {
+        match frame {
+            Frame::Stdout(d) => self.stdout.push(&d),
+            Frame::Stderr(d) => self.stderr.push(&d),
+            Frame::Data(d) if self.data.len() + d.len() <= MAX_DATA_BYTES => self.data.extend(d),
+            Frame::Data(_) => return Err(format!("agent sent more than {MAX_DATA_BYTES} bytes of file data")),
+            Frame::Result(_) => unreachable!("handled by the caller"),
+        }
+        Ok(())
     }
 }
 
@@ -468,7 +407,7 @@ impl Drop for CancelSweep {
     }
 }
 
-/// Runs `req` in `container` as `user` under the timeout wrapper, on a pooled agent.
+/// Runs `req` in `container` as `user` on a pooled agent.
 pub(crate) async fn run(
     docker: &Docker,
     pool: &AgentPool,
@@ -476,44 +415,52 @@ pub(crate) async fn run(
     user: &str,
     req: ExecRequest<'_>,
 ) -> Result<ExecResult, ExecFailure> {
-    let started = Instant::now();
     loop {
         let (mut agent, reused) = match pool.take(container) {
             Some(a) => (a, true),
             None => (spawn_agent(docker, container, user).await?, false),
         };
-        let mut stdout = Captured::new(req.capture_limit);
-        let mut stderr = Captured::new(req.capture_limit + MARKER_WINDOW);
+        let started_before = agent.started;
+        let mut replies = Replies::new(req.capture_limit);
         let mut on_cancel = CancelSweep::arm(docker, container, user, &agent.id);
-        let outcome = agent.request(&req, &mut stdout, &mut stderr).await;
+        let outcome = agent.request(&req, &mut replies).await;
         on_cancel.disarm();
+        let Replies { mut stdout, mut stderr, data, agent_stderr } = replies;
+        let killed = |stdout, stderr, timed_out| ExecResult {
+            stdout,
+            stderr,
+            data: Vec::new(),
+            outcome: Outcome::default(),
+            exit_code: EXIT_SIGKILL,
+            timed_out,
+            new_commands: 0,
+        };
         match outcome {
-            Ok(exit_code) => {
+            Ok(outcome) => {
+                let started = outcome.num("started").max(0) as u64;
+                let new_commands = started.saturating_sub(started_before);
+                agent.started = started;
                 pool.give(agent);
-                let timed_out = (exit_code == EXIT_TIMEOUT || exit_code == EXIT_SIGKILL)
-                    && started.elapsed() >= req.timeout;
-                return Ok(ExecResult {
-                    stdout,
-                    stderr,
-                    exit_code,
-                    timed_out,
-                });
+                stdout.set_total(outcome.num("out_total").max(0) as u64);
+                stderr.set_total(outcome.num("err_total").max(0) as u64);
+                let exit_code = outcome.num("code");
+                let timed_out = outcome.get("timed_out") == "1";
+                return Ok(ExecResult { stdout, stderr, data, outcome, exit_code, timed_out, new_commands });
             }
             // A pooled agent that died while idle (container killed, engine restarted):
             // the command never reached it; try a fresh one (which detects a gone container).
             Err(AgentFailure::DeadBeforeOutput) if reused => continue,
             Err(AgentFailure::Docker(f)) => return Err(f),
+            Err(AgentFailure::Garbled(why)) => {
+                kill_sweep(docker, container, user, &agent.id).await;
+                return Err(ExecFailure::Broken(format!("the sandbox agent broke the protocol: {why}")));
+            }
             Err(AgentFailure::Overran) => {
-                tracing::warn!(container, agent = %agent.id, "exec overran its host deadline; killing its process group");
+                tracing::warn!(container, agent = %agent.id, "request overran its host deadline; killing the agent and its processes");
                 let swept = kill_sweep(docker, container, user, &agent.id).await;
                 drop(agent);
                 if swept {
-                    return Ok(ExecResult {
-                        stdout,
-                        stderr,
-                        exit_code: EXIT_SIGKILL,
-                        timed_out: true,
-                    });
+                    return Ok(killed(stdout, stderr, true));
                 }
                 return Err(ExecFailure::Broken(format!(
                     "the command overran its {:?} timeout and could not be killed",
@@ -523,32 +470,17 @@ pub(crate) async fn run(
             Err(AgentFailure::DeadBeforeOutput | AgentFailure::DeadMidway) => {
                 // The agent itself died: killed by the OOM killer (a normal outcome for a
                 // memory hog), or the container is going away.
-                let code = docker
-                    .inspect_exec(&agent.exec_id)
-                    .await
-                    .ok()
-                    .and_then(|i| i.exit_code);
-                return match code {
-                    Some(EXIT_SIGKILL) => Ok(ExecResult {
-                        stdout,
-                        stderr,
-                        exit_code: EXIT_SIGKILL,
-                        timed_out: false,
-                    }),
-                    other => match docker
-                        .inspect_container(container, None::<InspectContainerOptions>)
-                        .await
-                    {
-                        Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => {
-                            Err(ExecFailure::Broken(format!(
-                                "the sandbox agent exited unexpectedly (exit {other:?}): {}",
-                                stderr.text().trim()
-                            )))
-                        }
-                        _ => Err(ExecFailure::ContainerGone(
-                            "the container stopped during the call".into(),
-                        )),
-                    },
+                let code = docker.inspect_exec(&agent.exec_id).await.ok().and_then(|i| i.exit_code);
+                if code == Some(EXIT_SIGKILL) {
+                    return Ok(killed(stdout, stderr, false));
+                }
+                return match docker.inspect_container(container, None::<InspectContainerOptions>).await {
+                    Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => Err(ExecFailure::Broken(format!(
+                        "the sandbox agent exited unexpectedly (exit {code:?}): {}{}",
+                        agent_stderr.text().trim(),
+                        if code == Some(127) { " (the sandbox image needs python3)" } else { "" }
+                    ))),
+                    _ => Err(ExecFailure::ContainerGone("the container stopped during the call".into())),
                 };
             }
         }
@@ -615,22 +547,23 @@ async fn create(
         .map_err(|e| classify("create exec", e))
 }
 
-/// Kills a wrapper's process group from a second exec; false when that failed.
+/// Kills an agent, its command and every orphan of the sandbox user from a second exec
+/// (the agent's `kill-agent` mode); false when that failed.
 async fn kill_sweep(docker: &Docker, container: &str, user: &str, agent: &str) -> bool {
-    let cmd = vec![
-        "bash".into(),
-        "-c".into(),
-        KILL_SWEEP.into(),
-        "warden-kill".into(),
-        agent.into(),
-    ];
-    match run_housekeeping(docker, container, user, cmd, KILL_SWEEP_TIMEOUT).await {
+    match run_housekeeping(docker, container, user, agent_argv("kill-agent", Some(agent)), KILL_SWEEP_TIMEOUT).await {
         Ok(0) => true,
         other => {
             tracing::warn!(container, agent, result = ?other, "kill sweep failed");
             false
         }
     }
+}
+
+/// After a host restart: kills every process of the sandbox user in an adopted container
+/// except its init and main process (commands of interrupted tasks, their daemons, agents
+/// of the dead host). Returns whether the sweep ran.
+pub(crate) async fn sweep_all(docker: &Docker, container: &str, user: &str) -> bool {
+    matches!(run_housekeeping(docker, container, user, agent_argv("sweep-all", None), KILL_SWEEP_TIMEOUT).await, Ok(0))
 }
 
 /// 404 (no such container) and 409 (not running) mean the container is gone.
@@ -659,17 +592,14 @@ mod tests {
     }
 
     #[test]
-    fn end_marker_is_found_and_stripped() {
-        let mut c = Captured::new(1000);
-        let mut w = EndWatch::new("abc");
-        for chunk in [&b"oops\n\x1ewarden-en"[..], b"d:abc:3\n"] {
-            c.push(chunk);
-            w.feed(chunk);
-        }
-        let (code, len) = w.seen.unwrap();
-        assert_eq!(code, 3);
-        c.drop_last(len);
-        assert_eq!(c.text(), "oops\n");
+    fn text_within_states_every_dropped_byte() {
+        let mut c = Captured::new(100);
+        c.push(&[b'a'; 50]);
+        c.push(&[b'z'; 50]);
+        c.set_total(1_000_000_000);
+        let t = c.text_within(20);
+        assert!(t.contains("[... 999999980 bytes truncated ...]"), "{t}");
+        assert!(t.starts_with("aaaaaaaaaa\n") && t.ends_with("\nzzzzzzzzzz"), "{t}");
     }
 
     #[test]

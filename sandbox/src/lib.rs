@@ -11,7 +11,7 @@
 //! no capabilities, no root, no file access outside /workspace, no process that outlives
 //! its timeout — and it must never log the per-task environment it passes to Bash.
 
-mod archive;
+mod agent;
 pub mod config;
 pub mod container;
 pub mod error;
@@ -25,4 +25,4 @@ pub use config::{ByteSize, SandboxConfig};
 pub use error::SandboxError;
 pub use metrics::MetricsSnapshot;
 pub use session::{PruneReport, Sandbox, SessionInfo, SessionKey};
-pub use tools::{TOOL_NAMES, ToolOutput, ToolSpec, tool_specs};
+pub use tools::{TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

@@ -19,6 +19,7 @@ pub(crate) struct Metrics {
     pub exec_latency_micros: AtomicU64,
     pub tool_calls: AtomicU64,
     pub tool_errors: AtomicU64,
+    pub commands_started: AtomicU64,
 }
 
 impl Metrics {
@@ -46,6 +47,7 @@ impl Metrics {
             exec_latency_count: get(&self.execs),
             tool_calls_total: get(&self.tool_calls),
             tool_errors_total: get(&self.tool_errors),
+            commands_started_total: get(&self.commands_started),
         }
     }
 }
@@ -73,6 +75,9 @@ pub struct MetricsSnapshot {
     pub tool_calls_total: u64,
     /// Tool calls that ended in an error (result or `SandboxError`).
     pub tool_errors_total: u64,
+    /// Processes the in-container agents started directly (one per Bash/Glob/Grep call
+    /// that ran; file operations start none).
+    pub commands_started_total: u64,
 }
 
 impl MetricsSnapshot {
@@ -107,6 +112,12 @@ impl MetricsSnapshot {
             "counter",
             "Containers recreated after vanishing.",
             self.containers_recreated_total.to_string(),
+        );
+        put(
+            "commands_started_total",
+            "counter",
+            "Processes the in-container agents started (one per command that ran).",
+            self.commands_started_total.to_string(),
         );
         put(
             "execs_total",

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use crate::config::SandboxConfig;
 use crate::container::{self, Names};
 use crate::error::SandboxError;
+use crate::agent::Op;
 use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
 use crate::metrics::{Metrics, MetricsSnapshot};
 
@@ -167,6 +168,8 @@ pub(crate) struct SessionCtx<'a> {
     lease: Lease,
     /// Per-task environment for Bash (secrets); never logged.
     pub(crate) env: &'a [(String, String)],
+    /// The resolved path the call was approved for; resolving to anything else is refused.
+    pub(crate) approved_path: Option<&'a str>,
 }
 
 impl fmt::Debug for Sandbox {
@@ -260,6 +263,7 @@ impl Sandbox {
             docker,
             lease: Lease { slot },
             env,
+            approved_path: None,
         };
         // Create the container now so that creation errors surface before any tool work.
         if let Err(e) = ctx.container().await {
@@ -508,7 +512,7 @@ impl Inner {
     }
 }
 
-impl SessionCtx<'_> {
+impl<'a> SessionCtx<'a> {
     /// The session key.
     pub(crate) fn key(&self) -> &SessionKey {
         &self.lease.slot.key
@@ -572,20 +576,21 @@ impl SessionCtx<'_> {
         &self.inner.config.user
     }
 
-    /// Runs a command under the timeout wrapper; recreates the container once if it vanished
-    /// (the command had not started then, so the retry is safe).
-    pub(crate) async fn exec(
-        &self,
-        argv: Vec<String>,
-        timeout: Duration,
-        with_env: bool,
-    ) -> Result<ExecResult, SandboxError> {
+    /// Pins the call to the resolved path it was approved for.
+    pub(crate) fn pinned(mut self, approved: Option<&'a str>) -> Self {
+        self.approved_path = approved;
+        self
+    }
+
+    /// Runs one agent request (a command under its timeout, or a file operation); recreates
+    /// the container once if it vanished (the request had not started then, so the retry is
+    /// safe).
+    pub(crate) async fn call(&self, op: Op<'_>, timeout: Duration) -> Result<ExecResult, SandboxError> {
         let mut last = String::new();
         for _ in 0..2 {
             let id = self.container().await?;
             let req = ExecRequest {
-                argv: argv.clone(),
-                env: if with_env { self.env } else { &[] },
+                op,
                 timeout,
                 capture_limit: self.inner.config.max_output.0 as usize,
             };
@@ -593,6 +598,7 @@ impl SessionCtx<'_> {
             match exec::run(self.docker, &self.lease.slot.agents, &id, self.user(), req).await {
                 Ok(r) => {
                     self.inner.metrics.exec_done(started.elapsed(), r.timed_out);
+                    self.inner.metrics.commands_started.fetch_add(r.new_commands, Ordering::Relaxed);
                     return Ok(r);
                 }
                 Err(ExecFailure::ContainerGone(why)) => {
@@ -689,6 +695,10 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
         };
         if adopt {
             adopted += 1;
+            // Commands of tasks the previous host was running when it died end here.
+            if !exec::sweep_all(docker, &id, &inner.config.user).await {
+                tracing::warn!(container = %id, "could not sweep the processes of an adopted container");
+            }
         } else {
             tracing::info!(container = %id, "removing leftover session container");
             container::remove_container(docker, &id).await?;

@@ -1,34 +1,21 @@
 //! Confinement of tool paths to /workspace.
 //!
 //! A path is checked twice: lexically on the host (relative paths resolve against
-//! /workspace; `..` may not climb out; absolute paths must lie under /workspace), then
-//! inside the container with `realpath -m`, which resolves symlinks, and the result must
-//! still lie under /workspace. This module must never hand a tool a path it has not
-//! checked both ways, and never follow a path the container resolved outside the workspace.
+//! /workspace; `..` may not climb out; absolute paths must lie under /workspace; no control
+//! characters), then inside the container by the agent, which resolves symlinks beneath
+//! /workspace and refuses any that lead out of it. The resolved path is what the approval
+//! policy sees (besides the lexical one) and what the file operation later opens — without
+//! following any link, so a link planted after the check fails the call instead of leading
+//! elsewhere. This module must never hand a tool a path it has not checked both ways.
 
-use std::time::Duration;
-
+use crate::agent::{Op, Status, TextClass, check_text};
 use crate::container::WORKSPACE;
 use crate::error::SandboxError;
+use crate::exec::FILE_OP_TIMEOUT;
 use crate::session::SessionCtx;
 
-/// Host-side limit for the resolve exec (realpath + stat).
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest path accepted, bytes (Linux PATH_MAX).
 pub(crate) const MAX_PATH_LEN: usize = 4096;
-
-/// Resolves inside the container; `$1` path, `$2` `read` or `write` (write creates the
-/// parent directory — only after the prefix check).
-const RESOLVE: &str = r#"r=$(realpath -m -- "$1") || exit 3
-case "$r" in
-  /workspace|/workspace/*) ;;
-  *) printf '%s' "$r"; exit 4 ;;
-esac
-if [ "$2" = write ]; then
-  mkdir -p -- "$(dirname -- "$r")" || exit 5
-fi
-printf '%s\0' "$r"
-if [ -e "$r" ]; then stat -c '%F|%s|%a' -- "$r"; else printf 'missing'; fi"#;
 
 /// What the caller intends to do with the path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,11 +42,9 @@ pub(crate) struct Target {
     pub path: String,
     pub kind: Kind,
     pub size: u64,
-    /// Permission bits (octal digits as given by stat), for preserving on rewrite.
-    pub mode: u32,
 }
 
-/// Lexical normalisation: absolute, no `.`/`..`, and under /workspace.
+/// Lexical normalisation: absolute, no `.`/`..`, no control characters, under /workspace.
 pub(crate) fn lexical(path: &str) -> Result<String, SandboxError> {
     if path.is_empty() {
         return Err(SandboxError::InvalidInput {
@@ -67,12 +52,13 @@ pub(crate) fn lexical(path: &str) -> Result<String, SandboxError> {
             message: "empty path".into(),
         });
     }
-    if path.len() > MAX_PATH_LEN || path.contains('\0') {
+    if path.len() > MAX_PATH_LEN {
         return Err(SandboxError::InvalidInput {
             tool: "path".into(),
-            message: format!("path longer than {MAX_PATH_LEN} bytes or containing NUL"),
+            message: format!("path longer than {MAX_PATH_LEN} bytes"),
         });
     }
+    check_text("path", "path", path, TextClass::Strict)?;
     let joined = if path.starts_with('/') {
         path.to_string()
     } else {
@@ -114,82 +100,45 @@ pub(crate) async fn resolve(
     purpose: Purpose,
 ) -> Result<Target, SandboxError> {
     let normal = lexical(path)?;
-    let argv = vec![
-        "bash".to_string(),
-        "-c".to_string(),
-        RESOLVE.to_string(),
-        "warden-resolve".to_string(),
-        normal,
-        if purpose == Purpose::Write {
-            "write"
-        } else {
-            "read"
-        }
-        .to_string(),
-    ];
-    let r = ctx.exec(argv, RESOLVE_TIMEOUT, false).await?;
-    let out = r.stdout.bytes();
-    let err = r.stderr.text();
-    match r.exit_code {
-        0 => {}
-        4 => {
+    let r = ctx
+        .call(Op::Stat { path: &normal, for_write: purpose == Purpose::Write }, FILE_OP_TIMEOUT)
+        .await?;
+    let o = &r.outcome;
+    match o.status() {
+        Status::Ok => {}
+        Status::Outside => {
             return Err(SandboxError::PathOutsideWorkspace {
                 path: path.to_string(),
-                resolved: String::from_utf8_lossy(&out).into_owned(),
+                resolved: o.get("resolved").to_string(),
             });
         }
-        5 => {
-            return Err(SandboxError::File {
-                path: path.to_string(),
-                message: format!("cannot create its parent directory: {}", err.trim()),
-            });
-        }
-        code => {
-            return Err(SandboxError::File {
-                path: path.to_string(),
-                message: format!("cannot resolve it (exit {code}): {}", err.trim()),
-            });
+        Status::Error(message) | Status::Refused(message) => {
+            return Err(SandboxError::File { path: path.to_string(), message });
         }
     }
-    let Some(nul) = out.iter().position(|b| *b == 0) else {
+    let resolved = o.get("resolved").to_string();
+    // Second opinion on the host: the container said it is inside; make sure.
+    if !is_inside(&resolved) || lexical(&resolved).ok().as_deref() != Some(resolved.as_str()) {
+        return Err(SandboxError::PathOutsideWorkspace { path: path.to_string(), resolved });
+    }
+    if let Some(approved) = ctx.approved_path
+        && approved != resolved
+    {
         return Err(SandboxError::File {
             path: path.to_string(),
-            message: "unexpected resolver output".into(),
-        });
-    };
-    let resolved = String::from_utf8_lossy(&out[..nul]).into_owned();
-    // Second opinion on the host: the container said it is inside; make sure.
-    if !is_inside(&resolved) {
-        return Err(SandboxError::PathOutsideWorkspace {
-            path: path.to_string(),
-            resolved,
+            message: format!("now resolves to {resolved}, not {approved} as when the call was approved; refused"),
         });
     }
-    let info = String::from_utf8_lossy(&out[nul + 1..]).trim().to_string();
-    if info == "missing" {
-        return Ok(Target {
-            path: resolved,
-            kind: Kind::Missing,
-            size: 0,
-            mode: 0o644,
-        });
-    }
-    let mut it = info.split('|');
-    let (ftype, size, mode) = (
-        it.next().unwrap_or(""),
-        it.next().unwrap_or("0"),
-        it.next().unwrap_or("644"),
-    );
-    let kind = match ftype {
-        "regular file" | "regular empty file" => Kind::File,
-        "directory" => Kind::Dir,
-        other => Kind::Other(other.to_string()),
+    let kind = match o.get("kind") {
+        "missing" => Kind::Missing,
+        "file" => Kind::File,
+        "dir" => Kind::Dir,
+        other => Kind::Other(other.strip_prefix("other:").unwrap_or(other).to_string()),
     };
     Ok(Target {
         path: resolved,
         kind,
-        size: size.parse().unwrap_or(0),
-        mode: u32::from_str_radix(mode, 8).unwrap_or(0o644),
+        size: o.num("size").max(0) as u64,
     })
 }
 

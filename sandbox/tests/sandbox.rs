@@ -377,7 +377,7 @@ mod tools {
             bash_ok(&sb, &k, "echo \"[${API_TOKEN:-unset}]\"").await,
             "[unset]\n"
         );
-        let state = bash_ok(&sb, &k, "cat /tmp/.warden/state.sh").await;
+        let state = bash_ok(&sb, &k, "tr '\\0' '\\n' < /tmp/.warden/state.bin").await;
         assert!(
             !state.contains("s3cr3t") && state.contains("GREETING"),
             "{state}"
@@ -1046,6 +1046,238 @@ mod sessions {
     }
 }
 
+/// Issue 11's tool-call boundary: framed protocol, processes, session state, links, notes.
+mod boundary {
+    use super::*;
+    use proptest::strategy::{Just, Strategy, ValueTree};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+    /// Command lines of every process in the session container (as the sandbox user sees).
+    async fn processes(sb: &Sandbox, k: &SessionKey) -> String {
+        bash_ok(sb, k, "for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr '\\0' ' ' < $p/cmdline && echo; done").await
+    }
+
+    /// Regression (issue 11): `setsid`, `setsid -f`, double fork and `nohup … & disown`
+    /// all survived their call.
+    pub async fn detached_processes_end_with_their_call(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("detached");
+        bash_ok(
+            &sb,
+            &k,
+            "setsid sleep 1001 & setsid -f bash -c 'while :; do sleep 1; done'; (sleep 1002 &); \
+             nohup sleep 1003 >/dev/null 2>&1 & disown; setsid bash -c '(sleep 1004 &)' ; echo started",
+        )
+        .await;
+        let ps = processes(&sb, &k).await;
+        for leftover in ["sleep 1001", "while :", "sleep 1002", "sleep 1003", "sleep 1004"] {
+            assert!(!ps.contains(leftover), "`{leftover}` outlived its call:\n{ps}");
+        }
+        assert!(ps.contains("sleep infinity"), "the container's main process survives:\n{ps}");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Regression (issue 11): after a host crash, the commands of interrupted tasks kept
+    /// running in the adopted container.
+    pub async fn adoption_kills_commands_of_the_dead_host(c: Ctx) {
+        let k = key("adopt-kill");
+        {
+            let crashed = c.sandbox();
+            bash_ok(&crashed, &k, "true").await;
+            let id = container_of(&crashed, &k).await;
+            // A command still running when the host died (started outside any agent call).
+            docker(&["exec", "-d", "-u", "1000:1000", &id, "sleep", "1234"]);
+            docker(&["exec", "-d", "-u", "1000:1000", &id, "setsid", "sleep", "1235"]);
+            std::thread::sleep(Duration::from_millis(300));
+            // Dropped without shutdown: the host "crashed".
+        }
+        let restarted = c.sandbox();
+        restarted.connect().await.unwrap();
+        let ps = processes(&restarted, &k).await;
+        assert!(!ps.contains("sleep 1234") && !ps.contains("sleep 1235"), "{ps}");
+        restarted.shutdown().await.unwrap();
+    }
+
+    /// Regression (issue 11): a hook planted in the persisted shell state ran while a later
+    /// task's secrets were in the environment, and copied them for a third task.
+    pub async fn planted_state_never_sees_a_later_tasks_secret(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("state-hook");
+        const SECRET: &str = "tok-7f3a9c1e55d04b2a";
+        // Task A (no secrets) plants every hook it can.
+        bash_ok(
+            &sb,
+            &k,
+            "printf 'env > /workspace/leak1\\n' > /workspace/hook.sh; \
+             export BASH_ENV=/workspace/hook.sh ENV=/workspace/hook.sh PROMPT_COMMAND='env > /workspace/leak2'; \
+             ls() { env > /workspace/leak3; command ls \"$@\"; }; export -f ls; \
+             export LD_PRELOAD=/workspace/nothing.so; \
+             printf '\\nenv > /workspace/leak4\\n' >> /tmp/.warden/state.bin; true",
+        )
+        .await;
+        // Task B gets the secret and copies it into exported variables and the state file.
+        let env = vec![("API_TOKEN".to_string(), SECRET.to_string())];
+        let o = sb
+            .call_tool(
+                &k,
+                "Bash",
+                json!({"command": "ls >/dev/null; export STOLEN=\"x$API_TOKEN\" ALSO=$API_TOKEN; echo ok"}),
+                &env,
+            )
+            .await
+            .unwrap();
+        assert_eq!(o.content, "ok\n", "B runs normally");
+        // Task C (no secrets) looks everywhere it can.
+        let seen = bash_ok(
+            &sb,
+            &k,
+            "cat /workspace/leak* 2>/dev/null; env; tr '\\0' '\\n' < /tmp/.warden/state.bin; \
+             grep -rl -- 'tok-7f3a' /workspace /tmp 2>/dev/null; echo done",
+        )
+        .await;
+        assert!(!seen.contains(SECRET) && !seen.contains("tok-7f3a"), "{seen}");
+        assert!(!seen.contains("BASH_ENV") && !seen.contains("LD_PRELOAD"), "{seen}");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Regression (issue 11): a command printing far more than the cap reported "84 bytes"
+    /// truncated; the note must state what was really dropped.
+    pub async fn truncation_note_states_the_real_size(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.max_output = warden_sandbox::ByteSize(16 * 1024));
+        let k = key("trunc");
+        let o = bash(&sb, &k, "head -c 20000000 /dev/zero | tr '\\0' q; echo; head -c 3000000 /dev/zero | tr '\\0' z >&2").await;
+        let dropped: Vec<u64> = o
+            .content
+            .match_indices("[... ")
+            .map(|(at, _)| {
+                let rest = &o.content[at + 5..];
+                rest[..rest.find(' ').unwrap()].parse().unwrap()
+            })
+            .collect();
+        assert_eq!(dropped.len(), 2, "one note per stream: {}", &o.content[..200.min(o.content.len())]);
+        let kept_a = o.content.matches('q').count() as u64;
+        let kept_b = o.content.matches('z').count() as u64;
+        // The trailing newline is always in the kept tail.
+        assert_eq!(dropped[0] + kept_a, 20_000_000, "stdout: kept {kept_a} + dropped {}", dropped[0]);
+        assert_eq!(dropped[1] + kept_b, 3_000_000, "stderr: kept {kept_b} + dropped {}", dropped[1]);
+        assert!(o.content.len() <= 16 * 1024, "{}", o.content.len());
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Strings mixing text, quotes, newlines, control characters, NUL and forged protocol
+    /// bytes (old end markers, frame headers).
+    fn hostile_string() -> impl Strategy<Value = String> {
+        let piece = proptest::prop_oneof![
+            "[a-z ./*-]{0,8}",
+            proptest::char::range('\0', '\u{1f}').prop_map(String::from),
+            Just("\0".to_string()),
+            Just("\u{1e}warden-end:0:0\n".to_string()),
+            Just("r\0\0\0\u{4}".to_string()),
+            Just("'\";`$(echo INJECTED)`".to_string()),
+            Just("\u{7f}\u{85}é".to_string()),
+        ];
+        proptest::collection::vec(piece, 0..6).prop_map(|v| v.concat())
+    }
+
+    fn has_control(s: &str) -> bool {
+        s.chars().any(char::is_control)
+    }
+
+    /// Property (issue 11): random bytes in every string field of every tool start at most
+    /// one command, none when a field holds NUL (or, outside commands and file content, any
+    /// control character), and never desynchronise the agent: the next call gets exactly
+    /// its own output.
+    pub async fn random_bytes_start_at_most_one_command(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("fuzz");
+        bash_ok(&sb, &k, "mkdir -p d && echo hello > d/f.txt").await;
+        let cases: usize = std::env::var("WARDEN_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+        let mut runner = TestRunner::new_with_rng(
+            Config::default(),
+            TestRng::from_seed(RngAlgorithm::ChaCha, &[11; 32]),
+        );
+        let s = hostile_string();
+        for i in 0..cases {
+            let mut g = || s.new_tree(&mut runner).unwrap().current();
+            let (a, b, cc) = (g(), g(), g());
+            let calls = [
+                ("Bash", json!({"command": format!("echo {a}"), "timeout": 3000}), !a.contains('\0'), true),
+                ("Read", json!({"file_path": format!("d/{a}")}), !has_control(&a), false),
+                ("Write", json!({"file_path": format!("w/{a}"), "content": b}), !has_control(&a) && !b.contains('\0'), false),
+                ("Edit", json!({"file_path": "d/f.txt", "old_string": format!("zz{a}"), "new_string": b}), !a.contains('\0') && !b.contains('\0'), false),
+                ("Grep", json!({"pattern": format!("x{a}"), "path": "d", "glob": cc}), !has_control(&a) && !has_control(&cc), true),
+                ("Glob", json!({"pattern": format!("*{a}"), "path": "d"}), !has_control(&a), true),
+            ];
+            for (tool, input, valid, runs_command) in calls {
+                let before = sb.metrics().commands_started_total;
+                let r = sb.call_tool(&k, tool, input.clone(), &[]).await;
+                let started = sb.metrics().commands_started_total - before;
+                if !valid {
+                    assert!(matches!(r, Err(SandboxError::InvalidInput { .. })), "case {i} {tool} {input}: {r:?}");
+                    assert_eq!(started, 0, "case {i} {tool} {input}: refused input started a command");
+                } else {
+                    assert!(started <= u64::from(runs_command), "case {i} {tool} {input}: {started} commands");
+                }
+                let canary = format!("canary-{i}-{tool}");
+                assert_eq!(bash_ok(&sb, &k, &format!("echo {canary}")).await, format!("{canary}\n"), "after case {i} {tool} {input}");
+            }
+        }
+        let ps = processes(&sb, &k).await;
+        assert!(!ps.contains("INJECTED"), "{ps}");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Property (issue 11): a directory swapped for a link out of the workspace while Read
+    /// and Write run never lets either leave it.
+    pub async fn symlink_swaps_never_leave_the_workspace(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("swap");
+        bash_ok(&sb, &k, "mkdir -p /tmp/out && echo OUTSIDE > /tmp/out/f && mkdir -p d && echo inside > d/f").await;
+        let rounds: usize = std::env::var("WARDEN_SWAP_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
+        let racer = {
+            let (sb, k) = (sb.clone(), k.clone());
+            tokio::spawn(async move {
+                sb.call_tool(&k, "Bash", json!({"command": "end=$((SECONDS+40)); while [ $SECONDS -lt $end ] && [ ! -e stop ]; do \
+                    rm -rf d; ln -s /tmp/out d; rm -f d; mkdir d; echo inside > d/f; done", "timeout": 60000}), &[]).await
+            })
+        };
+        let (mut inside, mut refused) = (0, 0);
+        for i in 0..rounds {
+            let r = if i % 2 == 0 {
+                sb.call_tool(&k, "Read", json!({"file_path": "d/f"}), &[]).await
+            } else {
+                sb.call_tool(&k, "Write", json!({"file_path": "d/f", "content": "written\n"}), &[]).await
+            };
+            match r {
+                Ok(ref o) if !o.is_error => inside += 1,
+                _ => refused += 1,
+            }
+            if let Ok(o) = &r {
+                assert!(!o.content.contains("OUTSIDE"), "round {i}: {}", o.content);
+            }
+        }
+        bash_ok(&sb, &k, "touch stop").await;
+        racer.await.unwrap().unwrap();
+        let out = bash_ok(&sb, &k, "cat /tmp/out/f; ls /tmp/out").await;
+        assert_eq!(out, "OUTSIDE\nf\n", "nothing written outside the workspace");
+        assert!(inside > 0, "some operations ran ({inside} ok, {refused} refused)");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Read and Grep of a link to a denied file report the resolved path, so the approval
+    /// policy can judge the file that would really be read.
+    pub async fn resolved_path_follows_links_inside_only(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("resolve");
+        bash_ok(&sb, &k, "echo SECRET > .env; mkdir -p docs; ln -s ../.env docs/link-to-env; ln -s /etc/passwd docs/out").await;
+        assert_eq!(sb.resolve_path(&k, "docs/link-to-env").await.unwrap(), "/workspace/.env");
+        assert_eq!(sb.resolve_path(&k, "/workspace/docs/../docs/link-to-env").await.unwrap(), "/workspace/.env");
+        assert!(matches!(sb.resolve_path(&k, "docs/out").await, Err(SandboxError::PathOutsideWorkspace { .. })));
+        assert_eq!(sb.resolve_path(&k, "docs/new/file").await.unwrap(), "/workspace/docs/new/file");
+        sb.shutdown().await.unwrap();
+    }
+}
+
 type TestFn = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 macro_rules! tests {
@@ -1080,6 +1312,13 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         sessions::prune_removes_leftovers,
         sessions::docker_unavailable_is_clear,
         sessions::missing_image_is_clear,
+        boundary::detached_processes_end_with_their_call,
+        boundary::adoption_kills_commands_of_the_dead_host,
+        boundary::planted_state_never_sees_a_later_tasks_secret,
+        boundary::truncation_note_states_the_real_size,
+        boundary::random_bytes_start_at_most_one_command,
+        boundary::symlink_swaps_never_leave_the_workspace,
+        boundary::resolved_path_follows_links_inside_only,
     ]
 }
 

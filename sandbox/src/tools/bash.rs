@@ -1,42 +1,29 @@
 //! Bash: one shell command per call, with cwd and exported variables persisting per session.
 //!
-//! Each call sources the session's state file (/tmp/.warden/state.sh in the container),
-//! runs the command, and on exit writes `export -p` plus the working directory back. The
-//! per-task secrets in `env` win over persisted variables and are removed before the state
-//! is saved, so they never outlive the call. Processes the command starts (also `&` jobs)
-//! are killed when it ends — a call is the unit of work; nothing runs on unobserved. This module must never log the command's
-//! environment, never persist a secret, and never run a command outside the timeout wrapper.
+//! The session's shell state is data, not a script: after each command the agent records
+//! the working directory and exported variables, drops every variable that changes how a
+//! shell or loader starts (`BASH_ENV`, exported functions, `LD_*`, …) and every variable
+//! whose name or value is one of the call's per-task secrets, and restores the rest into
+//! the next call's environment. Nothing from the state is ever sourced, so no earlier call
+//! can run code while a later task's secrets are in the environment. Processes the command
+//! starts (also `&` jobs, `setsid` and double-forked daemons) are killed when it ends — a
+//! call is the unit of work; nothing runs on unobserved. This module must never log the
+//! command's environment, never persist a secret, and never run a command outside the agent.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::ToolOutput;
+use crate::agent::Op;
 use crate::error::SandboxError;
-use crate::exec::{EXIT_SIGKILL, cap_text};
+use crate::exec::{Captured, EXIT_SIGKILL, cap_text};
 use crate::session::SessionCtx;
 
 /// Longest timeout a Bash call may ask for, milliseconds (Claude Code's maximum, 10 min).
 pub const MAX_TIMEOUT_MS: u64 = 600_000;
-
-/// Runs the user's command in a shell that restores and saves the session state.
-/// `$1` the command, `$2` space-separated names of per-task secrets.
-const RUNNER: &str = r#"__warden_state=/tmp/.warden/state.sh
-__warden_secrets=$2
-cd /workspace 2>/dev/null
-declare -A __warden_keep
-for __warden_n in $__warden_secrets; do __warden_keep[$__warden_n]=${!__warden_n}; done
-if [ -r "$__warden_state" ]; then . "$__warden_state" >/dev/null 2>&1; fi
-for __warden_n in $__warden_secrets; do export "$__warden_n=${__warden_keep[$__warden_n]}"; done
-unset __warden_keep __warden_n
-__warden_save() {
-  local n
-  for n in $__warden_secrets; do unset "$n" 2>/dev/null; done
-  { export -p; printf 'cd -- %q 2>/dev/null\n' "$PWD"; } >"$__warden_state.$$" 2>/dev/null \
-    && mv -f "$__warden_state.$$" "$__warden_state"
-}
-trap __warden_save EXIT
-eval "$1""#;
+/// Room kept in the output cap for the notes (stderr label, truncation, exit code).
+const NOTE_ROOM: usize = 256;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct BashInput {
@@ -81,29 +68,11 @@ pub(crate) async fn run(
             message: "command must not be empty".into(),
         });
     }
-    let secret_names = ctx
-        .env
-        .iter()
-        .map(|(k, _)| k.as_str())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let argv = vec![
-        "bash".into(),
-        "-c".into(),
-        RUNNER.into(),
-        "warden-bash".into(),
-        input.command,
-        secret_names,
-    ];
-    let r = ctx.exec(argv, timeout, true).await?;
-    let mut content = r.stdout.text();
-    if !r.stderr.is_empty() {
-        if !content.is_empty() && !content.ends_with('\n') {
-            content.push('\n');
-        }
-        content.push_str("[stderr]\n");
-        content.push_str(&r.stderr.text());
+    let r = ctx.call(Op::Bash { command: &input.command, secrets: ctx.env }, timeout).await?;
+    if let crate::agent::Status::Refused(why) = r.outcome.status() {
+        return Err(SandboxError::InvalidInput { tool: "Bash".into(), message: why });
     }
+    let mut content = streams_text(&r.stdout, &r.stderr, cap.saturating_sub(NOTE_ROOM).max(2));
     let is_error = r.timed_out || r.exit_code != 0;
     if r.timed_out {
         if !content.is_empty() && !content.ends_with('\n') {
@@ -128,4 +97,22 @@ pub(crate) async fn run(
         content: cap_text(content, cap),
         is_error,
     })
+}
+
+/// stdout, then stderr under a `[stderr]` label, within `budget` kept bytes in all: each
+/// stream gets what it needs up to half, the rest goes to the other; every truncation note
+/// states the stream's true dropped size.
+fn streams_text(stdout: &Captured, stderr: &Captured, budget: usize) -> String {
+    let (o, e) = (stdout.kept(), stderr.kept());
+    let e_budget = e.min(budget.saturating_sub(o.min(budget / 2)));
+    let o_budget = budget - e_budget;
+    let mut content = stdout.text_within(o_budget);
+    if !stderr.is_empty() {
+        if !content.is_empty() && !content.ends_with('\n') {
+            content.push('\n');
+        }
+        content.push_str("[stderr]\n");
+        content.push_str(&stderr.text_within(e_budget));
+    }
+    content
 }

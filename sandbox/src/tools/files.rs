@@ -1,13 +1,15 @@
 //! Read, Write and Edit, plus the host's binary-safe `upload_file` / `download_file`.
 //!
-//! File bytes travel only through the archive API. These functions must never touch a
+//! File bytes travel as data frames of the agent protocol, and the agent opens the resolved
+//! path as the sandbox user without following any link. These functions must never touch a
 //! path that `workspace::resolve` has not confined, and never show binary content as text.
 
 use serde::Deserialize;
 
 use super::ToolOutput;
-use crate::archive;
+use crate::agent::{Op, Status};
 use crate::error::SandboxError;
+use crate::exec::FILE_OP_TIMEOUT;
 use crate::exec::cap_text;
 use crate::session::{Sandbox, SessionCtx, SessionKey};
 use crate::workspace::{self, Kind, Purpose, Target};
@@ -63,27 +65,24 @@ fn not_a_file(path: &str, t: &Target) -> Option<ToolOutput> {
     }
 }
 
+/// Reads a confined file through the agent (no link followed; at most `max` bytes).
 async fn fetch(ctx: &SessionCtx<'_>, t: &Target, max: u64) -> Result<Vec<u8>, SandboxError> {
-    let id = ctx.container().await?;
-    archive::download(ctx.docker, &id, &t.path, max).await
+    let r = ctx.call(Op::Read { path: &t.path, max }, FILE_OP_TIMEOUT).await?;
+    match r.outcome.status() {
+        Status::Ok => Ok(r.data),
+        Status::Outside => Err(SandboxError::PathOutsideWorkspace { path: t.path.clone(), resolved: t.path.clone() }),
+        Status::Error(message) | Status::Refused(message) => Err(SandboxError::File { path: t.path.clone(), message }),
+    }
 }
 
-async fn store(
-    ctx: &SessionCtx<'_>,
-    t: &Target,
-    data: &[u8],
-    mode: u32,
-) -> Result<(), SandboxError> {
-    let (uid, gid) = ctx
-        .inner
-        .config
-        .uid_gid()
-        .ok_or_else(|| SandboxError::Config("sandbox.user is not numeric".into()))?;
-    let (dir, name) = t.path.rsplit_once('/').unwrap_or(("/workspace", &t.path));
-    let dir = if dir.is_empty() { "/" } else { dir };
-    let tar = archive::pack_file(name, data, mode, uid, gid)?;
-    let id = ctx.container().await?;
-    archive::upload(ctx.docker, &id, dir, tar).await
+/// Replaces a confined file through the agent (no link followed; mode kept when it existed).
+async fn store(ctx: &SessionCtx<'_>, t: &Target, data: &[u8]) -> Result<(), SandboxError> {
+    let r = ctx.call(Op::Write { path: &t.path, data }, FILE_OP_TIMEOUT).await?;
+    match r.outcome.status() {
+        Status::Ok => Ok(()),
+        Status::Outside => Err(SandboxError::PathOutsideWorkspace { path: t.path.clone(), resolved: t.path.clone() }),
+        Status::Error(message) | Status::Refused(message) => Err(SandboxError::File { path: t.path.clone(), message }),
+    }
 }
 
 pub(crate) async fn read(
@@ -156,13 +155,7 @@ pub(crate) async fn write(
         Kind::File => true,
         _ => return Ok(not_a_file(path, &t).expect("not a file")),
     };
-    store(
-        ctx,
-        &t,
-        input.content.as_bytes(),
-        if existed { t.mode } else { 0o644 },
-    )
-    .await?;
+    store(ctx, &t, input.content.as_bytes()).await?;
     Ok(ToolOutput::ok(if existed {
         format!(
             "The file {path} has been overwritten ({} bytes).",
@@ -223,7 +216,7 @@ pub(crate) async fn edit(
     } else {
         text.replacen(&input.old_string, &input.new_string, 1)
     };
-    store(ctx, &t, updated.as_bytes(), t.mode).await?;
+    store(ctx, &t, updated.as_bytes()).await?;
     Ok(ToolOutput::ok(format!(
         "The file {path} has been updated ({count} replacement{}).",
         if count == 1 { "" } else { "s" }
@@ -248,8 +241,7 @@ impl Sandbox {
         let ctx = self.session(key, &[]).await?;
         let t = workspace::resolve(&ctx, path, Purpose::Write).await?;
         match &t.kind {
-            Kind::Missing => store(&ctx, &t, data, 0o644).await,
-            Kind::File => store(&ctx, &t, data, t.mode).await,
+            Kind::Missing | Kind::File => store(&ctx, &t, data).await,
             _ => Err(SandboxError::File {
                 path: path.into(),
                 message: "exists and is not a regular file".into(),

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 
+use crate::agent::{TextClass, check_text};
 use crate::error::SandboxError;
 use crate::session::{Sandbox, SessionKey};
 
@@ -132,7 +133,37 @@ pub fn tool_specs() -> Vec<ToolSpec> {
     ]
 }
 
+/// Fields whose text is data written into a file, not a name, pattern or command: any
+/// character is allowed (they travel as length-prefixed bytes).
+const CONTENT_FIELDS: [&str; 3] = ["content", "old_string", "new_string"];
+
+/// The one input check every tool call passes before anything reaches a container: every
+/// string field is refused when it holds NUL, and every field but commands and file
+/// content when it holds any other control character. The error names tool and field.
+pub(crate) fn validate_strings(tool: &str, input: &Value) -> Result<(), SandboxError> {
+    fn walk(tool: &str, field: &str, v: &Value) -> Result<(), SandboxError> {
+        match v {
+            Value::String(s) => {
+                let class = if field == "command" || CONTENT_FIELDS.contains(&field) {
+                    TextClass::Command
+                } else {
+                    TextClass::Strict
+                };
+                check_text(tool, field, s, class)
+            }
+            Value::Array(items) => items.iter().try_for_each(|x| walk(tool, field, x)),
+            Value::Object(map) => map.iter().try_for_each(|(k, x)| {
+                check_text(tool, "field name", k, TextClass::Strict)?;
+                walk(tool, k, x)
+            }),
+            _ => Ok(()),
+        }
+    }
+    walk(tool, "input", input)
+}
+
 pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: Value) -> Result<T, SandboxError> {
+    validate_strings(tool, &input)?;
     serde_json::from_value(input).map_err(|e| SandboxError::InvalidInput {
         tool: tool.to_string(),
         message: e.to_string(),
@@ -167,7 +198,44 @@ fn validate_env(env: &[(String, String)]) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// The path field a file tool reads or writes (Read/Write/Edit `file_path`, Glob/Grep
+/// `path`, default /workspace), or `None` for tools without one.
+pub fn tool_path(tool: &str, input: &Value) -> Option<String> {
+    let field = match tool {
+        "Read" | "Write" | "Edit" => "file_path",
+        "Glob" | "Grep" => "path",
+        _ => return None,
+    };
+    match input.get(field).and_then(Value::as_str) {
+        Some(p) if !p.is_empty() => Some(p.to_string()),
+        _ if field == "path" => Some(crate::container::WORKSPACE.to_string()),
+        _ => None,
+    }
+}
+
 impl Sandbox {
+    /// The path a file tool would really use for `path`: symlinks resolved beneath
+    /// /workspace (a link out of it is an error). The host shows it to the approval policy
+    /// besides the path as given, so a rule about `.env` also covers `docs/link-to-env`,
+    /// and then pins the call to it with [`Sandbox::call_tool_pinned`].
+    pub async fn resolve_path(&self, key: &SessionKey, path: &str) -> Result<String, SandboxError> {
+        let ctx = self.session(key, &[]).await?;
+        Ok(crate::workspace::resolve(&ctx, path, crate::workspace::Purpose::Read).await?.path)
+    }
+
+    /// [`Sandbox::call_tool`], refusing the call when its path no longer resolves to
+    /// `approved` (a link swapped between the approval and the call).
+    pub async fn call_tool_pinned(
+        &self,
+        key: &SessionKey,
+        tool: &str,
+        input: Value,
+        env: &[(String, String)],
+        approved: Option<&str>,
+    ) -> Result<ToolOutput, SandboxError> {
+        self.call_tool_inner(key, tool, input, env, approved).await
+    }
+
     /// Runs one tool call in the session's sandbox (creating the container on first use).
     ///
     /// `env` is extra environment for Bash (per-task secrets); it is never logged and not
@@ -182,11 +250,22 @@ impl Sandbox {
         input: Value,
         env: &[(String, String)],
     ) -> Result<ToolOutput, SandboxError> {
+        self.call_tool_inner(key, tool, input, env, None).await
+    }
+
+    async fn call_tool_inner(
+        &self,
+        key: &SessionKey,
+        tool: &str,
+        input: Value,
+        env: &[(String, String)],
+        approved: Option<&str>,
+    ) -> Result<ToolOutput, SandboxError> {
         self.inner
             .metrics
             .tool_calls
             .fetch_add(1, Ordering::Relaxed);
-        let result = self.dispatch(key, tool, input, env).await;
+        let result = self.dispatch(key, tool, input, env, approved).await;
         if !matches!(
             result,
             Ok(ToolOutput {
@@ -217,40 +296,41 @@ impl Sandbox {
         tool: &str,
         input: Value,
         env: &[(String, String)],
+        approved: Option<&str>,
     ) -> Result<ToolOutput, SandboxError> {
         // Validate before touching Docker, so bad calls fail the same way everywhere.
         let cap = self.inner.config.max_output.0 as usize;
         match tool {
             "Read" => {
                 let i = parse::<files::ReadInput>(tool, input)?;
-                let ctx = self.session(key, env).await?;
+                let ctx = self.session(key, env).await?.pinned(approved);
                 files::read(&ctx, i, cap).await
             }
             "Write" => {
                 let i = parse::<files::WriteInput>(tool, input)?;
-                let ctx = self.session(key, env).await?;
+                let ctx = self.session(key, env).await?.pinned(approved);
                 files::write(&ctx, i).await
             }
             "Edit" => {
                 let i = parse::<files::EditInput>(tool, input)?;
-                let ctx = self.session(key, env).await?;
+                let ctx = self.session(key, env).await?.pinned(approved);
                 files::edit(&ctx, i).await
             }
             "Glob" => {
                 let i = parse::<search::GlobInput>(tool, input)?;
-                let ctx = self.session(key, env).await?;
+                let ctx = self.session(key, env).await?.pinned(approved);
                 search::glob(&ctx, i, cap).await
             }
             "Grep" => {
                 let i = parse::<search::GrepInput>(tool, input)?;
-                let ctx = self.session(key, env).await?;
+                let ctx = self.session(key, env).await?.pinned(approved);
                 search::grep(&ctx, i, cap).await
             }
             "Bash" => {
                 let i = parse::<bash::BashInput>(tool, input)?;
                 validate_env(env)?;
                 let timeout = bash::timeout_of(&i, self.inner.config.exec_timeout)?;
-                let ctx = self.session(key, env).await?;
+                let ctx = self.session(key, env).await?.pinned(approved);
                 bash::run(&ctx, i, timeout, cap).await
             }
             other => Err(SandboxError::UnknownTool(other.to_string())),

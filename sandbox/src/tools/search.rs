@@ -8,7 +8,9 @@ use serde::Deserialize;
 
 use super::ToolOutput;
 use crate::container::WORKSPACE;
+use crate::agent::{Op, Status};
 use crate::error::SandboxError;
+use crate::exec::ExecResult;
 use crate::exec::cap_text;
 use crate::session::SessionCtx;
 use crate::workspace::{self, Kind, Purpose};
@@ -75,6 +77,20 @@ async fn search_root(
     })
 }
 
+/// Runs ripgrep with its last argument (the search root) pinned: the agent opens the
+/// resolved root without following links and hands ripgrep that open file, so a root
+/// swapped for a link after the check is never searched.
+async fn run_rg(ctx: &SessionCtx<'_>, argv: &[String], root: &str) -> Result<ExecResult, SandboxError> {
+    let r = ctx
+        .call(Op::Exec { argv, env: &[], pin: Some((root, argv.len() - 1)) }, ctx.inner.config.exec_timeout)
+        .await?;
+    match r.outcome.status() {
+        Status::Ok => Ok(r),
+        Status::Outside => Err(SandboxError::PathOutsideWorkspace { path: root.to_string(), resolved: root.to_string() }),
+        Status::Error(message) | Status::Refused(message) => Err(SandboxError::File { path: root.to_string(), message }),
+    }
+}
+
 fn rg_base() -> Vec<String> {
     // Hidden files are searched (agents need .env.example, .github, ...), .git is not.
     ["rg", "--color", "never", "--hidden", "--glob", "!.git"]
@@ -109,9 +125,9 @@ pub(crate) async fn glob(
         "--glob".into(),
         pattern,
         "--".into(),
-        root,
+        root.clone(),
     ]);
-    let r = ctx.exec(argv, ctx.inner.config.exec_timeout, false).await?;
+    let r = run_rg(ctx, &argv, &root).await?;
     if r.timed_out {
         return Ok(ToolOutput::error(
             "Glob timed out; narrow the path or pattern",
@@ -212,8 +228,8 @@ pub(crate) async fn grep(
     if let Some(t) = input.file_type.filter(|t| !t.is_empty()) {
         argv.extend(["--type".into(), t]);
     }
-    argv.extend(["--regexp".into(), input.pattern, "--".into(), root]);
-    let r = ctx.exec(argv, ctx.inner.config.exec_timeout, false).await?;
+    argv.extend(["--regexp".into(), input.pattern, "--".into(), root.clone()]);
+    let r = run_rg(ctx, &argv, &root).await?;
     if r.timed_out {
         return Ok(ToolOutput::error(
             "Grep timed out; narrow the path, glob or type",

@@ -1,0 +1,669 @@
+# warden's in-container agent. Started by the host as the sandbox user on a long-lived
+# `docker exec` (`python3 -I -S -c <this file> serve <id>`), it serves one request at a time
+# over stdin/stdout with length-prefixed frames, so tool arguments never share a channel
+# with control data. Also run once-off as `sweep-all` (adopting a container after a host
+# crash) and `kill-agent <id>` (a call overran its host deadline).
+#
+# Wire format (all integers u32 big-endian):
+#   request  = len, fields...      with field = len, bytes;  field 0 is the op name
+#   response = frames...           with frame = kind (1 byte), len, payload
+#     kinds: b"o" command stdout, b"e" command stderr, b"d" file data, b"r" the result
+#     (its payload is fields: key, value, key, value...). `r` is always the last frame.
+#
+# Rules this file must keep (see sandbox/src/agent.rs for the host side):
+# - Only the Python standard library of `python3-minimal` (no json, no ctypes).
+# - Reject NUL in every string that reaches a path, argv or environment (the host already
+#   refused them; this is the second line).
+# - File operations never follow a symbolic link: every component is opened with
+#   O_NOFOLLOW beneath /workspace, so a link planted after the host's check fails the call.
+# - After every command: kill its process group, then every process of this user that is
+#   not the container's init, its main process, an exec root (another agent, housekeeping)
+#   or inside another exec root's tree. Nothing a call starts outlives it.
+# - Session shell state is data (cwd + exported variables) that this agent parses, never a
+#   script that a shell sources; variables that change how a shell or loader behaves, and
+#   any variable whose value holds a secret of the call, are never persisted.
+import errno
+import os
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+
+WS = "/workspace"
+RUN_DIR = "/tmp/.warden"
+STATE = RUN_DIR + "/state.bin"
+MAX_FIELD = 512 * 1024 * 1024
+MAX_FIELDS = 100000
+CHUNK = 64 * 1024
+MAX_SYMLINK_HOPS = 40
+SWEEP_ROUNDS = 200
+MAX_STATE_BYTES = 1024 * 1024
+MAX_STATE_VARS = 512
+# Variables that change how bash, the dynamic loader or common interpreters start: never
+# persisted from one call to the next (a planted BASH_ENV would run code while the next
+# task's secrets are in the environment).
+UNSAFE_NAMES = {
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND", "PS0", "PS1", "PS2", "PS3",
+    "PS4", "IFS", "CDPATH", "GLOBIGNORE", "HISTFILE", "INPUTRC", "PYTHONSTARTUP",
+    "PYTHONPATH", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "RUBYOPT", "NODE_OPTIONS", "PWD",
+    "OLDPWD", "SHLVL", "_", "HOME", "TMOUT", "BASH_XTRACEFD", "EXECIGNORE", "PROMPT_DIRTRIM",
+}
+UNSAFE_PREFIXES = ("BASH_FUNC_", "LD_", "GCONV_", "MALLOC_")
+
+# Runs the user's command, then writes cwd and exported variables (NUL-separated) to $2.
+RUNNER = (
+    'trap \'__w_rc=$?; { printf "%s\\0" "$PWD"; env -0; } >"$2" 2>/dev/null; exit $__w_rc\' EXIT\n'
+    'eval "$1"'
+)
+
+
+class Refused(Exception):
+    pass
+
+
+# Commands this agent has started; every result reports it, so the host can prove that one
+# request started at most one command.
+STARTED = [0]
+
+
+def read_exact(n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sys.stdin.buffer.read(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def read_request():
+    head = read_exact(4)
+    if head is None:
+        return None
+    (total,) = struct.unpack(">I", head)
+    if total > MAX_FIELD + 1024 * 1024:
+        raise SystemExit(3)
+    body = read_exact(total)
+    if body is None:
+        return None
+    fields, at = [], 0
+    while at < len(body):
+        if at + 4 > len(body) or len(fields) >= MAX_FIELDS:
+            raise SystemExit(3)
+        (n,) = struct.unpack(">I", body[at:at + 4])
+        at += 4
+        if at + n > len(body):
+            raise SystemExit(3)
+        fields.append(body[at:at + n])
+        at += n
+    return fields
+
+
+OUT = sys.stdout.buffer
+
+
+def frame(kind, payload):
+    OUT.write(kind + struct.pack(">I", len(payload)))
+    OUT.write(payload)
+
+
+def fields_bytes(items):
+    out = bytearray()
+    for x in items:
+        b = x if isinstance(x, bytes) else str(x).encode()
+        out += struct.pack(">I", len(b)) + b
+    return bytes(out)
+
+
+def result(**kv):
+    kv["started"] = STARTED[0]
+    items = []
+    for k, v in kv.items():
+        items += [k, v]
+    frame(b"r", fields_bytes(items))
+    OUT.flush()
+
+
+def text(b):
+    if b"\0" in b:
+        raise Refused("NUL byte in an argument")
+    return os.fsdecode(b)
+
+
+# ---------------------------------------------------------------- processes
+
+def proc_table():
+    """pid -> (ppid, uid, starttime, state) for every process visible in /proc."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                raw = f.read()
+            uid = os.stat("/proc/%d" % pid).st_uid
+        except OSError:
+            continue
+        rest = raw[raw.rfind(b")") + 2:].split()
+        try:
+            table[pid] = (int(rest[1]), uid, int(rest[19]), rest[0])
+        except (IndexError, ValueError):
+            continue
+    return table
+
+
+def root_of(pid, table):
+    """The exec root (a process whose parent is outside the container, ppid 0) or 1."""
+    seen = 0
+    while pid in table and seen < 4096:
+        ppid = table[pid][0]
+        if ppid == 0:
+            return pid
+        if ppid == 1:
+            return 1
+        pid, seen = ppid, seen + 1
+    return 1
+
+
+def main_pid(table):
+    kids = [(v[2], p) for p, v in table.items() if v[0] == 1]
+    return min(kids)[1] if kids else None
+
+
+def sweep(everything):
+    """Kills this user's processes that no other live call owns; returns how many."""
+    me, uid, killed = os.getpid(), os.getuid(), 0
+    for _ in range(SWEEP_ROUNDS):
+        table = proc_table()
+        keep = {1, me, main_pid(table)}
+        victims = []
+        for pid, (ppid, puid, _, state) in table.items():
+            if puid != uid or pid in keep or state == b"Z" or (ppid == 0 and not everything):
+                continue
+            root = root_of(pid, table)
+            if everything or root in (1, me):
+                victims.append(pid)
+        if not victims:
+            break
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        reap()
+    return killed
+
+
+def reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_group(pgid):
+    for _ in range(10000):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            return
+
+
+def run(argv, env, timeout, grace, cap, out_path, err_path, pass_fds=()):
+    """Runs argv in its own session; returns (code, timed_out)."""
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        STARTED[0] += 1
+        try:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                 env=env, start_new_session=True, close_fds=True,
+                                 pass_fds=pass_fds)
+        except FileNotFoundError:
+            err.write(("%s: command not found\n" % argv[0]).encode())
+            return 127, False
+        except PermissionError:
+            err.write(("%s: permission denied\n" % argv[0]).encode())
+            return 126, False
+    timed_out = False
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            kill_group(p.pid)
+            p.wait()
+    kill_group(p.pid)
+    sweep(False)
+    code = p.returncode
+    if code < 0:
+        code = 128 - code
+    if timed_out and code not in (124, 137):
+        code = 124
+    return code, timed_out
+
+
+def send_capture(kind, path, cap, rewrite):
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return 0
+    with f:
+        total = os.fstat(f.fileno()).st_size
+        if total <= cap:
+            parts = [(0, total)]
+        else:
+            head = cap // 2
+            parts = [(0, head), (total - (cap - head), cap - head)]
+        sent = 0
+        for start, n in parts:
+            f.seek(start)
+            data = f.read(n)
+            if rewrite:
+                data = data.replace(rewrite[0], rewrite[1])
+            sent += len(data)
+            for i in range(0, len(data), CHUNK):
+                frame(kind, data[i:i + CHUNK])
+        if len(parts) == 1:
+            total = sent
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return total
+
+
+# ---------------------------------------------------------------- paths
+
+def split_ws(path):
+    if path != WS and not path.startswith(WS + "/"):
+        raise Refused("outside")
+    return [c for c in path[len(WS):].split("/") if c]
+
+
+def resolve(path):
+    """Resolves symlinks beneath /workspace as the kernel would, refusing to leave it.
+    Returns (resolved, lstat-or-None); missing tails are taken lexically."""
+    todo = split_ws(path)
+    done, hops = [], 0
+    while todo:
+        c = todo.pop(0)
+        if c == ".":
+            continue
+        if c == "..":
+            if not done:
+                raise Refused("outside")
+            done.pop()
+            continue
+        cur = WS + "/" + "/".join(done + [c])
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            done.append(c)
+            rest = todo
+            todo = []
+            for r in rest:
+                if r == "..":
+                    if not done:
+                        raise Refused("outside")
+                    done.pop()
+                elif r != ".":
+                    done.append(r)
+            return WS + "".join("/" + d for d in done), None
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if hops > MAX_SYMLINK_HOPS:
+                raise OSError(errno.ELOOP, "too many levels of symbolic links")
+            target = os.readlink(cur)
+            if target.startswith("/"):
+                if target != WS and not target.startswith(WS + "/"):
+                    raise Refused("outside:" + target)
+                done = []
+                todo = [x for x in target[len(WS):].split("/") if x] + todo
+            else:
+                todo = [x for x in target.split("/") if x] + todo
+            continue
+        if todo and not stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.ENOTDIR, "not a directory")
+        done.append(c)
+    full = WS + "".join("/" + d for d in done)
+    return full, os.lstat(full)
+
+
+def open_beneath(path, final_flags, create_dirs=False):
+    """Opens path (already resolved) beneath /workspace without following any symlink.
+    Returns (dir_fd, name, fd-or-None); name is None for /workspace itself."""
+    parts = split_ws(path)
+    fd = os.open(WS, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for c in parts[:-1]:
+            if c in (".", ".."):
+                raise Refused("outside")
+            try:
+                nfd = os.open(c, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if not create_dirs:
+                    raise
+                os.mkdir(c, 0o755, dir_fd=fd)
+                nfd = os.open(c, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        if not parts:
+            return fd, None, None
+        name = parts[-1]
+        if name in (".", ".."):
+            raise Refused("outside")
+        if final_flags is None:
+            return fd, name, None
+        return fd, name, os.open(name, final_flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def kind_of(mode):
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    for test, name in ((stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "fifo"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return "other:" + name
+    return "other:unknown"
+
+
+def os_message(e):
+    if e.errno == errno.ELOOP:
+        return "a path component is a symbolic link (created after the check?); refused"
+    if e.errno == errno.ENOSPC:
+        return "no space left in the session workspace (sandbox.disk)"
+    return e.strerror or str(e)
+
+
+def op_stat(f):
+    path, purpose = text(f[1]), text(f[2])
+    try:
+        resolved, st = resolve(path)
+    except Refused as r:
+        return result(status="outside", resolved=str(r)[len("outside:"):] or path)
+    except OSError as e:
+        return result(status="error", message=os_message(e))
+    if st is None:
+        if purpose == "write":
+            try:
+                dfd, _, _ = open_beneath(resolved, None, create_dirs=True)
+                os.close(dfd)
+            except Refused:
+                return result(status="outside", resolved=resolved)
+            except OSError as e:
+                return result(status="error", message="cannot create its parent directory: " + os_message(e))
+        return result(status="ok", resolved=resolved, kind="missing", size=0, mode=0o644)
+    return result(status="ok", resolved=resolved, kind=kind_of(st.st_mode), size=st.st_size,
+                  mode=stat.S_IMODE(st.st_mode))
+
+
+def op_read(f):
+    path, limit = text(f[1]), int(f[2])
+    try:
+        dfd, _, fd = open_beneath(path, os.O_RDONLY | os.O_NONBLOCK)
+    except Refused:
+        return result(status="outside", message=path)
+    except OSError as e:
+        return result(status="error", message=os_message(e))
+    os.close(dfd)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return result(status="error", message="not a regular file")
+        if st.st_size > limit:
+            return result(status="error", message="larger than %d bytes" % limit)
+        left = limit
+        while left > 0:
+            data = fh.read(min(CHUNK, left))
+            if not data:
+                break
+            frame(b"d", data)
+            left -= len(data)
+        if fh.read(1):
+            return result(status="error", message="grew past %d bytes while being read" % limit)
+    return result(status="ok", size=st.st_size, mode=stat.S_IMODE(st.st_mode))
+
+
+def op_write(f):
+    path, data = text(f[1]), f[2]
+    try:
+        dfd, name, _ = open_beneath(path, None, create_dirs=True)
+    except Refused:
+        return result(status="outside", message=path)
+    except OSError as e:
+        return result(status="error", message=os_message(e))
+    if name is None:
+        os.close(dfd)
+        return result(status="error", message="is a directory")
+    tmp = ".warden-write-%d-%d" % (os.getpid(), time.monotonic_ns())
+    try:
+        mode, existed = 0o644, False
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                return result(status="error", message="is a directory")
+            if stat.S_ISREG(st.st_mode):
+                mode, existed = stat.S_IMODE(st.st_mode), True
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view[:CHUNK * 16])
+                view = view[n:]
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        return result(status="ok", existed=int(existed))
+    except OSError as e:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        return result(status="error", message=os_message(e))
+    finally:
+        os.close(dfd)
+
+
+def capture_paths(agent):
+    return RUN_DIR + "/" + agent + ".out", RUN_DIR + "/" + agent + ".err"
+
+
+def op_exec(f, agent):
+    timeout, grace, cap = int(f[1]) / 1000.0, int(f[2]) / 1000.0, int(f[3])
+    pin = text(f[4])
+    pin_index = int(f[5])
+    argc = int(f[6])
+    argv = [text(x) for x in f[7:7 + argc]]
+    at = 7 + argc
+    envc = int(f[at])
+    env = dict(os.environ)
+    for i in range(envc):
+        env[text(f[at + 1 + 2 * i])] = text(f[at + 2 + 2 * i])
+    if not argv:
+        raise Refused("empty argv")
+    pass_fds, rewrite, pin_fd = (), None, None
+    if pin:
+        try:
+            dfd, _, pin_fd = open_beneath(pin, os.O_RDONLY)
+        except Refused:
+            return result(status="outside", message=pin)
+        except OSError as e:
+            return result(status="error", message=os_message(e))
+        if pin_fd is None:
+            pin_fd = dfd
+        else:
+            os.close(dfd)
+        if pin_index >= 0:
+            argv[pin_index] = "/proc/self/fd/%d" % pin_fd
+            pass_fds = (pin_fd,)
+            rewrite = (argv[pin_index].encode(), pin.encode())
+    out_path, err_path = capture_paths(agent)
+    try:
+        code, timed_out = run(argv, env, timeout, grace, cap, out_path, err_path, pass_fds)
+    finally:
+        if pin_fd is not None:
+            os.close(pin_fd)
+    out_total = send_capture(b"o", out_path, cap, rewrite)
+    err_total = send_capture(b"e", err_path, cap, rewrite)
+    result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
+
+
+def safe_name(name, secrets):
+    if not name or name in UNSAFE_NAMES or name.startswith(UNSAFE_PREFIXES) or name in secrets:
+        return False
+    if not (name[0].isalpha() or name[0] == "_") or not name.isascii():
+        return False
+    return all(ch.isalnum() or ch == "_" for ch in name)
+
+
+def load_state():
+    """(cwd, {name: value}) from the state file; anything malformed is ignored."""
+    try:
+        with open(STATE, "rb") as fh:
+            raw = fh.read(MAX_STATE_BYTES + 1)
+    except OSError:
+        return WS, {}
+    items = raw.split(b"\0")
+    if len(raw) > MAX_STATE_BYTES or len(items) < 1:
+        return WS, {}
+    cwd, env = os.fsdecode(items[0]) or WS, {}
+    for item in items[1:MAX_STATE_VARS + 1]:
+        k, sep, v = item.partition(b"=")
+        if sep:
+            env[os.fsdecode(k)] = os.fsdecode(v)
+    return cwd, env
+
+
+def save_state(raw, base, secrets):
+    items = raw.split(b"\0")
+    if len(raw) > MAX_STATE_BYTES or not items or not items[0].startswith(b"/"):
+        return
+    values = [v.encode() for v in secrets.values() if v]
+    keep = [items[0]]
+    for item in items[1:]:
+        k, sep, v = item.partition(b"=")
+        name = os.fsdecode(k)
+        if not sep or not safe_name(name, secrets) or any(s in v for s in values):
+            continue
+        if base.get(name) == os.fsdecode(v):
+            continue
+        keep.append(item)
+        if len(keep) > MAX_STATE_VARS:
+            break
+    tmp = STATE + ".%d" % os.getpid()
+    with open(tmp, "wb") as fh:
+        fh.write(b"\0".join(keep))
+    os.replace(tmp, STATE)
+
+
+def op_bash(f, agent):
+    timeout, grace, cap = int(f[1]) / 1000.0, int(f[2]) / 1000.0, int(f[3])
+    command = text(f[4])
+    n = int(f[5])
+    secrets = {}
+    for i in range(n):
+        secrets[text(f[6 + 2 * i])] = text(f[7 + 2 * i])
+    base = dict(os.environ)
+    cwd, saved = load_state()
+    env = dict(base)
+    for k, v in saved.items():
+        if safe_name(k, secrets):
+            env[k] = v
+    env.update(secrets)
+    out_path, err_path = capture_paths(agent)
+    state_out = RUN_DIR + "/" + agent + ".state"
+    try:
+        os.chdir(cwd)
+    except OSError:
+        os.chdir(WS)
+    try:
+        code, timed_out = run(["bash", "-c", RUNNER, "warden-bash", command, state_out], env,
+                              timeout, grace, cap, out_path, err_path)
+    finally:
+        os.chdir(WS)
+    try:
+        with open(state_out, "rb") as fh:
+            raw = fh.read(MAX_STATE_BYTES + 1)
+        os.unlink(state_out)
+        save_state(raw, base, secrets)
+    except OSError:
+        pass
+    out_total = send_capture(b"o", out_path, cap, None)
+    err_total = send_capture(b"e", err_path, cap, None)
+    result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
+
+
+def serve(agent):
+    os.makedirs(RUN_DIR, mode=0o700, exist_ok=True)
+    with open(RUN_DIR + "/agent-" + agent + ".pid", "w") as fh:
+        fh.write(str(os.getpid()))
+    os.chdir(WS)
+    ops = {"stat": op_stat, "read": op_read, "write": op_write,
+           "exec": lambda f: op_exec(f, agent), "bash": lambda f: op_bash(f, agent)}
+    while True:
+        fields = read_request()
+        if fields is None:
+            return
+        op = ops.get(fields[0].decode("ascii", "replace")) if fields else None
+        try:
+            if op is None:
+                result(status="error", message="unknown operation")
+            else:
+                op(fields)
+        except Refused as r:
+            result(status="refused", message=str(r))
+        except (IndexError, ValueError, UnicodeError):
+            result(status="refused", message="malformed request")
+        except OSError as e:
+            result(status="error", message=os_message(e))
+        OUT.flush()
+
+
+def kill_agent(agent):
+    try:
+        with open(RUN_DIR + "/agent-" + agent + ".pid") as fh:
+            pid = int(fh.read().strip())
+    except (OSError, ValueError):
+        return sweep(False)
+    table = proc_table()
+    doomed = [p for p in table if p == pid or root_of(p, table) == pid]
+    for p in doomed:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return sweep(False)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "serve":
+        serve(sys.argv[2])
+    elif mode == "sweep-all":
+        sys.stdout.write("%d\n" % sweep(True))
+    elif mode == "kill-agent":
+        kill_agent(sys.argv[2])
+    else:
+        sys.exit(2)

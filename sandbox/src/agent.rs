@@ -1,0 +1,307 @@
+//! The wire protocol of the in-container agent (`agent.py`): typed operations out,
+//! length-prefixed frames back.
+//!
+//! Tool arguments never share a channel with control data: a request is a list of
+//! length-prefixed fields, a response a sequence of typed, length-prefixed frames ending in
+//! one result frame. Before anything is encoded, [`check_text`] refuses NUL (and, for
+//! paths and patterns, every other control character) with an error that names the field,
+//! so no byte a model chooses can start a second command or forge a result.
+//!
+//! This module owns the encoding and decoding only; running a request on a live exec is
+//! `exec.rs`. It must never accept a frame larger than its limit, never treat command output
+//! as anything but data, and never encode a string it has not checked.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::error::SandboxError;
+
+/// The agent's source, run as `python3 -I -S -c <AGENT_SOURCE> serve <id>` (isolated mode:
+/// no `PYTHON*` variables, no site packages, so nothing in the container can alter it).
+pub(crate) const AGENT_SOURCE: &str = include_str!("agent.py");
+
+/// Largest payload of one response frame the host accepts (the agent sends 64 KiB chunks).
+pub(crate) const MAX_FRAME: usize = 1024 * 1024;
+/// Frame header: kind byte + u32 length.
+const FRAME_HEADER: usize = 5;
+
+/// Which characters a text field may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TextClass {
+    /// Paths, patterns, globs, names: no control characters at all (C0, DEL).
+    Strict,
+    /// Shell commands: no NUL; other control characters reach the approval recognizer,
+    /// which asks a person about anything it does not model.
+    Command,
+}
+
+/// Refuses `value` when it holds a byte its class forbids; the error names tool and field.
+pub(crate) fn check_text(tool: &str, field: &str, value: &str, class: TextClass) -> Result<(), SandboxError> {
+    let bad = value.char_indices().find(|(_, c)| match class {
+        TextClass::Strict => c.is_control(),
+        TextClass::Command => *c == '\0',
+    });
+    match bad {
+        None => Ok(()),
+        Some((at, c)) => Err(SandboxError::InvalidInput {
+            tool: tool.to_string(),
+            message: format!(
+                "`{field}` contains the control character U+{:04X} at byte {at}; {} are refused",
+                c as u32,
+                match class {
+                    TextClass::Strict => "control characters",
+                    TextClass::Command => "NUL bytes",
+                }
+            ),
+        }),
+    }
+}
+
+/// What the host asks the agent to do.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op<'a> {
+    /// Run argv (no shell) with extra environment. `pin`: a resolved path under /workspace
+    /// the agent opens without following links; argv[`pin_arg`] is replaced by that open
+    /// file, and the open file's name in the output is replaced by the path.
+    Exec {
+        argv: &'a [String],
+        env: &'a [(String, String)],
+        pin: Option<(&'a str, usize)>,
+    },
+    /// Run a Bash command with the session's shell state and per-task secrets.
+    Bash { command: &'a str, secrets: &'a [(String, String)] },
+    /// Resolve a path beneath /workspace (symlinks followed, never out of it).
+    Stat { path: &'a str, for_write: bool },
+    /// Read a resolved regular file of at most `max` bytes, following no link.
+    Read { path: &'a str, max: u64 },
+    /// Replace a resolved file with `data`, following no link (parents created).
+    Write { path: &'a str, data: &'a [u8] },
+}
+
+impl Op<'_> {
+    /// The request's fields; `timeout`/`grace`/`cap` only matter for commands.
+    pub(crate) fn encode(&self, timeout: Duration, grace: Duration, cap: usize) -> Vec<u8> {
+        let mut f = Fields::default();
+        let limits = |f: &mut Fields| {
+            f.num(timeout.as_millis().max(1) as u64);
+            f.num(grace.as_millis() as u64);
+            f.num(cap as u64);
+        };
+        match self {
+            Op::Exec { argv, env, pin } => {
+                f.text("exec");
+                limits(&mut f);
+                f.text(pin.map(|p| p.0).unwrap_or(""));
+                f.text(&pin.map(|p| p.1 as i64).unwrap_or(-1).to_string());
+                f.num(argv.len() as u64);
+                argv.iter().for_each(|a| f.text(a));
+                f.num(env.len() as u64);
+                env.iter().for_each(|(k, v)| {
+                    f.text(k);
+                    f.text(v)
+                });
+            }
+            Op::Bash { command, secrets } => {
+                f.text("bash");
+                limits(&mut f);
+                f.text(command);
+                f.num(secrets.len() as u64);
+                secrets.iter().for_each(|(k, v)| {
+                    f.text(k);
+                    f.text(v)
+                });
+            }
+            Op::Stat { path, for_write } => {
+                f.text("stat");
+                f.text(path);
+                f.text(if *for_write { "write" } else { "read" });
+            }
+            Op::Read { path, max } => {
+                f.text("read");
+                f.text(path);
+                f.num(*max);
+            }
+            Op::Write { path, data } => {
+                f.text("write");
+                f.text(path);
+                f.bytes(data);
+            }
+        }
+        f.finish()
+    }
+}
+
+#[derive(Default)]
+struct Fields(Vec<u8>);
+
+impl Fields {
+    fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        self.0.extend_from_slice(b);
+    }
+    fn text(&mut self, s: &str) {
+        self.bytes(s.as_bytes())
+    }
+    fn num(&mut self, n: u64) {
+        self.text(&n.to_string())
+    }
+    fn finish(self) -> Vec<u8> {
+        let mut out = (self.0.len() as u32).to_be_bytes().to_vec();
+        out.extend(self.0);
+        out
+    }
+}
+
+/// One decoded response frame.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Data(Vec<u8>),
+    /// The last frame: the result fields.
+    Result(HashMap<String, String>),
+}
+
+/// Reassembles frames from the exec's output stream, whatever its chunking.
+#[derive(Default)]
+pub(crate) struct FrameReader {
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next complete frame; `Err` when the stream is not the protocol (garbage on the
+    /// agent's stdout, an oversized frame).
+    pub(crate) fn next(&mut self) -> Result<Option<Frame>, String> {
+        if self.buf.len() < FRAME_HEADER {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes(self.buf[1..5].try_into().expect("4 bytes")) as usize;
+        if len > MAX_FRAME {
+            return Err(format!("agent frame of {len} bytes is over the {MAX_FRAME}-byte limit"));
+        }
+        if self.buf.len() < FRAME_HEADER + len {
+            return Ok(None);
+        }
+        let kind = self.buf[0];
+        let payload: Vec<u8> = self.buf[FRAME_HEADER..FRAME_HEADER + len].to_vec();
+        self.buf.drain(..FRAME_HEADER + len);
+        Ok(Some(match kind {
+            b'o' => Frame::Stdout(payload),
+            b'e' => Frame::Stderr(payload),
+            b'd' => Frame::Data(payload),
+            b'r' => Frame::Result(decode_result(&payload)?),
+            k => return Err(format!("unknown agent frame kind {k:#04x}")),
+        }))
+    }
+}
+
+fn decode_result(mut p: &[u8]) -> Result<HashMap<String, String>, String> {
+    let mut items = Vec::new();
+    while !p.is_empty() {
+        if p.len() < 4 {
+            return Err("truncated result field".into());
+        }
+        let n = u32::from_be_bytes(p[..4].try_into().expect("4 bytes")) as usize;
+        if p.len() < 4 + n {
+            return Err("truncated result field".into());
+        }
+        items.push(String::from_utf8_lossy(&p[4..4 + n]).into_owned());
+        p = &p[4 + n..];
+    }
+    if items.len() % 2 != 0 {
+        return Err("odd number of result fields".into());
+    }
+    let mut map = HashMap::new();
+    let mut it = items.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        map.insert(k, v);
+    }
+    Ok(map)
+}
+
+/// What the agent reported about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Status {
+    Ok,
+    /// The path resolves outside /workspace (`resolved` says where, when known).
+    Outside,
+    /// An ordinary failure with the agent's message (missing file, ENOSPC, a link…).
+    Error(String),
+    /// The agent refused the request itself (malformed, NUL): a host bug or an attack.
+    Refused(String),
+}
+
+/// A result frame's fields, typed access.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome(pub HashMap<String, String>);
+
+impl Outcome {
+    pub(crate) fn status(&self) -> Status {
+        let msg = || self.get("message").to_string();
+        match self.get("status") {
+            "ok" => Status::Ok,
+            "outside" => Status::Outside,
+            "refused" => Status::Refused(msg()),
+            _ => Status::Error(msg()),
+        }
+    }
+    pub(crate) fn get(&self, k: &str) -> &str {
+        self.0.get(k).map(String::as_str).unwrap_or("")
+    }
+    pub(crate) fn num(&self, k: &str) -> i64 {
+        self.get(k).parse().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![kind];
+        v.extend((payload.len() as u32).to_be_bytes());
+        v.extend(payload);
+        v
+    }
+
+    proptest! {
+        /// Any output bytes, cut anywhere, come back as the same data and one result:
+        /// nothing the command prints can end a call early or forge its status.
+        #[test]
+        fn output_never_forges_a_result(out in proptest::collection::vec(any::<u8>(), 0..2000), cuts in proptest::collection::vec(1usize..97, 1..20)) {
+            let mut wire = frame(b'o', &out);
+            let mut result = Fields::default();
+            for x in ["status", "ok", "code", "0"] { result.text(x); }
+            wire.extend(frame(b'r', &result.0));
+            let mut r = FrameReader::default();
+            let mut got = Vec::new();
+            let mut results = 0;
+            let mut at = 0;
+            for c in cuts.iter().cycle() {
+                if at >= wire.len() { break; }
+                let end = (at + c).min(wire.len());
+                r.feed(&wire[at..end]);
+                at = end;
+                while let Some(f) = r.next().unwrap() {
+                    match f { Frame::Stdout(d) => got.extend(d), Frame::Result(_) => results += 1, _ => panic!("unexpected frame") }
+                }
+            }
+            prop_assert_eq!(got, out);
+            prop_assert_eq!(results, 1);
+        }
+
+        /// The strict check refuses every control character and accepts everything else.
+        #[test]
+        fn strict_text_refuses_exactly_controls(s in "\\PC*", c in proptest::char::range('\0', '\u{9f}')) {
+            prop_assert!(check_text("Read", "file_path", &s, TextClass::Strict).is_ok());
+            let with = format!("{s}{c}{s}");
+            prop_assert_eq!(check_text("Read", "file_path", &with, TextClass::Strict).is_err(), c.is_control());
+            prop_assert_eq!(check_text("Bash", "command", &with, TextClass::Command).is_err(), c == '\0');
+        }
+    }
+}
