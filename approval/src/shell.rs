@@ -391,6 +391,9 @@ struct CommandBuilder {
     cur: Option<Word>,
     pending_redirect: Option<(String, usize)>,
     writes_file: bool,
+    /// The command follows `|` / `|&`: `time` and `!` are reserved only at
+    /// the start of a pipeline, so here they are ordinary command words.
+    after_pipe: bool,
 }
 
 struct Parser<'a> {
@@ -502,10 +505,13 @@ impl Parser<'_> {
                         self.fail(Unmodelled::CaseTerminator);
                     }
                     self.pos += 1;
+                    let mut pipe = c == b'|';
                     if c != b'\n' && matches!(self.peek(), Some(n) if n == c || n == b'&') {
+                        pipe = pipe && self.peek() == Some(b'&');
                         self.pos += 1; // `;;`, `||`, `|&`, `;&`
                     }
                     self.end_command(&mut b);
+                    b.after_pipe = pipe;
                 }
                 b'&' => {
                     if self.peek_at(1) == Some(b'>') {
@@ -1032,6 +1038,9 @@ impl Parser<'_> {
         let mut b = std::mem::take(b);
         let mut start = 0;
         while start < b.words.len() && is_leading_reserved(&b.words[start]) {
+            if start == 0 && b.after_pipe && matches!(b.words[0].text.as_slice(), b"time" | b"!") {
+                break;
+            }
             if b.words[start].text == b"time" {
                 // `time -p`
                 if b.words
@@ -1251,6 +1260,11 @@ mod tests {
         assert_eq!(texts("{ ls; }"), ["ls"]);
         assert_eq!(texts("echo hi # ; rm -rf /"), ["echo hi"]);
         assert_eq!(texts("time -p ! ls"), ["ls"]);
+        // Found by the differential test: `time` after `|` is /usr/bin/time.
+        assert_eq!(texts("echo | time echo"), ["echo", "time echo"]);
+        assert_eq!(texts("echo || time echo"), ["echo", "echo"]);
+        assert_eq!(texts("echo |& ! echo"), ["echo", "! echo"]);
+        assert_eq!(texts("echo | { time echo; }"), ["echo", "echo"]);
         assert_eq!(why("for x in a; do echo; done"), Unmodelled::Keyword("for"));
         assert_eq!(why("f() { ls; }"), Unmodelled::FunctionDefinition);
         assert_eq!(why("a=(1 2)"), Unmodelled::ArrayAssignment);

@@ -1391,3 +1391,6 @@ mod audit {
         assert!(AuditLog::open(dir.path().join("missing/dir/a.jsonl")).is_err());
     }
 }
+
+#[path = "approval/bash_differential.rs"]
+mod bash_differential;

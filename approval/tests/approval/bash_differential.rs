@@ -1,0 +1,684 @@
+//! Differential test of the Bash recognizer against real bash (issue 11).
+//!
+//! Property: every command that the policy ALLOWS under
+//! `allow: ["Bash(echo:*)"]` runs in real bash without executing anything but
+//! the `echo` builtin and without creating a file.
+//!
+//! The commands come from a proptest generator with a fixed seed: a grammar of
+//! words, quotes, operators, redirections, expansions, substitutions,
+//! heredocs, compound commands and control bytes, plus mutations of a corpus
+//! that holds every construct the recognizer refuses and the examples of
+//! issue 11. They run in ONE container of a tripwire image derived from the
+//! sandbox image `warden-sandbox:bookworm` (built by `cargo xtask test`):
+//! every executable except `/usr/bin/echo` is replaced by a tripwire that
+//! logs its invocation, bash itself runs from a hidden path, a command bash
+//! cannot find is logged too, and the harness (`tripwire/harness.py`) lists
+//! every file that appears in any directory the unprivileged user can write
+//! (the root file system is read-only; `--network none`).
+//!
+//! Before the property, the known bad commands (the issue's examples) run in
+//! the same container and must fire a tripwire or create a file, and the
+//! policy must ASK for each: so the test would have caught the old splitter,
+//! which allowed them.
+//!
+//! Knobs: `WARDEN_BASH_DIFF_CASES` (default [`DEFAULT_CASES`]) generated
+//! commands, `WARDEN_BASH_DIFF_SEED` (a `u64`, default [`DEFAULT_SEED`]).
+//! Docker and the sandbox image must be present: the test fails (never skips)
+//! without them.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use warden_approval::{Decision, Policy};
+
+use super::{ctx, policy};
+
+/// Generated commands per run: a few thousand keeps `cargo xtask test` in
+/// seconds; raise it with `WARDEN_BASH_DIFF_CASES` for a longer hunt.
+const DEFAULT_CASES: usize = 3000;
+/// Fixed seed so a failure reproduces; override with `WARDEN_BASH_DIFF_SEED`.
+const DEFAULT_SEED: u64 = 0x5741_5244_454e_0011;
+/// The sandbox image the tripwire image derives from (`cargo xtask test`
+/// builds it).
+const BASE_IMAGE: &str = "warden-sandbox:bookworm";
+/// Repository of the derived image; the tag is a digest of the recipe and the
+/// base image id, so a changed recipe or base rebuilds it.
+const TRIPWIRE_REPO: &str = "warden-bash-tripwire";
+/// Share of generated commands that must be allowed, so the property is
+/// never vacuous.
+const MIN_ALLOWED_SHARE: f64 = 0.2;
+
+const SETUP: &str = include_str!("tripwire/setup.sh");
+const HARNESS: &str = include_str!("tripwire/harness.py");
+
+/// Commands that the old splitter allowed under `Bash(echo:*)` and that
+/// misbehave in real bash (issue 11), plus relatives. Each must be ASKED by
+/// the policy and must fire a tripwire or create a file in the container.
+const KNOWN_BAD: &[&str] = &[
+    "echo ok\r# ; rm -rf x",
+    "echo ok\r# ; touch x",
+    "cat <<'EOF'\nit's\nEOF\ntouch x",
+    "echo <<EOF\nit's\nEOF\ntouch y # '",
+    "echo ${z:='a[$(touch z)]'} $((z))",
+    "echo ${z:='$(touch p)'} ${z@P}",
+    "echo data >&1name",
+    "echo hi >&2name 2>&1",
+    "echo $((a[$(touch s)]))",
+    "echo ${x:='a[$(touch i)]'} ${!x}",
+    "echo `echo \\`touch b\\``",
+    "echo() { touch f; }; echo x",
+    "eval 'touch e'",
+    "echo ${x:-$(touch d)}",
+    "echo hi > out",
+    "echo <> rw",
+];
+
+/// Seeds for the mutation half of the generator: every class the recognizer
+/// refuses, the known bad commands, and plain allowed ones.
+const CORPUS: &[&str] = &[
+    "echo hi",
+    "echo 'a b' \"c $HOME\" $1 ${x} 2>&1",
+    "echo $((1 + 2)) >/dev/null",
+    "echo a && echo b || echo c; echo d | echo e & echo f",
+    "( echo a ); { echo b; }",
+    "if echo a; then echo b; else echo c; fi",
+    "echo $(echo x) `echo y` <(echo z)",
+    "echo hi # ; touch c",
+    "echo a\\\necho b",
+    "echo x\0touch n",
+    "echo \u{1b}[0m; touch esc",
+    "echo $'\\x41' \"$(echo q)\"",
+    "exec touch e",
+    "source /dev/null; . /dev/null",
+    "alias echo=touch",
+    "trap 'touch t' EXIT; echo",
+    "builtin echo x; command touch c",
+    "set -x; set -o posix; shopt -s extglob; enable -n echo",
+    "coproc touch c",
+    "{echo,x}; ec?o hi; $'echo' hi; ~/echo",
+    "echo hi!x; echo $[1+1]; ((x=1))",
+    "echo \"`echo \"x\"`\"",
+    "declare -n r='a[$(touch n)]'; echo $r",
+    "read 'a[$(touch r)]' <<< x",
+    "printf -v 'a[$(touch v)]' x; [ -v 'a[$(touch v)]' ]",
+    "echo {fd}>f; echo >&-; echo <<<word",
+    "case x in x) touch k;; esac",
+    "for i in 1; do touch l; done",
+    "a=(1 2); a[0]=1 echo",
+    "echo $\"hi\"",
+    "cat <<-EOF\n\ttouch h\n\tEOF\n",
+];
+
+/// One interesting token per line: inserted by mutations.
+const TOKENS: &[&str] = &[
+    "\r", "\0", "\t", "\n", "\u{7f}", "\u{1b}", " ", ";", "&", "|", "(", ")", "{", "}", "<", ">",
+    ">&", "<&", "&>", "<<", "<<<", "$", "${", "}", "$(", "$((", "))", "`", "'", "\"", "\\", "#",
+    "!", "*", "?", "[", "]", "~", "=", ":", "@P", ":=", "1name", "touch t", "rm x", "eval ",
+    "exec ", "echo ", "EOF", "-", "%", "^", ",", "a[", "]=",
+];
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid number")),
+        Err(_) => default,
+    }
+}
+
+// ---------------------------------------------------------------- generator
+
+fn pick(items: &'static [&'static str]) -> BoxedStrategy<String> {
+    proptest::sample::select(items)
+        .prop_map(str::to_owned)
+        .boxed()
+}
+
+/// Mostly `benign` (understood, so the property gets many allowed
+/// commands), sometimes `risky`.
+fn mostly(
+    benign: &'static [&'static str],
+    risky: &'static [&'static str],
+) -> BoxedStrategy<String> {
+    prop_oneof![6 => pick(benign), 1 => pick(risky)].boxed()
+}
+
+fn plain_word() -> BoxedStrategy<String> {
+    mostly(
+        &[
+            "hi", "x", "-n", "-e", "--", "rm", "touch", "f", "/bin/rm", "1name", "out", "a=b", "*",
+            "?", "[ab]", "{a,b}", "{1..3}", "~", "~/x", "#", "!", "%", ":", ",", "@", "=", "}",
+            "{", "]", "if", "then", "fi", "done", "time", "-p", "2", "é",
+        ],
+        &["!x", "a!b", "&", "\r"],
+    )
+}
+
+fn expansion() -> BoxedStrategy<String> {
+    mostly(
+        &[
+            "$x",
+            "${x}",
+            "$HOME",
+            "$1",
+            "$?",
+            "$$",
+            "$#",
+            "${#}",
+            "$((1+2))",
+            "$((2*(3-1)))",
+            "$'\\x41'",
+            "$",
+            "$x[0]",
+            "$@",
+            "\"$@\"",
+            "${10}",
+            "$_",
+        ],
+        &[
+            "${z@P}",
+            "${z:='a[$(touch z)]'}",
+            "${z:='$(touch p)'}",
+            "${!x}",
+            "${#x}",
+            "${x:-$(touch d)}",
+            "${x/a/b}",
+            "${x:1}",
+            "${a[0]}",
+            "$((1+2))",
+            "$((2*(3-1)))",
+            "$((z))",
+            "$((a[0]))",
+            "$[1+1]",
+            "$'\\x41'",
+            "$\"hi\"",
+        ],
+    )
+}
+
+fn redirect() -> BoxedStrategy<String> {
+    mostly(
+        &[
+            "2>&1",
+            ">&2",
+            ">/dev/null",
+            "2>/dev/null",
+            "&>/dev/null",
+            "<<<w",
+            ">&-",
+            "1>&2",
+            "<&0",
+            "</dev/null",
+        ],
+        &[
+            ">f",
+            ">>f",
+            "2>&1",
+            ">&1name",
+            ">&2",
+            ">/dev/null",
+            "2>/dev/null",
+            "&>/dev/null",
+            "<f",
+            "<<<w",
+            "<>f",
+            "&>f",
+            "{fd}>f",
+            ">&-",
+            ">|f",
+            "1>&2",
+            "<&0",
+            ">\"$x\"",
+            "<<EOF\nit's\nEOF\n",
+            "<<'EOF'\n$(touch h)\nEOF\n",
+            "<<-EOF\n\techo x\n\tEOF\n",
+            "<<EOF\n$(touch h)\nEOF\n",
+        ],
+    )
+}
+
+fn quoted(depth: u32) -> BoxedStrategy<String> {
+    let inner = prop_oneof![
+        3 => plain_word(),
+        2 => expansion(),
+        1 => pick(&[" ", ";", "'", "\\\"", "\\$", "\\\n", "\n", "!", "`echo q`", "$(touch q)"]),
+        1 => subst(depth),
+    ];
+    let single = proptest::collection::vec(
+        pick(&["hi", " ", "$(touch s)", "\"", "\\", "\n", ";", "!x", "`"]),
+        0..4,
+    )
+    .prop_map(|v| format!("'{}'", v.concat()));
+    let double = proptest::collection::vec(inner, 0..4).prop_map(|v| format!("\"{}\"", v.concat()));
+    prop_oneof![single, double].boxed()
+}
+
+fn subst(depth: u32) -> BoxedStrategy<String> {
+    if depth == 0 {
+        return mostly(&["$(echo s)", "`echo b`", "<(echo p)"], &["$(touch s)"]);
+    }
+    let l = list(depth - 1);
+    (0..4usize, l)
+        .prop_map(|(k, l)| match k {
+            0 => format!("$({l})"),
+            1 => format!("`{l}`"),
+            2 => format!("<({l})"),
+            _ => format!(">({l})"),
+        })
+        .boxed()
+}
+
+fn word(depth: u32) -> BoxedStrategy<String> {
+    let part = prop_oneof![
+        8 => plain_word(),
+        3 => quoted(depth),
+        3 => expansion(),
+        1 => subst(depth),
+        1 => pick(&["\\x", "\\;", "\\ ", "\\$", "\\\n", "\\'", "\\\\"]),
+    ];
+    proptest::collection::vec(part, 1..3)
+        .prop_map(|v| v.concat())
+        .boxed()
+}
+
+fn command_word() -> BoxedStrategy<String> {
+    prop_oneof![
+        30 => Just("echo".to_owned()),
+        1 => pick(&["\"echo\"", "\\echo", "e'c'ho", "FOO=1 echo", "time echo", "! echo"]),
+        2 => pick(&[
+            "rm", "touch", "cat", "true", "eval", "exec", "source", ".", "alias", "command",
+            "builtin", "enable", "trap", "set", "shopt", "let", "declare", "export", "read",
+            "printf", "x=1", "$x", "ec*", "{echo,hi}", "$'echo'", "coproc", "[", "test",
+            "unset", "/bin/echo", "hash", "typeset", "local", "mapfile",
+        ]),
+    ]
+    .boxed()
+}
+
+fn simple(depth: u32) -> BoxedStrategy<String> {
+    let arg = prop_oneof![6 => word(depth), 1 => redirect()];
+    let sep = pick(&[" ", " ", " ", ""]);
+    (command_word(), proptest::collection::vec((sep, arg), 0..4))
+        .prop_map(|(c, args)| {
+            let mut s = c;
+            for (sep, a) in args {
+                s.push_str(if sep.is_empty() { " " } else { &sep });
+                s.push_str(&a);
+            }
+            s
+        })
+        .boxed()
+}
+
+fn compound(depth: u32) -> BoxedStrategy<String> {
+    if depth == 0 {
+        return simple(0);
+    }
+    let l = list(depth - 1);
+    let s = simple(depth - 1);
+    prop_oneof![
+        12 => s.clone(),
+        1 => l.clone().prop_map(|l| format!("( {l} )")),
+        1 => l.clone().prop_map(|l| format!("{{ {l}; }}")),
+        1 => (l.clone(), l.clone()).prop_map(|(a, b)| format!("if {a}; then {b}; fi")),
+        1 => l.clone().prop_map(|l| format!("while false; do {l}; done")),
+        1 => l.clone().prop_map(|l| format!("f() {{ {l}; }}; f")),
+        1 => l.clone().prop_map(|l| format!("case x in x) {l};; esac")),
+        1 => l.clone().prop_map(|l| format!("for i in 1; do {l}; done")),
+        1 => s.clone().prop_map(|s| format!("! {s}")),
+        1 => s.prop_map(|s| format!("{s} # ; touch c")),
+    ]
+    .boxed()
+}
+
+fn list(depth: u32) -> BoxedStrategy<String> {
+    let op = mostly(
+        &[";", " && ", " || ", " | ", " & ", "\n", " |& ", "; "],
+        &[";;", "\r", "\r\n", "\0", "\u{1b}"],
+    );
+    (
+        compound(depth),
+        proptest::collection::vec((op, compound(depth)), 0..3),
+    )
+        .prop_map(|(first, rest)| {
+            let mut s = first;
+            for (op, c) in rest {
+                s.push_str(&op);
+                s.push_str(&c);
+            }
+            s
+        })
+        .boxed()
+}
+
+/// Apply a few byte-level mutations (insert a token, delete, duplicate) to
+/// a corpus entry.
+fn mutated() -> BoxedStrategy<String> {
+    let corpus: Vec<&'static str> = CORPUS.iter().chain(KNOWN_BAD).copied().collect();
+    let op = (
+        0..3u8,
+        any::<prop::sample::Index>(),
+        0..TOKENS.len(),
+        1..6usize,
+    );
+    (
+        proptest::sample::select(corpus),
+        proptest::collection::vec(op, 0..4),
+    )
+        .prop_map(|(seed, ops)| {
+            let mut chars: Vec<char> = seed.chars().collect();
+            for (kind, at, token, len) in ops {
+                let i = at.index(chars.len() + 1);
+                match kind {
+                    0 => {
+                        let t: Vec<char> = TOKENS[token].chars().collect();
+                        chars.splice(i..i, t);
+                    }
+                    1 if i < chars.len() => {
+                        let end = (i + len).min(chars.len());
+                        chars.drain(i..end);
+                    }
+                    _ => {
+                        let end = (i + len).min(chars.len());
+                        let dup: Vec<char> = chars[i..end].to_vec();
+                        chars.splice(i..i, dup);
+                    }
+                }
+            }
+            chars.into_iter().collect()
+        })
+        .boxed()
+}
+
+fn command() -> BoxedStrategy<String> {
+    prop_oneof![4 => list(2), 1 => mutated()].boxed()
+}
+
+fn generate(n: usize, seed: u64) -> Vec<String> {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    );
+    let strategy = command();
+    (0..n)
+        .map(|_| {
+            strategy
+                .new_tree(&mut runner)
+                .expect("the generator never rejects")
+                .current()
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- docker
+
+fn docker(args: &[&str]) -> std::process::Output {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `docker {}`: {e} (Docker CLI missing?)", args[0]))
+}
+
+/// The tripwire image, built from [`BASE_IMAGE`] when missing.
+fn tripwire_image() -> String {
+    let version = docker(&["version", "--format", "{{.Server.Version}}"]);
+    assert!(
+        version.status.success(),
+        "Docker is unreachable (`docker version` failed: {}); this test needs a running Docker \
+         Engine",
+        String::from_utf8_lossy(&version.stderr).trim()
+    );
+    let base = docker(&["image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]);
+    assert!(
+        base.status.success(),
+        "the sandbox image {BASE_IMAGE} is missing: run `cargo xtask test` (or `cargo xtask \
+         build`), which builds it"
+    );
+    let script = SETUP.replace("@HARNESS@", HARNESS.trim_end());
+    let mut h = Sha256::new();
+    h.update(&base.stdout);
+    h.update(script.as_bytes());
+    let tag = format!("{TRIPWIRE_REPO}:{}", &hex::encode(h.finalize())[..16]);
+    if docker(&["image", "inspect", &tag]).status.success() {
+        return tag;
+    }
+    let name = format!(
+        "warden-tripwire-build-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
+    let run = docker(&[
+        "run",
+        "--name",
+        &name,
+        "--network",
+        "none",
+        "--user",
+        "0:0",
+        BASE_IMAGE,
+        "/usr/bin/bash",
+        "-c",
+        &script,
+    ]);
+    let commit = run.status.success().then(|| {
+        docker(&[
+            "commit",
+            "--change",
+            "CMD [\"/opt/.w/python3\", \"/opt/.w/harness.py\"]",
+            &name,
+            &tag,
+        ])
+    });
+    let _ = docker(&["rm", "-f", &name]);
+    assert!(
+        run.status.success(),
+        "building the tripwire image failed:\n{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let commit = commit.expect("committed after a successful run");
+    assert!(
+        commit.status.success(),
+        "docker commit of the tripwire image failed: {}",
+        String::from_utf8_lossy(&commit.stderr)
+    );
+    tag
+}
+
+/// What running one command in the tripwire container produced.
+struct Outcome {
+    trip: String,
+    files: Vec<String>,
+    timeout: bool,
+    error: Option<String>,
+    stderr: String,
+}
+
+impl Outcome {
+    fn fired(&self) -> bool {
+        !self.trip.is_empty() || !self.files.is_empty()
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tripwires: {:?}; new files: {:?}; timed out: {}; harness error: {:?}; stderr: {:?}",
+            self.trip, self.files, self.timeout, self.error, self.stderr
+        )
+    }
+}
+
+/// Run every command in one container; one [`Outcome`] per command.
+fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
+    let mut child = Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "-i",
+            "--network",
+            "none",
+            "--read-only",
+            "--user",
+            "65534:65534",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--memory",
+            "512m",
+            "--pids-limit",
+            "256",
+            "--tmpfs",
+            "/work:rw,mode=1777,size=16m",
+            "--tmpfs",
+            "/tmp:rw,mode=1777,size=16m",
+            "--tmpfs",
+            "/trip:rw,mode=1777,size=16m",
+            "-e",
+            "PYTHONHOME=/usr",
+            image,
+            "/opt/.w/python3",
+            "/opt/.w/harness.py",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("docker run starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input: String = commands.iter().map(|c| hex::encode(c) + "\n").collect();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut lines = stdout.lines();
+    let header: Value = lines
+        .next()
+        .and_then(Result::ok)
+        .and_then(|l| serde_json::from_str(&l).ok())
+        .unwrap_or(Value::Null);
+    let mut outcomes = Vec::with_capacity(commands.len());
+    for line in lines {
+        let line = line.expect("harness output is text");
+        let v: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("harness printed {line:?}: {e}"));
+        let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+        outcomes.push(Outcome {
+            trip: s("trip"),
+            files: v["files"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|f| f.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            timeout: v["timeout"].as_bool().unwrap_or(false),
+            error: v["error"].as_str().map(str::to_owned),
+            stderr: s("stderr"),
+        });
+    }
+    let _ = writer.join();
+    let out = child.wait_with_output().expect("docker run ends");
+    assert_eq!(
+        outcomes.len(),
+        commands.len(),
+        "the harness stopped early (status {}; header {header}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let writable: Vec<&str> = header["writable"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        writable.contains(&"/work") && writable.contains(&"/tmp"),
+        "the harness must watch the writable directories, saw {header}"
+    );
+    outcomes
+}
+
+fn decide(policy: &Policy, command: &str) -> Decision {
+    policy
+        .decide(
+            "Bash",
+            &json!({ "command": command }),
+            &ctx(),
+            policy.effective_mode(None),
+        )
+        .decision
+}
+
+#[test]
+fn allowed_echo_commands_run_only_echo_in_real_bash() {
+    let cases = env_or("WARDEN_BASH_DIFF_CASES", DEFAULT_CASES);
+    let seed = env_or("WARDEN_BASH_DIFF_SEED", DEFAULT_SEED);
+    let image = tripwire_image();
+    let policy = policy(&["Bash(echo:*)"], &[], &[]);
+
+    // 1. The known bad commands are asked, and the sandbox sees them misbehave.
+    for bad in KNOWN_BAD {
+        assert_eq!(decide(&policy, bad), Decision::Ask, "{bad:?} must ask");
+    }
+    let generated = generate(cases, seed);
+    let allowed: Vec<String> = generated
+        .into_iter()
+        .filter(|c| decide(&policy, c) == Decision::Allow)
+        .collect();
+    let share = allowed.len() as f64 / cases.max(1) as f64;
+    assert!(
+        share >= MIN_ALLOWED_SHARE,
+        "only {} of {cases} generated commands are allowed; the property would be vacuous",
+        allowed.len()
+    );
+    let mut batch: Vec<String> = KNOWN_BAD.iter().map(|s| s.to_string()).collect();
+    batch.extend(allowed.iter().cloned());
+    let outcomes = run_all(&image, &batch);
+    let (bad_out, allowed_out) = outcomes.split_at(KNOWN_BAD.len());
+    for (cmd, o) in KNOWN_BAD.iter().zip(bad_out) {
+        assert!(
+            o.fired(),
+            "the tripwire sandbox did not notice {cmd:?} (it must: the old splitter allowed it): \
+             {o}"
+        );
+    }
+
+    // 2. The property: allowed commands fire nothing and create nothing.
+    let failures: Vec<String> = allowed
+        .iter()
+        .zip(allowed_out)
+        .filter(|(_, o)| o.fired() || o.error.is_some())
+        .map(|(c, o)| format!("{c:?}\n    => {o}"))
+        .collect();
+    let timeouts = allowed_out.iter().filter(|o| o.timeout).count();
+    assert!(
+        failures.is_empty(),
+        "{} of {} allowed commands (seed {seed:#x}, {cases} generated) ran something other than \
+         echo or wrote a file in real bash:\n{}",
+        failures.len(),
+        allowed.len(),
+        failures
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    eprintln!(
+        "bash differential: {cases} generated (seed {seed:#x}), {} allowed, all clean ({timeouts} \
+         timed out)",
+        allowed.len()
+    );
+}
