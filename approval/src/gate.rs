@@ -69,6 +69,9 @@ pub struct ApprovalRequest {
     pub plugin: Option<String>,
     /// The subagent's requested `permissionMode` (capped by the operator).
     pub mode: Option<PermissionMode>,
+    /// The call's path after symlink resolution in the sandbox, when it differs from the
+    /// path as given: rules are checked against both and the stricter decision wins.
+    pub resolved_path: Option<String>,
 }
 
 impl ApprovalRequest {
@@ -82,6 +85,7 @@ impl ApprovalRequest {
             session_id: None,
             plugin: None,
             mode: None,
+            resolved_path: None,
         }
     }
 }
@@ -346,7 +350,7 @@ impl ApprovalGate {
         let started = Instant::now();
         let inner = &self.inner;
         let mode = inner.policy.effective_mode(req.mode);
-        let ev = inner.policy.decide(&req.tool, &req.input, &inner.ctx, mode);
+        let ev = inner.policy.decide_resolved(&req.tool, &req.input, req.resolved_path.as_deref(), &inner.ctx, mode);
         let (decision, decided_by) = match ev.decision {
             Decision::Ask => {
                 return self

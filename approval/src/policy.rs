@@ -52,6 +52,15 @@ pub enum Decision {
     Deny,
 }
 
+/// Deny over ask over allow.
+fn strictness(d: Decision) -> u8 {
+    match d {
+        Decision::Allow => 0,
+        Decision::Ask => 1,
+        Decision::Deny => 2,
+    }
+}
+
 impl Decision {
     /// `allow`, `ask` or `deny`.
     pub fn as_str(self) -> &'static str {
@@ -286,6 +295,40 @@ impl Policy {
             reason,
             bypass: false,
             not_understood: None,
+        }
+    }
+
+    /// [`Policy::decide`] for the path as given and, when the sandbox resolved it to
+    /// another path (a symlink), for that path too: the stricter decision wins (deny over
+    /// ask over allow), so a rule about `.env` also covers `docs/link-to-env`.
+    pub fn decide_resolved(
+        &self,
+        tool: &str,
+        input: &Value,
+        resolved_path: Option<&str>,
+        ctx: &EvalContext,
+        mode: EffectiveMode,
+    ) -> Evaluation {
+        let given = self.decide(tool, input, ctx, mode);
+        let field = match tool {
+            "Read" | "Write" | "Edit" | "NotebookEdit" => "file_path",
+            "Glob" | "Grep" | "LS" => "path",
+            _ => return given,
+        };
+        let Some(resolved) = resolved_path else { return given };
+        if input.get(field).and_then(Value::as_str) == Some(resolved) {
+            return given;
+        }
+        let mut other = input.clone();
+        if let Some(map) = other.as_object_mut() {
+            map.insert(field.to_string(), Value::String(resolved.to_string()));
+        }
+        let mut real = self.decide(tool, &other, ctx, mode);
+        if strictness(real.decision) > strictness(given.decision) {
+            real.reason = format!("{} (the path resolves to {resolved})", real.reason);
+            real
+        } else {
+            given
         }
     }
 

@@ -1394,3 +1394,32 @@ mod audit {
 
 #[path = "approval/bash_differential.rs"]
 mod bash_differential;
+
+/// Issue 11 item 4: path rules see the path after symlink resolution too.
+mod resolved_paths {
+    use super::*;
+    use warden_approval::{Decision, EvalContext};
+
+    fn ctx() -> EvalContext {
+        EvalContext { workspace_root: "/workspace".into(), home: "/home/agent".into() }
+    }
+
+    /// Regression (issue 11): `Read docs/link-to-env` returned the denied `.env`.
+    #[test]
+    fn a_link_to_a_denied_file_is_denied() {
+        let p = policy(&["Read(./docs/**)"], &[], &["Read(./.env)"]);
+        let mode = p.effective_mode(None);
+        let input = json!({"file_path": "docs/link-to-env"});
+        assert_eq!(p.decide("Read", &input, &ctx(), mode).decision, Decision::Allow, "lexically allowed");
+        let ev = p.decide_resolved("Read", &input, Some("/workspace/.env"), &ctx(), mode);
+        assert_eq!(ev.decision, Decision::Deny, "{}", ev.reason);
+        assert!(ev.reason.contains("resolves to /workspace/.env"), "{}", ev.reason);
+        // A link into an allowed place does not widen a denied lexical path.
+        let denied = json!({"file_path": ".env"});
+        let ev = p.decide_resolved("Read", &denied, Some("/workspace/docs/a.md"), &ctx(), mode);
+        assert_eq!(ev.decision, Decision::Deny);
+        // Grep's `path` is checked the same way.
+        let grep = json!({"pattern": "x", "path": "docs/link-to-env"});
+        assert_ne!(p.decide_resolved("Grep", &grep, Some("/workspace/.env"), &ctx(), mode).decision, Decision::Allow);
+    }
+}

@@ -138,7 +138,7 @@ impl ToolHost {
     }
 
     /// Runs one call the gate allowed: MCP tools on their server, the rest in the sandbox.
-    async fn run_allowed(&self, scope: &ToolScope, key: &SessionKey, call: &ToolCall) -> (String, bool) {
+    async fn run_allowed(&self, scope: &ToolScope, key: &SessionKey, call: &ToolCall, approved_path: Option<&str>) -> (String, bool) {
         if let Some((server, tool)) = warden_mcp_protocol::parse_claude_tool_name(&call.name) {
             if !self.mcp.visible(&scope.mcp_servers).any(|s| s == server) {
                 return (format!("The {} call failed: MCP server {server:?} is not available to this subagent", call.name), true);
@@ -150,11 +150,22 @@ impl ToolHost {
         }
         match &self.sandbox {
             Err(e) => (format!("The {} call failed: {e}", call.name), true),
-            Ok(sandbox) => match sandbox.call_tool(key, &call.name, call.input.clone(), &scope.env).await {
+            Ok(sandbox) => match sandbox.call_tool_pinned(key, &call.name, call.input.clone(), &scope.env, approved_path).await {
                 Ok(out) => (out.content, out.is_error),
                 Err(e) => (format!("The {} call failed: {e}", call.name), true),
             },
         }
+    }
+
+    /// The sandbox path a file tool call would use, after symlink resolution; `Ok(None)` for
+    /// calls without one (Bash, MCP tools) or when the sandbox is unavailable (the call then
+    /// fails with that error when run); `Err` when the path cannot be used at all (it leads
+    /// out of the workspace, holds control characters).
+    async fn resolve_for_policy(&self, key: &SessionKey, call: &ToolCall) -> Result<Option<String>, String> {
+        let (Ok(sandbox), Some(path)) = (&self.sandbox, warden_sandbox::tool_path(&call.name, &call.input)) else {
+            return Ok(None);
+        };
+        sandbox.resolve_path(key, &path).await.map(Some).map_err(|e| e.to_string())
     }
 
     /// Runs a batch through the gate and the sandbox; results come back in call order.
@@ -163,28 +174,42 @@ impl ToolHost {
             emit(scope, "tool_call", json!({ "id": c.id, "name": c.name, "input": c.input, "subagent": scope.subagent }))
                 .await;
         }
+        let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
+        // Path tools: the policy judges the path after symlink resolution too, and the call
+        // is pinned to what was judged (a link swapped in between fails the call).
+        let mut resolved: Vec<Result<Option<String>, String>> = Vec::with_capacity(calls.len());
+        for c in &calls {
+            resolved.push(self.resolve_for_policy(&key, c).await);
+        }
         let requests = calls
             .iter()
-            .map(|c| {
+            .zip(&resolved)
+            .map(|(c, path)| {
                 let mut r = ApprovalRequest::new(c.name.clone(), c.input.clone(), scope.subagent.clone());
                 r.task_id = Some(scope.task_id.clone());
                 r.session_id = Some(scope.session_id.clone());
                 r.plugin = Some(scope.plugin.clone());
                 r.mode = scope.permission_mode;
+                r.resolved_path = path.as_ref().ok().cloned().flatten();
                 r
             })
             .collect();
         let verdicts = self.gate.decide_batch_with(requests, scope.decider.clone()).await;
-        let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
         let mut results = Vec::with_capacity(calls.len());
-        for (call, verdict) in calls.into_iter().zip(verdicts) {
+        for ((call, verdict), path) in calls.into_iter().zip(verdicts).zip(resolved) {
             let (content, is_error) = match verdict.declined_message(&call.name) {
                 Some(declined) => (declined, true),
                 None if scope.tool_budget.as_ref().is_some_and(|b| !b.take()) => {
                     (format!("The {} call was not run: the task reached its tool-call limit.", call.name), true)
                 }
-                None => self.run_allowed(scope, &key, &call).await,
+                None => match path {
+                    Err(e) => (format!("The {} call failed: {e}", call.name), true),
+                    Ok(path) => self.run_allowed(scope, &key, &call, path.as_deref()).await,
+                },
             };
+            // Neither the event (whose excerpt could cut a secret in two) nor the plugin
+            // and its model read the session's secrets.
+            let content = crate::redact::registry().session(&scope.user_id, &scope.session_id).scrub(&content).into_owned();
             tracing::info!(
                 task_id = %scope.task_id, session = %scope.session_id, plugin = %scope.plugin,
                 tool = %call.name, decision = ?verdict.decision, is_error, "tool call"
