@@ -34,6 +34,11 @@ pub const DEFAULT_USER: &str = "1000:1000";
 /// Size of the tmpfs at /tmp by default: room for temp files and the shell state, bounded
 /// because tmpfs pages count against the container's memory.
 pub const DEFAULT_TMP_SIZE: ByteSize = ByteSize(64 * 1024 * 1024);
+/// Workspace size limit by default (1 GiB): room for a checkout and its build, while one
+/// session can never fill the Docker host's disk. `0` turns the limit off.
+pub const DEFAULT_DISK: ByteSize = ByteSize(1024 * 1024 * 1024);
+/// Smallest workspace limit accepted (ext4 needs room for its own metadata).
+pub const MIN_DISK: u64 = 16 * 1024 * 1024;
 /// Scope label by default; hosts sharing one Docker engine must use different scopes.
 pub const DEFAULT_SCOPE: &str = "default";
 
@@ -76,6 +81,12 @@ pub struct SandboxConfig {
     pub user: String,
     /// Size of the tmpfs mounted at /tmp (the root filesystem is read-only). Default 64 MiB.
     pub tmp_size: ByteSize,
+    /// Size limit of the session's /workspace (`1GiB`), enforced by the kernel: the workspace
+    /// is an ext4 file system of that size, so a write past it fails with ENOSPC and the
+    /// Docker host's disk grows by at most this much per session. Default 1 GiB; `0` turns
+    /// it off (a plain volume). Needs an engine that lets a helper container with
+    /// CAP_SYS_ADMIN use loop devices, and e2fsprogs + losetup in `image` (the default image has them).
+    pub disk: ByteSize,
     /// Label value that separates warden hosts sharing one Docker engine. On start a host
     /// adopts or removes only leftovers of its own scope. Default `default`.
     pub scope: String,
@@ -99,6 +110,7 @@ impl Default for SandboxConfig {
             max_output: DEFAULT_MAX_OUTPUT,
             user: DEFAULT_USER.to_string(),
             tmp_size: DEFAULT_TMP_SIZE,
+            disk: DEFAULT_DISK,
             scope: DEFAULT_SCOPE.to_string(),
             docker_host: None,
         }
@@ -153,6 +165,9 @@ impl SandboxConfig {
         }
         if self.tmp_size.0 < 1024 * 1024 {
             return bad("tmp_size", "at least 1MiB");
+        }
+        if self.disk.0 != 0 && self.disk.0 < MIN_DISK {
+            return bad("disk", "0 (no limit) or at least 16MiB");
         }
         if self.uid_gid().is_none() {
             return bad(

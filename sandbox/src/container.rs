@@ -3,8 +3,9 @@
 //! Every container made here is non-root, drops all capabilities, sets no-new-privileges,
 //! has a read-only root with a tmpfs /tmp, a labelled named volume at /workspace, the
 //! configured network (none by default), pids/memory/CPU limits and an init process.
-//! This module must never mount the Docker socket or any host path, never run a container
-//! privileged or add capabilities, and never touch containers or volumes without the
+//! This module must never mount the Docker socket or any host path, never run a session
+//! container privileged or add capabilities (the one capable container is the disk helper
+//! of `disk.rs`, which never runs sandboxed code), and never touch containers or volumes without the
 //! `warden.managed=true` label.
 
 use std::collections::HashMap;
@@ -21,7 +22,7 @@ use bollard::query_parameters::{
 
 use crate::config::SandboxConfig;
 use crate::error::{SandboxError, docker_status};
-use crate::exec;
+use crate::{disk, exec};
 use crate::session::SessionKey;
 
 /// Mount point of the session's workspace volume; every file tool is confined to it.
@@ -193,11 +194,27 @@ pub(crate) async fn create_and_start(
         });
     }
     // Idempotent for the local driver: an existing volume of this name is returned as is,
-    // which is how a recreated container keeps a workspace that survived.
+    // which is how a recreated container keeps a workspace that survived. With a disk
+    // limit the workspace is an ext4 file system on the session's disk image (see disk.rs).
+    let driver_opts = match (cfg.disk.0, disk::disk_of(&names.volume)) {
+        (0, _) | (_, None) => None,
+        (size, Some(disk_volume)) => {
+            let opts = disk::attach(docker, &cfg.image, &disk_volume, labels(&cfg.scope, key), size, "0:0").await?;
+            // After a reboot the image may sit on another loop device than the volume names.
+            if let Ok(v) = docker.inspect_volume(&names.volume).await
+                && v.options.get("device") != opts.get("device")
+            {
+                remove_volume(docker, cfg, &names.volume).await?;
+            }
+            Some(opts)
+        }
+    };
     docker
         .create_volume(VolumeCreateOptions {
             name: Some(names.volume.clone()),
             labels: Some(labels(&cfg.scope, key)),
+            driver: driver_opts.as_ref().map(|_| "local".to_string()),
+            driver_opts,
             ..Default::default()
         })
         .await
@@ -245,7 +262,10 @@ pub(crate) async fn create_and_start(
             "-I".into(),
             "-S".into(),
             "-c".into(),
-            format!("import os; os.chmod({WORKSPACE:?}, 0o1777)"),
+            // A fresh ext4 workspace (sandbox.disk) has a lost+found the agent does not need.
+            format!(
+                "import os\nos.chmod({WORKSPACE:?}, 0o1777)\ntry:\n    os.rmdir({WORKSPACE:?} + '/lost+found')\nexcept OSError:\n    pass"
+            ),
         ];
         setup_result =
             exec::run_housekeeping(docker, &created.id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT)
@@ -321,7 +341,15 @@ pub(crate) async fn remove_container(
 
 /// Removes a volume; absent is success. Retries briefly while a just-removed container
 /// still holds it.
-pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> Result<(), SandboxError> {
+pub(crate) async fn remove_volume(docker: &Docker, cfg: &SandboxConfig, name: &str) -> Result<(), SandboxError> {
+    // A disk volume's loop device goes first, or the removed image would keep its space.
+    if name.starts_with(disk::DISK_PREFIX) {
+        match docker.inspect_volume(name).await {
+            Err(e) if docker_status(&e) == Some(404) => return Ok(()),
+            Err(e) => return Err(SandboxError::from_docker("inspect disk volume", e)),
+            Ok(_) => disk::detach(docker, &cfg.image, name, helper_labels(&cfg.scope)).await?,
+        }
+    }
     /// Attempts while the engine still reports the volume in use.
     const ATTEMPTS: u32 = 20;
     /// Pause between attempts.
@@ -342,10 +370,22 @@ pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> Result<(), San
     Ok(())
 }
 
-/// Removes a session's container and volume by their deterministic names.
-pub(crate) async fn remove_session(docker: &Docker, names: &Names) -> Result<(), SandboxError> {
+/// Removes a session's container and volumes by their deterministic names.
+pub(crate) async fn remove_session(docker: &Docker, cfg: &SandboxConfig, names: &Names) -> Result<(), SandboxError> {
     remove_container(docker, &names.container).await?;
-    remove_volume(docker, &names.volume).await
+    remove_volume(docker, cfg, &names.volume).await?;
+    match disk::disk_of(&names.volume) {
+        Some(d) => remove_volume(docker, cfg, &d).await,
+        None => Ok(()),
+    }
+}
+
+/// Labels of a disk helper container: managed and scoped, so a leftover one is pruned.
+fn helper_labels(scope: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_SCOPE.to_string(), scope.to_string()),
+    ])
 }
 
 fn label_filters(scope: Option<&str>, extra: &[(&str, &str)]) -> HashMap<String, Vec<String>> {

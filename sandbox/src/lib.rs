@@ -14,6 +14,7 @@
 mod agent;
 pub mod config;
 pub mod container;
+mod disk;
 pub mod error;
 mod exec;
 pub mod metrics;

@@ -291,7 +291,7 @@ impl Sandbox {
                 Ok(true)
             }
             None => {
-                container::remove_session(docker, &container::names(&self.inner.config.scope, key))
+                container::remove_session(docker, &self.inner.config, &container::names(&self.inner.config.scope, key))
                     .await?;
                 Ok(false)
             }
@@ -401,6 +401,8 @@ impl Sandbox {
             .values()
             .map(|s| (s.names.container.clone(), s.names.volume.clone()))
             .unzip();
+        let live_volumes: Vec<String> =
+            live_volumes.iter().flat_map(|v| [v.clone()].into_iter().chain(crate::disk::disk_of(v))).collect();
         let mut report = PruneReport::default();
         for c in container::list_managed(docker, None).await? {
             let name = c
@@ -430,7 +432,10 @@ impl Sandbox {
             let ours = report
                 .containers
                 .iter()
-                .any(|c| container::volume_of(c) == v.name);
+                .any(|c| {
+                    let ws = container::volume_of(c);
+                    crate::disk::disk_of(&ws).as_deref() == Some(v.name.as_str()) || ws == v.name
+                });
             let old = serde_json::to_value(&v.created_at)
                 .ok()
                 .and_then(|t| {
@@ -442,7 +447,7 @@ impl Sandbox {
             if !all && !ours && !old {
                 continue;
             }
-            container::remove_volume(docker, &v.name).await?;
+            container::remove_volume(docker, &self.inner.config, &v.name).await?;
             report.volumes.push(v.name);
         }
         tracing::info!(
@@ -483,7 +488,7 @@ impl Inner {
                 .sessions_removed
                 .fetch_add(1, Ordering::Relaxed);
         }
-        container::remove_session(docker, &slot.names).await?;
+        container::remove_session(docker, &self.config, &slot.names).await?;
         tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session removed");
         Ok(())
     }
@@ -709,11 +714,11 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
         .lock()
         .expect("sessions lock")
         .values()
-        .map(|s| s.names.volume.clone())
+        .flat_map(|s| [s.names.volume.clone()].into_iter().chain(crate::disk::disk_of(&s.names.volume)))
         .collect();
     for v in container::list_volumes(docker, Some(scope), false).await? {
         if !keep.contains(&v.name) {
-            container::remove_volume(docker, &v.name).await?;
+            container::remove_volume(docker, &inner.config, &v.name).await?;
         }
     }
     if adopted > 0 {

@@ -1264,6 +1264,35 @@ mod boundary {
         sb.shutdown().await.unwrap();
     }
 
+    /// Regression (issue 11): `fallocate -l 5G` succeeded and could fill the host's disk.
+    pub async fn disk_limit_is_enforced_by_the_kernel(c: Ctx) {
+        const LIMIT: u64 = 32 * 1024 * 1024;
+        let sb = c.sandbox_with(|cfg| cfg.disk = warden_sandbox::ByteSize(LIMIT));
+        let k = key("disk");
+        let o = bash(&sb, &k, "fallocate -l 5G big; echo rc=$?; head -c 50000000 /dev/zero > fill; echo rc=$?; ls").await;
+        assert!(o.content.contains("No space left on device"), "{}", o.content);
+        assert!(!o.content.contains("rc=0"), "both writes fail: {}", o.content);
+        assert!(!o.content.contains("lost+found"), "the workspace starts empty: {}", o.content);
+        let w = sb.call_tool(&k, "Write", json!({"file_path": "more.txt", "content": "x".repeat(1 << 20)}), &[]).await;
+        assert!(format!("{w:?}").contains("sandbox.disk"), "Write says which limit: {w:?}");
+        bash_ok(&sb, &k, "rm -f fill big; echo fits > small").await;
+        // The host holds at most the limit for this session: the image file's real size.
+        let ws = container_of(&sb, &k).await;
+        let name = docker(&["inspect", "-f", "{{range .Mounts}}{{.Name}}{{end}}", &ws]);
+        let disk = name.trim().replacen("warden-ws-", "warden-disk-", 1);
+        let used_kb: u64 = docker(&["run", "--rm", "-v", &format!("{disk}:/d:ro"), warden_sandbox::config::DEFAULT_IMAGE, "du", "-sk", "/d"])
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(used_kb * 1024 <= LIMIT + 1024 * 1024, "{used_kb} KiB on the host");
+        // The workspace survives a replaced container, as without a limit.
+        docker(&["kill", &ws]);
+        assert_eq!(bash_ok(&sb, &k, "cat small").await, "fits\n");
+        sb.shutdown().await.unwrap();
+    }
+
     /// Read and Grep of a link to a denied file report the resolved path, so the approval
     /// policy can judge the file that would really be read.
     pub async fn resolved_path_follows_links_inside_only(c: Ctx) {
@@ -1319,6 +1348,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::random_bytes_start_at_most_one_command,
         boundary::symlink_swaps_never_leave_the_workspace,
         boundary::resolved_path_follows_links_inside_only,
+        boundary::disk_limit_is_enforced_by_the_kernel,
     ]
 }
 
