@@ -138,11 +138,20 @@ pub struct AuditError {
     pub source: std::io::Error,
 }
 
+/// Rewrites each audit line before it is written (the host's secret scrubber).
+pub type LineFilter = std::sync::Arc<dyn Fn(&str) -> String + Send + Sync>;
+
 /// The audit log file.
-#[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
     file: Mutex<File>,
+    filter: Option<LineFilter>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog").field("path", &self.path).finish_non_exhaustive()
+    }
 }
 
 impl AuditLog {
@@ -160,7 +169,15 @@ impl AuditLog {
         Ok(AuditLog {
             path,
             file: Mutex::new(file),
+            filter: None,
         })
+    }
+
+    /// Passes every line through `filter` before it is written (names and rules come
+    /// from plugins and models, so the host scrubs them of secrets).
+    pub fn with_filter(mut self, filter: LineFilter) -> Self {
+        self.filter = Some(filter);
+        self
     }
 
     /// The log file's path.
@@ -174,6 +191,9 @@ impl AuditLog {
             path: self.path.clone(),
             source: std::io::Error::other(e),
         })?;
+        if let Some(f) = &self.filter {
+            line = f(&line);
+        }
         line.push('\n');
         // A poisoned lock only means another writer panicked mid-call; the file
         // handle itself is still fine to append to.

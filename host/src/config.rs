@@ -217,7 +217,10 @@ pub const DEFAULT_SERVER_ADDR: &str = "127.0.0.1:7878";
 pub struct ServerConfig {
     pub addr: String,
     /// Environment variable with comma-separated bearer tokens; unset = no auth, loopback only.
+    /// Each of its tokens is an `admin` principal (named `token<N>`).
     pub tokens_env: String,
+    /// Named principals: whose bearer token acts as whom, with which role.
+    pub principals: Vec<PrincipalConfig>,
     /// Tasks running at once; more wait in a queue (see `engine::DEFAULT_MAX_CONCURRENT_TASKS`).
     pub max_concurrent_tasks: usize,
     /// Tasks waiting for a slot before new ones are refused with 503.
@@ -236,6 +239,33 @@ pub struct ServerConfig {
     pub heartbeat: Duration,
 }
 
+/// What a principal may do (`server.principals[].role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Runs tasks as itself and sees only its own tasks, events, files and approvals.
+    User,
+    /// A user that may also see and decide the approvals of the users in `approves`.
+    Approver,
+    /// Sees and decides everything, and may run tasks as any `user_id`.
+    Admin,
+}
+
+/// `server.principals[]`: who the holder of a bearer token is.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalConfig {
+    /// The principal's name: the `user_id` its tasks run as, and who its decisions and
+    /// tasks are recorded as. 1-128 characters of `[A-Za-z0-9_.-]`.
+    pub name: String,
+    /// Environment variable holding its bearer token (comma-separated for rotation).
+    pub token_env: String,
+    pub role: Role,
+    /// Users whose approvals this `approver` may see and decide.
+    #[serde(default)]
+    pub approves: Vec<String>,
+}
+
 /// Default largest API request body: a long prompt with context fits, a memory bomb does not.
 pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
 /// Default heartbeat interval on event streams: under the 30-60 s idle timeouts of
@@ -247,6 +277,7 @@ impl Default for ServerConfig {
         Self {
             addr: DEFAULT_SERVER_ADDR.into(),
             tokens_env: "WARDEN_TOKENS".into(),
+            principals: vec![],
             max_concurrent_tasks: crate::engine::DEFAULT_MAX_CONCURRENT_TASKS,
             max_queued_tasks: crate::engine::DEFAULT_MAX_QUEUED_TASKS,
             task_timeout: crate::engine::DEFAULT_TASK_TIMEOUT,
@@ -351,6 +382,28 @@ impl Config {
         let base = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         warden_models::ModelRouter::from_config(&self.models, base)
             .map_err(|e| invalid("models".into(), e.to_string()))?;
+        let mut names = std::collections::BTreeSet::new();
+        for (i, p) in self.server.principals.iter().enumerate() {
+            let key = format!("server.principals[{i}]");
+            let plain = |s: &str| {
+                !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            };
+            if !plain(&p.name) {
+                return Err(invalid(format!("{key}.name"), "expected 1-128 characters of [A-Za-z0-9_.-]".into()));
+            }
+            if !names.insert(p.name.as_str()) {
+                return Err(invalid(format!("{key}.name"), format!("principal {:?} is defined twice", p.name)));
+            }
+            if p.token_env.trim().is_empty() {
+                return Err(invalid(format!("{key}.token_env"), "expected the environment variable holding its token".into()));
+            }
+            if !p.approves.is_empty() && p.role != Role::Approver {
+                return Err(invalid(format!("{key}.approves"), "only an approver approves for other users".into()));
+            }
+            if let Some(u) = p.approves.iter().find(|u| !plain(u)) {
+                return Err(invalid(format!("{key}.approves"), format!("{u:?} is not a user id")));
+            }
+        }
         for (i, r) in self.subagents.references.iter().enumerate() {
             if r.kind.trim().is_empty() {
                 return Err(invalid(format!("subagents.references[{i}].kind"), "expected a kind like A2A".into()));

@@ -9,7 +9,10 @@
 //! its events in order) and in the store; a finished one only in the store.
 //!
 //! `tool_context` secrets go to sandbox execs as environment variables and nowhere
-//! else: every event, output and error text is scrubbed of them before it is kept.
+//! else: the task's session remembers them ([`crate::redact::registry`]) and every
+//! event, output, error and record is scrubbed with the session's redactor before it
+//! is kept; streamed `token` / `reasoning` text through a [`StreamScrubber`] per
+//! stream, so a secret split over chunks is caught.
 //! This module never speaks HTTP; [`crate::server`] presents it.
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
 use crate::plugin::{EventSink, PluginEvent, TaskCall};
+use crate::redact::{Redactor, SecretError, StreamScrubber};
 use crate::registry::Registry;
 use crate::store::{Store, TaskRecord, Write, now_ms};
 use crate::task::{self, TaskError, TaskScope, TaskStatus};
@@ -45,11 +49,11 @@ const EVENT_CHANNEL_CAPACITY: usize = 1024;
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// Time allowed for in-flight events to drain after the plugin call ended.
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
-/// Secrets shorter than this are not scrubbed from text (they would match everywhere);
-/// `tool_context` values are tokens and keys, far longer.
-const MIN_REDACTED_SECRET: usize = 4;
 /// What a scrubbed secret reads as.
-pub const REDACTED: &str = "[redacted]";
+pub use crate::redact::REDACTED;
+/// Event kinds whose `text` is one stream split over events (model output): scrubbed
+/// across event boundaries.
+const STREAMED_KINDS: [&str; 2] = ["token", "reasoning"];
 /// How often finished tasks past their retention are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 
@@ -94,6 +98,8 @@ pub struct Submission {
     pub call: TaskCall,
     pub session_id: Option<String>,
     pub user_id: Option<String>,
+    /// Who submitted it (the API principal), recorded on the task.
+    pub principal: Option<String>,
     /// Secrets for sandbox execs: key → value (keys normalised by [`env_name`]).
     pub tool_context: BTreeMap<String, String>,
     pub max_tool_iterations: Option<u32>,
@@ -111,6 +117,8 @@ pub enum SubmitError {
     InvalidField { field: &'static str, message: String },
     #[error("too many tasks waiting ({0} queued); try again later")]
     QueueFull(usize),
+    #[error("invalid tool_context: {0}")]
+    Secrets(#[from] SecretError),
 }
 
 /// A `tool_context` key as an environment variable name: upper-cased, every character
@@ -158,7 +166,10 @@ pub struct LiveTask {
     /// Bumped on every change (event appended, status changed).
     version: watch::Sender<u64>,
     stop: watch::Sender<Option<Stop>>,
-    secrets: Vec<String>,
+    /// (user id, session id): whose secrets scrub this task's text.
+    session: (String, String),
+    /// Held tails of streamed text, per (plugin, kind).
+    streams: Mutex<BTreeMap<(String, String), StreamScrubber>>,
     max_tool_calls: Option<u32>,
     store: Store,
 }
@@ -188,12 +199,48 @@ impl LiveTask {
     }
 
     fn scrub(&self, text: &str) -> String {
-        redact_text(text, &self.secrets)
+        self.redactor().scrub(text).into_owned()
+    }
+
+    /// The redactor of the task's session as it is now: every secret given to any task
+    /// of the session so far (later tasks of the session may add more).
+    pub fn redactor(&self) -> Arc<Redactor> {
+        crate::redact::registry().session(&self.session.0, &self.session.1)
+    }
+
+    /// Passes streamed text (`token`, `reasoning`) through its stream's scrubber; what
+    /// may not be shown yet is held. Returns the event to append, if any text is ready.
+    fn stream_text(&self, plugin: &str, kind: &str, mut event: serde_json::Map<String, Value>) -> Option<Value> {
+        let Some(Value::String(text)) = event.get("text") else { return Some(Value::Object(event)) };
+        let ready = {
+            let mut streams = self.streams.lock().unwrap();
+            streams.entry((plugin.to_owned(), kind.to_owned())).or_default().push(&self.redactor(), text)
+        };
+        if ready.is_empty() {
+            return None;
+        }
+        event.insert("text".into(), Value::String(ready));
+        Some(Value::Object(event))
+    }
+
+    /// Emits every held stream tail (before any other event, and at the end).
+    fn flush_streams(&self) {
+        let held: Vec<((String, String), String)> = {
+            let mut streams = self.streams.lock().unwrap();
+            let redactor = self.redactor();
+            std::mem::take(&mut *streams).into_iter().map(|(k, mut s)| (k, s.finish(&redactor))).collect()
+        };
+        let name = self.inner.lock().unwrap().record.subagent_type.clone();
+        for ((plugin, kind), text) in held {
+            if !text.is_empty() {
+                self.push(json!({ "type": kind, "text": text, "name": name, "plugin": plugin, "source": "plugin" }));
+            }
+        }
     }
 
     /// Appends an event (scrubbed of secrets) and queues it for the store.
     fn push(&self, mut event: Value) {
-        redact_value(&mut event, &self.secrets);
+        self.redactor().scrub_value(&mut event);
         let (task_id, seq) = {
             let mut inner = self.inner.lock().unwrap();
             inner.events.push(event.clone());
@@ -285,6 +332,14 @@ impl LiveTask {
         }
         out.entry("name").or_insert(Value::String(subagent));
         out.insert("plugin".into(), Value::String(ev.plugin));
+        if STREAMED_KINDS.contains(&kind.as_str()) {
+            let plugin = out.get("plugin").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if let Some(ev) = self.stream_text(&plugin, &kind, out) {
+                self.push(ev);
+            }
+            return;
+        }
+        self.flush_streams();
         self.push(Value::Object(out));
         if kind == "tool_call" {
             let n = {
@@ -306,6 +361,7 @@ impl LiveTask {
         if self.inner.lock().unwrap().closed {
             return;
         }
+        self.flush_streams();
         self.push(event);
         let now_waiting = {
             let mut inner = self.inner.lock().unwrap();
@@ -317,28 +373,6 @@ impl LiveTask {
             inner.pending_approvals > 0
         };
         self.set_status(if now_waiting { "input_required" } else { "working" });
-    }
-}
-
-fn redact_text(text: &str, secrets: &[String]) -> String {
-    let mut s = text.to_owned();
-    for secret in secrets {
-        if s.contains(secret.as_str()) {
-            s = s.replace(secret.as_str(), REDACTED);
-        }
-    }
-    s
-}
-
-fn redact_value(v: &mut Value, secrets: &[String]) {
-    if secrets.is_empty() {
-        return;
-    }
-    match v {
-        Value::String(s) if secrets.iter().any(|x| s.contains(x.as_str())) => *s = redact_text(s, secrets),
-        Value::Array(a) => a.iter_mut().for_each(|x| redact_value(x, secrets)),
-        Value::Object(m) => m.values_mut().for_each(|x| redact_value(x, secrets)),
-        _ => {}
     }
 }
 
@@ -537,6 +571,7 @@ impl Engine {
                 return Err(SubmitError::InvalidField { field: "tool_context", message: "keys must not be empty".into() });
             }
         }
+        crate::redact::SecretRegistry::check(sub.tool_context.values().map(String::as_str))?;
         Ok(())
     }
 
@@ -562,6 +597,7 @@ impl Engine {
             description: sub.call.description.clone(),
             session_id: sub.session_id.clone().unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4())),
             user_id: sub.user_id.clone().unwrap_or_else(|| DEFAULT_USER.into()),
+            principal: sub.principal.clone(),
             background: sub.call.run_in_background,
             output: None,
             error: None,
@@ -570,10 +606,15 @@ impl Engine {
             updated_at_ms: now,
             finished_at_ms: None,
         };
-        let mut secrets: Vec<String> =
-            sub.tool_context.values().filter(|v| v.len() >= MIN_REDACTED_SECRET).cloned().collect();
-        // Longest first, so a secret containing another is scrubbed whole.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        // The session remembers the task's secrets before anything of the task is kept.
+        let secrets: Vec<&str> = sub.tool_context.values().map(String::as_str).collect();
+        if let Err(e) = crate::redact::registry().remember(&record.user_id, &record.session_id, &secrets) {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(e.into());
+        }
+        let redactor = crate::redact::registry().session(&record.user_id, &record.session_id);
+        let mut record = record;
+        record.description = redactor.scrub(&record.description).into_owned();
         let max_tool_calls = match (sub.max_tool_iterations, self.options.max_tool_iterations) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -589,7 +630,8 @@ impl Engine {
             }),
             version: watch::channel(0).0,
             stop: watch::channel(None).0,
-            secrets,
+            session: (record.user_id.clone(), record.session_id.clone()),
+            streams: Mutex::new(BTreeMap::new()),
             max_tool_calls,
             store: self.store.clone(),
         });
@@ -697,6 +739,7 @@ impl Engine {
 
     async fn finish(&self, live: &Arc<LiveTask>, f: Finish, took: Duration) {
         live.inner.lock().unwrap().closed = true;
+        live.flush_streams();
         let output = f.output.map(|o| live.scrub(&o));
         let error = f.error.map(|e| live.scrub(&e));
         if let Some(e) = &error {

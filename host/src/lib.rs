@@ -12,6 +12,7 @@ pub mod config;
 pub mod engine;
 pub mod plugin;
 pub mod plugin_dir;
+pub mod redact;
 pub mod registry;
 pub mod runtime;
 pub mod server;
@@ -53,7 +54,9 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
         Some(p) => {
             let path = config.path(p);
             Some(Arc::new(
-                warden_approval::AuditLog::open(&path).with_context(|| format!("cannot open audit log {}", path.display()))?,
+                warden_approval::AuditLog::open(&path)
+                    .with_context(|| format!("cannot open audit log {}", path.display()))?
+                    .with_filter(Arc::new(|line: &str| redact::registry().all().scrub(line).into_owned())),
             ))
         }
         None => None,

@@ -57,6 +57,10 @@ pub struct TaskRecord {
     pub description: String,
     pub session_id: String,
     pub user_id: String,
+    /// The API principal that submitted the task (`None` for tasks from before
+    /// principals, and for tasks not submitted over the API).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub principal: Option<String>,
     #[serde(default)]
     pub background: bool,
     #[serde(skip_serializing_if = "Option::is_none", default)]

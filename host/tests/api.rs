@@ -31,7 +31,8 @@ fn bundled_plugin(name: &str) -> PathBuf {
     p
 }
 
-/// Log lines of every test in this binary (the secret test searches them).
+/// Log lines of every test in this binary (the secret tests search them), written
+/// through warden's own log writer as `warden` sets it up (`cli::init_tracing`).
 fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
     static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     LOGS.get_or_init(|| {
@@ -41,7 +42,7 @@ fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
             .with_env_filter(tracing_subscriber::EnvFilter::new(
                 "warden=debug,warden_sandbox=debug,warden_approval=debug,warden_models=debug",
             ))
-            .with_writer(move || LogWriter(sink.clone()))
+            .with_writer(warden::redact::ScrubbingMakeWriter(move || LogWriter(sink.clone())))
             .try_init();
         buf
     })
@@ -115,9 +116,16 @@ async fn api_with_files(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<Str
     let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     let options = EngineOptions::from_config(&config);
+    let server_config = config.server.clone();
     let registry = warden::start(config).await.unwrap();
     let engine = Engine::start(registry, store, options).await.unwrap();
-    let state = Arc::new(ServerState::new(engine.clone(), tokens));
+    let state = if server_config.principals.is_empty() {
+        Arc::new(ServerState::new(engine.clone(), tokens))
+    } else {
+        // Principals' tokens as `principals::token` names them (no process environment).
+        let creds = warden::server::credentials_from(&server_config, |var| Some(format!("tok-{var}"))).unwrap();
+        Arc::new(ServerState::with_credentials(engine.clone(), creds))
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = app(state);
@@ -622,6 +630,248 @@ mod approvals {
     }
 }
 
+/// Secrets never leave redacted form (issue 13). The Docker-backed end-to-end search of
+/// every byte warden wrote is `sandboxed::every_byte_warden_writes_is_scrubbed_of_a_tool_context_secret`.
+mod secrets {
+    use super::*;
+
+    /// A secret as real ones look and worse: a space (providers split text at spaces),
+    /// unicode, regex metacharacters.
+    pub const SECRET: &str = "Mk7c 1f-é日 [x]*?+(a|b)";
+
+    pub fn assert_absent(what: &str, bytes: &[u8], secret: &str) {
+        let forms = [secret.to_owned(), serde_json::to_string(secret).unwrap().trim_matches('"').to_owned(), format!("{secret:?}").trim_matches('"').to_owned()];
+        for f in forms {
+            assert!(!bytes.windows(f.len()).any(|w| w == f.as_bytes()), "secret ({f:?}) found in {what}");
+        }
+        // Neither half of a split secret escapes either.
+        let (a, b) = secret.split_once(' ').unwrap();
+        let whole = String::from_utf8_lossy(bytes);
+        assert!(!(whole.contains(&format!("{a} ")) && whole.contains(&format!("{b}"))), "both halves of the secret in {what}");
+    }
+
+    pub const STREAMER: &str = "---\nname: streamer\ndescription: Streams text\nmodel: sonnet\n---\nTalk.\n";
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_secret_split_over_token_events_and_a_pending_write_are_redacted() {
+        // Word by word, the scripted provider streams the secret as two `token` events;
+        // the Write waits at the gate with the secret in its input.
+        let script = serde_json::to_string(&json!([
+            { "reasoning": format!("thinking of {SECRET} now"), "text": format!("the key is {SECRET} ok"),
+              "tool_calls": [ { "name": "Write", "arguments": { "file_path": "/workspace/out.txt", "content": format!("key={SECRET}") } } ] },
+            { "text": format!("done with {SECRET}") }
+        ]))
+        .unwrap();
+        let yaml = r#"  grants:
+    claude: { log: true, events: true, state: true, resources: true, model: true, tools: true }
+subagents:
+  agent_dirs: [./agents]
+models:
+  default: demo/scripted
+  providers:
+    demo: { type: scripted, script: ./script.yaml }
+approval:
+  default: ask
+"#;
+        let files = [("script.yaml", script.as_str()), ("agents/streamer.md", STREAMER)];
+        let api = api_with_files(&[(bundled_plugin("claude"), "claude")], yaml, vec![], &files).await;
+        let body = json!({
+            "description": format!("uses {SECRET}"), "prompt": format!("use {SECRET}"), "subagent_type": "streamer",
+            "session_id": "sess-split", "tool_context": { "api-token": SECRET }
+        });
+        let mut s = api.stream("/v1/tasks", Some(body), None).await;
+        let task_id = s.task_id.clone().unwrap();
+        let mut events = vec![];
+        let request_id = loop {
+            let e = s.next_event().await.expect("stream ended before an approval_request");
+            events.push(e.clone());
+            if e.data["type"] == "approval_request" {
+                break e.data["id"].as_str().unwrap().to_owned();
+            }
+        };
+        let pending = api.get("/v1/approvals").await;
+        assert_eq!(pending.body["approvals"][0]["id"], request_id.as_str(), "{}", pending.text);
+        assert_eq!(pending.body["approvals"][0]["input"]["content"], "key=[redacted]", "{}", pending.text);
+        assert_absent("GET /v1/approvals", pending.text.as_bytes(), SECRET);
+        let r = api.post(&format!("/v1/approvals/{request_id}"), json!({ "decision": "decline" })).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        events.extend(s.rest().await);
+        let tokens: String = events.iter().filter(|e| e.data["type"] == "token").map(|e| e.data["text"].as_str().unwrap()).collect();
+        assert!(tokens.contains("the key is [redacted] ok"), "{tokens:?}");
+        let reasoning: String = events.iter().filter(|e| e.data["type"] == "reasoning").map(|e| e.data["text"].as_str().unwrap()).collect();
+        assert!(reasoning.contains("thinking of [redacted] now"), "{reasoning:?}");
+        let all: String = events.iter().map(|e| e.data.to_string()).collect();
+        assert_absent("the live event stream", all.as_bytes(), SECRET);
+        let task = api.get(&format!("/v1/tasks/{task_id}")).await;
+        assert_eq!(task.body["description"], "uses [redacted]", "{}", task.text);
+        assert_absent("GET /v1/tasks/{id}", task.text.as_bytes(), SECRET);
+        api.engine.store().flush().await.unwrap();
+        assert_absent("the task store", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
+        // A refused request does not echo the secret it carried either.
+        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": SECRET, "tool_context": { "k": SECRET } })).await;
+        assert_eq!(r.status, 400, "{}", r.text);
+        assert_absent("an error response", r.text.as_bytes(), SECRET);
+    }
+}
+
+/// Principals and roles (issue 13): every endpoint × role × owner, one table.
+mod principals {
+    use super::*;
+
+    const YAML: &str = r#"  grants:
+    echo: { log: true, events: true, state: true }
+    claude: { log: true, events: true, state: true, resources: true, model: true, tools: true }
+subagents:
+  agent_dirs: [./agents]
+  references:
+    - { uri: "echo://greeter", kind: ECHO }
+models:
+  default: demo/scripted
+  providers:
+    demo: { type: scripted, script: ./script.yaml }
+approval:
+  default: ask
+  audit_log: ./audit.jsonl
+server:
+  heartbeat: 200ms
+  principals:
+    - { name: alice, token_env: ALICE_TOKEN, role: user }
+    - { name: bob, token_env: BOB_TOKEN, role: user }
+    - { name: ops, token_env: OPS_TOKEN, role: approver, approves: [alice] }
+    - { name: root, token_env: ROOT_TOKEN, role: admin }
+"#;
+    const SCRIPT: &str = r#"
+- tool_calls:
+    - { name: Write, arguments: { file_path: /workspace/a.txt, content: "x" } }
+- text: "done"
+"#;
+
+    /// `token1` is the one token of `server.tokens_env` (an admin).
+    const PRINCIPALS: [&str; 5] = ["alice", "bob", "ops", "root", "token1"];
+
+    fn token(principal: &str) -> String {
+        match principal {
+            "token1" => "tok-WARDEN_TOKENS".into(),
+            p => format!("tok-{}_TOKEN", p.to_uppercase()),
+        }
+    }
+
+    impl Api {
+        async fn get_as(&self, who: &str, path: &str) -> Reply {
+            self.send(self.http.get(self.url(path)).bearer_auth(token(who))).await
+        }
+
+        async fn post_as(&self, who: &str, path: &str, body: Value) -> Reply {
+            let req = self.http.post(self.url(path)).bearer_auth(token(who)).header("content-type", "application/json");
+            self.send(req.body(body.to_string())).await
+        }
+
+        /// A background task of `owner` whose Write waits at the gate: (task id, request id).
+        async fn pending_of(&self, owner: &str) -> (String, String) {
+            let body = json!({ "description": "write", "prompt": "write a file", "subagent_type": "streamer", "run_in_background": true });
+            let r = self.post_as(owner, "/v1/tasks", body).await;
+            assert_eq!(r.status, 202, "{}", r.text);
+            let task = r.body["task_id"].as_str().unwrap().to_owned();
+            let t = Instant::now();
+            loop {
+                let list = self.get_as("root", "/v1/approvals").await;
+                if let Some(a) = list.body["approvals"].as_array().unwrap().iter().find(|a| a["task_id"] == task.as_str()) {
+                    return (task, a["id"].as_str().unwrap().to_owned());
+                }
+                assert!(t.elapsed() < Duration::from_secs(30), "no approval for {task}: {}", list.text);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn every_endpoint_answers_each_role_for_each_owner() {
+        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
+        let api = api_with_files(&[(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")], YAML, vec![], &files).await;
+        // A user's requests act as that user; the record names the principal.
+        let mut tasks = std::collections::BTreeMap::new();
+        for owner in ["alice", "bob"] {
+            let r = api.post_as(owner, "/v1/tasks", json!({ "description": "d", "prompt": "hi", "subagent_type": "greeter", "session_id": format!("s-{owner}") })).await;
+            assert_eq!((r.status, r.body["user_id"].as_str(), r.body["principal"].as_str()), (200, Some(owner), Some(owner)), "{}", r.text);
+            tasks.insert(owner, r.body["task_id"].as_str().unwrap().to_owned());
+        }
+        let r = api.post_as("token1", "/v1/tasks", json!({ "description": "d", "prompt": "hi", "subagent_type": "greeter" })).await;
+        assert_eq!((r.body["user_id"].as_str(), r.body["principal"].as_str()), (Some("default"), Some("token1")), "tokens_env admins keep the default user");
+        assert_eq!(api.get("/v1/tasks").await.status, 401, "no token, no entry");
+        let standing: std::collections::BTreeMap<&str, (String, String)> =
+            [("alice", api.pending_of("alice").await), ("bob", api.pending_of("bob").await)].into_iter().collect();
+
+        for who in PRINCIPALS {
+            for owner in ["alice", "bob"] {
+                let sees = who == owner || who == "root" || who == "token1";
+                let decides = sees || (who == "ops" && owner == "alice");
+                let cell = format!("{who} × {owner}");
+                let task = &tasks[owner];
+                let r = api.get_as(who, &format!("/v1/tasks/{task}?block=false")).await;
+                assert_eq!(r.status, if sees { 200 } else { 404 }, "{cell}: GET task: {}", r.text);
+                let r = api.get_as(who, &format!("/v1/tasks/{task}/events")).await;
+                assert_eq!(r.status, if sees { 200 } else { 404 }, "{cell}: events: {}", r.text);
+                let r = api.post_as(who, &format!("/v1/tasks/{task}/cancel"), json!({})).await;
+                assert_eq!(r.status, if sees { 409 } else { 404 }, "{cell}: cancel: {}", r.text);
+                let r = api.get_as(who, &format!("/v1/sessions/s-{owner}/files/a.txt?user_id={owner}")).await;
+                if !sees {
+                    assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("session_not_found")), "{cell}: files");
+                }
+                let body = json!({ "description": "d", "prompt": "as", "subagent_type": "greeter", "user_id": owner });
+                let r = api.post_as(who, "/v1/tasks", body).await;
+                assert_eq!(r.status, if sees { 200 } else { 403 }, "{cell}: create as {owner}: {}", r.text);
+                if sees {
+                    assert_eq!((r.body["user_id"].as_str(), r.body["principal"].as_str()), (Some(owner), Some(who)), "{cell}");
+                } else {
+                    assert_eq!(r.body["error"]["code"], "user_not_allowed", "{cell}");
+                }
+                let list = api.get_as(who, "/v1/approvals").await;
+                let listed = list.body["approvals"].as_array().unwrap().iter().any(|a| a["id"] == standing[owner].1.as_str());
+                assert_eq!(listed, decides, "{cell}: approvals list: {}", list.text);
+                if decides {
+                    let (task, id) = api.pending_of(owner).await;
+                    let r = api.post_as(who, &format!("/v1/approvals/{id}"), json!({ "decision": "decline" })).await;
+                    assert_eq!((r.status, r.body["decided_by"].as_str()), (200, Some(who)), "{cell}: decide: {}", r.text);
+                    let rec = api.get_as("root", &format!("/v1/tasks/{task}?timeout=30000")).await;
+                    assert_eq!(rec.body["status"], "completed", "{cell}: {}", rec.text);
+                } else {
+                    let r = api.post_as(who, &format!("/v1/approvals/{}", standing[owner].1), json!({ "decision": "approve" })).await;
+                    assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("approval_not_found")), "{cell}: decide");
+                }
+            }
+        }
+        // Nobody without the right decided the standing requests; the audit names who did decide.
+        let list = api.get_as("root", "/v1/approvals").await;
+        for owner in ["alice", "bob"] {
+            assert!(list.body["approvals"].as_array().unwrap().iter().any(|a| a["id"] == standing[owner].1.as_str()), "{owner}'s request was decided");
+        }
+        let audit = std::fs::read_to_string(api.dir.path().join("audit.jsonl")).unwrap();
+        for who in ["alice", "ops", "root", "token1", "bob"] {
+            assert!(audit.contains(&format!("\"decided_by\":\"user:{who}\"")), "{who} not in the audit log:\n{audit}");
+        }
+    }
+
+    #[test]
+    fn principals_are_validated() {
+        let bad = [
+            ("server:\n  principals: [{ name: a, token_env: A, role: user, approves: [b] }]\n", "approves"),
+            ("server:\n  principals: [{ name: a, token_env: A, role: user }, { name: a, token_env: B, role: admin }]\n", "twice"),
+            ("server:\n  principals: [{ name: 'a b', token_env: A, role: user }]\n", "name"),
+            ("server:\n  principals: [{ name: a, token_env: A, role: owner }]\n", "role"),
+        ];
+        for (yaml, why) in bad {
+            let e = Config::from_yaml(yaml, Path::new("w.yaml")).unwrap_err().to_string();
+            assert!(e.contains(why), "{yaml}: {e}");
+        }
+        let c = Config::from_yaml("server:\n  principals: [{ name: a, token_env: A, role: user }, { name: b, token_env: B, role: user }]\n", Path::new("w.yaml")).unwrap();
+        let same = warden::server::credentials_from(&c.server, |_| Some("one-token".into()));
+        assert!(same.unwrap_err().to_string().contains("same token"));
+        let creds = warden::server::credentials_from(&c.server, |v| (v == "A").then(|| "ta, ta2".into())).unwrap();
+        let names: Vec<(&str, &str)> = creds.iter().map(|(t, p)| (t.as_str(), p.name.as_str())).collect();
+        assert_eq!(names, vec![("ta", "a"), ("ta2", "a")], "b has no token and cannot sign in");
+    }
+}
+
 mod persistence {
     use super::*;
     use warden::store::{TaskRecord, Write};
@@ -637,6 +887,7 @@ mod persistence {
             description: "d".into(),
             session_id: "s".into(),
             user_id: "u".into(),
+            principal: None,
             background: true,
             output: (status == "completed").then(|| "kept".into()),
             error: None,
@@ -864,6 +1115,107 @@ approval:
         let logs = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
         assert!(logs.contains(&task_id), "the logs do record the task");
         assert!(!logs.contains(SECRET), "secret in the logs");
+        end_sessions(&api).await;
+    }
+
+    /// Issue 13: a marker secret given in `tool_context` is written into every field and
+    /// stream a task can reach — description, prompt, streamed tokens and reasoning, tool
+    /// inputs (a pending approval), tool output, a file, a plugin log line (a tool the
+    /// subagent lacks), the final output — and a later task of the same session, with no
+    /// secrets of its own, reads it back from the workspace. Then every byte warden wrote
+    /// is searched: HTTP responses, SSE, the store file, the logs and the audit log.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn every_byte_warden_writes_is_scrubbed_of_a_tool_context_secret() {
+        use super::secrets::{SECRET, assert_absent};
+        if !docker_ok() {
+            return;
+        }
+        // Each task of the session replays this script: the first stores the secret in
+        // the workspace, the second (without it in its environment) prints it back.
+        let script = serde_json::to_string(&json!([
+            { "reasoning": format!("thinking of {SECRET} now"), "text": format!("the key is {SECRET} ok"),
+              "tool_calls": [
+                  { "name": "Bash", "arguments": { "command": "if [ -n \"$API_TOKEN\" ]; then printf %s \"$API_TOKEN\" > kept.txt; fi; echo leak:$(cat kept.txt)" } },
+                  { "name": "Write", "arguments": { "file_path": "/workspace/copy.txt", "content": format!("key={SECRET}") } },
+                  { "name": format!("Tool{SECRET}"), "arguments": {} }
+              ] },
+            { "text": format!("done with {SECRET}") }
+        ]))
+        .unwrap();
+        let agent = "---\nname: worker\ndescription: Works\ntools: Bash, Read, Write\nmodel: sonnet\n---\nWork.\n";
+        let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let yaml = format!(
+            r#"  grants:
+    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}
+subagents:
+  agent_dirs: [./agents]
+models:
+  default: demo/scripted
+  providers:
+    demo: {{ type: scripted, script: ./script.yaml }}
+sandbox:
+  image: warden-sandbox:bookworm
+  scope: {scope}
+approval:
+  default: ask
+  allow: ["Bash", "Read"]
+  audit_log: ./audit.jsonl
+"#
+        );
+        let files = [("script.yaml", script.as_str()), ("agents/worker.md", agent)];
+        let api = api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await;
+        let mut wrote = Vec::<u8>::new();
+        for (n, tool_context) in [json!({ "api-token": SECRET }), json!({})].into_iter().enumerate() {
+            let body = json!({
+                "description": format!("uses {SECRET}"), "prompt": format!("use {SECRET}"), "subagent_type": "worker",
+                "session_id": "sess-secret", "user_id": "alice", "tool_context": tool_context
+            });
+            let mut s = api.stream("/v1/tasks", Some(body), None).await;
+            let task_id = s.task_id.clone().unwrap();
+            let mut events = vec![];
+            let request_id = loop {
+                let e = s.next_event().await.unwrap_or_else(|| panic!("task {n}: no approval_request in {events:?}"));
+                events.push(e.clone());
+                if e.data["type"] == "approval_request" {
+                    break e.data["id"].as_str().unwrap().to_owned();
+                }
+            };
+            let pending = api.get("/v1/approvals").await;
+            wrote.extend(pending.text.as_bytes());
+            assert_eq!(pending.body["approvals"][0]["input"]["content"], "key=[redacted]", "{}", pending.text);
+            let r = api.post(&format!("/v1/approvals/{request_id}"), json!({ "decision": "approve" })).await;
+            wrote.extend(r.text.as_bytes());
+            events.extend(s.rest().await);
+            let result = events
+                .iter()
+                .find(|e| e.data["type"] == "tool_result" && e.data["name"] == "Bash")
+                .unwrap_or_else(|| panic!("task {n}: no Bash result in {events:?}"));
+            assert!(result.data["content"].as_str().unwrap().contains("leak:[redacted]"), "task {n}: {}", result.data);
+            let fin = &events.last().unwrap().data;
+            assert_eq!(fin["output"], "done with [redacted]", "task {n}: {events:?}");
+            for e in &events {
+                wrote.extend(e.data.to_string().as_bytes());
+            }
+            let replay = api.stream(&format!("/v1/tasks/{task_id}/events"), None, None).await.rest().await;
+            for e in &replay {
+                wrote.extend(e.data.to_string().as_bytes());
+            }
+            wrote.extend(api.get(&format!("/v1/tasks/{task_id}")).await.text.as_bytes());
+        }
+        // The file the subagent wrote comes back over HTTP scrubbed.
+        let f = api.get("/v1/sessions/sess-secret/files/copy.txt?user_id=alice").await;
+        assert_eq!((f.status, f.text.as_str()), (200, "key=[redacted]"));
+        let f = api.get("/v1/sessions/sess-secret/files/kept.txt?user_id=alice").await;
+        assert_eq!((f.status, f.text.as_str()), (200, "[redacted]"));
+        assert_absent("HTTP responses and SSE", &wrote, SECRET);
+        api.engine.store().flush().await.unwrap();
+        assert_absent("the task store", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
+        let audit = std::fs::read(api.dir.path().join("audit.jsonl")).unwrap();
+        assert!(!audit.is_empty(), "the audit log records the decisions");
+        assert_absent("the audit log", &audit, SECRET);
+        let logs = logs().lock().unwrap().clone();
+        assert!(String::from_utf8_lossy(&logs).contains("which this subagent does not have"), "the plugin logged the unknown tool");
+        assert_absent("the logs", &logs, SECRET);
         end_sessions(&api).await;
     }
 

@@ -217,7 +217,9 @@ pub fn print_event(ev: &crate::plugin::PluginEvent) {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Every log line, at every level and from every module and plugin, is scrubbed of secrets.
+    let writer = crate::redact::ScrubbingMakeWriter(std::io::stderr);
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).try_init();
 }
 
 async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> {

@@ -21,7 +21,8 @@ pub async fn serve(config: Config, addr: Option<String>) -> anyhow::Result<ExitC
             return Ok(ExitCode::from(super::EXIT_USAGE));
         }
     };
-    let tokens = server::tokens_from_env(&config.server.tokens_env);
+    let credentials = server::credentials(&config.server)?;
+    let tokens: Vec<String> = credentials.iter().map(|(t, _)| t.clone()).collect();
     if let Err(e) = server::check_bind(&addr, &tokens, &config.server.tokens_env) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(super::EXIT_USAGE));
@@ -33,7 +34,7 @@ pub async fn serve(config: Config, addr: Option<String>) -> anyhow::Result<ExitC
     let registry = crate::start(config).await?;
     let _watch = if watch { Some(crate::plugin_dir::watch(registry.clone())?) } else { None };
     let engine = Engine::start(registry.clone(), store, options).await?;
-    let state = Arc::new(ServerState::new(engine, tokens));
+    let state = Arc::new(ServerState::with_credentials(engine, credentials));
     server::serve(state, addr, shutdown_signal()).await?;
     if let Some(tools) = &registry.runtime().services().tools
         && let Ok(sandbox) = tools.sandbox()

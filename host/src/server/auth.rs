@@ -1,6 +1,12 @@
-//! Bearer-token authentication. Tokens come from the environment variable named by
-//! `server.tokens_env` (comma-separated). Without tokens the API is open, so
-//! [`check_bind`] refuses every address but loopback.
+//! Bearer-token authentication and who a request acts as.
+//!
+//! Every token belongs to a [`Principal`]: the named principals of `server.principals`
+//! (token in the variable each names, with a role), and each token of the variable named
+//! by `server.tokens_env` (comma-separated) as an `admin` principal `token<N>`. Without
+//! any token the API is open — every request is the admin `api` — so [`check_bind`]
+//! refuses every address but loopback. What a principal may see and do is decided here
+//! ([`Principal::owns`], [`Principal::may_decide_for`], [`Principal::user_for`]); the
+//! handlers ask.
 
 use std::net::SocketAddr;
 
@@ -10,15 +16,18 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::{AppState, ApiError};
+use crate::config::{Role, ServerConfig};
 
 /// Paths served without a token (liveness probes).
 const PUBLIC_PATHS: [&str; 1] = ["/healthz"];
 
 /// Tokens from `var`: comma-separated, blanks ignored.
 pub fn tokens_from_env(var: &str) -> Vec<String> {
-    std::env::var(var)
-        .map(|v| v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect())
-        .unwrap_or_default()
+    split_tokens(std::env::var(var).ok())
+}
+
+fn split_tokens(value: Option<String>) -> Vec<String> {
+    value.map(|v| v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
 }
 
 /// An open API (no tokens) may only listen on loopback.
@@ -26,7 +35,7 @@ pub fn check_bind(addr: &SocketAddr, tokens: &[String], tokens_env: &str) -> any
     if tokens.is_empty() && !addr.ip().is_loopback() {
         anyhow::bail!(
             "refusing to listen on {addr} without authentication: set bearer tokens in ${tokens_env} \
-             (comma-separated) or listen on a loopback address such as 127.0.0.1"
+             (comma-separated) or server.principals, or listen on a loopback address such as 127.0.0.1"
         );
     }
     Ok(())
@@ -52,13 +61,92 @@ pub fn match_token(tokens: &[String], given: &str) -> Option<usize> {
     found
 }
 
-/// Who made a request (approval decisions are audited with it).
-#[derive(Debug, Clone)]
-pub struct Caller(pub String);
+/// Who a request acts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Recorded on its tasks and decisions (decisions are audited as `user:<name>`).
+    pub name: String,
+    pub role: Role,
+    /// Users whose approvals an approver may decide.
+    pub approves: Vec<String>,
+    /// The `user_id` its tasks and files default to: its name, or `default` for the
+    /// `tokens_env` admins and the open API (as before principals existed).
+    pub default_user: String,
+}
+
+impl Principal {
+    /// A named principal of `server.principals`.
+    pub fn named(name: &str, role: Role, approves: Vec<String>) -> Self {
+        Principal { name: name.to_owned(), role, approves, default_user: name.to_owned() }
+    }
+
+    /// An admin without a user of its own (`tokens_env` tokens, the open API).
+    pub fn admin(name: &str) -> Self {
+        Principal { name: name.to_owned(), role: Role::Admin, approves: vec![], default_user: crate::engine::DEFAULT_USER.into() }
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// Whether the tasks, events, files and sessions of `user_id` are this principal's to see.
+    pub fn owns(&self, user_id: &str) -> bool {
+        self.is_admin() || user_id == self.default_user
+    }
+
+    /// Whether this principal may see and decide the approvals of `user_id`'s tasks.
+    pub fn may_decide_for(&self, user_id: &str) -> bool {
+        self.owns(user_id) || (self.role == Role::Approver && self.approves.iter().any(|u| u == user_id))
+    }
+
+    /// The user a request acts as: `requested`, or the principal's own by default. Only an
+    /// admin may name another user.
+    pub fn user_for(&self, requested: Option<String>) -> Result<String, ApiError> {
+        match requested {
+            None => Ok(self.default_user.clone()),
+            Some(u) if self.owns(&u) => Ok(u),
+            Some(u) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "user_not_allowed",
+                format!("principal `{}` may not act as user `{u}`", self.name),
+            )),
+        }
+    }
+}
+
+/// Every (token, principal) the server accepts: `server.principals` (tokens from the
+/// variable each names) then `tokens_env`'s tokens as admins `token<N>`. A principal whose
+/// variable is unset cannot sign in (warned). One token for two principals is an error.
+pub fn credentials(server: &ServerConfig) -> anyhow::Result<Vec<(String, Principal)>> {
+    credentials_from(server, |var| std::env::var(var).ok())
+}
+
+/// [`credentials`] with the environment read through `env` (tests).
+pub fn credentials_from(server: &ServerConfig, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Vec<(String, Principal)>> {
+    let mut out: Vec<(String, Principal)> = vec![];
+    for p in &server.principals {
+        let tokens = split_tokens(env(&p.token_env));
+        if tokens.is_empty() {
+            tracing::warn!(principal = %p.name, token_env = %p.token_env, "no token in the variable; this principal cannot sign in");
+        }
+        for t in tokens {
+            out.push((t, Principal::named(&p.name, p.role, p.approves.clone())));
+        }
+    }
+    for (i, t) in split_tokens(env(&server.tokens_env)).into_iter().enumerate() {
+        out.push((t, Principal::admin(&format!("token{}", i + 1))));
+    }
+    for (i, (t, p)) in out.iter().enumerate() {
+        if let Some((_, q)) = out[..i].iter().find(|(u, _)| u == t) {
+            anyhow::bail!("principals `{}` and `{}` have the same token; each token must name one principal", q.name, p.name);
+        }
+    }
+    Ok(out)
+}
 
 pub async fn require_token(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    if state.tokens.is_empty() {
-        req.extensions_mut().insert(Caller("api".into()));
+    if state.credentials.is_empty() {
+        req.extensions_mut().insert(Principal::admin("api"));
         return next.run(req).await;
     }
     if PUBLIC_PATHS.contains(&req.uri().path()) {
@@ -72,7 +160,7 @@ pub async fn require_token(State(state): State<AppState>, mut req: Request, next
         .map(str::trim);
     match given.and_then(|g| match_token(&state.tokens, g)) {
         Some(i) => {
-            req.extensions_mut().insert(Caller(format!("token{}", i + 1)));
+            req.extensions_mut().insert(state.credentials[i].1.clone());
             next.run(req).await
         }
         None => ApiError::new(

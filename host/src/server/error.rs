@@ -44,11 +44,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::error!(code = self.code, message = %self.message, "API error");
+        // Error messages may quote a request or a task's text: scrubbed of every secret.
+        let message = crate::redact::registry().all().scrub(&self.message).into_owned();
+        let this = ApiError { message, ..self };
+        if this.status.is_server_error() {
+            tracing::error!(code = this.code, message = %this.message, "API error");
         }
-        let mut resp = (self.status, Json(json!({ "error": { "code": self.code, "message": self.message } }))).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
+        let mut resp = (this.status, Json(json!({ "error": { "code": this.code, "message": this.message } }))).into_response();
+        if this.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
         }
         resp
@@ -87,6 +90,10 @@ impl From<SubmitError> for ApiError {
             }
             SubmitError::InvalidField { .. } => ApiError::bad_request("invalid_field", message),
             SubmitError::QueueFull(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message),
+            SubmitError::Secrets(crate::redact::SecretError::HostFull) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "secrets_full", message)
+            }
+            SubmitError::Secrets(_) => ApiError::bad_request("invalid_field", message),
         }
     }
 }

@@ -24,7 +24,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use auth::{check_bind, match_token, tokens_from_env};
+pub use auth::{Principal, check_bind, credentials, credentials_from, match_token, tokens_from_env};
 pub use error::{ApiError, parse_json};
 
 use crate::engine::{CancelOutcome, DEFAULT_OUTPUT_TIMEOUT, Engine, Submission};
@@ -36,6 +36,8 @@ pub struct ServerState {
     pub engine: Arc<Engine>,
     /// Accepted bearer tokens; empty = no authentication (loopback only).
     pub tokens: Vec<String>,
+    /// Who each token of `tokens` is (same order).
+    pub credentials: Vec<(String, Principal)>,
     /// Interval of `heartbeat` events on idle streams.
     pub heartbeat: Duration,
     /// Largest request body.
@@ -45,9 +47,18 @@ pub struct ServerState {
 pub type AppState = Arc<ServerState>;
 
 impl ServerState {
+    /// A server whose tokens are all admins (`token<N>`), as `server.tokens_env` gives them.
     pub fn new(engine: Arc<Engine>, tokens: Vec<String>) -> Self {
+        let credentials =
+            tokens.into_iter().enumerate().map(|(i, t)| (t, Principal::admin(&format!("token{}", i + 1)))).collect();
+        Self::with_credentials(engine, credentials)
+    }
+
+    /// A server accepting `credentials` (see [`credentials`]).
+    pub fn with_credentials(engine: Arc<Engine>, credentials: Vec<(String, Principal)>) -> Self {
         let server = &engine.registry().config().server;
-        ServerState { heartbeat: server.heartbeat, max_body: server.max_body as usize, engine, tokens }
+        let tokens = credentials.iter().map(|(t, _)| t.clone()).collect();
+        ServerState { heartbeat: server.heartbeat, max_body: server.max_body as usize, engine, tokens, credentials }
     }
 }
 
@@ -150,9 +161,11 @@ struct TaskRequest {
     max_tool_iterations: Option<u32>,
 }
 
-/// How a task reads in API answers (the stored record).
+/// How a task reads in API answers (the stored record), scrubbed with its session's
+/// secrets as they are now.
 fn task_json(r: &TaskRecord) -> Value {
-    serde_json::to_value(r).unwrap_or(Value::Null)
+    let v = serde_json::to_value(r).unwrap_or(Value::Null);
+    crate::redact::registry().session(&r.user_id, &r.session_id).scrubbed(&v)
 }
 
 fn wants_event_stream(headers: &HeaderMap) -> bool {
@@ -168,11 +181,13 @@ const SYNC_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 async fn create_task(
     State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body?;
     let req: TaskRequest = parse_json(&body)?;
+    let user_id = who.user_for(req.user_id)?;
     let sub = Submission {
         call: TaskCall {
             description: req.description.unwrap_or_default(),
@@ -183,15 +198,23 @@ async fn create_task(
             run_in_background: req.run_in_background,
         },
         session_id: req.session_id,
-        user_id: req.user_id,
+        user_id: Some(user_id),
+        principal: Some(who.name.clone()),
         tool_context: req.tool_context,
         max_tool_iterations: req.max_tool_iterations,
     };
     let background = sub.call.run_in_background;
-    let live = s.engine.submit(sub)?;
+    // A refusal may quote the request: scrubbed of the secrets it carried.
+    let own_secrets = crate::redact::Redactor::with_secrets(sub.tool_context.values().map(String::as_str));
+    let live = s.engine.submit(sub).map_err(|e| {
+        let e = ApiError::from(e);
+        ApiError { message: own_secrets.scrub(&e.message).into_owned(), ..e }
+    })?;
     let task_id = live.id();
     if wants_event_stream(&headers) {
-        let mut resp = sse::task_events(s.engine.clone(), task_id.clone(), 0, s.heartbeat).into_response();
+        let rec = live.record();
+        let session = (rec.user_id, rec.session_id);
+        let mut resp = sse::task_events(s.engine.clone(), task_id.clone(), session, 0, s.heartbeat).into_response();
         if let Ok(v) = HeaderValue::from_str(&task_id) {
             resp.headers_mut().insert("x-task-id", v);
         }
@@ -218,13 +241,24 @@ struct OutputQuery {
     timeout_ms: Option<u64>,
 }
 
+/// The task's record if `who` may see it; otherwise (and when there is none) 404, so a
+/// task of another user cannot even be told apart from a missing one.
+fn visible_task(s: &ServerState, who: &Principal, id: &str) -> Result<TaskRecord, ApiError> {
+    match s.engine.get(id)? {
+        Some(r) if who.owns(&r.user_id) => Ok(r),
+        _ => Err(ApiError::task_not_found(id)),
+    }
+}
+
 async fn task_output(
     State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
     id: Result<Path<String>, PathRejection>,
     q: Result<Query<OutputQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id?;
     let Query(q) = q?;
+    visible_task(&s, &who, &id)?;
     let timeout = q.timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_OUTPUT_TIMEOUT);
     match s.engine.output(&id, q.block.unwrap_or(true), timeout).await? {
         Some(rec) => Ok(Json(task_json(&rec))),
@@ -234,6 +268,7 @@ async fn task_output(
 
 async fn task_events(
     State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -246,14 +281,17 @@ async fn task_events(
             .and_then(|t| t.trim().parse::<u64>().ok())
             .ok_or_else(|| ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event sequence number"))?,
     };
-    if s.engine.get(&id)?.is_none() {
-        return Err(ApiError::task_not_found(&id));
-    }
-    Ok(sse::task_events(s.engine.clone(), id, after, s.heartbeat).into_response())
+    let rec = visible_task(&s, &who, &id)?;
+    Ok(sse::task_events(s.engine.clone(), id, (rec.user_id, rec.session_id), after, s.heartbeat).into_response())
 }
 
-async fn cancel_task(State(s): State<AppState>, id: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+async fn cancel_task(
+    State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
     let Path(id) = id?;
+    visible_task(&s, &who, &id)?;
     match s.engine.cancel(&id).await? {
         CancelOutcome::Canceled(rec) => Ok(Json(task_json(&rec)).into_response()),
         CancelOutcome::AlreadyFinished(rec) => Err(ApiError::new(
@@ -265,8 +303,42 @@ async fn cancel_task(State(s): State<AppState>, id: Result<Path<String>, PathRej
     }
 }
 
-async fn approvals(State(s): State<AppState>) -> Json<Value> {
+/// The pending approvals `who` may see and decide, each with the record of its task
+/// (`None` for a call no task of this server made: only admins see those).
+fn visible_approvals(s: &ServerState, who: &Principal) -> Vec<(warden_approval::PendingApproval, Option<TaskRecord>)> {
     let pending = s.engine.gate().map(|g| g.pending()).unwrap_or_default();
+    pending
+        .into_iter()
+        .map(|p| {
+            let rec = p.task_id.as_deref().and_then(|t| s.engine.get(t).ok().flatten());
+            (p, rec)
+        })
+        .filter(|(_, rec)| match rec {
+            Some(r) => who.may_decide_for(&r.user_id),
+            None => who.is_admin(),
+        })
+        .collect()
+}
+
+async fn approvals(State(s): State<AppState>, Extension(who): Extension<Principal>) -> Json<Value> {
+    // A pending call's input is the model's text: scrubbed with its task's session's
+    // secrets (with every secret when the task is not known here).
+    let pending: Vec<Value> = visible_approvals(&s, &who)
+        .iter()
+        .map(|(p, rec)| {
+            let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
+            if let Some(r) = rec {
+                v["user_id"] = Value::String(r.user_id.clone());
+                if let Some(by) = &r.principal {
+                    v["principal"] = Value::String(by.clone());
+                }
+            }
+            match rec {
+                Some(r) => crate::redact::registry().session(&r.user_id, &r.session_id).scrubbed(&v),
+                None => crate::redact::registry().all().scrubbed(&v),
+            }
+        })
+        .collect();
     Json(json!({ "approvals": pending }))
 }
 
@@ -278,17 +350,21 @@ struct DecisionBody {
 
 async fn decide(
     State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
     id: Result<Path<String>, PathRejection>,
-    caller: Option<Extension<auth::Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id?;
     let body: DecisionBody = parse_json(&body?)?;
-    let who = caller.map(|Extension(c)| c.0).unwrap_or_else(|| "api".into());
-    let gate = s.engine.gate().ok_or_else(|| ApiError::not_found("approval_not_found", format!("no pending approval `{id}`")))?;
-    gate.resolve(&id, body.decision, who.clone())
+    let not_found = || ApiError::not_found("approval_not_found", format!("no pending approval `{id}`"));
+    let gate = s.engine.gate().ok_or_else(not_found)?;
+    // Another user's approval reads as unknown: no oracle for ids of other users.
+    if !visible_approvals(&s, &who).iter().any(|(p, _)| p.id == id) {
+        return Err(not_found());
+    }
+    gate.resolve(&id, body.decision, who.name.clone())
         .map_err(|e| ApiError::not_found("approval_not_found", e.to_string()))?;
-    Ok(Json(json!({ "request_id": id, "decision": body.decision, "decided_by": who })))
+    Ok(Json(json!({ "request_id": id, "decision": body.decision, "decided_by": who.name })))
 }
 
 #[derive(Debug, Deserialize)]
@@ -323,17 +399,23 @@ fn mime_for(path: &str) -> (&'static str, bool) {
 
 async fn download(
     State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
     params: Result<Path<(String, String)>, PathRejection>,
     q: Result<Query<FileQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     use warden_sandbox::SandboxError as E;
     let Path((session, path)) = params?;
     let Query(q) = q?;
-    let user = q.user_id.unwrap_or_else(|| crate::engine::DEFAULT_USER.into());
+    let user = q.user_id.unwrap_or_else(|| who.default_user.clone());
+    if !who.owns(&user) {
+        // Another user's session reads as missing, before the sandbox is asked anything.
+        return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
+    }
     let tools = s.engine.registry().runtime().services().tools.clone();
     let unavailable = |m: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", m);
     let tools = tools.ok_or_else(|| unavailable("this host has no sandbox".into()))?;
     let sandbox = tools.sandbox().map_err(|e| unavailable(e.to_string()))?;
+    let redactor = crate::redact::registry().session(&user, &session);
     let key = warden_sandbox::SessionKey::new(user, session.clone());
     // Never create a container just to answer a download.
     let sessions = sandbox.list_sessions().await.map_err(|e| unavailable(e.to_string()))?;
@@ -350,6 +432,8 @@ async fn download(
     let (mime, inline) = mime_for(&path);
     let name = path.rsplit('/').next().unwrap_or("file").replace(['"', '\\', '\r', '\n'], "_");
     let disposition = format!("{}; filename=\"{name}\"", if inline { "inline" } else { "attachment" });
+    // A file is a way out too: the session's secrets never leave in one.
+    let bytes = redactor.scrub_bytes(&bytes).into_owned();
     let mut resp = bytes.into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));

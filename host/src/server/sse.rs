@@ -17,7 +17,10 @@ use crate::engine::Engine;
 /// Events buffered per client before the producer waits for it.
 const CLIENT_BUFFER: usize = 64;
 
-fn event(seq: u64, ev: &Value) -> Event {
+/// One SSE frame, scrubbed with the session's secrets as they are now (a secret given
+/// to a later task of the session is scrubbed from an older task's replay too).
+fn event(seq: u64, ev: &Value, session: &(String, String)) -> Event {
+    let ev = crate::redact::registry().session(&session.0, &session.1).scrubbed(ev);
     Event::default().id(seq.to_string()).data(ev.to_string())
 }
 
@@ -25,10 +28,12 @@ fn heartbeat() -> Event {
     Event::default().data(r#"{"type":"heartbeat"}"#)
 }
 
-/// The stream of `task_id`'s events with sequence numbers above `after`.
+/// The stream of `task_id`'s events with sequence numbers above `after`; `session` is
+/// the task's (user id, session id).
 pub fn task_events(
     engine: Arc<Engine>,
     task_id: String,
+    session: (String, String),
     after: u64,
     heartbeat_every: Duration,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -43,7 +48,7 @@ pub fn task_events(
                 changed.borrow_and_update();
                 let finished = live.record().is_finished();
                 for (seq, ev) in live.events_after(next) {
-                    if tx.send(event(seq, &ev)).await.is_err() {
+                    if tx.send(event(seq, &ev, &session)).await.is_err() {
                         return; // client gone
                     }
                     next = seq;
@@ -61,7 +66,7 @@ pub fn task_events(
         match engine.store().events_after(&task_id, next) {
             Ok(events) => {
                 for (seq, ev) in events {
-                    if tx.send(event(seq, &ev)).await.is_err() {
+                    if tx.send(event(seq, &ev, &session)).await.is_err() {
                         return;
                     }
                 }

@@ -1,0 +1,574 @@
+//! The one scrubber: every way a `tool_context` secret could leave warden goes through
+//! a [`Redactor`].
+//!
+//! A task's `tool_context` values are secrets: they reach sandbox execs as environment
+//! variables and nothing else. [`SecretRegistry::remember`] records them for the task's
+//! session (user id + session id) — a session remembers every secret given to any of its
+//! tasks, so a later task of the session is scrubbed of them too — and in one
+//! process-wide union that scrubs what is not tied to a session: log lines at every level
+//! ([`ScrubbingMakeWriter`]), the audit log and API error messages.
+//!
+//! Where text leaves, it is scrubbed with the session's [`Redactor`]: task events (the
+//! engine, before they are kept or stored), outputs, errors and task records, SSE frames
+//! and HTTP bodies (again on the way out, so a secret learned later is scrubbed from
+//! older records too), pending approvals, downloaded files and tool results before a
+//! plugin (and its model) reads them. Streamed text (`token`, `reasoning`) goes through a
+//! [`StreamScrubber`], which holds back only a tail that could still become a secret, at
+//! most (longest secret − 1) bytes, so a secret split over chunks is caught.
+//!
+//! What a secret is matched as: its exact bytes, its JSON-escaped form and its Rust
+//! `Debug`-escaped form (how `tracing` prints `?` fields). Encodings (base64, hex,
+//! URL-encoding) of a secret are not recognised. Values shorter than
+//! [`MIN_SECRET_BYTES`] are not scrubbed (they would match everywhere).
+//!
+//! Secrets are kept in memory only, never on disk, in clear or hashed: after a restart
+//! the host no longer knows a session's earlier secrets, and a client must pass them
+//! again in the next task's `tool_context` for that task to be scrubbed of them.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use serde_json::Value;
+
+/// What a scrubbed secret reads as.
+pub const REDACTED: &str = "[redacted]";
+/// Secrets shorter than this are not scrubbed: they would match everywhere, and
+/// `tool_context` values are tokens and keys, far longer.
+pub const MIN_SECRET_BYTES: usize = 4;
+/// Longest `tool_context` value accepted: a PEM private key fits; longer values would
+/// make every stream hold back that much text.
+pub const MAX_SECRET_BYTES: usize = 4096;
+/// Most secrets one session may hold: a deployment passes a handful of tokens per task.
+pub const MAX_SESSION_SECRETS: usize = 256;
+/// Most secret bytes the whole host holds (every session): bounds memory and the size of
+/// the log scrubber's automaton. Beyond it, tasks with new secrets are refused until the
+/// host restarts (secrets are never forgotten while the host runs: forgetting one would
+/// let it out).
+pub const MAX_TOTAL_SECRET_BYTES: usize = 4 * 1024 * 1024;
+/// Scrub passes over one text: a replacement next to other text can, in theory, form a
+/// secret again; after this many passes the whole text is withheld.
+const MAX_PASSES: usize = 4;
+
+/// Why secrets could not be remembered (the task is refused).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("a tool_context value of {0} bytes exceeds the limit of {MAX_SECRET_BYTES} bytes")]
+    TooLong(usize),
+    #[error("a tool_context value must not be part of the redaction marker {REDACTED:?}")]
+    LooksLikeMarker,
+    #[error("this session already holds the maximum of {MAX_SESSION_SECRETS} secrets")]
+    SessionFull,
+    #[error("this host holds the maximum of {MAX_TOTAL_SECRET_BYTES} bytes of secrets; it forgets them only on restart")]
+    HostFull,
+    #[error("secrets cannot be compiled for scrubbing: {0}")]
+    Build(String),
+}
+
+/// The forms a secret is matched in: raw, JSON-escaped and `Debug`-escaped.
+fn forms(secret: &str) -> impl Iterator<Item = String> {
+    let json = serde_json::to_string(secret).unwrap_or_default();
+    let json = json.get(1..json.len().saturating_sub(1)).unwrap_or_default().to_owned();
+    let debug = format!("{secret:?}");
+    let debug = debug.get(1..debug.len().saturating_sub(1)).unwrap_or_default().to_owned();
+    [secret.to_owned(), json, debug].into_iter().filter(|f| f.len() >= MIN_SECRET_BYTES)
+}
+
+/// A compiled secret set.
+#[derive(Default)]
+struct Matcher {
+    ac: Option<AhoCorasick>,
+    /// Every pattern, sorted: the prefix test of streamed text.
+    patterns: BTreeSet<Vec<u8>>,
+    longest: usize,
+}
+
+impl Matcher {
+    fn build(secrets: &BTreeSet<String>) -> Result<Matcher, SecretError> {
+        let patterns: BTreeSet<Vec<u8>> = secrets.iter().flat_map(|s| forms(s)).map(String::into_bytes).collect();
+        if patterns.is_empty() {
+            return Ok(Matcher::default());
+        }
+        let ac = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(&patterns)
+            .map_err(|e| SecretError::Build(e.to_string()))?;
+        let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
+        Ok(Matcher { ac: Some(ac), patterns, longest })
+    }
+
+    fn scrub<'t>(&self, text: &'t [u8]) -> Cow<'t, [u8]> {
+        let Some(ac) = &self.ac else { return Cow::Borrowed(text) };
+        if !ac.is_match(text) {
+            return Cow::Borrowed(text);
+        }
+        let mut cur = text.to_vec();
+        for _ in 0..MAX_PASSES {
+            let mut out = Vec::with_capacity(cur.len());
+            let mut last = 0;
+            for m in ac.find_iter(&cur) {
+                out.extend_from_slice(&cur[last..m.start()]);
+                out.extend_from_slice(REDACTED.as_bytes());
+                last = m.end();
+            }
+            out.extend_from_slice(&cur[last..]);
+            if !ac.is_match(&out) {
+                return Cow::Owned(out);
+            }
+            cur = out;
+        }
+        Cow::Owned(REDACTED.as_bytes().to_vec())
+    }
+
+    /// Whether `s` is a proper prefix of some pattern (the start of a secret that more
+    /// text could complete).
+    fn starts_a_secret(&self, s: &[u8]) -> bool {
+        self.patterns
+            .range::<[u8], _>((Bound::Included(s), Bound::Unbounded))
+            .take(2)
+            .any(|p| p.len() > s.len() && p.starts_with(s))
+    }
+
+    /// The first position of the tail of `text` at or after `from` that could still
+    /// become a secret (`text.len()` when none could).
+    fn hold_from(&self, text: &[u8], from: usize) -> usize {
+        let lo = text.len().saturating_sub(self.longest.saturating_sub(1)).max(from);
+        (lo..text.len()).find(|&i| self.starts_a_secret(&text[i..])).unwrap_or(text.len())
+    }
+
+    /// Where streamed `text` may be cut: everything before can be emitted (scrubbed)
+    /// now, the rest must wait for more text.
+    fn stream_cut(&self, text: &[u8]) -> usize {
+        let Some(ac) = &self.ac else { return text.len() };
+        let mut cut = self.hold_from(text, 0);
+        // A complete secret straddling the cut is emitted whole.
+        for m in ac.find_iter(text) {
+            if m.start() >= cut {
+                break;
+            }
+            if m.end() > cut {
+                cut = self.hold_from(text, m.end());
+                break;
+            }
+        }
+        cut
+    }
+}
+
+/// A set of secrets and the scrubber compiled from it. It only grows. Cheap to read
+/// from many threads; adding recompiles.
+#[derive(Default)]
+pub struct Redactor {
+    secrets: Mutex<BTreeSet<String>>,
+    matcher: RwLock<Arc<Matcher>>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redactor").field("secrets", &self.len()).finish_non_exhaustive()
+    }
+}
+
+impl Redactor {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A redactor of `secrets` (tests, one-off scrubs of a refused request).
+    pub fn with_secrets<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
+        let r = Redactor::new();
+        let set: BTreeSet<String> =
+            secrets.into_iter().filter(|s| s.len() >= MIN_SECRET_BYTES).map(str::to_owned).collect();
+        if let Ok(m) = Matcher::build(&set) {
+            *r.matcher.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(m);
+            *r.secrets.lock().unwrap_or_else(|p| p.into_inner()) = set;
+        }
+        r
+    }
+
+    /// Number of secrets held.
+    pub fn len(&self) -> usize {
+        self.secrets.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Length of the longest form of any secret held.
+    pub fn longest(&self) -> usize {
+        self.matcher().longest
+    }
+
+    fn matcher(&self) -> Arc<Matcher> {
+        self.matcher.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Adds `secrets` (those of at least [`MIN_SECRET_BYTES`]); at most `cap` secrets in
+    /// all. Returns the bytes of the secrets that were new.
+    fn add(&self, secrets: &[&str], cap: usize) -> Result<usize, SecretError> {
+        let mut held = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
+        let new: BTreeSet<String> = secrets
+            .iter()
+            .filter(|s| s.len() >= MIN_SECRET_BYTES && !held.contains(**s))
+            .map(|s| (*s).to_owned())
+            .collect();
+        if new.is_empty() {
+            return Ok(0);
+        }
+        if held.len() + new.len() > cap {
+            return Err(SecretError::SessionFull);
+        }
+        let mut all = held.clone();
+        all.extend(new.iter().cloned());
+        let m = Matcher::build(&all)?;
+        *self.matcher.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(m);
+        *held = all;
+        Ok(new.iter().map(String::len).sum())
+    }
+
+    /// `text` with every secret replaced by [`REDACTED`].
+    pub fn scrub<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match self.matcher().scrub(text.as_bytes()) {
+            Cow::Borrowed(_) => Cow::Borrowed(text),
+            // Patterns are whole UTF-8 strings, so matches fall on character boundaries.
+            Cow::Owned(b) => Cow::Owned(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())),
+        }
+    }
+
+    /// Bytes with every secret replaced by [`REDACTED`] (files, log lines).
+    pub fn scrub_bytes<'t>(&self, bytes: &'t [u8]) -> Cow<'t, [u8]> {
+        self.matcher().scrub(bytes)
+    }
+
+    /// Scrubs every string and object key in `v`.
+    pub fn scrub_value(&self, v: &mut Value) {
+        let m = self.matcher();
+        if m.ac.is_some() {
+            scrub_value_with(&m, v);
+        }
+    }
+
+    /// A scrubbed copy of `v`.
+    pub fn scrubbed(&self, v: &Value) -> Value {
+        let mut v = v.clone();
+        self.scrub_value(&mut v);
+        v
+    }
+}
+
+fn scrub_str(m: &Matcher, s: &str) -> Option<String> {
+    match m.scrub(s.as_bytes()) {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(b) => Some(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())),
+    }
+}
+
+fn scrub_value_with(m: &Matcher, v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            if let Some(t) = scrub_str(m, s) {
+                *s = t;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| scrub_value_with(m, x)),
+        Value::Object(map) => {
+            if map.keys().any(|k| scrub_str(m, k).is_some()) {
+                let old = std::mem::take(map);
+                for (k, val) in old {
+                    map.insert(scrub_str(m, &k).unwrap_or(k), val);
+                }
+            }
+            map.values_mut().for_each(|x| scrub_value_with(m, x));
+        }
+        _ => {}
+    }
+}
+
+/// Scrubs one stream of text that arrives in chunks (a model's `token` events): a
+/// secret split over chunks is caught. Each [`StreamScrubber::push`] returns what may be
+/// shown now; only a tail that could still grow into a secret is held back (at most the
+/// longest secret's length − 1 bytes). [`StreamScrubber::finish`] returns the rest.
+#[derive(Debug, Default)]
+pub struct StreamScrubber {
+    held: String,
+}
+
+impl StreamScrubber {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `chunk`; returns the scrubbed text that is safe to emit now (maybe empty).
+    pub fn push(&mut self, redactor: &Redactor, chunk: &str) -> String {
+        self.held.push_str(chunk);
+        let m = redactor.matcher();
+        let cut = m.stream_cut(self.held.as_bytes());
+        // Cuts fall where a pattern starts or a match ends: character boundaries.
+        let cut = (0..=cut).rev().find(|&i| self.held.is_char_boundary(i)).unwrap_or(0);
+        let rest = self.held.split_off(cut);
+        let ready = std::mem::replace(&mut self.held, rest);
+        scrub_str(&m, &ready).unwrap_or(ready)
+    }
+
+    /// The held tail, scrubbed; the stream is over.
+    pub fn finish(&mut self, redactor: &Redactor) -> String {
+        let rest = std::mem::take(&mut self.held);
+        redactor.scrub(&rest).into_owned()
+    }
+
+    /// Bytes held back right now.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+}
+
+/// Every secret this process was given, per session and in one union.
+#[derive(Default)]
+pub struct SecretRegistry {
+    sessions: Mutex<HashMap<(String, String), Arc<Redactor>>>,
+    all: Redactor,
+    total_bytes: Mutex<usize>,
+}
+
+/// The process-wide registry (log lines are written by code that knows no session,
+/// so the log scrubber must reach every secret from anywhere).
+pub fn registry() -> &'static SecretRegistry {
+    static REGISTRY: OnceLock<SecretRegistry> = OnceLock::new();
+    REGISTRY.get_or_init(SecretRegistry::default)
+}
+
+impl SecretRegistry {
+    /// Checks `values` as secrets for a task without remembering them.
+    pub fn check<'a>(values: impl IntoIterator<Item = &'a str>) -> Result<(), SecretError> {
+        for v in values {
+            if v.len() > MAX_SECRET_BYTES {
+                return Err(SecretError::TooLong(v.len()));
+            }
+            if v.len() >= MIN_SECRET_BYTES && REDACTED.contains(v) {
+                return Err(SecretError::LooksLikeMarker);
+            }
+        }
+        Ok(())
+    }
+
+    /// Remembers `values` as secrets of the session `(user_id, session_id)` for the rest
+    /// of this process's life.
+    pub fn remember(&self, user_id: &str, session_id: &str, values: &[&str]) -> Result<(), SecretError> {
+        Self::check(values.iter().copied())?;
+        let mut total = self.total_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        let incoming: usize = values.iter().map(|v| v.len()).sum();
+        if *total + incoming > MAX_TOTAL_SECRET_BYTES {
+            return Err(SecretError::HostFull);
+        }
+        if values.iter().all(|v| v.len() < MIN_SECRET_BYTES) {
+            return Ok(());
+        }
+        let session = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((user_id.to_owned(), session_id.to_owned()))
+            .or_default()
+            .clone();
+        session.add(values, MAX_SESSION_SECRETS)?;
+        *total += self.all.add(values, usize::MAX)?;
+        Ok(())
+    }
+
+    /// The session's redactor as it is now (an empty one if the session was never
+    /// given a secret). Look it up again for later text: it grows.
+    pub fn session(&self, user_id: &str, session_id: &str) -> Arc<Redactor> {
+        static EMPTY: OnceLock<Arc<Redactor>> = OnceLock::new();
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(user_id.to_owned(), session_id.to_owned()))
+            .cloned()
+            .unwrap_or_else(|| EMPTY.get_or_init(Default::default).clone())
+    }
+
+    /// The union of every secret of every session (logs, audit log, error messages).
+    pub fn all(&self) -> &Redactor {
+        &self.all
+    }
+}
+
+/// A `tracing_subscriber` writer factory whose writers scrub each log record of every
+/// known secret before it reaches `inner`: the log path of every module and plugin.
+#[derive(Debug, Clone)]
+pub struct ScrubbingMakeWriter<M>(pub M);
+
+impl<'a, M> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbingMakeWriter<M>
+where
+    M: tracing_subscriber::fmt::MakeWriter<'a>,
+{
+    type Writer = ScrubbingWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        ScrubbingWriter { inner: self.0.make_writer(), buf: Vec::new() }
+    }
+}
+
+/// Collects one log record and writes it scrubbed when dropped.
+pub struct ScrubbingWriter<W: Write> {
+    inner: W,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> Write for ScrubbingWriter<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<W: Write> Drop for ScrubbingWriter<W> {
+    fn drop(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let out = registry().all().scrub_bytes(&self.buf);
+        let _ = self.inner.write_all(&out);
+        let _ = self.inner.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn stream(r: &Redactor, chunks: &[&str]) -> String {
+        let mut s = StreamScrubber::new();
+        let mut out = String::new();
+        for c in chunks {
+            out.push_str(&s.push(r, c));
+            assert!(s.held() < r.longest().max(1), "held {} of longest {}", s.held(), r.longest());
+        }
+        out + &s.finish(r)
+    }
+
+    #[test]
+    fn a_secret_split_over_token_events_is_caught() {
+        let r = Redactor::with_secrets(["hunter two"]);
+        assert_eq!(stream(&r, &["say hunter", " two", " now"]), "say [redacted] now");
+        assert_eq!(stream(&r, &["h", "u", "nter t", "wo"]), "[redacted]");
+        // Text that only starts like the secret is not held for ever.
+        assert_eq!(stream(&r, &["hunter", " three"]), "hunter three");
+    }
+
+    #[test]
+    fn json_and_debug_escaped_forms_are_scrubbed() {
+        let secret = "pa\"ss\\wo\nrd";
+        let r = Redactor::with_secrets([secret]);
+        let json = serde_json::to_string(&serde_json::json!({ "x": secret })).unwrap();
+        assert!(!r.scrub(&json).contains("ss\\\\wo"), "{}", r.scrub(&json));
+        assert_eq!(r.scrub(&format!("{secret:?}")), "\"[redacted]\"");
+        let mut v = serde_json::json!({ secret: [secret, 1] });
+        r.scrub_value(&mut v);
+        assert_eq!(v, serde_json::json!({ "[redacted]": ["[redacted]", 1] }));
+    }
+
+    #[test]
+    fn nested_secrets_are_scrubbed_whole() {
+        let r = Redactor::with_secrets(["abcd", "abcdefgh"]);
+        assert_eq!(r.scrub("xabcdefghy abcdz"), "x[redacted]y [redacted]z");
+        assert_eq!(stream(&r, &["xabcd", "efg", "hy"]), "x[redacted]y");
+        assert_eq!(stream(&r, &["xabcd", "efz"]), "x[redacted]efz");
+    }
+
+    #[test]
+    fn the_registry_remembers_secrets_per_session_and_refuses_what_it_cannot_hold() {
+        let reg = SecretRegistry::default();
+        reg.remember("u", "s1", &["first-secret"]).unwrap();
+        reg.remember("u", "s1", &["second-secret"]).unwrap();
+        let s1 = reg.session("u", "s1");
+        assert_eq!(s1.scrub("first-secret second-secret"), "[redacted] [redacted]");
+        assert_eq!(reg.session("u", "s2").scrub("first-secret"), "first-secret", "other sessions keep their text");
+        assert_eq!(reg.all().scrub("first-secret"), "[redacted]");
+        let long = "x".repeat(MAX_SECRET_BYTES + 1);
+        assert_eq!(reg.remember("u", "s1", &[&long]), Err(SecretError::TooLong(long.len())));
+        assert_eq!(reg.remember("u", "s1", &["redacted"]), Err(SecretError::LooksLikeMarker));
+        let many: Vec<String> = (0..=MAX_SESSION_SECRETS).map(|i| format!("secret-{i:04}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(reg.remember("u", "s3", &many), Err(SecretError::SessionFull));
+        assert!(!reg.sessions.lock().unwrap().contains_key(&("u".into(), "s2".into())), "no entry without secrets");
+    }
+
+    /// Secrets as real ones look and worse: spaces, unicode, regex metacharacters.
+    fn secret() -> impl Strategy<Value = String> {
+        prop::string::string_regex(r"[a-fA-Z0-9 .*+?()\[\]{}|^$\\/\x22'é日本🔑-]{4,24}")
+            .unwrap()
+            .prop_filter("not part of the marker", |s| !REDACTED.contains(s.as_str()))
+    }
+
+    /// Text that cannot be part of a secret: none of its characters is in the secrets'
+    /// alphabet.
+    fn plain() -> impl Strategy<Value = String> {
+        prop::string::string_regex("[ghkmnpqwxz,;:!~]{0,12}").unwrap()
+    }
+
+    /// Splits `text` at character boundaries into chunks, as providers do (1-byte
+    /// tokens, words, whole sentences).
+    fn chunk(text: &str, cuts: &[usize]) -> Vec<String> {
+        let bounds: BTreeSet<usize> = cuts
+            .iter()
+            .map(|c| c % (text.len() + 1))
+            .filter(|&c| text.is_char_boundary(c))
+            .chain([0, text.len()])
+            .collect();
+        let b: Vec<usize> = bounds.into_iter().collect();
+        b.windows(2).map(|w| text[w[0]..w[1]].to_owned()).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_chunking_lets_a_secret_through_and_other_text_survives(
+            secrets in prop::collection::vec(secret(), 1..4),
+            parts in prop::collection::vec((plain(), any::<bool>(), any::<prop::sample::Index>()), 1..8),
+            cuts in prop::collection::vec(any::<usize>(), 0..40),
+        ) {
+            let r = Redactor::with_secrets(secrets.iter().map(String::as_str));
+            let mut text = String::new();
+            let mut expected_plain = String::new();
+            for (p, with_secret, i) in &parts {
+                text.push_str(p);
+                expected_plain.push_str(p);
+                if *with_secret {
+                    text.push_str(&secrets[i.index(secrets.len())]);
+                }
+            }
+            let chunks = chunk(&text, &cuts);
+            let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+            for out in [stream(&r, &chunks), r.scrub(&text).into_owned()] {
+                for s in &secrets {
+                    prop_assert!(!out.contains(s.as_str()), "secret {s:?} in {out:?} (chunks {chunks:?})");
+                }
+                // Non-secret text is preserved: removing the markers gives the plain parts back.
+                prop_assert_eq!(out.replace(REDACTED, ""), expected_plain.clone());
+            }
+        }
+
+        #[test]
+        fn streamed_and_whole_scrubbing_agree(
+            secrets in prop::collection::vec(secret(), 1..3),
+            text in prop::string::string_regex(r"[a-z .*é日]{0,60}").unwrap(),
+            cuts in prop::collection::vec(any::<usize>(), 0..20),
+        ) {
+            let r = Redactor::with_secrets(secrets.iter().map(String::as_str));
+            let chunks = chunk(&text, &cuts);
+            let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+            prop_assert_eq!(stream(&r, &chunks), r.scrub(&text).into_owned());
+        }
+    }
+}
