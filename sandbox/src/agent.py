@@ -41,6 +41,8 @@ MAX_SYMLINK_HOPS = 40
 SWEEP_ROUNDS = 200
 MAX_STATE_BYTES = 1024 * 1024
 MAX_STATE_VARS = 512
+# Free bytes below which a failed command is told that the workspace is full.
+FULL_BELOW = 64 * 1024
 # Variables that change how bash, the dynamic loader or common interpreters start: never
 # persisted from one call to the next (a planted BASH_ENV would run code while the next
 # task's secrets are in the environment).
@@ -609,9 +611,20 @@ def op_bash(f, agent):
         save_state(raw, base, secrets)
     except OSError:
         pass
+    if workspace_full():
+        with open(err_path, "ab") as fh:
+            fh.write(b"[the session workspace is full: it reached its sandbox.disk limit]\n")
     out_total = send_capture(b"o", out_path, cap, None)
     err_total = send_capture(b"e", err_path, cap, None)
     result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
+
+
+def workspace_full():
+    try:
+        st = os.statvfs(WS)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < FULL_BELOW
 
 
 def serve(agent):

@@ -1271,6 +1271,7 @@ mod boundary {
         let k = key("disk");
         let o = bash(&sb, &k, "fallocate -l 5G big; echo rc=$?; head -c 50000000 /dev/zero > fill; echo rc=$?; ls").await;
         assert!(o.content.contains("No space left on device"), "{}", o.content);
+        assert!(o.content.contains("reached its sandbox.disk limit"), "{}", o.content);
         assert!(!o.content.contains("rc=0"), "both writes fail: {}", o.content);
         assert!(!o.content.contains("lost+found"), "the workspace starts empty: {}", o.content);
         let w = sb.call_tool(&k, "Write", json!({"file_path": "more.txt", "content": "x".repeat(1 << 20)}), &[]).await;

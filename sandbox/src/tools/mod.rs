@@ -122,7 +122,7 @@ pub fn tool_specs() -> Vec<ToolSpec> {
         ),
         spec(
             "Bash",
-            "Runs a bash command in the session sandbox (working directory and exported variables persist between calls; processes started by a call, including `&` background jobs, end with the call; no network unless the operator allows it). Returns stdout, stderr and the exit code. timeout is in milliseconds (max 600000).",
+            "Runs a bash command in the session sandbox (working directory and exported variables persist between calls; every process a call starts, including `&` jobs, `nohup`, `setsid` and daemons, ends with the call: nothing keeps running in the background; no network unless the operator allows it). Returns stdout, stderr and the exit code. timeout is in milliseconds (max 600000).",
             json!({"type":"object","properties":{
                 "command":{"type":"string","description":"The command to run"},
                 "timeout":{"type":"integer","minimum":1,"maximum":bash::MAX_TIMEOUT_MS,"description":"Timeout in milliseconds"},
