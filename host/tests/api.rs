@@ -483,21 +483,27 @@ mod streams {
             .stream("/v1/tasks", Some(json!({ "description": "d", "prompt": "streamed", "subagent_type": "greeter" })), None)
             .await;
         let events = s.rest().await;
-        assert_eq!(types(&events), vec!["status", "status", "status", "finish"], "{events:?}");
+        assert_eq!(types(&events), vec!["status", "status", "plugin", "progress", "finish"], "{events:?}");
         assert_eq!(events[0].data["status"], "submitted");
         assert_eq!(events[0].data["task_id"].as_str(), s.task_id.as_deref());
         assert_eq!(events[1].data["status"], "working");
         // The plugin's own event, relayed with the subagent's name.
-        assert_eq!((events[2].data["message"].as_str(), events[2].data["name"].as_str()), (Some("echoing"), Some("greeter")));
-        assert_eq!((events[3].data["status"].as_str(), events[3].data["output"].as_str()), (Some("completed"), Some("streamed")));
+        // The host names the plugin build that runs the task.
+        assert_eq!((events[2].data["id"].as_str(), events[2].data["version"].as_str()), (Some("echo"), Some("0.1.0")));
+        assert_eq!(events[2].data["sha256"].as_str().map(str::len), Some(64));
+        assert_eq!(events[2].data.get("source"), None, "a host event");
+        // The plugin's own event, relayed with the subagent's name and marked as the plugin's.
+        let own = &events[3].data;
+        assert_eq!((own["message"].as_str(), own["name"].as_str(), own["source"].as_str()), (Some("echoing"), Some("greeter"), Some("plugin")));
+        assert_eq!((events[4].data["status"].as_str(), events[4].data["output"].as_str()), (Some("completed"), Some("streamed")));
         let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
-        assert_eq!(ids, vec![1, 2, 3, 4]);
+        assert_eq!(ids, vec![1, 2, 3, 4, 5]);
         // Replay of a finished task, whole and from an id.
         let id = s.task_id.unwrap();
         let all = api.stream(&format!("/v1/tasks/{id}/events"), None, None).await.rest().await;
         assert_eq!(types(&all), types(&events));
         let tail = api.stream(&format!("/v1/tasks/{id}/events"), None, Some(2)).await.rest().await;
-        assert_eq!(tail.iter().map(|e| e.id.unwrap()).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(tail.iter().map(|e| e.id.unwrap()).collect::<Vec<_>>(), vec![3, 4, 5]);
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -507,8 +513,8 @@ mod streams {
         let mut seen = vec![];
         {
             let mut s = api.stream(&format!("/v1/tasks/{id}/events"), None, None).await;
-            // Live stream: submitted, working, then heartbeats while the plugin spins.
-            while seen.len() < 2 {
+            // Live stream: submitted, working, plugin, then heartbeats while the plugin spins.
+            while seen.len() < 3 {
                 seen.push(s.next_event().await.unwrap());
             }
             let hb = s.next().await.unwrap();
@@ -522,7 +528,7 @@ mod streams {
         let ids: Vec<u64> = seen.iter().map(|e| e.id.unwrap()).collect();
         let expected: Vec<u64> = (1..=ids.len() as u64).collect();
         assert_eq!(ids, expected, "every id once, in order");
-        assert_eq!(types(&seen), vec!["status", "status", "error", "finish"]);
+        assert_eq!(types(&seen), vec!["status", "status", "plugin", "error", "finish"]);
         assert_eq!(seen.last().unwrap().data["status"], "canceled");
         // And while the task is live: reconnect mid-stream of a running task.
         let id = api.task("hostile", "loop", true).await.body["task_id"].as_str().unwrap().to_owned();
@@ -935,7 +941,7 @@ mod persistence {
         let id = api.task("greeter", "persisted", false).await.body["task_id"].as_str().unwrap().to_owned();
         let stored = api.engine.store().task(&id).unwrap().unwrap();
         assert_eq!((stored.status.as_str(), stored.output.as_deref()), ("completed", Some("persisted")));
-        assert_eq!(api.engine.store().events_after(&id, 0).unwrap().len(), 4);
+        assert_eq!(api.engine.store().events_after(&id, 0).unwrap().len(), 5);
         assert!(api.engine.live(&id).is_none());
         assert_eq!(api.get(&format!("/v1/tasks/{id}")).await.body["output"], "persisted");
         assert!(api.dir.path().join("state.db").is_file());

@@ -263,13 +263,17 @@ async fn main() {
         .trim()
         .to_string();
         let section = format!(
-            "## Sandbox\n\nCommand: `CARGO_TARGET_DIR=/work/target-sandbox cargo bench -p warden-sandbox --bench sandbox_bench -- --write BENCHMARKS.md`\n\n\
-             Machine: {} cores ({cpu}), Docker Engine {engine}, image `warden-sandbox:bookworm`, default hardening (runc).\n\
-             Targets (issue 3): warden ≥ 3× faster than the `docker exec` CLI; ≤ 1.2× a bare bollard exec.\n\n{table}\n\
-             The warden path includes the timeout/process-group wrapper, the session shell state (source + save) and output capture; \
-             the bare path is only exec create + start + drain of `echo hi`. Warm calls reuse a long-lived in-container agent exec, \
-             which is why they beat a fresh exec. Load average during this run: {} (other builds share the machine; \
-             earlier runs under load 6–13 gave 2.4×–3.5× vs the CLI and 0.38×–0.57× vs bare bollard).\n",
+            "## Sandbox\n\nCommand: `cargo bench -p warden-sandbox --bench sandbox_bench -- --write BENCHMARKS.md` (run from `sandbox/`; it writes there)\n\n\
+             Machine: {} cores ({cpu}), Docker Engine {engine}, image `warden-sandbox:bookworm`, default hardening (runc), \
+             `sandbox.disk` 1 GiB (ext4 on a loop device).\n\
+             Targets (issues 3 and 11): warden ≥ 3× faster than the `docker exec` CLI; ≤ 1.2× a bare bollard exec.\n\n{table}\n\
+             The warden path is the framed in-container agent (issue 11): a request frame, the command in its own session \
+             under the timeout, the process sweep (kill the group and every orphan of the sandbox user), the session shell \
+             state as data (restore + save), and head/tail capture; the bare path is only exec create + start + drain of \
+             `echo hi`. Warm calls reuse a long-lived agent exec, which is why they beat a fresh exec. The cold session \
+             includes the disk helper container that attaches the workspace's loop device. File transfers run as the sandbox \
+             user through the agent (no-follow open beneath /workspace), not Docker's archive API. Load average during this \
+             run: {} (other builds share the machine).\n",
             std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(0),
