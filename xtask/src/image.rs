@@ -10,7 +10,9 @@ use crate::{apt, process};
 
 pub const SANDBOX_IMAGE: &str = "warden-sandbox:bookworm";
 const SUITE: &str = "bookworm";
-const INCLUDE: &str = "python3-minimal,ripgrep,ca-certificates,bash,coreutils";
+/// Packages beyond minbase: the agent's interpreter, Glob/Grep's ripgrep, and what the
+/// `sandbox.disk` helper runs (mkfs.ext4, losetup).
+const INCLUDE: &str = "python3-minimal,ripgrep,ca-certificates,bash,coreutils,e2fsprogs,mount";
 
 /// Makes sure the sandbox image exists; fails loudly when Docker is unreachable.
 pub fn ensure() -> Result<()> {
