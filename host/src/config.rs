@@ -82,6 +82,85 @@ pub struct PluginsConfig {
     /// Plugin ids in priority order for kinds claimed by more than one plugin.
     /// Unlisted plugins come after the listed ones, in file-name order.
     pub priority: Vec<String>,
+    /// Per-call and per-plugin budgets of the host imports (events, state, log, HTTP).
+    pub budgets: Budgets,
+    /// Largest plugin file loaded (`64MiB`, or bytes); larger files are reported invalid
+    /// without being read whole.
+    #[serde(with = "size_text")]
+    pub max_plugin_size: u64,
+    /// Time one plugin load (compile or cache load, and `meta.info`) may take; loads run
+    /// in parallel, so one slow plugin never holds up the others.
+    #[serde(with = "duration_text")]
+    pub load_timeout: Duration,
+}
+
+/// Default largest plugin file: the bundled Python components are about 20 MB; far
+/// larger files are more likely compile bombs than plugins.
+pub const DEFAULT_MAX_PLUGIN_SIZE: u64 = 64 * 1024 * 1024;
+/// Default time one plugin load may take: a cold compile of a large Python component
+/// takes seconds on two cores; a minute means something is wrong.
+pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default events one call (one task's execute) may emit: a long token stream fits.
+pub const DEFAULT_MAX_EVENTS_PER_CALL: u32 = 20_000;
+/// Default event bytes (JSON) one call may emit; every event is stored with its task
+/// for `store.retention`, so this bounds the store growth per task too.
+pub const DEFAULT_MAX_EVENT_BYTES_PER_CALL: u64 = 16 * 1024 * 1024;
+/// Default longest state key: names, not data.
+pub const DEFAULT_MAX_STATE_KEY: usize = 1024;
+/// Default largest state value: a long transcript fits, a memory bomb does not.
+pub const DEFAULT_MAX_STATE_VALUE: u64 = 4 * 1024 * 1024;
+/// Default bytes (keys + values) one plugin may hold in the state store at once.
+pub const DEFAULT_MAX_STATE_BYTES_PER_PLUGIN: u64 = 64 * 1024 * 1024;
+/// Default log lines one call may write; later ones are refused with an error value.
+pub const DEFAULT_MAX_LOG_LINES_PER_CALL: u32 = 1000;
+/// Default log bytes one call may write.
+pub const DEFAULT_MAX_LOG_BYTES_PER_CALL: u64 = 1024 * 1024;
+/// Default streamed HTTP responses one call may hold open at once: each holds a
+/// connection and a file descriptor of the host.
+pub const DEFAULT_MAX_HTTP_STREAMS_PER_CALL: u32 = 16;
+
+/// `plugins.budgets:` — what one plugin call (or one plugin, for state) may consume
+/// through the host imports. Over a budget the import returns an error value naming
+/// the budget's key; the host never buffers, stores or prints past it.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Budgets {
+    /// Events (`events.emit`, streamed model tokens excluded) one call may emit.
+    pub max_events_per_call: u32,
+    /// Event bytes (JSON data) one call may emit (`16MiB`, or bytes).
+    #[serde(with = "size_text")]
+    pub max_event_bytes_per_call: u64,
+    /// Longest `state` key in bytes.
+    pub max_state_key: usize,
+    /// Largest `state` value (`4MiB`, or bytes).
+    #[serde(with = "size_text")]
+    pub max_state_value: u64,
+    /// Bytes (keys + values) one plugin may hold in the state store.
+    #[serde(with = "size_text")]
+    pub max_state_bytes_per_plugin: u64,
+    /// `log.write` calls one call may make.
+    pub max_log_lines_per_call: u32,
+    /// `log.write` bytes one call may write.
+    #[serde(with = "size_text")]
+    pub max_log_bytes_per_call: u64,
+    /// Streamed HTTP responses (`http.send-streaming`) one call may hold open at once.
+    pub max_http_streams_per_call: u32,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            max_events_per_call: DEFAULT_MAX_EVENTS_PER_CALL,
+            max_event_bytes_per_call: DEFAULT_MAX_EVENT_BYTES_PER_CALL,
+            max_state_key: DEFAULT_MAX_STATE_KEY,
+            max_state_value: DEFAULT_MAX_STATE_VALUE,
+            max_state_bytes_per_plugin: DEFAULT_MAX_STATE_BYTES_PER_PLUGIN,
+            max_log_lines_per_call: DEFAULT_MAX_LOG_LINES_PER_CALL,
+            max_log_bytes_per_call: DEFAULT_MAX_LOG_BYTES_PER_CALL,
+            max_http_streams_per_call: DEFAULT_MAX_HTTP_STREAMS_PER_CALL,
+        }
+    }
 }
 
 impl Default for PluginsConfig {
@@ -94,6 +173,9 @@ impl Default for PluginsConfig {
             limit_overrides: BTreeMap::new(),
             grants: BTreeMap::new(),
             priority: Vec::new(),
+            budgets: Budgets::default(),
+            max_plugin_size: DEFAULT_MAX_PLUGIN_SIZE,
+            load_timeout: DEFAULT_LOAD_TIMEOUT,
         }
     }
 }
@@ -174,9 +256,48 @@ pub struct GrantConfig {
     pub events: bool,
     pub state: bool,
     pub resources: bool,
-    /// Secrets the host may inject into this plugin's HTTP requests, by name:
-    /// name → environment variable holding the value. The plugin only ever sees the name.
-    pub secrets: BTreeMap<String, String>,
+    /// Secrets the host may inject into this plugin's HTTP requests, by name. The plugin
+    /// only ever sees the name; the value goes only to the secret's `origins`.
+    pub secrets: BTreeMap<String, SecretGrant>,
+}
+
+/// Header a secret is sent in unless `header` says otherwise.
+pub const DEFAULT_SECRET_HEADER: &str = "Authorization";
+
+/// One secret of `plugins.grants.<id>.secrets`:
+/// `{ env: PARTNER_TOKEN, origins: ["https://api.partner.example"], header: X-API-Key }`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SecretGrant {
+    /// Environment variable holding the value.
+    pub env: String,
+    /// Origins the secret may be sent to, in the `http` allow-list grammar
+    /// (`https://api.example.com`, `http://127.0.0.1:*`). Required: a secret is never
+    /// sent to an origin the operator did not name for it, nor after a redirect elsewhere.
+    pub origins: Vec<String>,
+    /// Header that carries it (default `Authorization`).
+    #[serde(default = "default_secret_header")]
+    pub header: String,
+    /// Text before the value: default `Bearer` for `Authorization`, none for other
+    /// headers; `""` for none.
+    #[serde(default)]
+    pub scheme: Option<String>,
+}
+
+fn default_secret_header() -> String {
+    DEFAULT_SECRET_HEADER.into()
+}
+
+impl SecretGrant {
+    /// The header value for `value`: `<scheme> <value>` or the value alone.
+    pub fn header_value(&self, value: &str) -> String {
+        let scheme = match &self.scheme {
+            Some(s) => s.trim(),
+            None if self.header.eq_ignore_ascii_case(DEFAULT_SECRET_HEADER) => "Bearer",
+            None => "",
+        };
+        if scheme.is_empty() { value.to_owned() } else { format!("{scheme} {value}") }
+    }
 }
 
 /// `subagents:` — where definitions come from.
@@ -192,9 +313,13 @@ pub struct SubagentsConfig {
     pub builtin: bool,
 }
 
+/// The default agent directory (next to the config). Unlike a directory the operator
+/// lists, it may be absent.
+pub const DEFAULT_AGENT_DIR: &str = "./agents";
+
 impl Default for SubagentsConfig {
     fn default() -> Self {
-        Self { agent_dirs: vec![PathBuf::from("./agents")], references: Vec::new(), builtin: false }
+        Self { agent_dirs: vec![PathBuf::from(DEFAULT_AGENT_DIR)], references: Vec::new(), builtin: false }
     }
 }
 
@@ -358,6 +483,28 @@ impl Config {
                 crate::capability::http::AllowedUrl::parse(pattern).map_err(|e| {
                     invalid(format!("plugins.grants.{id}.http[{i}]"), e.to_string())
                 })?;
+            }
+            for (name, secret) in &grant.secrets {
+                let key = format!("plugins.grants.{id}.secrets.{name}");
+                if secret.origins.is_empty() {
+                    return Err(invalid(
+                        format!("{key}.origins"),
+                        "a secret needs the origins it may be sent to, e.g. origins: [\"https://api.example.com\"]".into(),
+                    ));
+                }
+                for (i, pattern) in secret.origins.iter().enumerate() {
+                    crate::capability::http::AllowedUrl::parse(pattern)
+                        .map_err(|e| invalid(format!("{key}.origins[{i}]"), e.to_string()))?;
+                }
+                if secret.env.trim().is_empty() {
+                    return Err(invalid(format!("{key}.env"), "expected the environment variable holding the value".into()));
+                }
+                let header = secret.header.to_ascii_lowercase();
+                if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err()
+                    || matches!(header.as_str(), "host" | "content-length" | "transfer-encoding" | "connection")
+                {
+                    return Err(invalid(format!("{key}.header"), format!("{:?} cannot carry a secret", secret.header)));
+                }
             }
         }
         let limits = std::iter::once(("plugins.limits".to_string(), self.plugins.limits)).chain(

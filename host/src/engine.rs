@@ -172,6 +172,10 @@ pub struct LiveTask {
     streams: Mutex<BTreeMap<(String, String), StreamScrubber>>,
     max_tool_calls: Option<u32>,
     store: Store,
+    /// Set by the first [`Engine::finish`] of this task: a task ends once.
+    finishing: std::sync::atomic::AtomicBool,
+    /// Aborts the task's driver (cancel uses it when the driver does not wind down).
+    driver: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl LiveTask {
@@ -332,6 +336,11 @@ impl LiveTask {
         }
         out.entry("name").or_insert(Value::String(subagent));
         out.insert("plugin".into(), Value::String(ev.plugin));
+        if !crate::plugin::is_host_event_kind(&kind) {
+            // `events.emit` refuses host kinds, so whatever else arrives here is the
+            // plugin's own: marked as such, never mistaken for the host's.
+            out.insert("source".into(), Value::String("plugin".into()));
+        }
         if STREAMED_KINDS.contains(&kind.as_str()) {
             let plugin = out.get("plugin").and_then(Value::as_str).unwrap_or_default().to_owned();
             if let Some(ev) = self.stream_text(&plugin, &kind, out) {
@@ -642,9 +651,12 @@ impl Engine {
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         tracing::info!(task_id = %task_id, subagent = %sub.call.subagent_type, background = sub.call.run_in_background, "task submitted");
         let tool_env = sub.tool_context.iter().map(|(k, v)| (env_name(k), v.clone())).collect();
+            finishing: std::sync::atomic::AtomicBool::new(false),
+            driver: Mutex::new(None),
         let engine = self.clone();
         let driver_live = live.clone();
-        tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env).await });
+        let driver = tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env).await });
+        self.supervise(live.clone(), driver);
         Ok(live)
     }
 
@@ -656,6 +668,38 @@ impl Engine {
             _ = live.stopped() => None,
         };
         self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+    /// Watches a task's driver: if it dies before finishing the task (a panic anywhere
+    /// in it, or an abort by [`Engine::cancel`]), the task still ends — `failed` with the
+    /// reason, or `canceled` — instead of staying `working` forever.
+    fn supervise(self: &Arc<Self>, live: Arc<LiveTask>, driver: tokio::task::JoinHandle<()>) {
+        *live.driver.lock().unwrap() = Some(driver.abort_handle());
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let Err(e) = driver.await else { return };
+            if live.record().is_finished() {
+                return;
+            }
+            let finish = if e.is_panic() {
+                let message = crate::runtime::panic_message(&*e.into_panic());
+                tracing::error!(task_id = %live.id(), %message, "task driver panicked");
+                Finish { status: "failed", reason: "error", output: None, error: Some(format!("host fault: {message}")) }
+            } else {
+                Finish::canceled()
+            };
+            {
+                let mut inner = live.inner.lock().unwrap();
+                inner.sink = None;
+                inner.closed = true;
+            }
+            if let Some(gate) = engine.gate() {
+                gate.cancel_task(&live.id());
+            }
+            // The dead driver may have begun finishing; nobody else will complete it.
+            live.finishing.store(false, Ordering::SeqCst);
+            engine.finish(&live, finish, Duration::ZERO).await;
+        });
+    }
+
         let Some(permit) = permit else {
             self.finish(&live, Finish::canceled(), Duration::ZERO).await;
             return;
@@ -746,6 +790,9 @@ impl Engine {
             live.push(json!({ "type": "error", "message": e }));
         }
         let mut fin = json!({ "type": "finish", "status": f.status, "reason": f.reason });
+        if live.finishing.swap(true, Ordering::SeqCst) {
+            return;
+        }
         if let Some(o) = &output {
             fin["output"] = Value::String(o.clone());
         }
@@ -819,7 +866,16 @@ impl Engine {
         if let Some(gate) = self.gate() {
             gate.cancel_task(id);
         }
-        let rec = live.wait_finished(CANCEL_WAIT).await;
+        let mut rec = live.wait_finished(CANCEL_WAIT).await;
+        if !rec.is_finished() {
+            // The driver did not wind down (stuck outside an await point the stop reaches):
+            // abort it; its supervisor ends the task `canceled`.
+            tracing::warn!(task_id = %id, "task did not stop within the cancel wait; aborting its driver");
+            if let Some(driver) = live.driver.lock().unwrap().as_ref() {
+                driver.abort();
+            }
+            rec = live.wait_finished(CANCEL_WAIT).await;
+        }
         Ok(if rec.status == "canceled" { CancelOutcome::Canceled(rec) } else { CancelOutcome::AlreadyFinished(rec) })
     }
 }

@@ -20,6 +20,7 @@ pub mod services;
 pub mod store;
 pub mod mcp_tools;
 pub mod task;
+pub mod text;
 pub mod tools;
 
 pub use config::Config;
@@ -71,7 +72,8 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
     let models = warden_models::ModelRouter::from_config(&config.models, &config.base_dir)
         .map(Arc::new)
         .map_err(|e| e.to_string());
-    let services = services::HostServices::new(roots).with_tools(tools).with_models(models);
+    let services =
+        services::HostServices::new(roots).with_tools(tools).with_models(models).with_budgets(config.plugins.budgets);
 
     let fuel = config.plugins.limits.fuel.is_some() || config.plugins.limit_overrides.values().any(|o| o.fuel.is_some());
     let runtime = Runtime::new(

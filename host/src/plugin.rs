@@ -83,12 +83,44 @@ pub enum GuestError {
     Internal(String),
 }
 
+/// Event types only the host produces: the task lifecycle (`status`, `error`, `finish`),
+/// the tools path (`tool_call`, `tool_result`, which count toward `max_tool_iterations`)
+/// and the approval gate. `events.emit` refuses them, so an event of one of these types
+/// in a task's stream always comes from the host; every other event is marked
+/// `"source": "plugin"`.
+pub const HOST_EVENT_KINDS: [&str; 9] = [
+    "status",
+    "error",
+    "finish",
+    "plugin",
+    "tool_call",
+    "tool_result",
+    "approval_request",
+    "approval_resolved",
+    "heartbeat",
+];
+
+/// Whether `kind` is reserved for the host (compared case-insensitively, so `Tool_Call`
+/// cannot pass for a different type in a case-folding consumer).
+pub fn is_host_event_kind(kind: &str) -> bool {
+    HOST_EVENT_KINDS.iter().any(|k| k.eq_ignore_ascii_case(kind))
+}
+
 /// One progress event a plugin emitted (`events.emit`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PluginEvent {
     pub plugin: String,
     pub kind: String,
     pub data: serde_json::Value,
+}
+
+/// Which plugin build ran a task: id (file stem), the version it reports and the
+/// SHA-256 of its file. Sent as the task's `plugin` event and kept in its outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PluginRef {
+    pub id: String,
+    pub version: String,
+    pub sha256: String,
 }
 
 /// Where a call's events go. Bounded: a plugin that floods is told so, the host

@@ -1,9 +1,11 @@
 //! The registry: loaded plugins → kinds → subagent definitions.
 //!
 //! Plugins come from the plugin directory ([`crate::plugin_dir`]); each serves the
-//! kinds its `plugin-info` declares. When two plugins claim one kind, the winner is
-//! the first in `plugins.priority`, then the smallest plugin id (file name order) —
-//! deterministic, and reported as "shadowed" on the loser. References from
+//! kinds its `plugin-info` declares. A kind claimed by more than one plugin goes to the
+//! first of them in `plugins.priority`. Without such an entry nobody takes a kind from
+//! the plugin serving it: on a reload the current owner keeps it, and a kind that had
+//! no owner stays unserved and is reported as an error (ambiguous) — a plugin's file
+//! name or arrival order never decides. Losers are reported as "shadowed". References from
 //! `subagents.references` (and agent files as `CLAUDE` references) are resolved by the
 //! first plugin of their kind whose `can-resolve` accepts; definitions are keyed by
 //! name and the first one wins a name collision (reported).
@@ -46,6 +48,18 @@ pub struct Registered {
 pub struct RegistryProblem {
     pub source: String,
     pub message: String,
+    /// A configuration error (not just a warning): `warden config check` fails on it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub error: bool,
+}
+
+impl RegistryProblem {
+    fn warning(source: impl Into<String>, message: impl Into<String>) -> Self {
+        RegistryProblem { source: source.into(), message: message.into(), error: false }
+    }
+    fn error(source: impl Into<String>, message: impl Into<String>) -> Self {
+        RegistryProblem { source: source.into(), message: message.into(), error: true }
+    }
 }
 
 /// An immutable view of the registry.
@@ -57,6 +71,9 @@ pub struct Snapshot {
     pub invalid: BTreeMap<String, InvalidPlugin>,
     /// kind → plugin ids in resolution order (first = serving).
     pub kinds: BTreeMap<String, Vec<String>>,
+    /// Kinds claimed by several plugins that no `plugins.priority` entry and no current
+    /// owner decides: served by nobody until the operator chooses. kind → claimants.
+    pub ambiguous_kinds: BTreeMap<String, Vec<String>>,
     pub definitions: BTreeMap<String, Registered>,
     pub problems: Vec<RegistryProblem>,
 }
@@ -71,6 +88,9 @@ pub struct PluginStatus {
     /// Kinds this plugin claims but another plugin serves.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shadowed_kinds: Vec<String>,
+    /// Kinds this plugin claims that are ambiguous (served by nobody; an error).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ambiguous_kinds: Vec<String>,
     pub requested_capabilities: Vec<Capability>,
     pub granted_capabilities: Vec<Capability>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -98,6 +118,12 @@ impl Snapshot {
             .collect()
     }
 
+    /// Problems that are configuration errors (`warden config check` fails on them):
+    /// ambiguous kinds and agent directories that do not exist.
+    pub fn errors(&self) -> Vec<&RegistryProblem> {
+        self.problems.iter().filter(|p| p.error).collect()
+    }
+
     pub fn status(&self) -> Vec<PluginStatus> {
         let mut rows: Vec<PluginStatus> = self
             .plugins
@@ -111,9 +137,11 @@ impl Snapshot {
                     .info
                     .kinds
                     .iter()
+                    .filter(|k| !self.ambiguous_kinds.contains_key(*k))
                     .filter(|k| self.kinds.get(*k).and_then(|ids| ids.first()) != Some(&p.id))
                     .cloned()
                     .collect(),
+                ambiguous_kinds: p.info.kinds.iter().filter(|k| self.ambiguous_kinds.contains_key(*k)).cloned().collect(),
                 requested_capabilities: p.grants.requested().to_vec(),
                 granted_capabilities: p.grants.granted().to_vec(),
                 http_allow: p.grants.http_patterns(),
@@ -129,6 +157,7 @@ impl Snapshot {
             version: String::new(),
             kinds: vec![],
             shadowed_kinds: vec![],
+            ambiguous_kinds: vec![],
             requested_capabilities: vec![],
             granted_capabilities: vec![],
             http_allow: vec![],
@@ -198,9 +227,14 @@ impl Registry {
         };
         files.sort();
         let mut next = Snapshot::default();
-        for path in files {
+        // In parallel, each under `plugins.load_timeout`: a slow plugin delays no other.
+        let loads = files.into_iter().map(|path| async move {
             let id = plugin_id(&path).expect("filtered above");
-            match self.load_file(&id, &path).await {
+            let loaded = self.load_file(&id, &path).await;
+            (id, path, loaded)
+        });
+        for (id, path, loaded) in futures_util::future::join_all(loads).await {
+            match loaded {
                 Ok(p) => {
                     next.plugins.insert(id, Arc::new(p));
                 }
@@ -210,16 +244,21 @@ impl Registry {
                 }
             }
         }
-        self.publish(next).await;
+        self.publish(next, None).await;
     }
 
     async fn load_file(&self, id: &str, path: &Path) -> Result<LoadedPlugin, String> {
-        let bytes = tokio::fs::read(path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let p = self
-            .runtime
-            .load(id, path.to_owned(), &bytes, self.config.limits_for(id), self.config.plugins.grants.get(id))
-            .await
-            .map_err(|e| e.to_string())?;
+        let timeout = self.config.plugins.load_timeout;
+        let load = async {
+            let bytes = read_plugin_file(path, self.config.plugins.max_plugin_size).await?;
+            self.runtime
+                .load(id, path.to_owned(), &bytes, self.config.limits_for(id), self.config.plugins.grants.get(id))
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let p = tokio::time::timeout(timeout, load).await.map_err(|_| {
+            format!("loading took longer than {} (plugins.load_timeout)", humantime::format_duration(timeout))
+        })??;
         tracing::info!(
             plugin = %id, name = %p.info.name, version = %p.info.version, kinds = ?p.info.kinds,
             granted = ?p.grants.granted(), origin = ?p.origin, load_ms = p.load_time.as_millis() as u64,
@@ -273,45 +312,71 @@ impl Registry {
                 }
             }
         }
-        self.publish(next).await;
+        self.publish(next, Some(&old)).await;
     }
 
-    /// Computes kinds and definitions for `next` and makes it current.
-    async fn publish(&self, mut next: Snapshot) {
-        next.kinds = self.kind_table(&next);
-        for (kind, ids) in &next.kinds {
-            if ids.len() > 1 {
-                let msg = format!(
-                    "kind {kind} is claimed by plugins {}; `{}` serves it (plugins.priority, then file name order)",
-                    ids.join(", "),
-                    ids[0]
-                );
-                tracing::warn!("{msg}");
-                next.problems.push(RegistryProblem { source: format!("kind {kind}"), message: msg });
-            }
-        }
+    /// Computes kinds and definitions for `next` and makes it current. `previous` is
+    /// the snapshot being replaced (its kind owners keep their kinds).
+    async fn publish(&self, mut next: Snapshot, previous: Option<&Snapshot>) {
+        self.assign_kinds(&mut next, previous);
         self.resolve_definitions(&mut next).await;
         *self.current.write().unwrap() = Arc::new(next);
     }
 
-    fn kind_table(&self, s: &Snapshot) -> BTreeMap<String, Vec<String>> {
+    /// Decides who serves each kind (see the module docs) and reports contested kinds.
+    fn assign_kinds(&self, next: &mut Snapshot, previous: Option<&Snapshot>) {
         let priority = &self.config.plugins.priority;
         let rank = |id: &str| priority.iter().position(|p| p == id).unwrap_or(usize::MAX);
-        let mut kinds: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for p in s.plugins.values() {
+        let mut claims: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in next.plugins.values() {
             for k in &p.info.kinds {
-                kinds.entry(k.clone()).or_default().push(p.id.clone());
+                claims.entry(k.clone()).or_default().push(p.id.clone());
             }
         }
-        for ids in kinds.values_mut() {
-            ids.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+        for (kind, mut ids) in claims {
+            ids.sort();
             ids.dedup();
+            if ids.len() == 1 {
+                next.kinds.insert(kind, ids);
+                continue;
+            }
+            let current = previous
+                .and_then(|p| p.kinds.get(&kind))
+                .and_then(|ids| ids.first())
+                .filter(|owner| ids.contains(owner))
+                .cloned();
+            let source = format!("kind {kind}");
+            let claimants = ids.join(", ");
+            if ids.iter().any(|id| rank(id) != usize::MAX) {
+                ids.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+                let msg = format!("kind {kind} is claimed by plugins {claimants}; `{}` serves it (plugins.priority)", ids[0]);
+                tracing::warn!("{msg}");
+                next.problems.push(RegistryProblem::warning(source, msg));
+                next.kinds.insert(kind, ids);
+            } else if let Some(owner) = current {
+                ids.sort_by_key(|id| *id != owner);
+                let msg = format!(
+                    "kind {kind} is claimed by plugins {claimants}; `{owner}` keeps serving it \
+                     (a plugin that arrives later never takes a kind; list the one to use in plugins.priority)"
+                );
+                tracing::warn!("{msg}");
+                next.problems.push(RegistryProblem::warning(source, msg));
+                next.kinds.insert(kind, ids);
+            } else {
+                let msg = format!(
+                    "kind {kind} is claimed by plugins {claimants} and plugins.priority names none of them: \
+                     no plugin serves it until plugins.priority says which one does"
+                );
+                tracing::error!("{msg}");
+                next.problems.push(RegistryProblem::error(source, msg));
+                next.ambiguous_kinds.insert(kind, ids);
+            }
         }
-        kinds
     }
 
-    /// Every reference to resolve: configured references, then agent files.
-    fn references(&self) -> Vec<SubagentReference> {
+    /// Every reference to resolve: configured references, then agent files. Agent
+    /// directory entries that are skipped are reported in `problems`.
+    fn references(&self, problems: &mut Vec<RegistryProblem>) -> Vec<SubagentReference> {
         let mut refs: Vec<SubagentReference> = self
             .config
             .subagents
@@ -326,10 +391,21 @@ impl Registry {
                 metadata: BTreeMap::new(),
             }));
         }
-        for dir in &self.config.subagents.agent_dirs {
-            let dir = self.config.path(dir);
+        for configured in &self.config.subagents.agent_dirs {
+            let dir = self.config.path(configured);
+            let Ok(root) = dir.canonicalize() else {
+                let source = dir.display().to_string();
+                let message = "agent directory does not exist (subagents.agent_dirs)";
+                // The default `./agents` may be absent; a directory the operator named may not.
+                problems.push(if configured.as_path() == Path::new(crate::config::DEFAULT_AGENT_DIR) {
+                    RegistryProblem::warning(source, message)
+                } else {
+                    RegistryProblem::error(source, message)
+                });
+                continue;
+            };
             let mut files = vec![];
-            collect_markdown(&dir, &mut files);
+            collect_markdown(&root, &dir, &mut files, problems);
             files.sort();
             refs.extend(files.into_iter().map(|f| SubagentReference {
                 uri: f.display().to_string(),
@@ -341,13 +417,13 @@ impl Registry {
     }
 
     async fn resolve_definitions(&self, next: &mut Snapshot) {
-        for reference in self.references() {
+        let mut problems = vec![];
+        let references = self.references(&mut problems);
+        next.problems.extend(problems);
+        for reference in references {
             let ids = next.kinds.get(&reference.kind).cloned().unwrap_or_default();
             if ids.is_empty() {
-                next.problems.push(RegistryProblem {
-                    source: reference.uri.clone(),
-                    message: format!("no loaded plugin serves kind {}", reference.kind),
-                });
+                next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!("no loaded plugin serves kind {}", reference.kind)));
                 continue;
             }
             let mut resolved = None;
@@ -359,20 +435,14 @@ impl Registry {
                         break;
                     }
                     Ok(false) => continue,
-                    Err(e) => next.problems.push(RegistryProblem {
-                        source: reference.uri.clone(),
-                        message: format!("can-resolve failed: {e}"),
-                    }),
+                    Err(e) => next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!("can-resolve failed: {e}"))),
                 }
             }
             match resolved {
-                None => next.problems.push(RegistryProblem {
-                    source: reference.uri.clone(),
-                    message: format!("no plugin of kind {} accepts this reference", reference.kind),
-                }),
+                None => next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!("no plugin of kind {} accepts this reference", reference.kind))),
                 Some((_, Err(e))) => {
                     tracing::warn!(reference = %reference.uri, error = %e, "reference not resolved");
-                    next.problems.push(RegistryProblem { source: reference.uri.clone(), message: e.to_string() })
+                    next.problems.push(RegistryProblem::warning(reference.uri.clone(), e.to_string()))
                 }
                 Some((plugin, Ok(mut def))) => {
                     if let Some(n) = reference.metadata.get("name") {
@@ -382,13 +452,10 @@ impl Registry {
                         def.description = d.clone();
                     }
                     if let Some(existing) = next.definitions.get(&def.name) {
-                        next.problems.push(RegistryProblem {
-                            source: reference.uri.clone(),
-                            message: format!(
+                        next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!(
                                 "duplicate subagent name {:?}: already defined by {}; this one is ignored",
                                 def.name, existing.source
-                            ),
-                        });
+                            )));
                         continue;
                     }
                     next.definitions.insert(
@@ -401,14 +468,73 @@ impl Registry {
     }
 }
 
-fn collect_markdown(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+/// Collects the `.md` files under `dir` (inside the canonical agent directory `root`).
+/// Entries that cannot be agent files are skipped and reported: names with control
+/// characters, symlinks that lead out of the agent directory, FIFOs, sockets and
+/// devices (reading one could block), and unreadable files and directories.
+/// Reads a plugin file of at most `limit` bytes (checked before reading, and while
+/// reading in case the file grows).
+async fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use tokio::io::AsyncReadExt;
+    let file = tokio::fs::File::open(path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let meta = file.metadata().await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let too_big = |n: u64| format!("the file is {n} bytes, more than the limit of {limit} bytes (plugins.max_plugin_size)");
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > limit {
+        return Err(too_big(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+fn collect_markdown(root: &Path, dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<RegistryProblem>) {
+    let shown = |p: &Path| crate::text::escape_control(&p.display().to_string()).into_owned();
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => return problems.push(RegistryProblem::warning(shown(dir), format!("skipped: cannot list: {e}"))),
+    };
     for e in rd.flatten() {
         let p = e.path();
+        let name = e.file_name();
+        let Some(name) = name.to_str().filter(|n| !n.chars().any(char::is_control)) else {
+            problems.push(RegistryProblem::warning(shown(&p), "skipped: the name is not UTF-8 or has control characters"));
+            continue;
+        };
         let Ok(ft) = e.file_type() else { continue };
-        if ft.is_dir() {
-            collect_markdown(&p, out);
-        } else if ft.is_file() && p.extension().and_then(|x| x.to_str()) == Some("md") {
+        let is_md = Path::new(name).extension().and_then(|x| x.to_str()) == Some("md");
+        let target = if ft.is_symlink() {
+            match p.canonicalize() {
+                Ok(t) if t.starts_with(root) => t,
+                Ok(_) => {
+                    problems.push(RegistryProblem::warning(shown(&p), "skipped: a symlink out of the agent directory"));
+                    continue;
+                }
+                Err(err) => {
+                    problems.push(RegistryProblem::warning(shown(&p), format!("skipped: a broken symlink: {err}")));
+                    continue;
+                }
+            }
+        } else {
+            p.clone()
+        };
+        let Ok(meta) = std::fs::metadata(&target) else { continue };
+        if meta.is_dir() {
+            if !ft.is_symlink() {
+                collect_markdown(root, &p, out, problems);
+            }
+        } else if !is_md {
+            continue;
+        } else if !meta.is_file() {
+            problems.push(RegistryProblem::warning(shown(&p), "skipped: not a regular file (a FIFO, socket or device)"));
+        } else if let Err(err) = std::fs::File::open(&target) {
+            problems.push(RegistryProblem::warning(shown(&p), format!("skipped: unreadable: {err}")));
+        } else {
             out.push(p);
         }
     }

@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Largest value one `state.set` may store: transcripts fit, a memory bomb does not.
-pub const MAX_STATE_VALUE: usize = 4 * 1024 * 1024;
-/// Keys one plugin may hold in the state store at once.
-pub const MAX_STATE_KEYS_PER_PLUGIN: usize = 10_000;
+use std::net::SocketAddr;
+
+use crate::capability::Grants;
+use crate::config::Budgets;
+
 /// Largest HTTP request body a plugin may send.
 pub const MAX_HTTP_REQUEST_BODY: usize = 8 * 1024 * 1024;
 /// Largest HTTP response body (buffered or streamed) a plugin may receive.
@@ -22,45 +23,179 @@ pub const MAX_HTTP_REDIRECTS: usize = 5;
 /// Connection timeout for outbound HTTP: a peer that does not accept within this
 /// is down, whatever the call's deadline.
 pub const HTTP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Headers one outbound request may carry: far above what any API needs, far below
+/// the 32,768 entries at which the `http` crate's header map panics.
+pub const MAX_HTTP_HEADERS: usize = 100;
+/// Bytes of all header names and values of one outbound request (servers commonly
+/// refuse more than 8-64 KiB anyway).
+pub const MAX_HTTP_HEADER_BYTES: usize = 64 * 1024;
+/// Longest URL a plugin may ask for (requests or resources).
+pub const MAX_URL_BYTES: usize = 8 * 1024;
+/// Longest HTTP method name (the standard ones are at most 7 bytes).
+pub const MAX_HTTP_METHOD_BYTES: usize = 16;
+/// Longest secret name a plugin may refer to.
+pub const MAX_SECRET_NAME_BYTES: usize = 256;
 /// Largest resource (agent file) a plugin may read.
 pub const MAX_RESOURCE_BYTES: u64 = 4 * 1024 * 1024;
-/// Largest log line kept; longer ones are truncated with a marker.
+/// Longest log line kept; longer ones are truncated with a marker.
 pub const MAX_LOG_LINE: usize = 8 * 1024;
 /// Largest event payload (JSON) one `events.emit` may carry.
 pub const MAX_EVENT_BYTES: usize = 64 * 1024;
-/// Events one call may emit: enough for a token stream, bounded against floods.
-pub const MAX_EVENTS_PER_CALL: u32 = 100_000;
+/// Longest event kind.
+pub const MAX_EVENT_KIND_BYTES: usize = 64;
+/// Messages in one `model.complete` request: far above any real conversation window.
+pub const MAX_MODEL_MESSAGES: usize = 10_000;
+/// Tool specs in one `model.complete` request.
+pub const MAX_MODEL_TOOLS: usize = 512;
+/// Bytes of text (contents, arguments, schemas) in one `model.complete` request: above
+/// every provider's context window, so only a flood is refused.
+pub const MAX_MODEL_REQUEST_BYTES: usize = 32 * 1024 * 1024;
+/// Tool calls in one `tools.call` batch (a model asks for a handful at a time).
+pub const MAX_TOOL_CALLS_PER_BATCH: usize = 64;
+/// Bytes of one tool call's JSON arguments.
+pub const MAX_TOOL_ARGUMENT_BYTES: usize = 1024 * 1024;
+/// Longest identifier (tool name, call id, model name, role) a plugin may pass.
+pub const MAX_NAME_BYTES: usize = 1024;
 
-/// In-memory key/value state, scoped per plugin id. (Persistence arrives with the
-/// task store; the interface stays the same.)
+/// Why the state store refused a write: the budget and its config key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{what} of {got} bytes exceeds the limit of {limit} bytes (plugins.budgets.{key})")]
+pub struct StateBudgetExceeded {
+    pub what: &'static str,
+    pub got: u64,
+    pub limit: u64,
+    pub key: &'static str,
+}
+
+/// In-memory key/value state, scoped per plugin id, bounded by [`Budgets`]: key length,
+/// value size and the bytes one plugin holds.
 #[derive(Default)]
 pub struct StateStore {
-    inner: Mutex<HashMap<String, HashMap<String, Vec<u8>>>>,
+    inner: Mutex<HashMap<String, PluginState>>,
+}
+
+#[derive(Default)]
+struct PluginState {
+    values: HashMap<String, Vec<u8>>,
+    /// Sum of key and value lengths in `values`.
+    bytes: u64,
 }
 
 impl StateStore {
     pub fn get(&self, plugin: &str, key: &str) -> Option<Vec<u8>> {
-        self.inner.lock().unwrap().get(plugin).and_then(|m| m.get(key).cloned())
+        self.inner.lock().unwrap().get(plugin).and_then(|m| m.values.get(key).cloned())
     }
 
-    pub fn set(&self, plugin: &str, key: &str, value: Vec<u8>) -> Result<(), String> {
-        if value.len() > MAX_STATE_VALUE {
-            return Err(format!("state value of {} bytes exceeds the limit of {MAX_STATE_VALUE} bytes", value.len()));
+    /// Stores `value` under `key` unless a budget says no.
+    pub fn set(&self, plugin: &str, key: &str, value: Vec<u8>, budgets: &Budgets) -> Result<(), StateBudgetExceeded> {
+        Self::check_key(key, budgets)?;
+        if value.len() as u64 > budgets.max_state_value {
+            return Err(StateBudgetExceeded {
+                what: "state value",
+                got: value.len() as u64,
+                limit: budgets.max_state_value,
+                key: "max_state_value",
+            });
         }
         let mut all = self.inner.lock().unwrap();
         let m = all.entry(plugin.to_owned()).or_default();
-        if !m.contains_key(key) && m.len() >= MAX_STATE_KEYS_PER_PLUGIN {
-            return Err(format!("state holds the maximum of {MAX_STATE_KEYS_PER_PLUGIN} keys for this plugin"));
+        let old = m.values.get(key).map(|v| (key.len() + v.len()) as u64).unwrap_or(0);
+        let after = m.bytes - old + (key.len() + value.len()) as u64;
+        if after > budgets.max_state_bytes_per_plugin {
+            return Err(StateBudgetExceeded {
+                what: "this plugin's state",
+                got: after,
+                limit: budgets.max_state_bytes_per_plugin,
+                key: "max_state_bytes_per_plugin",
+            });
         }
-        m.insert(key.to_owned(), value);
+        m.bytes = after;
+        m.values.insert(key.to_owned(), value);
         Ok(())
     }
 
     pub fn delete(&self, plugin: &str, key: &str) {
-        if let Some(m) = self.inner.lock().unwrap().get_mut(plugin) {
-            m.remove(key);
+        if let Some(m) = self.inner.lock().unwrap().get_mut(plugin)
+            && let Some(v) = m.values.remove(key)
+        {
+            m.bytes -= (key.len() + v.len()) as u64;
         }
     }
+
+    /// Bytes (keys + values) `plugin` holds.
+    pub fn bytes_held(&self, plugin: &str) -> u64 {
+        self.inner.lock().unwrap().get(plugin).map(|m| m.bytes).unwrap_or(0)
+    }
+
+    /// Refuses a key longer than `plugins.budgets.max_state_key`.
+    pub fn check_key(key: &str, budgets: &Budgets) -> Result<(), StateBudgetExceeded> {
+        if key.len() > budgets.max_state_key {
+            return Err(StateBudgetExceeded {
+                what: "state key",
+                got: key.len() as u64,
+                limit: budgets.max_state_key as u64,
+                key: "max_state_key",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// DNS for one plugin's HTTP client: resolves the name, then keeps only the addresses
+/// the plugin's grant allows ([`Grants::check_address`]: no loopback, private or
+/// link-local address unless the allow-list names it). The client connects only to the
+/// addresses returned here, so the checked address is the one connected to.
+struct CheckedResolver {
+    grants: Arc<Grants>,
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let grants = self.grants.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let mut refused = None;
+            let allowed: Vec<SocketAddr> = found
+                .into_iter()
+                .filter(|a| match grants.check_address(&host, a.ip()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        refused = Some(e);
+                        false
+                    }
+                })
+                .collect();
+            if allowed.is_empty() {
+                let e: Box<dyn std::error::Error + Send + Sync> = match refused {
+                    Some(denied) => Box::new(denied),
+                    None => format!("{host} has no address").into(),
+                };
+                return Err(e);
+            }
+            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The outbound HTTP client settings every plugin client shares: no automatic redirects
+/// (the `http` capability follows them by hand, checking each hop), no proxy from the
+/// environment (a proxy would resolve names where the address check cannot see), a
+/// connect timeout.
+fn http_client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .connect_timeout(HTTP_CONNECT_TIMEOUT)
+        .user_agent(concat!("warden/", env!("CARGO_PKG_VERSION")))
+}
+
+/// The HTTP client of one plugin: names resolve through its grant's address check.
+pub fn plugin_http_client(grants: Arc<Grants>) -> reqwest::Client {
+    http_client_builder()
+        .dns_resolver(Arc::new(CheckedResolver { grants }))
+        .build()
+        .expect("a reqwest client with a resolver always builds")
 }
 
 pub struct HostServices {
@@ -74,21 +209,21 @@ pub struct HostServices {
     pub state: StateStore,
     /// Directories whose files `resources.read` may return (canonical paths).
     pub resource_roots: Vec<PathBuf>,
+    /// What one call (or plugin) may consume through the imports (`plugins.budgets`).
+    pub budgets: Budgets,
 }
 
 impl HostServices {
     pub fn new(resource_roots: Vec<PathBuf>) -> Self {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(HTTP_CONNECT_TIMEOUT)
-            .user_agent(concat!("warden/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("a default reqwest client always builds");
+        // Used by calls of no particular plugin (loading); grants none, so every
+        // name is checked against an empty allow-list.
+        let http = plugin_http_client(Arc::new(Grants::default()));
         let resource_roots = resource_roots.into_iter().filter_map(|p| p.canonicalize().ok()).collect();
         HostServices {
             http,
             state: StateStore::default(),
             resource_roots,
+            budgets: Budgets::default(),
             tools: None,
             models: Err("no model providers are configured in this host".into()),
         }
@@ -96,6 +231,11 @@ impl HostServices {
 
     pub fn with_tools(mut self, tools: Arc<crate::tools::ToolHost>) -> Self {
         self.tools = Some(tools);
+        self
+    }
+
+    pub fn with_budgets(mut self, budgets: Budgets) -> Self {
+        self.budgets = budgets;
         self
     }
 

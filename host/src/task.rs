@@ -41,6 +41,9 @@ pub struct TaskOutcome {
     pub output: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The plugin that ran the task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<crate::plugin::PluginRef>,
 }
 
 /// A TaskCall that cannot start.
@@ -94,7 +97,20 @@ pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: T
     let definition = registered.definition.clone();
     drop(snapshot);
     let ctx = TaskContext { task_id: task_id.clone(), session_id: scope.session_id, user_id: scope.user_id };
-    tracing::info!(task_id = %task_id, plugin = %plugin.id, subagent = %definition.name, "task started");
+    let plugin_ref = crate::plugin::PluginRef {
+        id: plugin.id.clone(),
+        version: plugin.info.version.clone(),
+        sha256: plugin.content_hash.clone(),
+    };
+    tracing::info!(
+        task_id = %task_id, plugin = %plugin.id, version = %plugin_ref.version, sha256 = %plugin_ref.sha256,
+        subagent = %definition.name, "task started"
+    );
+    if let Some(events) = &scope.events {
+        // A host event (`plugin` is a host kind): which build runs this task.
+        let data = serde_json::to_value(&plugin_ref).unwrap_or_default();
+        let _ = events.send(crate::plugin::PluginEvent { plugin: plugin.id.clone(), kind: "plugin".into(), data }).await;
+    }
     let extras = CallExtras {
         events: scope.events,
         permission_mode: permission_mode(&definition),
@@ -103,12 +119,13 @@ pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: T
         tool_budget: scope.tool_budget,
     };
     let result = registry.runtime().execute(&plugin, ctx, call, &definition, extras).await;
+    let plugin = Some(plugin_ref);
     let outcome = match result {
-        Ok(output) => TaskOutcome { task_id, status: TaskStatus::Completed, output: Some(output), error: None },
+        Ok(output) => TaskOutcome { task_id, status: TaskStatus::Completed, output: Some(output), error: None, plugin },
         Err(CallError::Guest(GuestError::InputRequired(q))) => {
-            TaskOutcome { task_id, status: TaskStatus::InputRequired, output: Some(q), error: None }
+            TaskOutcome { task_id, status: TaskStatus::InputRequired, output: Some(q), error: None, plugin }
         }
-        Err(e) => TaskOutcome { task_id, status: TaskStatus::Failed, output: None, error: Some(e.to_string()) },
+        Err(e) => TaskOutcome { task_id, status: TaskStatus::Failed, output: None, error: Some(e.to_string()), plugin },
     };
     tracing::info!(task_id = %outcome.task_id, status = ?outcome.status, "task finished");
     Ok(outcome)

@@ -30,7 +30,11 @@ fn plugin_bytes(name: &str) -> Vec<u8> {
 }
 
 fn runtime(cache: Option<PathBuf>) -> Runtime {
-    Runtime::new(RuntimeOptions { cache_dir: cache, fuel: false }, Arc::new(HostServices::new(vec![]))).unwrap()
+    runtime_with(cache, HostServices::new(vec![]))
+}
+
+fn runtime_with(cache: Option<PathBuf>, services: HostServices) -> Runtime {
+    Runtime::new(RuntimeOptions { cache_dir: cache, fuel: false }, Arc::new(services)).unwrap()
 }
 
 async fn load(rt: &Runtime, name: &str, limits: Limits, grant: Option<GrantConfig>) -> LoadedPlugin {
@@ -108,7 +112,7 @@ mod spi {
         let call = TaskCall { prompt: "hi".into(), ..Default::default() };
         rt.execute(&p, ctx(), &call, &def, Some(tx)).await.unwrap();
         let ev = rx.recv().await.expect("one event");
-        assert_eq!((ev.plugin.as_str(), ev.kind.as_str()), ("echo", "status"));
+        assert_eq!((ev.plugin.as_str(), ev.kind.as_str()), ("echo", "progress"));
         assert_eq!(ev.data["message"], "echoing");
 
         let ungranted = load(&rt, "echo", Limits::default(), None).await;
@@ -301,6 +305,45 @@ mod cache {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_planted_cache_entry_ran_as_another_plugins_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let rt = runtime(Some(cache.clone()));
+        let echo = load(&rt, "echo", Limits::default(), None).await;
+        let hostile = load(&rt, "hostile", Limits::default(), None).await;
+        let entry = |hash: &str| {
+            std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).find(|p| p.to_string_lossy().contains(hash)).unwrap()
+        };
+        // Someone who can write the cache puts hostile's native code under echo's name.
+        std::fs::copy(entry(&hostile.content_hash), entry(&echo.content_hash)).unwrap();
+        let rt = runtime(Some(cache.clone()));
+        let again = load(&rt, "echo", Limits::default(), None).await;
+        assert_eq!(again.origin, Origin::Compiled, "an entry that fails authentication is never deserialized");
+        assert_eq!(again.info.name, "echo");
+        let key = cache.join(warden::runtime::cache::KEY_FILE);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+    }
+
+    #[cfg(unix)]
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_cache_dir_others_may_write_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let rt = runtime(Some(cache.clone()));
+        let a = load(&rt, "echo", Limits::default(), None).await;
+        let b = load(&rt, "echo", Limits::default(), None).await;
+        assert_eq!((a.origin, b.origin), (Origin::Compiled, Origin::Compiled));
+        assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0, "nothing is written to or read from it");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn garbage_is_rejected_with_a_reason() {
         let rt = runtime(None);
         let e = rt.load("junk", "junk.wasm".into(), b"\0asm garbage", Limits::default(), None).await.unwrap_err();
@@ -364,16 +407,88 @@ mod registry {
     }
 
     #[tokio::test(flavor = "multi_thread")]
-    async fn two_plugins_claiming_one_kind_resolve_by_priority_then_name() {
-        let f = fixture("", &[("echo", "b-echo"), ("echo", "a-echo")]).await;
+    async fn regression_a_plugin_sorting_first_took_another_plugins_kind() {
+        // Two claimants and no plugins.priority entry: file-name order decides nothing;
+        // the kind is served by nobody and reported as an error.
+        let f = fixture(ECHO_REF, &[("echo", "echo"), ("echo-v2", "aaa-helper")]).await;
         let snap = f.registry.snapshot();
-        assert_eq!(snap.plugin_for_kind("ECHO").unwrap().id, "a-echo");
+        assert!(snap.plugin_for_kind("ECHO").is_none());
+        assert_eq!(snap.ambiguous_kinds["ECHO"], vec!["aaa-helper".to_string(), "echo".to_string()]);
+        assert!(snap.errors().iter().any(|p| p.source == "kind ECHO" && p.message.contains("plugins.priority")), "{:?}", snap.problems);
+        assert!(!snap.definitions.contains_key("greeter"), "no plugin may receive the kind's work");
         let status = snap.status();
-        assert_eq!(status.iter().find(|s| s.id == "b-echo").unwrap().shadowed_kinds, vec!["ECHO".to_string()]);
-        assert!(snap.problems.iter().any(|p| p.message.contains("`a-echo` serves it")));
+        for id in ["aaa-helper", "echo"] {
+            assert_eq!(status.iter().find(|s| s.id == id).unwrap().ambiguous_kinds, vec!["ECHO".to_string()]);
+        }
+        // An explicit priority decides.
+        let f = fixture(&format!("  priority: [echo]\n{ECHO_REF}"), &[("echo", "echo"), ("echo-v2", "aaa-helper")]).await;
+        let snap = f.registry.snapshot();
+        assert_eq!(snap.plugin_for_kind("ECHO").unwrap().id, "echo");
+        assert!(snap.errors().is_empty(), "{:?}", snap.problems);
+        let status = snap.status();
+        assert_eq!(status.iter().find(|s| s.id == "aaa-helper").unwrap().shadowed_kinds, vec!["ECHO".to_string()]);
+    }
 
-        let f = fixture("  priority: [b-echo]\n", &[("echo", "b-echo"), ("echo", "a-echo")]).await;
-        assert_eq!(f.registry.snapshot().plugin_for_kind("ECHO").unwrap().id, "b-echo");
+    #[tokio::test(flavor = "multi_thread")]
+    async fn plugin_files_are_bounded_in_size_and_load_time() {
+        let f = fixture("  max_plugin_size: 1000\n", &[("echo", "echo")]).await;
+        let e = &f.registry.snapshot().invalid["echo"].error;
+        assert!(e.contains("plugins.max_plugin_size"), "{e}");
+        // Loads never wait for one another; each has its own deadline.
+        let f = fixture("  load_timeout: 1ns\n", &[("echo", "echo"), ("hostile", "hostile")]).await;
+        let snap = f.registry.snapshot();
+        for id in ["echo", "hostile"] {
+            assert!(snap.invalid[id].error.contains("plugins.load_timeout"), "{}", snap.invalid[id].error);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_plugin_arriving_later_never_takes_a_served_kind() {
+        let f = fixture(ECHO_REF, &[("echo", "echo")]).await;
+        let intruder = f.plugins.join("aaa-helper.wasm");
+        std::fs::write(&intruder, plugin_bytes("echo-v2")).unwrap();
+        f.registry.apply_change(&intruder).await;
+        let snap = f.registry.snapshot();
+        assert!(snap.plugins.contains_key("aaa-helper"));
+        assert_eq!(snap.plugin_for_kind("ECHO").unwrap().id, "echo", "the current owner keeps the kind");
+        assert_eq!(snap.definitions["greeter"].plugin, "echo");
+        let status = snap.status();
+        assert_eq!(status.iter().find(|s| s.id == "aaa-helper").unwrap().shadowed_kinds, vec!["ECHO".to_string()]);
+        // The task names the build that ran it.
+        let call = TaskCall { prompt: "hi".into(), subagent_type: "greeter".into(), ..Default::default() };
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let scope = warden::task::TaskScope { session_id: "s".into(), user_id: "u".into(), events: Some(tx), ..Default::default() };
+        let out = warden::task::run(&f.registry, "t".into(), &call, scope).await.unwrap();
+        let echo = &snap.plugins["echo"];
+        let named = out.plugin.expect("the outcome names the plugin");
+        assert_eq!((named.id.as_str(), named.version.as_str(), named.sha256.as_str()), ("echo", "0.1.0", echo.content_hash.as_str()));
+        let first = rx.recv().await.unwrap();
+        assert_eq!((first.kind.as_str(), first.data["sha256"].as_str()), ("plugin", Some(echo.content_hash.as_str())));
+    }
+
+    #[cfg(unix)]
+    #[tokio::test(flavor = "multi_thread")]
+    async fn agent_dirs_report_what_they_skip() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = dir.path().join("agents");
+        std::fs::create_dir_all(agents.join("sub")).unwrap();
+        std::fs::write(agents.join("sub/good.md"), "---\nname: good\ndescription: d\n---\nhi\n").unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(agents.join("pipe.md")).status().unwrap().success());
+        std::fs::write(dir.path().join("outside.md"), "secret").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside.md"), agents.join("escape.md")).unwrap();
+        std::fs::write(agents.join("bad\u{1b}[2Jname.md"), "x").unwrap();
+        let yaml = "plugins:\n  dir: ./plugins\n  watch: false\nsubagents:\n  agent_dirs: [./agents, ./missing]\n";
+        std::fs::write(dir.path().join("warden.yaml"), yaml).unwrap();
+        let registry = warden::start(Config::from_file(&dir.path().join("warden.yaml")).unwrap()).await.unwrap();
+        let snap = registry.snapshot();
+        let problem = |name: &str, text: &str| snap.problems.iter().any(|p| p.source.contains(name) && p.message.contains(text));
+        assert!(problem("pipe.md", "not a regular file"), "{:?}", snap.problems);
+        assert!(problem("escape.md", "symlink out of the agent directory"), "{:?}", snap.problems);
+        assert!(problem("name.md", "control characters"), "{:?}", snap.problems);
+        assert!(snap.problems.iter().all(|p| !p.source.contains('\u{1b}')), "problem texts are escaped");
+        assert!(snap.errors().iter().any(|p| p.source.ends_with("missing") && p.message.contains("does not exist")), "{:?}", snap.problems);
+        // The good file is a reference (no CLAUDE plugin is loaded here, so it is reported as unserved).
+        assert!(problem("good.md", "no loaded plugin serves kind CLAUDE"), "{:?}", snap.problems);
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -434,5 +549,378 @@ mod registry {
         let snap = f.registry.snapshot();
         assert!(snap.problems.iter().any(|p| p.source == "loop" && p.message.contains("timed out")), "{:?}", snap.problems);
         assert!(snap.definitions.contains_key("ok"));
+    }
+}
+
+/// The hostile plugin's `script:` entry: host imports called with generated arguments.
+mod imports {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+    use warden::config::Budgets;
+
+    /// A local HTTP server: `/stream` sends one chunk and then never ends, anything else
+    /// answers `200 ok`.
+    async fn server() -> std::net::SocketAddr {
+        use axum::body::Body;
+        let app = axum::Router::new()
+            .route(
+                "/stream",
+                axum::routing::get(|| async {
+                    let first = futures_util::stream::once(async { Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"x")) });
+                    Body::from_stream(futures_util::StreamExt::chain(first, futures_util::stream::pending()))
+                }),
+            )
+            .fallback(|| async { "ok" });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    fn granted() -> GrantConfig {
+        all_grants(vec!["http://127.0.0.1:*".into()])
+    }
+
+    /// Runs a script; the per-op results.
+    async fn script(rt: &Runtime, p: &LoadedPlugin, ops: &Value) -> Vec<String> {
+        let out = execute(rt, p, &format!("script:{ops}")).await.unwrap_or_else(|e| panic!("{ops}: {e:?}"));
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
+    fn err_naming(result: &str, variant: &str, text: &str) -> bool {
+        result.starts_with(&format!("err:{variant}:")) && result.contains(text)
+    }
+
+    /// The first results are the given errors: (variant, text the message contains).
+    fn assert_errors(results: &[String], expected: &[(&str, &str)]) {
+        for (i, (variant, text)) in expected.iter().enumerate() {
+            assert!(err_naming(&results[i], variant, text), "op {i}: expected {variant} naming {text:?}: {results:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_hundred_thousand_headers_panicked_the_host() {
+        let addr = server().await;
+        let rt = runtime(None);
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        let url = format!("http://{addr}/");
+        let r = script(&rt, &p, &json!([
+            { "op": "http", "url": url, "extra_headers": 100_000 },
+            { "op": "http", "url": url, "headers": [["x-a", "line\r\nInjected: yes"]] },
+            { "op": "http", "url": url, "headers": [["bad name", "v"]] },
+            { "op": "http", "url": url, "headers": [["host", "internal.example"]] },
+            { "op": "http", "url": url, "headers": [["x-big", { "repeat": "a", "times": 70_000 }]] },
+            { "op": "http", "url": url, "method": "GET\n" },
+            { "op": "http", "url": { "repeat": "a", "times": 10_000 } },
+            { "op": "http", "url": url, "headers": [["x-ok", "fine"]] },
+        ]))
+        .await;
+        assert_errors(&r, &[
+            ("invalid-input", "request headers is 100000; the limit is 100"),
+            ("invalid-input", "invalid value for header"),
+            ("invalid-input", "invalid header name"),
+            ("denied", "set by the host"),
+            ("invalid-input", "request headers (bytes)"),
+            ("invalid-input", "HTTP method"),
+            ("invalid-input", "URL (bytes)"),
+        ]);
+        assert_eq!(r[7], "ok:200 ok");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_task_that_panicked_the_host_stayed_working_and_could_not_be_canceled() {
+        use warden::engine::{Engine, EngineOptions, Submission};
+        let addr = server().await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        std::fs::write(dir.path().join("plugins/hostile.wasm"), plugin_bytes("hostile")).unwrap();
+        let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  limits: { timeout: 60s }\n  grants:\n    hostile: { events: true, http: [\"http://127.0.0.1:*\"] }\nsubagents:\n  references:\n    - { uri: \"h://hostile\", kind: HOSTILE }\n";
+        std::fs::write(dir.path().join("warden.yaml"), yaml).unwrap();
+        let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap();
+        let store = warden::store::Store::open(&dir.path().join("state.db")).unwrap();
+        let options = EngineOptions::from_config(&config);
+        let engine = Engine::start(warden::start(config).await.unwrap(), store, options).await.unwrap();
+        let submit = |prompt: String| {
+            engine
+                .submit(Submission {
+                    call: TaskCall { description: "d".into(), prompt, subagent_type: "hostile".into(), ..Default::default() },
+                    ..Default::default()
+                })
+                .unwrap()
+        };
+        let ops = json!([{ "op": "http", "url": format!("http://{addr}/"), "extra_headers": 100_000 }]);
+        let task = submit(format!("script:{ops}"));
+        let rec = task.wait_finished(Duration::from_secs(30)).await;
+        assert_eq!(rec.status, "completed", "{rec:?}");
+        assert!(rec.output.as_deref().unwrap_or_default().contains("the limit is 100"), "{rec:?}");
+        // Cancel always ends a task, here one spinning in wasm.
+        let looping = submit("loop".into());
+        while looping.record().status != "working" {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let outcome = engine.cancel(&looping.id()).await.unwrap();
+        assert!(matches!(outcome, warden::engine::CancelOutcome::Canceled(_)), "{outcome:?}");
+    }
+
+    /// Text arguments: arbitrary Unicode, control characters, and large repetitions.
+    fn text() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<String>().prop_map(Value::from),
+            "[\\x00-\\x1f\\x7f\\u{202e}a-z_]{0,12}".prop_map(Value::from),
+            (
+                prop::sample::select(vec!["a", "\n", "\u{1b}[2J", "é", "\0", "{"]),
+                prop::sample::select(vec![1u64, 64, 65, 1024, 1025, 8 * 1024 + 1, 70_000, 1 << 20, 5 << 20]),
+            )
+                .prop_map(|(unit, times)| json!({ "repeat": unit, "times": times })),
+        ]
+    }
+
+    fn count() -> impl Strategy<Value = u64> {
+        prop::sample::select(vec![0u64, 1, 2, 63, 64, 65, 100, 101, 513, 10_001, 40_000])
+    }
+
+    fn op(addr: std::net::SocketAddr) -> impl Strategy<Value = Value> {
+        let url = prop_oneof![
+            Just(format!("http://{addr}/")).prop_map(Value::from),
+            Just(format!("http://{addr}/stream")).prop_map(Value::from),
+            text(),
+        ];
+        let repeat = 1u64..4;
+        prop_oneof![
+            (text(), prop::sample::select(vec!["trace", "info", "error"]), repeat.clone())
+                .prop_map(|(message, level, repeat)| json!({ "op": "log", "level": level, "message": message, "repeat": repeat })),
+            Just(json!({ "op": "log_bad_utf8" })),
+            (text(), prop_oneof![text(), Just(json!("{\"a\":1}"))], repeat.clone())
+                .prop_map(|(kind, data, repeat)| json!({ "op": "emit", "kind": kind, "data": data, "repeat": repeat })),
+            (text(), count(), repeat.clone(), any::<bool>()).prop_map(|(key, len, repeat, distinct)| {
+                json!({ "op": "state_set", "key": key, "value_len": len * 100, "repeat": repeat, "distinct": distinct })
+            }),
+            text().prop_map(|key| json!({ "op": "state_get", "key": key })),
+            text().prop_map(|key| json!({ "op": "state_delete", "key": key })),
+            (url, text(), text(), count(), prop::option::of(count()), any::<bool>(), prop::option::of(text())).prop_map(
+                |(url, hk, hv, extra, body, stream, secret)| {
+                    json!({ "op": "http", "url": url, "headers": [[hk, hv]], "extra_headers": extra,
+                            "body_len": body.map(|b| b * 1000), "stream": stream, "auth_secret": secret, "timeout_ms": 2000 })
+                }
+            ),
+            text().prop_map(|uri| json!({ "op": "resource", "uri": uri })),
+            (text(), text(), count(), text(), count()).prop_map(|(model, role, messages, content, tools)| {
+                json!({ "op": "model", "model": model, "role": role, "messages": messages.min(2000), "content": content, "tools": tools })
+            }),
+            Just(json!({ "op": "tools_list" })),
+            (count(), text(), text()).prop_map(|(calls, name, arguments)| {
+                json!({ "op": "tools_call", "calls": calls, "name": name, "arguments": arguments })
+            }),
+        ]
+    }
+
+    /// Every import, called with generated adversarial arguments through the real
+    /// component: each call ends with a value or an error value (or a trap of that call
+    /// alone, e.g. for a string that is not UTF-8), never a host fault or panic, and the
+    /// host keeps serving another plugin afterwards.
+    #[test]
+    fn every_import_takes_adversarial_arguments_without_harming_the_host() {
+        let tokio_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let (rt, hostile, echo, addr) = tokio_rt.block_on(async {
+            let addr = server().await;
+            let rt = Arc::new(runtime(None));
+            let limits = Limits { timeout: Duration::from_secs(10), ..Limits::default() };
+            let hostile = Arc::new(load(&rt, "hostile", limits, Some(granted())).await);
+            let echo = Arc::new(load(&rt, "echo", Limits::default(), None).await);
+            (rt, hostile, echo, addr)
+        });
+        let config = ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() };
+        proptest!(config, |(ops in prop::collection::vec(op(addr), 1..6))| {
+            let ops = Value::Array(ops);
+            let (rt, hostile, echo) = (rt.clone(), hostile.clone(), echo.clone());
+            let (result, still) = tokio_rt.block_on(async move {
+                let prompt = format!("script:{ops}");
+                let result = tokio::spawn({
+                    let (rt, hostile) = (rt.clone(), hostile.clone());
+                    async move { execute(&rt, &hostile, &prompt).await }
+                })
+                .await
+                .expect("the host must not panic");
+                let still = execute(&rt, &echo, "still here").await;
+                (result, still)
+            });
+            match &result {
+                Ok(out) => {
+                    let results: Vec<String> = serde_json::from_str(out).expect("a JSON list of results");
+                    prop_assert!(results.iter().all(|r| r.starts_with("ok") || r.starts_with("err:")), "{results:?}");
+                }
+                Err(CallError::Trap { .. } | CallError::MemoryLimit { .. } | CallError::Timeout { .. } | CallError::Guest(_)) => {}
+                Err(other) => prop_assert!(false, "unexpected outcome {other:?}"),
+            }
+            prop_assert_eq!(still.as_deref(), Ok("still here"));
+        });
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn budgets_are_enforced_per_call_and_name_their_config_key() {
+        let addr = server().await;
+        let budgets = Budgets {
+            max_events_per_call: 10,
+            max_event_bytes_per_call: 1000,
+            max_state_key: 16,
+            max_state_value: 100,
+            max_state_bytes_per_plugin: 1000,
+            max_log_lines_per_call: 5,
+            max_log_bytes_per_call: 100,
+            max_http_streams_per_call: 2,
+        };
+        let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        let def = rt.resolve(&p, &reference("HOSTILE", "test://x")).await.unwrap();
+        let ops = json!([
+            { "op": "emit", "kind": "progress", "data": "{}", "repeat": 11 },
+            { "op": "log", "message": "line", "repeat": 6 },
+            { "op": "state_set", "key": { "repeat": "k", "times": 17 }, "value_len": 1 },
+            { "op": "state_set", "key": "k", "value_len": 101 },
+            { "op": "state_set", "key": "k", "value_len": 100, "distinct": true, "repeat": 20 },
+            { "op": "http", "url": format!("http://{addr}/stream"), "stream": true, "repeat": 3 },
+        ]);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let call = TaskCall { prompt: format!("script:{ops}"), ..Default::default() };
+        let out = rt.execute(&p, ctx(), &call, &def, Some(tx)).await.unwrap();
+        let r: Vec<String> = serde_json::from_str(&out).unwrap();
+        let keys = ["max_events_per_call", "max_log_lines_per_call", "max_state_key", "max_state_value",
+            "max_state_bytes_per_plugin", "max_http_streams_per_call"].map(|k| format!("plugins.budgets.{k}"));
+        assert_errors(&r, &keys.iter().map(|k| ("denied", k.as_str())).collect::<Vec<_>>());
+        let mut events = 0;
+        while rx.try_recv().is_ok() {
+            events += 1;
+        }
+        assert_eq!(events, 10, "exactly the budgeted events reach the task");
+        assert!(rt.services().state.bytes_held("hostile") <= 1000);
+        // Budgets are per call: the next call may emit again.
+        let again = script(&rt, &p, &json!([{ "op": "emit", "kind": "progress", "data": "{}" }])).await;
+        assert_eq!(again, vec!["ok"]);
+    }
+
+    /// A server that answers with the request's headers (as `name: value` lines) and
+    /// echoes its `authorization` / `x-api-key` back in a response header; `/to/<port>`
+    /// redirects to the same path on another port of 127.0.0.1.
+    async fn echo_headers_server() -> std::net::SocketAddr {
+        use axum::http::{HeaderMap, StatusCode, Uri, header};
+        let app = axum::Router::new().fallback(|uri: Uri, headers: HeaderMap| async move {
+            if let Some(port) = uri.path().strip_prefix("/to/") {
+                let location = format!("http://127.0.0.1:{port}/landed");
+                return (StatusCode::FOUND, [(header::LOCATION, location)], String::new()).into_response();
+            }
+            let text: String = headers.iter().map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or(""))).collect();
+            let echoed = headers.get("x-api-key").or(headers.get("authorization")).cloned();
+            let mut resp = text.into_response();
+            if let Some(v) = echoed {
+                resp.headers_mut().insert("x-echo", v);
+            }
+            resp
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+    use axum::response::IntoResponse;
+
+    /// Runs one `http` op and returns its result text.
+    async fn http_op(rt: &Runtime, p: &LoadedPlugin, op: Value) -> String {
+        let mut op = op;
+        op["op"] = json!("http");
+        script(rt, p, &json!([op])).await.remove(0)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_secret_went_to_every_allowed_origin_and_came_back_in_responses() {
+        let (a, b) = (echo_headers_server().await, echo_headers_server().await);
+        let env = format!("WARDEN_HOST_TEST_SECRET_{}", std::process::id());
+        let value = "sk-live-0123456789abcdef";
+        // SAFETY: a variable unique to this process and test, set before the host reads it.
+        unsafe { std::env::set_var(&env, value) };
+        let mut grant = granted();
+        let secret = |header: &str| warden::config::SecretGrant {
+            env: env.clone(),
+            origins: vec![format!("http://{a}")],
+            header: header.into(),
+            scheme: None,
+        };
+        grant.secrets.insert("bearer".into(), secret("Authorization"));
+        grant.secrets.insert("key".into(), secret("X-API-Key"));
+        let rt = runtime(None);
+        let p = load(&rt, "hostile", Limits::default(), Some(grant)).await;
+
+        // To its origin: injected (the server saw it), scrubbed from what the plugin gets back.
+        let r = http_op(&rt, &p, json!({ "url": format!("http://{a}/"), "auth_secret": "bearer" })).await;
+        assert!(r.starts_with("ok:200") && r.contains("authorization: Bearer [redacted]"), "{r}");
+        assert!(!r.contains(value), "{r}");
+        let r = http_op(&rt, &p, json!({ "url": format!("http://{a}/"), "auth_secret": "key" })).await;
+        assert!(r.contains("x-api-key: [redacted]") && !r.contains("authorization"), "{r}");
+        assert!(!r.contains(value), "{r}");
+        assert!(r.contains("x-echo: [redacted]"), "response headers are scrubbed: {r}");
+        // Streamed bodies are scrubbed too.
+        let r = http_op(&rt, &p, json!({ "url": format!("http://{a}/"), "auth_secret": "key", "stream": true, "read": true })).await;
+        assert!(r.starts_with("ok:200") && r.contains("x-api-key: [redacted]") && r.contains("x-echo: [redacted]"), "{r}");
+        assert!(!r.contains(value), "{r}");
+        // To another allow-listed origin: refused, naming the secret's origins key.
+        let r = http_op(&rt, &p, json!({ "url": format!("http://{b}/"), "auth_secret": "bearer" })).await;
+        assert!(err_naming(&r, "denied", "secrets.bearer.origins"), "{r}");
+        // A redirect to another origin arrives without it.
+        let r = http_op(&rt, &p, json!({ "url": format!("http://{a}/to/{}", b.port()), "auth_secret": "key" })).await;
+        assert!(r.starts_with("ok:200") && !r.contains("x-api-key") && !r.contains("[redacted]"), "{r}");
+        // The plugin may not set the secret's header itself.
+        let r = http_op(&rt, &p, json!({ "url": format!("http://{a}/"), "auth_secret": "key", "headers": [["x-api-key", "mine"]] })).await;
+        assert!(err_naming(&r, "invalid-input", "carries secret"), "{r}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_allow_listed_names_were_not_checked_after_resolution() {
+        let addr = server().await;
+        let port = addr.port();
+        let rt = runtime(None);
+        // A wildcard grant never reaches an internal address, by name or by literal.
+        let wildcard = load(&rt, "hostile", Limits::default(), Some(all_grants(vec!["http://*:*".into()]))).await;
+        for url in [format!("http://localhost:{port}/"), format!("http://127.0.0.1:{port}/"), "http://169.254.169.254/latest/meta-data/".into(), "http://[::1]:1/".into()] {
+            let r = http_op(&rt, &wildcard, json!({ "url": url })).await;
+            assert!(err_naming(&r, "denied", "non-public address"), "{url}: {r}");
+        }
+        // Naming `localhost` or the address itself allows it.
+        let named = load(&rt, "hostile", Limits::default(), Some(all_grants(vec!["http://localhost:*".into()]))).await;
+        assert_eq!(http_op(&rt, &named, json!({ "url": format!("http://localhost:{port}/") })).await, "ok:200 ok");
+        let literal = load(&rt, "hostile", Limits::default(), Some(all_grants(vec![format!("http://127.0.0.1:{port}")]))).await;
+        assert_eq!(http_op(&rt, &literal, json!({ "url": format!("http://127.0.0.1:{port}/") })).await, "ok:200 ok");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn plugins_cannot_emit_host_event_kinds() {
+        let rt = runtime(None);
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        for kind in warden::plugin::HOST_EVENT_KINDS.iter().copied().chain(["Tool_Call", "STATUS"]) {
+            let r = script(&rt, &p, &json!([{ "op": "emit", "kind": kind, "data": "{}" }])).await;
+            assert!(err_naming(&r[0], "denied", "reserved for the host"), "{kind}: {r:?}");
+        }
+        let r = script(&rt, &p, &json!([{ "op": "emit", "kind": "progress", "data": "{\"message\":\"m\"}" }])).await;
+        assert_eq!(r, vec!["ok"]);
+    }
+
+    #[cfg(unix)]
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_fifo_in_an_agent_dir_blocked_a_thread_per_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("agent.md");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        std::fs::write(dir.path().join("real.md"), "hello").unwrap();
+        let rt = runtime_with(None, HostServices::new(vec![dir.path().to_owned()]));
+        let p = load(&rt, "hostile", short(20_000), Some(granted())).await;
+        let r = script(&rt, &p, &json!([
+            { "op": "resource", "uri": fifo.display().to_string() },
+            { "op": "resource", "uri": dir.path().display().to_string() },
+            { "op": "resource", "uri": dir.path().join("real.md").display().to_string() },
+        ]))
+        .await;
+        assert!(err_naming(&r[0], "invalid-input", "not a regular file"), "{r:?}");
+        assert!(err_naming(&r[1], "invalid-input", "not a regular file"), "{r:?}");
+        assert_eq!(r[2], "ok:5");
     }
 }

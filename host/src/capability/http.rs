@@ -149,6 +149,59 @@ impl AllowedUrl {
     }
 }
 
+impl AllowedUrl {
+    /// The host this entry names exactly (`localhost`, an address or a name), if any.
+    fn exact_host(&self) -> Option<&str> {
+        match &self.host {
+            Host::Exact(h) => Some(h.as_str()),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `ip` is an address on the public internet. Loopback, private (RFC 1918,
+/// unique-local), link-local (incl. the cloud metadata address 169.254.169.254),
+/// carrier-grade NAT, unspecified, broadcast, multicast, documentation and reserved
+/// ranges are not; IPv4-mapped and -compatible IPv6 addresses are judged as IPv4.
+pub fn is_public(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && c == 0)
+                || (a == 198 && (18..20).contains(&b))
+                || a >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let seg = v6.segments();
+            if seg[..6] == [0, 0, 0, 0, 0, 0] && !v6.is_loopback() && !v6.is_unspecified() {
+                // IPv4-compatible (deprecated) ::a.b.c.d
+                return is_public(IpAddr::V4(std::net::Ipv4Addr::from(((seg[6] as u32) << 16) | seg[7] as u32)));
+            }
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (seg[0] & 0xfe00) == 0xfc00
+                || (seg[0] & 0xffc0) == 0xfe80
+                || (seg[0] & 0xffc0) == 0xfec0
+                || (seg[0] == 0x2001 && seg[1] == 0x0db8)
+                || (seg[0] == 0x0064 && seg[1] == 0xff9b))
+        }
+    }
+}
+
 /// A plugin's whole allow-list. Empty = deny everything.
 #[derive(Debug, Clone, Default)]
 pub struct AllowList {
@@ -170,6 +223,22 @@ impl AllowList {
 
     pub fn patterns(&self) -> Vec<String> {
         self.entries.iter().map(|e| e.text.clone()).collect()
+    }
+
+    /// May a connection to `ip`, reached through the URL host `host`, be made? Public
+    /// addresses may; a non-public one only when an entry names it exactly — the address
+    /// itself, or `localhost` for a loopback address reached as `localhost`. A wildcard
+    /// never reaches an internal address.
+    pub fn allows_address(&self, host: &str, ip: std::net::IpAddr) -> bool {
+        if is_public(ip) {
+            return true;
+        }
+        let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase();
+        self.entries.iter().filter_map(AllowedUrl::exact_host).any(|named| {
+            let named = named.trim_start_matches('[').trim_end_matches(']');
+            named.parse::<std::net::IpAddr>().is_ok_and(|n| n == ip)
+                || (named == "localhost" && host == "localhost" && ip.is_loopback())
+        })
     }
 }
 
@@ -215,6 +284,28 @@ mod tests {
             let e = AllowedUrl::parse(p).unwrap_err().to_string();
             assert!(e.contains(why), "{p}: {e}");
         }
+    }
+
+    #[test]
+    fn internal_addresses_need_an_entry_naming_them() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let any = AllowList::parse(&["*://*:*".into(), "https://*.example.com".into()]).unwrap();
+        for internal in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
+            "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1"]
+        {
+            assert!(!is_public(ip(internal)), "{internal}");
+            assert!(!any.allows_address("anything.example.com", ip(internal)), "{internal}");
+        }
+        for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111"] {
+            assert!(any.allows_address("x.example.com", ip(public)), "{public}");
+        }
+        let named = AllowList::parse(&["http://127.0.0.1:*".into(), "http://localhost:8080".into(), "http://169.254.169.254".into()]).unwrap();
+        assert!(named.allows_address("127.0.0.1", ip("127.0.0.1")));
+        assert!(named.allows_address("localhost", ip("127.0.0.1")));
+        assert!(named.allows_address("localhost", ip("::1")));
+        assert!(!named.allows_address("evil.example", ip("::1")), "a name resolving to loopback is not `localhost`");
+        assert!(named.allows_address("whatever", ip("169.254.169.254")), "the address itself is named");
+        assert!(!named.allows_address("localhost", ip("10.0.0.1")));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::config::GrantConfig;
+use crate::config::{GrantConfig, SecretGrant};
 use http::AllowList;
 
 /// A host capability (mirrors the WIT `capability` enum).
@@ -70,6 +70,24 @@ pub enum Denied {
     UrlNotAllowed { plugin: String, url: String },
     #[error("capability `http` denied: secret `{secret}` is not granted to plugin `{plugin}` (plugins.grants.{plugin}.secrets)")]
     SecretNotGranted { plugin: String, secret: String },
+    #[error("capability `http` denied: secret `{secret}` may not be sent to {origin} (plugins.grants.{plugin}.secrets.{secret}.origins)")]
+    SecretOrigin { plugin: String, secret: String, origin: String },
+    #[error("capability `http` denied: {host} resolves to the non-public address {ip}, which the allow-list of plugin `{plugin}` does not name (plugins.grants.{plugin}.http)")]
+    InternalAddress { plugin: String, host: String, ip: std::net::IpAddr },
+}
+
+/// A granted secret: where its value lives, where it may go and how it is sent.
+#[derive(Debug, Clone)]
+pub struct SecretRule {
+    pub grant: SecretGrant,
+    origins: AllowList,
+}
+
+impl SecretRule {
+    /// May the secret go to `url`'s origin?
+    pub fn allows(&self, url: &reqwest::Url) -> bool {
+        self.origins.allows(url)
+    }
 }
 
 /// The effective grants of one plugin: operator grant ∩ plugin request.
@@ -79,7 +97,7 @@ pub struct Grants {
     requested: Vec<Capability>,
     granted: Vec<Capability>,
     http: AllowList,
-    secrets: BTreeMap<String, String>,
+    secrets: BTreeMap<String, SecretRule>,
 }
 
 impl Grants {
@@ -101,7 +119,14 @@ impl Grants {
         requested.dedup();
         let granted = requested.iter().copied().filter(|c| operator(*c)).collect::<Vec<_>>();
         let http = if granted.contains(&Capability::Http) { AllowList::parse(&g.http)? } else { AllowList::default() };
-        Ok(Grants { plugin: plugin.to_owned(), requested, granted, http, secrets: g.secrets.clone() })
+        let secrets = g
+            .secrets
+            .iter()
+            .map(|(name, grant)| {
+                Ok((name.clone(), SecretRule { grant: grant.clone(), origins: AllowList::parse(&grant.origins)? }))
+            })
+            .collect::<Result<_, http::PatternError>>()?;
+        Ok(Grants { plugin: plugin.to_owned(), requested, granted, http, secrets })
     }
 
     /// The single gate every host import passes through.
@@ -125,12 +150,29 @@ impl Grants {
         }
     }
 
-    /// The environment variable behind a secret name, if granted.
-    pub fn secret_env(&self, secret: &str) -> Result<&str, Denied> {
-        self.secrets
+    /// The rule of a granted secret, if it may be sent to `url`.
+    pub fn secret_for(&self, secret: &str, url: &reqwest::Url) -> Result<&SecretRule, Denied> {
+        let rule = self
+            .secrets
             .get(secret)
-            .map(String::as_str)
-            .ok_or_else(|| Denied::SecretNotGranted { plugin: self.plugin.clone(), secret: secret.to_owned() })
+            .ok_or_else(|| Denied::SecretNotGranted { plugin: self.plugin.clone(), secret: secret.to_owned() })?;
+        if !rule.allows(url) {
+            return Err(Denied::SecretOrigin {
+                plugin: self.plugin.clone(),
+                secret: secret.to_owned(),
+                origin: url.origin().ascii_serialization(),
+            });
+        }
+        Ok(rule)
+    }
+
+    /// May this plugin connect to `ip`, reached as URL host `host`? (Checked after DNS
+    /// resolution, on the address actually connected to.)
+    pub fn check_address(&self, host: &str, ip: std::net::IpAddr) -> Result<(), Denied> {
+        if self.http.allows_address(host, ip) {
+            return Ok(());
+        }
+        Err(Denied::InternalAddress { plugin: self.plugin.clone(), host: host.to_owned(), ip })
     }
 
     pub fn granted(&self) -> &[Capability] {

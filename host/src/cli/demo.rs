@@ -6,6 +6,7 @@
 //! terminal, or, only here and only without a terminal, auto-approved with a notice.
 //! Everything the demo needs is embedded; nothing outside a temporary directory changes.
 
+use crate::text::escape_control as esc;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,9 +55,10 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let snap = registry.snapshot();
     for p in snap.status() {
         let caps: Vec<_> = p.granted_capabilities.iter().map(|c| c.name()).collect();
-        println!("plugin {} {} serves {} — granted [{}]", p.id, p.version, p.kinds.join(","), caps.join(", "));
+        let line = format!("plugin {} {} serves {} — granted [{}]", p.id, p.version, p.kinds.join(","), caps.join(", "));
+        println!("{}", esc(&line));
     }
-    println!("subagents:\n{}", snap.registrations());
+    println!("subagents:\n{}", crate::text::escape_multiline(&snap.registrations()));
     println!("$ Task(subagent_type: \"release-notes\", prompt: {DEMO_PROMPT:?})\n");
 
     let session_id = format!("demo_{}", uuid::Uuid::new_v4());
@@ -70,8 +72,8 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     super::sandbox::end_session(&registry, &session_id).await;
     let outcome = outcome?;
     match (&outcome.status, &outcome.output, &outcome.error) {
-        (TaskStatus::Completed, Some(o), _) => println!("\nfinal answer: {o}"),
-        (_, _, Some(e)) => println!("\ntask failed: {e}"),
+        (TaskStatus::Completed, Some(o), _) => println!("\nfinal answer: {}", crate::text::escape_multiline(o)),
+        (_, _, Some(e)) => println!("\ntask failed: {}", esc(e)),
         _ => println!("\ntask ended: {:?}", outcome.status),
     }
     if let Some(audit) = audit {

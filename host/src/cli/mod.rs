@@ -16,6 +16,8 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::plugin::TaskCall;
+// Every plugin- or agent-provided string printed in text mode goes through these.
+use crate::text::{escape_control as esc, escape_multiline as esc_lines};
 use crate::task::{self, TaskScope, TaskStatus};
 
 /// Exit code for a failed, declined or input-requiring task.
@@ -197,20 +199,22 @@ pub(crate) async fn run_on_terminal(
 /// Prints one task event for a person reading the terminal (stderr for progress,
 /// so stdout carries only results).
 pub fn print_event(ev: &crate::plugin::PluginEvent) {
-    let text = |k: &str| ev.data.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+    let text = |k: &str| esc(ev.data.get(k).and_then(|v| v.as_str()).unwrap_or_default()).into_owned();
     match ev.kind.as_str() {
-        "tool_call" => eprintln!("  → {} {}", text("name"), ev.data.get("input").cloned().unwrap_or_default()),
+        "tool_call" => {
+            eprintln!("  → {} {}", text("name"), esc(&ev.data.get("input").cloned().unwrap_or_default().to_string()))
+        }
         "tool_result" => {
-            let content = text("content");
-            let first = content.lines().next().unwrap_or_default();
+            let content = ev.data.get("content").and_then(|v| v.as_str()).unwrap_or_default();
+            let first = esc(content.lines().next().unwrap_or_default());
             let more = content.lines().count().saturating_sub(1);
             let mark = if ev.data["is_error"].as_bool() == Some(true) { "✗" } else { "←" };
             let tail = if more > 0 { format!(" (+{more} lines)") } else { String::new() };
             eprintln!("  {mark} {}: {first}{tail}", text("name"));
         }
         "token" | "reasoning" => {}
-        "status" => eprintln!("  · {}", text("message")),
-        _ => eprintln!("  [{}] {}: {}", ev.plugin, ev.kind, ev.data),
+        "status" | "progress" => eprintln!("  · {}", text("message")),
+        _ => eprintln!("  [{}] {}: {}", esc(&ev.plugin), esc(&ev.kind), esc(&ev.data.to_string())),
     }
 }
 
@@ -225,7 +229,18 @@ fn init_tracing() {
 async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> {
     match command {
         Command::Config { command: ConfigCommand::Check } => {
-            println!("{}: ok", config.source_name());
+            // The file parsed; now what it leads to: plugins, kinds and agent directories.
+            let source = config.source_name();
+            let registry = crate::start(config).await?;
+            let snap = registry.snapshot();
+            let errors = snap.errors();
+            for p in &errors {
+                eprintln!("error: {}: {}", esc(&p.source), esc(&p.message));
+            }
+            if !errors.is_empty() {
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
+            println!("{source}: ok");
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
@@ -245,22 +260,30 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             } else {
                 for r in rows {
                     match r.error {
-                        Some(e) if r.state == "invalid" => println!("{:<16} invalid  {e}", r.id),
+                        Some(e) if r.state == "invalid" => println!("{:<16} invalid  {}", esc(&r.id), esc(&e)),
                         e => {
                             let caps: Vec<_> = r.granted_capabilities.iter().map(|c| c.name()).collect();
                             println!(
-                                "{:<16} {:<8} {:<10} kinds={} granted=[{}]{}{}",
-                                r.id,
+                                "{:<16} {:<8} {:<10} kinds={} granted=[{}]{}{}{}",
+                                esc(&r.id),
                                 r.state,
-                                r.version,
-                                r.kinds.join(","),
+                                esc(&r.version),
+                                esc(&r.kinds.join(",")),
                                 caps.join(","),
                                 if r.shadowed_kinds.is_empty() {
                                     String::new()
                                 } else {
-                                    format!(" shadowed={}", r.shadowed_kinds.join(","))
+                                    format!(" shadowed={}", esc(&r.shadowed_kinds.join(",")))
                                 },
-                                e.map(|e| format!(" error: {e}")).unwrap_or_default()
+                                if r.ambiguous_kinds.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(
+                                        " error: kinds {} are claimed by other plugins too and served by none (set plugins.priority)",
+                                        esc(&r.ambiguous_kinds.join(","))
+                                    )
+                                },
+                                e.map(|e| format!(" error: {}", esc(&e))).unwrap_or_default()
                             );
                         }
                     }
@@ -281,10 +304,11 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 for r in snap.definitions.values() {
-                    println!("{:<24} {:<8} {}  ({})", r.definition.name, r.definition.kind, r.definition.description, r.source);
+                    let d = &r.definition;
+                    println!("{:<24} {:<8} {}  ({})", esc(&d.name), esc(&d.kind), esc(&d.description), esc(&r.source));
                 }
                 for p in &snap.problems {
-                    eprintln!("warning: {}: {}", p.source, p.message);
+                    eprintln!("warning: {}: {}", esc(&p.source), esc(&p.message));
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -302,7 +326,7 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
             let outcome = match result {
                 Ok(o) => o,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", esc(&e.to_string()));
                     return Ok(ExitCode::from(EXIT_USAGE));
                 }
             };
@@ -310,9 +334,9 @@ async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> 
                 println!("{}", serde_json::to_string(&outcome)?);
             } else {
                 match (&outcome.status, &outcome.output, &outcome.error) {
-                    (TaskStatus::Completed, Some(o), _) => println!("{o}"),
-                    (TaskStatus::InputRequired, Some(q), _) => println!("input required: {q}"),
-                    (_, _, Some(e)) => eprintln!("task {} failed: {e}", outcome.task_id),
+                    (TaskStatus::Completed, Some(o), _) => println!("{}", esc_lines(o)),
+                    (TaskStatus::InputRequired, Some(q), _) => println!("input required: {}", esc_lines(q)),
+                    (_, _, Some(e)) => eprintln!("task {} failed: {}", outcome.task_id, esc(e)),
                     _ => {}
                 }
             }
@@ -384,23 +408,23 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
         println!("file:     {}", report.file.display());
         println!("valid:    {}", if report.valid { "yes" } else { "no" });
         if let Some(e) = &report.error {
-            println!("error:    {e}");
+            println!("error:    {}", esc(e));
         }
         println!("world:    {}", report.world);
-        println!("wit:      {}", report.wit_versions.join(", "));
+        println!("wit:      {}", esc(&report.wit_versions.join(", ")));
         if let Some(i) = &report.info {
-            println!("name:     {} {}", i.name, i.version);
-            println!("kinds:    {}", i.kinds.join(", "));
+            println!("name:     {} {}", esc(&i.name), esc(&i.version));
+            println!("kinds:    {}", esc(&i.kinds.join(", ")));
             let caps: Vec<_> = i.capabilities.iter().map(|c| c.name()).collect();
             println!("requests: {}", caps.join(", "));
         }
         println!("imports:");
         for i in &report.imports {
-            println!("  {i}");
+            println!("  {}", esc(i));
         }
         println!("exports:");
         for e in &report.exports {
-            println!("  {e}");
+            println!("  {}", esc(e));
         }
     }
     Ok(if report.valid { ExitCode::SUCCESS } else { ExitCode::from(EXIT_USAGE) })

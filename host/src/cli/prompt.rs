@@ -7,7 +7,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
-use warden_approval::{BoxFuture, Decider, PendingApproval, Resolution, UserDecision};
+use warden_approval::{BoxFuture, Decider, PendingApproval, Resolution, Scope, UserDecision};
 
 /// The decider for this process's terminal.
 pub fn terminal_decider(auto_approve_without_tty: bool) -> Arc<dyn Decider> {
@@ -23,15 +23,24 @@ pub fn terminal_decider(auto_approve_without_tty: bool) -> Arc<dyn Decider> {
 fn describe(r: &PendingApproval) -> String {
     let input = serde_json::to_string(&r.input).unwrap_or_default();
     let rule = r.matched_rule.as_deref().map(|m| format!(" (rule {m})")).unwrap_or_default();
-    format!("{} wants to run {} {input}{rule}", r.subagent, r.tool)
+    // Subagent, tool and input come from an agent file and a model: escaped for the terminal.
+    let line = format!("{} wants to run {} {input}{rule}", r.subagent, r.tool);
+    crate::text::escape_control(&line).into_owned()
 }
 
 struct TtyDecider;
 
 impl Decider for TtyDecider {
     fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
+        let answer = self.decide_scoped(r);
+        Box::pin(async move { answer.await.map(|(d, _)| d) })
+    }
+
+    /// Shows the call as a person reads it (the command, the path and a diff) and offers
+    /// the request's scopes: `y` once, `s` for the session, `a` always; anything else declines.
+    fn decide_scoped(&self, r: PendingApproval) -> BoxFuture<'static, Result<(UserDecision, Scope), String>> {
         Box::pin(async move {
-            let question = format!("\n? {} — approve? [y/N] ", describe(&r));
+            let question = tty_question(&r);
             let answer = tokio::task::spawn_blocking(move || {
                 let mut err = std::io::stderr();
                 let _ = err.write_all(question.as_bytes());
@@ -42,9 +51,73 @@ impl Decider for TtyDecider {
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
-            let resolution = if matches!(answer.trim(), "y" | "Y" | "yes") { Resolution::Approve } else { Resolution::Decline };
-            Ok(UserDecision { resolution, who: "tty".into() })
+            let (resolution, scope) = tty_answer(&answer, &r.scopes);
+            Ok((UserDecision { resolution, who: "tty".into() }, scope))
         })
+    }
+}
+
+/// The TTY question: who asks (subagent, task, session), why (the rule), the call as a
+/// person reads it, and the scopes on offer.
+fn tty_question(r: &PendingApproval) -> String {
+    let call = warden_approval::display::describe_call(&r.tool, &r.input);
+    let whose = [r.task_id.as_deref().map(|t| format!("task {t}")), r.session_id.as_deref().map(|s| format!("session {s}"))]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let reason = r.reason.replace(|c: char| c.is_control(), " ");
+    let mut options = vec!["[y]es once"];
+    if r.scopes.contains(&Scope::Session) {
+        options.push("[s]ession");
+    }
+    if r.scopes.contains(&Scope::Always) {
+        options.push("[a]lways");
+    }
+    options.push("[N]o");
+    let subagent = r.subagent.replace(|c: char| c.is_control(), " ");
+    format!("\n? {subagent} ({whose}) wants to run {}:\n{call}\n  because: {reason}\n  approve? {} ", r.tool.replace(|c: char| c.is_control(), " "), options.join(" / "))
+}
+
+/// An answer typed on the TTY: `y` once, `s` session, `a` always (each only if offered),
+/// anything else declines.
+fn tty_answer(answer: &str, offered: &[Scope]) -> (Resolution, Scope) {
+    let scope = match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Scope::Once,
+        "s" | "session" => Scope::Session,
+        "a" | "always" => Scope::Always,
+        _ => return (Resolution::Decline, Scope::Once),
+    };
+    if scope == Scope::Once || offered.contains(&scope) { (Resolution::Approve, scope) } else { (Resolution::Decline, Scope::Once) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tty_shows_the_call_and_offers_only_the_scopes_of_the_request() {
+        let r = PendingApproval {
+            id: "apr_1".into(),
+            tool: "Bash".into(),
+            input: serde_json::json!({ "command": "make test" }),
+            subagent: "worker".into(),
+            task_id: Some("task_1".into()),
+            session_id: Some("s1".into()),
+            plugin: None,
+            matched_rule: None,
+            reason: "no rule matches; default is ask".into(),
+            created_at: String::new(),
+            expires_at: String::new(),
+            scopes: vec![Scope::Once, Scope::Session],
+        };
+        let q = tty_question(&r);
+        assert!(q.contains("worker (task task_1, session s1) wants to run Bash:\n  $ make test\n"), "{q}");
+        assert!(q.contains("[y]es once / [s]ession / [N]o"), "{q}");
+        assert_eq!(tty_answer("s\n", &r.scopes), (Resolution::Approve, Scope::Session));
+        assert_eq!(tty_answer("a", &r.scopes), (Resolution::Decline, Scope::Once), "always was not offered");
+        assert_eq!(tty_answer("y", &r.scopes), (Resolution::Approve, Scope::Once));
+        assert_eq!(tty_answer("", &r.scopes), (Resolution::Decline, Scope::Once));
     }
 }
 

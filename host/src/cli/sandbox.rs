@@ -60,9 +60,9 @@ pub async fn tool(config: Config, tool: &str, args: &str, session: Option<String
         let out = ToolOutcome { tool, session_id: &session_id, is_error: result.is_error, content: &result.content };
         println!("{}", serde_json::to_string(&out)?);
     } else if result.is_error {
-        eprintln!("{}", result.content);
+        eprintln!("{}", crate::text::escape_multiline(&result.content));
     } else {
-        println!("{}", result.content);
+        println!("{}", crate::text::escape_multiline(&result.content));
     }
     Ok(if result.is_error { ExitCode::from(EXIT_TASK_FAILED) } else { ExitCode::SUCCESS })
 }

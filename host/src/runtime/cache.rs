@@ -1,20 +1,35 @@
 //! On-disk cache of compiled components.
 //!
 //! Keyed by the SHA-256 of the component bytes plus the engine's compatibility hash,
-//! stored outside the plugin directory. Only files this module wrote are ever
-//! deserialized: entries are written to a temporary file and renamed into place, and
-//! the cache directory is created private to the user. It must never read native code
-//! from anywhere else (in particular never from the plugin directory).
+//! stored outside the plugin directory. Native code is only ever deserialized from an
+//! entry this host wrote: the cache directory must be owned by warden's user and not
+//! writable by group or others (otherwise the cache is not used at all), and every entry
+//! carries an HMAC-SHA256 tag, with a key kept beside the entries (`cache.key`, mode
+//! 0600), over the engine key, the component's hash and the native code. An entry whose
+//! tag does not verify — tampered, truncated, or planted under another component's name —
+//! is discarded and the component recompiled. It must never read native code from
+//! anywhere else (in particular never from the plugin directory).
 
 use std::hash::{Hash, Hasher};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
 /// Suffix of cache entries; `.cwasm` is wasmtime's convention for precompiled code.
 const ENTRY_SUFFIX: &str = "cwasm";
+/// The file beside the entries holding the HMAC key.
+pub const KEY_FILE: &str = "cache.key";
+/// Bytes of the HMAC key (the SHA-256 block-size-safe 256 bits).
+const KEY_LEN: usize = 32;
+/// Bytes of an entry's tag (HMAC-SHA256 output) in front of the native code.
+const TAG_LEN: usize = 32;
+
+type EntryMac = Hmac<Sha256>;
 
 /// Where a component came from: compiled now or loaded from the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +41,8 @@ pub enum Origin {
 pub struct CompileCache {
     dir: Option<PathBuf>,
     engine_key: String,
+    /// The HMAC key once read or created; `Err` text once the cache proved unusable.
+    key: Mutex<Option<Result<[u8; KEY_LEN], String>>>,
 }
 
 impl CompileCache {
@@ -45,58 +62,157 @@ impl CompileCache {
         let mut h = ShaHasher(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut h);
         let engine_key = hex::encode(&h.0.finalize()[..8]);
-        CompileCache { dir, engine_key }
+        CompileCache { dir, engine_key, key: Mutex::new(None) }
     }
 
     fn entry_path(&self, dir: &Path, content_hash: &str) -> PathBuf {
         dir.join(format!("{content_hash}-{}.{ENTRY_SUFFIX}", self.engine_key))
     }
 
+    /// The HMAC key, after checking the directory (created private when missing). An
+    /// unusable directory disables the cache for this host's lifetime, with a warning.
+    fn key(&self, dir: &Path) -> Option<[u8; KEY_LEN]> {
+        let mut slot = self.key.lock().unwrap();
+        if slot.is_none() {
+            let r = open_key(dir).map_err(|e| e.to_string());
+            if let Err(e) = &r {
+                tracing::warn!(dir = %dir.display(), error = %e, "compile cache not used");
+            }
+            *slot = Some(r);
+        }
+        slot.as_ref().and_then(|r| r.as_ref().ok().copied())
+    }
+
+    fn tag(&self, key: &[u8; KEY_LEN], content_hash: &str, native: &[u8]) -> EntryMac {
+        let mut mac = EntryMac::new_from_slice(key).expect("HMAC takes keys of any length");
+        mac.update(self.engine_key.as_bytes());
+        mac.update(b"\0");
+        mac.update(content_hash.as_bytes());
+        mac.update(b"\0");
+        mac.update(native);
+        mac
+    }
+
     /// Loads `bytes` as a component, from the cache when possible.
     pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, Origin, String)> {
         let content_hash = hex::encode(Sha256::digest(bytes));
-        let Some(dir) = &self.dir else {
+        let Some((dir, key)) = self.dir.as_deref().and_then(|d| self.key(d).map(|k| (d, k))) else {
             return Ok((Component::new(engine, bytes)?, Origin::Compiled, content_hash));
         };
         let path = self.entry_path(dir, &content_hash);
-        if let Ok(serialized) = std::fs::read(&path) {
+        if let Ok(entry) = std::fs::read(&path) {
             // Read into memory rather than mapping the file: a mapped entry that is
             // truncated or rewritten underneath a running plugin would fault the host.
-            // SAFETY: entries are produced by `Component::serialize` of this same engine
-            // configuration (the name carries its compatibility hash), written by this
-            // module into a directory only this user can write; wasmtime checks the
-            // header and version before using them.
-            match unsafe { Component::deserialize(engine, &serialized) } {
-                Ok(c) => return Ok((c, Origin::Cached, content_hash)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable cache entry");
-                    let _ = std::fs::remove_file(&path);
+            let verified = entry.len() > TAG_LEN
+                && self.tag(&key, &content_hash, &entry[TAG_LEN..]).verify_slice(&entry[..TAG_LEN]).is_ok();
+            if verified {
+                // SAFETY: the tag proves this host wrote these bytes for exactly this
+                // component and engine configuration (`Component::serialize` below), in a
+                // directory only warden's user can write; wasmtime checks the header too.
+                match unsafe { Component::deserialize(engine, &entry[TAG_LEN..]) } {
+                    Ok(c) => return Ok((c, Origin::Cached, content_hash)),
+                    Err(e) => tracing::warn!(path = %path.display(), error = %e, "discarding unusable cache entry"),
                 }
+            } else {
+                tracing::warn!(path = %path.display(), "discarding a cache entry that fails authentication");
             }
+            let _ = std::fs::remove_file(&path);
         }
         let component = Component::new(engine, bytes)?;
-        if let Err(e) = self.store(dir, &path, &component) {
+        if let Err(e) = self.store(&key, &path, &content_hash, &component) {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot write compile cache; continuing without");
         }
         Ok((component, Origin::Compiled, content_hash))
     }
 
-    fn store(&self, dir: &Path, path: &Path, component: &Component) -> anyhow::Result<()> {
-        create_private_dir(dir)?;
-        let bytes = component.serialize().map_err(|e| anyhow::anyhow!("{e}"))?;
+    fn store(&self, key: &[u8; KEY_LEN], path: &Path, content_hash: &str, component: &Component) -> anyhow::Result<()> {
+        let native = component.serialize().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let tag = self.tag(key, content_hash, &native).finalize().into_bytes();
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
+        let mut f = private_file(&tmp, true)?;
+        f.write_all(&tag)?;
+        f.write_all(&native)?;
+        f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         Ok(())
     }
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+/// Creates `dir` private to this user if missing, then checks it is safe to trust:
+/// owned by this user and writable by nobody else.
+fn check_dir(dir: &Path) -> std::io::Result<()> {
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
+    check_private(dir, 0o022)
+}
+
+/// Refuses `path` unless it is owned by this process's user and none of the mode bits
+/// in `forbidden` are set.
+fn check_private(path: &Path, forbidden: u32) -> std::io::Result<()> {
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path)?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            return Err(std::io::Error::other(format!(
+                "{} is owned by uid {}, not by warden's user (uid {me})",
+                path.display(),
+                meta.uid()
+            )));
+        }
+        if meta.mode() & forbidden != 0 {
+            return Err(std::io::Error::other(format!(
+                "{} has mode {:o}: group or others may change it",
+                path.display(),
+                meta.mode() & 0o777
+            )));
+        }
     }
     Ok(())
+}
+
+/// Opens (`create`: creates, truncating) a file readable and writable by this user only.
+fn private_file(path: &Path, create: bool) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    if create {
+        o.write(true).create(true).truncate(true);
+    } else {
+        o.read(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    }
+    o.open(path)
+}
+
+/// Reads the HMAC key beside the entries, creating it (random, 0600) on first use.
+fn open_key(dir: &Path) -> std::io::Result<[u8; KEY_LEN]> {
+    use std::io::Read;
+    check_dir(dir)?;
+    let path = dir.join(KEY_FILE);
+    if !path.exists() {
+        let mut key = [0u8; KEY_LEN];
+        // Two v4 UUIDs: 244 bits from the operating system's random source.
+        key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        let tmp = dir.join(format!("{KEY_FILE}.tmp{}", std::process::id()));
+        let mut f = private_file(&tmp, true)?;
+        f.write_all(&key)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+    }
+    check_private(&path, 0o077)?;
+    let mut key = [0u8; KEY_LEN];
+    private_file(&path, false)?.read_exact(&mut key)?;
+    Ok(key)
 }

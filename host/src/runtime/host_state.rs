@@ -30,6 +30,8 @@ pub struct CallScope {
     /// Who is calling tools in this call (set for `execute` calls only).
     pub tools: Option<crate::tools::ToolScope>,
     pub services: Arc<HostServices>,
+    /// The plugin's HTTP client (its grant's address check in the resolver).
+    pub http: reqwest::Client,
 }
 
 impl CallScope {
@@ -39,20 +41,35 @@ impl CallScope {
     }
 }
 
-/// Linear-memory and table cap for one store; remembers whether it refused a growth
-/// so a resulting trap can be reported as "memory limit" rather than a generic fault.
+/// The memory budget of one store: every linear memory *and* every table of every core
+/// instance in it count against one limit, so a component made of many modules (or
+/// many memories) cannot multiply the cap. Remembers whether it refused a growth so a
+/// resulting trap can be reported as "memory limit" rather than a generic fault.
 pub struct CallLimiter {
     memory_limit: usize,
+    /// Bytes of linear memory and table storage granted so far in this store (memories
+    /// and tables only grow and live as long as the store).
+    used: usize,
+    /// Table elements granted so far in this store.
+    table_elements: usize,
     hit: Arc<AtomicBool>,
 }
 
-/// Table elements allowed per instance: far above what real guests use, low enough
-/// that a table bomb cannot eat host memory.
+/// Table elements allowed per instance (all tables together): far above what real
+/// guests use, low enough that a table bomb cannot eat host memory.
 pub const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Host bytes one table element is charged against the memory budget (a function
+/// reference is a pointer plus metadata in wasmtime; 16 bytes is an upper bound).
+pub const TABLE_ELEMENT_BYTES: usize = 16;
 
 impl CallLimiter {
     pub fn new(memory_limit: u64) -> Self {
-        CallLimiter { memory_limit: memory_limit as usize, hit: Arc::new(AtomicBool::new(false)) }
+        CallLimiter {
+            memory_limit: usize::try_from(memory_limit).unwrap_or(usize::MAX),
+            used: 0,
+            table_elements: 0,
+            hit: Arc::new(AtomicBool::new(false)),
+        }
     }
     pub fn hit_flag(&self) -> Arc<AtomicBool> {
         self.hit.clone()
@@ -60,19 +77,32 @@ impl CallLimiter {
 }
 
 impl wasmtime::ResourceLimiter for CallLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let after = self.used.saturating_sub(current).saturating_add(desired);
+        if after > self.memory_limit {
             self.hit.store(true, Ordering::SeqCst);
             return Err(wasmtime::format_err!(
-                "memory limit exceeded: the plugin asked for {desired} bytes, the limit is {} bytes",
+                "memory limit exceeded: the plugin asked for {after} bytes of memories and tables in total, the limit is {} bytes",
                 self.memory_limit
             ));
         }
+        self.used = after;
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
+    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let elements = self.table_elements.saturating_sub(current).saturating_add(desired);
+        let after = self
+            .used
+            .saturating_sub(current.saturating_mul(TABLE_ELEMENT_BYTES))
+            .saturating_add(desired.saturating_mul(TABLE_ELEMENT_BYTES));
+        if elements > MAX_TABLE_ELEMENTS || after > self.memory_limit {
+            self.hit.store(true, Ordering::SeqCst);
+            return Ok(false);
+        }
+        self.table_elements = elements;
+        self.used = after;
+        Ok(true)
     }
 }
 
@@ -81,6 +111,67 @@ pub struct BodyStream {
     pub response: reqwest::Response,
     /// Bytes delivered so far, checked against the response size limit.
     pub delivered: u64,
+    /// Removes an injected secret's value from the body, across chunk boundaries.
+    pub scrubber: Option<SecretScrubber>,
+    /// The response body has ended (only the scrubber's held bytes may remain).
+    pub ended: bool,
+}
+
+/// What a scrubbed secret value reads as in a response a plugin receives.
+pub const SCRUBBED: &[u8] = b"[redacted]";
+
+/// Replaces every occurrence of a secret's value in response bytes with [`SCRUBBED`]
+/// before a plugin sees them. Fed chunk by chunk, it holds back a tail that could be
+/// the start of the value until the next chunk shows whether it is.
+pub struct SecretScrubber {
+    secret: Vec<u8>,
+    held: Vec<u8>,
+}
+
+impl SecretScrubber {
+    /// `None` for an empty value (nothing to scrub).
+    pub fn new(secret: &str) -> Option<Self> {
+        (!secret.is_empty()).then(|| SecretScrubber { secret: secret.as_bytes().to_vec(), held: Vec::new() })
+    }
+
+    /// The scrubbed bytes that are safe to deliver after `chunk`.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.held);
+        buf.extend_from_slice(chunk);
+        let mut out = Vec::with_capacity(buf.len());
+        let mut i = 0;
+        while i < buf.len() {
+            let rest = &buf[i..];
+            if rest.starts_with(&self.secret) {
+                out.extend_from_slice(SCRUBBED);
+                i += self.secret.len();
+            } else if rest.len() < self.secret.len() && self.secret.starts_with(rest) {
+                self.held = rest.to_vec();
+                break;
+            } else {
+                out.push(buf[i]);
+                i += 1;
+            }
+        }
+        out
+    }
+
+    /// The held-back tail at the end of the body (never a whole secret).
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.held)
+    }
+
+    /// `bytes` scrubbed whole (a buffered body or a header value).
+    pub fn scrub_all(secret: &str, bytes: &[u8]) -> Vec<u8> {
+        match SecretScrubber::new(secret) {
+            Some(mut s) => {
+                let mut out = s.feed(bytes);
+                out.extend(s.finish());
+                out
+            }
+            None => bytes.to_vec(),
+        }
+    }
 }
 
 pub struct HostState {
@@ -90,8 +181,19 @@ pub struct HostState {
     wasi: WasiCtx,
     pub stdout: MemoryOutputPipe,
     pub stderr: MemoryOutputPipe,
-    /// Events emitted in this call, checked against the per-call cap.
-    pub events_emitted: u32,
+    /// What this call consumed through the imports, checked against `plugins.budgets`.
+    pub usage: CallUsage,
+}
+
+/// Per-call consumption of the budgeted imports (see [`crate::config::Budgets`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CallUsage {
+    pub events: u32,
+    pub event_bytes: u64,
+    pub log_lines: u32,
+    pub log_bytes: u64,
+    /// Streamed HTTP responses open now.
+    pub open_streams: u32,
 }
 
 impl HostState {
@@ -114,7 +216,7 @@ impl HostState {
             wasi: b.build(),
             stdout,
             stderr,
-            events_emitted: 0,
+            usage: CallUsage::default(),
         }
     }
 }
@@ -122,5 +224,85 @@ impl HostState {
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A core module with one memory of `pages` 64 KiB pages (and, when `second`, two).
+    fn module_with_memory(pages: u64, second: bool) -> Vec<u8> {
+        use wasm_encoder::{MemorySection, MemoryType, Module};
+        let mut memories = MemorySection::new();
+        let ty = MemoryType { minimum: pages, maximum: None, memory64: false, shared: false, page_size_log2: None };
+        memories.memory(ty);
+        if second {
+            memories.memory(ty);
+        }
+        let mut m = Module::new();
+        m.section(&memories);
+        m.finish()
+    }
+
+    fn engine() -> wasmtime::Engine {
+        // The runtime's engine settings (multi-memory off, ...).
+        let services = Arc::new(HostServices::new(vec![]));
+        let rt = crate::Runtime::new(crate::RuntimeOptions { cache_dir: None, fuel: false }, services).unwrap();
+        rt.engine().clone()
+    }
+
+    #[test]
+    fn regression_many_memories_each_under_the_limit_multiplied_it() {
+        let engine = engine();
+        let mut store = wasmtime::Store::new(&engine, CallLimiter::new(64 << 20));
+        store.limiter(|l| l);
+        // 40 MiB each: every memory alone fits the 64 MiB budget, two together do not.
+        let module = wasmtime::Module::new(&engine, module_with_memory(640, false)).unwrap();
+        wasmtime::Instance::new(&mut store, &module, &[]).expect("the first memory fits");
+        let second = wasmtime::Instance::new(&mut store, &module, &[]);
+        assert!(second.is_err(), "all memories of a store share one budget");
+        assert!(store.data().hit_flag().load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn regression_multi_memory_modules_are_refused() {
+        let e = wasmtime::Module::new(&engine(), module_with_memory(1, true)).unwrap_err();
+        assert!(format!("{e:?}").contains("multiple memories"), "{e:?}");
+    }
+
+    proptest::proptest! {
+        /// However a body is split into chunks, the secret never survives whole and
+        /// everything else arrives unchanged.
+        #[test]
+        fn the_scrubber_catches_a_secret_split_over_chunks(
+            before in "[a-z ]{0,20}", after in "[a-z ]{0,20}", cuts in proptest::collection::vec(0usize..60, 0..6)
+        ) {
+            let secret = "tok-12345";
+            let body = format!("{before}{secret}{after}{secret}");
+            let mut cuts = cuts;
+            cuts.retain(|c| *c <= body.len());
+            cuts.sort();
+            let mut s = SecretScrubber::new(secret).unwrap();
+            let (mut out, mut last) = (Vec::new(), 0);
+            for c in cuts.into_iter().chain([body.len()]) {
+                out.extend(s.feed(&body.as_bytes()[last..c]));
+                last = c;
+            }
+            out.extend(s.finish());
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), format!("{before}[redacted]{after}[redacted]"));
+        }
+    }
+
+    #[test]
+    fn tables_count_against_the_same_budget() {
+        use wasmtime::ResourceLimiter;
+        let mut l = CallLimiter::new(1 << 20);
+        assert!(l.memory_growing(0, 900 << 10, None).unwrap());
+        // 100 KiB of table elements would pass the memory left over (124 KiB)...
+        assert!(l.table_growing(0, (100 << 10) / TABLE_ELEMENT_BYTES, None).unwrap());
+        // ...but not another 100 KiB.
+        assert!(!l.table_growing(0, (100 << 10) / TABLE_ELEMENT_BYTES, None).unwrap());
+        assert!(!l.table_growing(0, MAX_TABLE_ELEMENTS + 1, None).unwrap());
     }
 }

@@ -9,15 +9,45 @@ use wasmtime::component::Resource;
 
 use super::bindings::types::{self, Error};
 use super::bindings::warden::plugin::{events, http, log, model, resources, state, tools};
-use super::host_state::{BodyStream, HostState};
+use super::host_state::{BodyStream, HostState, SecretScrubber};
 use std::sync::Arc;
 
 use crate::capability::{Capability, Denied, Grants};
 use crate::plugin::PluginEvent;
 use crate::services::{
-    MAX_EVENT_BYTES, MAX_EVENTS_PER_CALL, MAX_HTTP_REDIRECTS, MAX_HTTP_REQUEST_BODY, MAX_HTTP_RESPONSE_BODY,
-    MAX_LOG_LINE, MAX_RESOURCE_BYTES,
+    MAX_EVENT_BYTES, MAX_EVENT_KIND_BYTES, MAX_HTTP_HEADER_BYTES, MAX_HTTP_HEADERS, MAX_HTTP_METHOD_BYTES,
+    MAX_HTTP_REDIRECTS, MAX_HTTP_REQUEST_BODY, MAX_HTTP_RESPONSE_BODY, MAX_LOG_LINE, MAX_MODEL_MESSAGES,
+    MAX_MODEL_REQUEST_BYTES, MAX_MODEL_TOOLS, MAX_NAME_BYTES, MAX_RESOURCE_BYTES, MAX_SECRET_NAME_BYTES,
+    MAX_TOOL_ARGUMENT_BYTES, MAX_TOOL_CALLS_PER_BATCH, MAX_URL_BYTES, StateStore,
 };
+
+/// Refuses an input above a fixed bound: `what` names it, the text names the limit.
+fn bounded(what: &str, got: usize, max: usize) -> Result<(), Error> {
+    if got > max {
+        return Err(Error::InvalidInput(format!("{what} is {got}; the limit is {max}")));
+    }
+    Ok(())
+}
+
+/// A per-call budget from `plugins.budgets` ran out: the text names it and its key.
+fn over_budget(what: &str, limit: u64, key: &str) -> Error {
+    Error::Denied(format!("{what}: this call's budget of {limit} is used up (plugins.budgets.{key})"))
+}
+
+/// Request headers a plugin may not set: framing and routing are the host's (a forged
+/// `Host` would send an allow-listed address's request to another virtual host).
+const RESERVED_REQUEST_HEADERS: [&str; 10] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+];
 
 impl From<Denied> for Error {
     fn from(d: Denied) -> Self {
@@ -59,15 +89,23 @@ impl types::Host for HostState {}
 impl log::Host for HostState {
     async fn write(&mut self, level: log::Level, message: String) -> Result<(), Error> {
         self.check(Capability::Log)?;
+        let budgets = self.scope.services.budgets;
+        let usage = &mut self.usage;
+        if usage.log_lines >= budgets.max_log_lines_per_call {
+            return Err(over_budget("log lines", budgets.max_log_lines_per_call.into(), "max_log_lines_per_call"));
+        }
+        if usage.log_bytes + message.len() as u64 > budgets.max_log_bytes_per_call {
+            return Err(over_budget("log bytes", budgets.max_log_bytes_per_call, "max_log_bytes_per_call"));
+        }
+        usage.log_lines += 1;
+        usage.log_bytes += message.len() as u64;
         let mut message = message;
         if message.len() > MAX_LOG_LINE {
-            let mut cut = MAX_LOG_LINE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
+            message.truncate(floor_char_boundary(&message, MAX_LOG_LINE));
             message.push_str(" [truncated]");
         }
+        // One write is one line: newlines and terminal controls are escaped.
+        let message = crate::text::escape_control(&message);
         let (plugin, task, session) = (&*self.scope.plugin, self.task_id(), self.session_id());
         match level {
             log::Level::Trace => tracing::trace!(plugin, task_id = task, session, "{message}"),
@@ -80,27 +118,48 @@ impl log::Host for HostState {
     }
 }
 
+/// The largest index `<= at` on a char boundary of `s`.
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    let mut cut = at.min(s.len());
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    cut
+}
+
 impl events::Host for HostState {
     async fn emit(&mut self, kind: String, data: String) -> Result<(), Error> {
         self.check(Capability::Events)?;
-        if data.len() > MAX_EVENT_BYTES {
+        bounded("event data (bytes)", data.len(), MAX_EVENT_BYTES)?;
+        if kind.is_empty()
+            || kind.len() > MAX_EVENT_KIND_BYTES
+            || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            let shown = crate::text::escape_control(&kind[..floor_char_boundary(&kind, MAX_EVENT_KIND_BYTES)]).into_owned();
             return Err(Error::InvalidInput(format!(
-                "event data of {} bytes exceeds the limit of {MAX_EVENT_BYTES} bytes",
-                data.len()
+                "event kind {shown:?} must be 1-{MAX_EVENT_KIND_BYTES} characters of [A-Za-z0-9_]"
             )));
         }
-        if kind.is_empty() || kind.len() > 64 || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(Error::InvalidInput(format!("event kind {kind:?} must be 1-64 characters of [A-Za-z0-9_]")));
+        if crate::plugin::is_host_event_kind(&kind) {
+            return Err(Error::Denied(format!(
+                "event kind {kind:?} is reserved for the host ({}); use another name, e.g. `progress`",
+                crate::plugin::HOST_EVENT_KINDS.join(", ")
+            )));
+        }
+        let budgets = self.scope.services.budgets;
+        if self.usage.events >= budgets.max_events_per_call {
+            return Err(over_budget("events", budgets.max_events_per_call.into(), "max_events_per_call"));
+        }
+        if self.usage.event_bytes + data.len() as u64 > budgets.max_event_bytes_per_call {
+            return Err(over_budget("event bytes", budgets.max_event_bytes_per_call, "max_event_bytes_per_call"));
         }
         let data: serde_json::Value = serde_json::from_str(&data)
             .map_err(|e| Error::InvalidInput(format!("event data must be a JSON object: {e}")))?;
         if !data.is_object() {
             return Err(Error::InvalidInput("event data must be a JSON object".into()));
         }
-        self.events_emitted += 1;
-        if self.events_emitted > MAX_EVENTS_PER_CALL {
-            return Err(Error::Denied(format!("more than {MAX_EVENTS_PER_CALL} events in one call")));
-        }
+        self.usage.events += 1;
+        self.usage.event_bytes += data.to_string().len() as u64;
         let Some(sink) = &self.scope.events else { return Ok(()) };
         let event = PluginEvent { plugin: self.scope.plugin.to_string(), kind, data };
         sink.send(event).await.map_err(|_| Error::Unavailable("the task's event stream is closed".into()))
@@ -110,19 +169,51 @@ impl events::Host for HostState {
 impl state::Host for HostState {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, Error> {
         self.check(Capability::State)?;
+        StateStore::check_key(&key, &self.scope.services.budgets).map_err(|e| Error::InvalidInput(e.to_string()))?;
         Ok(self.scope.services.state.get(&self.scope.plugin, &key))
     }
 
     async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), Error> {
         self.check(Capability::State)?;
-        self.scope.services.state.set(&self.scope.plugin, &key, value).map_err(Error::InvalidInput)
+        let budgets = &self.scope.services.budgets;
+        self.scope.services.state.set(&self.scope.plugin, &key, value, budgets).map_err(|e| Error::Denied(e.to_string()))
     }
 
     async fn delete(&mut self, key: String) -> Result<(), Error> {
         self.check(Capability::State)?;
+        StateStore::check_key(&key, &self.scope.services.budgets).map_err(|e| Error::InvalidInput(e.to_string()))?;
         self.scope.services.state.delete(&self.scope.plugin, &key);
         Ok(())
     }
+}
+
+/// Checks the sizes of a `model.complete` request before anything is converted.
+fn check_model_request(req: &model::CompletionRequest) -> Result<(), Error> {
+    bounded("the number of messages", req.messages.len(), MAX_MODEL_MESSAGES)?;
+    bounded("the number of tools", req.tools.len(), MAX_MODEL_TOOLS)?;
+    bounded("the model name (bytes)", req.model.len(), MAX_NAME_BYTES)?;
+    let mut total = 0usize;
+    for m in &req.messages {
+        bounded("a message role (bytes)", m.role.len(), MAX_NAME_BYTES)?;
+        bounded("a tool-call id (bytes)", m.tool_call_id.as_ref().map_or(0, String::len), MAX_NAME_BYTES)?;
+        bounded("the tool calls of one message", m.tool_calls.len(), MAX_TOOL_CALLS_PER_BATCH)?;
+        total = total.saturating_add(m.content.len());
+        for c in &m.tool_calls {
+            check_tool_call(&c.id, &c.name, &c.arguments)?;
+            total = total.saturating_add(c.arguments.len());
+        }
+    }
+    for t in &req.tools {
+        bounded("a tool name (bytes)", t.name.len(), MAX_NAME_BYTES)?;
+        total = total.saturating_add(t.description.len()).saturating_add(t.input_schema.len());
+    }
+    bounded("the request's text (bytes)", total, MAX_MODEL_REQUEST_BYTES)
+}
+
+fn check_tool_call(id: &str, name: &str, arguments: &str) -> Result<(), Error> {
+    bounded("a tool-call id (bytes)", id.len(), MAX_NAME_BYTES)?;
+    bounded("a tool name (bytes)", name.len(), MAX_NAME_BYTES)?;
+    bounded("a tool call's arguments (bytes)", arguments.len(), MAX_TOOL_ARGUMENT_BYTES)
 }
 
 /// Smallest timeout handed to a model request: below this the call is already lost.
@@ -178,6 +269,7 @@ fn from_model_message(m: warden_models::Message) -> model::Message {
 impl model::Host for HostState {
     async fn complete(&mut self, req: model::CompletionRequest) -> Result<model::Completion, Error> {
         self.check(Capability::Model)?;
+        check_model_request(&req)?;
         let router = self.scope.services.models.clone().map_err(Error::Unavailable)?;
         let name = if req.model.trim().is_empty() { None } else { Some(req.model.as_str()) };
         let (provider, model_name) = router.resolve(name).map_err(|e| Error::InvalidInput(e.to_string()))?;
@@ -266,6 +358,10 @@ impl tools::Host for HostState {
 
     async fn call(&mut self, calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, Error> {
         let (host, scope) = self.tool_host()?;
+        bounded("the number of tool calls in one batch", calls.len(), MAX_TOOL_CALLS_PER_BATCH)?;
+        for c in &calls {
+            check_tool_call(&c.id, &c.name, &c.arguments)?;
+        }
         let calls = calls
             .into_iter()
             .map(|c| {
@@ -288,6 +384,10 @@ impl tools::Host for HostState {
 impl resources::Host for HostState {
     async fn read(&mut self, uri: String) -> Result<Vec<u8>, Error> {
         self.check(Capability::Resources)?;
+        bounded("the resource URI (bytes)", uri.len(), MAX_URL_BYTES)?;
+        if uri.contains('\0') {
+            return Err(Error::InvalidInput("the resource URI contains a NUL byte".into()));
+        }
         if uri.starts_with("http://") || uri.starts_with("https://") {
             let req = http::Request {
                 method: "GET".into(),
@@ -310,23 +410,53 @@ impl resources::Host for HostState {
                 .map(|(_, text)| text.as_bytes().to_vec())
                 .ok_or_else(|| Error::NotFound(format!("no built-in agent {name:?}")));
         }
-        let path = uri.strip_prefix("file://").unwrap_or(&uri);
-        let canonical = std::fs::canonicalize(path).map_err(|e| Error::NotFound(format!("{path}: {e}")))?;
-        let roots = &self.scope.services.resource_roots;
-        if !roots.iter().any(|r| canonical.starts_with(r)) {
-            return Err(Error::Denied(format!(
-                "capability `resources` denied: {path} is outside the configured agent directories"
-            )));
+        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_owned();
+        let roots = self.scope.services.resource_roots.clone();
+        let timeout = self.io_timeout(None)?;
+        // File system calls block: off the async workers, bounded by the deadline.
+        let read = tokio::task::spawn_blocking(move || read_resource_file(&path, &roots));
+        match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(Error::Internal(format!("reading the resource failed: {e}"))),
+            Err(_) => Err(Error::Timeout("reading the resource timed out".into())),
         }
-        let meta = std::fs::metadata(&canonical).map_err(|e| Error::NotFound(format!("{path}: {e}")))?;
-        if meta.len() > MAX_RESOURCE_BYTES {
-            return Err(Error::InvalidInput(format!(
-                "{path} is {} bytes; the limit is {MAX_RESOURCE_BYTES}",
-                meta.len()
-            )));
-        }
-        tokio::fs::read(&canonical).await.map_err(|e| Error::NotFound(format!("{path}: {e}")))
     }
+}
+
+/// Reads a regular file under one of `roots`, at most [`MAX_RESOURCE_BYTES`]. The file is
+/// opened non-blocking and checked with `fstat` on the open descriptor, so a FIFO or
+/// device never blocks a thread and a file swapped after the check is not read.
+fn read_resource_file(path: &str, roots: &[std::path::PathBuf]) -> Result<Vec<u8>, Error> {
+    use std::io::Read;
+    let shown = crate::text::escape_control(path).into_owned();
+    let canonical = std::fs::canonicalize(path).map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
+    if !roots.iter().any(|r| canonical.starts_with(r)) {
+        return Err(Error::Denied(format!(
+            "capability `resources` denied: {shown} is outside the configured agent directories"
+        )));
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Opening a FIFO without a writer returns at once instead of waiting for one.
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(&canonical).map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
+    let meta = file.metadata().map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
+    if !meta.is_file() {
+        return Err(Error::InvalidInput(format!("{shown} is not a regular file")));
+    }
+    if meta.len() > MAX_RESOURCE_BYTES {
+        return Err(Error::InvalidInput(format!("{shown} is {} bytes; the limit is {MAX_RESOURCE_BYTES}", meta.len())));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_RESOURCE_BYTES + 1).read_to_end(&mut out).map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
+    if out.len() as u64 > MAX_RESOURCE_BYTES {
+        return Err(Error::InvalidInput(format!("{shown} grew past the limit of {MAX_RESOURCE_BYTES} bytes")));
+    }
+    Ok(out)
 }
 
 /// What the HTTP import needs from one request after validation.
@@ -336,44 +466,74 @@ struct Outbound {
     headers: reqwest::header::HeaderMap,
     body: Option<Vec<u8>>,
     timeout: Duration,
+    /// The secret injected into this request: its header and its value (to strip on a
+    /// redirect to another origin and to scrub from the response).
+    secret: Option<(reqwest::header::HeaderName, String)>,
+}
+
+/// The allow-list for `url`, and for an address literal the address check too (names
+/// are checked after resolution, by the plugin client's resolver).
+fn check_destination(grants: &Grants, url: &reqwest::Url) -> Result<(), Error> {
+    grants.check_url(url)?;
+    let host = url.host_str().unwrap_or_default();
+    if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
+        grants.check_address(&ip.to_string(), ip)?;
+    }
+    Ok(())
 }
 
 impl HostState {
     fn prepare(&self, req: http::Request) -> Result<Outbound, Error> {
-        let url = reqwest::Url::parse(&req.url)
-            .map_err(|e| Error::InvalidInput(format!("invalid URL {:?}: {e}", req.url)))?;
+        bounded("the URL (bytes)", req.url.len(), MAX_URL_BYTES)?;
+        let url = reqwest::Url::parse(&req.url).map_err(|e| {
+            Error::InvalidInput(format!("invalid URL {:?}: {e}", crate::text::escape_control(&req.url)))
+        })?;
         // The allow-list is checked before anything touches the network.
-        self.scope.grants.check_url(&url)?;
-        let method = reqwest::Method::from_bytes(req.method.to_ascii_uppercase().as_bytes())
-            .map_err(|_| Error::InvalidInput(format!("invalid HTTP method {:?}", req.method)))?;
+        check_destination(&self.scope.grants, &url)?;
+        bounded("the HTTP method (bytes)", req.method.len(), MAX_HTTP_METHOD_BYTES)?;
+        let method = reqwest::Method::from_bytes(req.method.to_ascii_uppercase().as_bytes()).map_err(|_| {
+            Error::InvalidInput(format!("invalid HTTP method {:?}", crate::text::escape_control(&req.method)))
+        })?;
+        bounded("the number of request headers", req.headers.len(), MAX_HTTP_HEADERS)?;
+        let header_bytes = req.headers.iter().fold(0usize, |n, (k, v)| n.saturating_add(k.len() + v.len()));
+        bounded("the request headers (bytes)", header_bytes, MAX_HTTP_HEADER_BYTES)?;
+        bounded("the secret name (bytes)", req.auth_secret.as_ref().map_or(0, String::len), MAX_SECRET_NAME_BYTES)?;
         let mut headers = reqwest::header::HeaderMap::new();
         for (k, v) in &req.headers {
+            let shown = || crate::text::escape_control(k).into_owned();
             let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| Error::InvalidInput(format!("invalid header name {k:?}")))?;
+                .map_err(|_| Error::InvalidInput(format!("invalid header name {:?}", shown())))?;
+            if RESERVED_REQUEST_HEADERS.contains(&name.as_str()) {
+                return Err(Error::Denied(format!("header {:?} is set by the host, not by plugins", name.as_str())));
+            }
             let value = reqwest::header::HeaderValue::from_str(v)
-                .map_err(|_| Error::InvalidInput(format!("invalid value for header {k:?}")))?;
-            headers.append(name, value);
+                .map_err(|_| Error::InvalidInput(format!("invalid value for header {:?}", shown())))?;
+            headers.try_append(name, value).map_err(|_| Error::InvalidInput("too many request headers".into()))?;
         }
+        let mut injected = None;
         if let Some(secret) = &req.auth_secret {
-            let env = self.scope.grants.secret_env(secret)?;
-            let value = std::env::var(env).map_err(|_| {
+            // Only to the origins the operator named for this secret.
+            let rule = self.scope.grants.secret_for(secret, &url)?;
+            let value = std::env::var(&rule.grant.env).map_err(|_| {
                 Error::Unavailable(format!("secret `{secret}` is configured but its environment variable is not set"))
             })?;
-            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {value}"))
-                .map_err(|_| Error::Unavailable(format!("secret `{secret}` is not a valid header value")))?;
-            value.set_sensitive(true);
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
-        if let Some(b) = &req.body {
-            if b.len() > MAX_HTTP_REQUEST_BODY {
+            let name = reqwest::header::HeaderName::from_bytes(rule.grant.header.to_ascii_lowercase().as_bytes())
+                .map_err(|_| Error::Unavailable(format!("secret `{secret}` has an invalid header name")))?;
+            if headers.contains_key(&name) {
                 return Err(Error::InvalidInput(format!(
-                    "request body of {} bytes exceeds the limit of {MAX_HTTP_REQUEST_BODY} bytes",
-                    b.len()
+                    "header {:?} carries secret `{secret}`; the plugin may not set it too",
+                    name.as_str()
                 )));
             }
+            let mut header = reqwest::header::HeaderValue::from_str(&rule.grant.header_value(&value))
+                .map_err(|_| Error::Unavailable(format!("secret `{secret}` is not a valid header value")))?;
+            header.set_sensitive(true);
+            headers.insert(name.clone(), header);
+            injected = Some((name, value));
         }
+        bounded("the request body (bytes)", req.body.as_ref().map_or(0, Vec::len), MAX_HTTP_REQUEST_BODY)?;
         let timeout = self.io_timeout(req.timeout_ms)?;
-        Ok(Outbound { method, url, headers, body: req.body, timeout })
+        Ok(Outbound { method, url, headers, body: req.body, timeout, secret: injected })
     }
 
 }
@@ -391,7 +551,10 @@ async fn dispatch(client: reqwest::Client, grants: Arc<Grants>, mut out: Outboun
                 rb = rb.body(b.clone());
             }
             let resp = rb.send().await.map_err(|e| {
-                if e.is_timeout() {
+                if let Some(denied) = denied_in(&e) {
+                    // The resolver refused every address of the name.
+                    Error::Denied(denied.to_string())
+                } else if e.is_timeout() {
                     Error::Timeout(format!("HTTP request to {} timed out", out.url))
                 } else {
                     Error::Remote(format!("HTTP request to {} failed: {}", out.url, error_chain(&e)))
@@ -407,10 +570,14 @@ async fn dispatch(client: reqwest::Client, grants: Arc<Grants>, mut out: Outboun
                 .url
                 .join(location)
                 .map_err(|e| Error::Remote(format!("invalid redirect location {location:?}: {e}")))?;
-            grants.check_url(&next)?;
+            check_destination(&grants, &next)?;
             if next.origin() != out.url.origin() {
                 // Credentials never follow a redirect to another origin.
                 out.headers.remove(reqwest::header::AUTHORIZATION);
+                out.headers.remove(reqwest::header::COOKIE);
+                if let Some((name, _)) = &out.secret {
+                    out.headers.remove(name);
+                }
             }
             if resp.status() == reqwest::StatusCode::SEE_OTHER {
                 out.method = reqwest::Method::GET;
@@ -420,6 +587,18 @@ async fn dispatch(client: reqwest::Client, grants: Arc<Grants>, mut out: Outboun
         }
         Err(Error::Remote(format!("more than {MAX_HTTP_REDIRECTS} redirects")))
     }
+}
+
+/// The capability denial inside a request error (from the plugin client's resolver).
+fn denied_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Denied> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(d) = c.downcast_ref::<Denied>() {
+            return Some(d);
+        }
+        cur = c.source();
+    }
+    None
 }
 
 /// A failure while reading a response body: a timeout is a timeout, not a remote fault.
@@ -442,10 +621,15 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn response_headers(resp: &reqwest::Response) -> Vec<(String, String)> {
+/// The response headers a plugin sees, with an injected secret's value scrubbed.
+fn response_headers(resp: &reqwest::Response, secret: Option<&str>) -> Vec<(String, String)> {
     resp.headers()
         .iter()
         .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+        .map(|(k, v)| match secret {
+            Some(s) if !s.is_empty() && v.contains(s) => (k, v.replace(s, "[redacted]")),
+            _ => (k, v),
+        })
         .collect()
 }
 
@@ -453,9 +637,10 @@ impl http::Host for HostState {
     async fn send(&mut self, req: http::Request) -> Result<http::Response, Error> {
         let out = self.prepare(req)?;
         let timeout = out.timeout;
-        let mut resp = dispatch(self.scope.services.http.clone(), self.scope.grants.clone(), out).await?;
+        let secret = out.secret.as_ref().map(|(_, v)| v.clone());
+        let mut resp = dispatch(self.scope.http.clone(), self.scope.grants.clone(), out).await?;
         let status = resp.status().as_u16();
-        let headers = response_headers(&resp);
+        let headers = response_headers(&resp, secret.as_deref());
         if resp.content_length().is_some_and(|n| n > MAX_HTTP_RESPONSE_BODY) {
             return Err(Error::Remote(format!("response body exceeds the limit of {MAX_HTTP_RESPONSE_BODY} bytes")));
         }
@@ -474,6 +659,9 @@ impl http::Host for HostState {
         tokio::time::timeout(timeout, read)
             .await
             .map_err(|_| Error::Timeout("reading the HTTP response body timed out".into()))??;
+        if let Some(secret) = &secret {
+            body = SecretScrubber::scrub_all(secret, &body);
+        }
         Ok(http::Response { status, headers, body })
     }
 
@@ -481,13 +669,24 @@ impl http::Host for HostState {
         &mut self,
         req: http::Request,
     ) -> Result<(http::StreamHead, Resource<BodyStream>), Error> {
+        let budgets = self.scope.services.budgets;
+        if self.usage.open_streams >= budgets.max_http_streams_per_call {
+            return Err(over_budget(
+                "open HTTP response streams",
+                budgets.max_http_streams_per_call.into(),
+                "max_http_streams_per_call",
+            ));
+        }
         let out = self.prepare(req)?;
-        let resp = dispatch(self.scope.services.http.clone(), self.scope.grants.clone(), out).await?;
-        let head = http::StreamHead { status: resp.status().as_u16(), headers: response_headers(&resp) };
+        let secret = out.secret.as_ref().map(|(_, v)| v.clone());
+        let resp = dispatch(self.scope.http.clone(), self.scope.grants.clone(), out).await?;
+        let head = http::StreamHead { status: resp.status().as_u16(), headers: response_headers(&resp, secret.as_deref()) };
+        let scrubber = secret.as_deref().and_then(SecretScrubber::new);
         let handle = self
             .table
-            .push(BodyStream { response: resp, delivered: 0 })
+            .push(BodyStream { response: resp, delivered: 0, scrubber, ended: false })
             .map_err(|e| Error::Internal(format!("cannot hold the response stream: {e}")))?;
+        self.usage.open_streams += 1;
         Ok((head, handle))
     }
 }
@@ -499,20 +698,32 @@ impl http::HostBodyStream for HostState {
             .table
             .get_mut(&stream)
             .map_err(|e| Error::InvalidInput(format!("unknown body stream: {e}")))?;
+        if body.ended {
+            let rest = body.scrubber.as_mut().map(SecretScrubber::finish).unwrap_or_default();
+            return Ok((!rest.is_empty()).then_some(rest));
+        }
         let chunk = tokio::time::timeout(timeout, body.response.chunk())
             .await
             .map_err(|_| Error::Timeout("reading the HTTP response stream timed out".into()))?
             .map_err(|e| body_error(&e))?;
-        let Some(chunk) = chunk else { return Ok(None) };
+        let Some(chunk) = chunk else {
+            body.ended = true;
+            let rest = body.scrubber.as_mut().map(SecretScrubber::finish).unwrap_or_default();
+            return Ok((!rest.is_empty()).then_some(rest));
+        };
         body.delivered += chunk.len() as u64;
         if body.delivered > MAX_HTTP_RESPONSE_BODY {
             return Err(Error::Remote(format!("response stream exceeds the limit of {MAX_HTTP_RESPONSE_BODY} bytes")));
         }
-        Ok(Some(chunk.to_vec()))
+        Ok(Some(match body.scrubber.as_mut() {
+            Some(s) => s.feed(&chunk),
+            None => chunk.to_vec(),
+        }))
     }
 
     async fn drop(&mut self, stream: Resource<BodyStream>) -> wasmtime::Result<()> {
         self.table.delete(stream)?;
+        self.usage.open_streams = self.usage.open_streams.saturating_sub(1);
         Ok(())
     }
 }

@@ -100,6 +100,19 @@ pub enum CallError {
     Trap { plugin: String, message: String },
     #[error("plugin `{plugin}` could not be instantiated: {message}")]
     Instantiate { plugin: String, message: String },
+    /// Host code serving the call panicked (a bug in warden, never the plugin's doing
+    /// alone); the call ends, the host keeps serving.
+    #[error("host fault while serving plugin `{plugin}`: {message}")]
+    HostFault { plugin: String, message: String },
+}
+
+/// The text of a caught panic payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic with a non-text payload".into())
 }
 
 /// Why a component could not be loaded.
@@ -124,6 +137,8 @@ pub struct LoadedPlugin {
     pub id: String,
     pub info: PluginInfo,
     pub grants: Arc<Grants>,
+    /// Outbound HTTP for this plugin: names resolve through its grant's address check.
+    http: reqwest::Client,
     pub limits: Limits,
     pub source: PathBuf,
     pub content_hash: String,
@@ -142,7 +157,7 @@ impl std::fmt::Debug for LoadedPlugin {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
-    cache: cache::CompileCache,
+    cache: Arc<cache::CompileCache>,
     services: Arc<HostServices>,
     fuel_enabled: bool,
     _ticker: EpochTicker,
@@ -174,7 +189,14 @@ impl Runtime {
         cfg.wasm_component_model(true)
             .epoch_interruption(true)
             .consume_fuel(options.fuel)
-            .max_wasm_stack(MAX_WASM_STACK);
+            .max_wasm_stack(MAX_WASM_STACK)
+            // Proposals warden's plugins do not need are off: fewer ways around the
+            // one memory budget per instance (a module with 30 memories) and less
+            // attack surface in the compiler and runtime. (Threads are not compiled in:
+            // the `threads` feature of wasmtime is not enabled.)
+            .wasm_multi_memory(false)
+            .wasm_memory64(false)
+            .wasm_shared_everything_threads(false);
         let engine = Engine::new(&cfg).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -191,7 +213,7 @@ impl Runtime {
                 }
             })?;
         }
-        let cache = cache::CompileCache::new(&engine, options.cache_dir);
+        let cache = Arc::new(cache::CompileCache::new(&engine, options.cache_dir));
         Ok(Runtime { engine, linker, cache, services, fuel_enabled: options.fuel, _ticker: EpochTicker { stop } })
     }
 
@@ -217,22 +239,28 @@ impl Runtime {
         let engine = self.engine.clone();
         let (component, origin, content_hash) = {
             let bytes = bytes.to_vec();
-            let cache = &self.cache;
-            // Compilation is CPU-heavy; keep it off the async workers.
-            tokio::task::block_in_place(|| cache.load(&engine, &bytes))
+            let cache = self.cache.clone();
+            // Compilation is CPU-heavy: on a blocking thread, so loads run in parallel and
+            // the async workers keep serving. A caller's timeout abandons a compile that
+            // takes too long (it finishes in the background and is dropped).
+            tokio::task::spawn_blocking(move || cache.load(&engine, &bytes))
+                .await
+                .map_err(|e| LoadError::Compile(format!("the compiler failed: {e}")))?
                 .map_err(|e| LoadError::Compile(root_cause(&e)))?
         };
         let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::World(root_cause(&e)))?;
         let info = self.call_info(id, &pre, &component).await.map_err(LoadError::Info)?;
         validate_info(&info)?;
-        let grants = Grants::new(id, &info.capabilities, grant).map_err(|e| LoadError::Grant(e.to_string()))?;
+        let grants = Arc::new(Grants::new(id, &info.capabilities, grant).map_err(|e| LoadError::Grant(e.to_string()))?);
+        let http = crate::services::plugin_http_client(grants.clone());
         if info.name != id {
             tracing::warn!(plugin = id, claimed = %info.name, "plugin names itself differently from its file; grants use the file name");
         }
         Ok(LoadedPlugin {
             id: id.to_owned(),
             info,
-            grants: Arc::new(grants),
+            grants,
+            http,
             limits,
             source,
             content_hash,
@@ -277,12 +305,14 @@ impl Runtime {
             deadline: Instant::now() + timeout,
             events,
             tools: None,
+            http: self.services.http.clone(),
             services: self.services.clone(),
         }
     }
 
     pub async fn can_resolve(&self, plugin: &LoadedPlugin, reference: &SubagentReference) -> Result<bool, CallError> {
-        let scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
+        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
+        scope.http = plugin.http.clone();
         let r = to_wit_reference(reference);
         self.run(&plugin.id, &plugin.pre, plugin.limits, scope, move |b, store| {
             Box::pin(async move { b.warden_plugin_resolver().call_can_resolve(store, &r).await })
@@ -295,7 +325,8 @@ impl Runtime {
         plugin: &LoadedPlugin,
         reference: &SubagentReference,
     ) -> Result<SubagentDefinition, CallError> {
-        let scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
+        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
+        scope.http = plugin.http.clone();
         let r = to_wit_reference(reference);
         let def = self
             .run(&plugin.id, &plugin.pre, plugin.limits, scope, move |b, store| {
@@ -337,6 +368,7 @@ impl Runtime {
         };
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), extras.events, timeout);
         scope.tools = Some(tools);
+        scope.http = plugin.http.clone();
         let call = wit::TaskCall {
             description: call.description.clone(),
             prompt: call.prompt.clone(),
@@ -420,8 +452,16 @@ impl Runtime {
             }
             r
         };
+        // A panic in host code serving this call (an import, a binding) ends this call
+        // with an error; the store and instance it poisoned are dropped with it.
+        let work = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(work));
         match tokio::time::timeout_at(deadline.into(), work).await {
-            Ok(r) => r,
+            Ok(Ok(r)) => r,
+            Ok(Err(panic)) => {
+                let message = panic_message(&*panic);
+                tracing::error!(plugin, %message, "host fault while serving a plugin call");
+                Err(CallError::HostFault { plugin: plugin.into(), message })
+            }
             Err(_) => Err(CallError::Timeout { plugin: plugin.into(), limit: limits.timeout }),
         }
     }

@@ -256,7 +256,7 @@ impl<H: Host> Session<'_, H> {
         if let Some(id) = &self.tracker.task_id {
             data["remote_task_id"] = json!(id);
         }
-        self.host.emit("status", &data);
+        self.host.emit("progress", &data);
     }
 
     /// Blocking send, retried with the same message on transport failures.

@@ -271,7 +271,7 @@ impl Host for Fake {
         Ok((200, vec![("content-type".into(), "text/event-stream".into())], Box::new(Chunks(chunks, err))))
     }
     fn emit(&mut self, kind: &str, data: &Value) {
-        assert_eq!(kind, "status");
+        assert_eq!(kind, "progress");
         self.events.push(data.clone());
     }
     fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Failure> {

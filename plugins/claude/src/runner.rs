@@ -200,7 +200,7 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
     let tools = select_tools(host, &protocol)?;
 
     for turn in 1..=max_turns {
-        host.emit("status", &serde_json::json!({ "message": format!("turn {turn}") }).to_string());
+        host.emit("progress", &serde_json::json!({ "message": format!("turn {turn}") }).to_string());
         let request = CompletionRequest {
             model: model.clone(),
             messages: transcript.messages.clone(),

@@ -166,7 +166,7 @@ impl executor::Guest for Mcp {
         let arguments = serde_json::json!({ data.argument.as_str(): call.prompt });
         let mut on_update = |u: Update| match u {
             Update::Progress(p) => {
-                let _ = events::emit("status", &crate::progress_event(&p).to_string());
+                let _ = events::emit("progress", &crate::progress_event(&p).to_string());
             }
             Update::Log { level, data } => {
                 let text = data.as_str().map(str::to_owned).unwrap_or_else(|| data.to_string());

@@ -117,13 +117,13 @@ async fn slow_streaming_agent_relays_progress_over_1_0_and_0_3() {
         assert_eq!(methods(&peer_log(&peer)), vec![expected(protocol, "SendStreamingMessage", "message/stream")]);
         let steps: Vec<String> = events
             .iter()
-            .filter(|e| e.kind == "status")
+            .filter(|e| e.kind == "progress")
             .filter_map(|e| e.data["message"].as_str().map(str::to_string))
             .collect();
         for want in ["step 1/3", "step 2/3", "step 3/3"] {
             assert!(steps.iter().any(|s| s == want), "{protocol}: no progress event {want:?} in {steps:?}");
         }
-        let last = events.iter().rev().find(|e| e.kind == "status").unwrap();
+        let last = events.iter().rev().find(|e| e.kind == "progress").unwrap();
         assert_eq!(last.data["state"], "completed");
         assert_eq!(last.plugin, "a2a");
     }
@@ -189,7 +189,7 @@ async fn the_operator_secret_is_injected_by_reference() {
     // SAFETY: a variable name unique to this process and test; set before the host reads it.
     unsafe { std::env::set_var(&env, "s3cret") };
     let peer = start_peer("echo", "1.0", &["--token", "s3cret"]);
-    let grant = format!("{{ http: [\"http://127.0.0.1:*\"], state: true, secrets: {{ partner: {env} }} }}");
+    let grant = format!("{{ http: [\"http://127.0.0.1:*\"], state: true, secrets: {{ partner: {{ env: {env}, origins: [\"http://127.0.0.1:*\"] }} }} }}");
     let w = Warden::start(&grant, &[(peer.url(), "{ name: guarded, auth_env: partner }")], "").await;
     let (out, _) = w.run("guarded", "hi", None).await;
     assert_eq!(out.status, TaskStatus::Completed, "{out:?}");

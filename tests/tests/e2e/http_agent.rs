@@ -76,7 +76,7 @@ const SECRET: &str = "s3cr3t-token-4b1d9e";
 fn deployment(port: u16) -> Deployment {
     let base = format!("http://127.0.0.1:{port}");
     let d = Deployment::new(&format!(
-        "  limits: {{ timeout: 10s }}\n  grants:\n    http:\n      http: [\"http://127.0.0.1:*\"]\n      log: true\n      secrets: {{ API_TOKEN: WARDEN_E2E_HTTP_TOKEN }}\n\
+        "  limits: {{ timeout: 10s }}\n  grants:\n    http:\n      http: [\"http://127.0.0.1:*\"]\n      log: true\n      secrets: {{ API_TOKEN: {{ env: WARDEN_E2E_HTTP_TOKEN, origins: [\"http://127.0.0.1:*\"] }} }}\n\
          subagents:\n  references:\n\
          \x20   - uri: \"{base}/ok\"\n      kind: HTTP\n      metadata:\n        name: helper\n        description: Answers over HTTP\n\
          \x20       headers: \"X-Team: blue\\nAuthorization: env:API_TOKEN\"\n\

@@ -39,7 +39,7 @@ fn text_only_answer_applies_the_system_prompt_and_prompt() {
         vec![Message::new("system", "You are a helpful subagent."), Message::new("user", "What is the answer?")]
     );
     assert_eq!(request.model, "");
-    assert_eq!(host.events, vec![("status".to_string(), json!({"message": "turn 1"}).to_string())]);
+    assert_eq!(host.events, vec![("progress".to_string(), json!({"message": "turn 1"}).to_string())]);
     let t = transcript(&host, "t1");
     assert_eq!((t.status.as_str(), t.turns, t.messages.len(), t.agent.as_str()), ("completed", 1, 3, "helper"));
 }

@@ -80,7 +80,7 @@ impl executor::Guest for Echo {
     ) -> Result<String, Error> {
         let _ = log::write(log::Level::Info, &format!("echo executing {}", ctx.task_id));
         let _ = events::emit(
-            "status",
+            "progress",
             &serde_json::json!({ "message": "echoing" }).to_string(),
         );
         let output = match call.prompt.strip_prefix("state:") {

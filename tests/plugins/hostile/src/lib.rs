@@ -14,6 +14,7 @@
 //! | `model` | `model::complete` with one user message; the text or the error |
 //! | `tools` | `tools::list`; the tool names (one per line) or the error |
 //! | `resource:<uri>` | `resources::read`; the content (lossy UTF-8) or the error |
+//! | `script:<json>` | runs a list of import calls (see [`script`]); a JSON list of their results |
 //! | anything else | returns the prompt |
 
 use std::hint::black_box;
@@ -106,6 +107,8 @@ impl executor::Guest for Hostile {
             _ => {
                 if let Some(url) = prompt.strip_prefix("http:") {
                     http_get(url)
+                } else if let Some(text) = prompt.strip_prefix("script:") {
+                    script::run(text)
                 } else if let Some(uri) = prompt.strip_prefix("resource:") {
                     let bytes = resources::read(uri)?;
                     Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -177,5 +180,7 @@ fn model_call() -> Result<String, Error> {
     })?;
     Ok(completion.message.content)
 }
+
+mod script;
 
 export!(Hostile);

@@ -1,0 +1,84 @@
+//! Text that came from a plugin, an agent file or a remote peer, made safe to show.
+//!
+//! [`escape_control`] is the one escaper: every plugin- or agent-provided string the CLI
+//! prints and every plugin log line goes through it, so no such string can move the
+//! cursor, set a window title (OSC), forge a second log line or hide text behind a
+//! bidirectional override. This module only transforms text; it never prints.
+
+use std::borrow::Cow;
+
+/// Characters that must not reach a terminal or a log line as they are: C0 and C1
+/// controls (ESC starts ANSI/OSC sequences, CR/LF start new lines), DEL, and the
+/// Unicode bidirectional overrides and isolates (text that reads differently than it is).
+fn is_unsafe(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}')
+}
+
+/// `s` with every unsafe character written as an escape (`\n`, `\t`, `\r`, `\u{1b}`), and
+/// backslashes doubled only when something else was escaped, so plain text stays as it is
+/// and an escaped string cannot be confused with one that contained the escape literally.
+/// For one-line contexts: names, versions, log lines, error texts.
+pub fn escape_control(s: &str) -> Cow<'_, str> {
+    escape(s, false)
+}
+
+/// Like [`escape_control`], but line feeds and tabs stay: for multi-line text shown as
+/// such (a task's output, a tool result).
+pub fn escape_multiline(s: &str) -> Cow<'_, str> {
+    escape(s, true)
+}
+
+fn escape(s: &str, keep_lines: bool) -> Cow<'_, str> {
+    let kept = |c: char| keep_lines && matches!(c, '\n' | '\t');
+    if !s.chars().any(|c| is_unsafe(c) && !kept(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            c if kept(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            c if is_unsafe(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn examples() {
+        assert_eq!(escape_control("plain text, ünïcode"), "plain text, ünïcode");
+        assert_eq!(escape_control("a\nb"), "a\\nb");
+        assert_eq!(escape_control("\u{1b}]0;pwned\u{7}"), "\\u{1b}]0;pwned\\u{7}");
+        assert_eq!(escape_control("x\u{202E}y"), "x\\u{202e}y");
+        assert_eq!(escape_control("c:\\dir"), "c:\\dir");
+    }
+
+    proptest! {
+        #[test]
+        fn output_never_holds_a_control_character(s in any::<String>()) {
+            let e = escape_control(&s);
+            prop_assert!(!e.chars().any(is_unsafe), "{e:?}");
+        }
+
+        #[test]
+        fn multiline_keeps_only_line_feeds_and_tabs(s in any::<String>()) {
+            let e = escape_multiline(&s);
+            prop_assert!(!e.chars().any(|c| is_unsafe(c) && c != '\n' && c != '\t'), "{e:?}");
+            prop_assert_eq!(e.matches('\n').count(), s.matches('\n').count());
+        }
+
+        #[test]
+        fn safe_text_is_unchanged(s in "[ -~]*") {
+            prop_assert_eq!(escape_control(&s), s.as_str());
+        }
+    }
+}
