@@ -313,6 +313,18 @@ impl LiveTask {
         if ev.plugin == GATE_EVENT {
             return self.gate_event(ev.data, ev.kind == "approval_request");
         }
+        if ev.kind == "plugin" {
+            // The host's own `plugin` event (`events.emit` refuses the kind): the task's
+            // record names the plugin build that runs it.
+            if let Ok(build) = serde_json::from_value::<crate::plugin::PluginRef>(ev.data.clone()) {
+                let rec = {
+                    let mut inner = self.inner.lock().unwrap();
+                    inner.record.plugin = Some(build);
+                    inner.record.clone()
+                };
+                self.store.write(Write::Task(rec));
+            }
+        }
         let subagent = self.inner.lock().unwrap().record.subagent_type.clone();
         let kind = match ev.kind.as_str() {
             // Host-only types: a plugin cannot fake the end of the stream or a decision.
@@ -622,6 +634,7 @@ impl Engine {
             return Err(e.into());
         }
         let redactor = crate::redact::registry().session(&record.user_id, &record.session_id);
+            plugin: None,
         let mut record = record;
         record.description = redactor.scrub(&record.description).into_owned();
         let max_tool_calls = match (sub.max_tool_iterations, self.options.max_tool_iterations) {

@@ -116,7 +116,7 @@ pub struct PluginEvent {
 
 /// Which plugin build ran a task: id (file stem), the version it reports and the
 /// SHA-256 of its file. Sent as the task's `plugin` event and kept in its outcome.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PluginRef {
     pub id: String,
     pub version: String,

@@ -75,6 +75,9 @@ pub struct TaskRecord {
     pub updated_at_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub finished_at_ms: Option<u64>,
+    /// The plugin build that ran the task: id, version and SHA-256 of its file.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub plugin: Option<crate::plugin::PluginRef>,
 }
 
 impl TaskRecord {

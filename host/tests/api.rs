@@ -998,6 +998,7 @@ mod load {
             assert_eq!(api.engine.store().task(id).unwrap().unwrap().status, "completed", "persisted");
         }
     }
+            plugin: None,
 }
 
 /// The Docker-backed scenarios: the bundled `claude` plugin with a scripted model and a

@@ -654,6 +654,10 @@ mod imports {
         let rec = task.wait_finished(Duration::from_secs(30)).await;
         assert_eq!(rec.status, "completed", "{rec:?}");
         assert!(rec.output.as_deref().unwrap_or_default().contains("the limit is 100"), "{rec:?}");
+        // The record names the plugin build that ran the task.
+        let build = rec.plugin.as_ref().expect("the record names its plugin");
+        assert_eq!((build.id.as_str(), build.version.as_str(), build.sha256.len()), ("hostile", "0.1.0", 64));
+        assert_eq!(engine.store().task(&rec.task_id).unwrap().unwrap().plugin.as_ref(), Some(build));
         // Cancel always ends a task, here one spinning in wasm.
         let looping = submit("loop".into());
         while looping.record().status != "working" {
