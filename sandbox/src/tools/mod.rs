@@ -223,26 +223,12 @@ impl Sandbox {
         Ok(crate::workspace::resolve(&ctx, path, crate::workspace::Purpose::Read).await?.path)
     }
 
-    /// [`Sandbox::call_tool`], refusing the call when its path no longer resolves to
-    /// `approved` (a link swapped between the approval and the call).
-    pub async fn call_tool_pinned(
-        &self,
-        key: &SessionKey,
-        tool: &str,
-        input: Value,
-        env: &[(String, String)],
-        approved: Option<&str>,
-    ) -> Result<ToolOutput, SandboxError> {
-        self.call_tool_inner(key, tool, input, env, approved).await
-    }
-
     /// Runs one tool call in the session's sandbox (creating the container on first use).
     ///
     /// `env` is extra environment for Bash (per-task secrets); it is never logged and not
     /// persisted in the session's shell state. `Ok` with `is_error` is an ordinary tool
     /// failure; `Err` is a refused request or an infrastructure failure — the host should
     /// show its `Display` to the model as an error result.
-    #[tracing::instrument(skip(self, input, env), fields(user = %key.user_id, session = %key.session_id))]
     pub async fn call_tool(
         &self,
         key: &SessionKey,
@@ -250,10 +236,13 @@ impl Sandbox {
         input: Value,
         env: &[(String, String)],
     ) -> Result<ToolOutput, SandboxError> {
-        self.call_tool_inner(key, tool, input, env, None).await
+        self.call_tool_pinned(key, tool, input, env, None).await
     }
 
-    async fn call_tool_inner(
+    /// [`Sandbox::call_tool`], refusing the call when its path no longer resolves to
+    /// `approved` (a link swapped between the approval and the call).
+    #[tracing::instrument(skip(self, input, env, approved), fields(user = %key.user_id, session = %key.session_id))]
+    pub async fn call_tool_pinned(
         &self,
         key: &SessionKey,
         tool: &str,
