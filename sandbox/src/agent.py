@@ -507,7 +507,7 @@ def op_exec(f, agent):
     pass_fds, rewrite, pin_fd = (), None, None
     if pin:
         try:
-            dfd, _, pin_fd = open_beneath(pin, os.O_RDONLY)
+            dfd, _, pin_fd = open_beneath(pin, os.O_RDONLY | os.O_NONBLOCK)
         except Refused:
             return result(status="outside", message=pin)
         except OSError as e:
