@@ -67,11 +67,13 @@ pub struct StateBudgetExceeded {
     pub key: &'static str,
 }
 
-/// In-memory key/value state, scoped per plugin id, bounded by [`Budgets`]: key length,
-/// value size and the bytes one plugin holds.
+/// Key/value state, scoped per plugin id, bounded by [`Budgets`]: key length, value
+/// size and the bytes one plugin holds. Held in memory; once [`StateStore::attach`]ed to
+/// the task store every write is persisted there too, so `resume` survives a restart.
 #[derive(Default)]
 pub struct StateStore {
     inner: Mutex<HashMap<String, PluginState>>,
+    backing: std::sync::OnceLock<crate::store::Store>,
 }
 
 #[derive(Default)]
@@ -110,6 +112,10 @@ impl StateStore {
             });
         }
         m.bytes = after;
+        if let Some(store) = self.backing.get() {
+            let write = crate::store::Write::StateSet { plugin: plugin.to_owned(), key: key.to_owned(), value: value.clone() };
+            store.write(write);
+        }
         m.values.insert(key.to_owned(), value);
         Ok(())
     }
@@ -119,7 +125,31 @@ impl StateStore {
             && let Some(v) = m.values.remove(key)
         {
             m.bytes -= (key.len() + v.len()) as u64;
+            if let Some(store) = self.backing.get() {
+                store.write(crate::store::Write::StateDelete { plugin: plugin.to_owned(), key: key.to_owned() });
+            }
         }
+    }
+
+    /// Loads the state kept in `store` (from before a restart) and persists every later
+    /// write there. Once per host; returns the number of entries loaded.
+    pub fn attach(&self, store: crate::store::Store) -> Result<usize, crate::store::StoreError> {
+        let entries = store.state_all()?;
+        let n = entries.len();
+        {
+            let mut all = self.inner.lock().unwrap();
+            for (plugin, key, value) in entries {
+                let m = all.entry(plugin).or_default();
+                m.bytes += (key.len() + value.len()) as u64;
+                if let Some(old) = m.values.insert(key.clone(), value) {
+                    m.bytes -= (key.len() + old.len()) as u64;
+                }
+            }
+        }
+        if self.backing.set(store).is_err() {
+            tracing::warn!("plugin state is already backed by a task store; the second one is ignored");
+        }
+        Ok(n)
     }
 
     /// Bytes (keys + values) `plugin` holds.

@@ -276,6 +276,19 @@ impl Store {
         let t = r.open_table(STATE).map_err(|e| self.err(e))?;
         Ok(t.get((plugin, key)).map_err(|e| self.err(e))?.map(|v| v.value().to_vec()))
     }
+
+    /// Every plugin state entry: (plugin, key, value), for loading at start.
+    pub fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, StoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(STATE).map_err(|e| self.err(e))?;
+        let mut out = vec![];
+        for entry in t.iter().map_err(|e| self.err(e))? {
+            let (k, v) = entry.map_err(|e| self.err(e))?;
+            let (plugin, key) = k.value();
+            out.push((plugin.to_owned(), key.to_owned(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
 }
 
 /// The error text of a task the host was running when it stopped.

@@ -896,6 +896,36 @@ mod imports {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn plugin_state_survives_a_restart_within_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = warden::store::Store::open(&dir.path().join("state.db")).unwrap();
+        let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
+        let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
+        rt.services().state.attach(store.clone()).unwrap();
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        let r = script(&rt, &p, &json!([
+            { "op": "state_set", "key": "transcript", "value_len": 200 },
+            { "op": "state_set", "key": "gone", "value_len": 10 },
+            { "op": "state_delete", "key": "gone" },
+        ]))
+        .await;
+        assert_eq!(r, vec!["ok", "ok", "ok"]);
+        store.flush().await.unwrap();
+        // A new host over the same task store: the value is back, and still counts.
+        let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
+        assert_eq!(rt.services().state.attach(store.clone()).unwrap(), 1);
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        let r = script(&rt, &p, &json!([
+            { "op": "state_get", "key": "transcript" },
+            { "op": "state_get", "key": "gone" },
+            { "op": "state_set", "key": "more", "value_len": 200 },
+        ]))
+        .await;
+        assert_eq!(r[..2], ["ok:200".to_string(), "ok".to_string()]);
+        assert!(err_naming(&r[2], "denied", "plugins.budgets.max_state_bytes_per_plugin"), "{r:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn plugins_cannot_emit_host_event_kinds() {
         let rt = runtime(None);
         let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;

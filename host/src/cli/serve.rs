@@ -32,6 +32,8 @@ pub async fn serve(config: Config, addr: Option<String>) -> anyhow::Result<ExitC
     let options = EngineOptions::from_config(&config);
     let watch = config.plugins.watch;
     let registry = crate::start(config).await?;
+    // Plugin state persists with the tasks, so `resume` survives a restart.
+    registry.runtime().services().state.attach(store.clone()).with_context(|| "cannot load plugin state from the task store")?;
     let _watch = if watch { Some(crate::plugin_dir::watch(registry.clone())?) } else { None };
     let engine = Engine::start(registry.clone(), store, options).await?;
     let state = Arc::new(ServerState::with_credentials(engine, credentials));
