@@ -33,6 +33,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::audit::{AuditDecision, AuditLog, AuditRecord, args_digest};
+use crate::grants::{Grants, Scope};
 use crate::mode::PermissionMode;
 use crate::policy::{Decision, EvalContext, Policy};
 
@@ -115,6 +116,10 @@ pub struct PendingApproval {
     pub created_at: String,
     /// RFC 3339 time the request is declined if nobody decides.
     pub expires_at: String,
+    /// How long an approval may hold ([`Scope`]): always `once`; `session` and `always`
+    /// when an exact rule describes the call (and, for `always`, an overlay file is
+    /// configured and no deny rule names the tool).
+    pub scopes: Vec<Scope>,
 }
 
 /// A person's answer.
@@ -144,6 +149,14 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Decider: Send + Sync {
     /// Ask about `request`. An `Err` declines the call (decided by `error`).
     fn decide(&self, request: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>>;
+
+    /// Ask about `request`, offering its [`PendingApproval::scopes`]; the default asks
+    /// [`Decider::decide`] and holds the answer once. A scope that was not offered, or
+    /// with a decline, holds once.
+    fn decide_scoped(&self, request: PendingApproval) -> BoxFuture<'static, Result<(UserDecision, Scope), String>> {
+        let answer = self.decide(request);
+        Box::pin(async move { answer.await.map(|d| (d, Scope::Once)) })
+    }
 }
 
 /// Gate events, serialised with the SSE event names in `type`.
@@ -220,11 +233,21 @@ pub enum GateError {
     /// No such pending request (unknown id, already decided, or expired).
     #[error("no pending approval `{0}` (unknown, already decided or expired)")]
     UnknownRequest(String),
+    /// The scope asked for is not offered for this request (see [`PendingApproval::scopes`]).
+    #[error("scope `{scope}` is not available for this approval (offered: {offered})")]
+    ScopeNotAllowed {
+        /// The scope asked for.
+        scope: &'static str,
+        /// The scopes offered.
+        offered: String,
+    },
 }
 
 /// What reaches a waiting request through its channel.
 enum Answer {
     Person(UserDecision),
+    /// An approval for longer than this call.
+    Scoped(UserDecision, Scope),
     Cancel,
 }
 
@@ -240,6 +263,7 @@ struct Inner {
     events: broadcast::Sender<GateEvent>,
     pending: Mutex<HashMap<String, Pending>>,
     heartbeat: Duration,
+    grants: Grants,
 }
 
 /// The approval gate. Cheap to clone; clones share state.
@@ -278,8 +302,18 @@ impl ApprovalGate {
                 events,
                 pending: Mutex::new(HashMap::new()),
                 heartbeat: heartbeat.max(Duration::from_millis(1)),
+                grants: Grants::default(),
             }),
         }
+    }
+
+    /// Keeps `always` approvals in `overlay` (appended; its rules apply from the start).
+    /// Call on a new gate, before it is cloned.
+    pub fn with_overlay(mut self, overlay: std::path::PathBuf) -> Result<Self, String> {
+        let grants = Grants::load(Some(overlay))?;
+        let inner = Arc::get_mut(&mut self.inner).ok_or("the overlay must be set before the gate is shared")?;
+        inner.grants = grants;
+        Ok(self)
     }
 
     /// The policy in force.
@@ -317,6 +351,34 @@ impl ApprovalGate {
             .deliver(id, Answer::Person(UserDecision { resolution, who }))
     }
 
+    /// Like [`ApprovalGate::resolve`], with how long an approval holds. A scope other than
+    /// `once` must be among the request's [`PendingApproval::scopes`] and needs an approval.
+    pub fn resolve_scoped(
+        &self,
+        id: &str,
+        resolution: Resolution,
+        scope: Scope,
+        who: impl Into<String>,
+    ) -> Result<(), GateError> {
+        if scope == Scope::Once {
+            return self.resolve(id, resolution, who);
+        }
+        let offered = match self.inner.lock_pending().get(id) {
+            Some(p) => p.info.scopes.clone(),
+            None => return Err(GateError::UnknownRequest(id.to_owned())),
+        };
+        if resolution != Resolution::Approve || !offered.contains(&scope) {
+            let offered = if resolution == Resolution::Approve { offered } else { vec![Scope::Once] };
+            return Err(GateError::ScopeNotAllowed {
+                scope: scope.as_str(),
+                offered: offered.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+            });
+        }
+        let who = who.into();
+        self.inner
+            .deliver(id, Answer::Scoped(UserDecision { resolution, who }, scope))
+    }
+
     /// Decline every pending request of a task (task canceled). Returns how
     /// many were declined.
     pub fn cancel_task(&self, task_id: &str) -> usize {
@@ -352,11 +414,25 @@ impl ApprovalGate {
         let mode = inner.policy.effective_mode(req.mode);
         let ev = inner.policy.decide_resolved(&req.tool, &req.input, req.resolved_path.as_deref(), &inner.ctx, mode);
         let (decision, decided_by) = match ev.decision {
-            Decision::Ask => {
-                return self
-                    .ask(req, ev.matched_rule, ev.reason, decider, started)
-                    .await;
-            }
+            // An approval a person gave for the session or for always covers this ask.
+            Decision::Ask => match inner.grants.matching(&req.tool, &req.input, req.session_id.as_deref(), &inner.ctx) {
+                Some((scope, rule)) => {
+                    let verdict = Verdict {
+                        request_id: None,
+                        decision: AuditDecision::Approve,
+                        decided_by: format!("grant:{}", scope.as_str()),
+                        matched_rule: Some(rule),
+                        reason: format!("approved earlier for {}", if scope == Scope::Session { "this session" } else { "always" }),
+                        waited: started.elapsed(),
+                    };
+                    return inner.record(&req, verdict);
+                }
+                None => {
+                    return self
+                        .ask(req, ev.matched_rule, ev.reason, decider, started)
+                        .await;
+                }
+            },
             Decision::Allow if ev.bypass => (AuditDecision::Bypass, "bypass"),
             Decision::Allow => (AuditDecision::Allow, "policy"),
             Decision::Deny => (AuditDecision::Deny, "policy"),
@@ -425,6 +501,14 @@ impl ApprovalGate {
         let timeout = inner.policy.timeout();
         let id = format!("{REQUEST_ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let now = SystemTime::now();
+        let grant_rule = crate::grants::rule_for(&req.tool, &req.input, &inner.ctx).ok();
+        let mut scopes = vec![Scope::Once];
+        if grant_rule.is_some() && req.session_id.is_some() {
+            scopes.push(Scope::Session);
+        }
+        if grant_rule.is_some() && inner.grants.has_overlay() && !inner.policy.denies_tool(&req.tool) {
+            scopes.push(Scope::Always);
+        }
         let info = PendingApproval {
             id: id.clone(),
             tool: req.tool.clone(),
@@ -437,6 +521,7 @@ impl ApprovalGate {
             reason: reason.clone(),
             created_at: humantime::format_rfc3339_millis(now).to_string(),
             expires_at: humantime::format_rfc3339_millis(now + timeout).to_string(),
+            scopes,
         };
         let base = Verdict {
             request_id: Some(id.clone()),
@@ -466,6 +551,7 @@ impl ApprovalGate {
                 },
             );
         }
+        let req_session = req.session_id.clone();
         let mut guard = WaitGuard {
             inner: Arc::clone(inner),
             req,
@@ -478,8 +564,8 @@ impl ApprovalGate {
             task_id: info.task_id.clone(),
         });
 
-        let mut decided: BoxFuture<'static, Result<UserDecision, String>> = match decider {
-            Some(d) => d.decide(info.clone()),
+        let mut decided: BoxFuture<'static, Result<(UserDecision, Scope), String>> = match decider {
+            Some(d) => d.decide_scoped(info.clone()),
             None => Box::pin(std::future::pending()),
         };
         let deadline = tokio::time::sleep(timeout);
@@ -496,7 +582,14 @@ impl ApprovalGate {
                         // `resolve` won the race; its answer is in the channel.
                         break rx.try_recv().map_err(|_| "error");
                     }
-                    break r.map(Answer::Person).map_err(|e| {
+                    let offered = info.scopes.clone();
+                    break r.map(|(d, scope)| {
+                        if scope != Scope::Once && d.resolution == Resolution::Approve && offered.contains(&scope) {
+                            Answer::Scoped(d, scope)
+                        } else {
+                            Answer::Person(d)
+                        }
+                    }).map_err(|e| {
                         tracing::warn!(request_id = %id, error = %e, "approval decider failed; declining");
                         "error"
                     });
@@ -515,6 +608,21 @@ impl ApprovalGate {
         };
         let (decision, decided_by) = match outcome {
             Ok(Answer::Cancel) => (AuditDecision::Decline, "cancel".to_owned()),
+            Ok(Answer::Scoped(UserDecision { who, .. }, scope)) => {
+                // The person approved this call whatever happens to the grant.
+                let rule = grant_rule.clone().unwrap_or_default();
+                match inner.grants.add(scope, req_session.as_deref(), &rule, &who, &id) {
+                    Ok(()) => {
+                        tracing::info!(request_id = %id, scope = scope.as_str(), rule = %rule, who = %who, "approval kept");
+                        if let Some(v) = guard.verdict.as_mut() {
+                            v.matched_rule = Some(rule);
+                            v.reason = format!("approved for {}", scope.as_str());
+                        }
+                    }
+                    Err(e) => tracing::error!(request_id = %id, scope = scope.as_str(), error = %e, "approval not kept beyond this call"),
+                }
+                (AuditDecision::Approve, format!("user:{who}"))
+            }
             Ok(Answer::Person(UserDecision {
                 resolution: Resolution::Approve,
                 who,

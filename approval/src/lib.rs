@@ -8,13 +8,17 @@
 //!   conservative Bash recognizer;
 //! - [`mode`]: permission modes and the operator's cap;
 //! - [`gate`]: asks, waits, timeouts, batches, events;
-//! - [`audit`]: the JSONL audit log.
+//! - [`grants`]: approvals that hold for a session or always (the overlay file);
+//! - [`audit`]: the JSONL audit log;
+//! - [`display`]: a call as a person reads it when asked.
 //!
 //! This crate never runs tools, never talks HTTP and never reads a TTY itself:
 //! the host wires it into its `tools` capability, API and CLI.
 
 pub mod audit;
+pub mod display;
 pub mod gate;
+pub mod grants;
 pub mod matcher;
 pub mod mode;
 pub mod policy;
@@ -26,6 +30,7 @@ pub use gate::{
     ApprovalGate, ApprovalRequest, BoxFuture, Decider, GateError, GateEvent, PendingApproval,
     Resolution, UserDecision, Verdict,
 };
+pub use grants::Scope;
 pub use mode::{AskHandling, EffectiveMode, PermissionMode, effective_mode};
 pub use policy::{Decision, EvalContext, Evaluation, Policy, PolicyConfig, PolicyError};
 pub use rule::{Rule, RuleError};

@@ -103,6 +103,10 @@ pub struct PolicyConfig {
     /// JSONL audit log of every decision. Default none (no file written; the
     /// host may still log decisions). The host resolves relative paths.
     pub audit_log: Option<PathBuf>,
+    /// Operator-owned policy overlay: one allow rule per line, appended when a person
+    /// approves a call `always` (with a comment naming who and when), read at start.
+    /// Default none: `always` is not offered. The host resolves relative paths.
+    pub overlay: Option<PathBuf>,
 }
 
 impl Default for PolicyConfig {
@@ -116,6 +120,7 @@ impl Default for PolicyConfig {
             max_mode: PermissionMode::Default,
             allow_bypass: false,
             audit_log: None,
+            overlay: None,
         }
     }
 }
@@ -268,6 +273,12 @@ impl Policy {
             .deny
             .iter()
             .any(|r| r.is_whole_tool() && r.covers_tool(tool))
+    }
+
+    /// Whether any deny rule names `tool` (with or without a specifier): such a tool is
+    /// never approved `always`.
+    pub fn denies_tool(&self, tool: &str) -> bool {
+        self.deny.iter().any(|r| r.covers_tool(tool))
     }
 
     /// Rules only (step 1 of the module docs), for the `default` mode.

@@ -539,7 +539,15 @@ impl Engine {
             GateEvent::Heartbeat { .. } => return,
         };
         let Some(live) = task_id.and_then(|id| self.live_task(&id)) else { return };
-        let Ok(value) = serde_json::to_value(&ev) else { return };
+        let Ok(mut value) = serde_json::to_value(&ev) else { return };
+        if opened {
+            // The request names whose task asks: its user and the principal that started it.
+            let rec = live.record();
+            value["user_id"] = Value::String(rec.user_id);
+            if let Some(p) = rec.principal {
+                value["principal"] = Value::String(p);
+            }
+        }
         let sink = live.inner.lock().unwrap().sink.clone();
         let kind = if opened { "approval_request" } else { "approval_resolved" };
         let ev = PluginEvent { plugin: GATE_EVENT.into(), kind: kind.into(), data: value };
@@ -626,6 +634,7 @@ impl Engine {
             created_at_ms: now,
             updated_at_ms: now,
             finished_at_ms: None,
+            plugin: None,
         };
         // The session remembers the task's secrets before anything of the task is kept.
         let secrets: Vec<&str> = sub.tool_context.values().map(String::as_str).collect();
@@ -634,7 +643,6 @@ impl Engine {
             return Err(e.into());
         }
         let redactor = crate::redact::registry().session(&record.user_id, &record.session_id);
-            plugin: None,
         let mut record = record;
         record.description = redactor.scrub(&record.description).into_owned();
         let max_tool_calls = match (sub.max_tool_iterations, self.options.max_tool_iterations) {
@@ -656,6 +664,8 @@ impl Engine {
             streams: Mutex::new(BTreeMap::new()),
             max_tool_calls,
             store: self.store.clone(),
+            finishing: std::sync::atomic::AtomicBool::new(false),
+            driver: Mutex::new(None),
         });
         self.live.lock().unwrap().insert(task_id.clone(), live.clone());
         self.store.write(Write::Task(record));
@@ -664,8 +674,6 @@ impl Engine {
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         tracing::info!(task_id = %task_id, subagent = %sub.call.subagent_type, background = sub.call.run_in_background, "task submitted");
         let tool_env = sub.tool_context.iter().map(|(k, v)| (env_name(k), v.clone())).collect();
-            finishing: std::sync::atomic::AtomicBool::new(false),
-            driver: Mutex::new(None),
         let engine = self.clone();
         let driver_live = live.clone();
         let driver = tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env).await });
@@ -673,14 +681,6 @@ impl Engine {
         Ok(live)
     }
 
-    async fn drive(self: Arc<Self>, live: Arc<LiveTask>, call: TaskCall, tool_env: Vec<(String, String)>) {
-        let record = live.record();
-        let task_id = record.task_id.clone();
-        let permit = tokio::select! {
-            p = self.slots.clone().acquire_owned() => p.ok(),
-            _ = live.stopped() => None,
-        };
-        self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
     /// Watches a task's driver: if it dies before finishing the task (a panic anywhere
     /// in it, or an abort by [`Engine::cancel`]), the task still ends — `failed` with the
     /// reason, or `canceled` — instead of staying `working` forever.
@@ -713,6 +713,14 @@ impl Engine {
         });
     }
 
+    async fn drive(self: Arc<Self>, live: Arc<LiveTask>, call: TaskCall, tool_env: Vec<(String, String)>) {
+        let record = live.record();
+        let task_id = record.task_id.clone();
+        let permit = tokio::select! {
+            p = self.slots.clone().acquire_owned() => p.ok(),
+            _ = live.stopped() => None,
+        };
+        self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
         let Some(permit) = permit else {
             self.finish(&live, Finish::canceled(), Duration::ZERO).await;
             return;
@@ -795,6 +803,9 @@ impl Engine {
     }
 
     async fn finish(&self, live: &Arc<LiveTask>, f: Finish, took: Duration) {
+        if live.finishing.swap(true, Ordering::SeqCst) {
+            return;
+        }
         live.inner.lock().unwrap().closed = true;
         live.flush_streams();
         let output = f.output.map(|o| live.scrub(&o));
@@ -803,9 +814,6 @@ impl Engine {
             live.push(json!({ "type": "error", "message": e }));
         }
         let mut fin = json!({ "type": "finish", "status": f.status, "reason": f.reason });
-        if live.finishing.swap(true, Ordering::SeqCst) {
-            return;
-        }
         if let Some(o) = &output {
             fin["output"] = Value::String(o.clone());
         }

@@ -66,7 +66,11 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
         workspace_root: SANDBOX_WORKSPACE.into(),
         home: SANDBOX_WORKSPACE.into(),
     };
-    let gate = warden_approval::ApprovalGate::new(Arc::new(policy), eval, audit);
+    let mut gate = warden_approval::ApprovalGate::new(Arc::new(policy), eval, audit);
+    if let Some(p) = &config.approval.overlay {
+        let path = config.path(p);
+        gate = gate.with_overlay(path.clone()).map_err(|e| anyhow::anyhow!("approval.overlay {}: {e}", path.display()))?;
+    }
     let sandbox = warden_sandbox::Sandbox::new(config.sandbox.clone()).map(Arc::new).map_err(|e| e.to_string());
     let tools = Arc::new(tools::ToolHost::new(sandbox, gate).with_mcp(mcp_tools::McpTools::new(&config.mcp_servers)));
     let models = warden_models::ModelRouter::from_config(&config.models, &config.base_dir)

@@ -878,6 +878,110 @@ server:
     }
 }
 
+/// Approvals that hold for a session or always (issue 13 c).
+mod scopes {
+    use super::*;
+
+    const SCRIPT: &str = r#"
+- tool_calls:
+    - { name: Write, arguments: { file_path: /workspace/a.txt, content: "one" } }
+- tool_calls:
+    - { name: Write, arguments: { file_path: /workspace/a.txt, content: "two" } }
+- text: "done"
+"#;
+
+    /// Runs one streamer task in `session`; answers each approval_request with `answer`
+    /// (None = leave it waiting and cancel the task). Returns the task's events.
+    async fn run(api: &Api, session: &str, answer: Option<Value>) -> Vec<SseEvent> {
+        let body = json!({ "description": "write", "prompt": "write", "subagent_type": "streamer", "session_id": session });
+        let mut s = api.stream("/v1/tasks", Some(body), None).await;
+        let task = s.task_id.clone().unwrap();
+        let mut events = vec![];
+        while let Some(e) = s.next_event().await {
+            events.push(e.clone());
+            if e.data["type"] == "approval_request" {
+                let id = e.data["id"].as_str().unwrap();
+                match &answer {
+                    Some(a) => {
+                        let r = api.post(&format!("/v1/approvals/{id}"), a.clone()).await;
+                        assert_eq!(r.status, 200, "{}", r.text);
+                    }
+                    None => {
+                        let r = api.post(&format!("/v1/tasks/{task}/cancel"), json!({})).await;
+                        assert_eq!(r.status, 200, "{}", r.text);
+                    }
+                }
+            }
+        }
+        events
+    }
+
+    fn asked(events: &[SseEvent]) -> usize {
+        events.iter().filter(|e| e.data["type"] == "approval_request").count()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn session_and_always_approvals_hold_and_pending_ones_end_with_their_task() {
+        let yaml = r#"  grants:
+    claude: { log: true, events: true, state: true, resources: true, model: true, tools: true }
+subagents:
+  agent_dirs: [./agents]
+models:
+  default: demo/scripted
+  providers:
+    demo: { type: scripted, script: ./script.yaml }
+approval:
+  default: ask
+  deny: ["Bash(rm:*)"]
+  audit_log: ./audit.jsonl
+  overlay: ./overlay.rules
+"#;
+        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
+        let api = api_with_files(&[(bundled_plugin("claude"), "claude")], yaml, vec![], &files).await;
+
+        // The request says who asks and which scopes it offers; a decline holds once only.
+        let body = json!({ "description": "write", "prompt": "write", "subagent_type": "streamer", "session_id": "s1" });
+        let mut s = api.stream("/v1/tasks", Some(body), None).await;
+        let req = loop {
+            let e = s.next_event().await.expect("an approval_request");
+            if e.data["type"] == "approval_request" {
+                break e.data;
+            }
+        };
+        assert_eq!((req["subagent"].as_str(), req["session_id"].as_str(), req["user_id"].as_str(), req["principal"].as_str()),
+                   (Some("streamer"), Some("s1"), Some("default"), Some("api")), "{req}");
+        assert_eq!(req["scopes"], json!(["once", "session", "always"]), "{req}");
+        assert!(req["task_id"].as_str().unwrap().starts_with("task_"));
+        let id = req["id"].as_str().unwrap();
+        let r = api.post(&format!("/v1/approvals/{id}"), json!({ "decision": "decline", "scope": "session" })).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (400, Some("scope_not_allowed")), "{}", r.text);
+        let r = api.post(&format!("/v1/approvals/{id}"), json!({ "decision": "approve", "scope": "session" })).await;
+        assert_eq!((r.status, r.body["scope"].as_str()), (200, Some("session")), "{}", r.text);
+        let rest = s.rest().await;
+        assert_eq!(asked(&rest), 0, "the same call again in the session is not asked: {rest:?}");
+
+        // The whole session holds it; another session asks again until `always`.
+        assert_eq!(asked(&run(&api, "s1", None).await), 0);
+        assert_eq!(asked(&run(&api, "s2", Some(json!({ "decision": "approve", "scope": "always" }))).await), 1);
+        let overlay = std::fs::read_to_string(api.dir.path().join("overlay.rules")).unwrap();
+        assert!(overlay.lines().any(|l| l == "Write(//workspace/a.txt)"), "an exact absolute-path rule: {overlay}");
+        assert!(overlay.contains("# approved always by user:api"), "{overlay}");
+        assert_eq!(asked(&run(&api, "s3", None).await), 0, "always holds in every session");
+        let audit = std::fs::read_to_string(api.dir.path().join("audit.jsonl")).unwrap();
+        assert!(audit.contains("\"decided_by\":\"grant:session\""), "{audit}");
+        assert!(audit.contains("\"decided_by\":\"grant:always\""), "{audit}");
+
+        // A pending approval is cleared with a decline when its task ends.
+        std::fs::write(api.dir.path().join("overlay.rules"), "").unwrap();
+        let api2 = api_with_files(&[(bundled_plugin("claude"), "claude")], yaml, vec![], &files).await;
+        let events = run(&api2, "s4", None).await;
+        assert_eq!(asked(&events), 1);
+        assert_eq!(api2.get("/v1/approvals").await.body["approvals"], json!([]));
+        let audit = std::fs::read_to_string(api2.dir.path().join("audit.jsonl")).unwrap();
+        assert!(audit.contains("\"decision\":\"decline\",\"decided_by\":\"cancel\""), "{audit}");
+    }
+}
+
 mod persistence {
     use super::*;
     use warden::store::{TaskRecord, Write};
@@ -894,6 +998,7 @@ mod persistence {
             session_id: "s".into(),
             user_id: "u".into(),
             principal: None,
+            plugin: None,
             background: true,
             output: (status == "completed").then(|| "kept".into()),
             error: None,
@@ -998,7 +1103,6 @@ mod load {
             assert_eq!(api.engine.store().task(id).unwrap().unwrap().status, "completed", "persisted");
         }
     }
-            plugin: None,
 }
 
 /// The Docker-backed scenarios: the bundled `claude` plugin with a scripted model and a

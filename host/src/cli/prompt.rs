@@ -1,6 +1,9 @@
 //! Asking a person on the terminal: the `Decider`s the CLI hands to the approval gate.
 //!
-//! With a TTY the operator answers `y` (approve) or anything else (decline). Without
+//! With a TTY the operator sees the call as a person reads it (the command for Bash, the
+//! path and a diff for Write/Edit) and answers `y` (approve once), `s` (approve for the
+//! session), `a` (approve always; both only when the request offers them) or anything
+//! else (decline). Without
 //! one, every ask is declined at once — unless the demo explicitly opts into
 //! auto-approval, which it announces. These deciders only answer; the gate audits.
 

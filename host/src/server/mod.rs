@@ -346,6 +346,9 @@ async fn approvals(State(s): State<AppState>, Extension(who): Extension<Principa
 #[serde(deny_unknown_fields)]
 struct DecisionBody {
     decision: warden_approval::Resolution,
+    /// How long an approval holds: `once` (default), `session` or `always`.
+    #[serde(default)]
+    scope: warden_approval::Scope,
 }
 
 async fn decide(
@@ -362,9 +365,11 @@ async fn decide(
     if !visible_approvals(&s, &who).iter().any(|(p, _)| p.id == id) {
         return Err(not_found());
     }
-    gate.resolve(&id, body.decision, who.name.clone())
-        .map_err(|e| ApiError::not_found("approval_not_found", e.to_string()))?;
-    Ok(Json(json!({ "request_id": id, "decision": body.decision, "decided_by": who.name })))
+    gate.resolve_scoped(&id, body.decision, body.scope, who.name.clone()).map_err(|e| match e {
+        warden_approval::GateError::UnknownRequest(_) => ApiError::not_found("approval_not_found", e.to_string()),
+        warden_approval::GateError::ScopeNotAllowed { .. } => ApiError::bad_request("scope_not_allowed", e.to_string()),
+    })?;
+    Ok(Json(json!({ "request_id": id, "decision": body.decision, "scope": body.scope, "decided_by": who.name })))
 }
 
 #[derive(Debug, Deserialize)]

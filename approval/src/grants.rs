@@ -1,0 +1,228 @@
+//! Approvals that hold beyond one call.
+//!
+//! A person approving an asked call chooses its [`Scope`]: `once` (this call only),
+//! `session` (the same call again in the same session: same tool and the same command or
+//! path, for the rest of the session) or `always` (the same, in every session, from now
+//! on: the rule is appended to the operator-owned policy overlay file,
+//! `approval.overlay`, which is read again at start).
+//!
+//! A grant is a permission rule derived from the call ([`rule_for`]): `Bash(<command>)`
+//! (exact), `<Tool>(<path>)` for file tools (exact, no wildcards) or the bare name of an
+//! MCP tool. It only ever turns an `ask` into an allow: deny rules, `default: deny` and
+//! read-only modes are decided before grants are consulted, and `always` is refused for a
+//! tool any deny rule names. A call that no exact rule can describe (a command with a
+//! wildcard or a line break, a path with glob characters, a compound command the
+//! recognizer splits) can only be approved `once`.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Mutex, RwLock};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::policy::{Decision, EvalContext, Policy, PolicyConfig};
+use crate::rule::{self, Rule};
+
+/// Most grants one session may hold: each is checked on every asked call of the session.
+pub const MAX_SESSION_GRANTS: usize = 256;
+/// Most sessions holding grants at once; beyond it, `session` approvals are refused
+/// (approve `once`) rather than memory growing without bound.
+pub const MAX_GRANT_SESSIONS: usize = 10_000;
+
+/// How long a person's approval holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// This call only.
+    #[default]
+    Once,
+    /// The same call again in the same session.
+    Session,
+    /// The same call in every session, from now on (the overlay file).
+    Always,
+}
+
+impl Scope {
+    /// `once`, `session` or `always`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Once => "once",
+            Scope::Session => "session",
+            Scope::Always => "always",
+        }
+    }
+}
+
+/// Whether `rules` (as an allow list, nothing else) allow the call.
+fn allows(rules: &[String], tool: &str, input: &Value, ctx: &EvalContext) -> bool {
+    let config = PolicyConfig { default: Decision::Deny, allow: rules.to_vec(), ..PolicyConfig::default() };
+    Policy::from_config(config).is_ok_and(|p| p.evaluate(tool, input, ctx).decision == Decision::Allow)
+}
+
+/// The exact rule that covers this call, or why there is none.
+pub fn rule_for(tool: &str, input: &Value, ctx: &EvalContext) -> Result<String, String> {
+    let candidates: Vec<String> = if tool.starts_with("mcp__") {
+        vec![tool.to_owned()]
+    } else if tool == "Bash" {
+        let cmd = input.get("command").and_then(Value::as_str).unwrap_or_default().trim();
+        if cmd.is_empty() || cmd.contains(['\n', '\r', '*']) || cmd.ends_with(":*") {
+            return Err("a command with a wildcard or a line break can only be approved once".into());
+        }
+        vec![format!("Bash({cmd})")]
+    } else if let Some(path) = rule::tool_path(tool, input) {
+        let p = path.to_str().ok_or("a path that is not UTF-8 can only be approved once")?;
+        if p.contains(['*', '?', '[', ']', '{', '}', '\n', '\r', '(', ')']) {
+            return Err("a path with glob characters can only be approved once".into());
+        }
+        vec![format!("{tool}({p})"), format!("{tool}(/{p})"), format!("{tool}(//{})", p.trim_start_matches('/'))]
+    } else {
+        return Err(format!("{tool} calls can only be approved once"));
+    };
+    candidates
+        .into_iter()
+        .find(|c| Rule::parse(c).is_ok() && allows(std::slice::from_ref(c), tool, input, ctx))
+        .ok_or_else(|| "no exact rule describes this call; it can only be approved once".into())
+}
+
+/// The grants a gate holds.
+#[derive(Debug, Default)]
+pub(crate) struct Grants {
+    session: Mutex<HashMap<String, Vec<String>>>,
+    always: RwLock<Vec<String>>,
+    overlay: Option<PathBuf>,
+}
+
+impl Grants {
+    /// Grants with `overlay` as the `always` file (its rules are loaded; a missing file
+    /// is an empty overlay).
+    pub(crate) fn load(overlay: Option<PathBuf>) -> Result<Grants, String> {
+        let mut always = vec![];
+        if let Some(path) = &overlay {
+            match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    for (n, line) in text.lines().enumerate() {
+                        let line = line.trim();
+                        if line.is_empty() || line.starts_with('#') {
+                            continue;
+                        }
+                        Rule::parse(line).map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
+                        always.push(line.to_owned());
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        }
+        Ok(Grants { session: Mutex::default(), always: RwLock::new(always), overlay })
+    }
+
+    /// The grant that covers this call, if any: (scope, rule).
+    pub(crate) fn matching(&self, tool: &str, input: &Value, session: Option<&str>, ctx: &EvalContext) -> Option<(Scope, String)> {
+        let find = |rules: &[String]| rules.iter().find(|r| allows(std::slice::from_ref(*r), tool, input, ctx)).cloned();
+        if let Some(s) = session {
+            let map = self.session.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = map.get(s).and_then(|rules| find(rules)) {
+                return Some((Scope::Session, r));
+            }
+        }
+        let always = self.always.read().unwrap_or_else(|p| p.into_inner());
+        find(&always).map(|r| (Scope::Always, r))
+    }
+
+    /// Whether `always` approvals can be kept (an overlay file is configured).
+    pub(crate) fn has_overlay(&self) -> bool {
+        self.overlay.is_some()
+    }
+
+    /// Keeps `rule` for `scope`. `Always` appends it to the overlay file, with a comment
+    /// line naming who approved it and when.
+    pub(crate) fn add(&self, scope: Scope, session: Option<&str>, rule: &str, who: &str, request_id: &str) -> Result<(), String> {
+        match scope {
+            Scope::Once => Ok(()),
+            Scope::Session => {
+                let session = session.ok_or("the call belongs to no session")?;
+                let mut map = self.session.lock().unwrap_or_else(|p| p.into_inner());
+                if !map.contains_key(session) && map.len() >= MAX_GRANT_SESSIONS {
+                    return Err(format!("more than {MAX_GRANT_SESSIONS} sessions hold approvals"));
+                }
+                let rules = map.entry(session.to_owned()).or_default();
+                if rules.len() >= MAX_SESSION_GRANTS {
+                    return Err(format!("the session holds the maximum of {MAX_SESSION_GRANTS} approvals"));
+                }
+                if !rules.iter().any(|r| r == rule) {
+                    rules.push(rule.to_owned());
+                }
+                Ok(())
+            }
+            Scope::Always => {
+                let path = self.overlay.as_ref().ok_or("no approval.overlay file is configured")?;
+                let mut always = self.always.write().unwrap_or_else(|p| p.into_inner());
+                if !always.iter().any(|r| r == rule) {
+                    let ts = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+                    let who = who.replace(['\n', '\r'], " ");
+                    let text = format!("# approved always by user:{who} at {ts} (request {request_id})\n{rule}\n");
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.flush()))
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    always.push(rule.to_owned());
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx() -> EvalContext {
+        EvalContext { workspace_root: "/workspace".into(), home: "/workspace".into() }
+    }
+
+    #[test]
+    fn a_grant_covers_the_same_call_and_nothing_broader() {
+        let c = ctx();
+        let rule = rule_for("Bash", &json!({ "command": "git status" }), &c).unwrap();
+        assert_eq!(rule, "Bash(git status)");
+        let g = Grants::load(None).unwrap();
+        g.add(Scope::Session, Some("s1"), &rule, "alice", "apr_1").unwrap();
+        let m = |cmd: &str, s: &str| g.matching("Bash", &json!({ "command": cmd }), Some(s), &c);
+        assert_eq!(m("git status", "s1"), Some((Scope::Session, rule.clone())));
+        assert_eq!(m("git status", "s2"), None, "another session");
+        assert_eq!(m("git status --porcelain", "s1"), None, "another command");
+        assert_eq!(m("git status && rm -rf /", "s1"), None, "a compound command");
+        for bad in ["rm -rf *", "echo a\nrm x", "git:*"] {
+            assert!(rule_for("Bash", &json!({ "command": bad }), &c).is_err(), "{bad:?}");
+        }
+        let w = rule_for("Write", &json!({ "file_path": "/workspace/a.txt", "content": "x" }), &c).unwrap();
+        g.add(Scope::Session, Some("s1"), &w, "alice", "apr_2").unwrap();
+        assert!(g.matching("Write", &json!({ "file_path": "/workspace/a.txt", "content": "y" }), Some("s1"), &c).is_some());
+        assert!(g.matching("Write", &json!({ "file_path": "/workspace/b.txt", "content": "y" }), Some("s1"), &c).is_none());
+        assert!(rule_for("Write", &json!({ "file_path": "/workspace/*.txt" }), &c).is_err());
+    }
+
+    #[test]
+    fn always_grants_are_appended_to_the_overlay_and_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("overlay.rules");
+        let c = ctx();
+        let g = Grants::load(Some(path.clone())).unwrap();
+        assert!(g.add(Scope::Always, None, "Bash(make test)", "ops\nrm", "apr_9").is_ok());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("# approved always by user:ops rm at "), "{text}");
+        assert!(text.ends_with("Bash(make test)\n"), "{text}");
+        let again = Grants::load(Some(path.clone())).unwrap();
+        let hit = again.matching("Bash", &json!({ "command": "make test" }), None, &c);
+        assert_eq!(hit, Some((Scope::Always, "Bash(make test)".to_string())));
+        std::fs::write(&path, "Bash(\n").unwrap();
+        assert!(Grants::load(Some(path)).unwrap_err().contains(":1:"));
+        assert!(Grants::load(None).unwrap().add(Scope::Always, None, "Bash(x)", "a", "b").is_err(), "no overlay");
+    }
+}
