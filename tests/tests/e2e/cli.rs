@@ -107,6 +107,44 @@ fn config_check_names_file_key_and_expectation() {
 }
 
 #[test]
+fn config_check_fails_on_an_ambiguous_kind_and_a_missing_agent_dir() {
+    // Two plugins claim ECHO and plugins.priority names neither: nobody serves it.
+    let d = Deployment::new(GRANTS);
+    d.add("echo", "echo");
+    d.add("echo-v2", "aaa-helper");
+    let o = d.warden(&["config", "check"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("kind ECHO") && err.contains("plugins.priority"), "{err}");
+    let listed = stdout(&d.warden(&["plugins"]));
+    assert!(listed.contains("served by none"), "{listed}");
+    let d = Deployment::new(&format!("  priority: [echo]\n{GRANTS}"));
+    d.add("echo", "echo");
+    d.add("echo-v2", "aaa-helper");
+    assert!(d.warden(&["config", "check"]).status.success());
+    let d = Deployment::new("subagents:\n  agent_dirs: [./no-such-dir]\n");
+    let o = d.warden(&["config", "check"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not exist"), "{o:?}");
+}
+
+#[test]
+fn plugin_provided_strings_reach_the_terminal_escaped() {
+    let d = Deployment::new(GRANTS);
+    d.add("echo", "echo");
+    d.add("echo", "evil\u{1b}]0;owned\u{7}");
+    let o = d.warden(&["plugins"]);
+    let out = stdout(&o);
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert!(out.contains("evil\\u{1b}]0;owned\\u{7}"), "{out:?}");
+    // A task's output keeps its lines but loses its escape sequences.
+    let d = Deployment::new(GRANTS);
+    d.add("echo", "echo");
+    let o = d.warden(&["run", "greeter", "line one\n\u{1b}[2Jline two"]);
+    assert_eq!(stdout(&o), "line one\n\\u{1b}[2Jline two\n");
+}
+
+#[test]
 fn the_demo_runs_end_to_end_offline() {
     // No terminal: the demo (and only the demo) auto-approves, and says so.
     let plugins = bundled_plugin("claude").parent().unwrap().to_owned();
