@@ -1401,7 +1401,10 @@ mod resolved_paths {
     use warden_approval::{Decision, EvalContext};
 
     fn ctx() -> EvalContext {
-        EvalContext { workspace_root: "/workspace".into(), home: "/home/agent".into() }
+        EvalContext {
+            workspace_root: "/workspace".into(),
+            home: "/home/agent".into(),
+        }
     }
 
     /// Regression (issue 11): `Read docs/link-to-env` returned the denied `.env`.
@@ -1410,16 +1413,28 @@ mod resolved_paths {
         let p = policy(&["Read(./docs/**)"], &[], &["Read(./.env)"]);
         let mode = p.effective_mode(None);
         let input = json!({"file_path": "docs/link-to-env"});
-        assert_eq!(p.decide("Read", &input, &ctx(), mode).decision, Decision::Allow, "lexically allowed");
+        assert_eq!(
+            p.decide("Read", &input, &ctx(), mode).decision,
+            Decision::Allow,
+            "lexically allowed"
+        );
         let ev = p.decide_resolved("Read", &input, Some("/workspace/.env"), &ctx(), mode);
         assert_eq!(ev.decision, Decision::Deny, "{}", ev.reason);
-        assert!(ev.reason.contains("resolves to /workspace/.env"), "{}", ev.reason);
+        assert!(
+            ev.reason.contains("resolves to /workspace/.env"),
+            "{}",
+            ev.reason
+        );
         // A link into an allowed place does not widen a denied lexical path.
         let denied = json!({"file_path": ".env"});
         let ev = p.decide_resolved("Read", &denied, Some("/workspace/docs/a.md"), &ctx(), mode);
         assert_eq!(ev.decision, Decision::Deny);
         // Grep's `path` is checked the same way.
         let grep = json!({"pattern": "x", "path": "docs/link-to-env"});
-        assert_ne!(p.decide_resolved("Grep", &grep, Some("/workspace/.env"), &ctx(), mode).decision, Decision::Allow);
+        assert_ne!(
+            p.decide_resolved("Grep", &grep, Some("/workspace/.env"), &ctx(), mode)
+                .decision,
+            Decision::Allow
+        );
     }
 }

@@ -289,7 +289,12 @@ fn word(depth: u32) -> BoxedStrategy<String> {
 fn command_word() -> BoxedStrategy<String> {
     prop_oneof![
         30 => Just("echo".to_owned()),
-        1 => pick(&["\"echo\"", "\\echo", "e'c'ho", "FOO=1 echo", "time echo", "! echo"]),
+        4 => pick(&[
+            "\"echo\"", "\\echo", "e'c'ho", "FOO=1 echo", "time echo", "! echo", "time -p echo",
+            "{ echo", "} echo", "if echo", "then echo", "else echo", "fi; echo", "do echo",
+            "done; echo", "while false; do echo", "! time echo", "time ! echo", "echo\\\n",
+            "\\\necho", "2>&1 echo", ">/dev/null echo", "{ time echo", "( time echo )",
+        ]),
         2 => pick(&[
             "rm", "touch", "cat", "true", "eval", "exec", "source", ".", "alias", "command",
             "builtin", "enable", "trap", "set", "shopt", "let", "declare", "export", "read",
@@ -302,7 +307,7 @@ fn command_word() -> BoxedStrategy<String> {
 
 fn simple(depth: u32) -> BoxedStrategy<String> {
     let arg = prop_oneof![6 => word(depth), 1 => redirect()];
-    let sep = pick(&[" ", " ", " ", ""]);
+    let sep = pick(&[" ", " ", " ", "", "\t", " \\\n", "  "]);
     (command_word(), proptest::collection::vec((sep, arg), 0..4))
         .prop_map(|(c, args)| {
             let mut s = c;
@@ -338,7 +343,9 @@ fn compound(depth: u32) -> BoxedStrategy<String> {
 
 fn list(depth: u32) -> BoxedStrategy<String> {
     let op = mostly(
-        &[";", " && ", " || ", " | ", " & ", "\n", " |& ", "; "],
+        &[
+            ";", " && ", " || ", " | ", " & ", "\n", " |& ", "; ", "|", "&", " #c\n", "\n\n",
+        ],
         &[";;", "\r", "\r\n", "\0", "\u{1b}"],
     );
     (
@@ -530,6 +537,7 @@ fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
             "--network",
             "none",
             "--read-only",
+            "--init",
             "--user",
             "65534:65534",
             "--cap-drop",

@@ -73,6 +73,18 @@ def clean(paths):
             pass
 
 
+def reap():
+    """Collect orphans (background jobs re-parented to us) so no zombie
+    counts against the container's process limit."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def main():
     dirs = writable_dirs()
     before = entries(dirs)
@@ -100,6 +112,7 @@ def main():
                 pass
         except Exception as e:  # noqa: BLE001 - reported, never hidden
             res["error"] = repr(e)
+        reap()
         found = [e for e in entries(dirs) if e not in before]
         trip = ""
         try:
