@@ -13,7 +13,8 @@
 //! (a finished task) wait for the commit with [`Store::flush`].
 //!
 //! What is stored is what the engine hands over: it redacts `tool_context` secrets
-//! before anything reaches this module, and this module never sees them.
+//! before anything reaches this module. Plugin state, which the engine does not see, is
+//! scrubbed in [`Store::write`] of every secret the host knows.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -154,6 +155,19 @@ impl Store {
 
     /// Queues a write; it is committed with the next batch.
     pub fn write(&self, w: Write) {
+        // The engine scrubs what it hands over with the task's session secrets; plugin
+        // state (a transcript quoting a prompt) is opaque to it, so it is scrubbed here of
+        // every secret the host knows, key and value, before it reaches the file.
+        let all = crate::redact::registry().all();
+        let w = match w {
+            Write::StateSet { plugin, key, value } => Write::StateSet {
+                plugin,
+                key: all.scrub(&key).into_owned(),
+                value: all.scrub_bytes(&value).into_owned(),
+            },
+            Write::StateDelete { plugin, key } => Write::StateDelete { plugin, key: all.scrub(&key).into_owned() },
+            other => other,
+        };
         if self.tx.send(Msg::Write(Box::new(w))).is_err() {
             tracing::error!(store = %self.path.display(), "task store writer is gone; write dropped");
         }

@@ -713,6 +713,13 @@ approval:
         assert_absent("GET /v1/tasks/{id}", task.text.as_bytes(), SECRET);
         api.engine.store().flush().await.unwrap();
         assert_absent("the task store", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
+        // Plugin state (a transcript that quotes the prompt) reaches the file scrubbed too.
+        let quoted = format!("{{\"prompt\":{}}}", serde_json::to_string(&format!("use {SECRET}")).unwrap());
+        api.engine.store().write(warden::store::Write::StateSet { plugin: "claude".into(), key: "t".into(), value: quoted.into_bytes() });
+        api.engine.store().flush().await.unwrap();
+        let kept = api.engine.store().state_get("claude", "t").unwrap().unwrap();
+        assert_eq!(String::from_utf8(kept).unwrap(), "{\"prompt\":\"use [redacted]\"}");
+        assert_absent("the task store's plugin state", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
         // A refused request does not echo the secret it carried either.
         let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": SECRET, "tool_context": { "k": SECRET } })).await;
         assert_eq!(r.status, 400, "{}", r.text);
