@@ -153,13 +153,14 @@ impl events::Host for HostState {
         if self.usage.event_bytes + data.len() as u64 > budgets.max_event_bytes_per_call {
             return Err(over_budget("event bytes", budgets.max_event_bytes_per_call, "max_event_bytes_per_call"));
         }
+        let raw_len = data.len() as u64;
         let data: serde_json::Value = serde_json::from_str(&data)
             .map_err(|e| Error::InvalidInput(format!("event data must be a JSON object: {e}")))?;
         if !data.is_object() {
             return Err(Error::InvalidInput("event data must be a JSON object".into()));
         }
         self.usage.events += 1;
-        self.usage.event_bytes += data.to_string().len() as u64;
+        self.usage.event_bytes += raw_len;
         let Some(sink) = &self.scope.events else { return Ok(()) };
         let event = PluginEvent { plugin: self.scope.plugin.to_string(), kind, data };
         sink.send(event).await.map_err(|_| Error::Unavailable("the task's event stream is closed".into()))
