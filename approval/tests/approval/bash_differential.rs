@@ -53,6 +53,10 @@ const TRIPWIRE_REPO: &str = "warden-bash-tripwire";
 /// never vacuous.
 const MIN_ALLOWED_SHARE: f64 = 0.2;
 
+/// Longest silence from the harness before the test gives up on it: far
+/// beyond its per-command limit (5 s), so only a wedged harness trips it.
+const HARNESS_STALL: std::time::Duration = std::time::Duration::from_secs(120);
+
 const SETUP: &str = include_str!("tripwire/setup.sh");
 const HARNESS: &str = include_str!("tripwire/harness.py");
 
@@ -528,11 +532,34 @@ impl std::fmt::Display for Outcome {
 }
 
 /// Run every command in one container; one [`Outcome`] per command.
+/// Removes the harness container however the test ends.
+struct ContainerGuard(String);
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
+    let guard = ContainerGuard(format!(
+        "warden-bash-diff-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    ));
     let mut child = Command::new("docker")
         .args([
             "run",
             "--rm",
+            "--name",
+            &guard.0,
             "-i",
             "--network",
             "none",
@@ -570,16 +597,30 @@ fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(input.as_bytes());
     });
+    // Lines arrive through a channel so a wedged harness fails the test
+    // instead of hanging it.
     let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-    let mut lines = stdout.lines();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines() {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut lines = std::iter::from_fn(|| match rx.recv_timeout(HARNESS_STALL) {
+        Ok(line) => Some(line.expect("harness output is text")),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the harness printed nothing for {HARNESS_STALL:?}: wedged")
+        }
+    });
     let header: Value = lines
         .next()
-        .and_then(Result::ok)
         .and_then(|l| serde_json::from_str(&l).ok())
         .unwrap_or(Value::Null);
     let mut outcomes = Vec::with_capacity(commands.len());
     for line in lines {
-        let line = line.expect("harness output is text");
         let v: Value =
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("harness printed {line:?}: {e}"));
         let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
