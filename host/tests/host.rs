@@ -740,13 +740,19 @@ mod imports {
             let (rt, hostile, echo) = (rt.clone(), hostile.clone(), echo.clone());
             let (result, still) = tokio_rt.block_on(async move {
                 let prompt = format!("script:{ops}");
-                let result = tokio::spawn({
+                let attack = tokio::spawn({
                     let (rt, hostile) = (rt.clone(), hostile.clone());
                     async move { execute(&rt, &hostile, &prompt).await }
-                })
-                .await
-                .expect("the host must not panic");
-                let still = execute(&rt, &echo, "still here").await;
+                });
+                // Another plugin keeps answering while the attack runs, and after it.
+                let mut still = execute(&rt, &echo, "still here").await;
+                while !attack.is_finished() && still.is_ok() {
+                    still = execute(&rt, &echo, "still here").await;
+                }
+                let result = attack.await.expect("the host must not panic");
+                if still.is_ok() {
+                    still = execute(&rt, &echo, "still here").await;
+                }
                 (result, still)
             });
             match &result {
