@@ -437,6 +437,15 @@ fn docker(args: &[&str]) -> std::process::Output {
         .unwrap_or_else(|e| panic!("cannot run `docker {}`: {e} (Docker CLI missing?)", args[0]))
 }
 
+/// A container name no other run uses.
+fn unique_name(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
 /// The tripwire image, built from [`BASE_IMAGE`] when missing.
 fn tripwire_image() -> String {
     let version = docker(&["version", "--format", "{{.Server.Version}}"]);
@@ -460,14 +469,7 @@ fn tripwire_image() -> String {
     if docker(&["image", "inspect", &tag]).status.success() {
         return tag;
     }
-    let name = format!(
-        "warden-tripwire-build-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default()
-    );
+    let name = unique_name("warden-tripwire-build");
     let run = docker(&[
         "run",
         "--name",
@@ -546,14 +548,7 @@ impl Drop for ContainerGuard {
 }
 
 fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
-    let guard = ContainerGuard(format!(
-        "warden-bash-diff-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default()
-    ));
+    let guard = ContainerGuard(unique_name("warden-bash-diff"));
     let mut child = Command::new("docker")
         .args([
             "run",
