@@ -265,6 +265,64 @@ mod tests {
         assert!(store.data().hit_flag().load(Ordering::SeqCst));
     }
 
+    /// Resident memory of this process, from /proc (Linux).
+    fn rss_bytes() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kb * 1024
+    }
+
+    /// A core module whose start function fills its whole memory of `pages` pages, so
+    /// every page it gets is resident.
+    fn module_touching_memory(pages: u64) -> Vec<u8> {
+        use wasm_encoder::{CodeSection, Function, FunctionSection, Instruction, MemorySection, MemoryType, Module, StartSection, TypeSection};
+        let mut m = Module::new();
+        let mut types = TypeSection::new();
+        types.ty().function([], []);
+        m.section(&types);
+        let mut funcs = FunctionSection::new();
+        funcs.function(0);
+        m.section(&funcs);
+        let mut memories = MemorySection::new();
+        memories.memory(MemoryType { minimum: pages, maximum: None, memory64: false, shared: false, page_size_log2: None });
+        m.section(&memories);
+        m.section(&StartSection { function_index: 0 });
+        let mut code = CodeSection::new();
+        let mut f = Function::new([]);
+        f.instruction(&Instruction::I32Const(0))
+            .instruction(&Instruction::I32Const(0xA5))
+            .instruction(&Instruction::I32Const((pages * 65536) as i32))
+            .instruction(&Instruction::MemoryFill(0))
+            .instruction(&Instruction::End);
+        code.function(&f);
+        m.section(&code);
+        m.finish()
+    }
+
+    /// The attack, measured: 30 memories of 40 MiB each, all filled, in one
+    /// instance's store with a 64 MiB budget. Before, each passed the limit alone and the
+    /// store held 1.2 GB; now the second is refused and resident memory stays near 40 MiB.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn resident_memory_stays_within_the_budget() {
+        let engine = engine();
+        let module = wasmtime::Module::new(&engine, module_touching_memory(640)).unwrap();
+        let before = rss_bytes();
+        let mut store = wasmtime::Store::new(&engine, CallLimiter::new(64 << 20));
+        store.limiter(|l| l);
+        // The engine interrupts on epochs; this store's start functions may run to the end.
+        store.set_epoch_deadline(u64::MAX / 2);
+        let started = (0..30).filter(|_| wasmtime::Instance::new(&mut store, &module, &[]).is_ok()).count();
+        let grown = rss_bytes().saturating_sub(before);
+        drop(store);
+        assert_eq!(started, 1);
+        assert!(grown < 128 << 20, "resident memory grew by {} MiB", grown >> 20);
+    }
+
     #[test]
     fn regression_multi_memory_modules_are_refused() {
         let e = wasmtime::Module::new(&engine(), module_with_memory(1, true)).unwrap_err();
