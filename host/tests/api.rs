@@ -135,6 +135,16 @@ async fn api_with_files(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<Str
     Api { base: format!("http://{addr}"), http: reqwest::Client::new(), engine, dir, server }
 }
 
+/// Sections for the bundled `claude` plugin with the scripted model (`./script.yaml`) and
+/// agents in `./agents`; `rest` adds more sections (approval, sandbox, server).
+fn claude_scripted(rest: &str) -> String {
+    format!(
+        "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
+         subagents:\n  agent_dirs: [./agents]\n\
+         models:\n  default: demo/scripted\n  providers:\n    demo: {{ type: scripted, script: ./script.yaml }}\n{rest}"
+    )
+}
+
 async fn api() -> Api {
     api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], ECHO_AND_HOSTILE, vec![]).await
 }
@@ -255,6 +265,17 @@ impl Sse {
             let e = self.next().await?;
             if e.data["type"] != "heartbeat" {
                 return Some(e);
+            }
+        }
+    }
+
+    /// Events up to the first `approval_request` (kept in `events`); its data.
+    async fn until_approval(&mut self, events: &mut Vec<SseEvent>) -> Value {
+        loop {
+            let e = self.next_event().await.unwrap_or_else(|| panic!("stream ended before an approval_request: {events:?}"));
+            events.push(e.clone());
+            if e.data["type"] == "approval_request" {
+                return e.data;
             }
         }
     }
@@ -668,19 +689,9 @@ mod secrets {
             { "text": format!("done with {SECRET}") }
         ]))
         .unwrap();
-        let yaml = r#"  grants:
-    claude: { log: true, events: true, state: true, resources: true, model: true, tools: true }
-subagents:
-  agent_dirs: [./agents]
-models:
-  default: demo/scripted
-  providers:
-    demo: { type: scripted, script: ./script.yaml }
-approval:
-  default: ask
-"#;
+        let yaml = claude_scripted("approval:\n  default: ask\n");
         let files = [("script.yaml", script.as_str()), ("agents/streamer.md", STREAMER)];
-        let api = api_with_files(&[(bundled_plugin("claude"), "claude")], yaml, vec![], &files).await;
+        let api = api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await;
         let body = json!({
             "description": format!("uses {SECRET}"), "prompt": format!("use {SECRET}"), "subagent_type": "streamer",
             "session_id": "sess-split", "tool_context": { "api-token": SECRET }
@@ -688,13 +699,7 @@ approval:
         let mut s = api.stream("/v1/tasks", Some(body), None).await;
         let task_id = s.task_id.clone().unwrap();
         let mut events = vec![];
-        let request_id = loop {
-            let e = s.next_event().await.expect("stream ended before an approval_request");
-            events.push(e.clone());
-            if e.data["type"] == "approval_request" {
-                break e.data["id"].as_str().unwrap().to_owned();
-            }
-        };
+        let request_id = s.until_approval(&mut events).await["id"].as_str().unwrap().to_owned();
         let pending = api.get("/v1/approvals").await;
         assert_eq!(pending.body["approvals"][0]["id"], request_id.as_str(), "{}", pending.text);
         assert_eq!(pending.body["approvals"][0]["input"]["content"], "key=[redacted]", "{}", pending.text);
@@ -929,32 +934,16 @@ mod scopes {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn session_and_always_approvals_hold_and_pending_ones_end_with_their_task() {
-        let yaml = r#"  grants:
-    claude: { log: true, events: true, state: true, resources: true, model: true, tools: true }
-subagents:
-  agent_dirs: [./agents]
-models:
-  default: demo/scripted
-  providers:
-    demo: { type: scripted, script: ./script.yaml }
-approval:
-  default: ask
-  deny: ["Bash(rm:*)"]
-  audit_log: ./audit.jsonl
-  overlay: ./overlay.rules
-"#;
+        let yaml = &claude_scripted(
+            "approval:\n  default: ask\n  deny: [\"Bash(rm:*)\"]\n  audit_log: ./audit.jsonl\n  overlay: ./overlay.rules\n",
+        );
         let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
         let api = api_with_files(&[(bundled_plugin("claude"), "claude")], yaml, vec![], &files).await;
 
         // The request says who asks and which scopes it offers; a decline holds once only.
         let body = json!({ "description": "write", "prompt": "write", "subagent_type": "streamer", "session_id": "s1" });
         let mut s = api.stream("/v1/tasks", Some(body), None).await;
-        let req = loop {
-            let e = s.next_event().await.expect("an approval_request");
-            if e.data["type"] == "approval_request" {
-                break e.data;
-            }
-        };
+        let req = s.until_approval(&mut vec![]).await;
         assert_eq!((req["subagent"].as_str(), req["session_id"].as_str(), req["user_id"].as_str(), req["principal"].as_str()),
                    (Some("streamer"), Some("s1"), Some("default"), Some("api")), "{req}");
         assert_eq!(req["scopes"], json!(["once", "session", "always"]), "{req}");
@@ -985,7 +974,11 @@ approval:
         assert_eq!(asked(&events), 1);
         assert_eq!(api2.get("/v1/approvals").await.body["approvals"], json!([]));
         let audit = std::fs::read_to_string(api2.dir.path().join("audit.jsonl")).unwrap();
-        assert!(audit.contains("\"decision\":\"decline\",\"decided_by\":\"cancel\""), "{audit}");
+        // Declined as the task ended: by the cancel, or by the dropped call, whichever came first.
+        let declined = audit.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).any(|r| {
+            r["session_id"] == "s4" && r["decision"] == "decline" && (r["decided_by"] == "cancel" || r["decided_by"] == "disconnect")
+        });
+        assert!(declined, "{audit}");
     }
 }
 
@@ -1133,25 +1126,15 @@ mod sandboxed {
         "---\nname: worker\ndescription: Runs shell commands in the workspace\ntools: Bash, Read\nmodel: sonnet\n---\nDo the work.\n";
 
     async fn deployment(script: &str, approval: &str) -> Api {
+        deployment_with(script, approval, WORKER).await
+    }
+
+    /// A sandboxed deployment whose `worker` agent file is `agent`.
+    async fn deployment_with(script: &str, approval: &str, agent: &str) -> Api {
         // Hosts of one scope reap each other's containers on start: one scope per test.
         let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let yaml = format!(
-            r#"  grants:
-    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}
-subagents:
-  agent_dirs: [./agents]
-models:
-  default: demo/scripted
-  providers:
-    demo: {{ type: scripted, script: ./script.yaml }}
-sandbox:
-  image: warden-sandbox:bookworm
-  scope: {scope}
-approval:
-{approval}
-"#
-        );
-        let files = [("script.yaml", script), ("agents/worker.md", WORKER)];
+        let yaml = claude_scripted(&format!("sandbox:\n  image: warden-sandbox:bookworm\n  scope: {scope}\napproval:\n{approval}\n"));
+        let files = [("script.yaml", script), ("agents/worker.md", agent)];
         api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await
     }
 
@@ -1184,13 +1167,7 @@ approval:
         let mut s = api.stream("/v1/tasks", Some(body), None).await;
         let task_id = s.task_id.clone().unwrap();
         let mut events = vec![];
-        let request_id = loop {
-            let e = s.next_event().await.expect("stream ended before an approval_request");
-            events.push(e.clone());
-            if e.data["type"] == "approval_request" {
-                break e.data["id"].as_str().unwrap().to_owned();
-            }
-        };
+        let request_id = s.until_approval(&mut events).await["id"].as_str().unwrap().to_owned();
         let pending = api.get("/v1/approvals").await;
         assert_eq!(pending.body["approvals"][0]["id"], request_id.as_str());
         assert_eq!(pending.body["approvals"][0]["tool"], "Bash");
@@ -1261,27 +1238,8 @@ approval:
         ]))
         .unwrap();
         let agent = "---\nname: worker\ndescription: Works\ntools: Bash, Read, Write\nmodel: sonnet\n---\nWork.\n";
-        let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let yaml = format!(
-            r#"  grants:
-    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}
-subagents:
-  agent_dirs: [./agents]
-models:
-  default: demo/scripted
-  providers:
-    demo: {{ type: scripted, script: ./script.yaml }}
-sandbox:
-  image: warden-sandbox:bookworm
-  scope: {scope}
-approval:
-  default: ask
-  allow: ["Bash", "Read"]
-  audit_log: ./audit.jsonl
-"#
-        );
-        let files = [("script.yaml", script.as_str()), ("agents/worker.md", agent)];
-        let api = api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await;
+        let approval = "  default: ask\n  allow: [\"Bash\", \"Read\"]\n  audit_log: ./audit.jsonl";
+        let api = deployment_with(&script, approval, agent).await;
         let mut wrote = Vec::<u8>::new();
         for (n, tool_context) in [json!({ "api-token": SECRET }), json!({})].into_iter().enumerate() {
             let body = json!({
@@ -1290,20 +1248,22 @@ approval:
             });
             let mut s = api.stream("/v1/tasks", Some(body), None).await;
             let task_id = s.task_id.clone().unwrap();
+            // Every asked call is approved; the pending list is read while each waits.
             let mut events = vec![];
-            let request_id = loop {
-                let e = s.next_event().await.unwrap_or_else(|| panic!("task {n}: no approval_request in {events:?}"));
+            let mut saw_write = false;
+            while let Some(e) = s.next_event().await {
                 events.push(e.clone());
                 if e.data["type"] == "approval_request" {
-                    break e.data["id"].as_str().unwrap().to_owned();
+                    let pending = api.get("/v1/approvals").await;
+                    wrote.extend(pending.text.as_bytes());
+                    let list = pending.body["approvals"].as_array().unwrap();
+                    saw_write |= list.iter().any(|a| a["tool"] == "Write" && a["input"]["content"] == "key=[redacted]");
+                    let r = api.post(&format!("/v1/approvals/{}", e.data["id"].as_str().unwrap()), json!({ "decision": "approve" })).await;
+                    assert_eq!(r.status, 200, "{}", r.text);
+                    wrote.extend(r.text.as_bytes());
                 }
-            };
-            let pending = api.get("/v1/approvals").await;
-            wrote.extend(pending.text.as_bytes());
-            assert_eq!(pending.body["approvals"][0]["input"]["content"], "key=[redacted]", "{}", pending.text);
-            let r = api.post(&format!("/v1/approvals/{request_id}"), json!({ "decision": "approve" })).await;
-            wrote.extend(r.text.as_bytes());
-            events.extend(s.rest().await);
+            }
+            assert!(saw_write, "task {n}: the Write waited with its input scrubbed: {events:?}");
             let result = events
                 .iter()
                 .find(|e| e.data["type"] == "tool_result" && e.data["name"] == "Bash")
