@@ -89,6 +89,8 @@ impl TaskRecord {
 }
 
 /// One queued write.
+// Writes travel boxed (`Msg::Write(Box<Write>)`), so the largest variant's size costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Write {
     Task(TaskRecord),

@@ -674,7 +674,7 @@ mod secrets {
         // Neither half of a split secret escapes either.
         let (a, b) = secret.split_once(' ').unwrap();
         let whole = String::from_utf8_lossy(bytes);
-        assert!(!(whole.contains(&format!("{a} ")) && whole.contains(&format!("{b}"))), "both halves of the secret in {what}");
+        assert!(!(whole.contains(&format!("{a} ")) && whole.contains(b)), "both halves of the secret in {what}");
     }
 
     pub const STREAMER: &str = "---\nname: streamer\ndescription: Streams text\nmodel: sonnet\n---\nTalk.\n";

@@ -94,6 +94,24 @@ fn tty_answer(answer: &str, offered: &[Scope]) -> (Resolution, Scope) {
     if scope == Scope::Once || offered.contains(&scope) { (Resolution::Approve, scope) } else { (Resolution::Decline, Scope::Once) }
 }
 
+struct NoTty;
+
+impl Decider for NoTty {
+    fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
+        eprintln!("declined (no terminal to ask on): {}", describe(&r));
+        Box::pin(async { Ok(UserDecision { resolution: Resolution::Decline, who: "no-tty".into() }) })
+    }
+}
+
+struct AutoApprove;
+
+impl Decider for AutoApprove {
+    fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
+        eprintln!("\n! demo: no terminal to ask on, auto-approving: {}", describe(&r));
+        Box::pin(async { Ok(UserDecision { resolution: Resolution::Approve, who: "demo-auto".into() }) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,23 +139,5 @@ mod tests {
         assert_eq!(tty_answer("a", &r.scopes), (Resolution::Decline, Scope::Once), "always was not offered");
         assert_eq!(tty_answer("y", &r.scopes), (Resolution::Approve, Scope::Once));
         assert_eq!(tty_answer("", &r.scopes), (Resolution::Decline, Scope::Once));
-    }
-}
-
-struct NoTty;
-
-impl Decider for NoTty {
-    fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
-        eprintln!("declined (no terminal to ask on): {}", describe(&r));
-        Box::pin(async { Ok(UserDecision { resolution: Resolution::Decline, who: "no-tty".into() }) })
-    }
-}
-
-struct AutoApprove;
-
-impl Decider for AutoApprove {
-    fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
-        eprintln!("\n! demo: no terminal to ask on, auto-approving: {}", describe(&r));
-        Box::pin(async { Ok(UserDecision { resolution: Resolution::Approve, who: "demo-auto".into() }) })
     }
 }
