@@ -685,7 +685,11 @@ mod secrets {
         // the Write waits at the gate with the secret in its input.
         let script = serde_json::to_string(&json!([
             { "reasoning": format!("thinking of {SECRET} now"), "text": format!("the key is {SECRET} ok"),
-              "tool_calls": [ { "name": "Write", "arguments": { "file_path": "/workspace/out.txt", "content": format!("key={SECRET}") } } ] },
+              "tool_calls": [
+                  { "name": "Write", "arguments": { "file_path": "/workspace/out.txt", "content": format!("key={SECRET}") } },
+                  // A tool the subagent lacks: the plugin logs its name through `log.write`.
+                  { "name": format!("Tool{SECRET}"), "arguments": {} }
+              ] },
             { "text": format!("done with {SECRET}") }
         ]))
         .unwrap();
@@ -729,6 +733,28 @@ mod secrets {
         let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": SECRET, "tool_context": { "k": SECRET } })).await;
         assert_eq!(r.status, 400, "{}", r.text);
         assert_absent("an error response", r.text.as_bytes(), SECRET);
+        let logs = logs().lock().unwrap().clone();
+        assert!(String::from_utf8_lossy(&logs).contains("which this subagent does not have"), "the plugin logged the unknown tool");
+        assert_absent("the logs", &logs, SECRET);
+    }
+
+    /// A task that fails with the secret in its error: the `error` and `finish` events, the
+    /// record and the store hold it redacted.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_failed_task_s_error_is_redacted() {
+        let script = serde_json::to_string(&json!([{ "error": format!("provider refused {SECRET} today") }])).unwrap();
+        let yaml = claude_scripted("approval:\n  default: ask\n");
+        let files = [("script.yaml", script.as_str()), ("agents/streamer.md", STREAMER)];
+        let api = api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await;
+        let body = json!({ "description": "d", "prompt": "p", "subagent_type": "streamer", "session_id": "sess-fail", "tool_context": { "k": SECRET } });
+        let events = api.stream("/v1/tasks", Some(body), None).await.rest().await;
+        let fin = &events.last().unwrap().data;
+        assert_eq!(fin["status"], "failed", "{events:?}");
+        assert!(fin["error"].as_str().unwrap().contains("provider refused [redacted] today"), "{fin}");
+        let all: String = events.iter().map(|e| e.data.to_string()).collect();
+        assert_absent("a failed task's events", all.as_bytes(), SECRET);
+        api.engine.store().flush().await.unwrap();
+        assert_absent("the task store", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
     }
 }
 
