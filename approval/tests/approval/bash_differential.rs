@@ -51,7 +51,7 @@ const BASE_IMAGE: &str = "warden-sandbox:bookworm";
 const TRIPWIRE_REPO: &str = "warden-bash-tripwire";
 /// Share of generated commands that must be allowed, so the property is
 /// never vacuous.
-const MIN_ALLOWED_SHARE: f64 = 0.2;
+const MIN_ALLOWED_SHARE: f64 = 0.1;
 
 /// Longest silence from the harness before the test gives up on it: far
 /// beyond its per-command limit (5 s), so only a wedged harness trips it.
@@ -378,20 +378,17 @@ fn list(depth: u32) -> BoxedStrategy<String> {
         .boxed()
 }
 
-/// Apply a few byte-level mutations (insert a token, delete, duplicate) to
-/// a corpus entry.
-fn mutated() -> BoxedStrategy<String> {
-    let corpus: Vec<&'static str> = CORPUS.iter().chain(KNOWN_BAD).copied().collect();
+/// Apply a few character-level mutations (insert a token, delete,
+/// duplicate) to what `base` generates: corpus entries, or generated lists
+/// (most of them allowed, so mutations probe the edge of what is allowed).
+fn mutated(base: BoxedStrategy<String>) -> BoxedStrategy<String> {
     let op = (
         0..3u8,
         any::<prop::sample::Index>(),
         0..TOKENS.len(),
         1..6usize,
     );
-    (
-        proptest::sample::select(corpus),
-        proptest::collection::vec(op, 0..4),
-    )
+    (base, proptest::collection::vec(op, 0..4))
         .prop_map(|(seed, ops)| {
             let mut chars: Vec<char> = seed.chars().collect();
             for (kind, at, token, len) in ops {
@@ -418,7 +415,11 @@ fn mutated() -> BoxedStrategy<String> {
 }
 
 fn command() -> BoxedStrategy<String> {
-    prop_oneof![4 => list(2), 1 => mutated()].boxed()
+    let corpus: Vec<&'static str> = CORPUS.iter().chain(KNOWN_BAD).copied().collect();
+    let corpus = proptest::sample::select(corpus)
+        .prop_map(str::to_owned)
+        .boxed();
+    prop_oneof![4 => list(2), 1 => mutated(corpus), 2 => mutated(list(1))].boxed()
 }
 
 fn generate(n: usize, seed: u64) -> Vec<String> {
