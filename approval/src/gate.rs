@@ -73,6 +73,9 @@ pub struct ApprovalRequest {
     /// The call's path after symlink resolution in the sandbox, when it differs from the
     /// path as given: rules are checked against both and the stricter decision wins.
     pub resolved_path: Option<String>,
+    /// The file has other hard links (names no rule was checked against): an allow
+    /// becomes an ask.
+    pub hard_linked: bool,
 }
 
 impl ApprovalRequest {
@@ -87,6 +90,7 @@ impl ApprovalRequest {
             plugin: None,
             mode: None,
             resolved_path: None,
+            hard_linked: false,
         }
     }
 }
@@ -415,7 +419,11 @@ impl ApprovalGate {
         let started = Instant::now();
         let inner = &self.inner;
         let mode = inner.policy.effective_mode(req.mode);
-        let ev = inner.policy.decide_resolved(&req.tool, &req.input, req.resolved_path.as_deref(), &inner.ctx, mode);
+        let mut ev = inner.policy.decide_resolved(&req.tool, &req.input, req.resolved_path.as_deref(), &inner.ctx, mode);
+        if req.hard_linked && ev.decision == Decision::Allow {
+            ev.decision = Decision::Ask;
+            ev.reason = format!("{}; but the file has other hard links, whose names no rule was checked against", ev.reason);
+        }
         let (decision, decided_by) = match ev.decision {
             // An approval a person gave for the session or for always covers this ask.
             Decision::Ask => match inner.grants.matching(&req.tool, &req.input, req.session_id.as_deref(), &inner.ctx) {

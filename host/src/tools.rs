@@ -161,7 +161,7 @@ impl ToolHost {
     /// calls without one (Bash, MCP tools) or when the sandbox is unavailable (the call then
     /// fails with that error when run); `Err` when the path cannot be used at all (it leads
     /// out of the workspace, holds control characters).
-    async fn resolve_for_policy(&self, key: &SessionKey, call: &ToolCall) -> Result<Option<String>, String> {
+    async fn resolve_for_policy(&self, key: &SessionKey, call: &ToolCall) -> Result<Option<warden_sandbox::ResolvedPath>, String> {
         let (Ok(sandbox), Some(path)) = (&self.sandbox, warden_sandbox::tool_path(&call.name, &call.input)) else {
             return Ok(None);
         };
@@ -177,7 +177,7 @@ impl ToolHost {
         let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
         // Path tools: the policy judges the path after symlink resolution too, and the call
         // is pinned to what was judged (a link swapped in between fails the call).
-        let mut resolved: Vec<Result<Option<String>, String>> = Vec::with_capacity(calls.len());
+        let mut resolved: Vec<Result<Option<warden_sandbox::ResolvedPath>, String>> = Vec::with_capacity(calls.len());
         for c in &calls {
             resolved.push(self.resolve_for_policy(&key, c).await);
         }
@@ -190,7 +190,10 @@ impl ToolHost {
                 r.session_id = Some(scope.session_id.clone());
                 r.plugin = Some(scope.plugin.clone());
                 r.mode = scope.permission_mode;
-                r.resolved_path = path.as_ref().ok().cloned().flatten();
+                if let Ok(Some(p)) = path {
+                    r.resolved_path = Some(p.path.clone());
+                    r.hard_linked = p.other_names;
+                }
                 r
             })
             .collect();
@@ -204,7 +207,7 @@ impl ToolHost {
                 }
                 None => match path {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
-                    Ok(path) => self.run_allowed(scope, &key, &call, path.as_deref()).await,
+                    Ok(path) => self.run_allowed(scope, &key, &call, path.as_ref().map(|p| p.path.as_str())).await,
                 },
             };
             // Neither the event (whose excerpt could cut a secret in two) nor the plugin

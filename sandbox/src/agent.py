@@ -1,14 +1,18 @@
-# warden's in-container agent. Started by the host as the sandbox user on a long-lived
-# `docker exec` (`python3 -I -S -c <this file> serve <id>`), it serves one request at a time
-# over stdin/stdout with length-prefixed frames, so tool arguments never share a channel
-# with control data. Also run once-off as `sweep-all` (adopting a container after a host
-# crash) and `kill-agent <id>` (a call overran its host deadline).
+# warden's in-container agent. Started by the host as root on a long-lived `docker exec`
+# (`python3 -I -S -c <this file> serve <uid> <gid>`), it drops to the sandbox user at once
+# (which also makes it non-dumpable: the commands it runs, as the same user, cannot open
+# its /proc entries, file descriptors or memory), then serves one request at a time over
+# stdin/stdout with length-prefixed frames, so tool arguments never share a channel with
+# control data. Also run once-off as the sandbox user: `sweep-all` (adopting a container
+# after a host crash) and `kill-agent <pid> <starttime>` (a call overran its deadline).
 #
 # Wire format (all integers u32 big-endian):
-#   request  = len, fields...      with field = len, bytes;  field 0 is the op name
+#   request  = len, fields...      with field = len, bytes;  fields: op, nonce, op's own
 #   response = frames...           with frame = kind (1 byte), len, payload
-#     kinds: b"o" command stdout, b"e" command stderr, b"d" file data, b"r" the result
-#     (its payload is fields: key, value, key, value...). `r` is always the last frame.
+#     kinds: b"h" hello (once, at start: pid, starttime), b"o" command stdout, b"e" command
+#     stderr, b"d" file data, b"s" shell state (cwd and exported variables, NUL-separated),
+#     b"r" the result (fields: key, value, ...; always echoes the request's nonce).
+#     `r` is always the last frame of a response.
 #
 # Rules this file must keep (see sandbox/src/agent.rs for the host side):
 # - Only the Python standard library of `python3-minimal` (no json, no ctypes).
@@ -19,9 +23,9 @@
 # - After every command: kill its process group, then every process of this user that is
 #   not the container's init, its main process, an exec root (another agent, housekeeping)
 #   or inside another exec root's tree. Nothing a call starts outlives it.
-# - Session shell state is data (cwd + exported variables) that this agent parses, never a
-#   script that a shell sources; variables that change how a shell or loader behaves, and
-#   any variable whose value holds a secret of the call, are never persisted.
+# - No named files: captures are anonymous (O_TMPFILE) and the session shell state travels
+#   in the protocol (the host keeps and filters it), so nothing a command writes under /tmp
+#   can redirect, read or wedge the agent.
 import errno
 import os
 import signal
@@ -29,34 +33,22 @@ import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 WS = "/workspace"
-RUN_DIR = "/tmp/.warden"
-STATE = RUN_DIR + "/state.bin"
 MAX_FIELD = 512 * 1024 * 1024
 MAX_FIELDS = 100000
 CHUNK = 64 * 1024
 MAX_SYMLINK_HOPS = 40
 SWEEP_ROUNDS = 200
 MAX_STATE_BYTES = 1024 * 1024
-MAX_STATE_VARS = 512
 # Free bytes below which a failed command is told that the workspace is full.
 FULL_BELOW = 64 * 1024
-# Variables that change how bash, the dynamic loader or common interpreters start: never
-# persisted from one call to the next (a planted BASH_ENV would run code while the next
-# task's secrets are in the environment).
-UNSAFE_NAMES = {
-    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND", "PS0", "PS1", "PS2", "PS3",
-    "PS4", "IFS", "CDPATH", "GLOBIGNORE", "HISTFILE", "INPUTRC", "PYTHONSTARTUP",
-    "PYTHONPATH", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "RUBYOPT", "NODE_OPTIONS", "PWD",
-    "OLDPWD", "SHLVL", "_", "HOME", "TMOUT", "BASH_XTRACEFD", "EXECIGNORE", "PROMPT_DIRTRIM",
-}
-UNSAFE_PREFIXES = ("BASH_FUNC_", "LD_", "GCONV_", "MALLOC_")
-
-# Runs the user's command, then writes cwd and exported variables (NUL-separated) to $2.
+# Runs the user's command ($1), then writes cwd and exported variables (NUL-separated) to
+# the inherited descriptor numbered $2 (an anonymous file of the agent).
 RUNNER = (
-    'trap \'__w_rc=$?; { printf "%s\\0" "$PWD"; env -0; } >"$2" 2>/dev/null; exit $__w_rc\' EXIT\n'
+    'trap \'__w_rc=$?; { printf "%s\\0" "$PWD"; env -0; } >&"$2" 2>/dev/null; exit $__w_rc\' EXIT\n'
     'eval "$1"'
 )
 
@@ -68,6 +60,8 @@ class Refused(Exception):
 # Commands this agent has started; every result reports it, so the host can prove that one
 # request started at most one command.
 STARTED = [0]
+# The current request's nonce, echoed in its result so the host can tell it from any other.
+NONCE = [b""]
 
 
 def read_exact(n):
@@ -121,6 +115,7 @@ def fields_bytes(items):
 
 def result(**kv):
     kv["started"] = STARTED[0]
+    kv["nonce"] = NONCE[0]
     items = []
     for k, v in kv.items():
         items += [k, v]
@@ -170,34 +165,35 @@ def root_of(pid, table):
     return 1
 
 
-def main_pid(table):
-    kids = [(v[2], p) for p, v in table.items() if v[0] == 1]
-    return min(kids)[1] if kids else None
-
-
 def sweep(everything):
     """Kills this user's processes that no other live call owns; returns how many."""
     me, uid, killed = os.getpid(), os.getuid(), 0
     for _ in range(SWEEP_ROUNDS):
         table = proc_table()
-        keep = {1, me, main_pid(table)}
         victims = []
         for pid, (ppid, puid, _, state) in table.items():
-            if puid != uid or pid in keep or state == b"Z" or (ppid == 0 and not everything):
+            if puid != uid or pid in (1, me) or state == b"Z" or (ppid == 0 and not everything):
                 continue
-            root = root_of(pid, table)
-            if everything or root in (1, me):
+            if everything or root_of(pid, table) in (1, me):
                 victims.append(pid)
         if not victims:
             break
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
+        killed += stop_then_kill(victims)
         reap()
     return killed
+
+
+def stop_then_kill(pids):
+    """SIGSTOP every victim first, so none can fork away between the kills."""
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        n = 0
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                n += 1
+            except OSError:
+                pass
+    return n
 
 
 def reap():
@@ -218,20 +214,22 @@ def kill_group(pgid):
             return
 
 
-def run(argv, env, timeout, grace, cap, out_path, err_path, pass_fds=()):
-    """Runs argv in its own session; returns (code, timed_out)."""
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        STARTED[0] += 1
-        try:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                 env=env, start_new_session=True, close_fds=True,
-                                 pass_fds=pass_fds)
-        except FileNotFoundError:
-            err.write(("%s: command not found\n" % argv[0]).encode())
-            return 127, False
-        except PermissionError:
-            err.write(("%s: permission denied\n" % argv[0]).encode())
-            return 126, False
+def run(argv, env, timeout, grace, out, err, pass_fds=(), state=None):
+    """Runs argv in its own session with stdout/stderr to the anonymous files out/err
+    (and, for Bash, the state file as fd 3); returns (code, timed_out)."""
+    STARTED[0] += 1
+    if state is not None:
+        pass_fds = tuple(pass_fds) + (state.fileno(),)
+    try:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                             env=env, start_new_session=True, close_fds=True,
+                             pass_fds=pass_fds)
+    except FileNotFoundError:
+        err.write(("%s: command not found\n" % argv[0]).encode())
+        return 127, False
+    except PermissionError:
+        err.write(("%s: permission denied\n" % argv[0]).encode())
+        return 126, False
     timed_out = False
     try:
         p.wait(timeout)
@@ -256,13 +254,9 @@ def run(argv, env, timeout, grace, cap, out_path, err_path, pass_fds=()):
     return code, timed_out
 
 
-def send_capture(kind, path, cap, rewrite):
-    try:
-        f = open(path, "rb")
-    except OSError:
-        return 0
+def send_capture(kind, f, cap, rewrite):
     with f:
-        total = os.fstat(f.fileno()).st_size
+        total = f.seek(0, 2)
         if total <= cap:
             parts = [(0, total)]
         else:
@@ -279,10 +273,6 @@ def send_capture(kind, path, cap, rewrite):
                 frame(kind, data[i:i + CHUNK])
         if len(parts) == 1:
             total = sent
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
     return total
 
 
@@ -414,7 +404,7 @@ def op_stat(f):
                 return result(status="error", message="cannot create its parent directory: " + os_message(e))
         return result(status="ok", resolved=resolved, kind="missing", size=0, mode=0o644)
     return result(status="ok", resolved=resolved, kind=kind_of(st.st_mode), size=st.st_size,
-                  mode=stat.S_IMODE(st.st_mode))
+                  mode=stat.S_IMODE(st.st_mode), links=st.st_nlink)
 
 
 def op_read(f):
@@ -487,11 +477,7 @@ def op_write(f):
         os.close(dfd)
 
 
-def capture_paths(agent):
-    return RUN_DIR + "/" + agent + ".out", RUN_DIR + "/" + agent + ".err"
-
-
-def op_exec(f, agent):
+def op_exec(f):
     timeout, grace, cap = int(f[1]) / 1000.0, int(f[2]) / 1000.0, int(f[3])
     pin = text(f[4])
     pin_index = int(f[5])
@@ -520,102 +506,50 @@ def op_exec(f, agent):
             argv[pin_index] = "/proc/self/fd/%d" % pin_fd
             pass_fds = (pin_fd,)
             rewrite = (argv[pin_index].encode(), pin.encode())
-    out_path, err_path = capture_paths(agent)
+    out, err = tempfile.TemporaryFile(dir="/tmp"), tempfile.TemporaryFile(dir="/tmp")
     try:
-        code, timed_out = run(argv, env, timeout, grace, cap, out_path, err_path, pass_fds)
+        code, timed_out = run(argv, env, timeout, grace, out, err, pass_fds)
     finally:
         if pin_fd is not None:
             os.close(pin_fd)
-    out_total = send_capture(b"o", out_path, cap, rewrite)
-    err_total = send_capture(b"e", err_path, cap, rewrite)
+    out_total = send_capture(b"o", out, cap, rewrite)
+    err_total = send_capture(b"e", err, cap, rewrite)
     result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
 
 
-def safe_name(name, secrets):
-    if not name or name in UNSAFE_NAMES or name.startswith(UNSAFE_PREFIXES) or name in secrets:
-        return False
-    if not (name[0].isalpha() or name[0] == "_") or not name.isascii():
-        return False
-    return all(ch.isalnum() or ch == "_" for ch in name)
-
-
-def load_state():
-    """(cwd, {name: value}) from the state file; anything malformed is ignored."""
-    try:
-        with open(STATE, "rb") as fh:
-            raw = fh.read(MAX_STATE_BYTES + 1)
-    except OSError:
-        return WS, {}
-    items = raw.split(b"\0")
-    if len(raw) > MAX_STATE_BYTES or len(items) < 1:
-        return WS, {}
-    cwd, env = os.fsdecode(items[0]) or WS, {}
-    for item in items[1:MAX_STATE_VARS + 1]:
-        k, sep, v = item.partition(b"=")
-        if sep:
-            env[os.fsdecode(k)] = os.fsdecode(v)
-    return cwd, env
-
-
-def save_state(raw, base, secrets):
-    items = raw.split(b"\0")
-    if len(raw) > MAX_STATE_BYTES or not items or not items[0].startswith(b"/"):
-        return
-    values = [v.encode() for v in secrets.values() if v]
-    keep = [items[0]]
-    for item in items[1:]:
-        k, sep, v = item.partition(b"=")
-        name = os.fsdecode(k)
-        if not sep or not safe_name(name, secrets) or any(s in v for s in values):
-            continue
-        if base.get(name) == os.fsdecode(v):
-            continue
-        keep.append(item)
-        if len(keep) > MAX_STATE_VARS:
-            break
-    tmp = STATE + ".%d" % os.getpid()
-    with open(tmp, "wb") as fh:
-        fh.write(b"\0".join(keep))
-    os.replace(tmp, STATE)
-
-
-def op_bash(f, agent):
+def op_bash(f):
     timeout, grace, cap = int(f[1]) / 1000.0, int(f[2]) / 1000.0, int(f[3])
     command = text(f[4])
-    n = int(f[5])
-    secrets = {}
-    for i in range(n):
-        secrets[text(f[6 + 2 * i])] = text(f[7 + 2 * i])
-    base = dict(os.environ)
-    cwd, saved = load_state()
-    env = dict(base)
-    for k, v in saved.items():
-        if safe_name(k, secrets):
-            env[k] = v
-    env.update(secrets)
-    out_path, err_path = capture_paths(agent)
-    state_out = RUN_DIR + "/" + agent + ".state"
+    at = 5
+    env = dict(os.environ)
+    for _ in range(2):
+        # First the restored state (filtered by the host), then the secrets, which win.
+        n = int(f[at])
+        for i in range(n):
+            env[text(f[at + 1 + 2 * i])] = text(f[at + 2 + 2 * i])
+        at += 1 + 2 * n
+    cwd = text(f[at])
+    out, err = tempfile.TemporaryFile(dir="/tmp"), tempfile.TemporaryFile(dir="/tmp")
+    state = tempfile.TemporaryFile(dir="/tmp")
     try:
-        os.chdir(cwd)
+        os.chdir(cwd if cwd == WS or cwd.startswith(WS + "/") else WS)
     except OSError:
         os.chdir(WS)
     try:
-        code, timed_out = run(["bash", "-c", RUNNER, "warden-bash", command, state_out], env,
-                              timeout, grace, cap, out_path, err_path)
+        code, timed_out = run(["bash", "-c", RUNNER, "warden-bash", command, str(state.fileno())],
+                              env, timeout, grace, out, err, (), state)
     finally:
         os.chdir(WS)
-    try:
-        with open(state_out, "rb") as fh:
-            raw = fh.read(MAX_STATE_BYTES + 1)
-        os.unlink(state_out)
-        save_state(raw, base, secrets)
-    except OSError:
-        pass
+    state.seek(0)
+    raw = state.read(MAX_STATE_BYTES + 1)
+    state.close()
+    if 0 < len(raw) <= MAX_STATE_BYTES:
+        frame(b"s", raw)
     if workspace_full():
-        with open(err_path, "ab") as fh:
-            fh.write(b"[the session workspace is full: it reached its sandbox.disk limit]\n")
-    out_total = send_capture(b"o", out_path, cap, None)
-    err_total = send_capture(b"e", err_path, cap, None)
+        err.seek(0, 2)
+        err.write(b"[the session workspace is full: it reached its sandbox.disk limit]\n")
+    out_total = send_capture(b"o", out, cap, None)
+    err_total = send_capture(b"e", err, cap, None)
     result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
 
 
@@ -627,18 +561,41 @@ def workspace_full():
     return st.f_bavail * st.f_frsize < FULL_BELOW
 
 
-def serve(agent):
-    os.makedirs(RUN_DIR, mode=0o700, exist_ok=True)
-    with open(RUN_DIR + "/agent-" + agent + ".pid", "w") as fh:
-        fh.write(str(os.getpid()))
+def drop_privileges(uid, gid):
+    """Root with CAP_SETUID/CAP_SETGID only: become the sandbox user for good. The change
+    of credentials also clears the dumpable flag, so processes of that user cannot reach
+    this agent's /proc entries."""
+    if os.getuid() == 0:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+        sys.stderr.write("warden agent: could not become %d:%d\n" % (uid, gid))
+        raise SystemExit(4)
+
+
+def start_time(pid):
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        raw = f.read()
+    return int(raw[raw.rfind(b")") + 2:].split()[19])
+
+
+def serve(uid, gid):
+    drop_privileges(uid, gid)
     os.chdir(WS)
-    ops = {"stat": op_stat, "read": op_read, "write": op_write,
-           "exec": lambda f: op_exec(f, agent), "bash": lambda f: op_bash(f, agent)}
+    me = os.getpid()
+    frame(b"h", fields_bytes(["pid", me, "starttime", start_time(me)]))
+    OUT.flush()
+    ops = {"stat": op_stat, "read": op_read, "write": op_write, "exec": op_exec, "bash": op_bash}
     while True:
         fields = read_request()
         if fields is None:
             return
-        op = ops.get(fields[0].decode("ascii", "replace")) if fields else None
+        if len(fields) < 2:
+            raise SystemExit(3)
+        NONCE[0] = fields[1]
+        fields = [fields[0]] + fields[2:]
+        op = ops.get(fields[0].decode("ascii", "replace"))
         try:
             if op is None:
                 result(status="error", message="unknown operation")
@@ -653,19 +610,17 @@ def serve(agent):
         OUT.flush()
 
 
-def kill_agent(agent):
+def kill_agent(pid, starttime):
+    """Kills an overrunning agent (only if pid still names the same process) with its
+    whole tree, then the orphans."""
     try:
-        with open(RUN_DIR + "/agent-" + agent + ".pid") as fh:
-            pid = int(fh.read().strip())
-    except (OSError, ValueError):
-        return sweep(False)
-    table = proc_table()
-    doomed = [p for p in table if p == pid or root_of(p, table) == pid]
-    for p in doomed:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
+        alive = start_time(pid) == starttime
+    except (OSError, ValueError, IndexError):
+        alive = False
+    if alive:
+        table = proc_table()
+        doomed = [p for p in table if p == pid or root_of(p, table) == pid]
+        stop_then_kill(doomed)
     return sweep(False)
 
 
@@ -673,10 +628,10 @@ if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "serve":
-        serve(sys.argv[2])
+        serve(int(sys.argv[2]), int(sys.argv[3]))
     elif mode == "sweep-all":
         sys.stdout.write("%d\n" % sweep(True))
     elif mode == "kill-agent":
-        kill_agent(sys.argv[2])
+        kill_agent(int(sys.argv[2]), int(sys.argv[3]))
     else:
         sys.exit(2)

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use crate::error::SandboxError;
 
-/// The agent's source, run as `python3 -I -S -c <AGENT_SOURCE> serve <id>` (isolated mode:
-/// no `PYTHON*` variables, no site packages, so nothing in the container can alter it).
+/// The agent's source, run as root as `python3 -I -S -c <AGENT_SOURCE> serve <uid> <gid>`
+/// (isolated mode: no `PYTHON*` variables, no site packages, so nothing in the container
+/// can alter it); it drops to the sandbox user before it reads anything.
 pub(crate) const AGENT_SOURCE: &str = include_str!("agent.py");
 
 /// Largest payload of one response frame the host accepts (the agent sends 64 KiB chunks).
@@ -38,7 +39,7 @@ pub(crate) enum TextClass {
 /// Refuses `value` when it holds a byte its class forbids; the error names tool and field.
 pub(crate) fn check_text(tool: &str, field: &str, value: &str, class: TextClass) -> Result<(), SandboxError> {
     let bad = value.char_indices().find(|(_, c)| match class {
-        TextClass::Strict => c.is_control(),
+        TextClass::Strict => c.is_control() || is_invisible_format(*c),
         TextClass::Command => *c == '\0',
     });
     match bad {
@@ -46,15 +47,22 @@ pub(crate) fn check_text(tool: &str, field: &str, value: &str, class: TextClass)
         Some((at, c)) => Err(SandboxError::InvalidInput {
             tool: tool.to_string(),
             message: format!(
-                "`{field}` contains the control character U+{:04X} at byte {at}; {} are refused",
+                "`{field}` contains the control or invisible format character U+{:04X} at byte {at}; {} are refused",
                 c as u32,
                 match class {
-                    TextClass::Strict => "control characters",
+                    TextClass::Strict => "control and invisible format characters",
                     TextClass::Command => "NUL bytes",
                 }
             ),
         }),
     }
+}
+
+/// Unicode format characters that change how a name is displayed without being seen
+/// (bidirectional overrides and isolates, zero-width characters, the BOM, soft hyphen):
+/// a path holding one could show a person approving it a different path.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
 }
 
 /// What the host asks the agent to do.
@@ -68,8 +76,9 @@ pub(crate) enum Op<'a> {
         env: &'a [(String, String)],
         pin: Option<(&'a str, usize)>,
     },
-    /// Run a Bash command with the session's shell state and per-task secrets.
-    Bash { command: &'a str, secrets: &'a [(String, String)] },
+    /// Run a Bash command in `cwd` with the session's restored variables and the per-task
+    /// secrets (which win); the agent reports what the command exported in a state frame.
+    Bash { command: &'a str, secrets: &'a [(String, String)], vars: &'a [(String, String)], cwd: &'a str },
     /// Resolve a path beneath /workspace (symlinks followed, never out of it).
     Stat { path: &'a str, for_write: bool },
     /// Read a resolved regular file of at most `max` bytes, following no link.
@@ -79,9 +88,19 @@ pub(crate) enum Op<'a> {
 }
 
 impl Op<'_> {
-    /// The request's fields; `timeout`/`grace`/`cap` only matter for commands.
-    pub(crate) fn encode(&self, timeout: Duration, grace: Duration, cap: usize) -> Vec<u8> {
+    /// The request's fields; `nonce` comes back in the result; `timeout`/`grace`/`cap`
+    /// only matter for commands.
+    pub(crate) fn encode(&self, nonce: &str, timeout: Duration, grace: Duration, cap: usize) -> Vec<u8> {
         let mut f = Fields::default();
+        let op = match self {
+            Op::Exec { .. } => "exec",
+            Op::Bash { .. } => "bash",
+            Op::Stat { .. } => "stat",
+            Op::Read { .. } => "read",
+            Op::Write { .. } => "write",
+        };
+        f.text(op);
+        f.text(nonce);
         let limits = |f: &mut Fields| {
             f.num(timeout.as_millis().max(1) as u64);
             f.num(grace.as_millis() as u64);
@@ -89,7 +108,6 @@ impl Op<'_> {
         };
         match self {
             Op::Exec { argv, env, pin } => {
-                f.text("exec");
                 limits(&mut f);
                 f.text(pin.map(|p| p.0).unwrap_or(""));
                 f.text(&pin.map(|p| p.1 as i64).unwrap_or(-1).to_string());
@@ -101,28 +119,27 @@ impl Op<'_> {
                     f.text(v)
                 });
             }
-            Op::Bash { command, secrets } => {
-                f.text("bash");
+            Op::Bash { command, secrets, vars, cwd } => {
                 limits(&mut f);
                 f.text(command);
-                f.num(secrets.len() as u64);
-                secrets.iter().for_each(|(k, v)| {
-                    f.text(k);
-                    f.text(v)
-                });
+                for list in [vars, secrets] {
+                    f.num(list.len() as u64);
+                    list.iter().for_each(|(k, v)| {
+                        f.text(k);
+                        f.text(v)
+                    });
+                }
+                f.text(cwd);
             }
             Op::Stat { path, for_write } => {
-                f.text("stat");
                 f.text(path);
                 f.text(if *for_write { "write" } else { "read" });
             }
             Op::Read { path, max } => {
-                f.text("read");
                 f.text(path);
                 f.num(*max);
             }
             Op::Write { path, data } => {
-                f.text("write");
                 f.text(path);
                 f.bytes(data);
             }
@@ -155,11 +172,29 @@ impl Fields {
 /// One decoded response frame.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
+    /// The agent's first frame: its pid and start time (fields).
+    Hello(HashMap<String, String>),
+    /// What a Bash command exported: `cwd\0K=V\0…`.
+    State(Vec<u8>),
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     Data(Vec<u8>),
     /// The last frame: the result fields.
     Result(HashMap<String, String>),
+}
+
+impl Frame {
+    /// The frame's kind, for error messages.
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self {
+            Frame::Hello(_) => "hello",
+            Frame::State(_) => "state",
+            Frame::Stdout(_) => "stdout",
+            Frame::Stderr(_) => "stderr",
+            Frame::Data(_) => "data",
+            Frame::Result(_) => "result",
+        }
+    }
 }
 
 /// Reassembles frames from the exec's output stream, whatever its chunking.
@@ -193,6 +228,8 @@ impl FrameReader {
             b'o' => Frame::Stdout(payload),
             b'e' => Frame::Stderr(payload),
             b'd' => Frame::Data(payload),
+            b'h' => Frame::Hello(decode_result(&payload)?),
+            b's' => Frame::State(payload),
             b'r' => Frame::Result(decode_result(&payload)?),
             k => return Err(format!("unknown agent frame kind {k:#04x}")),
         }))
@@ -297,10 +334,10 @@ mod tests {
 
         /// The strict check refuses every control character and accepts everything else.
         #[test]
-        fn strict_text_refuses_exactly_controls(s in "\\PC*", c in proptest::char::range('\0', '\u{9f}')) {
+        fn strict_text_refuses_exactly_controls(s in "[^\\p{C}\u{AD}\u{61C}\u{180E}]*", c in proptest::prop_oneof![proptest::char::range('\0', '\u{9f}'), proptest::char::range('\u{2000}', '\u{206f}'), Just('\u{feff}')]) {
             prop_assert!(check_text("Read", "file_path", &s, TextClass::Strict).is_ok());
             let with = format!("{s}{c}{s}");
-            prop_assert_eq!(check_text("Read", "file_path", &with, TextClass::Strict).is_err(), c.is_control());
+            prop_assert_eq!(check_text("Read", "file_path", &with, TextClass::Strict).is_err(), c.is_control() || is_invisible_format(c));
             prop_assert_eq!(check_text("Bash", "command", &with, TextClass::Command).is_err(), c == '\0');
         }
     }

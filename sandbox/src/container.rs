@@ -1,6 +1,8 @@
 //! Creating, finding and removing hardened session containers and their workspace volumes.
 //!
-//! Every container made here is non-root, drops all capabilities, sets no-new-privileges,
+//! In every container made here sandboxed code runs as the non-root `sandbox.user` with no
+//! capabilities (the container keeps only SETUID/SETGID, for its agents to drop from root
+//! to that user); it sets no-new-privileges,
 //! has a read-only root with a tmpfs /tmp, a labelled named volume at /workspace, the
 //! configured network (none by default), pids/memory/CPU limits and an init process.
 //! This module must never mount the Docker socket or any host path, never run a session
@@ -25,6 +27,9 @@ use crate::error::{SandboxError, docker_status};
 use crate::{disk, exec};
 use crate::session::SessionKey;
 
+/// The only capabilities a session container has: what its agents need to drop from root
+/// to the sandbox user. Processes of that user have none (no-new-privileges).
+pub const AGENT_CAPS: [&str; 2] = ["SETUID", "SETGID"];
 /// Mount point of the session's workspace volume; every file tool is confined to it.
 pub const WORKSPACE: &str = "/workspace";
 /// Label present on everything warden creates; nothing without it is ever touched.
@@ -36,9 +41,9 @@ pub const LABEL_SESSION: &str = "warden.session";
 /// Label carrying the host scope (`sandbox.scope`).
 pub const LABEL_SCOPE: &str = "warden.scope";
 /// PATH inside the container (imported images carry no environment).
-const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// HOME inside the container: on the /tmp tmpfs, because the root filesystem is read-only.
-const CONTAINER_HOME: &str = "/tmp";
+pub(crate) const CONTAINER_HOME: &str = "/tmp";
 /// Longest slice of a user or session id used in Docker names (the rest is in the hash).
 const NAME_PART_MAX: usize = 24;
 /// Polls while waiting for a removal in progress elsewhere to finish.
@@ -135,7 +140,11 @@ fn container_body(cfg: &SandboxConfig, key: &SessionKey, names: &Names) -> Conta
     let memory = cfg.memory.0 as i64;
     ContainerCreateBody {
         image: Some(cfg.image.clone()),
-        user: Some(cfg.user.clone()),
+        // Root with CAP_SETUID/CAP_SETGID only: init and the idle main process, and the
+        // agents before they drop to `cfg.user` (which makes them unreachable to the
+        // commands they run). Nothing sandboxed ever runs as root: every command is started
+        // by an agent after the drop, under no-new-privileges, with no capabilities.
+        user: Some("0:0".into()),
         // An imported image has no CMD; the container only idles under init, tools exec in.
         cmd: Some(vec!["sleep".into(), "infinity".into()]),
         entrypoint: Some(vec![]),
@@ -152,6 +161,7 @@ fn container_body(cfg: &SandboxConfig, key: &SessionKey, names: &Names) -> Conta
             init: Some(true),
             readonly_rootfs: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(AGENT_CAPS.iter().map(|c| c.to_string()).collect()),
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             privileged: Some(false),
             network_mode: Some(cfg.network.clone()),

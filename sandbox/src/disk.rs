@@ -114,6 +114,8 @@ pub(crate) async fn attach(
     Ok(HashMap::from([
         ("type".to_string(), "ext4".to_string()),
         ("device".to_string(), device.to_string()),
+        // Nothing in the workspace can be a set-uid program or a device node.
+        ("o".to_string(), "nosuid,nodev".to_string()),
     ]))
 }
 

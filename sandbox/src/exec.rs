@@ -43,8 +43,6 @@ pub(crate) const KILL_SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const EXIT_SIGKILL: i64 = 137;
 /// Idle agents kept per session; more concurrent calls start more, the extra ones exit.
 pub(crate) const MAX_IDLE_AGENTS: usize = 4;
-/// Bytes of file data one request may return (Read's and download's limits are lower).
-pub(crate) const MAX_DATA_BYTES: usize = 512 * 1024 * 1024;
 
 /// Makes agent ids unique within this host process.
 static EXEC_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -88,6 +86,8 @@ pub(crate) struct ExecResult {
     pub stderr: Captured,
     /// File bytes (`read`).
     pub data: Vec<u8>,
+    /// What a Bash command exported (`cwd\0K=V\0…`), unfiltered.
+    pub state: Option<Vec<u8>>,
     /// The agent's result fields.
     pub outcome: Outcome,
     /// Exit status (128+N for a signal); 0 for file operations.
@@ -240,6 +240,9 @@ pub(crate) struct Agent {
     container: String,
     id: String,
     exec_id: String,
+    /// The agent's pid and start time in the container (its hello frame): what the kill
+    /// sweep aims at, so a reused pid is never hit.
+    pid: (u64, u64),
     /// Commands this agent reported started so far.
     started: u64,
     input: Pin<Box<dyn AsyncWrite + Send>>,
@@ -286,29 +289,89 @@ enum AgentFailure {
     Docker(ExecFailure),
 }
 
+/// Longest wait for a new agent's hello frame (interpreter start-up on a busy machine).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Starts an agent as root (`exec_user`, which it drops at once to `user`) and waits for
+/// its hello frame.
 async fn spawn_agent(docker: &Docker, container: &str, user: &str) -> Result<Agent, ExecFailure> {
     let id = format!("{}-{}", std::process::id(), EXEC_COUNTER.fetch_add(1, Ordering::Relaxed));
-    let exec_id = create(docker, container, user, agent_argv("serve", Some(&id)), true).await?;
-    match docker.start_exec(&exec_id, None).await {
-        Ok(StartExecResults::Attached { output, input }) => Ok(Agent {
-            container: container.to_string(),
-            id,
-            exec_id,
-            started: 0,
-            input,
-            output,
-        }),
-        Ok(StartExecResults::Detached) => Err(ExecFailure::Failed(SandboxError::Docker {
-            action: "start agent".into(),
-            message: "engine detached an attached exec".into(),
-        })),
-        Err(e) => Err(classify("start agent", e)),
-    }
+    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    let argv = {
+        let mut v = agent_argv("serve", Some(uid));
+        v.push(gid.to_string());
+        v
+    };
+    let exec_id = create(docker, container, AGENT_EXEC_USER, argv, true).await?;
+    let (input, mut output) = match docker.start_exec(&exec_id, None).await {
+        Ok(StartExecResults::Attached { output, input }) => (input, output),
+        Ok(StartExecResults::Detached) => {
+            return Err(ExecFailure::Failed(SandboxError::Docker {
+                action: "start agent".into(),
+                message: "engine detached an attached exec".into(),
+            }));
+        }
+        Err(e) => return Err(classify("start agent", e)),
+    };
+    let mut frames = FrameReader::default();
+    let mut stderr = Captured::new(4096);
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, async {
+        loop {
+            match output.next().await {
+                Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
+                    frames.feed(&message);
+                    match frames.next() {
+                        Ok(Some(Frame::Hello(fields))) => return Ok(fields),
+                        Ok(None) => {}
+                        Ok(Some(_)) | Err(_) => return Err("the agent did not start with a hello frame".to_string()),
+                    }
+                }
+                Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
+                Some(Ok(_)) => {}
+                Some(Err(e)) if docker_status(&e).is_some() => return Err(e.to_string()),
+                Some(Err(_)) | None => {
+                    return Err(format!(
+                        "the agent exited at start: {} (the sandbox image needs python3)",
+                        stderr.text().trim()
+                    ));
+                }
+            }
+        }
+    })
+    .await;
+    let hello = match hello {
+        Ok(Ok(h)) => Outcome(h),
+        Ok(Err(why)) => return Err(ExecFailure::Broken(why)),
+        Err(_) => return Err(ExecFailure::Broken(format!("the agent did not start within {HELLO_TIMEOUT:?}"))),
+    };
+    Ok(Agent {
+        container: container.to_string(),
+        id,
+        exec_id,
+        pid: (hello.num("pid").max(0) as u64, hello.num("starttime").max(0) as u64),
+        started: 0,
+        input,
+        output,
+    })
+}
+
+/// The user agents are started as: root, with only CAP_SETUID and CAP_SETGID (the session
+/// container's capabilities), to drop to the sandbox user (see `agent.py`).
+pub(crate) const AGENT_EXEC_USER: &str = "0:0";
+
+/// A fresh request nonce: the agent echoes it in its result frame, so a result that
+/// belongs to no request of ours (forged, or out of step) is detected.
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(EXEC_COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!("{:016x}", h.finish())
 }
 
 impl Agent {
     async fn request(&mut self, req: &ExecRequest<'_>, sink: &mut Replies) -> Result<Outcome, AgentFailure> {
-        let bytes = req.op.encode(req.timeout, Duration::from_secs(KILL_GRACE_SECS), req.capture_limit);
+        let nonce = nonce();
+        let bytes = req.op.encode(&nonce, req.timeout, Duration::from_secs(KILL_GRACE_SECS), req.capture_limit);
         if self.input.write_all(&bytes).await.is_err() || self.input.flush().await.is_err() {
             return Err(AgentFailure::DeadBeforeOutput);
         }
@@ -326,8 +389,9 @@ impl Agent {
                         frames.feed(&message);
                         while let Some(frame) = frames.next().map_err(AgentFailure::Garbled)? {
                             match frame {
-                                Frame::Result(fields) => return Ok(Outcome(fields)),
-                                other => sink.take(other).map_err(AgentFailure::Garbled)?,
+                                Frame::Result(fields) if fields.get("nonce") == Some(&nonce) => return Ok(Outcome(fields)),
+                                Frame::Result(_) => return Err(AgentFailure::Garbled("a result for another request".into())),
+                                other => sink.take(other, &req.op).map_err(AgentFailure::Garbled)?,
                             }
                         }
                     }
@@ -359,21 +423,30 @@ struct Replies {
     stdout: Captured,
     stderr: Captured,
     data: Vec<u8>,
+    state: Option<Vec<u8>>,
     agent_stderr: Captured,
 }
 
 impl Replies {
     fn new(cap: usize) -> Self {
-        Replies { stdout: Captured::new(cap), stderr: Captured::new(cap), data: Vec::new(), agent_stderr: Captured::new(4096) }
+        Replies {
+            stdout: Captured::new(cap),
+            stderr: Captured::new(cap),
+            data: Vec::new(),
+            state: None,
+            agent_stderr: Captured::new(4096),
+        }
     }
 
-    fn take(&mut self, frame: Frame) -> Result<(), String> {
-        match frame {
-            Frame::Stdout(d) => self.stdout.push(&d),
-            Frame::Stderr(d) => self.stderr.push(&d),
-            Frame::Data(d) if self.data.len() + d.len() <= MAX_DATA_BYTES => self.data.extend(d),
-            Frame::Data(_) => return Err(format!("agent sent more than {MAX_DATA_BYTES} bytes of file data")),
-            Frame::Result(_) => unreachable!("handled by the caller"),
+    /// Accepts a frame only where the request can produce it: file data for a read (up to
+    /// its limit), shell state once for a Bash command, output for commands.
+    fn take(&mut self, frame: Frame, op: &Op<'_>) -> Result<(), String> {
+        match (frame, op) {
+            (Frame::Stdout(d), Op::Exec { .. } | Op::Bash { .. }) => self.stdout.push(&d),
+            (Frame::Stderr(d), Op::Exec { .. } | Op::Bash { .. }) => self.stderr.push(&d),
+            (Frame::Data(d), Op::Read { max, .. }) if (self.data.len() + d.len()) as u64 <= *max => self.data.extend(d),
+            (Frame::State(d), Op::Bash { .. }) if self.state.is_none() => self.state = Some(d),
+            (frame, _) => return Err(format!("unexpected {} frame for this request", frame.kind_name())),
         }
         Ok(())
     }
@@ -383,12 +456,12 @@ impl Replies {
 /// was canceled or its deadline passed): Docker cannot kill an exec, and without this
 /// the command would run on until its own timeout.
 struct CancelSweep {
-    armed: Option<(Docker, String, String, String)>,
+    armed: Option<(Docker, String, String, (u64, u64))>,
 }
 
 impl CancelSweep {
-    fn arm(docker: &Docker, container: &str, user: &str, agent: &str) -> Self {
-        CancelSweep { armed: Some((docker.clone(), container.to_owned(), user.to_owned(), agent.to_owned())) }
+    fn arm(docker: &Docker, container: &str, user: &str, agent: (u64, u64)) -> Self {
+        CancelSweep { armed: Some((docker.clone(), container.to_owned(), user.to_owned(), agent)) }
     }
 
     fn disarm(&mut self) {
@@ -400,9 +473,9 @@ impl Drop for CancelSweep {
     fn drop(&mut self) {
         let Some((docker, container, user, agent)) = self.armed.take() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        tracing::info!(container = %container, agent = %agent, "call dropped mid-exec; killing its process group");
+        tracing::info!(container = %container, agent_pid = agent.0, "call dropped mid-exec; killing its agent and command");
         runtime.spawn(async move {
-            kill_sweep(&docker, &container, &user, &agent).await;
+            kill_sweep(&docker, &container, &user, agent).await;
         });
     }
 }
@@ -422,14 +495,15 @@ pub(crate) async fn run(
         };
         let started_before = agent.started;
         let mut replies = Replies::new(req.capture_limit);
-        let mut on_cancel = CancelSweep::arm(docker, container, user, &agent.id);
+        let mut on_cancel = CancelSweep::arm(docker, container, user, agent.pid);
         let outcome = agent.request(&req, &mut replies).await;
         on_cancel.disarm();
-        let Replies { mut stdout, mut stderr, data, agent_stderr } = replies;
+        let Replies { mut stdout, mut stderr, data, state, agent_stderr } = replies;
         let killed = |stdout, stderr, timed_out| ExecResult {
             stdout,
             stderr,
             data: Vec::new(),
+            state: None,
             outcome: Outcome::default(),
             exit_code: EXIT_SIGKILL,
             timed_out,
@@ -445,19 +519,19 @@ pub(crate) async fn run(
                 stderr.set_total(outcome.num("err_total").max(0) as u64);
                 let exit_code = outcome.num("code");
                 let timed_out = outcome.get("timed_out") == "1";
-                return Ok(ExecResult { stdout, stderr, data, outcome, exit_code, timed_out, new_commands });
+                return Ok(ExecResult { stdout, stderr, data, state, outcome, exit_code, timed_out, new_commands });
             }
             // A pooled agent that died while idle (container killed, engine restarted):
             // the command never reached it; try a fresh one (which detects a gone container).
             Err(AgentFailure::DeadBeforeOutput) if reused => continue,
             Err(AgentFailure::Docker(f)) => return Err(f),
             Err(AgentFailure::Garbled(why)) => {
-                kill_sweep(docker, container, user, &agent.id).await;
+                kill_sweep(docker, container, user, agent.pid).await;
                 return Err(ExecFailure::Broken(format!("the sandbox agent broke the protocol: {why}")));
             }
             Err(AgentFailure::Overran) => {
                 tracing::warn!(container, agent = %agent.id, "request overran its host deadline; killing the agent and its processes");
-                let swept = kill_sweep(docker, container, user, &agent.id).await;
+                let swept = kill_sweep(docker, container, user, agent.pid).await;
                 drop(agent);
                 if swept {
                     return Ok(killed(stdout, stderr, true));
@@ -549,11 +623,13 @@ async fn create(
 
 /// Kills an agent, its command and every orphan of the sandbox user from a second exec
 /// (the agent's `kill-agent` mode); false when that failed.
-async fn kill_sweep(docker: &Docker, container: &str, user: &str, agent: &str) -> bool {
-    match run_housekeeping(docker, container, user, agent_argv("kill-agent", Some(agent)), KILL_SWEEP_TIMEOUT).await {
+async fn kill_sweep(docker: &Docker, container: &str, user: &str, agent: (u64, u64)) -> bool {
+    let mut argv = agent_argv("kill-agent", Some(&agent.0.to_string()));
+    argv.push(agent.1.to_string());
+    match run_housekeeping(docker, container, user, argv, KILL_SWEEP_TIMEOUT).await {
         Ok(0) => true,
         other => {
-            tracing::warn!(container, agent, result = ?other, "kill sweep failed");
+            tracing::warn!(container, agent_pid = agent.0, result = ?other, "kill sweep failed");
             false
         }
     }

@@ -19,6 +19,7 @@ pub mod error;
 mod exec;
 pub mod metrics;
 pub mod session;
+mod shell_state;
 pub mod tools;
 mod workspace;
 
@@ -26,4 +27,4 @@ pub use config::{ByteSize, SandboxConfig};
 pub use error::SandboxError;
 pub use metrics::MetricsSnapshot;
 pub use session::{PruneReport, Sandbox, SessionInfo, SessionKey};
-pub use tools::{TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};
+pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

@@ -23,6 +23,7 @@ use crate::config::SandboxConfig;
 use crate::container::{self, Names};
 use crate::error::SandboxError;
 use crate::agent::Op;
+use crate::shell_state::ShellState;
 use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
 use crate::metrics::{Metrics, MetricsSnapshot};
 
@@ -130,6 +131,8 @@ struct Slot {
     in_flight: AtomicUsize,
     /// Idle in-container agents of the live container.
     agents: exec::AgentPool,
+    /// The session's Bash state (cwd, exported variables), filtered; in memory only.
+    shell: Mutex<ShellState>,
 }
 
 impl Slot {
@@ -141,6 +144,7 @@ impl Slot {
             last_used: Mutex::new((Instant::now(), SystemTime::now())),
             in_flight: AtomicUsize::new(0),
             agents: exec::AgentPool::default(),
+            shell: Mutex::new(ShellState::default()),
         }
     }
 
@@ -579,6 +583,16 @@ impl<'a> SessionCtx<'a> {
     /// The user the tools run as.
     pub(crate) fn user(&self) -> &str {
         &self.inner.config.user
+    }
+
+    /// The working directory and variables a Bash call with `secrets` starts from.
+    pub(crate) fn shell_for_call(&self, secrets: &[(String, String)]) -> (String, Vec<(String, String)>) {
+        self.lease.slot.shell.lock().expect("shell state lock").for_call(secrets)
+    }
+
+    /// Records what a Bash call with `secrets` exported (the agent's raw report).
+    pub(crate) fn shell_update(&self, raw: &[u8], secrets: &[(String, String)]) {
+        self.lease.slot.shell.lock().expect("shell state lock").update(raw, secrets);
     }
 
     /// Pins the call to the resolved path it was approved for.

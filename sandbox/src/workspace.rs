@@ -42,6 +42,8 @@ pub(crate) struct Target {
     pub path: String,
     pub kind: Kind,
     pub size: u64,
+    /// Hard links to it (a regular file with more than one has names the checks never saw).
+    pub links: u64,
 }
 
 /// Lexical normalisation: absolute, no `.`/`..`, no control characters, under /workspace.
@@ -139,6 +141,7 @@ pub(crate) async fn resolve(
         path: resolved,
         kind,
         size: o.num("size").max(0) as u64,
+        links: o.num("links").max(0) as u64,
     })
 }
 

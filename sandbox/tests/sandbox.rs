@@ -377,7 +377,7 @@ mod tools {
             bash_ok(&sb, &k, "echo \"[${API_TOKEN:-unset}]\"").await,
             "[unset]\n"
         );
-        let state = bash_ok(&sb, &k, "tr '\\0' '\\n' < /tmp/.warden/state.bin").await;
+        let state = bash_ok(&sb, &k, "env").await;
         assert!(
             !state.contains("s3cr3t") && state.contains("GREETING"),
             "{state}"
@@ -605,7 +605,9 @@ mod limits {
         assert_eq!(h["Init"], json!(true));
         assert_eq!(h["Privileged"], json!(false));
         assert!(h["SecurityOpt"].to_string().contains("no-new-privileges"));
-        assert_eq!(j[0]["Config"]["User"], json!("1000:1000"));
+        // Root with SETUID/SETGID only, for the agents' drop to 1000:1000 (checked above).
+        assert_eq!(j[0]["Config"]["User"], json!("0:0"));
+        assert_eq!(h["CapAdd"], json!(["SETUID", "SETGID"]));
         let mounts = j[0]["Mounts"].as_array().unwrap();
         assert_eq!(mounts.len(), 1, "only the workspace volume: {mounts:?}");
         assert_eq!(mounts[0]["Destination"], json!("/workspace"));
@@ -1111,8 +1113,8 @@ mod boundary {
             "printf 'env > /workspace/leak1\\n' > /workspace/hook.sh; \
              export BASH_ENV=/workspace/hook.sh ENV=/workspace/hook.sh PROMPT_COMMAND='env > /workspace/leak2'; \
              ls() { env > /workspace/leak3; command ls \"$@\"; }; export -f ls; \
-             export LD_PRELOAD=/workspace/nothing.so; \
-             printf '\\nenv > /workspace/leak4\\n' >> /tmp/.warden/state.bin; true",
+             export LD_PRELOAD=/workspace/nothing.so PATH=/workspace/.b:$PATH; \
+             mkdir -p .b; printf '#!/bin/sh\\nenv > /workspace/leak4\\n' > .b/ls; chmod +x .b/ls; true",
         )
         .await;
         // Task B gets the secret and copies it into exported variables and the state file.
@@ -1131,12 +1133,32 @@ mod boundary {
         let seen = bash_ok(
             &sb,
             &k,
-            "cat /workspace/leak* 2>/dev/null; env; tr '\\0' '\\n' < /tmp/.warden/state.bin; \
-             grep -rl -- 'tok-7f3a' /workspace /tmp 2>/dev/null; echo done",
+            "cat /workspace/leak* 2>/dev/null; env; grep -rl -- 'tok-7f3a' /workspace /tmp 2>/dev/null; echo done",
         )
         .await;
         assert!(!seen.contains(SECRET) && !seen.contains("tok-7f3a"), "{seen}");
         assert!(!seen.contains("BASH_ENV") && !seen.contains("LD_PRELOAD"), "{seen}");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Review finding: a command of the sandbox user opened its agent's /proc entries
+    /// (stdin, stdout, environment) and forged results, injected requests and read a later
+    /// task's secrets. The agent drops from root to that user, which makes it non-dumpable.
+    pub async fn commands_cannot_reach_their_agent(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("agent-reach");
+        let probe = "for p in /proc/[0-9]*; do \
+              [ \"$(awk '/^PPid:/ {print $2}' $p/status 2>/dev/null)\" = 0 ] || continue; \
+              [ \"$(awk '/^Uid:/ {print $2}' $p/status)\" = 1000 ] || continue; \
+              echo agent; ls $p/fd >/dev/null 2>&1 && echo OPENED-FD; cat $p/environ >/dev/null 2>&1 && echo READ-ENV; \
+              printf 'r\\0\\0\\0\\0' > $p/fd/1 2>/dev/null && echo WROTE-STDOUT; \
+              printf 'x' > $p/fd/0 2>/dev/null && echo WROTE-STDIN; done; true";
+        let out = bash_ok(&sb, &k, probe).await;
+        assert!(out.contains("agent"), "the probe found the agent: {out}");
+        for breach in ["OPENED-FD", "READ-ENV", "WROTE-STDOUT", "WROTE-STDIN"] {
+            assert!(!out.contains(breach), "{breach}: {out}");
+        }
+        assert_eq!(bash_ok(&sb, &k, "echo in-step").await, "in-step\n");
         sb.shutdown().await.unwrap();
     }
 
@@ -1300,10 +1322,17 @@ mod boundary {
         let sb = c.sandbox();
         let k = key("resolve");
         bash_ok(&sb, &k, "echo SECRET > .env; mkdir -p docs; ln -s ../.env docs/link-to-env; ln -s /etc/passwd docs/out").await;
-        assert_eq!(sb.resolve_path(&k, "docs/link-to-env").await.unwrap(), "/workspace/.env");
-        assert_eq!(sb.resolve_path(&k, "/workspace/docs/../docs/link-to-env").await.unwrap(), "/workspace/.env");
-        assert!(matches!(sb.resolve_path(&k, "docs/out").await, Err(SandboxError::PathOutsideWorkspace { .. })));
-        assert_eq!(sb.resolve_path(&k, "docs/new/file").await.unwrap(), "/workspace/docs/new/file");
+        let path = |p: &'static str| {
+            let (sb, k) = (sb.clone(), k.clone());
+            async move { sb.resolve_path(&k, p).await.map(|r| (r.path, r.other_names)) }
+        };
+        assert_eq!(path("docs/link-to-env").await.unwrap(), ("/workspace/.env".into(), false));
+        assert_eq!(path("/workspace/docs/../docs/link-to-env").await.unwrap().0, "/workspace/.env");
+        assert!(matches!(path("docs/out").await, Err(SandboxError::PathOutsideWorkspace { .. })));
+        assert_eq!(path("docs/new/file").await.unwrap().0, "/workspace/docs/new/file");
+        // Review finding: a hard link is another name for the same file.
+        bash_ok(&sb, &k, "ln .env docs/notes.txt").await;
+        assert_eq!(path("docs/notes.txt").await.unwrap(), ("/workspace/docs/notes.txt".into(), true));
         sb.shutdown().await.unwrap();
     }
 }
@@ -1343,6 +1372,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         sessions::docker_unavailable_is_clear,
         sessions::missing_image_is_clear,
         boundary::detached_processes_end_with_their_call,
+        boundary::commands_cannot_reach_their_agent,
         boundary::adoption_kills_commands_of_the_dead_host,
         boundary::planted_state_never_sees_a_later_tasks_secret,
         boundary::truncation_note_states_the_real_size,

@@ -1,11 +1,10 @@
 //! Bash: one shell command per call, with cwd and exported variables persisting per session.
 //!
-//! The session's shell state is data, not a script: after each command the agent records
-//! the working directory and exported variables, drops every variable that changes how a
-//! shell or loader starts (`BASH_ENV`, exported functions, `LD_*`, …) and every variable
-//! whose name or value is one of the call's per-task secrets, and restores the rest into
-//! the next call's environment. Nothing from the state is ever sourced, so no earlier call
-//! can run code while a later task's secrets are in the environment. Processes the command
+//! The session's shell state is data, not a script: after each command the agent reports
+//! the working directory and exported variables, the host keeps what `shell_state` lets
+//! carry over, and the next call starts with it in its environment. Nothing from the state
+//! is ever sourced, so no earlier call can run code while a later task's secrets are in
+//! the environment. Processes the command
 //! starts (also `&` jobs, `setsid` and double-forked daemons) are killed when it ends — a
 //! call is the unit of work; nothing runs on unobserved. This module must never log the
 //! command's environment, never persist a secret, and never run a command outside the agent.
@@ -68,9 +67,13 @@ pub(crate) async fn run(
             message: "command must not be empty".into(),
         });
     }
-    let r = ctx.call(Op::Bash { command: &input.command, secrets: ctx.env }, timeout).await?;
+    let (cwd, vars) = ctx.shell_for_call(ctx.env);
+    let r = ctx.call(Op::Bash { command: &input.command, secrets: ctx.env, vars: &vars, cwd: &cwd }, timeout).await?;
     if let crate::agent::Status::Refused(why) = r.outcome.status() {
         return Err(SandboxError::InvalidInput { tool: "Bash".into(), message: why });
+    }
+    if let Some(state) = &r.state {
+        ctx.shell_update(state, ctx.env);
     }
     let mut content = streams_text(&r.stdout, &r.stderr, cap.saturating_sub(NOTE_ROOM).max(2));
     let is_error = r.timed_out || r.exit_code != 0;

@@ -198,6 +198,16 @@ fn validate_env(env: &[(String, String)]) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Where a tool path leads, as [`Sandbox::resolve_path`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPath {
+    /// The path after symlink resolution beneath /workspace.
+    pub path: String,
+    /// A regular file with more than one hard link: it has names (perhaps a denied one)
+    /// that no check saw, so a policy should not allow it without asking.
+    pub other_names: bool,
+}
+
 /// The path field a file tool reads or writes (Read/Write/Edit `file_path`, Glob/Grep
 /// `path`, default /workspace), or `None` for tools without one.
 pub fn tool_path(tool: &str, input: &Value) -> Option<String> {
@@ -218,9 +228,11 @@ impl Sandbox {
     /// /workspace (a link out of it is an error). The host shows it to the approval policy
     /// besides the path as given, so a rule about `.env` also covers `docs/link-to-env`,
     /// and then pins the call to it with [`Sandbox::call_tool_pinned`].
-    pub async fn resolve_path(&self, key: &SessionKey, path: &str) -> Result<String, SandboxError> {
+    pub async fn resolve_path(&self, key: &SessionKey, path: &str) -> Result<ResolvedPath, SandboxError> {
         let ctx = self.session(key, &[]).await?;
-        Ok(crate::workspace::resolve(&ctx, path, crate::workspace::Purpose::Read).await?.path)
+        let t = crate::workspace::resolve(&ctx, path, crate::workspace::Purpose::Read).await?;
+        let other_names = t.kind == crate::workspace::Kind::File && t.links > 1;
+        Ok(ResolvedPath { path: t.path, other_names })
     }
 
     /// Runs one tool call in the session's sandbox (creating the container on first use).

@@ -306,16 +306,18 @@ async fn an_mcp_tool_waits_at_the_gate_and_runs_after_approval() {
 /// `.env` that `deny: Read(./.env)` protects. The gate now judges the resolved path too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_link_to_a_denied_file_is_denied_through_the_gate() {
-    let policy = "approval:\n  default: deny\n  allow: [\"Bash\", \"Read(./docs/**)\"]\n  deny: [\"Read(./.env)\"]\n";
+    let policy = "approval:\n  default: deny\n  timeout: 1s\n  allow: [\"Bash\", \"Read(./docs/**)\"]\n  deny: [\"Read(./.env)\"]\n";
     let h = claude_host_with(AGENT, &[("main", "- text: \"unused\"\n")], "", policy).await;
     let s = session();
     let setup = h
-        .parent_tool(&s, "Bash", serde_json::json!({"command": "printf TOPSECRET > .env && mkdir -p docs && ln -s ../.env docs/link-to-env && echo hi > docs/a.md"}))
+        .parent_tool(&s, "Bash", serde_json::json!({"command": "printf TOPSECRET > .env && mkdir -p docs && ln -s ../.env docs/link-to-env && ln .env docs/notes.txt && echo hi > docs/a.md"}))
         .await;
     assert!(!setup.is_error, "{setup:?}");
     let ok = h.parent_tool(&s, "Read", serde_json::json!({"file_path": "docs/a.md"})).await;
     assert!(!ok.is_error && ok.content.contains("hi"), "an allowed read still works: {ok:?}");
-    for path in ["docs/link-to-env", "/workspace/docs/link-to-env", "docs/../docs/link-to-env"] {
+    // A hard link is another name for `.env`: the allow becomes an ask, which nobody
+    // answers here, so it is declined.
+    for path in ["docs/link-to-env", "/workspace/docs/link-to-env", "docs/../docs/link-to-env", "docs/notes.txt"] {
         let r = h.parent_tool(&s, "Read", serde_json::json!({"file_path": path})).await;
         assert!(r.is_error && !r.content.contains("TOPSECRET"), "{path}: {r:?}");
         assert!(r.content.contains("denied") || r.content.contains("not run"), "{path}: {r:?}");
