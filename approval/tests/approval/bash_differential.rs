@@ -12,7 +12,9 @@
 //! sandbox image `warden-sandbox:bookworm` (built by `cargo xtask test`):
 //! every executable except `/usr/bin/echo` is replaced by a tripwire that
 //! logs its invocation, bash itself runs from a hidden path, a command bash
-//! cannot find is logged too, and the harness (`tripwire/harness.py`) lists
+//! cannot find is logged too, so is every simple command (builtins included,
+//! through a DEBUG trap) whose command word is not `echo`, and the harness
+//! (`tripwire/harness.py`) lists
 //! every file that appears in any directory the unprivileged user can write
 //! (the root file system is read-only; `--network none`).
 //!

@@ -35,8 +35,23 @@ BASH = "/opt/.w/bash"
 LOG = "/trip/log"
 WORK = "/work"
 TIMEOUT = float(os.environ.get("WARDEN_CASE_TIMEOUT", "5"))
-# A command bash cannot find is also a command the recognizer did not see.
-RUNNER = """command_not_found_handle() { printf 'not found: %q\\n' "$1" >>/trip/log; return 127; }
+# A command bash cannot find is also a command the recognizer did not see,
+# and so is any simple command (builtins too: the DEBUG trap, inherited by
+# subshells and substitutions through `set -T`) whose command word is not
+# `echo`. BASH_COMMAND is bash's own rendering of the parsed command. After a
+# bare `time` bash runs the trap for the trap's own last command (`__in=`);
+# that one is not the command under test, and neither is a command made of
+# redirections only (no command word: no program runs).
+RUNNER = r"""command_not_found_handle() { printf 'not found: %q\n' "$1" >>/trip/log; return 127; }
+__warden_debug() {
+  local w=${__c%%[[:space:]]*}
+  w=${w//\"/}; w=${w//\'/}; w=${w//\\/}
+  local redirect_only='^[0-9]*[<>&]'
+  [[ $w == echo || $w =~ $redirect_only || $__c == 'eval "$1"' || $__c == __in=* ]] ||
+    printf 'ran: %q\n' "$__c" >>/trip/log
+}
+set -T
+trap '[[ -n $__in ]] || { __in=1; __c=$BASH_COMMAND; __warden_debug; __in=; }' DEBUG
 eval "$1"
 """
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": WORK, "LANG": "C.UTF-8"}
