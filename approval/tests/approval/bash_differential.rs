@@ -519,6 +519,18 @@ fn tripwire_image() -> String {
         "docker commit of the tripwire image failed: {}",
         String::from_utf8_lossy(&commit.stderr)
     );
+    // Older recipes' images are dead weight (a failed removal is harmless).
+    let listed = docker(&[
+        "images",
+        TRIPWIRE_REPO,
+        "--format",
+        "{{.Repository}}:{{.Tag}}",
+    ]);
+    for old in String::from_utf8_lossy(&listed.stdout).lines() {
+        if old != tag {
+            let _ = docker(&["rmi", old]);
+        }
+    }
     tag
 }
 
