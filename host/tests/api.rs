@@ -82,8 +82,15 @@ struct Api {
 }
 
 impl Drop for Api {
+    /// Stops the server and removes the deployment's sandbox sessions.
     fn drop(&mut self) {
         self.server.abort();
+        if let Some(tools) = self.engine.registry().runtime().services().tools.clone()
+            && let Ok(sandbox) = tools.sandbox().cloned()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            tokio::task::block_in_place(|| handle.block_on(async { sandbox.shutdown().await.ok() }));
+        }
     }
 }
 
@@ -112,6 +119,13 @@ async fn api_with_files(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<Str
         cache.display()
     );
     let text = if text.contains("\nserver:") { text } else { format!("{text}server:\n  heartbeat: 200ms\n") };
+    // Hosts of one sandbox scope adopt (and sweep) each other's containers: tests run at
+    // once, so every deployment without its own `sandbox:` section gets a scope of its own.
+    let text = if text.contains("\nsandbox:") {
+        text
+    } else {
+        format!("{text}sandbox:\n  scope: apitest{}\n", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    };
     std::fs::write(dir.path().join("warden.yaml"), &text).unwrap();
     let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let store = Store::open(&dir.path().join("state.db")).unwrap();
