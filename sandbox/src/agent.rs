@@ -277,6 +277,16 @@ pub(crate) enum Status {
 pub(crate) struct Outcome(pub HashMap<String, String>);
 
 impl Outcome {
+    /// `Ok` for an `ok` status; otherwise the error for an operation on `path` (already
+    /// resolved): outside the workspace, or the agent's message.
+    pub(crate) fn ok_for(&self, path: &str) -> Result<(), SandboxError> {
+        match self.status() {
+            Status::Ok => Ok(()),
+            Status::Outside => Err(SandboxError::PathOutsideWorkspace { path: path.to_string(), resolved: path.to_string() }),
+            Status::Error(message) | Status::Refused(message) => Err(SandboxError::File { path: path.to_string(), message }),
+        }
+    }
+
     pub(crate) fn status(&self) -> Status {
         let msg = || self.get("message").to_string();
         match self.get("status") {

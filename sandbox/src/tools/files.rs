@@ -7,7 +7,7 @@
 use serde::Deserialize;
 
 use super::ToolOutput;
-use crate::agent::{Op, Status};
+use crate::agent::Op;
 use crate::error::SandboxError;
 use crate::exec::FILE_OP_TIMEOUT;
 use crate::exec::cap_text;
@@ -68,21 +68,14 @@ fn not_a_file(path: &str, t: &Target) -> Option<ToolOutput> {
 /// Reads a confined file through the agent (no link followed; at most `max` bytes).
 async fn fetch(ctx: &SessionCtx<'_>, t: &Target, max: u64) -> Result<Vec<u8>, SandboxError> {
     let r = ctx.call(Op::Read { path: &t.path, max }, FILE_OP_TIMEOUT).await?;
-    match r.outcome.status() {
-        Status::Ok => Ok(r.data),
-        Status::Outside => Err(SandboxError::PathOutsideWorkspace { path: t.path.clone(), resolved: t.path.clone() }),
-        Status::Error(message) | Status::Refused(message) => Err(SandboxError::File { path: t.path.clone(), message }),
-    }
+    r.outcome.ok_for(&t.path)?;
+    Ok(r.data)
 }
 
 /// Replaces a confined file through the agent (no link followed; mode kept when it existed).
 async fn store(ctx: &SessionCtx<'_>, t: &Target, data: &[u8]) -> Result<(), SandboxError> {
     let r = ctx.call(Op::Write { path: &t.path, data }, FILE_OP_TIMEOUT).await?;
-    match r.outcome.status() {
-        Status::Ok => Ok(()),
-        Status::Outside => Err(SandboxError::PathOutsideWorkspace { path: t.path.clone(), resolved: t.path.clone() }),
-        Status::Error(message) | Status::Refused(message) => Err(SandboxError::File { path: t.path.clone(), message }),
-    }
+    r.outcome.ok_for(&t.path)
 }
 
 pub(crate) async fn read(

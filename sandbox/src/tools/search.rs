@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::ToolOutput;
 use crate::container::WORKSPACE;
-use crate::agent::{Op, Status};
+use crate::agent::Op;
 use crate::error::SandboxError;
 use crate::exec::ExecResult;
 use crate::exec::cap_text;
@@ -84,11 +84,8 @@ async fn run_rg(ctx: &SessionCtx<'_>, argv: &[String], root: &str) -> Result<Exe
     let r = ctx
         .call(Op::Exec { argv, env: &[], pin: Some((root, argv.len() - 1)) }, ctx.inner.config.exec_timeout)
         .await?;
-    match r.outcome.status() {
-        Status::Ok => Ok(r),
-        Status::Outside => Err(SandboxError::PathOutsideWorkspace { path: root.to_string(), resolved: root.to_string() }),
-        Status::Error(message) | Status::Refused(message) => Err(SandboxError::File { path: root.to_string(), message }),
-    }
+    r.outcome.ok_for(root)?;
+    Ok(r)
 }
 
 fn rg_base() -> Vec<String> {
