@@ -1,0 +1,151 @@
+//! One plugin under attack by another: the victim's call latency alone and while a hostile
+//! plugin runs each attack without pause, measured side by side in one run.
+//!
+//! Run: `cargo xtask build --plugins-only && cargo bench -p warden --bench isolation --profile dev`
+//! (`WARDEN_TEST_PLUGINS` picks another plugin directory; `--write FILE` also replaces the
+//! `## Isolation` section of FILE). Target (issue 12): the victim's p99 within 1.5× of its
+//! baseline under every attack.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use warden::config::Limits;
+use warden::plugin::{SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+use warden::{LoadedPlugin, Runtime, RuntimeOptions};
+
+/// Victim calls per measurement (sequential, one at a time, as a parent agent waits).
+const CALLS: usize = 3000;
+/// Attacker calls running at once (one per core is what a task limit of 2 allows here).
+const ATTACKERS: usize = 1;
+/// The attacker's deadline per call: the loop and memory attacks run until it.
+const ATTACK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The attacks of issue 12 that need no other host service, as hostile-plugin prompts.
+fn attacks() -> Vec<(&'static str, String)> {
+    let script = |ops: &str| format!("script:{ops}");
+    vec![
+        ("infinite loop (to the deadline)", "loop".into()),
+        ("memory bomb (to the cap)", "membomb".into()),
+        ("stack overflow", "stack".into()),
+        ("16 MiB output", "oversize".into()),
+        ("panic", "panic".into()),
+        ("100,000 HTTP headers", script(r#"[{"op":"http","url":"http://127.0.0.1:9/","extra_headers":100000}]"#)),
+        ("log flood (newlines, 8 KiB lines)", script(r#"[{"op":"log","level":"info","message":{"repeat":"x\n","times":4096},"repeat":2000}]"#)),
+    ]
+}
+
+fn dir(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(default))
+}
+
+struct Victim {
+    rt: Arc<Runtime>,
+    plugin: LoadedPlugin,
+    def: SubagentDefinition,
+}
+
+impl Victim {
+    /// Per-call latencies of `CALLS` sequential calls, sorted, in microseconds.
+    async fn measure(&self) -> Vec<f64> {
+        let call = TaskCall { prompt: "ping".into(), subagent_type: "x".into(), ..Default::default() };
+        let ctx = TaskContext { task_id: "v".into(), session_id: "s".into(), user_id: "u".into() };
+        let mut v = Vec::with_capacity(CALLS);
+        for _ in 0..CALLS {
+            let t = Instant::now();
+            let out = self.rt.execute(&self.plugin, ctx.clone(), &call, &self.def, None).await.unwrap();
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+            assert_eq!(out, "ping");
+        }
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v
+    }
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let plugins = dir("WARDEN_TEST_PLUGINS", "target/test-plugins");
+    let bytes = std::fs::read(plugins.join("hostile.wasm")).expect("run `cargo xtask build --plugins-only` first");
+    let services = Arc::new(warden::services::HostServices::new(vec![]));
+    let rt = Arc::new(Runtime::new(RuntimeOptions { cache_dir: None, fuel: false }, services).unwrap());
+    let grant = warden::config::GrantConfig { log: true, ..Default::default() };
+    let victim_plugin = rt.load("victim", "victim.wasm".into(), &bytes, Limits::default(), Some(&grant)).await.unwrap();
+    let attacker_limits = Limits { timeout: ATTACK_TIMEOUT, ..Limits::default() };
+    let attacker = Arc::new(rt.load("attacker", "attacker.wasm".into(), &bytes, attacker_limits, Some(&grant)).await.unwrap());
+    let reference = SubagentReference { uri: "bench://x".into(), kind: "HOSTILE".into(), metadata: Default::default() };
+    let def = rt.resolve(&victim_plugin, &reference).await.unwrap();
+    let victim = Victim { rt: rt.clone(), plugin: victim_plugin, def: def.clone() };
+
+    victim.measure().await; // warm-up
+    let base = victim.measure().await;
+    let (b50, b99) = (pct(&base, 0.5), pct(&base, 0.99));
+    let mut rows = vec![format!("| none (baseline) | {b50:.0} µs | {b99:.0} µs | 1.00× | — |")];
+    let mut worst = 1.0f64;
+    for (name, prompt) in attacks() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicU64::new(0));
+        let mut handles = Vec::new();
+        for _ in 0..ATTACKERS {
+            let (rt, attacker, def, prompt, stop, rounds) =
+                (rt.clone(), attacker.clone(), def.clone(), prompt.clone(), stop.clone(), rounds.clone());
+            handles.push(tokio::spawn(async move {
+                let call = TaskCall { prompt, subagent_type: "x".into(), ..Default::default() };
+                let ctx = TaskContext { task_id: "a".into(), session_id: "s".into(), user_id: "u".into() };
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = rt.execute(&*attacker, ctx.clone(), &call, &def, None).await;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let under = victim.measure().await;
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.await.unwrap();
+        }
+        let (p50, p99) = (pct(&under, 0.5), pct(&under, 0.99));
+        worst = worst.max(p99 / b99);
+        rows.push(format!(
+            "| {name} | {p50:.0} µs | {p99:.0} µs | {:.2}× | {} attack calls |",
+            p99 / b99,
+            rounds.load(Ordering::Relaxed)
+        ));
+    }
+    let table = format!(
+        "| attack running in another plugin | victim p50 | victim p99 | p99 / baseline | note |\n|---|---|---|---|---|\n{}\n",
+        rows.join("\n")
+    );
+    println!("{table}");
+    println!("worst p99 ratio: {worst:.2}× (target ≤ 1.5×)");
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--write") {
+        let path = args.get(i + 1).expect("--write FILE");
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let section = format!(
+            "## Isolation\n\nCommand: `cargo xtask build --plugins-only && cargo bench -p warden --bench isolation --profile dev -- --write BENCHMARKS.md` (from `host/`, so the path is `../BENCHMARKS.md`)\n\n\
+             Machine: {} cores. The victim (the hostile test plugin answering `ping`, default limits) is called {CALLS} times one after \
+             another, alone and then while {ATTACKERS} call(s) of a second plugin run each attack back to back (deadline {} ms). Target \
+             (issue 12): victim p99 ≤ 1.5× its baseline. Load average at the end: {}.\n\n{table}\nWorst p99 ratio: **{worst:.2}×**.\n",
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            ATTACK_TIMEOUT.as_millis(),
+            load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        );
+        let existing = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n\n".into());
+        let updated = match existing.find("## Isolation\n") {
+            Some(start) => {
+                let end = existing[start + 1..].find("\n## ").map(|e| start + 1 + e + 1).unwrap_or(existing.len());
+                format!("{}{}{}", &existing[..start], section, &existing[end..])
+            }
+            None => format!("{}{}{}", existing, if existing.ends_with("\n\n") { "" } else { "\n" }, section),
+        };
+        std::fs::write(path, updated).unwrap();
+        println!("wrote {path}");
+    }
+}
