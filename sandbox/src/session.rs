@@ -29,6 +29,8 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 
 /// Longest accepted user or session id, in bytes (they become Docker labels).
 pub const MAX_KEY_PART_LEN: usize = 128;
+/// Stripes of the per-session Docker object locks (a fixed number: no map to clean up).
+const OBJECT_LOCK_STRIPES: usize = 64;
 /// Longest pause between idle sweeps; shorter TTLs sweep at a quarter of the TTL.
 const REAPER_MAX_INTERVAL: Duration = Duration::from_secs(30);
 /// Shortest pause between idle sweeps.
@@ -120,6 +122,10 @@ pub(crate) struct Inner {
     pub(crate) metrics: Metrics,
     shut_down: AtomicBool,
     reaper: Mutex<Option<JoinHandle<()>>>,
+    /// Striped locks over a session key's Docker objects: creating a session's container,
+    /// volume and disk never overlaps removing them (a reaped session used again at once
+    /// would otherwise attach a disk image that the removal then deletes).
+    object_locks: Vec<tokio::sync::Mutex<()>>,
 }
 
 struct Slot {
@@ -197,6 +203,7 @@ impl Sandbox {
                 metrics: Metrics::default(),
                 shut_down: AtomicBool::new(false),
                 reaper: Mutex::new(None),
+                object_locks: (0..OBJECT_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             }),
         })
     }
@@ -295,6 +302,7 @@ impl Sandbox {
                 Ok(true)
             }
             None => {
+                let _objects = self.inner.object_lock(key).lock().await;
                 container::remove_session(docker, &self.inner.config, &container::names(&self.inner.config.scope, key))
                     .await?;
                 Ok(false)
@@ -465,6 +473,14 @@ impl Sandbox {
 }
 
 impl Inner {
+    /// The lock over `key`'s Docker objects (see `object_locks`).
+    pub(crate) fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut h);
+        &self.object_locks[h.finish() as usize % self.object_locks.len()]
+    }
+
     /// Removes a slot that never got a container (creation failed) so it does not count
     /// against `max_sessions`.
     async fn forget_if_empty(&self, slot: &Arc<Slot>) {
@@ -492,7 +508,10 @@ impl Inner {
                 .sessions_removed
                 .fetch_add(1, Ordering::Relaxed);
         }
-        container::remove_session(docker, &self.config, &slot.names).await?;
+        {
+            let _objects = self.object_lock(&slot.key).lock().await;
+            container::remove_session(docker, &self.config, &slot.names).await?;
+        }
         tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session removed");
         Ok(())
     }
@@ -535,7 +554,10 @@ impl<'a> SessionCtx<'a> {
             return Ok(id.clone());
         }
         let started = Instant::now();
-        let id = container::create_and_start(self.docker, &self.inner.config, &slot.key).await?;
+        let id = {
+            let _objects = self.inner.object_lock(&slot.key).lock().await;
+            container::create_and_start(self.docker, &self.inner.config, &slot.key).await?
+        };
         self.inner
             .metrics
             .sessions_created
