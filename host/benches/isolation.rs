@@ -99,7 +99,7 @@ async fn main() {
                 let call = TaskCall { prompt, subagent_type: "x".into(), ..Default::default() };
                 let ctx = TaskContext { task_id: "a".into(), session_id: "s".into(), user_id: "u".into() };
                 while !stop.load(Ordering::Relaxed) {
-                    let _ = rt.execute(&*attacker, ctx.clone(), &call, &def, None).await;
+                    let _ = rt.execute(&attacker, ctx.clone(), &call, &def, None).await;
                     rounds.fetch_add(1, Ordering::Relaxed);
                 }
             }));

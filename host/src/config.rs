@@ -579,11 +579,10 @@ impl Config {
 /// reported separately and more precisely).
 fn bare_message(text: &str) -> &str {
     let mut t = text;
-    if let Some((prefix, rest)) = t.split_once(": ") {
-        if !prefix.contains(' ') && !prefix.is_empty() {
+    if let Some((prefix, rest)) = t.split_once(": ")
+        && !prefix.contains(' ') && !prefix.is_empty() {
             t = rest;
         }
-    }
     match t.rfind(" at line ") {
         Some(i) => &t[..i],
         None => t,

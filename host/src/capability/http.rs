@@ -125,11 +125,10 @@ impl AllowedUrl {
     /// Does this entry allow the (already parsed) URL?
     pub fn allows(&self, url: &reqwest::Url) -> bool {
         let scheme = url.scheme();
-        if let Scheme::Exact(s) = &self.scheme {
-            if s != scheme {
+        if let Scheme::Exact(s) = &self.scheme
+            && s != scheme {
                 return false;
             }
-        }
         let Some(host) = url.host_str() else { return false };
         let host = host.to_ascii_lowercase();
         let host_ok = match &self.host {

@@ -76,14 +76,13 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         (_, _, Some(e)) => println!("\ntask failed: {}", esc(e)),
         _ => println!("\ntask ended: {:?}", outcome.status),
     }
-    if let Some(audit) = audit {
-        if let Ok(text) = std::fs::read_to_string(&audit) {
+    if let Some(audit) = audit
+        && let Ok(text) = std::fs::read_to_string(&audit) {
             println!("\naudit log ({} decisions, arguments only as digests):", text.lines().count());
             for line in text.lines() {
                 let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
                 println!("  {:<6} {:<8} by {}", v["tool"].as_str().unwrap_or(""), v["decision"].as_str().unwrap_or(""), v["decided_by"].as_str().unwrap_or(""));
             }
         }
-    }
     Ok(if outcome.status == TaskStatus::Completed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TASK_FAILED) })
 }
