@@ -316,6 +316,33 @@ pub(crate) async fn read_sse(
     Ok(())
 }
 
+/// A non-streamed answer: read and parse the body; when the caller wanted a stream
+/// (the server ignored `stream: true`), deliver reasoning and text as one fragment each.
+pub(crate) async fn buffered(
+    provider: &str,
+    resp: reqwest::Response,
+    sink: Option<&crate::StreamSink>,
+    parse: fn(&str, &[u8]) -> Result<crate::ChatResponse, ModelError>,
+) -> Result<crate::ChatResponse, ModelError> {
+    let bytes = read_body(provider, resp).await?;
+    let out = parse(provider, &bytes)?;
+    if let Some(sink) = sink {
+        if let Some(r) = &out.reasoning {
+            sink.reasoning(r);
+        }
+        sink.token(&out.message.content);
+    }
+    Ok(out)
+}
+
+/// Logs a failure and returns the result with the API key scrubbed from any error text.
+pub(crate) fn redacted<T>(provider: &str, what: &str, result: Result<T, ModelError>, key: Option<&str>) -> Result<T, ModelError> {
+    if let Err(e) = &result {
+        tracing::debug!(provider, error = %e.clone().redact(key), "{what}");
+    }
+    result.map_err(|e| e.redact(key))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,31 +376,4 @@ mod tests {
         assert_eq!(excerpt(long.as_bytes()).chars().count(), MAX_ERROR_EXCERPT_CHARS + 1);
         assert_eq!(excerpt(b""), "(empty body)");
     }
-}
-
-/// A non-streamed answer: read and parse the body; when the caller wanted a stream
-/// (the server ignored `stream: true`), deliver reasoning and text as one fragment each.
-pub(crate) async fn buffered(
-    provider: &str,
-    resp: reqwest::Response,
-    sink: Option<&crate::StreamSink>,
-    parse: fn(&str, &[u8]) -> Result<crate::ChatResponse, ModelError>,
-) -> Result<crate::ChatResponse, ModelError> {
-    let bytes = read_body(provider, resp).await?;
-    let out = parse(provider, &bytes)?;
-    if let Some(sink) = sink {
-        if let Some(r) = &out.reasoning {
-            sink.reasoning(r);
-        }
-        sink.token(&out.message.content);
-    }
-    Ok(out)
-}
-
-/// Logs a failure and returns the result with the API key scrubbed from any error text.
-pub(crate) fn redacted<T>(provider: &str, what: &str, result: Result<T, ModelError>, key: Option<&str>) -> Result<T, ModelError> {
-    if let Err(e) = &result {
-        tracing::debug!(provider, error = %e.clone().redact(key), "{what}");
-    }
-    result.map_err(|e| e.redact(key))
 }

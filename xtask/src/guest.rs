@@ -158,7 +158,7 @@ fn build_rust(layout: &Layout, toolchain: &WasmToolchain, guest: &Guest) -> Resu
         process::run(&mut toolchain.cargo_build(&guest.dir, &target_dir, &features))
             .with_context(|| format!("building plugin {name}"))?;
         let out = guest.out_dir.join(format!("{name}.wasm"));
-        if is_newer(&out, &[core.clone()]) {
+        if is_newer(&out, std::slice::from_ref(&core)) {
             println!("xtask: {} is up to date", layout.rel(&out).display());
         } else {
             encode_component(&core, &out).with_context(|| format!("encoding plugin {name}"))?;

@@ -37,11 +37,10 @@ pub fn ensure() -> Result<()> {
 
     let rootfs = std::env::temp_dir().join(format!("warden-sandbox-rootfs-{}", std::process::id()));
     let result = bootstrap_and_import(&debootstrap, &rootfs);
-    if rootfs.exists() {
-        if let Err(e) = fs::remove_dir_all(&rootfs) {
+    if rootfs.exists()
+        && let Err(e) = fs::remove_dir_all(&rootfs) {
             println!("xtask: warning: could not remove {}: {e}", rootfs.display());
         }
-    }
     result?;
     println!("xtask: sandbox image {SANDBOX_IMAGE} created");
     Ok(())
