@@ -34,17 +34,13 @@ impl Layout {
     }
 
     /// The host binary built by `cargo build --release -p warden`.
-    /// The shared real-world fixtures: `$WARDEN_FIXTURES`, else `shared/fixtures` beside
-    /// the checkout or any of its ancestors, else the workplace's `/work/shared/fixtures`.
+    /// The real-world fixtures (agent files, A2A cards): `$WARDEN_FIXTURES`, else the copy
+    /// kept in the repository at `tests/fixtures` (so a clone in any folder finds them).
     pub fn fixtures(&self) -> Option<PathBuf> {
         if let Some(p) = env::var_os("WARDEN_FIXTURES").filter(|v| !v.is_empty()) {
             return Some(PathBuf::from(p));
         }
-        self.root
-            .ancestors()
-            .map(|a| a.join("shared/fixtures"))
-            .chain(std::iter::once(PathBuf::from("/work/shared/fixtures")))
-            .find(|p| p.is_dir())
+        Some(self.root.join("tests/fixtures")).filter(|p| p.is_dir())
     }
 
     /// The dev-profile host binary the tests run.

@@ -16,7 +16,7 @@ fn fixtures() -> std::path::PathBuf {
     let p = std::env::var_os("WARDEN_FIXTURES")
         .filter(|v| !v.is_empty())
         .map(|d| std::path::PathBuf::from(d).join("a2a-cards"))
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/a2a-cards"));
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/a2a-cards"));
     assert!(p.is_dir(), "card fixtures missing at {}", p.display());
     p
 }

@@ -138,12 +138,12 @@ pub fn free_port() -> u16 {
 }
 
 /// The shared real-world fixtures (Claude agent files, A2A cards): `WARDEN_FIXTURES`
-/// (set by `cargo xtask test`), else `../shared/fixtures` beside the checkout.
+/// (set by `cargo xtask test`), else the copy in the repository at `tests/fixtures`.
 pub fn fixtures() -> PathBuf {
     let p = std::env::var_os("WARDEN_FIXTURES")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("../shared/fixtures"));
+        .unwrap_or_else(|| repo().join("tests/fixtures"));
     assert!(p.is_dir(), "fixtures missing at {} — set WARDEN_FIXTURES or run `cargo xtask test`", p.display());
     p
 }

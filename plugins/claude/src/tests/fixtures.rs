@@ -1,9 +1,8 @@
-//! Every real-world agent file under `shared/fixtures/claude-agents` must resolve with the
+//! Every real-world agent file under `tests/fixtures/claude-agents` must resolve with the
 //! name, description, tools and model its frontmatter states.
 //!
 //! The fixtures are found through `WARDEN_FIXTURES` (the `fixtures` directory, or its
-//! `claude-agents` subdirectory), else by looking for `shared/fixtures` next to each
-//! ancestor of this crate (the project keeps `shared/` beside the repository).
+//! `claude-agents` subdirectory), else in the repository's `tests/fixtures`.
 //!
 //! The expected values come from a deliberately naive line reader (independent of the
 //! parser under test): these files keep `name`, `model` and `tools` on one line each.
@@ -24,18 +23,13 @@ fn agents_dir() -> PathBuf {
         let nested = dir.join("claude-agents");
         return if nested.is_dir() { nested } else { dir };
     }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for ancestor in manifest.ancestors() {
-        let candidate = ancestor.join("shared/fixtures/claude-agents");
-        if candidate.is_dir() {
-            return candidate;
-        }
-    }
-    panic!(
-        "fixtures not found: set WARDEN_FIXTURES to the shared/fixtures directory \
-         (looked for shared/fixtures/claude-agents beside every ancestor of {})",
-        manifest.display()
+    let in_repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/claude-agents");
+    assert!(
+        in_repo.is_dir(),
+        "fixtures not found at {}: set WARDEN_FIXTURES to a fixtures directory",
+        in_repo.display()
     );
+    in_repo
 }
 
 fn md_files(dir: &Path, out: &mut Vec<PathBuf>) {
