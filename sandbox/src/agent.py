@@ -424,15 +424,28 @@ def op_stat(f):
                   mode=stat.S_IMODE(st.st_mode), links=st.st_nlink)
 
 
-def op_read(f):
-    path, limit = text(f[1]), int(f[2])
+def open_reported(path):
+    """Opens a resolved path for reading (no link followed, never blocking on a FIFO);
+    returns its descriptor, or None after sending the result that says why not."""
     try:
         dfd, _, fd = open_beneath(path, os.O_RDONLY | os.O_NONBLOCK)
     except Refused:
-        return result(status="outside", message=path)
+        result(status="outside", message=path)
+        return None
     except OSError as e:
-        return result(status="error", message=os_message(e))
+        result(status="error", message=os_message(e))
+        return None
+    if fd is None:
+        return dfd
     os.close(dfd)
+    return fd
+
+
+def op_read(f):
+    path, limit = text(f[1]), int(f[2])
+    fd = open_reported(path)
+    if fd is None:
+        return
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -509,16 +522,9 @@ def op_exec(f):
         raise Refused("empty argv")
     pass_fds, rewrite, pin_fd = (), None, None
     if pin:
-        try:
-            dfd, _, pin_fd = open_beneath(pin, os.O_RDONLY | os.O_NONBLOCK)
-        except Refused:
-            return result(status="outside", message=pin)
-        except OSError as e:
-            return result(status="error", message=os_message(e))
+        pin_fd = open_reported(pin)
         if pin_fd is None:
-            pin_fd = dfd
-        else:
-            os.close(dfd)
+            return
         if pin_index >= 0:
             argv[pin_index] = "/proc/self/fd/%d" % pin_fd
             pass_fds = (pin_fd,)

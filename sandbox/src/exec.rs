@@ -238,7 +238,6 @@ pub(crate) fn cap_text(text: String, max: usize) -> String {
 /// A long-lived exec running the agent, with its attached stdin and output.
 pub(crate) struct Agent {
     container: String,
-    id: String,
     exec_id: String,
     /// The agent's pid and start time in the container (its hello frame): what the kill
     /// sweep aims at, so a reused pid is never hit.
@@ -295,7 +294,6 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Starts an agent as root (`exec_user`, which it drops at once to `user`) and waits for
 /// its hello frame.
 async fn spawn_agent(docker: &Docker, container: &str, user: &str) -> Result<Agent, ExecFailure> {
-    let id = format!("{}-{}", std::process::id(), EXEC_COUNTER.fetch_add(1, Ordering::Relaxed));
     let (uid, gid) = user.split_once(':').unwrap_or((user, user));
     let argv = {
         let mut v = agent_argv("serve", Some(uid));
@@ -346,7 +344,6 @@ async fn spawn_agent(docker: &Docker, container: &str, user: &str) -> Result<Age
     };
     Ok(Agent {
         container: container.to_string(),
-        id,
         exec_id,
         pid: (hello.num("pid").max(0) as u64, hello.num("starttime").max(0) as u64),
         started: 0,
@@ -530,7 +527,7 @@ pub(crate) async fn run(
                 return Err(ExecFailure::Broken(format!("the sandbox agent broke the protocol: {why}")));
             }
             Err(AgentFailure::Overran) => {
-                tracing::warn!(container, agent = %agent.id, "request overran its host deadline; killing the agent and its processes");
+                tracing::warn!(container, agent_pid = agent.pid.0, "request overran its host deadline; killing the agent and its processes");
                 let swept = kill_sweep(docker, container, user, agent.pid).await;
                 drop(agent);
                 if swept {
