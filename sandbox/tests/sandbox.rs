@@ -1319,6 +1319,21 @@ mod boundary {
         sb.shutdown().await.unwrap();
     }
 
+    /// Write and Edit never build or send more than the text-file limit: an Edit that
+    /// replaces every byte of a file with a long string is refused before it is built.
+    pub async fn oversized_writes_and_edits_are_refused(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("oversize");
+        bash_ok(&sb, &k, "head -c 100000 /dev/zero | tr '\\0' a > f").await;
+        let e = tool(&sb, &k, "Edit", json!({"file_path": "f", "old_string": "a", "new_string": "b".repeat(400), "replace_all": true})).await;
+        assert!(e.is_error && e.content.contains("over Edit's"), "{}", e.content);
+        assert_eq!(bash_ok(&sb, &k, "wc -c < f").await, "100000\n", "file unchanged");
+        let big = "x".repeat(33 * 1024 * 1024);
+        let w = tool(&sb, &k, "Write", json!({"file_path": "g", "content": big})).await;
+        assert!(w.is_error && w.content.contains("over Write's"), "{}", w.content);
+        sb.shutdown().await.unwrap();
+    }
+
     /// Read and Grep of a link to a denied file report the resolved path, so the approval
     /// policy can judge the file that would really be read.
     pub async fn resolved_path_follows_links_inside_only(c: Ctx) {
@@ -1383,6 +1398,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::symlink_swaps_never_leave_the_workspace,
         boundary::resolved_path_follows_links_inside_only,
         boundary::disk_limit_is_enforced_by_the_kernel,
+        boundary::oversized_writes_and_edits_are_refused,
     ]
 }
 

@@ -18,7 +18,8 @@ use crate::workspace::{self, Kind, Purpose, Target};
 pub const DEFAULT_READ_LIMIT: usize = 2000;
 /// Characters kept per line in Read output; longer lines are cut (minified files).
 pub const MAX_LINE_CHARS: usize = 2000;
-/// Largest file Read and Edit load (bigger files: use Bash with head/sed, or Grep).
+/// Largest file Read and Edit load and Write writes (bigger files: use Bash with head/sed,
+/// or Grep); also keeps every agent request far below its frame limit.
 pub const MAX_TEXT_FILE_BYTES: u64 = 32 * 1024 * 1024;
 /// Largest file `upload_file` / `download_file` move in one call.
 pub const MAX_TRANSFER_BYTES: u64 = 256 * 1024 * 1024;
@@ -142,6 +143,12 @@ pub(crate) async fn write(
     input: WriteInput,
 ) -> Result<ToolOutput, SandboxError> {
     let path = input.file_path.as_str();
+    if input.content.len() as u64 > MAX_TEXT_FILE_BYTES {
+        return Ok(ToolOutput::error(format!(
+            "content is {} bytes, over Write's {MAX_TEXT_FILE_BYTES}-byte limit; write the file in parts with Bash",
+            input.content.len()
+        )));
+    }
     let t = workspace::resolve(ctx, path, Purpose::Write).await?;
     let existed = match &t.kind {
         Kind::Missing => false,
@@ -202,6 +209,17 @@ pub(crate) async fn edit(
     if count > 1 && !input.replace_all {
         return Ok(ToolOutput::error(format!(
             "Found {count} matches of the string to replace in {path}, but replace_all is false. To replace all, set replace_all to true; to replace one, give more surrounding context so old_string is unique."
+        )));
+    }
+    // Checked before building it: a short old_string replaced everywhere by a long one
+    // would otherwise make the host build a string many times the limit.
+    let replaced = if input.replace_all { count } else { 1 };
+    let new_len = (text.len() as u64)
+        .saturating_sub(replaced as u64 * input.old_string.len() as u64)
+        .saturating_add(replaced as u64 * input.new_string.len() as u64);
+    if new_len > MAX_TEXT_FILE_BYTES {
+        return Ok(ToolOutput::error(format!(
+            "the edited {path} would be {new_len} bytes, over Edit's {MAX_TEXT_FILE_BYTES}-byte limit"
         )));
     }
     let updated = if input.replace_all {
