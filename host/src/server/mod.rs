@@ -221,6 +221,11 @@ async fn create_task(
         return Ok(resp);
     }
     if background {
+        // An accepted task survives a crash: its record is committed before the answer
+        // (the store batches writes; a SIGKILL right after a 202 lost the task).
+        if let Err(e) = s.engine.store().flush().await {
+            tracing::warn!(task_id = %task_id, error = %e, "could not commit the accepted task");
+        }
         let rec = live.record();
         return Ok((
             StatusCode::ACCEPTED,
