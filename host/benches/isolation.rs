@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use warden::config::Limits;
 use warden::plugin::{SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+use warden::runtime::pool::PoolOptions;
 use warden::{LoadedPlugin, Runtime, RuntimeOptions};
 
 /// Victim calls per measurement (sequential, one at a time, as a parent agent waits).
@@ -74,7 +75,10 @@ async fn main() {
     let plugins = dir("WARDEN_TEST_PLUGINS", "target/test-plugins");
     let bytes = std::fs::read(plugins.join("hostile.wasm")).expect("run `cargo xtask build --plugins-only` first");
     let services = Arc::new(warden::services::HostServices::new(vec![]));
-    let rt = Arc::new(Runtime::new(RuntimeOptions { cache_dir: None, fuel: false }, services).unwrap());
+    // Instances as `warden serve` allocates them by default: pooled, copy-on-write.
+    let pool = PoolOptions::for_tasks(warden::engine::DEFAULT_MAX_CONCURRENT_TASKS, Limits::default().memory);
+    let rt = Arc::new(Runtime::new(RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() }, services).unwrap());
+    assert!(rt.is_pooled(), "the instance pool could not be reserved");
     let grant = warden::config::GrantConfig { log: true, ..Default::default() };
     let victim_plugin = rt.load("victim", "victim.wasm".into(), &bytes, Limits::default(), Some(&grant)).await.unwrap();
     let attacker_limits = Limits { timeout: ATTACK_TIMEOUT, ..Limits::default() };

@@ -1,11 +1,12 @@
 //! Plugin runtime costs, measured in one run so the ratios compare like with like.
 //!
-//! Run: `cargo xtask build --plugins-only && cargo bench -p warden --bench runtime`
+//! Run: `cargo xtask build --plugins-only && cargo bench -p warden --bench runtime` (release profile)
 //! (set WARDEN_TEST_PLUGINS / WARDEN_PLUGINS to use other plugin directories).
 //!
-//! - warden `execute` (fresh store + limits + capability scope + deadline) vs the same
-//!   generated bindings with a fresh store and none of that, vs one hot instance;
-//! - instantiation from `InstancePre`;
+//! - warden `execute` (fresh store + instance, limits, capability scope, deadline) with
+//!   pooled and with on-demand instances, vs the same generated bindings with none of
+//!   the limits, vs one hot instance (target, issue 17: pooled ≤ 2× hot, release profile);
+//! - instantiation from `InstancePre`, pooled and on demand;
 //! - start-up (`warden::start`) with every available plugin, cold cache vs warm cache.
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use warden::config::Limits;
 use warden::plugin::{SubagentReference, TaskCall, TaskContext};
 use warden::runtime::bench;
+use warden::runtime::pool::PoolOptions;
 use warden::{Runtime, RuntimeOptions};
 
 /// Calls per measurement round; enough for stable medians of microsecond calls.
@@ -54,43 +56,55 @@ async fn main() {
     let test_plugins = dir("WARDEN_TEST_PLUGINS", "target/test-plugins");
     let bundled = dir("WARDEN_PLUGINS", "target/plugins");
     let services = Arc::new(warden::services::HostServices::new(vec![]));
-    let rt = Runtime::new(RuntimeOptions { cache_dir: None, fuel: false }, services).unwrap();
+    let on_demand = Runtime::new(RuntimeOptions::uncached(), services.clone()).unwrap();
+    let pool = PoolOptions::for_tasks(warden::engine::DEFAULT_MAX_CONCURRENT_TASKS, Limits::default().memory);
+    let pooled = Runtime::new(RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() }, services).unwrap();
+    assert!(pooled.is_pooled(), "the pool could not be reserved on this machine");
     let bytes = std::fs::read(test_plugins.join("hostile.wasm")).expect("run `cargo xtask build --plugins-only` first");
-    let plugin = rt.load("hostile", "hostile.wasm".into(), &bytes, Limits::default(), None).await.unwrap();
     let reference = SubagentReference { uri: "bench://x".into(), kind: "HOSTILE".into(), metadata: Default::default() };
-    let def = rt.resolve(&plugin, &reference).await.unwrap();
     let call = TaskCall { prompt: "ping".into(), subagent_type: "x".into(), ..Default::default() };
     let ctx = TaskContext { task_id: "t".into(), session_id: "s".into(), user_id: "u".into() };
 
-    let warden_us = per_call(|| async {
-        let out = rt.execute(&plugin, ctx.clone(), &call, &def, None).await.unwrap();
-        assert_eq!(out, "ping");
-    })
-    .await;
-    let fresh_us = per_call(|| async {
-        assert_eq!(bench::raw_fresh_execute(&rt, &plugin, "ping").await, "ping");
-    })
-    .await;
-    let mut hot = bench::HotInstance::new(&rt, &plugin).await;
-    let mut hot_rounds = Vec::new();
-    for _ in 0..ROUNDS {
-        let t = Instant::now();
-        for _ in 0..CALLS {
-            assert_eq!(hot.execute("ping").await, "ping");
+    let mut figures = Vec::new();
+    for rt in [&pooled, &on_demand] {
+        let plugin = rt.load("hostile", "hostile.wasm".into(), &bytes, Limits::default(), None).await.unwrap();
+        let def = rt.resolve(&plugin, &reference).await.unwrap();
+        let warden_us = per_call(|| async {
+            let out = rt.execute(&plugin, ctx.clone(), &call, &def, None).await.unwrap();
+            assert_eq!(out, "ping");
+        })
+        .await;
+        let fresh_us = per_call(|| async {
+            assert_eq!(bench::raw_fresh_execute(rt, &plugin, "ping").await, "ping");
+        })
+        .await;
+        let inst_us = per_call(|| async { bench::instantiate_only(rt, &plugin).await }).await;
+        let mut hot = bench::HotInstance::new(rt, &plugin).await;
+        let mut hot_rounds = Vec::new();
+        for _ in 0..ROUNDS {
+            let t = Instant::now();
+            for _ in 0..CALLS {
+                assert_eq!(hot.execute("ping").await, "ping");
+            }
+            hot_rounds.push(t.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
         }
-        hot_rounds.push(t.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
+        hot_rounds.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        figures.push((warden_us, fresh_us, inst_us, hot_rounds[ROUNDS / 2]));
     }
-    hot_rounds.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let hot_us = hot_rounds[ROUNDS / 2];
-    let inst_us = per_call(|| async { bench::instantiate_only(&rt, &plugin).await }).await;
+    let [(pool_us, pool_raw_us, pool_inst_us, hot_us), (od_us, od_raw_us, od_inst_us, _)] = figures[..] else {
+        unreachable!()
+    };
 
-    println!("## Plugin runtime (one run)\n");
+    println!("## Plugin runtime (one run, profile: {})\n", if cfg!(debug_assertions) { "dev" } else { "release" });
     println!("| measurement | per call | ratio |");
     println!("|---|---|---|");
-    println!("| warden `execute` (fresh store, limits, scope, deadline) | {warden_us:.1} µs | 1.00× |");
-    println!("| raw wasmtime: same bindings, fresh store, no limits | {fresh_us:.1} µs | warden = {:.2}× |", warden_us / fresh_us);
-    println!("| raw wasmtime: one hot instance, typed call only | {hot_us:.1} µs | warden = {:.2}× |", warden_us / hot_us);
-    println!("| instantiation from `InstancePre` | {inst_us:.1} µs | |");
+    println!("| warden `execute`, pooled instances (fresh store + instance, limits, scope, deadline) | {pool_us:.1} µs | 1.00× |");
+    println!("| raw wasmtime, pooled: same bindings, fresh store + instance, no limits | {pool_raw_us:.1} µs | warden = {:.2}× |", pool_us / pool_raw_us);
+    println!("| raw wasmtime: one hot instance, typed call only | {hot_us:.1} µs | warden pooled = **{:.2}×** (target ≤ 2×) |", pool_us / hot_us);
+    println!("| warden `execute`, on-demand instances | {od_us:.1} µs | on demand = **{:.2}×** pooled |", od_us / pool_us);
+    println!("| raw wasmtime, on demand: fresh store + instance, no limits | {od_raw_us:.1} µs | |");
+    println!("| instantiation from `InstancePre`, pooled | {pool_inst_us:.1} µs | |");
+    println!("| instantiation from `InstancePre`, on demand | {od_inst_us:.1} µs | on demand = {:.2}× pooled |", od_inst_us / pool_inst_us);
 
     // Start-up with every plugin we can find, cold cache vs warm cache.
     let scratch = tempfile::tempdir().unwrap();

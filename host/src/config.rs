@@ -92,7 +92,20 @@ pub struct PluginsConfig {
     /// in parallel, so one slow plugin never holds up the others.
     #[serde(with = "duration_text")]
     pub load_timeout: Duration,
+    /// Allocate plugin instances from a reserved pool with copy-on-write memory images
+    /// (sized from `server.max_concurrent_tasks` and the largest memory limit). Default
+    /// true: a fresh instance per call costs a few µs instead of fresh mappings; false
+    /// allocates on demand (for machines that restrict address space, e.g. `ulimit -v`).
+    pub pooled_instances: bool,
+    /// Address space the compiler process may use for one plugin (`2GiB`, or bytes):
+    /// a compile bomb fails with an error naming this key instead of exhausting the host.
+    #[serde(with = "size_text")]
+    pub compile_memory: u64,
 }
+
+/// Default memory for compiling one plugin: an 18 MB Python component needs ~400 MB
+/// resident and about twice that in address space; a bomb stops at this bound.
+pub const DEFAULT_COMPILE_MEMORY: u64 = 2 * 1024 * 1024 * 1024;
 
 /// Default largest plugin file: the bundled Python components are about 20 MB; far
 /// larger files are more likely compile bombs than plugins.
@@ -176,6 +189,8 @@ impl Default for PluginsConfig {
             budgets: Budgets::default(),
             max_plugin_size: DEFAULT_MAX_PLUGIN_SIZE,
             load_timeout: DEFAULT_LOAD_TIMEOUT,
+            pooled_instances: true,
+            compile_memory: DEFAULT_COMPILE_MEMORY,
         }
     }
 }
@@ -513,6 +528,12 @@ impl Config {
                 .iter()
                 .map(|(id, o)| (format!("plugins.limit_overrides.{id}"), self.plugins.limits.with_override(Some(o)))),
         );
+        if self.plugins.compile_memory < MIN_COMPILE_MEMORY {
+            return Err(invalid(
+                "plugins.compile_memory".into(),
+                format!("expected at least {MIN_COMPILE_MEMORY} bytes (128MiB); the compiler process cannot start with less"),
+            ));
+        }
         for (key, l) in limits {
             if l.timeout.is_zero() {
                 return Err(invalid(format!("{key}.timeout"), "expected a duration above zero, like 30s".into()));
@@ -564,6 +585,16 @@ impl Config {
         if p.is_absolute() { p.to_owned() } else { self.base_dir.join(p) }
     }
 
+    /// The largest memory budget any plugin has (default limits or an override): the
+    /// size of one memory slot of the instance pool.
+    pub fn max_plugin_memory(&self) -> u64 {
+        self.plugins
+            .limit_overrides
+            .keys()
+            .map(|id| self.limits_for(id).memory)
+            .fold(self.plugins.limits.memory, u64::max)
+    }
+
     /// Limits for one plugin id.
     pub fn limits_for(&self, plugin_id: &str) -> Limits {
         self.plugins.limits.with_override(self.plugins.limit_overrides.get(plugin_id))
@@ -591,6 +622,9 @@ fn bare_message(text: &str) -> &str {
 
 /// Smallest memory limit accepted: one 64 KiB wasm page is not enough for any real guest.
 pub const MIN_MEMORY_LIMIT: u64 = 1024 * 1024;
+/// Smallest `plugins.compile_memory`: the compiler process maps the `warden` binary and
+/// its threads' stacks before it compiles anything.
+pub const MIN_COMPILE_MEMORY: u64 = 128 * 1024 * 1024;
 
 /// Parses `30s`, `2m`, `1h 30m` (humantime) — the only duration syntax in the config.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -80,8 +80,15 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
         services::HostServices::new(roots).with_tools(tools).with_models(models).with_budgets(config.plugins.budgets);
 
     let fuel = config.plugins.limits.fuel.is_some() || config.plugins.limit_overrides.values().any(|o| o.fuel.is_some());
+    let pool = config
+        .plugins
+        .pooled_instances
+        .then(|| runtime::pool::PoolOptions::for_tasks(config.server.max_concurrent_tasks, config.max_plugin_memory()));
     let runtime = Runtime::new(
-        RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel },
+        RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel,
+            pool,
+            compiler: runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory),
+        },
         Arc::new(services),
     )?;
     let registry = Arc::new(Registry::new(Arc::new(runtime), config));

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use warden::config::{Config, GrantConfig, Limits};
 use warden::plugin::{GuestError, SubagentReference, TaskCall, TaskContext};
 use warden::registry::Registry;
+use warden::runtime::compiler::Compiler;
+use warden::runtime::pool::PoolOptions;
 use warden::runtime::{CallError, LoadedPlugin, Origin, Runtime, RuntimeOptions};
 use warden::services::HostServices;
 
@@ -34,7 +36,16 @@ fn runtime(cache: Option<PathBuf>) -> Runtime {
 }
 
 fn runtime_with(cache: Option<PathBuf>, services: HostServices) -> Runtime {
-    Runtime::new(RuntimeOptions { cache_dir: cache, fuel: false }, Arc::new(services)).unwrap()
+    Runtime::new(RuntimeOptions { cache_dir: cache, ..RuntimeOptions::uncached() }, Arc::new(services)).unwrap()
+}
+
+/// A runtime allocating instances from a pool of `instances` slots, as `warden serve` does.
+fn pooled(instances: u32, max_memory: u64) -> Runtime {
+    let pool = PoolOptions { instances, max_memory };
+    let rt = Runtime::new(RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))
+        .unwrap();
+    assert!(rt.is_pooled(), "the instance pool could not be reserved on this machine");
+    rt
 }
 
 async fn load(rt: &Runtime, name: &str, limits: Limits, grant: Option<GrantConfig>) -> LoadedPlugin {
@@ -270,8 +281,9 @@ mod hostile {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn wasi_probes_get_errors_not_data() {
-        let rt = runtime(None);
+        // Pooled, as served: a componentize-py component fits the pool's per-component bounds.
         let limits = Limits { memory: 256 << 20, timeout: Duration::from_secs(60), ..Limits::default() };
+        let rt = pooled(8, limits.memory);
         let p = load(&rt, "wasi-probe", limits, None).await;
         let out = execute(&rt, &p, "probe").await.expect("the probe reports, it does not fail");
         let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
@@ -348,6 +360,130 @@ mod cache {
         let rt = runtime(None);
         let e = rt.load("junk", "junk.wasm".into(), b"\0asm garbage", Limits::default(), None).await.unwrap_err();
         assert!(e.to_string().contains("not a valid WebAssembly component"), "{e}");
+    }
+}
+
+mod pool {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_second_call_never_sees_the_first_calls_memory() {
+        // Two slots: every call reuses the slot the previous call of this plugin had.
+        let rt = pooled(2, Limits::default().memory);
+        let p = load(&rt, "hostile", Limits::default(), None).await;
+        // The probe finds its pattern when it is there (the test can fail).
+        assert_eq!(execute(&rt, &p, "memory:both:s3cr3t-one").await.unwrap(), "static=s3cr3t-one;leaked=true");
+        for i in 0..20 {
+            let marker = format!("s3cr3t-{i}");
+            assert_eq!(execute(&rt, &p, &format!("memory:write:{marker}")).await.unwrap(), "");
+            let read = execute(&rt, &p, &format!("memory:read:{marker}")).await.unwrap();
+            assert_eq!(read, "static=;leaked=false", "call {i} saw the previous call's memory");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_busy_pool_makes_calls_wait_not_fail() {
+        let rt = Arc::new(pooled(1, Limits::default().memory));
+        let spinner = Arc::new(load(&rt, "hostile", short(400), None).await);
+        let quick = load(&rt, "echo", Limits::default(), None).await;
+        let busy = {
+            let (rt, spinner) = (rt.clone(), spinner.clone());
+            tokio::spawn(async move { execute(&rt, &spinner, "loop").await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The one slot is taken by the loop: this call waits for it instead of failing.
+        assert_eq!(execute(&rt, &quick, "after the loop").await.unwrap(), "after the loop");
+        assert!(matches!(busy.await.unwrap(), Err(CallError::Timeout { .. })));
+        // Waiting counts against the call's deadline.
+        let impatient = load(&rt, "echo", short(50), None).await;
+        let def = rt.resolve(&impatient, &reference("ECHO", "e://x")).await.unwrap();
+        let busy = {
+            let (rt, spinner) = (rt.clone(), spinner.clone());
+            tokio::spawn(async move { execute(&rt, &spinner, "loop").await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let call = TaskCall { prompt: "x".into(), ..Default::default() };
+        assert!(matches!(rt.execute(&impatient, ctx(), &call, &def, None).await, Err(CallError::Timeout { .. })));
+        let _ = busy.await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_memory_budget_holds_in_a_pool_slot() {
+        let rt = pooled(4, Limits::default().memory);
+        let p = load(&rt, "hostile", Limits { memory: 16 << 20, ..Limits::default() }, None).await;
+        assert!(matches!(execute(&rt, &p, "membomb").await, Err(CallError::MemoryLimit { .. })));
+        assert_eq!(execute(&rt, &p, "after").await.unwrap(), "after", "the slot is usable again");
+    }
+}
+
+mod compiler {
+    use super::*;
+
+    /// The tests of this module count the compiler children of this process: one at a time.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+    fn child(memory: u64, cache: Option<PathBuf>) -> Runtime {
+        let compiler = Compiler::ChildProcess { exe: env!("CARGO_BIN_EXE_warden").into(), memory };
+        Runtime::new(RuntimeOptions { cache_dir: cache, compiler, ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))
+            .unwrap()
+    }
+
+    /// Compiler children of this process still running.
+    fn compiler_children() -> usize {
+        let me = std::process::id().to_string();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| {
+                let dir = e.ok()?.path();
+                let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+                let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?.to_owned();
+                let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+                (ppid == me && String::from_utf8_lossy(&cmdline).contains(warden::runtime::compiler::CHILD_ARG)).then_some(())
+            })
+            .count()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_child_process_compiles_and_the_cache_keeps_its_code() {
+        let _serial = ONE_AT_A_TIME.lock().await;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = child(warden::config::DEFAULT_COMPILE_MEMORY, Some(dir.path().join("cache")));
+        let a = load(&rt, "echo", Limits::default(), None).await;
+        assert_eq!(execute(&rt, &a, "compiled apart").await.unwrap(), "compiled apart");
+        let b = load(&rt, "echo", Limits::default(), None).await;
+        assert_eq!((a.origin, b.origin), (Origin::Compiled, Origin::Cached));
+        assert_eq!(execute(&rt, &b, "from the cache").await.unwrap(), "from the cache");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_compile_over_its_memory_budget_fails_and_the_host_keeps_serving() {
+        let _serial = ONE_AT_A_TIME.lock().await;
+        // The 18 MB Python component needs far more than the smallest allowed budget.
+        let rt = child(warden::config::MIN_COMPILE_MEMORY, None);
+        let e = rt
+            .load("wasi-probe", "wasi-probe.wasm".into(), &plugin_bytes("wasi-probe"), Limits::default(), None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plugins.compile_memory"), "{e}");
+        let echo = load(&rt, "echo", Limits::default(), None).await;
+        assert_eq!(execute(&rt, &echo, "still here").await.unwrap(), "still here");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_abandoned_load_kills_its_compiler() {
+        let _serial = ONE_AT_A_TIME.lock().await;
+        let rt = child(warden::config::DEFAULT_COMPILE_MEMORY, None);
+        let bytes = plugin_bytes("wasi-probe");
+        let mut load = Box::pin(rt.load("wasi-probe", "wasi-probe.wasm".into(), &bytes, Limits::default(), None));
+        assert!(tokio::time::timeout(Duration::from_millis(300), &mut load).await.is_err(), "compiled too fast to test");
+        assert_eq!(compiler_children(), 1, "the compiler runs while the load waits");
+        drop(load);
+        let until = Instant::now() + Duration::from_secs(10);
+        while compiler_children() > 0 {
+            assert!(Instant::now() < until, "the compiler outlived its load");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

@@ -142,6 +142,14 @@ pub enum ConfigCommand {
 
 /// Entry point used by `main`.
 pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(crate::runtime::compiler::CHILD_ARG) {
+        return crate::runtime::compiler::child_main(&args[2..]);
+    }
+    // Plugins are compiled in bounded child processes of this binary.
+    if let Ok(exe) = std::env::current_exe() {
+        crate::runtime::compiler::use_child_processes_of(exe);
+    }
     let cli = Cli::parse();
     init_tracing();
     let config = match Config::load(cli.config.as_deref()) {
@@ -226,7 +234,12 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).try_init();
 }
 
-async fn dispatch(command: Command, config: Config) -> anyhow::Result<ExitCode> {
+async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCode> {
+    // Only `serve` lives long enough to hand out pre-warmed sandboxes; a one-shot command
+    // would leave its warm pool behind for the next start of the scope to remove.
+    if !matches!(command, Command::Serve { .. }) {
+        config.sandbox.warm_pool = 0;
+    }
     match command {
         Command::Config { command: ConfigCommand::Check } => {
             // The file parsed; now what it leads to: plugins, kinds and agent directories.
@@ -363,7 +376,7 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let services = std::sync::Arc::new(crate::services::HostServices::new(vec![]));
     let runtime = crate::Runtime::new(
-        crate::RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel: false },
+        crate::RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel: false, pool: None, compiler: crate::runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory) },
         services,
     )?;
     let mut report = Inspection {

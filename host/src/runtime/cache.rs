@@ -93,45 +93,65 @@ impl CompileCache {
         mac
     }
 
-    /// Loads `bytes` as a component, from the cache when possible.
-    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, Origin, String)> {
-        let content_hash = hex::encode(Sha256::digest(bytes));
-        let Some((dir, key)) = self.dir.as_deref().and_then(|d| self.key(d).map(|k| (d, k))) else {
-            return Ok((Component::new(engine, bytes)?, Origin::Compiled, content_hash));
-        };
-        let path = self.entry_path(dir, &content_hash);
-        if let Ok(entry) = std::fs::read(&path) {
-            // Read into memory rather than mapping the file: a mapped entry that is
-            // truncated or rewritten underneath a running plugin would fault the host.
-            let verified = entry.len() > TAG_LEN
-                && self.tag(&key, &content_hash, &entry[TAG_LEN..]).verify_slice(&entry[..TAG_LEN]).is_ok();
-            if verified {
-                // SAFETY: the tag proves this host wrote these bytes for exactly this
-                // component and engine configuration (`Component::serialize` below), in a
-                // directory only warden's user can write; wasmtime checks the header too.
-                match unsafe { Component::deserialize(engine, &entry[TAG_LEN..]) } {
-                    Ok(c) => return Ok((c, Origin::Cached, content_hash)),
-                    Err(e) => tracing::warn!(path = %path.display(), error = %e, "discarding unusable cache entry"),
-                }
-            } else {
-                tracing::warn!(path = %path.display(), "discarding a cache entry that fails authentication");
-            }
-            let _ = std::fs::remove_file(&path);
-        }
-        let component = Component::new(engine, bytes)?;
-        if let Err(e) = self.store(&key, &path, &content_hash, &component) {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot write compile cache; continuing without");
-        }
-        Ok((component, Origin::Compiled, content_hash))
+    /// The cache's name for a component: the hex SHA-256 of its bytes.
+    pub fn content_hash(bytes: &[u8]) -> String {
+        hex::encode(Sha256::digest(bytes))
     }
 
-    fn store(&self, key: &[u8; KEY_LEN], path: &Path, content_hash: &str, component: &Component) -> anyhow::Result<()> {
-        let native = component.serialize().map_err(|e| anyhow::anyhow!("{e}"))?;
-        let tag = self.tag(key, content_hash, &native).finalize().into_bytes();
+    /// The cached native code of the component named `content_hash`, when an entry
+    /// exists and authenticates. Blocking (file I/O and deserialization).
+    pub fn lookup(&self, engine: &Engine, content_hash: &str) -> Option<Component> {
+        let (dir, key) = self.dir.as_deref().and_then(|d| self.key(d).map(|k| (d, k)))?;
+        let path = self.entry_path(dir, content_hash);
+        // Read into memory rather than mapping the file: a mapped entry that is
+        // truncated or rewritten underneath a running plugin would fault the host.
+        let entry = std::fs::read(&path).ok()?;
+        let verified =
+            entry.len() > TAG_LEN && self.tag(&key, content_hash, &entry[TAG_LEN..]).verify_slice(&entry[..TAG_LEN]).is_ok();
+        if verified {
+            // SAFETY: the tag proves this host wrote these bytes for exactly this
+            // component and engine configuration ([`CompileCache::store`]), in a
+            // directory only warden's user can write; wasmtime checks the header too.
+            match unsafe { Component::deserialize(engine, &entry[TAG_LEN..]) } {
+                Ok(c) => return Some(c),
+                Err(e) => tracing::warn!(path = %path.display(), error = %e, "discarding unusable cache entry"),
+            }
+        } else {
+            tracing::warn!(path = %path.display(), "discarding a cache entry that fails authentication");
+        }
+        let _ = std::fs::remove_file(&path);
+        None
+    }
+
+    /// Stores a freshly compiled component: `artifact` when the compiler sent one,
+    /// else the component serialized here. Failures only cost a later recompile.
+    pub fn store(&self, content_hash: &str, component: &Component, artifact: Option<&[u8]>) {
+        let Some((dir, key)) = self.dir.as_deref().and_then(|d| self.key(d).map(|k| (d, k))) else {
+            return;
+        };
+        let path = self.entry_path(dir, content_hash);
+        let serialized;
+        let native = match artifact {
+            Some(a) => a,
+            None => match component.serialize() {
+                Ok(bytes) => {
+                    serialized = bytes;
+                    &serialized
+                }
+                Err(e) => return tracing::warn!(error = %e, "cannot serialize a compiled component; not cached"),
+            },
+        };
+        if let Err(e) = self.write_entry(&key, &path, content_hash, native) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot write compile cache; continuing without");
+        }
+    }
+
+    fn write_entry(&self, key: &[u8; KEY_LEN], path: &Path, content_hash: &str, native: &[u8]) -> std::io::Result<()> {
+        let tag = self.tag(key, content_hash, native).finalize().into_bytes();
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let mut f = private_file(&tmp, true)?;
         f.write_all(&tag)?;
-        f.write_all(&native)?;
+        f.write_all(native)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         Ok(())

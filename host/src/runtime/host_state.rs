@@ -248,7 +248,7 @@ mod tests {
     fn engine() -> wasmtime::Engine {
         // The runtime's engine settings (multi-memory off, ...).
         let services = Arc::new(HostServices::new(vec![]));
-        let rt = crate::Runtime::new(crate::RuntimeOptions { cache_dir: None, fuel: false }, services).unwrap();
+        let rt = crate::Runtime::new(crate::RuntimeOptions::uncached(), services).unwrap();
         rt.engine().clone()
     }
 

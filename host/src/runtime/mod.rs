@@ -1,6 +1,7 @@
-//! The plugin runtime: one wasmtime `Engine`, compiled components (cached on disk),
-//! an `InstancePre` per plugin, and per call a fresh `Store` with a deadline, a memory
-//! cap and optional fuel.
+//! The plugin runtime: one wasmtime `Engine`, compiled components (compiled in a
+//! bounded child process, [`compiler`]; cached on disk, [`cache`]), an `InstancePre` per
+//! plugin, and per call a fresh `Store` and instance (from the [`pool`] when pooled) with
+//! a deadline, a memory cap and optional fuel.
 //!
 //! A trap, a timeout or a limit hit ends that call with a [`CallError`]; nothing a
 //! plugin does may panic or stall the host. This module must never grant a capability
@@ -10,6 +11,8 @@ mod bindings;
 pub mod cache;
 pub(crate) mod host_state;
 mod imports;
+pub mod compiler;
+pub mod pool;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -160,6 +163,9 @@ pub struct Runtime {
     cache: Arc<cache::CompileCache>,
     services: Arc<HostServices>,
     fuel_enabled: bool,
+    /// Pool slot permits (unbounded when instances are allocated on demand).
+    slots: pool::Slots,
+    compiler: compiler::Compiler,
     _ticker: EpochTicker,
 }
 
@@ -181,23 +187,60 @@ pub struct RuntimeOptions {
     /// Instrument code for fuel metering (needed when any plugin has a fuel limit;
     /// it costs some speed, so it is off otherwise).
     pub fuel: bool,
+    /// Pooled, copy-on-write instance slots; `None` allocates every instance on demand.
+    /// A pool the machine cannot reserve (address-space limits) falls back to on-demand
+    /// allocation with a warning.
+    pub pool: Option<pool::PoolOptions>,
+    /// Where components are compiled (a bounded child process for the `warden` binary).
+    pub compiler: compiler::Compiler,
+}
+
+impl RuntimeOptions {
+    /// On-demand allocation, no compile cache, no fuel: for tools and tests.
+    pub fn uncached() -> Self {
+        RuntimeOptions { cache_dir: None, fuel: false, pool: None, compiler: compiler::Compiler::InProcess }
+    }
+}
+
+/// The engine settings every runtime shares, pooled or not.
+fn engine_config(options: &RuntimeOptions) -> EngineConfig {
+    let mut cfg = EngineConfig::new();
+    cfg.wasm_component_model(true)
+        .epoch_interruption(true)
+        .consume_fuel(options.fuel)
+        .max_wasm_stack(MAX_WASM_STACK)
+        // Proposals warden's plugins do not need are off: fewer ways around the
+        // one memory budget per instance (a module with 30 memories) and less
+        // attack surface in the compiler and runtime. (Threads are not compiled in:
+        // the `threads` feature of wasmtime is not enabled.)
+        .wasm_multi_memory(false)
+        .wasm_memory64(false)
+        .wasm_shared_everything_threads(false);
+    cfg
+}
+
+/// The engine, pooled when asked and possible, with the slots that go with it.
+fn new_engine(options: &RuntimeOptions) -> anyhow::Result<(Engine, pool::Slots)> {
+    if let Some(p) = options.pool {
+        let mut cfg = engine_config(options);
+        p.apply(&mut cfg);
+        match Engine::new(&cfg) {
+            Ok(engine) => return Ok((engine, pool::Slots::pooled(p.instances))),
+            Err(e) => tracing::warn!(
+                instances = p.instances,
+                max_memory = p.max_memory,
+                error = %root_cause(&e),
+                "cannot reserve the plugin instance pool; allocating instances on demand (slower calls)"
+            ),
+        }
+    }
+    let engine = Engine::new(&engine_config(options)).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
+    Ok((engine, pool::Slots::unbounded()))
 }
 
 impl Runtime {
     pub fn new(options: RuntimeOptions, services: Arc<HostServices>) -> anyhow::Result<Runtime> {
-        let mut cfg = EngineConfig::new();
-        cfg.wasm_component_model(true)
-            .epoch_interruption(true)
-            .consume_fuel(options.fuel)
-            .max_wasm_stack(MAX_WASM_STACK)
-            // Proposals warden's plugins do not need are off: fewer ways around the
-            // one memory budget per instance (a module with 30 memories) and less
-            // attack surface in the compiler and runtime. (Threads are not compiled in:
-            // the `threads` feature of wasmtime is not enabled.)
-            .wasm_multi_memory(false)
-            .wasm_memory64(false)
-            .wasm_shared_everything_threads(false);
-        let engine = Engine::new(&cfg).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
+        let (engine, slots) = new_engine(&options)?;
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e}"))?;
         PluginBindings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
@@ -214,7 +257,7 @@ impl Runtime {
             })?;
         }
         let cache = Arc::new(cache::CompileCache::new(&engine, options.cache_dir));
-        Ok(Runtime { engine, linker, cache, services, fuel_enabled: options.fuel, _ticker: EpochTicker { stop } })
+        Ok(Runtime { engine, linker, cache, services, fuel_enabled: options.fuel, slots, compiler: options.compiler, _ticker: EpochTicker { stop } })
     }
 
     pub fn services(&self) -> &Arc<HostServices> {
@@ -223,6 +266,11 @@ impl Runtime {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Whether instances come from the pool (false: on demand, by choice or fallback).
+    pub fn is_pooled(&self) -> bool {
+        self.slots.is_pooled()
     }
 
     /// Compiles (or loads from cache) a component and reads its `plugin-info`.
@@ -237,16 +285,26 @@ impl Runtime {
     ) -> Result<LoadedPlugin, LoadError> {
         let started = Instant::now();
         let engine = self.engine.clone();
-        let (component, origin, content_hash) = {
-            let bytes = bytes.to_vec();
-            let cache = self.cache.clone();
-            // Compilation is CPU-heavy: on a blocking thread, so loads run in parallel and
-            // the async workers keep serving. A caller's timeout abandons a compile that
-            // takes too long (it finishes in the background and is dropped).
-            tokio::task::spawn_blocking(move || cache.load(&engine, &bytes))
-                .await
-                .map_err(|e| LoadError::Compile(format!("the compiler failed: {e}")))?
-                .map_err(|e| LoadError::Compile(root_cause(&e)))?
+        let content_hash = cache::CompileCache::content_hash(bytes);
+        let cached = {
+            let (cache, engine, hash) = (self.cache.clone(), engine.clone(), content_hash.clone());
+            tokio::task::spawn_blocking(move || cache.lookup(&engine, &hash)).await.ok().flatten()
+        };
+        let (component, origin) = match cached {
+            Some(c) => (c, Origin::Cached),
+            None => {
+                // In a child process under `plugins.compile_memory` for the `warden` binary;
+                // a caller's timeout drops this future, which kills the child.
+                let compiled =
+                    self.compiler.compile(&engine, self.fuel_enabled, bytes).await.map_err(LoadError::Compile)?;
+                let (cache, hash) = (self.cache.clone(), content_hash.clone());
+                let component = compiled.component.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    cache.store(&hash, &compiled.component, compiled.artifact.as_deref())
+                })
+                .await;
+                (component, Origin::Compiled)
+            }
         };
         let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::World(root_cause(&e)))?;
         let info = self.call_info(id, &pre, &component).await.map_err(LoadError::Info)?;
@@ -408,6 +466,12 @@ impl Runtime {
         + Send,
     ) -> Result<R, CallError> {
         let deadline = scope.deadline;
+        // A pool slot for the whole call (released after the store below is dropped);
+        // waiting for one counts against the call's deadline.
+        let _slot = match tokio::time::timeout_at(deadline.into(), self.slots.acquire()).await {
+            Ok(slot) => slot,
+            Err(_) => return Err(CallError::Timeout { plugin: plugin.into(), limit: limits.timeout }),
+        };
         let mut store = Store::new(&self.engine, HostState::new(scope, limits.memory));
         store.limiter(|s| &mut s.limiter);
         let memory_hit = store.data().limiter.hit_flag();

@@ -15,6 +15,9 @@
 //! | `tools` | `tools::list`; the tool names (one per line) or the error |
 //! | `resource:<uri>` | `resources::read`; the content (lossy UTF-8) or the error |
 //! | `script:<json>` | runs a list of import calls (see [`script`]); a JSON list of their results |
+//! | `memory:write:<m>` | keeps `<m>` in a static and fills 4 MiB of freed heap with a pattern made from `<m>` |
+//! | `memory:read:<m>` | `static=<kept>;leaked=<bool>`: the static's value and whether the pattern of `<m>` is anywhere in linear memory |
+//! | `memory:both:<m>` | write then read in one call (proves the probe finds what is there) |
 //! | anything else | returns the prompt |
 
 use std::hint::black_box;
@@ -109,6 +112,8 @@ impl executor::Guest for Hostile {
                     http_get(url)
                 } else if let Some(text) = prompt.strip_prefix("script:") {
                     script::run(text)
+                } else if let Some(probe) = prompt.strip_prefix("memory:") {
+                    Ok(memory_probe(probe))
                 } else if let Some(uri) = prompt.strip_prefix("resource:") {
                     let bytes = resources::read(uri)?;
                     Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -179,6 +184,61 @@ fn model_call() -> Result<String, Error> {
         max_tokens: Some(16),
     })?;
     Ok(completion.message.content)
+}
+
+/// What `memory:write` keeps in a static (a hot, reused instance would still have it).
+static KEPT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+/// Bytes of heap `memory:write` fills with the pattern before freeing it.
+const PROBE_FILL: usize = 4 << 20;
+
+/// The pattern of a marker: its bytes xor 0x5A, so the marker text itself (in the prompt)
+/// never matches. Searched for as two adjacent copies, which only a fill contains.
+fn probe_pattern(marker: &str) -> Vec<u8> {
+    marker.bytes().map(|b| b ^ 0x5A).collect()
+}
+
+fn memory_probe(probe: &str) -> String {
+    let (op, marker) = probe.split_once(':').unwrap_or((probe, "marker"));
+    if op == "write" || op == "both" {
+        *KEPT.lock().unwrap() = marker.to_string();
+        let pattern = probe_pattern(marker);
+        let fill: Vec<u8> = pattern.iter().copied().cycle().take(PROBE_FILL).collect();
+        drop(black_box(fill));
+    }
+    if op == "write" {
+        return String::new();
+    }
+    let kept = KEPT.lock().unwrap().clone();
+    let mut needle = probe_pattern(marker);
+    needle.extend_from_within(..);
+    format!("static={kept};leaked={}", linear_memory_contains(&needle))
+}
+
+/// Whether `needle` occurs anywhere in this instance's linear memory (outside `needle`).
+fn linear_memory_contains(needle: &[u8]) -> bool {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let size = core::arch::wasm32::memory_size(0) * 65536;
+        let own = needle.as_ptr() as usize;
+        // Address 0 is never read (a null pointer); the rest of memory is the guest's own.
+        let mut addr = 8usize;
+        while addr + needle.len() <= size {
+            if addr != own {
+                // SAFETY: in bounds of linear memory (checked above); wasm has no unmapped pages below its size.
+                let window = unsafe { core::slice::from_raw_parts(addr as *const u8, needle.len()) };
+                if window == needle {
+                    return true;
+                }
+            }
+            addr += 1;
+        }
+        false
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let _ = needle;
+        false
+    }
 }
 
 mod script;
