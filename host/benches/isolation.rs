@@ -92,7 +92,9 @@ async fn main() {
     let (b50, b99) = (pct(&base, 0.5), pct(&base, 0.99));
     let mut rows = vec![format!("| none (baseline) | {b50:.0} µs | {b99:.0} µs | 1.00× | — |")];
     let mut worst = 1.0f64;
-    for (name, prompt) in attacks() {
+    // `WARDEN_ATTACK=<text>` runs only the attacks whose name contains it (for profiling one).
+    let only = std::env::var("WARDEN_ATTACK").ok();
+    for (name, prompt) in attacks().into_iter().filter(|(n, _)| only.as_deref().is_none_or(|o| n.contains(o))) {
         let stop = Arc::new(AtomicBool::new(false));
         let rounds = Arc::new(AtomicU64::new(0));
         let mut handles = Vec::new();
