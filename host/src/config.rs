@@ -101,6 +101,10 @@ pub struct PluginsConfig {
     /// a compile bomb fails with an error naming this key instead of exhausting the host.
     #[serde(with = "size_text")]
     pub compile_memory: u64,
+    /// Compile large plugins (4 MiB and more) first with wasmtime's baseline compiler
+    /// (Winch: a second to load an 18 MB Python component instead of many), then swap in
+    /// the optimised Cranelift build when it is ready. Default true.
+    pub tiered_compilation: bool,
 }
 
 /// Default memory for compiling one plugin: an 18 MB Python component needs ~400 MB
@@ -191,6 +195,7 @@ impl Default for PluginsConfig {
             load_timeout: DEFAULT_LOAD_TIMEOUT,
             pooled_instances: true,
             compile_memory: DEFAULT_COMPILE_MEMORY,
+            tiered_compilation: true,
         }
     }
 }

@@ -88,6 +88,7 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
         RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel,
             pool,
             compiler: runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory),
+            tiered: config.plugins.tiered_compilation,
         },
         Arc::new(services),
     )?;

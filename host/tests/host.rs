@@ -10,6 +10,7 @@ use warden::plugin::{GuestError, SubagentReference, TaskCall, TaskContext};
 use warden::registry::Registry;
 use warden::runtime::compiler::Compiler;
 use warden::runtime::pool::PoolOptions;
+use warden::runtime::tier::Tier;
 use warden::runtime::{CallError, LoadedPlugin, Origin, Runtime, RuntimeOptions};
 use warden::services::HostServices;
 
@@ -471,6 +472,27 @@ mod compiler {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn a_plugin_dropped_before_its_optimised_build_stops_that_compile() {
+        let _serial = ONE_AT_A_TIME.lock().await;
+        let compiler = Compiler::ChildProcess { exe: env!("CARGO_BIN_EXE_warden").into(), memory: warden::config::DEFAULT_COMPILE_MEMORY };
+        let rt = Runtime::new(RuntimeOptions { compiler, tiered: true, ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))
+            .unwrap();
+        let p = load(&rt, "wasi-probe", Limits::default(), None).await;
+        assert_eq!(p.tier(), Tier::Baseline);
+        let until = Instant::now() + Duration::from_secs(10);
+        while compiler_children() == 0 {
+            assert!(Instant::now() < until, "the optimised build compiles in the background");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(p);
+        let until = Instant::now() + Duration::from_secs(10);
+        while compiler_children() > 0 {
+            assert!(Instant::now() < until, "the optimised compile outlived its plugin");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn an_abandoned_load_kills_its_compiler() {
         let _serial = ONE_AT_A_TIME.lock().await;
         let rt = child(warden::config::DEFAULT_COMPILE_MEMORY, None);
@@ -484,6 +506,29 @@ mod compiler {
             assert!(Instant::now() < until, "the compiler outlived its load");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+mod tiers {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_large_plugin_answers_from_its_baseline_build_then_runs_optimised() {
+        let rt = Runtime::new(RuntimeOptions { tiered: true, ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))
+            .unwrap();
+        let limits = Limits { memory: 256 << 20, timeout: Duration::from_secs(60), ..Limits::default() };
+        let p = load(&rt, "wasi-probe", limits, None).await;
+        assert_eq!(p.tier(), Tier::Baseline, "an 18 MB component starts from its baseline build");
+        let first = execute(&rt, &p, "probe").await.expect("the baseline build runs");
+        let until = Instant::now() + Duration::from_secs(300);
+        while p.tier() != Tier::Optimized {
+            assert!(Instant::now() < until, "the optimised build never arrived");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(execute(&rt, &p, "probe").await.expect("the optimised build runs"), first);
+        // Small plugins compile optimised at once.
+        let echo = load(&rt, "echo", Limits::default(), None).await;
+        assert_eq!(echo.tier(), Tier::Optimized);
     }
 }
 

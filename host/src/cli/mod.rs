@@ -376,7 +376,7 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let services = std::sync::Arc::new(crate::services::HostServices::new(vec![]));
     let runtime = crate::Runtime::new(
-        crate::RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel: false, pool: None, compiler: crate::runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory) },
+        crate::RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel: false, pool: None, compiler: crate::runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory), tiered: false },
         services,
     )?;
     let mut report = Inspection {

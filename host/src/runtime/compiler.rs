@@ -27,6 +27,8 @@ pub const CHILD_ARG: &str = "__compile-component";
 /// The flag telling the child to instrument code for fuel (it must build exactly the
 /// engine configuration of its parent, or the artifact will not load).
 const FUEL_FLAG: &str = "--fuel";
+/// The flag asking the child for a baseline (Winch) build instead of an optimised one.
+const BASELINE_FLAG: &str = "--baseline";
 /// Bytes of the child's stderr kept for the error message.
 const MAX_CHILD_ERROR: u64 = 4096;
 /// glibc malloc arenas the child may create: each reserves 64 MiB of address space, which
@@ -64,7 +66,7 @@ impl Compiler {
 
     /// Compiles `bytes` for `engine`. Returns the component and, when a child compiled
     /// it, the artifact it sent (so a cache can store it without serializing again).
-    pub async fn compile(&self, engine: &Engine, fuel: bool, bytes: &[u8]) -> Result<Compiled, String> {
+    pub async fn compile(&self, engine: &Engine, fuel: bool, tier: super::tier::Tier, bytes: &[u8]) -> Result<Compiled, String> {
         match self {
             Compiler::InProcess => {
                 let (engine, bytes) = (engine.clone(), bytes.to_vec());
@@ -76,7 +78,7 @@ impl Compiler {
                 Ok(Compiled { component, artifact: None })
             }
             Compiler::ChildProcess { exe, memory } => {
-                let artifact = compile_in_child(exe, *memory, fuel, bytes).await?;
+                let artifact = compile_in_child(exe, *memory, fuel, tier, bytes).await?;
                 let engine = engine.clone();
                 let component = tokio::task::spawn_blocking(move || {
                     // SAFETY: the artifact is what our own child wrote for this exact engine
@@ -99,10 +101,17 @@ pub struct Compiled {
     pub artifact: Option<Vec<u8>>,
 }
 
-async fn compile_in_child(exe: &std::path::Path, memory: u64, fuel: bool, bytes: &[u8]) -> Result<Vec<u8>, String> {
+async fn compile_in_child(
+    exe: &std::path::Path,
+    memory: u64,
+    fuel: bool,
+    tier: super::tier::Tier,
+    bytes: &[u8],
+) -> Result<Vec<u8>, String> {
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg(CHILD_ARG)
         .args(fuel.then_some(FUEL_FLAG))
+        .args((tier == super::tier::Tier::Baseline).then_some(BASELINE_FLAG))
         .env_clear()
         .env("MALLOC_ARENA_MAX", CHILD_MALLOC_ARENAS)
         .stdin(Stdio::piped())
@@ -169,9 +178,13 @@ async fn compile_in_child(exe: &std::path::Path, memory: u64, fuel: bool, bytes:
 pub fn child_main(args: &[String]) -> std::process::ExitCode {
     use std::io::{Read, Write};
     let fuel = args.iter().any(|a| a == FUEL_FLAG);
+    let tier = match args.iter().any(|a| a == BASELINE_FLAG) {
+        true => super::tier::Tier::Baseline,
+        false => super::tier::Tier::Optimized,
+    };
     let options = super::RuntimeOptions { fuel, ..super::RuntimeOptions::uncached() };
     let run = || -> Result<Vec<u8>, String> {
-        let engine = Engine::new(&super::engine_config(&options)).map_err(|e| e.to_string())?;
+        let engine = Engine::new(&super::engine_config(&options, tier)).map_err(|e| e.to_string())?;
         let mut bytes = Vec::new();
         std::io::stdin().read_to_end(&mut bytes).map_err(|e| format!("reading the component: {e}"))?;
         engine.precompile_component(&bytes).map_err(|e| super::root_cause(&e))

@@ -13,6 +13,7 @@ pub(crate) mod host_state;
 mod imports;
 pub mod compiler;
 pub mod pool;
+pub mod tier;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -147,7 +148,17 @@ pub struct LoadedPlugin {
     pub content_hash: String,
     pub origin: Origin,
     pub load_time: Duration,
-    pre: InstancePre<HostState>,
+    /// The code calls run: a baseline build while the optimised one compiles, then that.
+    build: tier::CurrentBuild,
+    /// The background optimised compile, stopped if the plugin goes away first.
+    _upgrade: Option<tier::Upgrade>,
+}
+
+impl LoadedPlugin {
+    /// How the code calls run now was compiled.
+    pub fn tier(&self) -> tier::Tier {
+        self.build.tier()
+    }
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -165,8 +176,17 @@ pub struct Runtime {
     fuel_enabled: bool,
     /// Pool slot permits (unbounded when instances are allocated on demand).
     slots: pool::Slots,
+    /// The baseline (Winch) engine for the first build of large components.
+    baseline: Option<Baseline>,
     compiler: compiler::Compiler,
     _ticker: EpochTicker,
+}
+
+/// The engine and linker of baseline builds. Instances of baseline builds are allocated
+/// on demand (they live only until the optimised build is installed).
+struct Baseline {
+    engine: Engine,
+    linker: Linker<HostState>,
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
@@ -193,18 +213,23 @@ pub struct RuntimeOptions {
     pub pool: Option<pool::PoolOptions>,
     /// Where components are compiled (a bounded child process for the `warden` binary).
     pub compiler: compiler::Compiler,
+    /// Compile large components in two tiers (see [`tier`]).
+    pub tiered: bool,
 }
 
 impl RuntimeOptions {
     /// On-demand allocation, no compile cache, no fuel: for tools and tests.
     pub fn uncached() -> Self {
-        RuntimeOptions { cache_dir: None, fuel: false, pool: None, compiler: compiler::Compiler::InProcess }
+        RuntimeOptions { cache_dir: None, fuel: false, pool: None, compiler: compiler::Compiler::InProcess, tiered: false }
     }
 }
 
-/// The engine settings every runtime shares, pooled or not.
-fn engine_config(options: &RuntimeOptions) -> EngineConfig {
+/// The engine settings every runtime shares, pooled or not, for one compiler tier.
+fn engine_config(options: &RuntimeOptions, tier: tier::Tier) -> EngineConfig {
     let mut cfg = EngineConfig::new();
+    if tier == tier::Tier::Baseline {
+        cfg.strategy(wasmtime::Strategy::Winch);
+    }
     cfg.wasm_component_model(true)
         .epoch_interruption(true)
         .consume_fuel(options.fuel)
@@ -222,7 +247,7 @@ fn engine_config(options: &RuntimeOptions) -> EngineConfig {
 /// The engine, pooled when asked and possible, with the slots that go with it.
 fn new_engine(options: &RuntimeOptions) -> anyhow::Result<(Engine, pool::Slots)> {
     if let Some(p) = options.pool {
-        let mut cfg = engine_config(options);
+        let mut cfg = engine_config(options, tier::Tier::Optimized);
         p.apply(&mut cfg);
         match Engine::new(&cfg) {
             Ok(engine) => return Ok((engine, pool::Slots::pooled(p.instances))),
@@ -234,30 +259,60 @@ fn new_engine(options: &RuntimeOptions) -> anyhow::Result<(Engine, pool::Slots)>
             ),
         }
     }
-    let engine = Engine::new(&engine_config(options)).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
+    let engine = Engine::new(&engine_config(options, tier::Tier::Optimized)).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
     Ok((engine, pool::Slots::unbounded()))
+}
+
+/// A linker with WASI (deny-all) and warden's imports, for one engine.
+fn new_linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
+    let mut linker = Linker::<HostState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e}"))?;
+    PluginBindings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(linker)
 }
 
 impl Runtime {
     pub fn new(options: RuntimeOptions, services: Arc<HostServices>) -> anyhow::Result<Runtime> {
         let (engine, slots) = new_engine(&options)?;
-        let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e}"))?;
-        PluginBindings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let linker = new_linker(&engine)?;
+        let baseline = if options.tiered {
+            match Engine::new(&engine_config(&options, tier::Tier::Baseline)) {
+                Ok(engine) => Some(Baseline { linker: new_linker(&engine)?, engine }),
+                Err(e) => {
+                    tracing::warn!(error = %root_cause(&e), "no baseline compiler; large plugins compile optimised only");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         {
-            let engine = engine.clone();
+            let engines: Vec<Engine> =
+                std::iter::once(engine.clone()).chain(baseline.as_ref().map(|b| b.engine.clone())).collect();
             let stop = stop.clone();
             std::thread::Builder::new().name("warden-epoch".into()).spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
+                    for engine in &engines {
+                        engine.increment_epoch();
+                    }
                 }
             })?;
         }
         let cache = Arc::new(cache::CompileCache::new(&engine, options.cache_dir));
-        Ok(Runtime { engine, linker, cache, services, fuel_enabled: options.fuel, slots, compiler: options.compiler, _ticker: EpochTicker { stop } })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache,
+            services,
+            fuel_enabled: options.fuel,
+            slots,
+            baseline,
+            compiler: options.compiler,
+            _ticker: EpochTicker { stop },
+        })
     }
 
     pub fn services(&self) -> &Arc<HostServices> {
@@ -290,23 +345,28 @@ impl Runtime {
             let (cache, engine, hash) = (self.cache.clone(), engine.clone(), content_hash.clone());
             tokio::task::spawn_blocking(move || cache.lookup(&engine, &hash)).await.ok().flatten()
         };
-        let (component, origin) = match cached {
-            Some(c) => (c, Origin::Cached),
-            None => {
-                // In a child process under `plugins.compile_memory` for the `warden` binary;
-                // a caller's timeout drops this future, which kills the child.
-                let compiled =
-                    self.compiler.compile(&engine, self.fuel_enabled, bytes).await.map_err(LoadError::Compile)?;
-                let (cache, hash) = (self.cache.clone(), content_hash.clone());
-                let component = compiled.component.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    cache.store(&hash, &compiled.component, compiled.artifact.as_deref())
-                })
-                .await;
-                (component, Origin::Compiled)
+        let world = |e: wasmtime::Error| LoadError::World(root_cause(&e));
+        let (component, pre, origin, upgrade) = match (cached, &self.baseline) {
+            (Some(c), _) => (c.clone(), self.linker.instantiate_pre(&c).map_err(world)?, Origin::Cached, None),
+            (None, Some(baseline)) if bytes.len() >= tier::TIER_UP_MIN_SIZE => {
+                match self.compiler.compile(&baseline.engine, self.fuel_enabled, tier::Tier::Baseline, bytes).await {
+                    Ok(quick) => {
+                        let pre = baseline.linker.instantiate_pre(&quick.component).map_err(world)?;
+                        (quick.component, pre, Origin::Compiled, Some(()))
+                    }
+                    Err(e) => {
+                        tracing::warn!(plugin = id, error = %e, "baseline compile failed; compiling optimised only");
+                        let c = self.compile_optimized(bytes, &content_hash).await?;
+                        (c.clone(), self.linker.instantiate_pre(&c).map_err(world)?, Origin::Compiled, None)
+                    }
+                }
+            }
+            (None, _) => {
+                let c = self.compile_optimized(bytes, &content_hash).await?;
+                (c.clone(), self.linker.instantiate_pre(&c).map_err(world)?, Origin::Compiled, None)
             }
         };
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::World(root_cause(&e)))?;
+        let tier = if upgrade.is_some() { tier::Tier::Baseline } else { tier::Tier::Optimized };
         let info = self.call_info(id, &pre, &component).await.map_err(LoadError::Info)?;
         validate_info(&info)?;
         let grants = Arc::new(Grants::new(id, &info.capabilities, grant).map_err(|e| LoadError::Grant(e.to_string()))?);
@@ -314,6 +374,8 @@ impl Runtime {
         if info.name != id {
             tracing::warn!(plugin = id, claimed = %info.name, "plugin names itself differently from its file; grants use the file name");
         }
+        let build = tier::CurrentBuild::new(pre, tier);
+        let upgrade = upgrade.map(|()| self.spawn_upgrade(id, &build, bytes, &content_hash));
         Ok(LoadedPlugin {
             id: id.to_owned(),
             info,
@@ -324,8 +386,50 @@ impl Runtime {
             content_hash,
             origin,
             load_time: started.elapsed(),
-            pre,
+            build,
+            _upgrade: upgrade,
         })
+    }
+
+    /// Compiles `bytes` optimised (in a child process under `plugins.compile_memory` for
+    /// the `warden` binary; a caller's timeout drops this future, which kills the child)
+    /// and caches the result.
+    async fn compile_optimized(&self, bytes: &[u8], content_hash: &str) -> Result<Component, LoadError> {
+        let compiled = self
+            .compiler
+            .compile(&self.engine, self.fuel_enabled, tier::Tier::Optimized, bytes)
+            .await
+            .map_err(LoadError::Compile)?;
+        let (cache, hash) = (self.cache.clone(), content_hash.to_owned());
+        let component = compiled.component.clone();
+        let _ = tokio::task::spawn_blocking(move || cache.store(&hash, &compiled.component, compiled.artifact.as_deref())).await;
+        Ok(component)
+    }
+
+    /// Compiles the optimised build in the background and installs it into `build`.
+    fn spawn_upgrade(&self, id: &str, build: &tier::CurrentBuild, bytes: &[u8], content_hash: &str) -> tier::Upgrade {
+        let (engine, linker, compiler, cache) =
+            (self.engine.clone(), self.linker.clone(), self.compiler.clone(), self.cache.clone());
+        let (fuel, bytes, hash, id, target) =
+            (self.fuel_enabled, bytes.to_vec(), content_hash.to_owned(), id.to_owned(), build.downgrade());
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let compiled = match compiler.compile(&engine, fuel, tier::Tier::Optimized, &bytes).await {
+                Ok(c) => c,
+                Err(e) => return tracing::warn!(plugin = %id, error = %e, "the optimised compile failed; the baseline build keeps serving"),
+            };
+            let pre = match linker.instantiate_pre(&compiled.component) {
+                Ok(pre) => pre,
+                Err(e) => return tracing::warn!(plugin = %id, error = %root_cause(&e), "the optimised build does not link; the baseline build keeps serving"),
+            };
+            let component = compiled.component.clone();
+            let _ = tokio::task::spawn_blocking(move || cache.store(&hash, &component, compiled.artifact.as_deref())).await;
+            if let Some(build) = target.upgrade() {
+                build.upgrade(pre);
+                tracing::info!(plugin = %id, took_ms = started.elapsed().as_millis() as u64, "optimised build installed");
+            }
+        });
+        tier::Upgrade(task.abort_handle())
     }
 
     async fn call_info(
@@ -372,7 +476,7 @@ impl Runtime {
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
         scope.http = plugin.http.clone();
         let r = to_wit_reference(reference);
-        self.run(&plugin.id, &plugin.pre, plugin.limits, scope, move |b, store| {
+        self.run(&plugin.id, &plugin.build.pre(), plugin.limits, scope, move |b, store| {
             Box::pin(async move { b.warden_plugin_resolver().call_can_resolve(store, &r).await })
         })
         .await
@@ -387,7 +491,7 @@ impl Runtime {
         scope.http = plugin.http.clone();
         let r = to_wit_reference(reference);
         let def = self
-            .run(&plugin.id, &plugin.pre, plugin.limits, scope, move |b, store| {
+            .run(&plugin.id, &plugin.build.pre(), plugin.limits, scope, move |b, store| {
                 Box::pin(async move { b.warden_plugin_resolver().call_resolve(store, &r).await })
             })
             .await?
@@ -437,7 +541,7 @@ impl Runtime {
         };
         let def = to_wit_definition(definition);
         let out = self
-            .run(&plugin.id, &plugin.pre, plugin.limits, scope, move |b, store| {
+            .run(&plugin.id, &plugin.build.pre(), plugin.limits, scope, move |b, store| {
                 Box::pin(async move { b.warden_plugin_executor().call_execute(store, &ctx, &call, &def).await })
             })
             .await?
@@ -468,11 +572,18 @@ impl Runtime {
         let deadline = scope.deadline;
         // A pool slot for the whole call (released after the store below is dropped);
         // waiting for one counts against the call's deadline.
-        let _slot = match tokio::time::timeout_at(deadline.into(), self.slots.acquire()).await {
+        let pooled = Engine::same(pre.engine(), &self.engine);
+        let slot = async {
+            match pooled {
+                true => self.slots.acquire().await,
+                false => None,
+            }
+        };
+        let _slot = match tokio::time::timeout_at(deadline.into(), slot).await {
             Ok(slot) => slot,
             Err(_) => return Err(CallError::Timeout { plugin: plugin.into(), limit: limits.timeout }),
         };
-        let mut store = Store::new(&self.engine, HostState::new(scope, limits.memory));
+        let mut store = Store::new(pre.engine(), HostState::new(scope, limits.memory));
         store.limiter(|s| &mut s.limiter);
         let memory_hit = store.data().limiter.hit_flag();
         let fuel = limits.fuel;
@@ -565,7 +676,7 @@ pub mod bench {
     /// A fresh store and instance per call, then the typed `execute` call.
     pub async fn raw_fresh_execute(rt: &Runtime, plugin: &LoadedPlugin, prompt: &str) -> String {
         let mut store = bare_store(rt);
-        let instance = plugin.pre.instantiate_async(&mut store).await.expect("instantiate");
+        let instance = plugin.build.pre().instantiate_async(&mut store).await.expect("instantiate");
         let b = PluginBindings::new(&mut store, &instance).expect("bindings");
         let (c, t, d) = args(prompt);
         b.warden_plugin_executor().call_execute(&mut store, &c, &t, &d).await.expect("call").expect("ok")
@@ -574,7 +685,7 @@ pub mod bench {
     /// Instantiation from the plugin's `InstancePre` alone.
     pub async fn instantiate_only(rt: &Runtime, plugin: &LoadedPlugin) {
         let mut store = bare_store(rt);
-        plugin.pre.instantiate_async(&mut store).await.expect("instantiate");
+        plugin.build.pre().instantiate_async(&mut store).await.expect("instantiate");
     }
 
     /// One long-lived instance; each call is only the typed `execute` call.
@@ -586,7 +697,7 @@ pub mod bench {
     impl HotInstance {
         pub async fn new(rt: &Runtime, plugin: &LoadedPlugin) -> Self {
             let mut store = bare_store(rt);
-            let instance = plugin.pre.instantiate_async(&mut store).await.expect("instantiate");
+            let instance = plugin.build.pre().instantiate_async(&mut store).await.expect("instantiate");
             let bindings = PluginBindings::new(&mut store, &instance).expect("bindings");
             HotInstance { store, bindings }
         }
