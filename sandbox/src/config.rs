@@ -41,6 +41,10 @@ pub const DEFAULT_DISK: ByteSize = ByteSize(1024 * 1024 * 1024);
 pub const MIN_DISK: u64 = 16 * 1024 * 1024;
 /// Scope label by default; hosts sharing one Docker engine must use different scopes.
 pub const DEFAULT_SCOPE: &str = "default";
+/// Pre-warmed containers by default: two absorb a burst of two new sessions (a refill takes
+/// about one cold start, ~0.8 s) while an idle host holds only two idle containers and two
+/// sparse workspace images; they count against `max_sessions`.
+pub const DEFAULT_WARM_POOL: usize = 2;
 
 /// The `sandbox:` section of `warden.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,6 +97,13 @@ pub struct SandboxConfig {
     /// Docker endpoint (`unix:///var/run/docker.sock`, `tcp://...`). Default: `DOCKER_HOST`
     /// if set, else the local socket.
     pub docker_host: Option<String>,
+    /// Hardened, never-used session containers (workspace and agent ready) kept for new
+    /// sessions, so a new session's first command skips container creation. Default 2: a
+    /// burst of two new sessions is served warm while the pool refills in the background
+    /// (each refill costs about one cold start), and an idle host holds only two idle
+    /// containers and their sparse workspace images. Pooled containers count against
+    /// `max_sessions` (sessions + pool never exceed it). `0` turns the pool off.
+    pub warm_pool: usize,
 }
 
 impl Default for SandboxConfig {
@@ -113,6 +124,7 @@ impl Default for SandboxConfig {
             disk: DEFAULT_DISK,
             scope: DEFAULT_SCOPE.to_string(),
             docker_host: None,
+            warm_pool: DEFAULT_WARM_POOL,
         }
     }
 }
@@ -320,5 +332,13 @@ mod tests {
             ..SandboxConfig::default()
         };
         assert!(root.validate().is_err());
+    }
+
+    #[test]
+    fn the_warm_pool_is_on_by_default_and_zero_turns_it_off() {
+        assert_eq!(SandboxConfig::default().warm_pool, DEFAULT_WARM_POOL);
+        let off: SandboxConfig = serde_json::from_str(r#"{"warm_pool": 0}"#).unwrap();
+        assert_eq!(off.warm_pool, 0);
+        off.validate().unwrap();
     }
 }

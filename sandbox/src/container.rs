@@ -5,6 +5,9 @@
 //! to that user); it sets no-new-privileges,
 //! has a read-only root with a tmpfs /tmp, a labelled named volume at /workspace, the
 //! configured network (none by default), pids/memory/CPU limits and an init process.
+//! A container is made for a session (labelled with its key, named after it) or for the warm
+//! pool (`pool.rs`: labelled `warden.pool`, named `warden-pool.…`, renamed to the session's
+//! name when handed out, its key kept in a *binding* volume); both get the same body.
 //! This module must never mount the Docker socket or any host path, never run a session
 //! container privileged or add capabilities (the one capable container is the disk helper
 //! of `disk.rs`, which never runs sandboxed code), and never touch containers or volumes without the
@@ -14,12 +17,12 @@ use std::collections::HashMap;
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, ContainerSummary, HostConfig, Mount, MountTypeEnum, Volume,
+    ContainerCreateBody, ContainerSummary, HostConfig, Mount, MountPoint, MountTypeEnum, Volume,
     VolumeCreateOptions,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, ListVolumesOptions,
-    RemoveContainerOptions, RemoveVolumeOptions, StartContainerOptions,
+    RemoveContainerOptions, RemoveVolumeOptions, RenameContainerOptions, StartContainerOptions,
 };
 
 use crate::config::SandboxConfig;
@@ -40,6 +43,18 @@ pub const LABEL_USER: &str = "warden.user";
 pub const LABEL_SESSION: &str = "warden.session";
 /// Label carrying the host scope (`sandbox.scope`).
 pub const LABEL_SCOPE: &str = "warden.scope";
+/// Label of a container (and its volumes) made for the warm pool; it stays when the
+/// container is handed to a session (labels cannot change), the session then being named
+/// by the container's name and the binding volume.
+pub const LABEL_POOL: &str = "warden.pool";
+/// Label of a binding volume: it carries the key of the session a pooled container was
+/// handed to (never mounted anywhere).
+pub const LABEL_BINDING: &str = "warden.binding";
+/// Name prefix of binding volumes (`warden-bind-<session stem>`).
+pub(crate) const BINDING_PREFIX: &str = "warden-bind-";
+/// Name prefix of pool containers; the `.` never occurs in a session's names, so a pool
+/// name can never be a session's.
+pub(crate) const POOL_PREFIX: &str = "warden-pool.";
 /// PATH inside the container (imported images carry no environment).
 pub(crate) const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// HOME inside the container: on the /tmp tmpfs, because the root filesystem is read-only.
@@ -60,11 +75,13 @@ const SETUP_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(
 /// Host-side limit for the root exec that opens /workspace to the session user.
 const WORKSPACE_SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Docker names (container and volume) of a session.
+/// Deterministic Docker names of a session: its container, the workspace volume it gets
+/// when created cold, and the binding volume it has when its container came from the pool.
 #[derive(Debug, Clone)]
 pub(crate) struct Names {
     pub container: String,
     pub volume: String,
+    pub binding: String,
 }
 
 /// Deterministic, Docker-safe names for a session in a scope.
@@ -96,7 +113,33 @@ pub(crate) fn names(scope: &str, key: &SessionKey) -> Names {
     Names {
         container: format!("warden-{stem}"),
         volume: format!("warden-ws-{stem}"),
+        binding: format!("{BINDING_PREFIX}{stem}"),
     }
+}
+
+/// The binding volume name that goes with a session container name.
+pub(crate) fn binding_of(container_name: &str) -> Option<String> {
+    container_name
+        .strip_prefix("warden-")
+        .filter(|stem| !container_name.starts_with(POOL_PREFIX) && !stem.is_empty())
+        .map(|stem| format!("{BINDING_PREFIX}{stem}"))
+}
+
+/// A fresh, unique name for a pool container (`warden-pool.<scope>.<nonce>`); its workspace
+/// volume is [`volume_of`] it.
+pub(crate) fn pool_name(scope: &str) -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let nonce = fnv1a(&[
+        &std::process::id().to_le_bytes(),
+        &now.to_le_bytes(),
+        &n.to_le_bytes(),
+    ]);
+    format!("{POOL_PREFIX}{scope}.{nonce:016x}")
 }
 
 /// The workspace volume name that goes with a session container name.
@@ -121,7 +164,8 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-fn labels(scope: &str, key: &SessionKey) -> HashMap<String, String> {
+/// Labels of a session's container and volumes.
+pub(crate) fn labels(scope: &str, key: &SessionKey) -> HashMap<String, String> {
     HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_SCOPE.to_string(), scope.to_string()),
@@ -130,8 +174,18 @@ fn labels(scope: &str, key: &SessionKey) -> HashMap<String, String> {
     ])
 }
 
-/// The container config: every hardening default in one place.
-fn container_body(cfg: &SandboxConfig, key: &SessionKey, names: &Names) -> ContainerCreateBody {
+/// Labels of a pool container and its volumes: no session key (it has none yet).
+pub(crate) fn pool_labels(scope: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_SCOPE.to_string(), scope.to_string()),
+        (LABEL_POOL.to_string(), "true".to_string()),
+    ])
+}
+
+/// The container config: every hardening default in one place (pool and session
+/// containers differ only in labels and in the name of their workspace volume).
+fn container_body(cfg: &SandboxConfig, labels: HashMap<String, String>, volume: &str) -> ContainerCreateBody {
     let tmpfs = HashMap::from([(
         "/tmp".to_string(),
         format!("rw,nosuid,nodev,size={},mode=1777", cfg.tmp_size.0),
@@ -154,7 +208,7 @@ fn container_body(cfg: &SandboxConfig, key: &SessionKey, names: &Names) -> Conta
             format!("HOME={CONTAINER_HOME}"),
             "LANG=C.UTF-8".into(),
         ]),
-        labels: Some(labels(&cfg.scope, key)),
+        labels: Some(labels),
         network_disabled: Some(cfg.network == "none"),
         stop_timeout: Some(1),
         host_config: Some(HostConfig {
@@ -173,7 +227,7 @@ fn container_body(cfg: &SandboxConfig, key: &SessionKey, names: &Names) -> Conta
             tmpfs: Some(tmpfs),
             mounts: Some(vec![Mount {
                 target: Some(WORKSPACE.into()),
-                source: Some(names.volume.clone()),
+                source: Some(volume.to_string()),
                 typ: Some(MountTypeEnum::VOLUME),
                 read_only: Some(false),
                 ..Default::default()
@@ -186,14 +240,16 @@ fn container_body(cfg: &SandboxConfig, key: &SessionKey, names: &Names) -> Conta
     }
 }
 
-/// Creates (or reuses) the session's volume, creates and starts its container, and opens
-/// /workspace to the session user. Returns the container id.
+/// Creates (or reuses) the workspace volume `volume`, creates and starts the container
+/// `name` on it with `labels` (a session's or the pool's), and opens /workspace to the
+/// session user. Returns the container id.
 pub(crate) async fn create_and_start(
     docker: &Docker,
     cfg: &SandboxConfig,
-    key: &SessionKey,
+    name: &str,
+    volume: &str,
+    labels: HashMap<String, String>,
 ) -> Result<String, SandboxError> {
-    let names = names(&cfg.scope, key);
     // Checked first so that a missing image leaves nothing (not even a volume) behind.
     if let Err(e) = docker.inspect_image(&cfg.image).await {
         return Err(match docker_status(&e) {
@@ -206,23 +262,23 @@ pub(crate) async fn create_and_start(
     // Idempotent for the local driver: an existing volume of this name is returned as is,
     // which is how a recreated container keeps a workspace that survived. With a disk
     // limit the workspace is an ext4 file system on the session's disk image (see disk.rs).
-    let driver_opts = match (cfg.disk.0, disk::disk_of(&names.volume)) {
+    let driver_opts = match (cfg.disk.0, disk::disk_of(volume)) {
         (0, _) | (_, None) => None,
         (size, Some(disk_volume)) => {
-            let opts = disk::attach(docker, &cfg.image, &disk_volume, labels(&cfg.scope, key), size, "0:0").await?;
+            let opts = disk::attach(docker, &cfg.image, &disk_volume, labels.clone(), size, "0:0").await?;
             // After a reboot the image may sit on another loop device than the volume names.
-            if let Ok(v) = docker.inspect_volume(&names.volume).await
+            if let Ok(v) = docker.inspect_volume(volume).await
                 && v.options.get("device") != opts.get("device")
             {
-                remove_volume(docker, cfg, &names.volume).await?;
+                remove_volume(docker, cfg, volume).await?;
             }
             Some(opts)
         }
     };
     docker
         .create_volume(VolumeCreateOptions {
-            name: Some(names.volume.clone()),
-            labels: Some(labels(&cfg.scope, key)),
+            name: Some(volume.to_string()),
+            labels: Some(labels.clone()),
             driver: driver_opts.as_ref().map(|_| "local".to_string()),
             driver_opts,
             ..Default::default()
@@ -234,10 +290,10 @@ pub(crate) async fn create_and_start(
     let created = loop {
         attempt += 1;
         // A dead container of the same name (killed, engine restarted) is in the way.
-        remove_container(docker, &names.container).await?;
-        let body = container_body(cfg, key, &names);
+        remove_container(docker, name).await?;
+        let body = container_body(cfg, labels.clone(), volume);
         let opts = CreateContainerOptions {
-            name: Some(names.container.clone()),
+            name: Some(name.to_string()),
             ..Default::default()
         };
         let created = match docker.create_container(Some(opts), body).await {
@@ -380,14 +436,119 @@ pub(crate) async fn remove_volume(docker: &Docker, cfg: &SandboxConfig, name: &s
     Ok(())
 }
 
-/// Removes a session's container and volumes by their deterministic names.
-pub(crate) async fn remove_session(docker: &Docker, cfg: &SandboxConfig, names: &Names) -> Result<(), SandboxError> {
-    remove_container(docker, &names.container).await?;
-    remove_volume(docker, cfg, &names.volume).await?;
-    match disk::disk_of(&names.volume) {
+/// Removes a workspace volume and, with `sandbox.disk`, its disk volume.
+pub(crate) async fn remove_workspace(docker: &Docker, cfg: &SandboxConfig, volume: &str) -> Result<(), SandboxError> {
+    remove_volume(docker, cfg, volume).await?;
+    match disk::disk_of(volume) {
         Some(d) => remove_volume(docker, cfg, &d).await,
         None => Ok(()),
     }
+}
+
+/// Removes a session's container (by its deterministic name), its workspace (`workspace`,
+/// the volume its container mounts, which is a pool volume when the container came from the
+/// pool; and the deterministic one) and its binding volume.
+pub(crate) async fn remove_session(
+    docker: &Docker,
+    cfg: &SandboxConfig,
+    names: &Names,
+    workspace: Option<&str>,
+) -> Result<(), SandboxError> {
+    remove_container(docker, &names.container).await?;
+    remove_workspace(docker, cfg, &names.volume).await?;
+    if let Some(w) = workspace.filter(|w| *w != names.volume) {
+        remove_workspace(docker, cfg, w).await?;
+    }
+    remove_volume(docker, cfg, &names.binding).await
+}
+
+/// Removes a pool container that was never handed out, and its workspace.
+pub(crate) async fn remove_pooled(docker: &Docker, cfg: &SandboxConfig, name: &str) -> Result<(), SandboxError> {
+    remove_container(docker, name).await?;
+    remove_workspace(docker, cfg, &volume_of(name)).await
+}
+
+/// The workspace volume a container mounts at /workspace (`None`: no such container).
+pub(crate) async fn workspace_of(docker: &Docker, id_or_name: &str) -> Result<Option<String>, SandboxError> {
+    match docker.inspect_container(id_or_name, None::<InspectContainerOptions>).await {
+        Ok(c) => Ok(workspace_mount(c.mounts.as_deref())),
+        Err(e) if docker_status(&e) == Some(404) => Ok(None),
+        Err(e) => Err(SandboxError::from_docker("inspect session container", e)),
+    }
+}
+
+/// The volume among `mounts` that is mounted at /workspace.
+pub(crate) fn workspace_mount(mounts: Option<&[MountPoint]>) -> Option<String> {
+    mounts?
+        .iter()
+        .find(|m| m.destination.as_deref() == Some(WORKSPACE))
+        .and_then(|m| m.name.clone())
+}
+
+/// Records that the pool container renamed to `names.container` serves `key`: a volume
+/// named `names.binding` that carries the key in its labels (containers cannot be
+/// relabelled). Never mounted; created only here, by the host, so nothing in a sandbox can
+/// forge one.
+pub(crate) async fn create_binding(
+    docker: &Docker,
+    cfg: &SandboxConfig,
+    names: &Names,
+    key: &SessionKey,
+) -> Result<(), SandboxError> {
+    let mut l = labels(&cfg.scope, key);
+    l.insert(LABEL_BINDING.to_string(), "true".to_string());
+    docker
+        .create_volume(VolumeCreateOptions {
+            name: Some(names.binding.clone()),
+            labels: Some(l),
+            ..Default::default()
+        })
+        .await
+        .map(drop)
+        .map_err(|e| SandboxError::from_docker("create session binding", e))
+}
+
+/// Renames a container (a pool container becoming a session's). A container already
+/// holding the name (dead, or a leftover) is removed first, as creation does.
+pub(crate) async fn rename(docker: &Docker, id: &str, name: &str) -> Result<(), SandboxError> {
+    let opts = RenameContainerOptions { name: name.to_string() };
+    match docker.rename_container(id, opts.clone()).await {
+        Ok(()) => Ok(()),
+        Err(e) if docker_status(&e) == Some(409) => {
+            remove_container(docker, name).await?;
+            docker
+                .rename_container(id, opts)
+                .await
+                .map_err(|e| SandboxError::from_docker("rename pool container", e))
+        }
+        Err(e) => Err(SandboxError::from_docker("rename pool container", e)),
+    }
+}
+
+/// Every binding volume (optionally of one scope): session container name → (key, scope).
+pub(crate) async fn list_bindings(
+    docker: &Docker,
+    scope: Option<&str>,
+) -> Result<HashMap<String, (SessionKey, String)>, SandboxError> {
+    let binding = format!("{LABEL_BINDING}=true");
+    let opts = ListVolumesOptions {
+        filters: Some(label_filters(scope, &[("label", binding.as_str())])),
+    };
+    let volumes = docker
+        .list_volumes(Some(opts))
+        .await
+        .map(|r| r.volumes.unwrap_or_default())
+        .map_err(|e| SandboxError::from_docker("list volumes", e))?;
+    Ok(volumes
+        .into_iter()
+        .filter_map(|v| {
+            let key = key_from_labels(Some(&v.labels))?;
+            let scope = v.labels.get(LABEL_SCOPE)?.clone();
+            let names = names(&scope, &key);
+            // A binding is only believed under the name the key itself gives.
+            (names.binding == v.name).then_some((names.container, (key, scope)))
+        })
+        .collect())
 }
 
 /// Labels of a disk helper container: managed and scoped, so a leftover one is pruned.
@@ -456,4 +617,49 @@ pub(crate) fn key_from_labels(labels: Option<&HashMap<String, String>>) -> Optio
         user_id: l.get(LABEL_USER)?.clone(),
         session_id: l.get(LABEL_SESSION)?.clone(),
     })
+}
+
+/// A listed container's name (without Docker's leading `/`).
+pub(crate) fn container_name(c: &ContainerSummary) -> Option<String> {
+    Some(c.names.as_ref()?.first()?.trim_start_matches('/').to_string())
+}
+
+/// The session a managed container serves: its key labels, or, for a container from the
+/// pool, the binding that names it (`bindings` from [`list_bindings`]). `None`: a pool
+/// container never handed out, or a disk helper.
+pub(crate) fn session_of(
+    c: &ContainerSummary,
+    bindings: &HashMap<String, (SessionKey, String)>,
+) -> Option<SessionKey> {
+    let labels = c.labels.as_ref()?;
+    if let Some(key) = key_from_labels(Some(labels)) {
+        return Some(key);
+    }
+    if !labels.contains_key(LABEL_POOL) {
+        return None;
+    }
+    let scope = labels.get(LABEL_SCOPE)?;
+    bindings
+        .get(&container_name(c)?)
+        .filter(|(_, s)| s == scope)
+        .map(|(key, _)| key.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_names_are_unique_and_never_a_sessions() {
+        let (a, b) = (pool_name("s"), pool_name("s"));
+        assert_ne!(a, b);
+        assert!(a.starts_with("warden-pool.s."), "{a}");
+        assert_eq!(volume_of(&a), format!("warden-ws-{}", &a["warden-".len()..]));
+        assert_eq!(binding_of(&a), None, "a pool container has no binding");
+        // A scope named `pool` still gives session names without the pool's `.`.
+        let n = names("pool", &SessionKey::new("s.x", "y"));
+        assert!(!n.container.contains('.') && !n.container.starts_with(POOL_PREFIX), "{n:?}");
+        assert_eq!(binding_of(&n.container).as_deref(), Some(n.binding.as_str()));
+        assert!(n.binding.starts_with(BINDING_PREFIX));
+    }
 }

@@ -272,6 +272,20 @@ impl AgentPool {
     pub(crate) fn clear(&self) {
         self.idle.lock().expect("agent pool lock").clear();
     }
+
+    /// Takes over `other`'s idle agents (a pooled container's, when it is handed out).
+    pub(crate) fn absorb(&self, other: AgentPool) {
+        let agents = other.idle.into_inner().expect("agent pool lock");
+        agents.into_iter().for_each(|a| self.give(a));
+    }
+
+    /// Starts one agent in `container` and keeps it idle, so the first request skips the
+    /// agent's start-up (the warm pool does this before a container is handed out).
+    pub(crate) async fn prespawn(&self, docker: &Docker, container: &str, user: &str) -> Result<(), ExecFailure> {
+        let agent = spawn_agent(docker, container, user).await?;
+        self.give(agent);
+        Ok(())
+    }
 }
 
 /// Why a request on an agent did not complete.

@@ -3,7 +3,8 @@
 //! The host builds one [`Sandbox`] from the operator's `sandbox:` settings
 //! ([`SandboxConfig`]) and calls [`Sandbox::call_tool`] for every Read, Write, Edit, Glob,
 //! Grep or Bash call of a subagent, keyed by [`SessionKey`] (user id, session id). The first
-//! call of a session creates its container; later calls reuse it; idle sessions are reaped;
+//! call of a session takes a pre-warmed container from the pool (`sandbox.warm_pool`) or
+//! creates one; later calls reuse it; idle sessions are reaped;
 //! [`Sandbox::shutdown`] removes everything. Operators get [`Sandbox::list_sessions`],
 //! [`Sandbox::prune`] and [`Sandbox::metrics`].
 //!
@@ -18,6 +19,7 @@ mod disk;
 pub mod error;
 mod exec;
 pub mod metrics;
+mod pool;
 pub mod session;
 mod shell_state;
 pub mod tools;

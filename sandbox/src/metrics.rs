@@ -20,6 +20,11 @@ pub(crate) struct Metrics {
     pub tool_calls: AtomicU64,
     pub tool_errors: AtomicU64,
     pub commands_started: AtomicU64,
+    pub warm_hits: AtomicU64,
+    pub warm_waits: AtomicU64,
+    pub warm_misses: AtomicU64,
+    pub warm_created: AtomicU64,
+    pub warm_failures: AtomicU64,
 }
 
 impl Metrics {
@@ -48,6 +53,13 @@ impl Metrics {
             tool_calls_total: get(&self.tool_calls),
             tool_errors_total: get(&self.tool_errors),
             commands_started_total: get(&self.commands_started),
+            // Filled in by `Sandbox::metrics` from the pool itself.
+            warm_pool_ready: 0,
+            warm_pool_hits_total: get(&self.warm_hits),
+            warm_pool_waits_total: get(&self.warm_waits),
+            warm_pool_misses_total: get(&self.warm_misses),
+            warm_pool_created_total: get(&self.warm_created),
+            warm_pool_failures_total: get(&self.warm_failures),
         }
     }
 }
@@ -57,7 +69,7 @@ impl Metrics {
 pub struct MetricsSnapshot {
     /// Sessions with a live container in this host.
     pub sessions_active: u64,
-    /// Session containers created (including recreations).
+    /// Sessions that got a container, created or from the warm pool (including recreations).
     pub sessions_created_total: u64,
     /// Sessions removed (idle, ended, shut down).
     pub sessions_removed_total: u64,
@@ -78,6 +90,19 @@ pub struct MetricsSnapshot {
     /// Processes the in-container agents started directly (one per Bash/Glob/Grep call
     /// that ran; file operations start none).
     pub commands_started_total: u64,
+    /// Warm pool containers ready to be handed out now.
+    pub warm_pool_ready: u64,
+    /// New sessions handed a ready pool container.
+    pub warm_pool_hits_total: u64,
+    /// New sessions that waited for a pool container being prepared (none was ready, one
+    /// was on its way).
+    pub warm_pool_waits_total: u64,
+    /// New sessions whose container was created cold (pool on, nothing ready or coming).
+    pub warm_pool_misses_total: u64,
+    /// Pool containers prepared.
+    pub warm_pool_created_total: u64,
+    /// Pool containers that failed to be prepared or handed out (each is removed).
+    pub warm_pool_failures_total: u64,
 }
 
 impl MetricsSnapshot {
@@ -98,7 +123,7 @@ impl MetricsSnapshot {
         put(
             "sessions_created_total",
             "counter",
-            "Session containers created.",
+            "Sessions that got a container (created or from the warm pool).",
             self.sessions_created_total.to_string(),
         );
         put(
@@ -118,6 +143,42 @@ impl MetricsSnapshot {
             "counter",
             "Processes the in-container agents started (one per command that ran).",
             self.commands_started_total.to_string(),
+        );
+        put(
+            "warm_pool_ready",
+            "gauge",
+            "Warm pool containers ready for new sessions.",
+            self.warm_pool_ready.to_string(),
+        );
+        put(
+            "warm_pool_hits_total",
+            "counter",
+            "New sessions handed a ready pool container.",
+            self.warm_pool_hits_total.to_string(),
+        );
+        put(
+            "warm_pool_waits_total",
+            "counter",
+            "New sessions that waited for a pool container being prepared.",
+            self.warm_pool_waits_total.to_string(),
+        );
+        put(
+            "warm_pool_misses_total",
+            "counter",
+            "New sessions created cold with the pool on.",
+            self.warm_pool_misses_total.to_string(),
+        );
+        put(
+            "warm_pool_created_total",
+            "counter",
+            "Pool containers prepared.",
+            self.warm_pool_created_total.to_string(),
+        );
+        put(
+            "warm_pool_failures_total",
+            "counter",
+            "Pool containers that failed to be prepared or handed out.",
+            self.warm_pool_failures_total.to_string(),
         );
         put(
             "execs_total",

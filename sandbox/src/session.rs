@@ -1,5 +1,6 @@
-//! Session lifecycle: one container per (user_id, session_id), created on first use,
-//! reused, recreated when it vanished, reaped when idle, removed on end and shutdown.
+//! Session lifecycle: one container per (user_id, session_id), taken from the warm pool
+//! (`pool.rs`) or created on first use, reused, recreated when it vanished (on the same
+//! workspace), reaped when idle, removed on end and shutdown.
 //!
 //! Concurrent first use of a session creates exactly one container (a per-session async
 //! mutex guards creation). The Docker connection is made lazily at the first tool use, so a
@@ -8,7 +9,7 @@
 //! remove a session that has a call in flight (except on explicit end or shutdown), and never
 //! let the number of sessions exceed `max_sessions`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -26,6 +27,7 @@ use crate::agent::Op;
 use crate::shell_state::ShellState;
 use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::pool::{self, WarmPool};
 
 /// Longest accepted user or session id, in bytes (they become Docker labels).
 pub const MAX_KEY_PART_LEN: usize = 128;
@@ -109,7 +111,8 @@ pub struct PruneReport {
 /// The sandbox manager the host holds (cheap to clone; one per host).
 ///
 /// Call [`Sandbox::shutdown`] before exit: dropping it without shutdown leaves the session
-/// containers running, to be adopted by the next `Sandbox` of the same scope.
+/// containers running, to be adopted by the next `Sandbox` of the same scope, and the warm
+/// pool's containers, which that one removes.
 #[derive(Clone)]
 pub struct Sandbox {
     pub(crate) inner: Arc<Inner>,
@@ -118,7 +121,10 @@ pub struct Sandbox {
 pub(crate) struct Inner {
     pub(crate) config: SandboxConfig,
     docker: tokio::sync::OnceCell<Docker>,
+    /// Lock order: `sessions` before the pool's lock (never the other way round).
     sessions: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    /// Ready, never-used containers for new sessions (`sandbox.warm_pool`).
+    pub(crate) pool: WarmPool,
     pub(crate) metrics: Metrics,
     shut_down: AtomicBool,
     reaper: Mutex<Option<JoinHandle<()>>>,
@@ -130,9 +136,14 @@ pub(crate) struct Inner {
 
 struct Slot {
     key: SessionKey,
+    /// Deterministic names (the container's is the live container's name).
     names: Names,
     /// The live container id; the async mutex serialises creation.
     container: tokio::sync::Mutex<Option<String>>,
+    /// The workspace volume the session's container mounts: a pool volume when the first
+    /// container came from the pool, else `names.volume`; `None` before the first container.
+    /// A recreated container mounts the same one.
+    workspace: Mutex<Option<String>>,
     last_used: Mutex<(Instant, SystemTime)>,
     in_flight: AtomicUsize,
     /// Idle in-container agents of the live container.
@@ -142,11 +153,12 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(key: SessionKey, names: Names, container: Option<String>) -> Self {
+    fn new(key: SessionKey, names: Names, container: Option<String>, workspace: Option<String>) -> Self {
         Self {
             key,
             names,
             container: tokio::sync::Mutex::new(container),
+            workspace: Mutex::new(workspace),
             last_used: Mutex::new((Instant::now(), SystemTime::now())),
             in_flight: AtomicUsize::new(0),
             agents: exec::AgentPool::default(),
@@ -156,6 +168,15 @@ impl Slot {
 
     fn touch(&self) {
         *self.last_used.lock().expect("last_used lock") = (Instant::now(), SystemTime::now());
+    }
+
+    fn workspace(&self) -> Option<String> {
+        self.workspace.lock().expect("workspace lock").clone()
+    }
+
+    /// The workspace volume, or the one a cold container would get.
+    fn workspace_or_default(&self) -> String {
+        self.workspace().unwrap_or_else(|| self.names.volume.clone())
     }
 }
 
@@ -195,11 +216,13 @@ impl Sandbox {
     /// at the first tool use, so this succeeds on hosts without Docker.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         config.validate()?;
+        let pool = WarmPool::new(config.warm_pool);
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
                 docker: tokio::sync::OnceCell::new(),
                 sessions: Mutex::new(HashMap::new()),
+                pool,
                 metrics: Metrics::default(),
                 shut_down: AtomicBool::new(false),
                 reaper: Mutex::new(None),
@@ -213,14 +236,19 @@ impl Sandbox {
         &self.inner.config
     }
 
-    /// Connects to Docker now (instead of at first use), adopting this scope's leftovers.
+    /// Connects to Docker now (instead of at first use), adopting this scope's leftovers,
+    /// and starts filling the warm pool (which otherwise starts with the first session).
     pub async fn connect(&self) -> Result<(), SandboxError> {
-        self.docker().await.map(|_| ())
+        let docker = self.docker().await?;
+        pool::start(&self.inner, docker);
+        Ok(())
     }
 
     /// Counters for `/metrics` and the CLI.
     pub fn metrics(&self) -> MetricsSnapshot {
-        self.inner.metrics.snapshot()
+        let mut m = self.inner.metrics.snapshot();
+        m.warm_pool_ready = self.inner.pool.ready_len() as u64;
+        m
     }
 
     pub(crate) async fn docker(&self) -> Result<&Docker, SandboxError> {
@@ -261,6 +289,7 @@ impl Sandbox {
                         key.clone(),
                         container::names(&self.inner.config.scope, key),
                         None,
+                        None,
                     ));
                     map.insert(key.clone(), slot.clone());
                     slot
@@ -269,6 +298,8 @@ impl Sandbox {
             slot.in_flight.fetch_add(1, Ordering::AcqRel);
             slot
         };
+        // The pool starts with the first session (listing or pruning never starts it).
+        pool::start(&self.inner, docker);
         let ctx = SessionCtx {
             inner: &self.inner,
             docker,
@@ -303,8 +334,10 @@ impl Sandbox {
             }
             None => {
                 let _objects = self.inner.object_lock(key).lock().await;
-                container::remove_session(docker, &self.inner.config, &container::names(&self.inner.config.scope, key))
-                    .await?;
+                let names = container::names(&self.inner.config.scope, key);
+                // A container that came from the pool mounts a pool volume: ask it.
+                let workspace = container::workspace_of(docker, &names.container).await?;
+                container::remove_session(docker, &self.inner.config, &names, workspace.as_deref()).await?;
                 Ok(false)
             }
         }
@@ -320,6 +353,8 @@ impl Sandbox {
         let Some(docker) = self.inner.docker.get() else {
             return Ok(());
         };
+        // First the pool: nothing more is handed out or prepared, and no fill outlives this.
+        let pool_result = pool::shutdown(&self.inner, docker).await;
         let slots: Vec<Arc<Slot>> = self
             .inner
             .sessions
@@ -334,6 +369,7 @@ impl Sandbox {
         results
             .into_iter()
             .collect::<Result<Vec<()>, _>>()
+            .and(pool_result)
             .map(|_| ())
     }
 
@@ -342,6 +378,7 @@ impl Sandbox {
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, SandboxError> {
         let docker = self.docker().await?;
         let listed = container::list_managed(docker, None).await?;
+        let bindings = container::list_bindings(docker, None).await?;
         let owned: HashMap<String, SystemTime> = self
             .inner
             .sessions
@@ -358,13 +395,9 @@ impl Sandbox {
         let mut out: Vec<SessionInfo> = listed
             .into_iter()
             .filter_map(|c| {
-                let key = container::key_from_labels(c.labels.as_ref())?;
-                let name = c
-                    .names
-                    .as_ref()?
-                    .first()?
-                    .trim_start_matches('/')
-                    .to_string();
+                // Pool containers not handed out serve no session: not listed.
+                let key = container::session_of(&c, &bindings)?;
+                let name = container::container_name(&c)?;
                 let scope = c
                     .labels
                     .as_ref()?
@@ -405,24 +438,32 @@ impl Sandbox {
 
     async fn prune_inner(&self, all: bool) -> Result<PruneReport, SandboxError> {
         let docker = self.docker().await?;
-        let (live_containers, live_volumes): (Vec<String>, Vec<String>) = self
-            .inner
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .values()
-            .map(|s| (s.names.container.clone(), s.names.volume.clone()))
-            .unzip();
-        let live_volumes: Vec<String> =
-            live_volumes.iter().flat_map(|v| [v.clone()].into_iter().chain(crate::disk::disk_of(v))).collect();
+        let with_disk = |v: String| [v.clone()].into_iter().chain(crate::disk::disk_of(&v));
+        // This host's sessions and pool containers, and every volume they use.
+        let pooled = self.inner.pool.container_names();
+        let mut live_containers: HashSet<String> = pooled.iter().cloned().collect();
+        let mut live_volumes: HashSet<String> =
+            pooled.iter().flat_map(|n| with_disk(container::volume_of(n))).collect();
+        for s in self.inner.sessions.lock().expect("sessions lock").values() {
+            live_containers.insert(s.names.container.clone());
+            live_volumes.insert(s.names.binding.clone());
+            live_volumes.extend(with_disk(s.names.volume.clone()).chain(with_disk(s.workspace_or_default())));
+        }
+        // The volumes a container uses: what it mounts at /workspace, that volume's disk (no
+        // container mounts it) and its binding (never mounted either).
+        let uses = |c: &bollard::models::ContainerSummary, name: &str| -> Vec<String> {
+            container::workspace_mount(c.mounts.as_deref())
+                .into_iter()
+                .chain(Some(container::volume_of(name)))
+                .flat_map(with_disk)
+                .chain(container::binding_of(name))
+                .collect()
+        };
+        let mut in_use: HashSet<String> = HashSet::new();
+        let mut freed: HashSet<String> = HashSet::new();
         let mut report = PruneReport::default();
         for c in container::list_managed(docker, None).await? {
-            let name = c
-                .names
-                .as_ref()
-                .and_then(|n| n.first())
-                .map(|n| n.trim_start_matches('/').to_string());
-            let Some(name) = name else { continue };
+            let Some(name) = container::container_name(&c) else { continue };
             // Only exited or dead containers are leftovers; `created` ones may be mid-creation
             // by another host, running ones belong to a live host.
             let finished = matches!(
@@ -430,24 +471,20 @@ impl Sandbox {
                 Some(ContainerSummaryStateEnum::EXITED | ContainerSummaryStateEnum::DEAD)
             );
             if live_containers.contains(&name) || (!finished && !all) {
+                in_use.extend(uses(&c, &name));
                 continue;
             }
             container::remove_container(docker, c.id.as_deref().unwrap_or(&name)).await?;
+            freed.extend(uses(&c, &name));
             report.containers.push(name);
         }
         for v in container::list_volumes(docker, None, !all).await? {
-            if live_volumes.contains(&v.name) {
+            if live_volumes.contains(&v.name) || in_use.contains(&v.name) {
                 continue;
             }
             // A dangling volume may belong to a session another host is creating right now:
             // only volumes of containers removed above, or old enough, are leftovers.
-            let ours = report
-                .containers
-                .iter()
-                .any(|c| {
-                    let ws = container::volume_of(c);
-                    crate::disk::disk_of(&ws).as_deref() == Some(v.name.as_str()) || ws == v.name
-                });
+            let ours = freed.contains(&v.name);
             let old = serde_json::to_value(&v.created_at)
                 .ok()
                 .and_then(|t| {
@@ -472,7 +509,22 @@ impl Sandbox {
     }
 }
 
+impl Drop for Inner {
+    /// Wakes the pool's refill task, which holds no strong reference: it sees the host gone,
+    /// waits for its fills (which remove what they made) and ends.
+    fn drop(&mut self) {
+        self.pool.kick();
+    }
+}
+
 impl Inner {
+    /// Runs `f` with the number of sessions, holding the sessions lock (so the pool can
+    /// reserve room under `max_sessions` without a session slipping in meanwhile).
+    pub(crate) fn with_session_count<R>(&self, f: impl FnOnce(usize) -> R) -> R {
+        let map = self.sessions.lock().expect("sessions lock");
+        f(map.len())
+    }
+
     /// The lock over `key`'s Docker objects (see `object_locks`).
     pub(crate) fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
         use std::hash::{Hash, Hasher};
@@ -508,10 +560,13 @@ impl Inner {
                 .sessions_removed
                 .fetch_add(1, Ordering::Relaxed);
         }
-        {
+        let removed = {
             let _objects = self.object_lock(&slot.key).lock().await;
-            container::remove_session(docker, &self.config, &slot.names).await?;
-        }
+            container::remove_session(docker, &self.config, &slot.names, slot.workspace().as_deref()).await
+        };
+        // Room under `max_sessions` for the pool again.
+        self.pool.kick();
+        removed?;
         tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session removed");
         Ok(())
     }
@@ -546,7 +601,8 @@ impl<'a> SessionCtx<'a> {
         &self.lease.slot.key
     }
 
-    /// The live container id, creating the container if there is none.
+    /// The live container id: for a new session one from the warm pool if there is one,
+    /// else (and to replace a vanished container, on the same workspace) a new one.
     pub(crate) async fn container(&self) -> Result<String, SandboxError> {
         let slot = &self.lease.slot;
         let mut guard = slot.container.lock().await;
@@ -554,9 +610,33 @@ impl<'a> SessionCtx<'a> {
             return Ok(id.clone());
         }
         let started = Instant::now();
-        let id = {
-            let _objects = self.inner.object_lock(&slot.key).lock().await;
-            container::create_and_start(self.docker, &self.inner.config, &slot.key).await?
+        let workspace = slot.workspace();
+        let new_session = workspace.is_none();
+        let warm = if new_session && self.inner.pool.enabled() {
+            pool::take(self.inner, self.docker, &slot.key).await?
+        } else {
+            None
+        };
+        let (id, how) = match warm {
+            Some(warm) => {
+                slot.agents.absorb(warm.agents);
+                *slot.workspace.lock().expect("workspace lock") = Some(warm.volume);
+                (warm.id, "taken from the warm pool")
+            }
+            None => {
+                if new_session && self.inner.pool.enabled() {
+                    self.inner.metrics.warm_misses.fetch_add(1, Ordering::Relaxed);
+                }
+                let volume = workspace.unwrap_or_else(|| slot.names.volume.clone());
+                let labels = container::labels(&self.inner.config.scope, &slot.key);
+                let id = {
+                    let _objects = self.inner.object_lock(&slot.key).lock().await;
+                    container::create_and_start(self.docker, &self.inner.config, &slot.names.container, &volume, labels)
+                        .await?
+                };
+                *slot.workspace.lock().expect("workspace lock") = Some(volume);
+                (id, "created")
+            }
         };
         self.inner
             .metrics
@@ -568,7 +648,7 @@ impl<'a> SessionCtx<'a> {
             .fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             user = %slot.key.user_id, session = %slot.key.session_id, container = %id,
-            took_ms = started.elapsed().as_millis() as u64, "session container created"
+            took_ms = started.elapsed().as_millis() as u64, how, "session container ready"
         );
         *guard = Some(id.clone());
         Ok(id)
@@ -696,23 +776,25 @@ async fn connect(cfg: &SandboxConfig) -> Result<Docker, SandboxError> {
 }
 
 /// On connect: adopt this scope's running session containers (their workspace continues),
-/// remove its stopped ones and volumes that belong to no adopted session.
+/// remove its stopped ones, its pool containers that were never handed out (the warm pool
+/// starts afresh), and volumes that belong to no adopted session. Other scopes are never
+/// listed.
 async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxError> {
     let scope = inner.config.scope.as_str();
     let mut adopted = 0usize;
+    let bindings = container::list_bindings(docker, Some(scope)).await?;
     for c in container::list_managed(docker, Some(scope)).await? {
         let id = c.id.clone().unwrap_or_default();
         let running = matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
-        let key = container::key_from_labels(c.labels.as_ref());
-        let name = c
-            .names
-            .as_ref()
-            .and_then(|n| n.first())
-            .map(|n| n.trim_start_matches('/').to_string());
+        // A pool container serves the session its binding names; one never handed out
+        // (still under its pool name, or renamed but never bound) serves none.
+        let key = container::session_of(&c, &bindings);
+        let name = container::container_name(&c);
+        let workspace = container::workspace_mount(c.mounts.as_deref());
         let adopt = {
             let mut map = inner.sessions.lock().expect("sessions lock");
-            match key {
-                Some(key)
+            match (key, workspace) {
+                (Some(key), Some(workspace))
                     if running
                         && map.len() < inner.config.max_sessions
                         && name.as_deref()
@@ -723,7 +805,7 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                     tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted session container from a previous host");
                     map.insert(
                         key.clone(),
-                        Arc::new(Slot::new(key, names, Some(id.clone()))),
+                        Arc::new(Slot::new(key, names, Some(id.clone()), Some(workspace))),
                     );
                     inner
                         .metrics
@@ -741,16 +823,19 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                 tracing::warn!(container = %id, "could not sweep the processes of an adopted container");
             }
         } else {
-            tracing::info!(container = %id, "removing leftover session container");
+            tracing::info!(container = %id, "removing leftover session or pool container");
             container::remove_container(docker, &id).await?;
         }
     }
-    let keep: Vec<String> = inner
+    let keep: HashSet<String> = inner
         .sessions
         .lock()
         .expect("sessions lock")
         .values()
-        .flat_map(|s| [s.names.volume.clone()].into_iter().chain(crate::disk::disk_of(&s.names.volume)))
+        .flat_map(|s| {
+            let w = s.workspace_or_default();
+            [s.names.binding.clone()].into_iter().chain(crate::disk::disk_of(&w)).chain([w])
+        })
         .collect();
     for v in container::list_volumes(docker, Some(scope), false).await? {
         if !keep.contains(&v.name) {

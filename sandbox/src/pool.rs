@@ -1,0 +1,476 @@
+//! The warm pool (`sandbox.warm_pool`): hardened, never-used containers kept ready so that a
+//! new session's first command skips container creation.
+//!
+//! **What it owns.** The pool's state (containers ready to hand out, fills in flight,
+//! sessions waiting for one), the background refill task, preparing a pool container, and
+//! handing one to a session. A pool container is made by the same code and with the same
+//! body as a cold session container (`container::create_and_start`: every limit, the
+//! read-only root, no capabilities but the agents' two, its own workspace volume and, with
+//! `sandbox.disk`, its own disk), then an agent is started in it and kept idle. Only its
+//! labels and names differ: `warden.pool=true` and no session key, because it has none yet;
+//! the container is `warden-pool.<scope>.<nonce>` and its volumes follow from that name.
+//!
+//! **Handing out.** Docker cannot change a container's labels after creation, so a pool
+//! container becomes a session's in two steps, under the session's object lock:
+//! 1. a *binding* volume `warden-bind-<session stem>` is created, labelled with the scope and
+//!    the session key (never mounted; only the host creates one, so nothing inside a sandbox
+//!    can forge a binding, and one is only believed under the name its own key gives);
+//! 2. the container is renamed to the session's deterministic name (`container::names`).
+//!
+//! From then on everything that finds a session's container works as for a cold one: its
+//! name (end, prune, the adoption check), its key (the binding, for `list_sessions` and
+//! adoption), its workspace (the volume it mounts at /workspace, read from the container,
+//! for removal and for recreating a vanished container on the same workspace). A crash
+//! between the steps leaves a pool-named container, or a renamed one without a binding:
+//! neither is anyone's session, and the next start of the scope removes both.
+//!
+//! **Counting.** Pool containers count against `sandbox.max_sessions`: a fill starts only
+//! while sessions + ready + unclaimed fills < `max_sessions`, and a new session with nothing
+//! ready waits for a fill in flight rather than creating a container of its own while every
+//! fill is spoken for. So the containers one host keeps never exceed `max_sessions`.
+//!
+//! **Starting.** The pool fills from the first session of a `Sandbox` (or
+//! `Sandbox::connect`); listing and pruning never start it. The refill task holds no strong
+//! reference to its host, so a dropped `Sandbox` stops refilling.
+//!
+//! **Restart.** On connect (before the pool starts) the host removes every container of its
+//! scope labelled `warden.pool` that no binding names — un-handed-out containers of a
+//! previous run — with their volumes, and adopts handed-out ones like any session. They are
+//! removed rather than taken into the new pool: one may be half-prepared (its workspace
+//! setup or agent start cut off by the crash), which cannot be told from outside, and a new
+//! pool is a few seconds of background work. Other scopes are never looked at.
+//!
+//! This module must never hand one container to two sessions (a container leaves `ready`
+//! exactly once, under the lock, and a failed hand-out removes it), never put a container
+//! back once it was handed out (nothing is reused across sessions), never run anything in a
+//! pool container but the workspace setup and the agent, never let the pool and the
+//! sessions exceed `max_sessions`, and never leave a container it made behind: a fill that
+//! finishes after shutdown, or after its host was dropped, removes what it made.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use tokio::sync::{Notify, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::config::SandboxConfig;
+use crate::container;
+use crate::error::SandboxError;
+use crate::exec::{AgentPool, ExecFailure};
+use crate::session::{Inner, SessionKey};
+
+/// Pool containers prepared at once: each is mostly waiting on the engine, but two cores
+/// also serve live sessions, and a burst past the pool is better served by waiting for
+/// these than by more creations competing for the same engine.
+const MAX_PARALLEL_FILLS: usize = 2;
+/// First pause after a failed fill (missing image, engine trouble), doubled per failure in
+/// a row: a broken setup must not turn the pool into a tight create/remove loop.
+const FILL_RETRY_MIN: Duration = Duration::from_secs(1);
+/// Longest pause between fills that keep failing.
+const FILL_RETRY_MAX: Duration = Duration::from_secs(60);
+/// Pool containers one new session tries before it creates its own (each failed hand-out
+/// removes the container; a pool emptied by someone else must not keep a session waiting).
+const MAX_HANDOUT_ATTEMPTS: usize = 3;
+
+/// A prepared, never-used pool container.
+pub(crate) struct Warm {
+    pub id: String,
+    pub name: String,
+    /// Its workspace volume (`container::volume_of(name)`).
+    pub volume: String,
+    /// Its idle agent(s), started before it was handed out.
+    pub agents: AgentPool,
+}
+
+/// What a new session gets from the pool.
+enum Acquired {
+    Ready(Warm),
+    /// A fill in flight is this session's; it arrives on the channel (or the fill failed).
+    Claimed(oneshot::Receiver<Warm>),
+    /// Nothing ready and every fill spoken for: create a container of your own.
+    Cold,
+    Closed,
+}
+
+#[derive(Default)]
+struct State {
+    ready: VecDeque<Warm>,
+    /// Names of the pool containers being prepared.
+    filling: Vec<String>,
+    /// New sessions waiting for a fill in flight (never more than `filling`).
+    waiters: VecDeque<oneshot::Sender<Warm>>,
+    closed: bool,
+}
+
+/// The pool of one `Sandbox`.
+pub(crate) struct WarmPool {
+    target: usize,
+    state: Mutex<State>,
+    /// Wakes the refill task (a container was taken, a session removed, shutdown, or the
+    /// host dropped); shared with the task, which holds no strong reference to the host.
+    wake: Arc<Notify>,
+    started: AtomicBool,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl WarmPool {
+    pub(crate) fn new(target: usize) -> Self {
+        Self {
+            target,
+            state: Mutex::default(),
+            wake: Arc::new(Notify::new()),
+            started: AtomicBool::new(false),
+            task: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("warm pool lock")
+    }
+
+    /// Whether new sessions take containers from the pool.
+    pub(crate) fn enabled(&self) -> bool {
+        self.target > 0
+    }
+
+    /// Containers ready to hand out now.
+    pub(crate) fn ready_len(&self) -> usize {
+        self.lock().ready.len()
+    }
+
+    /// Names of the containers the pool holds or is preparing (prune must spare them).
+    pub(crate) fn container_names(&self) -> Vec<String> {
+        let st = self.lock();
+        st.ready.iter().map(|w| w.name.clone()).chain(st.filling.iter().cloned()).collect()
+    }
+
+    /// Asks the refill task to look at the pool again.
+    pub(crate) fn kick(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Reserves one fill when the pool is short and `max_sessions` leaves room; returns the
+    /// new container's name. The caller holds the sessions lock (`sessions` is its count),
+    /// so no session can appear between the check and the reservation.
+    fn reserve(&self, sessions: usize, max_sessions: usize, scope: &str) -> Option<String> {
+        let mut st = self.lock();
+        let unclaimed = st.filling.len().saturating_sub(st.waiters.len());
+        let reserved = st.ready.len() + unclaimed;
+        if st.closed
+            || st.filling.len() >= MAX_PARALLEL_FILLS
+            || reserved >= self.target
+            || sessions + reserved >= max_sessions
+        {
+            return None;
+        }
+        let name = container::pool_name(scope);
+        st.filling.push(name.clone());
+        Some(name)
+    }
+
+    fn acquire(&self) -> Acquired {
+        let mut st = self.lock();
+        if st.closed {
+            return Acquired::Closed;
+        }
+        if let Some(w) = st.ready.pop_front() {
+            return Acquired::Ready(w);
+        }
+        if st.filling.len() > st.waiters.len() {
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push_back(tx);
+            return Acquired::Claimed(rx);
+        }
+        Acquired::Cold
+    }
+
+    /// A fill finished: to a waiting session, else ready. Returned when the pool is closed
+    /// (the caller removes it).
+    fn deliver(&self, mut warm: Warm) -> Option<Warm> {
+        let mut st = self.lock();
+        st.filling.retain(|n| *n != warm.name);
+        if st.closed {
+            return Some(warm);
+        }
+        while let Some(tx) = st.waiters.pop_front() {
+            match tx.send(warm) {
+                Ok(()) => return None,
+                // That session gave up (its call was dropped): the next one, or ready.
+                Err(w) => warm = w,
+            }
+        }
+        st.ready.push_back(warm);
+        None
+    }
+
+    /// A fill failed: one waiting session too many is told to go cold.
+    fn fill_failed(&self, name: &str) {
+        let mut st = self.lock();
+        st.filling.retain(|n| n != name);
+        if st.waiters.len() > st.filling.len() {
+            st.waiters.pop_front();
+        }
+    }
+
+    /// Closes the pool: no more fills or hand-outs; returns the ready containers for removal.
+    fn close(&self) -> Vec<Warm> {
+        let mut st = self.lock();
+        st.closed = true;
+        st.waiters.clear();
+        st.ready.drain(..).collect()
+    }
+}
+
+/// Starts the pool of `inner` (once; no-op when the pool is off): reserves the first fills
+/// now, so that the session that triggered the start can wait for one, and spawns the
+/// refill task.
+pub(crate) fn start(inner: &Arc<Inner>, docker: &Docker) {
+    let pool = &inner.pool;
+    if !pool.enabled() || pool.started.load(Ordering::Acquire) || pool.started.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mut fills = JoinSet::new();
+    top_up(inner, docker, &mut fills);
+    let task = tokio::spawn(refill_loop(Arc::downgrade(inner), pool.wake.clone(), docker.clone(), fills));
+    *pool.task.lock().expect("pool task lock") = Some(task);
+}
+
+/// Spawns fills until the pool is full (or `max_sessions`, or the parallel limit, stops it).
+fn top_up(inner: &Arc<Inner>, docker: &Docker, fills: &mut JoinSet<Result<(), SandboxError>>) {
+    let cfg = &inner.config;
+    while let Some(name) = inner.with_session_count(|n| inner.pool.reserve(n, cfg.max_sessions, &cfg.scope)) {
+        fills.spawn(fill(Arc::downgrade(inner), docker.clone(), cfg.clone(), name));
+    }
+}
+
+/// The refill task: tops the pool up whenever it is woken or a fill ends, with a growing
+/// pause after failures; on close (or when its host is gone) waits for the fills in flight,
+/// which remove what they made.
+async fn refill_loop(
+    host: Weak<Inner>,
+    wake: Arc<Notify>,
+    docker: Docker,
+    mut fills: JoinSet<Result<(), SandboxError>>,
+) {
+    let mut failures: u32 = 0;
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let notified = wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let Some(inner) = host.upgrade() else { break };
+            if inner.pool.lock().closed {
+                break;
+            }
+            if retry_at.is_none_or(|t| Instant::now() >= t) {
+                retry_at = None;
+                top_up(&inner, &docker, &mut fills);
+            }
+        }
+        let pause = retry_at.map(|t| t.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            _ = &mut notified => {}
+            Some(done) = fills.join_next() => match done {
+                Ok(Ok(())) => failures = 0,
+                Ok(Err(e)) => {
+                    failures = failures.saturating_add(1);
+                    let pause = FILL_RETRY_MIN
+                        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+                        .min(FILL_RETRY_MAX);
+                    tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "warm pool: preparing a container failed");
+                    retry_at = Some(Instant::now() + pause);
+                }
+                Err(e) => tracing::warn!(error = %e, "warm pool: a fill task ended abnormally"),
+            },
+            _ = tokio::time::sleep(pause.unwrap_or_default()), if pause.is_some() => {}
+        }
+    }
+    while fills.join_next().await.is_some() {}
+}
+
+/// Prepares one pool container named `name` and delivers it; removes it instead when the
+/// pool closed or the host was dropped meanwhile (and everything it made, when it failed).
+async fn fill(host: Weak<Inner>, docker: Docker, cfg: SandboxConfig, name: String) -> Result<(), SandboxError> {
+    let volume = container::volume_of(&name);
+    let made = async {
+        let id = container::create_and_start(&docker, &cfg, &name, &volume, container::pool_labels(&cfg.scope)).await?;
+        let agents = AgentPool::default();
+        agents.prespawn(&docker, &id, &cfg.user).await.map_err(|f| match f {
+            ExecFailure::Failed(e) => e,
+            ExecFailure::ContainerGone(m) | ExecFailure::ContainerWedged(m) | ExecFailure::Broken(m) => {
+                SandboxError::Docker { action: "start the agent of a pool container".into(), message: m }
+            }
+        })?;
+        Ok::<_, SandboxError>(Warm { id, name: name.clone(), volume: volume.clone(), agents })
+    }
+    .await;
+    // The host is only looked at briefly: a fill must not keep a dropped host alive.
+    let inner = host.upgrade();
+    match made {
+        Ok(warm) => {
+            let leftover = match inner {
+                Some(inner) => {
+                    inner.metrics.warm_created.fetch_add(1, Ordering::Relaxed);
+                    inner.pool.deliver(warm)
+                }
+                None => Some(warm),
+            };
+            if let Some(warm) = leftover {
+                drop(warm.agents);
+                container::remove_pooled(&docker, &cfg, &warm.name).await?;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            if let Some(inner) = inner {
+                inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
+                inner.pool.fill_failed(&name);
+            }
+            if let Err(cleanup) = container::remove_pooled(&docker, &cfg, &name).await {
+                tracing::warn!(container = %name, error = %cleanup, "warm pool: removing a failed pool container failed");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Hands a pool container to the new session `key` (see the module doc), trying the next
+/// one when a hand-out fails. `None`: nothing ready or coming, create one cold.
+pub(crate) async fn take(inner: &Inner, docker: &Docker, key: &SessionKey) -> Result<Option<Warm>, SandboxError> {
+    let names = container::names(&inner.config.scope, key);
+    for _ in 0..MAX_HANDOUT_ATTEMPTS {
+        let (warm, waited) = loop {
+            match inner.pool.acquire() {
+                Acquired::Ready(w) => break (w, false),
+                Acquired::Claimed(rx) => {
+                    inner.pool.kick();
+                    match rx.await {
+                        Ok(w) => break (w, true),
+                        // The fill failed: look again (another may be ready, or go cold).
+                        Err(_) => continue,
+                    }
+                }
+                Acquired::Cold => return Ok(None),
+                Acquired::Closed => return Err(SandboxError::ShutDown),
+            }
+        };
+        // The pool is one short now.
+        inner.pool.kick();
+        let bound = {
+            let _objects = inner.object_lock(key).lock().await;
+            bind(docker, &inner.config, &names, key, &warm).await
+        };
+        match bound {
+            Ok(()) => {
+                let counter = if waited { &inner.metrics.warm_waits } else { &inner.metrics.warm_hits };
+                counter.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(warm));
+            }
+            Err(e) => {
+                inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(container = %warm.name, error = %e, "warm pool: handing out a container failed; removing it");
+                drop(warm.agents);
+                // Renamed or not, the container goes (by id), with its workspace.
+                let _ = container::remove_container(docker, &warm.id).await;
+                let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Binds `warm` to the session: the binding volume first, then the rename (see the module
+/// doc); undoes the binding when the rename fails.
+async fn bind(docker: &Docker, cfg: &SandboxConfig, names: &container::Names, key: &SessionKey, warm: &Warm) -> Result<(), SandboxError> {
+    container::create_binding(docker, cfg, names, key).await?;
+    if let Err(e) = container::rename(docker, &warm.id, &names.container).await {
+        let _ = container::remove_volume(docker, cfg, &names.binding).await;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Shuts the pool down: no more fills or hand-outs, the refill task and every fill in
+/// flight finished, every un-handed-out container removed.
+pub(crate) async fn shutdown(inner: &Inner, docker: &Docker) -> Result<(), SandboxError> {
+    let ready = inner.pool.close();
+    inner.pool.kick();
+    let task = inner.pool.task.lock().expect("pool task lock").take();
+    if let Some(task) = task {
+        let _ = task.await;
+    }
+    let removals = ready.into_iter().map(|w| {
+        drop(w.agents);
+        let name = w.name;
+        async move { container::remove_pooled(docker, &inner.config, &name).await }
+    });
+    futures_util::future::join_all(removals).await.into_iter().collect::<Result<Vec<()>, _>>().map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn warm(name: &str) -> Warm {
+        Warm { id: format!("id-{name}"), name: name.to_string(), volume: container::volume_of(name), agents: AgentPool::default() }
+    }
+
+    fn ready_name(a: Acquired) -> Option<String> {
+        match a {
+            Acquired::Ready(w) => Some(w.name),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn reservations_respect_the_target_the_parallel_limit_and_max_sessions() {
+        let pool = WarmPool::new(3);
+        let a = pool.reserve(0, 32, "s").unwrap();
+        let b = pool.reserve(0, 32, "s").unwrap();
+        assert_eq!(pool.reserve(0, 32, "s"), None, "at most {MAX_PARALLEL_FILLS} fills at once");
+        assert!(pool.deliver(warm(&a)).is_none());
+        assert!(pool.deliver(warm(&b)).is_none());
+        assert_eq!(pool.ready_len(), 2);
+        // 2 ready + 1 session = 3 = max_sessions: no room.
+        assert_eq!(pool.reserve(1, 3, "s"), None);
+        let c = pool.reserve(0, 3, "s").unwrap();
+        assert!(pool.deliver(warm(&c)).is_none());
+        assert_eq!(pool.reserve(0, 32, "s"), None, "the target is reached");
+    }
+
+    #[test]
+    fn a_container_is_handed_out_once_and_waiters_get_fills_in_order() {
+        let pool = WarmPool::new(2);
+        let a = pool.reserve(0, 32, "s").unwrap();
+        let b = pool.reserve(0, 32, "s").unwrap();
+        // Two fills in flight: two sessions can wait for them, a third goes cold.
+        let Acquired::Claimed(mut first) = pool.acquire() else { panic!("claim") };
+        let Acquired::Claimed(second) = pool.acquire() else { panic!("claim") };
+        assert!(matches!(pool.acquire(), Acquired::Cold));
+        // A fill that fails tells one waiter to go cold; the other fill goes to the other.
+        pool.fill_failed(&a);
+        assert!(first.try_recv().is_err());
+        drop(second); // that session's call was dropped meanwhile
+        assert!(pool.deliver(warm(&b)).is_none(), "kept, as ready");
+        assert_eq!(ready_name(pool.acquire()).as_deref(), Some(b.as_str()));
+        assert!(matches!(pool.acquire(), Acquired::Cold), "handed out once");
+        assert_eq!(pool.ready_len(), 0);
+    }
+
+    #[test]
+    fn closing_returns_the_ready_ones_and_refuses_the_rest() {
+        let pool = WarmPool::new(2);
+        let a = pool.reserve(0, 32, "s").unwrap();
+        let b = pool.reserve(0, 32, "s").unwrap();
+        assert!(pool.deliver(warm(&a)).is_none());
+        let closed: Vec<String> = pool.close().into_iter().map(|w| w.name).collect();
+        assert_eq!(closed, vec![a]);
+        assert!(matches!(pool.acquire(), Acquired::Closed));
+        assert_eq!(pool.reserve(0, 32, "s"), None);
+        assert!(pool.deliver(warm(&b)).is_some(), "a fill after close is the filler's to remove");
+    }
+}
