@@ -17,8 +17,10 @@ use warden::runtime::pool::PoolOptions;
 use warden::{LoadedPlugin, Runtime, RuntimeOptions};
 
 /// Victim calls per measurement (sequential, one at a time, as a parent agent waits):
-/// about a second of calls in the release profile, so a p99 rests on 200 samples.
-const CALLS: usize = 20_000;
+/// a p99 rests on 50 samples.
+const CALLS: usize = 5_000;
+/// Alternating rounds (alone, then under attack) per attack; the median is reported.
+const ROUNDS: usize = 5;
 /// Attacker calls running at once (one per core is what a task limit of 2 allows here).
 const ATTACKERS: usize = 1;
 /// The attacker's deadline per call: the loop and memory attacks run until it.
@@ -68,6 +70,33 @@ impl Victim {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         v
     }
+
+    /// [`Victim::measure`] while `ATTACKERS` calls of `attacker` run `prompt` back to back;
+    /// also returns how many attacker calls ran.
+    async fn measure_under(&self, attacker: &Arc<LoadedPlugin>, prompt: &str) -> (Vec<f64>, u64) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicU64::new(0));
+        let mut handles = Vec::new();
+        for _ in 0..ATTACKERS {
+            let (rt, attacker, def, stop, rounds) =
+                (self.rt.clone(), attacker.clone(), self.def.clone(), stop.clone(), rounds.clone());
+            let call = TaskCall { prompt: prompt.to_owned(), subagent_type: "x".into(), ..Default::default() };
+            handles.push(tokio::spawn(async move {
+                let ctx = TaskContext { task_id: "a".into(), session_id: "s".into(), user_id: "u".into() };
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = rt.execute(&attacker, ctx.clone(), &call, &def, None).await;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let under = self.measure().await;
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.await.unwrap();
+        }
+        (under, rounds.load(Ordering::Relaxed))
+    }
 }
 
 fn pct(v: &[f64], p: f64) -> f64 {
@@ -92,53 +121,38 @@ async fn main() {
     let victim = Victim { rt: rt.clone(), plugin: victim_plugin, def: def.clone() };
 
     victim.measure().await; // warm-up
-    let base = victim.measure().await;
-    let (b50, b99) = (pct(&base, 0.5), pct(&base, 0.99));
-    let mut rows = vec![format!("| none (baseline) | {b50:.0} µs | {b99:.0} µs | 1.00× | — | — |")];
-    let mut neighbour99 = None;
+    let mut rows = Vec::new();
     let mut worst = 1.0f64;
+    let mut baseline = Vec::new();
     // `WARDEN_ATTACK=<text>` runs only the attacks whose name contains it (for profiling one).
     let only = std::env::var("WARDEN_ATTACK").ok();
     for (name, prompt) in attacks().into_iter().filter(|(n, _)| only.as_deref().is_none_or(|o| n.contains(o))) {
-        let stop = Arc::new(AtomicBool::new(false));
-        let rounds = Arc::new(AtomicU64::new(0));
-        let mut handles = Vec::new();
-        for _ in 0..ATTACKERS {
-            let (rt, attacker, def, prompt, stop, rounds) =
-                (rt.clone(), attacker.clone(), def.clone(), prompt.clone(), stop.clone(), rounds.clone());
-            handles.push(tokio::spawn(async move {
-                let call = TaskCall { prompt, subagent_type: "x".into(), ..Default::default() };
-                let ctx = TaskContext { task_id: "a".into(), session_id: "s".into(), user_id: "u".into() };
-                while !stop.load(Ordering::Relaxed) {
-                    let _ = rt.execute(&attacker, ctx.clone(), &call, &def, None).await;
-                    rounds.fetch_add(1, Ordering::Relaxed);
-                }
-            }));
+        // Alternate alone / under attack so drift of the machine hits both alike; the
+        // median round is reported.
+        let mut measured = Vec::new();
+        let mut calls = 0;
+        for _ in 0..ROUNDS {
+            let alone = victim.measure().await;
+            let (under, n) = victim.measure_under(&attacker, &prompt).await;
+            calls += n;
+            measured.push((pct(&alone, 0.99), pct(&under, 0.5), pct(&under, 0.99)));
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let under = victim.measure().await;
-        stop.store(true, Ordering::Relaxed);
-        for h in handles {
-            h.await.unwrap();
-        }
-        let (p50, p99) = (pct(&under, 0.5), pct(&under, 0.99));
-        if prompt == "ping" {
-            neighbour99 = Some(p99);
-        } else {
-            worst = worst.max(p99 / b99);
-        }
-        let vs_neighbour = match neighbour99 {
-            Some(n) if prompt != "ping" => format!("{:.2}×", p99 / n),
-            _ => "—".into(),
+        let median = |f: &dyn Fn(&(f64, f64, f64)) -> f64| {
+            let mut v: Vec<f64> = measured.iter().map(f).collect();
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
         };
-        rows.push(format!(
-            "| {name} | {p50:.0} µs | {p99:.0} µs | {:.2}× | {vs_neighbour} | {} calls |",
-            p99 / b99,
-            rounds.load(Ordering::Relaxed)
-        ));
+        let ratio = median(&|m| m.2 / m.0);
+        let (alone99, p50, p99) = (median(&|m| m.0), median(&|m| m.1), median(&|m| m.2));
+        baseline.push(alone99);
+        if prompt != "ping" {
+            worst = worst.max(ratio);
+        }
+        rows.push(format!("| {name} | {p50:.0} µs | {alone99:.0} µs | {p99:.0} µs | **{ratio:.2}×** | {calls} calls |"));
     }
+    let _ = baseline;
     let table = format!(
-        "| attack running in another plugin | victim p50 | victim p99 | p99 / baseline | p99 / busy neighbour | attacker |\n|---|---|---|---|---|---|\n{}\n",
+        "| running in another plugin | victim p50 under it | victim p99 alone | victim p99 under it | p99 ratio (median of rounds) | attacker |\n|---|---|---|---|---|---|\n{}\n",
         rows.join("\n")
     );
     println!("{table}");
@@ -150,8 +164,8 @@ async fn main() {
         let section = format!(
             "## Isolation\n\nCommand: `cargo xtask build --plugins-only && cargo bench -p warden --bench isolation -- --write ../BENCHMARKS.md` (from `host/`; profile: {})\n\n\
              Machine: {} cores; instances pooled as `warden serve` allocates them. The victim (the hostile test plugin answering `ping`, default limits) is called {CALLS} times one after \
-             another, alone and then while {ATTACKERS} call(s) of a second plugin run each attack back to back (deadline {} ms). Target \
-             (issue 12): victim p99 ≤ 1.5× its baseline. Load average at the end: {}.\n\n{table}\nWorst p99 ratio: **{worst:.2}×**.\n",
+             another, alone and then while {ATTACKERS} call(s) of a second plugin run each attack back to back (deadline {} ms), in {ROUNDS} \
+             alternating rounds per attack. Target (issue 12): victim p99 ≤ 1.5× its baseline. Load average at the end: {}.\n\n{table}\nWorst p99 ratio: **{worst:.2}×**.\n",
             if cfg!(debug_assertions) { "dev" } else { "release" },
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
             ATTACK_TIMEOUT.as_millis(),

@@ -102,6 +102,10 @@ pub struct PluginStatus {
     pub source: PathBuf,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub sha256: String,
+    /// How the code its calls run now was compiled (`baseline` while the optimised
+    /// build compiles in the background); absent for invalid files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<crate::runtime::tier::Tier>,
 }
 
 impl Snapshot {
@@ -149,6 +153,7 @@ impl Snapshot {
                 error: self.replace_errors.get(&p.id).cloned(),
                 source: p.source.clone(),
                 sha256: p.content_hash.clone(),
+                tier: Some(p.tier()),
             })
             .collect();
         rows.extend(self.invalid.values().filter(|i| !self.plugins.contains_key(&i.id)).map(|i| PluginStatus {
@@ -165,6 +170,7 @@ impl Snapshot {
             error: Some(i.error.clone()),
             source: i.source.clone(),
             sha256: String::new(),
+            tier: None,
         }));
         rows.sort_by(|a, b| a.id.cmp(&b.id));
         rows

@@ -277,7 +277,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                         e => {
                             let caps: Vec<_> = r.granted_capabilities.iter().map(|c| c.name()).collect();
                             println!(
-                                "{:<16} {:<8} {:<10} kinds={} granted=[{}]{}{}{}",
+                                "{:<16} {:<8} {:<10} kinds={} granted=[{}]{}{}{}{}",
                                 esc(&r.id),
                                 r.state,
                                 esc(&r.version),
@@ -295,6 +295,11 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                                         " error: kinds {} are claimed by other plugins too and served by none (set plugins.priority)",
                                         esc(&r.ambiguous_kinds.join(","))
                                     )
+                                },
+                                if r.tier == Some(crate::runtime::tier::Tier::Baseline) {
+                                    " tier=baseline (optimised build compiling)"
+                                } else {
+                                    ""
                                 },
                                 e.map(|e| format!(" error: {}", esc(&e))).unwrap_or_default()
                             );
