@@ -87,6 +87,78 @@ async fn container_of(sb: &Sandbox, k: &SessionKey) -> String {
     mine[0].container_id.clone()
 }
 
+/// Waits until the warm pool holds `n` ready containers (each fill takes about a cold start).
+async fn pool_ready(sb: &Sandbox, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sb.metrics().warm_pool_ready != n {
+        assert!(
+            Instant::now() < deadline,
+            "the warm pool never held {n} ready containers: {:?}",
+            sb.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Full ids of the containers of `scope` still under their pool name (never handed out).
+fn pooled(scope: &str) -> Vec<String> {
+    docker(&[
+        "ps",
+        "-a",
+        "--no-trunc",
+        "--filter",
+        &format!("label=warden.scope={scope}"),
+        "--filter",
+        "label=warden.pool=true",
+        "--format",
+        "{{.ID}} {{.Names}}",
+    ])
+    .lines()
+    .filter_map(|l| l.split_once(' '))
+    .filter(|(_, name)| name.starts_with("warden-pool."))
+    .map(|(id, _)| id.to_string())
+    .collect()
+}
+
+/// Whether a container with this id exists (in any state).
+fn container_exists(id: &str) -> bool {
+    !docker(&["ps", "-aq", "--filter", &format!("id={id}")]).trim().is_empty()
+}
+
+/// Names of the volumes of `scope`.
+fn volumes_of_scope(scope: &str) -> Vec<String> {
+    docker(&["volume", "ls", "-q", "--filter", &format!("label=warden.scope={scope}")])
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The volumes a session's container uses: the workspace it mounts, that workspace's disk
+/// (`sandbox.disk`) and, for a container from the warm pool, the binding volume that
+/// carries the session key.
+fn volumes_of_session(scope: &str, id: &str, k: &SessionKey) -> Vec<String> {
+    let j: Value = serde_json::from_str(&docker(&["inspect", id])).unwrap();
+    let ws = j[0]["Mounts"][0]["Name"].as_str().unwrap().to_string();
+    let disk = format!("warden-disk-{}", ws.strip_prefix("warden-ws-").unwrap());
+    let mut v = vec![ws, disk];
+    v.extend(
+        docker(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=warden.scope={scope}"),
+            "--filter",
+            "label=warden.binding=true",
+            "--filter",
+            &format!("label=warden.session={}", k.session_id),
+        ])
+        .lines()
+        .map(str::to_string),
+    );
+    v
+}
+
 /// Processes in a container whose command line starts with `prefix`.
 async fn procs_starting_with(sb: &Sandbox, k: &SessionKey, prefix: &str) -> String {
     let script = format!(
@@ -564,21 +636,20 @@ mod confinement {
 mod limits {
     use super::*;
 
-    pub async fn hardening_is_applied(c: Ctx) {
-        let sb = c.sandbox();
-        let k = key("hard");
-        assert_eq!(bash_ok(&sb, &k, "id -u; id -g").await, "1000\n1000\n");
+    /// The container of session `k` runs as hardened; returns its `docker inspect`.
+    async fn assert_hardened(sb: &Sandbox, k: &SessionKey) -> Value {
+        assert_eq!(bash_ok(sb, k, "id -u; id -g").await, "1000\n1000\n");
         assert!(
-            bash_ok(&sb, &k, "grep CapEff /proc/self/status")
+            bash_ok(sb, k, "grep CapEff /proc/self/status")
                 .await
                 .contains("0000000000000000")
         );
         assert!(
-            bash_ok(&sb, &k, "grep NoNewPrivs /proc/self/status")
+            bash_ok(sb, k, "grep NoNewPrivs /proc/self/status")
                 .await
                 .contains('1')
         );
-        let o = bash(&sb, &k, "touch /etc/evil").await;
+        let o = bash(sb, k, "touch /etc/evil").await;
         assert!(
             o.is_error && o.content.contains("Read-only file system"),
             "{}",
@@ -586,14 +657,14 @@ mod limits {
         );
         assert!(
             bash(
-                &sb,
-                &k,
+                sb,
+                k,
                 "test -e /var/run/docker.sock || test -e /run/docker.sock"
             )
             .await
             .is_error
         );
-        let id = container_of(&sb, &k).await;
+        let id = container_of(sb, k).await;
         let j: Value = serde_json::from_str(&docker(&["inspect", &id])).unwrap();
         let h = &j[0]["HostConfig"];
         assert_eq!(h["CapDrop"], json!(["ALL"]));
@@ -612,11 +683,61 @@ mod limits {
         assert_eq!(mounts.len(), 1, "only the workspace volume: {mounts:?}");
         assert_eq!(mounts[0]["Destination"], json!("/workspace"));
         assert_eq!(mounts[0]["Type"], json!("volume"));
-        let labels = &j[0]["Config"]["Labels"];
-        assert_eq!(labels["warden.managed"], json!("true"));
+        assert_eq!(j[0]["Config"]["Labels"]["warden.managed"], json!("true"));
+        j
+    }
+
+    /// A cold session container and one from the warm pool: the same hardening, and each
+    /// names its session (labels for the cold one; for the pooled one, whose labels were
+    /// fixed before it had a session, its name and the binding volume).
+    pub async fn hardening_is_applied(c: Ctx) {
+        let k = key("hard");
+        let cold_ctx = Ctx {
+            scope: format!("{}cold", c.scope),
+        };
+        let cold_sb = cold_ctx.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let cold = assert_hardened(&cold_sb, &k).await;
+        let labels = &cold[0]["Config"]["Labels"];
         assert_eq!(labels["warden.session"], json!("hard"));
         assert_eq!(labels["warden.user"], json!("tester"));
+        assert_eq!(labels["warden.pool"], Value::Null);
+
+        let sb = c.sandbox();
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let warm = assert_hardened(&sb, &k).await;
+        assert_eq!(sb.metrics().warm_pool_hits_total, 1, "{:?}", sb.metrics());
+        let labels = &warm[0]["Config"]["Labels"];
+        assert_eq!(labels["warden.pool"], json!("true"));
+        assert_eq!(labels["warden.session"], Value::Null);
+        let name = |j: &Value| j[0]["Name"].as_str().unwrap().trim_start_matches('/').to_string();
+        // Renamed to the session's own name, the form a cold container has.
+        assert!(name(&cold).starts_with(&format!("warden-{}-tester-hard-", cold_ctx.scope)), "{}", name(&cold));
+        assert!(name(&warm).starts_with(&format!("warden-{}-tester-hard-", c.scope)), "{}", name(&warm));
+        let binding = docker(&[
+            "volume",
+            "ls",
+            "--filter",
+            &format!("label=warden.scope={}", c.scope),
+            "--filter",
+            "label=warden.binding=true",
+            "--format",
+            "{{.Label \"warden.user\"}}/{{.Label \"warden.session\"}}",
+        ]);
+        assert_eq!(binding, "tester/hard\n");
+        // Everything but labels, names and the workspace volume's name is the same.
+        for part in ["HostConfig", "Config"] {
+            let strip = |j: &Value| {
+                let mut v = j[0][part].clone();
+                for volatile in ["Labels", "Hostname", "Mounts"] {
+                    v.as_object_mut().unwrap().remove(volatile);
+                }
+                v
+            };
+            assert_eq!(strip(&warm), strip(&cold), "{part} of a pooled and a cold container");
+        }
         sb.shutdown().await.unwrap();
+        cold_sb.shutdown().await.unwrap();
     }
 
     pub async fn a_dropped_call_kills_its_command(c: Ctx) {
@@ -887,33 +1008,39 @@ mod sessions {
         sb.shutdown().await.unwrap();
     }
 
+    /// With the warm pool on (the default), so the reaped container is a pooled one.
     pub async fn idle_sessions_are_reaped(c: Ctx) {
         let sb = c.sandbox_with(|cfg| cfg.idle_ttl = Duration::from_secs(2));
         let k = key("idle");
         bash_ok(&sb, &k, "echo x > f").await;
         let id = container_of(&sb, &k).await;
+        let volumes = volumes_of_session(&c.scope, &id, &k);
+        assert_eq!(volumes.len(), 3, "workspace, disk and binding: {volumes:?}");
         // Reaped within the TTL plus a sweep interval; removing the workspace disk runs a
         // helper container, which takes a while on a busy engine: poll, with a generous cap.
         let reaped_by = Instant::now() + Duration::from_secs(30);
         let (mut left, mut vols);
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            left = docker(&["ps", "-aq", "--filter", &format!("id={id}")]);
-            vols = docker(&["volume", "ls", "-q", "--filter", &format!("label=warden.scope={}", c.scope)]);
-            if (left.trim().is_empty() && vols.trim().is_empty()) || Instant::now() > reaped_by {
+            left = container_exists(&id);
+            vols = volumes_of_scope(&c.scope);
+            vols.retain(|v| volumes.contains(v));
+            if (!left && vols.is_empty()) || Instant::now() > reaped_by {
                 break;
             }
         }
-        assert_eq!(left.trim(), "", "container reaped");
-        assert_eq!(vols.trim(), "", "volume reaped");
+        assert!(!left, "container reaped");
+        assert_eq!(vols, Vec::<String>::new(), "volumes reaped");
         assert_eq!(sb.metrics().sessions_active, 0);
         // A new call starts afresh.
         assert_eq!(bash_ok(&sb, &k, "ls").await, "");
         sb.shutdown().await.unwrap();
     }
 
+    /// Pool off, so that nothing at all may be left in the scope (with the pool:
+    /// `pool::an_ended_session_is_gone_and_never_handed_out_again`).
     pub async fn end_session_removes_everything(c: Ctx) {
-        let sb = c.sandbox();
+        let sb = c.sandbox_with(|cfg| cfg.warm_pool = 0);
         let k = key("end");
         bash_ok(&sb, &k, "echo x > f").await;
         assert!(sb.end_session(&k).await.unwrap());
@@ -955,6 +1082,8 @@ mod sessions {
             bash_ok(&crashed, &k_stop, "true").await;
             let stopped = container_of(&crashed, &k_stop).await;
             docker(&["stop", "-t", "0", &stopped]);
+            // No pool container half-made when it goes (one would remove itself, later).
+            pool_ready(&crashed, 2).await;
             // Dropped without shutdown: the host "crashed".
         }
         let restarted = c.sandbox();
@@ -984,11 +1113,16 @@ mod sessions {
         restarted.shutdown().await.unwrap();
     }
 
+    /// The stopped container is a pooled one (the pool is on): its volumes are found by
+    /// what it mounts; the pool's own containers stay.
     pub async fn prune_removes_leftovers(c: Ctx) {
         let sb = c.sandbox();
         let k = key("prune");
         bash_ok(&sb, &k, "true").await;
         let id = container_of(&sb, &k).await;
+        let volumes = volumes_of_session(&c.scope, &id, &k);
+        pool_ready(&sb, 2).await;
+        let pool = pooled(&c.scope);
         docker(&["stop", "-t", "0", &id]);
         // Another host (different scope) prunes: the stopped container and its volume go.
         let other = Ctx {
@@ -1000,12 +1134,11 @@ mod sessions {
             report.containers.iter().any(|n| n.contains(&c.scope)),
             "{report:?}"
         );
-        assert!(
-            report.volumes.iter().any(|n| n.contains(&c.scope)),
-            "{report:?}"
-        );
-        let label = format!("label=warden.scope={}", c.scope);
-        assert_eq!(docker(&["ps", "-aq", "--filter", &label]).trim(), "");
+        for v in &volumes {
+            assert!(report.volumes.contains(v), "{v} pruned: {report:?}");
+        }
+        assert!(!container_exists(&id));
+        assert_eq!(pooled(&c.scope), pool, "the running pool is no leftover");
         other.shutdown().await.unwrap();
         sb.shutdown().await.unwrap();
     }
@@ -1047,6 +1180,260 @@ mod sessions {
         }
         // The failed session does not count against the limit.
         assert_eq!(sb.metrics().sessions_active, 0);
+        sb.shutdown().await.unwrap();
+    }
+}
+
+/// Issue 17 item 3: the warm pool of hardened, never-used containers.
+mod pool {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// A new session's first command runs in a container that was waiting in the pool.
+    pub async fn first_command_runs_in_a_pooled_container(c: Ctx) {
+        let sb = c.sandbox();
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let waiting = pooled(&c.scope);
+        assert_eq!(waiting.len(), 2, "{waiting:?}");
+        let k = key("warm");
+        assert_eq!(
+            bash_ok(&sb, &k, "id -u; pwd; ls -A /workspace; echo first > f; cat f").await,
+            "1000\n/workspace\nfirst\n",
+            "a never-used, empty workspace"
+        );
+        let id = container_of(&sb, &k).await;
+        assert!(waiting.contains(&id), "{id} is one of the pool's {waiting:?}");
+        assert!(!pooled(&c.scope).contains(&id), "renamed: no longer a pool container");
+        let m = sb.metrics();
+        assert_eq!(
+            (m.warm_pool_hits_total, m.warm_pool_waits_total, m.warm_pool_misses_total),
+            (1, 0, 0),
+            "{m:?}"
+        );
+        assert_eq!(m.sessions_created_total, 1);
+        assert_eq!(m.sessions_active, 1);
+        assert!(m.to_prometheus().contains("warden_sandbox_warm_pool_hits_total 1"));
+        sb.shutdown().await.unwrap();
+    }
+
+    /// More new sessions at once than the pool holds: every one gets a container (and a
+    /// workspace) of its own.
+    pub async fn two_sessions_never_share_a_container(c: Ctx) {
+        let sb = c.sandbox();
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let waiting = pooled(&c.scope);
+        let keys: Vec<SessionKey> = (0..5).map(|i| key(&format!("share{i}"))).collect();
+        let calls = keys.iter().enumerate().map(|(i, k)| {
+            let (sb, k) = (sb.clone(), k.clone());
+            tokio::spawn(async move { bash_ok(&sb, &k, &format!("echo {i} > mine-{i}; ls -A")).await })
+        });
+        for (i, r) in futures_util::future::join_all(calls).await.into_iter().enumerate() {
+            assert_eq!(r.unwrap(), format!("mine-{i}\n"), "session {i} sees only its own file");
+        }
+        let mut ids = HashSet::new();
+        let mut workspaces = HashSet::new();
+        for k in &keys {
+            let id = container_of(&sb, k).await;
+            let j: Value = serde_json::from_str(&docker(&["inspect", &id])).unwrap();
+            workspaces.insert(j[0]["Mounts"][0]["Name"].as_str().unwrap().to_string());
+            ids.insert(id);
+        }
+        assert_eq!(ids.len(), 5, "five containers: {ids:?}");
+        assert_eq!(workspaces.len(), 5, "five workspaces: {workspaces:?}");
+        for w in &waiting {
+            assert!(ids.contains(w), "both ready containers were handed out: {w}");
+        }
+        let m = sb.metrics();
+        assert_eq!(m.warm_pool_hits_total, 2, "{m:?}");
+        assert_eq!(m.warm_pool_hits_total + m.warm_pool_waits_total + m.warm_pool_misses_total, 5, "{m:?}");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// An ended session's container, workspace, disk and binding are gone; the pool refills
+    /// with new containers, and neither a new session nor the same key gets the old one.
+    pub async fn an_ended_session_is_gone_and_never_handed_out_again(c: Ctx) {
+        let sb = c.sandbox();
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let a = key("ended");
+        bash_ok(&sb, &a, "echo private > a.txt").await;
+        let old = container_of(&sb, &a).await;
+        let volumes = volumes_of_session(&c.scope, &old, &a);
+        assert_eq!(volumes.len(), 3, "workspace, disk and binding: {volumes:?}");
+        assert!(sb.end_session(&a).await.unwrap());
+        assert!(!container_exists(&old), "container removed");
+        let left: Vec<String> = volumes_of_scope(&c.scope).into_iter().filter(|v| volumes.contains(v)).collect();
+        assert_eq!(left, Vec::<String>::new(), "volumes removed");
+        pool_ready(&sb, 2).await;
+        assert!(!pooled(&c.scope).contains(&old));
+        let b = key("after");
+        assert_eq!(bash_ok(&sb, &b, "ls -A").await, "", "a fresh workspace");
+        assert_ne!(container_of(&sb, &b).await, old);
+        assert_eq!(bash_ok(&sb, &a, "ls -A").await, "", "the ended session starts afresh");
+        assert_ne!(container_of(&sb, &a).await, old);
+        assert_eq!(sb.metrics().warm_pool_hits_total, 3, "{:?}", sb.metrics());
+        sb.shutdown().await.unwrap();
+    }
+
+    /// The pool refills in the background, and sessions + pool never exceed `max_sessions`.
+    pub async fn the_pool_refills_within_max_sessions(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.max_sessions = 3);
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let scope_label = format!("label=warden.scope={}", c.scope);
+        // Every container this host keeps is pool-made here (helpers carry no pool label).
+        let containers = || docker(&["ps", "-aq", "--filter", &scope_label, "--filter", "label=warden.pool=true"]).lines().count();
+        // Holds `ready` for a while (longer than a fill takes), never past the limit.
+        let steady = |ready: u64| {
+            let sb = sb.clone();
+            async move {
+                pool_ready(&sb, ready).await;
+                for _ in 0..15 {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    assert!(containers() <= 3, "sessions + pool exceed max_sessions: {}", containers());
+                    assert_eq!(sb.metrics().warm_pool_ready, ready, "{:?}", sb.metrics());
+                }
+            }
+        };
+        bash_ok(&sb, &key("r1"), "true").await;
+        steady(2).await; // 1 session + 2 ready: refilled
+        assert_eq!(sb.metrics().warm_pool_created_total, 3);
+        bash_ok(&sb, &key("r2"), "true").await;
+        steady(1).await; // 2 sessions + 1 ready
+        bash_ok(&sb, &key("r3"), "true").await;
+        steady(0).await; // 3 sessions, no room for the pool
+        match sb.call_tool(&key("r4"), "Bash", json!({"command": "true"}), &[]).await {
+            Err(SandboxError::TooManySessions { max: 3 }) => {}
+            other => panic!("expected TooManySessions, got {other:?}"),
+        }
+        assert!(sb.end_session(&key("r1")).await.unwrap());
+        steady(1).await; // room again
+        assert_eq!(sb.metrics().warm_pool_hits_total, 3, "{:?}", sb.metrics());
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Pool containers are nobody's session: not listed, not ended with one, and a session
+    /// only ever sees its own container.
+    pub async fn a_pool_container_is_no_sessions(c: Ctx) {
+        let sb = c.sandbox();
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let mine = |list: Vec<warden_sandbox::SessionInfo>| -> Vec<(SessionKey, String)> {
+            list.into_iter()
+                .filter(|s| s.scope == c.scope)
+                .map(|s| (s.key, s.container_id))
+                .collect()
+        };
+        assert_eq!(mine(sb.list_sessions().await.unwrap()), vec![], "the pool lists no session");
+        let k = key("only");
+        bash_ok(&sb, &k, "echo x > f").await;
+        pool_ready(&sb, 2).await;
+        let waiting = pooled(&c.scope);
+        let listed = mine(sb.list_sessions().await.unwrap());
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].0, k);
+        assert!(!waiting.contains(&listed[0].1), "{listed:?} vs pool {waiting:?}");
+        // Ending an unknown session, or this one, leaves the pool alone. (Pruning is not
+        // tried here: it reaches every scope, so other tests running now.)
+        assert!(!sb.end_session(&key("never-was")).await.unwrap());
+        assert!(sb.end_session(&k).await.unwrap());
+        assert_eq!(pooled(&c.scope), waiting, "the pool is untouched");
+        for id in &waiting {
+            let j: Value = serde_json::from_str(&docker(&["inspect", id])).unwrap();
+            assert_eq!(j[0]["State"]["Running"], json!(true));
+        }
+        sb.shutdown().await.unwrap();
+        assert_eq!(pooled(&c.scope), Vec::<String>::new(), "shutdown removes the pool");
+    }
+
+    /// A restarted host removes its scope's pool containers that were never handed out, and
+    /// a pooled container whose binding is gone; it adopts a handed-out one with its
+    /// workspace; another scope's pool is untouched.
+    pub async fn a_restart_removes_stale_pool_containers_of_its_scope_only(c: Ctx) {
+        let other = Ctx {
+            scope: format!("{}other", c.scope),
+        };
+        let neighbour = other.sandbox();
+        neighbour.connect().await.unwrap();
+        pool_ready(&neighbour, 2).await;
+        let neighbours_pool = pooled(&other.scope);
+        assert_eq!(neighbours_pool.len(), 2);
+
+        let (kept, unbound) = (key("kept"), key("unbound"));
+        let (kept_id, unbound_id, stale, stale_volumes) = {
+            let crashed = c.sandbox();
+            crashed.connect().await.unwrap();
+            pool_ready(&crashed, 2).await;
+            bash_ok(&crashed, &kept, "echo carried > c.txt").await;
+            bash_ok(&crashed, &unbound, "true").await;
+            pool_ready(&crashed, 2).await;
+            let kept_id = container_of(&crashed, &kept).await;
+            let unbound_id = container_of(&crashed, &unbound).await;
+            // A crash between the two steps of a hand-out: renamed, never bound.
+            let unbound_volumes = volumes_of_session(&c.scope, &unbound_id, &unbound);
+            assert_eq!(unbound_volumes.len(), 3, "{unbound_volumes:?}");
+            docker(&["volume", "rm", &unbound_volumes[2]]);
+            let stale = pooled(&c.scope);
+            assert_eq!(stale.len(), 2);
+            let stale_volumes: Vec<String> = stale
+                .iter()
+                .flat_map(|id| volumes_of_session(&c.scope, id, &key("none")))
+                .collect();
+            (kept_id, unbound_id, stale, stale_volumes)
+            // Dropped without shutdown: the host "crashed".
+        };
+        let restarted = c.sandbox();
+        restarted.connect().await.unwrap();
+        for id in stale.iter().chain([&unbound_id]) {
+            assert!(!container_exists(id), "{id} removed on restart");
+        }
+        let vols = volumes_of_scope(&c.scope);
+        for v in &stale_volumes {
+            assert!(!vols.contains(v), "{v} removed on restart");
+        }
+        let listed: Vec<SessionKey> = restarted
+            .list_sessions()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.scope == c.scope)
+            .map(|s| s.key)
+            .collect();
+        assert_eq!(listed, vec![kept.clone()]);
+        assert_eq!(container_of(&restarted, &kept).await, kept_id, "adopted");
+        assert_eq!(bash_ok(&restarted, &kept, "cat c.txt").await, "carried\n");
+        assert_eq!(restarted.metrics().sessions_created_total, 0, "adopted, not recreated");
+        assert_eq!(pooled(&other.scope), neighbours_pool, "another scope's pool is untouched");
+        for id in &neighbours_pool {
+            let j: Value = serde_json::from_str(&docker(&["inspect", id])).unwrap();
+            assert_eq!(j[0]["State"]["Running"], json!(true));
+        }
+        // The unbound session's key starts afresh in a new container.
+        assert_eq!(bash_ok(&restarted, &unbound, "ls -A").await, "");
+        assert_ne!(container_of(&restarted, &unbound).await, unbound_id);
+        restarted.shutdown().await.unwrap();
+        neighbour.shutdown().await.unwrap();
+    }
+
+    /// A pooled session's container that vanished is recreated on the same (pool) workspace.
+    pub async fn a_vanished_pooled_container_keeps_its_workspace(c: Ctx) {
+        let sb = c.sandbox();
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let k = key("vanish");
+        bash_ok(&sb, &k, "echo survived > keep.txt").await;
+        let first = container_of(&sb, &k).await;
+        let volumes = volumes_of_session(&c.scope, &first, &k);
+        docker(&["rm", "-f", &first]);
+        assert_eq!(bash_ok(&sb, &k, "cat keep.txt").await, "survived\n");
+        let second = container_of(&sb, &k).await;
+        assert_ne!(first, second);
+        assert_eq!(volumes_of_session(&c.scope, &second, &k), volumes, "same workspace and binding");
+        assert!(sb.end_session(&k).await.unwrap());
+        let left: Vec<String> = volumes_of_scope(&c.scope).into_iter().filter(|v| volumes.contains(v)).collect();
+        assert_eq!(left, Vec::<String>::new(), "volumes removed");
         sb.shutdown().await.unwrap();
     }
 }
@@ -1094,6 +1481,7 @@ mod boundary {
             docker(&["exec", "-d", "-u", "1000:1000", &id, "sleep", "1234"]);
             docker(&["exec", "-d", "-u", "1000:1000", &id, "setsid", "sleep", "1235"]);
             std::thread::sleep(Duration::from_millis(300));
+            pool_ready(&crashed, 2).await;
             // Dropped without shutdown: the host "crashed".
         }
         let restarted = c.sandbox();
@@ -1389,6 +1777,13 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         sessions::prune_removes_leftovers,
         sessions::docker_unavailable_is_clear,
         sessions::missing_image_is_clear,
+        pool::first_command_runs_in_a_pooled_container,
+        pool::two_sessions_never_share_a_container,
+        pool::an_ended_session_is_gone_and_never_handed_out_again,
+        pool::the_pool_refills_within_max_sessions,
+        pool::a_pool_container_is_no_sessions,
+        pool::a_restart_removes_stale_pool_containers_of_its_scope_only,
+        pool::a_vanished_pooled_container_keeps_its_workspace,
         boundary::detached_processes_end_with_their_call,
         boundary::commands_cannot_reach_their_agent,
         boundary::adoption_kills_commands_of_the_dead_host,
