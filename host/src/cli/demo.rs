@@ -46,7 +46,9 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         .replace("../target/warden-cache", &dir.path().join("cache").display().to_string());
     let config_path = dir.path().join("warden.yaml");
     std::fs::write(&config_path, yaml)?;
-    let config = Config::from_file(&config_path)?;
+    let mut config = Config::from_file(&config_path)?;
+    // One session, then exit: a warm pool would only be left behind.
+    config.sandbox.warm_pool = 0;
     let audit = config.approval.audit_log.as_ref().map(|p| config.path(p));
 
     println!("warden demo — a Claude-format subagent in a WebAssembly plugin, a scripted model,");
