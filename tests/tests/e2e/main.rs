@@ -10,4 +10,5 @@ mod cli;
 mod a2a;
 mod http_agent;
 mod mcp;
+mod mixed;
 mod serve;
