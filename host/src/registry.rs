@@ -185,6 +185,21 @@ pub struct Registry {
     write: tokio::sync::Mutex<()>,
 }
 
+/// Why a reference's kind has no plugin, with what would serve: the loaded kinds, and
+/// the one it differs from only in case (kinds match exactly, `jsonrpc` is not `JSONRPC`).
+pub fn unserved_kind<'a>(kind: &str, loaded: impl Iterator<Item = &'a String>) -> String {
+    let loaded: Vec<&String> = loaded.collect();
+    let mut text = format!("no loaded plugin serves kind {kind}");
+    if let Some(near) = loaded.iter().find(|k| k.eq_ignore_ascii_case(kind)) {
+        text.push_str(&format!(" (kinds match exactly: did you mean {near}?)"));
+    }
+    match loaded.is_empty() {
+        true => text.push_str("; no plugin is loaded"),
+        false => text.push_str(&format!("; loaded kinds: {}", loaded.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "))),
+    }
+    text
+}
+
 /// The plugin id of a `.wasm` file: its stem.
 pub fn plugin_id(path: &Path) -> Option<String> {
     if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
@@ -429,7 +444,7 @@ impl Registry {
         for reference in references {
             let ids = next.kinds.get(&reference.kind).cloned().unwrap_or_default();
             if ids.is_empty() {
-                next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!("no loaded plugin serves kind {}", reference.kind)));
+                next.problems.push(RegistryProblem::warning(reference.uri.clone(), unserved_kind(&reference.kind, next.kinds.keys())));
                 continue;
             }
             let mut resolved = None;

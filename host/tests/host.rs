@@ -579,6 +579,14 @@ mod registry {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn a_kind_in_the_wrong_case_names_the_loaded_kinds() {
+        let f = fixture("subagents:\n  references:\n    - { uri: \"echo://greeter\", kind: echo }\n", &[("echo", "echo")]).await;
+        let snap = f.registry.snapshot();
+        let p = snap.problems.iter().find(|p| p.source == "echo://greeter").expect("a problem for the reference");
+        assert!(p.message.contains("did you mean ECHO?") && p.message.contains("loaded kinds: ECHO"), "{}", p.message);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn duplicate_names_keep_the_first_and_are_reported() {
         let yaml = "subagents:\n  references:\n    - { uri: \"echo://a/same\", kind: ECHO }\n    - { uri: \"echo://b/same\", kind: ECHO }\n";
         let f = fixture(yaml, &[("echo", "echo")]).await;

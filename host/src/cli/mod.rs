@@ -378,10 +378,23 @@ struct Inspection {
 }
 
 async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let size = std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?.len();
+    anyhow::ensure!(
+        size <= config.plugins.max_plugin_size,
+        "{} is {size} bytes, larger than plugins.max_plugin_size ({} bytes)",
+        file.display(),
+        config.plugins.max_plugin_size
+    );
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let services = std::sync::Arc::new(crate::services::HostServices::new(vec![]));
+    // Inspecting has no side effects (no compile cache written anywhere) and answers from a
+    // baseline build for large components (seconds, not tens of seconds, for Python).
     let runtime = crate::Runtime::new(
-        crate::RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel: false, pool: None, compiler: crate::runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory), tiered: false },
+        crate::RuntimeOptions {
+            compiler: crate::runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory),
+            tiered: true,
+            ..crate::RuntimeOptions::uncached()
+        },
         services,
     )?;
     let mut report = Inspection {
@@ -394,12 +407,11 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
         exports: vec![],
         info: None,
     };
-    match wasmtime::component::Component::new(runtime.engine(), &bytes) {
-        Err(e) => report.error = Some(format!("not a valid WebAssembly component: {e}")),
-        Ok(component) => {
-            let ty = component.component_type();
-            report.imports = ty.imports(runtime.engine()).map(|(n, _)| n.to_string()).collect();
-            report.exports = ty.exports(runtime.engine()).map(|(n, _)| n.to_string()).collect();
+    match runtime.component_names(&bytes).await {
+        Err(e) => report.error = Some(e.to_string()),
+        Ok((imports, exports)) => {
+            report.imports = imports;
+            report.exports = exports;
             let mut versions: Vec<String> = report
                 .imports
                 .iter()

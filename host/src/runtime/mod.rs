@@ -323,6 +323,21 @@ impl Runtime {
         &self.engine
     }
 
+    /// The import and export names of a component (for `warden plugin inspect`), compiled
+    /// the quickest way this runtime can (the baseline compiler when tiered).
+    pub async fn component_names(&self, bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), LoadError> {
+        let (engine, tier) = match &self.baseline {
+            Some(b) => (&b.engine, tier::Tier::Baseline),
+            None => (&self.engine, tier::Tier::Optimized),
+        };
+        let compiled = self.compiler.compile(engine, self.fuel_enabled, tier, bytes).await.map_err(LoadError::Compile)?;
+        let ty = compiled.component.component_type();
+        Ok((
+            ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
+            ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
+        ))
+    }
+
     /// Whether instances come from the pool (false: on demand, by choice or fallback).
     pub fn is_pooled(&self) -> bool {
         self.slots.is_pooled()

@@ -87,12 +87,20 @@ fn plugin_inspect_shows_world_and_capabilities() {
     assert!(v["exports"].as_array().unwrap().iter().any(|e| e == "warden:plugin/executor@0.1.0"));
     assert!(v["imports"].as_array().unwrap().iter().any(|e| e == "warden:plugin/http@0.1.0"));
     assert_eq!(v["info"]["capabilities"].as_array().unwrap().len(), 7);
+    // Inspecting writes nothing: no compile cache next to the config (regression: 35 MB).
+    assert!(!d.dir.path().join("cache").exists() && !d.dir.path().join(".warden").exists());
 
     let junk = d.dir.path().join("junk.wasm");
     std::fs::write(&junk, b"junk").unwrap();
     let o = d.warden(&["plugin", "inspect", junk.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stdout(&o).contains("valid:    no"));
+
+    // A file over plugins.max_plugin_size is refused before it is read.
+    let d = Deployment::new("  max_plugin_size: 1000\n");
+    let o = d.warden(&["plugin", "inspect", test_plugin("hostile").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("plugins.max_plugin_size"), "{o:?}");
 }
 
 #[test]
