@@ -315,6 +315,16 @@ impl Sandbox {
         Ok(ctx)
     }
 
+    /// Ends a session this host created, if it could have: a host that never talked to
+    /// Docker (text-only work) cannot have made anything for a session it created, so Docker
+    /// is not contacted at all (no connection, no adoption sweep of the scope).
+    pub async fn end_session_created_here(&self, key: &SessionKey) -> Result<bool, SandboxError> {
+        if self.inner.docker.get().is_none() {
+            return Ok(false);
+        }
+        self.end_session(key).await
+    }
+
     /// Ends a session now: removes its container and workspace volume. Returns whether this
     /// host knew the session (its container/volume are removed either way).
     #[tracing::instrument(skip(self), fields(user = %key.user_id, session = %key.session_id))]

@@ -16,7 +16,7 @@ pub async fn end_session(registry: &Registry, session_id: &str) {
     let Some(tools) = &registry.runtime().services().tools else { return };
     if let Ok(sandbox) = tools.sandbox() {
         let key = warden_sandbox::SessionKey::new(LOCAL_USER, session_id);
-        if let Err(e) = sandbox.end_session(&key).await {
+        if let Err(e) = sandbox.end_session_created_here(&key).await {
             tracing::warn!(session = session_id, error = %e, "could not remove the session's sandbox");
         }
     }

@@ -49,6 +49,18 @@ fn run_echo_prints_the_result_and_json() {
 }
 
 #[test]
+fn regression_a_text_only_run_connected_to_docker_and_swept_the_scope() {
+    // A Docker endpoint nobody listens on: any contact would fail and warn.
+    let d = Deployment::new(&format!("{GRANTS}sandbox:\n  docker_host: unix:///nonexistent/warden-test.sock\n"));
+    d.add("echo", "echo");
+    let o = d.warden(&["run", "greeter", "text only"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o).trim(), "text only");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("sandbox") && !stderr.contains("docker"), "{stderr}");
+}
+
+#[test]
 fn run_failures_use_the_documented_exit_codes() {
     let d = Deployment::new("  limits: { timeout: 1s }\nsubagents:\n  references:\n    - { uri: \"h://bad\", kind: HOSTILE }\n");
     d.add("hostile", "hostile");
