@@ -147,3 +147,67 @@ pub fn fixtures() -> PathBuf {
     assert!(p.is_dir(), "fixtures missing at {} — set WARDEN_FIXTURES or run `cargo xtask test`", p.display());
     p
 }
+
+/// The real `warden serve` of a deployment on a free port, its log in `serve.log`. Dropping
+/// it stops the server with SIGTERM (so it removes its sandboxes), then SIGKILL after 60 s;
+/// a test that wants a crash calls `child.kill()` itself.
+pub struct Server {
+    pub child: std::process::Child,
+    pub port: u16,
+}
+
+impl Server {
+    /// Starts the server and waits (up to 60 s) until `/healthz` answers 200.
+    pub fn start(d: &Deployment) -> Server {
+        use std::io::{Read, Write};
+        let port = free_port();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(d.dir.path().join("serve.log")).unwrap();
+        let child = Command::new(bin())
+            .current_dir(d.dir.path())
+            .arg("--config")
+            .arg(d.dir.path().join("warden.yaml"))
+            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+            .env("WARDEN_LOG", "info")
+            .env_remove("WARDEN_TOKENS")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut server = Server { child, port };
+        let healthy = || -> bool {
+            let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+            let _ = write!(s, "GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+            let mut text = String::new();
+            let _ = s.read_to_string(&mut text);
+            text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200")
+        };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("warden serve exited: {status}\n{}", std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default());
+            }
+            if healthy() {
+                return server;
+            }
+            assert!(std::time::Instant::now() < until, "warden serve did not answer /healthz within 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while std::time::Instant::now() < until {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

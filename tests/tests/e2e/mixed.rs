@@ -8,7 +8,6 @@
 //! (default 1000: 60% echo, 30% A2A, 10% Claude).
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -24,52 +23,13 @@ const SCRIPT: &str = "\
 /// Sandbox sessions the Claude tasks are spread over (one container each).
 const SESSIONS: usize = 4;
 
-/// `warden serve` on a free port; stopped with SIGTERM so it removes its sandboxes.
-struct Serve {
-    child: Child,
-    port: u16,
-}
-
-impl Serve {
-    fn start(d: &Deployment) -> Serve {
-        let port = free_port();
-        let log = std::fs::File::create(d.dir.path().join("serve.log")).unwrap();
-        let child = Command::new(bin())
-            .current_dir(d.dir.path())
-            .arg("--config")
-            .arg(d.dir.path().join("warden.yaml"))
-            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-            .env_remove("WARDEN_TOKENS")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Serve { child, port }
-    }
-
-    /// Peak and current resident memory of the server, from /proc (Linux).
-    fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kb = |key: &str| -> u64 {
-            status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap()
-        };
-        (kb("VmHWM:") * 1024, kb("VmRSS:") * 1024)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let until = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Peak and current resident memory of a process, from /proc (Linux).
+fn memory(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = |key: &str| -> u64 {
+        status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap()
+    };
+    (kb("VmHWM:") * 1024, kb("VmRSS:") * 1024)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -96,7 +56,7 @@ async fn bench_mixed_load() {
     std::fs::create_dir_all(d.dir.path().join("agents")).unwrap();
     std::fs::write(d.dir.path().join("agents/helper.md"), AGENT).unwrap();
     std::fs::write(d.dir.path().join("main.yaml"), SCRIPT).unwrap();
-    let serve = Serve::start(&d);
+    let serve = Server::start(&d);
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{}", serve.port);
     let until = Instant::now() + Duration::from_secs(120);
@@ -144,7 +104,7 @@ async fn bench_mixed_load() {
         latencies.entry(kind(i)).or_default().push(took);
     }
     let wall = started.elapsed();
-    let (peak, now) = serve.memory();
+    let (peak, now) = memory(serve.child.id());
     println!(
         "BENCH mixed: {n} tasks over HTTP in {wall:?} ({:.0} tasks/s), 0 lost; warden serve RSS peak {} MiB, after {} MiB",
         n as f64 / wall.as_secs_f64(),

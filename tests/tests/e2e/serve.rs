@@ -3,12 +3,12 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, bin, free_port};
+use crate::common::{Deployment, Server, bin};
 
 /// One HTTP/1.1 exchange (`Connection: close`): status and body text.
 fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
@@ -46,48 +46,6 @@ fn dechunk(mut s: &str) -> String {
 fn json_of(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
     let (status, text) = http(port, method, path, body);
     (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
-}
-
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(d: &Deployment) -> Server {
-        let port = free_port();
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(d.dir.path().join("serve.log")).unwrap();
-        let child = Command::new(bin())
-            .current_dir(d.dir.path())
-            .arg("--config")
-            .arg(d.dir.path().join("warden.yaml"))
-            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-            .env("WARDEN_LOG", "info")
-            .env_remove("WARDEN_TOKENS")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut server = Server { child, port };
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("warden serve exited: {status}\n{}", std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default());
-            }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() && http(port, "GET", "/healthz", None).0 == 200 {
-                return server;
-            }
-            assert!(Instant::now() < until, "warden serve did not answer /healthz within 60 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 const CONFIG: &str = "  limit_overrides:\n    hostile: { timeout: 10m }\n  grants:\n    echo: { log: true, events: true, state: true }\nsubagents:\n  agent_dirs: []\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"hostile://hostile\", kind: HOSTILE }\nstore:\n  path: ./state/tasks.db\n";
