@@ -121,6 +121,11 @@ pub struct Sandbox {
 pub(crate) struct Inner {
     pub(crate) config: SandboxConfig,
     docker: tokio::sync::OnceCell<Docker>,
+    /// A connection for listing and pruning only, made when this host has none of its own:
+    /// it adopts nothing and starts no reaper, so `warden sandbox ls|prune` run against the
+    /// scope of a live host never takes that host's sessions or removes its pool. `docker`
+    /// stays unset, so a session of this host still adopts on its first use.
+    observer: tokio::sync::OnceCell<Docker>,
     /// Lock order: `sessions` before the pool's lock (never the other way round).
     sessions: Mutex<HashMap<SessionKey, Arc<Slot>>>,
     /// Ready, never-used containers for new sessions (`sandbox.warm_pool`).
@@ -221,6 +226,7 @@ impl Sandbox {
             inner: Arc::new(Inner {
                 config,
                 docker: tokio::sync::OnceCell::new(),
+                observer: tokio::sync::OnceCell::new(),
                 sessions: Mutex::new(HashMap::new()),
                 pool,
                 metrics: Metrics::default(),
@@ -265,6 +271,19 @@ impl Sandbox {
                 Ok::<_, SandboxError>(docker)
             })
             .await
+    }
+
+    /// Docker for listing and pruning: this host's connection when it has one, else one that
+    /// adopts nothing (see `Inner::observer`). Whatever uses it must leave other hosts'
+    /// running containers alone.
+    async fn observer_docker(&self) -> Result<&Docker, SandboxError> {
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            return Err(SandboxError::ShutDown);
+        }
+        if let Some(docker) = self.inner.docker.get() {
+            return Ok(docker);
+        }
+        self.inner.observer.get_or_try_init(|| connect(&self.inner.config)).await
     }
 
     /// Takes a lease on the session (creating its slot, not yet its container).
@@ -384,9 +403,10 @@ impl Sandbox {
     }
 
     /// Every warden-managed session container on the engine (all scopes), with this host's
-    /// last-use time for the sessions it owns.
+    /// last-use time for the sessions it owns. Read-only: a host that has not connected yet
+    /// connects without adopting its scope's leftovers (they may be a live host's).
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, SandboxError> {
-        let docker = self.docker().await?;
+        let docker = self.observer_docker().await?;
         let listed = container::list_managed(docker, None).await?;
         let bindings = container::list_bindings(docker, None).await?;
         let owned: HashMap<String, SystemTime> = self
@@ -435,7 +455,9 @@ impl Sandbox {
     /// Removes warden-labelled containers that have exited (or are dead) and warden-labelled
     /// volumes no container uses (theirs, or older than two minutes), in any scope; never this
     /// host's live sessions. Running or just-created containers of other hosts are left to
-    /// their owners (or to adoption when their host restarts).
+    /// their owners (or to adoption when their host restarts). Like listing, this never
+    /// adopts: run against the scope of a live host, it leaves that host's sessions and warm
+    /// pool alone.
     pub async fn prune(&self) -> Result<PruneReport, SandboxError> {
         self.prune_inner(false).await
     }
@@ -447,7 +469,7 @@ impl Sandbox {
     }
 
     async fn prune_inner(&self, all: bool) -> Result<PruneReport, SandboxError> {
-        let docker = self.docker().await?;
+        let docker = self.observer_docker().await?;
         let with_disk = |v: String| [v.clone()].into_iter().chain(crate::disk::disk_of(&v));
         // This host's sessions and pool containers, and every volume they use.
         let pooled = self.inner.pool.container_names();

@@ -1417,6 +1417,44 @@ mod pool {
         neighbour.shutdown().await.unwrap();
     }
 
+    /// Regression: `warden sandbox ls|prune` connected like a serving host, so listing the
+    /// scope of a live host adopted its sessions (killing their running commands) and
+    /// removed its pool; shutting the lister down then removed the adopted sessions too.
+    pub async fn listing_or_pruning_adopted_a_live_hosts_sessions_and_pool(c: Ctx) {
+        let live = c.sandbox();
+        let k = key("live");
+        bash_ok(&live, &k, "echo kept > f").await;
+        pool_ready(&live, 2).await;
+        let session = container_of(&live, &k).await;
+        let pool = pooled(&c.scope);
+        assert_eq!(pool.len(), 2, "{pool:?}");
+        // A command of the live host runs while another process of its scope lists and prunes.
+        let running = {
+            let (live, k) = (live.clone(), k.clone());
+            tokio::spawn(async move { bash_ok(&live, &k, "sleep 3; echo finished").await })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let admin = c.sandbox();
+        let listed: Vec<_> = admin.list_sessions().await.unwrap().into_iter().filter(|s| s.scope == c.scope).collect();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!((&listed[0].key, &listed[0].container_id, listed[0].owned_here), (&k, &session, false));
+        let report = admin.prune().await.unwrap();
+        assert!(!report.containers.iter().any(|n| n.contains(&c.scope)), "{report:?}");
+        assert!(!report.volumes.iter().any(|v| v.contains(&c.scope)), "{report:?}");
+        assert_eq!(admin.metrics().sessions_active, 0, "the lister adopted nothing");
+        admin.shutdown().await.unwrap();
+        assert_eq!(running.await.unwrap(), "finished\n", "the live host's command was not swept");
+        assert_eq!(pooled(&c.scope), pool, "the live host's pool is untouched (and the lister kept none)");
+        for id in pool.iter().chain([&session]) {
+            let j: Value = serde_json::from_str(&docker(&["inspect", id])).unwrap();
+            assert_eq!(j[0]["State"]["Running"], json!(true), "{id}");
+        }
+        assert_eq!(bash_ok(&live, &k, "cat f").await, "kept\n");
+        assert_eq!(container_of(&live, &k).await, session, "the same container");
+        assert_eq!(live.metrics().sessions_created_total, 1);
+        live.shutdown().await.unwrap();
+    }
+
     /// A pooled session's container that vanished is recreated on the same (pool) workspace.
     pub async fn a_vanished_pooled_container_keeps_its_workspace(c: Ctx) {
         let sb = c.sandbox();
@@ -1784,6 +1822,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         pool::a_pool_container_is_no_sessions,
         pool::a_restart_removes_stale_pool_containers_of_its_scope_only,
         pool::a_vanished_pooled_container_keeps_its_workspace,
+        pool::listing_or_pruning_adopted_a_live_hosts_sessions_and_pool,
         boundary::detached_processes_end_with_their_call,
         boundary::commands_cannot_reach_their_agent,
         boundary::adoption_kills_commands_of_the_dead_host,
