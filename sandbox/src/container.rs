@@ -477,6 +477,15 @@ pub(crate) async fn workspace_of(docker: &Docker, id_or_name: &str) -> Result<Op
     }
 }
 
+/// Whether the container exists and is running (`false`: stopped, dead or gone).
+pub(crate) async fn is_running(docker: &Docker, id_or_name: &str) -> Result<bool, SandboxError> {
+    match docker.inspect_container(id_or_name, None::<InspectContainerOptions>).await {
+        Ok(c) => Ok(c.state.and_then(|s| s.running).unwrap_or(false)),
+        Err(e) if docker_status(&e) == Some(404) => Ok(false),
+        Err(e) => Err(SandboxError::from_docker("inspect pool container", e)),
+    }
+}
+
 /// The volume among `mounts` that is mounted at /workspace.
 pub(crate) fn workspace_mount(mounts: Option<&[MountPoint]>) -> Option<String> {
     mounts?

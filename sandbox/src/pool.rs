@@ -24,6 +24,10 @@
 //! between the steps leaves a pool-named container, or a renamed one without a binding:
 //! neither is anyone's session, and the next start of the scope removes both.
 //!
+//! **Health.** A container leaves `ready` only to be handed out, and is checked first: one
+//! that stopped or vanished while idle is removed (with its workspace) instead, the pool
+//! refills, and the session tries the next one (or creates its own).
+//!
 //! **Counting.** Pool containers count against `sandbox.max_sessions`: a fill starts only
 //! while sessions + ready + unclaimed fills < `max_sessions`, and a new session with nothing
 //! ready waits for a fill in flight rather than creating a container of its own while every
@@ -360,6 +364,19 @@ pub(crate) async fn take(inner: &Inner, docker: &Docker, key: &SessionKey) -> Re
         };
         // The pool is one short now.
         inner.pool.kick();
+        // A container that stopped or vanished while idle (killed, OOM, removed by hand) is
+        // discarded, never handed out: its agents are dead and its state unknown.
+        match container::is_running(docker, &warm.id).await {
+            Ok(true) => {}
+            healthy => {
+                inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(container = %warm.name, check = ?healthy.map(|_| "not running"), "warm pool: discarding a pool container that is not running");
+                drop(warm.agents);
+                let _ = container::remove_container(docker, &warm.id).await;
+                let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
+                continue;
+            }
+        }
         let bound = {
             let _objects = inner.object_lock(key).lock().await;
             bind(docker, &inner.config, &names, key, &warm).await

@@ -1455,6 +1455,36 @@ mod pool {
         live.shutdown().await.unwrap();
     }
 
+    /// A pool container that stopped while idle is discarded (with its workspace), never
+    /// handed out; the sessions get running containers and the pool refills.
+    pub async fn a_stopped_pool_container_is_never_handed_out(c: Ctx) {
+        let sb = c.sandbox();
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let waiting = pooled(&c.scope);
+        let stopped = waiting[0].clone();
+        let j: Value = serde_json::from_str(&docker(&["inspect", &stopped])).unwrap();
+        let ws = j[0]["Mounts"][0]["Name"].as_str().unwrap().to_string();
+        docker(&["stop", "-t", "0", &stopped]);
+        // Two new sessions: whichever of the two waiting containers comes first, one of
+        // them meets the stopped one.
+        let (a, b) = (key("healthy-a"), key("healthy-b"));
+        assert_eq!(bash_ok(&sb, &a, "echo a").await, "a\n");
+        assert_eq!(bash_ok(&sb, &b, "echo b").await, "b\n");
+        for k in [&a, &b] {
+            let id = container_of(&sb, k).await;
+            assert_ne!(id, stopped, "{k} got the stopped container");
+            let j: Value = serde_json::from_str(&docker(&["inspect", &id])).unwrap();
+            assert_eq!(j[0]["State"]["Running"], json!(true), "{k}");
+        }
+        assert!(!container_exists(&stopped), "the stopped pool container is removed");
+        let left: Vec<String> = volumes_of_scope(&c.scope).into_iter().filter(|v| v.ends_with(ws.strip_prefix("warden-ws-").unwrap())).collect();
+        assert_eq!(left, Vec::<String>::new(), "its workspace (and disk) are removed");
+        assert_eq!(sb.metrics().warm_pool_failures_total, 1, "{:?}", sb.metrics());
+        pool_ready(&sb, 2).await;
+        sb.shutdown().await.unwrap();
+    }
+
     /// A pooled session's container that vanished is recreated on the same (pool) workspace.
     pub async fn a_vanished_pooled_container_keeps_its_workspace(c: Ctx) {
         let sb = c.sandbox();
@@ -1823,6 +1853,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         pool::a_restart_removes_stale_pool_containers_of_its_scope_only,
         pool::a_vanished_pooled_container_keeps_its_workspace,
         pool::listing_or_pruning_adopted_a_live_hosts_sessions_and_pool,
+        pool::a_stopped_pool_container_is_never_handed_out,
         boundary::detached_processes_end_with_their_call,
         boundary::commands_cannot_reach_their_agent,
         boundary::adoption_kills_commands_of_the_dead_host,
