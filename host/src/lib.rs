@@ -85,10 +85,13 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
         .pooled_instances
         .then(|| runtime::pool::PoolOptions::for_tasks(config.server.max_concurrent_tasks, config.max_plugin_memory()));
     let runtime = Runtime::new(
-        RuntimeOptions { cache_dir: Some(config.path(&config.plugins.cache_dir)), fuel,
+        RuntimeOptions {
+            cache_dir: Some(config.path(&config.plugins.cache_dir)),
+            fuel,
             pool,
             compiler: runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory),
             tiered: config.plugins.tiered_compilation,
+            tier_up_min_size: runtime::tier::TIER_UP_MIN_SIZE,
         },
         Arc::new(services),
     )?;

@@ -512,6 +512,46 @@ mod compiler {
 mod tiers {
     use super::*;
 
+    /// A runtime that runs every plugin from its baseline (Winch) build first.
+    fn baseline_first() -> Runtime {
+        let options = RuntimeOptions { tiered: true, tier_up_min_size: 0, ..RuntimeOptions::uncached() };
+        Runtime::new(options, Arc::new(HostServices::new(vec![]))).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn every_limit_holds_on_the_baseline_compiler() {
+        let rt = baseline_first();
+        let limits = Limits { timeout: Duration::from_millis(500), ..Limits::default() };
+        // A fresh load per call: the call takes the build current when it starts, and the
+        // optimised build (compiled in the background) is never ready that soon.
+        let on_baseline = |prompt: &'static str| {
+            let rt = &rt;
+            async move {
+                let p = load(rt, "hostile", limits, None).await;
+                let def = rt.resolve(&p, &reference("HOSTILE", "test://x")).await.unwrap();
+                assert_eq!(p.tier(), Tier::Baseline, "{prompt} must start on the baseline build");
+                let call = TaskCall { prompt: prompt.into(), ..Default::default() };
+                rt.execute(&p, ctx(), &call, &def, None).await
+            }
+        };
+        // Epoch interruption reaches Winch code: a spinning guest ends at its deadline.
+        assert!(matches!(on_baseline("loop").await, Err(CallError::Timeout { .. })));
+        assert!(matches!(on_baseline("membomb").await, Err(CallError::MemoryLimit { .. })));
+        assert!(matches!(on_baseline("stack").await, Err(CallError::Trap { .. })));
+        assert!(matches!(on_baseline("oversize").await, Err(CallError::OutputTooLarge { .. })));
+        assert!(matches!(on_baseline("panic").await, Err(CallError::Trap { .. })));
+        assert_eq!(on_baseline("memory:both:baseline-s3cr3t").await.unwrap(), "static=baseline-s3cr3t;leaked=true");
+        assert_eq!(on_baseline("still answering").await.unwrap(), "still answering");
+        // Two calls of one baseline build: the second never sees the first one's memory.
+        let p = load(&rt, "hostile", limits, None).await;
+        let def = rt.resolve(&p, &reference("HOSTILE", "test://x")).await.unwrap();
+        let call = |prompt: &str| TaskCall { prompt: prompt.into(), ..Default::default() };
+        rt.execute(&p, ctx(), &call("memory:write:baseline-s3cr3t"), &def, None).await.unwrap();
+        let read = rt.execute(&p, ctx(), &call("memory:read:baseline-s3cr3t"), &def, None).await.unwrap();
+        assert_eq!(p.tier(), Tier::Baseline, "both calls ran on the baseline build");
+        assert_eq!(read, "static=;leaked=false");
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn a_large_plugin_answers_from_its_baseline_build_then_runs_optimised() {
         let rt = Runtime::new(RuntimeOptions { tiered: true, ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))

@@ -178,6 +178,7 @@ pub struct Runtime {
     slots: pool::Slots,
     /// The baseline (Winch) engine for the first build of large components.
     baseline: Option<Baseline>,
+    tier_up_min_size: usize,
     compiler: compiler::Compiler,
     _ticker: EpochTicker,
 }
@@ -215,12 +216,18 @@ pub struct RuntimeOptions {
     pub compiler: compiler::Compiler,
     /// Compile large components in two tiers (see [`tier`]).
     pub tiered: bool,
+    /// Smallest component compiled in two tiers when `tiered` (tests lower it to run
+    /// small guests on the baseline compiler).
+    pub tier_up_min_size: usize,
 }
 
 impl RuntimeOptions {
     /// On-demand allocation, no compile cache, no fuel: for tools and tests.
     pub fn uncached() -> Self {
-        RuntimeOptions { cache_dir: None, fuel: false, pool: None, compiler: compiler::Compiler::InProcess, tiered: false }
+        RuntimeOptions { cache_dir: None, fuel: false, pool: None, compiler: compiler::Compiler::InProcess,
+            tiered: false,
+            tier_up_min_size: tier::TIER_UP_MIN_SIZE,
+        }
     }
 }
 
@@ -310,6 +317,7 @@ impl Runtime {
             fuel_enabled: options.fuel,
             slots,
             baseline,
+            tier_up_min_size: options.tier_up_min_size,
             compiler: options.compiler,
             _ticker: EpochTicker { stop },
         })
@@ -363,7 +371,7 @@ impl Runtime {
         let world = |e: wasmtime::Error| LoadError::World(root_cause(&e));
         let (component, pre, origin, upgrade) = match (cached, &self.baseline) {
             (Some(c), _) => (c.clone(), self.linker.instantiate_pre(&c).map_err(world)?, Origin::Cached, None),
-            (None, Some(baseline)) if bytes.len() >= tier::TIER_UP_MIN_SIZE => {
+            (None, Some(baseline)) if bytes.len() >= self.tier_up_min_size => {
                 match self.compiler.compile(&baseline.engine, self.fuel_enabled, tier::Tier::Baseline, bytes).await {
                     Ok(quick) => {
                         let pre = baseline.linker.instantiate_pre(&quick.component).map_err(world)?;
