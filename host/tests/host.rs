@@ -519,6 +519,14 @@ mod tiers {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn fuel_limits_hold_whichever_compiler_runs_the_plugin() {
+        let options = RuntimeOptions { fuel: true, tiered: true, tier_up_min_size: 0, ..RuntimeOptions::uncached() };
+        let rt = Runtime::new(options, Arc::new(HostServices::new(vec![]))).unwrap();
+        let p = load(&rt, "hostile", Limits { fuel: Some(10_000_000), ..Limits::default() }, None).await;
+        assert!(matches!(execute(&rt, &p, "loop").await, Err(CallError::OutOfFuel { .. })), "tier {:?}", p.tier());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn every_limit_holds_on_the_baseline_compiler() {
         let rt = baseline_first();
         let limits = Limits { timeout: Duration::from_millis(500), ..Limits::default() };
