@@ -3,6 +3,7 @@
 //! Exit codes: 0 ok, 1 task failed or declined, 2 usage or configuration error.
 
 mod demo;
+mod plugin_test;
 mod prompt;
 mod sandbox;
 mod serve;
@@ -132,6 +133,9 @@ pub enum PluginCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Resolve and execute one task through a plugin file, with grants from the command
+    /// line and nothing written (no config needed, no store, no Docker, no cache).
+    Test(plugin_test::TestArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -257,6 +261,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
+        Command::Plugin { command: PluginCommand::Test(args) } => plugin_test::run(config, args).await,
         Command::Tool { tool, args, session, json } => sandbox::tool(config, &tool, &args, session, json).await,
         Command::Sandbox { command: SandboxCommand::Ls { json } } => sandbox::ls(config, json).await,
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,

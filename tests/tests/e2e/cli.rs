@@ -182,3 +182,37 @@ fn the_demo_runs_end_to_end_offline() {
     assert!(err.contains("auto-approving"), "{err}");
     assert!(out.contains("Bash   approve  by user:demo-auto") && out.contains("Read   allow    by policy"), "{out}");
 }
+
+#[test]
+fn plugin_test_runs_one_task_with_flag_grants_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let test = |args: &[&str]| {
+        std::process::Command::new(bin()).current_dir(dir.path()).args(["plugin", "test"]).args(args).output().unwrap()
+    };
+    let echo = test_plugin("echo");
+    let echo = echo.to_str().unwrap();
+    let o = test(&[echo, "--ref", "echo://greeter", "--prompt", "hello plugin"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o).trim(), "hello plugin");
+    // Nothing is granted by default; a flag grants exactly one capability.
+    let o = test(&[echo, "--ref", "echo://greeter", "--prompt", "state:v1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("capability `state` denied"), "{o:?}");
+    let o = test(&[echo, "--ref", "echo://greeter", "--prompt", "state:v1", "--grant", "state,events", "--json"]);
+    let v = json(&o);
+    assert_eq!((v["status"].as_str(), v["output"].as_str()), (Some("completed"), Some("v1")), "{v}");
+    assert_eq!(v["definition"]["name"], "greeter");
+    assert_eq!(v["events"][0]["kind"], "progress");
+    // A model call is answered by the scripted model.
+    std::fs::write(dir.path().join("script.yaml"), "- text: \"from the script\"\n").unwrap();
+    let hostile = test_plugin("hostile");
+    let o = test(&[hostile.to_str().unwrap(), "--ref", "test://x", "--prompt", "model", "--grant", "model", "--model-script", "script.yaml"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o).trim(), "from the script");
+    let o = test(&[echo, "--ref", "echo://greeter", "--prompt", "x", "--grant", "everything"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected one of log, events"), "{o:?}");
+    // No config, cache, store or anything else was written.
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("script.yaml")]);
+}
