@@ -101,7 +101,8 @@ pub struct MetricsSnapshot {
     pub warm_pool_misses_total: u64,
     /// Pool containers prepared.
     pub warm_pool_created_total: u64,
-    /// Pool containers that failed to be prepared or handed out (each is removed).
+    /// Pool containers that failed to be prepared or handed out, or stopped while idle (each
+    /// is removed).
     pub warm_pool_failures_total: u64,
 }
 
@@ -177,7 +178,7 @@ impl MetricsSnapshot {
         put(
             "warm_pool_failures_total",
             "counter",
-            "Pool containers that failed to be prepared or handed out.",
+            "Pool containers that failed to be prepared or handed out, or stopped while idle.",
             self.warm_pool_failures_total.to_string(),
         );
         put(

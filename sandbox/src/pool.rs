@@ -24,9 +24,10 @@
 //! between the steps leaves a pool-named container, or a renamed one without a binding:
 //! neither is anyone's session, and the next start of the scope removes both.
 //!
-//! **Health.** A container leaves `ready` only to be handed out, and is checked first: one
-//! that stopped or vanished while idle is removed (with its workspace) instead, the pool
-//! refills, and the session tries the next one (or creates its own).
+//! **Health.** A container is checked before it is handed out: one that stopped or vanished
+//! while idle is removed (with its workspace) instead, the pool refills, and the session
+//! tries the next one (or creates its own). The refill task also checks the ready ones every
+//! `HEALTH_CHECK_INTERVAL`, so a dead one is replaced without waiting for a session.
 //!
 //! **Counting.** Pool containers count against `sandbox.max_sessions`: a fill starts only
 //! while sessions + ready + unclaimed fills < `max_sessions`, and a new session with nothing
@@ -75,6 +76,10 @@ const MAX_PARALLEL_FILLS: usize = 2;
 const FILL_RETRY_MIN: Duration = Duration::from_secs(1);
 /// Longest pause between fills that keep failing.
 const FILL_RETRY_MAX: Duration = Duration::from_secs(60);
+/// How often the refill task checks that the ready containers still run: one that stopped
+/// or vanished while idle is replaced within this time rather than at the next hand-out
+/// (which checks too). A check is one inspect per ready container (`warm_pool`, default 2).
+const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 /// Pool containers one new session tries before it creates its own (each failed hand-out
 /// removes the container; a pool emptied by someone else must not keep a session waiting).
 const MAX_HANDOUT_ATTEMPTS: usize = 3;
@@ -149,6 +154,19 @@ impl WarmPool {
     pub(crate) fn container_names(&self) -> Vec<String> {
         let st = self.lock();
         st.ready.iter().map(|w| w.name.clone()).chain(st.filling.iter().cloned()).collect()
+    }
+
+    /// Ids of the ready containers.
+    fn ready_ids(&self) -> Vec<String> {
+        self.lock().ready.iter().map(|w| w.id.clone()).collect()
+    }
+
+    /// Takes the ready containers among `ids` out of the pool (those still there).
+    fn take_ready(&self, ids: &[String]) -> Vec<Warm> {
+        let mut st = self.lock();
+        let (gone, kept): (Vec<Warm>, Vec<Warm>) = st.ready.drain(..).partition(|w| ids.contains(&w.id));
+        st.ready = kept.into();
+        gone
     }
 
     /// Asks the refill task to look at the pool again.
@@ -261,6 +279,8 @@ async fn refill_loop(
 ) {
     let mut failures: u32 = 0;
     let mut retry_at: Option<Instant> = None;
+    let mut health = tokio::time::interval_at(tokio::time::Instant::now() + HEALTH_CHECK_INTERVAL, HEALTH_CHECK_INTERVAL);
+    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let notified = wake.notified();
         tokio::pin!(notified);
@@ -291,9 +311,33 @@ async fn refill_loop(
                 Err(e) => tracing::warn!(error = %e, "warm pool: a fill task ended abnormally"),
             },
             _ = tokio::time::sleep(pause.unwrap_or_default()), if pause.is_some() => {}
+            _ = health.tick() => discard_stopped(&host, &docker).await,
         }
     }
     while fills.join_next().await.is_some() {}
+}
+
+/// Removes the ready containers that stopped or vanished while idle (with their
+/// workspaces); the loop then refills. The host is only held for the removal.
+async fn discard_stopped(host: &Weak<Inner>, docker: &Docker) {
+    let Some(ids) = host.upgrade().map(|inner| inner.pool.ready_ids()) else { return };
+    let mut stopped = Vec::new();
+    for id in ids {
+        if matches!(container::is_running(docker, &id).await, Ok(false)) {
+            stopped.push(id);
+        }
+    }
+    if stopped.is_empty() {
+        return;
+    }
+    let Some(inner) = host.upgrade() else { return };
+    for warm in inner.pool.take_ready(&stopped) {
+        inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(container = %warm.name, "warm pool: an idle pool container stopped; replacing it");
+        drop(warm.agents);
+        let _ = container::remove_container(docker, &warm.id).await;
+        let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
+    }
 }
 
 /// Prepares one pool container named `name` and delivers it; removes it instead when the

@@ -1485,6 +1485,26 @@ mod pool {
         sb.shutdown().await.unwrap();
     }
 
+    /// A pool container that stopped while idle is replaced without waiting for a session
+    /// (the refill task's periodic check, every 10 s).
+    pub async fn an_idle_pool_container_that_stopped_is_replaced(c: Ctx) {
+        let sb = c.sandbox();
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 2).await;
+        let waiting = pooled(&c.scope);
+        docker(&["stop", "-t", "0", &waiting[0]]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while container_exists(&waiting[0]) {
+            assert!(Instant::now() < deadline, "the stopped pool container was never removed");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        pool_ready(&sb, 2).await;
+        let now = pooled(&c.scope);
+        assert!(now.contains(&waiting[1]) && !now.contains(&waiting[0]) && now.len() == 2, "{now:?} after {waiting:?}");
+        assert_eq!(sb.metrics().warm_pool_failures_total, 1, "{:?}", sb.metrics());
+        sb.shutdown().await.unwrap();
+    }
+
     /// A pooled session's container that vanished is recreated on the same (pool) workspace.
     pub async fn a_vanished_pooled_container_keeps_its_workspace(c: Ctx) {
         let sb = c.sandbox();
@@ -1854,6 +1874,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         pool::a_vanished_pooled_container_keeps_its_workspace,
         pool::listing_or_pruning_adopted_a_live_hosts_sessions_and_pool,
         pool::a_stopped_pool_container_is_never_handed_out,
+        pool::an_idle_pool_container_that_stopped_is_replaced,
         boundary::detached_processes_end_with_their_call,
         boundary::commands_cannot_reach_their_agent,
         boundary::adoption_kills_commands_of_the_dead_host,
