@@ -105,6 +105,15 @@ pub struct PluginsConfig {
     /// (Winch: a second to load an 18 MB Python component instead of many), then swap in
     /// the optimised Cranelift build when it is ready. Default true.
     pub tiered_compilation: bool,
+    /// Ed25519 public keys (64 hex digits, from `warden plugin keygen`) whose signatures
+    /// (`x.wasm.sig` beside `x.wasm`) are trusted. A signature by any other key, or one
+    /// that does not match its file, makes the plugin invalid.
+    pub trust: Vec<String>,
+    /// Refuse plugin files without a trusted signature. Default false (unsigned files load;
+    /// signed ones must still verify).
+    pub require_signature: bool,
+    /// Plugin id → the SHA-256 (hex) its file must have; any other content is invalid.
+    pub pins: BTreeMap<String, String>,
 }
 
 /// Default memory for compiling one plugin: an 18 MB Python component needs ~400 MB
@@ -196,6 +205,9 @@ impl Default for PluginsConfig {
             pooled_instances: true,
             compile_memory: DEFAULT_COMPILE_MEMORY,
             tiered_compilation: true,
+            trust: Vec::new(),
+            require_signature: false,
+            pins: BTreeMap::new(),
         }
     }
 }
@@ -533,6 +545,17 @@ impl Config {
                 .iter()
                 .map(|(id, o)| (format!("plugins.limit_overrides.{id}"), self.plugins.limits.with_override(Some(o)))),
         );
+        let hex64 = |v: &str| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit());
+        for (i, key) in self.plugins.trust.iter().enumerate() {
+            if !hex64(key.trim()) {
+                return Err(invalid(format!("plugins.trust[{i}]"), "expected an Ed25519 public key: 64 hex digits (warden plugin keygen)".into()));
+            }
+        }
+        for (id, pin) in &self.plugins.pins {
+            if !hex64(pin.trim()) {
+                return Err(invalid(format!("plugins.pins.{id}"), "expected a SHA-256: 64 hex digits (sha256sum)".into()));
+            }
+        }
         if self.plugins.compile_memory < MIN_COMPILE_MEMORY {
             return Err(invalid(
                 "plugins.compile_memory".into(),

@@ -41,6 +41,12 @@ pub fn watch(registry: Arc<Registry>) -> anyhow::Result<PluginDirWatch> {
     tracing::info!(dir = %dir.display(), "watching plugin directory");
     let task = tokio::spawn(async move {
         while let Some(mut paths) = rx.recv().await {
+            // A signature arriving or changing reloads its plugin file.
+            for p in paths.iter_mut() {
+                if let Some(plugin) = p.to_str().and_then(|s| s.strip_suffix(crate::provenance::SIG_SUFFIX)) {
+                    *p = PathBuf::from(plugin);
+                }
+            }
             paths.retain(|p| plugin_id(p).is_some());
             paths.sort();
             paths.dedup();

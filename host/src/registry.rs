@@ -272,6 +272,16 @@ impl Registry {
         let timeout = self.config.plugins.load_timeout;
         let load = async {
             let bytes = read_plugin_file(path, self.config.plugins.max_plugin_size).await?;
+            let plugins = &self.config.plugins;
+            let rules = crate::provenance::Rules {
+                id,
+                trust: &plugins.trust,
+                require_signature: plugins.require_signature,
+                pin: plugins.pins.get(id).map(String::as_str),
+            };
+            if let Some(key) = crate::provenance::check(path, &bytes, &rules).map_err(|e| e.to_string())? {
+                tracing::info!(plugin = %id, %key, "signature verified");
+            }
             self.runtime
                 .load(id, path.to_owned(), &bytes, self.config.limits_for(id), self.config.plugins.grants.get(id))
                 .await

@@ -729,6 +729,42 @@ mod registry {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn signatures_and_pins_decide_what_loads_and_a_signature_arriving_later_loads_its_plugin() {
+        use warden::provenance;
+        let (private, public) = provenance::generate().unwrap();
+        let (other_private, _) = provenance::generate().unwrap();
+        let echo = plugin_bytes("echo");
+        let pin = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(plugin_bytes("hostile")));
+        let yaml = format!("  trust: [{public}]\n  require_signature: true\n  pins: {{ hostile: {pin} }}\n{ECHO_REF}");
+        let f = fixture(&yaml, &[("echo", "echo"), ("echo-v2", "hostile")]).await;
+        let snap = f.registry.snapshot();
+        assert!(snap.invalid["echo"].error.contains("unsigned"), "{}", snap.invalid["echo"].error);
+        // A pinned id with other content is refused before its signature is even looked at.
+        assert!(snap.invalid["hostile"].error.contains("plugins.pins.hostile"), "{}", snap.invalid["hostile"].error);
+
+        let _watch = warden::plugin_dir::watch(f.registry.clone()).unwrap();
+        let echo_path = f.plugins.join("echo.wasm");
+        // Signed by a key nobody trusts: still invalid, and says why.
+        std::fs::write(provenance::sig_path(&echo_path), provenance::sign(&other_private, &echo).unwrap()).unwrap();
+        wait_for("an untrusted-key error", || {
+            f.registry.snapshot().invalid.get("echo").is_some_and(|i| i.error.contains("not in plugins.trust"))
+        })
+        .await;
+        // The trusted signature arriving after the file loads the plugin.
+        std::fs::write(provenance::sig_path(&echo_path), provenance::sign(&private, &echo).unwrap()).unwrap();
+        wait_for("echo to load once signed", || f.registry.snapshot().plugin_for_kind("ECHO").is_some()).await;
+        // A replacement whose signature does not match is rejected; the signed version keeps serving.
+        let tmp = f.plugins.join("echo.wasm.part");
+        std::fs::write(&tmp, plugin_bytes("echo-v2")).unwrap();
+        std::fs::rename(&tmp, &echo_path).unwrap();
+        wait_for("the altered file to be refused", || {
+            f.registry.snapshot().replace_errors.get("echo").is_some_and(|e| e.contains("does not match"))
+        })
+        .await;
+        assert_eq!(f.registry.snapshot().plugin_for_kind("ECHO").unwrap().info.version, "0.1.0");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn watched_dir_adds_replaces_and_removes_without_restart() {
         let f = fixture(ECHO_REF, &[("hostile", "hostile")]).await;
         let _watch = warden::plugin_dir::watch(f.registry.clone()).unwrap();

@@ -4,6 +4,7 @@
 
 mod demo;
 mod plugin_test;
+mod signing;
 mod prompt;
 mod sandbox;
 mod serve;
@@ -136,6 +137,27 @@ pub enum PluginCommand {
     /// Resolve and execute one task through a plugin file, with grants from the command
     /// line and nothing written (no config needed, no store, no Docker, no cache).
     Test(plugin_test::TestArgs),
+    /// Create an Ed25519 key pair for signing plugins: NAME.key (private, mode 0600) and
+    /// NAME.pub; prints the public key to list in `plugins.trust`.
+    Keygen {
+        #[arg(long, value_name = "NAME")]
+        out: PathBuf,
+    },
+    /// Sign a plugin file: writes FILE.sig beside it.
+    Sign {
+        file: PathBuf,
+        /// The private key file from `warden plugin keygen`.
+        #[arg(long, value_name = "KEYFILE")]
+        key: PathBuf,
+    },
+    /// Check a plugin file's signature against `plugins.trust` (and `--trust` keys) and
+    /// its pin, as loading would with `require_signature: true`.
+    Verify {
+        file: PathBuf,
+        /// Another trusted public key (64 hex digits; repeatable).
+        #[arg(long, value_name = "KEY")]
+        trust: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -262,6 +284,9 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         }
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
         Command::Plugin { command: PluginCommand::Test(args) } => plugin_test::run(config, args).await,
+        Command::Plugin { command: PluginCommand::Keygen { out } } => signing::keygen(&out),
+        Command::Plugin { command: PluginCommand::Sign { file, key } } => signing::sign(&file, &key),
+        Command::Plugin { command: PluginCommand::Verify { file, trust } } => signing::verify(&config, &file, &trust),
         Command::Tool { tool, args, session, json } => sandbox::tool(config, &tool, &args, session, json).await,
         Command::Sandbox { command: SandboxCommand::Ls { json } } => sandbox::ls(config, json).await,
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,

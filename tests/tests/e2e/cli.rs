@@ -216,3 +216,42 @@ fn plugin_test_runs_one_task_with_flag_grants_and_writes_nothing() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("script.yaml")]);
 }
+
+#[test]
+fn plugin_keygen_sign_verify_and_a_tampered_file_is_refused() {
+    let d = Deployment::new("");
+    let wasm = d.dir.path().join("echo.wasm");
+    std::fs::copy(test_plugin("echo"), &wasm).unwrap();
+    let o = d.warden(&["plugin", "keygen", "--out", d.dir.path().join("release").to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    let public = stdout(&o).trim().to_owned();
+    assert_eq!(public.len(), 64, "{public}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.dir.path().join("release.key")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let o = d.warden(&["plugin", "sign", wasm.to_str().unwrap(), "--key", d.dir.path().join("release.key").to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(d.dir.path().join("echo.wasm.sig").is_file());
+    let o = d.warden(&["plugin", "verify", wasm.to_str().unwrap(), "--trust", &public]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains(&public));
+    // Without the key in the trust list, or with one byte changed, verification fails.
+    let o = d.warden(&["plugin", "verify", wasm.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not in plugins.trust"), "{o:?}");
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&wasm, bytes).unwrap();
+    let o = d.warden(&["plugin", "verify", wasm.to_str().unwrap(), "--trust", &public]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not match"), "{o:?}");
+    // A malformed trust entry is a config error naming the key.
+    let bad = Deployment::new("  trust: [nothex]\n");
+    let o = bad.warden(&["config", "check"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("plugins.trust[0]"), "{o:?}");
+}
