@@ -196,6 +196,12 @@ mod tools {
             r.content,
             "     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tbeta\n"
         );
+        // Lines are cut after MAX_LINE_CHARS characters, not bytes.
+        let max = 2000; // tools::files::MAX_LINE_CHARS
+        let (wide, long) = ("é".repeat(max), "y".repeat(max + 1));
+        tool(&sb, &k, "Write", json!({"file_path": "lines.txt", "content": format!("{wide}\n{long}\n")})).await;
+        let r = tool(&sb, &k, "Read", json!({"file_path": "lines.txt"})).await;
+        assert_eq!(r.content, format!("     1\t{wide}\n     2\t{}… [line truncated]\n", &long[..max]));
         let r = tool(
             &sb,
             &k,

@@ -48,9 +48,32 @@ pub(crate) struct EditInput {
     replace_all: bool,
 }
 
-/// True for content that is not UTF-8 text (NUL bytes early on, or invalid UTF-8).
-fn is_binary(bytes: &[u8]) -> bool {
-    bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) || std::str::from_utf8(bytes).is_err()
+/// The content as text, or `Err(its size)` when it is binary: NUL bytes early on, or
+/// invalid UTF-8 (validated once, without a copy).
+fn text_of(bytes: Vec<u8>) -> Result<String, usize> {
+    if bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
+        return Err(bytes.len());
+    }
+    String::from_utf8(bytes).map_err(|e| e.as_bytes().len())
+}
+
+/// Appends `n` right-aligned in six columns and a tab, as `cat -n` does (`{:>6}\t` without
+/// the formatting machinery: Read numbers every line it shows).
+fn push_line_number(out: &mut String, n: usize) {
+    /// `cat -n`'s width; wider numbers take the room they need.
+    const WIDTH: usize = 6;
+    let mut buf = [b' '; 20];
+    let (mut at, mut n) = (buf.len(), n);
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[at.min(buf.len() - WIDTH)..]).expect("ASCII digits and spaces"));
+    out.push('\t');
 }
 
 fn not_a_file(path: &str, t: &Target) -> Option<ToolOutput> {
@@ -95,14 +118,14 @@ pub(crate) async fn read(
             t.size
         )));
     }
-    let bytes = fetch(ctx, &t, MAX_TEXT_FILE_BYTES).await?;
-    if is_binary(&bytes) {
-        return Ok(ToolOutput::error(format!(
-            "{path} is a binary file ({} bytes); Read shows text only. Inspect it with Bash, e.g. `od -A x -t x1z {path} | head`",
-            bytes.len()
-        )));
-    }
-    let text = String::from_utf8(bytes).expect("checked by is_binary");
+    let text = match text_of(fetch(ctx, &t, MAX_TEXT_FILE_BYTES).await?) {
+        Ok(text) => text,
+        Err(size) => {
+            return Ok(ToolOutput::error(format!(
+                "{path} is a binary file ({size} bytes); Read shows text only. Inspect it with Bash, e.g. `od -A x -t x1z {path} | head`"
+            )));
+        }
+    };
     if text.is_empty() {
         return Ok(ToolOutput::ok(format!(
             "(the file {path} exists but is empty)"
@@ -119,11 +142,17 @@ pub(crate) async fn read(
     let mut out = String::with_capacity(text.len().min(cap) + 64);
     let mut shown = 0;
     for (i, line) in text.lines().enumerate().skip(start - 1).take(limit) {
-        let line = match line.char_indices().nth(MAX_LINE_CHARS) {
-            Some((cut, _)) => format!("{}… [line truncated]", &line[..cut]),
-            None => line.to_string(),
-        };
-        out.push_str(&format!("{:>6}\t{line}\n", i + 1));
+        push_line_number(&mut out, i + 1);
+        // A line of at most MAX_LINE_CHARS bytes has no more chars than that: not scanned.
+        let cut = if line.len() > MAX_LINE_CHARS { line.char_indices().nth(MAX_LINE_CHARS) } else { None };
+        match cut {
+            Some((cut, _)) => {
+                out.push_str(&line[..cut]);
+                out.push_str("… [line truncated]");
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
         shown += 1;
         if out.len() > cap * 2 {
             break;
@@ -193,13 +222,11 @@ pub(crate) async fn edit(
             "{path} is over Edit's {MAX_TEXT_FILE_BYTES}-byte limit"
         )));
     }
-    let bytes = fetch(ctx, &t, MAX_TEXT_FILE_BYTES).await?;
-    if is_binary(&bytes) {
+    let Ok(text) = text_of(fetch(ctx, &t, MAX_TEXT_FILE_BYTES).await?) else {
         return Ok(ToolOutput::error(format!(
             "{path} is a binary file; Edit changes text files only"
         )));
-    }
-    let text = String::from_utf8(bytes).expect("checked by is_binary");
+    };
     let count = text.matches(input.old_string.as_str()).count();
     if count == 0 {
         return Ok(ToolOutput::error(format!(
@@ -279,5 +306,27 @@ impl Sandbox {
                 message: "is not a regular file".into(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_numbers_are_those_of_cat_n() {
+        for n in [1, 9, 10, 99_999, 999_999, 1_000_000, 123_456_789, usize::MAX] {
+            let mut out = String::from("x");
+            push_line_number(&mut out, n);
+            assert_eq!(out, format!("x{n:>6}\t"));
+        }
+    }
+
+    #[test]
+    fn text_is_utf8_without_early_nul() {
+        assert_eq!(text_of(b"a\nb".to_vec()), Ok("a\nb".to_string()));
+        assert_eq!(text_of(b"a\0b".to_vec()), Err(3));
+        assert_eq!(text_of(vec![b'a', 0xff]), Err(2));
+        assert_eq!(text_of(Vec::new()), Ok(String::new()));
     }
 }
