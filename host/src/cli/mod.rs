@@ -4,6 +4,7 @@
 
 mod demo;
 mod plugin_test;
+mod scaffold;
 mod signing;
 mod prompt;
 mod sandbox;
@@ -128,6 +129,18 @@ pub enum SandboxCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum PluginCommand {
+    /// Create a plugin project (WIT vendored, versions pinned, name and kind filled in).
+    New {
+        name: String,
+        /// The kind the plugin serves, e.g. JSONRPC.
+        #[arg(long)]
+        kind: String,
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: scaffold::Lang,
+        /// Where to create it (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Show a component's world, WIT version, imports, exports and requested capabilities.
     Inspect {
         file: PathBuf,
@@ -284,6 +297,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         }
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
         Command::Plugin { command: PluginCommand::Test(args) } => plugin_test::run(config, args).await,
+        Command::Plugin { command: PluginCommand::New { name, kind, lang, dir } } => scaffold::new(&name, &kind, lang, dir),
         Command::Plugin { command: PluginCommand::Keygen { out } } => signing::keygen(&out),
         Command::Plugin { command: PluginCommand::Sign { file, key } } => signing::sign(&file, &key),
         Command::Plugin { command: PluginCommand::Verify { file, trust } } => signing::verify(&config, &file, &trust),

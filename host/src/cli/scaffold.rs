@@ -1,0 +1,114 @@
+//! `warden plugin new NAME --kind KIND --lang rust|python`: a plugin project that builds
+//! anywhere — the WIT of this warden vendored into `wit/`, versions pinned, the plugin's
+//! name and kind filled in, a sample `warden.yaml` and a README with the build and test
+//! commands. The templates are the repository's `templates/` folders, embedded at build
+//! time. It never overwrites an existing directory.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+/// The WIT package this binary hosts, vendored into every new project.
+const WIT: &[(&str, &str)] = &[
+    ("world.wit", include_str!("../../../wit/world.wit")),
+    ("types.wit", include_str!("../../../wit/types.wit")),
+    ("imports.wit", include_str!("../../../wit/imports.wit")),
+    ("exports.wit", include_str!("../../../wit/exports.wit")),
+];
+const RUST_CARGO_TOML: &str = include_str!("../../../templates/rust-plugin/Cargo.toml");
+const RUST_CARGO_LOCK: &str = include_str!("../../../templates/rust-plugin/Cargo.lock");
+const RUST_LIB: &str = include_str!("../../../templates/rust-plugin/src/lib.rs");
+const PYTHON_APP: &str = include_str!("../../../templates/python-plugin/app.py");
+/// The componentize-py release the Python template is built and tested with.
+pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.*";
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lang {
+    Rust,
+    Python,
+}
+
+/// Checks a plugin name (lower-case letters, digits, `-`; it becomes the file name and
+/// the Rust package name) and a kind (`[A-Za-z0-9_-]`, as `meta.info` requires).
+fn validate(name: &str, kind: &str) -> anyhow::Result<()> {
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    anyhow::ensure!(name_ok, "NAME {name:?}: expected lower-case letters, digits and '-', starting with a letter");
+    let kind_ok = !kind.is_empty() && kind.len() <= 64 && kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    anyhow::ensure!(kind_ok, "--kind {kind:?}: expected letters, digits, '_' and '-'");
+    Ok(())
+}
+
+fn write(dir: &Path, rel: &str, text: &str) -> anyhow::Result<()> {
+    let path = dir.join(rel);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    validate(name, kind)?;
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    anyhow::ensure!(!dir.exists(), "{} already exists; choose another --dir", dir.display());
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (file, text) in WIT {
+        write(&dir, &format!("wit/{file}"), text)?;
+    }
+    let uri = format!("{}://example", kind.to_ascii_lowercase());
+    let (build, wasm) = match lang {
+        Lang::Rust => {
+            let crate_name = name.replace('-', "_");
+            write(&dir, "Cargo.toml", &RUST_CARGO_TOML.replace("name = \"rust-plugin\"", &format!("name = \"{name}\"")))?;
+            write(&dir, "Cargo.lock", &RUST_CARGO_LOCK.replace("name = \"rust-plugin\"", &format!("name = \"{name}\"")))?;
+            let lib = RUST_LIB
+                .replace("path: \"../../wit\"", "path: \"wit\"")
+                .replace("// Point this at the `wit/` folder of the warden version you target.", "// The WIT of the warden version this project was made with (vendored).")
+                .replace("\"rust-plugin\"", &format!("\"{name}\""))
+                .replace("\"TEMPLATE\"", &format!("\"{kind}\""))
+                .replace("kind `TEMPLATE`", &format!("kind `{kind}`"));
+            write(&dir, "src/lib.rs", &lib)?;
+            (
+                format!(
+                    "rustup target add wasm32-wasip2\ncargo build --release --target wasm32-wasip2\ncp target/wasm32-wasip2/release/{crate_name}.wasm {name}.wasm"
+                ),
+                format!("{name}.wasm"),
+            )
+        }
+        Lang::Python => {
+            let app = PYTHON_APP
+                .replace("NAME = \"python-plugin\"", &format!("NAME = \"{name}\""))
+                .replace("KIND = \"TEMPLATE\"", &format!("KIND = \"{kind}\""))
+                .replace("`python-plugin`", &format!("`{name}`"))
+                .replace("kind `TEMPLATE`", &format!("kind `{kind}`"))
+                .replace("python-plugin.wasm", &format!("{name}.wasm"))
+                .replace("template://hello", &uri);
+            write(&dir, "app.py", &app)?;
+            write(&dir, "requirements.txt", &format!("{COMPONENTIZE_PY}\n"))?;
+            (
+                format!("python3 -m venv .venv && .venv/bin/pip install -r requirements.txt\n.venv/bin/componentize-py -d wit -w plugin componentize app -o {name}.wasm"),
+                format!("{name}.wasm"),
+            )
+        }
+    };
+    write(
+        &dir,
+        "warden.yaml",
+        &format!(
+            "# A deployment that loads this plugin: copy {wasm} into ./plugins.\nplugins:\n  dir: ./plugins\n  grants:\n    {name}: {{ log: true }}   # grant only what the plugin asks for (warden plugin inspect)\nsubagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"{uri}\", kind: {kind}, metadata: {{ description: \"An example subagent\" }} }}\n"
+        ),
+    )?;
+    write(
+        &dir,
+        "README.md",
+        &format!(
+            "# {name}\n\nA warden protocol plugin serving kind `{kind}`, made with `warden plugin new`.\n\n## Build\n\n```sh\n{build}\n```\n\n## Try it\n\n```sh\nwarden plugin inspect {wasm}\nwarden plugin test {wasm} --ref {uri} --grant log --prompt \"hello\"\n```\n\n## Deploy\n\nCopy `{wasm}` into the plugin directory of a running warden (it is loaded without a\nrestart) and grant it what it needs under `plugins.grants.{name}`; `warden.yaml` here is a\nstarting point. The WIT in `wit/` is the version this project targets.\n"
+        ),
+    )?;
+    println!("{}", dir.display());
+    eprintln!("created a {lang:?} plugin `{name}` (kind {kind}) in {}; see its README.md", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
