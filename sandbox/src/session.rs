@@ -452,8 +452,8 @@ impl Sandbox {
         Ok(out)
     }
 
-    /// Removes warden-labelled containers that have exited (or are dead) and warden-labelled
-    /// volumes no container uses (theirs, or older than two minutes), in any scope; never this
+    /// Removes warden-labelled containers that exited (or died) longer ago than this host's
+    /// `idle_ttl` and warden-labelled volumes no container uses (theirs, or older than two minutes), in any scope; never this
     /// host's live sessions. Running or just-created containers of other hosts are left to
     /// their owners (or to adoption when their host restarts). Like listing, this never
     /// adopts: run against the scope of a live host, it leaves that host's sessions and warm
@@ -506,6 +506,26 @@ impl Sandbox {
                 in_use.extend(uses(&c, &name));
                 continue;
             }
+            // A session container of a live host (another process of this scope, or another
+            // scope) whose main process just died is no leftover: that host recreates it on
+            // the same workspace at its next call. Only containers that exited longer ago
+            // than the idle TTL (when the host would have reaped the session anyway) go.
+            if !all {
+                let created = SystemTime::UNIX_EPOCH
+                    + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64);
+                let finished_at = docker
+                    .inspect_container(c.id.as_deref().unwrap_or(&name), None::<bollard::query_parameters::InspectContainerOptions>)
+                    .await
+                    .ok()
+                    .and_then(|i| i.state)
+                    .and_then(|s| s.finished_at)
+                    .and_then(|t| humantime::parse_rfc3339_weak(&t).ok());
+                let ttl = self.inner.config.idle_ttl;
+                if exited_recently(finished_at, created, SystemTime::now(), ttl) {
+                    in_use.extend(uses(&c, &name));
+                    continue;
+                }
+            }
             container::remove_container(docker, c.id.as_deref().unwrap_or(&name)).await?;
             freed.extend(uses(&c, &name));
             report.containers.push(name);
@@ -539,6 +559,15 @@ impl Sandbox {
         );
         Ok(report)
     }
+}
+
+/// Whether a container that exited (at `finished_at`, or if Docker gave no usable time, not
+/// before `created`) did so less than `ttl` before `now`: `prune` leaves such a container and
+/// its volumes alone, as a live host may still use that session (it recreates the container on
+/// the same workspace). A time in the future (clock skew) counts as recent.
+fn exited_recently(finished_at: Option<SystemTime>, created: SystemTime, now: SystemTime, ttl: Duration) -> bool {
+    let at = finished_at.unwrap_or(created).max(created);
+    now.duration_since(at).map_or(true, |age| age < ttl)
 }
 
 impl Drop for Inner {
@@ -892,5 +921,29 @@ async fn reap_loop(inner: Weak<Inner>) {
             continue;
         };
         inner.reap_idle(&docker).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prune_keeps_containers_that_exited_within_the_idle_ttl() {
+        let ttl = Duration::from_secs(900);
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let created = now - Duration::from_secs(10_000);
+        let ago = |s: u64| Some(now - Duration::from_secs(s));
+        assert!(exited_recently(ago(0), created, now, ttl), "just exited");
+        assert!(exited_recently(ago(899), created, now, ttl));
+        assert!(!exited_recently(ago(900), created, now, ttl), "exited a whole TTL ago");
+        assert!(!exited_recently(ago(5_000), created, now, ttl));
+        assert!(exited_recently(Some(now + Duration::from_secs(5)), created, now, ttl), "clock skew");
+        // No usable finish time: the creation time bounds it.
+        assert!(!exited_recently(None, created, now, ttl));
+        assert!(exited_recently(None, now - Duration::from_secs(60), now, ttl));
+        // Docker's zero time ("0001-01-01") never parses, so it falls back to `created` too;
+        // a finish time before the creation is impossible and counts as the creation.
+        assert!(exited_recently(Some(SystemTime::UNIX_EPOCH), now - Duration::from_secs(60), now, ttl));
     }
 }

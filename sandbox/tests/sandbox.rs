@@ -1130,11 +1130,13 @@ mod sessions {
         pool_ready(&sb, 2).await;
         let pool = pooled(&c.scope);
         docker(&["stop", "-t", "0", &id]);
-        // Another host (different scope) prunes: the stopped container and its volume go.
+        // Another host (different scope, idle TTL 1 s) prunes once the container exited
+        // longer ago than that TTL: the stopped container and its volume go.
         let other = Ctx {
             scope: format!("{}-o", c.scope),
         }
-        .sandbox();
+        .sandbox_with(|cfg| cfg.idle_ttl = Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         let report = other.prune().await.unwrap();
         assert!(
             report.containers.iter().any(|n| n.contains(&c.scope)),
@@ -1145,6 +1147,35 @@ mod sessions {
         }
         assert!(!container_exists(&id));
         assert_eq!(pooled(&c.scope), pool, "the running pool is no leftover");
+        other.shutdown().await.unwrap();
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Regression: prune removed every exited container with its workspace, so a live host
+    /// whose session container's main process had just died recreated that session on an
+    /// empty workspace. One that exited within the pruner's idle TTL stays, volumes and all.
+    pub async fn prune_keeps_a_session_that_exited_recently(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("prune-young");
+        bash_ok(&sb, &k, "echo kept > keep.txt").await;
+        let id = container_of(&sb, &k).await;
+        let volumes = volumes_of_session(&c.scope, &id, &k);
+        docker(&["stop", "-t", "0", &id]);
+        let other = Ctx {
+            scope: format!("{}-o", c.scope),
+        }
+        .sandbox();
+        let report = other.prune().await.unwrap();
+        assert!(
+            !report.containers.iter().any(|n| n.contains(&c.scope)),
+            "a container that exited just now was pruned: {report:?}"
+        );
+        for v in &volumes {
+            assert!(!report.volumes.contains(v), "{v} pruned: {report:?}");
+        }
+        assert!(container_exists(&id));
+        // The live host recreates the container on the same workspace.
+        assert_eq!(bash_ok(&sb, &k, "cat keep.txt").await, "kept\n");
         other.shutdown().await.unwrap();
         sb.shutdown().await.unwrap();
     }
@@ -1869,6 +1900,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         sessions::killed_container_is_recreated,
         sessions::orphans_are_adopted_or_removed,
         sessions::prune_removes_leftovers,
+        sessions::prune_keeps_a_session_that_exited_recently,
         sessions::docker_unavailable_is_clear,
         sessions::missing_image_is_clear,
         pool::first_command_runs_in_a_pooled_container,
