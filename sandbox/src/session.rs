@@ -468,6 +468,26 @@ impl Sandbox {
         self.prune_inner(true).await
     }
 
+    /// Removes one warden-labelled volume by name (absent is success), first detaching the
+    /// loop device of a `sandbox.disk` image (`warden-disk-…`): removing that volume with
+    /// `docker volume rm` leaves the loop device attached to the deleted image, holding its
+    /// space and a device until the Docker host reboots. For clean-up tools and test
+    /// harnesses; refuses a volume without warden's label. Never adopts anything.
+    pub async fn remove_volume(&self, name: &str) -> Result<(), SandboxError> {
+        let docker = self.observer_docker().await?;
+        match docker.inspect_volume(name).await {
+            Err(e) if crate::error::docker_status(&e) == Some(404) => Ok(()),
+            Err(e) => Err(SandboxError::from_docker("inspect volume", e)),
+            Ok(v) if v.labels.get(container::LABEL_MANAGED).map(String::as_str) != Some("true") => {
+                Err(SandboxError::Docker {
+                    action: "remove volume".into(),
+                    message: format!("{name} has no {}=true label; warden leaves it alone", container::LABEL_MANAGED),
+                })
+            }
+            Ok(_) => container::remove_volume(docker, &self.inner.config, name).await,
+        }
+    }
+
     async fn prune_inner(&self, all: bool) -> Result<PruneReport, SandboxError> {
         let docker = self.observer_docker().await?;
         let with_disk = |v: String| [v.clone()].into_iter().chain(crate::disk::disk_of(&v));

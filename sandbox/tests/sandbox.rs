@@ -1957,16 +1957,41 @@ fn leftovers(prefix: &str) -> Vec<String> {
     found
 }
 
-fn remove_leftovers(prefix: &str) {
-    for item in leftovers(prefix) {
+/// Removes `items` (from `leftovers`): containers first, then volumes through the sandbox
+/// crate, which detaches the loop device of a `sandbox.disk` image before removing its
+/// volume (`docker volume rm` alone would leak the device). Disk volumes go last, after the
+/// workspace volumes mounted from them.
+/// `scope` labels the disk helper containers this runs (they remove themselves).
+async fn remove_leftovers(scope: &str, items: Vec<String>) {
+    let mut volumes = Vec::new();
+    for item in items {
         let (kind, name) = item.split_once(' ').unwrap();
-        let _ = match kind {
-            "container" => Command::new("docker").args(["rm", "-f", name]).output(),
-            _ => Command::new("docker")
-                .args(["volume", "rm", "-f", name])
-                .output(),
-        };
+        if kind == "container" {
+            let name = name.to_string();
+            let _ = tokio::task::spawn_blocking(move || {
+                Command::new("docker").args(["rm", "-f", &name]).output()
+            })
+            .await;
+        } else {
+            volumes.push(name.to_string());
+        }
     }
+    if volumes.is_empty() {
+        return;
+    }
+    volumes.sort_by_key(|v| v.starts_with("warden-disk-"));
+    let cleaner = Sandbox::new(SandboxConfig {
+        scope: scope.to_string(),
+        warm_pool: 0,
+        ..SandboxConfig::default()
+    })
+    .expect("valid config");
+    for v in volumes {
+        if let Err(e) = cleaner.remove_volume(&v).await {
+            eprintln!("clean-up: removing volume {v} failed: {e}");
+        }
+    }
+    let _ = cleaner.shutdown().await;
 }
 
 fn preflight() {
@@ -2052,13 +2077,11 @@ fn main() {
                     }
                 };
                 let scope_prefix = format!("{scope}-");
-                let left = tokio::task::spawn_blocking(move || {
-                    let l = leftovers(&scope_prefix);
-                    remove_leftovers(&scope_prefix);
-                    l
-                })
-                .await
-                .unwrap();
+                let p = scope_prefix.clone();
+                let left = tokio::task::spawn_blocking(move || leftovers(&p))
+                    .await
+                    .unwrap();
+                remove_leftovers(&scope_prefix, left.clone()).await;
                 let outcome = match outcome {
                     Ok(()) if !left.is_empty() => Err(format!("left behind: {left:?}")),
                     o => o,
@@ -2081,7 +2104,7 @@ fn main() {
     });
     // Final check: nothing warden-labelled from this run remains.
     let left = leftovers(&run_prefix);
-    remove_leftovers(&run_prefix);
+    rt.block_on(remove_leftovers(&run_prefix, left.clone()));
     let others = leftovers("");
     if !others.is_empty() {
         println!(
