@@ -14,6 +14,7 @@ pub mod plugin;
 pub mod plugin_dir;
 pub mod redact;
 pub mod registry;
+pub mod bounded_read;
 pub mod provenance;
 pub mod runtime;
 pub mod server;

@@ -88,11 +88,16 @@ pub fn check(path: &Path, bytes: &[u8], rules: &Rules<'_>) -> Result<Option<Stri
     Ok(Some(key_hex))
 }
 
+/// The signature file's text, read through [`crate::bounded_read`] (a FIFO or an
+/// oversized file is refused without blocking or reading it whole).
 fn read_bounded(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(path)?.take(MAX_SIG_FILE).read_to_string(&mut text)?;
-    Ok(text)
+    use crate::bounded_read::{ReadError, read_regular};
+    let bytes = read_regular(path, MAX_SIG_FILE).map_err(|e| match e {
+        ReadError::Io(e) => e,
+        ReadError::NotRegular => std::io::Error::other("not a regular file"),
+        ReadError::TooLarge { size, .. } => std::io::Error::other(format!("{size} bytes, more than {MAX_SIG_FILE}")),
+    })?;
+    String::from_utf8(bytes).map_err(|_| std::io::Error::other("not UTF-8 text"))
 }
 
 fn parse_sig(text: &str) -> Option<(VerifyingKey, Signature)> {

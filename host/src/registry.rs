@@ -505,23 +505,21 @@ impl Registry {
 /// devices (reading one could block), and unreadable files and directories.
 /// Reads a plugin file of at most `limit` bytes (checked before reading, and while
 /// reading in case the file grows).
-async fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    use tokio::io::AsyncReadExt;
-    let file = tokio::fs::File::open(path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let meta = file.metadata().await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+/// Reads a plugin file of at most `limit` bytes (`plugins.max_plugin_size`): regular files
+/// only, never blocking on a FIFO (see [`crate::bounded_read`]), on a blocking thread.
+pub(crate) async fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use crate::bounded_read::{ReadError, read_regular};
+    let owned = path.to_owned();
+    let read = tokio::task::spawn_blocking(move || read_regular(&owned, limit))
+        .await
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let too_big = |n: u64| format!("the file is {n} bytes, more than the limit of {limit} bytes (plugins.max_plugin_size)");
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
+    match read {
+        Ok(bytes) => Ok(bytes),
+        Err(ReadError::Io(e)) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(ReadError::NotRegular) => Err(format!("{} is not a regular file", path.display())),
+        Err(ReadError::TooLarge { size, .. }) => Err(too_big(size)),
     }
-    if meta.len() > limit {
-        return Err(too_big(meta.len()));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1).read_to_end(&mut bytes).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if bytes.len() as u64 > limit {
-        return Err(too_big(bytes.len() as u64));
-    }
-    Ok(bytes)
 }
 
 fn collect_markdown(root: &Path, dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<RegistryProblem>) {

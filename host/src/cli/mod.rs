@@ -13,7 +13,6 @@ mod serve;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
@@ -422,14 +421,9 @@ struct Inspection {
 }
 
 async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let size = std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?.len();
-    anyhow::ensure!(
-        size <= config.plugins.max_plugin_size,
-        "{} is {size} bytes, larger than plugins.max_plugin_size ({} bytes)",
-        file.display(),
-        config.plugins.max_plugin_size
-    );
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let bytes = crate::registry::read_plugin_file(file, config.plugins.max_plugin_size)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let services = std::sync::Arc::new(crate::services::HostServices::new(vec![]));
     // Inspecting has no side effects (no compile cache written anywhere) and answers from a
     // baseline build for large components (seconds, not tens of seconds, for Python).

@@ -94,14 +94,9 @@ fn metadata(args: &TestArgs) -> anyhow::Result<BTreeMap<String, String>> {
 pub async fn run(config: Config, args: TestArgs) -> anyhow::Result<ExitCode> {
     let grant = grants(&args)?;
     let metadata = metadata(&args)?;
-    let size = std::fs::metadata(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?.len();
-    anyhow::ensure!(
-        size <= config.plugins.max_plugin_size,
-        "{} is {size} bytes, larger than plugins.max_plugin_size ({} bytes)",
-        args.file.display(),
-        config.plugins.max_plugin_size
-    );
-    let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    let bytes = crate::registry::read_plugin_file(&args.file, config.plugins.max_plugin_size)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     let mut services = crate::services::HostServices::new(vec![]).with_budgets(config.plugins.budgets);
     if let Some(script) = &args.model_script {
         let script = std::path::absolute(script).with_context(|| format!("--model-script {}", script.display()))?;

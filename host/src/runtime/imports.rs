@@ -424,11 +424,9 @@ impl resources::Host for HostState {
     }
 }
 
-/// Reads a regular file under one of `roots`, at most [`MAX_RESOURCE_BYTES`]. The file is
-/// opened non-blocking and checked with `fstat` on the open descriptor, so a FIFO or
-/// device never blocks a thread and a file swapped after the check is not read.
+/// Reads a regular file under one of `roots`, at most [`MAX_RESOURCE_BYTES`] (through
+/// [`crate::bounded_read`]: no FIFO or device ever blocks a thread).
 fn read_resource_file(path: &str, roots: &[std::path::PathBuf]) -> Result<Vec<u8>, Error> {
-    use std::io::Read;
     let shown = crate::text::escape_control(path).into_owned();
     let canonical = std::fs::canonicalize(path).map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
     if !roots.iter().any(|r| canonical.starts_with(r)) {
@@ -436,28 +434,18 @@ fn read_resource_file(path: &str, roots: &[std::path::PathBuf]) -> Result<Vec<u8
             "capability `resources` denied: {shown} is outside the configured agent directories"
         )));
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // Opening a FIFO without a writer returns at once instead of waiting for one.
-        options.custom_flags(libc::O_NONBLOCK);
+    use crate::bounded_read::{ReadError, read_regular};
+    match read_regular(&canonical, MAX_RESOURCE_BYTES) {
+        Ok(out) => Ok(out),
+        Err(ReadError::Io(e)) => Err(Error::NotFound(format!("{shown}: {e}"))),
+        Err(ReadError::NotRegular) => Err(Error::InvalidInput(format!("{shown} is not a regular file"))),
+        Err(ReadError::TooLarge { size, grew: false }) => {
+            Err(Error::InvalidInput(format!("{shown} is {size} bytes; the limit is {MAX_RESOURCE_BYTES}")))
+        }
+        Err(ReadError::TooLarge { grew: true, .. }) => {
+            Err(Error::InvalidInput(format!("{shown} grew past the limit of {MAX_RESOURCE_BYTES} bytes")))
+        }
     }
-    let file = options.open(&canonical).map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
-    let meta = file.metadata().map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
-    if !meta.is_file() {
-        return Err(Error::InvalidInput(format!("{shown} is not a regular file")));
-    }
-    if meta.len() > MAX_RESOURCE_BYTES {
-        return Err(Error::InvalidInput(format!("{shown} is {} bytes; the limit is {MAX_RESOURCE_BYTES}", meta.len())));
-    }
-    let mut out = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_RESOURCE_BYTES + 1).read_to_end(&mut out).map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
-    if out.len() as u64 > MAX_RESOURCE_BYTES {
-        return Err(Error::InvalidInput(format!("{shown} grew past the limit of {MAX_RESOURCE_BYTES} bytes")));
-    }
-    Ok(out)
 }
 
 /// What the HTTP import needs from one request after validation.
