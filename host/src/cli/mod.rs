@@ -445,7 +445,15 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
         exports: vec![],
         info: None,
     };
-    match runtime.component_names(&bytes).await {
+    // One compile when the plugin loads (its names come from that build); a second, for
+    // the names alone, only when it does not.
+    let id = crate::registry::plugin_id(file).unwrap_or_else(|| "inspected".into());
+    let loaded = runtime.load(&id, file.to_owned(), &bytes, config.limits_for(&id), None).await;
+    let names = match &loaded {
+        Ok(p) => Ok(p.component_names()),
+        Err(_) => runtime.component_names(&bytes).await,
+    };
+    match names {
         Err(e) => report.error = Some(e.to_string()),
         Ok((imports, exports)) => {
             report.imports = imports;
@@ -460,8 +468,7 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
             versions.sort();
             versions.dedup();
             report.wit_versions = versions;
-            let id = crate::registry::plugin_id(file).unwrap_or_else(|| "inspected".into());
-            match runtime.load(&id, file.to_owned(), &bytes, config.limits_for(&id), None).await {
+            match loaded {
                 Ok(p) => {
                     report.valid = true;
                     report.info = Some(p.info.clone());

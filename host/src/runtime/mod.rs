@@ -154,7 +154,19 @@ pub struct LoadedPlugin {
     _upgrade: Option<tier::Upgrade>,
 }
 
+/// The import and export names of a compiled component.
+fn names_of(component: &Component, engine: &Engine) -> (Vec<String>, Vec<String>) {
+    let ty = component.component_type();
+    (ty.imports(engine).map(|(n, _)| n.to_string()).collect(), ty.exports(engine).map(|(n, _)| n.to_string()).collect())
+}
+
 impl LoadedPlugin {
+    /// The import and export names of the plugin's component.
+    pub fn component_names(&self) -> (Vec<String>, Vec<String>) {
+        let pre = self.build.pre();
+        names_of(pre.component(), pre.engine())
+    }
+
     /// How the code calls run now was compiled.
     pub fn tier(&self) -> tier::Tier {
         self.build.tier()
@@ -339,11 +351,7 @@ impl Runtime {
             None => (&self.engine, tier::Tier::Optimized),
         };
         let compiled = self.compiler.compile(engine, self.fuel_enabled, tier, bytes).await.map_err(LoadError::Compile)?;
-        let ty = compiled.component.component_type();
-        Ok((
-            ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
-            ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
-        ))
+        Ok(names_of(&compiled.component, engine))
     }
 
     /// Whether instances come from the pool (false: on demand, by choice or fallback).
