@@ -268,10 +268,15 @@ struct Inner {
     ctx: EvalContext,
     audit: Option<Arc<AuditLog>>,
     events: broadcast::Sender<GateEvent>,
+    /// Called synchronously with each event as it is published (see [`ApprovalGate::observe`]).
+    observers: Mutex<Vec<Observer>>,
     pending: Mutex<HashMap<String, Pending>>,
     heartbeat: Duration,
     grants: Grants,
 }
+
+/// A synchronous watcher of gate events ([`ApprovalGate::observe`]).
+pub type Observer = Arc<dyn Fn(&GateEvent) + Send + Sync>;
 
 /// The approval gate. Cheap to clone; clones share state.
 #[derive(Clone)]
@@ -307,6 +312,7 @@ impl ApprovalGate {
                 ctx,
                 audit,
                 events,
+                observers: Mutex::new(vec![]),
                 pending: Mutex::new(HashMap::new()),
                 heartbeat: heartbeat.max(Duration::from_millis(1)),
                 grants: Grants::default(),
@@ -326,6 +332,16 @@ impl ApprovalGate {
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
+    }
+
+    /// Calls `observer` with every gate event from now on, synchronously as it is
+    /// published: a `Requested` before the call starts waiting, a `Resolved` before
+    /// the verdict returns to the caller. So whatever the caller reports next (the
+    /// call's result) comes after the observer saw the decision — a broadcast
+    /// subscriber ([`ApprovalGate::subscribe`]) may see it later, or not at all once
+    /// it lags. The observer must not block and must not call back into the gate.
+    pub fn observe(&self, observer: Observer) {
+        self.inner.observers.lock().unwrap_or_else(|e| e.into_inner()).push(observer);
     }
 
     /// Receive gate events from now on.
@@ -668,6 +684,10 @@ impl Inner {
     }
 
     fn publish(&self, event: GateEvent) {
+        let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for observe in observers {
+            observe(&event);
+        }
         // No subscriber is fine: the audit log is the record.
         let _ = self.events.send(event);
     }

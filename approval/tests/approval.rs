@@ -974,6 +974,33 @@ mod gate {
         }
     }
 
+    /// Regression (approval_resolved lost after a quick decline): an observer sees the
+    /// request before the call waits and the decision before the verdict returns, so
+    /// whatever the caller reports next comes after both.
+    #[tokio::test]
+    async fn observers_see_each_decision_before_the_caller_gets_its_verdict() {
+        let f = fixture(Duration::from_secs(5));
+        let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let log = seen.clone();
+        f.gate.observe(Arc::new(move |ev: &GateEvent| {
+            let tag = match ev {
+                GateEvent::Requested(p) => format!("requested {}", p.id),
+                GateEvent::Resolved { decision, .. } => format!("resolved {decision:?}"),
+                GateEvent::Heartbeat { .. } => return,
+            };
+            log.lock().unwrap().push(tag);
+        }));
+        let gate = f.gate.clone();
+        let call = tokio::spawn(async move { gate.request(req("make deploy", "t1")).await });
+        let mut events = f.events;
+        let asked = next_request(&mut events).await;
+        assert_eq!(*seen.lock().unwrap(), [format!("requested {}", asked.id)]);
+        f.gate.resolve(&asked.id, Resolution::Decline, "alice").unwrap();
+        let v = call.await.unwrap();
+        assert_eq!(v.decision, AuditDecision::Decline);
+        assert_eq!(*seen.lock().unwrap(), [format!("requested {}", asked.id), "resolved Decline".to_owned()]);
+    }
+
     #[tokio::test]
     async fn allow_and_deny_need_no_person() {
         let f = fixture(Duration::from_secs(5));

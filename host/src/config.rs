@@ -51,6 +51,8 @@ pub struct Config {
     /// through the approval gate). An agent file's `mcpServers` selects among these by
     /// name; agent files cannot add servers of their own.
     pub mcp_servers: BTreeMap<String, crate::mcp_tools::McpServerConfig>,
+    /// warden itself as an MCP server for parent agents (`warden mcp`, `/mcp`).
+    pub mcp: McpConfig,
     /// Directory the config file lives in; relative paths resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -443,6 +445,28 @@ impl Default for ServerConfig {
             heartbeat: DEFAULT_HEARTBEAT,
         }
     }
+}
+
+/// `mcp:` — how warden presents itself to parent agents over MCP (`warden mcp` on
+/// stdio, `/mcp` on `warden serve`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Which tools the MCP server lists. Default `subagents`: one tool per subagent,
+    /// so a parent agent picks a subagent by picking a tool.
+    pub mode: McpMode,
+}
+
+/// `mcp.mode`: the tools warden's MCP server lists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpMode {
+    /// One tool per subagent (named after it; input: prompt and optional description,
+    /// model, resume, session).
+    #[default]
+    Subagents,
+    /// The `Task` / `TaskOutput` pair of `warden tool-schema`.
+    Task,
 }
 
 /// `store:` — where task records and plugin state persist.

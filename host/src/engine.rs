@@ -103,6 +103,19 @@ pub struct Submission {
     /// Secrets for sandbox execs: key → value (keys normalised by [`env_name`]).
     pub tool_context: BTreeMap<String, String>,
     pub max_tool_iterations: Option<u32>,
+    /// Another way to ask the person behind this task about its gated calls (e.g. an
+    /// MCP client's elicitation), besides the approvals API; first answer wins.
+    pub asker: Option<Asker>,
+}
+
+/// A per-task [`warden_approval::Decider`] (see [`Submission::asker`]).
+#[derive(Clone)]
+pub struct Asker(pub Arc<dyn warden_approval::Decider>);
+
+impl std::fmt::Debug for Asker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Asker")
+    }
 }
 
 /// The user id of API tasks that name none.
@@ -476,22 +489,15 @@ impl Engine {
             metrics: Metrics::default(),
         });
         if let Some(gate) = engine.gate() {
-            let mut rx = gate.subscribe();
+            // Synchronously: a decision reaches the task's stream before the call's
+            // result does (a broadcast subscriber saw a quick decline after the task
+            // had ended, and the `approval_resolved` event was lost).
             let weak = Arc::downgrade(&engine);
-            tokio::spawn(async move {
-                loop {
-                    let ev = match rx.recv().await {
-                        Ok(ev) => ev,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                            tracing::warn!(missed = n, "approval events lagged");
-                            continue;
-                        }
-                        Err(_) => return,
-                    };
-                    let Some(engine) = weak.upgrade() else { return };
-                    engine.on_gate_event(ev);
+            gate.observe(Arc::new(move |ev: &warden_approval::GateEvent| {
+                if let Some(engine) = weak.upgrade() {
+                    engine.on_gate_event(ev.clone());
                 }
-            });
+            }));
         }
         {
             let weak = Arc::downgrade(&engine);
@@ -676,7 +682,8 @@ impl Engine {
         let tool_env = sub.tool_context.iter().map(|(k, v)| (env_name(k), v.clone())).collect();
         let engine = self.clone();
         let driver_live = live.clone();
-        let driver = tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env).await });
+        let asker = sub.asker.map(|a| a.0);
+        let driver = tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env, asker).await });
         self.supervise(live.clone(), driver);
         Ok(live)
     }
@@ -713,7 +720,13 @@ impl Engine {
         });
     }
 
-    async fn drive(self: Arc<Self>, live: Arc<LiveTask>, call: TaskCall, tool_env: Vec<(String, String)>) {
+    async fn drive(
+        self: Arc<Self>,
+        live: Arc<LiveTask>,
+        call: TaskCall,
+        tool_env: Vec<(String, String)>,
+        asker: Option<Arc<dyn warden_approval::Decider>>,
+    ) {
         let record = live.record();
         let task_id = record.task_id.clone();
         let permit = tokio::select! {
@@ -743,7 +756,7 @@ impl Engine {
             user_id: record.user_id.clone(),
             events: Some(tx),
             tool_env,
-            decider: None,
+            decider: asker,
             tool_budget: budget.clone(),
         };
         let registry = self.registry.clone();

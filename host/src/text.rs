@@ -22,6 +22,14 @@ pub fn escape_control(s: &str) -> Cow<'_, str> {
     escape(s, false)
 }
 
+/// Words of a prompt that describe a task whose caller gave no description.
+pub const DESCRIPTION_WORDS: usize = 5;
+
+/// The default description of a task: the first [`DESCRIPTION_WORDS`] words of its prompt.
+pub fn first_words(prompt: &str) -> String {
+    prompt.split_whitespace().take(DESCRIPTION_WORDS).collect::<Vec<_>>().join(" ")
+}
+
 /// Like [`escape_control`], but line feeds and tabs stay: for multi-line text shown as
 /// such (a task's output, a tool result).
 pub fn escape_multiline(s: &str) -> Cow<'_, str> {

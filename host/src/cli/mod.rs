@@ -103,6 +103,15 @@ pub enum Command {
         #[arg(long)]
         addr: Option<String>,
     },
+    /// Serve MCP on stdin/stdout for a parent agent that launches warden (Claude Code,
+    /// Claude Desktop, Cursor, Zed...): one tool per subagent (`mcp.mode`).
+    Mcp {
+        /// Also serve the HTTP API here (e.g. 127.0.0.1:7878), where approvals wait for a
+        /// person when the client cannot be asked (no elicitation); without it they are
+        /// declined.
+        #[arg(long, value_name = "ADDR")]
+        api: Option<String>,
+    },
     /// Print the Task and TaskOutput tool definitions (JSON schema and a description
     /// listing the available subagents) for a parent agent.
     ToolSchema,
@@ -273,9 +282,9 @@ fn init_tracing() {
 }
 
 async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCode> {
-    // Only `serve` lives long enough to hand out pre-warmed sandboxes; a one-shot command
+    // Only `serve` and `mcp` live long enough to hand out pre-warmed sandboxes; a one-shot command
     // would leave its warm pool behind for the next start of the scope to remove.
-    if !matches!(command, Command::Serve { .. }) {
+    if !matches!(command, Command::Serve { .. } | Command::Mcp { .. }) {
         config.sandbox.warm_pool = 0;
     }
     match command {
@@ -305,6 +314,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,
         Command::Demo { plugins } => demo::run(plugins).await,
         Command::Serve { addr } => serve::serve(config, addr).await,
+        Command::Mcp { api } => serve::mcp_stdio(config, api).await,
         Command::ToolSchema => serve::tool_schema(config).await,
         Command::Plugins { json } => {
             let registry = crate::start(config).await?;
@@ -376,7 +386,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         }
         Command::Run { subagent_type, prompt, description, model, session, json } => {
             let registry = crate::start(config).await?;
-            let description = description.unwrap_or_else(|| prompt.split_whitespace().take(5).collect::<Vec<_>>().join(" "));
+            let description = description.unwrap_or_else(|| crate::text::first_words(&prompt));
             let call = TaskCall { description, prompt, subagent_type, model, resume: None, run_in_background: false };
             let ephemeral = session.is_none();
             let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));

@@ -27,6 +27,62 @@ pub async fn serve(config: Config, addr: Option<String>) -> anyhow::Result<ExitC
         eprintln!("error: {e}");
         return Ok(ExitCode::from(super::EXIT_USAGE));
     }
+    let (engine, _watch) = start_engine(config).await?;
+    let state = Arc::new(ServerState::with_credentials(engine.clone(), credentials));
+    server::serve(state, addr, shutdown_signal()).await?;
+    end_sandboxes(&engine).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `warden mcp`: the MCP server on stdin/stdout for a parent agent that launches warden
+/// (stdout carries only MCP; everything else goes to stderr). Its tasks run as the local
+/// user. With `api`, the HTTP API is served alongside, where approvals the client cannot
+/// answer (no elicitation) wait for a person; without it they are declined at once.
+pub async fn mcp_stdio(config: Config, api: Option<String>) -> anyhow::Result<ExitCode> {
+    use rmcp::ServiceExt;
+    let api_addr: Option<SocketAddr> = match api.as_deref().map(str::parse) {
+        None => None,
+        Some(Ok(a)) => Some(a),
+        Some(Err(e)) => {
+            eprintln!("error: --api {:?} is not an IP address and port ({e}), e.g. 127.0.0.1:7878", api.unwrap_or_default());
+            return Ok(ExitCode::from(super::EXIT_USAGE));
+        }
+    };
+    let credentials = server::credentials(&config.server)?;
+    let (engine, _watch) = start_engine(config).await?;
+    let state = Arc::new(ServerState::with_credentials(engine.clone(), credentials));
+    let local = server::Principal { default_user: super::LOCAL_USER.into(), ..server::Principal::admin("mcp-stdio") };
+    let front = server::mcp::McpFront::for_stdio(state.clone(), local, api_addr.is_some());
+    let stop = state.shutdown.clone();
+    let api_task = api_addr.map(|addr| {
+        let state = state.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move { server::serve(state, addr, stop.cancelled_owned()).await })
+    });
+    let running = front
+        .serve_with_ct(rmcp::transport::stdio(), stop.child_token())
+        .await
+        .with_context(|| "the MCP client did not complete the start of the session on stdin")?;
+    tracing::info!("warden MCP server on stdio");
+    tokio::select! {
+        r = running.waiting() => if let Err(e) = r { tracing::warn!(error = %e, "MCP session ended abnormally") },
+        _ = shutdown_signal() => {}
+    }
+    stop.cancel();
+    if let Some(t) = api_task {
+        match t.await {
+            Ok(Err(e)) => eprintln!("error: approvals API: {e:#}"),
+            Err(e) => eprintln!("error: approvals API: {e}"),
+            Ok(Ok(())) => {}
+        }
+    }
+    end_sandboxes(&engine).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The composition root of a long-running warden: store, plugins (watched when
+/// configured), engine.
+async fn start_engine(config: Config) -> anyhow::Result<(Arc<Engine>, Option<crate::plugin_dir::PluginDirWatch>)> {
     let store_path = config.path(&config.store.path);
     let store = Store::open(&store_path).with_context(|| "cannot open the task store (store.path)")?;
     let options = EngineOptions::from_config(&config);
@@ -34,17 +90,19 @@ pub async fn serve(config: Config, addr: Option<String>) -> anyhow::Result<ExitC
     let registry = crate::start(config).await?;
     // Plugin state persists with the tasks, so `resume` survives a restart.
     registry.runtime().services().state.attach(store.clone()).with_context(|| "cannot load plugin state from the task store")?;
-    let _watch = if watch { Some(crate::plugin_dir::watch(registry.clone())?) } else { None };
-    let engine = Engine::start(registry.clone(), store, options).await?;
-    let state = Arc::new(ServerState::with_credentials(engine, credentials));
-    server::serve(state, addr, shutdown_signal()).await?;
-    if let Some(tools) = &registry.runtime().services().tools
+    let watcher = if watch { Some(crate::plugin_dir::watch(registry.clone())?) } else { None };
+    let engine = Engine::start(registry, store, options).await?;
+    Ok((engine, watcher))
+}
+
+/// Stops this process's sandbox sessions on the way out.
+async fn end_sandboxes(engine: &Engine) {
+    if let Some(tools) = &engine.registry().runtime().services().tools
         && let Ok(sandbox) = tools.sandbox()
         && let Err(e) = sandbox.shutdown().await
     {
         tracing::warn!(error = %e, "sandbox shutdown incomplete");
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn shutdown_signal() {

@@ -5,6 +5,8 @@
 
 mod auth;
 mod error;
+pub mod follow;
+pub mod mcp;
 mod metrics;
 mod sse;
 
@@ -42,6 +44,9 @@ pub struct ServerState {
     pub heartbeat: Duration,
     /// Largest request body.
     pub max_body: usize,
+    /// Cancelled when the server shuts down: ends open MCP streams, which would
+    /// otherwise hold graceful shutdown open.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 pub type AppState = Arc<ServerState>;
@@ -58,7 +63,14 @@ impl ServerState {
     pub fn with_credentials(engine: Arc<Engine>, credentials: Vec<(String, Principal)>) -> Self {
         let server = &engine.registry().config().server;
         let tokens = credentials.iter().map(|(t, _)| t.clone()).collect();
-        ServerState { heartbeat: server.heartbeat, max_body: server.max_body as usize, engine, tokens, credentials }
+        ServerState {
+            heartbeat: server.heartbeat,
+            max_body: server.max_body as usize,
+            engine,
+            tokens,
+            credentials,
+            shutdown: tokio_util::sync::CancellationToken::new(),
+        }
     }
 }
 
@@ -77,6 +89,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/approvals", get(approvals))
         .route("/v1/approvals/{request_id}", post(decide))
         .route("/v1/sessions/{id}/files/{*path}", get(download))
+        .nest_service("/mcp", mcp::http_service(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body))
@@ -98,6 +111,11 @@ pub async fn serve(
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, auth = !state.tokens.is_empty(), "warden API listening");
     eprintln!("warden API listening on http://{local}");
+    let token = state.shutdown.clone();
+    let shutdown = async move {
+        shutdown.await;
+        token.cancel();
+    };
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
     Ok(())
 }
@@ -163,7 +181,7 @@ struct TaskRequest {
 
 /// How a task reads in API answers (the stored record), scrubbed with its session's
 /// secrets as they are now.
-fn task_json(r: &TaskRecord) -> Value {
+pub(crate) fn task_json(r: &TaskRecord) -> Value {
     let v = serde_json::to_value(r).unwrap_or(Value::Null);
     crate::redact::registry().session(&r.user_id, &r.session_id).scrubbed(&v)
 }
@@ -202,6 +220,7 @@ async fn create_task(
         principal: Some(who.name.clone()),
         tool_context: req.tool_context,
         max_tool_iterations: req.max_tool_iterations,
+        asker: None,
     };
     let background = sub.call.run_in_background;
     // A refusal may quote the request: scrubbed of the secrets it carried.
@@ -248,7 +267,7 @@ struct OutputQuery {
 
 /// The task's record if `who` may see it; otherwise (and when there is none) 404, so a
 /// task of another user cannot even be told apart from a missing one.
-fn visible_task(s: &ServerState, who: &Principal, id: &str) -> Result<TaskRecord, ApiError> {
+pub(crate) fn visible_task(s: &ServerState, who: &Principal, id: &str) -> Result<TaskRecord, ApiError> {
     match s.engine.get(id)? {
         Some(r) if who.owns(&r.user_id) => Ok(r),
         _ => Err(ApiError::task_not_found(id)),
@@ -310,7 +329,7 @@ async fn cancel_task(
 
 /// The pending approvals `who` may see and decide, each with the record of its task
 /// (`None` for a call no task of this server made: only admins see those).
-fn visible_approvals(s: &ServerState, who: &Principal) -> Vec<(warden_approval::PendingApproval, Option<TaskRecord>)> {
+pub(crate) fn visible_approvals(s: &ServerState, who: &Principal) -> Vec<(warden_approval::PendingApproval, Option<TaskRecord>)> {
     let pending = s.engine.gate().map(|g| g.pending()).unwrap_or_default();
     pending
         .into_iter()
@@ -364,17 +383,29 @@ async fn decide(
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id?;
     let body: DecisionBody = parse_json(&body?)?;
+    resolve_approval(&s, &who, &id, body.decision, body.scope)?;
+    Ok(Json(json!({ "request_id": id, "decision": body.decision, "scope": body.scope, "decided_by": who.name })))
+}
+
+/// Decides the pending approval `id` as `who`: the one path every front (HTTP API, MCP
+/// elicitation, A2A input) takes, so the same visibility rule holds everywhere. Another
+/// user's approval reads as unknown: no oracle for ids of other users.
+pub(crate) fn resolve_approval(
+    s: &ServerState,
+    who: &Principal,
+    id: &str,
+    decision: warden_approval::Resolution,
+    scope: warden_approval::Scope,
+) -> Result<(), ApiError> {
     let not_found = || ApiError::not_found("approval_not_found", format!("no pending approval `{id}`"));
     let gate = s.engine.gate().ok_or_else(not_found)?;
-    // Another user's approval reads as unknown: no oracle for ids of other users.
-    if !visible_approvals(&s, &who).iter().any(|(p, _)| p.id == id) {
+    if !visible_approvals(s, who).iter().any(|(p, _)| p.id == id) {
         return Err(not_found());
     }
-    gate.resolve_scoped(&id, body.decision, body.scope, who.name.clone()).map_err(|e| match e {
+    gate.resolve_scoped(id, decision, scope, who.name.clone()).map_err(|e| match e {
         warden_approval::GateError::UnknownRequest(_) => ApiError::not_found("approval_not_found", e.to_string()),
         warden_approval::GateError::ScopeNotAllowed { .. } => ApiError::bad_request("scope_not_allowed", e.to_string()),
-    })?;
-    Ok(Json(json!({ "request_id": id, "decision": body.decision, "scope": body.scope, "decided_by": who.name })))
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -384,7 +415,7 @@ struct FileQuery {
 }
 
 /// MIME type by file extension, and whether browsers may show it inline.
-fn mime_for(path: &str) -> (&'static str, bool) {
+pub(crate) fn mime_for(path: &str) -> (&'static str, bool) {
     let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
     match ext.as_str() {
         "txt" | "log" | "md" | "rs" | "py" | "sh" | "toml" | "yaml" | "yml" | "ts" | "js" | "go" | "c" | "h" => {
@@ -413,37 +444,12 @@ async fn download(
     params: Result<Path<(String, String)>, PathRejection>,
     q: Result<Query<FileQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    use warden_sandbox::SandboxError as E;
     let Path((session, path)) = params?;
     let Query(q) = q?;
-    let user = q.user_id.unwrap_or_else(|| who.default_user.clone());
-    if !who.owns(&user) {
-        // Another user's session reads as missing, before the sandbox is asked anything.
-        return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
-    }
-    let tools = s.engine.registry().runtime().services().tools.clone();
-    let unavailable = |m: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", m);
-    let tools = tools.ok_or_else(|| unavailable("this host has no sandbox".into()))?;
-    let sandbox = tools.sandbox().map_err(|e| unavailable(e.to_string()))?;
-    let redactor = crate::redact::registry().session(&user, &session);
-    let key = warden_sandbox::SessionKey::new(user, session.clone());
-    // Never create a container just to answer a download.
-    let sessions = sandbox.list_sessions().await.map_err(|e| unavailable(e.to_string()))?;
-    if !sessions.iter().any(|i| i.key == key && i.owned_here) {
-        return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
-    }
-    let bytes = sandbox.download_file(&key, &path).await.map_err(|e| match e {
-        E::PathOutsideWorkspace { .. } => ApiError::new(StatusCode::FORBIDDEN, "path_outside_workspace", e.to_string()),
-        E::File { ref message, .. } if message.contains("does not exist") => ApiError::not_found("file_not_found", e.to_string()),
-        E::File { .. } | E::InvalidSessionKey(_) | E::InvalidInput { .. } => ApiError::bad_request("invalid_file", e.to_string()),
-        E::DockerUnavailable(_) | E::ImageMissing { .. } | E::TooManySessions { .. } | E::ShutDown => unavailable(e.to_string()),
-        other => ApiError::new(StatusCode::BAD_GATEWAY, "sandbox_error", other.to_string()),
-    })?;
+    let bytes = session_file(&s, &who, q.user_id, &session, &path).await?;
     let (mime, inline) = mime_for(&path);
     let name = path.rsplit('/').next().unwrap_or("file").replace(['"', '\\', '\r', '\n'], "_");
     let disposition = format!("{}; filename=\"{name}\"", if inline { "inline" } else { "attachment" });
-    // A file is a way out too: the session's secrets never leave in one.
-    let bytes = redactor.scrub_bytes(&bytes).into_owned();
     let mut resp = bytes.into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
@@ -454,4 +460,42 @@ async fn download(
     // Inline HTML/SVG from a sandbox must not run script against this origin.
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
     Ok(resp)
+}
+
+/// A file of a sandbox session's workspace, as `who` may read it (`user` defaults to
+/// the principal's own), scrubbed of the session's secrets: the one path by which
+/// session files leave warden (the download API, MCP resources).
+pub(crate) async fn session_file(
+    s: &ServerState,
+    who: &Principal,
+    user: Option<String>,
+    session: &str,
+    path: &str,
+) -> Result<Vec<u8>, ApiError> {
+    use warden_sandbox::SandboxError as E;
+    let user = user.unwrap_or_else(|| who.default_user.clone());
+    if !who.owns(&user) {
+        // Another user's session reads as missing, before the sandbox is asked anything.
+        return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
+    }
+    let tools = s.engine.registry().runtime().services().tools.clone();
+    let unavailable = |m: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", m);
+    let tools = tools.ok_or_else(|| unavailable("this host has no sandbox".into()))?;
+    let sandbox = tools.sandbox().map_err(|e| unavailable(e.to_string()))?;
+    let redactor = crate::redact::registry().session(&user, session);
+    let key = warden_sandbox::SessionKey::new(user, session.to_owned());
+    // Never create a container just to answer a download.
+    let sessions = sandbox.list_sessions().await.map_err(|e| unavailable(e.to_string()))?;
+    if !sessions.iter().any(|i| i.key == key && i.owned_here) {
+        return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
+    }
+    let bytes = sandbox.download_file(&key, path).await.map_err(|e| match e {
+        E::PathOutsideWorkspace { .. } => ApiError::new(StatusCode::FORBIDDEN, "path_outside_workspace", e.to_string()),
+        E::File { ref message, .. } if message.contains("does not exist") => ApiError::not_found("file_not_found", e.to_string()),
+        E::File { .. } | E::InvalidSessionKey(_) | E::InvalidInput { .. } => ApiError::bad_request("invalid_file", e.to_string()),
+        E::DockerUnavailable(_) | E::ImageMissing { .. } | E::TooManySessions { .. } | E::ShutDown => unavailable(e.to_string()),
+        other => ApiError::new(StatusCode::BAD_GATEWAY, "sandbox_error", other.to_string()),
+    })?;
+    // A file is a way out too: the session's secrets never leave in one.
+    Ok(redactor.scrub_bytes(&bytes).into_owned())
 }

@@ -10,5 +10,6 @@ mod cli;
 mod a2a;
 mod http_agent;
 mod mcp;
+mod mcp_server;
 mod mixed;
 mod serve;

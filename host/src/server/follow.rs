@@ -1,0 +1,61 @@
+//! Following one task's events as they happen: every stored event after a sequence
+//! number (replay), then live events, each exactly once, scrubbed with the task's
+//! session secrets as they are at the moment of sending. The channel closes after the
+//! task's last event. The SSE stream, MCP progress and A2A streaming all read a task
+//! through this one follower; it never changes a task.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::engine::Engine;
+
+/// Events buffered per follower before the producer waits for its reader.
+const FOLLOWER_BUFFER: usize = 64;
+
+/// One event of a task: its sequence number (1-based) and the scrubbed event.
+pub type Followed = (u64, Value);
+
+/// The events of `task_id` with sequence numbers above `after`; `session` is the task's
+/// (user id, session id). The receiver yields `None` once the finished task's last
+/// event was sent (or the task is unknown), and the producer stops when it is dropped.
+pub fn follow(engine: Arc<Engine>, task_id: String, session: (String, String), after: u64) -> mpsc::Receiver<Followed> {
+    let (tx, rx) = mpsc::channel::<Followed>(FOLLOWER_BUFFER);
+    tokio::spawn(async move {
+        let scrubbed = |ev: &Value| crate::redact::registry().session(&session.0, &session.1).scrubbed(ev);
+        let mut next = after;
+        if let Some(live) = engine.live(&task_id) {
+            let mut changed = live.watch();
+            loop {
+                changed.borrow_and_update();
+                let finished = live.record().is_finished();
+                for (seq, ev) in live.events_after(next) {
+                    if tx.send((seq, scrubbed(&ev))).await.is_err() {
+                        return; // reader gone
+                    }
+                    next = seq;
+                }
+                if finished {
+                    return;
+                }
+                tokio::select! {
+                    r = changed.changed() => if r.is_err() { break },
+                    _ = tx.closed() => return,
+                }
+            }
+        }
+        // Finished (or never ran here): everything is in the store.
+        match engine.store().events_after(&task_id, next) {
+            Ok(events) => {
+                for (seq, ev) in events {
+                    if tx.send((seq, scrubbed(&ev))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => tracing::error!(task_id = %task_id, error = %e, "event replay failed"),
+        }
+    });
+    rx
+}

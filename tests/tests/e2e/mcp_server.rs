@@ -1,0 +1,219 @@
+//! warden as an MCP server (issue 15), driven by the official `mcp` Python SDK client:
+//! `warden mcp` on stdio (the handshake revision, elicitation as a server-to-client
+//! request) and `/mcp` on `warden serve` (2026-07-28, elicitation as `input_required`),
+//! Claude subagents with a scripted model doing real tool calls in real sandboxes.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const FILER: &str = "---\nname: filer\ndescription: Writes a report into the workspace and checks it\ntools: Write, Bash\nmodel: main/scripted\n---\nWrite reports.\n";
+const FILER_SCRIPT: &str = r##"
+- tool_calls: [{ name: Write, arguments: { file_path: "report.md", content: "# Report\nwritten through MCP\n" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "cat report.md" } }]
+  expect: { last_tool_result_contains: "report.md" }
+- text: "Report written."
+  expect: { last_tool_result_contains: "written through MCP" }
+"##;
+const TOUCHER: &str = "---\nname: toucher\ndescription: Touches a file, which a person must approve\ntools: Bash\nmodel: ask/scripted\n---\nTouch.\n";
+const TOUCHER_SCRIPT: &str = r##"
+- tool_calls: [{ name: Bash, arguments: { command: "touch approved.txt && echo touched" } }]
+- text: "Finished."
+"##;
+const SLEEPER: &str = "---\nname: sleeper\ndescription: Sleeps for a long time\ntools: Bash\nmodel: slow/scripted\n---\nSleep.\n";
+const SLEEPER_SCRIPT: &str = r##"
+- tool_calls: [{ name: Bash, arguments: { command: "sleep 300" } }]
+- text: "Woke up."
+"##;
+
+/// A deployment with the claude plugin, the three agents above, their scripts, an `ask`
+/// rule on `touch` and a sandbox scope of its own.
+fn deployment() -> Deployment {
+    let scope = format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let d = Deployment::new(&format!(
+        "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
+         subagents:\n  agent_dirs: [./agents]\n\
+         models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n    \
+         ask: {{ type: scripted, script: ./ask.yaml }}\n    slow: {{ type: scripted, script: ./slow.yaml }}\n\
+         sandbox:\n  scope: {scope}\n\
+         approval:\n  default: deny\n  allow: [Read, Write, Glob, Grep, \"Bash(cat *)\", \"Bash(sleep *)\", \"Bash(echo *)\"]\n  ask: [\"Bash(touch *)\"]\n  timeout: 5m\n\
+         store:\n  path: ./state/tasks.db\n"
+    ));
+    let root = d.dir.path();
+    std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
+    std::fs::create_dir_all(root.join("agents")).unwrap();
+    for (name, agent, script, file) in
+        [("filer", FILER, FILER_SCRIPT, "main"), ("toucher", TOUCHER, TOUCHER_SCRIPT, "ask"), ("sleeper", SLEEPER, SLEEPER_SCRIPT, "slow")]
+    {
+        std::fs::write(root.join(format!("agents/{name}.md")), agent).unwrap();
+        std::fs::write(root.join(format!("{file}.yaml")), script).unwrap();
+    }
+    d
+}
+
+/// The `.mcp.json` snippet of the README (between its `mcp-json` markers), pointing at
+/// this build's binary and `d`'s configuration.
+fn readme_mcp_json(d: &Deployment) -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let block = readme.split("<!-- mcp-json -->").nth(1).expect("README has an mcp-json example");
+    let json = block.split("```json").nth(1).unwrap().split("```").next().unwrap();
+    let mut parsed: Value = serde_json::from_str(json).expect("the README's .mcp.json parses");
+    let server = &mut parsed["mcpServers"]["warden"];
+    assert_eq!(server["command"], "warden", "{server}");
+    server["command"] = Value::String(bin().display().to_string());
+    let config = d.dir.path().join("warden.yaml").display().to_string();
+    for arg in server["args"].as_array_mut().unwrap() {
+        if arg == "./warden.yaml" {
+            *arg = Value::String(config.clone());
+        }
+    }
+    assert!(server["args"].as_array().unwrap().contains(&Value::String(config)), "{server}");
+    parsed.to_string()
+}
+
+/// Runs the official client against warden; one JSON value per scenario (after the
+/// `connected` line, which is returned first).
+fn client(args: &[String]) -> Vec<Value> {
+    let out = Command::new(python())
+        .arg(repo().join("tests/peers/mcp_parent_client.py"))
+        .args(args)
+        .env("WARDEN_LOG", "info")
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "the MCP client failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{stderr}"))).collect()
+}
+
+fn texts(result: &Value) -> Vec<String> {
+    result["content"].as_array().unwrap().iter().filter_map(|c| c["text"].as_str().map(str::to_owned)).collect()
+}
+
+/// The task's events from the HTTP API (for what the MCP answer does not show).
+fn events(port: u16, task_id: &str) -> Vec<Value> {
+    let out = Command::new(python())
+        .args(["-c", "import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1], timeout=60).read().decode())"])
+        .arg(format!("http://127.0.0.1:{port}/v1/tasks/{task_id}/events"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn task(port: u16, task_id: &str) -> Value {
+    let out = Command::new(python())
+        .args(["-c", "import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1], timeout=60).read().decode())"])
+        .arg(format!("http://127.0.0.1:{port}/v1/tasks/{task_id}?timeout_ms=30000"))
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+}
+
+/// The report the filer wrote comes back as a resource link whose text reads back.
+fn assert_filer_result(r: &Value) {
+    assert_eq!(r["is_error"], false, "{r}");
+    assert_eq!(texts(r)[0], "Report written.", "{r}");
+    assert_eq!(r["structured"]["status"], "completed", "{r}");
+    let progress: Vec<&str> = r["progress"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+    assert!(progress.iter().any(|m| m.starts_with("tool call: Write")), "{progress:?}");
+    assert!(progress.iter().any(|m| m.starts_with("tool call: Bash")), "{progress:?}");
+    let files = r["files"].as_object().unwrap();
+    assert_eq!(files.len(), 1, "{r}");
+    let (uri, text) = files.iter().next().unwrap();
+    assert!(uri.starts_with("warden://sessions/") && uri.ends_with("/files/report.md"), "{uri}");
+    assert_eq!(text[0], "# Report\nwritten through MCP\n");
+}
+
+#[test]
+fn stdio_handshake_client_lists_subagents_runs_one_in_the_sandbox_and_answers_an_approval() {
+    let d = deployment();
+    // The README's snippet, as a user pastes it, with this build and deployment filled in.
+    let mcp_json = d.dir.path().join(".mcp.json");
+    std::fs::write(&mcp_json, readme_mcp_json(&d)).unwrap();
+    let out = client(&[
+        "--transport".into(),
+        "stdio".into(),
+        "--mcp-json".into(),
+        mcp_json.display().to_string(),
+        "--mode".into(),
+        "legacy".into(),
+        "list".into(),
+        "call:filer:write the report".into(),
+        "approve:toucher:touch it".into(),
+        "decline:toucher:touch it again".into(),
+    ]);
+    assert_eq!(out[0]["protocol_version"], "2025-11-25", "{:?}", out[0]);
+    let mut names = tool_names(&out[1]);
+    names.sort();
+    assert_eq!(names, ["filer", "sleeper", "toucher"]);
+    let filer = out[1]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "filer").unwrap();
+    assert_eq!(filer["description"], "Writes a report into the workspace and checks it");
+    assert_eq!(filer["inputSchema"]["required"], serde_json::json!(["prompt"]));
+    assert_filer_result(&out[2]);
+    // An `ask` rule: the client is asked (elicitation), its approval runs the command.
+    let approved = &out[3];
+    assert_eq!(approved["asked"].as_array().unwrap().len(), 1, "{approved}");
+    assert!(approved["asked"][0].as_str().unwrap().contains("touch approved.txt"), "{approved}");
+    assert!(approved["progress"].as_array().unwrap().iter().any(|m| m == "approval: approve"), "{approved}");
+    assert!(approved["progress"].as_array().unwrap().iter().any(|m| m == "tool result: Bash"), "{approved}");
+    // Its decline does not: the tool result is an error and the task still finishes.
+    let declined = &out[4];
+    assert_eq!(declined["asked"].as_array().unwrap().len(), 1, "{declined}");
+    assert!(declined["progress"].as_array().unwrap().iter().any(|m| m == "approval: decline"), "{declined}");
+    assert!(declined["progress"].as_array().unwrap().iter().any(|m| m == "tool result: Bash (error)"), "{declined}");
+    assert_eq!(texts(declined)[0], "Finished.");
+}
+
+#[test]
+fn http_2026_client_runs_subagents_answers_input_required_and_cancels() {
+    let d = deployment();
+    let server = Server::start(&d);
+    let port = server.port;
+    let out = client(&[
+        "--transport".into(),
+        "http".into(),
+        "--url".into(),
+        format!("http://127.0.0.1:{port}/mcp"),
+        "--mode".into(),
+        "auto".into(),
+        "list".into(),
+        "call:filer:write the report".into(),
+        "approve:toucher:touch it".into(),
+        "cancel:sleeper:sleep".into(),
+    ]);
+    assert_eq!(out[0]["protocol_version"], "2026-07-28", "{:?}", out[0]);
+    assert_eq!(tool_names(&out[1]).len(), 3);
+    assert_filer_result(&out[2]);
+
+    // 2026-07-28 has no server-to-client requests: the approval came as input_required,
+    // the client's answer resumed the same task, and the approval ran the command.
+    let approved = &out[3];
+    assert_eq!(approved["asked"].as_array().unwrap().len(), 1, "{approved}");
+    let task_id = approved["structured"]["task_id"].as_str().unwrap();
+    let evs = events(port, task_id);
+    let resolved: Vec<&Value> = evs.iter().filter(|e| e["type"] == "approval_resolved").collect();
+    assert_eq!(resolved.len(), 1, "{evs:?}");
+    assert_eq!(resolved[0]["decision"], "approve");
+    // Decided by the principal of the MCP request (the open loopback API's `api`).
+    assert_eq!(resolved[0]["decided_by"], "user:api", "{evs:?}");
+    let result = evs.iter().find(|e| e["type"] == "tool_result").unwrap();
+    assert_eq!(result["is_error"], false, "{result}");
+    assert!(result["content"].as_str().unwrap().contains("touched"), "{result}");
+
+    // Closing the call cancels the task (the sleep never finishes).
+    let canceled = &out[4];
+    let task_id = canceled["task_id"].as_str().unwrap_or_else(|| panic!("no task id in {canceled}"));
+    let rec = task(port, task_id);
+    assert_eq!(rec["status"], "canceled", "{rec}");
+    drop(server);
+}
