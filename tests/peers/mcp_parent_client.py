@@ -11,12 +11,14 @@ Scenarios (run in order, one JSON line each on stdout):
   approve:TOOL:PROMPT   the same, answering every elicitation with decision=approve
   decline:TOOL:PROMPT   the same, answering every elicitation with decision=decline
   cancel:TOOL:PROMPT    call a tool and cancel the call once the task runs a tool; the
-                        task id (from progress) is printed
+                        task id (from progress) is printed, with its record (--api)
 """
 
 import argparse
 import json
 import sys
+
+import urllib.request
 
 import anyio
 from mcp import StdioServerParameters, types
@@ -63,7 +65,12 @@ async def run_scenario(client, scenario, answers):
         for m in progress:
             if "(task " in m:
                 task_id["id"] = m.split("(task ", 1)[1].rstrip(")")
-        emit({"scenario": scenario, "progress": progress, "task_id": task_id["id"]})
+        record = None
+        if answers.get("api") and task_id["id"]:
+            # The task's record as the HTTP API shows it once it ended (waits up to 30 s).
+            url = f"{answers['api']}/v1/tasks/{task_id['id']}?timeout_ms=30000"
+            record = await anyio.to_thread.run_sync(lambda: json.loads(urllib.request.urlopen(url, timeout=60).read()))
+        emit({"scenario": scenario, "progress": progress, "task_id": task_id["id"], "record": record})
         return
 
     answers["decision"] = {"approve": "approve", "decline": "decline"}.get(kind)
@@ -91,10 +98,11 @@ async def main():
     ap.add_argument("--mcp-json", help="an .mcp.json file; its `warden` server is launched")
     ap.add_argument("--url")
     ap.add_argument("--mode", default="auto")
+    ap.add_argument("--api", help="warden's HTTP API, where a canceled task's record is read")
     ap.add_argument("scenarios", nargs="+")
     args = ap.parse_args()
 
-    answers = {"decision": None, "asked": []}
+    answers = {"decision": None, "asked": [], "api": args.api}
 
     async def on_elicit(context, params):
         answers["asked"].append(params.message)

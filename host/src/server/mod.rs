@@ -116,6 +116,13 @@ pub async fn serve(
         shutdown.await;
         token.cancel();
     };
+    // Event streams and MCP/SSE replies are written in small pieces: without NODELAY,
+    // Nagle's algorithm held each behind the peer's delayed ACK (~40 ms per MCP call).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
     Ok(())
 }

@@ -12,4 +12,5 @@ mod http_agent;
 mod mcp;
 mod mcp_server;
 mod mixed;
+mod protocols;
 mod serve;
