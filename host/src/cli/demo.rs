@@ -51,17 +51,17 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     config.sandbox.warm_pool = 0;
     let audit = config.approval.audit_log.as_ref().map(|p| config.path(p));
 
-    println!("warden demo — a Claude-format subagent in a WebAssembly plugin, a scripted model,");
-    println!("tools in a hardened Docker sandbox, and an approval gate in front of Bash and Write.\n");
+    out!("warden demo — a Claude-format subagent in a WebAssembly plugin, a scripted model,");
+    out!("tools in a hardened Docker sandbox, and an approval gate in front of Bash and Write.\n");
     let registry = crate::start(config).await?;
     let snap = registry.snapshot();
     for p in snap.status() {
         let caps: Vec<_> = p.granted_capabilities.iter().map(|c| c.name()).collect();
         let line = format!("plugin {} {} serves {} — granted [{}]", p.id, p.version, p.kinds.join(","), caps.join(", "));
-        println!("{}", esc(&line));
+        out!("{}", esc(&line));
     }
-    println!("subagents:\n{}", crate::text::escape_multiline(&snap.registrations()));
-    println!("$ Task(subagent_type: \"release-notes\", prompt: {DEMO_PROMPT:?})\n");
+    out!("subagents:\n{}", crate::text::escape_multiline(&snap.registrations()));
+    out!("$ Task(subagent_type: \"release-notes\", prompt: {DEMO_PROMPT:?})\n");
 
     let session_id = format!("demo_{}", uuid::Uuid::new_v4());
     let call = TaskCall {
@@ -74,16 +74,16 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     super::sandbox::end_session(&registry, &session_id).await;
     let outcome = outcome?;
     match (&outcome.status, &outcome.output, &outcome.error) {
-        (TaskStatus::Completed, Some(o), _) => println!("\nfinal answer: {}", crate::text::escape_multiline(o)),
-        (_, _, Some(e)) => println!("\ntask failed: {}", esc(e)),
-        _ => println!("\ntask ended: {:?}", outcome.status),
+        (TaskStatus::Completed, Some(o), _) => out!("\nfinal answer: {}", crate::text::escape_multiline(o)),
+        (_, _, Some(e)) => out!("\ntask failed: {}", esc(e)),
+        _ => out!("\ntask ended: {:?}", outcome.status),
     }
     if let Some(audit) = audit
         && let Ok(text) = std::fs::read_to_string(&audit) {
-            println!("\naudit log ({} decisions, arguments only as digests):", text.lines().count());
+            out!("\naudit log ({} decisions, arguments only as digests):", text.lines().count());
             for line in text.lines() {
                 let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
-                println!("  {:<6} {:<8} by {}", v["tool"].as_str().unwrap_or(""), v["decision"].as_str().unwrap_or(""), v["decided_by"].as_str().unwrap_or(""));
+                out!("  {:<6} {:<8} by {}", v["tool"].as_str().unwrap_or(""), v["decision"].as_str().unwrap_or(""), v["decided_by"].as_str().unwrap_or(""));
             }
         }
     Ok(if outcome.status == TaskStatus::Completed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TASK_FAILED) })

@@ -2,6 +2,14 @@
 //! same composition root ([`crate::start`]) and prints what the library returns.
 //! Exit codes: 0 ok, 1 task failed or declined, 2 usage or configuration error.
 
+/// `println!` for command output: a reader that went away (`warden plugins | head -1`)
+/// stops the output instead of panicking the process (Rust ignores SIGPIPE, so every
+/// `println!` to a closed pipe panicked), and the command still finishes its clean-up.
+macro_rules! out {
+    () => { $crate::cli::write_stdout(format_args!("")) };
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*)) };
+}
+
 mod demo;
 mod plugin_test;
 mod scaffold;
@@ -187,6 +195,26 @@ pub enum ConfigCommand {
     Check,
 }
 
+/// Set once writing to stdout failed: later output is dropped (see [`out!`]).
+static STDOUT_BROKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// One line of command output on stdout; after the first failure (a closed pipe, a full
+/// disk) output stops, and an error other than a closed pipe is reported once on stderr.
+pub(crate) fn write_stdout(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    if STDOUT_BROKEN.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(line).and_then(|()| stdout.write_all(b"\n")).and_then(|()| stdout.flush()) {
+        STDOUT_BROKEN.store(true, Ordering::Relaxed);
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write to stdout: {e}");
+        }
+    }
+}
+
 /// Entry point used by `main`.
 pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -300,7 +328,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             if !errors.is_empty() {
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
-            println!("{source}: ok");
+            out!("{source}: ok");
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
@@ -320,16 +348,16 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             let registry = crate::start(config).await?;
             let rows = registry.snapshot().status();
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                out!("{}", serde_json::to_string_pretty(&rows)?);
             } else if rows.is_empty() {
-                println!("no plugins in {}", registry.plugin_dir().display());
+                out!("no plugins in {}", registry.plugin_dir().display());
             } else {
                 for r in rows {
                     match r.error {
-                        Some(e) if r.state == "invalid" => println!("{:<16} invalid  {}", esc(&r.id), esc(&e)),
+                        Some(e) if r.state == "invalid" => out!("{:<16} invalid  {}", esc(&r.id), esc(&e)),
                         e => {
                             let caps: Vec<_> = r.granted_capabilities.iter().map(|c| c.name()).collect();
-                            println!(
+                            out!(
                                 "{:<16} {:<8} {:<10} kinds={} granted=[{}]{}{}{}{}",
                                 esc(&r.id),
                                 r.state,
@@ -372,11 +400,11 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                     problems: &'a [crate::registry::RegistryProblem],
                 }
                 let out = Agents { agents: snap.definitions.values().collect(), problems: &snap.problems };
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                out!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 for r in snap.definitions.values() {
                     let d = &r.definition;
-                    println!("{:<24} {:<8} {}  ({})", esc(&d.name), esc(&d.kind), esc(&d.description), esc(&r.source));
+                    out!("{:<24} {:<8} {}  ({})", esc(&d.name), esc(&d.kind), esc(&d.description), esc(&r.source));
                 }
                 for p in &snap.problems {
                     eprintln!("warning: {}: {}", esc(&p.source), esc(&p.message));
@@ -402,11 +430,11 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                 }
             };
             if json {
-                println!("{}", serde_json::to_string(&outcome)?);
+                out!("{}", serde_json::to_string(&outcome)?);
             } else {
                 match (&outcome.status, &outcome.output, &outcome.error) {
-                    (TaskStatus::Completed, Some(o), _) => println!("{}", esc_lines(o)),
-                    (TaskStatus::InputRequired, Some(q), _) => println!("input required: {}", esc_lines(q)),
+                    (TaskStatus::Completed, Some(o), _) => out!("{}", esc_lines(o)),
+                    (TaskStatus::InputRequired, Some(q), _) => out!("input required: {}", esc_lines(q)),
                     (_, _, Some(e)) => eprintln!("task {} failed: {}", outcome.task_id, esc(e)),
                     _ => {}
                 }
@@ -488,28 +516,28 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        out!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("file:     {}", report.file.display());
-        println!("valid:    {}", if report.valid { "yes" } else { "no" });
+        out!("file:     {}", report.file.display());
+        out!("valid:    {}", if report.valid { "yes" } else { "no" });
         if let Some(e) = &report.error {
-            println!("error:    {}", esc(e));
+            out!("error:    {}", esc(e));
         }
-        println!("world:    {}", report.world);
-        println!("wit:      {}", esc(&report.wit_versions.join(", ")));
+        out!("world:    {}", report.world);
+        out!("wit:      {}", esc(&report.wit_versions.join(", ")));
         if let Some(i) = &report.info {
-            println!("name:     {} {}", esc(&i.name), esc(&i.version));
-            println!("kinds:    {}", esc(&i.kinds.join(", ")));
+            out!("name:     {} {}", esc(&i.name), esc(&i.version));
+            out!("kinds:    {}", esc(&i.kinds.join(", ")));
             let caps: Vec<_> = i.capabilities.iter().map(|c| c.name()).collect();
-            println!("requests: {}", caps.join(", "));
+            out!("requests: {}", caps.join(", "));
         }
-        println!("imports:");
+        out!("imports:");
         for i in &report.imports {
-            println!("  {}", esc(i));
+            out!("  {}", esc(i));
         }
-        println!("exports:");
+        out!("exports:");
         for e in &report.exports {
-            println!("  {}", esc(e));
+            out!("  {}", esc(e));
         }
     }
     Ok(if report.valid { ExitCode::SUCCESS } else { ExitCode::from(EXIT_USAGE) })

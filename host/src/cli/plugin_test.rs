@@ -169,13 +169,13 @@ pub async fn run(config: Config, args: TestArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        out!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         if let Some(d) = &report.definition {
             eprintln!("resolved: {} ({}) — {}", esc(&d.name), esc(&d.kind), esc(&d.description));
         }
         if let Some(out) = &report.output {
-            println!("{}", esc_lines(out));
+            out!("{}", esc_lines(out));
         }
         if let Some(e) = &report.error {
             eprintln!("error: {}", esc(e));

@@ -58,11 +58,11 @@ pub async fn tool(config: Config, tool: &str, args: &str, session: Option<String
     }
     if json {
         let out = ToolOutcome { tool, session_id: &session_id, is_error: result.is_error, content: &result.content };
-        println!("{}", serde_json::to_string(&out)?);
+        out!("{}", serde_json::to_string(&out)?);
     } else if result.is_error {
         eprintln!("{}", crate::text::escape_multiline(&result.content));
     } else {
-        println!("{}", crate::text::escape_multiline(&result.content));
+        out!("{}", crate::text::escape_multiline(&result.content));
     }
     Ok(if result.is_error { ExitCode::from(EXIT_TASK_FAILED) } else { ExitCode::SUCCESS })
 }
@@ -96,12 +96,12 @@ pub async fn ls(config: Config, json: bool) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        out!("{}", serde_json::to_string_pretty(&rows)?);
     } else if rows.is_empty() {
-        println!("no sandbox sessions");
+        out!("no sandbox sessions");
     } else {
         for r in rows {
-            println!("{:<12} {:<40} {:<10} {} ({}s old)", r.user_id, r.session_id, r.state, r.container, r.created_secs_ago);
+            out!("{:<12} {:<40} {:<10} {} ({}s old)", r.user_id, r.session_id, r.state, r.container, r.created_secs_ago);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -110,12 +110,12 @@ pub async fn ls(config: Config, json: bool) -> anyhow::Result<ExitCode> {
 pub async fn prune(config: Config) -> anyhow::Result<ExitCode> {
     let sandbox = sandbox_of(config)?;
     let report = sandbox.prune().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    println!("removed {} containers, {} volumes", report.containers.len(), report.volumes.len());
+    out!("removed {} containers, {} volumes", report.containers.len(), report.volumes.len());
     for c in report.containers {
-        println!("  container {c}");
+        out!("  container {c}");
     }
     for v in report.volumes {
-        println!("  volume {v}");
+        out!("  volume {v}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -108,7 +108,7 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
             "# {name}\n\nA warden protocol plugin serving kind `{kind}`, made with `warden plugin new`.\n\n## Build\n\n```sh\n{build}\n```\n\n## Try it\n\n```sh\nwarden plugin inspect {wasm}\nwarden plugin test {wasm} --ref {uri} --grant log --prompt \"hello\"\n```\n\n## Deploy\n\nCopy `{wasm}` into the plugin directory of a running warden (it is loaded without a\nrestart) and grant it what it needs under `plugins.grants.{name}`; `warden.yaml` here is a\nstarting point. The WIT in `wit/` is the version this project targets.\n"
         ),
     )?;
-    println!("{}", dir.display());
+    out!("{}", dir.display());
     eprintln!("created a {lang:?} plugin `{name}` (kind {kind}) in {}; see its README.md", dir.display());
     Ok(ExitCode::SUCCESS)
 }

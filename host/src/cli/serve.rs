@@ -130,6 +130,6 @@ async fn shutdown_signal() {
 pub async fn tool_schema(config: Config) -> anyhow::Result<ExitCode> {
     let registry = crate::start(config).await?;
     let schema = crate::engine::tool_schema(&registry.snapshot());
-    println!("{}", serde_json::to_string_pretty(&schema)?);
+    out!("{}", serde_json::to_string_pretty(&schema)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -22,7 +22,7 @@ pub fn keygen(out: &Path) -> anyhow::Result<ExitCode> {
     std::fs::write(out.with_extension("pub"), format!("{public}\n"))?;
     eprintln!("private key: {} (keep it secret)", key.display());
     eprintln!("public key:  {} — add it to plugins.trust", out.with_extension("pub").display());
-    println!("{public}");
+    out!("{public}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -32,7 +32,7 @@ pub fn sign(file: &Path, key: &Path) -> anyhow::Result<ExitCode> {
     let sig = provenance::sign(&private, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", key.display()))?;
     let path = provenance::sig_path(file);
     std::fs::write(&path, sig).with_context(|| format!("cannot write {}", path.display()))?;
-    println!("{}", path.display());
+    out!("{}", path.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -48,7 +48,7 @@ pub fn verify(config: &Config, file: &Path, extra_trust: &[String]) -> anyhow::R
     };
     match provenance::check(file, &bytes, &rules) {
         Ok(key) => {
-            println!("ok: signed by {}", key.unwrap_or_default());
+            out!("ok: signed by {}", key.unwrap_or_default());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

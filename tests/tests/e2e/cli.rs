@@ -49,6 +49,29 @@ fn run_echo_prints_the_result_and_json() {
 }
 
 #[test]
+fn regression_output_to_a_closed_pipe_panicked() {
+    // `warden tool-schema | head -c0`: the reader is gone before the first line.
+    let d = Deployment::new(GRANTS);
+    d.add("echo", "echo");
+    for args in [&["tool-schema"][..], &["run", "greeter", "to nobody"], &["agents", "--json"]] {
+        let mut child = std::process::Command::new(bin())
+            .current_dir(d.dir.path())
+            .arg("--config")
+            .arg(d.dir.path().join("warden.yaml"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn regression_a_text_only_run_connected_to_docker_and_swept_the_scope() {
     // A Docker endpoint nobody listens on: any contact would fail and warn.
     let d = Deployment::new(&format!("{GRANTS}sandbox:\n  docker_host: unix:///nonexistent/warden-test.sock\n"));
