@@ -51,6 +51,10 @@ pub struct Config {
     /// through the approval gate). An agent file's `mcpServers` selects among these by
     /// name; agent files cannot add servers of their own.
     pub mcp_servers: BTreeMap<String, crate::mcp_tools::McpServerConfig>,
+    /// An `.mcp.json` file (`{"mcpServers": {...}}`, as Claude Code and desktop agents
+    /// write it) whose servers are added to `mcp_servers`; relative to this file. A name
+    /// in both is an error.
+    pub mcp_servers_file: Option<PathBuf>,
     /// warden itself as an MCP server for parent agents (`warden mcp`, `/mcp`).
     pub mcp: McpConfig,
     /// Directory the config file lives in; relative paths resolve against it.
@@ -506,6 +510,16 @@ impl Config {
             config.base_dir = PathBuf::from(".");
         }
         config.source = Some(path.to_owned());
+        if let Some(file) = config.mcp_servers_file.clone() {
+            let invalid = |message: String| ConfigError::Invalid { file: path.to_owned(), key: "mcp_servers_file".into(), message };
+            let servers = crate::mcp_tools::read_mcp_json(&config.path(&file)).map_err(invalid)?;
+            for (name, server) in servers {
+                if config.mcp_servers.contains_key(&name) {
+                    return Err(invalid(format!("server {name:?} is also defined in mcp_servers")));
+                }
+                config.mcp_servers.insert(name, server);
+            }
+        }
         Ok(config)
     }
 
@@ -599,6 +613,9 @@ impl Config {
         }
         warden_approval::Policy::from_config(self.approval.clone())
             .map_err(|e| invalid("approval".into(), e.to_string()))?;
+        for (name, server) in &self.mcp_servers {
+            server.transport().map_err(|e| invalid(format!("mcp_servers.{name}"), e))?;
+        }
         let base = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         warden_models::ModelRouter::from_config(&self.models, base)
             .map_err(|e| invalid("models".into(), e.to_string()))?;

@@ -128,9 +128,11 @@ impl ToolHost {
         let sandbox = warden_sandbox::tool_specs()
             .into_iter()
             .map(|t| ToolSpec { name: t.name.to_string(), description: t.description.to_string(), input_schema: t.input_schema });
+        let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
+        let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite { sandbox, key: &key, secrets: &scope.env });
         let mcp = self
             .mcp
-            .list(&scope.mcp_servers)
+            .list(&scope.mcp_servers, site.as_ref())
             .await
             .into_iter()
             .map(|t| ToolSpec { name: t.name, description: t.description, input_schema: t.input_schema });
@@ -143,7 +145,8 @@ impl ToolHost {
             if !self.mcp.visible(&scope.mcp_servers).any(|s| s == server) {
                 return (format!("The {} call failed: MCP server {server:?} is not available to this subagent", call.name), true);
             }
-            return match self.mcp.call(server, tool, call.input.clone()).await {
+            let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite { sandbox, key, secrets: &scope.env });
+            return match self.mcp.call(server, tool, call.input.clone(), site.as_ref()).await {
                 Ok(r) => (r.text, r.is_error),
                 Err(e) => (format!("The {} call failed: {e}", call.name), true),
             };

@@ -50,6 +50,8 @@ enum Body {
     Unknown,
     Json(Vec<u8>),
     Sse(SseParser),
+    /// One JSON-RPC message per feed (stdio).
+    Messages,
     /// Non-2xx: kept for the error.
     Error(Vec<u8>),
 }
@@ -98,6 +100,23 @@ impl Pending {
         self.session_id.as_deref()
     }
 
+    /// Whether the request is answered (a request with an id); a notification is not.
+    pub fn expects_reply(&self) -> bool {
+        self.id.is_some()
+    }
+
+    /// Reads the reply from a stream of messages instead of an HTTP body (the stdio
+    /// transport: one JSON-RPC message per line): each [`Pending::feed`] is then one
+    /// whole message (a line without its newline); [`Pending::finish`] is end of stream.
+    /// A notification needs no reply: it is done at once.
+    pub fn begin_messages(&mut self) {
+        self.status = 200;
+        self.body = Body::Messages;
+        if self.id.is_none() {
+            self.outcome.get_or_insert(Ok(Value::Null));
+        }
+    }
+
     /// The reply's status line and headers.
     pub fn begin(&mut self, status: u16, headers: &[(String, String)]) {
         self.status = status;
@@ -122,6 +141,21 @@ impl Pending {
                 return Vec::new();
             }
             Body::Sse(parser) => parser.feed(chunk),
+            Body::Messages => {
+                let mut updates = Vec::new();
+                if chunk.iter().all(u8::is_ascii_whitespace) {
+                    return updates;
+                }
+                match serde_json::from_slice::<Value>(chunk) {
+                    Ok(v) => self.message(v, &mut updates),
+                    Err(e) => {
+                        if self.outcome.is_none() {
+                            self.outcome = Some(Err(McpError::Protocol(format!("a message is not JSON: {e}"))));
+                        }
+                    }
+                }
+                return updates;
+            }
             Body::Unknown => return Vec::new(),
         };
         let mut updates = Vec::new();
@@ -152,6 +186,11 @@ impl Pending {
         let mut updates = Vec::new();
         match std::mem::replace(&mut self.body, Body::Unknown) {
             Body::Unknown => {}
+            Body::Messages => {
+                if self.outcome.is_none() {
+                    self.outcome = Some(Err(McpError::Transport("the server's stream ended without a response".into())));
+                }
+            }
             Body::Sse(mut parser) => {
                 if let Some(ev) = parser.finish()
                     && let Ok(v) = serde_json::from_str::<Value>(&ev.data) {

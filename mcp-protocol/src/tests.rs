@@ -243,6 +243,32 @@ fn malformed_replies_are_protocol_errors() {
 }
 
 #[test]
+fn stdio_replies_are_read_one_message_at_a_time() {
+    // The answer comes after a notification, a server request and another id's response.
+    let mut p = Session::new(ClientInfo { name: "t".into(), version: "1".into() }).connect().1;
+    assert!(p.expects_reply());
+    p.begin_messages();
+    assert!(p.feed(br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}"#).len() == 1);
+    let asked = p.feed(br#"{"jsonrpc":"2.0","id":"s1","method":"ping"}"#);
+    assert_eq!(asked, [Update::ServerRequest { id: json!("s1"), method: "ping".into() }]);
+    assert!(p.feed(br#"{"jsonrpc":"2.0","id":99,"result":{}}"#).is_empty() && !p.is_done());
+    assert!(p.feed(b"   ").is_empty());
+    p.feed(br#"{"jsonrpc":"2.0","id":1,"result":{"ok":true}}"#);
+    assert!(p.is_done());
+    assert_eq!(p.result().unwrap(), json!({"ok": true}));
+
+    // A stream that ends first, and a line that is not JSON, are errors.
+    let mut p = Session::new(ClientInfo { name: "t".into(), version: "1".into() }).connect().1;
+    p.begin_messages();
+    p.finish();
+    assert!(matches!(p.result(), Err(McpError::Transport(m)) if m.contains("ended")));
+    let mut p = Session::new(ClientInfo { name: "t".into(), version: "1".into() }).connect().1;
+    p.begin_messages();
+    p.feed(b"Traceback (most recent call last):");
+    assert!(matches!(p.result(), Err(McpError::Protocol(m)) if m.contains("not JSON")));
+}
+
+#[test]
 fn results_join_text_and_name_other_content() {
     let r = ToolResult::from_result(json!({"content": [
         {"type": "text", "text": "one"},

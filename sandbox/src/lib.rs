@@ -8,8 +8,11 @@
 //! [`Sandbox::shutdown`] removes everything. Operators get [`Sandbox::list_sessions`],
 //! [`Sandbox::prune`] and [`Sandbox::metrics`].
 //!
+//! Long-running session processes (stdio MCP servers, [`Sandbox::spawn_process`]) run in
+//! the same container and live no longer than it.
+//!
 //! This crate must never give sandboxed code a way out: no Docker socket, no host paths,
-//! no capabilities, no root, no file access outside /workspace, no process that outlives
+//! no capabilities, no root, no file access outside /workspace, no command that outlives
 //! its timeout — and it must never log the per-task environment it passes to Bash.
 
 mod agent;
@@ -20,6 +23,7 @@ pub mod error;
 mod exec;
 pub mod metrics;
 mod pool;
+pub mod process;
 pub mod session;
 mod shell_state;
 pub mod tools;
@@ -28,5 +32,6 @@ mod workspace;
 pub use config::{ByteSize, SandboxConfig};
 pub use error::SandboxError;
 pub use metrics::MetricsSnapshot;
+pub use process::SessionProcess;
 pub use session::{PruneReport, Sandbox, SessionInfo, SessionKey};
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

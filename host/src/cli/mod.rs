@@ -114,6 +114,8 @@ pub enum Command {
     /// Serve MCP on stdin/stdout for a parent agent that launches warden (Claude Code,
     /// Claude Desktop, Cursor, Zed...): one tool per subagent (`mcp.mode`).
     Mcp {
+        #[command(subcommand)]
+        command: Option<McpCommand>,
         /// Also serve the HTTP API here (e.g. 127.0.0.1:7878), where approvals wait for a
         /// person when the client cannot be asked (no elicitation); without it they are
         /// declined.
@@ -130,6 +132,13 @@ pub enum Command {
         #[arg(long)]
         plugins: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum McpCommand {
+    /// Print the `mcp_servers:` block for warden.yaml from an existing `.mcp.json`
+    /// (checked; stdio servers run in the session's sandbox).
+    Import { file: PathBuf },
 }
 
 #[derive(Subcommand, Debug)]
@@ -312,7 +321,7 @@ fn init_tracing() {
 async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCode> {
     // Only `serve` and `mcp` live long enough to hand out pre-warmed sandboxes; a one-shot command
     // would leave its warm pool behind for the next start of the scope to remove.
-    if !matches!(command, Command::Serve { .. } | Command::Mcp { .. }) {
+    if !matches!(command, Command::Serve { .. } | Command::Mcp { command: None, .. }) {
         config.sandbox.warm_pool = 0;
     }
     match command {
@@ -342,7 +351,18 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,
         Command::Demo { plugins } => demo::run(plugins).await,
         Command::Serve { addr } => serve::serve(config, addr).await,
-        Command::Mcp { api } => serve::mcp_stdio(config, api).await,
+        Command::Mcp { command: Some(McpCommand::Import { file }), .. } => match crate::mcp_tools::read_mcp_json(&file) {
+            Ok(servers) => {
+                let yaml = serde_yaml::to_string(&serde_json::json!({ "mcp_servers": servers }))?;
+                out!("{}", yaml.trim_end());
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(EXIT_USAGE))
+            }
+        },
+        Command::Mcp { command: None, api } => serve::mcp_stdio(config, api).await,
         Command::ToolSchema => serve::tool_schema(config).await,
         Command::Plugins { json } => {
             let registry = crate::start(config).await?;

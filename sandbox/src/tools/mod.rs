@@ -170,7 +170,7 @@ pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: Value) -> Result<T, 
     })
 }
 
-fn validate_env(env: &[(String, String)]) -> Result<(), SandboxError> {
+pub(crate) fn validate_env(env: &[(String, String)]) -> Result<(), SandboxError> {
     if env.len() > MAX_ENV_VARS {
         return Err(SandboxError::InvalidInput {
             tool: "Bash".into(),

@@ -1,0 +1,173 @@
+//! Long-running programs in a session's container whose stdin and stdout the host holds:
+//! stdio MCP servers. One `docker exec` each, as the sandbox user, in /workspace, with the
+//! container's limits, network and file system — the same sandbox as the session's tool
+//! calls, never the host.
+//!
+//! A session process is its own exec root, so the agents' sweeps after each command leave
+//! it alone; it lives until its stdin closes, it exits, or the session's container stops
+//! or is removed (idle reaping, `end_session`, shutdown), whichever comes first. Docker
+//! cannot kill an exec: dropping the [`SessionProcess`] closes its stdin, which ends a
+//! well-behaved server, and the container's end ends any other.
+//!
+//! This module must never log the environment it passes (it may carry secrets), and
+//! never keeps more than [`STDERR_TAIL`] bytes of a process's stderr.
+
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::error::SandboxError;
+use crate::session::{Sandbox, SessionKey};
+
+/// Bytes of a session process's stderr kept for error messages (its last words).
+pub const STDERR_TAIL: usize = 8 * 1024;
+/// Longest argv of a session process (arguments and their total bytes): operator
+/// configuration, but bounded like every other input.
+pub const MAX_ARGS: usize = 256;
+const MAX_ARGV_BYTES: usize = 64 * 1024;
+
+/// A program running in a session container, its stdin and stdout held by the host.
+pub struct SessionProcess {
+    /// The program's stdin; dropping it closes the stream.
+    pub stdin: Pin<Box<dyn AsyncWrite + Send>>,
+    /// The program's stdout (stderr is kept apart, see [`SessionProcess::stderr_tail`]);
+    /// ends when the program or its container does.
+    pub stdout: Pin<Box<dyn AsyncRead + Send>>,
+    stderr: Arc<Mutex<VecDeque<u8>>>,
+}
+
+impl SessionProcess {
+    /// The last [`STDERR_TAIL`] bytes the program wrote to stderr (lossy UTF-8).
+    pub fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&tail.iter().copied().collect::<Vec<u8>>()).into_owned()
+    }
+
+    /// A handle to the stderr tail that outlives the process's streams.
+    pub fn stderr_handle(&self) -> StderrTail {
+        StderrTail(self.stderr.clone())
+    }
+}
+
+/// A session process's kept stderr, readable after its streams moved elsewhere.
+#[derive(Clone)]
+pub struct StderrTail(Arc<Mutex<VecDeque<u8>>>);
+
+impl StderrTail {
+    pub fn text(&self) -> String {
+        let tail = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&tail.iter().copied().collect::<Vec<u8>>()).into_owned()
+    }
+}
+
+impl std::fmt::Debug for SessionProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionProcess").finish_non_exhaustive()
+    }
+}
+
+/// Refuses an argv the container could not run as given: empty, NUL bytes, too long.
+fn validate_argv(argv: &[String]) -> Result<(), SandboxError> {
+    let bad = |message: String| SandboxError::InvalidInput { tool: "session process".into(), message };
+    if argv.is_empty() || argv[0].trim().is_empty() {
+        return Err(bad("the command is empty".into()));
+    }
+    if argv.len() > MAX_ARGS || argv.iter().map(String::len).sum::<usize>() > MAX_ARGV_BYTES {
+        return Err(bad(format!("more than {MAX_ARGS} arguments or {MAX_ARGV_BYTES} bytes")));
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(bad("an argument contains a NUL byte".into()));
+    }
+    Ok(())
+}
+
+impl Sandbox {
+    /// Starts `argv` in `key`'s container (creating the session's container if needed) as
+    /// the sandbox user, in /workspace, with `env` added to the container's environment.
+    pub async fn spawn_process(
+        &self,
+        key: &SessionKey,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<SessionProcess, SandboxError> {
+        validate_argv(argv)?;
+        crate::tools::validate_env(env)?;
+        let ctx = self.session(key, &[]).await?;
+        let container = ctx.container().await?;
+        let mut environment = vec![format!("PATH={}", crate::container::CONTAINER_PATH)];
+        environment.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+        let opts = CreateExecOptions::<String> {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            attach_stdin: Some(true),
+            tty: Some(false),
+            cmd: Some(argv.to_vec()),
+            env: Some(environment),
+            user: Some(ctx.user().to_string()),
+            working_dir: Some(crate::container::WORKSPACE.to_string()),
+            ..Default::default()
+        };
+        let docker = ctx.docker;
+        let exec = docker
+            .create_exec(&container, opts)
+            .await
+            .map_err(|e| SandboxError::Docker { action: "create session process".into(), message: e.to_string() })?;
+        let (input, output) = match docker.start_exec(&exec.id, None).await {
+            Ok(StartExecResults::Attached { output, input }) => (input, output),
+            Ok(StartExecResults::Detached) => {
+                return Err(SandboxError::Docker {
+                    action: "start session process".into(),
+                    message: "engine detached an attached exec".into(),
+                });
+            }
+            Err(e) => {
+                return Err(SandboxError::Docker { action: "start session process".into(), message: e.to_string() });
+            }
+        };
+        let stderr: Arc<Mutex<VecDeque<u8>>> = Arc::default();
+        let tail = stderr.clone();
+        let stdout = output.filter_map(move |item| {
+            let tail = tail.clone();
+            async move {
+                match item {
+                    Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => Some(Ok(message)),
+                    Ok(LogOutput::StdErr { message }) => {
+                        let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                        t.extend(message.iter().copied());
+                        let excess = t.len().saturating_sub(STDERR_TAIL);
+                        t.drain(..excess);
+                        None
+                    }
+                    Ok(LogOutput::StdIn { .. }) => None,
+                    Err(e) => Some(Err(io::Error::other(e.to_string()))),
+                }
+            }
+        });
+        tracing::debug!(session = %key.session_id, program = %argv[0], "session process started");
+        Ok(SessionProcess {
+            stdin: input,
+            stdout: Box::pin(tokio_util::io::StreamReader::new(stdout)),
+            stderr,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_is_bounded_and_nul_free() {
+        assert!(validate_argv(&[]).is_err());
+        assert!(validate_argv(&[" ".into()]).is_err());
+        assert!(validate_argv(&["a\0b".into()]).is_err());
+        assert!(validate_argv(&vec!["x".to_string(); MAX_ARGS + 1]).is_err());
+        assert!(validate_argv(&["mcp-server-time".into(), "--local-timezone".into(), "UTC".into()]).is_ok());
+    }
+}
