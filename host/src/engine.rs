@@ -130,6 +130,10 @@ pub enum SubmitError {
     InvalidField { field: &'static str, message: String },
     #[error("too many tasks waiting ({0} queued); try again later")]
     QueueFull(usize),
+    /// `resume` names no task of this user (another user's task reads the same as a
+    /// missing one: no oracle, and never another user's transcript).
+    #[error("invalid resume: no task {0:?} of this user to continue")]
+    UnknownResume(String),
     #[error("invalid tool_context: {0}")]
     Secrets(#[from] SecretError),
 }
@@ -599,6 +603,19 @@ impl Engine {
                 && !valid_id(v)
             {
                 return Err(SubmitError::InvalidField { field, message: "expected 1-128 characters of [A-Za-z0-9_.-]".into() });
+            }
+        }
+        if let Some(resume) = &call.resume {
+            // The plugin finds the transcript by task id alone: the id must be a task of
+            // the same user (and subagent), or a second tenant would continue the first's.
+            let user = sub.user_id.as_deref().unwrap_or(DEFAULT_USER);
+            let owned = self
+                .get(resume)
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.user_id == user && r.subagent_type == call.subagent_type);
+            if !owned {
+                return Err(SubmitError::UnknownResume(crate::text::escape_control(&resume.chars().take(128).collect::<String>()).into_owned()));
             }
         }
         for k in sub.tool_context.keys() {

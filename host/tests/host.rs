@@ -902,6 +902,39 @@ mod imports {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn regression_resume_continued_another_users_task() {
+        use warden::engine::{Engine, EngineOptions, SubmitError, Submission};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        std::fs::write(dir.path().join("plugins/echo.wasm"), plugin_bytes("echo")).unwrap();
+        let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  grants:\n    echo: { events: true, state: true }\nsubagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"echo://other\", kind: ECHO }\n";
+        std::fs::write(dir.path().join("warden.yaml"), yaml).unwrap();
+        let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap();
+        let store = warden::store::Store::open(&dir.path().join("state.db")).unwrap();
+        let options = EngineOptions::from_config(&config);
+        let engine = Engine::start(warden::start(config).await.unwrap(), store, options).await.unwrap();
+        let submit = |user: &str, subagent: &str, resume: Option<String>| {
+            engine.submit(Submission {
+                call: TaskCall { description: "d".into(), prompt: "p".into(), subagent_type: subagent.into(), resume, ..Default::default() },
+                user_id: Some(user.into()),
+                ..Default::default()
+            })
+        };
+        let alice = submit("alice", "greeter", None).unwrap();
+        alice.wait_finished(Duration::from_secs(30)).await;
+        let id = alice.id();
+        // Bob cannot continue alice's task, and cannot tell it from a task that never was.
+        let theirs = submit("bob", "greeter", Some(id.clone())).err().expect("refused");
+        let missing = submit("bob", "greeter", Some("task_does_not_exist".into())).err().expect("refused");
+        assert!(matches!(theirs, SubmitError::UnknownResume(_)), "{theirs:?}");
+        assert_eq!(theirs.to_string().replace(&id, "ID"), missing.to_string().replace("task_does_not_exist", "ID"));
+        // Nor through another subagent; alice herself continues her own.
+        assert!(submit("alice", "other", Some(id.clone())).is_err());
+        let again = submit("alice", "greeter", Some(id)).unwrap();
+        assert_eq!(again.wait_finished(Duration::from_secs(30)).await.status, "completed");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn regression_a_task_that_panicked_the_host_stayed_working_and_could_not_be_canceled() {
         use warden::engine::{Engine, EngineOptions, Submission};
         let addr = server().await;
