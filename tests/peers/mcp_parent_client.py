@@ -81,8 +81,16 @@ async def run_scenario(client, scenario, answers):
         if c.type == "resource_link":
             read = await client.read_resource(str(c.uri))
             files[str(c.uri)] = [getattr(x, "text", None) for x in read.contents]
+    events = None
+    task_id = (result.structured_content or {}).get("task_id")
+    if answers.get("api") and task_id:
+        # The finished task's event stream from the HTTP API (replayed, then it ends).
+        url = f"{answers['api']}/v1/tasks/{task_id}/events"
+        raw = await anyio.to_thread.run_sync(lambda: urllib.request.urlopen(url, timeout=60).read().decode())
+        events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
     emit({
         "scenario": scenario,
+        "events": events,
         "is_error": result.is_error,
         "content": content_json(result),
         "structured": result.structured_content,

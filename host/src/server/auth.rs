@@ -144,8 +144,49 @@ pub fn credentials_from(server: &ServerConfig, env: impl Fn(&str) -> Option<Stri
     Ok(out)
 }
 
+/// Whether `host` (a `Host` header value, or an `Origin`'s authority) names this machine's
+/// loopback interface: `localhost`, `127.0.0.1` or `[::1]`, with any port.
+fn is_loopback_authority(authority: &str) -> bool {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some(split) => split,
+            None => return false,
+        },
+        None => match authority.rsplit_once(':') {
+            Some((h, _)) => (h, &authority[h.len()..]),
+            None => (authority, ""),
+        },
+    };
+    let port_ok = port.is_empty()
+        || port.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    port_ok && matches!(host.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "::1")
+}
+
+/// Why an unauthenticated request may not reach the open API: the open API is an admin
+/// to whoever reaches it, so only this machine's own clients may. A page the user's
+/// browser shows can still send requests to 127.0.0.1: through DNS rebinding (its own
+/// name, resolving to 127.0.0.1, in `Host`) or cross-site (a foreign `Origin`). Both are
+/// refused here, for every route (`/mcp` included).
+fn open_api_refusal(req: &Request) -> Option<&'static str> {
+    let header = |name: &str| req.headers().get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    match header("host").or(req.uri().authority().map(|a| a.as_str())) {
+        Some(host) if is_loopback_authority(host) => {}
+        _ => return Some("without tokens the API answers only requests for localhost, 127.0.0.1 or [::1] (Host)"),
+    }
+    if let Some(origin) = header("origin") {
+        let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+        if !authority.is_some_and(is_loopback_authority) {
+            return Some("without tokens the API refuses requests from web pages of other origins (Origin)");
+        }
+    }
+    None
+}
+
 pub async fn require_token(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     if state.credentials.is_empty() {
+        if let Some(why) = open_api_refusal(&req) {
+            return ApiError::new(StatusCode::FORBIDDEN, "forbidden_origin", why).into_response();
+        }
         req.extensions_mut().insert(Principal::admin("api"));
         return next.run(req).await;
     }
@@ -169,5 +210,46 @@ pub async fn require_token(State(state): State<AppState>, mut req: Request, next
             if given.is_some() { "invalid bearer token" } else { "missing bearer token (Authorization: Bearer <token>)" },
         )
         .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(host: Option<&str>, origin: Option<&str>) -> Request {
+        let mut b = axum::http::Request::builder().method("POST").uri("/v1/tasks");
+        if let Some(h) = host {
+            b = b.header("host", h);
+        }
+        if let Some(o) = origin {
+            b = b.header("origin", o);
+        }
+        b.body(axum::body::Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn the_open_api_answers_only_loopback_hosts_and_origins() {
+        for host in ["127.0.0.1", "127.0.0.1:7878", "localhost:1", "LOCALHOST", "[::1]:7878", "[::1]"] {
+            assert_eq!(open_api_refusal(&request(Some(host), None)), None, "{host}");
+            assert_eq!(open_api_refusal(&request(Some(host), Some("http://localhost:3000"))), None, "{host}");
+        }
+        for host in [
+            "attacker.example",
+            "attacker.example:7878",
+            "127.0.0.1.attacker.example",
+            "localhost.attacker.example:7878",
+            "[::1].attacker.example",
+            "127.0.0.2",
+            "0.0.0.0:7878",
+            "127.0.0.1:80:80x",
+            "",
+        ] {
+            assert!(open_api_refusal(&request(Some(host), None)).is_some(), "{host:?}");
+        }
+        assert!(open_api_refusal(&request(None, None)).is_some(), "no Host");
+        for origin in ["http://attacker.example", "null", "http://127.0.0.1.attacker.example", "file://", "https://localhost.evil:1"] {
+            assert!(open_api_refusal(&request(Some("127.0.0.1:7878"), Some(origin))).is_some(), "{origin}");
+        }
     }
 }

@@ -159,6 +159,11 @@ pub struct Server {
 impl Server {
     /// Starts the server and waits (up to 60 s) until `/healthz` answers 200.
     pub fn start(d: &Deployment) -> Server {
+        Self::start_with_env(d, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables (principals' tokens).
+    pub fn start_with_env(d: &Deployment, env: &[(&str, &str)]) -> Server {
         use std::io::{Read, Write};
         let port = free_port();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(d.dir.path().join("serve.log")).unwrap();
@@ -169,6 +174,7 @@ impl Server {
             .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
             .env("WARDEN_LOG", "info")
             .env_remove("WARDEN_TOKENS")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()

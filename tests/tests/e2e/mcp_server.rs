@@ -92,18 +92,13 @@ fn texts(result: &Value) -> Vec<String> {
     result["content"].as_array().unwrap().iter().filter_map(|c| c["text"].as_str().map(str::to_owned)).collect()
 }
 
-/// The task's events from the HTTP API (for what the MCP answer does not show).
-fn events(port: u16, task_id: &str) -> Vec<Value> {
-    let out = Command::new(python())
-        .args(["-c", "import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1], timeout=60).read().decode())"])
-        .arg(format!("http://127.0.0.1:{port}/v1/tasks/{task_id}/events"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+/// The approval decision and whether the tool call then failed, from the task's events
+/// as the HTTP API streams them (progress notifications may trail the result).
+fn decision_and_result(call: &Value) -> (String, bool) {
+    let events = call["events"].as_array().unwrap_or_else(|| panic!("no events in {call}"));
+    let resolved = events.iter().find(|e| e["type"] == "approval_resolved").unwrap_or_else(|| panic!("no decision in {call}"));
+    let result = events.iter().find(|e| e["type"] == "tool_result").unwrap_or_else(|| panic!("no tool result in {call}"));
+    (resolved["decision"].as_str().unwrap().to_owned(), result["is_error"].as_bool().unwrap())
 }
 
 fn tool_names(list: &Value) -> Vec<String> {
@@ -113,7 +108,7 @@ fn tool_names(list: &Value) -> Vec<String> {
 /// The report the filer wrote comes back as a resource link whose text reads back.
 fn assert_filer_result(r: &Value) {
     assert_eq!(r["is_error"], false, "{r}");
-    assert_eq!(texts(r)[0], "Report written.", "{r}");
+    assert_eq!(texts(r)[1], "Report written.", "{r}");
     assert_eq!(r["structured"]["status"], "completed", "{r}");
     let progress: Vec<&str> = r["progress"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
     assert!(progress.iter().any(|m| m.starts_with("tool call: Write")), "{progress:?}");
@@ -163,14 +158,12 @@ fn stdio_handshake_client_lists_subagents_runs_one_in_the_sandbox_and_answers_an
     let approved = &out[3];
     assert_eq!(approved["asked"].as_array().unwrap().len(), 1, "{approved}");
     assert!(approved["asked"][0].as_str().unwrap().contains("touch approved.txt"), "{approved}");
-    assert!(approved["progress"].as_array().unwrap().iter().any(|m| m == "approval: approve"), "{approved}");
-    assert!(approved["progress"].as_array().unwrap().iter().any(|m| m == "tool result: Bash"), "{approved}");
+    assert_eq!(decision_and_result(approved), ("approve".into(), false), "{approved}");
     // Its decline does not: the tool result is an error and the task still finishes.
     let declined = &out[4];
     assert_eq!(declined["asked"].as_array().unwrap().len(), 1, "{declined}");
-    assert!(declined["progress"].as_array().unwrap().iter().any(|m| m == "approval: decline"), "{declined}");
-    assert!(declined["progress"].as_array().unwrap().iter().any(|m| m == "tool result: Bash (error)"), "{declined}");
-    assert_eq!(texts(declined)[0], "Finished.");
+    assert_eq!(decision_and_result(declined), ("decline".into(), true), "{declined}");
+    assert_eq!(texts(declined)[1], "Finished.");
     // The client canceled its call (notifications/cancelled): the task was canceled.
     let canceled = &out[5];
     assert!(canceled["task_id"].is_string(), "{canceled}");
@@ -204,8 +197,7 @@ fn http_2026_client_runs_subagents_answers_input_required_and_cancels() {
     // the client's answer resumed the same task, and the approval ran the command.
     let approved = &out[3];
     assert_eq!(approved["asked"].as_array().unwrap().len(), 1, "{approved}");
-    let task_id = approved["structured"]["task_id"].as_str().unwrap();
-    let evs = events(port, task_id);
+    let evs = approved["events"].as_array().unwrap();
     let resolved: Vec<&Value> = evs.iter().filter(|e| e["type"] == "approval_resolved").collect();
     assert_eq!(resolved.len(), 1, "{evs:?}");
     assert_eq!(resolved[0]["decision"], "approve");
@@ -220,4 +212,90 @@ fn http_2026_client_runs_subagents_answers_input_required_and_cancels() {
     assert!(canceled["task_id"].is_string(), "{canceled}");
     assert_eq!(canceled["record"]["status"], "canceled", "{canceled}");
     drop(server);
+}
+
+/// One raw MCP POST (handshake revision): status, `Mcp-Session-Id` of the answer, body.
+async fn mcp_post(http: &reqwest::Client, port: u16, token: &str, session: Option<&str>, body: Value) -> (u16, Option<String>, String) {
+    let mut req = http
+        .post(format!("http://127.0.0.1:{port}/mcp"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body.to_string());
+    if let Some(s) = session {
+        req = req.header("mcp-session-id", s);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let sid = resp.headers().get("mcp-session-id").map(|v| v.to_str().unwrap().to_owned());
+    let text = if status == 202 { String::new() } else { resp.text().await.unwrap_or_default() };
+    (status, sid, text)
+}
+
+fn initialize() -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "t", "version": "1"}}})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn regression_an_mcp_session_id_let_another_principal_act_in_the_session() {
+    let d = Deployment::new(
+        "  grants:\n    echo: { log: true, events: true, state: true }\n\
+         subagents:\n  agent_dirs: []\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n\
+         server:\n  principals:\n    - { name: alice, token_env: ALICE_T, role: user }\n    - { name: bob, token_env: BOB_T, role: user }\n",
+    );
+    d.add("echo", "echo");
+    let server = Server::start_with_env(&d, &[("ALICE_T", "alice-token"), ("BOB_T", "bob-token")]);
+    let http = reqwest::Client::new();
+    let (status, sid, _) = mcp_post(&http, server.port, "alice-token", None, initialize()).await;
+    assert_eq!(status, 200);
+    let sid = sid.expect("a handshake session");
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(mcp_post(&http, server.port, "alice-token", Some(&sid), initialized).await.0, 202);
+    // Bob holding alice's session id: an unknown session, whatever he sends.
+    let (status, _, body) = mcp_post(&http, server.port, "bob-token", Some(&sid), list.clone()).await;
+    assert_eq!(status, 404, "{body}");
+    let answer = serde_json::json!({"jsonrpc": "2.0", "id": 0, "result": {"action": "accept", "content": {"decision": "approve"}}});
+    assert_eq!(mcp_post(&http, server.port, "bob-token", Some(&sid), answer).await.0, 404);
+    let cancel = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}});
+    assert_eq!(mcp_post(&http, server.port, "bob-token", Some(&sid), cancel).await.0, 404);
+    // Alice's session works for alice.
+    let (status, _, body) = mcp_post(&http, server.port, "alice-token", Some(&sid), list).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("greeter"), "{body}");
+    // A principal's open sessions are bounded.
+    let mut refused = 0;
+    for _ in 0..40 {
+        let (status, _, _) = mcp_post(&http, server.port, "bob-token", None, initialize()).await;
+        assert!(status == 200 || status == 503, "{status}");
+        refused += usize::from(status == 503);
+    }
+    assert_eq!(refused, 40 - 32, "bob may open 32 sessions");
+    // ... without touching alice's.
+    assert_eq!(mcp_post(&http, server.port, "alice-token", None, initialize()).await.0, 200);
+}
+
+#[test]
+fn regression_the_open_api_obeyed_other_hosts_and_origins() {
+    // DNS rebinding (a foreign name in Host) and cross-site requests (a foreign Origin)
+    // reached the token-less API as its admin: a web page could approve gated calls.
+    let d = Deployment::new("");
+    let server = Server::start(&d);
+    let send = |host: &str, origin: Option<&str>| -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let origin = origin.map(|o| format!("Origin: {o}\r\n")).unwrap_or_default();
+        let body = r#"{"decision":"approve"}"#;
+        write!(s, "POST /v1/approvals/apr_x HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(send("attacker.example:80", None).starts_with("HTTP/1.1 403"), "rebinding");
+    assert!(send("127.0.0.1", Some("http://attacker.example")).starts_with("HTTP/1.1 403"), "cross-site");
+    // The machine's own clients still get through (here: to a missing approval).
+    assert!(send(&format!("127.0.0.1:{}", server.port), None).starts_with("HTTP/1.1 404"));
+    assert!(send("localhost", Some("http://localhost:3000")).starts_with("HTTP/1.1 404"));
 }
