@@ -328,7 +328,9 @@ impl LiveTask {
     /// and `name` = the subagent it came from.
     fn plugin_event(&self, ev: PluginEvent) {
         if ev.plugin == GATE_EVENT {
-            return self.gate_event(ev.data, ev.kind == "approval_request");
+            // Queued while the call ran: recorded even if the call has ended since (the
+            // pump drains the channel before the task's `finish`).
+            return self.record_gate_event(ev.data, ev.kind == "approval_request");
         }
         if ev.kind == "plugin" {
             // The host's own `plugin` event (`events.emit` refuses the kind): the task's
@@ -395,10 +397,19 @@ impl LiveTask {
 }
 
 impl LiveTask {
+    /// A gate event that did not travel through the call's event channel: dropped once
+    /// the task is closing (nothing of the call can be waiting any more).
     fn gate_event(&self, event: Value, opened: bool) {
         if self.inner.lock().unwrap().closed {
             return;
         }
+        self.record_gate_event(event, opened);
+    }
+
+    /// Regression: the decision of a quickly declined call was still in the channel when
+    /// the call ended, and was dropped as "late": the stream showed the request and the
+    /// call's result, never the decision.
+    fn record_gate_event(&self, event: Value, opened: bool) {
         self.flush_streams();
         self.push(event);
         let now_waiting = {

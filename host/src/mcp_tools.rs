@@ -311,6 +311,9 @@ impl McpTools {
             map.entry(key).or_default().clone()
         };
         let mut guard = slot.lock().await;
+        if let Some(conn) = guard.as_mut() {
+            conn.notice_exit();
+        }
         if let Some(conn) = guard.as_ref()
             && conn.dead
         {
@@ -439,6 +442,18 @@ impl McpTools {
 }
 
 impl StdioConn {
+    /// Marks the process dead if its stdout already ended (it exited or was killed since
+    /// the last call), without waiting: the call then goes to a new process instead of
+    /// failing on the old one.
+    fn notice_exit(&mut self) {
+        use futures_util::FutureExt;
+        use tokio::io::AsyncBufReadExt;
+        match self.stdout.fill_buf().now_or_never() {
+            Some(Ok([])) | Some(Err(_)) => self.dead = true,
+            _ => {}
+        }
+    }
+
     /// Negotiates the revision (2026-07-28 `server/discover`, else the handshake) and
     /// lists the tools.
     async fn start(&mut self) -> Result<(), McpError> {

@@ -103,6 +103,13 @@ impl ClaudeHost {
         tools.call_batch(&scope, vec![call]).await.pop().unwrap()
     }
 
+    /// The Docker container id of `session` (the test user's).
+    async fn container_of(&self, session: &str) -> String {
+        let tools = self.registry.runtime().services().tools.clone().unwrap();
+        let sessions = tools.sandbox().unwrap().list_sessions().await.unwrap();
+        sessions.into_iter().find(|i| i.key == warden_sandbox_key(session)).expect("the session has a container").container_id
+    }
+
     async fn end(&self, session: &str) {
         let tools = self.registry.runtime().services().tools.clone().unwrap();
         let sandbox = tools.sandbox().unwrap();
@@ -338,4 +345,77 @@ async fn a_link_to_a_denied_file_is_denied_through_the_gate() {
         assert!(r.content.contains("denied") || r.content.contains("not run"), "{path}: {r:?}");
     }
     h.end(&s).await;
+}
+
+/// Issue 22: the official stdio MCP reference servers (`mcp-server-git`, `mcp-server-time`
+/// from PyPI, baked into the sandbox image) run inside the session's sandbox; their tools
+/// reach a Claude subagent through the gate; a declined `git_commit` leaves the repository
+/// unchanged; a killed server is started again on the next call; the session's end leaves
+/// no process.
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
+    let agent = "---\nname: gitter\ndescription: Works with git and the clock\nmcpServers: [git, time]\n---\nUse git.\n";
+    let script = r#"
+- tool_calls: [{ name: Bash, arguments: { command: "git init -q repo && cd repo && git config user.email t@example.com && git config user.name t && echo one > a.txt && git add a.txt && git commit -qm first && echo made" } }]
+- tool_calls: [{ name: mcp__git__git_status, arguments: { repo_path: "/workspace/repo" } }]
+  expect: { last_tool_result_contains: "made" }
+- tool_calls: [{ name: mcp__git__git_log, arguments: { repo_path: "/workspace/repo" } }]
+  expect: { last_tool_result_contains: "working tree clean" }
+- tool_calls: [{ name: mcp__time__get_current_time, arguments: { timezone: "UTC" } }]
+  expect: { last_tool_result_contains: "first" }
+- tool_calls: [{ name: Bash, arguments: { command: "echo two >> /workspace/repo/a.txt && git -C /workspace/repo add a.txt && pgrep -f 'mcp-server-tim[e]'" } }]
+  expect: { last_tool_result_contains: "UTC" }
+- tool_calls: [{ name: mcp__git__git_commit, arguments: { repo_path: "/workspace/repo", message: "second" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "echo commits=$(git -C /workspace/repo rev-list --count HEAD); pkill -f 'mcp-server-tim[e]'; sleep 1; pgrep -f 'mcp-server-tim[e]' || echo time-server-gone" } }]
+  expect: { last_tool_result_contains: "not run" }
+- tool_calls: [{ name: mcp__time__get_current_time, arguments: { timezone: "Europe/Paris" } }]
+  expect: { last_tool_result_contains: "time-server-gone" }
+- tool_calls: [{ name: Bash, arguments: { command: "pgrep -f 'mcp-server-tim[e]'" } }]
+  expect: { last_tool_result_contains: "Europe/Paris" }
+- text: "done"
+"#;
+    let tail = "approval:\n  default: deny\n  allow: [Bash, \"mcp__git__git_status\", \"mcp__git__git_log\", \"mcp__time__*\"]\n  ask: [\"mcp__git__git_commit\"]\n  timeout: 60s\n\
+                mcp_servers:\n  git: { command: mcp-server-git }\n  time: { type: stdio, command: mcp-server-time, args: [\"--local-timezone\", \"UTC\"] }\n";
+    let h = claude_host_with(agent, &[("main", script)], "", tail).await;
+    let gate = h.registry.runtime().services().tools.clone().unwrap().gate().clone();
+    // A person declines the commit.
+    let decider = tokio::spawn(async move {
+        loop {
+            if let Some(p) = gate.pending().into_iter().next() {
+                assert_eq!(p.tool, "mcp__git__git_commit");
+                gate.resolve(&p.id, warden_approval::Resolution::Decline, "tester").unwrap();
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    let s = session();
+    let (outcome, events) = h.run_with_events("gitter", "work with git", &s).await;
+    decider.await.unwrap();
+    assert_eq!(completed(&outcome), "done");
+    let results: Vec<(String, String, bool)> = events
+        .iter()
+        .filter(|e| e.kind == "tool_result")
+        .map(|e| (e.data["name"].as_str().unwrap().to_owned(), e.data["content"].as_str().unwrap().to_owned(), e.data["is_error"] == true))
+        .collect();
+    let find = |i: usize| &results[i];
+    assert_eq!(find(1).0, "mcp__git__git_status");
+    assert!(find(1).1.contains("working tree clean") && !find(1).2, "{:?}", find(1));
+    assert!(find(2).1.contains("first") && !find(2).2, "{:?}", find(2));
+    assert!(find(3).1.contains("UTC") && !find(3).2, "{:?}", find(3));
+    // The declined commit did not run: still one commit.
+    assert!(find(5).2 && find(5).1.contains("not run"), "{:?}", find(5));
+    assert!(find(6).1.contains("commits=1") && find(6).1.contains("time-server-gone"), "{:?}", find(6));
+    // The killed time server was started again for the next call, as a new process.
+    assert!(find(7).1.contains("Europe/Paris") && !find(7).2, "{:?}", find(7));
+    let old_pid = find(4).1.split_whitespace().last().unwrap().to_owned();
+    let new_pid = find(8).1.split_whitespace().next().unwrap_or_default().to_owned();
+    assert!(!new_pid.is_empty() && new_pid != old_pid, "old {old_pid}, new {new_pid}");
+    // The servers ran in the session's container: ending the session leaves no process.
+    let container = h.container_of(&s).await;
+    let top = std::process::Command::new("docker").args(["top", &container]).output().unwrap();
+    assert!(String::from_utf8_lossy(&top.stdout).contains("mcp-server-git"), "{}", String::from_utf8_lossy(&top.stdout));
+    h.end(&s).await;
+    let gone = std::process::Command::new("docker").args(["inspect", &container]).output().unwrap();
+    assert!(!gone.status.success(), "the session's container (and its servers) is gone");
 }
