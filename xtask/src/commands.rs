@@ -52,7 +52,7 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
     guest::build_all(layout)?;
     let python = Python::ensure(layout)?;
     python.require(TEST_REQUIREMENTS)?;
-    image::ensure()?;
+    image::ensure(layout)?;
 
     println!("xtask: building the host binary for the tests (cargo build -p warden)...");
     process::run(host_cargo().current_dir(&layout.root).args(["build", "-p", "warden"]))
@@ -84,7 +84,7 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
 /// Build, sandbox image, then the demo itself.
 pub fn demo(layout: &Layout) -> Result<()> {
     build(layout, true)?;
-    image::ensure()?;
+    image::ensure(layout)?;
     run_demo(layout)
 }
 

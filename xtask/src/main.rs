@@ -6,6 +6,8 @@
 //! - `cargo xtask test [-- <cargo test args>]`: build, set up the Python peers and the sandbox
 //!   image, then `cargo test --release --workspace` with `WARDEN_*` paths in the environment.
 //! - `cargo xtask demo`: build, set up the sandbox image, run `warden demo`.
+//! - `cargo xtask image`: build the sandbox image when it is missing or its recipe
+//!   (`sandbox/image/*.txt`) changed.
 //!
 //! Whatever is missing (wasm toolchain, Python packages, sandbox image) is installed where
 //! that can be done without guessing, or reported with the exact command to run.
@@ -42,6 +44,8 @@ enum Cmd {
     },
     /// Build, set up the sandbox image, run the demo (`warden demo`).
     Demo,
+    /// Build the sandbox image when it is missing or its recipe changed.
+    Image,
 }
 
 #[derive(Args)]
@@ -64,5 +68,6 @@ fn main() -> Result<()> {
         }
         Cmd::Test { cargo_args } => commands::test(&layout, &cargo_args),
         Cmd::Demo => commands::demo(&layout),
+        Cmd::Image => image::ensure(&layout),
     }
 }
