@@ -59,13 +59,19 @@ pub async fn mcp_stdio(config: Config, api: Option<String>) -> anyhow::Result<Ex
         let stop = stop.clone();
         tokio::spawn(async move { server::serve(state, addr, stop.cancelled_owned()).await })
     });
+    // The client ends the session by closing stdin, and kills the process a few seconds
+    // later (the official SDKs: 2 s, then SIGTERM, 2 s, SIGKILL): the sandboxes are ended
+    // at once on EOF instead of after rmcp's drain of in-flight calls.
+    let eof = tokio_util::sync::CancellationToken::new();
+    let stdin = EofSignal { inner: tokio::io::stdin(), eof: eof.clone() };
     let running = front
-        .serve_with_ct(rmcp::transport::stdio(), stop.child_token())
+        .serve_with_ct((stdin, tokio::io::stdout()), stop.child_token())
         .await
         .with_context(|| "the MCP client did not complete the start of the session on stdin")?;
     tracing::info!("warden MCP server on stdio");
     tokio::select! {
         r = running.waiting() => if let Err(e) = r { tracing::warn!(error = %e, "MCP session ended abnormally") },
+        _ = eof.cancelled() => tracing::info!("the MCP client closed stdin"),
         _ = shutdown_signal() => {}
     }
     stop.cancel();
@@ -78,6 +84,30 @@ pub async fn mcp_stdio(config: Config, api: Option<String>) -> anyhow::Result<Ex
     }
     end_sandboxes(&engine).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// stdin that reports its end (a read of 0 bytes) on `eof`.
+struct EofSignal {
+    inner: tokio::io::Stdin,
+    eof: tokio_util::sync::CancellationToken,
+}
+
+impl tokio::io::AsyncRead for EofSignal {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled
+            && buf.filled().len() == before
+            && buf.remaining() > 0
+        {
+            self.eof.cancel();
+        }
+        polled
+    }
 }
 
 /// The composition root of a long-running warden: store, plugins (watched when

@@ -1,6 +1,10 @@
-//! `mcp` plugin: a tool of an MCP server (streamable HTTP) acting as a subagent.
+//! `mcp` plugin: a tool of an MCP server acting as a subagent.
 //!
-//! Reference: `uri` = the MCP endpoint (`http(s)://host/mcp`), kind `MCP`, metadata:
+//! Reference: `uri` = the MCP endpoint (`http(s)://host/mcp`, streamable HTTP), or
+//! `mcp-stdio:<name>` for an operator's stdio server (`mcp_servers.<name>` with a
+//! `command`), which the host runs in the task's sandbox session and this plugin reaches
+//! through the `tools` capability (`mcp__<name>__<tool>`, behind the approval gate like
+//! every tool call; the plugin needs the `tools` grant). Kind `MCP`, metadata:
 //! - `tool`: the tool that acts as the agent (default: the server's only tool that
 //!   takes exactly one string argument);
 //! - `argument`: the tool argument that receives the prompt (default: the tool's only
@@ -23,6 +27,8 @@ mod wasm;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     pub endpoint: String,
+    /// `mcp-stdio:<name>`: the operator's stdio server `name`, reached as tools.
+    pub stdio: Option<String>,
     pub tool: Option<String>,
     pub argument: Option<String>,
     pub auth_secret: Option<String>,
@@ -38,9 +44,18 @@ fn meta<'a>(metadata: &'a [(String, String)], key: &str) -> Option<&'a str> {
 impl Target {
     pub fn from_reference(uri: &str, metadata: &[(String, String)]) -> Result<Target, String> {
         let endpoint = uri.trim();
-        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-            return Err(format!("MCP reference uri {endpoint:?} must be an http(s) URL of a streamable HTTP endpoint"));
-        }
+        let stdio = match endpoint.strip_prefix(STDIO_SCHEME) {
+            Some(name) if valid_server_name(name) => Some(name.to_owned()),
+            Some(name) => {
+                return Err(format!("MCP reference uri {endpoint:?}: {name:?} is not a server name ([A-Za-z0-9_-], as in mcp_servers)"));
+            }
+            None if endpoint.starts_with("http://") || endpoint.starts_with("https://") => None,
+            None => {
+                return Err(format!(
+                    "MCP reference uri {endpoint:?} must be an http(s) URL of a streamable HTTP endpoint, or {STDIO_SCHEME}<name> of a stdio server in mcp_servers"
+                ));
+            }
+        };
         let preference = match meta(metadata, "protocol_version") {
             None => Preference::Auto,
             Some(v) => Preference::parse(v).ok_or_else(|| {
@@ -50,6 +65,7 @@ impl Target {
         let owned = |k| meta(metadata, k).map(str::to_owned);
         Ok(Target {
             endpoint: endpoint.to_owned(),
+            stdio,
             tool: owned("tool"),
             argument: owned("argument"),
             auth_secret: owned("auth_env"),
@@ -58,6 +74,30 @@ impl Target {
             description: owned("description"),
         })
     }
+}
+
+/// The uri scheme of a reference to an operator's stdio server.
+pub const STDIO_SCHEME: &str = "mcp-stdio:";
+
+/// A `mcp_servers` name as it appears in `mcp__<name>__<tool>`.
+fn valid_server_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The stdio server's tools among a task's tools (`mcp__<server>__<tool>`), as MCP tools
+/// named without the prefix.
+pub fn stdio_tools(server: &str, specs: &[(String, String, String)]) -> Vec<Tool> {
+    specs
+        .iter()
+        .filter_map(|(name, description, schema)| {
+            let (s, tool) = warden_mcp_protocol::parse_claude_tool_name(name)?;
+            if s != server {
+                return None;
+            }
+            let input_schema = serde_json::from_str(schema).unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+            serde_json::from_value(serde_json::json!({"name": tool, "description": description, "inputSchema": input_schema})).ok()
+        })
+        .collect()
 }
 
 /// What the resolver stores in the definition's `protocol-data` for the executor.
@@ -71,6 +111,10 @@ pub struct ProtocolData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
     pub input_schema: serde_json::Value,
+    /// For `mcp-stdio:<name>`: `[name]`, the operator server whose tools the task may use
+    /// (the host reads this key, as it reads an agent file's `mcpServers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<String>,
 }
 
 /// The definition's name: metadata `name`; else the tool's name when `tool` was
@@ -134,6 +178,11 @@ mod tests {
         assert_eq!(t.preference, Preference::Handshake);
         assert_eq!(t.name, None);
         assert!(Target::from_reference("stdio:server", &[]).unwrap_err().contains("http(s) URL"));
+        let t = Target::from_reference("mcp-stdio:time", &md(&[("tool", "get_current_time")])).unwrap();
+        assert_eq!(t.stdio.as_deref(), Some("time"));
+        for bad in ["mcp-stdio:", "mcp-stdio:a/b", "mcp-stdio:a b", "mcp-stdio:../x"] {
+            assert!(Target::from_reference(bad, &[]).unwrap_err().contains("server name"), "{bad}");
+        }
         assert!(Target::from_reference("http://x", &md(&[("protocol_version", "1999")])).unwrap_err().contains("protocol_version"));
     }
 
@@ -154,6 +203,20 @@ mod tests {
         let t = Target::from_reference("http://x/mcp", &[]).unwrap();
         assert_eq!(definition_description(&t, &server, &bare), "Use me");
         assert_eq!(definition_description(&t, &ServerInfo::default(), &bare), "MCP tool agent at http://x/mcp");
+    }
+
+    #[test]
+    fn stdio_tools_are_the_named_servers_only() {
+        let specs = vec![
+            ("mcp__time__get_current_time".to_string(), "Now".to_string(), r#"{"type":"object","properties":{"timezone":{"type":"string"}},"required":["timezone"]}"#.to_string()),
+            ("mcp__git__git_status".to_string(), "Status".to_string(), "{}".to_string()),
+            ("Bash".to_string(), "Shell".to_string(), "{}".to_string()),
+        ];
+        let tools = stdio_tools("time", &specs);
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0].name, "get_current_time");
+        let (_, agent) = warden_mcp_protocol::select_agent_tool(&tools, None, None).unwrap();
+        assert_eq!(agent.argument, "timezone");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use exports::warden::plugin::{executor, meta, resolver};
 use warden::plugin::types::{
     Capability, Error, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
 };
-use warden::plugin::{events, http, log};
+use warden::plugin::{events, http, log, tools};
 use warden_mcp_protocol::{self as mcp, Client, ClientInfo, McpError, Update};
 
 use crate::{KIND, ProtocolData, Target};
@@ -105,7 +105,7 @@ impl meta::Guest for Mcp {
             name: "mcp".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             kinds: vec![KIND.into()],
-            capabilities: vec![Capability::Http, Capability::Events, Capability::Log],
+            capabilities: vec![Capability::Http, Capability::Events, Capability::Log, Capability::Tools],
         }
     }
 }
@@ -117,6 +117,27 @@ impl resolver::Guest for Mcp {
 
     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
         let target = Target::from_reference(&reference.uri, &reference.metadata).map_err(Error::InvalidInput)?;
+        if let Some(server) = &target.stdio {
+            // A stdio server runs in a task's sandbox session: there is none to ask now,
+            // so its tool is chosen when the task runs (metadata `tool`/`argument` pin it).
+            let data = ProtocolData {
+                endpoint: target.endpoint.clone(),
+                tool: target.tool.clone().unwrap_or_default(),
+                argument: target.argument.clone().unwrap_or_default(),
+                protocol_version: String::new(),
+                server: Some(server.clone()),
+                input_schema: serde_json::json!({}),
+                mcp_servers: vec![server.clone()],
+            };
+            let what = target.tool.clone().map(|t| format!("tool {t}")).unwrap_or_else(|| "the agent tool".into());
+            return Ok(SubagentDefinition {
+                name: target.name.clone().unwrap_or_else(|| server.clone()),
+                description: target.description.clone().unwrap_or_else(|| format!("MCP {what} of the stdio server {server}")),
+                kind: KIND.into(),
+                protocol_data: serde_json::to_string(&data).map_err(|e| Error::Internal(e.to_string()))?,
+                reference,
+            });
+        }
         let (mut c, last) = client(&target, None);
         let err = |e: McpError| to_wit(e, &last, &target.endpoint);
         let server = c.connect().map_err(err)?.clone();
@@ -139,6 +160,7 @@ impl resolver::Guest for Mcp {
             protocol_version: server.protocol_version.clone(),
             server: server.name.clone(),
             input_schema: tool.input_schema.clone(),
+            mcp_servers: vec![],
         };
         Ok(SubagentDefinition {
             name: crate::definition_name(&target, &server, &tool),
@@ -156,6 +178,9 @@ impl executor::Guest for Mcp {
         let target = Target::from_reference(&reference.uri, &reference.metadata).map_err(Error::InvalidInput)?;
         let data: ProtocolData = serde_json::from_str(&definition.protocol_data)
             .map_err(|e| Error::InvalidInput(format!("definition protocol-data is not from this plugin: {e}")))?;
+        if let Some(server) = &target.stdio {
+            return execute_stdio(server, &target, &call);
+        }
         // Leave a little of the call's time so a timeout comes back as an error value
         // rather than the host interrupting the call.
         let margin = (ctx.deadline_ms / 10).min(500);
@@ -186,6 +211,32 @@ impl executor::Guest for Mcp {
         }
         Ok(result.text)
     }
+}
+
+/// A task on an operator's stdio server: its tools come through the host's `tools`
+/// capability (the server runs in the task's sandbox session; every call passes the gate).
+fn execute_stdio(server: &str, target: &Target, call: &TaskCall) -> Result<String, Error> {
+    let specs: Vec<(String, String, String)> =
+        tools::list()?.into_iter().map(|t| (t.name, t.description, t.input_schema)).collect();
+    let available = crate::stdio_tools(server, &specs);
+    if available.is_empty() {
+        return Err(Error::Unavailable(format!(
+            "the stdio MCP server {server:?} offers no tools to this task (is it in mcp_servers, and may this plugin use tools?)"
+        )));
+    }
+    let (_, agent) = mcp::select_agent_tool(&available, target.tool.as_deref(), target.argument.as_deref())
+        .map_err(|m| Error::InvalidInput(format!("MCP server {server}: {m}")))?;
+    let arguments = serde_json::json!({ agent.argument.as_str(): call.prompt });
+    let request = warden::plugin::model::ToolCall {
+        id: "mcp-agent".into(),
+        name: mcp::claude_tool_name(server, &agent.tool),
+        arguments: arguments.to_string(),
+    };
+    let result = tools::call(&[request])?.pop().ok_or_else(|| Error::Internal("no result for the tool call".into()))?;
+    if result.is_error {
+        return Err(Error::Remote(result.content));
+    }
+    Ok(result.content)
 }
 
 export!(Mcp);

@@ -121,3 +121,36 @@ fn mcp_unreachable_or_denied_server_is_reported_not_fatal() {
     let problems = v["problems"].to_string();
     assert!(problems.contains("denied") || problems.contains("allow"), "{problems}");
 }
+
+/// Issue 22: an operator's stdio server as a subagent of the MCP kind
+/// (`uri: mcp-stdio:<name>`): the official `mcp-server-time` runs in the task's sandbox
+/// session and its tool is called through the gate (denied until a rule allows it).
+#[test]
+fn a_stdio_reference_server_is_itself_a_subagent() {
+    let scope = format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let config = |allow: &str| {
+        format!(
+            "  grants:\n    mcp: {{ events: true, log: true, tools: true }}\n\
+             subagents:\n  references:\n\
+             \x20   - {{ uri: \"mcp-stdio:time\", kind: MCP, metadata: {{ tool: get_current_time, name: clock }} }}\n\
+             mcp_servers:\n  time: {{ command: mcp-server-time }}\n\
+             sandbox:\n  scope: {scope}\n\
+             approval:\n  default: deny\n  allow: [{allow}]\n"
+        )
+    };
+    let d = Deployment::new(&config("\"mcp__time__*\""));
+    std::fs::copy(bundled_plugin("mcp"), d.dir.path().join("plugins/mcp.wasm")).unwrap();
+    let agents = json(&d.warden(&["agents", "--json"]));
+    let clock = agents["agents"].as_array().unwrap().iter().find(|a| a["name"] == "clock").unwrap_or_else(|| panic!("{agents}"));
+    assert!(clock["description"].as_str().unwrap().contains("stdio server time"), "{clock}");
+    let out = d.warden(&["run", "clock", "Europe/Paris", "--json"]);
+    let v = json(&out);
+    assert_eq!(v["status"], "completed", "{v} {}", String::from_utf8_lossy(&out.stderr));
+    let text = v["output"].as_str().unwrap();
+    assert!(text.contains("Europe/Paris") && text.contains("datetime"), "{text}");
+    // Without an allow rule the gate decides: no call reaches the server.
+    std::fs::write(d.dir.path().join("warden.yaml"), format!("plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n{}", config("Read"))).unwrap();
+    let v = json(&d.warden(&["run", "clock", "UTC", "--json"]));
+    assert_ne!(v["status"], "completed", "{v}");
+    assert!(v.to_string().contains("not run") || v.to_string().contains("denied"), "{v}");
+}

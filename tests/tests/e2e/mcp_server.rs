@@ -31,7 +31,10 @@ const SLEEPER_SCRIPT: &str = r##"
 /// A deployment with the claude plugin, the three agents above, their scripts, an `ask`
 /// rule on `touch` and a sandbox scope of its own.
 fn deployment() -> Deployment {
-    let scope = format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    deployment_in(&format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..12]))
+}
+
+fn deployment_in(scope: &str) -> Deployment {
     let d = Deployment::new(&format!(
         "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
          subagents:\n  agent_dirs: [./agents]\n\
@@ -122,7 +125,8 @@ fn assert_filer_result(r: &Value) {
 
 #[test]
 fn stdio_handshake_client_lists_subagents_runs_one_in_the_sandbox_and_answers_an_approval() {
-    let d = deployment();
+    let scope = format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let d = deployment_in(&scope);
     // The README's snippet, as a user pastes it, with this build and deployment filled in.
     let mcp_json = d.dir.path().join(".mcp.json");
     let mut entry = readme_mcp_json(&d);
@@ -168,6 +172,13 @@ fn stdio_handshake_client_lists_subagents_runs_one_in_the_sandbox_and_answers_an
     let canceled = &out[5];
     assert!(canceled["task_id"].is_string(), "{canceled}");
     assert_eq!(canceled["record"]["status"], "canceled", "{canceled}");
+    // The client closed stdin and killed `warden mcp` soon after (2 s, SIGTERM, 2 s,
+    // SIGKILL): its sessions' containers were removed in that time.
+    let left = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("name=warden-{scope}-")])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "containers left: {}", String::from_utf8_lossy(&left.stdout));
 }
 
 #[test]
