@@ -39,11 +39,11 @@ async fn claude_host_with(agent: &str, scripts: &[(&str, &str)], extra_models: &
     let yaml = format!(
         "plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
          subagents:\n  agent_dirs: [./agents]\nmodels:\n  default: {}/scripted\n{extra_models}  providers:\n{providers}\
-         sandbox:\n  scope: {}\n{tail}",
+         sandbox:\n  scope: e2e{}\n{tail}",
         scripts[0].0,
         // Hosts of one scope adopt (and sweep) each other's containers on start: tests
         // run at once, so each host gets a scope of its own.
-        format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        &uuid::Uuid::new_v4().simple().to_string()[..12],
     );
     std::fs::write(root.join("warden.yaml"), yaml).unwrap();
     let config = warden::Config::from_file(&root.join("warden.yaml")).unwrap();

@@ -22,7 +22,7 @@ fn last_json(text: &str) -> Value {
     if let Ok(v) = serde_json::from_str(text) {
         return v;
     }
-    let data = text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).filter(|l| !l.is_empty()).last();
+    let data = text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).rfind(|l| !l.is_empty());
     serde_json::from_str(data.unwrap_or_else(|| panic!("no JSON in {text}"))).unwrap()
 }
 
