@@ -901,18 +901,25 @@ mod imports {
         assert_eq!(r[7], "ok:200 ok");
     }
 
-    #[tokio::test(flavor = "multi_thread")]
-    async fn regression_resume_continued_another_users_task() {
-        use warden::engine::{Engine, EngineOptions, SubmitError, Submission};
+    /// A task engine over a scratch deployment: the test plugin `plugin` and `yaml`.
+    async fn engine_with(plugin: &str, yaml: &str) -> (tempfile::TempDir, std::sync::Arc<warden::engine::Engine>) {
+        use warden::engine::{Engine, EngineOptions};
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
-        std::fs::write(dir.path().join("plugins/echo.wasm"), plugin_bytes("echo")).unwrap();
-        let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  grants:\n    echo: { events: true, state: true }\nsubagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"echo://other\", kind: ECHO }\n";
+        std::fs::write(dir.path().join(format!("plugins/{plugin}.wasm")), plugin_bytes(plugin)).unwrap();
         std::fs::write(dir.path().join("warden.yaml"), yaml).unwrap();
         let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap();
         let store = warden::store::Store::open(&dir.path().join("state.db")).unwrap();
         let options = EngineOptions::from_config(&config);
         let engine = Engine::start(warden::start(config).await.unwrap(), store, options).await.unwrap();
+        (dir, engine)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_resume_continued_another_users_task() {
+        use warden::engine::{SubmitError, Submission};
+        let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  grants:\n    echo: { events: true, state: true }\nsubagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"echo://other\", kind: ECHO }\n";
+        let (_dir, engine) = engine_with("echo", yaml).await;
         let submit = |user: &str, subagent: &str, resume: Option<String>| {
             engine.submit(Submission {
                 call: TaskCall { description: "d".into(), prompt: "p".into(), subagent_type: subagent.into(), resume, ..Default::default() },
@@ -936,17 +943,10 @@ mod imports {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn regression_a_task_that_panicked_the_host_stayed_working_and_could_not_be_canceled() {
-        use warden::engine::{Engine, EngineOptions, Submission};
+        use warden::engine::Submission;
         let addr = server().await;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
-        std::fs::write(dir.path().join("plugins/hostile.wasm"), plugin_bytes("hostile")).unwrap();
         let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  limits: { timeout: 60s }\n  grants:\n    hostile: { events: true, http: [\"http://127.0.0.1:*\"] }\nsubagents:\n  references:\n    - { uri: \"h://hostile\", kind: HOSTILE }\n";
-        std::fs::write(dir.path().join("warden.yaml"), yaml).unwrap();
-        let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap();
-        let store = warden::store::Store::open(&dir.path().join("state.db")).unwrap();
-        let options = EngineOptions::from_config(&config);
-        let engine = Engine::start(warden::start(config).await.unwrap(), store, options).await.unwrap();
+        let (_dir, engine) = engine_with("hostile", yaml).await;
         let submit = |prompt: String| {
             engine
                 .submit(Submission {
