@@ -3,6 +3,7 @@
 //! knows nothing about sockets; [`serve`] binds and runs it. Handlers only translate
 //! between HTTP and the [`crate::engine`]; every error is an [`ApiError`].
 
+pub mod a2a;
 mod auth;
 mod error;
 pub mod follow;
@@ -90,6 +91,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/approvals/{request_id}", post(decide))
         .route("/v1/sessions/{id}/files/{*path}", get(download))
         .nest_service("/mcp", mcp::http_service(state.clone()))
+        .merge(a2a::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body))
