@@ -8,6 +8,7 @@ mod common;
 mod claude;
 mod cli;
 mod a2a;
+mod a2a_server;
 mod http_agent;
 mod mcp;
 mod mcp_server;
