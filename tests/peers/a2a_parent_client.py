@@ -1,10 +1,12 @@
 """A parent agent driving warden's A2A server with the official A2A client (a2a-sdk 1.3.0).
 
-    python a2a_parent_client.py --base http://127.0.0.1:P
+    python a2a_parent_client.py --base http://127.0.0.1:P [--only SCENARIO]...
+    python a2a_parent_client.py --base http://127.0.0.1:P --token-a T1 --token-b T2
 
 Runs every scenario against the subagents of the e2e deployment (tests/tests/e2e/a2a_server.rs:
 `greeter`, `gated`, `writer`, `sleeper`) and prints one JSON object, scenario -> what the client
-saw, or {"error": "..."} when the scenario raised. The Rust test asserts on it; this script
+saw, or {"error": "..."} when the scenario raised. With two principals' tokens it runs the
+`principals` scenario instead (alice's task is invisible to bob). The Rust test asserts on it; this script
 asserts nothing itself, so a failure reads as data, not as a Python traceback.
 
 Both generations of the client are the SDK's own: the 1.0 `JsonRpcTransport` chosen by
@@ -40,6 +42,21 @@ from a2a.types.a2a_pb2 import (
 )
 
 BASE = ''
+# Bearer tokens of two principals (`--token-a`, `--token-b`); without them the API is open.
+TOKENS = {'a': None, 'b': None}
+
+
+def headers(who: str = 'a') -> dict:
+    token = TOKENS[who]
+    return {'Authorization': f'Bearer {token}'} if token else {}
+
+
+def http(who: str = 'a') -> httpx.AsyncClient:
+    return httpx.AsyncClient(headers=headers(who))
+
+
+def config(streaming: bool, who: str = 'a') -> ClientConfig:
+    return ClientConfig(streaming=streaming, httpx_client=http(who))
 
 
 def agent_url(agent: str) -> str:
@@ -90,21 +107,21 @@ def error_summary(e: BaseException) -> dict:
     return {'error_type': type(e).__name__, 'message': str(e)}
 
 
-async def card_of(agent: str):
-    async with httpx.AsyncClient() as h:
+async def card_of(agent: str, who: str = 'a'):
+    async with http(who) as h:
         return await A2ACardResolver(h, agent_url(agent)).get_agent_card()
 
 
-async def client_v1(agent: str, streaming: bool):
+async def client_v1(agent: str, streaming: bool, who: str = 'a'):
     """The 1.0 client, as `ClientFactory` builds it from the card."""
-    card = await card_of(agent)
-    return ClientFactory(ClientConfig(streaming=streaming)).create(card)
+    card = await card_of(agent, who)
+    return ClientFactory(config(streaming, who)).create(card)
 
 
 async def legacy_card(agent: str):
     """What a 0.3 client sees: the card validated with the SDK's 0.3 model, then only its
     0.3 fields (`url`, `preferredTransport`, `protocolVersion`) turned into the client's card."""
-    async with httpx.AsyncClient() as h:
+    async with http() as h:
         r = await h.get(f'{agent_url(agent)}/.well-known/agent-card.json')
         r.raise_for_status()
         raw = r.json()
@@ -115,7 +132,7 @@ async def legacy_card(agent: str):
 
 async def client_v03(agent: str, streaming: bool):
     _, card = await legacy_card(agent)
-    return ClientFactory(ClientConfig(streaming=streaming)).create(card)
+    return ClientFactory(config(streaming)).create(card)
 
 
 async def send(client, message: Message, *, return_immediately=False) -> list:
@@ -124,8 +141,8 @@ async def send(client, message: Message, *, return_immediately=False) -> list:
     return [event_summary(ev) async for ev in client.send_message(req)]
 
 
-async def file_of(context_id: str, path: str) -> dict:
-    async with httpx.AsyncClient() as h:
+async def file_of(context_id: str, path: str, who: str = 'a') -> dict:
+    async with http(who) as h:
         r = await h.get(f'{BASE}/v1/sessions/{context_id}/files/{path}')
         return {'status': r.status_code, 'text': r.text}
 
@@ -298,6 +315,41 @@ async def hostile() -> dict:
     return out
 
 
+async def principals() -> dict:
+    """Two principals (`--token-a` alice, `--token-b` bob): bob cannot see, cancel or
+    answer alice's task; alice can."""
+    async with httpx.AsyncClient() as h:
+        anonymous = (await h.get(f'{agent_url("greeter")}/.well-known/agent-card.json')).status_code
+    card = await card_of('gated', 'a')
+    alice = await client_v1('gated', streaming=False, who='a')
+    bob = await client_v1('gated', streaming=False, who='b')
+    asked = (await send(alice, user_message('run the gated command')))[-1]
+
+    async def attempt(call):
+        try:
+            await call
+            return {'error_type': None}
+        except Exception as e:  # noqa: BLE001
+            return error_summary(e)
+
+    seen_by_bob = {
+        'get': await attempt(bob.get_task(GetTaskRequest(id=asked['id']))),
+        'cancel': await attempt(bob.cancel_task(CancelTaskRequest(id=asked['id']))),
+        'answer': await attempt(send(bob, user_message('approve', task_id=asked['id']))),
+        'list': [t.id for t in (await bob.list_tasks(ListTasksRequest())).tasks],
+        'file': (await file_of(asked['context_id'], 'before.txt', 'b'))['status'],
+    }
+    listed_by_alice = [t.id for t in (await alice.list_tasks(ListTasksRequest())).tasks]
+    still = task_summary(await alice.get_task(GetTaskRequest(id=asked['id'])))
+    answered = (await send(alice, user_message('yes', task_id=asked['id'])))[-1]
+    return {
+        'anonymous_card': anonymous,
+        'security': [list(r.schemes.keys()) for r in card.security_requirements],
+        'asked': asked, 'bob': seen_by_bob, 'alice_list': listed_by_alice, 'still': still,
+        'answered': answered, 'file': await file_of(asked['context_id'], 'gate.txt', 'a'),
+    }
+
+
 SCENARIOS = {
     'discovery': discovery,
     'send_get_list_v1': send_get_list_v1,
@@ -310,6 +362,8 @@ SCENARIOS = {
     'cancel': cancel,
     'hostile': hostile,
 }
+# Scenarios that need `--token-a` and `--token-b` (a server with principals).
+WITH_TOKENS = {'principals': principals}
 
 
 async def main() -> None:
@@ -317,10 +371,14 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument('--base', required=True)
     ap.add_argument('--only', action='append', help='run only these scenarios')
+    ap.add_argument('--token-a', help="the first principal's bearer token")
+    ap.add_argument('--token-b', help="the second principal's bearer token")
     args = ap.parse_args()
     BASE = args.base.rstrip('/')
+    TOKENS['a'], TOKENS['b'] = args.token_a, args.token_b
     report = {}
-    for name, scenario in SCENARIOS.items():
+    scenarios = WITH_TOKENS if args.token_a and args.token_b else SCENARIOS
+    for name, scenario in scenarios.items():
         if args.only and name not in args.only:
             continue
         try:

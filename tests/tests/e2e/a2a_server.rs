@@ -35,7 +35,8 @@ const SLEEP_SCRIPT: &str = r#"
 "#;
 
 /// A `warden serve` deployment with the four agents; Bash asks unless it only sleeps.
-fn deployment() -> Deployment {
+/// `server` adds lines to the `server:` section.
+fn deployment(server: &str) -> Deployment {
     let scope = format!("e2ea2a{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let d = Deployment::new(&format!(
         "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
@@ -49,7 +50,7 @@ fn deployment() -> Deployment {
          sandbox:\n  scope: {scope}\n\
          approval:\n  default: ask\n  allow: [Read, Write, \"Bash(sleep *)\"]\n  timeout: 120s\n\
          store:\n  path: ./state/tasks.db\n\
-         server:\n  heartbeat: 1s\n"
+         server:\n  heartbeat: 1s\n{server}"
     ));
     let root = d.dir.path();
     std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
@@ -69,11 +70,12 @@ fn deployment() -> Deployment {
     d
 }
 
-/// Runs the parent-agent script against the server; its JSON report.
-fn drive(port: u16) -> Value {
+/// Runs the parent-agent script against the server (with `args`); its JSON report.
+fn drive(port: u16, args: &[&str]) -> Value {
     let out = Command::new(python())
         .arg(repo().join("tests/peers/a2a_parent_client.py"))
         .args(["--base", &format!("http://127.0.0.1:{port}")])
+        .args(args)
         .output()
         .unwrap();
     assert!(out.status.success(), "client script failed: {}\n{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
@@ -96,9 +98,9 @@ fn last<'a>(events: &'a Value) -> &'a Value {
 
 #[test]
 fn the_official_a2a_client_drives_warden_subagents() {
-    let d = deployment();
+    let d = deployment("");
     let server = Server::start(&d);
-    let report = drive(server.port);
+    let report = drive(server.port, &[]);
     let serve_log = || std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
     let check = |name: &str| {
         let s = &report[name];
@@ -275,14 +277,84 @@ fn the_official_a2a_client_drives_warden_subagents() {
     assert_eq!(s["bad_host"]["status"], 400);
 }
 
-/// `GET` on the server's HTTP API: status and JSON body.
+/// `GET` on the server's HTTP API: status and JSON body (0 when nobody answered).
 fn http_json(port: u16, path: &str) -> (u16, Value) {
+    http_get(port, path, None)
+}
+
+fn http_json_as(port: u16, path: &str, token: &str) -> (u16, Value) {
+    http_get(port, path, Some(token))
+}
+
+fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, Value) {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return (0, Value::Null) };
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n");
     let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
+    let _ = s.read_to_string(&mut text);
     let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+/// Over A2A a principal is who its token says, as on the rest of the API: bob's client
+/// cannot read, list, cancel or answer alice's task (all "not found"), alice can.
+#[test]
+fn a2a_callers_are_the_principals_behind_their_tokens() {
+    let d = deployment(
+        "  principals:\n    - { name: alice, token_env: A2A_E2E_ALICE, role: user }\n    - { name: bob, token_env: A2A_E2E_BOB, role: user }\n",
+    );
+    let server = start_with_env(&d, &[("A2A_E2E_ALICE", "tok-alice-7c1e"), ("A2A_E2E_BOB", "tok-bob-94d2")]);
+    let report = drive(server.port, &["--token-a", "tok-alice-7c1e", "--token-b", "tok-bob-94d2"]);
+    let s = scenario(&report, "principals");
+    assert_eq!(s["anonymous_card"], 401, "{s}");
+    assert_eq!(s["security"], serde_json::json!([["bearer"]]), "the card declares the bearer token: {s}");
+    let asked = &s["asked"];
+    assert_eq!(asked["state"], "TASK_STATE_INPUT_REQUIRED", "{s}");
+    for what in ["get", "cancel", "answer"] {
+        assert_eq!(s["bob"][what]["error_type"], "TaskNotFoundError", "bob's {what}: {s}");
+    }
+    assert_eq!(s["bob"]["list"], serde_json::json!([]));
+    assert_eq!(s["bob"]["file"], 404);
+    assert_eq!(s["alice_list"], serde_json::json!([asked["id"]]));
+    assert_eq!(s["still"]["state"], "TASK_STATE_INPUT_REQUIRED", "bob's answer must not decide: {s}");
+    assert_eq!(s["answered"]["state"], "TASK_STATE_COMPLETED", "{s}");
+    assert_eq!(s["file"]["text"].as_str().map(str::trim), Some("approved-run"));
+    // The task is alice's, submitted by alice.
+    let (status, body) =
+        http_json_as(server.port, &format!("/v1/tasks/{}", asked["id"].as_str().unwrap()), "tok-alice-7c1e");
+    assert_eq!((status, body["user_id"].as_str(), body["principal"].as_str()), (200, Some("alice"), Some("alice")));
+}
+
+/// `warden serve` with extra environment variables (the principals' tokens); stopped
+/// like [`Server::start`]'s when dropped.
+fn start_with_env(d: &Deployment, env: &[(&str, &str)]) -> Server {
+    let port = free_port();
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(d.dir.path().join("serve.log")).unwrap();
+    let child = Command::new(bin())
+        .current_dir(d.dir.path())
+        .arg("--config")
+        .arg(d.dir.path().join("warden.yaml"))
+        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+        .env("WARDEN_LOG", "info")
+        .env_remove("WARDEN_TOKENS")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut server = Server { child, port };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while http_json(port, "/healthz").0 != 200 {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!(
+                "warden serve exited: {status}\n{}",
+                std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default()
+            );
+        }
+        assert!(std::time::Instant::now() < until, "warden serve did not answer /healthz within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    server
 }
