@@ -1510,13 +1510,13 @@ mod tests {
             let _ = parse_list(&params);
             let req = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params });
             let _ = parse_request(req.to_string().as_bytes());
-            if let Ok(a) = parse_answer(&text, &data) {
-                if a.resolution == Resolution::Approve {
-                    let said = word_resolution(&text) == Some(Resolution::Approve)
-                        || data.iter().any(|d| d.get("decision") == Some(&json!("approve")));
-                    prop_assert!(said, "approved without being asked to: {text:?} {data:?}");
-                    prop_assert!(word_resolution(&text) != Some(Resolution::Decline));
-                }
+            if let Ok(a) = parse_answer(&text, &data)
+                && a.resolution == Resolution::Approve
+            {
+                let said = word_resolution(&text) == Some(Resolution::Approve)
+                    || data.iter().any(|d| d.get("decision") == Some(&json!("approve")));
+                prop_assert!(said, "approved without being asked to: {text:?} {data:?}");
+                prop_assert!(word_resolution(&text) != Some(Resolution::Decline));
             }
         }
 

@@ -92,7 +92,7 @@ fn states(events: &Value) -> Vec<String> {
     events.as_array().unwrap().iter().filter_map(|e| e["state"].as_str().map(str::to_owned)).collect()
 }
 
-fn last<'a>(events: &'a Value) -> &'a Value {
+fn last(events: &Value) -> &Value {
     events.as_array().unwrap().last().expect("at least one event")
 }
 
