@@ -920,17 +920,15 @@ fn contexts() -> &'static Mutex<HashMap<ContextKey, Vec<String>>> {
     CONTEXTS.get_or_init(Default::default)
 }
 
-fn remember(key: ContextKey, task_id: Option<&str>) {
+fn remember(key: ContextKey, task_id: &str) {
     let mut map = contexts().lock().unwrap();
     if map.len() >= MAX_REMEMBERED_CONTEXTS && !map.contains_key(&key) {
         map.clear();
     }
     let ids = map.entry(key).or_default();
-    if let Some(id) = task_id {
-        ids.push(id.to_owned());
-        if ids.len() > MAX_TASKS_PER_CONTEXT {
-            ids.remove(0);
-        }
+    ids.push(task_id.to_owned());
+    if ids.len() > MAX_TASKS_PER_CONTEXT {
+        ids.remove(0);
     }
 }
 
@@ -1105,7 +1103,7 @@ async fn accept_message(
     };
     let live = s.engine.submit(sub).map_err(submit_error)?;
     let rec = live.record();
-    remember((user, rec.session_id.clone(), def.name.clone()), Some(&rec.task_id));
+    remember((user, rec.session_id.clone(), def.name.clone()), &rec.task_id);
     tracing::info!(task_id = %rec.task_id, session_id = %rec.session_id, subagent = %def.name, resume = ?resume, "A2A message started a task");
     if !p.blocking {
         // An accepted task survives a crash: its record is committed before the answer.
