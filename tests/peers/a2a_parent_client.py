@@ -366,6 +366,19 @@ SCENARIOS = {
 WITH_TOKENS = {'principals': principals}
 
 
+async def relay() -> dict:
+    """`asker` is a remote A2A agent served through warden's a2a plugin: its question ends the
+    warden task input-required, and the answer on the same taskId resumes it (a new task)."""
+    client = await client_v1('asker', streaming=False)
+    asked = (await send(client, user_message('hi')))[-1]
+    answered = (await send(client, user_message('Ada', task_id=asked['id'])))[-1]
+    return {'asked': asked, 'answered': answered}
+
+
+# Scenarios of their own deployments, run only when named with `--only`.
+ON_REQUEST = {'relay': relay}
+
+
 async def main() -> None:
     global BASE
     ap = argparse.ArgumentParser()
@@ -377,10 +390,15 @@ async def main() -> None:
     BASE = args.base.rstrip('/')
     TOKENS['a'], TOKENS['b'] = args.token_a, args.token_b
     report = {}
-    scenarios = WITH_TOKENS if args.token_a and args.token_b else SCENARIOS
+    if args.only:
+        every = {**SCENARIOS, **WITH_TOKENS, **ON_REQUEST}
+        unknown = [n for n in args.only if n not in every]
+        if unknown:
+            raise SystemExit(f'unknown scenarios: {unknown}')
+        scenarios = {n: every[n] for n in args.only}
+    else:
+        scenarios = WITH_TOKENS if args.token_a and args.token_b else SCENARIOS
     for name, scenario in scenarios.items():
-        if args.only and name not in args.only:
-            continue
         try:
             report[name] = await asyncio.wait_for(scenario(), 240)
         except BaseException as e:  # noqa: BLE001 - every failure is reported, not raised

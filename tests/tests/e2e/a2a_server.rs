@@ -327,6 +327,33 @@ fn a2a_callers_are_the_principals_behind_their_tokens() {
     assert_eq!((status, body["user_id"].as_str(), body["principal"].as_str()), (200, Some("alice"), Some("alice")));
 }
 
+/// A remote A2A agent behind warden (the `a2a` plugin and an official-SDK peer) asks a
+/// question: the warden task ends `input_required`, the parent sees `input-required` with
+/// the question, and its answer on the same task resumes the remote conversation (a new
+/// warden task in the same context, `resume` = the first).
+#[test]
+fn a_remote_agent_s_question_reaches_the_parent_and_its_answer_resumes_the_conversation() {
+    let peer = Peer::start("a2a_agents.py", &["--agent", "ask-input", "--protocol", "1.0"]);
+    let scope = format!("e2ea2a{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let d = Deployment::new(&format!(
+        "  grants:\n    a2a: {{ http: [\"http://127.0.0.1:*\"], events: true, state: true, log: true }}\n\
+         subagents:\n  references:\n    - {{ uri: \"{}\", kind: A2A, metadata: {{ name: asker }} }}\n\
+         sandbox:\n  scope: {scope}\nstore:\n  path: ./state/tasks.db\n",
+        peer.url()
+    ));
+    std::fs::copy(bundled_plugin("a2a"), d.dir.path().join("plugins/a2a.wasm")).unwrap();
+    let server = Server::start(&d);
+    let report = drive(server.port, &["--only", "relay"]);
+    let s = scenario(&report, "relay");
+    let (asked, answered) = (&s["asked"], &s["answered"]);
+    assert_eq!(asked["state"], "TASK_STATE_INPUT_REQUIRED", "{s}");
+    assert_eq!(asked["status_text"], "What is your name?");
+    assert_eq!(answered["state"], "TASK_STATE_COMPLETED", "{s}");
+    assert_eq!(answered["artifacts"], serde_json::json!(["Hello, Ada!"]));
+    assert_eq!(answered["context_id"], asked["context_id"]);
+    assert_ne!(answered["id"], asked["id"], "the answer runs as a new task resuming the first");
+}
+
 /// `warden serve` with extra environment variables (the principals' tokens); stopped
 /// like [`Server::start`]'s when dropped.
 fn start_with_env(d: &Deployment, env: &[(&str, &str)]) -> Server {
