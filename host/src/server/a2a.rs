@@ -45,8 +45,8 @@ use crate::engine::Submission;
 use crate::plugin::{SubagentDefinition, TaskCall};
 use crate::store::TaskRecord;
 
-/// Longest `Host` (or `X-Forwarded-Host`) value card URLs are built from: a DNS name is
-/// at most 253 bytes, plus `:` and a port.
+/// Longest `Host` value card URLs are built from: a DNS name is at most 253 bytes, plus
+/// `:` and a port.
 pub const MAX_HOST_LEN: usize = 260;
 /// Longest `contextId` (it names the sandbox session: the engine's session id rule).
 pub const MAX_CONTEXT_ID_LEN: usize = 128;
@@ -60,9 +60,9 @@ pub const DESCRIPTION_CHARS: usize = 80;
 /// Characters of a gated call's arguments quoted in the question text (the data part
 /// carries them whole).
 pub const QUESTION_INPUT_CHARS: usize = 1_000;
-/// ListTasks page size when the client names none, and the largest it may ask for
-/// (A2A's own limits).
+/// ListTasks page size when the client names none (A2A's default).
 pub const DEFAULT_PAGE_SIZE: usize = 50;
+/// Largest ListTasks page (A2A's maximum): every task of a page is rendered and scrubbed.
 pub const MAX_PAGE_SIZE: usize = 100;
 /// Contexts whose tasks are remembered for `resume`; past this the memory starts over
 /// and forgotten contexts are found in the task store.
