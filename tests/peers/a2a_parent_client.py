@@ -320,6 +320,9 @@ async def principals() -> dict:
     answer alice's task; alice can."""
     async with httpx.AsyncClient() as h:
         anonymous = (await h.get(f'{agent_url("greeter")}/.well-known/agent-card.json')).status_code
+    async with http('a') as h:
+        bad_host = (await h.get(f'{agent_url("greeter")}/.well-known/agent-card.json',
+                                headers={'Host': 'evil.example/x'})).status_code
     card = await card_of('gated', 'a')
     alice = await client_v1('gated', streaming=False, who='a')
     bob = await client_v1('gated', streaming=False, who='b')
@@ -344,6 +347,7 @@ async def principals() -> dict:
     answered = (await send(alice, user_message('yes', task_id=asked['id'])))[-1]
     return {
         'anonymous_card': anonymous,
+        'bad_host': bad_host,
         'security': [list(r.schemes.keys()) for r in card.security_requirements],
         'asked': asked, 'bob': seen_by_bob, 'alice_list': listed_by_alice, 'still': still,
         'answered': answered, 'file': await file_of(asked['context_id'], 'gate.txt', 'a'),
