@@ -499,9 +499,12 @@ pub fn http_service(
 + Send
 + Sync
 + 'static {
+    // Stateless (2026-07-28) replies as one JSON body unless the call streams progress
+    // (rmcp then switches that reply to SSE): no event-stream framing for a plain answer.
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(state.shutdown.child_token())
-        .with_max_request_body_bytes(state.max_body);
+        .with_max_request_body_bytes(state.max_body)
+        .with_json_response(true);
     // Host and Origin are checked for every route by the API's auth layer (loopback only
     // without tokens): rmcp's own Host guard would only repeat it, and refuse the LAN
     // names of an authenticated server.
