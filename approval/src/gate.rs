@@ -66,6 +66,10 @@ pub struct ApprovalRequest {
     pub task_id: Option<String>,
     /// Session (sandbox) the call belongs to.
     pub session_id: Option<String>,
+    /// The user the call acts for: session ids are chosen by clients, so a session's
+    /// approvals (`scope: session`) belong to (user, session), never to the id alone.
+    #[serde(default)]
+    pub user_id: Option<String>,
     /// Plugin making the call.
     pub plugin: Option<String>,
     /// The subagent's requested `permissionMode` (capped by the operator).
@@ -79,6 +83,12 @@ pub struct ApprovalRequest {
 }
 
 impl ApprovalRequest {
+    /// Whose `session`-scoped approvals apply to this call: its user's session (user ids
+    /// and session ids are `[A-Za-z0-9_.-]`, so the `/` keeps pairs apart).
+    fn grant_session(&self) -> Option<String> {
+        self.session_id.as_ref().map(|s| format!("{}/{s}", self.user_id.as_deref().unwrap_or("")))
+    }
+
     /// A request with only the required fields set.
     pub fn new(tool: impl Into<String>, input: Value, subagent: impl Into<String>) -> Self {
         ApprovalRequest {
@@ -87,6 +97,7 @@ impl ApprovalRequest {
             subagent: subagent.into(),
             task_id: None,
             session_id: None,
+            user_id: None,
             plugin: None,
             mode: None,
             resolved_path: None,
@@ -442,7 +453,7 @@ impl ApprovalGate {
         }
         let (decision, decided_by) = match ev.decision {
             // An approval a person gave for the session or for always covers this ask.
-            Decision::Ask => match inner.grants.matching(&req.tool, &req.input, req.session_id.as_deref(), &inner.ctx) {
+            Decision::Ask => match inner.grants.matching(&req.tool, &req.input, req.grant_session().as_deref(), &inner.ctx) {
                 Some((scope, rule)) => {
                     let verdict = Verdict {
                         request_id: None,
@@ -578,7 +589,7 @@ impl ApprovalGate {
                 },
             );
         }
-        let req_session = req.session_id.clone();
+        let req_session = req.grant_session();
         let mut guard = WaitGuard {
             inner: Arc::clone(inner),
             req,

@@ -1001,6 +1001,32 @@ mod gate {
         assert_eq!(*seen.lock().unwrap(), [format!("requested {}", asked.id), "resolved Decline".to_owned()]);
     }
 
+    /// Regression (a session approval crossed tenants): session ids are chosen by
+    /// clients, so bob's `session` approval in session `shared` must not approve alice's
+    /// call in her session of the same name.
+    #[tokio::test]
+    async fn regression_a_session_approval_applied_to_another_users_session_of_the_same_name() {
+        let f = fixture(Duration::from_secs(5));
+        let mut events = f.events;
+        let as_user = |user: &str| ApprovalRequest { user_id: Some(user.into()), session_id: Some("shared".into()), ..req("make deploy", "t1") };
+        let gate = f.gate.clone();
+        let bob = as_user("bob");
+        let first = tokio::spawn(async move { gate.request(bob).await });
+        let asked = next_request(&mut events).await;
+        assert!(asked.scopes.contains(&warden_approval::Scope::Session), "{:?}", asked.scopes);
+        f.gate.resolve_scoped(&asked.id, Resolution::Approve, warden_approval::Scope::Session, "bob").unwrap();
+        assert_eq!(first.await.unwrap().decision, AuditDecision::Approve);
+        // Bob's session holds the approval ...
+        let again = f.gate.request(as_user("bob")).await;
+        assert!(again.allowed() && again.decided_by.starts_with("grant:session"), "{again:?}");
+        // ... alice's session of the same name does not: she is asked.
+        let gate = f.gate.clone();
+        let alice = tokio::spawn(async move { gate.request(as_user("alice")).await });
+        let asked = next_request(&mut events).await;
+        f.gate.resolve(&asked.id, Resolution::Decline, "alice").unwrap();
+        assert_eq!(alice.await.unwrap().decision, AuditDecision::Decline);
+    }
+
     #[tokio::test]
     async fn allow_and_deny_need_no_person() {
         let f = fixture(Duration::from_secs(5));

@@ -191,6 +191,7 @@ impl ToolHost {
                 let mut r = ApprovalRequest::new(c.name.clone(), c.input.clone(), scope.subagent.clone());
                 r.task_id = Some(scope.task_id.clone());
                 r.session_id = Some(scope.session_id.clone());
+                r.user_id = Some(scope.user_id.clone());
                 r.plugin = Some(scope.plugin.clone());
                 r.mode = scope.permission_mode;
                 if let Ok(Some(p)) = path {

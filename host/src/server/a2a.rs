@@ -443,9 +443,10 @@ fn rpc_result(id: &Value, result: Value) -> Value {
 }
 
 fn rpc_error(id: &Value, e: &RpcError) -> Value {
-    // Messages may quote a request or a task's text: scrubbed of every secret.
-    let message = crate::redact::registry().all().scrub(&e.message).into_owned();
-    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": e.code, "message": message } })
+    // Not scrubbed with every tenant's secrets: messages quote the caller's own request,
+    // and an all-tenant scrub turned them into an oracle for other tenants' secrets
+    // (see `ApiError::into_response`).
+    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": e.code, "message": e.message } })
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -1114,6 +1115,15 @@ async fn accept_message(
     Ok(Sent { task_id: rec.task_id, answered: vec![] })
 }
 
+/// How many approval requests `task_id` has made so far.
+fn questions_asked(s: &ServerState, task_id: &str) -> usize {
+    let events = match s.engine.live(task_id) {
+        Some(live) => live.events_after(0),
+        None => s.engine.store().events_after(task_id, 0).unwrap_or_default(),
+    };
+    events.iter().filter(|(_, e)| e["type"] == "approval_request").count()
+}
+
 /// A message on a running task: the answer to the approval it waits for.
 fn answer(s: &ServerState, who: &Principal, rec: &TaskRecord, p: &SendParams) -> Result<Sent, RpcError> {
     let waiting = waiting_for(s, &rec.task_id, &[]);
@@ -1133,7 +1143,17 @@ fn answer(s: &ServerState, who: &Principal, rec: &TaskRecord, p: &SendParams) ->
                 truncate(id, MAX_ID_LEN)
             )));
         }
-        None if waiting.len() == 1 => waiting[0].id.clone(),
+        // A bare answer is unambiguous only if the task asked one question in all: when an
+        // earlier one expired and another took its place, the person may be answering
+        // the question they saw, not the one now pending (a late "approve" approved a
+        // call the parent was never shown).
+        None if waiting.len() == 1 && questions_asked(s, &rec.task_id) <= 1 => waiting[0].id.clone(),
+        None if waiting.len() == 1 => {
+            return Err(RpcError::invalid_params(format!(
+                "task `{}` has asked more than one question; name the one you answer with a data part {{\"decision\": ..., \"request_id\": \"{}\"}}",
+                rec.task_id, waiting[0].id
+            )));
+        }
         None => {
             let ids: Vec<&str> = waiting.iter().map(|w| w.id.as_str()).collect();
             return Err(RpcError::invalid_params(format!(

@@ -44,9 +44,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        // Error messages may quote a request or a task's text: scrubbed of every secret.
-        let message = crate::redact::registry().all().scrub(&self.message).into_owned();
-        let this = ApiError { message, ..self };
+        // Not scrubbed with every tenant's secrets here: messages quote the caller's own
+        // request, and an all-tenant scrub made them an oracle (send a guess, see it
+        // redacted). What an error may quote of a task or session is the caller's own,
+        // already scrubbed where it is read (visibility is checked before any detail).
+        let this = self;
         if this.status.is_server_error() {
             tracing::error!(code = this.code, message = %this.message, "API error");
         }
@@ -125,4 +127,22 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })?;
     de.end().map_err(|e| ApiError::bad_request("malformed_json", format!("malformed JSON: {e}")))?;
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (an oracle for other tenants' secrets): an error that quotes the
+    /// caller's own input must read the same whether or not that input happens to be
+    /// some other session's secret.
+    #[tokio::test]
+    async fn regression_errors_scrubbed_with_every_tenants_secrets_confirmed_guesses() {
+        let guess = "alice-pin-491827";
+        crate::redact::registry().remember("alice", "oracle-test", &[guess]).unwrap();
+        let resp = ApiError::bad_request("unknown_subagent", format!("unknown subagent_type {guess:?}")).into_response();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains(guess), "{text}");
+    }
 }
