@@ -57,9 +57,6 @@ pub const MAX_ID_LEN: usize = 128;
 pub const MAX_PARTS: usize = 64;
 /// Characters of a message's first line that become the task description.
 pub const DESCRIPTION_CHARS: usize = 80;
-/// Characters of a gated call's arguments quoted in the question text (the data part
-/// carries them whole).
-pub const QUESTION_INPUT_CHARS: usize = 1_000;
 /// ListTasks page size when the client names none (A2A's default).
 pub const DEFAULT_PAGE_SIZE: usize = 50;
 /// Largest ListTasks page (A2A's maximum): every task of a page is rendered and scrubbed.
@@ -748,13 +745,20 @@ fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
-/// The question an approval asks, as text.
+/// The question an approval asks, as text: every quoted field one escaped line, the
+/// arguments whole (or, when too long to show, said so: never cut silently).
 fn question(p: &PendingApproval) -> String {
-    let input = truncate(&p.input.to_string(), QUESTION_INPUT_CHARS);
-    let reason = if p.reason.trim().is_empty() { String::new() } else { format!(" ({})", p.reason.trim()) };
+    let line = |s: &str| crate::text::escape_control(s.trim()).into_owned();
+    let input = match super::question_arguments(&p.input) {
+        Ok(text) => text,
+        Err(n) => format!("arguments of {n} characters, too long to show here: read `input` in the data part before answering"),
+    };
+    let reason = if p.reason.trim().is_empty() { String::new() } else { format!(" ({})", line(&p.reason)) };
     format!(
         "Approval needed: subagent `{}` wants to run `{}` with {input}{reason}. Reply `approve` or `decline` (request {}).",
-        p.subagent, p.tool, p.id
+        line(&p.subagent),
+        line(&p.tool),
+        p.id
     )
 }
 

@@ -48,11 +48,6 @@ const MAX_TOOL_NAME: usize = 64;
 /// Longest `requestState` accepted back from a client: ours is a small JSON object.
 const MAX_REQUEST_STATE: usize = 1024;
 
-/// Longest rendering of a gated call's arguments in an elicitation message: a long
-/// script still fits a scrollable dialog. Longer arguments are not asked by elicitation
-/// at all (never shown cut: a tail the person did not see could run).
-const MAX_ASK_INPUT: usize = 16 * 1024;
-
 /// Longest progress message (one event summarised).
 const MAX_PROGRESS_MESSAGE: usize = 200;
 
@@ -723,10 +718,7 @@ const APPROVAL_INPUT: &str = "approval";
 /// so text the subagent chose cannot add lines that look like warden's.
 fn elicitation(ev: &Value) -> Option<ElicitRequestParams> {
     let line = |v: &Value| crate::text::escape_control(v.as_str().unwrap_or_default()).into_owned();
-    let input = crate::text::escape_control(&ev["input"].to_string()).into_owned();
-    if input.chars().count() > MAX_ASK_INPUT {
-        return None;
-    }
+    let input = super::question_arguments(&ev["input"]).ok()?;
     let rule = ev["matched_rule"].as_str().map(|_| format!(" (rule `{}`)", line(&ev["matched_rule"]))).unwrap_or_default();
     let message = format!(
         "warden approval request {}\nSubagent: {} (task {})\nTool: {}{rule}\nWhy asked: {}\nArguments (complete): {input}\nApprove this call?",
@@ -870,7 +862,7 @@ mod tests {
         let labels: Vec<&str> = message.lines().map(|l| l.split(':').next().unwrap_or(l)).collect();
         assert_eq!(labels, ["warden approval request apr_1", "Subagent", "Tool", "Why asked", "Arguments (complete)", "Approve this call?"]);
         assert!(!message.contains('\u{1b}') && !message.contains('\u{202e}') && !message.contains('\r'), "{message}");
-        let long = json!({"id": "apr_2", "tool": "Bash", "input": {"command": format!("touch a{}&& touch hidden", " ".repeat(MAX_ASK_INPUT))}});
+        let long = json!({"id": "apr_2", "tool": "Bash", "input": {"command": format!("touch a{}&& touch hidden", " ".repeat(super::super::MAX_QUESTION_ARGUMENTS))}});
         assert!(elicitation(&long).is_none());
     }
 
