@@ -45,6 +45,10 @@ use crate::store::TaskRecord;
 /// strictest rule in use, the model APIs' tool-name pattern).
 const MAX_TOOL_NAME: usize = 64;
 
+/// Longest wait, after a followed task's last event, for its record to be final (it is
+/// made durable first); the task's own deadline has long bounded the task itself.
+const FINISH_WAIT: Duration = Duration::from_secs(30);
+
 /// Longest `requestState` accepted back from a client: ours is a small JSON object.
 const MAX_REQUEST_STATE: usize = 1024;
 
@@ -251,8 +255,11 @@ impl McpFront {
     ) -> Result<CallToolResponse, ErrorData> {
         let rec = super::visible_task(&self.state, who, task_id).map_err(api_error)?;
         let engine = self.state.engine.clone();
+        let live = engine.live(task_id);
         let mut events = super::follow::follow(engine.clone(), task_id.to_owned(), (rec.user_id, rec.session_id), after);
         let progress = ctx.meta.get_progress_token();
+        // Followed from the start: every event passes here, so the result needs no re-read.
+        let mut seen: Option<Vec<Value>> = (after == 0).then(Vec::new);
         loop {
             let next = tokio::select! {
                 ev = events.recv() => ev,
@@ -265,6 +272,9 @@ impl McpFront {
                 }
             };
             let Some((seq, ev)) = next else { break };
+            if let Some(seen) = seen.as_mut() {
+                seen.push(ev.clone());
+            }
             if let Some(token) = &progress {
                 let p = ProgressNotificationParam::new(token.clone(), seq as f64).with_message(progress_message(&ev));
                 // A client that stopped reading progress still gets its result.
@@ -276,9 +286,16 @@ impl McpFront {
                 return Ok(answer);
             }
         }
-        let rec = engine.get(task_id).map_err(|e| api_error(e.into()))?;
-        let Some(rec) = rec else { return Err(api_error(ApiError::task_not_found(task_id))) };
-        Ok(self.result(&rec).into())
+        // The stream ends with the `finish` event, a moment before the record is durable
+        // and final: wait for it in memory, as a synchronous `POST /v1/tasks` does.
+        let rec = match &live {
+            Some(live) => live.wait_finished(FINISH_WAIT).await,
+            None => match engine.get(task_id).map_err(|e| api_error(e.into()))? {
+                Some(rec) => rec,
+                None => return Err(api_error(ApiError::task_not_found(task_id))),
+            },
+        };
+        Ok(self.result(&rec, seen.as_deref()).into())
     }
 
     /// Asks the client about the approval of `ev` if it can answer: inline on
@@ -354,7 +371,7 @@ impl McpFront {
 
     /// A finished task as a tool result: its text (an error result unless completed),
     /// where it ran, and links to the files it wrote.
-    fn result(&self, rec: &TaskRecord) -> CallToolResult {
+    fn result(&self, rec: &TaskRecord, events: Option<&[Value]>) -> CallToolResult {
         let rec_json = super::task_json(rec);
         let text = match rec.status.as_str() {
             "completed" => rec_json["output"].as_str().unwrap_or_default().to_owned(),
@@ -369,7 +386,7 @@ impl McpFront {
             rec.task_id, rec.session_id, rec.status
         ))];
         content.push(ContentBlock::text(crate::text::escape_multiline(&text).into_owned()));
-        for path in self.written_files(rec) {
+        for path in self.written_files(rec, events) {
             let uri = file_uri(&rec.session_id, &path);
             let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
             let (mime, _) = super::mime_for(&path);
@@ -387,14 +404,24 @@ impl McpFront {
 
     /// Paths of the files the task wrote (a `Write`-family call whose result was not an
     /// error), first write first.
-    fn written_files(&self, rec: &TaskRecord) -> Vec<String> {
-        let events = match self.state.engine.live(&rec.task_id) {
-            Some(live) => live.events_after(0),
-            None => self.state.engine.store().events_after(&rec.task_id, 0).unwrap_or_default(),
+    fn written_files(&self, rec: &TaskRecord, events: Option<&[Value]>) -> Vec<String> {
+        let read;
+        let events: &[Value] = match events {
+            Some(events) => events,
+            None => {
+                read = match self.state.engine.live(&rec.task_id) {
+                    Some(live) => live.events_after(0),
+                    None => self.state.engine.store().events_after(&rec.task_id, 0).unwrap_or_default(),
+                }
+                .into_iter()
+                .map(|(_, ev)| ev)
+                .collect::<Vec<Value>>();
+                &read
+            }
         };
         let mut calls = std::collections::BTreeMap::new();
         let mut files: Vec<String> = vec![];
-        for (_, ev) in events {
+        for ev in events {
             match ev["type"].as_str() {
                 Some("tool_call") if FILE_WRITING_TOOLS.contains(&ev["name"].as_str().unwrap_or_default()) => {
                     let path = ev["input"]["file_path"].as_str().or(ev["input"]["notebook_path"].as_str());
