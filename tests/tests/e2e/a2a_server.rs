@@ -307,7 +307,7 @@ fn a2a_callers_are_the_principals_behind_their_tokens() {
     let d = deployment(
         "  principals:\n    - { name: alice, token_env: A2A_E2E_ALICE, role: user }\n    - { name: bob, token_env: A2A_E2E_BOB, role: user }\n",
     );
-    let server = start_with_env(&d, &[("A2A_E2E_ALICE", "tok-alice-7c1e"), ("A2A_E2E_BOB", "tok-bob-94d2")]);
+    let server = Server::start_with_env(&d, &[("A2A_E2E_ALICE", "tok-alice-7c1e"), ("A2A_E2E_BOB", "tok-bob-94d2")]);
     let report = drive(server.port, &["--token-a", "tok-alice-7c1e", "--token-b", "tok-bob-94d2"]);
     let s = scenario(&report, "principals");
     assert_eq!(s["anonymous_card"], 401, "{s}");
@@ -355,36 +355,4 @@ fn a_remote_agent_s_question_reaches_the_parent_and_its_answer_resumes_the_conve
     assert_eq!(answered["artifacts"], serde_json::json!(["Hello, Ada!"]));
     assert_eq!(answered["context_id"], asked["context_id"]);
     assert_ne!(answered["id"], asked["id"], "the answer runs as a new task resuming the first");
-}
-
-/// `warden serve` with extra environment variables (the principals' tokens); stopped
-/// like [`Server::start`]'s when dropped.
-fn start_with_env(d: &Deployment, env: &[(&str, &str)]) -> Server {
-    let port = free_port();
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(d.dir.path().join("serve.log")).unwrap();
-    let child = Command::new(bin())
-        .current_dir(d.dir.path())
-        .arg("--config")
-        .arg(d.dir.path().join("warden.yaml"))
-        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-        .env("WARDEN_LOG", "info")
-        .env_remove("WARDEN_TOKENS")
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut server = Server { child, port };
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while http_json(port, "/healthz").0 != 200 {
-        if let Ok(Some(status)) = server.child.try_wait() {
-            panic!(
-                "warden serve exited: {status}\n{}",
-                std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default()
-            );
-        }
-        assert!(std::time::Instant::now() < until, "warden serve did not answer /healthz within 60 s");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    server
 }
