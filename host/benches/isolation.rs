@@ -123,7 +123,10 @@ async fn main() {
     victim.measure().await; // warm-up
     let mut rows = Vec::new();
     let mut worst = 1.0f64;
-    let mut baseline = Vec::new();
+    // The control: the victim's p99 while a benign plugin is called as fast as it answers.
+    // An attack's share of the slowdown is its p99 over this one.
+    let mut busy_p99: Option<f64> = None;
+    let mut worst_vs_busy = 0.0f64;
     // `WARDEN_ATTACK=<text>` runs only the attacks whose name contains it (for profiling one).
     let only = std::env::var("WARDEN_ATTACK").ok();
     for (name, prompt) in attacks().into_iter().filter(|(n, _)| only.as_deref().is_none_or(|o| n.contains(o))) {
@@ -144,19 +147,26 @@ async fn main() {
         };
         let ratio = median(&|m| m.2 / m.0);
         let (alone99, p50, p99) = (median(&|m| m.0), median(&|m| m.1), median(&|m| m.2));
-        baseline.push(alone99);
-        if prompt != "ping" {
+        let vs_busy = match busy_p99 {
+            Some(busy) if prompt != "ping" => {
+                worst_vs_busy = worst_vs_busy.max(p99 / busy);
+                format!("{:.2}×", p99 / busy)
+            }
+            _ => "—".to_owned(),
+        };
+        if prompt == "ping" {
+            busy_p99 = Some(p99);
+        } else {
             worst = worst.max(ratio);
         }
-        rows.push(format!("| {name} | {p50:.0} µs | {alone99:.0} µs | {p99:.0} µs | **{ratio:.2}×** | {calls} calls |"));
+        rows.push(format!("| {name} | {p50:.0} µs | {alone99:.0} µs | {p99:.0} µs | **{ratio:.2}×** | {vs_busy} | {calls} calls |"));
     }
-    let _ = baseline;
     let table = format!(
-        "| running in another plugin | victim p50 under it | victim p99 alone | victim p99 under it | p99 ratio (median of rounds) | attacker |\n|---|---|---|---|---|---|\n{}\n",
+        "| running in another plugin | victim p50 under it | victim p99 alone | victim p99 under it | p99 ratio to alone (median of rounds) | p99 ratio to busy neighbour | attacker |\n|---|---|---|---|---|---|---|\n{}\n",
         rows.join("\n")
     );
     println!("{table}");
-    println!("worst p99 ratio: {worst:.2}× (target ≤ 1.5×)");
+    println!("worst p99 ratio: {worst:.2}× (target ≤ 1.5×); worst over a busy benign neighbour: {worst_vs_busy:.2}×");
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--write") {
         let path = args.get(i + 1).expect("--write FILE");
@@ -165,7 +175,8 @@ async fn main() {
             "## Isolation\n\nCommand: `cargo xtask build --plugins-only && cargo bench -p warden --bench isolation -- --write ../BENCHMARKS.md` (from `host/`; profile: {})\n\n\
              Machine: {} cores; instances pooled as `warden serve` allocates them. The victim (the hostile test plugin answering `ping`, default limits) is called {CALLS} times one after \
              another, alone and then while {ATTACKERS} call(s) of a second plugin run each attack back to back (deadline {} ms), in {ROUNDS} \
-             alternating rounds per attack. Target (issue 12): victim p99 ≤ 1.5× its baseline. Load average at the end: {}.\n\n{table}\nWorst p99 ratio: **{worst:.2}×**.\n",
+             alternating rounds per attack. Target (issue 12): victim p99 ≤ 1.5× its baseline. Load average at the end: {}.\n\n{table}\nWorst p99 ratio to alone: **{worst:.2}×**; \
+             worst p99 ratio to the busy benign neighbour (what an attack adds over ordinary load): **{worst_vs_busy:.2}×**.\n",
             if cfg!(debug_assertions) { "dev" } else { "release" },
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
             ATTACK_TIMEOUT.as_millis(),
