@@ -310,9 +310,30 @@ pub fn print_event(ev: &crate::plugin::PluginEvent) {
     }
 }
 
+/// Libraries whose `info` lines narrate their own per-request lifecycle: rmcp logs three
+/// (with the client's whole capability set) for every stateless MCP call, which at
+/// `WARDEN_LOG=info` buried warden's own lines and cost /mcp a tenth of its latency.
+/// They stay at `warn` unless `WARDEN_LOG` names them.
+const CHATTY_LIBRARIES: &[&str] = &["rmcp"];
+
+/// The log filter for a `WARDEN_LOG` value (`warn` when unset or invalid).
+fn log_filter(spec: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let spec = spec.map(str::trim).filter(|s| !s.is_empty()).unwrap_or("warn");
+    let mut directives = spec.to_owned();
+    for lib in CHATTY_LIBRARIES {
+        let named = spec.split(',').any(|d| d.trim().split(['=', ':', '[']).next() == Some(lib));
+        if !named {
+            directives.push_str(&format!(",{lib}=warn"));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+        eprintln!("warden: WARDEN_LOG={spec:?} is not a valid log filter ({e}); using `warn`");
+        tracing_subscriber::EnvFilter::new("warn")
+    })
+}
+
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = log_filter(std::env::var("WARDEN_LOG").ok().as_deref());
     // Every log line, at every level and from every module and plugin, is scrubbed of secrets.
     let writer = crate::redact::ScrubbingMakeWriter(std::io::stderr);
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).try_init();
@@ -561,4 +582,20 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
         }
     }
     Ok(if report.valid { ExitCode::SUCCESS } else { ExitCode::from(EXIT_USAGE) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn chatty_libraries_stay_at_warn_unless_named() {
+        assert_eq!(log_filter(None).to_string(), "rmcp=warn,warn");
+        let info = log_filter(Some("info")).to_string();
+        assert!(info.contains("rmcp=warn") && info.contains("info"), "{info}");
+        let named = log_filter(Some("info,rmcp=debug")).to_string();
+        assert!(named.contains("rmcp=debug") && !named.contains("rmcp=warn"), "{named}");
+        // An invalid filter falls back to `warn` instead of logging nothing or everything.
+        assert_eq!(log_filter(Some("warden=loud")).to_string(), "warn");
+    }
 }
