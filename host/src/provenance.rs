@@ -61,31 +61,53 @@ pub fn sig_path(plugin: &Path) -> PathBuf {
 /// Checks `bytes` (read from `path`) against the rules: the pin, then the signature
 /// (required, or present). Returns the verifying key's hex when signed by a trusted key.
 pub fn check(path: &Path, bytes: &[u8], rules: &Rules<'_>) -> Result<Option<String>, ProvenanceError> {
+    let text = read_sig_file(path)?;
+    check_bytes(bytes, text.as_deref(), &sig_path(path).display().to_string(), rules)
+}
+
+/// The one check of a plugin's bytes and its signature text (`None`: unsigned), wherever
+/// they came from: a file and its `.sig` ([`check`]) or a registry artifact and its
+/// signature annotation (`warden plugin pull`). `shown` names where the signature was
+/// looked for, in errors.
+pub fn check_bytes(bytes: &[u8], sig: Option<&str>, shown: &str, rules: &Rules<'_>) -> Result<Option<String>, ProvenanceError> {
+    // The pin first: content that is not the pinned one fails on that, whatever its signature.
     if let Some(pinned) = rules.pin {
         let actual = hex::encode(Sha256::digest(bytes));
         if !actual.eq_ignore_ascii_case(pinned) {
             return Err(ProvenanceError::PinMismatch { id: rules.id.into(), pinned: pinned.into(), actual });
         }
     }
-    let sig = sig_path(path);
-    let shown = sig.display().to_string();
-    let text = match read_bounded(&sig) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return match rules.require_signature {
-                true => Err(ProvenanceError::Unsigned { sig: shown }),
-                false => Ok(None),
-            };
-        }
-        Err(e) => return Err(ProvenanceError::Io(format!("{shown}: {e}"))),
+    let Some(text) = sig else {
+        return match rules.require_signature {
+            true => Err(ProvenanceError::Unsigned { sig: shown.into() }),
+            false => Ok(None),
+        };
     };
-    let (key, signature) = parse_sig(&text).ok_or_else(|| ProvenanceError::Malformed { sig: shown.clone() })?;
+    let (key, signature) = parse_sig(text).ok_or_else(|| ProvenanceError::Malformed { sig: shown.into() })?;
     let key_hex = hex::encode(key.as_bytes());
     if !rules.trust.iter().any(|t| t.trim().eq_ignore_ascii_case(&key_hex)) {
-        return Err(ProvenanceError::UntrustedKey { sig: shown, key: key_hex });
+        return Err(ProvenanceError::UntrustedKey { sig: shown.into(), key: key_hex });
     }
-    key.verify(bytes, &signature).map_err(|_| ProvenanceError::BadSignature { sig: shown })?;
+    key.verify(bytes, &signature).map_err(|_| ProvenanceError::BadSignature { sig: shown.into() })?;
     Ok(Some(key_hex))
+}
+
+/// The key (hex) whose signature `sig` is over exactly `bytes`, trusted or not: what a
+/// publisher checks before sending a file and its signature (`warden plugin push`).
+pub fn signer(bytes: &[u8], sig: &str, shown: &str) -> Result<String, ProvenanceError> {
+    let (key, signature) = parse_sig(sig).ok_or_else(|| ProvenanceError::Malformed { sig: shown.into() })?;
+    key.verify(bytes, &signature).map_err(|_| ProvenanceError::BadSignature { sig: shown.into() })?;
+    Ok(hex::encode(key.as_bytes()))
+}
+
+/// The signature file beside `plugin`, if there is one (bounded to [`MAX_SIG_FILE`]).
+pub fn read_sig_file(plugin: &Path) -> Result<Option<String>, ProvenanceError> {
+    let sig = sig_path(plugin);
+    match read_bounded(&sig) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ProvenanceError::Io(format!("{}: {e}", sig.display()))),
+    }
 }
 
 /// The signature file's text, read through [`crate::bounded_read`] (a FIFO or an
