@@ -16,6 +16,7 @@ pub mod redact;
 pub mod registry;
 pub mod bounded_read;
 pub mod provenance;
+pub mod oci;
 pub mod runtime;
 pub mod server;
 pub mod services;

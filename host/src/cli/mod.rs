@@ -196,6 +196,29 @@ pub enum PluginCommand {
         #[arg(long, value_name = "KEY")]
         trust: Vec<String>,
     },
+    /// Publish a plugin file (and its FILE.sig) as a Wasm OCI artifact, the layout
+    /// `wkg oci push` writes.
+    Push {
+        file: PathBuf,
+        /// Where: oci://REGISTRY/REPOSITORY:TAG
+        target: String,
+        /// Plain HTTP, for a registry on this machine (127.0.0.1, localhost) only.
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Fetch a Wasm OCI artifact, verify its digest, pin and signature as loading would,
+    /// and install it atomically into the plugin directory as ID.wasm.
+    Pull {
+        /// oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST)
+        source: String,
+        /// The plugin id to install as (default: the artifact's file title, else the
+        /// repository's last segment).
+        #[arg(long = "as", value_name = "ID")]
+        id: Option<String>,
+        /// Plain HTTP, for a registry on this machine (127.0.0.1, localhost) only.
+        #[arg(long)]
+        insecure: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -367,6 +390,10 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Plugin { command: PluginCommand::Keygen { out } } => signing::keygen(&out),
         Command::Plugin { command: PluginCommand::Sign { file, key } } => signing::sign(&file, &key),
         Command::Plugin { command: PluginCommand::Verify { file, trust } } => signing::verify(&config, &file, &trust),
+        Command::Plugin { command: PluginCommand::Push { file, target, insecure } } => signing::push(&config, &file, &target, insecure).await,
+        Command::Plugin { command: PluginCommand::Pull { source, id, insecure } } => {
+            signing::pull(&config, &source, id.as_deref(), insecure).await
+        }
         Command::Tool { tool, args, session, json } => sandbox::tool(config, &tool, &args, session, json).await,
         Command::Sandbox { command: SandboxCommand::Ls { json } } => sandbox::ls(config, json).await,
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,

@@ -1,5 +1,6 @@
-//! `warden plugin keygen | sign | verify`: Ed25519 signatures for plugin files (formats and
-//! checks in [`crate::provenance`]). Private keys are written mode 0600 and never printed.
+//! `warden plugin keygen | sign | verify | push | pull`: Ed25519 signatures for plugin
+//! files (formats and checks in [`crate::provenance`]) and signed plugins through OCI
+//! registries ([`crate::oci`]). Private keys are written mode 0600 and never printed.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -49,6 +50,46 @@ pub fn verify(config: &Config, file: &Path, extra_trust: &[String]) -> anyhow::R
     match provenance::check(file, &bytes, &rules) {
         Ok(key) => {
             out!("ok: signed by {}", key.unwrap_or_default());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {}", esc(&e.to_string()));
+            Ok(ExitCode::from(EXIT_USAGE))
+        }
+    }
+}
+
+pub async fn push(config: &Config, file: &Path, target: &str, insecure: bool) -> anyhow::Result<ExitCode> {
+    match crate::oci::push(file, target, insecure, config.plugins.max_plugin_size).await {
+        Ok(p) => {
+            match &p.signed_by {
+                Some(key) => eprintln!("signed by {key}"),
+                None => eprintln!(
+                    "warning: unsigned (no {}); deployments with require_signature: true will refuse it",
+                    provenance::sig_path(file).display()
+                ),
+            }
+            out!("{}@{}", esc(target), p.digest);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {}", esc(&e.to_string()));
+            Ok(ExitCode::from(EXIT_USAGE))
+        }
+    }
+}
+
+pub async fn pull(config: &Config, source: &str, id: Option<&str>, insecure: bool) -> anyhow::Result<ExitCode> {
+    let dir = config.path(&config.plugins.dir);
+    match crate::oci::pull(source, insecure, id, &dir, &config.plugins).await {
+        Ok(i) => {
+            match &i.signed_by {
+                Some(key) => eprintln!("signature verified: {key}"),
+                None => eprintln!("warning: unsigned (plugins.require_signature is false)"),
+            }
+            eprintln!("sha256 {} (for plugins.pins.{})", i.sha256, i.id);
+            eprintln!("{} {}", if i.replaced { "replaced" } else { "installed" }, i.path.display());
+            out!("{}", i.path.display());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

@@ -1,0 +1,396 @@
+//! Plugins as Wasm OCI artifacts: `warden plugin push FILE oci://REGISTRY/REPO:TAG` and
+//! `warden plugin pull oci://REGISTRY/REPO:TAG`.
+//!
+//! The artifact has the layout `wkg oci push` writes (the CNCF Wasm OCI artifact layout),
+//! so `wkg oci pull` reads what warden pushes and warden pulls what wkg pushed:
+//! - an OCI image manifest (`application/vnd.oci.image.manifest.v1+json`) whose config has
+//!   the media type [`WASM_CONFIG_MEDIA_TYPE`] (JSON: `created`, `architecture: wasm`,
+//!   `os: wasip2`, `layerDigests`);
+//! - exactly one layer of media type [`WASM_LAYER_MEDIA_TYPE`]: the component's bytes,
+//!   titled `<id>.wasm` (`org.opencontainers.image.title`).
+//!
+//! The signature travels in the manifest, as the annotation [`SIGNATURE_ANNOTATION`]
+//! whose value is the text of the `.sig` file `warden plugin sign` wrote. A second layer
+//! would break wkg's one-layer rule, and the referrers API is missing from common
+//! registries (Distribution 2.8); an annotation is fetched with the manifest, so the
+//! component and its signature cannot be pulled apart. The signature covers the
+//! component's bytes, so changing the annotation cannot make other bytes verify.
+//!
+//! Pulling verifies, before a byte is written: the manifest's layout, the layer's size
+//! ([`crate::config::PluginsConfig::max_plugin_size`]) and SHA-256 digest, that it is a
+//! component, and then the pin, trust and signature rules of loading, through the same
+//! [`crate::provenance::check_bytes`]. Only then is the file installed, atomically: the
+//! component and its signature are written to hidden temporary files in the plugin
+//! directory (names the hot-reload watcher ignores), flushed, and renamed into place.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use oci_client::client::{ClientConfig, ClientProtocol, Config as OciConfig, ImageLayer};
+use oci_client::manifest::{OciImageManifest, OciManifest};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use sha2::{Digest, Sha256};
+
+use crate::config::PluginsConfig;
+use crate::provenance;
+
+/// The scheme of a plugin reference on the command line: `oci://REGISTRY/REPO:TAG`.
+pub const SCHEME: &str = "oci://";
+/// The config media type of a Wasm OCI artifact (what `wkg oci push` writes).
+pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
+/// The media type of the one layer: the component's bytes.
+pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// The manifest media type (an OCI image manifest).
+pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The manifest annotation that carries the plugin's signature: the text of its `.sig`.
+pub const SIGNATURE_ANNOTATION: &str = "dev.warden.plugin.signature";
+/// The layer annotation that names the file (`<id>.wasm`), as wkg sets it.
+pub const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
+/// Longest plugin id taken from an artifact: a file name, not a path.
+pub const MAX_ID_LEN: usize = 128;
+/// Time to connect to a registry before giving up.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest silence while reading from a registry before giving up (a stalled transfer).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    #[error("{0}: expected oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST)")]
+    BadReference(String),
+    #[error(
+        "--insecure (plain HTTP) is only for a registry on this machine (127.0.0.1, localhost), not {0}; \
+         use HTTPS"
+    )]
+    InsecureRemote(String),
+    #[error("{0}")]
+    Registry(String),
+    #[error("{reference} is not a Wasm component artifact: {reason}")]
+    NotWasm { reference: String, reason: String },
+    #[error("{0}: not a WebAssembly component (a core module? componentize it first)")]
+    NotAComponent(String),
+    #[error("the layer is {size} bytes, more than the limit of {limit} bytes (plugins.max_plugin_size)")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("the layer's content does not match its digest: expected {expected}, got {actual} (altered in the registry or in transit)")]
+    DigestMismatch { expected: String, actual: String },
+    #[error("cannot name the plugin from {0:?}; give a name with --as ID")]
+    BadId(String),
+    #[error("refused: {0}")]
+    Refused(#[from] provenance::ProvenanceError),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// What `push` published.
+#[derive(Debug)]
+pub struct Pushed {
+    /// The manifest digest (`sha256:...`): pull by it for an immutable reference.
+    pub digest: String,
+    /// The signing key (hex), when the file had a `.sig`.
+    pub signed_by: Option<String>,
+}
+
+/// What `pull` installed.
+#[derive(Debug)]
+pub struct Installed {
+    pub id: String,
+    pub path: PathBuf,
+    /// SHA-256 (hex) of the component: what `plugins.pins` takes.
+    pub sha256: String,
+    pub signed_by: Option<String>,
+    /// Whether a plugin file of this id was there before.
+    pub replaced: bool,
+}
+
+/// Parses `oci://REGISTRY/REPO:TAG` and makes a client for it; plain HTTP only with
+/// `insecure` and only to a loopback registry.
+fn connect(target: &str, insecure: bool) -> Result<(Reference, Client), OciError> {
+    let bad = || OciError::BadReference(target.to_owned());
+    let rest = target.strip_prefix(SCHEME).ok_or_else(bad)?;
+    let reference: Reference = rest.parse().map_err(|_| bad())?;
+    // Without an explicit registry the parser would pick Docker Hub: refuse the guess.
+    if !rest.starts_with(reference.registry()) {
+        return Err(bad());
+    }
+    let registry = reference.resolve_registry().to_owned();
+    let protocol = if insecure {
+        if !is_loopback(&registry) {
+            return Err(OciError::InsecureRemote(registry));
+        }
+        ClientProtocol::HttpsExcept(vec![registry])
+    } else {
+        ClientProtocol::Https
+    };
+    let config = ClientConfig {
+        protocol,
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        read_timeout: Some(READ_TIMEOUT),
+        // An index would be resolved to some platform's image; a plugin artifact is one manifest.
+        platform_resolver: None,
+        ..ClientConfig::default()
+    };
+    Ok((reference, Client::new(config)))
+}
+
+/// Whether `registry` (`host[:port]`) is this machine.
+fn is_loopback(registry: &str) -> bool {
+    // (The reference parser takes no IPv6 literal, so the host is what precedes the port.)
+    let host = registry.rsplit_once(':').map_or(registry, |(h, _)| h);
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether `bytes` start with a WebAssembly component header (not a core module's).
+fn is_component(bytes: &[u8]) -> bool {
+    // magic, then version 0x0d and layer 1 (a core module has version 1, layer 0).
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x0d, 0x00, 0x01, 0x00]
+}
+
+/// An error with its causes ("error sending request: ... : Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text = format!("{text}: {next}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Publishes the component `file` (and its signature `FILE.sig`, if present and valid)
+/// at `target`. Refuses a signature that does not match the file.
+pub async fn push(file: &Path, target: &str, insecure: bool, max_size: u64) -> Result<Pushed, OciError> {
+    let (reference, client) = connect(target, insecure)?;
+    let bytes = crate::registry::read_plugin_file(file, max_size).await.map_err(OciError::Io)?;
+    let shown = file.display().to_string();
+    if !is_component(&bytes) {
+        return Err(OciError::NotAComponent(shown));
+    }
+    let sig = provenance::read_sig_file(file)?;
+    let signed_by = match &sig {
+        Some(text) => Some(provenance::signer(&bytes, text, &provenance::sig_path(file).display().to_string())?),
+        None => None,
+    };
+    let id = crate::registry::plugin_id(file).filter(|id| valid_id(id)).ok_or(OciError::BadId(shown))?;
+    let digest = format!("sha256:{}", sha256_hex(&bytes));
+    let config = serde_json::json!({
+        "created": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        "author": null,
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [digest],
+        "component": null,
+    });
+    let config = OciConfig::new(serde_json::to_vec(&config).expect("JSON values serialize"), WASM_CONFIG_MEDIA_TYPE.into(), None);
+    let layer = ImageLayer::new(
+        bytes,
+        WASM_LAYER_MEDIA_TYPE.into(),
+        Some(BTreeMap::from([(TITLE_ANNOTATION.to_owned(), format!("{id}.wasm"))])),
+    );
+    let annotations = sig.map(|s| BTreeMap::from([(SIGNATURE_ANNOTATION.to_owned(), s.trim().to_owned())]));
+    let layers = [layer];
+    let mut manifest = OciImageManifest::build(&layers, &config, annotations);
+    manifest.media_type = Some(MANIFEST_MEDIA_TYPE.into());
+    let pushed = client
+        .push(&reference, &layers, config, &RegistryAuth::Anonymous, Some(manifest))
+        .await
+        .map_err(|e| OciError::Registry(format!("pushing to {target}: {}", chain(&e))))?;
+    let digest = pushed.manifest_url.rsplit('/').next().unwrap_or_default().to_owned();
+    tracing::info!(%target, %digest, signed = signed_by.is_some(), "plugin pushed");
+    Ok(Pushed { digest, signed_by })
+}
+
+/// A plugin id that is a plain file name: letters, digits, `.`, `_`, `-`, not hidden.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && !id.starts_with('.')
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Fetches the artifact at `target`, verifies it (layout, size, digest, component, then
+/// the pin, trust and signature rules of `plugins`), and installs it atomically into `dir`
+/// as `ID.wasm` (`id`, else the layer's title, else the repository's last segment).
+pub async fn pull(target: &str, insecure: bool, id: Option<&str>, dir: &Path, plugins: &PluginsConfig) -> Result<Installed, OciError> {
+    let (reference, client) = connect(target, insecure)?;
+    let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| OciError::Registry(format!("{what} {target}: {}", chain(&e)));
+    let (manifest, _) = client
+        .pull_manifest(&reference, &RegistryAuth::Anonymous)
+        .await
+        .map_err(|e| registry_err("fetching the manifest of", e))?;
+    let not_wasm = |reason: String| OciError::NotWasm { reference: target.to_owned(), reason };
+    let OciManifest::Image(manifest) = manifest else {
+        return Err(not_wasm("an image index, not one artifact manifest".into()));
+    };
+    if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
+        return Err(not_wasm(format!("config media type {:?}, expected {WASM_CONFIG_MEDIA_TYPE}", manifest.config.media_type)));
+    }
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(not_wasm(format!("{} layers, expected exactly one", manifest.layers.len())));
+    };
+    if layer.media_type != WASM_LAYER_MEDIA_TYPE {
+        return Err(not_wasm(format!("layer media type {:?}, expected {WASM_LAYER_MEDIA_TYPE}", layer.media_type)));
+    }
+    let expected = layer
+        .digest
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| not_wasm(format!("layer digest {:?} is not sha256", layer.digest)))?
+        .to_ascii_lowercase();
+    let limit = plugins.max_plugin_size;
+    if u64::try_from(layer.size).unwrap_or(u64::MAX) > limit {
+        return Err(OciError::TooLarge { size: layer.size.max(0) as u64, limit });
+    }
+    let id = match id {
+        Some(id) => id.to_owned(),
+        None => layer
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TITLE_ANNOTATION))
+            .and_then(|t| t.strip_suffix(".wasm"))
+            .map(str::to_owned)
+            .unwrap_or_else(|| reference.repository().rsplit('/').next().unwrap_or_default().to_owned()),
+    };
+    if !valid_id(&id) {
+        return Err(OciError::BadId(id));
+    }
+    let sig = manifest.annotations.as_ref().and_then(|a| a.get(SIGNATURE_ANNOTATION)).cloned();
+    if sig.as_ref().is_some_and(|s| s.len() as u64 > provenance::MAX_SIG_FILE) {
+        return Err(not_wasm(format!("the {SIGNATURE_ANNOTATION} annotation is longer than {} bytes", provenance::MAX_SIG_FILE)));
+    }
+
+    // The blob, bounded, then its digest (the registry may be lying or altered).
+    let mut stream = client
+        .pull_blob_stream(&reference, layer)
+        .await
+        .map_err(|e| registry_err("fetching the layer of", e))?;
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                // oci-client checks the digest at the end of the stream too; say it our way.
+                use oci_client::errors::DigestError;
+                return Err(match e.get_ref().and_then(|inner| inner.downcast_ref::<DigestError>()) {
+                    Some(DigestError::VerificationError { expected, actual }) => {
+                        OciError::DigestMismatch { expected: expected.clone(), actual: actual.clone() }
+                    }
+                    _ => OciError::Registry(format!("reading the layer of {target}: {e}")),
+                });
+            }
+        };
+        if (bytes.len() + chunk.len()) as u64 > limit {
+            return Err(OciError::TooLarge { size: (bytes.len() + chunk.len()) as u64, limit });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let sha256 = sha256_hex(&bytes);
+    if sha256 != expected {
+        return Err(OciError::DigestMismatch { expected: layer.digest.clone(), actual: format!("sha256:{sha256}") });
+    }
+    if !is_component(&bytes) {
+        return Err(OciError::NotAComponent(target.to_owned()));
+    }
+    // The rules of loading, through the same check (see `Registry::load_file`).
+    let rules = provenance::Rules {
+        id: &id,
+        trust: &plugins.trust,
+        require_signature: plugins.require_signature,
+        pin: plugins.pins.get(&id).map(String::as_str),
+    };
+    let shown = format!("signature annotation {SIGNATURE_ANNOTATION} of {target}");
+    let signed_by = provenance::check_bytes(&bytes, sig.as_deref(), &shown, &rules)?;
+
+    let path = dir.join(format!("{id}.wasm"));
+    let replaced = path.exists();
+    install(dir, &id, &bytes, sig.as_deref()).map_err(|e| OciError::Io(format!("installing {}: {e}", path.display())))?;
+    tracing::info!(%target, plugin = %id, %sha256, signed = signed_by.is_some(), replaced, "plugin pulled");
+    Ok(Installed { id, path, sha256, signed_by, replaced })
+}
+
+/// Writes `ID.wasm` (and `ID.wasm.sig`, or removes a stale one) into `dir` atomically:
+/// each is written in full to a hidden temporary file there (named so the watcher ignores
+/// it), flushed, then renamed over the old one — the signature first, so the component
+/// never appears without the signature it came with.
+fn install(dir: &Path, id: &str, bytes: &[u8], sig: Option<&str>) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let staged = |contents: &[u8], name: &str| -> std::io::Result<tempfile::NamedTempFile> {
+        let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".partial").tempfile_in(dir)?;
+        tmp.write_all(contents)?;
+        tmp.as_file().sync_all()?;
+        Ok(tmp)
+    };
+    let wasm_name = format!("{id}.wasm");
+    let wasm = staged(bytes, &wasm_name)?;
+    let sig_target = provenance::sig_path(&dir.join(&wasm_name));
+    match sig {
+        Some(text) => {
+            let tmp = staged(format!("{}\n", text.trim()).as_bytes(), &format!("{wasm_name}{}", provenance::SIG_SUFFIX))?;
+            tmp.persist(&sig_target).map_err(|e| e.error)?;
+        }
+        None => match std::fs::remove_file(&sig_target) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        },
+    }
+    wasm.persist(dir.join(&wasm_name)).map_err(|e| e.error)?;
+    // The renames themselves reach the disk.
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_need_the_scheme_and_a_registry_and_plain_http_only_to_loopback() {
+        assert!(connect("oci://127.0.0.1:5000/warden/echo:1.0", true).is_ok());
+        assert!(connect("oci://localhost:5000/echo:1", true).is_ok());
+        assert!(connect("oci://ghcr.io/acme/echo:1", false).is_ok());
+        assert!(matches!(connect("oci://ghcr.io/acme/echo:1", true), Err(OciError::InsecureRemote(_))));
+        assert!(matches!(connect("oci://10.0.0.1:5000/echo:1", true), Err(OciError::InsecureRemote(_))));
+        assert!(matches!(connect("127.0.0.1:5000/echo:1", true), Err(OciError::BadReference(_))));
+        // No registry: the parser would assume Docker Hub.
+        assert!(matches!(connect("oci://acme/echo:1", false), Err(OciError::BadReference(_))));
+    }
+
+    #[test]
+    fn ids_are_plain_file_names() {
+        for ok in ["echo", "my-plugin_2", "a.b"] {
+            assert!(valid_id(ok), "{ok}");
+        }
+        for bad in ["", ".hidden", "../x", "a/b", "a b", &"x".repeat(MAX_ID_LEN + 1)] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn components_are_told_from_core_modules() {
+        assert!(is_component(b"\0asm\x0d\x00\x01\x00rest"));
+        assert!(!is_component(b"\0asm\x01\x00\x00\x00rest"));
+        assert!(!is_component(b"\0as"));
+    }
+
+    #[test]
+    fn install_replaces_atomically_and_drops_a_stale_signature() {
+        let dir = tempfile::tempdir().unwrap();
+        install(dir.path(), "p", b"one", Some("ed25519 aa bb")).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("p.wasm")).unwrap(), b"one");
+        assert_eq!(std::fs::read_to_string(dir.path().join("p.wasm.sig")).unwrap(), "ed25519 aa bb\n");
+        install(dir.path(), "p", b"two", None).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("p.wasm")).unwrap(), b"two");
+        assert!(!dir.path().join("p.wasm.sig").exists());
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("p.wasm")]);
+    }
+}
