@@ -53,6 +53,10 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
     let python = Python::ensure(layout)?;
     python.require(TEST_REQUIREMENTS)?;
     image::ensure(layout)?;
+    let registry = match env::var_os("WARDEN_REGISTRY_BIN") {
+        Some(bin) => bin.into(),
+        None => crate::registry::ensure()?,
+    };
 
     println!("xtask: building the host binary for the tests (cargo build -p warden)...");
     process::run(host_cargo().current_dir(&layout.root).args(["build", "-p", "warden"]))
@@ -75,6 +79,7 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
             .env("WARDEN_PLUGINS", layout.plugins_out())
             .env("WARDEN_TEST_PLUGINS", layout.test_plugins_out())
             .env("WARDEN_PYTHON", python.interpreter())
+            .env("WARDEN_REGISTRY_BIN", &registry)
             .args(["test", "--workspace"])
             .args(cargo_args),
     )

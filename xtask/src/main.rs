@@ -20,6 +20,7 @@ mod layout;
 mod manifest;
 mod process;
 mod python;
+mod registry;
 mod toolchain;
 
 use anyhow::Result;
