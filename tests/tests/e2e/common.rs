@@ -217,3 +217,47 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// One HTTP/1.1 exchange (`Connection: close`): status and body text.
+pub fn http(port: u16, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, String) {
+    http_with(port, method, path, "", body)
+}
+
+/// [`http`] with extra header lines (`"Accept: ...\r\n"`).
+pub fn http_with(port: u16, method: &str, path: &str, headers: &str, body: Option<&serde_json::Value>) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    std::io::Write::write_fmt(
+        &mut s,
+        format_args!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut s, &mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_owned() };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+pub fn json_of(port: u16, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, serde_json::Value) {
+    let (status, text) = http(port, method, path, body);
+    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
+}

@@ -13,5 +13,6 @@ mod http_agent;
 mod mcp;
 mod mcp_server;
 mod mixed;
+mod oci;
 mod protocols;
 mod serve;

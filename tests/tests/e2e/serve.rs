@@ -1,52 +1,12 @@
 //! `warden serve`: the real binary serving the HTTP API over a real task store. The
 //! host is killed with SIGKILL mid-task and restarted on the same store.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, Server, bin};
-
-/// One HTTP/1.1 exchange (`Connection: close`): status and body text.
-fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_owned() };
-    (status, body)
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
-    out
-}
-
-fn json_of(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let (status, text) = http(port, method, path, body);
-    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
-}
+use crate::common::{Deployment, Server, bin, http, json_of};
 
 const CONFIG: &str = "  limit_overrides:\n    hostile: { timeout: 10m }\n  grants:\n    echo: { log: true, events: true, state: true }\nsubagents:\n  agent_dirs: []\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"hostile://hostile\", kind: HOSTILE }\nstore:\n  path: ./state/tasks.db\n";
 

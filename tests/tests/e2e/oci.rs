@@ -1,0 +1,252 @@
+//! `warden plugin push | pull` against a real OCI registry: Debian's `docker-registry`
+//! (Distribution 2.8; `WARDEN_REGISTRY_BIN`, installed by `cargo xtask test`), started on a
+//! free 127.0.0.1 port with a temporary storage directory, over plain HTTP (`--insecure`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::{Deployment, Server, bin, free_port, http, http_with, json_of, stdout, test_plugin};
+
+/// Default location of Debian's registry binary.
+const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+
+/// A registry process with its own storage; killed when dropped.
+struct Registry {
+    child: Child,
+    port: u16,
+    storage: tempfile::TempDir,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        let bin = std::env::var_os("WARDEN_REGISTRY_BIN").map(PathBuf::from).unwrap_or_else(|| REGISTRY_BIN.into());
+        assert!(bin.is_file(), "OCI registry missing at {} — run `cargo xtask test` (apt-get install docker-registry)", bin.display());
+        let storage = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = storage.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                storage.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(storage.path().join("registry.log")).unwrap();
+        let child = Command::new(&bin).arg("serve").arg(&config).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let mut registry = Registry { child, port, storage };
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = registry.child.try_wait() {
+                panic!("the registry exited: {status}\n{}", registry.log());
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && http(port, "GET", "/v2/", None).0 == 200 {
+                return registry;
+            }
+            assert!(Instant::now() < until, "the registry did not answer /v2/ within 30 s\n{}", registry.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.storage.path().join("registry.log")).unwrap_or_default()
+    }
+
+    fn url(&self, repo_tag: &str) -> String {
+        format!("oci://127.0.0.1:{}/{repo_tag}", self.port)
+    }
+
+    /// Where the filesystem driver keeps the blob with this digest.
+    fn blob(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.storage.path().join(format!("data/docker/registry/v2/blobs/sha256/{}/{hex}/data", &hex[..2]))
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `warden ARGS` with no configuration (the publisher's side).
+fn warden(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(bin()).current_dir(cwd).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A publisher's directory with `echo.wasm`, a key pair NAME.key/NAME.pub and the
+/// signature; returns the public key.
+fn signed_echo(dir: &Path, key: &str) -> String {
+    std::fs::copy(test_plugin("echo"), dir.join("echo.wasm")).unwrap();
+    let o = warden(dir, &["plugin", "keygen", "--out", key]);
+    assert!(o.status.success(), "{o:?}");
+    let o = warden(dir, &["plugin", "sign", "echo.wasm", "--key", &format!("{key}.key")]);
+    assert!(o.status.success(), "{o:?}");
+    std::fs::read_to_string(dir.join(format!("{key}.pub"))).unwrap().trim().to_owned()
+}
+
+fn push(dir: &Path, file: &str, target: &str) -> Output {
+    warden(dir, &["plugin", "push", file, target, "--insecure"])
+}
+
+/// The names in a plugin directory, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// A manifest as the registry serves it to a client that accepts OCI manifests.
+fn manifest(registry: &Registry, repo: &str, tag: &str) -> serde_json::Value {
+    let accept = "Accept: application/vnd.oci.image.manifest.v1+json\r\n";
+    let (status, text) = http_with(registry.port, "GET", &format!("/v2/{repo}/manifests/{tag}"), accept, None);
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_signed_plugin_is_pushed_in_the_wasm_layout_pulled_into_a_running_server_and_answers_a_task() {
+    let registry = Registry::start();
+    let publisher = tempfile::tempdir().unwrap();
+    let public = signed_echo(publisher.path(), "release");
+    let target = registry.url("warden/echo:1.0");
+    let o = push(publisher.path(), "echo.wasm", &target);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stderr(&o).contains(&public), "{o:?}");
+    let pushed = stdout(&o).trim().to_owned();
+    assert!(pushed.starts_with(&format!("{target}@sha256:")), "{pushed}");
+
+    // The layout `wkg oci push` writes: an OCI manifest, the wasm config, one application/wasm layer.
+    let manifest = manifest(&registry, "warden/echo", "1.0");
+    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json", "{manifest}");
+    assert_eq!(manifest["config"]["mediaType"], "application/vnd.wasm.config.v0+json", "{manifest}");
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1, "{manifest}");
+    assert_eq!(layers[0]["mediaType"], "application/wasm");
+    assert_eq!(layers[0]["annotations"]["org.opencontainers.image.title"], "echo.wasm");
+    let sig = std::fs::read_to_string(publisher.path().join("echo.wasm.sig")).unwrap();
+    assert_eq!(manifest["annotations"]["dev.warden.plugin.signature"], sig.trim());
+    let config_digest = manifest["config"]["digest"].as_str().unwrap();
+    let (_, config) = json_of(registry.port, "GET", &format!("/v2/warden/echo/blobs/{config_digest}"), None);
+    assert_eq!((config["architecture"].as_str(), config["os"].as_str()), (Some("wasm"), Some("wasip2")), "{config}");
+    assert_eq!(config["layerDigests"], json!([layers[0]["digest"]]));
+
+    // A deployment that requires signatures by this key, serving with an empty plugin directory.
+    let d = Deployment::new(&format!(
+        "  require_signature: true\n  trust: [\"{public}\"]\n  grants:\n    echo: {{ log: true, events: true, state: true }}\n\
+         subagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"echo://greeter\", kind: ECHO }}\nstore:\n  path: ./state/tasks.db\n"
+    ));
+    let server = Server::start(&d);
+    let plugins = d.dir.path().join("plugins");
+    assert!(listing(&plugins).is_empty());
+    let o = d.warden(&["plugin", "pull", &target, "--insecure"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stderr(&o).contains(&format!("signature verified: {public}")), "{o:?}");
+    assert_eq!(Path::new(stdout(&o).trim()).canonicalize().unwrap(), plugins.join("echo.wasm").canonicalize().unwrap());
+    // The component and its signature, whole, and no temporary file left.
+    assert_eq!(listing(&plugins), ["echo.wasm", "echo.wasm.sig"]);
+    assert_eq!(std::fs::read(plugins.join("echo.wasm")).unwrap(), std::fs::read(test_plugin("echo")).unwrap());
+
+    // The running server picks it up and answers a task through it.
+    let task = json!({ "description": "e2e", "prompt": "from the registry", "subagent_type": "greeter" });
+    let until = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let (status, r) = json_of(server.port, "POST", "/v1/tasks", Some(&task));
+        if status == 200 && r["status"] == "completed" {
+            break r;
+        }
+        assert!(Instant::now() < until, "no task through the pulled plugin: {status} {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(done["output"].as_str().unwrap().contains("from the registry"), "{done}");
+
+    // Pulling by digest, under another id, replaces nothing and loads as well.
+    let o = d.warden(&["plugin", "pull", &pushed, "--insecure", "--as", "echo2"]);
+    assert!(o.status.success(), "{o:?}");
+    let o = d.warden(&["plugin", "inspect", plugins.join("echo2.wasm").to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains("valid:    yes"), "{o:?}");
+}
+
+#[test]
+fn a_tampered_blob_an_untrusted_or_missing_signature_and_a_wrong_pin_are_refused_and_nothing_is_installed() {
+    let registry = Registry::start();
+    let publisher = tempfile::tempdir().unwrap();
+    let trusted = signed_echo(publisher.path(), "release");
+    let other = tempfile::tempdir().unwrap();
+    let untrusted = signed_echo(other.path(), "stranger");
+    assert_ne!(trusted, untrusted);
+    let unsigned = tempfile::tempdir().unwrap();
+    std::fs::copy(test_plugin("echo"), unsigned.path().join("echo.wasm")).unwrap();
+
+    for (dir, repo) in [(publisher.path(), "good"), (other.path(), "stranger"), (unsigned.path(), "unsigned"), (publisher.path(), "tampered")] {
+        let o = push(dir, "echo.wasm", &registry.url(&format!("{repo}/echo:1")));
+        assert!(o.status.success(), "{repo}: {o:?}");
+    }
+    let d = Deployment::new(&format!("  require_signature: true\n  trust: [\"{trusted}\"]\n"));
+    let plugins = d.dir.path().join("plugins");
+    let refused = |repo: &str, reason: &str| {
+        let o = d.warden(&["plugin", "pull", &registry.url(&format!("{repo}/echo:1")), "--insecure"]);
+        assert_eq!(o.status.code(), Some(2), "{repo}: {o:?}");
+        assert!(stderr(&o).contains(reason), "{repo}: expected {reason:?} in {o:?}");
+        assert!(listing(&plugins).is_empty(), "{repo}: installed {:?}", listing(&plugins));
+    };
+
+    // The layer's bytes changed in the registry's storage: its digest no longer matches.
+    // (The same blob backs every repository, so the other cases come first.)
+    refused("stranger", "which is not in plugins.trust");
+    refused("unsigned", "unsigned: no signature annotation dev.warden.plugin.signature");
+    let manifest = manifest(&registry, "tampered/echo", "1");
+    let blob = registry.blob(manifest["layers"][0]["digest"].as_str().unwrap());
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&blob, bytes).unwrap();
+    refused("tampered", "does not match its digest");
+
+    // A pin names the expected and the actual hash (the blob restored first).
+    let mut bytes = std::fs::read(&blob).unwrap();
+    bytes[middle] ^= 0x01;
+    std::fs::write(&blob, bytes).unwrap();
+    let pinned = Deployment::new(&format!("  trust: [\"{trusted}\"]\n  pins:\n    echo: \"{}\"\n", "0".repeat(64)));
+    let o = pinned.warden(&["plugin", "pull", &registry.url("good/echo:1"), "--insecure"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("plugins.pins.echo"), "{o:?}");
+    assert!(listing(&pinned.dir.path().join("plugins")).is_empty());
+    // The good one still installs.
+    let o = d.warden(&["plugin", "pull", &registry.url("good/echo:1"), "--insecure"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(listing(&plugins), ["echo.wasm", "echo.wasm.sig"]);
+}
+
+#[test]
+fn push_refuses_a_signature_of_other_bytes_a_core_module_and_plain_http_to_a_remote_registry() {
+    let registry = Registry::start();
+    let publisher = tempfile::tempdir().unwrap();
+    signed_echo(publisher.path(), "release");
+    // The signature of echo.wasm beside a different component.
+    std::fs::copy(test_plugin("echo-v2"), publisher.path().join("echo-v2.wasm")).unwrap();
+    std::fs::copy(publisher.path().join("echo.wasm.sig"), publisher.path().join("echo-v2.wasm.sig")).unwrap();
+    let o = push(publisher.path(), "echo-v2.wasm", &registry.url("mixed/echo:1"));
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("does not match the file"), "{o:?}");
+    // A core module is not a component.
+    std::fs::write(publisher.path().join("core.wasm"), b"\0asm\x01\x00\x00\x00").unwrap();
+    let o = push(publisher.path(), "core.wasm", &registry.url("core/x:1"));
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("not a WebAssembly component"), "{o:?}");
+    // Plain HTTP only to this machine; nothing was pushed by the refused calls.
+    let o = push(publisher.path(), "echo.wasm", "oci://registry.example.com/echo:1");
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("only for a registry on this machine"), "{o:?}");
+    let (status, catalog) = json_of(registry.port, "GET", "/v2/_catalog", None);
+    assert_eq!((status, &catalog["repositories"]), (200, &json!([])), "{catalog}");
+}
