@@ -55,6 +55,10 @@ pub const MAX_ID_LEN: usize = 128;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest silence while reading from a registry before giving up (a stalled transfer).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The environment variable with the registry user name (HTTP Basic, with [`PASSWORD_ENV`]).
+pub const USERNAME_ENV: &str = "WARDEN_REGISTRY_USERNAME";
+/// The environment variable with the registry password or token; never logged or printed.
+pub const PASSWORD_ENV: &str = "WARDEN_REGISTRY_PASSWORD";
 
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
@@ -65,6 +69,8 @@ pub enum OciError {
          use HTTPS"
     )]
     InsecureRemote(String),
+    #[error("set both {USERNAME_ENV} and {PASSWORD_ENV} (or neither, for anonymous access)")]
+    HalfCredentials,
     #[error("{0}")]
     Registry(String),
     #[error("{reference} is not a Wasm component artifact: {reason}")]
@@ -102,6 +108,18 @@ pub struct Installed {
     pub signed_by: Option<String>,
     /// Whether a plugin file of this id was there before.
     pub replaced: bool,
+}
+
+/// Registry credentials from [`USERNAME_ENV`] and [`PASSWORD_ENV`] (HTTP Basic, which the
+/// client also trades for a bearer token where the registry asks for one); anonymous when
+/// neither is set.
+pub fn auth_from_env() -> Result<RegistryAuth, OciError> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match (var(USERNAME_ENV), var(PASSWORD_ENV)) {
+        (Some(user), Some(password)) => Ok(RegistryAuth::Basic(user, password)),
+        (None, None) => Ok(RegistryAuth::Anonymous),
+        _ => Err(OciError::HalfCredentials),
+    }
 }
 
 /// Parses `oci://REGISTRY/REPO:TAG` and makes a client for it; plain HTTP only with
@@ -167,7 +185,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Publishes the component `file` (and its signature `FILE.sig`, if present and valid)
 /// at `target`. Refuses a signature that does not match the file.
-pub async fn push(file: &Path, target: &str, insecure: bool, max_size: u64) -> Result<Pushed, OciError> {
+pub async fn push(file: &Path, target: &str, insecure: bool, auth: &RegistryAuth, max_size: u64) -> Result<Pushed, OciError> {
     let (reference, client) = connect(target, insecure)?;
     let bytes = crate::registry::read_plugin_file(file, max_size).await.map_err(OciError::Io)?;
     let shown = file.display().to_string();
@@ -200,7 +218,7 @@ pub async fn push(file: &Path, target: &str, insecure: bool, max_size: u64) -> R
     let mut manifest = OciImageManifest::build(&layers, &config, annotations);
     manifest.media_type = Some(MANIFEST_MEDIA_TYPE.into());
     let pushed = client
-        .push(&reference, &layers, config, &RegistryAuth::Anonymous, Some(manifest))
+        .push(&reference, &layers, config, auth, Some(manifest))
         .await
         .map_err(|e| OciError::Registry(format!("pushing to {target}: {}", chain(&e))))?;
     let digest = pushed.manifest_url.rsplit('/').next().unwrap_or_default().to_owned();
@@ -219,11 +237,18 @@ fn valid_id(id: &str) -> bool {
 /// Fetches the artifact at `target`, verifies it (layout, size, digest, component, then
 /// the pin, trust and signature rules of `plugins`), and installs it atomically into `dir`
 /// as `ID.wasm` (`id`, else the layer's title, else the repository's last segment).
-pub async fn pull(target: &str, insecure: bool, id: Option<&str>, dir: &Path, plugins: &PluginsConfig) -> Result<Installed, OciError> {
+pub async fn pull(
+    target: &str,
+    insecure: bool,
+    auth: &RegistryAuth,
+    id: Option<&str>,
+    dir: &Path,
+    plugins: &PluginsConfig,
+) -> Result<Installed, OciError> {
     let (reference, client) = connect(target, insecure)?;
     let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| OciError::Registry(format!("{what} {target}: {}", chain(&e)));
     let (manifest, _) = client
-        .pull_manifest(&reference, &RegistryAuth::Anonymous)
+        .pull_manifest(&reference, auth)
         .await
         .map_err(|e| registry_err("fetching the manifest of", e))?;
     let not_wasm = |reason: String| OciError::NotWasm { reference: target.to_owned(), reason };

@@ -197,7 +197,8 @@ pub enum PluginCommand {
         trust: Vec<String>,
     },
     /// Publish a plugin file (and its FILE.sig) as a Wasm OCI artifact, the layout
-    /// `wkg oci push` writes.
+    /// `wkg oci push` writes. Credentials: WARDEN_REGISTRY_USERNAME and
+    /// WARDEN_REGISTRY_PASSWORD (else anonymous).
     Push {
         file: PathBuf,
         /// Where: oci://REGISTRY/REPOSITORY:TAG
@@ -207,7 +208,8 @@ pub enum PluginCommand {
         insecure: bool,
     },
     /// Fetch a Wasm OCI artifact, verify its digest, pin and signature as loading would,
-    /// and install it atomically into the plugin directory as ID.wasm.
+    /// and install it atomically into the plugin directory as ID.wasm. Credentials as for
+    /// push.
     Pull {
         /// oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST)
         source: String,

@@ -60,7 +60,11 @@ pub fn verify(config: &Config, file: &Path, extra_trust: &[String]) -> anyhow::R
 }
 
 pub async fn push(config: &Config, file: &Path, target: &str, insecure: bool) -> anyhow::Result<ExitCode> {
-    match crate::oci::push(file, target, insecure, config.plugins.max_plugin_size).await {
+    let pushed = match crate::oci::auth_from_env() {
+        Ok(auth) => crate::oci::push(file, target, insecure, &auth, config.plugins.max_plugin_size).await,
+        Err(e) => Err(e),
+    };
+    match pushed {
         Ok(p) => {
             match &p.signed_by {
                 Some(key) => eprintln!("signed by {key}"),
@@ -81,7 +85,11 @@ pub async fn push(config: &Config, file: &Path, target: &str, insecure: bool) ->
 
 pub async fn pull(config: &Config, source: &str, id: Option<&str>, insecure: bool) -> anyhow::Result<ExitCode> {
     let dir = config.path(&config.plugins.dir);
-    match crate::oci::pull(source, insecure, id, &dir, &config.plugins).await {
+    let pulled = match crate::oci::auth_from_env() {
+        Ok(auth) => crate::oci::pull(source, insecure, &auth, id, &dir, &config.plugins).await,
+        Err(e) => Err(e),
+    };
+    match pulled {
         Ok(i) => {
             match &i.signed_by {
                 Some(key) => eprintln!("signature verified: {key}"),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::common::{Deployment, Server, bin, free_port, http, http_with, json_of, stdout, test_plugin};
+use crate::common::{Deployment, Server, bin, free_port, http, http_with, json_of, python, stdout, test_plugin};
 
 /// Default location of Debian's registry binary.
 const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
@@ -22,19 +22,32 @@ struct Registry {
 
 impl Registry {
     fn start() -> Registry {
+        Self::start_with(None)
+    }
+
+    /// A registry that requires HTTP Basic `user:password` (an htpasswd file, bcrypt).
+    fn start_with(user: Option<(&str, &str)>) -> Registry {
         let bin = std::env::var_os("WARDEN_REGISTRY_BIN").map(PathBuf::from).unwrap_or_else(|| REGISTRY_BIN.into());
         assert!(bin.is_file(), "OCI registry missing at {} — run `cargo xtask test` (apt-get install docker-registry)", bin.display());
         let storage = tempfile::tempdir().unwrap();
         let port = free_port();
         let config = storage.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-                storage.path().join("data").display()
-            ),
-        )
-        .unwrap();
+        let mut yaml = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            storage.path().join("data").display()
+        );
+        if let Some((name, password)) = user {
+            // Distribution reads bcrypt only; Python's crypt module makes it.
+            let hash = Command::new(python())
+                .args(["-W", "ignore", "-c", "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))", password])
+                .output()
+                .unwrap();
+            assert!(hash.status.success(), "{hash:?}");
+            let htpasswd = storage.path().join("htpasswd");
+            std::fs::write(&htpasswd, format!("{name}:{}", stdout(&hash).trim())).unwrap();
+            yaml.push_str(&format!("auth:\n  htpasswd:\n    realm: warden-test\n    path: {}\n", htpasswd.display()));
+        }
+        std::fs::write(&config, yaml).unwrap();
         let log = std::fs::File::create(storage.path().join("registry.log")).unwrap();
         let child = Command::new(&bin).arg("serve").arg(&config).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         let mut registry = Registry { child, port, storage };
@@ -43,7 +56,8 @@ impl Registry {
             if let Ok(Some(status)) = registry.child.try_wait() {
                 panic!("the registry exited: {status}\n{}", registry.log());
             }
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && http(port, "GET", "/v2/", None).0 == 200 {
+            // 200, or 401 when it asks for credentials: it is serving.
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && matches!(http(port, "GET", "/v2/", None).0, 200 | 401) {
                 return registry;
             }
             assert!(Instant::now() < until, "the registry did not answer /v2/ within 30 s\n{}", registry.log());
@@ -73,9 +87,20 @@ impl Drop for Registry {
     }
 }
 
-/// `warden ARGS` with no configuration (the publisher's side).
+/// `warden ARGS` with no configuration (the publisher's side) and no registry credentials.
 fn warden(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(bin()).current_dir(cwd).args(args).output().unwrap()
+    warden_env(cwd, args, &[])
+}
+
+fn warden_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(bin())
+        .current_dir(cwd)
+        .args(args)
+        .env_remove("WARDEN_REGISTRY_USERNAME")
+        .env_remove("WARDEN_REGISTRY_PASSWORD")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -249,4 +274,37 @@ fn push_refuses_a_signature_of_other_bytes_a_core_module_and_plain_http_to_a_rem
     assert!(stderr(&o).contains("only for a registry on this machine"), "{o:?}");
     let (status, catalog) = json_of(registry.port, "GET", "/v2/_catalog", None);
     assert_eq!((status, &catalog["repositories"]), (200, &json!([])), "{catalog}");
+}
+
+#[test]
+fn credentials_come_from_the_environment_and_are_needed_where_the_registry_asks() {
+    let registry = Registry::start_with(Some(("alice", "s3cret-pw")));
+    let publisher = tempfile::tempdir().unwrap();
+    std::fs::copy(test_plugin("echo"), publisher.path().join("echo.wasm")).unwrap();
+    let target = registry.url("private/echo:1");
+    let push = |env: &[(&str, &str)]| warden_env(publisher.path(), &["plugin", "push", "echo.wasm", &target, "--insecure"], env);
+    let alice = [("WARDEN_REGISTRY_USERNAME", "alice"), ("WARDEN_REGISTRY_PASSWORD", "s3cret-pw")];
+    let o = push(&[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).to_ascii_lowercase().contains("unauthorized"), "{o:?}");
+    let o = push(&[("WARDEN_REGISTRY_USERNAME", "alice")]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("set both WARDEN_REGISTRY_USERNAME and WARDEN_REGISTRY_PASSWORD"), "{o:?}");
+    let o = push(&[("WARDEN_REGISTRY_USERNAME", "alice"), ("WARDEN_REGISTRY_PASSWORD", "wrong")]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let o = push(&alice);
+    assert!(o.status.success(), "{o:?}");
+    // The password appears in no output.
+    assert!(!stderr(&o).contains("s3cret-pw") && !stdout(&o).contains("s3cret-pw"), "{o:?}");
+
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("warden.yaml"), "plugins:\n  dir: ./plugins\n").unwrap();
+    let pull = |env: &[(&str, &str)]| warden_env(d.path(), &["--config", "warden.yaml", "plugin", "pull", &target, "--insecure"], env);
+    let o = pull(&[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(!d.path().join("plugins/echo.wasm").exists());
+    let o = pull(&alice);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stderr(&o).contains("unsigned"), "{o:?}");
+    assert_eq!(std::fs::read(d.path().join("plugins/echo.wasm")).unwrap(), std::fs::read(test_plugin("echo")).unwrap());
 }
