@@ -1367,3 +1367,42 @@ mod sandboxed {
         end_sessions(&api).await;
     }
 }
+
+mod a2a_framing {
+    use super::*;
+
+    /// Regression: an A2A request body over the limit was answered 200 (a JSON-RPC error
+    /// with HTTP success), a request without `id` (a notification) was answered and run,
+    /// and a member given twice was read as its last copy.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn oversize_is_413_notifications_get_no_reply_and_duplicate_members_are_refused() {
+        let api = api().await;
+        let send = json!({ "jsonrpc": "2.0", "method": "SendMessage", "params": {
+            "message": { "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": "x".repeat(2 << 20) }] } } });
+        let big = json!({ "id": 1 }).as_object().unwrap().clone().into_iter().chain(send.as_object().unwrap().clone()).collect::<serde_json::Map<_, _>>();
+        // Its own connection: the server may answer before reading the whole body.
+        let r = api
+            .send(reqwest::Client::new().post(api.url("/a2a/greeter")).header("content-type", "application/json").body(Value::Object(big).to_string()))
+            .await;
+        assert_eq!(r.status, 413, "{}", r.text);
+        assert_eq!(r.body["error"]["code"], -32600, "{}", r.text);
+
+        let mut small = send.clone();
+        small["params"]["message"]["parts"][0]["text"] = json!("hello");
+        let r = api.post("/a2a/greeter", small.clone()).await;
+        assert_eq!((r.status, r.text.as_str()), (204, ""), "a notification is never answered");
+
+        let dup = small.to_string().replacen('{', r#"{"id":1,"id":2,"#, 1);
+        let r = api.post_raw("/a2a/greeter", dup).await;
+        assert_eq!((r.status, r.body["error"]["code"].clone()), (200, json!(-32600)), "{}", r.text);
+        assert!(r.text.contains("duplicate"), "{}", r.text);
+
+        // None of these reached the engine as a task.
+        assert_eq!(api.engine.metrics.submitted.load(std::sync::atomic::Ordering::Relaxed), 0);
+        // An ordinary request still runs.
+        small["id"] = json!(7);
+        let r = api.post("/a2a/greeter", small).await;
+        assert_eq!((r.status, r.body["id"].clone()), (200, json!(7)), "{}", r.text);
+        assert_eq!(api.engine.metrics.submitted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+}

@@ -384,7 +384,11 @@ pub fn method_of(name: &str) -> Option<(Method, Dialect)> {
 /// A well-formed JSON-RPC request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
+    /// The request's id (`null` when it says `null`).
     pub id: Value,
+    /// The request has no `id` member: a JSON-RPC notification, which is never answered
+    /// (A2A defines none, so it is not executed either).
+    pub notification: bool,
     pub method: Method,
     pub dialect: Dialect,
     pub params: Value,
@@ -399,6 +403,12 @@ pub fn parse_request(body: &[u8]) -> Result<Request, (Value, RpcError)> {
         let what = if v.is_array() { "batch requests are not supported" } else { "a request must be a JSON object" };
         return Err((Value::Null, RpcError::invalid_request(what)));
     };
+    // A member given twice (`"id":1,"id":2`) is read differently by different parsers (a
+    // proxy may route or log the first, serde keeps the last): refused, never guessed.
+    if let Err(e) = serde_json::from_slice::<Envelope>(body) {
+        return Err((Value::Null, RpcError::invalid_request(format!("malformed request: {e}"))));
+    }
+    let notification = !obj.contains_key("id");
     let id = match obj.get("id") {
         None | Some(Value::Null) => Value::Null,
         Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
@@ -421,7 +431,18 @@ pub fn parse_request(body: &[u8]) -> Result<Request, (Value, RpcError)> {
         Some(p @ Value::Object(_)) => p.clone(),
         Some(_) => return Err((id, RpcError::invalid_params("`params` must be an object"))),
     };
-    Ok(Request { id, method, dialect, params })
+    Ok(Request { id, notification, method, dialect, params })
+}
+
+/// The members of a JSON-RPC request, read only to refuse duplicates (serde's derived
+/// struct reader rejects a field seen twice); other members are ignored.
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Envelope {
+    jsonrpc: Option<Value>,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
 }
 
 /// Whether the `A2A-Version` header (if any) names a protocol this server speaks.
@@ -1191,14 +1212,19 @@ async fn rpc(
     let body = match body {
         Ok(b) => b,
         Err(e) => {
+            // Too large (413) or unreadable: the HTTP status says so, the body in JSON-RPC.
             let err = RpcError::invalid_request(format!("unreadable request body: {}", e.body_text()));
-            return Json(rpc_error(&Value::Null, &err)).into_response();
+            return (e.status(), Json(rpc_error(&Value::Null, &err))).into_response();
         }
     };
     let req = match parse_request(&body) {
         Ok(r) => r,
         Err((id, e)) => return Json(rpc_error(&id, &e)).into_response(),
     };
+    if req.notification {
+        // JSON-RPC: a notification gets no reply; A2A has no notifications to act on.
+        return http::StatusCode::NO_CONTENT.into_response();
+    }
     let version = headers.get("a2a-version").map(|v| v.to_str().unwrap_or("?"));
     if !version_supported(version) {
         let e = RpcError::new(RpcError::VERSION_NOT_SUPPORTED, "this server speaks A2A 1.0 and 0.3");
@@ -1616,7 +1642,19 @@ mod tests {
         let (id, e) = parse_request(br#"{"jsonrpc":"2.0","id":"abc","method":"Nope"}"#).unwrap_err();
         assert_eq!((id, e.code), (json!("abc"), RpcError::METHOD_NOT_FOUND));
         let r = parse_request(br#"{"jsonrpc":"2.0","id":7,"method":"message/send","params":{}}"#).unwrap();
-        assert_eq!((r.id, r.method, r.dialect), (json!(7), Method::Send, Dialect::V03));
+        assert_eq!((r.id, r.notification, r.method, r.dialect), (json!(7), false, Method::Send, Dialect::V03));
+        // A member twice is refused, whichever copy a parser would keep.
+        for dup in [
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","method":"CancelTask"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{},"params":{"id":"x"}}"#,
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"GetTask"}"#,
+        ] {
+            assert_eq!(code(dup.as_bytes()), RpcError::INVALID_REQUEST, "{dup}");
+        }
+        // No `id` member: a notification; `"id": null` is an ordinary request.
+        assert!(parse_request(br#"{"jsonrpc":"2.0","method":"GetTask"}"#).unwrap().notification);
+        assert!(!parse_request(br#"{"jsonrpc":"2.0","id":null,"method":"GetTask"}"#).unwrap().notification);
         assert!(version_supported(None) && version_supported(Some("1.0")) && version_supported(Some("0.3")));
         assert!(!version_supported(Some("2.0")) && !version_supported(Some("x")));
     }
