@@ -59,6 +59,13 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub const USERNAME_ENV: &str = "WARDEN_REGISTRY_USERNAME";
 /// The environment variable with the registry password or token; never logged or printed.
 pub const PASSWORD_ENV: &str = "WARDEN_REGISTRY_PASSWORD";
+/// The environment variable naming the one registry (`host[:port]`) the credentials are
+/// for: any other registry a command names is accessed anonymously, so a pull from a
+/// registry an attacker names never hands it the password.
+pub const HOST_ENV: &str = "WARDEN_REGISTRY_HOST";
+/// Longest a whole push or pull may take: bounds a registry that trickles a manifest or a
+/// layer forever (each read is also bounded by [`READ_TIMEOUT`]).
+pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
@@ -71,6 +78,15 @@ pub enum OciError {
     InsecureRemote(String),
     #[error("set both {USERNAME_ENV} and {PASSWORD_ENV} (or neither, for anonymous access)")]
     HalfCredentials,
+    #[error("set {HOST_ENV} to the registry (host[:port]) that {USERNAME_ENV} and {PASSWORD_ENV} are for")]
+    CredentialsWithoutHost,
+    #[error("{0} took longer than {secs} s", secs = TRANSFER_TIMEOUT.as_secs())]
+    TimedOut(String),
+    #[error(
+        "the artifact names itself {title:?} but the repository is {repository:?}: pass --as ID to say \
+         which plugin it installs as"
+    )]
+    AmbiguousId { title: String, repository: String },
     #[error("{0}")]
     Registry(String),
     #[error("{reference} is not a Wasm component artifact: {reason}")]
@@ -110,14 +126,53 @@ pub struct Installed {
     pub replaced: bool,
 }
 
-/// Registry credentials from [`USERNAME_ENV`] and [`PASSWORD_ENV`] (HTTP Basic, which the
-/// client also trades for a bearer token where the registry asks for one); anonymous when
-/// neither is set.
-pub fn auth_from_env() -> Result<RegistryAuth, OciError> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+/// Registry credentials: a user name and password (or token) for one registry.
+#[derive(Clone, Default)]
+pub struct Credentials(Option<(String, String, String)>);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some((host, user, _)) => write!(f, "Credentials({user}@{host}, password redacted)"),
+            None => f.write_str("Credentials(anonymous)"),
+        }
+    }
+}
+
+impl Credentials {
+    /// Anonymous access.
+    pub fn anonymous() -> Self {
+        Credentials(None)
+    }
+
+    /// `user` and `password` for the registry `host` (`host[:port]`) only.
+    pub fn for_host(host: &str, user: &str, password: &str) -> Self {
+        Credentials(Some((host.to_owned(), user.to_owned(), password.to_owned())))
+    }
+
+    /// What to send to `registry`: the credentials when they are for it, else nothing
+    /// (HTTP Basic, which the client also trades for a bearer token where the registry
+    /// asks for one).
+    fn for_registry(&self, registry: &str) -> RegistryAuth {
+        match &self.0 {
+            Some((host, user, password)) if host.eq_ignore_ascii_case(registry) => {
+                RegistryAuth::Basic(user.clone(), password.clone())
+            }
+            _ => RegistryAuth::Anonymous,
+        }
+    }
+}
+
+/// Registry credentials from [`USERNAME_ENV`], [`PASSWORD_ENV`] and [`HOST_ENV`];
+/// anonymous when none is set.
+pub fn credentials_from_env() -> Result<Credentials, OciError> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     match (var(USERNAME_ENV), var(PASSWORD_ENV)) {
-        (Some(user), Some(password)) => Ok(RegistryAuth::Basic(user, password)),
-        (None, None) => Ok(RegistryAuth::Anonymous),
+        (Some(user), Some(password)) => match var(HOST_ENV) {
+            Some(host) => Ok(Credentials::for_host(host.trim(), &user, &password)),
+            None => Err(OciError::CredentialsWithoutHost),
+        },
+        (None, None) => Ok(Credentials::anonymous()),
         _ => Err(OciError::HalfCredentials),
     }
 }
@@ -137,12 +192,24 @@ fn connect(target: &str, insecure: bool) -> Result<(Reference, Client), OciError
         if !is_loopback(&registry) {
             return Err(OciError::InsecureRemote(registry));
         }
-        ClientProtocol::HttpsExcept(vec![registry])
+        ClientProtocol::HttpsExcept(vec![registry.clone()])
     } else {
         ClientProtocol::Https
     };
+    // Plain HTTP goes to this machine's registry directly: an explicit proxy list turns off
+    // the system proxy (`HTTP_PROXY`), and that list exempts the registry, so neither the
+    // traffic nor the credentials reach a proxy; any other plain-HTTP host (none is
+    // allowed) would meet a proxy that does not exist.
+    let (http_proxy, no_proxy) = if insecure {
+        let host = registry.rsplit_once(':').map_or(registry.as_str(), |(h, _)| h);
+        (Some(NOWHERE_PROXY.to_owned()), Some(host.to_owned()))
+    } else {
+        (None, None)
+    };
     let config = ClientConfig {
         protocol,
+        http_proxy,
+        no_proxy,
         connect_timeout: Some(CONNECT_TIMEOUT),
         read_timeout: Some(READ_TIMEOUT),
         // An index would be resolved to some platform's image; a plugin artifact is one manifest.
@@ -151,6 +218,14 @@ fn connect(target: &str, insecure: bool) -> Result<(Reference, Client), OciError
     };
     Ok((reference, Client::new(config)))
 }
+
+/// Mode of an installed plugin file and its signature: a plugin is not a secret, and the
+/// server may run as another user than the one who pulled it.
+#[cfg(unix)]
+const INSTALLED_MODE: u32 = 0o644;
+
+/// A proxy address nothing listens on (the discard port of an unroutable address).
+const NOWHERE_PROXY: &str = "http://0.0.0.0:9";
 
 /// Whether `registry` (`host[:port]`) is this machine.
 fn is_loopback(registry: &str) -> bool {
@@ -185,8 +260,15 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Publishes the component `file` (and its signature `FILE.sig`, if present and valid)
 /// at `target`. Refuses a signature that does not match the file.
-pub async fn push(file: &Path, target: &str, insecure: bool, auth: &RegistryAuth, max_size: u64) -> Result<Pushed, OciError> {
+pub async fn push(file: &Path, target: &str, insecure: bool, credentials: &Credentials, max_size: u64) -> Result<Pushed, OciError> {
+    tokio::time::timeout(TRANSFER_TIMEOUT, push_now(file, target, insecure, credentials, max_size))
+        .await
+        .unwrap_or_else(|_| Err(OciError::TimedOut(format!("pushing to {target}"))))
+}
+
+async fn push_now(file: &Path, target: &str, insecure: bool, credentials: &Credentials, max_size: u64) -> Result<Pushed, OciError> {
     let (reference, client) = connect(target, insecure)?;
+    let auth = &credentials.for_registry(reference.resolve_registry());
     let bytes = crate::registry::read_plugin_file(file, max_size).await.map_err(OciError::Io)?;
     let shown = file.display().to_string();
     if !is_component(&bytes) {
@@ -240,12 +322,26 @@ fn valid_id(id: &str) -> bool {
 pub async fn pull(
     target: &str,
     insecure: bool,
-    auth: &RegistryAuth,
+    credentials: &Credentials,
+    id: Option<&str>,
+    dir: &Path,
+    plugins: &PluginsConfig,
+) -> Result<Installed, OciError> {
+    tokio::time::timeout(TRANSFER_TIMEOUT, pull_now(target, insecure, credentials, id, dir, plugins))
+        .await
+        .unwrap_or_else(|_| Err(OciError::TimedOut(format!("pulling {target}"))))
+}
+
+async fn pull_now(
+    target: &str,
+    insecure: bool,
+    credentials: &Credentials,
     id: Option<&str>,
     dir: &Path,
     plugins: &PluginsConfig,
 ) -> Result<Installed, OciError> {
     let (reference, client) = connect(target, insecure)?;
+    let auth = &credentials.for_registry(reference.resolve_registry());
     let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| OciError::Registry(format!("{what} {target}: {}", chain(&e)));
     let (manifest, _) = client
         .pull_manifest(&reference, auth)
@@ -274,15 +370,18 @@ pub async fn pull(
     if u64::try_from(layer.size).unwrap_or(u64::MAX) > limit {
         return Err(OciError::TooLarge { size: layer.size.max(0) as u64, limit });
     }
+    // The id (and so the grants it gets) is the operator's choice or the repository's
+    // name; an artifact that calls itself something else must be named with --as, so it
+    // cannot pick which installed plugin it replaces.
+    let repository = reference.repository().rsplit('/').next().unwrap_or_default().to_owned();
     let id = match id {
         Some(id) => id.to_owned(),
-        None => layer
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(TITLE_ANNOTATION))
-            .and_then(|t| t.strip_suffix(".wasm"))
-            .map(str::to_owned)
-            .unwrap_or_else(|| reference.repository().rsplit('/').next().unwrap_or_default().to_owned()),
+        None => match layer.annotations.as_ref().and_then(|a| a.get(TITLE_ANNOTATION)) {
+            Some(title) if title.strip_suffix(".wasm") != Some(repository.as_str()) => {
+                return Err(OciError::AmbiguousId { title: title.chars().take(MAX_ID_LEN + 8).collect(), repository });
+            }
+            _ => repository,
+        },
     };
     if !valid_id(&id) {
         return Err(OciError::BadId(id));
@@ -293,6 +392,9 @@ pub async fn pull(
     }
 
     // The blob, bounded, then its digest (the registry may be lying or altered).
+    // Only from the registry: a layer's `urls` (foreign layers) would have the client fetch
+    // whatever addresses the manifest's author wrote.
+    let layer = &oci_client::manifest::OciDescriptor { urls: None, ..layer.clone() };
     let mut stream = client
         .pull_blob_stream(&reference, layer)
         .await
@@ -350,6 +452,12 @@ fn install(dir: &Path, id: &str, bytes: &[u8], sig: Option<&str>) -> std::io::Re
     std::fs::create_dir_all(dir)?;
     let staged = |contents: &[u8], name: &str| -> std::io::Result<tempfile::NamedTempFile> {
         let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".partial").tempfile_in(dir)?;
+        // Readable by a `warden serve` running as another user (tempfile creates 0600).
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            tmp.as_file().set_permissions(std::fs::Permissions::from_mode(INSTALLED_MODE))?;
+        }
         tmp.write_all(contents)?;
         tmp.as_file().sync_all()?;
         Ok(tmp)

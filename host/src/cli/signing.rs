@@ -60,8 +60,8 @@ pub fn verify(config: &Config, file: &Path, extra_trust: &[String]) -> anyhow::R
 }
 
 pub async fn push(config: &Config, file: &Path, target: &str, insecure: bool) -> anyhow::Result<ExitCode> {
-    let pushed = match crate::oci::auth_from_env() {
-        Ok(auth) => crate::oci::push(file, target, insecure, &auth, config.plugins.max_plugin_size).await,
+    let pushed = match crate::oci::credentials_from_env() {
+        Ok(creds) => crate::oci::push(file, target, insecure, &creds, config.plugins.max_plugin_size).await,
         Err(e) => Err(e),
     };
     match pushed {
@@ -85,8 +85,8 @@ pub async fn push(config: &Config, file: &Path, target: &str, insecure: bool) ->
 
 pub async fn pull(config: &Config, source: &str, id: Option<&str>, insecure: bool) -> anyhow::Result<ExitCode> {
     let dir = config.path(&config.plugins.dir);
-    let pulled = match crate::oci::auth_from_env() {
-        Ok(auth) => crate::oci::pull(source, insecure, &auth, id, &dir, &config.plugins).await,
+    let pulled = match crate::oci::credentials_from_env() {
+        Ok(creds) => crate::oci::pull(source, insecure, &creds, id, &dir, &config.plugins).await,
         Err(e) => Err(e),
     };
     match pulled {

@@ -98,6 +98,7 @@ fn warden_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .args(args)
         .env_remove("WARDEN_REGISTRY_USERNAME")
         .env_remove("WARDEN_REGISTRY_PASSWORD")
+        .env_remove("WARDEN_REGISTRY_HOST")
         .envs(env.iter().copied())
         .output()
         .unwrap()
@@ -283,14 +284,23 @@ fn credentials_come_from_the_environment_and_are_needed_where_the_registry_asks(
     std::fs::copy(test_plugin("echo"), publisher.path().join("echo.wasm")).unwrap();
     let target = registry.url("private/echo:1");
     let push = |env: &[(&str, &str)]| warden_env(publisher.path(), &["plugin", "push", "echo.wasm", &target, "--insecure"], env);
-    let alice = [("WARDEN_REGISTRY_USERNAME", "alice"), ("WARDEN_REGISTRY_PASSWORD", "s3cret-pw")];
+    let host = format!("127.0.0.1:{}", registry.port);
+    let alice = [("WARDEN_REGISTRY_USERNAME", "alice"), ("WARDEN_REGISTRY_PASSWORD", "s3cret-pw"), ("WARDEN_REGISTRY_HOST", host.as_str())];
+    // Credentials name the one registry they are for ...
+    let o = push(&alice[..2]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("set WARDEN_REGISTRY_HOST"), "{o:?}");
+    // ... and any other registry gets none of them: here the one asking is not the one named.
+    let o = push(&[alice[0], alice[1], ("WARDEN_REGISTRY_HOST", "registry.example.com")]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).to_ascii_lowercase().contains("unauthorized"), "{o:?}");
     let o = push(&[]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(stderr(&o).to_ascii_lowercase().contains("unauthorized"), "{o:?}");
     let o = push(&[("WARDEN_REGISTRY_USERNAME", "alice")]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(stderr(&o).contains("set both WARDEN_REGISTRY_USERNAME and WARDEN_REGISTRY_PASSWORD"), "{o:?}");
-    let o = push(&[("WARDEN_REGISTRY_USERNAME", "alice"), ("WARDEN_REGISTRY_PASSWORD", "wrong")]);
+    let o = push(&[("WARDEN_REGISTRY_USERNAME", "alice"), ("WARDEN_REGISTRY_PASSWORD", "wrong"), ("WARDEN_REGISTRY_HOST", host.as_str())]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     let o = push(&alice);
     assert!(o.status.success(), "{o:?}");
@@ -307,4 +317,33 @@ fn credentials_come_from_the_environment_and_are_needed_where_the_registry_asks(
     assert!(o.status.success(), "{o:?}");
     assert!(stderr(&o).contains("unsigned"), "{o:?}");
     assert_eq!(std::fs::read(d.path().join("plugins/echo.wasm")).unwrap(), std::fs::read(test_plugin("echo")).unwrap());
+}
+
+/// Regression: the artifact's own title chose the plugin id, so a trusted publisher's
+/// artifact could replace another plugin (and get its grants).
+#[test]
+fn an_artifact_cannot_choose_which_plugin_it_replaces() {
+    let registry = Registry::start_with(None);
+    let publisher = tempfile::tempdir().unwrap();
+    std::fs::copy(test_plugin("echo"), publisher.path().join("echo.wasm")).unwrap();
+    let target = registry.url("vendor/billing:1");
+    let o = warden(publisher.path(), &["plugin", "push", "echo.wasm", &target, "--insecure"]);
+    assert!(o.status.success(), "{o:?}");
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("warden.yaml"), "plugins:\n  dir: ./plugins\n").unwrap();
+    let pull = |extra: &[&str]| {
+        let mut args = vec!["--config", "warden.yaml", "plugin", "pull", &target, "--insecure"];
+        args.extend_from_slice(extra);
+        warden(d.path(), &args)
+    };
+    let o = pull(&[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("--as"), "{o:?}");
+    assert!(!d.path().join("plugins/echo.wasm").exists() && !d.path().join("plugins/billing.wasm").exists());
+    let o = pull(&["--as", "billing"]);
+    assert!(o.status.success(), "{o:?}");
+    let installed = d.path().join("plugins/billing.wasm");
+    assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(test_plugin("echo")).unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777, 0o644);
 }
