@@ -104,6 +104,17 @@ pub struct SandboxConfig {
     /// containers and their sparse workspace images. Pooled containers count against
     /// `max_sessions` (sessions + pool never exceed it). `0` turns the pool off.
     pub warm_pool: usize,
+    /// Egress through warden's proxy (`allow`, `deny`, `credentials`; see
+    /// [`crate::egress`]). Default none: the container has no way out at all. With it the
+    /// container still has no network; its only way out is the proxy, which enforces the
+    /// lists and adds the credentials. Needs a local Docker engine (the proxy's socket is
+    /// bind-mounted) and python3 in `image`.
+    pub egress: Option<crate::egress::EgressConfig>,
+    /// Host directory holding the egress sockets (one subdirectory per container, mounted
+    /// into that container only). Default: `warden-egress-<scope>` in the temporary
+    /// directory. Must be a directory of the warden user that no one else may enter (mode
+    /// 0700); created so when missing.
+    pub egress_socket_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -125,6 +136,8 @@ impl Default for SandboxConfig {
             scope: DEFAULT_SCOPE.to_string(),
             docker_host: None,
             warm_pool: DEFAULT_WARM_POOL,
+            egress: None,
+            egress_socket_dir: None,
         }
     }
 }
@@ -196,6 +209,19 @@ impl SandboxConfig {
         {
             return bad("scope", "1-32 characters of [A-Za-z0-9_-]");
         }
+        if let Some(egress) = &self.egress {
+            egress.validate()?;
+            if self.network != DEFAULT_NETWORK {
+                return bad(
+                    "network",
+                    "`none` when sandbox.egress is set (the proxy is the only way out; a network would bypass it)",
+                );
+            }
+            let forwarder = crate::egress::FORWARDER_USER.split(':').next().and_then(|u| u.parse::<u64>().ok());
+            if self.uid_gid().map(|(u, _)| u) == forwarder {
+                return bad("user", "a uid other than the egress forwarder's (65533)");
+            }
+        }
         if let Some(rt) = &self.runtime
             && rt.trim().is_empty()
         {
@@ -205,6 +231,13 @@ impl SandboxConfig {
             );
         }
         Ok(())
+    }
+
+    /// The host directory of the egress sockets (see `egress_socket_dir`).
+    pub fn egress_dir(&self) -> std::path::PathBuf {
+        self.egress_socket_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("warden-egress-{}", self.scope)))
     }
 
     /// The numeric (uid, gid) of `user`; `None` when it is not numeric or is root.

@@ -27,6 +27,7 @@ use bollard::query_parameters::{
 
 use crate::config::SandboxConfig;
 use crate::error::{SandboxError, docker_status};
+use crate::egress::{self, Egress};
 use crate::{disk, exec};
 use crate::session::SessionKey;
 
@@ -185,12 +186,33 @@ pub(crate) fn pool_labels(scope: &str) -> HashMap<String, String> {
 
 /// The container config: every hardening default in one place (pool and session
 /// containers differ only in labels and in the name of their workspace volume).
-fn container_body(cfg: &SandboxConfig, labels: HashMap<String, String>, volume: &str) -> ContainerCreateBody {
+fn container_body(cfg: &SandboxConfig, labels: HashMap<String, String>, volume: &str, egress_dir: Option<&std::path::Path>) -> ContainerCreateBody {
     let tmpfs = HashMap::from([(
         "/tmp".to_string(),
         format!("rw,nosuid,nodev,size={},mode=1777", cfg.tmp_size.0),
     )]);
     let nano_cpus = (cfg.cpus * 1e9).round() as i64;
+    let mut env = vec![format!("PATH={CONTAINER_PATH}"), format!("HOME={CONTAINER_HOME}"), "LANG=C.UTF-8".into()];
+    let mut mounts = vec![Mount {
+        target: Some(WORKSPACE.into()),
+        source: Some(volume.to_string()),
+        typ: Some(MountTypeEnum::VOLUME),
+        read_only: Some(false),
+        ..Default::default()
+    }];
+    // Egress: this container's own socket directory (nothing else of the host), read-only
+    // (connecting to a socket needs no write access to its file system), and the proxy
+    // variables every tool reads.
+    if let Some(dir) = egress_dir {
+        env.extend(egress::container_env());
+        mounts.push(Mount {
+            target: Some(egress::EGRESS_MOUNT.into()),
+            source: Some(dir.to_string_lossy().into_owned()),
+            typ: Some(MountTypeEnum::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
     let memory = cfg.memory.0 as i64;
     ContainerCreateBody {
         image: Some(cfg.image.clone()),
@@ -203,11 +225,7 @@ fn container_body(cfg: &SandboxConfig, labels: HashMap<String, String>, volume: 
         cmd: Some(vec!["sleep".into(), "infinity".into()]),
         entrypoint: Some(vec![]),
         working_dir: Some(WORKSPACE.into()),
-        env: Some(vec![
-            format!("PATH={CONTAINER_PATH}"),
-            format!("HOME={CONTAINER_HOME}"),
-            "LANG=C.UTF-8".into(),
-        ]),
+        env: Some(env),
         labels: Some(labels),
         network_disabled: Some(cfg.network == "none"),
         stop_timeout: Some(1),
@@ -225,13 +243,7 @@ fn container_body(cfg: &SandboxConfig, labels: HashMap<String, String>, volume: 
             memory_swap: Some(memory),
             nano_cpus: Some(nano_cpus),
             tmpfs: Some(tmpfs),
-            mounts: Some(vec![Mount {
-                target: Some(WORKSPACE.into()),
-                source: Some(volume.to_string()),
-                typ: Some(MountTypeEnum::VOLUME),
-                read_only: Some(false),
-                ..Default::default()
-            }]),
+            mounts: Some(mounts),
             runtime: cfg.runtime.clone(),
             ipc_mode: Some("private".into()),
             ..Default::default()
@@ -249,6 +261,7 @@ pub(crate) async fn create_and_start(
     name: &str,
     volume: &str,
     labels: HashMap<String, String>,
+    egress: Option<&Egress>,
 ) -> Result<String, SandboxError> {
     // Checked first so that a missing image leaves nothing (not even a volume) behind.
     if let Err(e) = docker.inspect_image(&cfg.image).await {
@@ -286,12 +299,13 @@ pub(crate) async fn create_and_start(
         .await
         .map_err(|e| SandboxError::from_docker("create workspace volume", e))?;
 
+    let egress_dir = egress.map(|e| e.prepare_dir(name)).transpose()?;
     let mut attempt = 0;
     let created = loop {
         attempt += 1;
         // A dead container of the same name (killed, engine restarted) is in the way.
         remove_container(docker, name).await?;
-        let body = container_body(cfg, labels.clone(), volume);
+        let body = container_body(cfg, labels.clone(), volume, egress_dir.as_deref());
         let opts = CreateContainerOptions {
             name: Some(name.to_string()),
             ..Default::default()
@@ -315,6 +329,14 @@ pub(crate) async fn create_and_start(
             }
         }
     };
+    // The egress forwarder starts first: it is listening by the time the workspace setup
+    // (an exec round trip) is done, before any tool can run.
+    if egress.is_some()
+        && let Err(e) = exec::start_detached(docker, &created.id, egress::FORWARDER_USER, egress::forwarder_argv()).await
+    {
+        let _ = remove_container(docker, &created.id).await;
+        return Err(e);
+    }
     // The volume root is created root-owned; root in the container (no capabilities) still
     // owns it and may open it. Sticky bit as in /tmp.
     let mut setup_result = Ok(-1);

@@ -608,6 +608,25 @@ pub(crate) async fn run_housekeeping(
     }
 }
 
+/// Starts `cmd` in `container` as `user` and leaves it running (the egress forwarder): no
+/// output is attached, nothing waits for it; it lives as long as the container.
+pub(crate) async fn start_detached(docker: &Docker, container: &str, user: &str, cmd: Vec<String>) -> Result<(), SandboxError> {
+    let opts = CreateExecOptions::<String> {
+        attach_stdout: Some(false),
+        attach_stderr: Some(false),
+        attach_stdin: Some(false),
+        tty: Some(false),
+        cmd: Some(cmd),
+        user: Some(user.to_string()),
+        working_dir: Some("/".to_string()),
+        ..Default::default()
+    };
+    let fail = |e: bollard::errors::Error| SandboxError::from_docker("start the egress forwarder", e);
+    let exec = docker.create_exec(container, opts).await.map_err(fail)?;
+    let start = bollard::exec::StartExecOptions { detach: true, ..Default::default() };
+    docker.start_exec(&exec.id, Some(start)).await.map_err(fail).map(drop)
+}
+
 async fn create(
     docker: &Docker,
     container: &str,

@@ -19,6 +19,7 @@ mod agent;
 pub mod config;
 pub mod container;
 mod disk;
+pub mod egress;
 pub mod error;
 mod exec;
 pub mod metrics;
@@ -30,6 +31,7 @@ pub mod tools;
 mod workspace;
 
 pub use config::{ByteSize, SandboxConfig};
+pub use egress::{EgressConfig, EgressEvent, EgressObserver, EgressPolicy};
 pub use error::SandboxError;
 pub use metrics::MetricsSnapshot;
 pub use process::SessionProcess;

@@ -63,6 +63,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::SandboxConfig;
 use crate::container;
+use crate::egress::Egress;
 use crate::error::SandboxError;
 use crate::exec::{AgentPool, ExecFailure};
 use crate::session::{Inner, SessionKey};
@@ -264,7 +265,7 @@ pub(crate) fn start(inner: &Arc<Inner>, docker: &Docker) {
 fn top_up(inner: &Arc<Inner>, docker: &Docker, fills: &mut JoinSet<Result<(), SandboxError>>) {
     let cfg = &inner.config;
     while let Some(name) = inner.with_session_count(|n| inner.pool.reserve(n, cfg.max_sessions, &cfg.scope)) {
-        fills.spawn(fill(Arc::downgrade(inner), docker.clone(), cfg.clone(), name));
+        fills.spawn(fill(Arc::downgrade(inner), docker.clone(), cfg.clone(), inner.egress.clone(), name));
     }
 }
 
@@ -335,6 +336,7 @@ async fn discard_stopped(host: &Weak<Inner>, docker: &Docker) {
         inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(container = %warm.name, "warm pool: an idle pool container stopped; replacing it");
         drop(warm.agents);
+        inner.forget_egress_dir(&warm.name);
         let _ = container::remove_container(docker, &warm.id).await;
         let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
     }
@@ -342,10 +344,10 @@ async fn discard_stopped(host: &Weak<Inner>, docker: &Docker) {
 
 /// Prepares one pool container named `name` and delivers it; removes it instead when the
 /// pool closed or the host was dropped meanwhile (and everything it made, when it failed).
-async fn fill(host: Weak<Inner>, docker: Docker, cfg: SandboxConfig, name: String) -> Result<(), SandboxError> {
+async fn fill(host: Weak<Inner>, docker: Docker, cfg: SandboxConfig, egress: Option<Arc<Egress>>, name: String) -> Result<(), SandboxError> {
     let volume = container::volume_of(&name);
     let made = async {
-        let id = container::create_and_start(&docker, &cfg, &name, &volume, container::pool_labels(&cfg.scope)).await?;
+        let id = container::create_and_start(&docker, &cfg, &name, &volume, container::pool_labels(&cfg.scope), egress.as_deref()).await?;
         let agents = AgentPool::default();
         agents.prespawn(&docker, &id, &cfg.user).await.map_err(|f| match f {
             ExecFailure::Failed(e) => e,
@@ -369,6 +371,9 @@ async fn fill(host: Weak<Inner>, docker: Docker, cfg: SandboxConfig, name: Strin
             };
             if let Some(warm) = leftover {
                 drop(warm.agents);
+                if let Some(e) = &egress {
+                    e.remove_dir(&warm.name);
+                }
                 container::remove_pooled(&docker, &cfg, &warm.name).await?;
             }
             Ok(())
@@ -377,6 +382,9 @@ async fn fill(host: Weak<Inner>, docker: Docker, cfg: SandboxConfig, name: Strin
             if let Some(inner) = inner {
                 inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
                 inner.pool.fill_failed(&name);
+            }
+            if let Some(e) = &egress {
+                e.remove_dir(&name);
             }
             if let Err(cleanup) = container::remove_pooled(&docker, &cfg, &name).await {
                 tracing::warn!(container = %name, error = %cleanup, "warm pool: removing a failed pool container failed");
@@ -416,6 +424,7 @@ pub(crate) async fn take(inner: &Inner, docker: &Docker, key: &SessionKey) -> Re
                 inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(container = %warm.name, check = ?healthy.map(|_| "not running"), "warm pool: discarding a pool container that is not running");
                 drop(warm.agents);
+                inner.forget_egress_dir(&warm.name);
                 let _ = container::remove_container(docker, &warm.id).await;
                 let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
                 continue;
@@ -435,6 +444,7 @@ pub(crate) async fn take(inner: &Inner, docker: &Docker, key: &SessionKey) -> Re
                 inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(container = %warm.name, error = %e, "warm pool: handing out a container failed; removing it");
                 drop(warm.agents);
+                inner.forget_egress_dir(&warm.name);
                 // Renamed or not, the container goes (by id), with its workspace.
                 let _ = container::remove_container(docker, &warm.id).await;
                 let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
@@ -466,6 +476,7 @@ pub(crate) async fn shutdown(inner: &Inner, docker: &Docker) -> Result<(), Sandb
     }
     let removals = ready.into_iter().map(|w| {
         drop(w.agents);
+        inner.forget_egress_dir(&w.name);
         let name = w.name;
         async move { container::remove_pooled(docker, &inner.config, &name).await }
     });

@@ -28,6 +28,7 @@ use crate::shell_state::ShellState;
 use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::pool::{self, WarmPool};
+use crate::egress::{self, Egress, EgressObserver, EgressPolicy};
 
 /// Longest accepted user or session id, in bytes (they become Docker labels).
 pub const MAX_KEY_PART_LEN: usize = 128;
@@ -137,6 +138,8 @@ pub(crate) struct Inner {
     /// volume and disk never overlaps removing them (a reaped session used again at once
     /// would otherwise attach a disk image that the removal then deletes).
     object_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Egress through the proxy (`sandbox.egress`); `None`: containers have no way out.
+    pub(crate) egress: Option<Arc<Egress>>,
 }
 
 struct Slot {
@@ -155,6 +158,9 @@ struct Slot {
     agents: exec::AgentPool,
     /// The session's Bash state (cwd, exported variables), filtered; in memory only.
     shell: Mutex<ShellState>,
+    /// The session's egress proxy listener, on the socket of the live container (none
+    /// without `sandbox.egress`, or before the first container).
+    egress: Mutex<Option<egress::Listener>>,
 }
 
 impl Slot {
@@ -168,6 +174,7 @@ impl Slot {
             in_flight: AtomicUsize::new(0),
             agents: exec::AgentPool::default(),
             shell: Mutex::new(ShellState::default()),
+            egress: Mutex::new(None),
         }
     }
 
@@ -177,6 +184,26 @@ impl Slot {
 
     fn workspace(&self) -> Option<String> {
         self.workspace.lock().expect("workspace lock").clone()
+    }
+
+    /// Serves the session's egress proxy on the socket of its container `container_name`
+    /// (the name it was created under: a pool container keeps its pool directory). No-op
+    /// without egress.
+    fn start_egress(&self, inner: &Inner, container_name: &str) -> Result<(), SandboxError> {
+        let Some(egress) = &inner.egress else { return Ok(()) };
+        let listener = egress.listen(&egress.container_dir(container_name), &self.key)?;
+        *self.egress.lock().expect("egress lock") = Some(listener);
+        Ok(())
+    }
+
+    /// Stops the session's egress proxy and removes its container's socket directory.
+    fn stop_egress(&self, inner: &Inner) {
+        let listener = self.egress.lock().expect("egress lock").take();
+        if let (Some(listener), Some(egress)) = (listener, &inner.egress) {
+            let dir = listener.dir().to_path_buf();
+            drop(listener);
+            egress.remove_path(&dir);
+        }
     }
 
     /// The workspace volume, or the one a cold container would get.
@@ -222,6 +249,13 @@ impl Sandbox {
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         config.validate()?;
         let pool = WarmPool::new(config.warm_pool);
+        let egress = match &config.egress {
+            Some(e) => {
+                let policy = e.resolve(|name| std::env::var(name).ok())?;
+                Some(Arc::new(Egress::new(policy, config.egress_dir())?))
+            }
+            None => None,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -233,6 +267,7 @@ impl Sandbox {
                 shut_down: AtomicBool::new(false),
                 reaper: Mutex::new(None),
                 object_locks: (0..OBJECT_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+                egress,
             }),
         })
     }
@@ -248,6 +283,20 @@ impl Sandbox {
         let docker = self.docker().await?;
         pool::start(&self.inner, docker);
         Ok(())
+    }
+
+    /// Adds a receiver of every egress decision (the host's audit log and task streams);
+    /// without `sandbox.egress` there are none to receive.
+    pub fn on_egress(&self, observer: EgressObserver) {
+        if let Some(e) = &self.inner.egress {
+            e.observe(observer);
+        }
+    }
+
+    /// The egress policy in effect (`None`: no egress). Its credential values are for the
+    /// host's scrubbers only.
+    pub fn egress_policy(&self) -> Option<&EgressPolicy> {
+        self.inner.egress.as_ref().map(|e| &*e.policy)
     }
 
     /// Counters for `/metrics` and the CLI.
@@ -395,6 +444,9 @@ impl Sandbox {
         let results =
             futures_util::future::join_all(slots.iter().map(|s| self.inner.destroy(docker, s)))
                 .await;
+        if let Some(e) = &self.inner.egress {
+            e.remove_base_if_empty();
+        }
         results
             .into_iter()
             .collect::<Result<Vec<()>, _>>()
@@ -606,6 +658,13 @@ impl Inner {
         f(map.len())
     }
 
+    /// Removes the egress socket directory of container `name` (no-op without egress).
+    pub(crate) fn forget_egress_dir(&self, name: &str) {
+        if let Some(e) = &self.egress {
+            e.remove_dir(name);
+        }
+    }
+
     /// The lock over `key`'s Docker objects (see `object_locks`).
     pub(crate) fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
         use std::hash::{Hash, Hasher};
@@ -635,6 +694,7 @@ impl Inner {
         let mut guard = slot.container.lock().await;
         let had = guard.take();
         slot.agents.clear();
+        slot.stop_egress(self);
         if had.is_some() {
             self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
             self.metrics
@@ -702,6 +762,11 @@ impl<'a> SessionCtx<'a> {
             Some(warm) => {
                 slot.agents.absorb(warm.agents);
                 *slot.workspace.lock().expect("workspace lock") = Some(warm.volume);
+                if let Err(e) = slot.start_egress(self.inner, &warm.name) {
+                    let _ = container::remove_container(self.docker, &warm.id).await;
+                    slot.agents.clear();
+                    return Err(e);
+                }
                 (warm.id, "taken from the warm pool")
             }
             None => {
@@ -712,10 +777,14 @@ impl<'a> SessionCtx<'a> {
                 let labels = container::labels(&self.inner.config.scope, &slot.key);
                 let id = {
                     let _objects = self.inner.object_lock(&slot.key).lock().await;
-                    container::create_and_start(self.docker, &self.inner.config, &slot.names.container, &volume, labels)
+                    container::create_and_start(self.docker, &self.inner.config, &slot.names.container, &volume, labels, self.inner.egress.as_deref())
                         .await?
                 };
                 *slot.workspace.lock().expect("workspace lock") = Some(volume);
+                if let Err(e) = slot.start_egress(self.inner, &slot.names.container) {
+                    let _ = container::remove_container(self.docker, &id).await;
+                    return Err(e);
+                }
                 (id, "created")
             }
         };
@@ -742,6 +811,7 @@ impl<'a> SessionCtx<'a> {
         if guard.as_deref() == Some(id) {
             *guard = None;
             slot.agents.clear();
+            slot.stop_egress(self.inner);
             self.inner
                 .metrics
                 .sessions_active
@@ -872,11 +942,19 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
         let key = container::session_of(&c, &bindings);
         let name = container::container_name(&c);
         let workspace = container::workspace_mount(c.mounts.as_deref());
+        // With egress, a container is adopted only with its socket directory still there
+        // (its proxy is served again on it); one without cannot be reached and goes.
+        let egress_dir = match &inner.egress {
+            None => None,
+            Some(_) => egress::mounted_dir(c.mounts.as_deref()).filter(|d| d.is_dir()),
+        };
+        let egress_ok = inner.egress.is_none() || egress_dir.is_some();
         let adopt = {
             let mut map = inner.sessions.lock().expect("sessions lock");
             match (key, workspace) {
                 (Some(key), Some(workspace))
                     if running
+                        && egress_ok
                         && map.len() < inner.config.max_sessions
                         && name.as_deref()
                             == Some(container::names(scope, &key).container.as_str())
@@ -884,10 +962,14 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                 {
                     let names = container::names(scope, &key);
                     tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted session container from a previous host");
-                    map.insert(
-                        key.clone(),
-                        Arc::new(Slot::new(key, names, Some(id.clone()), Some(workspace))),
-                    );
+                    let slot = Arc::new(Slot::new(key.clone(), names, Some(id.clone()), Some(workspace)));
+                    if let (Some(egress), Some(dir)) = (&inner.egress, &egress_dir) {
+                        match egress.listen(dir, &key) {
+                            Ok(l) => *slot.egress.lock().expect("egress lock") = Some(l),
+                            Err(e) => tracing::warn!(container = %id, error = %e, "egress of an adopted container could not be served"),
+                        }
+                    }
+                    map.insert(key, slot);
                     inner
                         .metrics
                         .sessions_active

@@ -1,0 +1,666 @@
+//! Egress through warden's proxy (`sandbox.egress`): the only way out of a session
+//! container that has no network.
+//!
+//! Every container made while egress is configured mounts a directory of its own
+//! ([`EGRESS_MOUNT`], from `<socket_dir>/<container name>` on the host) and runs a tiny
+//! forwarder (`forwarder.py`, its own unprivileged user) on `127.0.0.1:`[`FORWARDER_PORT`]
+//! that relays each connection to `proxy.sock` in that directory; `HTTP_PROXY` and
+//! `HTTPS_PROXY` name the forwarder. The socket is created by the host only when the
+//! container is bound to a session (cold creation, or a warm-pool hand-out), so a pool
+//! container reaches nothing, and no container can reach another's socket: the listener
+//! that accepts a connection *is* the session, and so the policy.
+//!
+//! The proxy (hyper) serves CONNECT tunnels and absolute-form plain-HTTP requests. It
+//! judges the host (`policy.rs`), resolves names itself, checks every address, and
+//! connects to the checked address (never a second resolution). A tunnel must start with a
+//! TLS ClientHello whose server name is the CONNECT host (`sni.rs`); anything else is cut.
+//! Credentials are added to plain-HTTP requests to their host only; their values live in
+//! this process only. Every decision is logged (`tracing`, fields only) and reported to
+//! the observers ([`crate::Sandbox::on_egress`]) with the bytes moved.
+//!
+//! This module must never place a credential in a container, never connect to an address
+//! it did not check, never serve a connection on a socket of another session, and never
+//! hold more than its named bounds (connections, header bytes, idle time).
+
+pub mod policy;
+pub mod sni;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+
+pub use policy::{CredentialConfig, EgressConfig, EgressPolicy, Target, TargetHost, address_class};
+
+use crate::error::SandboxError;
+use crate::session::SessionKey;
+
+/// Where a container sees its egress directory (holding `proxy.sock` once bound).
+pub const EGRESS_MOUNT: &str = "/run/warden-egress";
+/// The socket's file name in that directory.
+pub const SOCKET_NAME: &str = "proxy.sock";
+/// Port of the in-container forwarder on 127.0.0.1 (what `HTTP_PROXY` names).
+pub const FORWARDER_PORT: u16 = 3128;
+/// The forwarder's `uid:gid`: not the sandbox user's, so the agents' sweeps of that user
+/// never end it and sandboxed code cannot signal it.
+pub const FORWARDER_USER: &str = "65533:65533";
+/// Connections one session may have open through the proxy at once; more are closed at once.
+pub const MAX_CONNECTIONS_PER_SESSION: usize = 64;
+/// Largest request head (request line and headers) the proxy reads.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Most request headers the proxy accepts.
+pub const MAX_HEADERS: usize = 128;
+/// Time a client has to send a request head.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time to resolve a name.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time to connect to one address.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Addresses of one name tried in turn before the proxy gives up.
+pub const MAX_ADDRESSES_TRIED: usize = 4;
+/// Time a tunnel's client has to send its TLS ClientHello.
+pub const CLIENT_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// A tunnel or plain-HTTP exchange with no byte moving either way for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often an idle direction of a tunnel looks at the other direction's activity.
+const IDLE_POLL: Duration = Duration::from_secs(5);
+/// Buffer of each tunnel direction.
+const COPY_BUFFER: usize = 64 * 1024;
+/// The forwarder's source (comments stripped at use).
+const FORWARDER_SOURCE: &str = include_str!("forwarder.py");
+
+/// One egress decision, as audited and streamed. Never holds a credential.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EgressEvent {
+    /// The session whose sandbox asked.
+    pub session: SessionKey,
+    /// `connect` (a tunnel) or `http` (a plain-HTTP request, with its method).
+    pub kind: String,
+    pub host: String,
+    pub port: u16,
+    pub allowed: bool,
+    /// The rule that decided: `allow \`pypi.org\``, `deny \`…\``, `no allow entry …`, …
+    pub rule: String,
+    /// Bytes from the sandbox to the server (tunnel payload, or request body).
+    pub bytes_sent: u64,
+    /// Bytes from the server to the sandbox.
+    pub bytes_received: u64,
+    /// Whether the proxy added a credential (its name, never its value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+}
+
+/// Receives every egress decision (audit log, task streams). Called on proxy tasks: must
+/// not block.
+pub type EgressObserver = Arc<dyn Fn(&EgressEvent) + Send + Sync>;
+
+/// The egress side of one `Sandbox`: the policy, the host directory holding the
+/// containers' socket directories, and the observers.
+pub(crate) struct Egress {
+    pub(crate) policy: Arc<EgressPolicy>,
+    dir: PathBuf,
+    observers: Mutex<Vec<EgressObserver>>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl Egress {
+    /// The egress of a sandbox with `policy`, its socket directories under `dir` (created
+    /// 0700; an existing one must be a directory of this user that no one else may enter).
+    pub(crate) fn new(policy: EgressPolicy, dir: PathBuf) -> Result<Egress, SandboxError> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        let bad = |m: String| SandboxError::Config(format!("sandbox.egress.socket_dir {}: {m}", dir.display()));
+        match std::fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| bad(e.to_string()))?;
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| bad(e.to_string()))?;
+            }
+            Err(e) => return Err(bad(e.to_string())),
+            Ok(m) => {
+                let me = std::fs::metadata("/proc/self").map(|p| p.uid()).map_err(|e| bad(e.to_string()))?;
+                if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
+                    return Err(bad("expected a directory owned by the warden user with mode 0700 (not a link)".into()));
+                }
+            }
+        }
+        Ok(Egress { policy: Arc::new(policy), dir, observers: Mutex::new(vec![]) })
+    }
+
+    /// The host directory a container named `name` mounts at [`EGRESS_MOUNT`].
+    pub(crate) fn container_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Creates (or empties of a stale socket) the directory of container `name`; the
+    /// container's users may enter it and use the socket, nothing more.
+    pub(crate) fn prepare_dir(&self, name: &str) -> Result<PathBuf, SandboxError> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.container_dir(name);
+        let fail = |e: std::io::Error| SandboxError::Docker { action: "prepare the egress directory".into(), message: format!("{}: {e}", dir.display()) };
+        std::fs::create_dir_all(&dir).map_err(fail)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
+        let _ = std::fs::remove_file(dir.join(SOCKET_NAME));
+        Ok(dir)
+    }
+
+    /// Removes the directory of container `name` (absent is fine).
+    pub(crate) fn remove_dir(&self, name: &str) {
+        self.remove_path(&self.container_dir(name));
+    }
+
+    /// Removes a container directory given by path; only ever one directly below the
+    /// socket directory.
+    pub(crate) fn remove_path(&self, dir: &Path) {
+        if dir.parent() == Some(self.dir.as_path()) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// Removes the socket directory itself when nothing is left in it (shutdown).
+    pub(crate) fn remove_base_if_empty(&self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+
+    pub(crate) fn observe(&self, observer: EgressObserver) {
+        self.observers.lock().unwrap_or_else(|e| e.into_inner()).push(observer);
+    }
+
+    fn report(&self, ev: &EgressEvent) {
+        tracing::info!(
+            user = %ev.session.user_id, session = %ev.session.session_id, kind = %ev.kind, host = %ev.host, port = ev.port,
+            allowed = ev.allowed, rule = %ev.rule, bytes_sent = ev.bytes_sent, bytes_received = ev.bytes_received,
+            credential = ev.credential.as_deref().unwrap_or(""), "egress"
+        );
+        let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for o in observers {
+            o(ev);
+        }
+    }
+
+    /// Starts serving `key`'s proxy on the socket in `dir` (the directory of the container
+    /// just bound to it). Dropping the [`Listener`] stops it and every connection.
+    pub(crate) fn listen(self: &Arc<Self>, dir: &Path, key: &SessionKey) -> Result<Listener, SandboxError> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(SOCKET_NAME);
+        let fail = |e: std::io::Error| SandboxError::Docker { action: "open the egress socket".into(), message: format!("{}: {e}", path.display()) };
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).map_err(fail)?;
+        // The container's users connect (they are not this user); the directory is theirs only.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(fail)?;
+        let session = Arc::new(SessionProxy { egress: self.clone(), key: key.clone(), slots: Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_SESSION)) });
+        let task = tokio::spawn(accept_loop(listener, session));
+        Ok(Listener { task, dir: dir.to_path_buf() })
+    }
+}
+
+/// A session's proxy listener; dropping it closes the socket and every open connection.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    task: JoinHandle<()>,
+    dir: PathBuf,
+}
+
+impl Listener {
+    /// The container directory it serves.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// The host directory a container mounts at [`EGRESS_MOUNT`], from its mounts.
+pub(crate) fn mounted_dir(mounts: Option<&[bollard::models::MountPoint]>) -> Option<PathBuf> {
+    mounts?
+        .iter()
+        .find(|m| m.destination.as_deref() == Some(EGRESS_MOUNT))
+        .and_then(|m| m.source.as_deref())
+        .map(PathBuf::from)
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(self.dir.join(SOCKET_NAME));
+    }
+}
+
+/// The container side of egress: the mount and the proxy environment of every container.
+pub(crate) fn container_env() -> Vec<String> {
+    let proxy = format!("http://127.0.0.1:{FORWARDER_PORT}");
+    let no_proxy = "localhost,127.0.0.1,::1";
+    vec![
+        format!("HTTP_PROXY={proxy}"),
+        format!("HTTPS_PROXY={proxy}"),
+        format!("http_proxy={proxy}"),
+        format!("https_proxy={proxy}"),
+        format!("NO_PROXY={no_proxy}"),
+        format!("no_proxy={no_proxy}"),
+    ]
+}
+
+/// The forwarder's command line (run detached as [`FORWARDER_USER`]).
+pub(crate) fn forwarder_argv() -> Vec<String> {
+    let code: String = FORWARDER_SOURCE
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    vec!["python3".into(), "-I".into(), "-S".into(), "-c".into(), code, FORWARDER_PORT.to_string(), format!("{EGRESS_MOUNT}/{SOCKET_NAME}")]
+}
+
+struct SessionProxy {
+    egress: Arc<Egress>,
+    key: SessionKey,
+    slots: Arc<Semaphore>,
+}
+
+async fn accept_loop(listener: UnixListener, session: Arc<SessionProxy>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let Ok(permit) = session.slots.clone().try_acquire_owned() else {
+                    tracing::warn!(user = %session.key.user_id, session = %session.key.session_id, max = MAX_CONNECTIONS_PER_SESSION, "egress: too many connections; closing one");
+                    continue;
+                };
+                let s = session.clone();
+                conns.spawn(async move {
+                    serve_connection(stream, s).await;
+                    drop(permit);
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(stream: UnixStream, session: Arc<SessionProxy>) {
+    let svc = hyper::service::service_fn(move |req| {
+        let s = session.clone();
+        async move { Ok::<_, Infallible>(handle(req, s).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .max_headers(MAX_HEADERS)
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades();
+    let _ = conn.await;
+}
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+fn text_response(status: StatusCode, reason: Option<String>, text: String) -> Response<ProxyBody> {
+    let mut r = Response::new(Full::new(Bytes::from(text + "\n")).map_err(|never: Infallible| match never {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    if let Some(reason) = reason.and_then(|t| hyper::ext::ReasonPhrase::try_from(t.into_bytes()).ok()) {
+        r.extensions_mut().insert(reason);
+    }
+    r
+}
+
+/// A refusal the tool sees: 403, the rule in the body and in the reason phrase (which is
+/// what clients print for a refused CONNECT).
+fn refused(what: &str, rule: &str) -> Response<ProxyBody> {
+    let reason: String = format!("Forbidden by warden egress policy: {rule}")
+        .chars()
+        .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+        .take(200)
+        .collect();
+    text_response(StatusCode::FORBIDDEN, Some(reason), format!("warden egress proxy: {what} refused: {rule}"))
+}
+
+impl SessionProxy {
+    fn event(&self, kind: &str, target: &str, port: u16, allowed: bool, rule: &str) -> EgressEvent {
+        EgressEvent {
+            session: self.key.clone(),
+            kind: kind.to_string(),
+            host: target.to_string(),
+            port,
+            allowed,
+            rule: rule.to_string(),
+            bytes_sent: 0,
+            bytes_received: 0,
+            credential: None,
+        }
+    }
+
+    /// Judges `target` and resolves it: the admitting rule and the checked addresses.
+    async fn decide(&self, target: &Target) -> Result<(String, Vec<SocketAddr>), String> {
+        let policy = &self.egress.policy;
+        let admitted = policy.admit(target).map_err(|d| d.rule)?;
+        let addrs: Vec<SocketAddr> = match &target.host {
+            TargetHost::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
+            TargetHost::Name(name) => match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((name.as_str(), target.port))).await {
+                Ok(Ok(a)) => a.collect(),
+                Ok(Err(e)) => return Err(format!("{name} does not resolve ({e})")),
+                Err(_) => return Err(format!("resolving {name} took longer than {}s", RESOLVE_TIMEOUT.as_secs())),
+            },
+        };
+        if addrs.is_empty() {
+            return Err(format!("{} has no address", target));
+        }
+        for a in &addrs {
+            policy.check_address(target, a.ip()).map_err(|d| d.rule)?;
+        }
+        Ok((admitted.rule, addrs))
+    }
+}
+
+/// Connects to the first reachable of the checked `addrs`.
+async fn connect(addrs: &[SocketAddr]) -> Result<TcpStream, String> {
+    let mut last = String::from("no address");
+    for a in addrs.iter().take(MAX_ADDRESSES_TRIED) {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => last = format!("{a}: {e}"),
+            Err(_) => last = format!("{a}: no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+        }
+    }
+    Err(last)
+}
+
+async fn handle(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<ProxyBody> {
+    if req.method() == Method::CONNECT {
+        return handle_connect(req, s).await;
+    }
+    match req.uri().scheme_str() {
+        Some("http") => handle_http(req, s).await,
+        Some(_) => text_response(StatusCode::BAD_REQUEST, None, "warden egress proxy: only http:// requests are forwarded as such; HTTPS goes through CONNECT".into()),
+        None => text_response(StatusCode::BAD_REQUEST, None, "warden egress proxy: this is an HTTP proxy; send absolute-form requests (set HTTP_PROXY) or CONNECT".into()),
+    }
+}
+
+async fn handle_connect(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<ProxyBody> {
+    let Some((host, port)) = req.uri().authority().and_then(|a| Some((a.host().to_string(), a.port_u16()?))) else {
+        return text_response(StatusCode::BAD_REQUEST, None, "warden egress proxy: CONNECT needs host:port".into());
+    };
+    let what = format!("CONNECT {host}:{port}");
+    let Some(target) = Target::new(&host, port) else {
+        let rule = format!("`{host}` is not a host name or IP literal");
+        s.egress.report(&s.event("connect", &host, port, false, &rule));
+        return refused(&what, &rule);
+    };
+    let (rule, addrs) = match s.decide(&target).await {
+        Ok(d) => d,
+        Err(rule) => {
+            s.egress.report(&s.event("connect", &host, port, false, &rule));
+            return refused(&what, &rule);
+        }
+    };
+    let upstream = match connect(&addrs).await {
+        Ok(u) => u,
+        Err(e) => {
+            s.egress.report(&s.event("connect", &host, port, true, &format!("{rule}; connecting failed: {e}")));
+            return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
+        }
+    };
+    tokio::spawn(async move {
+        let mut ev = s.event("connect", &host, port, true, &rule);
+        match hyper::upgrade::on(req).await {
+            Ok(up) => {
+                if let Err(why) = tunnel(TokioIo::new(up), upstream, &target, &mut ev).await {
+                    ev.allowed = false;
+                    ev.rule = why;
+                }
+            }
+            Err(e) => ev.rule = format!("{rule}; the client left before the tunnel opened ({e})"),
+        }
+        s.egress.report(&ev);
+    });
+    Response::new(Full::new(Bytes::new()).map_err(|never: Infallible| match never {}).boxed())
+}
+
+/// Checks the ClientHello, then relays both ways until both end or the tunnel idles.
+async fn tunnel<C>(mut client: C, mut upstream: TcpStream, target: &Target, ev: &mut EgressEvent) -> Result<(), String>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut hello = Vec::with_capacity(2048);
+    let mut chunk = [0u8; 4096];
+    let until = tokio::time::Instant::now() + CLIENT_HELLO_TIMEOUT;
+    let sni = loop {
+        match sni::parse(&hello) {
+            sni::Hello::ClientHello(name) => break name,
+            sni::Hello::NotTls => return Err("a CONNECT tunnel carries TLS only (the first bytes were not a TLS ClientHello)".into()),
+            sni::Hello::Malformed => return Err("the tunnel's TLS ClientHello is malformed".into()),
+            sni::Hello::NeedMore if hello.len() >= sni::MAX_CLIENT_HELLO => return Err("the TLS ClientHello is too large".into()),
+            sni::Hello::NeedMore => {}
+        }
+        match tokio::time::timeout_at(until, client.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("the client closed the tunnel before its TLS ClientHello".into()),
+            Ok(Ok(n)) => hello.extend_from_slice(&chunk[..n]),
+            Err(_) => return Err(format!("no TLS ClientHello within {}s", CLIENT_HELLO_TIMEOUT.as_secs())),
+        }
+    };
+    match (&sni, &target.host) {
+        (Some(name), TargetHost::Name(host)) if name == host => {}
+        (None, TargetHost::Ip(_)) => {}
+        (Some(name), _) => return Err(format!("the TLS server name `{name}` is not the CONNECT host {target}")),
+        (None, TargetHost::Name(_)) => return Err(format!("TLS without a server name to the CONNECT host {target}")),
+    }
+    upstream.write_all(&hello).await.map_err(|e| format!("writing to {target}: {e}"))?;
+    ev.bytes_sent = hello.len() as u64;
+    let activity = Activity::new();
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut ur, mut uw) = upstream.split();
+    let (sent, received) = tokio::join!(relay(&mut cr, &mut uw, &activity), relay(&mut ur, &mut cw, &activity));
+    ev.bytes_sent += sent;
+    ev.bytes_received = received;
+    Ok(())
+}
+
+/// When a tunnel or exchange last moved a byte.
+struct Activity {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity { start: Instant::now(), last_ms: AtomicU64::new(0) }
+    }
+    fn touch(&self) {
+        self.last_ms.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    fn idle(&self) -> Duration {
+        self.start.elapsed().saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+/// Copies `r` to `w` until end, error, or [`IDLE_TIMEOUT`] with neither direction moving;
+/// then shuts `w` down. Returns the bytes copied.
+async fn relay<R, W>(r: &mut R, w: &mut W, activity: &Activity) -> u64
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; COPY_BUFFER];
+    let mut total = 0u64;
+    loop {
+        match tokio::time::timeout(IDLE_POLL, r.read(&mut buf)).await {
+            Err(_) if activity.idle() >= IDLE_TIMEOUT => break,
+            Err(_) => continue,
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => {
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                total += n as u64;
+                activity.touch();
+            }
+        }
+    }
+    let _ = w.shutdown().await;
+    total
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1) and the proxy's own, never forwarded.
+const HOP_BY_HOP: [&str; 9] =
+    ["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in listed {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        h.remove(n);
+    }
+}
+
+async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<ProxyBody> {
+    let uri = req.uri().clone();
+    let (Some(host), Some(authority)) = (uri.host().map(str::to_string), uri.authority().cloned()) else {
+        return text_response(StatusCode::BAD_REQUEST, None, "warden egress proxy: the request URL has no host".into());
+    };
+    let port = uri.port_u16().unwrap_or(80);
+    let kind = format!("http {}", req.method());
+    let what = format!("{} http://{authority}", req.method());
+    let Some(target) = Target::new(&host, port) else {
+        let rule = format!("`{host}` is not a host name or IP literal");
+        s.egress.report(&s.event(&kind, &host, port, false, &rule));
+        return refused(&what, &rule);
+    };
+    let (rule, addrs) = match s.decide(&target).await {
+        Ok(d) => d,
+        Err(rule) => {
+            s.egress.report(&s.event(&kind, &host, port, false, &rule));
+            return refused(&what, &rule);
+        }
+    };
+    let mut ev = s.event(&kind, &host, port, true, &rule);
+    let upstream = match connect(&addrs).await {
+        Ok(u) => u,
+        Err(e) => {
+            ev.rule = format!("{rule}; connecting failed: {e}");
+            s.egress.report(&ev);
+            return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
+        }
+    };
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
+        Ok(x) => x,
+        Err(e) => {
+            ev.rule = format!("{rule}; HTTP handshake failed: {e}");
+            s.egress.report(&ev);
+            return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
+        }
+    };
+    tokio::spawn(conn);
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(header::HOST, HeaderValue::from_str(authority.as_str()).unwrap_or(HeaderValue::from_static("invalid")));
+    if let Some(c) = s.egress.policy.credential_for(&target) {
+        let name = HeaderName::from_bytes(c.header.as_bytes()).expect("validated header name");
+        let mut value = HeaderValue::from_str(&c.value).expect("validated header value");
+        value.set_sensitive(true);
+        parts.headers.remove(&name);
+        parts.headers.insert(name, value);
+        ev.credential = Some(c.name.clone());
+    }
+    parts.uri = match uri.path_and_query() {
+        Some(pq) => pq.as_str().parse().unwrap_or_else(|_| hyper::Uri::from_static("/")),
+        None => hyper::Uri::from_static("/"),
+    };
+    parts.version = hyper::Version::HTTP_11;
+    let sent = Arc::new(AtomicU64::new(0));
+    let out = Request::from_parts(parts, Counted::new(body, sent.clone(), None));
+    let resp = match tokio::time::timeout(IDLE_TIMEOUT, sender.send_request(out)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            ev.rule = format!("{rule}; the server failed: {e}");
+            ev.bytes_sent = sent.load(Ordering::Relaxed);
+            s.egress.report(&ev);
+            return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
+        }
+        Err(_) => {
+            ev.rule = format!("{rule}; no response within {}s", IDLE_TIMEOUT.as_secs());
+            s.egress.report(&ev);
+            return text_response(StatusCode::GATEWAY_TIMEOUT, None, format!("warden egress proxy: {what}: no response"));
+        }
+    };
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let egress = s.egress.clone();
+    let done: Box<dyn FnOnce(u64) + Send + Sync> = Box::new(move |received| {
+        ev.bytes_sent = sent.load(Ordering::Relaxed);
+        ev.bytes_received = received;
+        egress.report(&ev);
+    });
+    Response::from_parts(parts, Counted::new(body, Arc::new(AtomicU64::new(0)), Some(done)).boxed())
+}
+
+/// A body that counts its data bytes and, when dropped (finished or abandoned), hands the
+/// count to `done`.
+struct Counted<B> {
+    inner: B,
+    count: Arc<AtomicU64>,
+    done: Option<Box<dyn FnOnce(u64) + Send + Sync>>,
+}
+
+impl<B> Counted<B> {
+    fn new(inner: B, count: Arc<AtomicU64>, done: Option<Box<dyn FnOnce(u64) + Send + Sync>>) -> Self {
+        Counted { inner, count, done }
+    }
+}
+
+impl<B> Drop for Counted<B> {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done(self.count.load(Ordering::Relaxed));
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for Counted<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,169 @@
+//! The proxy in-process: a real unix socket in front, real TCP servers behind.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixStream};
+
+use super::policy::{CredentialConfig, EgressConfig};
+use super::*;
+
+/// A TCP server on 127.0.0.1 that keeps what each connection sent (up to a pause or
+/// `\r\n\r\n`) and answers `reply`.
+struct Upstream {
+    port: u16,
+    seen: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+async fn upstream(reply: &'static [u8]) -> Upstream {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else { return };
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf)).await {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                log.lock().unwrap().push(got);
+                let _ = s.write_all(reply).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    Upstream { port, seen }
+}
+
+struct Proxy {
+    _dir: tempfile::TempDir,
+    sock: PathBuf,
+    events: Arc<Mutex<Vec<EgressEvent>>>,
+    _listener: Listener,
+}
+
+fn proxy(allow: &[String], credentials: Vec<CredentialConfig>) -> Proxy {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EgressConfig { allow: allow.to_vec(), deny: vec!["denied.example".into()], credentials };
+    let policy = cfg.resolve(|n| (n == "TEST_TOKEN").then(|| "tok-123-secret".to_string())).unwrap();
+    let egress = Arc::new(Egress::new(policy, dir.path().join("egress")).unwrap());
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let log = events.clone();
+    egress.observe(Arc::new(move |e: &EgressEvent| log.lock().unwrap().push(e.clone())));
+    let cdir = egress.prepare_dir("c1").unwrap();
+    let listener = egress.listen(&cdir, &SessionKey::new("u", "s")).unwrap();
+    Proxy { sock: cdir.join(SOCKET_NAME), _dir: dir, events, _listener: listener }
+}
+
+impl Proxy {
+    /// Sends `request` and reads until the proxy closes (or 3 s pass).
+    async fn exchange(&self, request: &[u8]) -> String {
+        let mut s = UnixStream::connect(&self.sock).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    async fn events(&self, n: usize) -> Vec<EgressEvent> {
+        for _ in 0..100 {
+            if self.events.lock().unwrap().len() >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        self.events.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn plain_http_is_forwarded_with_the_credential_and_without_proxy_headers() {
+    let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello").await;
+    let hostport = format!("127.0.0.1:{}", up.port);
+    let cred = CredentialConfig { host: hostport.clone(), header: "X-Api-Key".into(), value_env: "TEST_TOKEN".into(), format: "Key {}".into() };
+    let p = proxy(std::slice::from_ref(&hostport), vec![cred]);
+    let req = format!(
+        "GET http://{hostport}/path?q=1 HTTP/1.1\r\nHost: {hostport}\r\nProxy-Authorization: Basic Zm9vOmJhcg==\r\nX-Api-Key: forged\r\nConnection: close\r\n\r\n"
+    );
+    let resp = p.exchange(req.as_bytes()).await;
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with("hello"), "{resp}");
+    let seen = String::from_utf8(up.seen.lock().unwrap()[0].clone()).unwrap().to_ascii_lowercase();
+    assert!(seen.starts_with("get /path?q=1 http/1.1\r\n"), "origin-form upstream: {seen}");
+    assert!(seen.contains("x-api-key: key tok-123-secret\r\n"), "{seen}");
+    assert!(!seen.contains("forged") && !seen.contains("proxy-authorization"), "{seen}");
+    let ev = p.events(1).await;
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(ev[0].allowed && ev[0].kind == "http GET" && ev[0].port == up.port, "{ev:?}");
+    assert_eq!(ev[0].bytes_received, 5);
+    assert_eq!(ev[0].credential.as_deref(), Some("sandbox.egress.credentials[0]"));
+    assert!(!format!("{ev:?}").contains("tok-123"), "events never carry the value");
+}
+
+#[tokio::test]
+async fn refusals_are_403_and_name_the_rule() {
+    let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
+    let p = proxy(&[format!("127.0.0.1:{}", up.port), "localhost:*".into(), "denied.example".into()], vec![]);
+    let cases = [
+        (format!("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"), "no allow entry names example.com:80"),
+        (format!("GET http://localhost:{}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", up.port), "loopback"),
+        ("CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(), "no allow entry names 169.254.169.254:80"),
+        ("CONNECT denied.example:443 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(), "deny `denied.example`"),
+        (format!("GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", up.port + 1), "no allow entry"),
+    ];
+    for (req, rule) in &cases {
+        let resp = p.exchange(req.as_bytes()).await;
+        assert!(resp.starts_with("HTTP/1.1 403 Forbidden by warden egress policy"), "{req}: {resp}");
+        assert!(resp.contains(rule), "{req}: {resp}");
+    }
+    assert!(up.seen.lock().unwrap().is_empty(), "nothing reached the server");
+    let ev = p.events(cases.len()).await;
+    assert!(ev.iter().all(|e| !e.allowed), "{ev:?}");
+    let origin = p.exchange(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    assert!(origin.starts_with("HTTP/1.1 400"), "{origin}");
+}
+
+#[tokio::test]
+async fn a_tunnel_opens_only_for_a_tls_client_hello_naming_its_host() {
+    let up = upstream(b"pong").await;
+    let target = format!("127.0.0.1:{}", up.port);
+    let p = proxy(std::slice::from_ref(&target), vec![]);
+    let connect = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    // An IP target and a ClientHello without a server name: relayed both ways.
+    let hello = sni::tests::client_hello(None, 4096);
+    let mut req = connect.clone().into_bytes();
+    req.extend_from_slice(&hello);
+    let resp = p.exchange(&req).await;
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.ends_with("pong"), "{resp}");
+    assert_eq!(up.seen.lock().unwrap()[0], hello, "the ClientHello reached the server unchanged");
+    // A server name that is not the CONNECT host, and plain text: cut before the server.
+    for first in [sni::tests::client_hello(Some("evil.example"), 4096), b"GET / HTTP/1.1\r\n\r\n".to_vec()] {
+        let mut req = connect.clone().into_bytes();
+        req.extend_from_slice(&first);
+        let resp = p.exchange(&req).await;
+        assert!(resp.starts_with("HTTP/1.1 200") && !resp.contains("pong"), "{resp}");
+    }
+    // (The proxy connects before it answers 200, so the server saw two silent connections.)
+    for _ in 0..100 {
+        if up.seen.lock().unwrap().len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let sent: Vec<usize> = up.seen.lock().unwrap().iter().map(Vec::len).collect();
+    assert_eq!(sent, [hello.len(), 0, 0], "no byte of a refused tunnel reached the server");
+    let ev = p.events(3).await;
+    assert!(ev[0].allowed && ev[0].bytes_sent == hello.len() as u64 && ev[0].bytes_received == 4, "{ev:?}");
+    let refused: Vec<&str> = ev[1..].iter().filter(|e| !e.allowed).map(|e| e.rule.as_str()).collect();
+    assert!(refused.iter().any(|r| r.contains("server name `evil.example`")), "{refused:?}");
+    assert!(refused.iter().any(|r| r.contains("TLS only")), "{refused:?}");
+}
