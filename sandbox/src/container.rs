@@ -352,7 +352,9 @@ pub(crate) async fn create_and_start(
             "-c".into(),
             // A fresh ext4 workspace (sandbox.disk) has a lost+found the agent does not need.
             format!(
-                "import os\nos.chmod({WORKSPACE:?}, 0o1777)\ntry:\n    os.rmdir({WORKSPACE:?} + '/lost+found')\nexcept OSError:\n    pass"
+                "import os\nos.chmod({WORKSPACE:?}, 0o1777)\ntry:\n    os.rmdir({WORKSPACE:?} + '/lost+found')\nexcept OSError:\n    pass{}",
+                // With egress: no tool runs before the forwarder listens.
+                if egress.is_some() { egress::FORWARDER_READY_CHECK } else { "" }
             ),
         ];
         setup_result =
@@ -369,7 +371,11 @@ pub(crate) async fn create_and_start(
             let _ = remove_container(docker, &created.id).await;
             return Err(SandboxError::Docker {
                 action: "prepare /workspace".into(),
-                message: format!("setup exited with {code} (the sandbox image needs bash and python3)"),
+                message: if code == egress::FORWARDER_NOT_READY {
+                    format!("the egress forwarder did not listen on 127.0.0.1:{}", egress::FORWARDER_PORT)
+                } else {
+                    format!("setup exited with {code} (the sandbox image needs bash and python3)")
+                },
             });
         }
         Err(

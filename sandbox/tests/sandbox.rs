@@ -1564,6 +1564,167 @@ mod pool {
 }
 
 /// Issue 11's tool-call boundary: framed protocol, processes, session state, links, notes.
+mod egress {
+    use super::*;
+    use std::sync::Mutex;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use warden_sandbox::{EgressConfig, EgressEvent};
+    use warden_sandbox::egress::CredentialConfig;
+
+    /// The test's credential: only in this process's environment (the proxy reads it).
+    const TOKEN_ENV: &str = "WARDEN_SANDBOX_TEST_EGRESS_TOKEN";
+    /// Built at run time so that no command line of the test ever spells it.
+    fn token() -> String {
+        format!("{}-{}", "egress-token", "5f3a9c")
+    }
+
+    /// A server on the host's 127.0.0.1 that records the first bytes of each connection and
+    /// answers an HTTP request with `reached <path>`, anything else with garbage.
+    async fn test_server() -> (u16, Arc<Mutex<Vec<Vec<u8>>>>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    let mut buf = [0u8; 8192];
+                    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await {
+                        if n == 0 {
+                            break;
+                        }
+                        got.extend_from_slice(&buf[..n]);
+                        if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                            break;
+                        }
+                    }
+                    let reply = match got.strip_prefix(b"GET ") {
+                        Some(rest) => {
+                            let path = String::from_utf8_lossy(rest.split(|b| *b == b' ').next().unwrap_or_default()).into_owned();
+                            let body = format!("reached {path}");
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_bytes()
+                        }
+                        None => b"not tls".to_vec(),
+                    };
+                    log.lock().unwrap().push(got);
+                    let _ = s.write_all(&reply).await;
+                    let _ = s.shutdown().await;
+                });
+            }
+        });
+        (port, seen)
+    }
+
+    fn egress_sandbox(c: &Ctx, port: u16, dir: &std::path::Path, warm_pool: usize) -> (Sandbox, Arc<Mutex<Vec<EgressEvent>>>) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = warm_pool;
+            cfg.egress_socket_dir = Some(dir.join("egress"));
+            cfg.egress = Some(EgressConfig {
+                allow: vec![format!("127.0.0.1:{port}"), "localhost:*".into(), "denied.example".into()],
+                deny: vec!["denied.example".into()],
+                credentials: vec![CredentialConfig {
+                    host: format!("127.0.0.1:{port}"),
+                    header: "X-Warden-Test".into(),
+                    value_env: TOKEN_ENV.into(),
+                    format: "Token {}".into(),
+                }],
+            });
+        });
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let log = events.clone();
+        sb.on_egress(Arc::new(move |e: &EgressEvent| log.lock().unwrap().push(e.clone())));
+        (sb, events)
+    }
+
+    fn set_token() {
+        // SAFETY: one test sets this variable, always to the same value, before any sandbox
+        // of it reads it; no other code reads or writes it.
+        unsafe { std::env::set_var(TOKEN_ENV, token()) };
+    }
+
+    pub async fn the_proxy_is_the_only_way_out(c: Ctx) {
+        set_token();
+        let (port, seen) = test_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (sb, events) = egress_sandbox(&c, port, dir.path(), 0);
+        let k = key("egress");
+        // Allowed over plain HTTP, with the credential added on the way. (`--noproxy ''`:
+        // NO_PROXY sends 127.0.0.1 to the sandbox's own loopback; the allow entry names the
+        // host's, which only the proxy reaches.)
+        let out = bash_ok(&sb, &k, &format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/hello")).await;
+        assert_eq!(out.trim(), "reached /hello");
+        let first = String::from_utf8_lossy(&seen.lock().unwrap()[0]).to_ascii_lowercase();
+        assert!(first.contains(&format!("x-warden-test: token {}", token())), "the credential arrived: {first}");
+        // Allowed through CONNECT: the tunnel opens (200) and the TLS ClientHello arrives.
+        let code = bash(&sb, &k, &format!("curl -sk --max-time 20 --noproxy '' -o /dev/null -w '%{{http_connect}}' https://127.0.0.1:{port}/")).await;
+        assert!(code.content.contains("200"), "CONNECT answered: {}", code.content);
+        assert!(seen.lock().unwrap().iter().any(|b| b.starts_with(&[0x16, 0x03])), "a TLS ClientHello reached the server");
+        // Refused, each with its rule in the answer.
+        for (url, rule) in [
+            ("http://denied.example/".to_string(), "deny `denied.example`"),
+            ("http://1.1.1.1/".to_string(), "no allow entry names 1.1.1.1:80"),
+            ("http://169.254.169.254/latest/meta-data/".to_string(), "no allow entry names 169.254.169.254:80"),
+            (format!("http://localhost:{port}/"), "loopback"),
+        ] {
+            // `--noproxy ''`: curl would go around the proxy for localhost (NO_PROXY).
+            let o = bash(&sb, &k, &format!("curl -sS --max-time 20 --noproxy '' {url}")).await;
+            assert!(o.content.contains("refused") && o.content.contains(rule), "{url}: {}", o.content);
+        }
+        let o = bash(&sb, &k, "curl -sS --max-time 20 -o /dev/null https://denied.example/ 2>&1; echo rc=$?").await;
+        assert!(o.content.contains("403") && !o.content.contains("rc=0"), "CONNECT to a denied host: {}", o.content);
+        // Around the proxy: no route for TCP or UDP, not even to the host's loopback port.
+        let direct = bash(&sb, &k, &format!(
+            "curl -sS --max-time 5 --noproxy '*' http://1.1.1.1/ 2>&1; curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{port}/ 2>&1; \
+             python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('8.8.8.8', 53)); print('UDP SENT')\" 2>&1; true"
+        )).await;
+        assert!(!direct.content.contains("reached") && !direct.content.contains("UDP SENT"), "{}", direct.content);
+        assert!(direct.content.contains("unreachable") || direct.content.contains("Couldn't connect"), "{}", direct.content);
+        // The credential is nowhere in the sandbox: environment, any process's, files.
+        let t = token();
+        let (a, b) = t.split_at(6);
+        let look = format!(
+            "T=\"{a}\"\"{b}\"; env | grep -cF \"$T\"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -cF \"$T\"; \
+             grep -rlF \"$T\" /workspace /tmp /etc /run /opt /usr/local 2>/dev/null | wc -l; env | grep -c '^HTTPS_PROXY=http://127.0.0.1:3128$'"
+        );
+        let counts: Vec<String> = bash(&sb, &k, &look).await.content.split_whitespace().map(str::to_string).collect();
+        assert_eq!(counts, ["0", "0", "0", "1"], "env, /proc/*/environ, files; the proxy variable is set");
+        // Every decision was reported, the credential by name only.
+        let ev = events.lock().unwrap().clone();
+        assert!(ev.iter().any(|e| e.allowed && e.kind == "http GET" && e.credential.as_deref() == Some("sandbox.egress.credentials[0]") && e.bytes_received > 0), "{ev:?}");
+        assert!(ev.iter().any(|e| e.allowed && e.kind == "connect" && e.bytes_sent > 0), "{ev:?}");
+        assert!(ev.iter().filter(|e| !e.allowed).count() >= 5, "{ev:?}");
+        assert!(!format!("{ev:?}").contains(&t));
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn a_pool_container_has_no_socket_until_bound_and_sees_only_its_own(c: Ctx) {
+        set_token();
+        let (port, _seen) = test_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (sb, _events) = egress_sandbox(&c, port, dir.path(), 1);
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 1).await;
+        let socks = || -> Vec<String> {
+            std::fs::read_dir(dir.path().join("egress")).unwrap()
+                .flatten()
+                .filter(|d| d.path().join("proxy.sock").exists())
+                .map(|d| d.file_name().to_string_lossy().into_owned())
+                .collect()
+        };
+        assert!(socks().is_empty(), "a pool container has no socket: {:?}", socks());
+        let (a, b) = (key("egress-a"), key("egress-b"));
+        let out = bash_ok(&sb, &a, &format!("ls -A /run/warden-egress; curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/a")).await;
+        assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["proxy.sock", "reached", "/a"]);
+        assert_eq!(bash_ok(&sb, &b, "ls -A /run/warden-egress").await.trim(), "proxy.sock");
+        assert_eq!(socks().len(), 2, "one socket per bound session");
+        sb.end_session(&a).await.unwrap();
+        assert_eq!(socks().len(), 1, "an ended session's socket is gone");
+        sb.shutdown().await.unwrap();
+    }
+}
+
 mod boundary {
     use super::*;
     use proptest::strategy::{Just, Strategy, ValueTree};
@@ -1923,6 +2084,8 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::resolved_path_follows_links_inside_only,
         boundary::disk_limit_is_enforced_by_the_kernel,
         boundary::oversized_writes_and_edits_are_refused,
+        egress::the_proxy_is_the_only_way_out,
+        egress::a_pool_container_has_no_socket_until_bound_and_sees_only_its_own,
     ]
 }
 

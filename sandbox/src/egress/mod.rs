@@ -59,6 +59,12 @@ pub const FORWARDER_PORT: u16 = 3128;
 /// The forwarder's `uid:gid`: not the sandbox user's, so the agents' sweeps of that user
 /// never end it and sandboxed code cannot signal it.
 pub const FORWARDER_USER: &str = "65533:65533";
+/// Exit status of the container setup when the forwarder never listened.
+pub(crate) const FORWARDER_NOT_READY: i64 = 3;
+/// Appended to the container's setup script (Python, after the workspace is opened): waits
+/// up to 10 s (200 polls of 50 ms) until the forwarder accepts connections, so no tool call
+/// can run before it; exits [`FORWARDER_NOT_READY`] otherwise.
+pub(crate) const FORWARDER_READY_CHECK: &str = "\nimport socket, time\nfor _ in range(200):\n    try:\n        socket.create_connection(('127.0.0.1', 3128), 0.2).close()\n        break\n    except OSError:\n        time.sleep(0.05)\nelse:\n    raise SystemExit(3)";
 /// Connections one session may have open through the proxy at once; more are closed at once.
 pub const MAX_CONNECTIONS_PER_SESSION: usize = 64;
 /// Largest request head (request line and headers) the proxy reads.
