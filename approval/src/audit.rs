@@ -88,6 +88,38 @@ impl AuditRecord {
     }
 }
 
+/// One egress decision of a sandbox's proxy (`sandbox.egress`), as an audit line: which
+/// session asked for which host and port, the outcome, the rule, the bytes moved, and the
+/// name (never the value) of a credential the proxy added. Told apart from tool-call lines
+/// by `event: "egress"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressRecord {
+    /// RFC 3339 UTC time the decision was recorded (a tunnel's when it closed).
+    pub ts: String,
+    /// Always `egress`.
+    pub event: String,
+    /// The session whose sandbox asked.
+    pub session_id: String,
+    /// Its user.
+    pub user_id: String,
+    /// `connect` (a tunnel) or `http <METHOD>` (a plain-HTTP request).
+    pub kind: String,
+    /// The host as asked for.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// `allow` or `deny`.
+    pub decision: AuditDecision,
+    /// The rule that decided.
+    pub rule: String,
+    /// Bytes from the sandbox to the server.
+    pub bytes_sent: u64,
+    /// Bytes from the server to the sandbox.
+    pub bytes_received: u64,
+    /// The credential the proxy added (`sandbox.egress.credentials[i]`), if any.
+    pub credential: Option<String>,
+}
+
 /// Hex SHA-256 of the canonical JSON form of `args` (object keys sorted
 /// recursively, no insignificant whitespace), so equal arguments always give
 /// the same digest whatever their key order.
@@ -187,6 +219,15 @@ impl AuditLog {
 
     /// Append one record as one line and flush it.
     pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        self.append_line(record)
+    }
+
+    /// Append one egress decision as one line and flush it.
+    pub fn append_egress(&self, record: &EgressRecord) -> Result<(), AuditError> {
+        self.append_line(record)
+    }
+
+    fn append_line(&self, record: &impl Serialize) -> Result<(), AuditError> {
         let mut line = serde_json::to_string(record).map_err(|e| AuditError {
             path: self.path.clone(),
             source: std::io::Error::other(e),

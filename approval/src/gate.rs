@@ -341,6 +341,12 @@ impl ApprovalGate {
     }
 
     /// The policy in force.
+    /// The audit log decisions are written to, if one is configured (the host writes its
+    /// sandboxes' egress decisions there too).
+    pub fn audit_log(&self) -> Option<&Arc<AuditLog>> {
+        self.inner.audit.as_ref()
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
     }

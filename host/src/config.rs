@@ -548,6 +548,17 @@ impl Config {
 
     fn validate(&self, file: &Path) -> Result<(), ConfigError> {
         let invalid = |key: String, message: String| ConfigError::Invalid { file: file.to_owned(), key, message };
+        // Egress is judged at load, strictly: a policy that cannot be read never starts a
+        // host (the rest of `sandbox:` fails its tool calls, so text-only work continues).
+        if let Some(egress) = &self.sandbox.egress {
+            egress.validate().map_err(|e| invalid("sandbox.egress".into(), e.to_string()))?;
+            if self.sandbox.network != warden_sandbox::config::DEFAULT_NETWORK {
+                return Err(invalid(
+                    "sandbox.network".into(),
+                    "expected `none` when sandbox.egress is set (the proxy is the only way out)".into(),
+                ));
+            }
+        }
         for (id, grant) in &self.plugins.grants {
             for (i, pattern) in grant.http.iter().enumerate() {
                 crate::capability::http::AllowedUrl::parse(pattern).map_err(|e| {
@@ -809,6 +820,25 @@ mod tests {
         let e = parse("plugins:\n  limits:\n    timeot: 3s\n").unwrap_err().to_string();
         assert!(e.starts_with("w.yaml: plugins.limits.timeot: unknown field `timeot`, expected one of"), "{e}");
         assert!(e.ends_with("(line 3, column 5)"), "{e}");
+    }
+
+    #[test]
+    fn sandbox_egress_is_judged_at_load() {
+        let c = parse("sandbox:\n  egress:\n    allow: [pypi.org, \"*.pythonhosted.org\", \"127.0.0.1:8080\"]\n").unwrap();
+        assert_eq!(c.sandbox.egress.unwrap().allow.len(), 3);
+        for (yaml, says) in [
+            ("sandbox:\n  egress:\n    allow: [pypi.org, \"https://x.org\"]\n", "sandbox.egress.allow[1]: expected a host pattern"),
+            ("sandbox:\n  egress:\n    deny: [\"*\"]\n", "sandbox.egress.deny[0]"),
+            ("sandbox:\n  egress:\n    alow: [pypi.org]\n", "unknown field `alow`"),
+            ("sandbox:\n  network: bridge\n  egress:\n    allow: [pypi.org]\n", "sandbox.network"),
+            (
+                "sandbox:\n  egress:\n    allow: [a.example]\n    credentials: [{ host: b.example, header: Authorization, value_env: T }]\n",
+                "sandbox.egress.credentials[0].host",
+            ),
+        ] {
+            let e = parse(yaml).unwrap_err().to_string();
+            assert!(e.contains(says), "{yaml}: {e}");
+        }
     }
 
     #[test]

@@ -74,6 +74,10 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
         let path = config.path(p);
         gate = gate.with_overlay(path.clone()).map_err(|e| anyhow::anyhow!("approval.overlay {}: {e}", path.display()))?;
     }
+    // A credential's environment variable missing is a start failure, not a tool error.
+    if let Some(egress) = &config.sandbox.egress {
+        egress.resolve(|name| std::env::var(name).ok()).with_context(|| format!("{}: sandbox.egress", config.source_name()))?;
+    }
     let sandbox = warden_sandbox::Sandbox::new(config.sandbox.clone()).map(Arc::new).map_err(|e| e.to_string());
     let tools = Arc::new(tools::ToolHost::new(sandbox, gate).with_mcp(mcp_tools::McpTools::new(&config.mcp_servers)));
     let models = warden_models::ModelRouter::from_config(&config.models, &config.base_dir)

@@ -85,10 +85,10 @@ pub enum GuestError {
 
 /// Event types only the host produces: the task lifecycle (`status`, `error`, `finish`),
 /// the tools path (`tool_call`, `tool_result`, which count toward `max_tool_iterations`)
-/// and the approval gate. `events.emit` refuses them, so an event of one of these types
+/// the approval gate and the sandbox's egress proxy (`egress`). `events.emit` refuses them, so an event of one of these types
 /// in a task's stream always comes from the host; every other event is marked
 /// `"source": "plugin"`.
-pub const HOST_EVENT_KINDS: [&str; 9] = [
+pub const HOST_EVENT_KINDS: [&str; 10] = [
     "status",
     "error",
     "finish",
@@ -98,6 +98,7 @@ pub const HOST_EVENT_KINDS: [&str; 9] = [
     "approval_request",
     "approval_resolved",
     "heartbeat",
+    "egress",
 ];
 
 /// Whether `kind` is reserved for the host (compared case-insensitively, so `Tool_Call`

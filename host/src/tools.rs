@@ -7,8 +7,9 @@
 //! and the host itself emits `tool_call` / `tool_result` events. No other path reaches
 //! the sandbox. This module must never run a call the gate did not allow.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use warden_approval::{ApprovalGate, ApprovalRequest, Decider, PermissionMode, Policy};
@@ -95,13 +96,104 @@ pub struct ToolHost {
     sandbox: Result<Arc<Sandbox>, String>,
     gate: ApprovalGate,
     mcp: McpTools,
+    /// The calls running in each session's sandbox: where its egress decisions are streamed.
+    in_flight: InFlight,
+    /// Scrubs the egress credentials (`sandbox.egress.credentials`) from tool output: a
+    /// server that echoes a request's headers must not hand one to the model.
+    egress_secrets: Arc<crate::redact::Redactor>,
+}
+
+/// One call running in a session's sandbox, as its egress events need it.
+struct Flight {
+    id: u64,
+    plugin: String,
+    subagent: String,
+    task_id: String,
+    events: crate::plugin::EventSink,
+}
+
+type InFlight = Arc<Mutex<HashMap<SessionKey, Vec<Flight>>>>;
+
+/// Registers a call as running in its session's sandbox until dropped.
+struct FlightGuard<'a> {
+    map: &'a InFlight,
+    key: SessionKey,
+    id: u64,
+}
+
+impl Drop for FlightGuard<'_> {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = map.get_mut(&self.key) {
+            v.retain(|f| f.id != self.id);
+            if v.is_empty() {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// An egress decision of a session's proxy: one audit line, and an `egress` event in the
+/// stream of every task with a call running in that session's sandbox (the proxy sees
+/// connections, not calls: concurrent calls of one session all get it).
+fn egress_observed(ev: &warden_sandbox::EgressEvent, audit: Option<&warden_approval::AuditLog>, in_flight: &InFlight) {
+    if let Some(log) = audit {
+        let rec = warden_approval::EgressRecord {
+            ts: warden_approval::AuditRecord::now(),
+            event: "egress".into(),
+            session_id: ev.session.session_id.clone(),
+            user_id: ev.session.user_id.clone(),
+            kind: ev.kind.clone(),
+            host: ev.host.clone(),
+            port: ev.port,
+            decision: if ev.allowed { warden_approval::AuditDecision::Allow } else { warden_approval::AuditDecision::Deny },
+            rule: ev.rule.clone(),
+            bytes_sent: ev.bytes_sent,
+            bytes_received: ev.bytes_received,
+            credential: ev.credential.clone(),
+        };
+        if let Err(e) = log.append_egress(&rec) {
+            tracing::error!(error = %e, host = %ev.host, "audit write of an egress decision failed");
+        }
+    }
+    let map = in_flight.lock().unwrap_or_else(|e| e.into_inner());
+    for f in map.get(&ev.session).into_iter().flatten() {
+        let data = json!({
+            "host": ev.host, "port": ev.port, "kind": ev.kind, "allowed": ev.allowed, "rule": ev.rule,
+            "bytes_sent": ev.bytes_sent, "bytes_received": ev.bytes_received, "credential": ev.credential,
+            "subagent": f.subagent, "task_id": f.task_id,
+        });
+        // Never blocks the proxy: a full stream loses this event (the audit line stays).
+        let _ = f.events.try_send(PluginEvent { plugin: f.plugin.clone(), kind: "egress".into(), data });
+    }
 }
 
 impl ToolHost {
     /// `sandbox` is an error text when the sandbox could not be configured; tool calls
     /// then fail with it while text-only subagents keep working.
     pub fn new(sandbox: Result<Arc<Sandbox>, String>, gate: ApprovalGate) -> Self {
-        ToolHost { sandbox, gate, mcp: McpTools::new(&Default::default()) }
+        let in_flight = InFlight::default();
+        let mut egress_secrets = crate::redact::Redactor::new();
+        if let Ok(sb) = &sandbox {
+            if let Some(policy) = sb.egress_policy() {
+                let values = policy.secret_values();
+                egress_secrets = crate::redact::Redactor::with_secrets(values.iter().map(String::as_str));
+            }
+            let audit = gate.audit_log().cloned();
+            let flights = in_flight.clone();
+            sb.on_egress(Arc::new(move |ev: &warden_sandbox::EgressEvent| egress_observed(ev, audit.as_deref(), &flights)));
+        }
+        ToolHost { sandbox, gate, mcp: McpTools::new(&Default::default()), in_flight, egress_secrets: Arc::new(egress_secrets) }
+    }
+
+    /// Marks a call of `scope` as running in `key`'s sandbox until the guard drops.
+    fn fly(&self, scope: &ToolScope, key: &SessionKey) -> Option<FlightGuard<'_>> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let events = scope.events.clone()?;
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let flight = Flight { id, plugin: scope.plugin.clone(), subagent: scope.subagent.clone(), task_id: scope.task_id.clone(), events };
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).entry(key.clone()).or_default().push(flight);
+        Some(FlightGuard { map: &self.in_flight, key: key.clone(), id })
     }
 
     /// Adds the operator's MCP servers as tool sources.
@@ -211,12 +303,16 @@ impl ToolHost {
                 }
                 None => match path {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
-                    Ok(path) => self.run_allowed(scope, &key, &call, path.as_ref().map(|p| p.path.as_str())).await,
+                    Ok(path) => {
+                        let _flight = self.fly(scope, &key);
+                        self.run_allowed(scope, &key, &call, path.as_ref().map(|p| p.path.as_str())).await
+                    }
                 },
             };
             // Neither the event (whose excerpt could cut a secret in two) nor the plugin
             // and its model read the session's secrets.
             let content = crate::redact::registry().session(&scope.user_id, &scope.session_id).scrub(&content).into_owned();
+            let content = self.egress_secrets.scrub(&content).into_owned();
             tracing::info!(
                 task_id = %scope.task_id, session = %scope.session_id, plugin = %scope.plugin,
                 tool = %call.name, decision = ?verdict.decision, is_error, "tool call"

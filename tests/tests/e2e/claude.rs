@@ -419,3 +419,43 @@ async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
     let gone = std::process::Command::new("docker").args(["inspect", &container]).output().unwrap();
     assert!(!gone.status.success(), "the session's container (and its servers) is gone");
 }
+
+/// Issue 21: a subagent's Bash reaches an allowed host on the test machine through the
+/// session's egress proxy and is refused another; both decisions are audit-log lines and
+/// `egress` events in the task's stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn egress_decisions_are_audited_and_streamed() {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut s in server.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\npong");
+        }
+    });
+    let script = format!(
+        "- tool_calls: [{{ name: Bash, arguments: {{ command: \"curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/x; echo; curl -sS --max-time 20 http://1.1.1.1/\" }} }}]\n\
+         - text: \"done\"\n  expect: {{ last_tool_result_contains: \"pong\" }}\n"
+    );
+    let tail = format!(
+        "  egress:\n    allow: [\"127.0.0.1:{port}\"]\napproval:\n  default: deny\n  allow: [Bash]\n  audit_log: ./audit.jsonl\n"
+    );
+    let h = claude_host_with(AGENT, &[("main", &script)], "", &tail).await;
+    let s = session();
+    let (outcome, events) = h.run_with_events("helper", "fetch it", &s).await;
+    assert_eq!(completed(&outcome), "done");
+    let result = events.iter().find(|e| e.kind == "tool_result").expect("a tool result");
+    let content = result.data["content"].as_str().unwrap();
+    assert!(content.contains("pong") && content.contains("refused: no allow entry names 1.1.1.1:80"), "{content}");
+    let egress: Vec<_> = events.iter().filter(|e| e.kind == "egress").map(|e| &e.data).collect();
+    assert!(egress.iter().any(|d| d["allowed"] == true && d["port"] == port && d["bytes_received"].as_u64() > Some(0)), "{egress:?}");
+    assert!(egress.iter().any(|d| d["allowed"] == false && d["host"] == "1.1.1.1"), "{egress:?}");
+    let audit = std::fs::read_to_string(h._dir.path().join("audit.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> =
+        audit.lines().map(|l| serde_json::from_str(l).unwrap()).filter(|v: &serde_json::Value| v["event"] == "egress").collect();
+    assert!(lines.iter().any(|l| l["decision"] == "allow" && l["port"] == port && l["session_id"] == s.as_str()), "{audit}");
+    assert!(lines.iter().any(|l| l["decision"] == "deny" && l["rule"].as_str().unwrap().contains("no allow entry")), "{audit}");
+    h.end(&s).await;
+}
