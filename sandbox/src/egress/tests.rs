@@ -114,7 +114,7 @@ async fn refusals_are_403_and_name_the_rule() {
     let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
     let p = proxy(&[format!("127.0.0.1:{}", up.port), "localhost:*".into(), "denied.example".into()], vec![]);
     let cases = [
-        (format!("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"), "no allow entry names example.com:80"),
+        ("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n".to_string(), "no allow entry names example.com:80"),
         (format!("GET http://localhost:{}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", up.port), "loopback"),
         ("CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(), "no allow entry names 169.254.169.254:80"),
         ("CONNECT denied.example:443 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(), "deny `denied.example`"),
