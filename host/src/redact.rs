@@ -330,6 +330,9 @@ impl StreamScrubber {
 #[derive(Default)]
 pub struct SecretRegistry {
     sessions: Mutex<HashMap<(String, String), Arc<Redactor>>>,
+    /// Secrets of the host itself, not of any session (the egress proxy's credentials):
+    /// scrubbed from every session's tool output.
+    host: Redactor,
     all: Redactor,
     total_bytes: Mutex<usize>,
 }
@@ -377,6 +380,22 @@ impl SecretRegistry {
         session.add(values, MAX_SESSION_SECRETS)?;
         *total += self.all.add(values, usize::MAX)?;
         Ok(())
+    }
+
+    /// Remembers `values` as secrets of the host itself (e.g. `sandbox.egress.credentials`):
+    /// scrubbed from every session's tool output ([`SecretRegistry::host`]) and, as every
+    /// secret, from logs, the audit log, stored events and error messages.
+    pub fn remember_host(&self, values: &[&str]) -> Result<(), SecretError> {
+        Self::check(values.iter().copied())?;
+        let mut total = self.total_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        self.host.add(values, usize::MAX)?;
+        *total += self.all.add(values, usize::MAX)?;
+        Ok(())
+    }
+
+    /// The host's own secrets (see [`SecretRegistry::remember_host`]).
+    pub fn host(&self) -> &Redactor {
+        &self.host
     }
 
     /// The session's redactor as it is now (an empty one if the session was never
@@ -483,6 +502,18 @@ mod tests {
         assert_eq!(r.scrub("xabcdefghy abcdz"), "x[redacted]y [redacted]z");
         assert_eq!(stream(&r, &["xabcd", "efg", "hy"]), "x[redacted]y");
         assert_eq!(stream(&r, &["xabcd", "efz"]), "x[redacted]efz");
+    }
+
+    #[test]
+    fn host_secrets_are_scrubbed_for_every_session_and_from_logs() {
+        // The egress proxy's credentials belong to no session: a server echoing one must
+        // not hand it to any session's model, nor may a log line carry it.
+        let reg = SecretRegistry::default();
+        reg.remember_host(&["egress-credential-value"]).unwrap();
+        assert_eq!(reg.host().scrub("echo: egress-credential-value"), "echo: [redacted]");
+        assert_eq!(reg.all().scrub("log egress-credential-value"), "log [redacted]");
+        assert!(reg.session("u", "s").is_empty(), "not a session's secret");
+        assert!(reg.remember_host(&[&"x".repeat(MAX_SECRET_BYTES + 1)]).is_err());
     }
 
     #[test]

@@ -96,11 +96,9 @@ pub struct ToolHost {
     sandbox: Result<Arc<Sandbox>, String>,
     gate: ApprovalGate,
     mcp: McpTools,
-    /// The calls running in each session's sandbox: where its egress decisions are streamed.
-    in_flight: InFlight,
-    /// Scrubs the egress credentials (`sandbox.egress.credentials`) from tool output: a
-    /// server that echoes a request's headers must not hand one to the model.
-    egress_secrets: Arc<crate::redact::Redactor>,
+    /// The calls running in each session's sandbox: where its egress decisions are
+    /// streamed. `None` without `sandbox.egress` (nothing to stream, nothing to track).
+    in_flight: Option<InFlight>,
 }
 
 /// One call running in a session's sandbox, as its egress events need it.
@@ -172,28 +170,33 @@ impl ToolHost {
     /// `sandbox` is an error text when the sandbox could not be configured; tool calls
     /// then fail with it while text-only subagents keep working.
     pub fn new(sandbox: Result<Arc<Sandbox>, String>, gate: ApprovalGate) -> Self {
-        let in_flight = InFlight::default();
-        let mut egress_secrets = crate::redact::Redactor::new();
-        if let Ok(sb) = &sandbox {
-            if let Some(policy) = sb.egress_policy() {
-                let values = policy.secret_values();
-                egress_secrets = crate::redact::Redactor::with_secrets(values.iter().map(String::as_str));
+        let mut in_flight = None;
+        if let Ok(sb) = &sandbox
+            && let Some(policy) = sb.egress_policy()
+        {
+            // A server that echoes a request's headers must not hand a credential to the
+            // model: the host's secrets are scrubbed from every tool result (and log line).
+            let values = policy.secret_values();
+            if let Err(e) = crate::redact::registry().remember_host(&values.iter().map(String::as_str).collect::<Vec<_>>()) {
+                tracing::error!(error = %e, "egress credentials cannot be registered for scrubbing");
             }
             let audit = gate.audit_log().cloned();
-            let flights = in_flight.clone();
+            let flights = InFlight::default();
+            in_flight = Some(flights.clone());
             sb.on_egress(Arc::new(move |ev: &warden_sandbox::EgressEvent| egress_observed(ev, audit.as_deref(), &flights)));
         }
-        ToolHost { sandbox, gate, mcp: McpTools::new(&Default::default()), in_flight, egress_secrets: Arc::new(egress_secrets) }
+        ToolHost { sandbox, gate, mcp: McpTools::new(&Default::default()), in_flight }
     }
 
     /// Marks a call of `scope` as running in `key`'s sandbox until the guard drops.
     fn fly(&self, scope: &ToolScope, key: &SessionKey) -> Option<FlightGuard<'_>> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        let in_flight = self.in_flight.as_ref()?;
         let events = scope.events.clone()?;
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let flight = Flight { id, plugin: scope.plugin.clone(), subagent: scope.subagent.clone(), task_id: scope.task_id.clone(), events };
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).entry(key.clone()).or_default().push(flight);
-        Some(FlightGuard { map: &self.in_flight, key: key.clone(), id })
+        in_flight.lock().unwrap_or_else(|e| e.into_inner()).entry(key.clone()).or_default().push(flight);
+        Some(FlightGuard { map: in_flight, key: key.clone(), id })
     }
 
     /// Adds the operator's MCP servers as tool sources.
@@ -312,7 +315,7 @@ impl ToolHost {
             // Neither the event (whose excerpt could cut a secret in two) nor the plugin
             // and its model read the session's secrets.
             let content = crate::redact::registry().session(&scope.user_id, &scope.session_id).scrub(&content).into_owned();
-            let content = self.egress_secrets.scrub(&content).into_owned();
+            let content = crate::redact::registry().host().scrub(&content).into_owned();
             tracing::info!(
                 task_id = %scope.task_id, session = %scope.session_id, plugin = %scope.plugin,
                 tool = %call.name, decision = ?verdict.decision, is_error, "tool call"
