@@ -397,27 +397,29 @@ pub struct Request {
 /// Reads a JSON-RPC 2.0 request; on failure, the id to answer with (null when it could
 /// not be read) and the error.
 pub fn parse_request(body: &[u8]) -> Result<Request, (Value, RpcError)> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| (Value::Null, RpcError::new(RpcError::PARSE, format!("the body is not JSON: {e}"))))?;
-    let Value::Object(obj) = v else {
-        let what = if v.is_array() { "batch requests are not supported" } else { "a request must be a JSON object" };
-        return Err((Value::Null, RpcError::invalid_request(what)));
-    };
-    // A member given twice (`"id":1,"id":2`) is read differently by different parsers (a
-    // proxy may route or log the first, serde keeps the last): refused, never guessed.
-    if let Err(e) = serde_json::from_slice::<Envelope>(body) {
-        return Err((Value::Null, RpcError::invalid_request(format!("malformed request: {e}"))));
-    }
-    let notification = !obj.contains_key("id");
-    let id = match obj.get("id") {
+    // One read of the body into the request's members; serde's derived reader refuses a
+    // member given twice (`"id":1,"id":2`), which different parsers read differently (a
+    // proxy may route or log the first, serde would keep the last). Only a body that fails
+    // is read again, to say why.
+    let env = serde_json::from_slice::<Envelope>(body).map_err(|e| {
+        let why = match serde_json::from_slice::<Value>(body) {
+            Err(e) => return (Value::Null, RpcError::new(RpcError::PARSE, format!("the body is not JSON: {e}"))),
+            Ok(Value::Array(_)) => "batch requests are not supported".to_owned(),
+            Ok(Value::Object(_)) => format!("malformed request: {e}"),
+            Ok(_) => "a request must be a JSON object".to_owned(),
+        };
+        (Value::Null, RpcError::invalid_request(why))
+    })?;
+    let notification = env.id.is_none();
+    let id = match env.id {
         None | Some(Value::Null) => Value::Null,
-        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        Some(id @ (Value::String(_) | Value::Number(_))) => id,
         Some(_) => return Err((Value::Null, RpcError::invalid_request("`id` must be a string, a number or null"))),
     };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if env.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err((id, RpcError::invalid_request("`jsonrpc` must be \"2.0\"")));
     }
-    let Some(name) = obj.get("method").and_then(Value::as_str) else {
+    let Some(name) = env.method.as_ref().and_then(Value::as_str) else {
         return Err((id, RpcError::invalid_request("`method` must be a string")));
     };
     let Some((method, dialect)) = method_of(name) else {
@@ -426,23 +428,28 @@ pub fn parse_request(body: &[u8]) -> Result<Request, (Value, RpcError)> {
             RpcError::new(RpcError::METHOD_NOT_FOUND, format!("method `{}` not found", truncate(name, 64))),
         ));
     };
-    let params = match obj.get("params") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(p @ Value::Object(_)) => p.clone(),
+    let params = match env.params {
+        None => Value::Object(Map::new()),
+        Some(p @ Value::Object(_)) => p,
         Some(_) => return Err((id, RpcError::invalid_params("`params` must be an object"))),
     };
     Ok(Request { id, notification, method, dialect, params })
 }
 
-/// The members of a JSON-RPC request, read only to refuse duplicates (serde's derived
-/// struct reader rejects a field seen twice); other members are ignored.
+/// The members of a JSON-RPC request (others are ignored). `id` is `Some(Value::Null)`
+/// for `"id": null` and `None` only when the member is absent (a notification).
 #[derive(serde::Deserialize)]
-#[allow(dead_code)]
 struct Envelope {
     jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
     method: Option<Value>,
     params: Option<Value>,
+}
+
+/// A member that is present, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    <Value as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// Whether the `A2A-Version` header (if any) names a protocol this server speaks.
