@@ -261,51 +261,53 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// Publishes the component `file` (and its signature `FILE.sig`, if present and valid)
 /// at `target`. Refuses a signature that does not match the file.
 pub async fn push(file: &Path, target: &str, insecure: bool, credentials: &Credentials, max_size: u64) -> Result<Pushed, OciError> {
-    tokio::time::timeout(TRANSFER_TIMEOUT, push_now(file, target, insecure, credentials, max_size))
-        .await
-        .unwrap_or_else(|_| Err(OciError::TimedOut(format!("pushing to {target}"))))
+    bounded(format!("pushing to {target}"), async {
+        let (reference, client) = connect(target, insecure)?;
+        let auth = &credentials.for_registry(reference.resolve_registry());
+        let bytes = crate::registry::read_plugin_file(file, max_size).await.map_err(OciError::Io)?;
+        let shown = file.display().to_string();
+        if !is_component(&bytes) {
+            return Err(OciError::NotAComponent(shown));
+        }
+        let sig = provenance::read_sig_file(file)?;
+        let signed_by = match &sig {
+            Some(text) => Some(provenance::signer(&bytes, text, &provenance::sig_path(file).display().to_string())?),
+            None => None,
+        };
+        let id = crate::registry::plugin_id(file).filter(|id| valid_id(id)).ok_or(OciError::BadId(shown))?;
+        let digest = format!("sha256:{}", sha256_hex(&bytes));
+        let config = serde_json::json!({
+            "created": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            "author": null,
+            "architecture": "wasm",
+            "os": "wasip2",
+            "layerDigests": [digest],
+            "component": null,
+        });
+        let config = OciConfig::new(serde_json::to_vec(&config).expect("JSON values serialize"), WASM_CONFIG_MEDIA_TYPE.into(), None);
+        let layer = ImageLayer::new(
+            bytes,
+            WASM_LAYER_MEDIA_TYPE.into(),
+            Some(BTreeMap::from([(TITLE_ANNOTATION.to_owned(), format!("{id}.wasm"))])),
+        );
+        let annotations = sig.map(|s| BTreeMap::from([(SIGNATURE_ANNOTATION.to_owned(), s.trim().to_owned())]));
+        let layers = [layer];
+        let mut manifest = OciImageManifest::build(&layers, &config, annotations);
+        manifest.media_type = Some(MANIFEST_MEDIA_TYPE.into());
+        let pushed = client
+            .push(&reference, &layers, config, auth, Some(manifest))
+            .await
+            .map_err(|e| OciError::Registry(format!("pushing to {target}: {}", chain(&e))))?;
+        let digest = pushed.manifest_url.rsplit('/').next().unwrap_or_default().to_owned();
+        tracing::info!(%target, %digest, signed = signed_by.is_some(), "plugin pushed");
+        Ok(Pushed { digest, signed_by })
+    })
+    .await
 }
 
-async fn push_now(file: &Path, target: &str, insecure: bool, credentials: &Credentials, max_size: u64) -> Result<Pushed, OciError> {
-    let (reference, client) = connect(target, insecure)?;
-    let auth = &credentials.for_registry(reference.resolve_registry());
-    let bytes = crate::registry::read_plugin_file(file, max_size).await.map_err(OciError::Io)?;
-    let shown = file.display().to_string();
-    if !is_component(&bytes) {
-        return Err(OciError::NotAComponent(shown));
-    }
-    let sig = provenance::read_sig_file(file)?;
-    let signed_by = match &sig {
-        Some(text) => Some(provenance::signer(&bytes, text, &provenance::sig_path(file).display().to_string())?),
-        None => None,
-    };
-    let id = crate::registry::plugin_id(file).filter(|id| valid_id(id)).ok_or(OciError::BadId(shown))?;
-    let digest = format!("sha256:{}", sha256_hex(&bytes));
-    let config = serde_json::json!({
-        "created": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        "author": null,
-        "architecture": "wasm",
-        "os": "wasip2",
-        "layerDigests": [digest],
-        "component": null,
-    });
-    let config = OciConfig::new(serde_json::to_vec(&config).expect("JSON values serialize"), WASM_CONFIG_MEDIA_TYPE.into(), None);
-    let layer = ImageLayer::new(
-        bytes,
-        WASM_LAYER_MEDIA_TYPE.into(),
-        Some(BTreeMap::from([(TITLE_ANNOTATION.to_owned(), format!("{id}.wasm"))])),
-    );
-    let annotations = sig.map(|s| BTreeMap::from([(SIGNATURE_ANNOTATION.to_owned(), s.trim().to_owned())]));
-    let layers = [layer];
-    let mut manifest = OciImageManifest::build(&layers, &config, annotations);
-    manifest.media_type = Some(MANIFEST_MEDIA_TYPE.into());
-    let pushed = client
-        .push(&reference, &layers, config, auth, Some(manifest))
-        .await
-        .map_err(|e| OciError::Registry(format!("pushing to {target}: {}", chain(&e))))?;
-    let digest = pushed.manifest_url.rsplit('/').next().unwrap_or_default().to_owned();
-    tracing::info!(%target, %digest, signed = signed_by.is_some(), "plugin pushed");
-    Ok(Pushed { digest, signed_by })
+/// `work`, or [`OciError::TimedOut`] naming `what` after [`TRANSFER_TIMEOUT`].
+async fn bounded<T>(what: String, work: impl Future<Output = Result<T, OciError>>) -> Result<T, OciError> {
+    tokio::time::timeout(TRANSFER_TIMEOUT, work).await.unwrap_or_else(|_| Err(OciError::TimedOut(what)))
 }
 
 /// A plugin id that is a plain file name: letters, digits, `.`, `_`, `-`, not hidden.
@@ -318,7 +320,8 @@ fn valid_id(id: &str) -> bool {
 
 /// Fetches the artifact at `target`, verifies it (layout, size, digest, component, then
 /// the pin, trust and signature rules of `plugins`), and installs it atomically into `dir`
-/// as `ID.wasm` (`id`, else the layer's title, else the repository's last segment).
+/// as `ID.wasm` (`id`, else the repository's last segment; a layer titled otherwise needs
+/// `id`).
 pub async fn pull(
     target: &str,
     insecure: bool,
@@ -327,120 +330,110 @@ pub async fn pull(
     dir: &Path,
     plugins: &PluginsConfig,
 ) -> Result<Installed, OciError> {
-    tokio::time::timeout(TRANSFER_TIMEOUT, pull_now(target, insecure, credentials, id, dir, plugins))
-        .await
-        .unwrap_or_else(|_| Err(OciError::TimedOut(format!("pulling {target}"))))
-}
-
-async fn pull_now(
-    target: &str,
-    insecure: bool,
-    credentials: &Credentials,
-    id: Option<&str>,
-    dir: &Path,
-    plugins: &PluginsConfig,
-) -> Result<Installed, OciError> {
-    let (reference, client) = connect(target, insecure)?;
-    let auth = &credentials.for_registry(reference.resolve_registry());
-    let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| OciError::Registry(format!("{what} {target}: {}", chain(&e)));
-    let (manifest, _) = client
-        .pull_manifest(&reference, auth)
-        .await
-        .map_err(|e| registry_err("fetching the manifest of", e))?;
-    let not_wasm = |reason: String| OciError::NotWasm { reference: target.to_owned(), reason };
-    let OciManifest::Image(manifest) = manifest else {
-        return Err(not_wasm("an image index, not one artifact manifest".into()));
-    };
-    if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
-        return Err(not_wasm(format!("config media type {:?}, expected {WASM_CONFIG_MEDIA_TYPE}", manifest.config.media_type)));
-    }
-    let [layer] = manifest.layers.as_slice() else {
-        return Err(not_wasm(format!("{} layers, expected exactly one", manifest.layers.len())));
-    };
-    if layer.media_type != WASM_LAYER_MEDIA_TYPE {
-        return Err(not_wasm(format!("layer media type {:?}, expected {WASM_LAYER_MEDIA_TYPE}", layer.media_type)));
-    }
-    let expected = layer
-        .digest
-        .strip_prefix("sha256:")
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or_else(|| not_wasm(format!("layer digest {:?} is not sha256", layer.digest)))?
-        .to_ascii_lowercase();
-    let limit = plugins.max_plugin_size;
-    if u64::try_from(layer.size).unwrap_or(u64::MAX) > limit {
-        return Err(OciError::TooLarge { size: layer.size.max(0) as u64, limit });
-    }
-    // The id (and so the grants it gets) is the operator's choice or the repository's
-    // name; an artifact that calls itself something else must be named with --as, so it
-    // cannot pick which installed plugin it replaces.
-    let repository = reference.repository().rsplit('/').next().unwrap_or_default().to_owned();
-    let id = match id {
-        Some(id) => id.to_owned(),
-        None => match layer.annotations.as_ref().and_then(|a| a.get(TITLE_ANNOTATION)) {
-            Some(title) if title.strip_suffix(".wasm") != Some(repository.as_str()) => {
-                return Err(OciError::AmbiguousId { title: title.chars().take(MAX_ID_LEN + 8).collect(), repository });
-            }
-            _ => repository,
-        },
-    };
-    if !valid_id(&id) {
-        return Err(OciError::BadId(id));
-    }
-    let sig = manifest.annotations.as_ref().and_then(|a| a.get(SIGNATURE_ANNOTATION)).cloned();
-    if sig.as_ref().is_some_and(|s| s.len() as u64 > provenance::MAX_SIG_FILE) {
-        return Err(not_wasm(format!("the {SIGNATURE_ANNOTATION} annotation is longer than {} bytes", provenance::MAX_SIG_FILE)));
-    }
-
-    // The blob, bounded, then its digest (the registry may be lying or altered).
-    // Only from the registry: a layer's `urls` (foreign layers) would have the client fetch
-    // whatever addresses the manifest's author wrote.
-    let layer = &oci_client::manifest::OciDescriptor { urls: None, ..layer.clone() };
-    let mut stream = client
-        .pull_blob_stream(&reference, layer)
-        .await
-        .map_err(|e| registry_err("fetching the layer of", e))?;
-    let mut bytes = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = match chunk {
-            Ok(c) => c,
-            Err(e) => {
-                // oci-client checks the digest at the end of the stream too; say it our way.
-                use oci_client::errors::DigestError;
-                return Err(match e.get_ref().and_then(|inner| inner.downcast_ref::<DigestError>()) {
-                    Some(DigestError::VerificationError { expected, actual }) => {
-                        OciError::DigestMismatch { expected: expected.clone(), actual: actual.clone() }
-                    }
-                    _ => OciError::Registry(format!("reading the layer of {target}: {e}")),
-                });
-            }
+    bounded(format!("pulling {target}"), async {
+        let (reference, client) = connect(target, insecure)?;
+        let auth = &credentials.for_registry(reference.resolve_registry());
+        let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| OciError::Registry(format!("{what} {target}: {}", chain(&e)));
+        let (manifest, _) = client
+            .pull_manifest(&reference, auth)
+            .await
+            .map_err(|e| registry_err("fetching the manifest of", e))?;
+        let not_wasm = |reason: String| OciError::NotWasm { reference: target.to_owned(), reason };
+        let OciManifest::Image(manifest) = manifest else {
+            return Err(not_wasm("an image index, not one artifact manifest".into()));
         };
-        if (bytes.len() + chunk.len()) as u64 > limit {
-            return Err(OciError::TooLarge { size: (bytes.len() + chunk.len()) as u64, limit });
+        if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
+            return Err(not_wasm(format!("config media type {:?}, expected {WASM_CONFIG_MEDIA_TYPE}", manifest.config.media_type)));
         }
-        bytes.extend_from_slice(&chunk);
-    }
-    let sha256 = sha256_hex(&bytes);
-    if sha256 != expected {
-        return Err(OciError::DigestMismatch { expected: layer.digest.clone(), actual: format!("sha256:{sha256}") });
-    }
-    if !is_component(&bytes) {
-        return Err(OciError::NotAComponent(target.to_owned()));
-    }
-    // The rules of loading, through the same check (see `Registry::load_file`).
-    let rules = provenance::Rules {
-        id: &id,
-        trust: &plugins.trust,
-        require_signature: plugins.require_signature,
-        pin: plugins.pins.get(&id).map(String::as_str),
-    };
-    let shown = format!("signature annotation {SIGNATURE_ANNOTATION} of {target}");
-    let signed_by = provenance::check_bytes(&bytes, sig.as_deref(), &shown, &rules)?;
+        let [layer] = manifest.layers.as_slice() else {
+            return Err(not_wasm(format!("{} layers, expected exactly one", manifest.layers.len())));
+        };
+        if layer.media_type != WASM_LAYER_MEDIA_TYPE {
+            return Err(not_wasm(format!("layer media type {:?}, expected {WASM_LAYER_MEDIA_TYPE}", layer.media_type)));
+        }
+        let expected = layer
+            .digest
+            .strip_prefix("sha256:")
+            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .ok_or_else(|| not_wasm(format!("layer digest {:?} is not sha256", layer.digest)))?
+            .to_ascii_lowercase();
+        let limit = plugins.max_plugin_size;
+        if u64::try_from(layer.size).unwrap_or(u64::MAX) > limit {
+            return Err(OciError::TooLarge { size: layer.size.max(0) as u64, limit });
+        }
+        // The id (and so the grants it gets) is the operator's choice or the repository's
+        // name; an artifact that calls itself something else must be named with --as, so it
+        // cannot pick which installed plugin it replaces.
+        let repository = reference.repository().rsplit('/').next().unwrap_or_default().to_owned();
+        let id = match id {
+            Some(id) => id.to_owned(),
+            None => match layer.annotations.as_ref().and_then(|a| a.get(TITLE_ANNOTATION)) {
+                Some(title) if title.strip_suffix(".wasm") != Some(repository.as_str()) => {
+                    return Err(OciError::AmbiguousId { title: title.chars().take(MAX_ID_LEN + 8).collect(), repository });
+                }
+                _ => repository,
+            },
+        };
+        if !valid_id(&id) {
+            return Err(OciError::BadId(id));
+        }
+        let sig = manifest.annotations.as_ref().and_then(|a| a.get(SIGNATURE_ANNOTATION)).cloned();
+        if sig.as_ref().is_some_and(|s| s.len() as u64 > provenance::MAX_SIG_FILE) {
+            return Err(not_wasm(format!("the {SIGNATURE_ANNOTATION} annotation is longer than {} bytes", provenance::MAX_SIG_FILE)));
+        }
 
-    let path = dir.join(format!("{id}.wasm"));
-    let replaced = path.exists();
-    install(dir, &id, &bytes, sig.as_deref()).map_err(|e| OciError::Io(format!("installing {}: {e}", path.display())))?;
-    tracing::info!(%target, plugin = %id, %sha256, signed = signed_by.is_some(), replaced, "plugin pulled");
-    Ok(Installed { id, path, sha256, signed_by, replaced })
+        // The blob, bounded, then its digest (the registry may be lying or altered).
+        // Only from the registry: a layer's `urls` (foreign layers) would have the client fetch
+        // whatever addresses the manifest's author wrote.
+        let layer = &oci_client::manifest::OciDescriptor { urls: None, ..layer.clone() };
+        let mut stream = client
+            .pull_blob_stream(&reference, layer)
+            .await
+            .map_err(|e| registry_err("fetching the layer of", e))?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    // oci-client checks the digest at the end of the stream too; say it our way.
+                    use oci_client::errors::DigestError;
+                    return Err(match e.get_ref().and_then(|inner| inner.downcast_ref::<DigestError>()) {
+                        Some(DigestError::VerificationError { expected, actual }) => {
+                            OciError::DigestMismatch { expected: expected.clone(), actual: actual.clone() }
+                        }
+                        _ => OciError::Registry(format!("reading the layer of {target}: {e}")),
+                    });
+                }
+            };
+            if (bytes.len() + chunk.len()) as u64 > limit {
+                return Err(OciError::TooLarge { size: (bytes.len() + chunk.len()) as u64, limit });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let sha256 = sha256_hex(&bytes);
+        if sha256 != expected {
+            return Err(OciError::DigestMismatch { expected: layer.digest.clone(), actual: format!("sha256:{sha256}") });
+        }
+        if !is_component(&bytes) {
+            return Err(OciError::NotAComponent(target.to_owned()));
+        }
+        // The rules of loading, through the same check (see `Registry::load_file`).
+        let rules = provenance::Rules {
+            id: &id,
+            trust: &plugins.trust,
+            require_signature: plugins.require_signature,
+            pin: plugins.pins.get(&id).map(String::as_str),
+        };
+        let shown = format!("signature annotation {SIGNATURE_ANNOTATION} of {target}");
+        let signed_by = provenance::check_bytes(&bytes, sig.as_deref(), &shown, &rules)?;
+
+        let path = dir.join(format!("{id}.wasm"));
+        let replaced = path.exists();
+        install(dir, &id, &bytes, sig.as_deref()).map_err(|e| OciError::Io(format!("installing {}: {e}", path.display())))?;
+        tracing::info!(%target, plugin = %id, %sha256, signed = signed_by.is_some(), replaced, "plugin pulled");
+        Ok(Installed { id, path, sha256, signed_by, replaced })
+    })
+    .await
 }
 
 /// Writes `ID.wasm` (and `ID.wasm.sig`, or removes a stale one) into `dir` atomically:
