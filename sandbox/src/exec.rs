@@ -557,6 +557,13 @@ pub(crate) async fn run(
                 // memory hog), or the container is going away.
                 let code = docker.inspect_exec(&agent.exec_id).await.ok().and_then(|i| i.exit_code);
                 if code == Some(EXIT_SIGKILL) {
+                    // The agent never swept its command's processes: the command may have
+                    // killed it (`kill -9 $PPID`) to leave a `setsid` child behind. Sweep
+                    // here, before the call (and its egress narrowing) ends; a container
+                    // that cannot be swept is replaced.
+                    if !kill_sweep(docker, container, user, agent.pid).await {
+                        return Err(ExecFailure::Broken("the sandbox agent was killed and its processes could not be swept".into()));
+                    }
                     return Ok(killed(stdout, stderr, false));
                 }
                 return match docker.inspect_container(container, None::<InspectContainerOptions>).await {

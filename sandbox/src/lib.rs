@@ -31,7 +31,7 @@ pub mod tools;
 mod workspace;
 
 pub use config::{ByteSize, SandboxConfig};
-pub use egress::{EgressConfig, EgressEvent, EgressObserver, EgressPolicy};
+pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy};
 pub use error::SandboxError;
 pub use metrics::MetricsSnapshot;
 pub use process::SessionProcess;

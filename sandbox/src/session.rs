@@ -293,6 +293,18 @@ impl Sandbox {
         }
     }
 
+    /// Narrows the egress of `key`'s session by `narrowings` (an agent file's and a task's
+    /// lists) while the returned hold lives: hold it for the length of a tool call. Every
+    /// new connection and request of the session is judged by the operator's policy
+    /// narrowed by every narrowing its running calls hold. No-op without `sandbox.egress`
+    /// (there is no way out to narrow) or without narrowings.
+    pub fn hold_egress(&self, key: &SessionKey, narrowings: &[Arc<egress::EgressNarrowing>]) -> egress::EgressHold {
+        match &self.inner.egress {
+            Some(e) => e.hold(key, narrowings),
+            None => egress::EgressHold::none(key),
+        }
+    }
+
     /// The egress policy in effect (`None`: no egress). Its credential values are for the
     /// host's scrubbers only.
     pub fn egress_policy(&self) -> Option<&EgressPolicy> {
@@ -949,6 +961,7 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
             Some(_) => egress::mounted_dir(c.mounts.as_deref()).filter(|d| d.is_dir()),
         };
         let egress_ok = inner.egress.is_none() || egress_dir.is_some();
+        let mut adopted_key = None;
         let adopt = {
             let mut map = inner.sessions.lock().expect("sessions lock");
             match (key, workspace) {
@@ -963,12 +976,7 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                     let names = container::names(scope, &key);
                     tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted session container from a previous host");
                     let slot = Arc::new(Slot::new(key.clone(), names, Some(id.clone()), Some(workspace)));
-                    if let (Some(egress), Some(dir)) = (&inner.egress, &egress_dir) {
-                        match egress.listen(dir, &key) {
-                            Ok(l) => *slot.egress.lock().expect("egress lock") = Some(l),
-                            Err(e) => tracing::warn!(container = %id, error = %e, "egress of an adopted container could not be served"),
-                        }
-                    }
+                    adopted_key = Some(key.clone());
                     map.insert(key, slot);
                     inner
                         .metrics
@@ -979,11 +987,26 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                 _ => false,
             }
         };
-        if adopt {
-            adopted += 1;
-            // Commands of tasks the previous host was running when it died end here.
+        if let (true, Some(key)) = (adopt, adopted_key) {
+            // Commands of tasks the previous host was running when it died end here, before
+            // anything of the container is served (its egress proxy included): a container
+            // that cannot be swept is not adopted.
             if !exec::sweep_all(docker, &id, &inner.config.user).await {
-                tracing::warn!(container = %id, "could not sweep the processes of an adopted container");
+                tracing::warn!(container = %id, "could not sweep the processes of a leftover session container; removing it");
+                if inner.sessions.lock().expect("sessions lock").remove(&key).is_some() {
+                    inner.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
+                }
+                container::remove_container(docker, &id).await?;
+                continue;
+            }
+            adopted += 1;
+            if let (Some(egress), Some(dir)) = (&inner.egress, &egress_dir) {
+                let slot = inner.sessions.lock().expect("sessions lock").get(&key).cloned();
+                match (slot, egress.listen(dir, &key)) {
+                    (Some(slot), Ok(l)) => *slot.egress.lock().expect("egress lock") = Some(l),
+                    (_, Err(e)) => tracing::warn!(container = %id, error = %e, "egress of an adopted container could not be served"),
+                    (None, Ok(_)) => {}
+                }
             }
         } else {
             tracing::info!(container = %id, "removing leftover session or pool container");

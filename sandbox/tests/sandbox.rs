@@ -1699,6 +1699,79 @@ mod egress {
         sb.shutdown().await.unwrap();
     }
 
+    /// Per-agent and per-task narrowing (issue 21): while a call holds narrowings, the
+    /// session reaches only what the operator's list *and* every held list allow; the
+    /// hold's end restores the operator's list; another session is never narrowed.
+    pub async fn a_held_narrowing_only_takes_away(c: Ctx) {
+        use warden_sandbox::EgressNarrowing;
+        set_token();
+        let (port, _seen) = test_server().await;
+        let (other, _seen_other) = test_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let sb = c.sandbox_with(|cfg| {
+            cfg.egress_socket_dir = Some(dir.path().join("egress"));
+            cfg.egress = Some(EgressConfig {
+                allow: vec![format!("127.0.0.1:{port}"), format!("127.0.0.1:{other}")],
+                ..EgressConfig::default()
+            });
+        });
+        let (k, neighbour) = (key("narrow"), key("narrow-neighbour"));
+        let get = |p: u16| format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{p}/x");
+        let agent = Arc::new(EgressNarrowing::parse(&[format!("127.0.0.1:{port}"), "evil.example".into()], "subagent \"a\" (egress)").unwrap());
+        let task = Arc::new(EgressNarrowing::parse(&["127.0.0.1:*".into()], "the task (egress)").unwrap());
+        {
+            let _hold = sb.hold_egress(&k, &[agent.clone(), task.clone()]);
+            assert_eq!(bash_ok(&sb, &k, &get(port)).await.trim(), "reached /x", "allowed by the operator and by both lists");
+            let o = bash(&sb, &k, &get(other)).await;
+            assert!(
+                o.content.contains(&format!("127.0.0.1:{other} is outside the egress list of subagent \"a\" (egress)")),
+                "the refusal names the narrowing list: {}", o.content
+            );
+            // A list cannot add a host the operator did not allow (`evil.example`, `:*`).
+            let o = bash(&sb, &k, "curl -sS --max-time 20 http://evil.example/").await;
+            assert!(o.content.contains("no allow entry names evil.example:80"), "{}", o.content);
+            // Another session is not narrowed by this one's calls.
+            assert_eq!(bash_ok(&sb, &neighbour, &get(other)).await.trim(), "reached /x");
+        }
+        // The hold ended with its call: the operator's list applies again.
+        assert_eq!(bash_ok(&sb, &k, &get(other)).await.trim(), "reached /x");
+        // An empty list narrows to nothing.
+        let nothing = Arc::new(EgressNarrowing::parse(&[], "the task (egress)").unwrap());
+        let _hold = sb.hold_egress(&k, &[nothing]);
+        let o = bash(&sb, &k, &get(port)).await;
+        assert!(o.content.contains("outside the egress list of the task (egress)"), "{}", o.content);
+        sb.shutdown().await.unwrap();
+    }
+
+    /// A host that restarts serves the proxy of the sessions it adopts again (from their
+    /// directories); a session whose directory is gone is removed, not adopted.
+    pub async fn an_adopted_session_gets_its_proxy_back(c: Ctx) {
+        set_token();
+        let (port, _seen) = test_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (kept, lost) = (key("egress-adopt"), key("egress-lost"));
+        let get = format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/again");
+        {
+            let (crashed, _events) = egress_sandbox(&c, port, dir.path(), 0);
+            assert_eq!(bash_ok(&crashed, &kept, &get).await.trim(), "reached /again");
+            bash_ok(&crashed, &lost, "true").await;
+            let gone = container_of(&crashed, &lost).await;
+            let mounted = docker(&["inspect", "-f", "{{range .Mounts}}{{if eq .Destination \"/run/warden-egress\"}}{{.Source}}{{end}}{{end}}", &gone]);
+            let mounted = std::path::PathBuf::from(mounted.trim());
+            assert_eq!(mounted.parent(), Some(dir.path().join("egress").as_path()), "{mounted:?}");
+            std::fs::remove_dir_all(&mounted).unwrap();
+            // Dropped without shutdown: the host "crashed".
+        }
+        let (restarted, events) = egress_sandbox(&c, port, dir.path(), 0);
+        restarted.connect().await.unwrap();
+        let sessions: Vec<_> = restarted.list_sessions().await.unwrap().into_iter().filter(|s| s.scope == c.scope).collect();
+        assert_eq!(sessions.iter().map(|s| &s.key).collect::<Vec<_>>(), [&kept], "the session without its directory went: {sessions:?}");
+        assert_eq!(bash_ok(&restarted, &kept, &get).await.trim(), "reached /again", "the adopted session's proxy serves again");
+        assert_eq!(restarted.metrics().sessions_created_total, 0, "adopted, not recreated");
+        assert!(events.lock().unwrap().iter().any(|e| e.allowed && e.session == kept), "the new host audits it");
+        restarted.shutdown().await.unwrap();
+    }
+
     pub async fn a_pool_container_has_no_socket_until_bound_and_sees_only_its_own(c: Ctx) {
         set_token();
         let (port, _seen) = test_server().await;
@@ -1752,6 +1825,29 @@ mod boundary {
             assert!(!ps.contains(leftover), "`{leftover}` outlived its call:\n{ps}");
         }
         assert!(ps.contains("sleep infinity"), "the container's main process survives:\n{ps}");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Regression (egress review): a command that SIGKILLs its own agent (`kill -9 $PPID`)
+    /// skipped the agent's sweep, so a `setsid` child outlived the call (and its egress
+    /// narrowing) until some later command's sweep.
+    pub async fn a_command_that_kills_its_agent_leaves_nothing_behind(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("agent-killer");
+        let out = bash(&sb, &k, "setsid sleep 1005 & setsid -f sleep 1006; sleep 0.5; kill -9 $PPID; sleep 5").await;
+        assert!(out.is_error, "the call reports the kill: {}", out.content);
+        // Only file tools from here on: they never sweep, so the call above must have.
+        let ps = sb
+            .list_sessions()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|s| s.key == k)
+            .map(|s| docker(&["top", &s.container_id, "-eo", "pid,args"]))
+            .unwrap();
+        for leftover in ["sleep 1005", "sleep 1006"] {
+            assert!(!ps.contains(leftover), "`{leftover}` outlived its call:\n{ps}");
+        }
         sb.shutdown().await.unwrap();
     }
 
@@ -2085,6 +2181,9 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::disk_limit_is_enforced_by_the_kernel,
         boundary::oversized_writes_and_edits_are_refused,
         egress::the_proxy_is_the_only_way_out,
+        egress::a_held_narrowing_only_takes_away,
+        boundary::a_command_that_kills_its_agent_leaves_nothing_behind,
+        egress::an_adopted_session_gets_its_proxy_back,
         egress::a_pool_container_has_no_socket_until_bound_and_sees_only_its_own,
     ]
 }

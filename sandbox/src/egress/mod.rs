@@ -25,6 +25,7 @@
 pub mod policy;
 pub mod sni;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -45,7 +46,7 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
-pub use policy::{CredentialConfig, EgressConfig, EgressPolicy, Target, TargetHost, address_class};
+pub use policy::{CredentialConfig, EgressConfig, EgressNarrowing, EgressPolicy, Target, TargetHost, address_class};
 
 use crate::error::SandboxError;
 use crate::session::SessionKey;
@@ -54,6 +55,11 @@ use crate::session::SessionKey;
 pub const EGRESS_MOUNT: &str = "/run/warden-egress";
 /// The socket's file name in that directory.
 pub const SOCKET_NAME: &str = "proxy.sock";
+/// Hex digits of the digest naming a container's socket directory (64 bits: unique
+/// among the containers of one host by a wide margin).
+pub const DIR_NAME_HEX: usize = 16;
+/// Longest unix socket path Linux binds (`sun_path` is 108 bytes with its NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
 /// Port of the in-container forwarder on 127.0.0.1 (what `HTTP_PROXY` names).
 pub const FORWARDER_PORT: u16 = 3128;
 /// The forwarder's `uid:gid`: not the sandbox user's, so the agents' sweeps of that user
@@ -90,6 +96,24 @@ const COPY_BUFFER: usize = 64 * 1024;
 /// The forwarder's source (comments stripped at use).
 const FORWARDER_SOURCE: &str = include_str!("forwarder.py");
 
+/// Longest rule text an egress event keeps (rules quote the host asked for).
+const MAX_RULE_LEN: usize = 1024;
+/// Longest request method an egress event keeps (`http <method>`); longer ones are cut.
+const MAX_METHOD_LEN: usize = 32;
+
+/// `text` cut to at most `max` bytes (at a character boundary), saying how long it was:
+/// a sandbox choosing a 60 KiB host name must not write 60 KiB audit lines.
+fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…({} bytes)", &text[..cut], text.len())
+}
+
 /// One egress decision, as audited and streamed. Never holds a credential.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EgressEvent {
@@ -115,12 +139,21 @@ pub struct EgressEvent {
 /// not block.
 pub type EgressObserver = Arc<dyn Fn(&EgressEvent) + Send + Sync>;
 
+/// One call's hold on a narrowing: the hold's id (so it removes only its own entry) and
+/// the list.
+type HeldNarrowing = (u64, Arc<EgressNarrowing>);
+
 /// The egress side of one `Sandbox`: the policy, the host directory holding the
-/// containers' socket directories, and the observers.
+/// containers' socket directories, the observers, and the narrowings of running calls.
 pub(crate) struct Egress {
     pub(crate) policy: Arc<EgressPolicy>,
     dir: PathBuf,
     observers: Mutex<Vec<EgressObserver>>,
+    /// The narrowings held by the calls running in each session ([`EgressHold`]): while any
+    /// is held, the session's proxy judges every new connection and request by the policy
+    /// narrowed by all of them. Entries leave with their last hold.
+    holds: Mutex<HashMap<SessionKey, Vec<HeldNarrowing>>>,
+    next_hold: AtomicU64,
 }
 
 impl std::fmt::Debug for Egress {
@@ -134,7 +167,14 @@ impl Egress {
     /// 0700; an existing one must be a directory of this user that no one else may enter).
     pub(crate) fn new(policy: EgressPolicy, dir: PathBuf) -> Result<Egress, SandboxError> {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-        let bad = |m: String| SandboxError::Config(format!("sandbox.egress.socket_dir {}: {m}", dir.display()));
+        let bad = |m: String| SandboxError::Config(format!("sandbox.egress_socket_dir {}: {m}", dir.display()));
+        let longest = dir.as_os_str().len() + 1 + DIR_NAME_HEX + 1 + SOCKET_NAME.len();
+        if longest > MAX_SOCKET_PATH {
+            return Err(bad(format!(
+                "too long for a unix socket path ({longest} of at most {MAX_SOCKET_PATH} bytes with the socket's own name); choose a directory of at most {} bytes",
+                MAX_SOCKET_PATH - (longest - dir.as_os_str().len())
+            )));
+        }
         match std::fs::symlink_metadata(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| bad(e.to_string()))?;
@@ -148,12 +188,50 @@ impl Egress {
                 }
             }
         }
-        Ok(Egress { policy: Arc::new(policy), dir, observers: Mutex::new(vec![]) })
+        Ok(Egress { policy: Arc::new(policy), dir, observers: Mutex::new(vec![]), holds: Mutex::default(), next_hold: AtomicU64::new(0) })
     }
 
-    /// The host directory a container named `name` mounts at [`EGRESS_MOUNT`].
+    /// Narrows `key`'s egress by `narrowings` until the hold drops (see [`EgressHold`]).
+    pub(crate) fn hold(self: &Arc<Self>, key: &SessionKey, narrowings: &[Arc<EgressNarrowing>]) -> EgressHold {
+        let mut ids = Vec::with_capacity(narrowings.len());
+        if !narrowings.is_empty() {
+            let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+            let held = holds.entry(key.clone()).or_default();
+            for n in narrowings {
+                let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
+                held.push((id, n.clone()));
+                ids.push(id);
+            }
+        }
+        EgressHold { egress: Some(self.clone()), key: key.clone(), ids }
+    }
+
+    /// The policy `key`'s proxy applies now: the operator's, narrowed by every narrowing
+    /// its running calls hold (the narrowest wins when concurrent calls differ).
+    fn policy_for(&self, key: &SessionKey) -> Arc<EgressPolicy> {
+        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        match holds.get(key) {
+            None => self.policy.clone(),
+            Some(held) => {
+                // One layer per distinct narrowing: concurrent calls of one task hold the same.
+                let mut distinct: Vec<&EgressNarrowing> = Vec::with_capacity(held.len());
+                for (_, n) in held {
+                    if !distinct.contains(&&**n) {
+                        distinct.push(n);
+                    }
+                }
+                Arc::new(self.policy.narrowed(distinct))
+            }
+        }
+    }
+
+    /// The host directory a container named `name` mounts at [`EGRESS_MOUNT`]: named by a
+    /// digest of `name` ([`DIR_NAME_HEX`] hex digits), so the socket path stays short
+    /// whatever user and session ids the container name carries.
     pub(crate) fn container_dir(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        use sha2::Digest;
+        let digest = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+        self.dir.join(&digest[..DIR_NAME_HEX])
     }
 
     /// Creates (or empties of a stale socket) the directory of container `name`; the
@@ -212,9 +290,51 @@ impl Egress {
         let listener = UnixListener::bind(&path).map_err(fail)?;
         // The container's users connect (they are not this user); the directory is theirs only.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(fail)?;
-        let session = Arc::new(SessionProxy { egress: self.clone(), key: key.clone(), slots: Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_SESSION)) });
+        let (closing, closed) = tokio::sync::watch::channel(());
+        let session = Arc::new(SessionProxy {
+            egress: self.clone(),
+            key: key.clone(),
+            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_SESSION)),
+            closed,
+        });
         let task = tokio::spawn(accept_loop(listener, session));
-        Ok(Listener { task, dir: dir.to_path_buf() })
+        Ok(Listener { task, dir: dir.to_path_buf(), _closing: closing })
+    }
+}
+
+/// A call's narrowing of its session's egress ([`crate::Sandbox::hold_egress`]): new
+/// connections and requests of the session are judged by the narrowed policy until it
+/// drops. Connections already open keep the decision they got.
+#[must_use = "the narrowing holds only while the hold lives"]
+pub struct EgressHold {
+    egress: Option<Arc<Egress>>,
+    key: SessionKey,
+    ids: Vec<u64>,
+}
+
+impl EgressHold {
+    /// A hold that narrows nothing (no egress configured).
+    pub(crate) fn none(key: &SessionKey) -> EgressHold {
+        EgressHold { egress: None, key: key.clone(), ids: vec![] }
+    }
+}
+
+impl std::fmt::Debug for EgressHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressHold").field("key", &self.key).field("ids", &self.ids).finish_non_exhaustive()
+    }
+}
+
+impl Drop for EgressHold {
+    fn drop(&mut self) {
+        let (Some(egress), false) = (&self.egress, self.ids.is_empty()) else { return };
+        let mut holds = egress.holds.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = holds.get_mut(&self.key) {
+            held.retain(|(id, _)| !self.ids.contains(id));
+            if held.is_empty() {
+                holds.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -223,6 +343,9 @@ impl Egress {
 pub(crate) struct Listener {
     task: JoinHandle<()>,
     dir: PathBuf,
+    /// Dropped with the listener: every tunnel of the session ends (they run on tasks of
+    /// their own once hyper hands them over).
+    _closing: tokio::sync::watch::Sender<()>,
 }
 
 impl Listener {
@@ -276,7 +399,13 @@ struct SessionProxy {
     egress: Arc<Egress>,
     key: SessionKey,
     slots: Arc<Semaphore>,
+    /// Changes (errs) when the session's listener drops: its tunnels end.
+    closed: tokio::sync::watch::Receiver<()>,
 }
+
+/// A connection's slot among [`MAX_CONNECTIONS_PER_SESSION`]: held by the connection, and
+/// taken over by its tunnel when it becomes one (hyper's connection ends at the upgrade).
+type Slot = Arc<Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
 
 async fn accept_loop(listener: UnixListener, session: Arc<SessionProxy>) {
     let mut conns = JoinSet::new();
@@ -290,8 +419,8 @@ async fn accept_loop(listener: UnixListener, session: Arc<SessionProxy>) {
                 };
                 let s = session.clone();
                 conns.spawn(async move {
-                    serve_connection(stream, s).await;
-                    drop(permit);
+                    let slot: Slot = Arc::new(Mutex::new(Some(permit)));
+                    serve_connection(stream, s, slot).await;
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -299,10 +428,11 @@ async fn accept_loop(listener: UnixListener, session: Arc<SessionProxy>) {
     }
 }
 
-async fn serve_connection(stream: UnixStream, session: Arc<SessionProxy>) {
+async fn serve_connection(stream: UnixStream, session: Arc<SessionProxy>, slot: Slot) {
     let svc = hyper::service::service_fn(move |req| {
         let s = session.clone();
-        async move { Ok::<_, Infallible>(handle(req, s).await) }
+        let slot = slot.clone();
+        async move { Ok::<_, Infallible>(handle(req, s, slot).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -334,18 +464,21 @@ fn refused(what: &str, rule: &str) -> Response<ProxyBody> {
         .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
         .take(200)
         .collect();
-    text_response(StatusCode::FORBIDDEN, Some(reason), format!("warden egress proxy: {what} refused: {rule}"))
+    let mut r = text_response(StatusCode::FORBIDDEN, Some(reason), format!("warden egress proxy: {what} refused: {rule}"));
+    // A refusal ends the connection: no pipelined stream of refused requests on one.
+    r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 impl SessionProxy {
     fn event(&self, kind: &str, target: &str, port: u16, allowed: bool, rule: &str) -> EgressEvent {
         EgressEvent {
             session: self.key.clone(),
-            kind: kind.to_string(),
-            host: target.to_string(),
+            kind: bounded(kind, MAX_METHOD_LEN),
+            host: bounded(target, policy::MAX_HOST_LEN),
             port,
             allowed,
-            rule: rule.to_string(),
+            rule: bounded(rule, MAX_RULE_LEN),
             bytes_sent: 0,
             bytes_received: 0,
             credential: None,
@@ -354,7 +487,7 @@ impl SessionProxy {
 
     /// Judges `target` and resolves it: the admitting rule and the checked addresses.
     async fn decide(&self, target: &Target) -> Result<(String, Vec<SocketAddr>), String> {
-        let policy = &self.egress.policy;
+        let policy = self.egress.policy_for(&self.key);
         let admitted = policy.admit(target).map_err(|d| d.rule)?;
         let addrs: Vec<SocketAddr> = match &target.host {
             TargetHost::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
@@ -387,9 +520,9 @@ async fn connect(addrs: &[SocketAddr]) -> Result<TcpStream, String> {
     Err(last)
 }
 
-async fn handle(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<ProxyBody> {
+async fn handle(req: Request<Incoming>, s: Arc<SessionProxy>, slot: Slot) -> Response<ProxyBody> {
     if req.method() == Method::CONNECT {
-        return handle_connect(req, s).await;
+        return handle_connect(req, s, slot).await;
     }
     match req.uri().scheme_str() {
         Some("http") => handle_http(req, s).await,
@@ -398,7 +531,7 @@ async fn handle(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<ProxyB
     }
 }
 
-async fn handle_connect(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<ProxyBody> {
+async fn handle_connect(req: Request<Incoming>, s: Arc<SessionProxy>, slot: Slot) -> Response<ProxyBody> {
     let Some((host, port)) = req.uri().authority().and_then(|a| Some((a.host().to_string(), a.port_u16()?))) else {
         return text_response(StatusCode::BAD_REQUEST, None, "warden egress proxy: CONNECT needs host:port".into());
     };
@@ -422,16 +555,29 @@ async fn handle_connect(req: Request<Incoming>, s: Arc<SessionProxy>) -> Respons
             return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
         }
     };
+    // The tunnel keeps the connection's slot, and ends with the session's listener.
+    let permit = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let mut closed = s.closed.clone();
     tokio::spawn(async move {
+        let _permit = permit;
         let mut ev = s.event("connect", &host, port, true, &rule);
-        match hyper::upgrade::on(req).await {
-            Ok(up) => {
-                if let Err(why) = tunnel(TokioIo::new(up), upstream, &target, &mut ev).await {
-                    ev.allowed = false;
-                    ev.rule = why;
+        let run = async {
+            match hyper::upgrade::on(req).await {
+                Ok(up) => {
+                    if let Err(why) = tunnel(TokioIo::new(up), upstream, &target, &mut ev).await {
+                        ev.allowed = false;
+                        ev.rule = why;
+                    }
                 }
+                Err(e) => ev.rule = format!("{rule}; the client left before the tunnel opened ({e})"),
             }
-            Err(e) => ev.rule = format!("{rule}; the client left before the tunnel opened ({e})"),
+        };
+        tokio::select! {
+            () = run => {}
+            _ = closed.changed() => {}
+        }
+        if s.closed.has_changed().is_err() {
+            ev.rule = format!("{rule}; closed: the session ended");
         }
         s.egress.report(&ev);
     });
@@ -582,7 +728,12 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
     tokio::spawn(conn);
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    parts.headers.insert(header::HOST, HeaderValue::from_str(authority.as_str()).unwrap_or(HeaderValue::from_static("invalid")));
+    // `Host` is the URL's host and port: never its userinfo (`http://user@host/`).
+    let host_header = match uri.port_u16() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.clone(),
+    };
+    parts.headers.insert(header::HOST, HeaderValue::from_str(&host_header).unwrap_or(HeaderValue::from_static("invalid")));
     if let Some(c) = s.egress.policy.credential_for(&target) {
         let name = HeaderName::from_bytes(c.header.as_bytes()).expect("validated header name");
         let mut value = HeaderValue::from_str(&c.value).expect("validated header value");

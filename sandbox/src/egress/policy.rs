@@ -30,6 +30,9 @@ pub const MAX_EGRESS_RULES: usize = 256;
 pub const MAX_HOST_LEN: usize = 253;
 /// Ports an allow entry without a port allows: the web (HTTP and HTTPS).
 pub const DEFAULT_ALLOW_PORTS: [u16; 2] = [80, 443];
+/// Shortest environment value of a credential that is scrubbed on its own (besides the
+/// formatted header value, which always is).
+pub const MIN_SCRUBBED_RAW_BYTES: usize = 8;
 /// Longest credential value accepted from the host environment.
 pub const MAX_CREDENTIAL_BYTES: usize = 8 * 1024;
 
@@ -364,7 +367,10 @@ pub struct Credential {
     /// `Some`: only this port.
     port: Option<u16>,
     pub(crate) header: String,
+    /// The header's value: `format` with the environment value in it.
     pub(crate) value: String,
+    /// The environment value alone (scrubbed too: a server may echo just the token).
+    raw: String,
     /// `sandbox.egress.credentials[i]` (named in decisions, never the value).
     pub(crate) name: String,
 }
@@ -401,8 +407,42 @@ pub struct Admitted {
 pub struct EgressPolicy {
     /// A target must match an entry of *every* layer (layer 0: `sandbox.egress.allow`).
     allow: Vec<Vec<Pattern>>,
+    /// Where each narrowing layer came from (`allow[i + 1]`), for the refusal's rule.
+    sources: Vec<String>,
     deny: Vec<Pattern>,
     credentials: Vec<Credential>,
+}
+
+/// An allow-list that can only shrink a policy: an agent file's or a task's `egress`
+/// list, validated. A target must then be allowed by the operator's policy *and* by
+/// this list; a narrowing never adds a host, never lifts a deny entry or the address
+/// checks, and never adds a credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressNarrowing {
+    patterns: Vec<Pattern>,
+    /// Who narrows, as the refusal names it: `agent file reviewer.md (egress)`, `the task (egress)`.
+    source: String,
+}
+
+impl EgressNarrowing {
+    /// Checks every entry (the same patterns as `sandbox.egress.allow`); the error names
+    /// the entry (`egress[2]: expected a host pattern: ...`). `source` says who narrows.
+    pub fn parse(allow: &[String], source: impl Into<String>) -> Result<EgressNarrowing, String> {
+        if allow.len() > MAX_EGRESS_RULES {
+            return Err(format!("egress: at most {MAX_EGRESS_RULES} entries, not {}", allow.len()));
+        }
+        let patterns = allow
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Pattern::parse(t).map_err(|e| format!("egress[{i}]: expected a host pattern: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(EgressNarrowing { patterns, source: source.into() })
+    }
+
+    /// Who narrows (for logs and refusals).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
 }
 
 impl EgressConfig {
@@ -434,7 +474,7 @@ impl EgressConfig {
         if self.credentials.len() > MAX_EGRESS_RULES {
             return Err(bad("credentials".into(), format!("at most {MAX_EGRESS_RULES} entries")));
         }
-        let mut policy = EgressPolicy { allow: vec![allow], deny, credentials: vec![] };
+        let mut policy = EgressPolicy { allow: vec![allow], sources: vec![], deny, credentials: vec![] };
         for (i, c) in self.credentials.iter().enumerate() {
             let key = |f: &str| format!("credentials[{i}].{f}");
             let pattern = Pattern::parse(&c.host).map_err(|e| bad(key("host"), format!("expected one host: {e}")))?;
@@ -476,27 +516,22 @@ impl EgressConfig {
             if raw.len() > MAX_CREDENTIAL_BYTES || value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
                 return Err(bad(key("value_env"), format!("the value of {} must be at most {MAX_CREDENTIAL_BYTES} bytes without control characters", c.value_env)));
             }
-            policy.credentials.push(Credential { host, port, header: header.to_string(), value, name: format!("sandbox.egress.{}", key("")).trim_end_matches('.').to_string() });
+            policy.credentials.push(Credential { host, port, header: header.to_string(), value, raw, name: format!("sandbox.egress.{}", key("")).trim_end_matches('.').to_string() });
         }
         Ok(policy)
     }
 }
 
 impl EgressPolicy {
-    /// The policy narrowed to `allow` (an agent's or a task's list): a target must be allowed
-    /// by this policy *and* by `allow`, so narrowing can only take away.
-    pub fn narrowed(&self, allow: &[String]) -> Result<EgressPolicy, SandboxError> {
-        if allow.len() > MAX_EGRESS_RULES {
-            return Err(SandboxError::Config(format!("egress narrowing: at most {MAX_EGRESS_RULES} entries")));
-        }
-        let layer = allow
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Pattern::parse(t).map_err(|e| SandboxError::Config(format!("egress narrowing [{i}]: {e}"))))
-            .collect::<Result<Vec<_>, _>>()?;
+    /// The policy narrowed by `narrowings` (an agent's and a task's lists): a target must be
+    /// allowed by this policy *and* by every narrowing, so narrowing can only take away.
+    pub fn narrowed<'a>(&self, narrowings: impl IntoIterator<Item = &'a EgressNarrowing>) -> EgressPolicy {
         let mut p = self.clone();
-        p.allow.push(layer);
-        Ok(p)
+        for n in narrowings {
+            p.allow.push(n.patterns.clone());
+            p.sources.push(n.source.clone());
+        }
+        p
     }
 
     /// The host-level decision: deny entries first (deny wins), then every allow layer.
@@ -512,7 +547,10 @@ impl EgressPolicy {
                 None if i == 0 => {
                     return Err(Denied { rule: format!("no allow entry names {target} (sandbox.egress.allow)") });
                 }
-                None => return Err(Denied { rule: format!("{target} is outside this agent's narrowed egress list") }),
+                None => {
+                    let source = self.sources.get(i - 1).map(String::as_str).unwrap_or("a narrowing");
+                    return Err(Denied { rule: format!("{target} is outside the egress list of {source}") });
+                }
             }
         }
         rule.map(|rule| Admitted { rule }).ok_or_else(|| Denied { rule: "no allow entry".into() })
@@ -540,9 +578,18 @@ impl EgressPolicy {
         self.credentials.iter().find(|c| c.applies_to(target))
     }
 
-    /// Every credential value (for the host's scrubber of tool output; never logged).
+    /// Every credential value (for the host's scrubber of tool output; never logged): the
+    /// header value as sent, and the environment value alone when it is at least
+    /// [`MIN_SCRUBBED_RAW_BYTES`] long (a shorter one would blank ordinary words).
     pub fn secret_values(&self) -> Vec<String> {
-        self.credentials.iter().map(|c| c.value.clone()).collect()
+        let mut values = Vec::with_capacity(self.credentials.len() * 2);
+        for c in &self.credentials {
+            values.push(c.value.clone());
+            if c.raw != c.value && c.raw.len() >= MIN_SCRUBBED_RAW_BYTES {
+                values.push(c.raw.clone());
+            }
+        }
+        values
     }
 }
 
@@ -626,10 +673,28 @@ mod tests {
     #[test]
     fn narrowing_only_takes_away() {
         let base = policy(&["*.example.com", "pypi.org"], &[]);
-        let narrow = base.narrowed(&["pypi.org".into(), "evil.org".into()]).unwrap();
+        let agent = EgressNarrowing::parse(&["pypi.org".into(), "evil.org".into(), "*.example.com".into()], "agent file a.md (egress)").unwrap();
+        let task = EgressNarrowing::parse(&["pypi.org".into(), "a.example.com".into()], "the task (egress)").unwrap();
+        let narrow = base.narrowed([&agent]);
         assert!(narrow.admit(&t("pypi.org", 443)).is_ok());
-        assert!(narrow.admit(&t("a.example.com", 443)).is_err());
+        assert!(narrow.admit(&t("a.example.com", 443)).is_ok());
         assert!(narrow.admit(&t("evil.org", 443)).is_err(), "a narrowing cannot add a host");
+        let both = base.narrowed([&agent, &task]);
+        assert!(both.admit(&t("pypi.org", 443)).is_ok());
+        assert!(both.admit(&t("a.example.com", 443)).is_ok());
+        let refused = both.admit(&t("b.example.com", 443)).unwrap_err();
+        assert_eq!(refused.rule, "b.example.com:443 is outside the egress list of the task (egress)");
+        let refused = base.narrowed([&task, &agent]).admit(&t("evil.org", 443)).unwrap_err();
+        assert!(refused.rule.contains("sandbox.egress.allow"), "the operator's list is judged first: {}", refused.rule);
+        assert_eq!(base.narrowed([]).admit(&t("b.example.com", 443)).map(|a| a.rule), Ok("allow `*.example.com`".into()));
+    }
+
+    #[test]
+    fn a_narrowing_names_its_bad_entry() {
+        let e = EgressNarrowing::parse(&["pypi.org".into(), "*".into()], "x").unwrap_err();
+        assert!(e.starts_with("egress[1]: expected a host pattern"), "{e}");
+        let e = EgressNarrowing::parse(&vec!["a.test".to_string(); MAX_EGRESS_RULES + 1], "x").unwrap_err();
+        assert!(e.contains("at most"), "{e}");
     }
 
     #[test]
@@ -657,6 +722,10 @@ mod tests {
         let p = cfg("api.example.com", "Authorization", "TOKEN", "Bearer {}").resolve(env).unwrap();
         let c = p.credential_for(&t("api.example.com", 80)).unwrap();
         assert_eq!((c.header.as_str(), c.value.as_str()), ("Authorization", "Bearer s3cret"));
+        assert_eq!(p.secret_values(), ["Bearer s3cret"], "a raw value under 8 bytes is not scrubbed alone");
+        let long = |n: &str| (n == "TOKEN").then(|| "s3cret-long".to_string());
+        let p2 = cfg("api.example.com", "Authorization", "TOKEN", "Bearer {}").resolve(long).unwrap();
+        assert_eq!(p2.secret_values(), ["Bearer s3cret-long", "s3cret-long"], "the raw value is scrubbed too");
         assert!(!format!("{p:?}").contains("s3cret"), "Debug never shows the value");
         assert!(p.credential_for(&t("other.example.com", 80)).is_none());
         for (c, field) in [
@@ -695,17 +764,28 @@ mod tests {
         #[test]
         fn narrowing_never_widens(
             base in proptest::collection::vec("[ab]\\.(x|y)\\.test(:(80|443|\\*))?", 0..4),
-            narrow in proptest::collection::vec("(\\*\\.)?[ab]?\\.?(x|y)\\.test(:(80|443|\\*))?", 0..4),
+            deny in proptest::collection::vec("[ab]\\.(x|y)\\.test(:(80|443))?", 0..2),
+            layers in proptest::collection::vec(proptest::collection::vec("(\\*\\.)?[ab]?\\.?(x|y)\\.test(:(80|443|\\*))?", 0..4), 0..3),
             host in "[ab]\\.(x|y)\\.test",
             port in prop_oneof![Just(80u16), Just(443u16), Just(8080u16)],
         ) {
-            let narrow: Vec<String> = narrow.into_iter().filter(|n| Pattern::parse(n).is_ok()).collect();
-            let cfg = EgressConfig { allow: base, deny: vec![], credentials: vec![] };
+            let cfg = EgressConfig { allow: base, deny, credentials: vec![] };
             let p = cfg.resolve(|_| None).unwrap();
-            let n = p.narrowed(&narrow).unwrap();
+            let narrowings: Vec<EgressNarrowing> = layers
+                .iter()
+                .map(|l| {
+                    let l: Vec<String> = l.iter().filter(|n| Pattern::parse(n).is_ok()).cloned().collect();
+                    EgressNarrowing::parse(&l, "test").unwrap()
+                })
+                .collect();
+            let n = p.narrowed(&narrowings);
             let target = Target::new(&host, port).unwrap();
             if n.admit(&target).is_ok() {
+                // Admitted by the narrowed policy: admitted by the base and by every layer alone.
                 prop_assert!(p.admit(&target).is_ok());
+                for one in &narrowings {
+                    prop_assert!(p.narrowed([one]).admit(&target).is_ok());
+                }
             }
         }
 
