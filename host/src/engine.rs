@@ -106,6 +106,9 @@ pub struct Submission {
     /// Another way to ask the person behind this task about its gated calls (e.g. an
     /// MCP client's elicitation), besides the approvals API; first answer wins.
     pub asker: Option<Asker>,
+    /// The task's own egress list: its tool calls reach at most these hosts (within the
+    /// operator's `sandbox.egress` and the subagent's list; it can only take away).
+    pub egress: Option<Vec<String>>,
 }
 
 /// A per-task [`warden_approval::Decider`] (see [`Submission::asker`]).
@@ -589,7 +592,8 @@ impl Engine {
     }
 
     /// Checks a submission without starting it.
-    pub fn validate(&self, sub: &Submission) -> Result<(), SubmitError> {
+    /// Checks a submission; the task's egress list comes back validated.
+    pub fn validate(&self, sub: &Submission) -> Result<Option<Arc<warden_sandbox::EgressNarrowing>>, SubmitError> {
         let call = &sub.call;
         for (field, value) in
             [("subagent_type", &call.subagent_type), ("description", &call.description), ("prompt", &call.prompt)]
@@ -635,16 +639,23 @@ impl Engine {
             }
         }
         crate::redact::SecretRegistry::check(sub.tool_context.values().map(String::as_str))?;
-        Ok(())
+        sub.egress
+            .as_deref()
+            .map(|list| warden_sandbox::EgressNarrowing::parse(list, "the task (egress)").map(Arc::new))
+            .transpose()
+            .map_err(|message| SubmitError::InvalidField { field: "egress", message })
     }
 
     /// Validates and starts a task; it runs in the background whatever the caller
     /// does next (a sync caller waits on [`LiveTask::wait_finished`]).
     pub fn submit(self: &Arc<Self>, sub: Submission) -> Result<Arc<LiveTask>, SubmitError> {
-        if let Err(e) = self.validate(&sub) {
-            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-            return Err(e);
-        }
+        let egress = match self.validate(&sub) {
+            Ok(egress) => egress,
+            Err(e) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
         if self.metrics.queued.load(Ordering::Relaxed) as usize >= self.options.max_queued_tasks
             && self.slots.available_permits() == 0
         {
@@ -711,7 +722,7 @@ impl Engine {
         let engine = self.clone();
         let driver_live = live.clone();
         let asker = sub.asker.map(|a| a.0);
-        let driver = tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env, asker).await });
+        let driver = tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env, asker, egress).await });
         self.supervise(live.clone(), driver);
         Ok(live)
     }
@@ -754,6 +765,7 @@ impl Engine {
         call: TaskCall,
         tool_env: Vec<(String, String)>,
         asker: Option<Arc<dyn warden_approval::Decider>>,
+        egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
     ) {
         let record = live.record();
         let task_id = record.task_id.clone();
@@ -786,6 +798,7 @@ impl Engine {
             tool_env,
             decider: asker,
             tool_budget: budget.clone(),
+            egress,
         };
         let registry = self.registry.clone();
         let run = task::run(&registry, task_id.clone(), &call, scope);

@@ -41,6 +41,28 @@ pub struct Registered {
     pub plugin: String,
     /// The reference URI it was resolved from.
     pub source: String,
+    /// The definition's own egress list (`egress` in its protocol data, e.g. an agent
+    /// file's frontmatter), validated: its tool calls reach at most these hosts.
+    #[serde(skip)]
+    pub egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
+}
+
+/// The `egress` list a definition's protocol data carries (a host convention any plugin
+/// may use: a JSON array of `sandbox.egress.allow` patterns), validated.
+fn definition_egress(def: &SubagentDefinition) -> Result<Option<Arc<warden_sandbox::EgressNarrowing>>, String> {
+    let Ok(serde_json::Value::Object(data)) = serde_json::from_str::<serde_json::Value>(&def.protocol_data) else {
+        return Ok(None);
+    };
+    let list = match data.get("egress") {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v.as_str().map(str::to_owned).ok_or_else(|| format!("egress[{i}]: expected a host pattern as text, e.g. \"pypi.org\"")))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => return Err("egress: expected a list of host patterns, e.g. [\"pypi.org\", \"*.pythonhosted.org\"]".into()),
+    };
+    warden_sandbox::EgressNarrowing::parse(&list, format!("subagent {:?} (egress)", def.name)).map(|n| Some(Arc::new(n)))
 }
 
 /// One problem found while building definitions, for `warden agents` and logs.
@@ -482,6 +504,16 @@ impl Registry {
                     if let Some(d) = reference.metadata.get("description") {
                         def.description = d.clone();
                     }
+                    // An egress list that cannot be read never runs wider: the subagent is left out.
+                    let egress = match definition_egress(&def) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!(
+                                "subagent {:?} not registered: {e}", def.name
+                            )));
+                            continue;
+                        }
+                    };
                     if let Some(existing) = next.definitions.get(&def.name) {
                         next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!(
                                 "duplicate subagent name {:?}: already defined by {}; this one is ignored",
@@ -491,7 +523,7 @@ impl Registry {
                     }
                     next.definitions.insert(
                         def.name.clone(),
-                        Registered { definition: def, plugin: plugin.id.clone(), source: reference.uri.clone() },
+                        Registered { definition: def, plugin: plugin.id.clone(), source: reference.uri.clone(), egress },
                     );
                 }
             }

@@ -69,6 +69,9 @@ pub struct TaskScope {
     pub decider: Option<std::sync::Arc<dyn warden_approval::Decider>>,
     /// Tool calls the task may run (`max_tool_iterations`); `None` = unlimited.
     pub tool_budget: Option<std::sync::Arc<crate::tools::ToolBudget>>,
+    /// The task's own egress list (`egress` of the request), narrowing the operator's and
+    /// the subagent's.
+    pub egress: Option<std::sync::Arc<warden_sandbox::EgressNarrowing>>,
 }
 
 /// A fresh task id, `task_<uuid>`.
@@ -95,6 +98,7 @@ pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: T
         return Err(TaskError::NoPlugin { name: call.subagent_type.clone(), kind: registered.definition.kind.clone() });
     };
     let definition = registered.definition.clone();
+    let egress = registered.egress.iter().chain(&scope.egress).cloned().collect();
     drop(snapshot);
     let ctx = TaskContext { task_id: task_id.clone(), session_id: scope.session_id, user_id: scope.user_id };
     let plugin_ref = crate::plugin::PluginRef {
@@ -117,6 +121,7 @@ pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: T
         tool_env: scope.tool_env,
         decider: scope.decider,
         tool_budget: scope.tool_budget,
+        egress,
     };
     let result = registry.runtime().execute(&plugin, ctx, call, &definition, extras).await;
     let plugin = Some(plugin_ref);

@@ -63,6 +63,9 @@ pub struct ToolScope {
     /// Tool calls the task may still run (`max_tool_iterations`); `None` = unlimited.
     /// Checked before each call runs, so no call past the limit ever starts.
     pub tool_budget: Option<Arc<ToolBudget>>,
+    /// Egress lists that narrow the operator's `sandbox.egress` while a call of this scope
+    /// runs (the subagent's, the task's); empty = the operator's list.
+    pub egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
 }
 
 /// A task's tool-call budget (`max_tool_iterations`), shared with the task engine.
@@ -308,6 +311,9 @@ impl ToolHost {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
                     Ok(path) => {
                         let _flight = self.fly(scope, &key);
+                        // The session's proxy judges this call's connections by the
+                        // operator's list narrowed by the subagent's and the task's.
+                        let _egress = self.sandbox.as_ref().ok().map(|sb| sb.hold_egress(&key, &scope.egress));
                         self.run_allowed(scope, &key, &call, path.as_ref().map(|p| p.path.as_str())).await
                     }
                 },

@@ -442,6 +442,12 @@ mod tasks {
         assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")));
         let r = api.post("/v1/tasks", json!([1, 2])).await;
         assert_eq!(r.status, 400);
+        // A task's egress list is checked whole before the task exists (issue 21).
+        for (egress, names) in [(json!(["pypi.org", "*"]), "egress[1]"), (json!(["a b"]), "egress[0]"), (json!("pypi.org"), "egress")] {
+            let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "egress": egress })).await;
+            assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")), "{}", r.text);
+            assert!(r.body["error"]["message"].as_str().unwrap().contains(names), "{names}: {}", r.text);
+        }
         let big = json!({ "description": "d", "prompt": "x".repeat(2 << 20), "subagent_type": "greeter" });
         // Its own connection: the server answers 413 without reading the body and closes it.
         let r = api

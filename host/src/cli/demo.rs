@@ -70,7 +70,7 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         subagent_type: "release-notes".into(),
         ..TaskCall::default()
     };
-    let outcome = super::run_on_terminal(&registry, &call, &session_id, true, true).await;
+    let outcome = super::run_on_terminal(&registry, &call, &session_id, true, true, None).await;
     super::sandbox::end_session(&registry, &session_id).await;
     let outcome = outcome?;
     match (&outcome.status, &outcome.output, &outcome.error) {

@@ -63,6 +63,10 @@ pub enum Command {
         /// Session whose sandbox the task uses (default: a new one).
         #[arg(long)]
         session: Option<String>,
+        /// A host the task's tool calls may reach (repeat for more): narrows
+        /// `sandbox.egress` and the subagent's own list, never widens them.
+        #[arg(long = "egress", value_name = "PATTERN")]
+        egress: Vec<String>,
         /// Print one JSON object {task_id, status, output}.
         #[arg(long)]
         json: bool,
@@ -292,6 +296,7 @@ pub(crate) async fn run_on_terminal(
     session_id: &str,
     auto_approve: bool,
     print_events: bool,
+    egress: Option<std::sync::Arc<warden_sandbox::EgressNarrowing>>,
 ) -> Result<task::TaskOutcome, task::TaskError> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(EVENT_CHANNEL_CAPACITY);
     let printer = tokio::spawn(async move {
@@ -306,6 +311,7 @@ pub(crate) async fn run_on_terminal(
         user_id: LOCAL_USER.into(),
         events: Some(tx),
         decider: Some(prompt::terminal_decider(auto_approve)),
+        egress,
         ..TaskScope::default()
     };
     let result = task::run(registry, task::new_task_id(), call, scope).await;
@@ -482,13 +488,24 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { subagent_type, prompt, description, model, session, json } => {
+        Command::Run { subagent_type, prompt, description, model, session, egress, json } => {
+            // `--egress` given at all narrows (to what it lists); never given, nothing.
+            let egress = match egress.is_empty() {
+                true => None,
+                false => match warden_sandbox::EgressNarrowing::parse(&egress, "the task (--egress)") {
+                    Ok(n) => Some(std::sync::Arc::new(n)),
+                    Err(e) => {
+                        eprintln!("error: --egress: {}", esc(&e));
+                        return Ok(ExitCode::from(EXIT_USAGE));
+                    }
+                },
+            };
             let registry = crate::start(config).await?;
             let description = description.unwrap_or_else(|| crate::text::first_words(&prompt));
             let call = TaskCall { description, prompt, subagent_type, model, resume: None, run_in_background: false };
             let ephemeral = session.is_none();
             let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
-            let result = run_on_terminal(&registry, &call, &session_id, false, !json).await;
+            let result = run_on_terminal(&registry, &call, &session_id, false, !json, egress).await;
             if ephemeral {
                 sandbox::end_session(&registry, &session_id).await;
             }

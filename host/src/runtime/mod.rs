@@ -78,6 +78,9 @@ pub struct CallExtras {
     pub decider: Option<Arc<dyn warden_approval::Decider>>,
     /// Tool calls the task may still run; `None` = unlimited.
     pub tool_budget: Option<Arc<crate::tools::ToolBudget>>,
+    /// Egress lists narrowing the operator's for the task's tool calls (the subagent's,
+    /// the task's).
+    pub egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
 }
 
 impl From<Option<EventSink>> for CallExtras {
@@ -558,6 +561,7 @@ impl Runtime {
             decider: extras.decider,
             mcp_servers: mcp_server_names(&definition.protocol_data),
             tool_budget: extras.tool_budget,
+            egress: extras.egress,
         };
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), extras.events, timeout);
         scope.tools = Some(tools);

@@ -186,6 +186,8 @@ struct TaskRequest {
     #[serde(default)]
     tool_context: BTreeMap<String, String>,
     max_tool_iterations: Option<u32>,
+    /// Host patterns the task's tool calls may reach at most (narrows `sandbox.egress`).
+    egress: Option<Vec<String>>,
 }
 
 /// How a task reads in API answers (the stored record), scrubbed with its session's
@@ -230,6 +232,7 @@ async fn create_task(
         tool_context: req.tool_context,
         max_tool_iterations: req.max_tool_iterations,
         asker: None,
+        egress: req.egress,
     };
     let background = sub.call.run_in_background;
     // A refusal may quote the request: scrubbed of the secrets it carried.

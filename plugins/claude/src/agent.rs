@@ -13,6 +13,8 @@
 //!   "permission_mode": null,       // e.g. "plan", "acceptEdits" (the host caps it)
 //!   "max_turns": null,             // positive integer; the executor defaults to 10
 //!   "mcp_servers": null,           // as written in the file
+//!   "egress": null,                // ["pypi.org", …]: hosts its tool calls may reach at
+//!                                  // most (the host narrows `sandbox.egress` by it)
 //!   "extra": {}                    // every other frontmatter key, as JSON
 //! }
 //! ```
@@ -43,6 +45,10 @@ pub struct ProtocolData {
     pub max_turns: Option<u32>,
     #[serde(default)]
     pub mcp_servers: Option<Value>,
+    /// `egress` (warden's): the hosts the agent's tool calls may reach at most; the host
+    /// reads it (a protocol-data convention) and can only narrow the operator's list.
+    #[serde(default)]
+    pub egress: Option<Vec<String>>,
     #[serde(default)]
     pub extra: Map<String, Value>,
 }
@@ -128,6 +134,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
     };
     let mcp_servers =
         take(&mut map, &["mcpServers", "mcp_servers", "mcp-servers"]).filter(|v| !v.is_null());
+    let egress = take(&mut map, &["egress"]).filter(|v| !v.is_null()).map(|v| name_list(&v));
 
     let system_prompt = body.trim().to_string();
     if system_prompt.is_empty() {
@@ -145,6 +152,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
             permission_mode,
             max_turns,
             mcp_servers,
+            egress,
             extra: map,
         },
         mode: fields.mode,
@@ -283,7 +291,7 @@ mod tests {
     #[test]
     fn builds_protocol_data_from_frontmatter_and_body() {
         let a = agent(
-            "---\nname: reviewer\ndescription: Reviews code\ntools: Read, Grep, Glob\ndisallowedTools: [Bash]\nmodel: sonnet\nskills: lint, style\npermissionMode: plan\nmaxTurns: 4\nmcpServers: [github]\ncolor: red\n---\n\nYou review code.\n",
+            "---\nname: reviewer\ndescription: Reviews code\ntools: Read, Grep, Glob\ndisallowedTools: [Bash]\nmodel: sonnet\nskills: lint, style\npermissionMode: plan\nmaxTurns: 4\nmcpServers: [github]\negress: pypi.org, \"*.pythonhosted.org\"\ncolor: red\n---\n\nYou review code.\n",
         );
         assert_eq!(a.name, "reviewer");
         assert_eq!(a.description, "Reviews code");
@@ -296,6 +304,7 @@ mod tests {
         assert_eq!(p.permission_mode.as_deref(), Some("plan"));
         assert_eq!(p.max_turns, Some(4));
         assert_eq!(p.mcp_servers, Some(json!(["github"])));
+        assert_eq!(p.egress, Some(vec!["pypi.org".to_string(), "*.pythonhosted.org".into()]));
         assert_eq!(p.extra, json!({"color": "red"}).as_object().unwrap().clone());
         let round = ProtocolData::from_json(&p.to_json()).unwrap();
         assert_eq!(&round, p);
@@ -308,7 +317,7 @@ mod tests {
         assert_eq!(
             v,
             json!({"system_prompt": "body", "tools": null, "disallowed_tools": [], "model": null,
-                   "skills": [], "permission_mode": null, "max_turns": null, "mcp_servers": null, "extra": {}})
+                   "skills": [], "permission_mode": null, "max_turns": null, "mcp_servers": null, "egress": null, "extra": {}})
         );
         assert_eq!(ProtocolData::from_json("{}").unwrap(), ProtocolData::default());
         assert_eq!(ProtocolData::from_json("").unwrap(), ProtocolData::default());

@@ -105,6 +105,7 @@ const KNOWN_KEYS: &[&str] = &[
     "mcpServers",
     "mcp_servers",
     "mcp-servers",
+    "egress",
     "hooks",
     "memory",
     "version",

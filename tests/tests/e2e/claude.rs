@@ -424,6 +424,70 @@ async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
 /// session's egress proxy and is refused another; both decisions are audit-log lines and
 /// `egress` events in the task's stream.
 #[tokio::test(flavor = "multi_thread")]
+async fn an_agent_file_and_a_task_can_only_narrow_egress() {
+    // Issue 21: the operator allows two local servers; the agent file's `egress` names one
+    // of them (and a host the operator never allowed), the task's list narrows further.
+    let pong = |body: &'static [u8]| {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = server.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for mut s in server.incoming().flatten() {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(&[b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n".as_slice(), body].concat());
+            }
+        });
+        port
+    };
+    let (a, b) = (pong(b"pong"), pong(b"ping"));
+    let curl = |p: u16| format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{p}/");
+    let script = format!(
+        "- tool_calls: [{{ name: Bash, arguments: {{ command: \"{}; echo; {}; echo; curl -sS --max-time 20 http://evil.example/\" }} }}]\n\
+         - text: \"done\"\n  expect: {{ last_tool_result_contains: \"evil.example\" }}\n",
+        curl(a),
+        curl(b)
+    );
+    let agent = format!(
+        "---\nname: fetcher\ndescription: Fetches\ntools: Bash\negress: [\"127.0.0.1:{a}\", \"evil.example\"]\n---\nFetch.\n"
+    );
+    let tail = format!("  egress:\n    allow: [\"127.0.0.1:{a}\", \"127.0.0.1:{b}\"]\napproval:\n  default: deny\n  allow: [Bash]\n");
+    let h = claude_host_with(&agent, &[("main", &script)], "", &tail).await;
+    let s = session();
+    let (outcome, events) = h.run_with_events("fetcher", "fetch", &s).await;
+    assert_eq!(completed(&outcome), "done");
+    let content = events.iter().find(|e| e.kind == "tool_result").unwrap().data["content"].as_str().unwrap().to_owned();
+    assert!(content.contains("pong"), "the agent's own list allows {a}: {content}");
+    assert!(!content.contains("ping"), "{b} is outside the agent's list: {content}");
+    assert!(content.contains(&format!("127.0.0.1:{b} is outside the egress list of subagent \"fetcher\" (egress)")), "{content}");
+    assert!(content.contains("no allow entry names evil.example:80"), "an agent file cannot add a host: {content}");
+    let denied: Vec<_> = events.iter().filter(|e| e.kind == "egress" && e.data["allowed"] == false).map(|e| e.data["rule"].clone()).collect();
+    assert!(denied.iter().any(|r| r.as_str().unwrap().contains("subagent \"fetcher\"")), "{denied:?}");
+    // The task narrows further: to nothing the agent may reach.
+    let task_list = std::sync::Arc::new(warden_sandbox::EgressNarrowing::parse(&[format!("127.0.0.1:{b}")], "the task (egress)").unwrap());
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
+    let call = TaskCall { description: "t".into(), prompt: "fetch".into(), subagent_type: "fetcher".into(), ..TaskCall::default() };
+    let scope = TaskScope { session_id: s.clone(), user_id: "tester".into(), events: Some(tx), egress: Some(task_list), ..TaskScope::default() };
+    let outcome = task::run(&h.registry, task::new_task_id(), &call, scope).await.unwrap();
+    assert_eq!(outcome.status, TaskStatus::Completed, "{outcome:?}");
+    let mut content = String::new();
+    while let Ok(e) = rx.try_recv() {
+        if e.kind == "tool_result" {
+            content = e.data["content"].as_str().unwrap().to_owned();
+        }
+    }
+    assert!(!content.contains("pong") && !content.contains("ping"), "{content}");
+    assert!(content.contains(&format!("127.0.0.1:{a} is outside the egress list of the task (egress)")), "{content}");
+    h.end(&s).await;
+    // An agent file whose list cannot be read is left out, with the reason (never run wider).
+    let bad = "---\nname: sloppy\ndescription: d\ntools: Bash\negress: [\"pypi.org\", \"*\"]\n---\nx\n";
+    let h = claude_host_with(bad, &[("main", "- text: x\n")], "", "").await;
+    let snap = h.registry.snapshot();
+    assert!(!snap.definitions.contains_key("sloppy"));
+    assert!(snap.problems.iter().any(|p| p.message.contains("\"sloppy\" not registered: egress[1]")), "{:?}", snap.problems);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn egress_decisions_are_audited_and_streamed() {
     let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = server.local_addr().unwrap().port();
