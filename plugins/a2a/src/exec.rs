@@ -9,38 +9,24 @@
 //! and report a timeout rather than be cut off by the host.
 
 use serde_json::{Value, json};
+use warden_guest::http::{Request, Response, header};
+use warden_guest::{Error, Metadata};
 
-use crate::Failure;
 use crate::card::{self, CardInfo, Version};
 use crate::proto::{self, Op, RpcError, State, Tracker};
 use crate::sse::SseParser;
 
-pub struct HttpRequest {
-    pub method: &'static str,
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Option<Vec<u8>>,
-    pub timeout_ms: Option<u32>,
-    pub auth_secret: Option<String>,
-}
-
-pub struct HttpResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
 pub trait ChunkStream {
-    fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, Failure>;
+    fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, Error>;
 }
 
 /// The capabilities the plugin uses. In the component these are the host's imports.
 pub trait Host {
-    fn send(&mut self, req: HttpRequest) -> Result<HttpResponse, Failure>;
-    fn send_streaming(&mut self, req: HttpRequest) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Failure>;
+    fn send(&mut self, req: Request) -> Result<Response, Error>;
+    fn send_streaming(&mut self, req: Request) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Error>;
     fn emit(&mut self, kind: &str, data: &Value);
-    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Failure>;
-    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), Failure>;
+    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Error>;
+    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), Error>;
     fn state_delete(&mut self, key: &str);
     /// Monotonic milliseconds.
     fn now_ms(&mut self) -> u64;
@@ -48,27 +34,24 @@ pub trait Host {
     fn log(&mut self, message: &str);
 }
 
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-}
-
 // ---------------------------------------------------------------- resolve
 
 /// Fetches and parses the card for a reference (`uri` + metadata).
-pub fn resolve(host: &mut impl Host, uri: &str, meta: &[(String, String)]) -> Result<(CardInfo, String), Failure> {
-    let forced = match crate::metadata(meta, "protocol_version") {
+pub fn resolve(host: &mut impl Host, uri: &str, meta: &[(String, String)]) -> Result<(CardInfo, String), Error> {
+    let meta = Metadata::new(meta);
+    let forced = match meta.get("protocol_version") {
         None => None,
         Some(v) => Some(Version::parse(v).ok_or_else(|| {
-            Failure::InvalidInput(format!("metadata `protocol_version` must be `1.0` or `0.3`, got {v:?}"))
+            Error::InvalidInput(format!("metadata `protocol_version` must be `1.0` or `0.3`, got {v:?}"))
         })?),
     };
     if !(uri.starts_with("http://") || uri.starts_with("https://")) {
-        return Err(Failure::InvalidInput(format!("an A2A reference uri must be an http(s) URL, got {uri:?}")));
+        return Err(Error::InvalidInput(format!("an A2A reference uri must be an http(s) URL, got {uri:?}")));
     }
     let mut tried = Vec::new();
     for url in card::card_urls(uri) {
-        let resp = host.send(HttpRequest {
-            method: "GET",
+        let resp = host.send(Request {
+            method: "GET".into(),
             url: url.clone(),
             headers: vec![("accept".into(), "application/json".into())],
             body: None,
@@ -80,13 +63,13 @@ pub fn resolve(host: &mut impl Host, uri: &str, meta: &[(String, String)]) -> Re
             continue;
         }
         if !(200..300).contains(&resp.status) {
-            return Err(Failure::Remote(format!("fetching the agent card {url} returned HTTP {}", resp.status)));
+            return Err(Error::Remote(format!("fetching the agent card {url} returned HTTP {}", resp.status)));
         }
         let info = card::parse_card(&resp.body, &url, forced)
-            .map_err(|problem| Failure::InvalidInput(format!("invalid agent card at {url}: {problem}")))?;
+            .map_err(|problem| Error::InvalidInput(format!("invalid agent card at {url}: {problem}")))?;
         return Ok((info, url));
     }
-    Err(Failure::NotFound(format!("no agent card found: {}", tried.join(", "))))
+    Err(Error::NotFound(format!("no agent card found: {}", tried.join(", "))))
 }
 
 /// What the executor keeps in the definition's `protocol-data`.
@@ -113,8 +96,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn from_definition(protocol_data: &str, meta: &[(String, String)]) -> Result<Plan, Failure> {
-        let bad = |m: &str| Failure::InvalidInput(format!("A2A definition protocol-data: {m}"));
+    pub fn from_definition(protocol_data: &str, meta: &[(String, String)]) -> Result<Plan, Error> {
+        let bad = |m: &str| Error::InvalidInput(format!("A2A definition protocol-data: {m}"));
         let v: Value = serde_json::from_str(protocol_data).map_err(|e| bad(&e.to_string()))?;
         let endpoint = v.get("endpoint").and_then(Value::as_str).ok_or_else(|| bad("missing `endpoint`"))?;
         let version = v
@@ -122,11 +105,12 @@ impl Plan {
             .and_then(Value::as_str)
             .and_then(Version::parse)
             .ok_or_else(|| bad("missing or unknown `protocol_version`"))?;
-        let streaming = match crate::metadata(meta, "streaming") {
+        let meta = Metadata::new(meta);
+        let streaming = match meta.get("streaming") {
             Some(s) => s == "true",
             None => v.get("streaming").and_then(Value::as_bool).unwrap_or(false),
         };
-        let auth_secret = crate::metadata(meta, "auth_secret").or_else(|| crate::metadata(meta, "auth_env")).map(str::to_string);
+        let auth_secret = meta.get("auth_secret").or_else(|| meta.get("auth_env")).map(str::to_string);
         Ok(Plan { endpoint: endpoint.to_string(), version, streaming, auth_secret })
     }
 }
@@ -190,8 +174,8 @@ struct Session<'h, H: Host> {
 
 enum SendError {
     /// The server was not reached or answered with a retryable status.
-    Transient(Failure),
-    Final(Failure),
+    Transient(Error),
+    Final(Error),
 }
 
 impl<H: Host> Session<'_, H> {
@@ -200,7 +184,7 @@ impl<H: Host> Session<'_, H> {
     }
 
     /// Time a request may take, keeping the reserve for a cancel.
-    fn budget(&mut self) -> Result<u32, Failure> {
+    fn budget(&mut self) -> Result<u32, Error> {
         let left = self.remaining().saturating_sub(self.reserve);
         if left < 50 {
             return Err(self.out_of_time());
@@ -208,10 +192,10 @@ impl<H: Host> Session<'_, H> {
         Ok(left.min(u32::MAX as u64) as u32)
     }
 
-    fn request(&mut self, op: Op, params: Value, timeout_ms: u32) -> HttpRequest {
+    fn request(&mut self, op: Op, params: Value, timeout_ms: u32) -> Request {
         self.rpc_id += 1;
-        HttpRequest {
-            method: "POST",
+        Request {
+            method: "POST".into(),
             url: self.plan.endpoint.clone(),
             headers: proto::headers(self.plan.version, op == Op::Stream),
             body: Some(proto::request(self.rpc_id, proto::method(self.plan.version, op), params)),
@@ -224,24 +208,24 @@ impl<H: Host> Session<'_, H> {
         let budget = self.budget().map_err(SendError::Final)?;
         let req = self.request(op, params, budget);
         let resp = self.host.send(req).map_err(|e| match e {
-            Failure::Remote(_) => SendError::Transient(e),
+            Error::Remote(_) => SendError::Transient(e),
             other => SendError::Final(other),
         })?;
         if matches!(resp.status, 408 | 429 | 502 | 503 | 504) {
-            return Err(SendError::Transient(Failure::Remote(format!("A2A endpoint {} returned HTTP {}", self.plan.endpoint, resp.status))));
+            return Err(SendError::Transient(Error::Remote(format!("A2A endpoint {} returned HTTP {}", self.plan.endpoint, resp.status))));
         }
         proto::parse_response(&resp.body).map_err(|e| {
             SendError::Final(match (&e, resp.status) {
                 (RpcError::Malformed(_), s) if !(200..300).contains(&s) => {
-                    Failure::Remote(format!("A2A endpoint {} returned HTTP {s}", self.plan.endpoint))
+                    Error::Remote(format!("A2A endpoint {} returned HTTP {s}", self.plan.endpoint))
                 }
-                _ => Failure::Remote(e.to_string()),
+                _ => Error::Remote(e.to_string()),
             })
         })
     }
 
-    fn apply(&mut self, result: &Value) -> Result<(), Failure> {
-        let event = proto::parse_result(result).map_err(Failure::Remote)?;
+    fn apply(&mut self, result: &Value) -> Result<(), Error> {
+        let event = proto::parse_result(result).map_err(Error::Remote)?;
         if let Some((state, text)) = self.tracker.apply(event) {
             self.progress(state, text);
         }
@@ -260,7 +244,7 @@ impl<H: Host> Session<'_, H> {
     }
 
     /// Blocking send, retried with the same message on transport failures.
-    fn send(&mut self, message: Value) -> Result<(), Failure> {
+    fn send(&mut self, message: Value) -> Result<(), Error> {
         let params = proto::send_params(self.plan.version, message);
         let mut attempt = 0;
         loop {
@@ -281,7 +265,7 @@ impl<H: Host> Session<'_, H> {
     }
 
     /// Streams the send; returns false when the stream ended before the task settled.
-    fn stream(&mut self, message: Value) -> Result<(), Failure> {
+    fn stream(&mut self, message: Value) -> Result<(), Error> {
         let params = proto::send_params(self.plan.version, message);
         let budget = self.budget()?;
         let req = self.request(Op::Stream, params, budget);
@@ -295,9 +279,9 @@ impl<H: Host> Session<'_, H> {
             }
             let result = proto::parse_response(&bytes).map_err(|e| match (e, status) {
                 (RpcError::Malformed(_), s) if !(200..300).contains(&s) => {
-                    Failure::Remote(format!("A2A endpoint {} returned HTTP {s}", self.plan.endpoint))
+                    Error::Remote(format!("A2A endpoint {} returned HTTP {s}", self.plan.endpoint))
                 }
-                (e, _) => Failure::Remote(e.to_string()),
+                (e, _) => Error::Remote(e.to_string()),
             })?;
             return self.apply(&result);
         }
@@ -308,7 +292,7 @@ impl<H: Host> Session<'_, H> {
                 Err(e) => {
                     // A broken or timed-out stream: poll if there is a task to poll.
                     self.host.log(&format!("A2A stream ended early: {}", e.message()));
-                    if self.tracker.task_id.is_some() && !matches!(e, Failure::Denied(_)) {
+                    if self.tracker.task_id.is_some() && !matches!(e, Error::Denied(_)) {
                         return Ok(());
                     }
                     if self.remaining() <= self.reserve {
@@ -322,7 +306,7 @@ impl<H: Host> Session<'_, H> {
                 None => parser.finish(),
             };
             for data in events {
-                let result = proto::parse_response(data.as_bytes()).map_err(|e| Failure::Remote(e.to_string()))?;
+                let result = proto::parse_response(data.as_bytes()).map_err(|e| Error::Remote(e.to_string()))?;
                 self.apply(&result)?;
             }
             if chunk.is_none() || self.tracker.state.is_some_and(State::is_settled) {
@@ -331,11 +315,11 @@ impl<H: Host> Session<'_, H> {
         }
     }
 
-    fn poll(&mut self) -> Result<(), Failure> {
+    fn poll(&mut self) -> Result<(), Error> {
         let mut attempt = 0;
         while !self.tracker.state.is_some_and(State::is_settled) {
             let Some(id) = self.tracker.task_id.clone() else {
-                return Err(Failure::Remote("the remote agent answered with neither a task nor a message".into()));
+                return Err(Error::Remote("the remote agent answered with neither a task nor a message".into()));
             };
             let pause = backoff_ms(attempt);
             if self.remaining() < self.reserve + pause + 50 {
@@ -353,9 +337,9 @@ impl<H: Host> Session<'_, H> {
     }
 
     /// The deadline is (nearly) reached: cancel the remote task, report a timeout.
-    fn out_of_time(&mut self) -> Failure {
+    fn out_of_time(&mut self) -> Error {
         let Some(id) = self.tracker.task_id.clone() else {
-            return Failure::Timeout("the call's deadline passed before the remote agent answered".into());
+            return Error::Timeout("the call's deadline passed before the remote agent answered".into());
         };
         let timeout = self.remaining().clamp(1, 5_000) as u32;
         let req = self.request(Op::Cancel, proto::task_params(&id), timeout);
@@ -363,7 +347,7 @@ impl<H: Host> Session<'_, H> {
             Ok(r) => proto::parse_response(&r.body).is_ok(),
             Err(_) => false,
         };
-        Failure::Timeout(format!(
+        Error::Timeout(format!(
             "the call's deadline passed while remote task {id} was {}; {}",
             self.tracker.state.unwrap_or(State::Unknown).as_str(),
             if canceled { "the remote task was canceled" } else { "canceling the remote task failed" }
@@ -372,7 +356,7 @@ impl<H: Host> Session<'_, H> {
 }
 
 /// Runs one TaskCall against the agent described by `plan`.
-pub fn execute(host: &mut impl Host, plan: Plan, call: &Call) -> Result<String, Failure> {
+pub fn execute(host: &mut impl Host, plan: Plan, call: &Call) -> Result<String, Error> {
     let start = host.now_ms();
     let deadline = start + call.deadline_ms;
     let reserve = (call.deadline_ms / 10).clamp(200, 2_000);
@@ -382,7 +366,7 @@ pub fn execute(host: &mut impl Host, plan: Plan, call: &Call) -> Result<String, 
         let saved = host
             .state_get(&state_key(resume))?
             .and_then(|b| Saved::decode(&b))
-            .ok_or_else(|| Failure::NotFound(format!("no interrupted A2A task to resume under {resume:?}")))?;
+            .ok_or_else(|| Error::NotFound(format!("no interrupted A2A task to resume under {resume:?}")))?;
         plan.version = saved.version;
         tracker.task_id = Some(saved.task_id);
         tracker.context_id = saved.context_id;
@@ -413,19 +397,19 @@ pub fn execute(host: &mut impl Host, plan: Plan, call: &Call) -> Result<String, 
         State::Completed => Ok(tracker.result_text()),
         State::Failed | State::Rejected => {
             let reason = tracker.status_text.clone().unwrap_or_else(|| "no reason given".into());
-            Err(Failure::Remote(format!("the remote agent's task {}: {reason}", state.as_str())))
+            Err(Error::Remote(format!("the remote agent's task {}: {reason}", state.as_str())))
         }
-        State::Canceled => Err(Failure::Remote("the remote task was canceled".into())),
+        State::Canceled => Err(Error::Remote("the remote task was canceled".into())),
         State::InputRequired | State::AuthRequired => {
-            let task_id = tracker.task_id.clone().ok_or_else(|| Failure::Remote("input requested without a task id".into()))?;
+            let task_id = tracker.task_id.clone().ok_or_else(|| Error::Remote("input requested without a task id".into()))?;
             let saved = Saved { task_id, context_id: tracker.context_id.clone(), version: plan.version };
             host.state_set(&state_key(call.task_id), &saved.encode())?;
             let question = tracker.status_text.clone().unwrap_or_else(|| match state {
                 State::AuthRequired => "the remote agent requires authentication".into(),
                 _ => "the remote agent needs more input".into(),
             });
-            Err(Failure::InputRequired(question))
+            Err(Error::InputRequired(question))
         }
-        other => Err(Failure::Remote(format!("the remote task ended in unexpected state {}", other.as_str()))),
+        other => Err(Error::Remote(format!("the remote task ended in unexpected state {}", other.as_str()))),
     }
 }

@@ -16,42 +16,5 @@ pub mod sse;
 #[cfg(target_arch = "wasm32")]
 mod wasm;
 
-/// Why a resolve or execute failed; maps one to one onto the WIT `error` variant.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Failure {
-    NotFound(String),
-    InvalidInput(String),
-    Denied(String),
-    Timeout(String),
-    Remote(String),
-    Unavailable(String),
-    InputRequired(String),
-    Internal(String),
-}
-
-impl Failure {
-    pub fn message(&self) -> &str {
-        match self {
-            Failure::NotFound(m)
-            | Failure::InvalidInput(m)
-            | Failure::Denied(m)
-            | Failure::Timeout(m)
-            | Failure::Remote(m)
-            | Failure::Unavailable(m)
-            | Failure::InputRequired(m)
-            | Failure::Internal(m) => m,
-        }
-    }
-}
-
-/// A value from the reference metadata.
-pub fn metadata<'a>(metadata: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    metadata
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.trim())
-        .filter(|v| !v.is_empty())
-}
-
 #[cfg(test)]
 mod tests;

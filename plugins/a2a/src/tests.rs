@@ -4,9 +4,11 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::{Value, json};
 
-use crate::Failure;
+use warden_guest::Error;
+use warden_guest::http::{Request, Response};
+
 use crate::card::{self, Version};
-use crate::exec::{self, Call, ChunkStream, Host, HttpRequest, HttpResponse, Plan};
+use crate::exec::{self, Call, ChunkStream, Host, Plan};
 use crate::proto::{self, Event, State, Tracker};
 use crate::sse::SseParser;
 
@@ -220,17 +222,17 @@ struct Fake {
     now: u64,
     /// Milliseconds each request takes.
     latency: u64,
-    responses: VecDeque<Result<Value, Failure>>,
-    stream: Option<(Vec<String>, Option<Failure>)>,
+    responses: VecDeque<Result<Value, Error>>,
+    stream: Option<(Vec<String>, Option<Error>)>,
     requests: Vec<(String, Value, Option<String>)>,
     events: Vec<Value>,
     state: HashMap<String, Vec<u8>>,
 }
 
-struct Chunks(VecDeque<Vec<u8>>, Option<Failure>);
+struct Chunks(VecDeque<Vec<u8>>, Option<Error>);
 
 impl ChunkStream for Chunks {
-    fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, Failure> {
+    fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, Error> {
         match self.0.pop_front() {
             Some(c) => Ok(Some(c)),
             None => match self.1.take() {
@@ -242,7 +244,7 @@ impl ChunkStream for Chunks {
 }
 
 impl Fake {
-    fn record(&mut self, req: &HttpRequest) -> Value {
+    fn record(&mut self, req: &Request) -> Value {
         let body: Value = serde_json::from_slice(req.body.as_deref().unwrap_or(b"null")).unwrap();
         let version = req.headers.iter().find(|(k, _)| k == "A2A-Version").map(|(_, v)| v.clone());
         self.requests.push((body["method"].as_str().unwrap_or("GET").to_string(), body.clone(), version));
@@ -253,18 +255,18 @@ impl Fake {
     }
 }
 
-fn rpc_ok(result: Value) -> Result<Value, Failure> {
+fn rpc_ok(result: Value) -> Result<Value, Error> {
     Ok(json!({"jsonrpc": "2.0", "id": 1, "result": result}))
 }
 
 impl Host for Fake {
-    fn send(&mut self, req: HttpRequest) -> Result<HttpResponse, Failure> {
+    fn send(&mut self, req: Request) -> Result<Response, Error> {
         self.now += self.latency;
         self.record(&req);
         let body = self.responses.pop_front().expect("unexpected request")?;
-        Ok(HttpResponse { status: 200, headers: vec![], body: body.to_string().into_bytes() })
+        Ok(Response { status: 200, headers: vec![], body: body.to_string().into_bytes() })
     }
-    fn send_streaming(&mut self, req: HttpRequest) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Failure> {
+    fn send_streaming(&mut self, req: Request) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Error> {
         self.record(&req);
         let (events, err) = self.stream.take().expect("unexpected stream");
         let chunks = events.into_iter().map(|e| format!("data: {e}\n\n").into_bytes()).collect();
@@ -274,10 +276,10 @@ impl Host for Fake {
         assert_eq!(kind, "progress");
         self.events.push(data.clone());
     }
-    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Failure> {
+    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Error> {
         Ok(self.state.get(key).cloned())
     }
-    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), Failure> {
+    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
         self.state.insert(key.into(), value.to_vec());
         Ok(())
     }
@@ -328,7 +330,7 @@ fn blocking_send_completes_with_artifact_text() {
 #[test]
 fn retries_reuse_the_message_id() {
     let mut h = Fake::default();
-    h.responses.push_back(Err(Failure::Remote("connection refused".into())));
+    h.responses.push_back(Err(Error::Remote("connection refused".into())));
     h.responses.push_back(rpc_ok(json!({"kind": "task", "id": "rt", "status": {"state": "completed"},
         "artifacts": [{"artifactId": "a", "parts": [{"kind": "text", "text": "ok"}]}]})));
     let out = exec::execute(&mut h, plan(Version::V0_3, false), &call("w1", "hi", None)).unwrap();
@@ -345,7 +347,7 @@ fn failed_and_rejected_carry_the_remote_reason() {
         let mut h = Fake::default();
         h.responses.push_back(rpc_ok(task(state, Some("boom"), None)));
         let e = exec::execute(&mut h, plan(Version::V1_0, false), &call("w1", "hi", None)).unwrap_err();
-        assert!(matches!(&e, Failure::Remote(m) if m.contains("boom")), "{e:?}");
+        assert!(matches!(&e, Error::Remote(m) if m.contains("boom")), "{e:?}");
     }
 }
 
@@ -354,7 +356,7 @@ fn input_required_saves_ids_and_resume_continues_them() {
     let mut h = Fake::default();
     h.responses.push_back(rpc_ok(task("TASK_STATE_INPUT_REQUIRED", Some("What is your name?"), None)));
     let e = exec::execute(&mut h, plan(Version::V1_0, false), &call("w1", "hi", None)).unwrap_err();
-    assert_eq!(e, Failure::InputRequired("What is your name?".into()));
+    assert_eq!(e, Error::InputRequired("What is your name?".into()));
     assert!(h.state.contains_key("a2a/w1"));
 
     h.responses.push_back(rpc_ok(task("TASK_STATE_COMPLETED", None, Some("Hello, Ada!"))));
@@ -366,7 +368,7 @@ fn input_required_saves_ids_and_resume_continues_them() {
     assert!(!h.state.contains_key("a2a/w1"), "a finished resume forgets the saved task");
 
     let e = exec::execute(&mut h, plan(Version::V1_0, false), &call("w3", "x", Some("nope"))).unwrap_err();
-    assert!(matches!(e, Failure::NotFound(_)));
+    assert!(matches!(e, Error::NotFound(_)));
 }
 
 #[test]
@@ -411,7 +413,7 @@ fn streaming_relays_status_events() {
 fn a_broken_stream_falls_back_to_polling() {
     let mut h = Fake::default();
     let ev = |r: Value| json!({"jsonrpc": "2.0", "id": 1, "result": r}).to_string();
-    h.stream = Some((vec![ev(json!({"task": {"id": "rt", "status": {"state": "TASK_STATE_WORKING"}}}))], Some(Failure::Remote("reset".into()))));
+    h.stream = Some((vec![ev(json!({"task": {"id": "rt", "status": {"state": "TASK_STATE_WORKING"}}}))], Some(Error::Remote("reset".into()))));
     h.responses.push_back(rpc_ok(task("TASK_STATE_COMPLETED", None, Some("late"))["task"].clone()));
     let out = exec::execute(&mut h, plan(Version::V1_0, true), &call("w1", "go", None)).unwrap();
     assert_eq!(out, "late");
@@ -430,7 +432,7 @@ fn the_deadline_cancels_the_remote_task() {
         c.deadline_ms = 3_000;
         exec::execute(&mut h, plan(Version::V1_0, false), &c).unwrap_err()
     };
-    assert!(matches!(&e, Failure::Timeout(m) if m.contains("canceled")), "{e:?}");
+    assert!(matches!(&e, Error::Timeout(m) if m.contains("canceled")), "{e:?}");
     assert_eq!(h.methods().last(), Some(&"CancelTask"));
     assert!(h.now <= 3_000, "stopped before the deadline: {}", h.now);
 }
@@ -440,7 +442,7 @@ fn json_rpc_errors_are_remote_failures() {
     let mut h = Fake::default();
     h.responses.push_back(Ok(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}})));
     let e = exec::execute(&mut h, plan(Version::V1_0, false), &call("w1", "hi", None)).unwrap_err();
-    assert_eq!(e, Failure::Remote("A2A error -32601: Method not found".into()));
+    assert_eq!(e, Error::Remote("A2A error -32601: Method not found".into()));
 }
 
 #[test]
@@ -455,21 +457,21 @@ fn plan_reads_protocol_data_and_auth_metadata() {
 fn resolve_falls_back_to_agent_json_and_validates_metadata() {
     struct CardHost(Vec<String>);
     impl Host for CardHost {
-        fn send(&mut self, req: HttpRequest) -> Result<HttpResponse, Failure> {
+        fn send(&mut self, req: Request) -> Result<Response, Error> {
             self.0.push(req.url.clone());
             if req.url.ends_with("agent-card.json") {
-                return Ok(HttpResponse { status: 404, headers: vec![], body: vec![] });
+                return Ok(Response { status: 404, headers: vec![], body: vec![] });
             }
             let card = json!({"name": "Old", "description": "d", "version": "1", "url": "http://h/rpc", "capabilities": {},
                 "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
-            Ok(HttpResponse { status: 200, headers: vec![], body: card.to_string().into_bytes() })
+            Ok(Response { status: 200, headers: vec![], body: card.to_string().into_bytes() })
         }
-        fn send_streaming(&mut self, _: HttpRequest) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Failure> {
+        fn send_streaming(&mut self, _: Request) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Error> {
             unreachable!()
         }
         fn emit(&mut self, _: &str, _: &Value) {}
-        fn state_get(&mut self, _: &str) -> Result<Option<Vec<u8>>, Failure> { Ok(None) }
-        fn state_set(&mut self, _: &str, _: &[u8]) -> Result<(), Failure> { Ok(()) }
+        fn state_get(&mut self, _: &str) -> Result<Option<Vec<u8>>, Error> { Ok(None) }
+        fn state_set(&mut self, _: &str, _: &[u8]) -> Result<(), Error> { Ok(()) }
         fn state_delete(&mut self, _: &str) {}
         fn now_ms(&mut self) -> u64 { 0 }
         fn sleep_ms(&mut self, _: u64) {}
@@ -480,5 +482,5 @@ fn resolve_falls_back_to_agent_json_and_validates_metadata() {
     assert_eq!((info.name.as_str(), info.version, url.as_str()), ("Old", Version::V0_3, "http://h/.well-known/agent.json"));
     assert_eq!(h.0.len(), 2);
     let e = exec::resolve(&mut h, "http://h", &[("protocol_version".into(), "7".into())]).unwrap_err();
-    assert!(matches!(e, Failure::InvalidInput(m) if m.contains("protocol_version")));
+    assert!(matches!(e, Error::InvalidInput(m) if m.contains("protocol_version")));
 }

@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::PluginError;
+use warden_guest::{Error, Metadata};
 use crate::frontmatter::{self, ParseMode};
 
 /// The executor's view of an agent (the definition's `protocol-data`).
@@ -55,10 +55,10 @@ pub struct ProtocolData {
 
 impl ProtocolData {
     /// Reads a definition's `protocol-data` (`{}` and missing fields give the defaults).
-    pub fn from_json(json: &str) -> Result<Self, PluginError> {
+    pub fn from_json(json: &str) -> Result<Self, Error> {
         let json = if json.trim().is_empty() { "{}" } else { json };
         serde_json::from_str(json)
-            .map_err(|e| PluginError::InvalidInput(format!("protocol-data of a CLAUDE definition: {e}")))
+            .map_err(|e| Error::InvalidInput(format!("protocol-data of a CLAUDE definition: {e}")))
     }
 
     pub fn to_json(&self) -> String {
@@ -80,16 +80,14 @@ pub struct Agent {
 
 /// Builds an agent from a file's bytes. `uri` names the file in errors and gives the
 /// fallback name (its stem); `metadata` `name` / `description` override the file's.
-pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Result<Agent, PluginError> {
-    let invalid = |what: &str| PluginError::InvalidInput(format!("{uri}: {what}"));
+pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Result<Agent, Error> {
+    let invalid = |what: &str| Error::InvalidInput(format!("{uri}: {what}"));
     let text = std::str::from_utf8(bytes).map_err(|e| invalid(&format!("not UTF-8 text ({e})")))?;
     let (frontmatter, body) = frontmatter::split(text).map_err(|e| invalid(e.describe()))?;
     let fields = frontmatter::parse_fields(&frontmatter);
     let mut warnings = fields.warnings;
     let mut map = fields.map;
-    let meta = |key: &str| {
-        metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.trim().to_string()).filter(|v| !v.is_empty())
-    };
+    let meta = |key: &str| Metadata::new(metadata).get(key).map(str::to_string);
 
     let name = match take(&mut map, &["name"]).and_then(scalar_text) {
         Some(name) => name,
@@ -321,7 +319,7 @@ mod tests {
         );
         assert_eq!(ProtocolData::from_json("{}").unwrap(), ProtocolData::default());
         assert_eq!(ProtocolData::from_json("").unwrap(), ProtocolData::default());
-        assert!(matches!(ProtocolData::from_json("[1]"), Err(PluginError::InvalidInput(_))));
+        assert!(matches!(ProtocolData::from_json("[1]"), Err(Error::InvalidInput(_))));
     }
 
     #[test]
@@ -347,11 +345,11 @@ mod tests {
     #[test]
     fn errors_name_the_file() {
         let err = parse_agent("agents/plain.md", b"# Just markdown\n", &[]).unwrap_err();
-        assert!(matches!(&err, PluginError::InvalidInput(m) if m.contains("agents/plain.md") && m.contains("frontmatter")));
+        assert!(matches!(&err, Error::InvalidInput(m) if m.contains("agents/plain.md") && m.contains("frontmatter")));
         let err = parse_agent("agents/nodesc.md", b"---\nname: x\n---\nbody", &[]).unwrap_err();
-        assert!(matches!(&err, PluginError::InvalidInput(m) if m.contains("agents/nodesc.md") && m.contains("description")));
+        assert!(matches!(&err, Error::InvalidInput(m) if m.contains("agents/nodesc.md") && m.contains("description")));
         let err = parse_agent("agents/bin.md", &[0xff, 0xfe, 0x00], &[]).unwrap_err();
-        assert!(matches!(&err, PluginError::InvalidInput(m) if m.contains("agents/bin.md")));
+        assert!(matches!(&err, Error::InvalidInput(m) if m.contains("agents/bin.md")));
     }
 
     #[test]

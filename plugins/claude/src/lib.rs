@@ -14,7 +14,6 @@
 //! - `wasm` (only on `wasm32`): the WIT exports over the real host imports.
 
 pub mod agent;
-pub mod error;
 pub mod frontmatter;
 pub mod runner;
 pub mod toolset;

@@ -22,8 +22,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use warden_guest::log::Level;
+use warden_guest::{Completion, CompletionRequest, Error, Message, ToolCall, ToolResult, ToolSpec};
+
 use crate::agent::{ProtocolData, skill_uri};
-use crate::error::PluginError;
 use crate::frontmatter;
 use crate::toolset;
 
@@ -33,83 +35,18 @@ pub const DEFAULT_MAX_TURNS: u32 = 10;
 /// Transcript format version stored in `state`.
 pub const TRANSCRIPT_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCall {
-    pub id: String,
-    pub name: String,
-    /// JSON object.
-    pub arguments: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: String,
-    pub content: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ToolCall>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-impl Message {
-    pub fn new(role: &str, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
-    }
-
-    fn tool_result(id: &str, content: impl Into<String>) -> Self {
-        Self { tool_call_id: Some(id.to_string()), ..Self::new("tool", content) }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    pub input_schema: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolResult {
-    pub id: String,
-    pub content: String,
-    pub is_error: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompletionRequest {
-    pub model: String,
-    pub messages: Vec<Message>,
-    pub tools: Vec<ToolSpec>,
-    pub max_tokens: Option<u32>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completion {
-    pub message: Message,
-    pub finish_reason: String,
-    pub reasoning: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogLevel {
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
 /// The host capabilities the loop uses.
 pub trait Host {
-    fn complete(&mut self, request: &CompletionRequest) -> Result<Completion, PluginError>;
-    fn list_tools(&mut self) -> Result<Vec<ToolSpec>, PluginError>;
-    fn call_tools(&mut self, calls: &[ToolCall]) -> Result<Vec<ToolResult>, PluginError>;
-    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, PluginError>;
-    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), PluginError>;
+    fn complete(&mut self, request: &CompletionRequest) -> Result<Completion, Error>;
+    fn list_tools(&mut self) -> Result<Vec<ToolSpec>, Error>;
+    fn call_tools(&mut self, calls: &[ToolCall]) -> Result<Vec<ToolResult>, Error>;
+    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Error>;
+    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), Error>;
     /// Best effort: failures are the host's to report.
     fn emit(&mut self, kind: &str, data: &str);
     /// Best effort.
-    fn log(&mut self, level: LogLevel, message: &str);
-    fn read_resource(&mut self, uri: &str) -> Result<Vec<u8>, PluginError>;
+    fn log(&mut self, level: Level, message: &str);
+    fn read_resource(&mut self, uri: &str) -> Result<Vec<u8>, Error>;
 }
 
 /// The task, as far as the loop cares.
@@ -155,9 +92,9 @@ pub fn transcript_key(task_id: &str) -> String {
 }
 
 /// Runs the agent loop (see the module docs).
-pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<String, PluginError> {
+pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<String, Error> {
     if task.prompt.trim().is_empty() {
-        return Err(PluginError::InvalidInput("task-call prompt is empty: a subagent needs a prompt".into()));
+        return Err(Error::InvalidInput("task-call prompt is empty: a subagent needs a prompt".into()));
     }
     let protocol = ProtocolData::from_json(&agent.protocol_data)?;
     let max_turns = protocol.max_turns.filter(|&t| t > 0).unwrap_or(DEFAULT_MAX_TURNS);
@@ -250,7 +187,7 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
     transcript.status = "max_turns".into();
     save(host, &transcript);
     host.log(
-        LogLevel::Warn,
+        Level::Warn,
         &format!("subagent `{}` stopped after {max_turns} turns without a final answer", agent.name),
     );
     Ok(format!("error: subagent stopped after {max_turns} turns without a final answer"))
@@ -263,7 +200,7 @@ fn run_tools(
     tools: &[ToolSpec],
     calls: &[ToolCall],
     turn: u32,
-) -> Result<Vec<Message>, PluginError> {
+) -> Result<Vec<Message>, Error> {
     let allowed = |name: &str| tools.iter().any(|t| t.name == name);
     let batch: Vec<ToolCall> = calls.iter().filter(|c| allowed(&c.name)).cloned().collect();
     let mut host_results = if batch.is_empty() {
@@ -277,7 +214,7 @@ fn run_tools(
     let mut out = Vec::with_capacity(calls.len());
     for call in calls {
         if !allowed(&call.name) {
-            host.log(LogLevel::Warn, &format!("model called tool `{}`, which this subagent does not have", call.name));
+            host.log(Level::Warn, &format!("model called tool `{}`, which this subagent does not have", call.name));
             let available = if available.is_empty() { "none".to_string() } else { available.clone() };
             out.push(Message::tool_result(
                 &call.id,
@@ -297,21 +234,21 @@ fn run_tools(
     Ok(out)
 }
 
-fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<ToolSpec>, PluginError> {
+fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<ToolSpec>, Error> {
     if protocol.tools.as_ref().is_some_and(|t| t.is_empty()) {
         return Ok(Vec::new());
     }
     let available = match host.list_tools() {
         Ok(tools) => tools,
-        Err(e @ (PluginError::Denied(_) | PluginError::Unavailable(_))) => {
-            host.log(LogLevel::Warn, &format!("no session tools for this subagent: {e}"));
+        Err(e @ (Error::Denied(_) | Error::Unavailable(_))) => {
+            host.log(Level::Warn, &format!("no session tools for this subagent: {e}"));
             Vec::new()
         }
         Err(e) => return Err(e.context("listing the session's tools")),
     };
     let selection = toolset::select(available, protocol.tools.as_deref(), &protocol.disallowed_tools);
     for warning in &selection.warnings {
-        host.log(LogLevel::Warn, warning);
+        host.log(Level::Warn, warning);
     }
     Ok(selection.tools)
 }
@@ -322,11 +259,11 @@ fn system_prompt(host: &mut dyn Host, agent: &AgentInput, protocol: &ProtocolDat
     for skill in &protocol.skills {
         let skill = skill.trim();
         if skill.is_empty() || skill.contains(['/', '\\']) || skill == ".." || skill == "." {
-            host.log(LogLevel::Warn, &format!("skill `{skill}` is not a plain skill name; not loaded"));
+            host.log(Level::Warn, &format!("skill `{skill}` is not a plain skill name; not loaded"));
             continue;
         }
         if agent.uri.trim().is_empty() {
-            host.log(LogLevel::Warn, &format!("skill `{skill}` not loaded: the definition has no file to look next to"));
+            host.log(Level::Warn, &format!("skill `{skill}` not loaded: the definition has no file to look next to"));
             continue;
         }
         let uri = skill_uri(&agent.uri, skill);
@@ -342,22 +279,22 @@ fn system_prompt(host: &mut dyn Host, agent: &AgentInput, protocol: &ProtocolDat
                 }
                 prompt.push_str(&format!("# Skill: {skill}\n\n{}", body.trim()));
             }
-            Err(e) => host.log(LogLevel::Warn, &format!("skill `{skill}` not loaded from {uri}: {e}")),
+            Err(e) => host.log(Level::Warn, &format!("skill `{skill}` not loaded from {uri}: {e}")),
         }
     }
     prompt
 }
 
-fn load_transcript(host: &mut dyn Host, task_id: &str, agent: &str) -> Result<Vec<Message>, PluginError> {
+fn load_transcript(host: &mut dyn Host, task_id: &str, agent: &str) -> Result<Vec<Message>, Error> {
     let key = transcript_key(task_id);
     let bytes = host
         .state_get(&key)
         .map_err(|e| e.context(&format!("loading the transcript of task {task_id} to resume")))?
-        .ok_or_else(|| PluginError::NotFound(format!("no transcript of task {task_id} to resume")))?;
+        .ok_or_else(|| Error::NotFound(format!("no transcript of task {task_id} to resume")))?;
     let transcript: Transcript = serde_json::from_slice(&bytes)
-        .map_err(|e| PluginError::Internal(format!("stored transcript of task {task_id} is unreadable: {e}")))?;
+        .map_err(|e| Error::Internal(format!("stored transcript of task {task_id} is unreadable: {e}")))?;
     if transcript.agent != agent {
-        return Err(PluginError::InvalidInput(format!(
+        return Err(Error::InvalidInput(format!(
             "task {task_id} ran subagent `{}`; it cannot be resumed as `{agent}`",
             transcript.agent
         )));
@@ -369,6 +306,6 @@ fn load_transcript(host: &mut dyn Host, task_id: &str, agent: &str) -> Result<Ve
 fn save(host: &mut dyn Host, transcript: &Transcript) {
     let json = serde_json::to_vec(transcript).expect("transcript serialises");
     if let Err(e) = host.state_set(&transcript_key(&transcript.task_id), &json) {
-        host.log(LogLevel::Warn, &format!("transcript not stored (resume will not work for this task): {e}"));
+        host.log(Level::Warn, &format!("transcript not stored (resume will not work for this task): {e}"));
     }
 }

@@ -9,7 +9,7 @@
 //! `disallowedTools` a pattern does not remove the whole tool. Names the session does not
 //! have are reported as warnings and otherwise ignored.
 
-use crate::runner::ToolSpec;
+use warden_guest::ToolSpec;
 
 /// Tools that would let a subagent start subagents.
 pub const NESTING_TOOLS: &[&str] = &["Task", "Agent"];

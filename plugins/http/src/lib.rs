@@ -19,6 +19,8 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use warden_guest::http::excerpt;
+use warden_guest::{Error, Metadata};
 
 pub const KIND: &str = "HTTP";
 
@@ -26,8 +28,6 @@ pub const KIND: &str = "HTTP";
 mod wasm;
 
 pub const DEFAULT_BODY: &str = r#"{"prompt": "{{prompt}}", "description": "{{description}}"}"#;
-/// Longest body excerpt in error messages.
-pub const EXCERPT: usize = 300;
 
 /// A reference's metadata, validated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,41 +45,39 @@ pub struct Endpoint {
     pub description: String,
 }
 
-fn meta<'a>(metadata: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).filter(|v| !v.trim().is_empty())
-}
-
 impl Endpoint {
-    pub fn from_reference(uri: &str, metadata: &[(String, String)]) -> Result<Endpoint, String> {
+    /// The endpoint a reference describes; bad metadata is `invalid-input` naming the key.
+    pub fn from_reference(uri: &str, metadata: &[(String, String)]) -> Result<Endpoint, Error> {
+        let meta = Metadata::new(metadata);
         let url = uri.trim().to_owned();
         let rest = url
             .strip_prefix("http://")
             .or_else(|| url.strip_prefix("https://"))
-            .ok_or_else(|| format!("HTTP reference uri {url:?} must be an http(s) URL"))?;
-        let method = meta(metadata, "method").unwrap_or("POST").trim().to_ascii_uppercase();
+            .ok_or_else(|| Error::InvalidInput(format!("HTTP reference uri {url:?} must be an http(s) URL")))?;
+        let method = meta.get("method").unwrap_or("POST").to_ascii_uppercase();
         if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
-            return Err(format!("metadata `method` {method:?} is not an HTTP method"));
+            return Err(Error::InvalidInput(format!("metadata `method` {method:?} is not an HTTP method")));
         }
-        let (headers, auth_secret) = match meta(metadata, "headers") {
-            Some(h) => parse_headers(h)?,
+        let (headers, auth_secret) = match meta.get("headers") {
+            Some(h) => parse_headers(h).map_err(Error::InvalidInput)?,
             None => (Vec::new(), None),
         };
-        let body = match meta(metadata, "body") {
+        let body = match meta.raw("body") {
             Some(b) => Some(b.to_owned()),
             None if matches!(method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS") => None,
             None => Some(DEFAULT_BODY.to_owned()),
         };
-        let response_pointer = meta(metadata, "response_pointer").map(|p| p.trim().to_owned());
+        let response_pointer = meta.get("response_pointer").map(str::to_owned);
         if let Some(p) = &response_pointer
             && !p.starts_with('/') {
-                return Err(format!("metadata `response_pointer` {p:?} must be a JSON pointer starting with `/`"));
+                return Err(Error::InvalidInput(format!("metadata `response_pointer` {p:?} must be a JSON pointer starting with `/`")));
             }
-        let timeout_ms = meta(metadata, "timeout").map(parse_duration_ms).transpose()?;
-        let name = match meta(metadata, "name") {
-            Some(n) => n.trim().to_owned(),
+        let timeout_ms = meta.duration_ms("timeout")?;
+        let name = match meta.get("name") {
+            Some(n) => n.to_owned(),
             None => default_name(rest),
         };
-        let description = meta(metadata, "description").map(|d| d.trim().to_owned()).unwrap_or_else(|| {
+        let description = meta.get("description").map(str::to_owned).unwrap_or_else(|| {
             format!("HTTP agent at {}", url.split(['?', '#']).next().unwrap_or(&url))
         });
         Ok(Endpoint { url, method, headers, auth_secret, body, response_pointer, timeout_ms, name, description })
@@ -241,39 +239,6 @@ pub fn parse_headers(text: &str) -> Result<ParsedHeaders, String> {
     Ok((plain, secret))
 }
 
-/// `250ms`, `30s`, `2m`, `1h` or a bare number of seconds.
-pub fn parse_duration_ms(text: &str) -> Result<u32, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("metadata `timeout` {t:?}: expected e.g. 30s, 1500ms, 2m"))?;
-    let factor = match unit.trim() {
-        "ms" => 1.0,
-        "" | "s" | "sec" | "secs" => 1000.0,
-        "m" | "min" | "mins" => 60_000.0,
-        "h" => 3_600_000.0,
-        other => return Err(format!("metadata `timeout` {t:?}: unknown unit {other:?}")),
-    };
-    let ms = n * factor;
-    if !(1.0..=u32::MAX as f64).contains(&ms) {
-        return Err(format!("metadata `timeout` {t:?} is out of range"));
-    }
-    Ok(ms as u32)
-}
-
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.len() <= EXCERPT {
-        return text.to_owned();
-    }
-    let mut cut = EXCERPT;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &text[..cut])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,17 +289,6 @@ mod tests {
         assert!(parse_headers("no colon").is_err());
         assert!(parse_headers(r#"{"X": 1}"#).is_err());
         assert!(parse_headers("Bad Name: x").is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration_ms("1500ms"), Ok(1500));
-        assert_eq!(parse_duration_ms("2"), Ok(2000));
-        assert_eq!(parse_duration_ms("0.5s"), Ok(500));
-        assert_eq!(parse_duration_ms("2m"), Ok(120_000));
-        assert!(parse_duration_ms("soon").is_err());
-        assert!(parse_duration_ms("5 fortnights").is_err());
-        assert!(parse_duration_ms("0").is_err());
     }
 
     #[test]

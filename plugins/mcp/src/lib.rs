@@ -16,6 +16,7 @@
 //! - `name`, `description`: override what the server says.
 
 use serde::{Deserialize, Serialize};
+use warden_guest::{Metadata, ToolSpec};
 use warden_mcp_protocol::{Preference, ServerInfo, Tool};
 
 pub const KIND: &str = "MCP";
@@ -37,12 +38,9 @@ pub struct Target {
     pub description: Option<String>,
 }
 
-fn meta<'a>(metadata: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.trim()).filter(|v| !v.is_empty())
-}
-
 impl Target {
     pub fn from_reference(uri: &str, metadata: &[(String, String)]) -> Result<Target, String> {
+        let meta = Metadata::new(metadata);
         let endpoint = uri.trim();
         let stdio = match endpoint.strip_prefix(STDIO_SCHEME) {
             Some(name) if valid_server_name(name) => Some(name.to_owned()),
@@ -56,13 +54,13 @@ impl Target {
                 ));
             }
         };
-        let preference = match meta(metadata, "protocol_version") {
+        let preference = match meta.get("protocol_version") {
             None => Preference::Auto,
             Some(v) => Preference::parse(v).ok_or_else(|| {
                 format!("metadata `protocol_version` {v:?}: expected auto, 2026-07-28, or a handshake revision such as 2025-11-25")
             })?,
         };
-        let owned = |k| meta(metadata, k).map(str::to_owned);
+        let owned = |k| meta.get(k).map(str::to_owned);
         Ok(Target {
             endpoint: endpoint.to_owned(),
             stdio,
@@ -86,16 +84,20 @@ fn valid_server_name(name: &str) -> bool {
 
 /// The stdio server's tools among a task's tools (`mcp__<server>__<tool>`), as MCP tools
 /// named without the prefix.
-pub fn stdio_tools(server: &str, specs: &[(String, String, String)]) -> Vec<Tool> {
+pub fn stdio_tools(server: &str, specs: &[ToolSpec]) -> Vec<Tool> {
     specs
         .iter()
-        .filter_map(|(name, description, schema)| {
-            let (s, tool) = warden_mcp_protocol::parse_claude_tool_name(name)?;
+        .filter_map(|spec| {
+            let (s, tool) = warden_mcp_protocol::parse_claude_tool_name(&spec.name)?;
             if s != server {
                 return None;
             }
-            let input_schema = serde_json::from_str(schema).unwrap_or_else(|_| serde_json::json!({"type": "object"}));
-            serde_json::from_value(serde_json::json!({"name": tool, "description": description, "inputSchema": input_schema})).ok()
+            let input_schema =
+                serde_json::from_str(&spec.input_schema).unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+            serde_json::from_value(
+                serde_json::json!({"name": tool, "description": spec.description, "inputSchema": input_schema}),
+            )
+            .ok()
         })
         .collect()
 }
@@ -207,10 +209,15 @@ mod tests {
 
     #[test]
     fn stdio_tools_are_the_named_servers_only() {
+        let spec = |name: &str, description: &str, input_schema: &str| ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema: input_schema.into(),
+        };
         let specs = vec![
-            ("mcp__time__get_current_time".to_string(), "Now".to_string(), r#"{"type":"object","properties":{"timezone":{"type":"string"}},"required":["timezone"]}"#.to_string()),
-            ("mcp__git__git_status".to_string(), "Status".to_string(), "{}".to_string()),
-            ("Bash".to_string(), "Shell".to_string(), "{}".to_string()),
+            spec("mcp__time__get_current_time", "Now", r#"{"type":"object","properties":{"timezone":{"type":"string"}},"required":["timezone"]}"#),
+            spec("mcp__git__git_status", "Status", "{}"),
+            spec("Bash", "Shell", "{}"),
         ];
         let tools = stdio_tools("time", &specs);
         assert_eq!(tools.len(), 1);

@@ -1,19 +1,14 @@
 //! The WIT exports over the host imports (wasm32 only): the MCP client runs over
 //! `http.send-streaming`, progress becomes `status` events.
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "plugin",
-});
-
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use exports::warden::plugin::{executor, meta, resolver};
-use warden::plugin::types::{
-    Capability, Error, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+use warden_guest::http::{self, BodyStream, Request};
+use warden_guest::{
+    Capability, Error, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext, ToolCall,
+    events, log, model,
 };
-use warden::plugin::{events, http, log, tools};
 use warden_mcp_protocol::{self as mcp, Client, ClientInfo, McpError, Update};
 
 use crate::{KIND, ProtocolData, Target};
@@ -32,7 +27,7 @@ struct HostTransport {
 }
 
 struct HostBody {
-    stream: http::BodyStream,
+    stream: BodyStream,
     last_error: LastError,
 }
 
@@ -53,14 +48,14 @@ fn transport_error(e: Error, slot: &LastError) -> McpError {
 
 impl mcp::Body for HostBody {
     fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, McpError> {
-        self.stream.next().map_err(|e| transport_error(e, &self.last_error))
+        self.stream.next_chunk().map_err(|e| transport_error(e, &self.last_error))
     }
 }
 
 impl mcp::Transport for HostTransport {
     type Body = HostBody;
     fn send(&mut self, request: &mcp::HttpRequest) -> Result<(u16, mcp::Headers, HostBody), McpError> {
-        let req = http::Request {
+        let req = Request {
             method: request.method.into(),
             url: self.url.clone(),
             headers: request.headers.clone(),
@@ -95,11 +90,7 @@ fn to_wit(e: McpError, last: &LastError, endpoint: &str) -> Error {
     }
 }
 
-fn write_log(level: log::Level, message: &str) {
-    let _ = log::write(level, message);
-}
-
-impl meta::Guest for Mcp {
+impl Plugin for Mcp {
     fn info() -> PluginInfo {
         PluginInfo {
             name: "mcp".into(),
@@ -108,9 +99,7 @@ impl meta::Guest for Mcp {
             capabilities: vec![Capability::Http, Capability::Events, Capability::Log, Capability::Tools],
         }
     }
-}
 
-impl resolver::Guest for Mcp {
     fn can_resolve(reference: SubagentReference) -> bool {
         reference.kind.eq_ignore_ascii_case(KIND) && Target::from_reference(&reference.uri, &reference.metadata).is_ok()
     }
@@ -146,13 +135,10 @@ impl resolver::Guest for Mcp {
         let tools = tools?;
         let (tool, agent) = mcp::select_agent_tool(&tools, target.tool.as_deref(), target.argument.as_deref())
             .map_err(|m| Error::InvalidInput(format!("MCP server {}: {m}", target.endpoint)))?;
-        write_log(
-            log::Level::Debug,
-            &format!(
+        log::debug(&format!(
                 "resolved {} (revision {}): tool {} argument {}",
-                target.endpoint, server.protocol_version, agent.tool, agent.argument
-            ),
-        );
+            target.endpoint, server.protocol_version, agent.tool, agent.argument
+        ));
         let data = ProtocolData {
             endpoint: target.endpoint.clone(),
             tool: agent.tool,
@@ -170,9 +156,7 @@ impl resolver::Guest for Mcp {
             reference,
         })
     }
-}
 
-impl executor::Guest for Mcp {
     fn execute(ctx: TaskContext, call: TaskCall, definition: SubagentDefinition) -> Result<String, Error> {
         let reference = &definition.reference;
         let target = Target::from_reference(&reference.uri, &reference.metadata).map_err(Error::InvalidInput)?;
@@ -183,22 +167,21 @@ impl executor::Guest for Mcp {
         }
         // Leave a little of the call's time so a timeout comes back as an error value
         // rather than the host interrupting the call.
-        let margin = (ctx.deadline_ms / 10).min(500);
-        let timeout_ms = u32::try_from(ctx.deadline_ms.saturating_sub(margin)).unwrap_or(u32::MAX);
+        let timeout_ms = http::timeout_within(ctx.deadline_ms);
         let (mut c, last) = client(&target, Some(timeout_ms));
         let err = |e: McpError| to_wit(e, &last, &target.endpoint);
         c.connect().map_err(err)?;
         let arguments = serde_json::json!({ data.argument.as_str(): call.prompt });
         let mut on_update = |u: Update| match u {
             Update::Progress(p) => {
-                let _ = events::emit("progress", &crate::progress_event(&p).to_string());
+                let _ = events::emit("progress", &crate::progress_event(&p));
             }
             Update::Log { level, data } => {
                 let text = data.as_str().map(str::to_owned).unwrap_or_else(|| data.to_string());
-                write_log(log::Level::Info, &format!("MCP server log ({level}): {text}"));
+                log::info(&format!("MCP server log ({level}): {text}"));
             }
             Update::ServerRequest { method, .. } => {
-                write_log(log::Level::Warn, &format!("MCP server sent a request ({method}) that this client does not answer"));
+                log::warn(&format!("MCP server sent a request ({method}) that this client does not answer"));
             }
             Update::Notification { .. } => {}
         };
@@ -216,9 +199,7 @@ impl executor::Guest for Mcp {
 /// A task on an operator's stdio server: its tools come through the host's `tools`
 /// capability (the server runs in the task's sandbox session; every call passes the gate).
 fn execute_stdio(server: &str, target: &Target, call: &TaskCall) -> Result<String, Error> {
-    let specs: Vec<(String, String, String)> =
-        tools::list()?.into_iter().map(|t| (t.name, t.description, t.input_schema)).collect();
-    let available = crate::stdio_tools(server, &specs);
+    let available = crate::stdio_tools(server, &model::list_tools()?);
     if available.is_empty() {
         return Err(Error::Unavailable(format!(
             "the stdio MCP server {server:?} offers no tools to this task (is it in mcp_servers, and may this plugin use tools?)"
@@ -227,16 +208,16 @@ fn execute_stdio(server: &str, target: &Target, call: &TaskCall) -> Result<Strin
     let (_, agent) = mcp::select_agent_tool(&available, target.tool.as_deref(), target.argument.as_deref())
         .map_err(|m| Error::InvalidInput(format!("MCP server {server}: {m}")))?;
     let arguments = serde_json::json!({ agent.argument.as_str(): call.prompt });
-    let request = warden::plugin::model::ToolCall {
+    let request = ToolCall {
         id: "mcp-agent".into(),
         name: mcp::claude_tool_name(server, &agent.tool),
         arguments: arguments.to_string(),
     };
-    let result = tools::call(&[request])?.pop().ok_or_else(|| Error::Internal("no result for the tool call".into()))?;
+    let result = model::call_tools(&[request])?.pop().ok_or_else(|| Error::Internal("no result for the tool call".into()))?;
     if result.is_error {
         return Err(Error::Remote(result.content));
     }
     Ok(result.content)
 }
 
-export!(Mcp);
+warden_guest::export!(Mcp);

@@ -1,22 +1,16 @@
 //! A minimal warden protocol plugin: serves kind `TEMPLATE`, resolves any reference of
-//! that kind to a definition named after the URI's last segment, and answers a task
-//! with the upper-cased prompt. Replace the three `impl` blocks with your protocol.
+//! that kind to a definition named after `metadata.name` or the URI's last segment, and
+//! answers a task with the upper-cased prompt. Replace the `impl Plugin` block with your
+//! protocol; `warden_guest` (the SDK) has the error type and the host helpers.
 
-wit_bindgen::generate!({
-    // Point this at the `wit/` folder of the warden version you target.
-    path: "../../wit",
-    world: "plugin",
-});
-
-use exports::warden::plugin::{executor, meta, resolver};
-use warden::plugin::log;
-use warden::plugin::types::{
-    Capability, Error, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+use warden_guest::{
+    Capability, Error, Metadata, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+    log,
 };
 
-struct Plugin;
+struct Template;
 
-impl meta::Guest for Plugin {
+impl Plugin for Template {
     fn info() -> PluginInfo {
         PluginInfo {
             name: "rust-plugin".into(),
@@ -26,32 +20,32 @@ impl meta::Guest for Plugin {
             capabilities: vec![Capability::Log],
         }
     }
-}
 
-impl resolver::Guest for Plugin {
     fn can_resolve(reference: SubagentReference) -> bool {
         reference.kind == "TEMPLATE"
     }
 
     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
-        let name = reference.uri.rsplit(['/', ':']).next().unwrap_or_default().to_string();
+        let meta = Metadata::new(&reference.metadata);
+        let name = match meta.get("name") {
+            Some(name) => name.to_string(),
+            None => reference.uri.trim_end_matches('/').rsplit(['/', ':']).next().unwrap_or_default().to_string(),
+        };
         if name.is_empty() {
             return Err(Error::InvalidInput(format!("uri {:?} has no name segment", reference.uri)));
         }
         Ok(SubagentDefinition {
             name,
-            description: "Shouts the prompt back".into(),
+            description: meta.get("description").unwrap_or("Shouts the prompt back").into(),
             kind: reference.kind.clone(),
             reference,
             protocol_data: "{}".into(),
         })
     }
-}
 
-impl executor::Guest for Plugin {
-    fn execute(ctx: TaskContext, call: TaskCall, _def: SubagentDefinition) -> Result<String, Error> {
-        // A denied capability is an error value, never a trap: ignoring it is fine for logs.
-        let _ = log::write(log::Level::Info, &format!("task {} started", ctx.task_id));
+    fn execute(ctx: TaskContext, call: TaskCall, _definition: SubagentDefinition) -> Result<String, Error> {
+        // Logging is best effort: without the `log` grant the line is dropped, the task goes on.
+        log::info(&format!("task {} started", ctx.task_id));
         if call.prompt.is_empty() {
             return Err(Error::InvalidInput("prompt is empty".into()));
         }
@@ -59,4 +53,4 @@ impl executor::Guest for Plugin {
     }
 }
 
-export!(Plugin);
+warden_guest::export!(Template);

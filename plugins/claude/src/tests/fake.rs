@@ -2,16 +2,16 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::error::PluginError;
-use crate::runner::{
-    Completion, CompletionRequest, Host, LogLevel, Message, ToolCall, ToolResult, ToolSpec,
-};
+use warden_guest::log::Level;
+use warden_guest::{Completion, CompletionRequest, Error, Message, ToolCall, ToolResult, ToolSpec};
+
+use crate::runner::Host;
 
 pub struct FakeHost {
     /// Model replies, in order; running out is a `remote` error.
-    pub script: VecDeque<Result<Completion, PluginError>>,
+    pub script: VecDeque<Result<Completion, Error>>,
     pub requests: Vec<CompletionRequest>,
-    pub tools: Result<Vec<ToolSpec>, PluginError>,
+    pub tools: Result<Vec<ToolSpec>, Error>,
     pub list_calls: usize,
     pub batches: Vec<Vec<ToolCall>>,
     /// Answers one tool call; the default echoes `<name> ok`.
@@ -19,7 +19,7 @@ pub struct FakeHost {
     pub state: HashMap<String, Vec<u8>>,
     pub state_fails: bool,
     pub events: Vec<(String, String)>,
-    pub logs: Vec<(LogLevel, String)>,
+    pub logs: Vec<(Level, String)>,
     pub resources: HashMap<String, Vec<u8>>,
     pub resource_reads: Vec<String>,
 }
@@ -36,7 +36,7 @@ pub fn session_tools() -> Vec<ToolSpec> {
     ["Read", "Write", "Edit", "Glob", "Grep", "Bash", "Task"].into_iter().map(spec).collect()
 }
 
-pub fn text(content: &str) -> Result<Completion, PluginError> {
+pub fn text(content: &str) -> Result<Completion, Error> {
     Ok(Completion { message: Message::new("assistant", content), finish_reason: "stop".into(), reasoning: None })
 }
 
@@ -44,14 +44,14 @@ pub fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
     ToolCall { id: id.into(), name: name.into(), arguments: arguments.into() }
 }
 
-pub fn tool_calls(content: &str, calls: Vec<ToolCall>) -> Result<Completion, PluginError> {
+pub fn tool_calls(content: &str, calls: Vec<ToolCall>) -> Result<Completion, Error> {
     let mut message = Message::new("assistant", content);
     message.tool_calls = calls;
     Ok(Completion { message, finish_reason: "tool_calls".into(), reasoning: None })
 }
 
 impl FakeHost {
-    pub fn new(script: Vec<Result<Completion, PluginError>>) -> Self {
+    pub fn new(script: Vec<Result<Completion, Error>>) -> Self {
         Self {
             script: script.into(),
             requests: Vec::new(),
@@ -69,7 +69,7 @@ impl FakeHost {
     }
 
     pub fn warnings(&self) -> Vec<&str> {
-        self.logs.iter().filter(|(l, _)| *l == LogLevel::Warn).map(|(_, m)| m.as_str()).collect()
+        self.logs.iter().filter(|(l, _)| *l == Level::Warn).map(|(_, m)| m.as_str()).collect()
     }
 
     pub fn tool_names_offered(&self, request: usize) -> Vec<&str> {
@@ -78,28 +78,28 @@ impl FakeHost {
 }
 
 impl Host for FakeHost {
-    fn complete(&mut self, request: &CompletionRequest) -> Result<Completion, PluginError> {
+    fn complete(&mut self, request: &CompletionRequest) -> Result<Completion, Error> {
         self.requests.push(request.clone());
-        self.script.pop_front().unwrap_or_else(|| Err(PluginError::Remote("script exhausted".into())))
+        self.script.pop_front().unwrap_or_else(|| Err(Error::Remote("script exhausted".into())))
     }
 
-    fn list_tools(&mut self) -> Result<Vec<ToolSpec>, PluginError> {
+    fn list_tools(&mut self) -> Result<Vec<ToolSpec>, Error> {
         self.list_calls += 1;
         self.tools.clone()
     }
 
-    fn call_tools(&mut self, calls: &[ToolCall]) -> Result<Vec<ToolResult>, PluginError> {
+    fn call_tools(&mut self, calls: &[ToolCall]) -> Result<Vec<ToolResult>, Error> {
         self.batches.push(calls.to_vec());
         Ok(calls.iter().map(|c| (self.tool_fn)(c)).collect())
     }
 
-    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, PluginError> {
+    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Error> {
         Ok(self.state.get(key).cloned())
     }
 
-    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), PluginError> {
+    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
         if self.state_fails {
-            return Err(PluginError::Denied("state is not granted".into()));
+            return Err(Error::Denied("state is not granted".into()));
         }
         self.state.insert(key.into(), value.to_vec());
         Ok(())
@@ -109,12 +109,12 @@ impl Host for FakeHost {
         self.events.push((kind.into(), data.into()));
     }
 
-    fn log(&mut self, level: LogLevel, message: &str) {
+    fn log(&mut self, level: Level, message: &str) {
         self.logs.push((level, message.into()));
     }
 
-    fn read_resource(&mut self, uri: &str) -> Result<Vec<u8>, PluginError> {
+    fn read_resource(&mut self, uri: &str) -> Result<Vec<u8>, Error> {
         self.resource_reads.push(uri.into());
-        self.resources.get(uri).cloned().ok_or_else(|| PluginError::NotFound(format!("{uri}: no such file")))
+        self.resources.get(uri).cloned().ok_or_else(|| Error::NotFound(format!("{uri}: no such file")))
     }
 }

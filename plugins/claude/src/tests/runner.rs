@@ -4,8 +4,9 @@ use serde_json::json;
 
 use super::fake::{FakeHost, call, spec, text, tool_calls};
 use crate::agent::parse_agent;
-use crate::error::PluginError;
-use crate::runner::{AgentInput, Message, TaskInput, ToolResult, Transcript, run, transcript_key};
+use warden_guest::{Error, Message, ToolResult};
+
+use crate::runner::{AgentInput, TaskInput, Transcript, run, transcript_key};
 
 const AGENT_URI: &str = "/agents/.claude/agents/helper.md";
 
@@ -113,7 +114,7 @@ fn missing_prompt_is_invalid_input() {
     let mut host = FakeHost::new(vec![text("never")]);
     for prompt in ["", "  \n"] {
         let err = run(&mut host, &task("t1", prompt), &helper()).unwrap_err();
-        assert!(matches!(&err, PluginError::InvalidInput(m) if m.contains("prompt")), "{err}");
+        assert!(matches!(&err, Error::InvalidInput(m) if m.contains("prompt")), "{err}");
     }
     assert!(host.requests.is_empty());
 }
@@ -122,17 +123,17 @@ fn missing_prompt_is_invalid_input() {
 fn provider_error_fails_the_task() {
     let mut host = FakeHost::new(vec![
         tool_calls("", vec![call("a", "Read", "{}")]),
-        Err(PluginError::Remote("HTTP 500 from provider".into())),
+        Err(Error::Remote("HTTP 500 from provider".into())),
     ]);
     let err = run(&mut host, &task("t1", "go"), &helper()).unwrap_err();
     match err {
-        PluginError::Remote(m) => {
+        Error::Remote(m) => {
             assert!(m.contains("HTTP 500 from provider") && m.contains("turn 2"), "{m}");
         }
         other => panic!("expected remote, got {other}"),
     }
-    let mut host = FakeHost::new(vec![Err(PluginError::Timeout("deadline".into()))]);
-    assert!(matches!(run(&mut host, &task("t1", "go"), &helper()), Err(PluginError::Timeout(_))));
+    let mut host = FakeHost::new(vec![Err(Error::Timeout("deadline".into()))]);
+    assert!(matches!(run(&mut host, &task("t1", "go"), &helper()), Err(Error::Timeout(_))));
 }
 
 #[test]
@@ -191,14 +192,14 @@ fn tools_and_disallowed_tools_filter_what_the_model_sees() {
 #[test]
 fn tools_capability_denied_means_no_tools_not_failure() {
     let mut host = FakeHost::new(vec![text("text only")]);
-    host.tools = Err(PluginError::Denied("tools not granted".into()));
+    host.tools = Err(Error::Denied("tools not granted".into()));
     assert_eq!(run(&mut host, &task("t1", "go"), &helper()).unwrap(), "text only");
     assert!(host.requests[0].tools.is_empty());
     assert!(host.warnings().iter().any(|w| w.contains("tools not granted")));
 
     let mut host = FakeHost::new(vec![text("never")]);
-    host.tools = Err(PluginError::Internal("sandbox exploded".into()));
-    assert!(matches!(run(&mut host, &task("t1", "go"), &helper()), Err(PluginError::Internal(_))));
+    host.tools = Err(Error::Internal("sandbox exploded".into()));
+    assert!(matches!(run(&mut host, &task("t1", "go"), &helper()), Err(Error::Internal(_))));
 }
 
 #[test]
@@ -252,12 +253,12 @@ fn resume_continues_a_stored_transcript() {
 
     let mut missing = task("t3", "more");
     missing.resume = Some("nope".into());
-    assert!(matches!(run(&mut host, &missing, &helper()), Err(PluginError::NotFound(m)) if m.contains("nope")));
+    assert!(matches!(run(&mut host, &missing, &helper()), Err(Error::NotFound(m)) if m.contains("nope")));
 
     let mut other = task("t4", "more");
     other.resume = Some("t1".into());
     let other_agent = AgentInput { name: "someone-else".into(), ..helper() };
-    assert!(matches!(run(&mut host, &other, &other_agent), Err(PluginError::InvalidInput(_))));
+    assert!(matches!(run(&mut host, &other, &other_agent), Err(Error::InvalidInput(_))));
 }
 
 #[test]
@@ -291,7 +292,7 @@ fn skills_are_preloaded_and_missing_ones_warn() {
 fn bad_protocol_data_is_invalid_input_and_empty_ids_are_filled() {
     let mut host = FakeHost::new(vec![text("x")]);
     let bad = AgentInput { protocol_data: "not json".into(), ..helper() };
-    assert!(matches!(run(&mut host, &task("t1", "go"), &bad), Err(PluginError::InvalidInput(_))));
+    assert!(matches!(run(&mut host, &task("t1", "go"), &bad), Err(Error::InvalidInput(_))));
 
     // `{}` protocol data (a definition made by someone else) still runs.
     let mut host = FakeHost::new(vec![tool_calls("", vec![call("", "Read", "{}")]), text("y")]);

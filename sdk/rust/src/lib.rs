@@ -1,0 +1,63 @@
+//! `warden-guest`: the Rust SDK for warden protocol plugins.
+//!
+//! A plugin is a WebAssembly component of the world `plugin` in the WIT package
+//! `warden:plugin` (`wit/`). This crate generates the bindings once and adds what every
+//! plugin needs on top of them:
+//!
+//! - [`Error`]: the one error type, case for case the WIT `error`, with `?` conversions
+//!   from the host's errors and from serde_json and UTF-8 failures;
+//! - [`Metadata`]: the reference's `metadata` with typed getters whose errors name the key;
+//! - [`http`]: requests and responses as plain values, JSON bodies, status checks, and
+//!   `send`/`send_json`/`send_streaming` over the `http` import;
+//! - [`model`]: messages, tool specs, tool calls and results, `complete`, `list_tools`,
+//!   `call_tools`; [`events`], [`state`] (bytes or JSON), [`log`], [`resources`];
+//! - [`Plugin`] and [`export!`]: one trait for the three exports.
+//!
+//! ```ignore
+//! use warden_guest::{Capability, Error, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+//!
+//! struct Echo;
+//!
+//! impl Plugin for Echo {
+//!     fn info() -> PluginInfo {
+//!         PluginInfo { name: "echo".into(), version: "0.1.0".into(), kinds: vec!["ECHO".into()], capabilities: vec![Capability::Log] }
+//!     }
+//!     fn can_resolve(reference: SubagentReference) -> bool { reference.kind == "ECHO" }
+//!     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> { /* ... */ }
+//!     fn execute(_: TaskContext, call: TaskCall, _: SubagentDefinition) -> Result<String, Error> {
+//!         warden_guest::log::info("echoing");
+//!         Ok(call.prompt)
+//!     }
+//! }
+//!
+//! warden_guest::export!(Echo);
+//! ```
+//!
+//! Features: `bindings` (default) generates the bindings and enables everything that
+//! calls the host. Without it only the pure parts build — what a plugin's native unit
+//! tests need — so bundled plugins enable it for their wasm build only.
+
+pub mod error;
+pub mod events;
+pub mod http;
+pub mod log;
+pub mod metadata;
+pub mod model;
+pub mod resources;
+pub mod state;
+
+#[cfg(feature = "bindings")]
+pub mod bindings;
+#[cfg(feature = "bindings")]
+mod plugin;
+
+pub use error::{Error, Result};
+pub use metadata::Metadata;
+pub use model::{Completion, CompletionRequest, Message, ToolCall, ToolResult, ToolSpec};
+
+#[cfg(feature = "bindings")]
+pub use bindings::warden::plugin::types::{
+    Capability, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+};
+#[cfg(feature = "bindings")]
+pub use plugin::{Export, Plugin};
