@@ -2,7 +2,8 @@
 
 Serves kind `TEMPLATE`: resolves any reference of that kind to a subagent named after
 the last segment of its URI (or `metadata.name`), and `execute` returns the prompt in
-upper case. Build:
+upper case. `warden_guest` (the SDK, next to this file) has the error classes and the
+host helpers. Build:
 
     componentize-py -d wit -w plugin componentize app -o python-plugin.wasm
 
@@ -11,28 +12,25 @@ and try it without a deployment:
     warden plugin test python-plugin.wasm --ref template://hello --prompt "hi"
 """
 
-from wit_world import exports
+import warden_guest as wg
 from wit_world.imports import types
-from componentize_py_types import Err
 
 NAME = "python-plugin"
 KIND = "TEMPLATE"
 
 
-class Meta(exports.Meta):
+class Template(wg.Plugin):
     def info(self) -> types.PluginInfo:
         # Request only the capabilities you use; the operator grants them per plugin.
         return types.PluginInfo(name=NAME, version="0.1.0", kinds=[KIND], capabilities=[])
 
-
-class Resolver(exports.Resolver):
     def can_resolve(self, reference: types.SubagentReference) -> bool:
         return reference.kind == KIND
 
     def resolve(self, reference: types.SubagentReference) -> types.SubagentDefinition:
         if reference.kind != KIND:
-            raise Err(types.Error_InvalidInput(f"kind {reference.kind} is not {KIND}"))
-        meta = dict(reference.metadata)
+            raise wg.InvalidInput(f"kind {reference.kind} is not {KIND}")
+        meta = wg.Metadata.of(reference)
         name = meta.get("name") or reference.uri.replace(":", "/").rstrip("/").rsplit("/", 1)[-1]
         return types.SubagentDefinition(
             name=name,
@@ -42,8 +40,6 @@ class Resolver(exports.Resolver):
             protocol_data="{}",
         )
 
-
-class Executor(exports.Executor):
     def execute(
         self,
         ctx: types.TaskContext,
@@ -51,5 +47,9 @@ class Executor(exports.Executor):
         definition: types.SubagentDefinition,
     ) -> str:
         if not call.prompt:
-            raise Err(types.Error_InvalidInput("prompt: expected some text"))
+            raise wg.InvalidInput("prompt: expected some text")
         return call.prompt.upper()
+
+
+# componentize-py exports the classes named after the WIT interfaces.
+Meta, Resolver, Executor = wg.export(Template)

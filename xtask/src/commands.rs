@@ -71,6 +71,7 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
         unsafe { env::set_var("WARDEN_FIXTURES", f) };
     }
     guest::test_native(layout)?;
+    python.test_sdk(layout)?;
     println!("xtask: running the tests");
     process::run(
         host_cargo()

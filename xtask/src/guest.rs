@@ -36,16 +36,18 @@ struct Guest {
     out_dir: PathBuf,
 }
 
-/// Runs the native unit tests of the bundled plugins (`plugins/*` with a Cargo.toml and a
-/// `[lib]` or `src/lib.rs`): their protocol logic is plain Rust, tested with the host
-/// toolchain in a separate target dir (`target/guest-native`).
+/// Runs the native unit tests of the Rust guest SDK (`sdk/rust`, with its bindings, so the
+/// plugin-facing API is checked on the host target too) and of the bundled plugins
+/// (`plugins/*` with a Cargo.toml): their protocol logic is plain Rust, tested with the
+/// host toolchain in a separate target dir (`target/guest-native`).
 pub fn test_native(layout: &Layout) -> Result<()> {
     let mut dirs: Vec<_> = fs::read_dir(layout.root.join("plugins"))
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.join("Cargo.toml").is_file()).collect())
         .unwrap_or_default();
     dirs.sort();
+    dirs.insert(0, layout.rust_sdk());
     for dir in dirs {
-        println!("xtask: native unit tests of plugin {}", dir.file_name().unwrap_or_default().to_string_lossy());
+        println!("xtask: native unit tests of {}", layout.rel(&dir).display());
         crate::process::run(
             std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
                 .current_dir(&layout.root)

@@ -33,7 +33,17 @@ impl Layout {
         self.root.join("wit")
     }
 
-    /// The host binary built by `cargo build --release -p warden`.
+    /// The Rust guest SDK crate (`warden-guest`) every bundled plugin depends on.
+    pub fn rust_sdk(&self) -> PathBuf {
+        self.root.join("sdk/rust")
+    }
+
+    /// The directory holding the Python guest SDK package (`warden_guest/`), put on
+    /// componentize-py's path for every Python guest.
+    pub fn python_sdk(&self) -> PathBuf {
+        self.root.join("sdk/python")
+    }
+
     /// The real-world fixtures (agent files, A2A cards): `$WARDEN_FIXTURES`, else the copy
     /// kept in the repository at `tests/fixtures` (so a clone in any folder finds them).
     pub fn fixtures(&self) -> Option<PathBuf> {

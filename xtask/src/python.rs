@@ -125,10 +125,13 @@ impl Python {
         )
     }
 
-    /// `componentize-py -d <wit> -w plugin componentize app -o <out>`, run in `dir`.
-    /// Skipped when `out` is newer than the app's `.py` files and the WIT files.
+    /// `componentize-py -d <wit> -w plugin componentize app -p . -p <sdk> -o <out>`, run in
+    /// `dir`: the app's own directory first, then the Python guest SDK (`warden_guest`).
+    /// Skipped when `out` is newer than the app's `.py` files, the SDK's and the WIT files.
     pub fn componentize(&self, layout: &Layout, name: &str, dir: &Path, out: &Path) -> Result<()> {
+        let sdk = layout.python_sdk();
         let mut inputs = files_with_extension(dir, "py")?;
+        inputs.extend(files_with_extension(&sdk.join(SDK_PACKAGE), "py")?);
         inputs.extend(files_with_extension(&layout.wit(), "wit")?);
         if is_newer(out, &inputs) {
             println!(
@@ -145,7 +148,9 @@ impl Python {
                 .current_dir(dir)
                 .arg("-d")
                 .arg(layout.wit())
-                .args(["-w", "plugin", "componentize", "app", "-o"])
+                .args(["-w", "plugin", "componentize", "app", "-p", ".", "-p"])
+                .arg(&sdk)
+                .arg("-o")
                 .arg(&tmp),
         )
         .with_context(|| format!("building plugin {name}"))?;
@@ -159,7 +164,22 @@ impl Python {
         );
         Ok(())
     }
+
+    /// The Python guest SDK's unit tests (plain CPython, fake bindings; see
+    /// `sdk/python/tests`).
+    pub fn test_sdk(&self, layout: &Layout) -> Result<()> {
+        println!("xtask: unit tests of the Python guest SDK");
+        process::run(
+            Command::new(self.interpreter())
+                .current_dir(layout.python_sdk())
+                .args(["-m", "unittest", "discover", "-s", "tests"]),
+        )
+        .context("unit tests of the Python guest SDK failed")
+    }
 }
+
+/// The SDK's package directory inside [`Layout::python_sdk`].
+const SDK_PACKAGE: &str = "warden_guest";
 
 /// Files directly in `dir` whose extension is `ext`.
 fn files_with_extension(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {

@@ -9,9 +9,8 @@ object mapping each probe to "ok" (it got something: a sandbox leak) or
 import json
 import os
 
-from wit_world import exports
+import warden_guest as wg
 from wit_world.imports import types
-from componentize_py_types import Err
 
 
 def _listdir():
@@ -78,21 +77,19 @@ def run_probes():
     return results
 
 
-class Meta(exports.Meta):
+class Probe(wg.Plugin):
     def info(self) -> types.PluginInfo:
         return types.PluginInfo(
             name="wasi-probe", version="0.1.0", kinds=["WASI-PROBE"], capabilities=[]
         )
 
-
-class Resolver(exports.Resolver):
     def can_resolve(self, reference: types.SubagentReference) -> bool:
         return reference.kind == "WASI-PROBE"
 
     def resolve(self, reference: types.SubagentReference) -> types.SubagentDefinition:
         if reference.kind != "WASI-PROBE":
-            raise Err(types.Error_InvalidInput(f"kind {reference.kind} is not WASI-PROBE"))
-        meta = dict(reference.metadata)
+            raise wg.InvalidInput(f"kind {reference.kind} is not WASI-PROBE")
+        meta = wg.Metadata.of(reference)
         name = meta.get("name") or reference.uri.replace(":", "/").rsplit("/", 1)[-1]
         return types.SubagentDefinition(
             name=name,
@@ -102,8 +99,6 @@ class Resolver(exports.Resolver):
             protocol_data="{}",
         )
 
-
-class Executor(exports.Executor):
     def execute(
         self,
         ctx: types.TaskContext,
@@ -111,3 +106,6 @@ class Executor(exports.Executor):
         definition: types.SubagentDefinition,
     ) -> str:
         return json.dumps(run_probes(), sort_keys=True)
+
+
+Meta, Resolver, Executor = wg.export(Probe)
