@@ -1,6 +1,10 @@
 //! The generated bindings of the `plugin` world of `warden:plugin` (from `wit/`), once
 //! for every plugin. Plugins normally use the typed helpers and [`crate::Plugin`]; the raw
 //! imports are here for what the helpers do not cover.
+//!
+//! The WIT types that have a plain Rust twin in this crate are not generated: the bindings
+//! use the twin itself (`with`), so [`crate::Error`], the `http` request/response and the
+//! `model` messages cross the boundary as they are, with no conversion code.
 
 wit_bindgen::generate!({
     path: "wit",
@@ -8,4 +12,16 @@ wit_bindgen::generate!({
     // The export macro is called from the plugin's crate through `warden_guest::export!`.
     pub_export_macro: true,
     export_macro_name: "export_plugin_world",
+    with: {
+        "warden:plugin/types@0.1.0/error": crate::error::Error,
+        "warden:plugin/http@0.1.0/request": crate::http::Request,
+        "warden:plugin/http@0.1.0/response": crate::http::Response,
+        "warden:plugin/http@0.1.0/stream-head": crate::http::StreamHead,
+        "warden:plugin/model@0.1.0/tool-spec": crate::model::ToolSpec,
+        "warden:plugin/model@0.1.0/tool-call": crate::model::ToolCall,
+        "warden:plugin/model@0.1.0/message": crate::model::Message,
+        "warden:plugin/model@0.1.0/completion-request": crate::model::CompletionRequest,
+        "warden:plugin/model@0.1.0/completion": crate::model::Completion,
+        "warden:plugin/tools@0.1.0/tool-result": crate::model::ToolResult,
+    },
 });

@@ -1,6 +1,8 @@
 //! The one error type of a plugin: [`Error`] mirrors the WIT `error` variant case for
-//! case, so pure code (and its native tests) never needs the generated bindings, and `?`
-//! converts it both ways at the boundary (with the `bindings` feature).
+//! case. It is plain Rust, so pure code and its native tests never need the generated
+//! bindings; and it *is* the bindings' error type (they are generated with it in place of
+//! their own, see [`crate::bindings`]), so a host import's error is already an [`Error`]
+//! and an export returns one as is — no conversion either way.
 
 /// Why a call failed; each case is the WIT `error` case of the same name. Expected
 /// failures are values of this type; a panic (trap) is for real faults only.
@@ -108,43 +110,6 @@ impl From<std::string::FromUtf8Error> for Error {
     }
 }
 
-/// Conversions to and from the generated WIT `error`, so `?` works across the boundary.
-#[cfg(feature = "bindings")]
-mod wit {
-    use super::Error;
-    use crate::bindings::warden::plugin::types::Error as WitError;
-
-    impl From<WitError> for Error {
-        fn from(e: WitError) -> Self {
-            match e {
-                WitError::NotFound(m) => Self::NotFound(m),
-                WitError::InvalidInput(m) => Self::InvalidInput(m),
-                WitError::Denied(m) => Self::Denied(m),
-                WitError::Timeout(m) => Self::Timeout(m),
-                WitError::Remote(m) => Self::Remote(m),
-                WitError::Unavailable(m) => Self::Unavailable(m),
-                WitError::InputRequired(m) => Self::InputRequired(m),
-                WitError::Internal(m) => Self::Internal(m),
-            }
-        }
-    }
-
-    impl From<Error> for WitError {
-        fn from(e: Error) -> Self {
-            match e {
-                Error::NotFound(m) => Self::NotFound(m),
-                Error::InvalidInput(m) => Self::InvalidInput(m),
-                Error::Denied(m) => Self::Denied(m),
-                Error::Timeout(m) => Self::Timeout(m),
-                Error::Remote(m) => Self::Remote(m),
-                Error::Unavailable(m) => Self::Unavailable(m),
-                Error::InputRequired(m) => Self::InputRequired(m),
-                Error::Internal(m) => Self::Internal(m),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::Error;
@@ -194,7 +159,8 @@ mod tests {
     fn utf8_failures_are_invalid_input() {
         let e: Error = String::from_utf8(vec![0xff, 0xfe]).unwrap_err().into();
         assert!(matches!(&e, Error::InvalidInput(m) if m.contains("UTF-8")), "{e}");
-        let e: Error = std::str::from_utf8(&[b'a', 0xc3]).unwrap_err().into();
+        let truncated = "aé".as_bytes()[..2].to_vec();
+        let e: Error = std::str::from_utf8(&truncated).unwrap_err().into();
         assert_eq!(e.kind(), "invalid-input");
     }
 }

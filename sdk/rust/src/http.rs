@@ -151,32 +151,27 @@ pub fn timeout_within(deadline_ms: u64) -> u32 {
     u32::try_from(deadline_ms.saturating_sub(margin)).unwrap_or(u32::MAX)
 }
 
+/// Status and headers of a streamed response (the WIT `http.stream-head`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StreamHead {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+}
+
 #[cfg(feature = "bindings")]
-pub use imports::{BodyStream, StreamHead, send, send_json, send_streaming};
+pub use imports::{BodyStream, send, send_json, send_streaming};
 
 #[cfg(feature = "bindings")]
 mod imports {
     use serde::de::DeserializeOwned;
 
-    use super::{Request, Response};
+    use super::{Request, Response, StreamHead};
     use crate::bindings::warden::plugin::http as wit;
     use crate::error::{Error, Result};
 
-    fn to_wit(req: &Request) -> wit::Request {
-        wit::Request {
-            method: req.method.clone(),
-            url: req.url.clone(),
-            headers: req.headers.clone(),
-            body: req.body.clone(),
-            timeout_ms: req.timeout_ms,
-            auth_secret: req.auth_secret.clone(),
-        }
-    }
-
     /// Sends `req` and reads the whole response.
     pub fn send(req: &Request) -> Result<Response> {
-        let r = wit::send(&to_wit(req))?;
-        Ok(Response { status: r.status, headers: r.headers, body: r.body })
+        wit::send(req)
     }
 
     /// Sends `req`, checks for a 2xx status and reads the body as `T` (errors name the URL).
@@ -184,18 +179,11 @@ mod imports {
         send(req)?.error_for_status(&req.url)?.json()
     }
 
-    /// Status and headers of a streamed response.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct StreamHead {
-        pub status: u16,
-        pub headers: Vec<(String, String)>,
-    }
-
     /// Sends `req` and returns the head and a stream of the body's chunks (server-sent
     /// events, large bodies).
     pub fn send_streaming(req: &Request) -> Result<(StreamHead, BodyStream)> {
-        let (head, body) = wit::send_streaming(&to_wit(req))?;
-        Ok((StreamHead { status: head.status, headers: head.headers }, BodyStream(body)))
+        let (head, body) = wit::send_streaming(req)?;
+        Ok((head, BodyStream(body)))
     }
 
     /// A response body read in chunks.
@@ -204,7 +192,7 @@ mod imports {
     impl BodyStream {
         /// The next chunk, or `None` at the end of the body.
         pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
-            Ok(self.0.next()?)
+            self.0.next()
         }
 
         /// The rest of the body, refused (`remote`) once it passes `max_bytes`.

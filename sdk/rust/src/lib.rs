@@ -4,13 +4,15 @@
 //! `warden:plugin` (`wit/`). This crate generates the bindings once and adds what every
 //! plugin needs on top of them:
 //!
-//! - [`Error`]: the one error type, case for case the WIT `error`, with `?` conversions
-//!   from the host's errors and from serde_json and UTF-8 failures;
+//! - [`Error`]: the one error type, case for case the WIT `error` (the bindings use it as
+//!   theirs), with `?` conversions from serde_json and UTF-8 failures;
 //! - [`Metadata`]: the reference's `metadata` with typed getters whose errors name the key;
 //! - [`http`]: requests and responses as plain values, JSON bodies, status checks, and
 //!   `send`/`send_json`/`send_streaming` over the `http` import;
 //! - [`model`]: messages, tool specs, tool calls and results, `complete`, `list_tools`,
-//!   `call_tools`; [`events`], [`state`] (bytes or JSON), [`log`], [`resources`];
+//!   `call_tools`; [`events`], [`state`] (bytes or JSON), [`log`], [`resources`].
+//!   These plain types are also the bindings' types for the same WIT records, so they
+//!   cross the boundary without conversion;
 //! - [`Plugin`] and [`export!`]: one trait for the three exports.
 //!
 //! ```ignore

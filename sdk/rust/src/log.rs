@@ -30,7 +30,7 @@ mod imports {
             Level::Warn => wit::Level::Warn,
             Level::Error => wit::Level::Error,
         };
-        Ok(wit::write(level, message)?)
+        wit::write(level, message)
     }
 
     pub fn trace(message: &str) {

@@ -1,8 +1,8 @@
 //! The `model` and `tools` capabilities as plain values: chat messages, tool specs and
 //! calls, completion requests and results, tool results. These are the one copy of these
-//! shapes for every plugin (an agent loop written against them is testable natively);
-//! with the `bindings` feature, [`complete`], [`list_tools`] and [`call_tools`] call the
-//! host.
+//! shapes for every plugin (an agent loop written against them is testable natively), and
+//! the bindings use them as the WIT types (see [`crate::bindings`]); with the `bindings`
+//! feature, [`complete`], [`list_tools`] and [`call_tools`] call the host.
 //!
 //! `ToolCall` and `Message` serialise as a stored transcript expects (`tool_calls` and
 //! `tool_call_id` left out when empty), so plugins can keep conversations in `state`.
@@ -83,81 +83,24 @@ pub use imports::{call_tools, complete, list_tools};
 
 #[cfg(feature = "bindings")]
 mod imports {
-    use super::{Completion, CompletionRequest, Message, ToolCall, ToolResult, ToolSpec};
-    use crate::bindings::warden::plugin::{model as wit, tools};
+    use super::{Completion, CompletionRequest, ToolCall, ToolResult, ToolSpec};
+    use crate::bindings::warden::plugin::{model, tools};
     use crate::error::Result;
-
-    impl From<&ToolSpec> for wit::ToolSpec {
-        fn from(s: &ToolSpec) -> Self {
-            Self { name: s.name.clone(), description: s.description.clone(), input_schema: s.input_schema.clone() }
-        }
-    }
-
-    impl From<wit::ToolSpec> for ToolSpec {
-        fn from(s: wit::ToolSpec) -> Self {
-            Self { name: s.name, description: s.description, input_schema: s.input_schema }
-        }
-    }
-
-    impl From<&ToolCall> for wit::ToolCall {
-        fn from(c: &ToolCall) -> Self {
-            Self { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() }
-        }
-    }
-
-    impl From<wit::ToolCall> for ToolCall {
-        fn from(c: wit::ToolCall) -> Self {
-            Self { id: c.id, name: c.name, arguments: c.arguments }
-        }
-    }
-
-    impl From<&Message> for wit::Message {
-        fn from(m: &Message) -> Self {
-            Self {
-                role: m.role.clone(),
-                content: m.content.clone(),
-                tool_calls: m.tool_calls.iter().map(Into::into).collect(),
-                tool_call_id: m.tool_call_id.clone(),
-            }
-        }
-    }
-
-    impl From<wit::Message> for Message {
-        fn from(m: wit::Message) -> Self {
-            Self {
-                role: m.role,
-                content: m.content,
-                tool_calls: m.tool_calls.into_iter().map(Into::into).collect(),
-                tool_call_id: m.tool_call_id,
-            }
-        }
-    }
 
     /// One chat completion through the host's model providers.
     pub fn complete(request: &CompletionRequest) -> Result<Completion> {
-        let request = wit::CompletionRequest {
-            model: request.model.clone(),
-            messages: request.messages.iter().map(Into::into).collect(),
-            tools: request.tools.iter().map(Into::into).collect(),
-            max_tokens: request.max_tokens,
-        };
-        let c = wit::complete(&request)?;
-        Ok(Completion { message: c.message.into(), finish_reason: c.finish_reason, reasoning: c.reasoning })
+        model::complete(request)
     }
 
     /// The session tools this task may use (policy-denied tools already removed).
     pub fn list_tools() -> Result<Vec<ToolSpec>> {
-        Ok(tools::list()?.into_iter().map(Into::into).collect())
+        tools::list()
     }
 
     /// Runs a batch of calls through the approval gate; results in call order, declined
     /// calls as error results.
     pub fn call_tools(calls: &[ToolCall]) -> Result<Vec<ToolResult>> {
-        let calls: Vec<wit::ToolCall> = calls.iter().map(Into::into).collect();
-        Ok(tools::call(&calls)?
-            .into_iter()
-            .map(|r| ToolResult { id: r.id, content: r.content, is_error: r.is_error })
-            .collect())
+        tools::call(calls)
     }
 }
 

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use crate::bindings::exports::warden::plugin::{executor, meta, resolver};
 use crate::bindings::warden::plugin::types::{
-    Error as WitError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+    PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
 };
 use crate::error::Error;
 
@@ -43,14 +43,14 @@ impl<P: Plugin> resolver::Guest for Export<P> {
         P::can_resolve(reference)
     }
 
-    fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, WitError> {
-        P::resolve(reference).map_err(Into::into)
+    fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
+        P::resolve(reference)
     }
 }
 
 impl<P: Plugin> executor::Guest for Export<P> {
-    fn execute(ctx: TaskContext, call: TaskCall, definition: SubagentDefinition) -> Result<String, WitError> {
-        P::execute(ctx, call, definition).map_err(Into::into)
+    fn execute(ctx: TaskContext, call: TaskCall, definition: SubagentDefinition) -> Result<String, Error> {
+        P::execute(ctx, call, definition)
     }
 }
 

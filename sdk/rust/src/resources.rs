@@ -10,7 +10,7 @@ mod imports {
 
     /// The resource's bytes; errors carry the host's case (`not-found`, `denied`, ...).
     pub fn read(uri: &str) -> Result<Vec<u8>> {
-        Ok(crate::bindings::warden::plugin::resources::read(uri)?)
+        crate::bindings::warden::plugin::resources::read(uri)
     }
 
     /// The resource as UTF-8 text; errors name the URI.

@@ -13,15 +13,15 @@ mod imports {
     use crate::error::{Error, Result};
 
     pub fn get(key: &str) -> Result<Option<Vec<u8>>> {
-        Ok(wit::get(key)?)
+        wit::get(key)
     }
 
     pub fn set(key: &str, value: &[u8]) -> Result<()> {
-        Ok(wit::set(key, value)?)
+        wit::set(key, value)
     }
 
     pub fn delete(key: &str) -> Result<()> {
-        Ok(wit::delete(key)?)
+        wit::delete(key)
     }
 
     /// The value under `key` as `T`; a stored value of another shape is an `internal`
