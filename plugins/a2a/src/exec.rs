@@ -10,6 +10,7 @@
 
 use serde_json::{Value, json};
 use warden_guest::http::{Request, Response, header};
+use warden_guest::text::truncate;
 use warden_guest::{Error, Metadata};
 
 use crate::card::{self, CardInfo, Version};
@@ -235,7 +236,7 @@ impl<H: Host> Session<'_, H> {
     fn progress(&mut self, state: State, text: Option<String>) {
         let mut data = json!({ "state": state.as_str(), "protocol": self.plan.version.as_str() });
         if let Some(t) = text {
-            data["message"] = json!(proto::truncate(&t, 4_000));
+            data["message"] = json!(truncate(&t, 4_000));
         }
         if let Some(id) = &self.tracker.task_id {
             data["remote_task_id"] = json!(id);

@@ -10,6 +10,7 @@
 //! `data`, `file`); roles `user`/`agent`; states `input-required`, ...
 
 use serde_json::{Value, json};
+use warden_guest::text::truncate;
 
 use crate::card::Version;
 
@@ -309,17 +310,6 @@ impl std::fmt::Display for RpcError {
             RpcError::Malformed(m) => f.write_str(m),
         }
     }
-}
-
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &s[..cut])
 }
 
 /// Everything known about the remote task so far.

@@ -241,11 +241,9 @@ pub fn parse_headers(text: &str) -> Result<ParsedHeaders, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use warden_guest::metadata::pairs as md;
 
-    fn md(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
+    use super::*;
 
     #[test]
     fn defaults() {

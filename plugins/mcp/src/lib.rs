@@ -160,12 +160,10 @@ pub fn progress_event(p: &warden_mcp_protocol::Progress) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+    use warden_guest::metadata::pairs as md;
 
-    fn md(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
+    use super::*;
 
     #[test]
     fn metadata_is_read_and_checked() {

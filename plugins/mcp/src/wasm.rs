@@ -32,16 +32,8 @@ struct HostBody {
 }
 
 fn transport_error(e: Error, slot: &LastError) -> McpError {
-    let m = match &e {
-        Error::Timeout(m) => McpError::Timeout(m.clone()),
-        Error::NotFound(m)
-        | Error::InvalidInput(m)
-        | Error::Denied(m)
-        | Error::Remote(m)
-        | Error::Unavailable(m)
-        | Error::InputRequired(m)
-        | Error::Internal(m) => McpError::Transport(m.clone()),
-    };
+    let message = e.message().to_owned();
+    let m = if matches!(e, Error::Timeout(_)) { McpError::Timeout(message) } else { McpError::Transport(message) };
     *slot.borrow_mut() = Some(e);
     m
 }

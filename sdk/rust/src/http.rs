@@ -131,16 +131,7 @@ pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str
 
 /// The body as trimmed text, at most [`EXCERPT_BYTES`] (then ending with `…`).
 pub fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.len() <= EXCERPT_BYTES {
-        return text.to_owned();
-    }
-    let mut cut = EXCERPT_BYTES;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &text[..cut])
+    crate::text::truncate(String::from_utf8_lossy(body).trim(), EXCERPT_BYTES)
 }
 
 /// A request timeout inside a call that has `deadline_ms` left: a tenth of it (at most

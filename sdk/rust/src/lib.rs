@@ -47,6 +47,7 @@ pub mod metadata;
 pub mod model;
 pub mod resources;
 pub mod state;
+pub mod text;
 
 #[cfg(feature = "bindings")]
 pub mod bindings;

@@ -72,6 +72,12 @@ impl<'a> Metadata<'a> {
     }
 }
 
+/// Metadata as the WIT carries it, from literals: `pairs(&[("url", "http://x")])` (for
+/// tests of code that reads references).
+pub fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
 fn invalid(key: &str, value: &str, why: &str) -> Error {
     Error::InvalidInput(format!("metadata `{key}` {value:?}: {why}"))
 }
@@ -99,12 +105,8 @@ pub fn parse_duration_ms(key: &str, text: &str) -> Result<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Metadata, parse_duration_ms};
+    use super::{Metadata, pairs, parse_duration_ms};
     use crate::Error;
-
-    fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
-        items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
 
     #[test]
     fn get_trims_and_treats_blank_as_absent() {
