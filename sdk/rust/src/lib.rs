@@ -15,24 +15,47 @@
 //!   cross the boundary without conversion;
 //! - [`Plugin`] and [`export!`]: one trait for the three exports.
 //!
-//! ```ignore
-//! use warden_guest::{Capability, Error, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+//! ```no_run
+//! use warden_guest::{
+//!     Capability, Error, Metadata, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall,
+//!     TaskContext, log,
+//! };
 //!
 //! struct Echo;
 //!
 //! impl Plugin for Echo {
 //!     fn info() -> PluginInfo {
-//!         PluginInfo { name: "echo".into(), version: "0.1.0".into(), kinds: vec!["ECHO".into()], capabilities: vec![Capability::Log] }
+//!         PluginInfo {
+//!             name: "echo".into(),
+//!             version: "0.1.0".into(),
+//!             kinds: vec!["ECHO".into()],
+//!             capabilities: vec![Capability::Log],
+//!         }
 //!     }
-//!     fn can_resolve(reference: SubagentReference) -> bool { reference.kind == "ECHO" }
-//!     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> { /* ... */ }
+//!
+//!     fn can_resolve(reference: SubagentReference) -> bool {
+//!         reference.kind == "ECHO"
+//!     }
+//!
+//!     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
+//!         let name = Metadata::new(&reference.metadata).require("name")?.to_string();
+//!         Ok(SubagentDefinition {
+//!             name,
+//!             description: "Echoes the prompt".into(),
+//!             kind: reference.kind.clone(),
+//!             protocol_data: "{}".into(),
+//!             reference,
+//!         })
+//!     }
+//!
 //!     fn execute(_: TaskContext, call: TaskCall, _: SubagentDefinition) -> Result<String, Error> {
-//!         warden_guest::log::info("echoing");
+//!         log::info("echoing");
 //!         Ok(call.prompt)
 //!     }
 //! }
 //!
 //! warden_guest::export!(Echo);
+//! # fn main() {}
 //! ```
 //!
 //! Features: `bindings` (default) generates the bindings and enables everything that
