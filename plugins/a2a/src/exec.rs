@@ -9,7 +9,7 @@
 //! and report a timeout rather than be cut off by the host.
 
 use serde_json::{Value, json};
-use warden_guest::http::{Request, Response, header};
+use warden_guest::http::{Request, Response, StreamHead, header};
 use warden_guest::text::truncate;
 use warden_guest::{Error, Metadata};
 
@@ -24,7 +24,7 @@ pub trait ChunkStream {
 /// The capabilities the plugin uses. In the component these are the host's imports.
 pub trait Host {
     fn send(&mut self, req: Request) -> Result<Response, Error>;
-    fn send_streaming(&mut self, req: Request) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Error>;
+    fn send_streaming(&mut self, req: Request) -> Result<(StreamHead, Box<dyn ChunkStream>), Error>;
     fn emit(&mut self, kind: &str, data: &Value);
     fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Error>;
     fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), Error>;
@@ -270,8 +270,9 @@ impl<H: Host> Session<'_, H> {
         let params = proto::send_params(self.plan.version, message);
         let budget = self.budget()?;
         let req = self.request(Op::Stream, params, budget);
-        let (status, headers, mut body) = self.host.send_streaming(req)?;
-        let is_sse = header(&headers, "content-type").is_some_and(|c| c.contains("text/event-stream"));
+        let (head, mut body) = self.host.send_streaming(req)?;
+        let status = head.status;
+        let is_sse = header(&head.headers, "content-type").is_some_and(|c| c.contains("text/event-stream"));
         if !is_sse {
             // An error (or a server answering a stream with one JSON body).
             let mut bytes = Vec::new();

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use serde_json::{Value, json};
 
 use warden_guest::Error;
-use warden_guest::http::{Request, Response};
+use warden_guest::http::{Request, Response, StreamHead};
 
 use crate::card::{self, Version};
 use crate::exec::{self, Call, ChunkStream, Host, Plan};
@@ -266,11 +266,12 @@ impl Host for Fake {
         let body = self.responses.pop_front().expect("unexpected request")?;
         Ok(Response { status: 200, headers: vec![], body: body.to_string().into_bytes() })
     }
-    fn send_streaming(&mut self, req: Request) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Error> {
+    fn send_streaming(&mut self, req: Request) -> Result<(StreamHead, Box<dyn ChunkStream>), Error> {
         self.record(&req);
         let (events, err) = self.stream.take().expect("unexpected stream");
         let chunks = events.into_iter().map(|e| format!("data: {e}\n\n").into_bytes()).collect();
-        Ok((200, vec![("content-type".into(), "text/event-stream".into())], Box::new(Chunks(chunks, err))))
+        let head = StreamHead { status: 200, headers: vec![("content-type".into(), "text/event-stream".into())] };
+        Ok((head, Box::new(Chunks(chunks, err))))
     }
     fn emit(&mut self, kind: &str, data: &Value) {
         assert_eq!(kind, "progress");
@@ -466,7 +467,7 @@ fn resolve_falls_back_to_agent_json_and_validates_metadata() {
                 "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
             Ok(Response { status: 200, headers: vec![], body: card.to_string().into_bytes() })
         }
-        fn send_streaming(&mut self, _: Request) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Error> {
+        fn send_streaming(&mut self, _: Request) -> Result<(StreamHead, Box<dyn ChunkStream>), Error> {
             unreachable!()
         }
         fn emit(&mut self, _: &str, _: &Value) {}

@@ -9,7 +9,7 @@ wit_bindgen::generate!({
 });
 
 use serde_json::Value;
-use warden_guest::http::{self, BodyStream, Request, Response};
+use warden_guest::http::{self, BodyStream, Request, Response, StreamHead};
 use warden_guest::{
     Capability, Error, Metadata, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
     events, log, state,
@@ -34,9 +34,9 @@ impl exec::Host for Imports {
         http::send(&req)
     }
 
-    fn send_streaming(&mut self, req: Request) -> Result<(u16, Vec<(String, String)>, Box<dyn ChunkStream>), Error> {
+    fn send_streaming(&mut self, req: Request) -> Result<(StreamHead, Box<dyn ChunkStream>), Error> {
         let (head, body) = http::send_streaming(&req)?;
-        Ok((head.status, head.headers, Box::new(body)))
+        Ok((head, Box::new(body)))
     }
 
     fn emit(&mut self, kind: &str, data: &Value) {
