@@ -16,6 +16,25 @@ const WIT: &[(&str, &str)] = &[
     ("imports.wit", include_str!("../../../wit/imports.wit")),
     ("exports.wit", include_str!("../../../wit/exports.wit")),
 ];
+/// Embeds files of a folder of this repository under their names relative to it.
+macro_rules! embed {
+    ($dir:literal: $($file:literal),* $(,)?) => {
+        &[$(($file, include_str!(concat!("../../../", $dir, "/", $file)))),*]
+    };
+}
+
+/// The Rust guest SDK (`sdk/rust`), vendored into a Rust project as `warden-guest/` (with
+/// the WIT in `warden-guest/wit/`), so the project builds with no warden checkout.
+/// `embedded_sdk_lists_every_file` keeps this list complete.
+const SDK_RUST: &[(&str, &str)] = embed!("sdk/rust":
+    "Cargo.toml", "src/bindings.rs", "src/error.rs", "src/events.rs", "src/http.rs", "src/lib.rs", "src/log.rs",
+    "src/metadata.rs", "src/model.rs", "src/plugin.rs", "src/resources.rs", "src/state.rs", "src/text.rs",
+);
+/// The Python guest SDK (`sdk/python/warden_guest`), vendored next to `app.py` (where
+/// componentize-py's default path `.` finds it).
+const SDK_PYTHON: &[(&str, &str)] = embed!("sdk/python/warden_guest":
+    "__init__.py", "_wit.py", "errors.py", "events.py", "http.py", "log.py", "metadata.py", "plugin.py", "state.py",
+);
 const RUST_CARGO_TOML: &str = include_str!("../../../templates/rust-plugin/Cargo.toml");
 const RUST_CARGO_LOCK: &str = include_str!("../../../templates/rust-plugin/Cargo.lock");
 const RUST_LIB: &str = include_str!("../../../templates/rust-plugin/src/lib.rs");
@@ -55,14 +74,27 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
     anyhow::ensure!(!dir.exists(), "{} already exists; choose another --dir", dir.display());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // The WIT is the contract: Python builds against `wit/`, the Rust SDK against its copy.
+    let wit_dir = match lang {
+        Lang::Rust => "warden-guest/wit",
+        Lang::Python => "wit",
+    };
     for (file, text) in WIT {
-        write(&dir, &format!("wit/{file}"), text)?;
+        write(&dir, &format!("{wit_dir}/{file}"), text)?;
     }
     let uri = format!("{}://example", kind.to_ascii_lowercase());
     let (build, wasm) = match lang {
         Lang::Rust => {
             let crate_name = name.replace('-', "_");
-            write(&dir, "Cargo.toml", &RUST_CARGO_TOML.replace("name = \"rust-plugin\"", &format!("name = \"{name}\"")))?;
+            for (file, text) in SDK_RUST {
+                write(&dir, &format!("warden-guest/{file}"), text)?;
+            }
+            let manifest = RUST_CARGO_TOML
+                .replace("name = \"rust-plugin\"", &format!("name = \"{name}\""))
+                .replace("path = \"../../sdk/rust\"", "path = \"warden-guest\"");
+            // The template's header speaks of the repository; a project gets its own.
+            let manifest = manifest.trim_start_matches(|c| c != '[');
+            write(&dir, "Cargo.toml", &format!("# The warden protocol plugin `{name}`, made by `warden plugin new`.\n{manifest}"))?;
             write(&dir, "Cargo.lock", &RUST_CARGO_LOCK.replace("name = \"rust-plugin\"", &format!("name = \"{name}\"")))?;
             let lib = RUST_LIB
                 .replace("path: \"../../wit\"", "path: \"wit\"")
@@ -87,6 +119,9 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
                 .replace("python-plugin.wasm", &format!("{name}.wasm"))
                 .replace("template://hello", &uri);
             write(&dir, "app.py", &app)?;
+            for (file, text) in SDK_PYTHON {
+                write(&dir, &format!("warden_guest/{file}"), text)?;
+            }
             write(&dir, "requirements.txt", &format!("{COMPONENTIZE_PY}\n"))?;
             (
                 format!("python3 -m venv .venv && .venv/bin/pip install -r requirements.txt\n.venv/bin/componentize-py -d wit -w plugin componentize app -o {name}.wasm"),
@@ -111,4 +146,40 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
     out!("{}", dir.display());
     eprintln!("created a {lang:?} plugin `{name}` (kind {kind}) in {}; see its README.md", dir.display());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file of the SDK folders is embedded (a new SDK module must not be missing from
+    /// the projects `warden plugin new` makes).
+    #[test]
+    fn embedded_sdk_lists_every_file() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for (dir, embedded, ext) in [("sdk/rust/src", SDK_RUST, "rs"), ("sdk/python/warden_guest", SDK_PYTHON, "py")] {
+            let mut on_disk: Vec<String> = std::fs::read_dir(root.join(dir))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(ext))
+                .collect();
+            on_disk.sort();
+            let mut listed: Vec<String> = embedded
+                .iter()
+                .filter(|(f, _)| f.ends_with(ext))
+                .map(|(f, _)| f.rsplit('/').next().unwrap().to_owned())
+                .collect();
+            listed.sort();
+            assert_eq!(listed, on_disk, "{dir}");
+        }
+    }
+
+    #[test]
+    fn names_and_kinds_are_checked() {
+        assert!(validate("json-rpc", "JSONRPC").is_ok());
+        for (name, kind) in [("", "K"), ("Bad", "K"), ("1x", "K"), ("a_b", "K"), ("ok", ""), ("ok", "a b"), ("ok", "é")] {
+            assert!(validate(name, kind).is_err(), "{name:?} {kind:?}");
+        }
+    }
 }

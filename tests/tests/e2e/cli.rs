@@ -288,7 +288,7 @@ fn plugin_new_makes_projects_that_build_and_answer_a_task() {
     let o = warden(&["plugin", "new", "json-rpc", "--kind", "JSONRPC", "--lang", "python"], dir.path());
     assert!(o.status.success(), "{o:?}");
     let py = dir.path().join("json-rpc");
-    for f in ["app.py", "requirements.txt", "warden.yaml", "README.md", "wit/world.wit"] {
+    for f in ["app.py", "requirements.txt", "warden.yaml", "README.md", "wit/world.wit", "warden_guest/__init__.py"] {
         assert!(py.join(f).is_file(), "{f} missing");
     }
     let app = std::fs::read_to_string(py.join("app.py")).unwrap();
@@ -308,7 +308,11 @@ fn plugin_new_makes_projects_that_build_and_answer_a_task() {
     assert!(o.status.success(), "{o:?}");
     let rs = dir.path().join("my-proto");
     let lib = std::fs::read_to_string(rs.join("src/lib.rs")).unwrap();
-    assert!(lib.contains("path: \"wit\"") && lib.contains("\"my-proto\"") && lib.contains("\"MYPROTO\"") && !lib.contains("TEMPLATE"), "{lib}");
+    assert!(lib.contains("\"my-proto\"") && lib.contains("\"MYPROTO\"") && !lib.contains("TEMPLATE"), "{lib}");
+    // The SDK and its WIT are vendored: nothing points back into a warden checkout.
+    assert!(rs.join("warden-guest/wit/world.wit").is_file() && rs.join("warden-guest/src/lib.rs").is_file());
+    let manifest = std::fs::read_to_string(rs.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("path = \"warden-guest\"") && !manifest.contains("../"), "{manifest}");
     let checked = std::process::Command::new("cargo")
         .current_dir(&rs)
         .env("CARGO_TARGET_DIR", repo().join("target/guest-native"))
