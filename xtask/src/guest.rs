@@ -1,11 +1,13 @@
-//! Guest plugins: finding them, building them, turning core modules into components.
+//! The repository's guest plugins: where they are, where their components go, and when a
+//! build is up to date. How a guest is built is [`warden_guest_build`]'s.
 //!
-//! A guest is a directory under `plugins/` (bundled, output `target/plugins/`) or
-//! `tests/plugins/` (test-only, output `target/test-plugins/`) that holds either
+//! A guest is a directory under `plugins/` (bundled, output `target/plugins/`),
+//! `tests/plugins/` or `templates/` (test-only, output `target/test-plugins/`) that holds
+//! either
 //! - a `Cargo.toml`: a standalone Rust crate (own empty `[workspace]`) built for
 //!   `wasm32-unknown-unknown` with wit-bindgen, then encoded with `wit-component`; extra
 //!   builds with other features are listed in `[package.metadata.warden.variants]`
-//!   (see [`crate::manifest`]); or
+//!   (see [`warden_guest_build::manifest`]); or
 //! - an `app.py`: a Python component built with componentize-py (see [`crate::python`]).
 //!
 //! Other directories are ignored. Output names are `<directory name>.wasm` (variants:
@@ -17,22 +19,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use anyhow::{Context, Result};
+use warden_guest_build::{CargoBuild, GuestManifest, Language, WasmToolchain, encode_component};
+pub use warden_guest_build::size_of;
 
 use crate::layout::Layout;
-use crate::manifest::GuestManifest;
-use crate::process;
 use crate::python::Python;
-use crate::toolchain::{WASM_TARGET, WasmToolchain};
-
-enum Source {
-    Rust,
-    Python,
-}
 
 struct Guest {
     name: String,
     dir: PathBuf,
-    source: Source,
+    language: Language,
     out_dir: PathBuf,
 }
 
@@ -81,15 +77,15 @@ pub fn build_all(layout: &Layout) -> Result<Vec<PathBuf>> {
     for guest in &guests {
         fs::create_dir_all(&guest.out_dir)
             .with_context(|| format!("creating {}", guest.out_dir.display()))?;
-        match guest.source {
-            Source::Rust => {
+        match guest.language {
+            Language::Rust => {
                 if toolchain.is_none() {
-                    toolchain = Some(WasmToolchain::ensure()?);
+                    toolchain = Some(crate::toolchain::ensure()?);
                 }
                 let toolchain = toolchain.as_ref().expect("set above");
                 outputs.extend(build_rust(layout, toolchain, guest)?);
             }
-            Source::Python => {
+            Language::Python => {
                 if python.is_none() {
                     python = Some(Python::ensure(layout)?);
                 }
@@ -111,11 +107,7 @@ fn discover(dir: &Path, out_dir: &Path) -> Result<Vec<Guest>> {
     let mut guests = Vec::new();
     for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let path = entry?.path();
-        let source = if path.join("Cargo.toml").is_file() {
-            Source::Rust
-        } else if path.join("app.py").is_file() {
-            Source::Python
-        } else {
+        let Some(language) = Language::of_dir(&path) else {
             continue;
         };
         let name = path
@@ -126,7 +118,7 @@ fn discover(dir: &Path, out_dir: &Path) -> Result<Vec<Guest>> {
         guests.push(Guest {
             name,
             dir: path,
-            source,
+            language,
             out_dir: out_dir.to_path_buf(),
         });
     }
@@ -138,11 +130,6 @@ fn discover(dir: &Path, out_dir: &Path) -> Result<Vec<Guest>> {
 fn build_rust(layout: &Layout, toolchain: &WasmToolchain, guest: &Guest) -> Result<Vec<PathBuf>> {
     let manifest = GuestManifest::read(&guest.dir.join("Cargo.toml"))?;
     let target_dir = layout.wasm_build();
-    let core = target_dir
-        .join(WASM_TARGET)
-        .join("release")
-        .join(format!("{}.wasm", manifest.lib_name));
-
     let mut builds = vec![(guest.name.clone(), Vec::new())];
     builds.extend(manifest.variants.iter().cloned());
     let mut outputs = Vec::new();
@@ -157,7 +144,13 @@ fn build_rust(layout: &Layout, toolchain: &WasmToolchain, guest: &Guest) -> Resu
             toolchain.describe()
         );
         let started = Instant::now();
-        process::run(&mut toolchain.cargo_build(&guest.dir, &target_dir, &features))
+        let build = CargoBuild {
+            target_dir: Some(&target_dir),
+            features: &features,
+            ..CargoBuild::default()
+        };
+        let core = toolchain
+            .build(&guest.dir, &build)
             .with_context(|| format!("building plugin {name}"))?;
         let out = guest.out_dir.join(format!("{name}.wasm"));
         if is_newer(&out, std::slice::from_ref(&core)) {
@@ -176,31 +169,6 @@ fn build_rust(layout: &Layout, toolchain: &WasmToolchain, guest: &Guest) -> Resu
     Ok(outputs)
 }
 
-/// Core module (with wit-bindgen's component-type section) → validated component.
-fn encode_component(core: &Path, out: &Path) -> Result<()> {
-    let bytes = fs::read(core).with_context(|| format!("reading {}", core.display()))?;
-    let component = wit_component::ComponentEncoder::default()
-        .module(&bytes)?
-        .validate(true)
-        .encode()?;
-    write_atomically(out, &component)
-}
-
-/// Writes `<path>.tmp` and renames it over `path`.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-}
-
-/// `<path>.tmp`, next to `path` (same file system, so a rename is atomic).
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
-}
-
 /// Whether `output` exists and is newer than every existing file in `inputs`.
 pub fn is_newer(output: &Path, inputs: &[PathBuf]) -> bool {
     let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
@@ -211,14 +179,4 @@ pub fn is_newer(output: &Path, inputs: &[PathBuf]) -> bool {
         .iter()
         .filter_map(|input| mtime(input))
         .all(|in_time: SystemTime| in_time < out_time)
-}
-
-/// A file's size for progress lines, e.g. `46.5 KiB`.
-pub fn size_of(path: &Path) -> String {
-    let bytes = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    if bytes >= 1 << 20 {
-        format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
-    } else {
-        format!("{:.1} KiB", bytes as f64 / 1024.0)
-    }
 }

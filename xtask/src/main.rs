@@ -17,7 +17,6 @@ mod commands;
 mod guest;
 mod image;
 mod layout;
-mod manifest;
 mod process;
 mod python;
 mod registry;

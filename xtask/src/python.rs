@@ -10,12 +10,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::guest::{is_newer, size_of, tmp_path};
+use warden_guest_build::{COMPONENTIZE_PY, ComponentizePy};
+
+use crate::guest::{is_newer, size_of};
 use crate::layout::Layout;
 use crate::{apt, process};
-
-/// Builds Python guests; pinned to the line verified with this WIT and wasmtime.
-const COMPONENTIZE_PY: &str = "componentize-py==0.25.*";
 
 /// Protocol peers the end-to-end tests start.
 pub const TEST_REQUIREMENTS: &[&str] = &[
@@ -125,9 +124,10 @@ impl Python {
         )
     }
 
-    /// `componentize-py -d <wit> -w plugin componentize app -p . -p <sdk> -o <out>`, run in
-    /// `dir`: the app's own directory first, then the Python guest SDK (`warden_guest`).
-    /// Skipped when `out` is newer than the app's `.py` files, the SDK's and the WIT files.
+    /// componentize-py on `dir`'s `app.py` against the repository's WIT, with the app's own
+    /// directory first on the module path, then the Python guest SDK (`warden_guest`; see
+    /// [`ComponentizePy::componentize`]). Skipped when `out` is newer than the app's `.py`
+    /// files, the SDK's and the WIT files.
     pub fn componentize(&self, layout: &Layout, name: &str, dir: &Path, out: &Path) -> Result<()> {
         let sdk = layout.python_sdk();
         let mut inputs = files_with_extension(dir, "py")?;
@@ -142,20 +142,9 @@ impl Python {
         }
         println!("xtask: building plugin {name} (python, componentize-py)...");
         let started = Instant::now();
-        let tmp = tmp_path(out);
-        process::run(
-            Command::new(self.venv.join("bin").join("componentize-py"))
-                .current_dir(dir)
-                .arg("-d")
-                .arg(layout.wit())
-                .args(["-w", "plugin", "componentize", "app", "-p", ".", "-p"])
-                .arg(&sdk)
-                .arg("-o")
-                .arg(&tmp),
-        )
-        .with_context(|| format!("building plugin {name}"))?;
-        fs::rename(&tmp, out)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
+        ComponentizePy::at(self.venv.join("bin").join("componentize-py"))
+            .componentize(dir, &layout.wit(), &[&sdk], out)
+            .with_context(|| format!("building plugin {name}"))?;
         println!(
             "xtask: plugin {name} -> {} ({}, {:.1}s)",
             layout.rel(out).display(),

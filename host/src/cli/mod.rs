@@ -11,6 +11,7 @@ macro_rules! out {
 }
 
 mod demo;
+mod plugin_build;
 mod plugin_test;
 mod scaffold;
 mod signing;
@@ -170,6 +171,9 @@ pub enum PluginCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Build a plugin project (Rust crate or Python app.py) into a component with the
+    /// toolchain present, then load it to check it; prints the component's path.
+    Build(plugin_build::BuildArgs),
     /// Show a component's world, WIT version, imports, exports and requested capabilities.
     Inspect {
         file: PathBuf,
@@ -394,6 +398,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         }
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
         Command::Plugin { command: PluginCommand::Test(args) } => plugin_test::run(config, args).await,
+        Command::Plugin { command: PluginCommand::Build(args) } => plugin_build::run(config, args).await,
         Command::Plugin { command: PluginCommand::New { name, kind, lang, dir } } => scaffold::new(&name, &kind, lang, dir),
         Command::Plugin { command: PluginCommand::Keygen { out } } => signing::keygen(&out),
         Command::Plugin { command: PluginCommand::Sign { file, key } } => signing::sign(&file, &key),
@@ -545,21 +550,43 @@ struct Inspection {
     info: Option<crate::plugin::PluginInfo>,
 }
 
-async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let bytes = crate::registry::read_plugin_file(file, config.plugins.max_plugin_size)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let services = std::sync::Arc::new(crate::services::HostServices::new(vec![]));
-    // Inspecting has no side effects (no compile cache written anywhere) and answers from a
-    // baseline build for large components (seconds, not tens of seconds, for Python).
-    let runtime = crate::Runtime::new(
+/// A runtime for one plugin file on the command line (`plugin inspect`, `test`, `build`):
+/// no side effects (no compile cache written anywhere), and answers from a baseline build
+/// for large components (seconds, not tens of seconds, for Python).
+fn one_off_runtime(config: &Config, services: crate::services::HostServices) -> anyhow::Result<crate::Runtime> {
+    crate::Runtime::new(
         crate::RuntimeOptions {
             compiler: crate::runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory),
             tiered: true,
             ..crate::RuntimeOptions::uncached()
         },
-        services,
-    )?;
+        std::sync::Arc::new(services),
+    )
+}
+
+/// A plugin file loaded as `warden plugin inspect` loads it: read within
+/// `plugins.max_plugin_size`, nothing granted. The file's bytes and the runtime come back
+/// too, to look further at a component that does not load.
+struct Ungranted {
+    runtime: crate::Runtime,
+    bytes: Vec<u8>,
+    loaded: Result<crate::LoadedPlugin, crate::runtime::LoadError>,
+}
+
+async fn load_ungranted(config: &Config, file: &Path) -> anyhow::Result<Ungranted> {
+    let bytes = crate::registry::read_plugin_file(file, config.plugins.max_plugin_size)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let runtime = one_off_runtime(config, crate::services::HostServices::new(vec![]))?;
+    let id = crate::registry::plugin_id(file).unwrap_or_else(|| "inspected".into());
+    let loaded = runtime.load(&id, file.to_owned(), &bytes, config.limits_for(&id), None).await;
+    Ok(Ungranted { runtime, bytes, loaded })
+}
+
+async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    // One compile when the plugin loads (its names come from that build); a second, for
+    // the names alone, only when it does not.
+    let Ungranted { runtime, bytes, loaded } = load_ungranted(&config, file).await?;
     let mut report = Inspection {
         file: file.to_owned(),
         valid: false,
@@ -570,10 +597,6 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
         exports: vec![],
         info: None,
     };
-    // One compile when the plugin loads (its names come from that build); a second, for
-    // the names alone, only when it does not.
-    let id = crate::registry::plugin_id(file).unwrap_or_else(|| "inspected".into());
-    let loaded = runtime.load(&id, file.to_owned(), &bytes, config.limits_for(&id), None).await;
     let names = match &loaded {
         Ok(p) => Ok(p.component_names()),
         Err(_) => runtime.component_names(&bytes).await,

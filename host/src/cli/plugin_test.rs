@@ -109,14 +109,7 @@ pub async fn run(config: Config, args: TestArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("--model-script {}: {e}", script.display()))?;
         services = services.with_models(Ok(Arc::new(router)));
     }
-    let runtime = crate::Runtime::new(
-        crate::RuntimeOptions {
-            compiler: crate::runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory),
-            tiered: true,
-            ..crate::RuntimeOptions::uncached()
-        },
-        Arc::new(services),
-    )?;
+    let runtime = super::one_off_runtime(&config, services)?;
     let id = crate::registry::plugin_id(&args.file).unwrap_or_else(|| "tested".into());
     let plugin = runtime
         .load(&id, args.file.clone(), &bytes, config.limits_for(&id), Some(&grant))

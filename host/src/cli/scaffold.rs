@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use warden_guest_build::{COMPONENTIZE_PY, DEBIAN_PACKAGES, WASM_TARGET};
 
 /// The WIT package this binary hosts, vendored into every new project.
 const WIT: &[(&str, &str)] = &[
@@ -39,8 +40,6 @@ const RUST_CARGO_TOML: &str = include_str!("../../../templates/rust-plugin/Cargo
 const RUST_CARGO_LOCK: &str = include_str!("../../../templates/rust-plugin/Cargo.lock");
 const RUST_LIB: &str = include_str!("../../../templates/rust-plugin/src/lib.rs");
 const PYTHON_APP: &str = include_str!("../../../templates/python-plugin/app.py");
-/// The componentize-py release the Python template is built and tested with.
-pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.*";
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lang {
@@ -83,9 +82,9 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
         write(&dir, &format!("{wit_dir}/{file}"), text)?;
     }
     let uri = format!("{}://example", kind.to_ascii_lowercase());
-    let (build, wasm) = match lang {
+    let wasm = format!("target/{name}.wasm");
+    let (build, needs) = match lang {
         Lang::Rust => {
-            let crate_name = name.replace('-', "_");
             for (file, text) in SDK_RUST {
                 write(&dir, &format!("warden-guest/{file}"), text)?;
             }
@@ -104,10 +103,11 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
                 .replace("kind `TEMPLATE`", &format!("kind `{kind}`"));
             write(&dir, "src/lib.rs", &lib)?;
             (
+                format!("warden plugin build   # -> {wasm}"),
                 format!(
-                    "rustup target add wasm32-wasip2\ncargo build --release --target wasm32-wasip2\ncp target/wasm32-wasip2/release/{crate_name}.wasm {name}.wasm"
+                    "It needs a Rust toolchain for `{WASM_TARGET}` and uses whichever is present:\n`rustup target add {WASM_TARGET}`, or on Debian 12+\n`apt-get install {}`.\n\n",
+                    DEBIAN_PACKAGES.join(" ")
                 ),
-                format!("{name}.wasm"),
             )
         }
         Lang::Python => {
@@ -116,7 +116,8 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
                 .replace("KIND = \"TEMPLATE\"", &format!("KIND = \"{kind}\""))
                 .replace("`python-plugin`", &format!("`{name}`"))
                 .replace("kind `TEMPLATE`", &format!("kind `{kind}`"))
-                .replace("python-plugin.wasm", &format!("{name}.wasm"))
+                .replace("componentize-py -d wit -w plugin componentize app -o python-plugin.wasm", "warden plugin build")
+                .replace("python-plugin.wasm", &wasm)
                 .replace("template://hello", &uri);
             write(&dir, "app.py", &app)?;
             for (file, text) in SDK_PYTHON {
@@ -124,8 +125,8 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
             }
             write(&dir, "requirements.txt", &format!("{COMPONENTIZE_PY}\n"))?;
             (
-                format!("python3 -m venv .venv && .venv/bin/pip install -r requirements.txt\n.venv/bin/componentize-py -d wit -w plugin componentize app -o {name}.wasm"),
-                format!("{name}.wasm"),
+                format!("python3 -m venv .venv && .venv/bin/pip install -r requirements.txt   # once\nwarden plugin build   # -> {wasm}"),
+                "It runs componentize-py from `.venv`, else from `PATH`.\n\n".to_owned(),
             )
         }
     };
@@ -140,7 +141,7 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
         &dir,
         "README.md",
         &format!(
-            "# {name}\n\nA warden protocol plugin serving kind `{kind}`, made with `warden plugin new`.\n\n## Build\n\n```sh\n{build}\n```\n\n## Try it\n\n```sh\nwarden plugin inspect {wasm}\nwarden plugin test {wasm} --ref {uri} --grant log --prompt \"hello\"\n```\n\n## Deploy\n\nCopy `{wasm}` into the plugin directory of a running warden (it is loaded without a\nrestart) and grant it what it needs under `plugins.grants.{name}`; `warden.yaml` here is a\nstarting point. The WIT in `wit/` is the version this project targets.\n"
+            "# {name}\n\nA warden protocol plugin serving kind `{kind}`, made with `warden plugin new`.\n\n## Build\n\n```sh\n{build}\n```\n\n{needs}## Try it\n\n```sh\nwarden plugin inspect {wasm}\nwarden plugin test {wasm} --ref {uri} --grant log --prompt \"hello\"\n```\n\n## Deploy\n\nCopy `{wasm}` into the plugin directory of a running warden (it is loaded without a\nrestart) and grant it what it needs under `plugins.grants.{name}`; `warden.yaml` here is a\nstarting point. The WIT in `wit/` is the version this project targets.\n"
         ),
     )?;
     out!("{}", dir.display());

@@ -279,13 +279,27 @@ fn plugin_keygen_sign_verify_and_a_tampered_file_is_refused() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("plugins.trust[0]"), "{o:?}");
 }
 
+/// `warden` in `cwd`, finding the test virtualenv's componentize-py on `PATH` and building
+/// Rust guests in the shared wasm target dir (the standard library is built once there).
+fn warden_in(cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let venv_bin = python().parent().unwrap().to_owned();
+    let path = std::env::join_paths(std::iter::once(venv_bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()))).unwrap();
+    std::process::Command::new(bin())
+        .current_dir(cwd)
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", repo().join("target/wasm-build"))
+        .env("CARGO_NET_OFFLINE", "true")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn plugin_new_makes_projects_that_build_and_answer_a_task() {
     let dir = tempfile::tempdir().unwrap();
-    let warden = |args: &[&str], cwd: &std::path::Path| std::process::Command::new(bin()).current_dir(cwd).args(args).output().unwrap();
-    // Python: scaffold, build with componentize-py (the pinned one the tests installed),
-    // then one task through `warden plugin test`.
-    let o = warden(&["plugin", "new", "json-rpc", "--kind", "JSONRPC", "--lang", "python"], dir.path());
+    // Python: scaffold, `warden plugin build` in the project (componentize-py from PATH,
+    // output target/NAME.wasm), then one task through `warden plugin test`.
+    let o = warden_in(dir.path(), &["plugin", "new", "json-rpc", "--kind", "JSONRPC", "--lang", "python"]);
     assert!(o.status.success(), "{o:?}");
     let py = dir.path().join("json-rpc");
     for f in ["app.py", "requirements.txt", "warden.yaml", "README.md", "wit/world.wit", "warden_guest/__init__.py"] {
@@ -293,18 +307,17 @@ fn plugin_new_makes_projects_that_build_and_answer_a_task() {
     }
     let app = std::fs::read_to_string(py.join("app.py")).unwrap();
     assert!(app.contains("NAME = \"json-rpc\"") && app.contains("KIND = \"JSONRPC\""), "{app}");
-    let componentize = python().parent().unwrap().join("componentize-py");
-    let built = std::process::Command::new(componentize)
-        .current_dir(&py)
-        .args(["-d", "wit", "-w", "plugin", "componentize", "app", "-o", "json-rpc.wasm"])
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{built:?}");
-    let o = warden(&["plugin", "test", "json-rpc.wasm", "--ref", "jsonrpc://example", "--prompt", "hello python"], &py);
+    let readme = std::fs::read_to_string(py.join("README.md")).unwrap();
+    assert!(readme.contains("warden plugin build") && readme.contains("target/json-rpc.wasm"), "{readme}");
+    let o = warden_in(&py, &["plugin", "build"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), "target/json-rpc.wasm", "the path is the only line on stdout");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("built json-rpc 0.1.0: kinds JSONRPC"), "{o:?}");
+    let o = warden_in(&py, &["plugin", "test", "target/json-rpc.wasm", "--ref", "jsonrpc://example", "--prompt", "hello python"]);
     assert!(o.status.success(), "{o:?}");
     assert_eq!(stdout(&o).trim(), "HELLO PYTHON");
-    // Rust: scaffold; the crate (vendored WIT, name and kind filled in) type-checks as is.
-    let o = warden(&["plugin", "new", "my-proto", "--kind", "MYPROTO"], dir.path());
+    // Rust: scaffold, `warden plugin build DIR` from outside it, one task.
+    let o = warden_in(dir.path(), &["plugin", "new", "my-proto", "--kind", "MYPROTO"]);
     assert!(o.status.success(), "{o:?}");
     let rs = dir.path().join("my-proto");
     let lib = std::fs::read_to_string(rs.join("src/lib.rs")).unwrap();
@@ -313,18 +326,47 @@ fn plugin_new_makes_projects_that_build_and_answer_a_task() {
     assert!(rs.join("warden-guest/wit/world.wit").is_file() && rs.join("warden-guest/src/lib.rs").is_file());
     let manifest = std::fs::read_to_string(rs.join("Cargo.toml")).unwrap();
     assert!(manifest.contains("path = \"warden-guest\"") && !manifest.contains("../"), "{manifest}");
-    let checked = std::process::Command::new("cargo")
-        .current_dir(&rs)
-        .env("CARGO_TARGET_DIR", repo().join("target/guest-native"))
-        .args(["check", "--offline", "--quiet"])
-        .output()
-        .unwrap();
-    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    let o = warden_in(dir.path(), &["plugin", "build", "my-proto"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), "my-proto/target/my-proto.wasm");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("built my-proto 0.1.0: kinds MYPROTO"), "{o:?}");
+    let o = warden_in(&rs, &["plugin", "test", "target/my-proto.wasm", "--ref", "myproto://example", "--grant", "log", "--prompt", "hello rust"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o).trim(), "HELLO RUST");
     // Never over an existing directory; bad names are refused with the rule.
-    let o = warden(&["plugin", "new", "my-proto", "--kind", "MYPROTO"], dir.path());
+    let o = warden_in(dir.path(), &["plugin", "new", "my-proto", "--kind", "MYPROTO"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("already exists"), "{o:?}");
-    let o = warden(&["plugin", "new", "Bad_Name", "--kind", "X"], dir.path());
+    let o = warden_in(dir.path(), &["plugin", "new", "Bad_Name", "--kind", "X"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("lower-case"), "{o:?}");
+}
+
+#[test]
+fn plugin_build_says_what_it_expected_to_find() {
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // An empty directory: neither kind of project.
+    let o = warden_in(dir.path(), &["plugin", "build"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("no Cargo.toml (a Rust plugin) or app.py (a Python plugin)"), "{o:?}");
+    assert!(stdout(&o).is_empty(), "{o:?}");
+    // A Cargo.toml cargo cannot read: cargo's own diagnostics, then which build failed.
+    let broken = dir.path().join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("Cargo.toml"), "[package]\nname = \"broken\"\nversion = \n").unwrap();
+    let o = warden_in(dir.path(), &["plugin", "build", "broken"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = stderr(&o);
+    assert!(err.contains("building the Rust plugin in broken") && err.contains("failed"), "{err}");
+    assert!(!broken.join("target/broken.wasm").exists());
+    // A Cargo.toml without a package: named, before any toolchain runs.
+    std::fs::write(broken.join("Cargo.toml"), "[workspace]\n").unwrap();
+    let o = warden_in(&broken, &["plugin", "build"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("Cargo.toml: no `name"), "{o:?}");
+    // A missing directory.
+    let o = warden_in(dir.path(), &["plugin", "build", "nowhere"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("nowhere: not a directory"), "{o:?}");
 }

@@ -1,7 +1,7 @@
-//! Reading the few things xtask needs from a guest crate's `Cargo.toml`.
+//! Reading the few things a build needs from a guest crate's `Cargo.toml`.
 //!
 //! Deliberately a tiny subset of TOML (`key = "string"` lines inside `[section]` headers),
-//! so the build tool needs no TOML parser:
+//! so building needs no TOML parser; cargo itself reports anything else wrong with the file:
 //!
 //! ```toml
 //! [package]
@@ -15,31 +15,35 @@
 use std::fs;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::{Error, Result};
 
 /// What the build needs to know about one guest crate.
+#[derive(Debug)]
 pub struct GuestManifest {
-    /// The library's file stem in cargo's output (`[lib] name`, else the package name, `-` → `_`).
-    pub lib_name: String,
+    /// `[package] name`.
+    pub package_name: String,
     /// Extra builds: output name and the cargo features to enable.
     pub variants: Vec<(String, Vec<String>)>,
 }
 
 impl GuestManifest {
     pub fn read(path: &Path) -> Result<Self> {
-        let text =
-            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = fs::read_to_string(path).map_err(Error::io("reading", path))?;
+        Self::parse(path, &text)
+    }
+
+    fn parse(path: &Path, text: &str) -> Result<Self> {
         let lookup = |section: &str, key: &str| {
-            string_entries(&text, section)
+            string_entries(text, section)
                 .into_iter()
                 .find(|(k, _)| k == key)
                 .map(|(_, v)| v)
         };
-        let lib_name = lookup("lib", "name")
-            .or_else(|| lookup("package", "name"))
-            .with_context(|| format!("{}: no [package] name", path.display()))?
-            .replace('-', "_");
-        let variants = string_entries(&text, "package.metadata.warden.variants")
+        let package_name = lookup("package", "name").ok_or_else(|| Error::Manifest {
+            path: path.to_path_buf(),
+            reason: "no `name = \"...\"` in [package]: is this a Rust crate?".into(),
+        })?;
+        let variants = string_entries(text, "package.metadata.warden.variants")
             .into_iter()
             .map(|(name, features)| {
                 let features = features
@@ -51,7 +55,7 @@ impl GuestManifest {
                 (name, features)
             })
             .collect();
-        Ok(Self { lib_name, variants })
+        Ok(Self { package_name, variants })
     }
 }
 
@@ -88,7 +92,7 @@ fn string_entries(text: &str, section: &str) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
-    use super::string_entries;
+    use super::*;
 
     #[test]
     fn reads_string_entries_of_one_section() {
@@ -113,5 +117,20 @@ echo-v2 = "v2, extra"
             [("echo-v2".into(), "v2, extra".into())]
         );
         assert!(string_entries(text, "lib").is_empty());
+    }
+
+    #[test]
+    fn reads_names_and_variants_and_refuses_a_file_without_a_package() {
+        let m = GuestManifest::parse(Path::new("C.toml"), "[package]\nname = \"my-proto\"\n").unwrap();
+        assert_eq!(m.package_name, "my-proto");
+        assert!(m.variants.is_empty());
+        let text = "[lib]\nname = \"echo-lib\"\n[package]\nname = \"echo\"\n[package.metadata.warden.variants]\necho-v2 = \"v2\"\n";
+        let m = GuestManifest::parse(Path::new("C.toml"), text).unwrap();
+        assert_eq!(m.package_name, "echo");
+        assert_eq!(m.variants, [("echo-v2".to_string(), vec!["v2".to_string()])]);
+        let err = GuestManifest::parse(Path::new("dir/Cargo.toml"), "this is { not toml").unwrap_err();
+        assert!(err.to_string().starts_with("dir/Cargo.toml: no `name"), "{err}");
+        let err = GuestManifest::read(Path::new("no/such/Cargo.toml")).unwrap_err();
+        assert!(err.to_string().contains("no/such/Cargo.toml"), "{err}");
     }
 }

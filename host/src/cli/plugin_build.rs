@@ -1,0 +1,184 @@
+//! `warden plugin build [DIR]`: a plugin project → a component, for plugin authors.
+//!
+//! A `Cargo.toml` makes DIR a Rust plugin, built for `wasm32-unknown-unknown` with whichever
+//! toolchain is present and encoded into a component inside warden (no wasm-tools); an
+//! `app.py` makes it a Python plugin, built by componentize-py from DIR's `.venv` or `PATH`
+//! against DIR's `wit/`. How is [`warden_guest_build`]'s, shared with `cargo xtask build`.
+//! The component's path is the only line on stdout; then it is loaded as
+//! `warden plugin inspect` loads it, so a build warden cannot load fails here, not at deploy.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use warden_guest_build::{CargoBuild, ComponentizePy, GuestManifest, Language, Profile, WasmToolchain};
+
+use super::{EXIT_USAGE, Ungranted, esc, load_ungranted};
+use crate::config::Config;
+
+/// What `warden plugin build` was asked to do.
+#[derive(clap::Args, Debug)]
+pub struct BuildArgs {
+    /// The plugin project: a Rust crate (Cargo.toml) or a Python plugin (app.py).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Where to write the component (default: DIR/target/NAME.wasm, NAME being the Rust
+    /// package's or the Python project directory's name).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Rust only: cargo's dev profile instead of --release (builds quicker; the component
+    /// is larger and slower).
+    #[arg(long)]
+    pub debug: bool,
+}
+
+/// A plugin project directory and what it is.
+struct Project {
+    dir: PathBuf,
+    language: Language,
+    /// The output's file stem.
+    name: String,
+}
+
+impl Project {
+    fn open(dir: &Path) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "{}: not a directory; expected a plugin project (a Rust crate or a Python app.py)",
+            dir.display()
+        );
+        let Some(language) = Language::of_dir(dir) else {
+            anyhow::bail!(
+                "{}: no Cargo.toml (a Rust plugin) or app.py (a Python plugin) here; \
+                 `warden plugin new NAME --kind KIND` makes a project",
+                dir.display()
+            );
+        };
+        let name = match language {
+            Language::Rust => GuestManifest::read(&dir.join(language.marker()))?.package_name,
+            Language::Python => {
+                let wit = dir.join("wit");
+                anyhow::ensure!(
+                    wit.is_dir(),
+                    "{}: missing; a Python plugin is built against the WIT package in wit/ \
+                     (`warden plugin new` vendors it)",
+                    wit.display()
+                );
+                let full = std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
+                full.file_name().and_then(|n| n.to_str()).map(str::to_owned).with_context(|| {
+                    format!("{}: the directory name is not usable as a file name; pass --out", full.display())
+                })?
+            }
+        };
+        Ok(Project { dir: dir.to_owned(), language, name })
+    }
+
+    /// `DIR/target/NAME.wasm` (`target/NAME.wasm` for the current directory).
+    fn default_out(&self) -> PathBuf {
+        let out = self.dir.join("target").join(format!("{}.wasm", self.name));
+        out.strip_prefix(".").map(Path::to_path_buf).unwrap_or(out)
+    }
+
+    /// Builds the component at `out`; progress on stderr.
+    fn build(&self, out: &Path, profile: Profile) -> anyhow::Result<()> {
+        if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        match self.language {
+            Language::Rust => {
+                let toolchain = WasmToolchain::detect()?;
+                eprintln!("building the Rust plugin {} in {} ({})...", self.name, self.dir.display(), toolchain.describe());
+                let core = toolchain
+                    .build(&self.dir, &CargoBuild { profile, ..CargoBuild::default() })
+                    .with_context(|| format!("building the Rust plugin in {}", self.dir.display()))?;
+                eprintln!("encoding {} as a component", core.display());
+                warden_guest_build::encode_component(&core, out)?;
+            }
+            Language::Python => {
+                let componentize = ComponentizePy::find(&self.dir)?;
+                eprintln!("building the Python plugin {} in {} ({})...", self.name, self.dir.display(), componentize.program().display());
+                componentize
+                    .componentize(&self.dir, &self.dir.join("wit"), &[], out)
+                    .with_context(|| format!("building the Python plugin in {}", self.dir.display()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub async fn run(config: Config, args: BuildArgs) -> anyhow::Result<ExitCode> {
+    let project = Project::open(&args.dir)?;
+    anyhow::ensure!(
+        !(args.debug && project.language == Language::Python),
+        "--debug: only Rust plugins have build profiles ({} is a Python plugin)",
+        args.dir.display()
+    );
+    let profile = if args.debug { Profile::Debug } else { Profile::Release };
+    let out = args.out.unwrap_or_else(|| project.default_out());
+    let started = Instant::now();
+    let written = out.clone();
+    tokio::task::spawn_blocking(move || project.build(&written, profile)).await.context("the build panicked")??;
+    out!("{}", out.display());
+    let Ungranted { loaded, .. } = load_ungranted(&config, &out).await?;
+    match loaded {
+        Ok(plugin) => {
+            let info = &plugin.info;
+            let caps: Vec<_> = info.capabilities.iter().map(|c| c.name()).collect();
+            eprintln!(
+                "built {} {}: kinds {}, requests [{}] ({}, {:.1}s)",
+                esc(&info.name),
+                esc(&info.version),
+                esc(&info.kinds.join(", ")),
+                caps.join(", "),
+                warden_guest_build::size_of(&out),
+                started.elapsed().as_secs_f64()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {}: built, but warden cannot load it: {}", out.display(), esc(&e.to_string()));
+            Ok(ExitCode::from(EXIT_USAGE))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_project_is_named_by_its_package_or_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let rust = root.path().join("dir-name");
+        std::fs::create_dir_all(&rust).unwrap();
+        std::fs::write(rust.join("Cargo.toml"), "[package]\nname = \"pkg-name\"\n").unwrap();
+        let p = Project::open(&rust).unwrap();
+        assert_eq!((p.language, p.name.as_str()), (Language::Rust, "pkg-name"));
+        assert_eq!(p.default_out(), rust.join("target/pkg-name.wasm"));
+
+        let py = root.path().join("py-proj");
+        std::fs::create_dir_all(py.join("wit")).unwrap();
+        std::fs::write(py.join("app.py"), "").unwrap();
+        let p = Project::open(&py).unwrap();
+        assert_eq!((p.language, p.name.as_str()), (Language::Python, "py-proj"));
+        // The current directory gives a path relative to it.
+        let here = Project { dir: ".".into(), language: Language::Python, name: "x".into() };
+        assert_eq!(here.default_out(), Path::new("target/x.wasm"));
+    }
+
+    #[test]
+    fn what_is_not_a_project_is_named_with_what_was_expected() {
+        let root = tempfile::tempdir().unwrap();
+        let err = Project::open(root.path()).err().unwrap().to_string();
+        assert!(err.contains(&root.path().display().to_string()) && err.contains("no Cargo.toml") && err.contains("app.py"), "{err}");
+        let err = Project::open(&root.path().join("missing")).err().unwrap().to_string();
+        assert!(err.contains("not a directory"), "{err}");
+        std::fs::write(root.path().join("app.py"), "").unwrap();
+        let err = Project::open(root.path()).err().unwrap().to_string();
+        assert!(err.contains("wit") && err.contains("missing"), "{err}");
+        std::fs::write(root.path().join("Cargo.toml"), "not a manifest").unwrap();
+        let err = format!("{:#}", Project::open(root.path()).err().unwrap());
+        assert!(err.contains("Cargo.toml") && err.contains("[package]"), "{err}");
+    }
+}
