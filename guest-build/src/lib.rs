@@ -66,9 +66,9 @@ pub enum Error {
     )]
     NoWasmToolchain,
     #[error(
-        "componentize-py not found in {} or on PATH. Install the pinned version there:\n  \
-         python3 -m venv {VENV_DIR} && {VENV_DIR}/bin/pip install '{COMPONENTIZE_PY}'",
-        venv.display()
+        "componentize-py not found in {v}/bin or on PATH. Install the pinned version with:\n  \
+         python3 -m venv {v} && {v}/bin/pip install '{COMPONENTIZE_PY}'",
+        v = .venv.display()
     )]
     NoComponentizePy { venv: PathBuf },
     #[error("could not start `{command}`")]
@@ -79,13 +79,13 @@ pub enum Error {
     },
     #[error("`{command}` failed ({status})")]
     Failed { command: String, status: ExitStatus },
-    #[error("{}: cargo wrote no `.wasm` library for this crate (it needs `[lib] crate-type = [\"cdylib\"]`)", manifest.display())]
+    #[error("{}: cargo wrote no `.wasm` library for this crate (it needs `[lib] crate-type = [\"cdylib\"]`)", .manifest.display())]
     NoCoreModule { manifest: PathBuf },
-    #[error("encoding {} as a component: {detail}", core.display())]
+    #[error("encoding {} as a component: {detail}", .core.display())]
     Encode { core: PathBuf, detail: String },
-    #[error("{}: {reason}", path.display())]
+    #[error("{}: {reason}", .path.display())]
     Manifest { path: PathBuf, reason: String },
-    #[error("{action} {}", path.display())]
+    #[error("{action} {}", .path.display())]
     Io {
         /// What was being done, e.g. `reading`.
         action: &'static str,
@@ -93,7 +93,7 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    #[error("renaming {} to {}", from.display(), to.display())]
+    #[error("renaming {} to {}", .from.display(), .to.display())]
     Rename {
         from: PathBuf,
         to: PathBuf,

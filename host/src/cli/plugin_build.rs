@@ -35,7 +35,10 @@ pub struct BuildArgs {
 
 /// A plugin project directory and what it is.
 struct Project {
+    /// As given: the default output path is made from it (`target/x.wasm`, not absolute).
     dir: PathBuf,
+    /// Absolute, for messages (`.` says little) and for the build.
+    full: PathBuf,
     language: Language,
     /// The output's file stem.
     name: String,
@@ -43,35 +46,36 @@ struct Project {
 
 impl Project {
     fn open(dir: &Path) -> anyhow::Result<Self> {
+        let full = std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))?;
         anyhow::ensure!(
-            dir.is_dir(),
+            full.is_dir(),
             "{}: not a directory; expected a plugin project (a Rust crate or a Python app.py)",
-            dir.display()
+            full.display()
         );
-        let Some(language) = Language::of_dir(dir) else {
+        let Some(language) = Language::of_dir(&full) else {
             anyhow::bail!(
                 "{}: no Cargo.toml (a Rust plugin) or app.py (a Python plugin) here; \
                  `warden plugin new NAME --kind KIND` makes a project",
-                dir.display()
+                full.display()
             );
         };
         let name = match language {
-            Language::Rust => GuestManifest::read(&dir.join(language.marker()))?.package_name,
+            Language::Rust => GuestManifest::read(&full.join(language.marker()))?.package_name,
             Language::Python => {
-                let wit = dir.join("wit");
+                let wit = full.join("wit");
                 anyhow::ensure!(
                     wit.is_dir(),
                     "{}: missing; a Python plugin is built against the WIT package in wit/ \
                      (`warden plugin new` vendors it)",
                     wit.display()
                 );
-                let full = std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
-                full.file_name().and_then(|n| n.to_str()).map(str::to_owned).with_context(|| {
-                    format!("{}: the directory name is not usable as a file name; pass --out", full.display())
+                let real = std::fs::canonicalize(&full).with_context(|| format!("resolving {}", full.display()))?;
+                real.file_name().and_then(|n| n.to_str()).map(str::to_owned).with_context(|| {
+                    format!("{}: the directory name is not usable as a file name; pass --out", real.display())
                 })?
             }
         };
-        Ok(Project { dir: dir.to_owned(), language, name })
+        Ok(Project { dir: dir.to_owned(), full, language, name })
     }
 
     /// `DIR/target/NAME.wasm` (`target/NAME.wasm` for the current directory).
@@ -88,19 +92,19 @@ impl Project {
         match self.language {
             Language::Rust => {
                 let toolchain = WasmToolchain::detect()?;
-                eprintln!("building the Rust plugin {} in {} ({})...", self.name, self.dir.display(), toolchain.describe());
+                eprintln!("building the Rust plugin {} in {} ({})...", self.name, self.full.display(), toolchain.describe());
                 let core = toolchain
-                    .build(&self.dir, &CargoBuild { profile, ..CargoBuild::default() })
-                    .with_context(|| format!("building the Rust plugin in {}", self.dir.display()))?;
+                    .build(&self.full, &CargoBuild { profile, ..CargoBuild::default() })
+                    .with_context(|| format!("building the Rust plugin in {}", self.full.display()))?;
                 eprintln!("encoding {} as a component", core.display());
                 warden_guest_build::encode_component(&core, out)?;
             }
             Language::Python => {
-                let componentize = ComponentizePy::find(&self.dir)?;
-                eprintln!("building the Python plugin {} in {} ({})...", self.name, self.dir.display(), componentize.program().display());
+                let componentize = ComponentizePy::find(&self.full)?;
+                eprintln!("building the Python plugin {} in {} ({})...", self.name, self.full.display(), componentize.program().display());
                 componentize
-                    .componentize(&self.dir, &self.dir.join("wit"), &[], out)
-                    .with_context(|| format!("building the Python plugin in {}", self.dir.display()))?;
+                    .componentize(&self.full, &self.full.join("wit"), &[], out)
+                    .with_context(|| format!("building the Python plugin in {}", self.full.display()))?;
             }
         }
         Ok(())
@@ -112,7 +116,7 @@ pub async fn run(config: Config, args: BuildArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         !(args.debug && project.language == Language::Python),
         "--debug: only Rust plugins have build profiles ({} is a Python plugin)",
-        args.dir.display()
+        project.full.display()
     );
     let profile = if args.debug { Profile::Debug } else { Profile::Release };
     let out = args.out.unwrap_or_else(|| project.default_out());
@@ -163,7 +167,7 @@ mod tests {
         let p = Project::open(&py).unwrap();
         assert_eq!((p.language, p.name.as_str()), (Language::Python, "py-proj"));
         // The current directory gives a path relative to it.
-        let here = Project { dir: ".".into(), language: Language::Python, name: "x".into() };
+        let here = Project { dir: ".".into(), full: "/p".into(), language: Language::Python, name: "x".into() };
         assert_eq!(here.default_out(), Path::new("target/x.wasm"));
     }
 

@@ -358,7 +358,7 @@ fn plugin_build_says_what_it_expected_to_find() {
     let o = warden_in(dir.path(), &["plugin", "build", "broken"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     let err = stderr(&o);
-    assert!(err.contains("building the Rust plugin in broken") && err.contains("failed"), "{err}");
+    assert!(err.contains(&format!("building the Rust plugin in {}", broken.display())) && err.contains("failed"), "{err}");
     assert!(!broken.join("target/broken.wasm").exists());
     // A Cargo.toml without a package: named, before any toolchain runs.
     std::fs::write(broken.join("Cargo.toml"), "[workspace]\n").unwrap();
