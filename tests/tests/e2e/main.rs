@@ -9,6 +9,7 @@ mod claude;
 mod cli;
 mod a2a;
 mod a2a_server;
+mod author_kit;
 mod http_agent;
 mod mcp;
 mod mcp_server;

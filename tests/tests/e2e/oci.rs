@@ -14,14 +14,14 @@ use crate::common::{Deployment, Server, bin, free_port, http, http_with, json_of
 const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 
 /// A registry process with its own storage; killed when dropped.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
     port: u16,
     storage: tempfile::TempDir,
 }
 
 impl Registry {
-    fn start() -> Registry {
+    pub(crate) fn start() -> Registry {
         Self::start_with(None)
     }
 
@@ -69,7 +69,7 @@ impl Registry {
         std::fs::read_to_string(self.storage.path().join("registry.log")).unwrap_or_default()
     }
 
-    fn url(&self, repo_tag: &str) -> String {
+    pub(crate) fn url(&self, repo_tag: &str) -> String {
         format!("oci://127.0.0.1:{}/{repo_tag}", self.port)
     }
 
