@@ -420,27 +420,28 @@ async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
     assert!(!gone.status.success(), "the session's container (and its servers) is gone");
 }
 
-/// Issue 21: a subagent's Bash reaches an allowed host on the test machine through the
-/// session's egress proxy and is refused another; both decisions are audit-log lines and
-/// `egress` events in the task's stream.
+/// An HTTP server on 127.0.0.1 (a free port, returned) answering every request with a
+/// four-byte `body`: the test machine's host the sandbox reaches through its egress proxy.
+fn four_byte_server(body: &'static [u8; 4]) -> u16 {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut s in server.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(&[b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n".as_slice(), body].concat());
+        }
+    });
+    port
+}
+
+/// Issue 21: an agent file's and a task's `egress` lists only narrow the operator's.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_file_and_a_task_can_only_narrow_egress() {
     // Issue 21: the operator allows two local servers; the agent file's `egress` names one
     // of them (and a host the operator never allowed), the task's list narrows further.
-    let pong = |body: &'static [u8]| {
-        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = server.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            use std::io::{Read, Write};
-            for mut s in server.incoming().flatten() {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                let _ = s.write_all(&[b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n".as_slice(), body].concat());
-            }
-        });
-        port
-    };
-    let (a, b) = (pong(b"pong"), pong(b"ping"));
+    let (a, b) = (four_byte_server(b"pong"), four_byte_server(b"ping"));
     let curl = |p: u16| format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{p}/");
     let script = format!(
         "- tool_calls: [{{ name: Bash, arguments: {{ command: \"{}; echo; {}; echo; curl -sS --max-time 20 http://evil.example/\" }} }}]\n\
@@ -487,18 +488,12 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
     assert!(snap.problems.iter().any(|p| p.message.contains("\"sloppy\" not registered: egress[1]")), "{:?}", snap.problems);
 }
 
+/// Issue 21: a subagent's Bash reaches an allowed host on the test machine through the
+/// session's egress proxy and is refused another; both decisions are audit-log lines and
+/// `egress` events in the task's stream.
 #[tokio::test(flavor = "multi_thread")]
 async fn egress_decisions_are_audited_and_streamed() {
-    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = server.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        use std::io::{Read, Write};
-        for mut s in server.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\npong");
-        }
-    });
+    let port = four_byte_server(b"pong");
     let script = format!(
         "- tool_calls: [{{ name: Bash, arguments: {{ command: \"curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/x; echo; curl -sS --max-time 20 http://1.1.1.1/\" }} }}]\n\
          - text: \"done\"\n  expect: {{ last_tool_result_contains: \"pong\" }}\n"
