@@ -111,28 +111,47 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Writes `<path>.tmp` and renames it over `path`.
+/// Mode of a written component: readable by the warden that loads it, whoever runs it (as
+/// `warden plugin pull` installs plugins); temporary files start private.
+#[cfg(unix)]
+const OUTPUT_MODE: u32 = 0o644;
+
+/// Writes `bytes` to a fresh temporary file beside `path` and renames it over `path`.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    fs::write(&tmp, bytes).map_err(Error::io("writing", &tmp))?;
-    rename(&tmp, path)
+    use std::io::Write;
+    let mut tmp = tmp_beside(path)?;
+    tmp.write_all(bytes).map_err(Error::io("writing", tmp.path()))?;
+    persist(tmp, path)
 }
 
-/// `<path>.tmp`, next to `path` (same file system, so a rename is atomic).
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
+/// A temporary file beside `path` (same file system, so the final rename is atomic), created
+/// exclusively under a random name (never an existing file or a planted link); removed when
+/// dropped unless [`persist`]ed.
+pub fn tmp_beside(path: &Path) -> Result<tempfile::NamedTempFile> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(parent)
+        .map_err(Error::io("creating a temporary file beside", path))
+}
+
+/// Renames a finished temporary file over `to` (the temporary file is removed on failure).
+pub fn persist(tmp: tempfile::NamedTempFile, to: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(fs::Permissions::from_mode(OUTPUT_MODE)).map_err(Error::io("setting the mode of", tmp.path()))?;
+    }
+    let from = tmp.path().to_path_buf();
+    tmp.persist(to).map(drop).map_err(|e| Error::Rename { from, to: to.to_path_buf(), source: e.error })
 }
 
 /// `path` made absolute against the current directory: the programs run in the guest's
 /// directory, where a relative path would name something else.
 fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).map_err(Error::io("resolving", path))
-}
-
-fn rename(from: &Path, to: &Path) -> Result<()> {
-    fs::rename(from, to).map_err(|source| Error::Rename { from: from.to_path_buf(), to: to.to_path_buf(), source })
 }
 
 /// A file's size for progress lines, e.g. `46.5 KiB`.
@@ -168,10 +187,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("x.wasm");
         fs::write(&out, b"old").unwrap();
+        // A link planted where a predictable temporary name would be is never followed.
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&victim, dir.path().join("x.wasm.tmp")).unwrap();
         write_atomically(&out, b"new").unwrap();
         assert_eq!(fs::read(&out).unwrap(), b"new");
-        assert!(!tmp_path(&out).exists());
-        assert_eq!(tmp_path(&out), dir.path().join("x.wasm.tmp"));
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+        let mut names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, ["victim", "x.wasm", "x.wasm.tmp"]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(fs::metadata(&out).unwrap().permissions().mode() & 0o777, OUTPUT_MODE);
+        }
     }
 
     #[test]
@@ -179,7 +210,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("missing/x.wasm");
         let err = write_atomically(&out, b"x").unwrap_err();
-        assert!(err.to_string().starts_with("writing ") && err.to_string().contains("x.wasm.tmp"), "{err}");
+        assert!(err.to_string().starts_with("creating a temporary file beside ") && err.to_string().contains("x.wasm"), "{err}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::process::run;
-use crate::{Error, Result, WIT_WORLD, absolute, rename, tmp_path};
+use crate::{Error, Result, WIT_WORLD, absolute, persist, tmp_beside};
 
 /// Builds Python guests; pinned to the line verified with this WIT and wasmtime.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.*";
@@ -59,12 +59,10 @@ impl ComponentizePy {
         let (app_dir, wit, out) = (absolute(app_dir)?, absolute(wit)?, absolute(out)?);
         let extra_paths = extra_paths.iter().map(|p| absolute(p)).collect::<Result<Vec<_>>>()?;
         let extra_paths: Vec<&Path> = extra_paths.iter().map(PathBuf::as_path).collect();
-        let tmp = tmp_path(&out);
-        if let Err(e) = run(&mut self.command(&app_dir, &wit, &extra_paths, &tmp)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        rename(&tmp, &out)
+        // Removed when dropped, on any failure.
+        let tmp = tmp_beside(&out)?;
+        run(&mut self.command(&app_dir, &wit, &extra_paths, tmp.path()))?;
+        persist(tmp, &out)
     }
 
     fn command(&self, app_dir: &Path, wit: &Path, extra_paths: &[&Path], out: &Path) -> Command {

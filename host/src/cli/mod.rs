@@ -286,7 +286,8 @@ pub fn main() -> ExitCode {
     match rt.block_on(dispatch(cli.command, config)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // The chain may quote what a plugin, a project or a peer wrote: escaped.
+            eprintln!("error: {}", esc_lines(&format!("{e:#}")));
             ExitCode::from(EXIT_USAGE)
         }
     }

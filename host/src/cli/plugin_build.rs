@@ -34,6 +34,25 @@ pub struct BuildArgs {
 }
 
 /// A plugin project directory and what it is.
+/// Longest output name (`NAME.wasm`; the plugin id the file is deployed under): as long as
+/// cargo's package names in practice, far below any file-name limit.
+const MAX_NAME_LEN: usize = 64;
+
+/// Checks a name the output file is made from (the Rust package's name as warden read it,
+/// or the Python project's directory name): one path component of `[A-Za-z0-9_-]`, so a
+/// crafted manifest can never make the build write outside `DIR/target/`.
+fn checked_name(name: String, from: &str) -> anyhow::Result<String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    anyhow::ensure!(
+        ok,
+        "{from} {:?}: expected 1-{MAX_NAME_LEN} letters, digits, '_' or '-' (it names the output file); rename it or pass --out",
+        crate::text::escape_control(&name)
+    );
+    Ok(name)
+}
+
 struct Project {
     /// As given: the default output path is made from it (`target/x.wasm`, not absolute).
     dir: PathBuf,
@@ -60,7 +79,10 @@ impl Project {
             );
         };
         let name = match language {
-            Language::Rust => GuestManifest::read(&full.join(language.marker()))?.package_name,
+            Language::Rust => {
+                let manifest = full.join(language.marker());
+                checked_name(GuestManifest::read(&manifest)?.package_name, &format!("{}: package name", manifest.display()))?
+            }
             Language::Python => {
                 let wit = full.join("wit");
                 anyhow::ensure!(
@@ -70,9 +92,10 @@ impl Project {
                     wit.display()
                 );
                 let real = std::fs::canonicalize(&full).with_context(|| format!("resolving {}", full.display()))?;
-                real.file_name().and_then(|n| n.to_str()).map(str::to_owned).with_context(|| {
+                let name = real.file_name().and_then(|n| n.to_str()).map(str::to_owned).with_context(|| {
                     format!("{}: the directory name is not usable as a file name; pass --out", real.display())
-                })?
+                })?;
+                checked_name(name, &format!("{}: directory name", real.display()))?
             }
         };
         Ok(Project { dir: dir.to_owned(), full, language, name })
@@ -120,6 +143,11 @@ pub async fn run(config: Config, args: BuildArgs) -> anyhow::Result<ExitCode> {
     );
     let profile = if args.debug { Profile::Debug } else { Profile::Release };
     let out = args.out.unwrap_or_else(|| project.default_out());
+    anyhow::ensure!(
+        out.file_name().is_some() && !out.is_dir(),
+        "--out {}: expected a file path (the component is written there), not a directory",
+        out.display()
+    );
     let started = Instant::now();
     let written = out.clone();
     tokio::task::spawn_blocking(move || project.build(&written, profile)).await.context("the build panicked")??;
@@ -169,6 +197,23 @@ mod tests {
         // The current directory gives a path relative to it.
         let here = Project { dir: ".".into(), full: "/p".into(), language: Language::Python, name: "x".into() };
         assert_eq!(here.default_out(), Path::new("target/x.wasm"));
+    }
+
+    /// Regression (review of issue 14): a manifest whose text fools warden's reading of the
+    /// package name (cargo sees another) made the build write outside `DIR/target/`.
+    #[test]
+    fn a_name_that_is_not_one_plain_component_is_refused() {
+        for bad in ["../../x", "a/b", "", ".", "..", "a b", "x\u{1b}]0;t", &"n".repeat(MAX_NAME_LEN + 1)] {
+            let err = checked_name(bad.to_owned(), "Cargo.toml: package name").unwrap_err().to_string();
+            assert!(err.contains("expected 1-64 letters") && !err.contains('\u{1b}'), "{bad:?}: {err}");
+        }
+        for good in ["rpc", "my-proto", "a_b-9", &"n".repeat(MAX_NAME_LEN)] {
+            assert_eq!(checked_name(good.to_owned(), "x").unwrap(), good);
+        }
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("Cargo.toml"), "[package]\nname = \"../../../escaped\"\n").unwrap();
+        let err = format!("{:#}", Project::open(root.path()).err().unwrap());
+        assert!(err.contains("package name") && err.contains("--out"), "{err}");
     }
 
     #[test]

@@ -82,7 +82,17 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
         write(&dir, &format!("{wit_dir}/{file}"), text)?;
     }
     let uri = format!("{}://example", kind.to_ascii_lowercase());
-    let wasm = format!("target/{name}.wasm");
+    // The plugin id the output is built and deployed under (its file stem, the key of its
+    // grants): the Rust package's name, or a Python project's directory name, as
+    // `warden plugin build` names it.
+    let id = match lang {
+        Lang::Rust => name.to_owned(),
+        Lang::Python => std::path::absolute(&dir)
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| name.to_owned()),
+    };
+    let wasm = format!("target/{id}.wasm");
     let (build, needs) = match lang {
         Lang::Rust => {
             for (file, text) in SDK_RUST {
@@ -96,8 +106,6 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
             write(&dir, "Cargo.toml", &format!("# The warden protocol plugin `{name}`, made by `warden plugin new`.\n{manifest}"))?;
             write(&dir, "Cargo.lock", &RUST_CARGO_LOCK.replace("name = \"rust-plugin\"", &format!("name = \"{name}\"")))?;
             let lib = RUST_LIB
-                .replace("path: \"../../wit\"", "path: \"wit\"")
-                .replace("// Point this at the `wit/` folder of the warden version you target.", "// The WIT of the warden version this project was made with (vendored).")
                 .replace("\"rust-plugin\"", &format!("\"{name}\""))
                 .replace("\"TEMPLATE\"", &format!("\"{kind}\""))
                 .replace("kind `TEMPLATE`", &format!("kind `{kind}`"));
@@ -134,14 +142,14 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
         &dir,
         "warden.yaml",
         &format!(
-            "# A deployment that loads this plugin: copy {wasm} into ./plugins.\nplugins:\n  dir: ./plugins\n  grants:\n    {name}: {{ log: true }}   # grant only what the plugin asks for (warden plugin inspect)\nsubagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"{uri}\", kind: {kind}, metadata: {{ description: \"An example subagent\" }} }}\n"
+            "# A deployment that loads this plugin: copy {wasm} into ./plugins.\nplugins:\n  dir: ./plugins\n  grants:\n    {id}: {{ log: true }}   # grant only what the plugin asks for (warden plugin inspect)\nsubagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"{uri}\", kind: {kind}, metadata: {{ description: \"An example subagent\" }} }}\n"
         ),
     )?;
     write(
         &dir,
         "README.md",
         &format!(
-            "# {name}\n\nA warden protocol plugin serving kind `{kind}`, made with `warden plugin new`.\n\n## Build\n\n```sh\n{build}\n```\n\n{needs}## Try it\n\n```sh\nwarden plugin inspect {wasm}\nwarden plugin test {wasm} --ref {uri} --grant log --prompt \"hello\"\n```\n\n## Deploy\n\nCopy `{wasm}` into the plugin directory of a running warden (it is loaded without a\nrestart) and grant it what it needs under `plugins.grants.{name}`; `warden.yaml` here is a\nstarting point. The WIT in `wit/` is the version this project targets.\n"
+            "# {name}\n\nA warden protocol plugin serving kind `{kind}`, made with `warden plugin new`.\n\n## Build\n\n```sh\n{build}\n```\n\n{needs}## Try it\n\n```sh\nwarden plugin inspect {wasm}\nwarden plugin test {wasm} --ref {uri} --grant log --prompt \"hello\"\n```\n\n## Deploy\n\nCopy `{wasm}` into the plugin directory of a running warden (it is loaded without a\nrestart) and grant it what it needs under `plugins.grants.{id}`; `warden.yaml` here is a\nstarting point. The WIT in `{wit_dir}/` is the version this project targets.\n"
         ),
     )?;
     out!("{}", dir.display());

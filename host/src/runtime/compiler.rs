@@ -157,9 +157,12 @@ async fn compile_in_child(
     if status.success() {
         return out.map_err(|e| format!("reading the compiler's output: {e}"));
     }
+    // Under RLIMIT_AS exhaustion shows as a failed allocation, ENOMEM, or EAGAIN from a
+    // thread whose stack cannot be mapped (the compiler's worker pool panics with it).
     let out_of_memory = err.contains("memory allocation")
         || err.contains("Cannot allocate memory")
         || err.contains("out of memory")
+        || err.contains("Resource temporarily unavailable")
         || std::os::unix::process::ExitStatusExt::signal(&status).is_some_and(|s| s == libc::SIGABRT || s == libc::SIGSEGV);
     if out_of_memory {
         return Err(format!(

@@ -255,6 +255,17 @@ class Export(unittest.TestCase):
             Executor().execute(None, None, None)
         self.assertEqual(caught.exception.value, imports.types.Error_Internal("KeyError: 'missing'"))
 
+    def test_a_plugin_whose_constructor_raises_answers_an_error_value(self):
+        class Broken(wg.Plugin):
+            def __init__(self):
+                raise wg.Unavailable("config missing")
+
+        _, Resolver, Executor = wg.export(Broken)
+        for run in (lambda: Resolver().resolve("r"), lambda: Executor().execute(None, None, None)):
+            with self.assertRaises(cpt.Err) as caught:
+                run()
+            self.assertEqual(caught.exception.value, imports.types.Error_Unavailable("config missing"))
+
 
 class WithoutBindings(unittest.TestCase):
     def test_pure_parts_import_and_host_helpers_say_why_they_cannot_run(self):

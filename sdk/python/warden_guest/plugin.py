@@ -55,10 +55,12 @@ def export(plugin_class):
             return plugin_class().can_resolve(reference)
 
         def resolve(self, reference):
-            return _guarded(plugin_class().resolve, reference)
+            # The plugin is constructed inside the guard too: a raising `__init__` is an
+            # error value, not a trap.
+            return _guarded(lambda: plugin_class().resolve(reference))
 
     class Executor(exports.Executor):
         def execute(self, ctx, call, definition):
-            return _guarded(plugin_class().execute, ctx, call, definition)
+            return _guarded(lambda: plugin_class().execute(ctx, call, definition))
 
     return Meta, Resolver, Executor

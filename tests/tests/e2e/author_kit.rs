@@ -184,7 +184,8 @@ fn from_an_empty_directory_to_a_task_over_http_in_rust_and_python() {
         assert_eq!(answer, "rpc:hello");
         // Without the HTTP grant the same task fails (the host enforces the grant).
         let o = author(&project, &["plugin", "test", &wasm, "--ref", "jsonrpc://local", "--meta", &format!("url={url}"), "--prompt", "hello"]);
-        assert!(!o.status.success(), "{o:?}");
+        let said = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+        assert!(!o.status.success() && said.contains("denied") && said.contains("http"), "{said}");
         ok(author(&project, &["plugin", "sign", &wasm, "--key", "../author.key"]), "plugin sign");
         let target = registry.url(&format!("authors/{name}:0.1.0"));
         let o = author(&project, &["plugin", "push", &wasm, &target, "--insecure"]);
