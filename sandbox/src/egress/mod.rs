@@ -107,11 +107,7 @@ fn bounded(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }
-    let mut cut = max;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…({} bytes)", &text[..cut], text.len())
+    format!("{}…({} bytes)", &text[..text.floor_char_boundary(max)], text.len())
 }
 
 /// One egress decision, as audited and streamed. Never holds a credential.

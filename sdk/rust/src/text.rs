@@ -6,11 +6,7 @@ pub fn truncate(text: &str, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text.to_string();
     }
-    let mut cut = max_bytes;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &text[..cut])
+    format!("{}…", &text[..text.floor_char_boundary(max_bytes)])
 }
 
 #[cfg(test)]
