@@ -28,6 +28,9 @@ use crate::error::SandboxError;
 pub const MAX_EGRESS_RULES: usize = 256;
 /// Longest host name (RFC 1035: 253 characters without the trailing dot).
 pub const MAX_HOST_LEN: usize = 253;
+/// Longest allow or deny entry: `*.` + the longest host name + `:65535`. Anything longer
+/// cannot be a valid entry and is refused without being quoted back.
+const MAX_PATTERN_LEN: usize = 2 + MAX_HOST_LEN + 6;
 /// Ports an allow entry without a port allows: the web (HTTP and HTTPS).
 pub const DEFAULT_ALLOW_PORTS: [u16; 2] = [80, 443];
 /// Shortest environment value of a credential that is scrubbed on its own (besides the
@@ -110,6 +113,10 @@ impl Pattern {
     /// Parses one entry; the error says what is wrong and what is expected.
     pub fn parse(text: &str) -> Result<Pattern, String> {
         let t = text.trim();
+        if t.len() > MAX_PATTERN_LEN {
+            // Never a valid entry; not quoted, so a huge one never fills an error or a log.
+            return Err(format!("an entry of {} bytes; expected a host pattern of at most {MAX_PATTERN_LEN}", t.len()));
+        }
         if t.is_empty() {
             return Err("an empty entry; expected a host such as `pypi.org`, `*.example.com`, `10.0.0.5:8080`".into());
         }
@@ -596,6 +603,17 @@ impl EgressPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_entry_is_refused_without_being_quoted() {
+        let huge = format!("{}.example.com", "a\u{0}".repeat(100_000));
+        let e = Pattern::parse(&huge).unwrap_err();
+        assert!(e.len() < 200 && !e.contains('\u{0}') && e.contains("at most"), "{}", &e[..e.len().min(300)]);
+        // The longest valid entry still passes.
+        let longest = format!("*.{}:65535", ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join("."));
+        assert_eq!(longest.len(), MAX_PATTERN_LEN);
+        Pattern::parse(&longest).unwrap();
+    }
     use proptest::prelude::*;
 
     fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
