@@ -40,10 +40,7 @@ pub enum AuditDecision {
 impl AuditDecision {
     /// Whether the call may run.
     pub fn allows(self) -> bool {
-        matches!(
-            self,
-            AuditDecision::Allow | AuditDecision::Approve | AuditDecision::Bypass
-        )
+        matches!(self, AuditDecision::Allow | AuditDecision::Approve | AuditDecision::Bypass)
     }
 }
 
@@ -194,15 +191,8 @@ impl AuditLog {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|source| AuditError {
-                path: path.clone(),
-                source,
-            })?;
-        Ok(AuditLog {
-            path,
-            file: Mutex::new(file),
-            filter: None,
-        })
+            .map_err(|source| AuditError { path: path.clone(), source })?;
+        Ok(AuditLog { path, file: Mutex::new(file), filter: None })
     }
 
     /// Passes every line through `filter` before it is written (names and rules come
@@ -228,10 +218,8 @@ impl AuditLog {
     }
 
     fn append_line(&self, record: &impl Serialize) -> Result<(), AuditError> {
-        let mut line = serde_json::to_string(record).map_err(|e| AuditError {
-            path: self.path.clone(),
-            source: std::io::Error::other(e),
-        })?;
+        let mut line = serde_json::to_string(record)
+            .map_err(|e| AuditError { path: self.path.clone(), source: std::io::Error::other(e) })?;
         if let Some(f) = &self.filter {
             line = f(&line);
         }
@@ -241,10 +229,7 @@ impl AuditLog {
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         file.write_all(line.as_bytes())
             .and_then(|()| file.flush())
-            .map_err(|source| AuditError {
-                path: self.path.clone(),
-                source,
-            })
+            .map_err(|source| AuditError { path: self.path.clone(), source })
     }
 }
 

@@ -20,7 +20,9 @@ fn clean(s: &str) -> String {
             out.push('…');
             break;
         }
-        if c.is_control() && c != '\t' || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+        if c.is_control() && c != '\t'
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
             out.push_str(&c.escape_unicode().to_string());
         } else {
             out.push(c);
@@ -70,7 +72,11 @@ pub fn describe_call(tool: &str, input: &Value) -> String {
         }
         "Edit" => {
             let all = input.get("replace_all").and_then(Value::as_bool) == Some(true);
-            out.push(format!("  edit {}{}", clean(text(input, "file_path")), if all { " (every occurrence)" } else { "" }));
+            out.push(format!(
+                "  edit {}{}",
+                clean(text(input, "file_path")),
+                if all { " (every occurrence)" } else { "" }
+            ));
             lines(&mut out, "  - ", text(input, "old_string"), &mut budget);
             lines(&mut out, "  + ", text(input, "new_string"), &mut budget);
         }
@@ -96,10 +102,16 @@ mod tests {
 
     #[test]
     fn calls_read_as_a_person_would_write_them() {
-        assert_eq!(describe_call("Bash", &json!({ "command": "git status", "description": "see changes" })), "  $ git status\n  (see changes)");
+        assert_eq!(
+            describe_call("Bash", &json!({ "command": "git status", "description": "see changes" })),
+            "  $ git status\n  (see changes)"
+        );
         let w = describe_call("Write", &json!({ "file_path": "/workspace/a.txt", "content": "one\ntwo\n" }));
         assert_eq!(w, "  write /workspace/a.txt (2 lines)\n  + one\n  + two");
-        let e = describe_call("Edit", &json!({ "file_path": "/w/x.rs", "old_string": "let a = 1;", "new_string": "let a = 2;" }));
+        let e = describe_call(
+            "Edit",
+            &json!({ "file_path": "/w/x.rs", "old_string": "let a = 1;", "new_string": "let a = 2;" }),
+        );
         assert_eq!(e, "  edit /w/x.rs\n  - let a = 1;\n  + let a = 2;");
         let long = "x\n".repeat(100);
         let w = describe_call("Write", &json!({ "file_path": "f", "content": long }));

@@ -297,9 +297,7 @@ pub struct ApprovalGate {
 
 impl std::fmt::Debug for ApprovalGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApprovalGate")
-            .field("pending", &self.pending().len())
-            .finish()
+        f.debug_struct("ApprovalGate").field("pending", &self.pending().len()).finish()
     }
 }
 
@@ -368,27 +366,16 @@ impl ApprovalGate {
 
     /// Requests waiting for a decision, oldest first.
     pub fn pending(&self) -> Vec<PendingApproval> {
-        let mut list: Vec<PendingApproval> = self
-            .inner
-            .lock_pending()
-            .values()
-            .map(|p| p.info.clone())
-            .collect();
+        let mut list: Vec<PendingApproval> = self.inner.lock_pending().values().map(|p| p.info.clone()).collect();
         list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         list
     }
 
     /// Deliver a person's decision for a pending request. `who` identifies
     /// them (audited as `user:<who>`).
-    pub fn resolve(
-        &self,
-        id: &str,
-        resolution: Resolution,
-        who: impl Into<String>,
-    ) -> Result<(), GateError> {
+    pub fn resolve(&self, id: &str, resolution: Resolution, who: impl Into<String>) -> Result<(), GateError> {
         let who = who.into();
-        self.inner
-            .deliver(id, Answer::Person(UserDecision { resolution, who }))
+        self.inner.deliver(id, Answer::Person(UserDecision { resolution, who }))
     }
 
     /// Like [`ApprovalGate::resolve`], with how long an approval holds. A scope other than
@@ -415,8 +402,7 @@ impl ApprovalGate {
             });
         }
         let who = who.into();
-        self.inner
-            .deliver(id, Answer::Scoped(UserDecision { resolution, who }, scope))
+        self.inner.deliver(id, Answer::Scoped(UserDecision { resolution, who }, scope))
     }
 
     /// Decline every pending request of a task (task canceled). Returns how
@@ -444,39 +430,40 @@ impl ApprovalGate {
     }
 
     /// Decide one call; `decider` (e.g. a TTY prompt) may answer an ask.
-    pub async fn request_with(
-        &self,
-        req: ApprovalRequest,
-        decider: Option<Arc<dyn Decider>>,
-    ) -> Verdict {
+    pub async fn request_with(&self, req: ApprovalRequest, decider: Option<Arc<dyn Decider>>) -> Verdict {
         let started = Instant::now();
         let inner = &self.inner;
         let mode = inner.policy.effective_mode(req.mode);
-        let mut ev = inner.policy.decide_resolved(&req.tool, &req.input, req.resolved_path.as_deref(), &inner.ctx, mode);
+        let mut ev =
+            inner.policy.decide_resolved(&req.tool, &req.input, req.resolved_path.as_deref(), &inner.ctx, mode);
         if req.hard_linked && ev.decision == Decision::Allow {
             ev.decision = Decision::Ask;
-            ev.reason = format!("{}; but the file has other hard links, whose names no rule was checked against", ev.reason);
+            ev.reason =
+                format!("{}; but the file has other hard links, whose names no rule was checked against", ev.reason);
         }
         let (decision, decided_by) = match ev.decision {
             // An approval a person gave for the session or for always covers this ask.
-            Decision::Ask => match inner.grants.matching(&req.tool, &req.input, req.grant_session().as_deref(), &inner.ctx) {
-                Some((scope, rule)) => {
-                    let verdict = Verdict {
-                        request_id: None,
-                        decision: AuditDecision::Approve,
-                        decided_by: format!("grant:{}", scope.as_str()),
-                        matched_rule: Some(rule),
-                        reason: format!("approved earlier for {}", if scope == Scope::Session { "this session" } else { "always" }),
-                        waited: started.elapsed(),
-                    };
-                    return inner.record(&req, verdict);
+            Decision::Ask => {
+                match inner.grants.matching(&req.tool, &req.input, req.grant_session().as_deref(), &inner.ctx) {
+                    Some((scope, rule)) => {
+                        let verdict = Verdict {
+                            request_id: None,
+                            decision: AuditDecision::Approve,
+                            decided_by: format!("grant:{}", scope.as_str()),
+                            matched_rule: Some(rule),
+                            reason: format!(
+                                "approved earlier for {}",
+                                if scope == Scope::Session { "this session" } else { "always" }
+                            ),
+                            waited: started.elapsed(),
+                        };
+                        return inner.record(&req, verdict);
+                    }
+                    None => {
+                        return self.ask(req, ev.matched_rule, ev.reason, decider, started).await;
+                    }
                 }
-                None => {
-                    return self
-                        .ask(req, ev.matched_rule, ev.reason, decider, started)
-                        .await;
-                }
-            },
+            }
             Decision::Allow if ev.bypass => (AuditDecision::Bypass, "bypass"),
             Decision::Allow => (AuditDecision::Allow, "policy"),
             Decision::Deny => (AuditDecision::Deny, "policy"),
@@ -587,26 +574,12 @@ impl ApprovalGate {
                 };
                 return inner.record(&req, v);
             }
-            map.insert(
-                id.clone(),
-                Pending {
-                    info: info.clone(),
-                    tx,
-                },
-            );
+            map.insert(id.clone(), Pending { info: info.clone(), tx });
         }
         let req_session = req.grant_session();
-        let mut guard = WaitGuard {
-            inner: Arc::clone(inner),
-            req,
-            verdict: Some(base),
-            started,
-        };
+        let mut guard = WaitGuard { inner: Arc::clone(inner), req, verdict: Some(base), started };
         inner.publish(GateEvent::Requested(info.clone()));
-        inner.publish(GateEvent::Heartbeat {
-            request_id: id.clone(),
-            task_id: info.task_id.clone(),
-        });
+        inner.publish(GateEvent::Heartbeat { request_id: id.clone(), task_id: info.task_id.clone() });
 
         let mut decided: BoxFuture<'static, Result<(UserDecision, Scope), String>> = match decider {
             Some(d) => d.decide_scoped(info.clone()),
@@ -614,10 +587,7 @@ impl ApprovalGate {
         };
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
-        let mut beat = tokio::time::interval_at(
-            tokio::time::Instant::now() + inner.heartbeat,
-            inner.heartbeat,
-        );
+        let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + inner.heartbeat, inner.heartbeat);
         let outcome: Result<Answer, &'static str> = loop {
             tokio::select! {
                 r = &mut rx => break r.map_err(|_| "error"),
@@ -663,18 +633,18 @@ impl ApprovalGate {
                             v.reason = format!("approved for {}", scope.as_str());
                         }
                     }
-                    Err(e) => tracing::error!(request_id = %id, scope = scope.as_str(), error = %e, "approval not kept beyond this call"),
+                    Err(e) => {
+                        tracing::error!(request_id = %id, scope = scope.as_str(), error = %e, "approval not kept beyond this call")
+                    }
                 }
                 (AuditDecision::Approve, format!("user:{who}"))
             }
-            Ok(Answer::Person(UserDecision {
-                resolution: Resolution::Approve,
-                who,
-            })) => (AuditDecision::Approve, format!("user:{who}")),
-            Ok(Answer::Person(UserDecision {
-                resolution: Resolution::Decline,
-                who,
-            })) => (AuditDecision::Decline, format!("user:{who}")),
+            Ok(Answer::Person(UserDecision { resolution: Resolution::Approve, who })) => {
+                (AuditDecision::Approve, format!("user:{who}"))
+            }
+            Ok(Answer::Person(UserDecision { resolution: Resolution::Decline, who })) => {
+                (AuditDecision::Decline, format!("user:{who}"))
+            }
             Err("timeout") => (AuditDecision::Timeout, "timeout".to_owned()),
             Err(other) => (AuditDecision::Decline, other.to_owned()),
         };
@@ -692,10 +662,7 @@ impl Inner {
     fn deliver(&self, id: &str, decision: Answer) -> Result<(), GateError> {
         let entry = self.lock_pending().remove(id);
         match entry {
-            Some(p) => {
-                p.tx.send(decision)
-                    .map_err(|_| GateError::UnknownRequest(id.to_owned()))
-            }
+            Some(p) => p.tx.send(decision).map_err(|_| GateError::UnknownRequest(id.to_owned())),
             None => Err(GateError::UnknownRequest(id.to_owned())),
         }
     }
@@ -751,12 +718,7 @@ struct WaitGuard {
 impl WaitGuard {
     fn finish(&mut self, decision: AuditDecision, decided_by: String) -> Verdict {
         let base = self.verdict.take().expect("finish is called once");
-        let v = Verdict {
-            decision,
-            decided_by,
-            waited: self.started.elapsed(),
-            ..base
-        };
+        let v = Verdict { decision, decided_by, waited: self.started.elapsed(), ..base };
         self.complete(v)
     }
 

@@ -119,8 +119,15 @@ impl Grants {
     }
 
     /// The grant that covers this call, if any: (scope, rule).
-    pub(crate) fn matching(&self, tool: &str, input: &Value, session: Option<&str>, ctx: &EvalContext) -> Option<(Scope, String)> {
-        let find = |rules: &[String]| rules.iter().find(|r| allows(std::slice::from_ref(*r), tool, input, ctx)).cloned();
+    pub(crate) fn matching(
+        &self,
+        tool: &str,
+        input: &Value,
+        session: Option<&str>,
+        ctx: &EvalContext,
+    ) -> Option<(Scope, String)> {
+        let find =
+            |rules: &[String]| rules.iter().find(|r| allows(std::slice::from_ref(*r), tool, input, ctx)).cloned();
         if let Some(s) = session {
             let map = self.session.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(r) = map.get(s).and_then(|rules| find(rules)) {
@@ -138,7 +145,14 @@ impl Grants {
 
     /// Keeps `rule` for `scope`. `Always` appends it to the overlay file, with a comment
     /// line naming who approved it and when.
-    pub(crate) fn add(&self, scope: Scope, session: Option<&str>, rule: &str, who: &str, request_id: &str) -> Result<(), String> {
+    pub(crate) fn add(
+        &self,
+        scope: Scope,
+        session: Option<&str>,
+        rule: &str,
+        who: &str,
+        request_id: &str,
+    ) -> Result<(), String> {
         match scope {
             Scope::Once => Ok(()),
             Scope::Session => {
@@ -203,8 +217,12 @@ mod tests {
         }
         let w = rule_for("Write", &json!({ "file_path": "/workspace/a.txt", "content": "x" }), &c).unwrap();
         g.add(Scope::Session, Some("s1"), &w, "alice", "apr_2").unwrap();
-        assert!(g.matching("Write", &json!({ "file_path": "/workspace/a.txt", "content": "y" }), Some("s1"), &c).is_some());
-        assert!(g.matching("Write", &json!({ "file_path": "/workspace/b.txt", "content": "y" }), Some("s1"), &c).is_none());
+        assert!(
+            g.matching("Write", &json!({ "file_path": "/workspace/a.txt", "content": "y" }), Some("s1"), &c).is_some()
+        );
+        assert!(
+            g.matching("Write", &json!({ "file_path": "/workspace/b.txt", "content": "y" }), Some("s1"), &c).is_none()
+        );
         assert!(rule_for("Write", &json!({ "file_path": "/workspace/*.txt" }), &c).is_err());
     }
 

@@ -36,9 +36,9 @@ impl BashPattern {
                 // (`ls:*` must not match a command called `ls:x`).
                 let colon_ok = p.contains(' ');
                 text == p
-                    || text.strip_prefix(p.as_str()).is_some_and(|rest| {
-                        rest.starts_with(' ') || (colon_ok && rest.starts_with(':'))
-                    })
+                    || text
+                        .strip_prefix(p.as_str())
+                        .is_some_and(|rest| rest.starts_with(' ') || (colon_ok && rest.starts_with(':')))
             }
             BashPattern::Glob(p) => {
                 if let Some(base) = p.strip_suffix(" *")
@@ -80,11 +80,7 @@ fn wildcard_match(p: &[u8], t: &[u8]) -> bool {
 /// `.` dropped, `..` pops a component (never above `/`).
 /// Returns the absolute normalised path.
 pub fn normalize_path(base: &Path, path: &Path) -> PathBuf {
-    let joined = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        base.join(path)
-    };
+    let joined = if path.is_absolute() { path.to_path_buf() } else { base.join(path) };
     let mut out = PathBuf::from("/");
     for comp in joined.components() {
         match comp {
@@ -113,11 +109,7 @@ impl PathGlob {
     /// `pattern` must be absolute; a trailing `/` means "this directory and
     /// everything in it".
     pub fn new(pattern: &str) -> PathGlob {
-        let segments = pattern
-            .split('/')
-            .filter(|s| !s.is_empty() && *s != ".")
-            .map(str::to_owned)
-            .collect();
+        let segments = pattern.split('/').filter(|s| !s.is_empty() && *s != ".").map(str::to_owned).collect();
         PathGlob { segments }
     }
 
@@ -282,22 +274,13 @@ mod tests {
 
     #[test]
     fn normalise() {
-        assert_eq!(
-            normalize_path(Path::new("/w"), Path::new("./secrets/../secrets/a")),
-            PathBuf::from("/w/secrets/a")
-        );
-        assert_eq!(
-            normalize_path(Path::new("/w"), Path::new("../../..")),
-            PathBuf::from("/")
-        );
+        assert_eq!(normalize_path(Path::new("/w"), Path::new("./secrets/../secrets/a")), PathBuf::from("/w/secrets/a"));
+        assert_eq!(normalize_path(Path::new("/w"), Path::new("../../..")), PathBuf::from("/"));
     }
 
     #[test]
     fn hosts() {
-        assert_eq!(
-            url_host("https://User@Example.COM.:8080/x").as_deref(),
-            Some("example.com")
-        );
+        assert_eq!(url_host("https://User@Example.COM.:8080/x").as_deref(), Some("example.com"));
         assert_eq!(url_host("http://[::1]:80/").as_deref(), Some("::1"));
         assert_eq!(url_host("ftp://x"), None);
         assert!(domain_matches("*.example.com", "a.example.com"));

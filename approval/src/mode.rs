@@ -71,10 +71,7 @@ impl From<PermissionMode> for EffectiveMode {
             PermissionMode::DontAsk => AskHandling::Deny,
             PermissionMode::BypassPermissions => AskHandling::Bypass,
         };
-        EffectiveMode {
-            read_only: m == PermissionMode::Plan,
-            on_ask,
-        }
+        EffectiveMode { read_only: m == PermissionMode::Plan, on_ask }
     }
 }
 
@@ -86,21 +83,14 @@ pub const MUTATING_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdi
 /// reachable only when `allow_bypass` is set (otherwise it degrades to
 /// `acceptEdits`). An agent can therefore always make itself *stricter*
 /// (`plan`, `dontAsk`) but never more permissive than the operator allows.
-pub fn effective_mode(
-    requested: Option<PermissionMode>,
-    max: PermissionMode,
-    allow_bypass: bool,
-) -> EffectiveMode {
+pub fn effective_mode(requested: Option<PermissionMode>, max: PermissionMode, allow_bypass: bool) -> EffectiveMode {
     let req = EffectiveMode::from(requested.unwrap_or_default());
     let cap = EffectiveMode::from(max);
     let mut on_ask = req.on_ask.min(cap.on_ask);
     if on_ask == AskHandling::Bypass && !allow_bypass {
         on_ask = AskHandling::AcceptEdits;
     }
-    EffectiveMode {
-        read_only: req.read_only || cap.read_only,
-        on_ask,
-    }
+    EffectiveMode { read_only: req.read_only || cap.read_only, on_ask }
 }
 
 impl PermissionMode {
@@ -124,9 +114,7 @@ impl fmt::Display for PermissionMode {
 
 /// An unknown permission mode name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown permission mode `{0}` (expected default, acceptEdits, plan, dontAsk or bypassPermissions)"
-)]
+#[error("unknown permission mode `{0}` (expected default, acceptEdits, plan, dontAsk or bypassPermissions)")]
 pub struct UnknownMode(pub String);
 
 impl FromStr for PermissionMode {

@@ -137,9 +137,7 @@ mod humantime_duration {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         humantime::parse_duration(text.trim()).map_err(|e| {
-            serde::de::Error::custom(format!(
-                "invalid duration `{text}`: {e} (expected e.g. `120s`, `5m`)"
-            ))
+            serde::de::Error::custom(format!("invalid duration `{text}`: {e} (expected e.g. `120s`, `5m`)"))
         })
     }
 }
@@ -162,9 +160,7 @@ pub enum PolicyError {
     #[error("approval.timeout: {0} (expected more than 0s and at most 24h)")]
     Timeout(String),
     /// `max_mode: bypassPermissions` without `allow_bypass: true`.
-    #[error(
-        "approval.max_mode: bypassPermissions requires `allow_bypass: true` (bypass skips every prompt)"
-    )]
+    #[error("approval.max_mode: bypassPermissions requires `allow_bypass: true` (bypass skips every prompt)")]
     BypassNotAllowed,
 }
 
@@ -220,34 +216,20 @@ impl Policy {
             rules
                 .iter()
                 .enumerate()
-                .map(|(index, r)| {
-                    Rule::parse(r).map_err(|source| PolicyError::Rule {
-                        list,
-                        index,
-                        source,
-                    })
-                })
+                .map(|(index, r)| Rule::parse(r).map_err(|source| PolicyError::Rule { list, index, source }))
                 .collect()
         };
         let deny = parse("deny", &config.deny)?;
         let ask = parse("ask", &config.ask)?;
         let allow = parse("allow", &config.allow)?;
         if config.timeout.is_zero() || config.timeout > MAX_TIMEOUT {
-            return Err(PolicyError::Timeout(
-                humantime::format_duration(config.timeout).to_string(),
-            ));
+            return Err(PolicyError::Timeout(humantime::format_duration(config.timeout).to_string()));
         }
         if config.max_mode == PermissionMode::BypassPermissions && !config.allow_bypass {
             return Err(PolicyError::BypassNotAllowed);
         }
         let bash_restrictions = deny.iter().chain(&ask).any(Rule::is_bash_specific);
-        Ok(Policy {
-            config,
-            deny,
-            ask,
-            allow,
-            bash_restrictions,
-        })
+        Ok(Policy { config, deny, ask, allow, bash_restrictions })
     }
 
     /// The configuration this policy was built from.
@@ -269,10 +251,7 @@ impl Policy {
     /// Whether a subagent's tool list should include `tool`: false when a
     /// deny rule covers the whole tool (a bare name, `Bash(*)`, `mcp__server`).
     pub fn tool_visible(&self, tool: &str) -> bool {
-        !self
-            .deny
-            .iter()
-            .any(|r| r.is_whole_tool() && r.covers_tool(tool))
+        !self.deny.iter().any(|r| r.is_whole_tool() && r.covers_tool(tool))
     }
 
     /// Whether any deny rule names `tool` (with or without a specifier): such a tool is
@@ -344,13 +323,7 @@ impl Policy {
     }
 
     /// Rules, then the mode (all steps of the module docs).
-    pub fn decide(
-        &self,
-        tool: &str,
-        input: &Value,
-        ctx: &EvalContext,
-        mode: EffectiveMode,
-    ) -> Evaluation {
+    pub fn decide(&self, tool: &str, input: &Value, ctx: &EvalContext, mode: EffectiveMode) -> Evaluation {
         let mut ev = self.evaluate(tool, input, ctx);
         if ev.decision == Decision::Deny {
             return ev;
@@ -375,34 +348,23 @@ impl Policy {
                     .is_some_and(|(p, escaped)| !escaped && p.starts_with(&ctx.workspace_root));
                 if EDIT_TOOLS.contains(&tool) && inside {
                     ev.decision = Decision::Allow;
-                    ev.reason = format!(
-                        "{}; acceptEdits mode allows edits in the workspace",
-                        ev.reason
-                    );
+                    ev.reason = format!("{}; acceptEdits mode allows edits in the workspace", ev.reason);
                 }
             }
             AskHandling::Bypass => {
                 ev.decision = Decision::Allow;
                 ev.bypass = true;
-                ev.reason = format!(
-                    "{}; bypassPermissions mode allows without asking",
-                    ev.reason
-                );
+                ev.reason = format!("{}; bypassPermissions mode allows without asking", ev.reason);
             }
         }
         ev
     }
 
     fn first_match<'a>(&'a self, t: &Target<'_>) -> (Decision, Option<&'a Rule>) {
-        for (list, decision) in [
-            (&self.deny, Decision::Deny),
-            (&self.ask, Decision::Ask),
-            (&self.allow, Decision::Allow),
-        ] {
-            if let Some(r) = list
-                .iter()
-                .find(|r| r.matches(t, decision == Decision::Allow))
-            {
+        for (list, decision) in
+            [(&self.deny, Decision::Deny), (&self.ask, Decision::Ask), (&self.allow, Decision::Allow)]
+        {
+            if let Some(r) = list.iter().find(|r| r.matches(t, decision == Decision::Allow)) {
                 return (decision, Some(r));
             }
         }
@@ -442,9 +404,7 @@ impl Policy {
                 && r.is_some_and(|r| r.is_bash_specific() && !r.bash_mentions_redirect())
             {
                 d = Decision::Ask;
-                why = format!(
-                    "`{text}` writes a file through a redirection its allow rule does not mention"
-                );
+                why = format!("`{text}` writes a file through a redirection its allow rule does not mention");
             }
             if d == Decision::Allow && part.dynamic_command && self.bash_restrictions {
                 d = Decision::Ask;
@@ -452,8 +412,7 @@ impl Policy {
             }
             consider(d, r, why);
         }
-        let (mut decision, matched_rule, mut reason) =
-            worst.unwrap_or((self.config.default, None, String::new()));
+        let (mut decision, matched_rule, mut reason) = worst.unwrap_or((self.config.default, None, String::new()));
         if command.is_none() {
             decision = decision.max(Decision::Ask);
             reason = "Bash input has no `command` string".into();
@@ -463,13 +422,7 @@ impl Policy {
             decision = Decision::Ask;
             reason = format!("the command was not fully understood: {why}");
         }
-        Evaluation {
-            decision,
-            matched_rule,
-            reason,
-            bypass: false,
-            not_understood: recognition.not_understood(),
-        }
+        Evaluation { decision, matched_rule, reason, bypass: false, not_understood: recognition.not_understood() }
     }
 }
 

@@ -59,10 +59,7 @@ enum ToolSel {
 enum Spec {
     Any,
     Bash(BashPattern),
-    Path {
-        tools: &'static [&'static str],
-        pattern: PathPattern,
-    },
+    Path { tools: &'static [&'static str], pattern: PathPattern },
     Domain(String),
     Subagent(String),
 }
@@ -99,10 +96,7 @@ pub(crate) struct Target<'a> {
 impl Rule {
     /// Parse one rule.
     pub fn parse(text: &str) -> Result<Rule, RuleError> {
-        let err = |reason: &str| RuleError {
-            rule: text.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let err = |reason: &str| RuleError { rule: text.to_owned(), reason: reason.to_owned() };
         let trimmed = text.trim();
         if trimmed.is_empty() {
             return Err(err("empty rule"));
@@ -110,9 +104,7 @@ impl Rule {
         let (name, spec_text) = match trimmed.find('(') {
             Some(open) => {
                 let Some(inner) = trimmed[open + 1..].strip_suffix(')') else {
-                    return Err(err(
-                        "a specifier must end with `)`, as in `Bash(git status)`",
-                    ));
+                    return Err(err("a specifier must end with `)`, as in `Bash(git status)`"));
                 };
                 (trimmed[..open].trim_end(), Some(inner.trim()))
             }
@@ -125,42 +117,26 @@ impl Rule {
         };
         let name_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '*';
         if name.is_empty() || !name.chars().all(name_char) {
-            return Err(err(
-                "the tool name must be letters, digits, `_` or `-` (e.g. `Read`, `mcp__server__tool`)",
-            ));
+            return Err(err("the tool name must be letters, digits, `_` or `-` (e.g. `Read`, `mcp__server__tool`)"));
         }
         if let Some(rest) = name.strip_prefix("mcp__") {
             if spec_text.is_some() {
-                return Err(err(
-                    "MCP rules take no specifier; use `mcp__server__tool` or `mcp__server__*`",
-                ));
+                return Err(err("MCP rules take no specifier; use `mcp__server__tool` or `mcp__server__*`"));
             }
-            return Ok(Rule {
-                text: trimmed.to_owned(),
-                tool: mcp_sel(rest).map_err(|r| err(&r))?,
-                spec: Spec::Any,
-            });
+            return Ok(Rule { text: trimmed.to_owned(), tool: mcp_sel(rest).map_err(|r| err(&r))?, spec: Spec::Any });
         }
         if name.contains('*') {
-            return Err(err(
-                "wildcards in tool names are only supported as `mcp__server__*`",
-            ));
+            return Err(err("wildcards in tool names are only supported as `mcp__server__*`"));
         }
         let spec = match spec_text {
             None => Spec::Any,
             Some("") => {
-                return Err(err(
-                    "empty specifier `()`; write the bare tool name to match every use",
-                ));
+                return Err(err("empty specifier `()`; write the bare tool name to match every use"));
             }
             Some("*") if name == "Bash" => Spec::Any,
             Some(s) => parse_spec(name, s).map_err(|r| err(&r))?,
         };
-        Ok(Rule {
-            text: trimmed.to_owned(),
-            tool: ToolSel::Name(name.to_owned()),
-            spec,
-        })
+        Ok(Rule { text: trimmed.to_owned(), tool: ToolSel::Name(name.to_owned()), spec })
     }
 
     /// The rule text as written (trimmed).
@@ -181,9 +157,7 @@ impl Rule {
     /// Does the Bash pattern text itself mention an output redirection?
     pub(crate) fn bash_mentions_redirect(&self) -> bool {
         match &self.spec {
-            Spec::Bash(BashPattern::Exact(p) | BashPattern::Prefix(p) | BashPattern::Glob(p)) => {
-                p.contains('>')
-            }
+            Spec::Bash(BashPattern::Exact(p) | BashPattern::Prefix(p) | BashPattern::Glob(p)) => p.contains('>'),
             _ => false,
         }
     }
@@ -218,9 +192,7 @@ impl Rule {
                 let glob = match pattern {
                     PathPattern::Absolute(p) => PathGlob::new(p),
                     PathPattern::Home(p) => PathGlob::new(&format!("{}/{p}", t.home.display())),
-                    PathPattern::Workspace(p) => {
-                        PathGlob::new(&format!("{}/{p}", t.workspace_root.display()))
-                    }
+                    PathPattern::Workspace(p) => PathGlob::new(&format!("{}/{p}", t.workspace_root.display())),
                 };
                 glob.matches(path)
             }
@@ -230,9 +202,7 @@ impl Rule {
                 .and_then(Value::as_str)
                 .and_then(matcher::url_host)
                 .is_some_and(|h| matcher::domain_matches(d, &h)),
-            Spec::Subagent(name) => {
-                t.input.get("subagent_type").and_then(Value::as_str) == Some(name.as_str())
-            }
+            Spec::Subagent(name) => t.input.get("subagent_type").and_then(Value::as_str) == Some(name.as_str()),
         }
     }
 }
@@ -243,16 +213,12 @@ fn mcp_sel(rest: &str) -> Result<ToolSel, String> {
         None => (rest, None),
     };
     if server.is_empty() || server.contains('*') {
-        return Err(
-            "expected `mcp__<server>`, `mcp__<server>__*` or `mcp__<server>__<tool>`".into(),
-        );
+        return Err("expected `mcp__<server>`, `mcp__<server>__*` or `mcp__<server>__<tool>`".into());
     }
     match tool {
         None | Some("*") => Ok(ToolSel::McpServer(server.to_owned())),
         Some("") => Err("missing tool name after `mcp__<server>__`".into()),
-        Some(t) if t.contains('*') => {
-            Err("only a whole `*` is supported after `mcp__<server>__`".into())
-        }
+        Some(t) if t.contains('*') => Err("only a whole `*` is supported after `mcp__<server>__`".into()),
         Some(t) => Ok(ToolSel::Name(format!("mcp__{server}__{t}"))),
     }
 }
@@ -260,8 +226,7 @@ fn mcp_sel(rest: &str) -> Result<ToolSel, String> {
 fn parse_spec(tool: &str, spec: &str) -> Result<Spec, String> {
     match tool {
         "Bash" => parse_bash(spec).map(Spec::Bash),
-        "Read" | "Edit" | "Write" | "Glob" | "Grep" | "LS" | "MultiEdit" | "NotebookEdit"
-        | "NotebookRead" => {
+        "Read" | "Edit" | "Write" | "Glob" | "Grep" | "LS" | "MultiEdit" | "NotebookEdit" | "NotebookRead" => {
             let tools: &'static [&'static str] = match tool {
                 "Read" => READ_TOOLS,
                 "Edit" => EDIT_TOOLS,
@@ -273,25 +238,15 @@ fn parse_spec(tool: &str, spec: &str) -> Result<Spec, String> {
                 "NotebookEdit" => &["NotebookEdit"],
                 _ => &["NotebookRead"],
             };
-            Ok(Spec::Path {
-                tools,
-                pattern: parse_path(spec)?,
-            })
+            Ok(Spec::Path { tools, pattern: parse_path(spec)? })
         }
         "WebFetch" => {
             let Some(d) = spec.strip_prefix("domain:") else {
-                return Err(
-                    "WebFetch rules take `domain:<host>`, e.g. `WebFetch(domain:example.com)`"
-                        .into(),
-                );
+                return Err("WebFetch rules take `domain:<host>`, e.g. `WebFetch(domain:example.com)`".into());
             };
             let d = d.trim().trim_end_matches('.').to_ascii_lowercase();
             let body = d.strip_prefix("*.").unwrap_or(&d);
-            if body.is_empty()
-                || !body
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
-            {
+            if body.is_empty() || !body.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':')) {
                 return Err("the domain must be a host name, optionally starting with `*.`".into());
             }
             Ok(Spec::Domain(d))
@@ -316,10 +271,7 @@ fn parse_bash(spec: &str) -> Result<BashPattern, String> {
         match recognition.commands() {
             [one] => Ok(one.text()),
             [] => Err("empty command pattern".into()),
-            _ => Err(
-                "a command pattern must be one simple command (no `;`, `&&`, `|`, `$(...)`, ...)"
-                    .into(),
-            ),
+            _ => Err("a command pattern must be one simple command (no `;`, `&&`, `|`, `$(...)`, ...)".into()),
         }
     };
     if let Some(prefix) = spec.strip_suffix(":*") {
@@ -332,11 +284,7 @@ fn parse_bash(spec: &str) -> Result<BashPattern, String> {
         return Err("`:*` is only allowed at the end of the pattern".into());
     }
     let c = canon(spec)?;
-    if c.contains('*') {
-        Ok(BashPattern::Glob(c))
-    } else {
-        Ok(BashPattern::Exact(c))
-    }
+    if c.contains('*') { Ok(BashPattern::Glob(c)) } else { Ok(BashPattern::Exact(c)) }
 }
 
 fn parse_path(spec: &str) -> Result<PathPattern, String> {
@@ -393,10 +341,7 @@ pub(crate) fn tool_path(tool: &str, input: &Value) -> Option<PathBuf> {
             if tool == "Glob"
                 && let Some(pattern) = s("pattern")
             {
-                let literal: Vec<&str> = pattern
-                    .split('/')
-                    .take_while(|seg| !matcher::has_glob_meta(seg))
-                    .collect();
+                let literal: Vec<&str> = pattern.split('/').take_while(|seg| !matcher::has_glob_meta(seg)).collect();
                 let lit = literal.join("/");
                 if pattern.starts_with('/') {
                     base = PathBuf::from(if lit.is_empty() { "/".to_owned() } else { lit });
@@ -406,10 +351,9 @@ pub(crate) fn tool_path(tool: &str, input: &Value) -> Option<PathBuf> {
             }
             Some(base)
         }
-        _ if READ_TOOLS.contains(&tool) || EDIT_TOOLS.contains(&tool) => s("file_path")
-            .or_else(|| s("notebook_path"))
-            .or_else(|| s("path"))
-            .map(PathBuf::from),
+        _ if READ_TOOLS.contains(&tool) || EDIT_TOOLS.contains(&tool) => {
+            s("file_path").or_else(|| s("notebook_path")).or_else(|| s("path")).map(PathBuf::from)
+        }
         _ => None,
     }
 }
@@ -446,11 +390,7 @@ mod tests {
         assert!(Rule::parse("Bash(*)").unwrap().is_whole_tool());
         assert!(Rule::parse("mcp__srv").unwrap().covers_tool("mcp__srv__x"));
         assert!(!Rule::parse("mcp__srv").unwrap().covers_tool("mcp__srvx__x"));
-        assert!(
-            Rule::parse("mcp__srv__*")
-                .unwrap()
-                .covers_tool("mcp__srv__x")
-        );
+        assert!(Rule::parse("mcp__srv__*").unwrap().covers_tool("mcp__srv__x"));
         assert!(Rule::parse("Edit(src/**)").unwrap().covers_tool("Write"));
         assert!(!Rule::parse("Write(src/**)").unwrap().covers_tool("Edit"));
     }

@@ -77,14 +77,11 @@ pub const MAX_PARTS: usize = 4096;
 /// Words that introduce or close a compound command that is modelled; they
 /// are stripped from the front of a command so that `if rm -rf /; then ...`
 /// is checked as `rm -rf /`.
-const LEADING_RESERVED: &[&str] = &[
-    "{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time",
-];
+const LEADING_RESERVED: &[&str] =
+    &["{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time"];
 
 /// Reserved words that start compound commands the recognizer does not model.
-const UNMODELLED_KEYWORDS: &[&str] = &[
-    "case", "esac", "for", "select", "in", "function", "coproc", "[[", "]]",
-];
+const UNMODELLED_KEYWORDS: &[&str] = &["case", "esac", "for", "select", "in", "function", "coproc", "[[", "]]"];
 
 /// Builtins that run text as code, redefine what a name runs, or change how
 /// the rest of the line is parsed: a command using them is never understood,
@@ -196,19 +193,13 @@ impl std::fmt::Display for Unmodelled {
             Unmodelled::TooDeep => write!(f, "nesting deeper than {MAX_NESTING}"),
             Unmodelled::TooManyCommands => write!(f, "more than {MAX_PARTS} commands"),
             Unmodelled::ControlCharacter => f.write_str("a control character"),
-            Unmodelled::Unterminated => {
-                f.write_str("an unterminated quote, substitution or backtick")
-            }
+            Unmodelled::Unterminated => f.write_str("an unterminated quote, substitution or backtick"),
             Unmodelled::UnbalancedParenthesis => f.write_str("an unbalanced parenthesis"),
             Unmodelled::MissingRedirectTarget => f.write_str("a redirection without a target"),
             Unmodelled::Heredoc => f.write_str("a here-document"),
-            Unmodelled::ParameterOperator => {
-                f.write_str("a `${...}` expansion beyond a plain name")
-            }
+            Unmodelled::ParameterOperator => f.write_str("a `${...}` expansion beyond a plain name"),
             Unmodelled::Arithmetic => f.write_str("arithmetic with names or substitutions"),
-            Unmodelled::FdDuplicationWord => {
-                f.write_str("`>&word` / `<&word` with a non-digit word")
-            }
+            Unmodelled::FdDuplicationWord => f.write_str("`>&word` / `<&word` with a non-digit word"),
             Unmodelled::NamedFd => f.write_str("a `{var}>` redirection"),
             Unmodelled::BacktickEscape => f.write_str("backticks with escapes or quotes"),
             Unmodelled::LocaleString => f.write_str("a `$\"...\"` string"),
@@ -219,9 +210,7 @@ impl std::fmt::Display for Unmodelled {
             Unmodelled::CaseTerminator => f.write_str("`;;` / `;&` outside a case"),
             Unmodelled::CommentContinuation => f.write_str("a comment ending in a backslash"),
             Unmodelled::CommandWordQuoting => f.write_str("`$'...'` in a command word"),
-            Unmodelled::CommandWordPattern => {
-                f.write_str("a glob, brace or tilde in a command word")
-            }
+            Unmodelled::CommandWordPattern => f.write_str("a glob, brace or tilde in a command word"),
             Unmodelled::CommandWordBlank => f.write_str("a blank inside a command word"),
             Unmodelled::Builtin(b) => write!(f, "the builtin `{b}`"),
             Unmodelled::BuiltinArguments(b) => {
@@ -323,23 +312,14 @@ impl Recognition {
 pub fn recognize(command: &str) -> Recognition {
     if command.len() > MAX_COMMAND_LEN {
         return Recognition::NotUnderstood {
-            why: NotUnderstood {
-                reason: Unmodelled::TooLong,
-                at: MAX_COMMAND_LEN,
-            },
+            why: NotUnderstood { reason: Unmodelled::TooLong, at: MAX_COMMAND_LEN },
             seen: Vec::new(),
         };
     }
     let mut out = Vec::new();
     let mut problem = None;
-    if let Some(at) = command
-        .bytes()
-        .position(|b| (b < 0x20 && b != b'\t' && b != b'\n') || b == 0x7f)
-    {
-        problem = Some(NotUnderstood {
-            reason: Unmodelled::ControlCharacter,
-            at,
-        });
+    if let Some(at) = command.bytes().position(|b| (b < 0x20 && b != b'\t' && b != b'\n') || b == 0x7f) {
+        problem = Some(NotUnderstood { reason: Unmodelled::ControlCharacter, at });
     }
     let mut p = Parser {
         src: command.as_bytes(),
@@ -424,19 +404,13 @@ fn is_name(s: &[u8]) -> bool {
 
 /// Bytes that end an unquoted word.
 fn is_delimiter(c: u8) -> bool {
-    matches!(
-        c,
-        b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>'
-    )
+    matches!(c, b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>')
 }
 
 impl Parser<'_> {
     fn fail_at(&mut self, reason: Unmodelled, at: usize) {
         if self.problem.is_none() {
-            *self.problem = Some(NotUnderstood {
-                reason,
-                at: self.base + at,
-            });
+            *self.problem = Some(NotUnderstood { reason, at: self.base + at });
         }
     }
 
@@ -455,10 +429,7 @@ impl Parser<'_> {
 
     fn word<'b>(&self, b: &'b mut CommandBuilder) -> &'b mut Word {
         let start = self.pos;
-        b.cur.get_or_insert_with(|| Word {
-            start,
-            ..Word::default()
-        })
+        b.cur.get_or_insert_with(|| Word { start, ..Word::default() })
     }
 
     /// Push one unquoted literal byte, tracking assignments and patterns.
@@ -537,9 +508,7 @@ impl Parser<'_> {
                     self.end_word(&mut b);
                     if !b.words.iter().all(is_leading_reserved) {
                         let reason = match b.words.last() {
-                            Some(w) if w.assignment && w.text.ends_with(b"=") => {
-                                Unmodelled::ArrayAssignment
-                            }
+                            Some(w) if w.assignment && w.text.ends_with(b"=") => Unmodelled::ArrayAssignment,
                             _ if b.words.len() == 1 => Unmodelled::FunctionDefinition,
                             _ => Unmodelled::UnbalancedParenthesis,
                         };
@@ -1014,17 +983,8 @@ impl Parser<'_> {
             if output {
                 b.writes_file = true;
             }
-            b.words.push(Word {
-                text: op.into_bytes(),
-                start: w.start,
-                redirect: true,
-                ..Word::default()
-            });
-            b.words.push(Word {
-                assignment: false,
-                redirect: true,
-                ..w
-            });
+            b.words.push(Word { text: op.into_bytes(), start: w.start, redirect: true, ..Word::default() });
+            b.words.push(Word { assignment: false, redirect: true, ..w });
             return;
         }
         b.words.push(w);
@@ -1043,10 +1003,7 @@ impl Parser<'_> {
             }
             if b.words[start].text == b"time" {
                 // `time -p`
-                if b.words
-                    .get(start + 1)
-                    .is_some_and(|w| w.text == b"-p" && !w.quoted)
-                {
+                if b.words.get(start + 1).is_some_and(|w| w.text == b"-p" && !w.quoted) {
                     start += 1;
                 }
             }
@@ -1065,15 +1022,9 @@ impl Parser<'_> {
             self.pos = self.src.len();
             return;
         }
-        let dynamic_command = words
-            .iter()
-            .find(|w| !w.assignment && !w.redirect)
-            .is_some_and(|w| w.dynamic);
+        let dynamic_command = words.iter().find(|w| !w.assignment && !w.redirect).is_some_and(|w| w.dynamic);
         self.out.push(SimpleCommand {
-            words: words
-                .into_iter()
-                .map(|w| String::from_utf8_lossy(&w.text).into_owned())
-                .collect(),
+            words: words.into_iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect(),
             dynamic_command,
             writes_file: b.writes_file,
         });
@@ -1093,10 +1044,8 @@ impl Parser<'_> {
         {
             return self.fail_at(Unmodelled::Keyword(k), at);
         }
-        let bracket_name = text
-            .iter()
-            .position(|&c| c == b'[')
-            .is_some_and(|i| is_name(&text[..i]) && text.contains(&b'='));
+        let bracket_name =
+            text.iter().position(|&c| c == b'[').is_some_and(|i| is_name(&text[..i]) && text.contains(&b'='));
         if bracket_name && !cmd.quoted {
             return self.fail_at(Unmodelled::ArrayAssignment, at);
         }
@@ -1136,11 +1085,7 @@ impl Parser<'_> {
                 let t = w.text.as_slice();
                 let eq = t.iter().position(|&c| c == b'=').unwrap_or(t.len());
                 let n = &t[..eq];
-                let n = if eq < t.len() {
-                    n.strip_suffix(b"+").unwrap_or(n)
-                } else {
-                    n
-                };
+                let n = if eq < t.len() { n.strip_suffix(b"+").unwrap_or(n) } else { n };
                 is_name(n) && w.dynamic_from.is_none_or(|d| d > eq)
             };
             if let Some(i) = args.iter().position(|w| !literal_name(w)) {
@@ -1149,29 +1094,19 @@ impl Parser<'_> {
             return;
         }
         if let Some(b) = NAME_TAKING_BUILTINS.iter().find(|b| **b == name) {
-            if let Some(i) = args
-                .iter()
-                .position(|w| w.dynamic || w.text.contains(&b'['))
-            {
+            if let Some(i) = args.iter().position(|w| w.dynamic || w.text.contains(&b'[')) {
                 self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
             }
             return;
         }
         if name == "test" || name == "[" {
             let b = if name == "test" { "test" } else { "[" };
-            if let Some(i) = args
-                .iter()
-                .position(|w| w.dynamic || w.text == b"-v" || w.text == b"-R")
-            {
+            if let Some(i) = args.iter().position(|w| w.dynamic || w.text == b"-v" || w.text == b"-R") {
                 self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
             }
             return;
         }
-        if name == "printf"
-            && args
-                .first()
-                .is_some_and(|w| w.dynamic || w.text.first() == Some(&b'-'))
-        {
+        if name == "printf" && args.first().is_some_and(|w| w.dynamic || w.text.first() == Some(&b'-')) {
             self.fail_at(Unmodelled::BuiltinArguments("printf"), arg_start(0));
         }
     }
@@ -1179,11 +1114,7 @@ impl Parser<'_> {
 
 /// A reserved word the recognizer models, as the first word of a command.
 fn is_leading_reserved(w: &Word) -> bool {
-    !w.quoted
-        && !w.dynamic
-        && LEADING_RESERVED
-            .iter()
-            .any(|r| r.as_bytes() == w.text.as_slice())
+    !w.quoted && !w.dynamic && LEADING_RESERVED.iter().any(|r| r.as_bytes() == w.text.as_slice())
 }
 
 #[cfg(test)]
@@ -1198,18 +1129,12 @@ mod tests {
     }
 
     fn why(cmd: &str) -> Unmodelled {
-        recognize(cmd)
-            .not_understood()
-            .unwrap_or_else(|| panic!("{cmd:?} was understood"))
-            .reason
+        recognize(cmd).not_understood().unwrap_or_else(|| panic!("{cmd:?} was understood")).reason
     }
 
     #[test]
     fn splits_operators() {
-        assert_eq!(
-            texts("a && b || c; d | e & f\ng"),
-            ["a", "b", "c", "d", "e", "f", "g"]
-        );
+        assert_eq!(texts("a && b || c; d | e & f\ng"), ["a", "b", "c", "d", "e", "f", "g"]);
         assert_eq!(texts("a |& b"), ["a", "b"]);
         assert_eq!(why("a ;; b"), Unmodelled::CaseTerminator);
     }
@@ -1227,16 +1152,10 @@ mod tests {
         assert_eq!(texts("echo \"$(id)\""), ["id", "echo $(...)"]);
         assert_eq!(texts("echo `whoami`"), ["whoami", "echo $(...)"]);
         assert_eq!(texts("echo '$(id)'"), ["echo $(id)"]);
-        assert_eq!(
-            texts("diff <(ls a) >(cat)"),
-            ["ls a", "cat", "diff <(...) >(...)"]
-        );
+        assert_eq!(texts("diff <(ls a) >(cat)"), ["ls a", "cat", "diff <(...) >(...)"]);
         assert_eq!(texts("echo $((1 + 2*(3-1)))"), ["echo $((...))"]);
         assert_eq!(why("echo $((1 + $(id -u)))"), Unmodelled::Arithmetic);
-        assert_eq!(
-            texts("echo ${HOME} $1 ${10} $? ${#}"),
-            ["echo $HOME $1 $10 $? $#"]
-        );
+        assert_eq!(texts("echo ${HOME} $1 ${10} $? ${#}"), ["echo $HOME $1 $10 $? $#"]);
     }
 
     #[test]
@@ -1286,13 +1205,7 @@ mod tests {
         assert_eq!(why("echo a!b"), Unmodelled::HistoryExpansion);
         assert!(matches!(recognize("echo ok"), Recognition::Understood(_)));
         let r = recognize("echo x\0rm y");
-        assert_eq!(
-            r.not_understood(),
-            Some(NotUnderstood {
-                reason: Unmodelled::ControlCharacter,
-                at: 6
-            })
-        );
+        assert_eq!(r.not_understood(), Some(NotUnderstood { reason: Unmodelled::ControlCharacter, at: 6 }));
     }
 
     #[test]

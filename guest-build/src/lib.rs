@@ -142,7 +142,9 @@ pub fn persist(tmp: tempfile::NamedTempFile, to: &Path) -> Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        tmp.as_file().set_permissions(fs::Permissions::from_mode(OUTPUT_MODE)).map_err(Error::io("setting the mode of", tmp.path()))?;
+        tmp.as_file()
+            .set_permissions(fs::Permissions::from_mode(OUTPUT_MODE))
+            .map_err(Error::io("setting the mode of", tmp.path()))?;
     }
     let from = tmp.path().to_path_buf();
     tmp.persist(to).map(drop).map_err(|e| Error::Rename { from, to: to.to_path_buf(), source: e.error })
@@ -195,7 +197,8 @@ mod tests {
         write_atomically(&out, b"new").unwrap();
         assert_eq!(fs::read(&out).unwrap(), b"new");
         assert_eq!(fs::read(&victim).unwrap(), b"keep");
-        let mut names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let mut names: Vec<_> =
+            fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
         assert_eq!(names, ["victim", "x.wasm", "x.wasm.tmp"]);
         #[cfg(unix)]
@@ -210,7 +213,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("missing/x.wasm");
         let err = write_atomically(&out, b"x").unwrap_err();
-        assert!(err.to_string().starts_with("creating a temporary file beside ") && err.to_string().contains("x.wasm"), "{err}");
+        assert!(
+            err.to_string().starts_with("creating a temporary file beside ") && err.to_string().contains("x.wasm"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -34,10 +34,7 @@ impl GuestManifest {
 
     fn parse(path: &Path, text: &str) -> Result<Self> {
         let lookup = |section: &str, key: &str| {
-            string_entries(text, section)
-                .into_iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v)
+            string_entries(text, section).into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
         };
         let package_name = lookup("package", "name").ok_or_else(|| Error::Manifest {
             path: path.to_path_buf(),
@@ -46,12 +43,7 @@ impl GuestManifest {
         let variants = string_entries(text, "package.metadata.warden.variants")
             .into_iter()
             .map(|(name, features)| {
-                let features = features
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|f| !f.is_empty())
-                    .map(String::from)
-                    .collect();
+                let features = features.split(',').map(str::trim).filter(|f| !f.is_empty()).map(String::from).collect();
                 (name, features)
             })
             .collect();
@@ -78,11 +70,7 @@ fn string_entries(text: &str, section: &str) -> Vec<(String, String)> {
             continue;
         };
         let key = key.trim().trim_matches('"');
-        let Some(value) = value
-            .trim()
-            .strip_prefix('"')
-            .and_then(|v| v.split_once('"'))
-        else {
+        let Some(value) = value.trim().strip_prefix('"').and_then(|v| v.split_once('"')) else {
             continue;
         };
         entries.push((key.to_string(), value.0.to_string()));
@@ -107,15 +95,9 @@ echo-v2 = "v2, extra"
 "#;
         assert_eq!(
             string_entries(text, "package"),
-            [
-                ("name".into(), "echo-x".into()),
-                ("version".into(), "0.1.0".into())
-            ]
+            [("name".into(), "echo-x".into()), ("version".into(), "0.1.0".into())]
         );
-        assert_eq!(
-            string_entries(text, "package.metadata.warden.variants"),
-            [("echo-v2".into(), "v2, extra".into())]
-        );
+        assert_eq!(string_entries(text, "package.metadata.warden.variants"), [("echo-v2".into(), "v2, extra".into())]);
         assert!(string_entries(text, "lib").is_empty());
     }
 

@@ -83,10 +83,8 @@ impl WasmToolchain {
         let mut cmd = self.cargo_build(&crate_dir, build);
         let command = process::echo(&cmd);
         // stdout carries cargo's JSON messages; diagnostics and progress stay on stderr.
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|source| Error::Spawn { command: command.clone(), source })?;
+        let mut child =
+            cmd.stdout(Stdio::piped()).spawn().map_err(|source| Error::Spawn { command: command.clone(), source })?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut modules = Vec::new();
         for line in BufReader::new(stdout).lines() {
@@ -128,9 +126,11 @@ impl WasmToolchain {
         if build.profile == Profile::Release {
             cmd.arg("--release");
         }
-        cmd.arg("--manifest-path")
-            .arg(crate_dir.join("Cargo.toml"))
-            .args(["--target", WASM_TARGET, "--message-format=json-render-diagnostics"]);
+        cmd.arg("--manifest-path").arg(crate_dir.join("Cargo.toml")).args([
+            "--target",
+            WASM_TARGET,
+            "--message-format=json-render-diagnostics",
+        ]);
         if matches!(self, Self::Debian { .. }) {
             cmd.arg("-Zbuild-std=std,panic_abort");
         }

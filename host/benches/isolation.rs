@@ -39,7 +39,10 @@ fn attacks() -> Vec<(&'static str, String)> {
         ("16 MiB output", "oversize".into()),
         ("panic", "panic".into()),
         ("100,000 HTTP headers", script(r#"[{"op":"http","url":"http://127.0.0.1:9/","extra_headers":100000}]"#)),
-        ("log flood (newlines, 8 KiB lines)", script(r#"[{"op":"log","level":"info","message":{"repeat":"x\n","times":4096},"repeat":2000}]"#)),
+        (
+            "log flood (newlines, 8 KiB lines)",
+            script(r#"[{"op":"log","level":"info","message":{"repeat":"x\n","times":4096},"repeat":2000}]"#),
+        ),
     ]
 }
 
@@ -110,12 +113,14 @@ async fn main() {
     let services = Arc::new(warden::services::HostServices::new(vec![]));
     // Instances as `warden serve` allocates them by default: pooled, copy-on-write.
     let pool = PoolOptions::for_tasks(warden::engine::DEFAULT_MAX_CONCURRENT_TASKS, Limits::default().memory);
-    let rt = Arc::new(Runtime::new(RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() }, services).unwrap());
+    let rt =
+        Arc::new(Runtime::new(RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() }, services).unwrap());
     assert!(rt.is_pooled(), "the instance pool could not be reserved");
     let grant = warden::config::GrantConfig { log: true, ..Default::default() };
     let victim_plugin = rt.load("victim", "victim.wasm".into(), &bytes, Limits::default(), Some(&grant)).await.unwrap();
     let attacker_limits = Limits { timeout: ATTACK_TIMEOUT, ..Limits::default() };
-    let attacker = Arc::new(rt.load("attacker", "attacker.wasm".into(), &bytes, attacker_limits, Some(&grant)).await.unwrap());
+    let attacker =
+        Arc::new(rt.load("attacker", "attacker.wasm".into(), &bytes, attacker_limits, Some(&grant)).await.unwrap());
     let reference = SubagentReference { uri: "bench://x".into(), kind: "HOSTILE".into(), metadata: Default::default() };
     let def = rt.resolve(&victim_plugin, &reference).await.unwrap();
     let victim = Victim { rt: rt.clone(), plugin: victim_plugin, def: def.clone() };
@@ -159,7 +164,9 @@ async fn main() {
         } else {
             worst = worst.max(ratio);
         }
-        rows.push(format!("| {name} | {p50:.0} µs | {alone99:.0} µs | {p99:.0} µs | **{ratio:.2}×** | {vs_busy} | {calls} calls |"));
+        rows.push(format!(
+            "| {name} | {p50:.0} µs | {alone99:.0} µs | {p99:.0} µs | **{ratio:.2}×** | {vs_busy} | {calls} calls |"
+        ));
     }
     let table = format!(
         "| running in another plugin | victim p50 under it | victim p99 alone | victim p99 under it | p99 ratio to alone (median of rounds) | p99 ratio to busy neighbour | attacker |\n|---|---|---|---|---|---|---|\n{}\n",

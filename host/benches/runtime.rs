@@ -100,19 +100,34 @@ async fn main() {
     println!("## Plugin runtime (one run, profile: {})\n", if cfg!(debug_assertions) { "dev" } else { "release" });
     println!("| measurement | per call | ratio |");
     println!("|---|---|---|");
-    println!("| warden `execute`, pooled instances (fresh store + instance, limits, scope, deadline) | {pool_us:.1} µs | 1.00× |");
-    println!("| raw wasmtime, pooled: same bindings, fresh store + instance, no limits | {pool_raw_us:.1} µs | warden = {:.2}× |", pool_us / pool_raw_us);
-    println!("| raw wasmtime: one hot instance, typed call only | {hot_us:.1} µs | warden pooled = **{:.2}×** (target ≤ 2×) |", pool_us / hot_us);
-    println!("| warden `execute`, on-demand instances | {od_us:.1} µs | on demand = **{:.2}×** pooled |", od_us / pool_us);
+    println!(
+        "| warden `execute`, pooled instances (fresh store + instance, limits, scope, deadline) | {pool_us:.1} µs | 1.00× |"
+    );
+    println!(
+        "| raw wasmtime, pooled: same bindings, fresh store + instance, no limits | {pool_raw_us:.1} µs | warden = {:.2}× |",
+        pool_us / pool_raw_us
+    );
+    println!(
+        "| raw wasmtime: one hot instance, typed call only | {hot_us:.1} µs | warden pooled = **{:.2}×** (target ≤ 2×) |",
+        pool_us / hot_us
+    );
+    println!(
+        "| warden `execute`, on-demand instances | {od_us:.1} µs | on demand = **{:.2}×** pooled |",
+        od_us / pool_us
+    );
     println!("| raw wasmtime, on demand: fresh store + instance, no limits | {od_raw_us:.1} µs | |");
     println!("| instantiation from `InstancePre`, pooled | {pool_inst_us:.1} µs | |");
-    println!("| instantiation from `InstancePre`, on demand | {od_inst_us:.1} µs | on demand = {:.2}× pooled |", od_inst_us / pool_inst_us);
+    println!(
+        "| instantiation from `InstancePre`, on demand | {od_inst_us:.1} µs | on demand = {:.2}× pooled |",
+        od_inst_us / pool_inst_us
+    );
 
     // A cold 18 MB Python component: load (compile in the `warden` child process, as the
     // binary does) and answer a first call, optimised only vs tiered (baseline first).
     let python = std::fs::read(test_plugins.join("wasi-probe.wasm")).expect("wasi-probe.wasm");
     let python_limits = Limits { memory: 256 << 20, timeout: Duration::from_secs(120), ..Limits::default() };
-    let probe_ref = SubagentReference { uri: "bench://probe".into(), kind: "WASI-PROBE".into(), metadata: Default::default() };
+    let probe_ref =
+        SubagentReference { uri: "bench://probe".into(), kind: "WASI-PROBE".into(), metadata: Default::default() };
     let mut cold = Vec::new();
     for (tiered, in_child) in [(false, true), (true, true), (true, false)] {
         let compiler = match in_child {
@@ -130,7 +145,8 @@ async fn main() {
         let t = Instant::now();
         let p = rt.load("wasi-probe", "wasi-probe.wasm".into(), &python, python_limits, None).await.unwrap();
         let loaded = t.elapsed();
-        let def = rt.resolve(&p, &SubagentReference { kind: p.info.kinds[0].clone(), ..probe_ref.clone() }).await.unwrap();
+        let def =
+            rt.resolve(&p, &SubagentReference { kind: p.info.kinds[0].clone(), ..probe_ref.clone() }).await.unwrap();
         let probe = TaskCall { prompt: "probe".into(), subagent_type: "x".into(), ..Default::default() };
         rt.execute(&p, ctx.clone(), &probe, &def, None).await.unwrap();
         let first = t.elapsed();
@@ -143,7 +159,12 @@ async fn main() {
     println!("\n## Cold load of the 18 MB Python component (`wasi-probe`), compiled in the child process\n");
     println!("| compilation | loaded | first call answered | optimised build running |");
     println!("|---|---|---|---|");
-    println!("| optimised only (Cranelift) | {:.0} ms | {:.0} ms | {:.0} ms |", ms(cold[0].0), ms(cold[0].1), ms(cold[0].2));
+    println!(
+        "| optimised only (Cranelift) | {:.0} ms | {:.0} ms | {:.0} ms |",
+        ms(cold[0].0),
+        ms(cold[0].1),
+        ms(cold[0].2)
+    );
     println!(
         "| tiered (Winch first, Cranelift in the background) | {:.0} ms | {:.0} ms (**{:.1}×** sooner; target ≤ 1500 ms) | {:.0} ms |",
         ms(cold[1].0),
@@ -171,7 +192,8 @@ async fn main() {
             }
         }
     }
-    let yaml = format!("plugins:\n  dir: {}\n  cache_dir: {}\n", pdir.display(), scratch.path().join("cache").display());
+    let yaml =
+        format!("plugins:\n  dir: {}\n  cache_dir: {}\n", pdir.display(), scratch.path().join("cache").display());
     std::fs::write(scratch.path().join("warden.yaml"), yaml).unwrap();
     let start = || async {
         let cfg = warden::Config::from_file(&scratch.path().join("warden.yaml")).unwrap();
@@ -196,5 +218,9 @@ async fn main() {
     println!("| cache | start-up | ratio |");
     println!("|---|---|---|");
     println!("| cold (compile everything; large ones baseline first) | {:.0} ms | 1.00× |", cold.as_secs_f64() * 1e3);
-    println!("| warm (compile cache) | {:.0} ms | cold = {:.1}× warm |", warm.as_secs_f64() * 1e3, cold.as_secs_f64() / warm.as_secs_f64());
+    println!(
+        "| warm (compile cache) | {:.0} ms | cold = {:.1}× warm |",
+        warm.as_secs_f64() * 1e3,
+        cold.as_secs_f64() / warm.as_secs_f64()
+    );
 }

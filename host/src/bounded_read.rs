@@ -12,7 +12,10 @@ pub enum ReadError {
     Io(std::io::Error),
     NotRegular,
     /// `size` bytes against the limit; `grew` when the file passed the limit while read.
-    TooLarge { size: u64, grew: bool },
+    TooLarge {
+        size: u64,
+        grew: bool,
+    },
 }
 
 /// Reads the regular file `path` (symbolic links followed) of at most `limit` bytes.

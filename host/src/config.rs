@@ -247,12 +247,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            timeout: DEFAULT_CALL_TIMEOUT,
-            memory: DEFAULT_MEMORY_LIMIT,
-            fuel: None,
-            max_output: DEFAULT_MAX_OUTPUT,
-        }
+        Self { timeout: DEFAULT_CALL_TIMEOUT, memory: DEFAULT_MEMORY_LIMIT, fuel: None, max_output: DEFAULT_MAX_OUTPUT }
     }
 }
 
@@ -494,16 +489,14 @@ impl Config {
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         match path {
             Some(p) => Self::from_file(p),
-            None if Path::new(DEFAULT_CONFIG_FILE).is_file() => {
-                Self::from_file(Path::new(DEFAULT_CONFIG_FILE))
-            }
+            None if Path::new(DEFAULT_CONFIG_FILE).is_file() => Self::from_file(Path::new(DEFAULT_CONFIG_FILE)),
             None => Ok(Config { base_dir: PathBuf::from("."), ..Config::default() }),
         }
     }
 
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { file: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { file: path.to_owned(), source })?;
         let mut config = Self::from_yaml(&text, path)?;
         config.base_dir = path.parent().map(Path::to_owned).unwrap_or_default();
         if config.base_dir.as_os_str().is_empty() {
@@ -511,7 +504,11 @@ impl Config {
         }
         config.source = Some(path.to_owned());
         if let Some(file) = config.mcp_servers_file.clone() {
-            let invalid = |message: String| ConfigError::Invalid { file: path.to_owned(), key: "mcp_servers_file".into(), message };
+            let invalid = |message: String| ConfigError::Invalid {
+                file: path.to_owned(),
+                key: "mcp_servers_file".into(),
+                message,
+            };
             let servers = crate::mcp_tools::read_mcp_json(&config.path(&file)).map_err(invalid)?;
             for (name, server) in servers {
                 if config.mcp_servers.contains_key(&name) {
@@ -532,10 +529,8 @@ impl Config {
         let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
             let inner = e.into_inner();
-            let location = inner
-                .location()
-                .map(|l| format!(" (line {}, column {})", l.line(), l.column()))
-                .unwrap_or_default();
+            let location =
+                inner.location().map(|l| format!(" (line {}, column {})", l.line(), l.column())).unwrap_or_default();
             ConfigError::Invalid {
                 file: file.to_owned(),
                 key: if key == "." { "(top level)".into() } else { key },
@@ -561,16 +556,16 @@ impl Config {
         }
         for (id, grant) in &self.plugins.grants {
             for (i, pattern) in grant.http.iter().enumerate() {
-                crate::capability::http::AllowedUrl::parse(pattern).map_err(|e| {
-                    invalid(format!("plugins.grants.{id}.http[{i}]"), e.to_string())
-                })?;
+                crate::capability::http::AllowedUrl::parse(pattern)
+                    .map_err(|e| invalid(format!("plugins.grants.{id}.http[{i}]"), e.to_string()))?;
             }
             for (name, secret) in &grant.secrets {
                 let key = format!("plugins.grants.{id}.secrets.{name}");
                 if secret.origins.is_empty() {
                     return Err(invalid(
                         format!("{key}.origins"),
-                        "a secret needs the origins it may be sent to, e.g. origins: [\"https://api.example.com\"]".into(),
+                        "a secret needs the origins it may be sent to, e.g. origins: [\"https://api.example.com\"]"
+                            .into(),
                     ));
                 }
                 for (i, pattern) in secret.origins.iter().enumerate() {
@@ -578,7 +573,10 @@ impl Config {
                         .map_err(|e| invalid(format!("{key}.origins[{i}]"), e.to_string()))?;
                 }
                 if secret.env.trim().is_empty() {
-                    return Err(invalid(format!("{key}.env"), "expected the environment variable holding the value".into()));
+                    return Err(invalid(
+                        format!("{key}.env"),
+                        "expected the environment variable holding the value".into(),
+                    ));
                 }
                 let header = secret.header.to_ascii_lowercase();
                 if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err()
@@ -597,18 +595,26 @@ impl Config {
         let hex64 = |v: &str| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit());
         for (i, key) in self.plugins.trust.iter().enumerate() {
             if !hex64(key.trim()) {
-                return Err(invalid(format!("plugins.trust[{i}]"), "expected an Ed25519 public key: 64 hex digits (warden plugin keygen)".into()));
+                return Err(invalid(
+                    format!("plugins.trust[{i}]"),
+                    "expected an Ed25519 public key: 64 hex digits (warden plugin keygen)".into(),
+                ));
             }
         }
         for (id, pin) in &self.plugins.pins {
             if !hex64(pin.trim()) {
-                return Err(invalid(format!("plugins.pins.{id}"), "expected a SHA-256: 64 hex digits (sha256sum)".into()));
+                return Err(invalid(
+                    format!("plugins.pins.{id}"),
+                    "expected a SHA-256: 64 hex digits (sha256sum)".into(),
+                ));
             }
         }
         if self.plugins.compile_memory < MIN_COMPILE_MEMORY {
             return Err(invalid(
                 "plugins.compile_memory".into(),
-                format!("expected at least {MIN_COMPILE_MEMORY} bytes (128MiB); the compiler process cannot start with less"),
+                format!(
+                    "expected at least {MIN_COMPILE_MEMORY} bytes (128MiB); the compiler process cannot start with less"
+                ),
             ));
         }
         for (key, l) in limits {
@@ -634,7 +640,9 @@ impl Config {
         for (i, p) in self.server.principals.iter().enumerate() {
             let key = format!("server.principals[{i}]");
             let plain = |s: &str| {
-                !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+                !s.is_empty()
+                    && s.len() <= 128
+                    && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
             };
             if !plain(&p.name) {
                 return Err(invalid(format!("{key}.name"), "expected 1-128 characters of [A-Za-z0-9_.-]".into()));
@@ -643,7 +651,10 @@ impl Config {
                 return Err(invalid(format!("{key}.name"), format!("principal {:?} is defined twice", p.name)));
             }
             if p.token_env.trim().is_empty() {
-                return Err(invalid(format!("{key}.token_env"), "expected the environment variable holding its token".into()));
+                return Err(invalid(
+                    format!("{key}.token_env"),
+                    "expected the environment variable holding its token".into(),
+                ));
             }
             if !p.approves.is_empty() && p.role != Role::Approver {
                 return Err(invalid(format!("{key}.approves"), "only an approver approves for other users".into()));
@@ -691,9 +702,11 @@ impl Config {
 fn bare_message(text: &str) -> &str {
     let mut t = text;
     if let Some((prefix, rest)) = t.split_once(": ")
-        && !prefix.contains(' ') && !prefix.is_empty() {
-            t = rest;
-        }
+        && !prefix.contains(' ')
+        && !prefix.is_empty()
+    {
+        t = rest;
+    }
     match t.rfind(" at line ") {
         Some(i) => &t[..i],
         None => t,
@@ -726,7 +739,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mib" | "mi" => 1 << 20,
         "g" | "gb" => 1_000_000_000,
         "gib" | "gi" => 1 << 30,
-        other => return Err(format!("invalid size unit {other:?} in {text:?}; expected B, KiB, MiB, GiB, KB, MB or GB")),
+        other => {
+            return Err(format!("invalid size unit {other:?} in {text:?}; expected B, KiB, MiB, GiB, KB, MB or GB"));
+        }
     };
     Ok((n * mult as f64) as u64)
 }
@@ -824,10 +839,14 @@ mod tests {
 
     #[test]
     fn sandbox_egress_is_judged_at_load() {
-        let c = parse("sandbox:\n  egress:\n    allow: [pypi.org, \"*.pythonhosted.org\", \"127.0.0.1:8080\"]\n").unwrap();
+        let c =
+            parse("sandbox:\n  egress:\n    allow: [pypi.org, \"*.pythonhosted.org\", \"127.0.0.1:8080\"]\n").unwrap();
         assert_eq!(c.sandbox.egress.unwrap().allow.len(), 3);
         for (yaml, says) in [
-            ("sandbox:\n  egress:\n    allow: [pypi.org, \"https://x.org\"]\n", "sandbox.egress.allow[1]: expected a host pattern"),
+            (
+                "sandbox:\n  egress:\n    allow: [pypi.org, \"https://x.org\"]\n",
+                "sandbox.egress.allow[1]: expected a host pattern",
+            ),
             ("sandbox:\n  egress:\n    deny: [\"*\"]\n", "sandbox.egress.deny[0]"),
             ("sandbox:\n  egress:\n    alow: [pypi.org]\n", "unknown field `alow`"),
             ("sandbox:\n  network: bridge\n  egress:\n    allow: [pypi.org]\n", "sandbox.network"),

@@ -144,8 +144,11 @@ pub enum SubmitError {
 /// A `tool_context` key as an environment variable name: upper-cased, every character
 /// outside `[A-Z0-9_]` replaced by `_`, a leading digit prefixed with `_`.
 pub fn env_name(key: &str) -> String {
-    let mut s: String =
-        key.chars().map(|c| c.to_ascii_uppercase()).map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    let mut s: String = key
+        .chars()
+        .map(|c| c.to_ascii_uppercase())
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect();
     if s.starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, '_');
     }
@@ -611,13 +614,18 @@ impl Engine {
             .into());
         };
         if snapshot.plugin_for_kind(&reg.definition.kind).is_none() {
-            return Err(TaskError::NoPlugin { name: call.subagent_type.clone(), kind: reg.definition.kind.clone() }.into());
+            return Err(
+                TaskError::NoPlugin { name: call.subagent_type.clone(), kind: reg.definition.kind.clone() }.into()
+            );
         }
         for (field, v) in [("session_id", &sub.session_id), ("user_id", &sub.user_id)] {
             if let Some(v) = v
                 && !valid_id(v)
             {
-                return Err(SubmitError::InvalidField { field, message: "expected 1-128 characters of [A-Za-z0-9_.-]".into() });
+                return Err(SubmitError::InvalidField {
+                    field,
+                    message: "expected 1-128 characters of [A-Za-z0-9_.-]".into(),
+                });
             }
         }
         if let Some(resume) = &call.resume {
@@ -630,12 +638,17 @@ impl Engine {
                 .flatten()
                 .is_some_and(|r| r.user_id == user && r.subagent_type == call.subagent_type);
             if !owned {
-                return Err(SubmitError::UnknownResume(crate::text::escape_control(&resume.chars().take(128).collect::<String>()).into_owned()));
+                return Err(SubmitError::UnknownResume(
+                    crate::text::escape_control(&resume.chars().take(128).collect::<String>()).into_owned(),
+                ));
             }
         }
         for k in sub.tool_context.keys() {
             if env_name(k).is_empty() {
-                return Err(SubmitError::InvalidField { field: "tool_context", message: "keys must not be empty".into() });
+                return Err(SubmitError::InvalidField {
+                    field: "tool_context",
+                    message: "keys must not be empty".into(),
+                });
             }
         }
         crate::redact::SecretRegistry::check(sub.tool_context.values().map(String::as_str))?;
@@ -741,7 +754,12 @@ impl Engine {
             let finish = if e.is_panic() {
                 let message = crate::runtime::panic_message(&*e.into_panic());
                 tracing::error!(task_id = %live.id(), %message, "task driver panicked");
-                Finish { status: "failed", reason: "error", output: None, error: Some(format!("host fault: {message}")) }
+                Finish {
+                    status: "failed",
+                    reason: "error",
+                    output: None,
+                    error: Some(format!("host fault: {message}")),
+                }
             } else {
                 Finish::canceled()
             };
@@ -920,7 +938,12 @@ impl Engine {
 
     /// TaskOutput: the record, after waiting up to `timeout` for the task to finish
     /// when `block` (the timeout is capped at [`MAX_OUTPUT_TIMEOUT`]).
-    pub async fn output(&self, id: &str, block: bool, timeout: Duration) -> Result<Option<TaskRecord>, crate::store::StoreError> {
+    pub async fn output(
+        &self,
+        id: &str,
+        block: bool,
+        timeout: Duration,
+    ) -> Result<Option<TaskRecord>, crate::store::StoreError> {
         match self.live_task(id) {
             Some(l) if block => Ok(Some(l.wait_finished(timeout.min(MAX_OUTPUT_TIMEOUT)).await)),
             Some(l) => Ok(Some(l.record())),

@@ -6,22 +6,22 @@
 //! [`task`] (running a TaskCall) → [`engine`] (background tasks, queue, cancel, persisted in
 //! [`store`]) → [`server`] (the HTTP API) and [`cli`] (the `warden` binary's commands).
 
+pub mod bounded_read;
 pub mod capability;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod mcp_tools;
+pub mod oci;
 pub mod plugin;
 pub mod plugin_dir;
+pub mod provenance;
 pub mod redact;
 pub mod registry;
-pub mod bounded_read;
-pub mod provenance;
-pub mod oci;
 pub mod runtime;
 pub mod server;
 pub mod services;
 pub mod store;
-pub mod mcp_tools;
 pub mod task;
 pub mod text;
 pub mod tools;
@@ -65,18 +65,19 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
         }
         None => None,
     };
-    let eval = warden_approval::EvalContext {
-        workspace_root: SANDBOX_WORKSPACE.into(),
-        home: SANDBOX_WORKSPACE.into(),
-    };
+    let eval =
+        warden_approval::EvalContext { workspace_root: SANDBOX_WORKSPACE.into(), home: SANDBOX_WORKSPACE.into() };
     let mut gate = warden_approval::ApprovalGate::new(Arc::new(policy), eval, audit);
     if let Some(p) = &config.approval.overlay {
         let path = config.path(p);
-        gate = gate.with_overlay(path.clone()).map_err(|e| anyhow::anyhow!("approval.overlay {}: {e}", path.display()))?;
+        gate =
+            gate.with_overlay(path.clone()).map_err(|e| anyhow::anyhow!("approval.overlay {}: {e}", path.display()))?;
     }
     // A credential's environment variable missing is a start failure, not a tool error.
     if let Some(egress) = &config.sandbox.egress {
-        egress.resolve(|name| std::env::var(name).ok()).with_context(|| format!("{}: sandbox.egress", config.source_name()))?;
+        egress
+            .resolve(|name| std::env::var(name).ok())
+            .with_context(|| format!("{}: sandbox.egress", config.source_name()))?;
     }
     let sandbox = warden_sandbox::Sandbox::new(config.sandbox.clone()).map(Arc::new).map_err(|e| e.to_string());
     let tools = Arc::new(tools::ToolHost::new(sandbox, gate).with_mcp(mcp_tools::McpTools::new(&config.mcp_servers)));
@@ -86,7 +87,8 @@ pub async fn start(config: Config) -> anyhow::Result<Arc<Registry>> {
     let services =
         services::HostServices::new(roots).with_tools(tools).with_models(models).with_budgets(config.plugins.budgets);
 
-    let fuel = config.plugins.limits.fuel.is_some() || config.plugins.limit_overrides.values().any(|o| o.fuel.is_some());
+    let fuel =
+        config.plugins.limits.fuel.is_some() || config.plugins.limit_overrides.values().any(|o| o.fuel.is_some());
     let pool = config
         .plugins
         .pooled_instances

@@ -79,7 +79,8 @@ pub enum McpTransport<'a> {
 
 fn shell_identifier(name: &str) -> bool {
     let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl McpServerConfig {
@@ -92,7 +93,10 @@ impl McpServerConfig {
                     return Err("`args` and `env` belong to a stdio server (`command`), not to a `url`".into());
                 }
                 if !matches!(kind, None | Some("http" | "streamable-http")) {
-                    return Err(format!("type {:?} does not go with `url`: expected http or streamable-http", kind.unwrap_or_default()));
+                    return Err(format!(
+                        "type {:?} does not go with `url`: expected http or streamable-http",
+                        kind.unwrap_or_default()
+                    ));
                 }
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(format!("url {url:?} must start with http:// or https://"));
@@ -104,7 +108,10 @@ impl McpServerConfig {
                     return Err("`auth_env` belongs to an HTTP server (`url`); a stdio server takes `env`".into());
                 }
                 if !matches!(kind, None | Some("stdio")) {
-                    return Err(format!("type {:?} does not go with `command`: expected stdio", kind.unwrap_or_default()));
+                    return Err(format!(
+                        "type {:?} does not go with `command`: expected stdio",
+                        kind.unwrap_or_default()
+                    ));
                 }
                 if command.trim().is_empty() || command.contains('\0') || self.args.iter().any(|a| a.contains('\0')) {
                     return Err("`command` must name a program, without NUL bytes in it or its args".into());
@@ -115,7 +122,9 @@ impl McpServerConfig {
                 Ok(McpTransport::Stdio { command, args: &self.args, env: &self.env })
             }
             (Some(_), Some(_)) => Err("give either `url` (streamable HTTP) or `command` (stdio), not both".into()),
-            (None, None) => Err("expected `url` (streamable HTTP) or `command` (a stdio server run in the sandbox)".into()),
+            (None, None) => {
+                Err("expected `url` (streamable HTTP) or `command` (a stdio server run in the sandbox)".into())
+            }
         }
     }
 }
@@ -140,7 +149,11 @@ pub fn read_mcp_json(path: &Path) -> Result<BTreeMap<String, McpServerConfig>, S
 
 /// A stdio server's `env` with every `${NAME}` filled from the task's secrets (`secrets`,
 /// names as [`crate::engine::env_name`] gives them).
-fn expand_env(server: &str, env: &BTreeMap<String, String>, secrets: &[(String, String)]) -> Result<Vec<(String, String)>, String> {
+fn expand_env(
+    server: &str,
+    env: &BTreeMap<String, String>,
+    secrets: &[(String, String)],
+) -> Result<Vec<(String, String)>, String> {
     let mut out = vec![];
     for (name, template) in env {
         let mut value = String::new();
@@ -216,7 +229,9 @@ impl McpTools {
     pub fn new(config: &BTreeMap<String, McpServerConfig>) -> Self {
         let servers = config
             .iter()
-            .map(|(name, c)| (name.clone(), Server { config: c.clone(), state: Mutex::new(None), tools: Mutex::new(None) }))
+            .map(|(name, c)| {
+                (name.clone(), Server { config: c.clone(), state: Mutex::new(None), tools: Mutex::new(None) })
+            })
             .collect();
         McpTools { servers, http: reqwest::Client::new(), stdio: Default::default() }
     }
@@ -248,7 +263,9 @@ impl McpTools {
                         input_schema: t.input_schema.clone(),
                     }
                 })),
-                Err(e) => tracing::warn!(server = name, error = %e, "MCP server unavailable; its tools are not offered"),
+                Err(e) => {
+                    tracing::warn!(server = name, error = %e, "MCP server unavailable; its tools are not offered")
+                }
             }
         }
         out
@@ -256,10 +273,17 @@ impl McpTools {
 
     /// Calls `mcp__<server>__<tool>` with `arguments`; the caller has already passed the
     /// gate. A stdio server runs at `site` (started, or restarted after it died, as needed).
-    pub async fn call(&self, server: &str, tool: &str, arguments: Value, site: Option<&SessionSite<'_>>) -> Result<ToolResult, String> {
+    pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Value,
+        site: Option<&SessionSite<'_>>,
+    ) -> Result<ToolResult, String> {
         let s = self.servers.get(server).ok_or_else(|| format!("no MCP server named {server:?} is configured"))?;
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
-            let site = site.ok_or_else(|| format!("MCP server {server:?} runs in a sandbox session, and this call has none"))?;
+            let site =
+                site.ok_or_else(|| format!("MCP server {server:?} runs in a sandbox session, and this call has none"))?;
             return self.call_stdio(server, &s.config, tool, arguments, site).await;
         }
         let mut guard = s.state.lock().await;
@@ -280,7 +304,8 @@ impl McpTools {
             if let Some(tools) = known.as_ref() {
                 return Ok(tools.clone());
             }
-            let site = site.ok_or_else(|| format!("MCP server {name:?} runs in a sandbox session, and there is none"))?;
+            let site =
+                site.ok_or_else(|| format!("MCP server {name:?} runs in a sandbox session, and there is none"))?;
             let slot = self.stdio_conn(name, &s.config, site).await?;
             let guard = slot.lock().await;
             let tools = guard.as_ref().ok_or("the MCP server is not running")?.tools.clone();
@@ -327,7 +352,12 @@ impl McpTools {
         Ok(slot)
     }
 
-    async fn start_stdio(&self, server: &str, config: &McpServerConfig, site: &SessionSite<'_>) -> Result<StdioConn, String> {
+    async fn start_stdio(
+        &self,
+        server: &str,
+        config: &McpServerConfig,
+        site: &SessionSite<'_>,
+    ) -> Result<StdioConn, String> {
         let Ok(McpTransport::Stdio { command, args, env }) = config.transport() else {
             return Err(format!("MCP server {server:?} is not a stdio server"));
         };
@@ -345,7 +375,10 @@ impl McpTools {
         match tokio::time::timeout(STDIO_START_TIMEOUT, conn.start()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                return Err(format!("MCP server {server:?} did not start ({e}); its stderr: {}", last_line(&conn.stderr.text())));
+                return Err(format!(
+                    "MCP server {server:?} did not start ({e}); its stderr: {}",
+                    last_line(&conn.stderr.text())
+                ));
             }
             Err(_) => return Err(format!("MCP server {server:?} did not answer within {STDIO_START_TIMEOUT:?}")),
         }
@@ -374,7 +407,8 @@ impl McpTools {
                 return Err(format!("MCP server {server:?} did not answer within {MCP_REQUEST_TIMEOUT:?}"));
             }
         };
-        let result = result.map_err(|e| format!("MCP server {server:?}: {e} (stderr: {})", last_line(&conn.stderr.text())))?;
+        let result =
+            result.map_err(|e| format!("MCP server {server:?}: {e} (stderr: {})", last_line(&conn.stderr.text())))?;
         ToolResult::from_result(result).map_err(|e| e.to_string())
     }
 
@@ -401,7 +435,12 @@ impl McpTools {
     }
 
     /// Sends one request and feeds the response into `pending` until it is complete.
-    async fn exchange(&self, config: &McpServerConfig, req: HttpRequest, mut pending: Pending) -> Result<Pending, McpError> {
+    async fn exchange(
+        &self,
+        config: &McpServerConfig,
+        req: HttpRequest,
+        mut pending: Pending,
+    ) -> Result<Pending, McpError> {
         let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::POST);
         let url = config.url.as_deref().ok_or_else(|| McpError::Transport("not an HTTP server".into()))?;
         let mut rb = self.http.request(method, url).timeout(MCP_REQUEST_TIMEOUT);
@@ -409,19 +448,17 @@ impl McpTools {
             rb = rb.header(k, v);
         }
         if let Some(env) = &config.auth_env {
-            let token = std::env::var(env)
-                .map_err(|_| McpError::Transport(format!("environment variable {env} (mcp_servers auth_env) is not set")))?;
+            let token = std::env::var(env).map_err(|_| {
+                McpError::Transport(format!("environment variable {env} (mcp_servers auth_env) is not set"))
+            })?;
             rb = rb.bearer_auth(token);
         }
         if let Some(body) = req.body {
             rb = rb.body(body);
         }
         let mut resp = rb.send().await.map_err(|e| McpError::Transport(e.to_string()))?;
-        let headers: Vec<(String, String)> = resp
-            .headers()
-            .iter()
-            .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.to_string(), v.to_owned())))
-            .collect();
+        let headers: Vec<(String, String)> =
+            resp.headers().iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.to_string(), v.to_owned()))).collect();
         pending.begin(resp.status().as_u16(), &headers);
         let mut read = 0usize;
         while !pending.is_done() {
@@ -564,12 +601,19 @@ mod tests {
 
     #[test]
     fn env_values_name_the_tasks_secrets() {
-        let env: BTreeMap<String, String> =
-            [("TOKEN".into(), "${gh_token}".into()), ("AUTH".into(), "Bearer ${GH_TOKEN}!".into()), ("PLAIN".into(), "x".into())].into();
+        let env: BTreeMap<String, String> = [
+            ("TOKEN".into(), "${gh_token}".into()),
+            ("AUTH".into(), "Bearer ${GH_TOKEN}!".into()),
+            ("PLAIN".into(), "x".into()),
+        ]
+        .into();
         let secrets = vec![("GH_TOKEN".to_string(), "s3cret".to_string())];
         let got = expand_env("git", &env, &secrets).unwrap();
-        let want: Vec<(String, String)> =
-            vec![("AUTH".into(), "Bearer s3cret!".into()), ("PLAIN".into(), "x".into()), ("TOKEN".into(), "s3cret".into())];
+        let want: Vec<(String, String)> = vec![
+            ("AUTH".into(), "Bearer s3cret!".into()),
+            ("PLAIN".into(), "x".into()),
+            ("TOKEN".into(), "s3cret".into()),
+        ];
         assert_eq!(got, want);
         let missing: BTreeMap<String, String> = [("T".into(), "${NOPE}".into())].into();
         assert!(expand_env("git", &missing, &secrets).unwrap_err().contains("NOPE"));

@@ -95,7 +95,9 @@ pub enum OciError {
     NotAComponent(String),
     #[error("the layer is {size} bytes, more than the limit of {limit} bytes (plugins.max_plugin_size)")]
     TooLarge { size: u64, limit: u64 },
-    #[error("the layer's content does not match its digest: expected {expected}, got {actual} (altered in the registry or in transit)")]
+    #[error(
+        "the layer's content does not match its digest: expected {expected}, got {actual} (altered in the registry or in transit)"
+    )]
     DigestMismatch { expected: String, actual: String },
     #[error("cannot name the plugin from {0:?}; give a name with --as ID")]
     BadId(String),
@@ -260,7 +262,13 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Publishes the component `file` (and its signature `FILE.sig`, if present and valid)
 /// at `target`. Refuses a signature that does not match the file.
-pub async fn push(file: &Path, target: &str, insecure: bool, credentials: &Credentials, max_size: u64) -> Result<Pushed, OciError> {
+pub async fn push(
+    file: &Path,
+    target: &str,
+    insecure: bool,
+    credentials: &Credentials,
+    max_size: u64,
+) -> Result<Pushed, OciError> {
     bounded(format!("pushing to {target}"), async {
         let (reference, client) = connect(target, insecure)?;
         let auth = &credentials.for_registry(reference.resolve_registry());
@@ -284,7 +292,11 @@ pub async fn push(file: &Path, target: &str, insecure: bool, credentials: &Crede
             "layerDigests": [digest],
             "component": null,
         });
-        let config = OciConfig::new(serde_json::to_vec(&config).expect("JSON values serialize"), WASM_CONFIG_MEDIA_TYPE.into(), None);
+        let config = OciConfig::new(
+            serde_json::to_vec(&config).expect("JSON values serialize"),
+            WASM_CONFIG_MEDIA_TYPE.into(),
+            None,
+        );
         let layer = ImageLayer::new(
             bytes,
             WASM_LAYER_MEDIA_TYPE.into(),
@@ -333,17 +345,20 @@ pub async fn pull(
     bounded(format!("pulling {target}"), async {
         let (reference, client) = connect(target, insecure)?;
         let auth = &credentials.for_registry(reference.resolve_registry());
-        let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| OciError::Registry(format!("{what} {target}: {}", chain(&e)));
-        let (manifest, _) = client
-            .pull_manifest(&reference, auth)
-            .await
-            .map_err(|e| registry_err("fetching the manifest of", e))?;
+        let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| {
+            OciError::Registry(format!("{what} {target}: {}", chain(&e)))
+        };
+        let (manifest, _) =
+            client.pull_manifest(&reference, auth).await.map_err(|e| registry_err("fetching the manifest of", e))?;
         let not_wasm = |reason: String| OciError::NotWasm { reference: target.to_owned(), reason };
         let OciManifest::Image(manifest) = manifest else {
             return Err(not_wasm("an image index, not one artifact manifest".into()));
         };
         if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
-            return Err(not_wasm(format!("config media type {:?}, expected {WASM_CONFIG_MEDIA_TYPE}", manifest.config.media_type)));
+            return Err(not_wasm(format!(
+                "config media type {:?}, expected {WASM_CONFIG_MEDIA_TYPE}",
+                manifest.config.media_type
+            )));
         }
         let [layer] = manifest.layers.as_slice() else {
             return Err(not_wasm(format!("{} layers, expected exactly one", manifest.layers.len())));
@@ -369,7 +384,10 @@ pub async fn pull(
             Some(id) => id.to_owned(),
             None => match layer.annotations.as_ref().and_then(|a| a.get(TITLE_ANNOTATION)) {
                 Some(title) if title.strip_suffix(".wasm") != Some(repository.as_str()) => {
-                    return Err(OciError::AmbiguousId { title: title.chars().take(MAX_ID_LEN + 8).collect(), repository });
+                    return Err(OciError::AmbiguousId {
+                        title: title.chars().take(MAX_ID_LEN + 8).collect(),
+                        repository,
+                    });
                 }
                 _ => repository,
             },
@@ -379,17 +397,18 @@ pub async fn pull(
         }
         let sig = manifest.annotations.as_ref().and_then(|a| a.get(SIGNATURE_ANNOTATION)).cloned();
         if sig.as_ref().is_some_and(|s| s.len() as u64 > provenance::MAX_SIG_FILE) {
-            return Err(not_wasm(format!("the {SIGNATURE_ANNOTATION} annotation is longer than {} bytes", provenance::MAX_SIG_FILE)));
+            return Err(not_wasm(format!(
+                "the {SIGNATURE_ANNOTATION} annotation is longer than {} bytes",
+                provenance::MAX_SIG_FILE
+            )));
         }
 
         // The blob, bounded, then its digest (the registry may be lying or altered).
         // Only from the registry: a layer's `urls` (foreign layers) would have the client fetch
         // whatever addresses the manifest's author wrote.
         let layer = &oci_client::manifest::OciDescriptor { urls: None, ..layer.clone() };
-        let mut stream = client
-            .pull_blob_stream(&reference, layer)
-            .await
-            .map_err(|e| registry_err("fetching the layer of", e))?;
+        let mut stream =
+            client.pull_blob_stream(&reference, layer).await.map_err(|e| registry_err("fetching the layer of", e))?;
         let mut bytes = Vec::new();
         while let Some(chunk) = stream.next().await {
             let chunk = match chunk {
@@ -412,7 +431,10 @@ pub async fn pull(
         }
         let sha256 = sha256_hex(&bytes);
         if sha256 != expected {
-            return Err(OciError::DigestMismatch { expected: layer.digest.clone(), actual: format!("sha256:{sha256}") });
+            return Err(OciError::DigestMismatch {
+                expected: layer.digest.clone(),
+                actual: format!("sha256:{sha256}"),
+            });
         }
         if !is_component(&bytes) {
             return Err(OciError::NotAComponent(target.to_owned()));
@@ -429,7 +451,8 @@ pub async fn pull(
 
         let path = dir.join(format!("{id}.wasm"));
         let replaced = path.exists();
-        install(dir, &id, &bytes, sig.as_deref()).map_err(|e| OciError::Io(format!("installing {}: {e}", path.display())))?;
+        install(dir, &id, &bytes, sig.as_deref())
+            .map_err(|e| OciError::Io(format!("installing {}: {e}", path.display())))?;
         tracing::info!(%target, plugin = %id, %sha256, signed = signed_by.is_some(), replaced, "plugin pulled");
         Ok(Installed { id, path, sha256, signed_by, replaced })
     })
@@ -460,7 +483,8 @@ fn install(dir: &Path, id: &str, bytes: &[u8], sig: Option<&str>) -> std::io::Re
     let sig_target = provenance::sig_path(&dir.join(&wasm_name));
     match sig {
         Some(text) => {
-            let tmp = staged(format!("{}\n", text.trim()).as_bytes(), &format!("{wasm_name}{}", provenance::SIG_SUFFIX))?;
+            let tmp =
+                staged(format!("{}\n", text.trim()).as_bytes(), &format!("{wasm_name}{}", provenance::SIG_SUFFIX))?;
             tmp.persist(&sig_target).map_err(|e| e.error)?;
         }
         None => match std::fs::remove_file(&sig_target) {

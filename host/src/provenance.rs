@@ -69,7 +69,12 @@ pub fn check(path: &Path, bytes: &[u8], rules: &Rules<'_>) -> Result<Option<Stri
 /// they came from: a file and its `.sig` ([`check`]) or a registry artifact and its
 /// signature annotation (`warden plugin pull`). `shown` names where the signature was
 /// looked for, in errors.
-pub fn check_bytes(bytes: &[u8], sig: Option<&str>, shown: &str, rules: &Rules<'_>) -> Result<Option<String>, ProvenanceError> {
+pub fn check_bytes(
+    bytes: &[u8],
+    sig: Option<&str>,
+    shown: &str,
+    rules: &Rules<'_>,
+) -> Result<Option<String>, ProvenanceError> {
     // The pin first: content that is not the pinned one fails on that, whatever its signature.
     if let Some(pinned) = rules.pin {
         let actual = hex::encode(Sha256::digest(bytes));
@@ -148,7 +153,9 @@ pub fn generate() -> Result<(String, String), ProvenanceError> {
 pub fn sign(private: &str, bytes: &[u8]) -> Result<String, String> {
     let mut parts = private.split_whitespace();
     let seed: [u8; 32] = match (parts.next(), parts.next().map(hex::decode), parts.next()) {
-        (Some(PRIVATE_TAG), Some(Ok(seed)), None) => seed.try_into().map_err(|_| "the seed is not 32 bytes".to_owned())?,
+        (Some(PRIVATE_TAG), Some(Ok(seed)), None) => {
+            seed.try_into().map_err(|_| "the seed is not 32 bytes".to_owned())?
+        }
         _ => return Err(format!("not a private key file (expected `{PRIVATE_TAG} <64 hex digits>`)")),
     };
     let key = SigningKey::from_bytes(&seed);
@@ -183,7 +190,10 @@ mod tests {
         for i in 0..bytes.len() {
             let mut altered = bytes.clone();
             altered[i] ^= 0x01;
-            assert!(matches!(check(&path, &altered, &rules(&trust, true, None)), Err(ProvenanceError::BadSignature { .. })));
+            assert!(matches!(
+                check(&path, &altered, &rules(&trust, true, None)),
+                Err(ProvenanceError::BadSignature { .. })
+            ));
         }
         // So is every change of the signature's hex (a digit flipped).
         let sig = std::fs::read_to_string(sig_path(&path)).unwrap();

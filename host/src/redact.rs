@@ -62,7 +62,9 @@ pub enum SecretError {
     LooksLikeMarker,
     #[error("this session already holds the maximum of {MAX_SESSION_SECRETS} secrets")]
     SessionFull,
-    #[error("this host holds the maximum of {MAX_TOTAL_SECRET_BYTES} bytes of secrets; it forgets them only on restart")]
+    #[error(
+        "this host holds the maximum of {MAX_TOTAL_SECRET_BYTES} bytes of secrets; it forgets them only on restart"
+    )]
     HostFull,
     #[error("secrets cannot be compiled for scrubbing: {0}")]
     Build(String),
@@ -235,7 +237,9 @@ impl Redactor {
         match self.matcher().scrub(text.as_bytes()) {
             Cow::Borrowed(_) => Cow::Borrowed(text),
             // Patterns are whole UTF-8 strings, so matches fall on character boundaries.
-            Cow::Owned(b) => Cow::Owned(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())),
+            Cow::Owned(b) => {
+                Cow::Owned(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+            }
         }
     }
 
@@ -263,7 +267,9 @@ impl Redactor {
 fn scrub_str(m: &Matcher, s: &str) -> Option<String> {
     match m.scrub(s.as_bytes()) {
         Cow::Borrowed(_) => None,
-        Cow::Owned(b) => Some(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())),
+        Cow::Owned(b) => {
+            Some(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+        }
     }
 }
 

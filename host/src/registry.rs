@@ -58,11 +58,18 @@ fn definition_egress(def: &SubagentDefinition) -> Result<Option<Arc<warden_sandb
         Some(serde_json::Value::Array(items)) => items
             .iter()
             .enumerate()
-            .map(|(i, v)| v.as_str().map(str::to_owned).ok_or_else(|| format!("egress[{i}]: expected a host pattern as text, e.g. \"pypi.org\"")))
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("egress[{i}]: expected a host pattern as text, e.g. \"pypi.org\""))
+            })
             .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => return Err("egress: expected a list of host patterns, e.g. [\"pypi.org\", \"*.pythonhosted.org\"]".into()),
+        Some(_) => {
+            return Err("egress: expected a list of host patterns, e.g. [\"pypi.org\", \"*.pythonhosted.org\"]".into());
+        }
     };
-    warden_sandbox::EgressNarrowing::parse(&list, format!("subagent {:?} (egress)", def.name)).map(|n| Some(Arc::new(n)))
+    warden_sandbox::EgressNarrowing::parse(&list, format!("subagent {:?} (egress)", def.name))
+        .map(|n| Some(Arc::new(n)))
 }
 
 /// One problem found while building definitions, for `warden agents` and logs.
@@ -138,10 +145,7 @@ impl Snapshot {
 
     /// `- name: description` lines, the text a parent agent's Task tool lists.
     pub fn registrations(&self) -> String {
-        self.definitions
-            .values()
-            .map(|r| format!("-{}: {}\n", r.definition.name, r.definition.description))
-            .collect()
+        self.definitions.values().map(|r| format!("-{}: {}\n", r.definition.name, r.definition.description)).collect()
     }
 
     /// Problems that are configuration errors (`warden config check` fails on them):
@@ -167,7 +171,13 @@ impl Snapshot {
                     .filter(|k| self.kinds.get(*k).and_then(|ids| ids.first()) != Some(&p.id))
                     .cloned()
                     .collect(),
-                ambiguous_kinds: p.info.kinds.iter().filter(|k| self.ambiguous_kinds.contains_key(*k)).cloned().collect(),
+                ambiguous_kinds: p
+                    .info
+                    .kinds
+                    .iter()
+                    .filter(|k| self.ambiguous_kinds.contains_key(*k))
+                    .cloned()
+                    .collect(),
                 requested_capabilities: p.grants.requested().to_vec(),
                 granted_capabilities: p.grants.granted().to_vec(),
                 http_allow: p.grants.http_patterns(),
@@ -217,7 +227,8 @@ pub fn unserved_kind<'a>(kind: &str, loaded: impl Iterator<Item = &'a String>) -
     }
     match loaded.is_empty() {
         true => text.push_str("; no plugin is loaded"),
-        false => text.push_str(&format!("; loaded kinds: {}", loaded.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "))),
+        false => text
+            .push_str(&format!("; loaded kinds: {}", loaded.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "))),
     }
     text
 }
@@ -339,7 +350,8 @@ impl Registry {
             }
         } else {
             let unchanged = old.plugins.get(&id).is_some_and(|p| {
-                std::fs::read(path).is_ok_and(|b| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&b)) == p.content_hash)
+                std::fs::read(path)
+                    .is_ok_and(|b| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&b)) == p.content_hash)
             });
             if unchanged {
                 return;
@@ -402,7 +414,8 @@ impl Registry {
             let claimants = ids.join(", ");
             if ids.iter().any(|id| rank(id) != usize::MAX) {
                 ids.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
-                let msg = format!("kind {kind} is claimed by plugins {claimants}; `{}` serves it (plugins.priority)", ids[0]);
+                let msg =
+                    format!("kind {kind} is claimed by plugins {claimants}; `{}` serves it (plugins.priority)", ids[0]);
                 tracing::warn!("{msg}");
                 next.problems.push(RegistryProblem::warning(source, msg));
                 next.kinds.insert(kind, ids);
@@ -476,7 +489,10 @@ impl Registry {
         for reference in references {
             let ids = next.kinds.get(&reference.kind).cloned().unwrap_or_default();
             if ids.is_empty() {
-                next.problems.push(RegistryProblem::warning(reference.uri.clone(), unserved_kind(&reference.kind, next.kinds.keys())));
+                next.problems.push(RegistryProblem::warning(
+                    reference.uri.clone(),
+                    unserved_kind(&reference.kind, next.kinds.keys()),
+                ));
                 continue;
             }
             let mut resolved = None;
@@ -488,11 +504,16 @@ impl Registry {
                         break;
                     }
                     Ok(false) => continue,
-                    Err(e) => next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!("can-resolve failed: {e}"))),
+                    Err(e) => next
+                        .problems
+                        .push(RegistryProblem::warning(reference.uri.clone(), format!("can-resolve failed: {e}"))),
                 }
             }
             match resolved {
-                None => next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!("no plugin of kind {} accepts this reference", reference.kind))),
+                None => next.problems.push(RegistryProblem::warning(
+                    reference.uri.clone(),
+                    format!("no plugin of kind {} accepts this reference", reference.kind),
+                )),
                 Some((_, Err(e))) => {
                     tracing::warn!(reference = %reference.uri, error = %e, "reference not resolved");
                     next.problems.push(RegistryProblem::warning(reference.uri.clone(), e.to_string()))
@@ -508,22 +529,31 @@ impl Registry {
                     let egress = match definition_egress(&def) {
                         Ok(e) => e,
                         Err(e) => {
-                            next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!(
-                                "subagent {:?} not registered: {e}", def.name
-                            )));
+                            next.problems.push(RegistryProblem::warning(
+                                reference.uri.clone(),
+                                format!("subagent {:?} not registered: {e}", def.name),
+                            ));
                             continue;
                         }
                     };
                     if let Some(existing) = next.definitions.get(&def.name) {
-                        next.problems.push(RegistryProblem::warning(reference.uri.clone(), format!(
+                        next.problems.push(RegistryProblem::warning(
+                            reference.uri.clone(),
+                            format!(
                                 "duplicate subagent name {:?}: already defined by {}; this one is ignored",
                                 def.name, existing.source
-                            )));
+                            ),
+                        ));
                         continue;
                     }
                     next.definitions.insert(
                         def.name.clone(),
-                        Registered { definition: def, plugin: plugin.id.clone(), source: reference.uri.clone(), egress },
+                        Registered {
+                            definition: def,
+                            plugin: plugin.id.clone(),
+                            source: reference.uri.clone(),
+                            egress,
+                        },
                     );
                 }
             }
@@ -545,7 +575,8 @@ pub(crate) async fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>,
     let read = tokio::task::spawn_blocking(move || read_regular(&owned, limit))
         .await
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let too_big = |n: u64| format!("the file is {n} bytes, more than the limit of {limit} bytes (plugins.max_plugin_size)");
+    let too_big =
+        |n: u64| format!("the file is {n} bytes, more than the limit of {limit} bytes (plugins.max_plugin_size)");
     match read {
         Ok(bytes) => Ok(bytes),
         Err(ReadError::Io(e)) => Err(format!("cannot read {}: {e}", path.display())),
@@ -564,7 +595,8 @@ fn collect_markdown(root: &Path, dir: &Path, out: &mut Vec<PathBuf>, problems: &
         let p = e.path();
         let name = e.file_name();
         let Some(name) = name.to_str().filter(|n| !n.chars().any(char::is_control)) else {
-            problems.push(RegistryProblem::warning(shown(&p), "skipped: the name is not UTF-8 or has control characters"));
+            problems
+                .push(RegistryProblem::warning(shown(&p), "skipped: the name is not UTF-8 or has control characters"));
             continue;
         };
         let Ok(ft) = e.file_type() else { continue };
@@ -592,7 +624,8 @@ fn collect_markdown(root: &Path, dir: &Path, out: &mut Vec<PathBuf>, problems: &
         } else if !is_md {
             continue;
         } else if !meta.is_file() {
-            problems.push(RegistryProblem::warning(shown(&p), "skipped: not a regular file (a FIFO, socket or device)"));
+            problems
+                .push(RegistryProblem::warning(shown(&p), "skipped: not a regular file (a FIFO, socket or device)"));
         } else if let Err(err) = std::fs::File::open(&target) {
             problems.push(RegistryProblem::warning(shown(&p), format!("skipped: unreadable: {err}")));
         } else {

@@ -113,7 +113,8 @@ impl StateStore {
         }
         m.bytes = after;
         if let Some(store) = self.backing.get() {
-            let write = crate::store::Write::StateSet { plugin: plugin.to_owned(), key: key.to_owned(), value: value.clone() };
+            let write =
+                crate::store::Write::StateSet { plugin: plugin.to_owned(), key: key.to_owned(), value: value.clone() };
             store.write(write);
         }
         m.values.insert(key.to_owned(), value);

@@ -187,7 +187,9 @@ impl Store {
         let t = r.open_table(TASKS).map_err(|e| self.err(e))?;
         match t.get(id).map_err(|e| self.err(e))? {
             None => Ok(None),
-            Some(v) => serde_json::from_slice(v.value()).map(Some).map_err(|e| self.err(format!("corrupt task {id}: {e}"))),
+            Some(v) => {
+                serde_json::from_slice(v.value()).map(Some).map_err(|e| self.err(format!("corrupt task {id}: {e}")))
+            }
         }
     }
 

@@ -80,7 +80,12 @@ pub fn new_task_id() -> String {
 }
 
 /// Runs `call` to completion.
-pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: TaskScope) -> Result<TaskOutcome, TaskError> {
+pub async fn run(
+    registry: &Registry,
+    task_id: String,
+    call: &TaskCall,
+    scope: TaskScope,
+) -> Result<TaskOutcome, TaskError> {
     if call.prompt.trim().is_empty() {
         return Err(TaskError::MissingField("prompt"));
     }
@@ -113,7 +118,8 @@ pub async fn run(registry: &Registry, task_id: String, call: &TaskCall, scope: T
     if let Some(events) = &scope.events {
         // A host event (`plugin` is a host kind): which build runs this task.
         let data = serde_json::to_value(&plugin_ref).unwrap_or_default();
-        let _ = events.send(crate::plugin::PluginEvent { plugin: plugin.id.clone(), kind: "plugin".into(), data }).await;
+        let _ =
+            events.send(crate::plugin::PluginEvent { plugin: plugin.id.clone(), kind: "plugin".into(), data }).await;
     }
     let extras = CallExtras {
         events: scope.events,

@@ -147,7 +147,11 @@ fn egress_observed(ev: &warden_sandbox::EgressEvent, audit: Option<&warden_appro
             kind: ev.kind.clone(),
             host: ev.host.clone(),
             port: ev.port,
-            decision: if ev.allowed { warden_approval::AuditDecision::Allow } else { warden_approval::AuditDecision::Deny },
+            decision: if ev.allowed {
+                warden_approval::AuditDecision::Allow
+            } else {
+                warden_approval::AuditDecision::Deny
+            },
             rule: ev.rule.clone(),
             bytes_sent: ev.bytes_sent,
             bytes_received: ev.bytes_received,
@@ -180,13 +184,17 @@ impl ToolHost {
             // A server that echoes a request's headers must not hand a credential to the
             // model: the host's secrets are scrubbed from every tool result (and log line).
             let values = policy.secret_values();
-            if let Err(e) = crate::redact::registry().remember_host(&values.iter().map(String::as_str).collect::<Vec<_>>()) {
+            if let Err(e) =
+                crate::redact::registry().remember_host(&values.iter().map(String::as_str).collect::<Vec<_>>())
+            {
                 tracing::error!(error = %e, "egress credentials cannot be registered for scrubbing");
             }
             let audit = gate.audit_log().cloned();
             let flights = InFlight::default();
             in_flight = Some(flights.clone());
-            sb.on_egress(Arc::new(move |ev: &warden_sandbox::EgressEvent| egress_observed(ev, audit.as_deref(), &flights)));
+            sb.on_egress(Arc::new(move |ev: &warden_sandbox::EgressEvent| {
+                egress_observed(ev, audit.as_deref(), &flights)
+            }));
         }
         ToolHost { sandbox, gate, mcp: McpTools::new(&Default::default()), in_flight }
     }
@@ -197,7 +205,13 @@ impl ToolHost {
         let in_flight = self.in_flight.as_ref()?;
         let events = scope.events.clone()?;
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        let flight = Flight { id, plugin: scope.plugin.clone(), subagent: scope.subagent.clone(), task_id: scope.task_id.clone(), events };
+        let flight = Flight {
+            id,
+            plugin: scope.plugin.clone(),
+            subagent: scope.subagent.clone(),
+            task_id: scope.task_id.clone(),
+            events,
+        };
         in_flight.lock().unwrap_or_else(|e| e.into_inner()).entry(key.clone()).or_default().push(flight);
         Some(FlightGuard { map: in_flight, key: key.clone(), id })
     }
@@ -223,27 +237,45 @@ impl ToolHost {
     /// Tools a subagent may see: the sandbox tools and its MCP servers' tools, minus
     /// those a bare-name deny removes.
     pub async fn list(&self, scope: &ToolScope) -> Vec<ToolSpec> {
-        let sandbox = warden_sandbox::tool_specs()
-            .into_iter()
-            .map(|t| ToolSpec { name: t.name.to_string(), description: t.description.to_string(), input_schema: t.input_schema });
+        let sandbox = warden_sandbox::tool_specs().into_iter().map(|t| ToolSpec {
+            name: t.name.to_string(),
+            description: t.description.to_string(),
+            input_schema: t.input_schema,
+        });
         let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
-        let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite { sandbox, key: &key, secrets: &scope.env });
-        let mcp = self
-            .mcp
-            .list(&scope.mcp_servers, site.as_ref())
-            .await
-            .into_iter()
-            .map(|t| ToolSpec { name: t.name, description: t.description, input_schema: t.input_schema });
+        let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
+            sandbox,
+            key: &key,
+            secrets: &scope.env,
+        });
+        let mcp = self.mcp.list(&scope.mcp_servers, site.as_ref()).await.into_iter().map(|t| ToolSpec {
+            name: t.name,
+            description: t.description,
+            input_schema: t.input_schema,
+        });
         sandbox.chain(mcp).filter(|t| self.gate.policy().tool_visible(&t.name)).collect()
     }
 
     /// Runs one call the gate allowed: MCP tools on their server, the rest in the sandbox.
-    async fn run_allowed(&self, scope: &ToolScope, key: &SessionKey, call: &ToolCall, approved_path: Option<&str>) -> (String, bool) {
+    async fn run_allowed(
+        &self,
+        scope: &ToolScope,
+        key: &SessionKey,
+        call: &ToolCall,
+        approved_path: Option<&str>,
+    ) -> (String, bool) {
         if let Some((server, tool)) = warden_mcp_protocol::parse_claude_tool_name(&call.name) {
             if !self.mcp.visible(&scope.mcp_servers).any(|s| s == server) {
-                return (format!("The {} call failed: MCP server {server:?} is not available to this subagent", call.name), true);
+                return (
+                    format!("The {} call failed: MCP server {server:?} is not available to this subagent", call.name),
+                    true,
+                );
             }
-            let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite { sandbox, key, secrets: &scope.env });
+            let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
+                sandbox,
+                key,
+                secrets: &scope.env,
+            });
             return match self.mcp.call(server, tool, call.input.clone(), site.as_ref()).await {
                 Ok(r) => (r.text, r.is_error),
                 Err(e) => (format!("The {} call failed: {e}", call.name), true),
@@ -251,10 +283,12 @@ impl ToolHost {
         }
         match &self.sandbox {
             Err(e) => (format!("The {} call failed: {e}", call.name), true),
-            Ok(sandbox) => match sandbox.call_tool_pinned(key, &call.name, call.input.clone(), &scope.env, approved_path).await {
-                Ok(out) => (out.content, out.is_error),
-                Err(e) => (format!("The {} call failed: {e}", call.name), true),
-            },
+            Ok(sandbox) => {
+                match sandbox.call_tool_pinned(key, &call.name, call.input.clone(), &scope.env, approved_path).await {
+                    Ok(out) => (out.content, out.is_error),
+                    Err(e) => (format!("The {} call failed: {e}", call.name), true),
+                }
+            }
         }
     }
 
@@ -262,7 +296,11 @@ impl ToolHost {
     /// calls without one (Bash, MCP tools) or when the sandbox is unavailable (the call then
     /// fails with that error when run); `Err` when the path cannot be used at all (it leads
     /// out of the workspace, holds control characters).
-    async fn resolve_for_policy(&self, key: &SessionKey, call: &ToolCall) -> Result<Option<warden_sandbox::ResolvedPath>, String> {
+    async fn resolve_for_policy(
+        &self,
+        key: &SessionKey,
+        call: &ToolCall,
+    ) -> Result<Option<warden_sandbox::ResolvedPath>, String> {
         let (Ok(sandbox), Some(path)) = (&self.sandbox, warden_sandbox::tool_path(&call.name, &call.input)) else {
             return Ok(None);
         };
@@ -272,8 +310,12 @@ impl ToolHost {
     /// Runs a batch through the gate and the sandbox; results come back in call order.
     pub async fn call_batch(&self, scope: &ToolScope, calls: Vec<ToolCall>) -> Vec<ToolResult> {
         for c in &calls {
-            emit(scope, "tool_call", json!({ "id": c.id, "name": c.name, "input": c.input, "subagent": scope.subagent }))
-                .await;
+            emit(
+                scope,
+                "tool_call",
+                json!({ "id": c.id, "name": c.name, "input": c.input, "subagent": scope.subagent }),
+            )
+            .await;
         }
         let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
         // Path tools: the policy judges the path after symlink resolution too, and the call
@@ -320,7 +362,8 @@ impl ToolHost {
             };
             // Neither the event (whose excerpt could cut a secret in two) nor the plugin
             // and its model read the session's secrets.
-            let content = crate::redact::registry().session(&scope.user_id, &scope.session_id).scrub(&content).into_owned();
+            let content =
+                crate::redact::registry().session(&scope.user_id, &scope.session_id).scrub(&content).into_owned();
             let content = crate::redact::registry().host().scrub(&content).into_owned();
             tracing::info!(
                 task_id = %scope.task_id, session = %scope.session_id, plugin = %scope.plugin,

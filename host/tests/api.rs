@@ -18,7 +18,9 @@ fn repo() -> PathBuf {
 }
 
 fn test_plugin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("WARDEN_TEST_PLUGINS").map(PathBuf::from).unwrap_or_else(|| repo().join("target/test-plugins"));
+    let dir = std::env::var_os("WARDEN_TEST_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/test-plugins"));
     let p = dir.join(format!("{name}.wasm"));
     assert!(p.is_file(), "{} missing — run `cargo xtask build` first", p.display());
     p
@@ -286,7 +288,10 @@ impl Sse {
     /// Events up to the first `approval_request` (kept in `events`); its data.
     async fn until_approval(&mut self, events: &mut Vec<SseEvent>) -> Value {
         loop {
-            let e = self.next_event().await.unwrap_or_else(|| panic!("stream ended before an approval_request: {events:?}"));
+            let e = self
+                .next_event()
+                .await
+                .unwrap_or_else(|| panic!("stream ended before an approval_request: {events:?}"));
             events.push(e.clone());
             if e.data["type"] == "approval_request" {
                 return e.data;
@@ -347,7 +352,8 @@ mod catalog {
         let api = api().await;
         let r = api.get("/v1/subagents").await;
         assert_eq!(r.status, 200);
-        let names: Vec<&str> = r.body["subagents"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> =
+            r.body["subagents"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
         assert_eq!(names, vec!["greeter", "hostile"]);
         assert!(r.body["registrations"].as_str().unwrap().contains("-greeter: Greets people"));
         let r = api.get("/v1/plugins").await;
@@ -383,7 +389,10 @@ mod tasks {
         assert_eq!(r.headers["location"], format!("/v1/tasks/{id}").as_str());
         let out = api.get(&format!("/v1/tasks/{id}?block=true&timeout_ms=5000")).await;
         assert_eq!(out.status, 200);
-        assert_eq!((out.body["status"].as_str(), out.body["output"].as_str()), (Some("completed"), Some("in the background")));
+        assert_eq!(
+            (out.body["status"].as_str(), out.body["output"].as_str()),
+            (Some("completed"), Some("in the background"))
+        );
         // TaskOutput's tool parameter name works as an alias.
         assert_eq!(api.get(&format!("/v1/tasks/{id}?timeout=10")).await.body["status"], "completed");
     }
@@ -432,26 +441,58 @@ mod tasks {
         let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": 5, "subagent_type": "greeter" })).await;
         assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")));
         assert!(r.body["error"]["message"].as_str().unwrap().starts_with("prompt:"), "{}", r.text);
-        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "run_in_background": "yes" })).await;
+        let r = api
+            .post(
+                "/v1/tasks",
+                json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "run_in_background": "yes" }),
+            )
+            .await;
         assert_eq!(r.status, 400);
-        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "tool_context": { "k": 1 } })).await;
+        let r = api
+            .post(
+                "/v1/tasks",
+                json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "tool_context": { "k": 1 } }),
+            )
+            .await;
         assert!(r.status == 400 && r.body["error"]["message"].as_str().unwrap().contains("tool_context"), "{}", r.text);
-        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "run_in_backgound": true })).await;
+        let r = api
+            .post(
+                "/v1/tasks",
+                json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "run_in_backgound": true }),
+            )
+            .await;
         assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")));
-        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "session_id": "../etc" })).await;
+        let r = api
+            .post(
+                "/v1/tasks",
+                json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "session_id": "../etc" }),
+            )
+            .await;
         assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")));
         let r = api.post("/v1/tasks", json!([1, 2])).await;
         assert_eq!(r.status, 400);
         // A task's egress list is checked whole before the task exists (issue 21).
-        for (egress, names) in [(json!(["pypi.org", "*"]), "egress[1]"), (json!(["a b"]), "egress[0]"), (json!("pypi.org"), "egress")] {
-            let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "egress": egress })).await;
+        for (egress, names) in
+            [(json!(["pypi.org", "*"]), "egress[1]"), (json!(["a b"]), "egress[0]"), (json!("pypi.org"), "egress")]
+        {
+            let r = api
+                .post(
+                    "/v1/tasks",
+                    json!({ "description": "d", "prompt": "p", "subagent_type": "greeter", "egress": egress }),
+                )
+                .await;
             assert_eq!((r.status, code(&r).as_deref()), (400, Some("invalid_field")), "{}", r.text);
             assert!(r.body["error"]["message"].as_str().unwrap().contains(names), "{names}: {}", r.text);
         }
         let big = json!({ "description": "d", "prompt": "x".repeat(2 << 20), "subagent_type": "greeter" });
         // Its own connection: the server answers 413 without reading the body and closes it.
         let r = api
-            .send(reqwest::Client::new().post(api.url("/v1/tasks")).header("content-type", "application/json").body(big.to_string()))
+            .send(
+                reqwest::Client::new()
+                    .post(api.url("/v1/tasks"))
+                    .header("content-type", "application/json")
+                    .body(big.to_string()),
+            )
             .await;
         assert_eq!((r.status, code(&r).as_deref()), (413, Some("body_too_large")));
         for path in ["/v1/tasks/task_nope", "/v1/tasks/task_nope/events"] {
@@ -490,10 +531,23 @@ mod cancel {
     #[tokio::test(flavor = "multi_thread")]
     async fn the_task_deadline_stops_a_task() {
         let yaml = format!("{ECHO_AND_HOSTILE}server:\n  task_timeout: 500ms\n  heartbeat: 200ms\n");
-        let api = api_with(&[(test_plugin("hostile"), "hostile")], &yaml.replace("    - { uri: \"echo://greeter\", kind: ECHO, metadata: { description: Greets people } }\n", ""), vec![]).await;
+        let api = api_with(
+            &[(test_plugin("hostile"), "hostile")],
+            &yaml.replace(
+                "    - { uri: \"echo://greeter\", kind: ECHO, metadata: { description: Greets people } }\n",
+                "",
+            ),
+            vec![],
+        )
+        .await;
         let t = Instant::now();
         let r = api.task("hostile", "loop", false).await;
-        assert_eq!((r.body["status"].as_str(), r.body["finish_reason"].as_str()), (Some("failed"), Some("deadline")), "{}", r.text);
+        assert_eq!(
+            (r.body["status"].as_str(), r.body["finish_reason"].as_str()),
+            (Some("failed"), Some("deadline")),
+            "{}",
+            r.text
+        );
         assert!(t.elapsed() < Duration::from_secs(5));
     }
 
@@ -521,7 +575,11 @@ mod streams {
     async fn post_with_event_stream_accept_streams_the_task() {
         let api = api().await;
         let mut s = api
-            .stream("/v1/tasks", Some(json!({ "description": "d", "prompt": "streamed", "subagent_type": "greeter" })), None)
+            .stream(
+                "/v1/tasks",
+                Some(json!({ "description": "d", "prompt": "streamed", "subagent_type": "greeter" })),
+                None,
+            )
             .await;
         let events = s.rest().await;
         assert_eq!(types(&events), vec!["status", "status", "plugin", "progress", "finish"], "{events:?}");
@@ -535,8 +593,14 @@ mod streams {
         assert_eq!(events[2].data.get("source"), None, "a host event");
         // The plugin's own event, relayed with the subagent's name and marked as the plugin's.
         let own = &events[3].data;
-        assert_eq!((own["message"].as_str(), own["name"].as_str(), own["source"].as_str()), (Some("echoing"), Some("greeter"), Some("plugin")));
-        assert_eq!((events[4].data["status"].as_str(), events[4].data["output"].as_str()), (Some("completed"), Some("streamed")));
+        assert_eq!(
+            (own["message"].as_str(), own["name"].as_str(), own["source"].as_str()),
+            (Some("echoing"), Some("greeter"), Some("plugin"))
+        );
+        assert_eq!(
+            (events[4].data["status"].as_str(), events[4].data["output"].as_str()),
+            (Some("completed"), Some("streamed"))
+        );
         let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
         assert_eq!(ids, vec![1, 2, 3, 4, 5]);
         // Replay of a finished task, whole and from an id.
@@ -600,7 +664,11 @@ mod streams {
         let spinner = api.spinner().await;
         let id = {
             let mut s = api
-                .stream("/v1/tasks", Some(json!({ "description": "d", "prompt": "still here", "subagent_type": "greeter" })), None)
+                .stream(
+                    "/v1/tasks",
+                    Some(json!({ "description": "d", "prompt": "still here", "subagent_type": "greeter" })),
+                    None,
+                )
                 .await;
             let first = s.next_event().await.unwrap();
             assert_eq!(first.data["status"], "submitted");
@@ -631,7 +699,12 @@ mod auth {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn bearer_tokens_are_required_when_configured() {
-        let api = api_with(&[(test_plugin("echo"), "echo")], ECHO_AND_HOSTILE, vec!["s3cret-one".into(), "s3cret-two".into()]).await;
+        let api = api_with(
+            &[(test_plugin("echo"), "echo")],
+            ECHO_AND_HOSTILE,
+            vec!["s3cret-one".into(), "s3cret-two".into()],
+        )
+        .await;
         assert_eq!(api.get("/healthz").await.status, 200, "health stays open for probes");
         let r = api.get("/v1/subagents").await;
         assert_eq!((r.status, r.body["error"]["code"].as_str()), (401, Some("unauthorized")));
@@ -687,7 +760,11 @@ mod secrets {
     pub const SECRET: &str = "Mk7c 1f-é日 [x]*?+(a|b)";
 
     pub fn assert_absent(what: &str, bytes: &[u8], secret: &str) {
-        let forms = [secret.to_owned(), serde_json::to_string(secret).unwrap().trim_matches('"').to_owned(), format!("{secret:?}").trim_matches('"').to_owned()];
+        let forms = [
+            secret.to_owned(),
+            serde_json::to_string(secret).unwrap().trim_matches('"').to_owned(),
+            format!("{secret:?}").trim_matches('"').to_owned(),
+        ];
         for f in forms {
             assert!(!bytes.windows(f.len()).any(|w| w == f.as_bytes()), "secret ({f:?}) found in {what}");
         }
@@ -731,9 +808,11 @@ mod secrets {
         let r = api.post(&format!("/v1/approvals/{request_id}"), json!({ "decision": "decline" })).await;
         assert_eq!(r.status, 200, "{}", r.text);
         events.extend(s.rest().await);
-        let tokens: String = events.iter().filter(|e| e.data["type"] == "token").map(|e| e.data["text"].as_str().unwrap()).collect();
+        let tokens: String =
+            events.iter().filter(|e| e.data["type"] == "token").map(|e| e.data["text"].as_str().unwrap()).collect();
         assert!(tokens.contains("the key is [redacted] ok"), "{tokens:?}");
-        let reasoning: String = events.iter().filter(|e| e.data["type"] == "reasoning").map(|e| e.data["text"].as_str().unwrap()).collect();
+        let reasoning: String =
+            events.iter().filter(|e| e.data["type"] == "reasoning").map(|e| e.data["text"].as_str().unwrap()).collect();
         assert!(reasoning.contains("thinking of [redacted] now"), "{reasoning:?}");
         let all: String = events.iter().map(|e| e.data.to_string()).collect();
         assert_absent("the live event stream", all.as_bytes(), SECRET);
@@ -744,17 +823,33 @@ mod secrets {
         assert_absent("the task store", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
         // Plugin state (a transcript that quotes the prompt) reaches the file scrubbed too.
         let quoted = format!("{{\"prompt\":{}}}", serde_json::to_string(&format!("use {SECRET}")).unwrap());
-        api.engine.store().write(warden::store::Write::StateSet { plugin: "claude".into(), key: "t".into(), value: quoted.into_bytes() });
+        api.engine.store().write(warden::store::Write::StateSet {
+            plugin: "claude".into(),
+            key: "t".into(),
+            value: quoted.into_bytes(),
+        });
         api.engine.store().flush().await.unwrap();
         let kept = api.engine.store().state_get("claude", "t").unwrap().unwrap();
         assert_eq!(String::from_utf8(kept).unwrap(), "{\"prompt\":\"use [redacted]\"}");
-        assert_absent("the task store's plugin state", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
+        assert_absent(
+            "the task store's plugin state",
+            &std::fs::read(api.dir.path().join("state.db")).unwrap(),
+            SECRET,
+        );
         // A refused request does not echo the secret it carried either.
-        let r = api.post("/v1/tasks", json!({ "description": "d", "prompt": "p", "subagent_type": SECRET, "tool_context": { "k": SECRET } })).await;
+        let r = api
+            .post(
+                "/v1/tasks",
+                json!({ "description": "d", "prompt": "p", "subagent_type": SECRET, "tool_context": { "k": SECRET } }),
+            )
+            .await;
         assert_eq!(r.status, 400, "{}", r.text);
         assert_absent("an error response", r.text.as_bytes(), SECRET);
         let logs = logs().lock().unwrap().clone();
-        assert!(String::from_utf8_lossy(&logs).contains("which this subagent does not have"), "the plugin logged the unknown tool");
+        assert!(
+            String::from_utf8_lossy(&logs).contains("which this subagent does not have"),
+            "the plugin logged the unknown tool"
+        );
         assert_absent("the logs", &logs, SECRET);
     }
 
@@ -839,7 +934,9 @@ server:
             let t = Instant::now();
             loop {
                 let list = self.get_as("root", "/v1/approvals").await;
-                if let Some(a) = list.body["approvals"].as_array().unwrap().iter().find(|a| a["task_id"] == task.as_str()) {
+                if let Some(a) =
+                    list.body["approvals"].as_array().unwrap().iter().find(|a| a["task_id"] == task.as_str())
+                {
                     return (task, a["id"].as_str().unwrap().to_owned());
                 }
                 assert!(t.elapsed() < Duration::from_secs(30), "no approval for {task}: {}", list.text);
@@ -851,16 +948,33 @@ server:
     #[tokio::test(flavor = "multi_thread")]
     async fn every_endpoint_answers_each_role_for_each_owner() {
         let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
-        let api = api_with_files(&[(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")], YAML, vec![], &files).await;
+        let api = api_with_files(
+            &[(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")],
+            YAML,
+            vec![],
+            &files,
+        )
+        .await;
         // A user's requests act as that user; the record names the principal.
         let mut tasks = std::collections::BTreeMap::new();
         for owner in ["alice", "bob"] {
             let r = api.post_as(owner, "/v1/tasks", json!({ "description": "d", "prompt": "hi", "subagent_type": "greeter", "session_id": format!("s-{owner}") })).await;
-            assert_eq!((r.status, r.body["user_id"].as_str(), r.body["principal"].as_str()), (200, Some(owner), Some(owner)), "{}", r.text);
+            assert_eq!(
+                (r.status, r.body["user_id"].as_str(), r.body["principal"].as_str()),
+                (200, Some(owner), Some(owner)),
+                "{}",
+                r.text
+            );
             tasks.insert(owner, r.body["task_id"].as_str().unwrap().to_owned());
         }
-        let r = api.post_as("token1", "/v1/tasks", json!({ "description": "d", "prompt": "hi", "subagent_type": "greeter" })).await;
-        assert_eq!((r.body["user_id"].as_str(), r.body["principal"].as_str()), (Some("default"), Some("token1")), "tokens_env admins keep the default user");
+        let r = api
+            .post_as("token1", "/v1/tasks", json!({ "description": "d", "prompt": "hi", "subagent_type": "greeter" }))
+            .await;
+        assert_eq!(
+            (r.body["user_id"].as_str(), r.body["principal"].as_str()),
+            (Some("default"), Some("token1")),
+            "tokens_env admins keep the default user"
+        );
         assert_eq!(api.get("/v1/tasks").await.status, 401, "no token, no entry");
         let standing: std::collections::BTreeMap<&str, (String, String)> =
             [("alice", api.pending_of("alice").await), ("bob", api.pending_of("bob").await)].into_iter().collect();
@@ -879,35 +993,58 @@ server:
                 assert_eq!(r.status, if sees { 409 } else { 404 }, "{cell}: cancel: {}", r.text);
                 let r = api.get_as(who, &format!("/v1/sessions/s-{owner}/files/a.txt?user_id={owner}")).await;
                 if !sees {
-                    assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("session_not_found")), "{cell}: files");
+                    assert_eq!(
+                        (r.status, r.body["error"]["code"].as_str()),
+                        (404, Some("session_not_found")),
+                        "{cell}: files"
+                    );
                 }
                 let body = json!({ "description": "d", "prompt": "as", "subagent_type": "greeter", "user_id": owner });
                 let r = api.post_as(who, "/v1/tasks", body).await;
                 assert_eq!(r.status, if sees { 200 } else { 403 }, "{cell}: create as {owner}: {}", r.text);
                 if sees {
-                    assert_eq!((r.body["user_id"].as_str(), r.body["principal"].as_str()), (Some(owner), Some(who)), "{cell}");
+                    assert_eq!(
+                        (r.body["user_id"].as_str(), r.body["principal"].as_str()),
+                        (Some(owner), Some(who)),
+                        "{cell}"
+                    );
                 } else {
                     assert_eq!(r.body["error"]["code"], "user_not_allowed", "{cell}");
                 }
                 let list = api.get_as(who, "/v1/approvals").await;
-                let listed = list.body["approvals"].as_array().unwrap().iter().any(|a| a["id"] == standing[owner].1.as_str());
+                let listed =
+                    list.body["approvals"].as_array().unwrap().iter().any(|a| a["id"] == standing[owner].1.as_str());
                 assert_eq!(listed, decides, "{cell}: approvals list: {}", list.text);
                 if decides {
                     let (task, id) = api.pending_of(owner).await;
                     let r = api.post_as(who, &format!("/v1/approvals/{id}"), json!({ "decision": "decline" })).await;
-                    assert_eq!((r.status, r.body["decided_by"].as_str()), (200, Some(who)), "{cell}: decide: {}", r.text);
+                    assert_eq!(
+                        (r.status, r.body["decided_by"].as_str()),
+                        (200, Some(who)),
+                        "{cell}: decide: {}",
+                        r.text
+                    );
                     let rec = api.get_as("root", &format!("/v1/tasks/{task}?timeout=30000")).await;
                     assert_eq!(rec.body["status"], "completed", "{cell}: {}", rec.text);
                 } else {
-                    let r = api.post_as(who, &format!("/v1/approvals/{}", standing[owner].1), json!({ "decision": "approve" })).await;
-                    assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("approval_not_found")), "{cell}: decide");
+                    let r = api
+                        .post_as(who, &format!("/v1/approvals/{}", standing[owner].1), json!({ "decision": "approve" }))
+                        .await;
+                    assert_eq!(
+                        (r.status, r.body["error"]["code"].as_str()),
+                        (404, Some("approval_not_found")),
+                        "{cell}: decide"
+                    );
                 }
             }
         }
         // Nobody without the right decided the standing requests; the audit names who did decide.
         let list = api.get_as("root", "/v1/approvals").await;
         for owner in ["alice", "bob"] {
-            assert!(list.body["approvals"].as_array().unwrap().iter().any(|a| a["id"] == standing[owner].1.as_str()), "{owner}'s request was decided");
+            assert!(
+                list.body["approvals"].as_array().unwrap().iter().any(|a| a["id"] == standing[owner].1.as_str()),
+                "{owner}'s request was decided"
+            );
         }
         let audit = std::fs::read_to_string(api.dir.path().join("audit.jsonl")).unwrap();
         for who in ["alice", "ops", "root", "token1", "bob"] {
@@ -919,7 +1056,10 @@ server:
     fn principals_are_validated() {
         let bad = [
             ("server:\n  principals: [{ name: a, token_env: A, role: user, approves: [b] }]\n", "approves"),
-            ("server:\n  principals: [{ name: a, token_env: A, role: user }, { name: a, token_env: B, role: admin }]\n", "twice"),
+            (
+                "server:\n  principals: [{ name: a, token_env: A, role: user }, { name: a, token_env: B, role: admin }]\n",
+                "twice",
+            ),
             ("server:\n  principals: [{ name: 'a b', token_env: A, role: user }]\n", "name"),
             ("server:\n  principals: [{ name: a, token_env: A, role: owner }]\n", "role"),
         ];
@@ -927,7 +1067,11 @@ server:
             let e = Config::from_yaml(yaml, Path::new("w.yaml")).unwrap_err().to_string();
             assert!(e.contains(why), "{yaml}: {e}");
         }
-        let c = Config::from_yaml("server:\n  principals: [{ name: a, token_env: A, role: user }, { name: b, token_env: B, role: user }]\n", Path::new("w.yaml")).unwrap();
+        let c = Config::from_yaml(
+            "server:\n  principals: [{ name: a, token_env: A, role: user }, { name: b, token_env: B, role: user }]\n",
+            Path::new("w.yaml"),
+        )
+        .unwrap();
         let same = warden::server::credentials_from(&c.server, |_| Some("one-token".into()));
         assert!(same.unwrap_err().to_string().contains("same token"));
         let creds = warden::server::credentials_from(&c.server, |v| (v == "A").then(|| "ta, ta2".into())).unwrap();
@@ -951,7 +1095,8 @@ mod scopes {
     /// Runs one streamer task in `session`; answers each approval_request with `answer`
     /// (None = leave it waiting and cancel the task). Returns the task's events.
     async fn run(api: &Api, session: &str, answer: Option<Value>) -> Vec<SseEvent> {
-        let body = json!({ "description": "write", "prompt": "write", "subagent_type": "streamer", "session_id": session });
+        let body =
+            json!({ "description": "write", "prompt": "write", "subagent_type": "streamer", "session_id": session });
         let mut s = api.stream("/v1/tasks", Some(body), None).await;
         let task = s.task_id.clone().unwrap();
         let mut events = vec![];
@@ -987,11 +1132,15 @@ mod scopes {
         let api = api_with_files(&[(bundled_plugin("claude"), "claude")], yaml, vec![], &files).await;
 
         // The request says who asks and which scopes it offers; a decline holds once only.
-        let body = json!({ "description": "write", "prompt": "write", "subagent_type": "streamer", "session_id": "s1" });
+        let body =
+            json!({ "description": "write", "prompt": "write", "subagent_type": "streamer", "session_id": "s1" });
         let mut s = api.stream("/v1/tasks", Some(body), None).await;
         let req = s.until_approval(&mut vec![]).await;
-        assert_eq!((req["subagent"].as_str(), req["session_id"].as_str(), req["user_id"].as_str(), req["principal"].as_str()),
-                   (Some("streamer"), Some("s1"), Some("default"), Some("api")), "{req}");
+        assert_eq!(
+            (req["subagent"].as_str(), req["session_id"].as_str(), req["user_id"].as_str(), req["principal"].as_str()),
+            (Some("streamer"), Some("s1"), Some("default"), Some("api")),
+            "{req}"
+        );
         assert_eq!(req["scopes"], json!(["once", "session", "always"]), "{req}");
         assert!(req["task_id"].as_str().unwrap().starts_with("task_"));
         let id = req["id"].as_str().unwrap();
@@ -1022,7 +1171,9 @@ mod scopes {
         let audit = std::fs::read_to_string(api2.dir.path().join("audit.jsonl")).unwrap();
         // Declined as the task ended: by the cancel, or by the dropped call, whichever came first.
         let declined = audit.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).any(|r| {
-            r["session_id"] == "s4" && r["decision"] == "decline" && (r["decided_by"] == "cancel" || r["decided_by"] == "disconnect")
+            r["session_id"] == "s4"
+                && r["decision"] == "decline"
+                && (r["decided_by"] == "cancel" || r["decided_by"] == "disconnect")
         });
         assert!(declined, "{audit}");
     }
@@ -1057,7 +1208,11 @@ mod persistence {
             let store = Store::open(&path).unwrap();
             store.write(Write::Task(rec("task_done", "completed", Some(warden::store::now_ms()))));
             store.write(Write::Task(rec("task_running", "working", None)));
-            store.write(Write::Event { task_id: "task_running".into(), seq: 1, event: json!({ "type": "status", "status": "working" }) });
+            store.write(Write::Event {
+                task_id: "task_running".into(),
+                seq: 1,
+                event: json!({ "type": "status", "status": "working" }),
+            });
             store.write(Write::Task(rec("task_ancient", "completed", Some(1))));
             store.flush().await.unwrap();
         }
@@ -1117,8 +1272,15 @@ mod load {
             let url = api.url("/v1/tasks");
             handles.push(tokio::spawn(async move {
                 let t = Instant::now();
-                let body = json!({ "description": "load", "prompt": format!("message {i}"), "subagent_type": "greeter" });
-                let resp = http.post(url).header("content-type", "application/json").body(body.to_string()).send().await.unwrap();
+                let body =
+                    json!({ "description": "load", "prompt": format!("message {i}"), "subagent_type": "greeter" });
+                let resp = http
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .unwrap();
                 let status = resp.status().as_u16();
                 let v: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
                 (i, status, v, t.elapsed())
@@ -1171,8 +1333,7 @@ mod sandboxed {
         ok
     }
 
-    const WORKER: &str =
-        "---\nname: worker\ndescription: Runs shell commands in the workspace\ntools: Bash, Read\nmodel: sonnet\n---\nDo the work.\n";
+    const WORKER: &str = "---\nname: worker\ndescription: Runs shell commands in the workspace\ntools: Bash, Read\nmodel: sonnet\n---\nDo the work.\n";
 
     async fn deployment(script: &str, approval: &str) -> Api {
         deployment_with(script, approval, WORKER).await
@@ -1182,7 +1343,9 @@ mod sandboxed {
     async fn deployment_with(script: &str, approval: &str, agent: &str) -> Api {
         // Hosts of one scope reap each other's containers on start: one scope per test.
         let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let yaml = claude_scripted(&format!("sandbox:\n  image: warden-sandbox:bookworm\n  scope: {scope}\napproval:\n{approval}\n"));
+        let yaml = claude_scripted(&format!(
+            "sandbox:\n  image: warden-sandbox:bookworm\n  scope: {scope}\napproval:\n{approval}\n"
+        ));
         let files = [("script.yaml", script), ("agents/worker.md", agent)];
         api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await
     }
@@ -1235,7 +1398,10 @@ mod sandboxed {
         assert!(result["content"].as_str().unwrap().contains("stored"), "{result}");
         assert!(result["content"].as_str().unwrap().contains("leak:[redacted]"), "{result}");
         let fin = &events.last().unwrap().data;
-        assert_eq!((fin["status"].as_str(), fin["output"].as_str()), (Some("completed"), Some("Stored the token digest.")));
+        assert_eq!(
+            (fin["status"].as_str(), fin["output"].as_str()),
+            (Some("completed"), Some("Stored the token digest."))
+        );
 
         // The secret reached the exec: its digest is in the workspace (downloaded over HTTP).
         let f = api.get("/v1/sessions/sess-approval/files/token.sha?user_id=alice").await;
@@ -1307,7 +1473,12 @@ mod sandboxed {
                     wrote.extend(pending.text.as_bytes());
                     let list = pending.body["approvals"].as_array().unwrap();
                     saw_write |= list.iter().any(|a| a["tool"] == "Write" && a["input"]["content"] == "key=[redacted]");
-                    let r = api.post(&format!("/v1/approvals/{}", e.data["id"].as_str().unwrap()), json!({ "decision": "approve" })).await;
+                    let r = api
+                        .post(
+                            &format!("/v1/approvals/{}", e.data["id"].as_str().unwrap()),
+                            json!({ "decision": "approve" }),
+                        )
+                        .await;
                     assert_eq!(r.status, 200, "{}", r.text);
                     wrote.extend(r.text.as_bytes());
                 }
@@ -1341,7 +1512,10 @@ mod sandboxed {
         assert!(!audit.is_empty(), "the audit log records the decisions");
         assert_absent("the audit log", &audit, SECRET);
         let logs = logs().lock().unwrap().clone();
-        assert!(String::from_utf8_lossy(&logs).contains("which this subagent does not have"), "the plugin logged the unknown tool");
+        assert!(
+            String::from_utf8_lossy(&logs).contains("which this subagent does not have"),
+            "the plugin logged the unknown tool"
+        );
         assert_absent("the logs", &logs, SECRET);
         end_sessions(&api).await;
     }
@@ -1366,7 +1540,11 @@ mod sandboxed {
         let mut s = api.stream("/v1/tasks", Some(body), None).await;
         let events = s.rest().await;
         let fin = &events.last().unwrap().data;
-        assert_eq!((fin["type"].as_str(), fin["status"].as_str(), fin["reason"].as_str()), (Some("finish"), Some("completed"), Some("tool_limit")), "{events:?}");
+        assert_eq!(
+            (fin["type"].as_str(), fin["status"].as_str(), fin["reason"].as_str()),
+            (Some("finish"), Some("completed"), Some("tool_limit")),
+            "{events:?}"
+        );
         assert!(!types(&events).contains(&"error".to_string()), "a tool limit is not an error");
         let calls = events.iter().filter(|e| e.data["type"] == "tool_call").count();
         assert_eq!(calls, 2, "the call over the limit is seen, and the task stops there");
@@ -1385,10 +1563,21 @@ mod a2a_framing {
         let api = api().await;
         let send = json!({ "jsonrpc": "2.0", "method": "SendMessage", "params": {
             "message": { "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": "x".repeat(2 << 20) }] } } });
-        let big = json!({ "id": 1 }).as_object().unwrap().clone().into_iter().chain(send.as_object().unwrap().clone()).collect::<serde_json::Map<_, _>>();
+        let big = json!({ "id": 1 })
+            .as_object()
+            .unwrap()
+            .clone()
+            .into_iter()
+            .chain(send.as_object().unwrap().clone())
+            .collect::<serde_json::Map<_, _>>();
         // Its own connection: the server may answer before reading the whole body.
         let r = api
-            .send(reqwest::Client::new().post(api.url("/a2a/greeter")).header("content-type", "application/json").body(Value::Object(big).to_string()))
+            .send(
+                reqwest::Client::new()
+                    .post(api.url("/a2a/greeter"))
+                    .header("content-type", "application/json")
+                    .body(Value::Object(big).to_string()),
+            )
             .await;
         assert_eq!(r.status, 413, "{}", r.text);
         assert_eq!(r.body["error"]["code"], -32600, "{}", r.text);

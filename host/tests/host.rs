@@ -43,8 +43,11 @@ fn runtime_with(cache: Option<PathBuf>, services: HostServices) -> Runtime {
 /// A runtime allocating instances from a pool of `instances` slots, as `warden serve` does.
 fn pooled(instances: u32, max_memory: u64) -> Runtime {
     let pool = PoolOptions { instances, max_memory };
-    let rt = Runtime::new(RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))
-        .unwrap();
+    let rt = Runtime::new(
+        RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() },
+        Arc::new(HostServices::new(vec![])),
+    )
+    .unwrap();
     assert!(rt.is_pooled(), "the instance pool could not be reserved on this machine");
     rt
 }
@@ -65,12 +68,26 @@ fn ctx() -> TaskContext {
 
 async fn execute(rt: &Runtime, p: &LoadedPlugin, prompt: &str) -> Result<String, CallError> {
     let def = rt.resolve(p, &reference(&p.info.kinds[0], "test://x")).await.expect("resolve");
-    let call = TaskCall { description: "d".into(), prompt: prompt.into(), subagent_type: def.name.clone(), ..Default::default() };
+    let call = TaskCall {
+        description: "d".into(),
+        prompt: prompt.into(),
+        subagent_type: def.name.clone(),
+        ..Default::default()
+    };
     rt.execute(p, ctx(), &call, &def, None).await
 }
 
 fn all_grants(http: Vec<String>) -> GrantConfig {
-    GrantConfig { log: true, http, model: true, tools: true, events: true, state: true, resources: true, ..Default::default() }
+    GrantConfig {
+        log: true,
+        http,
+        model: true,
+        tools: true,
+        events: true,
+        state: true,
+        resources: true,
+        ..Default::default()
+    }
 }
 
 fn short(timeout_ms: u64) -> Limits {
@@ -111,7 +128,8 @@ mod spi {
             Err(CallError::Guest(GuestError::Denied(m))) => assert!(m.contains("`state`"), "{m}"),
             other => panic!("expected a denial naming `state`, got {other:?}"),
         }
-        let granted = load(&rt, "echo", Limits::default(), Some(GrantConfig { state: true, ..Default::default() })).await;
+        let granted =
+            load(&rt, "echo", Limits::default(), Some(GrantConfig { state: true, ..Default::default() })).await;
         assert_eq!(execute(&rt, &granted, "state:v1").await.unwrap(), "v1");
     }
 
@@ -271,7 +289,9 @@ mod hostile {
         let rt = runtime(None);
         let p = load(&rt, "hostile", Limits::default(), Some(all_grants(vec![]))).await;
         match execute(&rt, &p, "resource:../../etc/passwd").await {
-            Err(CallError::Guest(GuestError::Denied(m) | GuestError::NotFound(m))) => assert!(!m.contains("root:"), "{m}"),
+            Err(CallError::Guest(GuestError::Denied(m) | GuestError::NotFound(m))) => {
+                assert!(!m.contains("root:"), "{m}")
+            }
             other => panic!("expected a refusal, got {other:?}"),
         }
         match execute(&rt, &p, "resource:/etc/passwd").await {
@@ -325,7 +345,11 @@ mod cache {
         let echo = load(&rt, "echo", Limits::default(), None).await;
         let hostile = load(&rt, "hostile", Limits::default(), None).await;
         let entry = |hash: &str| {
-            std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).find(|p| p.to_string_lossy().contains(hash)).unwrap()
+            std::fs::read_dir(&cache)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.to_string_lossy().contains(hash))
+                .unwrap()
         };
         // Someone who can write the cache puts hostile's native code under echo's name.
         std::fs::copy(entry(&hostile.content_hash), entry(&echo.content_hash)).unwrap();
@@ -425,8 +449,11 @@ mod compiler {
 
     fn child(memory: u64, cache: Option<PathBuf>) -> Runtime {
         let compiler = Compiler::ChildProcess { exe: env!("CARGO_BIN_EXE_warden").into(), memory };
-        Runtime::new(RuntimeOptions { cache_dir: cache, compiler, ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))
-            .unwrap()
+        Runtime::new(
+            RuntimeOptions { cache_dir: cache, compiler, ..RuntimeOptions::uncached() },
+            Arc::new(HostServices::new(vec![])),
+        )
+        .unwrap()
     }
 
     /// Compiler children of this process still running.
@@ -439,7 +466,8 @@ mod compiler {
                 let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
                 let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?.to_owned();
                 let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
-                (ppid == me && String::from_utf8_lossy(&cmdline).contains(warden::runtime::compiler::CHILD_ARG)).then_some(())
+                (ppid == me && String::from_utf8_lossy(&cmdline).contains(warden::runtime::compiler::CHILD_ARG))
+                    .then_some(())
             })
             .count()
     }
@@ -474,9 +502,15 @@ mod compiler {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_plugin_dropped_before_its_optimised_build_stops_that_compile() {
         let _serial = ONE_AT_A_TIME.lock().await;
-        let compiler = Compiler::ChildProcess { exe: env!("CARGO_BIN_EXE_warden").into(), memory: warden::config::DEFAULT_COMPILE_MEMORY };
-        let rt = Runtime::new(RuntimeOptions { compiler, tiered: true, ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))
-            .unwrap();
+        let compiler = Compiler::ChildProcess {
+            exe: env!("CARGO_BIN_EXE_warden").into(),
+            memory: warden::config::DEFAULT_COMPILE_MEMORY,
+        };
+        let rt = Runtime::new(
+            RuntimeOptions { compiler, tiered: true, ..RuntimeOptions::uncached() },
+            Arc::new(HostServices::new(vec![])),
+        )
+        .unwrap();
         let p = load(&rt, "wasi-probe", Limits::default(), None).await;
         assert_eq!(p.tier(), Tier::Baseline);
         let until = Instant::now() + Duration::from_secs(10);
@@ -498,7 +532,10 @@ mod compiler {
         let rt = child(warden::config::DEFAULT_COMPILE_MEMORY, None);
         let bytes = plugin_bytes("wasi-probe");
         let mut load = Box::pin(rt.load("wasi-probe", "wasi-probe.wasm".into(), &bytes, Limits::default(), None));
-        assert!(tokio::time::timeout(Duration::from_millis(300), &mut load).await.is_err(), "compiled too fast to test");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut load).await.is_err(),
+            "compiled too fast to test"
+        );
         assert_eq!(compiler_children(), 1, "the compiler runs while the load waits");
         drop(load);
         let until = Instant::now() + Duration::from_secs(10);
@@ -562,8 +599,11 @@ mod tiers {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn a_large_plugin_answers_from_its_baseline_build_then_runs_optimised() {
-        let rt = Runtime::new(RuntimeOptions { tiered: true, ..RuntimeOptions::uncached() }, Arc::new(HostServices::new(vec![])))
-            .unwrap();
+        let rt = Runtime::new(
+            RuntimeOptions { tiered: true, ..RuntimeOptions::uncached() },
+            Arc::new(HostServices::new(vec![])),
+        )
+        .unwrap();
         let limits = Limits { memory: 256 << 20, timeout: Duration::from_secs(60), ..Limits::default() };
         let p = load(&rt, "wasi-probe", limits, None).await;
         assert_eq!(p.tier(), Tier::Baseline, "an 18 MB component starts from its baseline build");
@@ -607,7 +647,8 @@ mod registry {
         Fixture { _dir: dir, plugins, registry }
     }
 
-    const ECHO_REF: &str = "subagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO, metadata: { description: Greets } }\n";
+    const ECHO_REF: &str =
+        "subagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO, metadata: { description: Greets } }\n";
 
     async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         let until = Instant::now() + Duration::from_secs(20);
@@ -628,7 +669,9 @@ mod registry {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn a_kind_in_the_wrong_case_names_the_loaded_kinds() {
-        let f = fixture("subagents:\n  references:\n    - { uri: \"echo://greeter\", kind: echo }\n", &[("echo", "echo")]).await;
+        let f =
+            fixture("subagents:\n  references:\n    - { uri: \"echo://greeter\", kind: echo }\n", &[("echo", "echo")])
+                .await;
         let snap = f.registry.snapshot();
         let p = snap.problems.iter().find(|p| p.source == "echo://greeter").expect("a problem for the reference");
         assert!(p.message.contains("did you mean ECHO?") && p.message.contains("loaded kinds: ECHO"), "{}", p.message);
@@ -651,14 +694,19 @@ mod registry {
         let snap = f.registry.snapshot();
         assert!(snap.plugin_for_kind("ECHO").is_none());
         assert_eq!(snap.ambiguous_kinds["ECHO"], vec!["aaa-helper".to_string(), "echo".to_string()]);
-        assert!(snap.errors().iter().any(|p| p.source == "kind ECHO" && p.message.contains("plugins.priority")), "{:?}", snap.problems);
+        assert!(
+            snap.errors().iter().any(|p| p.source == "kind ECHO" && p.message.contains("plugins.priority")),
+            "{:?}",
+            snap.problems
+        );
         assert!(!snap.definitions.contains_key("greeter"), "no plugin may receive the kind's work");
         let status = snap.status();
         for id in ["aaa-helper", "echo"] {
             assert_eq!(status.iter().find(|s| s.id == id).unwrap().ambiguous_kinds, vec!["ECHO".to_string()]);
         }
         // An explicit priority decides.
-        let f = fixture(&format!("  priority: [echo]\n{ECHO_REF}"), &[("echo", "echo"), ("echo-v2", "aaa-helper")]).await;
+        let f =
+            fixture(&format!("  priority: [echo]\n{ECHO_REF}"), &[("echo", "echo"), ("echo-v2", "aaa-helper")]).await;
         let snap = f.registry.snapshot();
         assert_eq!(snap.plugin_for_kind("ECHO").unwrap().id, "echo");
         assert!(snap.errors().is_empty(), "{:?}", snap.problems);
@@ -694,11 +742,19 @@ mod registry {
         // The task names the build that ran it.
         let call = TaskCall { prompt: "hi".into(), subagent_type: "greeter".into(), ..Default::default() };
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-        let scope = warden::task::TaskScope { session_id: "s".into(), user_id: "u".into(), events: Some(tx), ..Default::default() };
+        let scope = warden::task::TaskScope {
+            session_id: "s".into(),
+            user_id: "u".into(),
+            events: Some(tx),
+            ..Default::default()
+        };
         let out = warden::task::run(&f.registry, "t".into(), &call, scope).await.unwrap();
         let echo = &snap.plugins["echo"];
         let named = out.plugin.expect("the outcome names the plugin");
-        assert_eq!((named.id.as_str(), named.version.as_str(), named.sha256.as_str()), ("echo", "0.1.0", echo.content_hash.as_str()));
+        assert_eq!(
+            (named.id.as_str(), named.version.as_str(), named.sha256.as_str()),
+            ("echo", "0.1.0", echo.content_hash.as_str())
+        );
         let first = rx.recv().await.unwrap();
         assert_eq!((first.kind.as_str(), first.data["sha256"].as_str()), ("plugin", Some(echo.content_hash.as_str())));
     }
@@ -718,12 +774,17 @@ mod registry {
         std::fs::write(dir.path().join("warden.yaml"), yaml).unwrap();
         let registry = warden::start(Config::from_file(&dir.path().join("warden.yaml")).unwrap()).await.unwrap();
         let snap = registry.snapshot();
-        let problem = |name: &str, text: &str| snap.problems.iter().any(|p| p.source.contains(name) && p.message.contains(text));
+        let problem =
+            |name: &str, text: &str| snap.problems.iter().any(|p| p.source.contains(name) && p.message.contains(text));
         assert!(problem("pipe.md", "not a regular file"), "{:?}", snap.problems);
         assert!(problem("escape.md", "symlink out of the agent directory"), "{:?}", snap.problems);
         assert!(problem("name.md", "control characters"), "{:?}", snap.problems);
         assert!(snap.problems.iter().all(|p| !p.source.contains('\u{1b}')), "problem texts are escaped");
-        assert!(snap.errors().iter().any(|p| p.source.ends_with("missing") && p.message.contains("does not exist")), "{:?}", snap.problems);
+        assert!(
+            snap.errors().iter().any(|p| p.source.ends_with("missing") && p.message.contains("does not exist")),
+            "{:?}",
+            snap.problems
+        );
         // The good file is a reference (no CLAUDE plugin is loaded here, so it is reported as unserved).
         assert!(problem("good.md", "no loaded plugin serves kind CLAUDE"), "{:?}", snap.problems);
     }
@@ -820,7 +881,11 @@ mod registry {
         let yaml = "  limits: { timeout: 500ms }\nsubagents:\n  references:\n    - { uri: loop, kind: HOSTILE }\n    - { uri: \"h://ok\", kind: HOSTILE }\n";
         let f = fixture(yaml, &[("hostile", "hostile")]).await;
         let snap = f.registry.snapshot();
-        assert!(snap.problems.iter().any(|p| p.source == "loop" && p.message.contains("timed out")), "{:?}", snap.problems);
+        assert!(
+            snap.problems.iter().any(|p| p.source == "loop" && p.message.contains("timed out")),
+            "{:?}",
+            snap.problems
+        );
         assert!(snap.definitions.contains_key("ok"));
     }
 }
@@ -840,7 +905,9 @@ mod imports {
             .route(
                 "/stream",
                 axum::routing::get(|| async {
-                    let first = futures_util::stream::once(async { Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"x")) });
+                    let first = futures_util::stream::once(async {
+                        Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"x"))
+                    });
                     Body::from_stream(futures_util::StreamExt::chain(first, futures_util::stream::pending()))
                 }),
             )
@@ -878,26 +945,33 @@ mod imports {
         let rt = runtime(None);
         let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
         let url = format!("http://{addr}/");
-        let r = script(&rt, &p, &json!([
-            { "op": "http", "url": url, "extra_headers": 100_000 },
-            { "op": "http", "url": url, "headers": [["x-a", "line\r\nInjected: yes"]] },
-            { "op": "http", "url": url, "headers": [["bad name", "v"]] },
-            { "op": "http", "url": url, "headers": [["host", "internal.example"]] },
-            { "op": "http", "url": url, "headers": [["x-big", { "repeat": "a", "times": 70_000 }]] },
-            { "op": "http", "url": url, "method": "GET\n" },
-            { "op": "http", "url": { "repeat": "a", "times": 10_000 } },
-            { "op": "http", "url": url, "headers": [["x-ok", "fine"]] },
-        ]))
+        let r = script(
+            &rt,
+            &p,
+            &json!([
+                { "op": "http", "url": url, "extra_headers": 100_000 },
+                { "op": "http", "url": url, "headers": [["x-a", "line\r\nInjected: yes"]] },
+                { "op": "http", "url": url, "headers": [["bad name", "v"]] },
+                { "op": "http", "url": url, "headers": [["host", "internal.example"]] },
+                { "op": "http", "url": url, "headers": [["x-big", { "repeat": "a", "times": 70_000 }]] },
+                { "op": "http", "url": url, "method": "GET\n" },
+                { "op": "http", "url": { "repeat": "a", "times": 10_000 } },
+                { "op": "http", "url": url, "headers": [["x-ok", "fine"]] },
+            ]),
+        )
         .await;
-        assert_errors(&r, &[
-            ("invalid-input", "request headers is 100000; the limit is 100"),
-            ("invalid-input", "invalid value for header"),
-            ("invalid-input", "invalid header name"),
-            ("denied", "set by the host"),
-            ("invalid-input", "request headers (bytes)"),
-            ("invalid-input", "HTTP method"),
-            ("invalid-input", "URL (bytes)"),
-        ]);
+        assert_errors(
+            &r,
+            &[
+                ("invalid-input", "request headers is 100000; the limit is 100"),
+                ("invalid-input", "invalid value for header"),
+                ("invalid-input", "invalid header name"),
+                ("denied", "set by the host"),
+                ("invalid-input", "request headers (bytes)"),
+                ("invalid-input", "HTTP method"),
+                ("invalid-input", "URL (bytes)"),
+            ],
+        );
         assert_eq!(r[7], "ok:200 ok");
     }
 
@@ -917,12 +991,18 @@ mod imports {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn regression_resume_continued_another_users_task() {
-        use warden::engine::{SubmitError, Submission};
+        use warden::engine::{Submission, SubmitError};
         let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  grants:\n    echo: { events: true, state: true }\nsubagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"echo://other\", kind: ECHO }\n";
         let (_dir, engine) = engine_with("echo", yaml).await;
         let submit = |user: &str, subagent: &str, resume: Option<String>| {
             engine.submit(Submission {
-                call: TaskCall { description: "d".into(), prompt: "p".into(), subagent_type: subagent.into(), resume, ..Default::default() },
+                call: TaskCall {
+                    description: "d".into(),
+                    prompt: "p".into(),
+                    subagent_type: subagent.into(),
+                    resume,
+                    ..Default::default()
+                },
                 user_id: Some(user.into()),
                 ..Default::default()
             })
@@ -950,7 +1030,12 @@ mod imports {
         let submit = |prompt: String| {
             engine
                 .submit(Submission {
-                    call: TaskCall { description: "d".into(), prompt, subagent_type: "hostile".into(), ..Default::default() },
+                    call: TaskCall {
+                        description: "d".into(),
+                        prompt,
+                        subagent_type: "hostile".into(),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 })
                 .unwrap()
@@ -1101,8 +1186,15 @@ mod imports {
         let call = TaskCall { prompt: format!("script:{ops}"), ..Default::default() };
         let out = rt.execute(&p, ctx(), &call, &def, Some(tx)).await.unwrap();
         let r: Vec<String> = serde_json::from_str(&out).unwrap();
-        let keys = ["max_events_per_call", "max_log_lines_per_call", "max_state_key", "max_state_value",
-            "max_state_bytes_per_plugin", "max_http_streams_per_call"].map(|k| format!("plugins.budgets.{k}"));
+        let keys = [
+            "max_events_per_call",
+            "max_log_lines_per_call",
+            "max_state_key",
+            "max_state_value",
+            "max_state_bytes_per_plugin",
+            "max_http_streams_per_call",
+        ]
+        .map(|k| format!("plugins.budgets.{k}"));
         assert_errors(&r, &keys.iter().map(|k| ("denied", k.as_str())).collect::<Vec<_>>());
         let mut events = 0;
         while rx.try_recv().is_ok() {
@@ -1175,8 +1267,16 @@ mod imports {
         assert!(!r.contains(value), "{r}");
         assert!(r.contains("x-echo: [redacted]"), "response headers are scrubbed: {r}");
         // Streamed bodies are scrubbed too.
-        let r = http_op(&rt, &p, json!({ "url": format!("http://{a}/"), "auth_secret": "key", "stream": true, "read": true })).await;
-        assert!(r.starts_with("ok:200") && r.contains("x-api-key: [redacted]") && r.contains("x-echo: [redacted]"), "{r}");
+        let r = http_op(
+            &rt,
+            &p,
+            json!({ "url": format!("http://{a}/"), "auth_secret": "key", "stream": true, "read": true }),
+        )
+        .await;
+        assert!(
+            r.starts_with("ok:200") && r.contains("x-api-key: [redacted]") && r.contains("x-echo: [redacted]"),
+            "{r}"
+        );
         assert!(!r.contains(value), "{r}");
         // To another allow-listed origin: refused, naming the secret's origins key.
         let r = http_op(&rt, &p, json!({ "url": format!("http://{b}/"), "auth_secret": "bearer" })).await;
@@ -1185,7 +1285,12 @@ mod imports {
         let r = http_op(&rt, &p, json!({ "url": format!("http://{a}/to/{}", b.port()), "auth_secret": "key" })).await;
         assert!(r.starts_with("ok:200") && !r.contains("x-api-key") && !r.contains("[redacted]"), "{r}");
         // The plugin may not set the secret's header itself.
-        let r = http_op(&rt, &p, json!({ "url": format!("http://{a}/"), "auth_secret": "key", "headers": [["x-api-key", "mine"]] })).await;
+        let r = http_op(
+            &rt,
+            &p,
+            json!({ "url": format!("http://{a}/"), "auth_secret": "key", "headers": [["x-api-key", "mine"]] }),
+        )
+        .await;
         assert!(err_naming(&r, "invalid-input", "carries secret"), "{r}");
     }
 
@@ -1196,14 +1301,20 @@ mod imports {
         let rt = runtime(None);
         // A wildcard grant never reaches an internal address, by name or by literal.
         let wildcard = load(&rt, "hostile", Limits::default(), Some(all_grants(vec!["http://*:*".into()]))).await;
-        for url in [format!("http://localhost:{port}/"), format!("http://127.0.0.1:{port}/"), "http://169.254.169.254/latest/meta-data/".into(), "http://[::1]:1/".into()] {
+        for url in [
+            format!("http://localhost:{port}/"),
+            format!("http://127.0.0.1:{port}/"),
+            "http://169.254.169.254/latest/meta-data/".into(),
+            "http://[::1]:1/".into(),
+        ] {
             let r = http_op(&rt, &wildcard, json!({ "url": url })).await;
             assert!(err_naming(&r, "denied", "non-public address"), "{url}: {r}");
         }
         // Naming `localhost` or the address itself allows it.
         let named = load(&rt, "hostile", Limits::default(), Some(all_grants(vec!["http://localhost:*".into()]))).await;
         assert_eq!(http_op(&rt, &named, json!({ "url": format!("http://localhost:{port}/") })).await, "ok:200 ok");
-        let literal = load(&rt, "hostile", Limits::default(), Some(all_grants(vec![format!("http://127.0.0.1:{port}")]))).await;
+        let literal =
+            load(&rt, "hostile", Limits::default(), Some(all_grants(vec![format!("http://127.0.0.1:{port}")]))).await;
         assert_eq!(http_op(&rt, &literal, json!({ "url": format!("http://127.0.0.1:{port}/") })).await, "ok:200 ok");
     }
 
@@ -1215,11 +1326,15 @@ mod imports {
         let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
         rt.services().state.attach(store.clone()).unwrap();
         let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
-        let r = script(&rt, &p, &json!([
-            { "op": "state_set", "key": "transcript", "value_len": 200 },
-            { "op": "state_set", "key": "gone", "value_len": 10 },
-            { "op": "state_delete", "key": "gone" },
-        ]))
+        let r = script(
+            &rt,
+            &p,
+            &json!([
+                { "op": "state_set", "key": "transcript", "value_len": 200 },
+                { "op": "state_set", "key": "gone", "value_len": 10 },
+                { "op": "state_delete", "key": "gone" },
+            ]),
+        )
         .await;
         assert_eq!(r, vec!["ok", "ok", "ok"]);
         store.flush().await.unwrap();
@@ -1227,11 +1342,15 @@ mod imports {
         let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
         assert_eq!(rt.services().state.attach(store.clone()).unwrap(), 1);
         let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
-        let r = script(&rt, &p, &json!([
-            { "op": "state_get", "key": "transcript" },
-            { "op": "state_get", "key": "gone" },
-            { "op": "state_set", "key": "more", "value_len": 200 },
-        ]))
+        let r = script(
+            &rt,
+            &p,
+            &json!([
+                { "op": "state_get", "key": "transcript" },
+                { "op": "state_get", "key": "gone" },
+                { "op": "state_set", "key": "more", "value_len": 200 },
+            ]),
+        )
         .await;
         assert_eq!(r[..2], ["ok:200".to_string(), "ok".to_string()]);
         assert!(err_naming(&r[2], "denied", "plugins.budgets.max_state_bytes_per_plugin"), "{r:?}");
@@ -1259,11 +1378,15 @@ mod imports {
         std::fs::write(dir.path().join("real.md"), "hello").unwrap();
         let rt = runtime_with(None, HostServices::new(vec![dir.path().to_owned()]));
         let p = load(&rt, "hostile", short(20_000), Some(granted())).await;
-        let r = script(&rt, &p, &json!([
-            { "op": "resource", "uri": fifo.display().to_string() },
-            { "op": "resource", "uri": dir.path().display().to_string() },
-            { "op": "resource", "uri": dir.path().join("real.md").display().to_string() },
-        ]))
+        let r = script(
+            &rt,
+            &p,
+            &json!([
+                { "op": "resource", "uri": fifo.display().to_string() },
+                { "op": "resource", "uri": dir.path().display().to_string() },
+                { "op": "resource", "uri": dir.path().join("real.md").display().to_string() },
+            ]),
+        )
         .await;
         assert!(err_naming(&r[0], "invalid-input", "not a regular file"), "{r:?}");
         assert!(err_naming(&r[1], "invalid-input", "not a regular file"), "{r:?}");

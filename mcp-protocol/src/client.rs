@@ -88,9 +88,10 @@ impl<T: Transport> Client<T> {
     /// Ends a handshake-era session, ignoring failures.
     pub fn close(&mut self) {
         if let Some(request) = self.session.close()
-            && let Ok((_, _, mut body)) = self.transport.send(&request) {
-                let _ = body.next_chunk();
-            }
+            && let Ok((_, _, mut body)) = self.transport.send(&request)
+        {
+            let _ = body.next_chunk();
+        }
     }
 
     /// True when the session is a handshake-era one with a session id.

@@ -29,12 +29,21 @@ pub struct Progress {
 pub enum Update {
     Progress(Progress),
     /// `notifications/message` (server log): level and data.
-    Log { level: String, data: Value },
+    Log {
+        level: String,
+        data: Value,
+    },
     /// Any other notification (method, params).
-    Notification { method: String, params: Value },
+    Notification {
+        method: String,
+        params: Value,
+    },
     /// A server-to-client request (handshake revisions: `ping`, `sampling/...`,
     /// `elicitation/...`). This client does not answer them.
-    ServerRequest { id: Value, method: String },
+    ServerRequest {
+        id: Value,
+        method: String,
+    },
 }
 
 /// What the request was for; [`crate::Session::advance`] uses it.
@@ -73,7 +82,12 @@ pub struct Pending {
 }
 
 impl Pending {
-    pub(crate) fn new(purpose: Purpose, id: Option<Value>, progress_token: Option<Value>, expect_session: bool) -> Self {
+    pub(crate) fn new(
+        purpose: Purpose,
+        id: Option<Value>,
+        progress_token: Option<Value>,
+        expect_session: bool,
+    ) -> Self {
         Pending {
             purpose,
             id,
@@ -188,17 +202,20 @@ impl Pending {
             Body::Unknown => {}
             Body::Messages => {
                 if self.outcome.is_none() {
-                    self.outcome = Some(Err(McpError::Transport("the server's stream ended without a response".into())));
+                    self.outcome =
+                        Some(Err(McpError::Transport("the server's stream ended without a response".into())));
                 }
             }
             Body::Sse(mut parser) => {
                 if let Some(ev) = parser.finish()
-                    && let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
-                        self.message(v, &mut updates);
-                    }
+                    && let Ok(v) = serde_json::from_str::<Value>(&ev.data)
+                {
+                    self.message(v, &mut updates);
+                }
                 if self.outcome.is_none() && self.id.is_some() {
-                    self.outcome =
-                        Some(Err(McpError::Protocol("the event stream ended without a response to the request".into())));
+                    self.outcome = Some(Err(McpError::Protocol(
+                        "the event stream ended without a response to the request".into(),
+                    )));
                 }
             }
             Body::Json(buf) => {
@@ -238,9 +255,7 @@ impl Pending {
 
     /// The outcome: the JSON-RPC `result`, or why there is none.
     pub fn result(&mut self) -> Result<Value, McpError> {
-        self.outcome
-            .take()
-            .unwrap_or_else(|| Err(McpError::Protocol("the reply was not read to the end".into())))
+        self.outcome.take().unwrap_or_else(|| Err(McpError::Protocol("the reply was not read to the end".into())))
     }
 
     /// Feeds a whole reply at once and returns its updates (non-streaming transports).

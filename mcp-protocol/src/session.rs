@@ -167,7 +167,8 @@ impl Session {
                             capabilities: r.get("capabilities").cloned().unwrap_or_else(|| json!({})),
                             ..ServerInfo::default()
                         };
-                        let stamp = r.get("serverInfo").or_else(|| r.get("_meta").and_then(|m| m.get(META_SERVER_INFO)));
+                        let stamp =
+                            r.get("serverInfo").or_else(|| r.get("_meta").and_then(|m| m.get(META_SERVER_INFO)));
                         info.identity(stamp);
                         self.era = Some(Era::Modern { version });
                         self.server = Some(info);
@@ -283,9 +284,10 @@ impl Session {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let mut request = self.post(&body, method);
         if let (Era::Modern { .. }, Some(key)) = (&era, headers::name_param(method))
-            && let Some(name) = params.get(key).and_then(Value::as_str) {
-                request.headers.push((headers::NAME.into(), headers::encode_value(name)));
-            }
+            && let Some(name) = params.get(key).and_then(Value::as_str)
+        {
+            request.headers.push((headers::NAME.into(), headers::encode_value(name)));
+        }
         let expect_session = matches!(era, Era::Handshake { session_id: Some(_), .. });
         Ok((request, Pending::new(Purpose::Call, Some(json!(id)), progress_token, expect_session)))
     }
@@ -378,10 +380,7 @@ fn base_post(body: &Value) -> HttpRequest {
 /// The newest modern revision both sides list in a discover result.
 fn modern_version(result: &Value) -> Option<String> {
     let listed = result.get("supportedVersions")?.as_array()?;
-    MODERN_VERSIONS
-        .iter()
-        .find(|v| listed.iter().any(|l| l.as_str() == Some(v)))
-        .map(|v| (*v).to_owned())
+    MODERN_VERSIONS.iter().find(|v| listed.iter().any(|l| l.as_str() == Some(v))).map(|v| (*v).to_owned())
 }
 
 /// A -32022 whose `supported` list names no handshake revision: falling back is futile.

@@ -65,14 +65,19 @@ const TOOLS: &str = r#"{"jsonrpc":"2.0","id":2,"result":{"resultType":"complete"
 const PROGRESS_1: &str = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p1","progress":1,"total":2,"message":"thinking"}}"#;
 const PROGRESS_2: &str = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p1","progress":2,"total":2,"message":"writing"}}"#;
 const CALL_OK: &str = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"text":"agent answered: hi","type":"text"}],"isError":false,"resultType":"complete","structuredContent":{"result":"agent answered: hi"}}}"#;
-const MISSING_SESSION: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: Missing session ID"}}"#;
+const MISSING_SESSION: &str =
+    r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: Missing session ID"}}"#;
 const INIT_OK: &str = r#"{"jsonrpc":"2.0","id":2,"result":{"capabilities":{"tools":{"listChanged":false}},"instructions":"A test agent served over MCP.","protocolVersion":"2025-11-25","serverInfo":{"name":"test-agents","version":"1.0.0","description":"Legacy agents"}}}"#;
 
 #[test]
 fn modern_revision_discover_list_and_call_with_progress() {
     for chunk in [0, 1, 7] {
         let mut c = client(
-            vec![json_reply(200, DISCOVER_OK), json_reply(200, TOOLS), sse_reply(None, &[PROGRESS_1, PROGRESS_2, CALL_OK])],
+            vec![
+                json_reply(200, DISCOVER_OK),
+                json_reply(200, TOOLS),
+                sse_reply(None, &[PROGRESS_1, PROGRESS_2, CALL_OK]),
+            ],
             Preference::Auto,
         );
         c.transport_mut().chunk = chunk;
@@ -160,10 +165,7 @@ fn method_not_found_and_other_refusals_fall_back() {
         json_reply(405, ""),
         json_reply(200, r#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2025-11-25"]}}"#),
     ] {
-        let mut c = client(
-            vec![refusal, json_reply(200, INIT_OK), Ok((202, vec![], vec![]))],
-            Preference::Auto,
-        );
+        let mut c = client(vec![refusal, json_reply(200, INIT_OK), Ok((202, vec![], vec![]))], Preference::Auto);
         assert_eq!(c.connect().unwrap().protocol_version, "2025-11-25");
         assert!(!c.has_session_id());
     }
@@ -178,7 +180,10 @@ fn modern_only_servers_and_forced_revisions() {
     let mut c = client(vec![json_reply(400, MISSING_SESSION)], Preference::Modern);
     assert!(matches!(c.connect(), Err(McpError::Rpc { code: -32600, status: 400, .. })));
 
-    let mut c = client(vec![json_reply(200, &INIT_OK.replace("\"id\":2", "\"id\":1")), Ok((202, vec![], vec![]))], Preference::Handshake);
+    let mut c = client(
+        vec![json_reply(200, &INIT_OK.replace("\"id\":2", "\"id\":1")), Ok((202, vec![], vec![]))],
+        Preference::Handshake,
+    );
     c.connect().unwrap();
     assert_eq!(body(&c.transport_mut().sent[0])["method"], "initialize");
 
@@ -196,10 +201,8 @@ fn modern_only_servers_and_forced_revisions() {
 #[test]
 fn tool_errors_http_errors_and_expired_sessions() {
     let is_error = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"text":"Error executing tool fail: no: hi","type":"text"}],"isError":true,"resultType":"complete"}}"#;
-    let mut c = client(
-        vec![json_reply(200, DISCOVER_OK), json_reply(200, TOOLS), json_reply(200, is_error)],
-        Preference::Auto,
-    );
+    let mut c =
+        client(vec![json_reply(200, DISCOVER_OK), json_reply(200, TOOLS), json_reply(200, is_error)], Preference::Auto);
     c.connect().unwrap();
     c.list_all_tools().unwrap();
     let r = c.call_tool("fail", json!({"prompt": "hi"}), None, &mut |_| {}).unwrap();
@@ -212,7 +215,11 @@ fn tool_errors_http_errors_and_expired_sessions() {
             sse_reply(Some("s"), &[INIT_OK]),
             Ok((202, vec![], vec![])),
             Ok((404, vec![], b"gone".to_vec())),
-            Ok((502, vec![("content-type".into(), "text/html".into())], "<h1>bad gateway</h1>".repeat(40).into_bytes())),
+            Ok((
+                502,
+                vec![("content-type".into(), "text/html".into())],
+                "<h1>bad gateway</h1>".repeat(40).into_bytes(),
+            )),
         ],
         Preference::Auto,
     );
@@ -237,7 +244,8 @@ fn malformed_replies_are_protocol_errors() {
     // A response to another id is ignored; a server request is surfaced.
     let mut p = Session::new(ClientInfo { name: "t".into(), version: "1".into() }).connect().1;
     let stream = "data: {\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"ping\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"ok\":true}}\n\n";
-    let updates = p.complete(200, &[("content-type".into(), "text/event-stream; charset=utf-8".into())], stream.as_bytes());
+    let updates =
+        p.complete(200, &[("content-type".into(), "text/event-stream; charset=utf-8".into())], stream.as_bytes());
     assert_eq!(updates, [Update::ServerRequest { id: json!("s1"), method: "ping".into() }]);
     assert_eq!(p.result().unwrap(), json!({"ok": true}));
 }
@@ -248,7 +256,10 @@ fn stdio_replies_are_read_one_message_at_a_time() {
     let mut p = Session::new(ClientInfo { name: "t".into(), version: "1".into() }).connect().1;
     assert!(p.expects_reply());
     p.begin_messages();
-    assert!(p.feed(br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}"#).len() == 1);
+    assert!(
+        p.feed(br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}"#).len()
+            == 1
+    );
     let asked = p.feed(br#"{"jsonrpc":"2.0","id":"s1","method":"ping"}"#);
     assert_eq!(asked, [Update::ServerRequest { id: json!("s1"), method: "ping".into() }]);
     assert!(p.feed(br#"{"jsonrpc":"2.0","id":99,"result":{}}"#).is_empty() && !p.is_done());
@@ -288,7 +299,8 @@ fn results_join_text_and_name_other_content() {
 
 #[test]
 fn agent_tool_selection() {
-    let (page, skipped) = ToolsPage::from_result(serde_json::from_str::<Value>(TOOLS).unwrap()["result"].clone()).unwrap();
+    let (page, skipped) =
+        ToolsPage::from_result(serde_json::from_str::<Value>(TOOLS).unwrap()["result"].clone()).unwrap();
     assert!(skipped.is_empty());
     let tools = page.tools;
     let (_, t) = select_agent_tool(&tools, None, None).unwrap();

@@ -92,7 +92,11 @@ pub struct AgentTool {
 /// Picks the agent tool: `tool` by name if given, else the server's only tool with one
 /// string argument; the prompt argument is `argument` if given, else the tool's only
 /// string argument. Errors say what to configure.
-pub fn select_agent_tool(tools: &[Tool], tool: Option<&str>, argument: Option<&str>) -> Result<(Tool, AgentTool), String> {
+pub fn select_agent_tool(
+    tools: &[Tool],
+    tool: Option<&str>,
+    argument: Option<&str>,
+) -> Result<(Tool, AgentTool), String> {
     let names = || tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
     let chosen = match tool {
         Some(name) => tools
@@ -169,11 +173,12 @@ impl ToolResult {
     /// result is [`McpError::Unsupported`].
     pub fn from_result(result: Value) -> Result<ToolResult, McpError> {
         if let Some(kind) = result.get("resultType").and_then(Value::as_str)
-            && kind != "complete" {
-                return Err(McpError::Unsupported(format!(
-                    "the server answered with resultType {kind:?}, which this client does not handle"
-                )));
-            }
+            && kind != "complete"
+        {
+            return Err(McpError::Unsupported(format!(
+                "the server answered with resultType {kind:?}, which this client does not handle"
+            )));
+        }
         let content = match result.get("content") {
             Some(Value::Array(c)) => c.clone(),
             None | Some(Value::Null) => Vec::new(),
@@ -188,10 +193,9 @@ impl ToolResult {
                     Some(t) => parts.push(t.to_owned()),
                     None => parts.push("[binary resource]".into()),
                 },
-                "resource_link" => parts.push(format!(
-                    "[resource: {}]",
-                    block.get("uri").and_then(Value::as_str).unwrap_or("?")
-                )),
+                "resource_link" => {
+                    parts.push(format!("[resource: {}]", block.get("uri").and_then(Value::as_str).unwrap_or("?")))
+                }
                 other => parts.push(format!(
                     "[{} content{}]",
                     if other.is_empty() { "unknown" } else { other },
@@ -201,9 +205,10 @@ impl ToolResult {
         }
         let mut text = parts.join("\n");
         if content.is_empty()
-            && let Some(s) = &structured {
-                text = s.to_string();
-            }
+            && let Some(s) = &structured
+        {
+            text = s.to_string();
+        }
         Ok(ToolResult {
             text,
             is_error: result.get("isError").and_then(Value::as_bool).unwrap_or(false),

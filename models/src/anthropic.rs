@@ -122,8 +122,12 @@ impl Provider for AnthropicProvider {
 
 /// The JSON request body for `req`.
 pub fn request_body(req: &ChatRequest, stream: bool) -> Value {
-    let system: Vec<&str> =
-        req.messages.iter().filter(|m| m.role == Role::System && !m.content.is_empty()).map(|m| m.content.as_str()).collect();
+    let system: Vec<&str> = req
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System && !m.content.is_empty())
+        .map(|m| m.content.as_str())
+        .collect();
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for m in &req.messages {
         let (role, blocks) = match m.role {
@@ -139,9 +143,9 @@ pub fn request_body(req: &ChatRequest, stream: bool) -> Value {
             ),
             Role::Assistant => {
                 let mut blocks: Vec<Value> = text_block(&m.content).into_iter().collect();
-                blocks.extend(m.tool_calls.iter().map(|c| {
-                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(&c.arguments)})
-                }));
+                blocks.extend(m.tool_calls.iter().map(
+                    |c| json!({"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(&c.arguments)}),
+                ));
                 ("assistant", blocks)
             }
         };
@@ -226,7 +230,11 @@ fn tool_call(provider: &str, i: usize, b: &Value) -> Result<ToolCall, ModelError
         .get("name")
         .and_then(Value::as_str)
         .ok_or_else(|| malformed(provider, format!("`content[{i}]` (tool_use) has no `name`")))?;
-    Ok(ToolCall { id: id.to_owned(), name: name.to_owned(), arguments: b.get("input").cloned().unwrap_or_else(|| json!({})) })
+    Ok(ToolCall {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        arguments: b.get("input").cloned().unwrap_or_else(|| json!({})),
+    })
 }
 
 /// Parse a non-streaming Messages API body.
@@ -235,14 +243,17 @@ pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, Model
     if let Some(e) = api_error(provider, &v) {
         return Err(e);
     }
-    let blocks = v.get("content").and_then(Value::as_array).ok_or_else(|| malformed(provider, "missing `content` array"))?;
+    let blocks =
+        v.get("content").and_then(Value::as_array).ok_or_else(|| malformed(provider, "missing `content` array"))?;
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls = Vec::new();
     for (i, b) in blocks.iter().enumerate() {
         match b.get("type").and_then(Value::as_str) {
             Some("text") => text.push_str(
-                b.get("text").and_then(Value::as_str).ok_or_else(|| malformed(provider, format!("`content[{i}]` (text) has no `text`")))?,
+                b.get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| malformed(provider, format!("`content[{i}]` (text) has no `text`")))?,
             ),
             Some("thinking") => reasoning.push_str(b.get("thinking").and_then(Value::as_str).unwrap_or_default()),
             Some("tool_use") => calls.push(tool_call(provider, i, b)?),
@@ -287,7 +298,9 @@ async fn read_stream(provider: &str, resp: reqwest::Response, sink: &StreamSink)
         }
         let kind = v.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or_default();
         let index = || {
-            v.get("index").and_then(Value::as_u64).ok_or_else(|| malformed(provider, format!("`{kind}` event without `index`")))
+            v.get("index")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| malformed(provider, format!("`{kind}` event without `index`")))
         };
         match kind {
             "message_start" => {
@@ -299,7 +312,9 @@ async fn read_stream(provider: &str, resp: reqwest::Response, sink: &StreamSink)
             }
             "content_block_start" => {
                 let i = index()?;
-                let b = v.get("content_block").ok_or_else(|| malformed(provider, "`content_block_start` without `content_block`"))?;
+                let b = v
+                    .get("content_block")
+                    .ok_or_else(|| malformed(provider, "`content_block_start` without `content_block`"))?;
                 let block = match b.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         let t = b.get("text").and_then(Value::as_str).unwrap_or_default();
@@ -322,9 +337,9 @@ async fn read_stream(provider: &str, resp: reqwest::Response, sink: &StreamSink)
             "content_block_delta" => {
                 let i = index()?;
                 let d = v.get("delta").ok_or_else(|| malformed(provider, "`content_block_delta` without `delta`"))?;
-                let block = blocks
-                    .get_mut(&i)
-                    .ok_or_else(|| malformed(provider, format!("`content_block_delta` for block {i} before its start")))?;
+                let block = blocks.get_mut(&i).ok_or_else(|| {
+                    malformed(provider, format!("`content_block_delta` for block {i} before its start"))
+                })?;
                 match (d.get("type").and_then(Value::as_str), block) {
                     (Some("text_delta"), Block::Text(t)) => {
                         let s = d.get("text").and_then(Value::as_str).unwrap_or_default();
@@ -379,7 +394,10 @@ async fn read_stream(provider: &str, resp: reqwest::Response, sink: &StreamSink)
                     initial
                 } else {
                     serde_json::from_str(&json).map_err(|e| {
-                        malformed(provider, format!("streamed input of tool call `{name}` ({id}) is not valid JSON ({e})"))
+                        malformed(
+                            provider,
+                            format!("streamed input of tool call `{name}` ({id}) is not valid JSON ({e})"),
+                        )
                     })?
                 };
                 calls.push(ToolCall { id, name, arguments });

@@ -150,13 +150,14 @@ pub struct ProviderConfig {
 impl ProviderConfig {
     /// Parse one provider entry (as the host holds it, untyped) with errors naming `key`.
     pub fn from_yaml(key: &str, value: serde_yaml::Value) -> Result<Self, ModelError> {
-        serde_yaml::from_value(value)
-            .map_err(|e| ModelError::Config(format!("models.providers.{key}: {e}")))
+        serde_yaml::from_value(value).map_err(|e| ModelError::Config(format!("models.providers.{key}: {e}")))
     }
 
     /// Check the entry's fields fit its type; errors name `key`.
     pub fn validate(&self, key: &str) -> Result<(), ModelError> {
-        let bad = |what: &str| Err(ModelError::Config(format!("models.providers.{key} (type {}): {what}", self.kind.as_str())));
+        let bad = |what: &str| {
+            Err(ModelError::Config(format!("models.providers.{key} (type {}): {what}", self.kind.as_str())))
+        };
         match self.kind {
             ProviderKind::Scripted => {
                 if self.script.is_none() {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::{DEFAULT_CONNECT_TIMEOUT, MAX_ERROR_EXCERPT_CHARS, MAX_RESPONSE_BYTES, ModelError};
 
@@ -13,7 +13,9 @@ pub(crate) fn client(provider: &str) -> Result<reqwest::Client, ModelError> {
         .connect_timeout(DEFAULT_CONNECT_TIMEOUT)
         .user_agent(concat!("warden-models/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(|e| ModelError::Config(format!("models.providers.{provider}: cannot build HTTP client: {}", chain(&e))))
+        .map_err(|e| {
+            ModelError::Config(format!("models.providers.{provider}: cannot build HTTP client: {}", chain(&e)))
+        })
 }
 
 /// Read the API key from `var` (if any) now. An unset or empty variable is a
@@ -35,7 +37,9 @@ pub(crate) fn read_key(provider: &str, var: Option<&str>) -> Result<Option<Strin
 /// A header value holding a secret: marked sensitive so it is never printed by `Debug`.
 pub(crate) fn secret_header(provider: &str, value: &str) -> Result<HeaderValue, ModelError> {
     let mut v = HeaderValue::from_str(value).map_err(|_| {
-        ModelError::Config(format!("models.providers.{provider}: the API key contains characters not allowed in an HTTP header"))
+        ModelError::Config(format!(
+            "models.providers.{provider}: the API key contains characters not allowed in an HTTP header"
+        ))
     })?;
     v.set_sensitive(true);
     Ok(v)
@@ -113,8 +117,10 @@ pub(crate) async fn post_json(
     headers: HeaderMap,
     body: &serde_json::Value,
 ) -> Result<reqwest::Response, ModelError> {
-    let bytes = serde_json::to_vec(body)
-        .map_err(|e| ModelError::Transport { provider: provider.to_owned(), detail: format!("encoding the request: {e}") })?;
+    let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Transport {
+        provider: provider.to_owned(),
+        detail: format!("encoding the request: {e}"),
+    })?;
     let resp = client
         .post(url)
         .headers(headers)
@@ -135,7 +141,12 @@ pub(crate) async fn post_json(
         .map(Duration::from_secs);
     // Best effort: a failure to read an error body still reports the status.
     let body = read_body_capped(provider, resp, MAX_ERROR_EXCERPT_CHARS * 4).await.unwrap_or_default();
-    Err(ModelError::Http { provider: provider.to_owned(), status: status.as_u16(), retry_after, body_excerpt: excerpt(&body) })
+    Err(ModelError::Http {
+        provider: provider.to_owned(),
+        status: status.as_u16(),
+        retry_after,
+        body_excerpt: excerpt(&body),
+    })
 }
 
 /// The start of `body` as text, at most [`MAX_ERROR_EXCERPT_CHARS`], whitespace collapsed.
@@ -336,7 +347,12 @@ pub(crate) async fn buffered(
 }
 
 /// Logs a failure and returns the result with the API key scrubbed from any error text.
-pub(crate) fn redacted<T>(provider: &str, what: &str, result: Result<T, ModelError>, key: Option<&str>) -> Result<T, ModelError> {
+pub(crate) fn redacted<T>(
+    provider: &str,
+    what: &str,
+    result: Result<T, ModelError>,
+    key: Option<&str>,
+) -> Result<T, ModelError> {
     if let Err(e) = &result {
         tracing::debug!(provider, error = %e.clone().redact(key), "{what}");
     }

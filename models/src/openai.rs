@@ -142,7 +142,8 @@ fn message_json(m: &Message) -> Value {
         Role::Assistant => {
             let mut v = json!({"role": "assistant"});
             // `content` may be null when the message only calls tools.
-            v["content"] = if m.content.is_empty() && !m.tool_calls.is_empty() { Value::Null } else { json!(m.content) };
+            v["content"] =
+                if m.content.is_empty() && !m.tool_calls.is_empty() { Value::Null } else { json!(m.content) };
             if !m.tool_calls.is_empty() {
                 v["tool_calls"] = m
                     .tool_calls
@@ -185,7 +186,13 @@ fn parse_arguments(provider: &str, name: &str, id: &str, raw: &str) -> Result<Va
         return Ok(json!({}));
     }
     serde_json::from_str(raw).map_err(|e| {
-        malformed(provider, format!("arguments of tool call `{name}` ({id}) are not valid JSON ({e}): {}", http::excerpt(raw.as_bytes())))
+        malformed(
+            provider,
+            format!(
+                "arguments of tool call `{name}` ({id}) are not valid JSON ({e}): {}",
+                http::excerpt(raw.as_bytes())
+            ),
+        )
     })
 }
 
@@ -223,23 +230,33 @@ pub fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, Model
         .ok_or_else(|| malformed(provider, "missing `choices` array"))?
         .first()
         .ok_or_else(|| malformed(provider, "`choices` is empty"))?;
-    let msg = choice.get("message").filter(|m| m.is_object()).ok_or_else(|| malformed(provider, "missing `choices[0].message`"))?;
+    let msg = choice
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| malformed(provider, "missing `choices[0].message`"))?;
     let content = match msg.get("content") {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(malformed(provider, format!("`choices[0].message.content` is not a string: {other}"))),
+        Some(other) => {
+            return Err(malformed(provider, format!("`choices[0].message.content` is not a string: {other}")));
+        }
     };
     let mut tool_calls = Vec::new();
     if let Some(calls) = msg.get("tool_calls").filter(|c| !c.is_null()) {
         let calls = calls.as_array().ok_or_else(|| malformed(provider, "`message.tool_calls` is not an array"))?;
         for (i, c) in calls.iter().enumerate() {
-            let f = c.get("function").ok_or_else(|| malformed(provider, format!("`tool_calls[{i}].function` missing")))?;
+            let f =
+                c.get("function").ok_or_else(|| malformed(provider, format!("`tool_calls[{i}].function` missing")))?;
             let name = f
                 .get("name")
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
                 .ok_or_else(|| malformed(provider, format!("`tool_calls[{i}].function.name` missing")))?;
-            let id = c.get("id").and_then(Value::as_str).filter(|s| !s.is_empty()).map_or_else(|| format!("call_{i}"), str::to_owned);
+            let id = c
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map_or_else(|| format!("call_{i}"), str::to_owned);
             let arguments = match f.get("arguments") {
                 None | Some(Value::Null) => json!({}),
                 Some(Value::String(raw)) => parse_arguments(provider, name, &id, raw)?,

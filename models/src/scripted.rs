@@ -100,7 +100,8 @@ impl ScriptedProvider {
     /// Parse a script from text; `path` is only used in messages.
     pub fn from_yaml_str(name: impl Into<String>, path: &Path, text: &str) -> Result<Self, ModelError> {
         let name = name.into();
-        let bad = |what: String| ModelError::Config(format!("models.providers.{name}: script {}: {what}", path.display()));
+        let bad =
+            |what: String| ModelError::Config(format!("models.providers.{name}: script {}: {what}", path.display()));
         let turns: Vec<Turn> = if text.trim().is_empty() {
             Vec::new()
         } else {
@@ -134,7 +135,11 @@ impl ScriptedProvider {
             self.check(index, expect, req)?;
         }
         if let Some(message) = &turn.error {
-            return Err(ModelError::ScriptedFailure { provider: self.name.clone(), turn: index, message: message.clone() });
+            return Err(ModelError::ScriptedFailure {
+                provider: self.name.clone(),
+                turn: index,
+                message: message.clone(),
+            });
         }
         let text = turn.text.clone().unwrap_or_default();
         let reasoning = turn.reasoning.clone().filter(|r| !r.is_empty());

@@ -197,7 +197,11 @@ mod fake {
                     let reply = if wrong_path {
                         raw(404, "text/plain", "fake: no such endpoint")
                     } else {
-                        queue.lock().unwrap().pop_front().unwrap_or_else(|| raw(500, "text/plain", "fake: no reply queued"))
+                        queue
+                            .lock()
+                            .unwrap()
+                            .pop_front()
+                            .unwrap_or_else(|| raw(500, "text/plain", "fake: no reply queued"))
                     };
                     write_reply(&mut stream, reply).await;
                 });
@@ -223,9 +227,8 @@ mod fake {
         let mut lines = head.split("\r\n");
         let mut first = lines.next()?.split(' ');
         let (method, path) = (first.next()?.to_owned(), first.next()?.to_owned());
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())))
-            .collect();
+        let headers: Vec<(String, String)> =
+            lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))).collect();
         let len: usize = headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
@@ -340,17 +343,23 @@ mod openai {
         assert_eq!(b["model"], "qwen3");
         assert_eq!(b["max_tokens"], 256);
         assert!(b.get("stream").is_none(), "no sink → not streaming");
-        assert_eq!(b["tools"][0], json!({"type": "function", "function": {
+        assert_eq!(
+            b["tools"][0],
+            json!({"type": "function", "function": {
             "name": "Read", "description": "Read a file",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}));
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}})
+        );
         let m = b["messages"].as_array().unwrap();
         assert_eq!(m.len(), 5);
         assert_eq!(m[0], json!({"role": "system", "content": "You are terse."}));
         assert_eq!(m[1], json!({"role": "user", "content": "Read a and b"}));
         assert_eq!(m[2]["role"], "assistant");
         assert_eq!(m[2]["content"], "Reading both.");
-        assert_eq!(m[2]["tool_calls"][0], json!({"id": "call_a", "type": "function",
-            "function": {"name": "Read", "arguments": "{\"path\":\"a\"}"}}));
+        assert_eq!(
+            m[2]["tool_calls"][0],
+            json!({"id": "call_a", "type": "function",
+            "function": {"name": "Read", "arguments": "{\"path\":\"a\"}"}})
+        );
         assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "call_a", "content": "contents of a"}));
         assert_eq!(m[4], json!({"role": "tool", "tool_call_id": "call_b", "content": "contents of b"}));
     }
@@ -358,10 +367,10 @@ mod openai {
     #[tokio::test]
     async fn tool_calls_non_streaming() {
         let body = json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-            "role": "assistant", "content": null, "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "Read", "arguments": "{\"path\": \"README.md\"}"}},
-                {"id": "call_2", "type": "function", "function": {"name": "Glob", "arguments": ""}}
-            ]}}]});
+        "role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "Read", "arguments": "{\"path\": \"README.md\"}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "Glob", "arguments": ""}}
+        ]}}]});
         let server = fake_openai(vec![fake::json(200, body)]).await;
         let p = openai_at(&server.base_url, Duration::from_secs(10));
         let out = p.complete(ChatRequest::new("m", vec![Message::user("read it")]), None).await.unwrap();
@@ -413,11 +422,17 @@ mod openai {
     async fn streamed_tool_calls_with_fragmented_arguments() {
         let chunks = vec![
             chunk(json!({"role": "assistant", "content": "Let me check."}), None),
-            chunk(json!({"tool_calls": [{"index": 0, "id": "call_r", "type": "function",
-                "function": {"name": "Read", "arguments": ""}}]}), None),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "call_r", "type": "function",
+                "function": {"name": "Read", "arguments": ""}}]}),
+                None,
+            ),
             chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"pa"}}]}), None),
-            chunk(json!({"tool_calls": [{"index": 1, "id": "call_g", "type": "function",
-                "function": {"name": "Grep", "arguments": "{\"pattern\":"}}]}), None),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "call_g", "type": "function",
+                "function": {"name": "Grep", "arguments": "{\"pattern\":"}}]}),
+                None,
+            ),
             chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "th\": \"src/ma"}}]}), None),
             chunk(json!({"tool_calls": [{"index": 1, "function": {"arguments": " \"fn main\"}"}}]}), None),
             chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "in.rs\"}"}}]}), None),
@@ -522,7 +537,10 @@ mod openai {
 
         let (sink, _) = collect_sink();
         let e = p.complete(ChatRequest::new("m", vec![Message::user("hi")]), Some(sink)).await.unwrap_err();
-        assert!(matches!(&e, ModelError::Http { status: 500, retry_after: None, body_excerpt, .. } if body_excerpt == "upstream exploded"), "{e:?}");
+        assert!(
+            matches!(&e, ModelError::Http { status: 500, retry_after: None, body_excerpt, .. } if body_excerpt == "upstream exploded"),
+            "{e:?}"
+        );
         assert!(e.is_transient());
     }
 
@@ -531,8 +549,11 @@ mod openai {
         let server = fake_openai(vec![
             fake::raw(200, "application/json", "{\"choices\": [ {\"message\": "),
             fake::json(200, json!({"id": "x", "object": "chat.completion"})),
-            fake::json(200, json!({"choices": [{"message": {"role": "assistant", "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "Read", "arguments": "{\"path\": "}}]}}]})),
+            fake::json(
+                200,
+                json!({"choices": [{"message": {"role": "assistant", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "Read", "arguments": "{\"path\": "}}]}}]}),
+            ),
             fake::json(200, json!({"choices": [{"message": {"role": "assistant", "content": 17}}]})),
         ])
         .await;
@@ -569,7 +590,10 @@ mod openai {
     #[tokio::test]
     async fn error_object_inside_the_stream_is_a_provider_error() {
         let server = fake_openai(vec![fake::sse_data(
-            &[chunk(json!({"content": "a"}), None), json!({"error": {"message": "model crashed", "type": "server_error"}})],
+            &[
+                chunk(json!({"content": "a"}), None),
+                json!({"error": {"message": "model crashed", "type": "server_error"}}),
+            ],
             false,
         )])
         .await;
@@ -586,7 +610,8 @@ mod openai {
 
     #[tokio::test]
     async fn timeout_configured_and_per_request() {
-        let server = fake_openai(vec![Reply::Hang(Duration::from_secs(20)), Reply::Hang(Duration::from_secs(20))]).await;
+        let server =
+            fake_openai(vec![Reply::Hang(Duration::from_secs(20)), Reply::Hang(Duration::from_secs(20))]).await;
         let p = openai_at(&server.base_url, Duration::from_millis(300));
         let start = Instant::now();
         let e = p.complete(ChatRequest::new("m", vec![Message::user("hi")]), None).await.unwrap_err();
@@ -624,7 +649,10 @@ mod openai {
         .await;
         let p = openai_at(&server.base_url, Duration::from_secs(10));
         let e = p.complete(ChatRequest::new("m", vec![Message::user("hi")]), None).await.unwrap_err();
-        assert!(matches!(&e, ModelError::Http { status: 401, body_excerpt, .. } if body_excerpt.contains("[REDACTED]")), "{e:?}");
+        assert!(
+            matches!(&e, ModelError::Http { status: 401, body_excerpt, .. } if body_excerpt.contains("[REDACTED]")),
+            "{e:?}"
+        );
         assert_no_key(&e);
         let e = p.complete(ChatRequest::new("m", vec![Message::user("hi")]), None).await.unwrap_err();
         assert!(matches!(e, ModelError::Malformed { .. }), "{e:?}");
@@ -817,7 +845,8 @@ mod anthropic {
                 status: 429,
                 headers: vec![("retry-after", "12".into())],
                 content_type: "application/json",
-                body: json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}).to_string(),
+                body: json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}})
+                    .to_string(),
             },
             fake::json(500, json!({"type": "error", "error": {"type": "api_error", "message": "internal"}})),
             fake::json(529, json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
@@ -829,7 +858,9 @@ mod anthropic {
             let e = p.complete(ChatRequest::new("c", vec![Message::user("hi")]), None).await.unwrap_err();
             assert!(e.is_transient(), "{e:?}");
             match e {
-                ModelError::Http { status, retry_after, body_excerpt, .. } => got.push((status, retry_after, body_excerpt)),
+                ModelError::Http { status, retry_after, body_excerpt, .. } => {
+                    got.push((status, retry_after, body_excerpt))
+                }
                 other => panic!("expected Http, got {other:?}"),
             }
         }
@@ -992,7 +1023,11 @@ mod scripted_provider {
         let e = p.complete(ChatRequest::new("m", scripted_conversation(2)), None).await.unwrap_err();
         assert_eq!(
             e,
-            ModelError::ScriptedFailure { provider: "demo".into(), turn: 2, message: "simulated 503 from the provider".into() }
+            ModelError::ScriptedFailure {
+                provider: "demo".into(),
+                turn: 2,
+                message: "simulated 503 from the provider".into()
+            }
         );
         let mut conv = scripted_conversation(2);
         conv.push(Message::assistant("(after the failure)"));
@@ -1154,10 +1189,13 @@ providers:
         let e = ModelsConfig::from_yaml_str("providers:\n  l: { type: openai, timeout: soon }\n").unwrap_err();
         assert!(e.to_string().contains("invalid duration `soon`"), "{e}");
 
-        let e = ProviderConfig::from_yaml("mine", serde_yaml::from_str("{ type: openai, scrpt: x }").unwrap()).unwrap_err();
+        let e =
+            ProviderConfig::from_yaml("mine", serde_yaml::from_str("{ type: openai, scrpt: x }").unwrap()).unwrap_err();
         assert!(e.to_string().contains("models.providers.mine") && e.to_string().contains("scrpt"), "{e}");
 
-        let build = |yaml: &str| ModelRouter::from_config(&ModelsConfig::from_yaml_str(yaml).unwrap(), dir.path()).unwrap_err().to_string();
+        let build = |yaml: &str| {
+            ModelRouter::from_config(&ModelsConfig::from_yaml_str(yaml).unwrap(), dir.path()).unwrap_err().to_string()
+        };
         let msg = build("default: demo/x\nproviders:\n  demo: { type: scripted }\n");
         assert!(msg.contains("models.providers.demo") && msg.contains("`script` is required"), "{msg}");
         let msg = build("default: local/x\nproviders:\n  local: { type: openai, script: s.yaml }\n");
@@ -1166,7 +1204,9 @@ providers:
         assert!(msg.contains("must start with http"), "{msg}");
         let msg = build("default: nope/x\nproviders:\n  demo: { type: scripted, script: demo/script.yaml }\n");
         assert!(msg.contains("models.default") && msg.contains("no provider `nope`"), "{msg}");
-        let msg = build("default: demo/x\naliases: { a: b, b: a }\nproviders:\n  demo: { type: scripted, script: demo/script.yaml }\n");
+        let msg = build(
+            "default: demo/x\naliases: { a: b, b: a }\nproviders:\n  demo: { type: scripted, script: demo/script.yaml }\n",
+        );
         assert!(msg.contains("models.aliases.a") && msg.contains("cycle"), "{msg}");
         let msg = build("default: demo/x\nproviders:\n  demo: { type: scripted, script: missing.yaml }\n");
         assert!(msg.contains("cannot read script") && msg.contains("missing.yaml"), "{msg}");
@@ -1175,12 +1215,14 @@ providers:
     #[tokio::test]
     async fn configured_timeout_and_key_variable_are_used() {
         init_env();
-        let server = fake_openai(vec![Reply::Hang(Duration::from_secs(20)), fake::json(200, openai_text_body("hi"))]).await;
+        let server =
+            fake_openai(vec![Reply::Hang(Duration::from_secs(20)), fake::json(200, openai_text_body("hi"))]).await;
         let yaml = format!(
             "default: slow/m\nproviders:\n  slow: {{ type: openai, base_url: \"{}\", api_key_env: {OPENAI_KEY_ENV}, timeout: 250ms }}\n",
             server.base_url
         );
-        let router = ModelRouter::from_config(&ModelsConfig::from_yaml_str(&yaml).unwrap(), std::path::Path::new(".")).unwrap();
+        let router =
+            ModelRouter::from_config(&ModelsConfig::from_yaml_str(&yaml).unwrap(), std::path::Path::new(".")).unwrap();
         let (p, model) = router.resolve(None).unwrap();
         let e = p.complete(ChatRequest::new(model.clone(), vec![Message::user("x")]), None).await.unwrap_err();
         assert!(matches!(e, ModelError::Timeout { after, .. } if after == Duration::from_millis(250)), "{e:?}");

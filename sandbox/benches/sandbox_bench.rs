@@ -35,11 +35,7 @@ struct Stats {
 fn stats(mut v: Vec<Duration>) -> Stats {
     v.sort();
     let mean = v.iter().sum::<Duration>() / v.len() as u32;
-    Stats {
-        median: v[v.len() / 2],
-        mean,
-        p90: v[(v.len() * 9 / 10).min(v.len() - 1)],
-    }
+    Stats { median: v[v.len() / 2], mean, p90: v[(v.len() * 9 / 10).min(v.len() - 1)] }
 }
 
 fn ms(d: Duration) -> String {
@@ -56,9 +52,7 @@ async fn bollard_exec(docker: &Docker, id: &str) {
     };
     let exec = docker.create_exec(id, opts).await.unwrap().id;
     let mut out = Vec::new();
-    if let StartExecResults::Attached { mut output, .. } =
-        docker.start_exec(&exec, None).await.unwrap()
-    {
+    if let StartExecResults::Attached { mut output, .. } = docker.start_exec(&exec, None).await.unwrap() {
         while let Some(Ok(LogOutput::StdOut { message })) = output.next().await {
             out.extend_from_slice(&message);
         }
@@ -69,11 +63,7 @@ async fn bollard_exec(docker: &Docker, id: &str) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let write_to = args
-        .iter()
-        .position(|a| a == "--write")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let write_to = args.iter().position(|a| a == "--write").and_then(|i| args.get(i + 1)).cloned();
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let scope = format!("bench{}", std::process::id());
     // The pool is off here: cold sessions, and the exec and transfer figures below.
@@ -94,11 +84,7 @@ async fn main() {
     let key = SessionKey::new("bench", "warm");
     let bash = |sb: &Sandbox, k: SessionKey, cmd: &'static str| {
         let sb = sb.clone();
-        async move {
-            sb.call_tool(&k, "Bash", json!({ "command": cmd }), &[])
-                .await
-                .unwrap()
-        }
+        async move { sb.call_tool(&k, "Bash", json!({ "command": cmd }), &[]).await.unwrap() }
     };
     // Waits until the pool is full again, so nothing runs in the background of a measurement.
     let pool_full = |sb: &Sandbox| {
@@ -155,14 +141,8 @@ async fn main() {
 
     // Warm session, then the three exec paths on the same container.
     assert_eq!(bash(&sb, key.clone(), "echo hi").await.content, "hi\n");
-    let id = sb
-        .list_sessions()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|s| s.key == key && s.scope == scope)
-        .unwrap()
-        .container_id;
+    let id =
+        sb.list_sessions().await.unwrap().into_iter().find(|s| s.key == key && s.scope == scope).unwrap().container_id;
     for _ in 0..5 {
         bash(&sb, key.clone(), "echo hi").await;
     }
@@ -173,11 +153,7 @@ async fn main() {
         warden.push(t.elapsed());
         assert_eq!(o.content, "hi\n");
     }
-    let docker = Docker::connect_with_defaults()
-        .unwrap()
-        .negotiate_version()
-        .await
-        .unwrap();
+    let docker = Docker::connect_with_defaults().unwrap().negotiate_version().await.unwrap();
     let mut bare = Vec::new();
     for i in 0..WARM_ITERS + 5 {
         let t = Instant::now();
@@ -189,10 +165,7 @@ async fn main() {
     let mut cli = Vec::new();
     for _ in 0..CLI_ITERS {
         let t = Instant::now();
-        let o = Command::new("docker")
-            .args(["exec", "-u", "1000:1000", &id, "echo", "hi"])
-            .output()
-            .unwrap();
+        let o = Command::new("docker").args(["exec", "-u", "1000:1000", &id, "echo", "hi"]).output().unwrap();
         cli.push(t.elapsed());
         assert_eq!(o.stdout, b"hi\n");
     }
@@ -207,41 +180,18 @@ async fn main() {
     let blob: Vec<u8> = (0..XFER_BYTES).map(|i| (i * 7919 % 251) as u8).collect();
     for _ in 0..XFER_ITERS {
         let t = Instant::now();
-        let o = sb
-            .call_tool(
-                &key,
-                "Write",
-                json!({"file_path": "big.txt", "content": text}),
-                &[],
-            )
-            .await
-            .unwrap();
+        let o = sb.call_tool(&key, "Write", json!({"file_path": "big.txt", "content": text}), &[]).await.unwrap();
         write.push(t.elapsed());
         assert!(!o.is_error);
         let t = Instant::now();
-        let o = sb
-            .call_tool(
-                &key,
-                "Read",
-                json!({"file_path": "big.txt", "limit": 100_000}),
-                &[],
-            )
-            .await
-            .unwrap();
+        let o = sb.call_tool(&key, "Read", json!({"file_path": "big.txt", "limit": 100_000}), &[]).await.unwrap();
         read.push(t.elapsed());
-        assert!(
-            !o.is_error && o.content.len() > XFER_BYTES,
-            "{}",
-            o.content.len()
-        );
+        assert!(!o.is_error && o.content.len() > XFER_BYTES, "{}", o.content.len());
         let t = Instant::now();
         sb.upload_file(&key, "big.bin", &blob).await.unwrap();
         up.push(t.elapsed());
         let t = Instant::now();
-        assert_eq!(
-            sb.download_file(&key, "big.bin").await.unwrap().len(),
-            XFER_BYTES
-        );
+        assert_eq!(sb.download_file(&key, "big.bin").await.unwrap().len(), XFER_BYTES);
         down.push(t.elapsed());
     }
     sb.shutdown().await.unwrap();
@@ -251,18 +201,9 @@ async fn main() {
     let mut table = String::new();
     table.push_str("| measurement | median | mean | p90 | note |\n|---|---|---|---|---|\n");
     let row = |name: &str, s: &Stats, note: String| {
-        format!(
-            "| {name} | {} | {} | {} | {note} |\n",
-            ms(s.median),
-            ms(s.mean),
-            ms(s.p90)
-        )
+        format!("| {name} | {} | {} | {} | {note} |\n", ms(s.median), ms(s.mean), ms(s.p90))
     };
-    table.push_str(&row(
-        "warm `Bash(echo hi)` through warden-sandbox",
-        &w,
-        format!("{WARM_ITERS} runs"),
-    ));
+    table.push_str(&row("warm `Bash(echo hi)` through warden-sandbox", &w, format!("{WARM_ITERS} runs")));
     table.push_str(&row(
         "`docker exec <ctr> echo hi` (CLI)",
         &c,
@@ -313,11 +254,7 @@ async fn main() {
             })
             .unwrap_or_default();
         let engine = String::from_utf8_lossy(
-            &Command::new("docker")
-                .args(["version", "--format", "{{.Server.Version}}"])
-                .output()
-                .unwrap()
-                .stdout,
+            &Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output().unwrap().stdout,
         )
         .trim()
         .to_string();
@@ -348,14 +285,8 @@ async fn main() {
              and one agent round trip; each measurement starts with a full pool and nothing refilling. File transfers run as the sandbox \
              user through the agent (no-follow open beneath /workspace), not Docker's archive API. Load average at the start \
              of this run: {}, at its end: {} (other builds share the machine).\n",
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(0),
-            load_before
-                .split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" "),
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            load_before.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
             std::fs::read_to_string("/proc/loadavg")
                 .unwrap_or_default()
                 .split_whitespace()
@@ -363,26 +294,17 @@ async fn main() {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
-        let existing =
-            std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\n".to_string());
+        let existing = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\n".to_string());
         let updated = match existing.find("## Sandbox\n") {
             Some(start) => {
                 let rest = &existing[start + 1..];
-                let end = rest
-                    .find("\n## ")
-                    .map(|e| start + 1 + e + 1)
-                    .unwrap_or(existing.len());
+                let end = rest.find("\n## ").map(|e| start + 1 + e + 1).unwrap_or(existing.len());
                 let after = &existing[end..];
                 // A blank line before the next section.
                 let gap = if after.is_empty() { "" } else { "\n" };
                 format!("{}{section}{gap}{after}", &existing[..start])
             }
-            None => format!(
-                "{}{}{}",
-                existing,
-                if existing.ends_with("\n\n") { "" } else { "\n" },
-                section
-            ),
+            None => format!("{}{}{}", existing, if existing.ends_with("\n\n") { "" } else { "\n" }, section),
         };
         std::fs::write(&path, updated).unwrap();
         println!("wrote {path}");

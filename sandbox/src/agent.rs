@@ -71,11 +71,7 @@ pub(crate) enum Op<'a> {
     /// Run argv (no shell) with extra environment. `pin`: a resolved path under /workspace
     /// the agent opens without following links; argv[`pin_arg`] is replaced by that open
     /// file, and the open file's name in the output is replaced by the path.
-    Exec {
-        argv: &'a [String],
-        env: &'a [(String, String)],
-        pin: Option<(&'a str, usize)>,
-    },
+    Exec { argv: &'a [String], env: &'a [(String, String)], pin: Option<(&'a str, usize)> },
     /// Run a Bash command in `cwd` with the session's restored variables and the per-task
     /// secrets (which win); the agent reports what the command exported in a state frame.
     Bash { command: &'a str, secrets: &'a [(String, String)], vars: &'a [(String, String)], cwd: &'a str },
@@ -282,8 +278,12 @@ impl Outcome {
     pub(crate) fn ok_for(&self, path: &str) -> Result<(), SandboxError> {
         match self.status() {
             Status::Ok => Ok(()),
-            Status::Outside => Err(SandboxError::PathOutsideWorkspace { path: path.to_string(), resolved: path.to_string() }),
-            Status::Error(message) | Status::Refused(message) => Err(SandboxError::File { path: path.to_string(), message }),
+            Status::Outside => {
+                Err(SandboxError::PathOutsideWorkspace { path: path.to_string(), resolved: path.to_string() })
+            }
+            Status::Error(message) | Status::Refused(message) => {
+                Err(SandboxError::File { path: path.to_string(), message })
+            }
         }
     }
 

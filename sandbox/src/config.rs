@@ -150,11 +150,7 @@ pub const MIN_MAX_OUTPUT: u64 = 1024;
 impl SandboxConfig {
     /// Checks values serde cannot: ranges, the numeric user, label-safe scope.
     pub fn validate(&self) -> Result<(), SandboxError> {
-        let bad = |key: &str, expected: &str| {
-            Err(SandboxError::Config(format!(
-                "sandbox.{key}: expected {expected}"
-            )))
-        };
+        let bad = |key: &str, expected: &str| Err(SandboxError::Config(format!("sandbox.{key}: expected {expected}")));
         if self.image.trim().is_empty() {
             return bad("image", "a non-empty image reference");
         }
@@ -162,10 +158,7 @@ impl SandboxConfig {
             return bad("network", "`none`, `bridge` or a network name");
         }
         if self.network == "host" {
-            return bad(
-                "network",
-                "anything but `host` (it would expose the host's network stack)",
-            );
+            return bad("network", "anything but `host` (it would expose the host's network stack)");
         }
         if self.memory.0 < MIN_MEMORY {
             return bad("memory", "at least 16MiB");
@@ -195,17 +188,11 @@ impl SandboxConfig {
             return bad("disk", "0 (no limit) or at least 16MiB");
         }
         if self.uid_gid().is_none() {
-            return bad(
-                "user",
-                "a numeric `uid:gid` other than root, e.g. `1000:1000`",
-            );
+            return bad("user", "a numeric `uid:gid` other than root, e.g. `1000:1000`");
         }
         if self.scope.is_empty()
             || self.scope.len() > 32
-            || !self
-                .scope
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            || !self.scope.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
             return bad("scope", "1-32 characters of [A-Za-z0-9_-]");
         }
@@ -225,10 +212,7 @@ impl SandboxConfig {
         if let Some(rt) = &self.runtime
             && rt.trim().is_empty()
         {
-            return bad(
-                "runtime",
-                "a registered runtime name such as `runsc`, or null",
-            );
+            return bad("runtime", "a registered runtime name such as `runsc`, or null");
         }
         Ok(())
     }
@@ -261,23 +245,17 @@ impl ByteSize {
         let t = text.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
-        let n: u64 = num
-            .parse()
-            .map_err(|_| format!("`{text}` is not a size like 512MiB"))?;
+        let n: u64 = num.parse().map_err(|_| format!("`{text}` is not a size like 512MiB"))?;
         let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
             "" | "b" => 1,
             "k" | "kb" | "kib" => 1 << 10,
             "m" | "mb" | "mib" => 1 << 20,
             "g" | "gb" | "gib" => 1 << 30,
             other => {
-                return Err(format!(
-                    "unknown size unit `{other}` in `{text}` (use KiB, MiB, GiB)"
-                ));
+                return Err(format!("unknown size unit `{other}` in `{text}` (use KiB, MiB, GiB)"));
             }
         };
-        n.checked_mul(mult)
-            .map(ByteSize)
-            .ok_or_else(|| format!("`{text}` is too large"))
+        n.checked_mul(mult).map(ByteSize).ok_or_else(|| format!("`{text}` is too large"))
     }
 }
 
@@ -336,9 +314,8 @@ mod humantime_serde_compat {
         }
         match Raw::deserialize(d)? {
             Raw::Secs(n) => Ok(Duration::from_secs(n)),
-            Raw::Text(t) => humantime::parse_duration(&t).map_err(|e| {
-                serde::de::Error::custom(format!("`{t}` is not a duration like 15m or 120s: {e}"))
-            }),
+            Raw::Text(t) => humantime::parse_duration(&t)
+                .map_err(|e| serde::de::Error::custom(format!("`{t}` is not a duration like 15m or 120s: {e}"))),
         }
     }
 }
@@ -360,10 +337,7 @@ mod tests {
         let c = SandboxConfig::default();
         c.validate().unwrap();
         assert_eq!(c.uid_gid(), Some((1000, 1000)));
-        let root = SandboxConfig {
-            user: "0:0".into(),
-            ..SandboxConfig::default()
-        };
+        let root = SandboxConfig { user: "0:0".into(), ..SandboxConfig::default() };
         assert!(root.validate().is_err());
     }
 

@@ -17,19 +17,18 @@ use std::collections::HashMap;
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, ContainerSummary, HostConfig, Mount, MountPoint, MountTypeEnum, Volume,
-    VolumeCreateOptions,
+    ContainerCreateBody, ContainerSummary, HostConfig, Mount, MountPoint, MountTypeEnum, Volume, VolumeCreateOptions,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, ListVolumesOptions,
-    RemoveContainerOptions, RemoveVolumeOptions, RenameContainerOptions, StartContainerOptions,
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
+    RemoveVolumeOptions, RenameContainerOptions, StartContainerOptions,
 };
 
 use crate::config::SandboxConfig;
-use crate::error::{SandboxError, docker_status};
 use crate::egress::{self, Egress};
-use crate::{disk, exec};
+use crate::error::{SandboxError, docker_status};
 use crate::session::SessionKey;
+use crate::{disk, exec};
 
 /// The only capabilities a session container has: what its agents need to drop from root
 /// to the sandbox user. Processes of that user have none (no-new-privileges).
@@ -89,28 +88,12 @@ pub(crate) struct Names {
 pub(crate) fn names(scope: &str, key: &SessionKey) -> Names {
     let clean = |s: &str| -> String {
         s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
             .take(NAME_PART_MAX)
             .collect()
     };
-    let hash = fnv1a(&[
-        scope.as_bytes(),
-        b"\0",
-        key.user_id.as_bytes(),
-        b"\0",
-        key.session_id.as_bytes(),
-    ]);
-    let stem = format!(
-        "{scope}-{}-{}-{hash:016x}",
-        clean(&key.user_id),
-        clean(&key.session_id)
-    );
+    let hash = fnv1a(&[scope.as_bytes(), b"\0", key.user_id.as_bytes(), b"\0", key.session_id.as_bytes()]);
+    let stem = format!("{scope}-{}-{}-{hash:016x}", clean(&key.user_id), clean(&key.session_id));
     Names {
         container: format!("warden-{stem}"),
         volume: format!("warden-ws-{stem}"),
@@ -131,15 +114,8 @@ pub(crate) fn binding_of(container_name: &str) -> Option<String> {
 pub(crate) fn pool_name(scope: &str) -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    let nonce = fnv1a(&[
-        &std::process::id().to_le_bytes(),
-        &now.to_le_bytes(),
-        &n.to_le_bytes(),
-    ]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let nonce = fnv1a(&[&std::process::id().to_le_bytes(), &now.to_le_bytes(), &n.to_le_bytes()]);
     format!("{POOL_PREFIX}{scope}.{nonce:016x}")
 }
 
@@ -186,11 +162,13 @@ pub(crate) fn pool_labels(scope: &str) -> HashMap<String, String> {
 
 /// The container config: every hardening default in one place (pool and session
 /// containers differ only in labels and in the name of their workspace volume).
-fn container_body(cfg: &SandboxConfig, labels: HashMap<String, String>, volume: &str, egress_dir: Option<&std::path::Path>) -> ContainerCreateBody {
-    let tmpfs = HashMap::from([(
-        "/tmp".to_string(),
-        format!("rw,nosuid,nodev,size={},mode=1777", cfg.tmp_size.0),
-    )]);
+fn container_body(
+    cfg: &SandboxConfig,
+    labels: HashMap<String, String>,
+    volume: &str,
+    egress_dir: Option<&std::path::Path>,
+) -> ContainerCreateBody {
+    let tmpfs = HashMap::from([("/tmp".to_string(), format!("rw,nosuid,nodev,size={},mode=1777", cfg.tmp_size.0))]);
     let nano_cpus = (cfg.cpus * 1e9).round() as i64;
     let mut env = vec![format!("PATH={CONTAINER_PATH}"), format!("HOME={CONTAINER_HOME}"), "LANG=C.UTF-8".into()];
     let mut mounts = vec![Mount {
@@ -266,9 +244,7 @@ pub(crate) async fn create_and_start(
     // Checked first so that a missing image leaves nothing (not even a volume) behind.
     if let Err(e) = docker.inspect_image(&cfg.image).await {
         return Err(match docker_status(&e) {
-            Some(404) => SandboxError::ImageMissing {
-                image: cfg.image.clone(),
-            },
+            Some(404) => SandboxError::ImageMissing { image: cfg.image.clone() },
             _ => SandboxError::from_docker("inspect sandbox image", e),
         });
     }
@@ -306,19 +282,13 @@ pub(crate) async fn create_and_start(
         // A dead container of the same name (killed, engine restarted) is in the way.
         remove_container(docker, name).await?;
         let body = container_body(cfg, labels.clone(), volume, egress_dir.as_deref());
-        let opts = CreateContainerOptions {
-            name: Some(name.to_string()),
-            ..Default::default()
-        };
+        let opts = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
         let created = match docker.create_container(Some(opts), body).await {
             Ok(c) => c,
             Err(e) if docker_status(&e) == Some(409) && attempt < CREATE_ATTEMPTS => continue,
             Err(e) => return Err(SandboxError::from_docker("create session container", e)),
         };
-        match docker
-            .start_container(&created.id, None::<StartContainerOptions>)
-            .await
-        {
+        match docker.start_container(&created.id, None::<StartContainerOptions>).await {
             Ok(()) => break created,
             Err(e) => {
                 let _ = remove_container(docker, &created.id).await;
@@ -332,7 +302,8 @@ pub(crate) async fn create_and_start(
     // The egress forwarder starts first: it is listening by the time the workspace setup
     // (an exec round trip) is done, before any tool can run.
     if egress.is_some()
-        && let Err(e) = exec::start_detached(docker, &created.id, egress::FORWARDER_USER, egress::forwarder_argv()).await
+        && let Err(e) =
+            exec::start_detached(docker, &created.id, egress::FORWARDER_USER, egress::forwarder_argv()).await
     {
         let _ = remove_container(docker, &created.id).await;
         return Err(e);
@@ -357,9 +328,7 @@ pub(crate) async fn create_and_start(
                 if egress.is_some() { egress::FORWARDER_READY_CHECK } else { "" }
             ),
         ];
-        setup_result =
-            exec::run_housekeeping(docker, &created.id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT)
-                .await;
+        setup_result = exec::run_housekeeping(docker, &created.id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT).await;
         // 126: the runtime could not start the process (transient on a busy engine).
         if !matches!(setup_result, Ok(126)) {
             break;
@@ -379,16 +348,12 @@ pub(crate) async fn create_and_start(
             });
         }
         Err(
-            exec::ExecFailure::ContainerGone(m)
-            | exec::ExecFailure::ContainerWedged(m)
-            | exec::ExecFailure::Broken(m),
+            exec::ExecFailure::ContainerGone(m) | exec::ExecFailure::ContainerWedged(m) | exec::ExecFailure::Broken(m),
         ) => {
             let _ = remove_container(docker, &created.id).await;
             return Err(SandboxError::Docker {
                 action: "prepare /workspace".into(),
-                message: format!(
-                    "container stopped right after start ({m}); does the image have `sleep`?"
-                ),
+                message: format!("container stopped right after start ({m}); does the image have `sleep`?"),
             });
         }
         Err(exec::ExecFailure::Failed(e)) => {
@@ -400,15 +365,8 @@ pub(crate) async fn create_and_start(
 }
 
 /// Force-removes a container by id or name; absent is success.
-pub(crate) async fn remove_container(
-    docker: &Docker,
-    id_or_name: &str,
-) -> Result<(), SandboxError> {
-    let opts = RemoveContainerOptions {
-        force: true,
-        v: true,
-        ..Default::default()
-    };
+pub(crate) async fn remove_container(docker: &Docker, id_or_name: &str) -> Result<(), SandboxError> {
+    let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
     match docker.remove_container(id_or_name, Some(opts)).await {
         Ok(()) => Ok(()),
         Err(e) if docker_status(&e) == Some(404) => Ok(()),
@@ -416,10 +374,7 @@ pub(crate) async fn remove_container(
         // that its name is free again.
         Err(e) if docker_status(&e) == Some(409) => {
             for _ in 0..REMOVAL_WAIT_POLLS {
-                match docker
-                    .inspect_container(id_or_name, None::<InspectContainerOptions>)
-                    .await
-                {
+                match docker.inspect_container(id_or_name, None::<InspectContainerOptions>).await {
                     Err(e) if docker_status(&e) == Some(404) => return Ok(()),
                     _ => tokio::time::sleep(REMOVAL_WAIT_PAUSE).await,
                 }
@@ -449,10 +404,7 @@ pub(crate) async fn remove_volume(docker: &Docker, cfg: &SandboxConfig, name: &s
     /// Pause between attempts.
     const PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
     for attempt in 0..ATTEMPTS {
-        match docker
-            .remove_volume(name, Some(RemoveVolumeOptions { force: true }))
-            .await
-        {
+        match docker.remove_volume(name, Some(RemoveVolumeOptions { force: true })).await {
             Ok(()) => return Ok(()),
             Err(e) if docker_status(&e) == Some(404) => return Ok(()),
             Err(e) if docker_status(&e) == Some(409) && attempt + 1 < ATTEMPTS => {
@@ -516,10 +468,7 @@ pub(crate) async fn is_running(docker: &Docker, id_or_name: &str) -> Result<bool
 
 /// The volume among `mounts` that is mounted at /workspace.
 pub(crate) fn workspace_mount(mounts: Option<&[MountPoint]>) -> Option<String> {
-    mounts?
-        .iter()
-        .find(|m| m.destination.as_deref() == Some(WORKSPACE))
-        .and_then(|m| m.name.clone())
+    mounts?.iter().find(|m| m.destination.as_deref() == Some(WORKSPACE)).and_then(|m| m.name.clone())
 }
 
 /// Records that the pool container renamed to `names.container` serves `key`: a volume
@@ -535,11 +484,7 @@ pub(crate) async fn create_binding(
     let mut l = labels(&cfg.scope, key);
     l.insert(LABEL_BINDING.to_string(), "true".to_string());
     docker
-        .create_volume(VolumeCreateOptions {
-            name: Some(names.binding.clone()),
-            labels: Some(l),
-            ..Default::default()
-        })
+        .create_volume(VolumeCreateOptions { name: Some(names.binding.clone()), labels: Some(l), ..Default::default() })
         .await
         .map(drop)
         .map_err(|e| SandboxError::from_docker("create session binding", e))
@@ -553,10 +498,7 @@ pub(crate) async fn rename(docker: &Docker, id: &str, name: &str) -> Result<(), 
         Ok(()) => Ok(()),
         Err(e) if docker_status(&e) == Some(409) => {
             remove_container(docker, name).await?;
-            docker
-                .rename_container(id, opts)
-                .await
-                .map_err(|e| SandboxError::from_docker("rename pool container", e))
+            docker.rename_container(id, opts).await.map_err(|e| SandboxError::from_docker("rename pool container", e))
         }
         Err(e) => Err(SandboxError::from_docker("rename pool container", e)),
     }
@@ -568,9 +510,7 @@ pub(crate) async fn list_bindings(
     scope: Option<&str>,
 ) -> Result<HashMap<String, (SessionKey, String)>, SandboxError> {
     let binding = format!("{LABEL_BINDING}=true");
-    let opts = ListVolumesOptions {
-        filters: Some(label_filters(scope, &[("label", binding.as_str())])),
-    };
+    let opts = ListVolumesOptions { filters: Some(label_filters(scope, &[("label", binding.as_str())])) };
     let volumes = docker
         .list_volumes(Some(opts))
         .await
@@ -590,10 +530,7 @@ pub(crate) async fn list_bindings(
 
 /// Labels of a disk helper container: managed and scoped, so a leftover one is pruned.
 fn helper_labels(scope: &str) -> HashMap<String, String> {
-    HashMap::from([
-        (LABEL_MANAGED.to_string(), "true".to_string()),
-        (LABEL_SCOPE.to_string(), scope.to_string()),
-    ])
+    HashMap::from([(LABEL_MANAGED.to_string(), "true".to_string()), (LABEL_SCOPE.to_string(), scope.to_string())])
 }
 
 fn label_filters(scope: Option<&str>, extra: &[(&str, &str)]) -> HashMap<String, Vec<String>> {
@@ -603,27 +540,15 @@ fn label_filters(scope: Option<&str>, extra: &[(&str, &str)]) -> HashMap<String,
     }
     let mut f = HashMap::from([("label".to_string(), label)]);
     for (k, v) in extra {
-        f.entry((*k).to_string())
-            .or_default()
-            .push((*v).to_string());
+        f.entry((*k).to_string()).or_default().push((*v).to_string());
     }
     f
 }
 
 /// Every warden-managed container (running or not), optionally of one scope.
-pub(crate) async fn list_managed(
-    docker: &Docker,
-    scope: Option<&str>,
-) -> Result<Vec<ContainerSummary>, SandboxError> {
-    let opts = ListContainersOptions {
-        all: true,
-        filters: Some(label_filters(scope, &[])),
-        ..Default::default()
-    };
-    docker
-        .list_containers(Some(opts))
-        .await
-        .map_err(|e| SandboxError::from_docker("list containers", e))
+pub(crate) async fn list_managed(docker: &Docker, scope: Option<&str>) -> Result<Vec<ContainerSummary>, SandboxError> {
+    let opts = ListContainersOptions { all: true, filters: Some(label_filters(scope, &[])), ..Default::default() };
+    docker.list_containers(Some(opts)).await.map_err(|e| SandboxError::from_docker("list containers", e))
 }
 
 /// Every warden-managed volume, optionally only those no container references.
@@ -632,14 +557,8 @@ pub(crate) async fn list_volumes(
     scope: Option<&str>,
     dangling_only: bool,
 ) -> Result<Vec<Volume>, SandboxError> {
-    let extra: &[(&str, &str)] = if dangling_only {
-        &[("dangling", "true")]
-    } else {
-        &[]
-    };
-    let opts = ListVolumesOptions {
-        filters: Some(label_filters(scope, extra)),
-    };
+    let extra: &[(&str, &str)] = if dangling_only { &[("dangling", "true")] } else { &[] };
+    let opts = ListVolumesOptions { filters: Some(label_filters(scope, extra)) };
     docker
         .list_volumes(Some(opts))
         .await
@@ -650,10 +569,7 @@ pub(crate) async fn list_volumes(
 /// The session key a managed container or volume carries in its labels.
 pub(crate) fn key_from_labels(labels: Option<&HashMap<String, String>>) -> Option<SessionKey> {
     let l = labels?;
-    Some(SessionKey {
-        user_id: l.get(LABEL_USER)?.clone(),
-        session_id: l.get(LABEL_SESSION)?.clone(),
-    })
+    Some(SessionKey { user_id: l.get(LABEL_USER)?.clone(), session_id: l.get(LABEL_SESSION)?.clone() })
 }
 
 /// A listed container's name (without Docker's leading `/`).
@@ -664,10 +580,7 @@ pub(crate) fn container_name(c: &ContainerSummary) -> Option<String> {
 /// The session a managed container serves: its key labels, or, for a container from the
 /// pool, the binding that names it (`bindings` from [`list_bindings`]). `None`: a pool
 /// container never handed out, or a disk helper.
-pub(crate) fn session_of(
-    c: &ContainerSummary,
-    bindings: &HashMap<String, (SessionKey, String)>,
-) -> Option<SessionKey> {
+pub(crate) fn session_of(c: &ContainerSummary, bindings: &HashMap<String, (SessionKey, String)>) -> Option<SessionKey> {
     let labels = c.labels.as_ref()?;
     if let Some(key) = key_from_labels(Some(labels)) {
         return Some(key);
@@ -676,10 +589,7 @@ pub(crate) fn session_of(
         return None;
     }
     let scope = labels.get(LABEL_SCOPE)?;
-    bindings
-        .get(&container_name(c)?)
-        .filter(|(_, s)| s == scope)
-        .map(|(key, _)| key.clone())
+    bindings.get(&container_name(c)?).filter(|(_, s)| s == scope).map(|(key, _)| key.clone())
 }
 
 #[cfg(test)]

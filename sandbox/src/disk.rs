@@ -120,7 +120,12 @@ pub(crate) async fn attach(
 }
 
 /// Detaches a disk volume's loop device(s); the caller removes the volume afterwards.
-pub(crate) async fn detach(docker: &Docker, image: &str, disk_volume: &str, labels: HashMap<String, String>) -> Result<(), SandboxError> {
+pub(crate) async fn detach(
+    docker: &Docker,
+    image: &str,
+    disk_volume: &str,
+    labels: HashMap<String, String>,
+) -> Result<(), SandboxError> {
     run_helper(docker, image, disk_volume, labels, DETACH, &[]).await.map(drop)
 }
 
@@ -185,7 +190,9 @@ async fn run_helper(
                 Ok(w) => code = Some(w.status_code),
                 // bollard reports a non-zero exit as an error carrying the code.
                 Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => code = Some(c),
-                Err(e) if docker_status(&e).is_some() => return Err(SandboxError::from_docker("wait for disk helper", e)),
+                Err(e) if docker_status(&e).is_some() => {
+                    return Err(SandboxError::from_docker("wait for disk helper", e));
+                }
                 Err(_) => {}
             }
         }
@@ -204,9 +211,7 @@ async fn run_helper(
         Ok((code, out, err))
     })
     .await;
-    let _ = docker
-        .remove_container(&id, Some(RemoveContainerOptions { force: true, ..Default::default() }))
-        .await;
+    let _ = docker.remove_container(&id, Some(RemoveContainerOptions { force: true, ..Default::default() })).await;
     match outcome {
         Err(_) => Err(SandboxError::Docker {
             action: "workspace disk helper".into(),

@@ -35,9 +35,7 @@ pub enum SandboxError {
     },
 
     /// A path names something outside /workspace (lexically, or after resolving symlinks).
-    #[error(
-        "path `{path}` resolves to `{resolved}`, which is outside the workspace /workspace; refused"
-    )]
+    #[error("path `{path}` resolves to `{resolved}`, which is outside the workspace /workspace; refused")]
     PathOutsideWorkspace {
         /// The path as the caller gave it.
         path: String,
@@ -103,25 +101,16 @@ impl SandboxError {
     pub(crate) fn from_docker(action: &str, e: bollard::errors::Error) -> Self {
         use bollard::errors::Error as E;
         match e {
-            E::DockerResponseServerError {
-                status_code,
-                message,
-            } => SandboxError::Docker {
-                action: action.to_string(),
-                message: format!("{status_code}: {message}"),
-            },
+            E::DockerResponseServerError { status_code, message } => {
+                SandboxError::Docker { action: action.to_string(), message: format!("{status_code}: {message}") }
+            }
             E::IOError { .. }
             | E::HyperResponseError { .. }
             | E::SocketNotFoundError(_)
             | E::RequestTimeoutError
             | E::HttpClientError { .. }
-            | E::UnsupportedURISchemeError { .. } => {
-                SandboxError::DockerUnavailable(format!("{action}: {e}"))
-            }
-            other => SandboxError::Docker {
-                action: action.to_string(),
-                message: other.to_string(),
-            },
+            | E::UnsupportedURISchemeError { .. } => SandboxError::DockerUnavailable(format!("{action}: {e}")),
+            other => SandboxError::Docker { action: action.to_string(), message: other.to_string() },
         }
     }
 }

@@ -62,7 +62,8 @@ fn agent_code() -> &'static str {
 
 /// The interpreter command line that starts the agent source in `mode`.
 pub(crate) fn agent_argv(mode: &str, arg: Option<&str>) -> Vec<String> {
-    let mut v: Vec<String> = vec!["python3".into(), "-I".into(), "-S".into(), "-c".into(), agent_code().into(), mode.into()];
+    let mut v: Vec<String> =
+        vec!["python3".into(), "-I".into(), "-S".into(), "-c".into(), agent_code().into(), mode.into()];
     v.extend(arg.map(str::to_string));
     v
 }
@@ -127,10 +128,7 @@ pub(crate) struct Captured {
 impl Captured {
     /// An empty capture keeping at most `limit` bytes (half head, half tail).
     pub(crate) fn new(limit: usize) -> Self {
-        Self {
-            limit,
-            ..Default::default()
-        }
+        Self { limit, ..Default::default() }
     }
 
     /// Appends a chunk, dropping the middle when over the limit.
@@ -204,10 +202,7 @@ impl Captured {
         let tail: Vec<u8> = self.tail.iter().copied().collect();
         match self.truncated() {
             0 => format!("{head}{}", String::from_utf8_lossy(&tail)),
-            n => format!(
-                "{head}\n[... {n} bytes truncated ...]\n{}",
-                String::from_utf8_lossy(&tail)
-            ),
+            n => format!("{head}\n[... {n} bytes truncated ...]\n{}", String::from_utf8_lossy(&tail)),
         }
     }
 }
@@ -228,11 +223,7 @@ pub(crate) fn cap_text(text: String, max: usize) -> String {
         tail_start += 1;
     }
     let dropped = tail_start - head_end;
-    format!(
-        "{}\n[... {dropped} bytes truncated ...]\n{}",
-        &text[..head_end],
-        &text[tail_start..]
-    )
+    format!("{}\n[... {dropped} bytes truncated ...]\n{}", &text[..head_end], &text[tail_start..])
 }
 
 /// A long-lived exec running the agent, with its attached stdin and output.
@@ -389,7 +380,9 @@ impl Agent {
         let mut frames = FrameReader::default();
         let mut got_any = false;
         let deadline = match req.op {
-            Op::Exec { .. } | Op::Bash { .. } => req.timeout + Duration::from_secs(KILL_GRACE_SECS) + HOST_DEADLINE_SLACK,
+            Op::Exec { .. } | Op::Bash { .. } => {
+                req.timeout + Duration::from_secs(KILL_GRACE_SECS) + HOST_DEADLINE_SLACK
+            }
             _ => FILE_OP_TIMEOUT,
         };
         let read = tokio::time::timeout(deadline, async {
@@ -400,8 +393,12 @@ impl Agent {
                         frames.feed(&message);
                         while let Some(frame) = frames.next().map_err(AgentFailure::Garbled)? {
                             match frame {
-                                Frame::Result(fields) if fields.get("nonce") == Some(&nonce) => return Ok(Outcome(fields)),
-                                Frame::Result(_) => return Err(AgentFailure::Garbled("a result for another request".into())),
+                                Frame::Result(fields) if fields.get("nonce") == Some(&nonce) => {
+                                    return Ok(Outcome(fields));
+                                }
+                                Frame::Result(_) => {
+                                    return Err(AgentFailure::Garbled("a result for another request".into()));
+                                }
                                 other => sink.take(other, &req.op).map_err(AgentFailure::Garbled)?,
                             }
                         }
@@ -541,7 +538,11 @@ pub(crate) async fn run(
                 return Err(ExecFailure::Broken(format!("the sandbox agent broke the protocol: {why}")));
             }
             Err(AgentFailure::Overran) => {
-                tracing::warn!(container, agent_pid = agent.pid.0, "request overran its host deadline; killing the agent and its processes");
+                tracing::warn!(
+                    container,
+                    agent_pid = agent.pid.0,
+                    "request overran its host deadline; killing the agent and its processes"
+                );
                 let swept = kill_sweep(docker, container, user, agent.pid).await;
                 drop(agent);
                 if swept {
@@ -562,16 +563,20 @@ pub(crate) async fn run(
                     // here, before the call (and its egress narrowing) ends; a container
                     // that cannot be swept is replaced.
                     if !kill_sweep(docker, container, user, agent.pid).await {
-                        return Err(ExecFailure::Broken("the sandbox agent was killed and its processes could not be swept".into()));
+                        return Err(ExecFailure::Broken(
+                            "the sandbox agent was killed and its processes could not be swept".into(),
+                        ));
                     }
                     return Ok(killed(stdout, stderr, false));
                 }
                 return match docker.inspect_container(container, None::<InspectContainerOptions>).await {
-                    Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => Err(ExecFailure::Broken(format!(
-                        "the sandbox agent exited unexpectedly (exit {code:?}): {}{}",
-                        agent_stderr.text().trim(),
-                        if code == Some(127) { " (the sandbox image needs python3)" } else { "" }
-                    ))),
+                    Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => {
+                        Err(ExecFailure::Broken(format!(
+                            "the sandbox agent exited unexpectedly (exit {code:?}): {}{}",
+                            agent_stderr.text().trim(),
+                            if code == Some(127) { " (the sandbox image needs python3)" } else { "" }
+                        )))
+                    }
                     _ => Err(ExecFailure::ContainerGone("the container stopped during the call".into())),
                 };
             }
@@ -591,9 +596,7 @@ pub(crate) async fn run_housekeeping(
     let exec = create(docker, container, user, cmd, false).await?;
     let finished = tokio::time::timeout(limit, async {
         match docker.start_exec(&exec, None).await {
-            Ok(StartExecResults::Attached { mut output, .. }) => {
-                while output.next().await.is_some() {}
-            }
+            Ok(StartExecResults::Attached { mut output, .. }) => while output.next().await.is_some() {},
             Ok(StartExecResults::Detached) => {}
             Err(e) => return Err(classify("start exec", e)),
         }
@@ -617,7 +620,12 @@ pub(crate) async fn run_housekeeping(
 
 /// Starts `cmd` in `container` as `user` and leaves it running (the egress forwarder): no
 /// output is attached, nothing waits for it; it lives as long as the container.
-pub(crate) async fn start_detached(docker: &Docker, container: &str, user: &str, cmd: Vec<String>) -> Result<(), SandboxError> {
+pub(crate) async fn start_detached(
+    docker: &Docker,
+    container: &str,
+    user: &str,
+    cmd: Vec<String>,
+) -> Result<(), SandboxError> {
     let opts = CreateExecOptions::<String> {
         attach_stdout: Some(false),
         attach_stderr: Some(false),
@@ -651,11 +659,7 @@ async fn create(
         working_dir: Some(crate::container::WORKSPACE.to_string()),
         ..Default::default()
     };
-    docker
-        .create_exec(container, opts)
-        .await
-        .map(|r| r.id)
-        .map_err(|e| classify("create exec", e))
+    docker.create_exec(container, opts).await.map(|r| r.id).map_err(|e| classify("create exec", e))
 }
 
 /// Kills an agent, its command and every orphan of the sandbox user from a second exec
@@ -685,9 +689,7 @@ pub(crate) async fn sweep_all(docker: &Docker, container: &str, user: &str) -> b
 fn classify(action: &str, e: bollard::errors::Error) -> ExecFailure {
     match docker_status(&e) {
         Some(404) | Some(409) => ExecFailure::ContainerGone(e.to_string()),
-        Some(500) if e.to_string().contains("OCI runtime") => {
-            ExecFailure::ContainerWedged(e.to_string())
-        }
+        Some(500) if e.to_string().contains("OCI runtime") => ExecFailure::ContainerWedged(e.to_string()),
         _ => ExecFailure::Failed(SandboxError::from_docker(action, e)),
     }
 }

@@ -31,8 +31,7 @@ impl Metrics {
     /// Records one finished exec round trip.
     pub(crate) fn exec_done(&self, took: Duration, timed_out: bool) {
         self.execs.fetch_add(1, Ordering::Relaxed);
-        self.exec_latency_micros
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.exec_latency_micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         if timed_out {
             self.exec_timeouts.fetch_add(1, Ordering::Relaxed);
         }
@@ -115,24 +114,14 @@ impl MetricsSnapshot {
                 "# HELP warden_sandbox_{name} {help}\n# TYPE warden_sandbox_{name} {kind}\nwarden_sandbox_{name} {value}\n"
             ));
         };
-        put(
-            "sessions_active",
-            "gauge",
-            "Sessions with a live container.",
-            self.sessions_active.to_string(),
-        );
+        put("sessions_active", "gauge", "Sessions with a live container.", self.sessions_active.to_string());
         put(
             "sessions_created_total",
             "counter",
             "Sessions that got a container (created or from the warm pool).",
             self.sessions_created_total.to_string(),
         );
-        put(
-            "sessions_removed_total",
-            "counter",
-            "Sessions removed.",
-            self.sessions_removed_total.to_string(),
-        );
+        put("sessions_removed_total", "counter", "Sessions removed.", self.sessions_removed_total.to_string());
         put(
             "containers_recreated_total",
             "counter",
@@ -181,42 +170,17 @@ impl MetricsSnapshot {
             "Pool containers that failed to be prepared or handed out, or stopped while idle.",
             self.warm_pool_failures_total.to_string(),
         );
-        put(
-            "execs_total",
-            "counter",
-            "Execs run.",
-            self.execs_total.to_string(),
-        );
-        put(
-            "exec_timeouts_total",
-            "counter",
-            "Execs killed by their timeout.",
-            self.exec_timeouts_total.to_string(),
-        );
+        put("execs_total", "counter", "Execs run.", self.execs_total.to_string());
+        put("exec_timeouts_total", "counter", "Execs killed by their timeout.", self.exec_timeouts_total.to_string());
         put(
             "exec_latency_seconds_sum",
             "counter",
             "Sum of exec latencies.",
             format!("{:.6}", self.exec_latency_seconds_sum),
         );
-        put(
-            "exec_latency_seconds_count",
-            "counter",
-            "Number of exec latencies.",
-            self.exec_latency_count.to_string(),
-        );
-        put(
-            "tool_calls_total",
-            "counter",
-            "Tool calls handled.",
-            self.tool_calls_total.to_string(),
-        );
-        put(
-            "tool_errors_total",
-            "counter",
-            "Tool calls that failed.",
-            self.tool_errors_total.to_string(),
-        );
+        put("exec_latency_seconds_count", "counter", "Number of exec latencies.", self.exec_latency_count.to_string());
+        put("tool_calls_total", "counter", "Tool calls handled.", self.tool_calls_total.to_string());
+        put("tool_errors_total", "counter", "Tool calls that failed.", self.tool_errors_total.to_string());
         out
     }
 }

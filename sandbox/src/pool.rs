@@ -280,7 +280,8 @@ async fn refill_loop(
 ) {
     let mut failures: u32 = 0;
     let mut retry_at: Option<Instant> = None;
-    let mut health = tokio::time::interval_at(tokio::time::Instant::now() + HEALTH_CHECK_INTERVAL, HEALTH_CHECK_INTERVAL);
+    let mut health =
+        tokio::time::interval_at(tokio::time::Instant::now() + HEALTH_CHECK_INTERVAL, HEALTH_CHECK_INTERVAL);
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let notified = wake.notified();
@@ -344,10 +345,24 @@ async fn discard_stopped(host: &Weak<Inner>, docker: &Docker) {
 
 /// Prepares one pool container named `name` and delivers it; removes it instead when the
 /// pool closed or the host was dropped meanwhile (and everything it made, when it failed).
-async fn fill(host: Weak<Inner>, docker: Docker, cfg: SandboxConfig, egress: Option<Arc<Egress>>, name: String) -> Result<(), SandboxError> {
+async fn fill(
+    host: Weak<Inner>,
+    docker: Docker,
+    cfg: SandboxConfig,
+    egress: Option<Arc<Egress>>,
+    name: String,
+) -> Result<(), SandboxError> {
     let volume = container::volume_of(&name);
     let made = async {
-        let id = container::create_and_start(&docker, &cfg, &name, &volume, container::pool_labels(&cfg.scope), egress.as_deref()).await?;
+        let id = container::create_and_start(
+            &docker,
+            &cfg,
+            &name,
+            &volume,
+            container::pool_labels(&cfg.scope),
+            egress.as_deref(),
+        )
+        .await?;
         let agents = AgentPool::default();
         agents.prespawn(&docker, &id, &cfg.user).await.map_err(|f| match f {
             ExecFailure::Failed(e) => e,
@@ -456,7 +471,13 @@ pub(crate) async fn take(inner: &Inner, docker: &Docker, key: &SessionKey) -> Re
 
 /// Binds `warm` to the session: the binding volume first, then the rename (see the module
 /// doc); undoes the binding when the rename fails.
-async fn bind(docker: &Docker, cfg: &SandboxConfig, names: &container::Names, key: &SessionKey, warm: &Warm) -> Result<(), SandboxError> {
+async fn bind(
+    docker: &Docker,
+    cfg: &SandboxConfig,
+    names: &container::Names,
+    key: &SessionKey,
+    warm: &Warm,
+) -> Result<(), SandboxError> {
     container::create_binding(docker, cfg, names, key).await?;
     if let Err(e) = container::rename(docker, &warm.id, &names.container).await {
         let _ = container::remove_volume(docker, cfg, &names.binding).await;
@@ -488,7 +509,12 @@ mod tests {
     use super::*;
 
     fn warm(name: &str) -> Warm {
-        Warm { id: format!("id-{name}"), name: name.to_string(), volume: container::volume_of(name), agents: AgentPool::default() }
+        Warm {
+            id: format!("id-{name}"),
+            name: name.to_string(),
+            volume: container::volume_of(name),
+            agents: AgentPool::default(),
+        }
     }
 
     fn ready_name(a: Acquired) -> Option<String> {

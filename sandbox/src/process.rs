@@ -150,11 +150,7 @@ impl Sandbox {
             }
         });
         tracing::debug!(session = %key.session_id, program = %argv[0], "session process started");
-        Ok(SessionProcess {
-            stdin: input,
-            stdout: Box::pin(tokio_util::io::StreamReader::new(stdout)),
-            stderr,
-        })
+        Ok(SessionProcess { stdin: input, stdout: Box::pin(tokio_util::io::StreamReader::new(stdout)), stderr })
     }
 }
 

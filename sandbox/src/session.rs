@@ -20,15 +20,15 @@ use bollard::models::ContainerSummaryStateEnum;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
+use crate::agent::Op;
 use crate::config::SandboxConfig;
 use crate::container::{self, Names};
+use crate::egress::{self, Egress, EgressObserver, EgressPolicy};
 use crate::error::SandboxError;
-use crate::agent::Op;
-use crate::shell_state::ShellState;
 use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::pool::{self, WarmPool};
-use crate::egress::{self, Egress, EgressObserver, EgressPolicy};
+use crate::shell_state::ShellState;
 
 /// Longest accepted user or session id, in bytes (they become Docker labels).
 pub const MAX_KEY_PART_LEN: usize = 128;
@@ -55,10 +55,7 @@ pub struct SessionKey {
 impl SessionKey {
     /// A key from its parts.
     pub fn new(user_id: impl Into<String>, session_id: impl Into<String>) -> Self {
-        Self {
-            user_id: user_id.into(),
-            session_id: session_id.into(),
-        }
+        Self { user_id: user_id.into(), session_id: session_id.into() }
     }
 
     fn validate(&self) -> Result<(), SandboxError> {
@@ -237,9 +234,7 @@ pub(crate) struct SessionCtx<'a> {
 
 impl fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sandbox")
-            .field("scope", &self.inner.config.scope)
-            .finish_non_exhaustive()
+        f.debug_struct("Sandbox").field("scope", &self.inner.config.scope).finish_non_exhaustive()
     }
 }
 
@@ -361,16 +356,10 @@ impl Sandbox {
                 Some(s) => s.clone(),
                 None => {
                     if map.len() >= self.inner.config.max_sessions {
-                        return Err(SandboxError::TooManySessions {
-                            max: self.inner.config.max_sessions,
-                        });
+                        return Err(SandboxError::TooManySessions { max: self.inner.config.max_sessions });
                     }
-                    let slot = Arc::new(Slot::new(
-                        key.clone(),
-                        container::names(&self.inner.config.scope, key),
-                        None,
-                        None,
-                    ));
+                    let slot =
+                        Arc::new(Slot::new(key.clone(), container::names(&self.inner.config.scope, key), None, None));
                     map.insert(key.clone(), slot.clone());
                     slot
                 }
@@ -380,13 +369,7 @@ impl Sandbox {
         };
         // The pool starts with the first session (listing or pruning never starts it).
         pool::start(&self.inner, docker);
-        let ctx = SessionCtx {
-            inner: &self.inner,
-            docker,
-            lease: Lease { slot },
-            env,
-            approved_path: None,
-        };
+        let ctx = SessionCtx { inner: &self.inner, docker, lease: Lease { slot }, env, approved_path: None };
         // Create the container now so that creation errors surface before any tool work.
         if let Err(e) = ctx.container().await {
             self.inner.forget_if_empty(&ctx.lease.slot).await;
@@ -411,12 +394,7 @@ impl Sandbox {
     pub async fn end_session(&self, key: &SessionKey) -> Result<bool, SandboxError> {
         key.validate()?;
         let docker = self.docker().await?;
-        let slot = self
-            .inner
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .remove(key);
+        let slot = self.inner.sessions.lock().expect("sessions lock").remove(key);
         match slot {
             Some(slot) => {
                 self.inner.destroy(docker, &slot).await?;
@@ -445,25 +423,13 @@ impl Sandbox {
         };
         // First the pool: nothing more is handed out or prepared, and no fill outlives this.
         let pool_result = pool::shutdown(&self.inner, docker).await;
-        let slots: Vec<Arc<Slot>> = self
-            .inner
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .drain()
-            .map(|(_, s)| s)
-            .collect();
-        let results =
-            futures_util::future::join_all(slots.iter().map(|s| self.inner.destroy(docker, s)))
-                .await;
+        let slots: Vec<Arc<Slot>> =
+            self.inner.sessions.lock().expect("sessions lock").drain().map(|(_, s)| s).collect();
+        let results = futures_util::future::join_all(slots.iter().map(|s| self.inner.destroy(docker, s))).await;
         if let Some(e) = &self.inner.egress {
             e.remove_base_if_empty();
         }
-        results
-            .into_iter()
-            .collect::<Result<Vec<()>, _>>()
-            .and(pool_result)
-            .map(|_| ())
+        results.into_iter().collect::<Result<Vec<()>, _>>().and(pool_result).map(|_| ())
     }
 
     /// Every warden-managed session container on the engine (all scopes), with this host's
@@ -479,12 +445,7 @@ impl Sandbox {
             .lock()
             .expect("sessions lock")
             .values()
-            .map(|s| {
-                (
-                    s.names.container.clone(),
-                    s.last_used.lock().expect("last_used lock").1,
-                )
-            })
+            .map(|s| (s.names.container.clone(), s.last_used.lock().expect("last_used lock").1))
             .collect();
         let mut out: Vec<SessionInfo> = listed
             .into_iter()
@@ -492,12 +453,7 @@ impl Sandbox {
                 // Pool containers not handed out serve no session: not listed.
                 let key = container::session_of(&c, &bindings)?;
                 let name = container::container_name(&c)?;
-                let scope = c
-                    .labels
-                    .as_ref()?
-                    .get(container::LABEL_SCOPE)
-                    .cloned()
-                    .unwrap_or_default();
+                let scope = c.labels.as_ref()?.get(container::LABEL_SCOPE).cloned().unwrap_or_default();
                 let last_used = owned.get(&name).copied();
                 Some(SessionInfo {
                     key,
@@ -506,8 +462,7 @@ impl Sandbox {
                     container_id: c.id.clone().unwrap_or_default(),
                     container_name: name,
                     state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-                    created: SystemTime::UNIX_EPOCH
-                        + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64),
+                    created: SystemTime::UNIX_EPOCH + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64),
                     last_used,
                 })
             })
@@ -582,10 +537,7 @@ impl Sandbox {
             let Some(name) = container::container_name(&c) else { continue };
             // Only exited or dead containers are leftovers; `created` ones may be mid-creation
             // by another host, running ones belong to a live host.
-            let finished = matches!(
-                c.state,
-                Some(ContainerSummaryStateEnum::EXITED | ContainerSummaryStateEnum::DEAD)
-            );
+            let finished = matches!(c.state, Some(ContainerSummaryStateEnum::EXITED | ContainerSummaryStateEnum::DEAD));
             if live_containers.contains(&name) || (!finished && !all) {
                 in_use.extend(uses(&c, &name));
                 continue;
@@ -595,10 +547,12 @@ impl Sandbox {
             // the same workspace at its next call. Only containers that exited longer ago
             // than the idle TTL (when the host would have reaped the session anyway) go.
             if !all {
-                let created = SystemTime::UNIX_EPOCH
-                    + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64);
+                let created = SystemTime::UNIX_EPOCH + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64);
                 let finished_at = docker
-                    .inspect_container(c.id.as_deref().unwrap_or(&name), None::<bollard::query_parameters::InspectContainerOptions>)
+                    .inspect_container(
+                        c.id.as_deref().unwrap_or(&name),
+                        None::<bollard::query_parameters::InspectContainerOptions>,
+                    )
                     .await
                     .ok()
                     .and_then(|i| i.state)
@@ -623,10 +577,7 @@ impl Sandbox {
             let ours = freed.contains(&v.name);
             let old = serde_json::to_value(&v.created_at)
                 .ok()
-                .and_then(|t| {
-                    t.as_str()
-                        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
-                })
+                .and_then(|t| t.as_str().and_then(|t| humantime::parse_rfc3339_weak(t).ok()))
                 .and_then(|t| t.elapsed().ok())
                 .is_some_and(|age| age >= PRUNE_MIN_VOLUME_AGE);
             if !all && !ours && !old {
@@ -694,9 +645,7 @@ impl Inner {
         }
         let mut map = self.sessions.lock().expect("sessions lock");
         // Our own lease still counts one.
-        if slot.in_flight.load(Ordering::Acquire) <= 1
-            && map.get(&slot.key).is_some_and(|s| Arc::ptr_eq(s, slot))
-        {
+        if slot.in_flight.load(Ordering::Acquire) <= 1 && map.get(&slot.key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
             map.remove(&slot.key);
         }
     }
@@ -709,9 +658,7 @@ impl Inner {
         slot.stop_egress(self);
         if had.is_some() {
             self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
-            self.metrics
-                .sessions_removed
-                .fetch_add(1, Ordering::Relaxed);
+            self.metrics.sessions_removed.fetch_add(1, Ordering::Relaxed);
         }
         let removed = {
             let _objects = self.object_lock(&slot.key).lock().await;
@@ -789,8 +736,15 @@ impl<'a> SessionCtx<'a> {
                 let labels = container::labels(&self.inner.config.scope, &slot.key);
                 let id = {
                     let _objects = self.inner.object_lock(&slot.key).lock().await;
-                    container::create_and_start(self.docker, &self.inner.config, &slot.names.container, &volume, labels, self.inner.egress.as_deref())
-                        .await?
+                    container::create_and_start(
+                        self.docker,
+                        &self.inner.config,
+                        &slot.names.container,
+                        &volume,
+                        labels,
+                        self.inner.egress.as_deref(),
+                    )
+                    .await?
                 };
                 *slot.workspace.lock().expect("workspace lock") = Some(volume);
                 if let Err(e) = slot.start_egress(self.inner, &slot.names.container) {
@@ -800,14 +754,8 @@ impl<'a> SessionCtx<'a> {
                 (id, "created")
             }
         };
-        self.inner
-            .metrics
-            .sessions_created
-            .fetch_add(1, Ordering::Relaxed);
-        self.inner
-            .metrics
-            .sessions_active
-            .fetch_add(1, Ordering::Relaxed);
+        self.inner.metrics.sessions_created.fetch_add(1, Ordering::Relaxed);
+        self.inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             user = %slot.key.user_id, session = %slot.key.session_id, container = %id,
             took_ms = started.elapsed().as_millis() as u64, how, "session container ready"
@@ -824,14 +772,8 @@ impl<'a> SessionCtx<'a> {
             *guard = None;
             slot.agents.clear();
             slot.stop_egress(self.inner);
-            self.inner
-                .metrics
-                .sessions_active
-                .fetch_sub(1, Ordering::Relaxed);
-            self.inner
-                .metrics
-                .containers_recreated
-                .fetch_add(1, Ordering::Relaxed);
+            self.inner.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
+            self.inner.metrics.containers_recreated.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, container = %id, why, "session container gone; recreating");
         }
     }
@@ -873,11 +815,7 @@ impl<'a> SessionCtx<'a> {
         let mut last = String::new();
         for _ in 0..2 {
             let id = self.container().await?;
-            let req = ExecRequest {
-                op,
-                timeout,
-                capture_limit: self.inner.config.max_output.0 as usize,
-            };
+            let req = ExecRequest { op, timeout, capture_limit: self.inner.config.max_output.0 as usize };
             let started = Instant::now();
             match exec::run(self.docker, &self.lease.slot.agents, &id, self.user(), req).await {
                 Ok(r) => {
@@ -897,9 +835,7 @@ impl<'a> SessionCtx<'a> {
                     self.replace_container(&id, &why).await;
                     return Err(SandboxError::Exec {
                         session: self.key().to_string(),
-                        message: format!(
-                            "{why}; the container was replaced (workspace kept) — retry the call"
-                        ),
+                        message: format!("{why}; the container was replaced (workspace kept) — retry the call"),
                     });
                 }
                 Err(ExecFailure::Failed(e)) => return Err(e),
@@ -920,21 +856,18 @@ async fn connect(cfg: &SandboxConfig) -> Result<Docker, SandboxError> {
             Docker::connect_with_unix(h, DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
                 .map_err(unavailable)?
         }
-        Some(h) => {
-            Docker::connect_with_http(h, DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
-                .map_err(unavailable)?
-        }
+        Some(h) => Docker::connect_with_http(h, DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+            .map_err(unavailable)?,
     };
     let endpoint = cfg
         .docker_host
         .clone()
         .or_else(|| std::env::var("DOCKER_HOST").ok())
         .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-    let docker = docker.negotiate_version().await.map_err(|e| {
-        SandboxError::DockerUnavailable(format!(
-            "cannot reach the Docker Engine at {endpoint}: {e}"
-        ))
-    })?;
+    let docker = docker
+        .negotiate_version()
+        .await
+        .map_err(|e| SandboxError::DockerUnavailable(format!("cannot reach the Docker Engine at {endpoint}: {e}")))?;
     Ok(docker)
 }
 
@@ -969,8 +902,7 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                     if running
                         && egress_ok
                         && map.len() < inner.config.max_sessions
-                        && name.as_deref()
-                            == Some(container::names(scope, &key).container.as_str())
+                        && name.as_deref() == Some(container::names(scope, &key).container.as_str())
                         && !map.contains_key(&key) =>
                 {
                     let names = container::names(scope, &key);
@@ -978,10 +910,7 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                     let slot = Arc::new(Slot::new(key.clone(), names, Some(id.clone()), Some(workspace)));
                     adopted_key = Some(key.clone());
                     map.insert(key, slot);
-                    inner
-                        .metrics
-                        .sessions_active
-                        .fetch_add(1, Ordering::Relaxed);
+                    inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
                     true
                 }
                 _ => false,
@@ -1004,7 +933,9 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                 let slot = inner.sessions.lock().expect("sessions lock").get(&key).cloned();
                 match (slot, egress.listen(dir, &key)) {
                     (Some(slot), Ok(l)) => *slot.egress.lock().expect("egress lock") = Some(l),
-                    (_, Err(e)) => tracing::warn!(container = %id, error = %e, "egress of an adopted container could not be served"),
+                    (_, Err(e)) => {
+                        tracing::warn!(container = %id, error = %e, "egress of an adopted container could not be served")
+                    }
                     (None, Ok(_)) => {}
                 }
             }

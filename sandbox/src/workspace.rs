@@ -49,10 +49,7 @@ pub(crate) struct Target {
 /// Lexical normalisation: absolute, no `.`/`..`, no control characters, under /workspace.
 pub(crate) fn lexical(path: &str) -> Result<String, SandboxError> {
     if path.is_empty() {
-        return Err(SandboxError::InvalidInput {
-            tool: "path".into(),
-            message: "empty path".into(),
-        });
+        return Err(SandboxError::InvalidInput { tool: "path".into(), message: "empty path".into() });
     }
     if path.len() > MAX_PATH_LEN {
         return Err(SandboxError::InvalidInput {
@@ -61,11 +58,7 @@ pub(crate) fn lexical(path: &str) -> Result<String, SandboxError> {
         });
     }
     check_text("path", "path", path, TextClass::Strict)?;
-    let joined = if path.starts_with('/') {
-        path.to_string()
-    } else {
-        format!("{WORKSPACE}/{path}")
-    };
+    let joined = if path.starts_with('/') { path.to_string() } else { format!("{WORKSPACE}/{path}") };
     let mut parts: Vec<&str> = Vec::new();
     for comp in joined.split('/') {
         match comp {
@@ -80,31 +73,19 @@ pub(crate) fn lexical(path: &str) -> Result<String, SandboxError> {
     if is_inside(&normal) {
         Ok(normal)
     } else {
-        Err(SandboxError::PathOutsideWorkspace {
-            path: path.to_string(),
-            resolved: normal,
-        })
+        Err(SandboxError::PathOutsideWorkspace { path: path.to_string(), resolved: normal })
     }
 }
 
 /// True when `abs` is /workspace or below it.
 pub(crate) fn is_inside(abs: &str) -> bool {
-    abs == WORKSPACE
-        || abs
-            .strip_prefix(WORKSPACE)
-            .is_some_and(|rest| rest.starts_with('/'))
+    abs == WORKSPACE || abs.strip_prefix(WORKSPACE).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Checks `path` lexically, then resolves it in the container and checks again.
-pub(crate) async fn resolve(
-    ctx: &SessionCtx<'_>,
-    path: &str,
-    purpose: Purpose,
-) -> Result<Target, SandboxError> {
+pub(crate) async fn resolve(ctx: &SessionCtx<'_>, path: &str, purpose: Purpose) -> Result<Target, SandboxError> {
     let normal = lexical(path)?;
-    let r = ctx
-        .call(Op::Stat { path: &normal, for_write: purpose == Purpose::Write }, FILE_OP_TIMEOUT)
-        .await?;
+    let r = ctx.call(Op::Stat { path: &normal, for_write: purpose == Purpose::Write }, FILE_OP_TIMEOUT).await?;
     let o = &r.outcome;
     match o.status() {
         Status::Ok => {}
@@ -137,12 +118,7 @@ pub(crate) async fn resolve(
         "dir" => Kind::Dir,
         other => Kind::Other(other.strip_prefix("other:").unwrap_or(other).to_string()),
     };
-    Ok(Target {
-        path: resolved,
-        kind,
-        size: o.num("size").max(0) as u64,
-        links: o.num("links").max(0) as u64,
-    })
+    Ok(Target { path: resolved, kind, size: o.num("size").max(0) as u64, links: o.num("links").max(0) as u64 })
 }
 
 #[cfg(test)]

@@ -33,10 +33,7 @@ impl Ctx {
     }
 
     fn sandbox_with(&self, f: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
-        let mut cfg = SandboxConfig {
-            scope: self.scope.clone(),
-            ..SandboxConfig::default()
-        };
+        let mut cfg = SandboxConfig { scope: self.scope.clone(), ..SandboxConfig::default() };
         f(&mut cfg);
         Sandbox::new(cfg).expect("valid config")
     }
@@ -64,25 +61,15 @@ async fn bash_ok(sb: &Sandbox, k: &SessionKey, cmd: &str) -> String {
 }
 
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run docker CLI");
-    assert!(
-        out.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new("docker").args(args).output().expect("run docker CLI");
+    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Container id of a session (via list_sessions).
 async fn container_of(sb: &Sandbox, k: &SessionKey) -> String {
     let s = sb.list_sessions().await.unwrap();
-    let mine: Vec<_> = s
-        .iter()
-        .filter(|i| &i.key == k && i.scope == sb.config().scope)
-        .collect();
+    let mine: Vec<_> = s.iter().filter(|i| &i.key == k && i.scope == sb.config().scope).collect();
     assert_eq!(mine.len(), 1, "exactly one container for {k}: {s:?}");
     mine[0].container_id.clone()
 }
@@ -91,11 +78,7 @@ async fn container_of(sb: &Sandbox, k: &SessionKey) -> String {
 async fn pool_ready(sb: &Sandbox, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while sb.metrics().warm_pool_ready != n {
-        assert!(
-            Instant::now() < deadline,
-            "the warm pool never held {n} ready containers: {:?}",
-            sb.metrics()
-        );
+        assert!(Instant::now() < deadline, "the warm pool never held {n} ready containers: {:?}", sb.metrics());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -173,157 +156,66 @@ mod tools {
     pub async fn read_write_edit(c: Ctx) {
         let sb = c.sandbox();
         let k = key("rwe");
-        let w = tool(
-            &sb,
-            &k,
-            "Write",
-            json!({"file_path": "notes/a.txt", "content": "alpha\nbeta\ngamma\nbeta\n"}),
-        )
-        .await;
-        assert!(
-            !w.is_error && w.content.contains("created"),
-            "{}",
-            w.content
-        );
-        let r = tool(
-            &sb,
-            &k,
-            "Read",
-            json!({"file_path": "/workspace/notes/a.txt"}),
-        )
-        .await;
-        assert_eq!(
-            r.content,
-            "     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tbeta\n"
-        );
+        let w =
+            tool(&sb, &k, "Write", json!({"file_path": "notes/a.txt", "content": "alpha\nbeta\ngamma\nbeta\n"})).await;
+        assert!(!w.is_error && w.content.contains("created"), "{}", w.content);
+        let r = tool(&sb, &k, "Read", json!({"file_path": "/workspace/notes/a.txt"})).await;
+        assert_eq!(r.content, "     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tbeta\n");
         // Lines are cut after MAX_LINE_CHARS characters, not bytes.
         let max = 2000; // tools::files::MAX_LINE_CHARS
         let (wide, long) = ("é".repeat(max), "y".repeat(max + 1));
         tool(&sb, &k, "Write", json!({"file_path": "lines.txt", "content": format!("{wide}\n{long}\n")})).await;
         let r = tool(&sb, &k, "Read", json!({"file_path": "lines.txt"})).await;
         assert_eq!(r.content, format!("     1\t{wide}\n     2\t{}… [line truncated]\n", &long[..max]));
-        let r = tool(
-            &sb,
-            &k,
-            "Read",
-            json!({"file_path": "notes/a.txt", "offset": 2, "limit": 2}),
-        )
-        .await;
-        assert!(
-            r.content.starts_with("     2\tbeta\n     3\tgamma\n"),
-            "{}",
-            r.content
-        );
-        assert!(
-            r.content.contains("showing lines 2-3 of 4"),
-            "{}",
-            r.content
-        );
+        let r = tool(&sb, &k, "Read", json!({"file_path": "notes/a.txt", "offset": 2, "limit": 2})).await;
+        assert!(r.content.starts_with("     2\tbeta\n     3\tgamma\n"), "{}", r.content);
+        assert!(r.content.contains("showing lines 2-3 of 4"), "{}", r.content);
 
-        let e = tool(
-            &sb,
-            &k,
-            "Edit",
-            json!({"file_path": "notes/a.txt", "old_string": "beta", "new_string": "BETA"}),
-        )
-        .await;
-        assert!(
-            e.is_error && e.content.contains("Found 2 matches"),
-            "{}",
-            e.content
-        );
-        let e = tool(
-            &sb,
-            &k,
-            "Edit",
-            json!({"file_path": "notes/a.txt", "old_string": "gamma", "new_string": "GAMMA"}),
-        )
-        .await;
+        let e = tool(&sb, &k, "Edit", json!({"file_path": "notes/a.txt", "old_string": "beta", "new_string": "BETA"}))
+            .await;
+        assert!(e.is_error && e.content.contains("Found 2 matches"), "{}", e.content);
+        let e =
+            tool(&sb, &k, "Edit", json!({"file_path": "notes/a.txt", "old_string": "gamma", "new_string": "GAMMA"}))
+                .await;
         assert!(!e.is_error, "{}", e.content);
-        let e = tool(&sb, &k, "Edit", json!({"file_path": "notes/a.txt", "old_string": "beta", "new_string": "B", "replace_all": true})).await;
-        assert!(
-            !e.is_error && e.content.contains("2 replacements"),
-            "{}",
-            e.content
-        );
         let e = tool(
             &sb,
             &k,
             "Edit",
-            json!({"file_path": "notes/a.txt", "old_string": "zeta", "new_string": "Z"}),
+            json!({"file_path": "notes/a.txt", "old_string": "beta", "new_string": "B", "replace_all": true}),
         )
         .await;
-        assert!(
-            e.is_error && e.content.contains("not found"),
-            "{}",
-            e.content
-        );
-        assert_eq!(
-            bash_ok(&sb, &k, "cat notes/a.txt").await,
-            "alpha\nB\nGAMMA\nB\n"
-        );
+        assert!(!e.is_error && e.content.contains("2 replacements"), "{}", e.content);
+        let e =
+            tool(&sb, &k, "Edit", json!({"file_path": "notes/a.txt", "old_string": "zeta", "new_string": "Z"})).await;
+        assert!(e.is_error && e.content.contains("not found"), "{}", e.content);
+        assert_eq!(bash_ok(&sb, &k, "cat notes/a.txt").await, "alpha\nB\nGAMMA\nB\n");
 
-        let w = tool(
-            &sb,
-            &k,
-            "Write",
-            json!({"file_path": "notes/a.txt", "content": "new"}),
-        )
-        .await;
+        let w = tool(&sb, &k, "Write", json!({"file_path": "notes/a.txt", "content": "new"})).await;
         assert!(w.content.contains("overwritten"), "{}", w.content);
         let r = tool(&sb, &k, "Read", json!({"file_path": "missing.txt"})).await;
-        assert!(
-            r.is_error && r.content.contains("does not exist"),
-            "{}",
-            r.content
-        );
+        assert!(r.is_error && r.content.contains("does not exist"), "{}", r.content);
         let r = tool(&sb, &k, "Read", json!({"file_path": "notes"})).await;
-        assert!(
-            r.is_error && r.content.contains("directory"),
-            "{}",
-            r.content
-        );
+        assert!(r.is_error && r.content.contains("directory"), "{}", r.content);
         // Files belong to the session user, not root.
-        assert_eq!(
-            bash_ok(&sb, &k, "stat -c %u:%g notes/a.txt").await.trim(),
-            "1000:1000"
-        );
+        assert_eq!(bash_ok(&sb, &k, "stat -c %u:%g notes/a.txt").await.trim(), "1000:1000");
         sb.shutdown().await.unwrap();
     }
 
     pub async fn binary_roundtrip(c: Ctx) {
         let sb = c.sandbox();
         let k = key("bin");
-        let data: Vec<u8> = (0..200_000u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-            .collect();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
         sb.upload_file(&k, "blob/data.bin", &data).await.unwrap();
-        assert_eq!(
-            sb.download_file(&k, "/workspace/blob/data.bin")
-                .await
-                .unwrap(),
-            data
-        );
-        assert_eq!(
-            bash_ok(&sb, &k, "stat -c %s blob/data.bin").await.trim(),
-            data.len().to_string()
-        );
+        assert_eq!(sb.download_file(&k, "/workspace/blob/data.bin").await.unwrap(), data);
+        assert_eq!(bash_ok(&sb, &k, "stat -c %s blob/data.bin").await.trim(), data.len().to_string());
         // Produced inside, fetched out byte for byte.
-        bash_ok(
-            &sb,
-            &k,
-            "head -c 4096 /dev/urandom > r.bin && od -A n -t x1 -v r.bin | tr -d ' \\n' > r.hex",
-        )
-        .await;
+        bash_ok(&sb, &k, "head -c 4096 /dev/urandom > r.bin && od -A n -t x1 -v r.bin | tr -d ' \\n' > r.hex").await;
         let raw = sb.download_file(&k, "r.bin").await.unwrap();
         let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(sb.download_file(&k, "r.hex").await.unwrap(), hex.as_bytes());
         let r = tool(&sb, &k, "Read", json!({"file_path": "r.bin"})).await;
-        assert!(
-            r.is_error && r.content.contains("binary file"),
-            "{}",
-            r.content
-        );
+        assert!(r.is_error && r.content.contains("binary file"), "{}", r.content);
         sb.shutdown().await.unwrap();
     }
 
@@ -334,11 +226,7 @@ mod tools {
         let g = tool(&sb, &k, "Glob", json!({"pattern": "**/*.rs"})).await;
         let lines: Vec<&str> = g.content.lines().collect();
         assert_eq!(lines.len(), 4, "{}", g.content);
-        assert_eq!(
-            lines[0], "/workspace/src/a/new.rs",
-            "newest first: {}",
-            g.content
-        );
+        assert_eq!(lines[0], "/workspace/src/a/new.rs", "newest first: {}", g.content);
         assert!(lines.contains(&"/workspace/.hidden.rs"));
         let g = tool(&sb, &k, "Glob", json!({"pattern": "*.rs", "path": "src/a"})).await;
         assert_eq!(g.content.lines().count(), 2, "{}", g.content);
@@ -355,74 +243,27 @@ mod tools {
         bash_ok(&sb, &k, "mkdir -p p && printf 'fn main() {}\\nlet Needle = 1;\\nneedle again\\nx\\ny\\n' > p/a.rs && printf 'needle in py\\n' > p/b.py && printf 'nothing\\n' > p/c.txt").await;
         let g = tool(&sb, &k, "Grep", json!({"pattern": "needle"})).await;
         assert!(g.content.starts_with("Found 2 files"), "{}", g.content);
-        let g = tool(
-            &sb,
-            &k,
-            "Grep",
-            json!({"pattern": "needle", "-i": true, "output_mode": "count"}),
-        )
-        .await;
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "needle", "-i": true, "output_mode": "count"})).await;
         assert!(
             g.content.contains("/workspace/p/a.rs:2") && g.content.contains("/workspace/p/b.py:1"),
             "{}",
             g.content
         );
-        let g = tool(
-            &sb,
-            &k,
-            "Grep",
-            json!({"pattern": "Needle", "output_mode": "content", "path": "p/a.rs"}),
-        )
-        .await;
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "Needle", "output_mode": "content", "path": "p/a.rs"})).await;
         assert_eq!(g.content.trim(), "/workspace/p/a.rs:2:let Needle = 1;");
-        let g = tool(
-            &sb,
-            &k,
-            "Grep",
-            json!({"pattern": "Needle", "output_mode": "content", "-A": 1, "-n": false}),
-        )
-        .await;
-        assert!(
-            g.content.contains("let Needle = 1;") && g.content.contains("needle again"),
-            "{}",
-            g.content
-        );
+        let g =
+            tool(&sb, &k, "Grep", json!({"pattern": "Needle", "output_mode": "content", "-A": 1, "-n": false})).await;
+        assert!(g.content.contains("let Needle = 1;") && g.content.contains("needle again"), "{}", g.content);
         let g = tool(&sb, &k, "Grep", json!({"pattern": "needle", "type": "py"})).await;
-        assert!(
-            g.content.contains("b.py") && !g.content.contains("a.rs"),
-            "{}",
-            g.content
-        );
-        let g = tool(
-            &sb,
-            &k,
-            "Grep",
-            json!({"pattern": "needle", "glob": "*.rs"}),
-        )
-        .await;
-        assert!(
-            g.content.contains("a.rs") && !g.content.contains("b.py"),
-            "{}",
-            g.content
-        );
-        let g = tool(
-            &sb,
-            &k,
-            "Grep",
-            json!({"pattern": ".", "output_mode": "content", "path": "p/a.rs", "head_limit": 2}),
-        )
-        .await;
-        assert!(
-            g.content.contains("head_limit") && g.content.lines().count() == 3,
-            "{}",
-            g.content
-        );
+        assert!(g.content.contains("b.py") && !g.content.contains("a.rs"), "{}", g.content);
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "needle", "glob": "*.rs"})).await;
+        assert!(g.content.contains("a.rs") && !g.content.contains("b.py"), "{}", g.content);
+        let g =
+            tool(&sb, &k, "Grep", json!({"pattern": ".", "output_mode": "content", "path": "p/a.rs", "head_limit": 2}))
+                .await;
+        assert!(g.content.contains("head_limit") && g.content.lines().count() == 3, "{}", g.content);
         let g = tool(&sb, &k, "Grep", json!({"pattern": "absent-text"})).await;
-        assert!(
-            !g.is_error && g.content == "No files found",
-            "{}",
-            g.content
-        );
+        assert!(!g.is_error && g.content == "No files found", "{}", g.content);
         let g = tool(&sb, &k, "Grep", json!({"pattern": "(unclosed"})).await;
         assert!(g.is_error, "{}", g.content);
         sb.shutdown().await.unwrap();
@@ -434,51 +275,21 @@ mod tools {
         let o = bash(&sb, &k, "echo out; echo err >&2; exit 3").await;
         assert!(o.is_error);
         assert_eq!(o.content, "out\n[stderr]\nerr\n[exit code: 3]");
-        bash_ok(
-            &sb,
-            &k,
-            "mkdir -p deep/dir && cd deep/dir && export GREETING='hello world'",
-        )
-        .await;
-        assert_eq!(
-            bash_ok(&sb, &k, "pwd; echo \"$GREETING\"").await,
-            "/workspace/deep/dir\nhello world\n"
-        );
+        bash_ok(&sb, &k, "mkdir -p deep/dir && cd deep/dir && export GREETING='hello world'").await;
+        assert_eq!(bash_ok(&sb, &k, "pwd; echo \"$GREETING\"").await, "/workspace/deep/dir\nhello world\n");
         // Secrets: visible to the call, never persisted.
         let env = vec![("API_TOKEN".to_string(), "s3cr3t".to_string())];
-        let o = sb
-            .call_tool(&k, "Bash", json!({"command": "echo ${API_TOKEN}"}), &env)
-            .await
-            .unwrap();
+        let o = sb.call_tool(&k, "Bash", json!({"command": "echo ${API_TOKEN}"}), &env).await.unwrap();
         assert_eq!(o.content, "s3cr3t\n");
-        assert_eq!(
-            bash_ok(&sb, &k, "echo \"[${API_TOKEN:-unset}]\"").await,
-            "[unset]\n"
-        );
+        assert_eq!(bash_ok(&sb, &k, "echo \"[${API_TOKEN:-unset}]\"").await, "[unset]\n");
         let state = bash_ok(&sb, &k, "env").await;
-        assert!(
-            !state.contains("s3cr3t") && state.contains("GREETING"),
-            "{state}"
-        );
+        assert!(!state.contains("s3cr3t") && state.contains("GREETING"), "{state}");
         // A secret wins over a persisted variable of the same name.
         bash_ok(&sb, &k, "export API_TOKEN=plain").await;
-        let o = sb
-            .call_tool(&k, "Bash", json!({"command": "echo $API_TOKEN"}), &env)
-            .await
-            .unwrap();
+        let o = sb.call_tool(&k, "Bash", json!({"command": "echo $API_TOKEN"}), &env).await.unwrap();
         assert_eq!(o.content, "s3cr3t\n");
-        let bad = sb
-            .call_tool(
-                &k,
-                "Bash",
-                json!({"command": "true"}),
-                &[("BAD-NAME".into(), "x".into())],
-            )
-            .await;
-        assert!(
-            matches!(bad, Err(SandboxError::InvalidInput { .. })),
-            "{bad:?}"
-        );
+        let bad = sb.call_tool(&k, "Bash", json!({"command": "true"}), &[("BAD-NAME".into(), "x".into())]).await;
+        assert!(matches!(bad, Err(SandboxError::InvalidInput { .. })), "{bad:?}");
         sb.shutdown().await.unwrap();
     }
 
@@ -504,20 +315,10 @@ mod tools {
             matches!(&e, Err(SandboxError::InvalidInput { message, .. }) if message.contains("file_path")),
             "{e:?}"
         );
-        let e = sb
-            .call_tool(
-                &k,
-                "Bash",
-                json!({"command": "true", "timeout": 700_000}),
-                &[],
-            )
-            .await;
+        let e = sb.call_tool(&k, "Bash", json!({"command": "true", "timeout": 700_000}), &[]).await;
         assert!(matches!(e, Err(SandboxError::InvalidInput { .. })), "{e:?}");
         assert_eq!(
-            warden_sandbox::tool_specs()
-                .iter()
-                .map(|s| s.name.as_str())
-                .collect::<Vec<_>>(),
+            warden_sandbox::tool_specs().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
             warden_sandbox::TOOL_NAMES
         );
         sb.shutdown().await.unwrap();
@@ -530,15 +331,8 @@ mod confinement {
     fn refused(r: Result<ToolOutput, SandboxError>, what: &str) {
         match r {
             Err(SandboxError::PathOutsideWorkspace { path, resolved }) => {
-                let msg = SandboxError::PathOutsideWorkspace {
-                    path: path.clone(),
-                    resolved,
-                }
-                .to_string();
-                assert!(
-                    msg.contains(&path) && msg.contains("outside the workspace"),
-                    "{msg}"
-                );
+                let msg = SandboxError::PathOutsideWorkspace { path: path.clone(), resolved }.to_string();
+                assert!(msg.contains(&path) && msg.contains("outside the workspace"), "{msg}");
             }
             other => panic!("{what} was not refused: {other:?}"),
         }
@@ -552,87 +346,33 @@ mod confinement {
             let k = k.clone();
             async move { sb.call_tool(&k, tool, input, &[]).await }
         };
+        refused(call("Read", json!({"file_path": "../../etc/passwd"})).await, "../../etc/passwd");
+        refused(call("Read", json!({"file_path": "/etc/shadow"})).await, "/etc/shadow");
+        refused(call("Read", json!({"file_path": "/workspace/../etc/passwd"})).await, "/workspace/../etc/passwd");
+        refused(call("Write", json!({"file_path": "/tmp/x", "content": "x"})).await, "Write /tmp/x");
+        refused(call("Glob", json!({"pattern": "*", "path": "/"})).await, "Glob /");
+        refused(call("Grep", json!({"pattern": "root", "path": "../"})).await, "Grep ../");
+        bash_ok(&sb, &k, "ln -s / rootlink && ln -s /etc/passwd pw && mkdir -p d && ln -s /tmp d/tmplink").await;
+        refused(call("Read", json!({"file_path": "rootlink/etc/passwd"})).await, "symlink to /");
+        refused(call("Read", json!({"file_path": "pw"})).await, "symlink to /etc/passwd");
+        refused(call("Write", json!({"file_path": "d/tmplink/evil", "content": "x"})).await, "write via symlink");
         refused(
-            call("Read", json!({"file_path": "../../etc/passwd"})).await,
-            "../../etc/passwd",
-        );
-        refused(
-            call("Read", json!({"file_path": "/etc/shadow"})).await,
-            "/etc/shadow",
-        );
-        refused(
-            call("Read", json!({"file_path": "/workspace/../etc/passwd"})).await,
-            "/workspace/../etc/passwd",
-        );
-        refused(
-            call("Write", json!({"file_path": "/tmp/x", "content": "x"})).await,
-            "Write /tmp/x",
-        );
-        refused(
-            call("Glob", json!({"pattern": "*", "path": "/"})).await,
-            "Glob /",
-        );
-        refused(
-            call("Grep", json!({"pattern": "root", "path": "../"})).await,
-            "Grep ../",
-        );
-        bash_ok(
-            &sb,
-            &k,
-            "ln -s / rootlink && ln -s /etc/passwd pw && mkdir -p d && ln -s /tmp d/tmplink",
-        )
-        .await;
-        refused(
-            call("Read", json!({"file_path": "rootlink/etc/passwd"})).await,
-            "symlink to /",
-        );
-        refused(
-            call("Read", json!({"file_path": "pw"})).await,
-            "symlink to /etc/passwd",
-        );
-        refused(
-            call(
-                "Write",
-                json!({"file_path": "d/tmplink/evil", "content": "x"}),
-            )
-            .await,
-            "write via symlink",
-        );
-        refused(
-            call(
-                "Edit",
-                json!({"file_path": "pw", "old_string": "root", "new_string": "toor"}),
-            )
-            .await,
+            call("Edit", json!({"file_path": "pw", "old_string": "root", "new_string": "toor"})).await,
             "edit via symlink",
         );
-        refused(
-            call("Grep", json!({"pattern": "root", "path": "rootlink"})).await,
-            "grep via symlink",
-        );
+        refused(call("Grep", json!({"pattern": "root", "path": "rootlink"})).await, "grep via symlink");
         assert!(matches!(
             sb.download_file(&k, "rootlink/etc/hostname").await,
             Err(SandboxError::PathOutsideWorkspace { .. })
         ));
-        assert!(matches!(
-            sb.upload_file(&k, "../x", b"x").await,
-            Err(SandboxError::PathOutsideWorkspace { .. })
-        ));
+        assert!(matches!(sb.upload_file(&k, "../x", b"x").await, Err(SandboxError::PathOutsideWorkspace { .. })));
         // Nothing was created outside.
         assert_eq!(
-            bash_ok(&sb, &k, "ls /tmp/evil 2>&1; ls /tmp/x 2>&1; true")
-                .await
-                .matches("No such file")
-                .count(),
+            bash_ok(&sb, &k, "ls /tmp/evil 2>&1; ls /tmp/x 2>&1; true").await.matches("No such file").count(),
             2
         );
         // Symlinks within the workspace are fine.
-        bash_ok(
-            &sb,
-            &k,
-            "echo inside > real.txt && ln -s real.txt alias.txt",
-        )
-        .await;
+        bash_ok(&sb, &k, "echo inside > real.txt && ln -s real.txt alias.txt").await;
         let r = tool(&sb, &k, "Read", json!({"file_path": "alias.txt"})).await;
         assert_eq!(r.content, "     1\tinside\n");
         sb.shutdown().await.unwrap();
@@ -645,31 +385,11 @@ mod limits {
     /// The container of session `k` runs as hardened; returns its `docker inspect`.
     async fn assert_hardened(sb: &Sandbox, k: &SessionKey) -> Value {
         assert_eq!(bash_ok(sb, k, "id -u; id -g").await, "1000\n1000\n");
-        assert!(
-            bash_ok(sb, k, "grep CapEff /proc/self/status")
-                .await
-                .contains("0000000000000000")
-        );
-        assert!(
-            bash_ok(sb, k, "grep NoNewPrivs /proc/self/status")
-                .await
-                .contains('1')
-        );
+        assert!(bash_ok(sb, k, "grep CapEff /proc/self/status").await.contains("0000000000000000"));
+        assert!(bash_ok(sb, k, "grep NoNewPrivs /proc/self/status").await.contains('1'));
         let o = bash(sb, k, "touch /etc/evil").await;
-        assert!(
-            o.is_error && o.content.contains("Read-only file system"),
-            "{}",
-            o.content
-        );
-        assert!(
-            bash(
-                sb,
-                k,
-                "test -e /var/run/docker.sock || test -e /run/docker.sock"
-            )
-            .await
-            .is_error
-        );
+        assert!(o.is_error && o.content.contains("Read-only file system"), "{}", o.content);
+        assert!(bash(sb, k, "test -e /var/run/docker.sock || test -e /run/docker.sock").await.is_error);
         let id = container_of(sb, k).await;
         let j: Value = serde_json::from_str(&docker(&["inspect", &id])).unwrap();
         let h = &j[0]["HostConfig"];
@@ -698,9 +418,7 @@ mod limits {
     /// fixed before it had a session, its name and the binding volume).
     pub async fn hardening_is_applied(c: Ctx) {
         let k = key("hard");
-        let cold_ctx = Ctx {
-            scope: format!("{}cold", c.scope),
-        };
+        let cold_ctx = Ctx { scope: format!("{}cold", c.scope) };
         let cold_sb = cold_ctx.sandbox_with(|cfg| cfg.warm_pool = 0);
         let cold = assert_hardened(&cold_sb, &k).await;
         let labels = &cold[0]["Config"]["Labels"];
@@ -770,62 +488,21 @@ mod limits {
         let sb = c.sandbox();
         let k = key("timeout");
         let started = Instant::now();
-        let o = tool(
-            &sb,
-            &k,
-            "Bash",
-            json!({"command": "echo before; sleep 1000 & sleep 1000", "timeout": 1500}),
-        )
-        .await;
-        assert!(
-            o.is_error && o.content.contains("timed out"),
-            "{}",
-            o.content
-        );
-        assert!(
-            o.content.starts_with("before\n"),
-            "output before the timeout is kept: {}",
-            o.content
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "took {:?}",
-            started.elapsed()
-        );
+        let o =
+            tool(&sb, &k, "Bash", json!({"command": "echo before; sleep 1000 & sleep 1000", "timeout": 1500})).await;
+        assert!(o.is_error && o.content.contains("timed out"), "{}", o.content);
+        assert!(o.content.starts_with("before\n"), "output before the timeout is kept: {}", o.content);
+        assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
         // A command ignoring TERM is KILLed after the grace period, children too.
-        let o = tool(
-            &sb,
-            &k,
-            "Bash",
-            json!({"command": "trap '' TERM; sleep 1000 & sleep 1000", "timeout": 1000}),
-        )
-        .await;
-        assert!(
-            o.is_error && o.content.contains("timed out"),
-            "{}",
-            o.content
-        );
-        assert_eq!(
-            procs_starting_with(&sb, &k, "sleep 1000").await,
-            "",
-            "no sleep left behind"
-        );
+        let o =
+            tool(&sb, &k, "Bash", json!({"command": "trap '' TERM; sleep 1000 & sleep 1000", "timeout": 1000})).await;
+        assert!(o.is_error && o.content.contains("timed out"), "{}", o.content);
+        assert_eq!(procs_starting_with(&sb, &k, "sleep 1000").await, "", "no sleep left behind");
         // A background job does not hold the call open, and ends with it.
         let t0 = Instant::now();
-        assert_eq!(
-            bash_ok(&sb, &k, "sleep 1000 & echo started").await,
-            "started\n"
-        );
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "took {:?}",
-            t0.elapsed()
-        );
-        assert_eq!(
-            procs_starting_with(&sb, &k, "sleep 1000").await,
-            "",
-            "background job ended with its call"
-        );
+        assert_eq!(bash_ok(&sb, &k, "sleep 1000 & echo started").await, "started\n");
+        assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+        assert_eq!(procs_starting_with(&sb, &k, "sleep 1000").await, "", "background job ended with its call");
         // The session still works, state intact.
         assert_eq!(bash_ok(&sb, &k, "echo fine").await, "fine\n");
         sb.shutdown().await.unwrap();
@@ -834,19 +511,10 @@ mod limits {
     pub async fn fork_bomb_is_contained(c: Ctx) {
         let sb = c.sandbox();
         let k = key("forkbomb");
-        let o = tool(
-            &sb,
-            &k,
-            "Bash",
-            json!({"command": "bomb() { bomb | bomb & }; bomb", "timeout": 5000}),
-        )
-        .await;
+        let o = tool(&sb, &k, "Bash", json!({"command": "bomb() { bomb | bomb & }; bomb", "timeout": 5000})).await;
         // Whatever the bomb reports, it must end and the host must be unaffected.
         let _ = o;
-        assert!(
-            Command::new("true").status().unwrap().success(),
-            "host can still fork"
-        );
+        assert!(Command::new("true").status().unwrap().success(), "host can still fork");
         // The session recovers (the group was killed) or is recreated.
         let mut alive = String::new();
         for _ in 0..20 {
@@ -858,11 +526,7 @@ mod limits {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         assert_eq!(alive, "alive\n");
-        let n: usize = bash_ok(&sb, &k, "ls -d /proc/[0-9]* | wc -l")
-            .await
-            .trim()
-            .parse()
-            .unwrap();
+        let n: usize = bash_ok(&sb, &k, "ls -d /proc/[0-9]* | wc -l").await.trim().parse().unwrap();
         assert!(n < 20, "bomb processes left: {n}");
         sb.shutdown().await.unwrap();
     }
@@ -870,17 +534,14 @@ mod limits {
     pub async fn network_is_off(c: Ctx) {
         let sb = c.sandbox();
         let k = key("net");
-        let o = bash(&sb, &k, "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3); print('CONNECTED')\"").await;
-        assert!(
-            o.is_error && !o.content.contains("CONNECTED"),
-            "{}",
-            o.content
-        );
-        assert!(
-            o.content.contains("unreachable") || o.content.contains("Errno"),
-            "{}",
-            o.content
-        );
+        let o = bash(
+            &sb,
+            &k,
+            "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3); print('CONNECTED')\"",
+        )
+        .await;
+        assert!(o.is_error && !o.content.contains("CONNECTED"), "{}", o.content);
+        assert!(o.content.contains("unreachable") || o.content.contains("Errno"), "{}", o.content);
         assert_eq!(bash_ok(&sb, &k, "ls /sys/class/net").await.trim(), "lo");
         sb.shutdown().await.unwrap();
     }
@@ -888,22 +549,9 @@ mod limits {
     pub async fn memory_hog_is_killed(c: Ctx) {
         let sb = c.sandbox_with(|cfg| cfg.memory = warden_sandbox::ByteSize(128 * 1024 * 1024));
         let k = key("memhog");
-        let o = bash(
-            &sb,
-            &k,
-            "python3 -c \"x = b'a' * (1024 * 1024 * 1024); print('ALLOCATED')\"",
-        )
-        .await;
-        assert!(
-            o.is_error && !o.content.lines().any(|l| l == "ALLOCATED"),
-            "{}",
-            o.content
-        );
-        assert!(
-            o.content.contains("137") || o.content.contains("MemoryError"),
-            "{}",
-            o.content
-        );
+        let o = bash(&sb, &k, "python3 -c \"x = b'a' * (1024 * 1024 * 1024); print('ALLOCATED')\"").await;
+        assert!(o.is_error && !o.content.lines().any(|l| l == "ALLOCATED"), "{}", o.content);
+        assert!(o.content.contains("137") || o.content.contains("MemoryError"), "{}", o.content);
         assert_eq!(bash_ok(&sb, &k, "echo still here").await, "still here\n");
         sb.shutdown().await.unwrap();
     }
@@ -918,9 +566,7 @@ mod sessions {
         let calls = (0..8).map(|i| {
             let sb = sb.clone();
             let k = k.clone();
-            tokio::spawn(
-                async move { bash_ok(&sb, &k, &format!("echo {i} > f{i}; echo ok")).await },
-            )
+            tokio::spawn(async move { bash_ok(&sb, &k, &format!("echo {i} > f{i}; echo ok")).await })
         });
         for r in futures_util::future::join_all(calls).await {
             assert_eq!(r.unwrap(), "ok\n");
@@ -932,29 +578,14 @@ mod sessions {
         let m = sb.metrics();
         assert_eq!(m.sessions_active, 1);
         assert!(
-            m.execs_total >= 9
-                && m.exec_latency_count == m.execs_total
-                && m.exec_latency_seconds_sum > 0.0,
+            m.execs_total >= 9 && m.exec_latency_count == m.execs_total && m.exec_latency_seconds_sum > 0.0,
             "{m:?}"
         );
         assert!(m.to_prometheus().contains("warden_sandbox_execs_total"));
-        let info = sb
-            .list_sessions()
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|i| i.key == k)
-            .unwrap();
-        assert!(
-            info.owned_here && info.last_used.is_some() && info.state == "running",
-            "{info:?}"
-        );
+        let info = sb.list_sessions().await.unwrap().into_iter().find(|i| i.key == k).unwrap();
+        assert!(info.owned_here && info.last_used.is_some() && info.state == "running", "{info:?}");
         sb.shutdown().await.unwrap();
-        assert!(matches!(
-            sb.call_tool(&k, "Bash", json!({"command": "true"}), &[])
-                .await,
-            Err(SandboxError::ShutDown)
-        ));
+        assert!(matches!(sb.call_tool(&k, "Bash", json!({"command": "true"}), &[]).await, Err(SandboxError::ShutDown)));
     }
 
     pub async fn twenty_sessions_are_isolated(c: Ctx) {
@@ -963,30 +594,26 @@ mod sessions {
             let sb = sb.clone();
             tokio::spawn(async move {
                 let k = SessionKey::new(format!("user{i}"), "iso");
-                let w = tool(&sb, &k, "Write", json!({"file_path": format!("secret-{i}.txt"), "content": format!("secret of {i}")})).await;
+                let w = tool(
+                    &sb,
+                    &k,
+                    "Write",
+                    json!({"file_path": format!("secret-{i}.txt"), "content": format!("secret of {i}")}),
+                )
+                .await;
                 assert!(!w.is_error, "{}", w.content);
                 (i, k)
             })
         });
-        let keys: Vec<(usize, SessionKey)> = futures_util::future::join_all(tasks)
-            .await
-            .into_iter()
-            .map(|r| r.unwrap())
-            .collect();
+        let keys: Vec<(usize, SessionKey)> =
+            futures_util::future::join_all(tasks).await.into_iter().map(|r| r.unwrap()).collect();
         let checks = keys.into_iter().map(|(i, k)| {
             let sb = sb.clone();
             tokio::spawn(async move {
                 let listing = bash_ok(&sb, &k, "ls -A /workspace").await;
-                assert_eq!(
-                    listing,
-                    format!("secret-{i}.txt\n"),
-                    "session {i} sees only its own files"
-                );
+                assert_eq!(listing, format!("secret-{i}.txt\n"), "session {i} sees only its own files");
                 let g = tool(&sb, &k, "Grep", json!({"pattern": "secret of"})).await;
-                assert_eq!(
-                    g.content,
-                    format!("Found 1 file\n/workspace/secret-{i}.txt")
-                );
+                assert_eq!(g.content, format!("Found 1 file\n/workspace/secret-{i}.txt"));
             })
         });
         for r in futures_util::future::join_all(checks).await {
@@ -1000,9 +627,7 @@ mod sessions {
         let sb = c.sandbox_with(|cfg| cfg.max_sessions = 2);
         bash_ok(&sb, &key("m1"), "true").await;
         bash_ok(&sb, &key("m2"), "true").await;
-        let e = sb
-            .call_tool(&key("m3"), "Bash", json!({"command": "true"}), &[])
-            .await;
+        let e = sb.call_tool(&key("m3"), "Bash", json!({"command": "true"}), &[]).await;
         match e {
             Err(e @ SandboxError::TooManySessions { max: 2 }) => {
                 assert!(e.to_string().contains("max_sessions"))
@@ -1052,10 +677,7 @@ mod sessions {
         assert!(sb.end_session(&k).await.unwrap());
         let label = format!("label=warden.scope={}", c.scope);
         assert_eq!(docker(&["ps", "-aq", "--filter", &label]).trim(), "");
-        assert_eq!(
-            docker(&["volume", "ls", "-q", "--filter", &label]).trim(),
-            ""
-        );
+        assert_eq!(docker(&["volume", "ls", "-q", "--filter", &label]).trim(), "");
         sb.shutdown().await.unwrap();
     }
 
@@ -1065,11 +687,7 @@ mod sessions {
         bash_ok(&sb, &k, "echo survived > keep.txt").await;
         let first = container_of(&sb, &k).await;
         docker(&["kill", &first]);
-        assert_eq!(
-            bash_ok(&sb, &k, "cat keep.txt").await,
-            "survived\n",
-            "volume kept"
-        );
+        assert_eq!(bash_ok(&sb, &k, "cat keep.txt").await, "survived\n", "volume kept");
         let second = container_of(&sb, &k).await;
         assert_ne!(first, second);
         docker(&["rm", "-f", &second]);
@@ -1094,28 +712,12 @@ mod sessions {
         }
         let restarted = c.sandbox();
         restarted.connect().await.unwrap();
-        let sessions: Vec<_> = restarted
-            .list_sessions()
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|s| s.scope == c.scope)
-            .collect();
-        assert_eq!(
-            sessions.len(),
-            1,
-            "stopped orphan removed, running one adopted: {sessions:?}"
-        );
+        let sessions: Vec<_> =
+            restarted.list_sessions().await.unwrap().into_iter().filter(|s| s.scope == c.scope).collect();
+        assert_eq!(sessions.len(), 1, "stopped orphan removed, running one adopted: {sessions:?}");
         assert!(sessions[0].owned_here && sessions[0].key == k_run);
-        assert_eq!(
-            bash_ok(&restarted, &k_run, "cat carry.txt").await,
-            "from-before\n"
-        );
-        assert_eq!(
-            restarted.metrics().sessions_created_total,
-            0,
-            "adopted, not recreated"
-        );
+        assert_eq!(bash_ok(&restarted, &k_run, "cat carry.txt").await, "from-before\n");
+        assert_eq!(restarted.metrics().sessions_created_total, 0, "adopted, not recreated");
         restarted.shutdown().await.unwrap();
     }
 
@@ -1132,16 +734,10 @@ mod sessions {
         docker(&["stop", "-t", "0", &id]);
         // Another host (different scope, idle TTL 1 s) prunes once the container exited
         // longer ago than that TTL: the stopped container and its volume go.
-        let other = Ctx {
-            scope: format!("{}-o", c.scope),
-        }
-        .sandbox_with(|cfg| cfg.idle_ttl = Duration::from_secs(1));
+        let other = Ctx { scope: format!("{}-o", c.scope) }.sandbox_with(|cfg| cfg.idle_ttl = Duration::from_secs(1));
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let report = other.prune().await.unwrap();
-        assert!(
-            report.containers.iter().any(|n| n.contains(&c.scope)),
-            "{report:?}"
-        );
+        assert!(report.containers.iter().any(|n| n.contains(&c.scope)), "{report:?}");
         for v in &volumes {
             assert!(report.volumes.contains(v), "{v} pruned: {report:?}");
         }
@@ -1161,10 +757,7 @@ mod sessions {
         let id = container_of(&sb, &k).await;
         let volumes = volumes_of_session(&c.scope, &id, &k);
         docker(&["stop", "-t", "0", &id]);
-        let other = Ctx {
-            scope: format!("{}-o", c.scope),
-        }
-        .sandbox();
+        let other = Ctx { scope: format!("{}-o", c.scope) }.sandbox();
         let report = other.prune().await.unwrap();
         assert!(
             !report.containers.iter().any(|n| n.contains(&c.scope)),
@@ -1181,19 +774,12 @@ mod sessions {
     }
 
     pub async fn docker_unavailable_is_clear(c: Ctx) {
-        let sb =
-            c.sandbox_with(|cfg| cfg.docker_host = Some("unix:///nonexistent/docker.sock".into()));
-        let e = sb
-            .call_tool(&key("nodocker"), "Bash", json!({"command": "true"}), &[])
-            .await;
+        let sb = c.sandbox_with(|cfg| cfg.docker_host = Some("unix:///nonexistent/docker.sock".into()));
+        let e = sb.call_tool(&key("nodocker"), "Bash", json!({"command": "true"}), &[]).await;
         match e {
             Err(e @ SandboxError::DockerUnavailable(_)) => {
                 let m = e.to_string();
-                assert!(
-                    m.contains("Docker is unavailable")
-                        && m.contains("text-only subagents keep working"),
-                    "{m}"
-                );
+                assert!(m.contains("Docker is unavailable") && m.contains("text-only subagents keep working"), "{m}");
             }
             other => panic!("expected DockerUnavailable, got {other:?}"),
         }
@@ -1202,16 +788,11 @@ mod sessions {
 
     pub async fn missing_image_is_clear(c: Ctx) {
         let sb = c.sandbox_with(|cfg| cfg.image = "warden-sandbox:no-such-tag".into());
-        let e = sb
-            .call_tool(&key("noimage"), "Bash", json!({"command": "true"}), &[])
-            .await;
+        let e = sb.call_tool(&key("noimage"), "Bash", json!({"command": "true"}), &[]).await;
         match e {
             Err(e @ SandboxError::ImageMissing { .. }) => {
                 let m = e.to_string();
-                assert!(
-                    m.contains("cargo xtask build") && m.contains("docker import"),
-                    "{m}"
-                );
+                assert!(m.contains("cargo xtask build") && m.contains("docker import"), "{m}");
             }
             other => panic!("expected ImageMissing, got {other:?}"),
         }
@@ -1243,11 +824,7 @@ mod pool {
         assert!(waiting.contains(&id), "{id} is one of the pool's {waiting:?}");
         assert!(!pooled(&c.scope).contains(&id), "renamed: no longer a pool container");
         let m = sb.metrics();
-        assert_eq!(
-            (m.warm_pool_hits_total, m.warm_pool_waits_total, m.warm_pool_misses_total),
-            (1, 0, 0),
-            "{m:?}"
-        );
+        assert_eq!((m.warm_pool_hits_total, m.warm_pool_waits_total, m.warm_pool_misses_total), (1, 0, 0), "{m:?}");
         assert_eq!(m.sessions_created_total, 1);
         assert_eq!(m.sessions_active, 1);
         assert!(m.to_prometheus().contains("warden_sandbox_warm_pool_hits_total 1"));
@@ -1321,7 +898,8 @@ mod pool {
         pool_ready(&sb, 2).await;
         let scope_label = format!("label=warden.scope={}", c.scope);
         // Every container this host keeps is pool-made here (helpers carry no pool label).
-        let containers = || docker(&["ps", "-aq", "--filter", &scope_label, "--filter", "label=warden.pool=true"]).lines().count();
+        let containers =
+            || docker(&["ps", "-aq", "--filter", &scope_label, "--filter", "label=warden.pool=true"]).lines().count();
         // Holds `ready` for a while (longer than a fill takes), never past the limit.
         let steady = |ready: u64| {
             let sb = sb.clone();
@@ -1358,10 +936,7 @@ mod pool {
         sb.connect().await.unwrap();
         pool_ready(&sb, 2).await;
         let mine = |list: Vec<warden_sandbox::SessionInfo>| -> Vec<(SessionKey, String)> {
-            list.into_iter()
-                .filter(|s| s.scope == c.scope)
-                .map(|s| (s.key, s.container_id))
-                .collect()
+            list.into_iter().filter(|s| s.scope == c.scope).map(|s| (s.key, s.container_id)).collect()
         };
         assert_eq!(mine(sb.list_sessions().await.unwrap()), vec![], "the pool lists no session");
         let k = key("only");
@@ -1389,9 +964,7 @@ mod pool {
     /// a pooled container whose binding is gone; it adopts a handed-out one with its
     /// workspace; another scope's pool is untouched.
     pub async fn a_restart_removes_stale_pool_containers_of_its_scope_only(c: Ctx) {
-        let other = Ctx {
-            scope: format!("{}other", c.scope),
-        };
+        let other = Ctx { scope: format!("{}other", c.scope) };
         let neighbour = other.sandbox();
         neighbour.connect().await.unwrap();
         pool_ready(&neighbour, 2).await;
@@ -1414,10 +987,8 @@ mod pool {
             docker(&["volume", "rm", &unbound_volumes[2]]);
             let stale = pooled(&c.scope);
             assert_eq!(stale.len(), 2);
-            let stale_volumes: Vec<String> = stale
-                .iter()
-                .flat_map(|id| volumes_of_session(&c.scope, id, &key("none")))
-                .collect();
+            let stale_volumes: Vec<String> =
+                stale.iter().flat_map(|id| volumes_of_session(&c.scope, id, &key("none"))).collect();
             (kept_id, unbound_id, stale, stale_volumes)
             // Dropped without shutdown: the host "crashed".
         };
@@ -1515,7 +1086,10 @@ mod pool {
             assert_eq!(j[0]["State"]["Running"], json!(true), "{k}");
         }
         assert!(!container_exists(&stopped), "the stopped pool container is removed");
-        let left: Vec<String> = volumes_of_scope(&c.scope).into_iter().filter(|v| v.ends_with(ws.strip_prefix("warden-ws-").unwrap())).collect();
+        let left: Vec<String> = volumes_of_scope(&c.scope)
+            .into_iter()
+            .filter(|v| v.ends_with(ws.strip_prefix("warden-ws-").unwrap()))
+            .collect();
         assert_eq!(left, Vec::<String>::new(), "its workspace (and disk) are removed");
         assert_eq!(sb.metrics().warm_pool_failures_total, 1, "{:?}", sb.metrics());
         pool_ready(&sb, 2).await;
@@ -1568,8 +1142,8 @@ mod egress {
     use super::*;
     use std::sync::Mutex;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use warden_sandbox::{EgressConfig, EgressEvent};
     use warden_sandbox::egress::CredentialConfig;
+    use warden_sandbox::{EgressConfig, EgressEvent};
 
     /// The test's credential: only in this process's environment (the proxy reads it).
     const TOKEN_ENV: &str = "WARDEN_SANDBOX_TEST_EGRESS_TOKEN";
@@ -1602,9 +1176,14 @@ mod egress {
                     }
                     let reply = match got.strip_prefix(b"GET ") {
                         Some(rest) => {
-                            let path = String::from_utf8_lossy(rest.split(|b| *b == b' ').next().unwrap_or_default()).into_owned();
+                            let path = String::from_utf8_lossy(rest.split(|b| *b == b' ').next().unwrap_or_default())
+                                .into_owned();
                             let body = format!("reached {path}");
-                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_bytes()
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            )
+                            .into_bytes()
                         }
                         None => b"not tls".to_vec(),
                     };
@@ -1617,7 +1196,12 @@ mod egress {
         (port, seen)
     }
 
-    fn egress_sandbox(c: &Ctx, port: u16, dir: &std::path::Path, warm_pool: usize) -> (Sandbox, Arc<Mutex<Vec<EgressEvent>>>) {
+    fn egress_sandbox(
+        c: &Ctx,
+        port: u16,
+        dir: &std::path::Path,
+        warm_pool: usize,
+    ) -> (Sandbox, Arc<Mutex<Vec<EgressEvent>>>) {
         let sb = c.sandbox_with(|cfg| {
             cfg.warm_pool = warm_pool;
             cfg.egress_socket_dir = Some(dir.join("egress"));
@@ -1658,9 +1242,19 @@ mod egress {
         let first = String::from_utf8_lossy(&seen.lock().unwrap()[0]).to_ascii_lowercase();
         assert!(first.contains(&format!("x-warden-test: token {}", token())), "the credential arrived: {first}");
         // Allowed through CONNECT: the tunnel opens (200) and the TLS ClientHello arrives.
-        let code = bash(&sb, &k, &format!("curl -sk --max-time 20 --noproxy '' -o /dev/null -w '%{{http_connect}}' https://127.0.0.1:{port}/")).await;
+        let code = bash(
+            &sb,
+            &k,
+            &format!(
+                "curl -sk --max-time 20 --noproxy '' -o /dev/null -w '%{{http_connect}}' https://127.0.0.1:{port}/"
+            ),
+        )
+        .await;
         assert!(code.content.contains("200"), "CONNECT answered: {}", code.content);
-        assert!(seen.lock().unwrap().iter().any(|b| b.starts_with(&[0x16, 0x03])), "a TLS ClientHello reached the server");
+        assert!(
+            seen.lock().unwrap().iter().any(|b| b.starts_with(&[0x16, 0x03])),
+            "a TLS ClientHello reached the server"
+        );
         // Refused, each with its rule in the answer.
         for (url, rule) in [
             ("http://denied.example/".to_string(), "deny `denied.example`"),
@@ -1680,7 +1274,11 @@ mod egress {
              python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('8.8.8.8', 53)); print('UDP SENT')\" 2>&1; true"
         )).await;
         assert!(!direct.content.contains("reached") && !direct.content.contains("UDP SENT"), "{}", direct.content);
-        assert!(direct.content.contains("unreachable") || direct.content.contains("Couldn't connect"), "{}", direct.content);
+        assert!(
+            direct.content.contains("unreachable") || direct.content.contains("Couldn't connect"),
+            "{}",
+            direct.content
+        );
         // The credential is nowhere in the sandbox: environment, any process's, files.
         let t = token();
         let (a, b) = t.split_at(6);
@@ -1692,7 +1290,13 @@ mod egress {
         assert_eq!(counts, ["0", "0", "0", "1"], "env, /proc/*/environ, files; the proxy variable is set");
         // Every decision was reported, the credential by name only.
         let ev = events.lock().unwrap().clone();
-        assert!(ev.iter().any(|e| e.allowed && e.kind == "http GET" && e.credential.as_deref() == Some("sandbox.egress.credentials[0]") && e.bytes_received > 0), "{ev:?}");
+        assert!(
+            ev.iter().any(|e| e.allowed
+                && e.kind == "http GET"
+                && e.credential.as_deref() == Some("sandbox.egress.credentials[0]")
+                && e.bytes_received > 0),
+            "{ev:?}"
+        );
         assert!(ev.iter().any(|e| e.allowed && e.kind == "connect" && e.bytes_sent > 0), "{ev:?}");
         assert!(ev.iter().filter(|e| !e.allowed).count() >= 5, "{ev:?}");
         assert!(!format!("{ev:?}").contains(&t));
@@ -1717,15 +1321,23 @@ mod egress {
         });
         let (k, neighbour) = (key("narrow"), key("narrow-neighbour"));
         let get = |p: u16| format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{p}/x");
-        let agent = Arc::new(EgressNarrowing::parse(&[format!("127.0.0.1:{port}"), "evil.example".into()], "subagent \"a\" (egress)").unwrap());
+        let agent = Arc::new(
+            EgressNarrowing::parse(&[format!("127.0.0.1:{port}"), "evil.example".into()], "subagent \"a\" (egress)")
+                .unwrap(),
+        );
         let task = Arc::new(EgressNarrowing::parse(&["127.0.0.1:*".into()], "the task (egress)").unwrap());
         {
             let _hold = sb.hold_egress(&k, &[agent.clone(), task.clone()]);
-            assert_eq!(bash_ok(&sb, &k, &get(port)).await.trim(), "reached /x", "allowed by the operator and by both lists");
+            assert_eq!(
+                bash_ok(&sb, &k, &get(port)).await.trim(),
+                "reached /x",
+                "allowed by the operator and by both lists"
+            );
             let o = bash(&sb, &k, &get(other)).await;
             assert!(
                 o.content.contains(&format!("127.0.0.1:{other} is outside the egress list of subagent \"a\" (egress)")),
-                "the refusal names the narrowing list: {}", o.content
+                "the refusal names the narrowing list: {}",
+                o.content
             );
             // A list cannot add a host the operator did not allow (`evil.example`, `:*`).
             let o = bash(&sb, &k, "curl -sS --max-time 20 http://evil.example/").await;
@@ -1756,7 +1368,12 @@ mod egress {
             assert_eq!(bash_ok(&crashed, &kept, &get).await.trim(), "reached /again");
             bash_ok(&crashed, &lost, "true").await;
             let gone = container_of(&crashed, &lost).await;
-            let mounted = docker(&["inspect", "-f", "{{range .Mounts}}{{if eq .Destination \"/run/warden-egress\"}}{{.Source}}{{end}}{{end}}", &gone]);
+            let mounted = docker(&[
+                "inspect",
+                "-f",
+                "{{range .Mounts}}{{if eq .Destination \"/run/warden-egress\"}}{{.Source}}{{end}}{{end}}",
+                &gone,
+            ]);
             let mounted = std::path::PathBuf::from(mounted.trim());
             assert_eq!(mounted.parent(), Some(dir.path().join("egress").as_path()), "{mounted:?}");
             std::fs::remove_dir_all(&mounted).unwrap();
@@ -1764,9 +1381,18 @@ mod egress {
         }
         let (restarted, events) = egress_sandbox(&c, port, dir.path(), 0);
         restarted.connect().await.unwrap();
-        let sessions: Vec<_> = restarted.list_sessions().await.unwrap().into_iter().filter(|s| s.scope == c.scope).collect();
-        assert_eq!(sessions.iter().map(|s| &s.key).collect::<Vec<_>>(), [&kept], "the session without its directory went: {sessions:?}");
-        assert_eq!(bash_ok(&restarted, &kept, &get).await.trim(), "reached /again", "the adopted session's proxy serves again");
+        let sessions: Vec<_> =
+            restarted.list_sessions().await.unwrap().into_iter().filter(|s| s.scope == c.scope).collect();
+        assert_eq!(
+            sessions.iter().map(|s| &s.key).collect::<Vec<_>>(),
+            [&kept],
+            "the session without its directory went: {sessions:?}"
+        );
+        assert_eq!(
+            bash_ok(&restarted, &kept, &get).await.trim(),
+            "reached /again",
+            "the adopted session's proxy serves again"
+        );
         assert_eq!(restarted.metrics().sessions_created_total, 0, "adopted, not recreated");
         assert!(events.lock().unwrap().iter().any(|e| e.allowed && e.session == kept), "the new host audits it");
         restarted.shutdown().await.unwrap();
@@ -1780,7 +1406,8 @@ mod egress {
         sb.connect().await.unwrap();
         pool_ready(&sb, 1).await;
         let socks = || -> Vec<String> {
-            std::fs::read_dir(dir.path().join("egress")).unwrap()
+            std::fs::read_dir(dir.path().join("egress"))
+                .unwrap()
                 .flatten()
                 .filter(|d| d.path().join("proxy.sock").exists())
                 .map(|d| d.file_name().to_string_lossy().into_owned())
@@ -1788,7 +1415,12 @@ mod egress {
         };
         assert!(socks().is_empty(), "a pool container has no socket: {:?}", socks());
         let (a, b) = (key("egress-a"), key("egress-b"));
-        let out = bash_ok(&sb, &a, &format!("ls -A /run/warden-egress; curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/a")).await;
+        let out = bash_ok(
+            &sb,
+            &a,
+            &format!("ls -A /run/warden-egress; curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/a"),
+        )
+        .await;
         assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["proxy.sock", "reached", "/a"]);
         assert_eq!(bash_ok(&sb, &b, "ls -A /run/warden-egress").await.trim(), "proxy.sock");
         assert_eq!(socks().len(), 2, "one socket per bound session");
@@ -1940,7 +1572,9 @@ mod boundary {
     pub async fn truncation_note_states_the_real_size(c: Ctx) {
         let sb = c.sandbox_with(|cfg| cfg.max_output = warden_sandbox::ByteSize(16 * 1024));
         let k = key("trunc");
-        let o = bash(&sb, &k, "head -c 20000000 /dev/zero | tr '\\0' q; echo; head -c 3000000 /dev/zero | tr '\\0' z >&2").await;
+        let o =
+            bash(&sb, &k, "head -c 20000000 /dev/zero | tr '\\0' q; echo; head -c 3000000 /dev/zero | tr '\\0' z >&2")
+                .await;
         let dropped: Vec<u64> = o
             .content
             .match_indices("[... ")
@@ -1987,10 +1621,8 @@ mod boundary {
         let k = key("fuzz");
         bash_ok(&sb, &k, "mkdir -p d && echo hello > d/f.txt").await;
         let cases: usize = std::env::var("WARDEN_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
-        let mut runner = TestRunner::new_with_rng(
-            Config::default(),
-            TestRng::from_seed(RngAlgorithm::ChaCha, &[11; 32]),
-        );
+        let mut runner =
+            TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &[11; 32]));
         let s = hostile_string();
         for i in 0..cases {
             let mut g = || s.new_tree(&mut runner).unwrap().current();
@@ -1998,9 +1630,24 @@ mod boundary {
             let calls = [
                 ("Bash", json!({"command": format!("echo {a}"), "timeout": 3000}), !a.contains('\0'), true),
                 ("Read", json!({"file_path": format!("d/{a}")}), !has_control(&a), false),
-                ("Write", json!({"file_path": format!("w/{a}"), "content": b}), !has_control(&a) && !b.contains('\0'), false),
-                ("Edit", json!({"file_path": "d/f.txt", "old_string": format!("zz{a}"), "new_string": b}), !a.contains('\0') && !b.contains('\0'), false),
-                ("Grep", json!({"pattern": format!("x{a}"), "path": "d", "glob": cc}), !has_control(&a) && !has_control(&cc), true),
+                (
+                    "Write",
+                    json!({"file_path": format!("w/{a}"), "content": b}),
+                    !has_control(&a) && !b.contains('\0'),
+                    false,
+                ),
+                (
+                    "Edit",
+                    json!({"file_path": "d/f.txt", "old_string": format!("zz{a}"), "new_string": b}),
+                    !a.contains('\0') && !b.contains('\0'),
+                    false,
+                ),
+                (
+                    "Grep",
+                    json!({"pattern": format!("x{a}"), "path": "d", "glob": cc}),
+                    !has_control(&a) && !has_control(&cc),
+                    true,
+                ),
                 ("Glob", json!({"pattern": format!("*{a}"), "path": "d"}), !has_control(&a), true),
             ];
             for (tool, input, valid, runs_command) in calls {
@@ -2014,7 +1661,11 @@ mod boundary {
                     assert!(started <= u64::from(runs_command), "case {i} {tool} {input}: {started} commands");
                 }
                 let canary = format!("canary-{i}-{tool}");
-                assert_eq!(bash_ok(&sb, &k, &format!("echo {canary}")).await, format!("{canary}\n"), "after case {i} {tool} {input}");
+                assert_eq!(
+                    bash_ok(&sb, &k, &format!("echo {canary}")).await,
+                    format!("{canary}\n"),
+                    "after case {i} {tool} {input}"
+                );
             }
         }
         let ps = processes(&sb, &k).await;
@@ -2032,8 +1683,14 @@ mod boundary {
         let racer = {
             let (sb, k) = (sb.clone(), k.clone());
             tokio::spawn(async move {
-                sb.call_tool(&k, "Bash", json!({"command": "end=$((SECONDS+40)); while [ $SECONDS -lt $end ] && [ ! -e stop ]; do \
-                    rm -rf d; ln -s /tmp/out d; rm -f d; mkdir d; echo inside > d/f; done", "timeout": 60000}), &[]).await
+                sb.call_tool(
+                    &k,
+                    "Bash",
+                    json!({"command": "end=$((SECONDS+40)); while [ $SECONDS -lt $end ] && [ ! -e stop ]; do \
+                    rm -rf d; ln -s /tmp/out d; rm -f d; mkdir d; echo inside > d/f; done", "timeout": 60000}),
+                    &[],
+                )
+                .await
             })
         };
         let (mut inside, mut refused) = (0, 0);
@@ -2064,7 +1721,8 @@ mod boundary {
         const LIMIT: u64 = 32 * 1024 * 1024;
         let sb = c.sandbox_with(|cfg| cfg.disk = warden_sandbox::ByteSize(LIMIT));
         let k = key("disk");
-        let o = bash(&sb, &k, "fallocate -l 5G big; echo rc=$?; head -c 50000000 /dev/zero > fill; echo rc=$?; ls").await;
+        let o =
+            bash(&sb, &k, "fallocate -l 5G big; echo rc=$?; head -c 50000000 /dev/zero > fill; echo rc=$?; ls").await;
         assert!(o.content.contains("No space left on device"), "{}", o.content);
         assert!(o.content.contains("reached its sandbox.disk limit"), "{}", o.content);
         assert!(!o.content.contains("rc=0"), "both writes fail: {}", o.content);
@@ -2076,12 +1734,21 @@ mod boundary {
         let ws = container_of(&sb, &k).await;
         let name = docker(&["inspect", "-f", "{{range .Mounts}}{{.Name}}{{end}}", &ws]);
         let disk = name.trim().replacen("warden-ws-", "warden-disk-", 1);
-        let used_kb: u64 = docker(&["run", "--rm", "-v", &format!("{disk}:/d:ro"), warden_sandbox::config::DEFAULT_IMAGE, "du", "-sk", "/d"])
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let used_kb: u64 = docker(&[
+            "run",
+            "--rm",
+            "-v",
+            &format!("{disk}:/d:ro"),
+            warden_sandbox::config::DEFAULT_IMAGE,
+            "du",
+            "-sk",
+            "/d",
+        ])
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
         assert!(used_kb * 1024 <= LIMIT + 1024 * 1024, "{used_kb} KiB on the host");
         // The workspace survives a replaced container, as without a limit.
         docker(&["kill", &ws]);
@@ -2095,7 +1762,13 @@ mod boundary {
         let sb = c.sandbox();
         let k = key("oversize");
         bash_ok(&sb, &k, "head -c 100000 /dev/zero | tr '\\0' a > f").await;
-        let e = tool(&sb, &k, "Edit", json!({"file_path": "f", "old_string": "a", "new_string": "b".repeat(400), "replace_all": true})).await;
+        let e = tool(
+            &sb,
+            &k,
+            "Edit",
+            json!({"file_path": "f", "old_string": "a", "new_string": "b".repeat(400), "replace_all": true}),
+        )
+        .await;
         assert!(e.is_error && e.content.contains("over Edit's"), "{}", e.content);
         assert_eq!(bash_ok(&sb, &k, "wc -c < f").await, "100000\n", "file unchanged");
         let big = "x".repeat(33 * 1024 * 1024);
@@ -2109,7 +1782,12 @@ mod boundary {
     pub async fn resolved_path_follows_links_inside_only(c: Ctx) {
         let sb = c.sandbox();
         let k = key("resolve");
-        bash_ok(&sb, &k, "echo SECRET > .env; mkdir -p docs; ln -s ../.env docs/link-to-env; ln -s /etc/passwd docs/out").await;
+        bash_ok(
+            &sb,
+            &k,
+            "echo SECRET > .env; mkdir -p docs; ln -s ../.env docs/link-to-env; ln -s /etc/passwd docs/out",
+        )
+        .await;
         let path = |p: &'static str| {
             let (sb, k) = (sb.clone(), k.clone());
             async move { sb.resolve_path(&k, p).await.map(|r| (r.path, r.other_names)) }
@@ -2230,10 +1908,8 @@ async fn remove_leftovers(scope: &str, items: Vec<String>) {
         let (kind, name) = item.split_once(' ').unwrap();
         if kind == "container" {
             let name = name.to_string();
-            let _ = tokio::task::spawn_blocking(move || {
-                Command::new("docker").args(["rm", "-f", &name]).output()
-            })
-            .await;
+            let _ =
+                tokio::task::spawn_blocking(move || Command::new("docker").args(["rm", "-f", &name]).output()).await;
         } else {
             volumes.push(name.to_string());
         }
@@ -2242,12 +1918,8 @@ async fn remove_leftovers(scope: &str, items: Vec<String>) {
         return;
     }
     volumes.sort_by_key(|v| v.starts_with("warden-disk-"));
-    let cleaner = Sandbox::new(SandboxConfig {
-        scope: scope.to_string(),
-        warm_pool: 0,
-        ..SandboxConfig::default()
-    })
-    .expect("valid config");
+    let cleaner = Sandbox::new(SandboxConfig { scope: scope.to_string(), warm_pool: 0, ..SandboxConfig::default() })
+        .expect("valid config");
     for v in volumes {
         if let Err(e) = cleaner.remove_volume(&v).await {
             eprintln!("clean-up: removing volume {v} failed: {e}");
@@ -2257,9 +1929,7 @@ async fn remove_leftovers(scope: &str, items: Vec<String>) {
 }
 
 fn preflight() {
-    let out = Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .output();
+    let out = Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
     match out {
         Ok(o) if o.status.success() => {}
         Ok(o) => panic!(
@@ -2268,10 +1938,8 @@ fn preflight() {
         ),
         Err(e) => panic!("Docker CLI is required for these tests: {e}"),
     }
-    let img = Command::new("docker")
-        .args(["image", "inspect", warden_sandbox::config::DEFAULT_IMAGE])
-        .output()
-        .unwrap();
+    let img =
+        Command::new("docker").args(["image", "inspect", warden_sandbox::config::DEFAULT_IMAGE]).output().unwrap();
     assert!(
         img.status.success(),
         "the sandbox image {} is missing: run `cargo xtask build` (or see TOOLCHAIN.md) first",
@@ -2292,23 +1960,15 @@ fn main() {
     let selected: Vec<(usize, &'static str, TestFn)> = tests
         .into_iter()
         .enumerate()
-        .filter(|(_, (name, _))| {
-            filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
-        })
+        .filter(|(_, (name, _))| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
         .map(|(i, (n, f))| (i, n, f))
         .collect();
     preflight();
     let run_prefix = format!("t{}x", std::process::id());
     let started = Instant::now();
-    println!(
-        "running {} tests (scope prefix {run_prefix})",
-        selected.len()
-    );
+    println!("running {} tests (scope prefix {run_prefix})", selected.len());
     std::panic::set_hook(Box::new(|info| eprintln!("{info}")));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let failures = rt.block_on(async {
         let sem = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
         let handles = selected.into_iter().map(|(i, name, f)| {
@@ -2317,9 +1977,7 @@ fn main() {
             tokio::spawn(async move {
                 let _permit = sem.acquire_owned().await.unwrap();
                 let t0 = Instant::now();
-                let mut task = tokio::spawn(f(Ctx {
-                    scope: format!("{scope}-"),
-                }));
+                let mut task = tokio::spawn(f(Ctx { scope: format!("{scope}-") }));
                 let outcome = match tokio::time::timeout(TEST_TIMEOUT, &mut task).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(e)) if e.is_panic() => {
@@ -2340,9 +1998,7 @@ fn main() {
                 };
                 let scope_prefix = format!("{scope}-");
                 let p = scope_prefix.clone();
-                let left = tokio::task::spawn_blocking(move || leftovers(&p))
-                    .await
-                    .unwrap();
+                let left = tokio::task::spawn_blocking(move || leftovers(&p)).await.unwrap();
                 remove_leftovers(&scope_prefix, left.clone()).await;
                 let outcome = match outcome {
                     Ok(()) if !left.is_empty() => Err(format!("left behind: {left:?}")),
@@ -2350,40 +2006,24 @@ fn main() {
                 };
                 match &outcome {
                     Ok(()) => println!("test {name} ... ok ({:.1}s)", t0.elapsed().as_secs_f64()),
-                    Err(m) => println!(
-                        "test {name} ... FAILED ({:.1}s)\n    {m}",
-                        t0.elapsed().as_secs_f64()
-                    ),
+                    Err(m) => println!("test {name} ... FAILED ({:.1}s)\n    {m}", t0.elapsed().as_secs_f64()),
                 }
                 outcome.err().map(|m| (name, m))
             })
         });
-        futures_util::future::join_all(handles)
-            .await
-            .into_iter()
-            .filter_map(|r| r.unwrap())
-            .collect::<Vec<_>>()
+        futures_util::future::join_all(handles).await.into_iter().filter_map(|r| r.unwrap()).collect::<Vec<_>>()
     });
     // Final check: nothing warden-labelled from this run remains.
     let left = leftovers(&run_prefix);
     rt.block_on(remove_leftovers(&run_prefix, left.clone()));
     let others = leftovers("");
     if !others.is_empty() {
-        println!(
-            "note: warden-labelled objects of other runs/hosts exist (not ours, left alone): {others:?}"
-        );
+        println!("note: warden-labelled objects of other runs/hosts exist (not ours, left alone): {others:?}");
     }
-    println!(
-        "\nfinal check: {} warden-labelled containers/volumes of this run remain",
-        left.len()
-    );
+    println!("\nfinal check: {} warden-labelled containers/volumes of this run remain", left.len());
     println!(
         "test result: {}. {} failed; finished in {:.1}s",
-        if failures.is_empty() && left.is_empty() {
-            "ok"
-        } else {
-            "FAILED"
-        },
+        if failures.is_empty() && left.is_empty() { "ok" } else { "FAILED" },
         failures.len(),
         started.elapsed().as_secs_f64()
     );

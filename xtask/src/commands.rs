@@ -20,13 +20,8 @@ pub fn build(layout: &Layout, with_host: bool) -> Result<()> {
     let outputs = guest::build_all(layout)?;
     if with_host {
         println!("xtask: building the host binary (cargo build --release -p warden)...");
-        process::run(host_cargo().current_dir(&layout.root).args([
-            "build",
-            "--release",
-            "-p",
-            "warden",
-        ]))
-        .context("building the host binary")?;
+        process::run(host_cargo().current_dir(&layout.root).args(["build", "--release", "-p", "warden"]))
+            .context("building the host binary")?;
         outputs_line(layout, &layout.warden_bin());
     }
     for out in &outputs {
@@ -36,11 +31,7 @@ pub fn build(layout: &Layout, with_host: bool) -> Result<()> {
 }
 
 fn outputs_line(layout: &Layout, path: &Path) {
-    println!(
-        "xtask: built {} ({})",
-        layout.rel(path).display(),
-        guest::size_of(path)
-    );
+    println!("xtask: built {} ({})", layout.rel(path).display(), guest::size_of(path));
 }
 
 /// Guests, Python peers, sandbox image, then `cargo test --workspace <args>`.

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use anyhow::{Context, Result};
-use warden_guest_build::{CargoBuild, GuestManifest, Language, WasmToolchain, encode_component};
 pub use warden_guest_build::size_of;
+use warden_guest_build::{CargoBuild, GuestManifest, Language, WasmToolchain, encode_component};
 
 use crate::layout::Layout;
 use crate::python::Python;
@@ -60,10 +60,7 @@ pub fn test_native(layout: &Layout) -> Result<()> {
 /// Builds every guest; returns the component files written (or already up to date).
 pub fn build_all(layout: &Layout) -> Result<Vec<PathBuf>> {
     let mut guests = discover(&layout.root.join("plugins"), &layout.plugins_out())?;
-    guests.extend(discover(
-        &layout.root.join("tests/plugins"),
-        &layout.test_plugins_out(),
-    )?);
+    guests.extend(discover(&layout.root.join("tests/plugins"), &layout.test_plugins_out())?);
     // The plugin templates are built like test plugins so the docs never rot.
     guests.extend(discover(&layout.root.join("templates"), &layout.test_plugins_out())?);
     if guests.is_empty() {
@@ -75,8 +72,7 @@ pub fn build_all(layout: &Layout) -> Result<Vec<PathBuf>> {
     let mut python = None;
     let mut outputs = Vec::new();
     for guest in &guests {
-        fs::create_dir_all(&guest.out_dir)
-            .with_context(|| format!("creating {}", guest.out_dir.display()))?;
+        fs::create_dir_all(&guest.out_dir).with_context(|| format!("creating {}", guest.out_dir.display()))?;
         match guest.language {
             Language::Rust => {
                 if toolchain.is_none() {
@@ -115,12 +111,7 @@ fn discover(dir: &Path, out_dir: &Path) -> Result<Vec<Guest>> {
             .and_then(|n| n.to_str())
             .with_context(|| format!("plugin directory name is not UTF-8: {}", path.display()))?
             .to_string();
-        guests.push(Guest {
-            name,
-            dir: path,
-            language,
-            out_dir: out_dir.to_path_buf(),
-        });
+        guests.push(Guest { name, dir: path, language, out_dir: out_dir.to_path_buf() });
     }
     guests.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(guests)
@@ -134,24 +125,11 @@ fn build_rust(layout: &Layout, toolchain: &WasmToolchain, guest: &Guest) -> Resu
     builds.extend(manifest.variants.iter().cloned());
     let mut outputs = Vec::new();
     for (name, features) in builds {
-        let with = if features.is_empty() {
-            String::new()
-        } else {
-            format!(", features {}", features.join(","))
-        };
-        println!(
-            "xtask: building plugin {name} ({}{with})...",
-            toolchain.describe()
-        );
+        let with = if features.is_empty() { String::new() } else { format!(", features {}", features.join(",")) };
+        println!("xtask: building plugin {name} ({}{with})...", toolchain.describe());
         let started = Instant::now();
-        let build = CargoBuild {
-            target_dir: Some(&target_dir),
-            features: &features,
-            ..CargoBuild::default()
-        };
-        let core = toolchain
-            .build(&guest.dir, &build)
-            .with_context(|| format!("building plugin {name}"))?;
+        let build = CargoBuild { target_dir: Some(&target_dir), features: &features, ..CargoBuild::default() };
+        let core = toolchain.build(&guest.dir, &build).with_context(|| format!("building plugin {name}"))?;
         let out = guest.out_dir.join(format!("{name}.wasm"));
         if is_newer(&out, std::slice::from_ref(&core)) {
             println!("xtask: {} is up to date", layout.rel(&out).display());
@@ -175,8 +153,5 @@ pub fn is_newer(output: &Path, inputs: &[PathBuf]) -> bool {
     let Some(out_time) = mtime(output) else {
         return false;
     };
-    inputs
-        .iter()
-        .filter_map(|input| mtime(input))
-        .all(|in_time: SystemTime| in_time < out_time)
+    inputs.iter().filter_map(|input| mtime(input)).all(|in_time: SystemTime| in_time < out_time)
 }

@@ -146,17 +146,13 @@ fn valid_debian_name(name: &str) -> bool {
     let base = name.split(['=', ':']).next().unwrap_or("");
     base.len() >= 2
         && base.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && base
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+        && base.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
         && !name.contains(char::is_whitespace)
 }
 
 /// The distribution name a requirement line starts with (`mcp-server-git==1` → `mcp-server-git`).
 fn requirement_name(req: &str) -> Option<&str> {
-    let end = req
-        .find(|c: char| !(c.is_ascii_alphanumeric() || "._-".contains(c)))
-        .unwrap_or(req.len());
+    let end = req.find(|c: char| !(c.is_ascii_alphanumeric() || "._-".contains(c))).unwrap_or(req.len());
     Some(&req[..end]).filter(|name| !name.is_empty())
 }
 
@@ -166,12 +162,7 @@ fn sha256(data: &[u8]) -> Result<String> {
         .stdout(Stdio::piped())
         .spawn()
         .context("could not start sha256sum")?;
-    child
-        .stdin
-        .take()
-        .context("sha256sum has no stdin")?
-        .write_all(data)
-        .context("writing to sha256sum")?;
+    child.stdin.take().context("sha256sum has no stdin")?.write_all(data).context("writing to sha256sum")?;
     let out = child.wait_with_output().context("waiting for sha256sum")?;
     let text = String::from_utf8_lossy(&out.stdout);
     match text.split_whitespace().next() {
@@ -204,11 +195,7 @@ fn megabytes(bytes: Option<u64>) -> String {
 /// Makes sure the sandbox image exists and was built from the current recipe; fails loudly
 /// when Docker is unreachable.
 pub fn ensure(layout: &Layout) -> Result<()> {
-    if !process::succeeds(Command::new("docker").args([
-        "version",
-        "--format",
-        "{{.Server.Version}}",
-    ])) {
+    if !process::succeeds(Command::new("docker").args(["version", "--format", "{{.Server.Version}}"])) {
         bail!(
             "Docker is unreachable (`docker version` failed): the sandbox needs a running Docker \
              Engine that this user can reach (check the daemon, DOCKER_HOST and socket permissions)"
@@ -219,10 +206,7 @@ pub fn ensure(layout: &Layout) -> Result<()> {
     let short = &digest[..12];
     let old_id = match image_recipe() {
         Some(label) if label == digest => {
-            println!(
-                "xtask: sandbox image {SANDBOX_IMAGE} is present (recipe {short}, {})",
-                megabytes(image_size())
-            );
+            println!("xtask: sandbox image {SANDBOX_IMAGE} is present (recipe {short}, {})", megabytes(image_size()));
             return Ok(());
         }
         Some(label) => {
@@ -234,9 +218,7 @@ pub fn ensure(layout: &Layout) -> Result<()> {
             image_id()
         }
         None => {
-            println!(
-                "xtask: sandbox image {SANDBOX_IMAGE} is missing; building it with debootstrap (~2 min)"
-            );
+            println!("xtask: sandbox image {SANDBOX_IMAGE} is missing; building it with debootstrap (~2 min)");
             None
         }
     };
@@ -258,8 +240,7 @@ pub fn ensure(layout: &Layout) -> Result<()> {
 
     let started = Instant::now();
     let rootfs = std::env::temp_dir().join(format!("warden-sandbox-rootfs-{}", std::process::id()));
-    let result = build_rootfs(&debootstrap, &rootfs, &recipe)
-        .and_then(|()| import(&rootfs, &digest));
+    let result = build_rootfs(&debootstrap, &rootfs, &recipe).and_then(|()| import(&rootfs, &digest));
     remove_rootfs(&rootfs);
     result?;
     println!(
@@ -299,11 +280,7 @@ fn ensure_debootstrap() -> Result<PathBuf> {
 /// unmounted before this returns, on failure too.
 fn build_rootfs(debootstrap: &Path, rootfs: &Path, recipe: &Recipe) -> Result<()> {
     process::run(
-        Command::new(debootstrap)
-            .arg("--variant=minbase")
-            .arg(format!("--include={INCLUDE}"))
-            .arg(SUITE)
-            .arg(rootfs),
+        Command::new(debootstrap).arg("--variant=minbase").arg(format!("--include={INCLUDE}")).arg(SUITE).arg(rootfs),
     )
     .context("debootstrap failed")?;
 
@@ -357,9 +334,7 @@ impl<'a> Chroot<'a> {
         if !recipe.debian.is_empty() {
             process::run(self.command("apt-get").arg("update")).context("apt-get update in the image")?;
             process::run(
-                self.command("apt-get")
-                    .args(["install", "-y", "--no-install-recommends"])
-                    .args(&recipe.debian),
+                self.command("apt-get").args(["install", "-y", "--no-install-recommends"]).args(&recipe.debian),
             )
             .with_context(|| format!("installing {PACKAGES_FILE} in the image"))?;
         }
@@ -372,12 +347,7 @@ impl<'a> Chroot<'a> {
         let mut pip = self.command(&format!("{VENV}/bin/pip"));
         pip.args(["install", "--no-cache-dir", "--disable-pip-version-check", "--no-input", "-r"])
             .arg(BUILD_REQUIREMENTS);
-        if let Some(bundle) = CA_ENV
-            .iter()
-            .filter_map(std::env::var_os)
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-        {
+        if let Some(bundle) = CA_ENV.iter().filter_map(std::env::var_os).map(PathBuf::from).find(|p| p.is_file()) {
             fs::copy(&bundle, self.path(BUILD_CA))
                 .with_context(|| format!("copying {} into the chroot", bundle.display()))?;
             pip.env("PIP_CERT", BUILD_CA);
@@ -486,10 +456,7 @@ fn import(rootfs: &Path, digest: &str) -> Result<()> {
         bail!("refusing to archive {}: something is still mounted beneath it", rootfs.display());
     }
     let label = format!("LABEL {RECIPE_LABEL}={digest}");
-    println!(
-        "  $ tar -C {} -c . | docker import --change '{label}' - {SANDBOX_IMAGE}",
-        rootfs.display()
-    );
+    println!("  $ tar -C {} -c . | docker import --change '{label}' - {SANDBOX_IMAGE}", rootfs.display());
     let mut tar = Command::new("tar")
         .arg("-C")
         .arg(rootfs)

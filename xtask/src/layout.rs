@@ -20,9 +20,7 @@ impl Layout {
             .context("xtask's manifest directory has no parent")?
             .to_path_buf();
         let target = match env::var_os("CARGO_TARGET_DIR") {
-            Some(dir) if !dir.is_empty() => env::current_dir()
-                .context("reading the current directory")?
-                .join(dir),
+            Some(dir) if !dir.is_empty() => env::current_dir().context("reading the current directory")?.join(dir),
             _ => root.join("target"),
         };
         Ok(Self { root, target })

@@ -12,9 +12,7 @@ pub use warden_guest_build::process::{command_line, stdout_of, which};
 pub fn run(cmd: &mut Command) -> Result<()> {
     let line = command_line(cmd);
     println!("  $ {line}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("could not start `{line}`"))?;
+    let status = cmd.status().with_context(|| format!("could not start `{line}`"))?;
     if !status.success() {
         bail!("`{line}` failed ({status})");
     }
@@ -23,11 +21,7 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 
 /// Whether `cmd` runs and exits successfully; its output is discarded.
 pub fn succeeds(cmd: &mut Command) -> bool {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 /// Whether this process runs as root (needed for apt-get and debootstrap).

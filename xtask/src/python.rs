@@ -17,13 +17,7 @@ use crate::layout::Layout;
 use crate::{apt, process};
 
 /// Protocol peers the end-to-end tests start.
-pub const TEST_REQUIREMENTS: &[&str] = &[
-    "a2a-sdk==1.3.0",
-    "mcp==2.3.0",
-    "uvicorn",
-    "starlette",
-    "httpx",
-];
+pub const TEST_REQUIREMENTS: &[&str] = &["a2a-sdk==1.3.0", "mcp==2.3.0", "uvicorn", "starlette", "httpx"];
 
 /// Prints the requirements (`name` or `name==version`, `==x.y.*` allowed) that are not
 /// satisfied by the installed distributions.
@@ -48,9 +42,7 @@ pub struct Python {
 impl Python {
     /// Creates the virtualenv if needed and makes sure componentize-py is in it.
     pub fn ensure(layout: &Layout) -> Result<Self> {
-        let python = Self {
-            venv: layout.py_venv(),
-        };
+        let python = Self { venv: layout.py_venv() };
         if !python.interpreter().is_file() {
             python.create(layout)?;
         }
@@ -64,18 +56,8 @@ impl Python {
     }
 
     fn create(&self, layout: &Layout) -> Result<()> {
-        println!(
-            "xtask: creating the Python virtualenv {}",
-            layout.rel(&self.venv).display()
-        );
-        let create = || {
-            process::run(
-                Command::new("python3")
-                    .arg("-m")
-                    .arg("venv")
-                    .arg(&self.venv),
-            )
-        };
+        println!("xtask: creating the Python virtualenv {}", layout.rel(&self.venv).display());
+        let create = || process::run(Command::new("python3").arg("-m").arg("venv").arg(&self.venv));
         if create().is_ok() {
             return Ok(());
         }
@@ -93,30 +75,14 @@ impl Python {
 
     /// Installs whichever of `requirements` are missing.
     pub fn require(&self, requirements: &[&str]) -> Result<()> {
-        let missing = process::stdout_of(
-            Command::new(self.interpreter())
-                .arg("-c")
-                .arg(MISSING_SCRIPT)
-                .args(requirements),
-        )
-        .with_context(|| {
-            format!(
-                "checking Python packages with {}",
-                self.interpreter().display()
-            )
-        })?;
-        let missing: Vec<&str> = missing
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
+        let missing =
+            process::stdout_of(Command::new(self.interpreter()).arg("-c").arg(MISSING_SCRIPT).args(requirements))
+                .with_context(|| format!("checking Python packages with {}", self.interpreter().display()))?;
+        let missing: Vec<&str> = missing.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         if missing.is_empty() {
             return Ok(());
         }
-        println!(
-            "xtask: pip-installing into the virtualenv: {}",
-            missing.join(" ")
-        );
+        println!("xtask: pip-installing into the virtualenv: {}", missing.join(" "));
         process::run(
             Command::new(self.interpreter())
                 .args(["-m", "pip", "install", "--disable-pip-version-check"])
@@ -134,10 +100,7 @@ impl Python {
         inputs.extend(files_with_extension(&sdk.join(SDK_PACKAGE), "py")?);
         inputs.extend(files_with_extension(&layout.wit(), "wit")?);
         if is_newer(out, &inputs) {
-            println!(
-                "xtask: plugin {name} is up to date ({})",
-                layout.rel(out).display()
-            );
+            println!("xtask: plugin {name} is up to date ({})", layout.rel(out).display());
             return Ok(());
         }
         println!("xtask: building plugin {name} (python, componentize-py)...");

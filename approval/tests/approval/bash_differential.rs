@@ -122,17 +122,14 @@ const CORPUS: &[&str] = &[
 
 /// One interesting token per line: inserted by mutations.
 const TOKENS: &[&str] = &[
-    "\r", "\0", "\t", "\n", "\u{7f}", "\u{1b}", " ", ";", "&", "|", "(", ")", "{", "}", "<", ">",
-    ">&", "<&", "&>", "<<", "<<<", "$", "${", "}", "$(", "$((", "))", "`", "'", "\"", "\\", "#",
-    "!", "*", "?", "[", "]", "~", "=", ":", "@P", ":=", "1name", "touch t", "rm x", "eval ",
-    "exec ", "echo ", "EOF", "-", "%", "^", ",", "a[", "]=",
+    "\r", "\0", "\t", "\n", "\u{7f}", "\u{1b}", " ", ";", "&", "|", "(", ")", "{", "}", "<", ">", ">&", "<&", "&>",
+    "<<", "<<<", "$", "${", "}", "$(", "$((", "))", "`", "'", "\"", "\\", "#", "!", "*", "?", "[", "]", "~", "=", ":",
+    "@P", ":=", "1name", "touch t", "rm x", "eval ", "exec ", "echo ", "EOF", "-", "%", "^", ",", "a[", "]=",
 ];
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid number")),
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a valid number")),
         Err(_) => default,
     }
 }
@@ -140,26 +137,21 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 // ---------------------------------------------------------------- generator
 
 fn pick(items: &'static [&'static str]) -> BoxedStrategy<String> {
-    proptest::sample::select(items)
-        .prop_map(str::to_owned)
-        .boxed()
+    proptest::sample::select(items).prop_map(str::to_owned).boxed()
 }
 
 /// Mostly `benign` (understood, so the property gets many allowed
 /// commands), sometimes `risky`.
-fn mostly(
-    benign: &'static [&'static str],
-    risky: &'static [&'static str],
-) -> BoxedStrategy<String> {
+fn mostly(benign: &'static [&'static str], risky: &'static [&'static str]) -> BoxedStrategy<String> {
     prop_oneof![6 => pick(benign), 1 => pick(risky)].boxed()
 }
 
 fn plain_word() -> BoxedStrategy<String> {
     mostly(
         &[
-            "hi", "x", "-n", "-e", "--", "rm", "touch", "f", "/bin/rm", "1name", "out", "a=b", "*",
-            "?", "[ab]", "{a,b}", "{1..3}", "~", "~/x", "#", "!", "%", ":", ",", "@", "=", "}",
-            "{", "]", "if", "then", "fi", "done", "time", "-p", "2", "é",
+            "hi", "x", "-n", "-e", "--", "rm", "touch", "f", "/bin/rm", "1name", "out", "a=b", "*", "?", "[ab]",
+            "{a,b}", "{1..3}", "~", "~/x", "#", "!", "%", ":", ",", "@", "=", "}", "{", "]", "if", "then", "fi",
+            "done", "time", "-p", "2", "é",
         ],
         &["!x", "a!b", "&", "\r"],
     )
@@ -220,18 +212,7 @@ fn expansion() -> BoxedStrategy<String> {
 
 fn redirect() -> BoxedStrategy<String> {
     mostly(
-        &[
-            "2>&1",
-            ">&2",
-            ">/dev/null",
-            "2>/dev/null",
-            "&>/dev/null",
-            "<<<w",
-            ">&-",
-            "1>&2",
-            "<&0",
-            "</dev/null",
-        ],
+        &["2>&1", ">&2", ">/dev/null", "2>/dev/null", "&>/dev/null", "<<<w", ">&-", "1>&2", "<&0", "</dev/null"],
         &[
             ">f",
             ">>f",
@@ -266,11 +247,8 @@ fn quoted(depth: u32) -> BoxedStrategy<String> {
         1 => pick(&[" ", ";", "'", "\\\"", "\\$", "\\\n", "\n", "!", "`echo q`", "$(touch q)"]),
         1 => subst(depth),
     ];
-    let single = proptest::collection::vec(
-        pick(&["hi", " ", "$(touch s)", "\"", "\\", "\n", ";", "!x", "`"]),
-        0..4,
-    )
-    .prop_map(|v| format!("'{}'", v.concat()));
+    let single = proptest::collection::vec(pick(&["hi", " ", "$(touch s)", "\"", "\\", "\n", ";", "!x", "`"]), 0..4)
+        .prop_map(|v| format!("'{}'", v.concat()));
     let double = proptest::collection::vec(inner, 0..4).prop_map(|v| format!("\"{}\"", v.concat()));
     prop_oneof![single, double].boxed()
 }
@@ -298,9 +276,7 @@ fn word(depth: u32) -> BoxedStrategy<String> {
         1 => subst(depth),
         1 => pick(&["\\x", "\\;", "\\ ", "\\$", "\\\n", "\\'", "\\\\"]),
     ];
-    proptest::collection::vec(part, 1..3)
-        .prop_map(|v| v.concat())
-        .boxed()
+    proptest::collection::vec(part, 1..3).prop_map(|v| v.concat()).boxed()
 }
 
 fn command_word() -> BoxedStrategy<String> {
@@ -360,15 +336,10 @@ fn compound(depth: u32) -> BoxedStrategy<String> {
 
 fn list(depth: u32) -> BoxedStrategy<String> {
     let op = mostly(
-        &[
-            ";", " && ", " || ", " | ", " & ", "\n", " |& ", "; ", "|", "&", " #c\n", "\n\n",
-        ],
+        &[";", " && ", " || ", " | ", " & ", "\n", " |& ", "; ", "|", "&", " #c\n", "\n\n"],
         &[";;", "\r", "\r\n", "\0", "\u{1b}"],
     );
-    (
-        compound(depth),
-        proptest::collection::vec((op, compound(depth)), 0..3),
-    )
+    (compound(depth), proptest::collection::vec((op, compound(depth)), 0..3))
         .prop_map(|(first, rest)| {
             let mut s = first;
             for (op, c) in rest {
@@ -384,12 +355,7 @@ fn list(depth: u32) -> BoxedStrategy<String> {
 /// duplicate) to what `base` generates: corpus entries, or generated lists
 /// (most of them allowed, so mutations probe the edge of what is allowed).
 fn mutated(base: BoxedStrategy<String>) -> BoxedStrategy<String> {
-    let op = (
-        0..3u8,
-        any::<prop::sample::Index>(),
-        0..TOKENS.len(),
-        1..6usize,
-    );
+    let op = (0..3u8, any::<prop::sample::Index>(), 0..TOKENS.len(), 1..6usize);
     (base, proptest::collection::vec(op, 0..4))
         .prop_map(|(seed, ops)| {
             let mut chars: Vec<char> = seed.chars().collect();
@@ -418,28 +384,16 @@ fn mutated(base: BoxedStrategy<String>) -> BoxedStrategy<String> {
 
 fn command() -> BoxedStrategy<String> {
     let corpus: Vec<&'static str> = CORPUS.iter().chain(KNOWN_BAD).copied().collect();
-    let corpus = proptest::sample::select(corpus)
-        .prop_map(str::to_owned)
-        .boxed();
+    let corpus = proptest::sample::select(corpus).prop_map(str::to_owned).boxed();
     prop_oneof![4 => list(2), 1 => mutated(corpus), 2 => mutated(list(1))].boxed()
 }
 
 fn generate(n: usize, seed: u64) -> Vec<String> {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
-    );
+    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
     let strategy = command();
-    (0..n)
-        .map(|_| {
-            strategy
-                .new_tree(&mut runner)
-                .expect("the generator never rejects")
-                .current()
-        })
-        .collect()
+    (0..n).map(|_| strategy.new_tree(&mut runner).expect("the generator never rejects").current()).collect()
 }
 
 // ---------------------------------------------------------------- docker
@@ -453,10 +407,8 @@ fn docker(args: &[&str]) -> std::process::Output {
 
 /// A container name no other run uses.
 fn unique_name(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
     format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
@@ -497,15 +449,10 @@ fn tripwire_image() -> String {
         "-c",
         &script,
     ]);
-    let commit = run.status.success().then(|| {
-        docker(&[
-            "commit",
-            "--change",
-            "CMD [\"/opt/.w/python3\", \"/opt/.w/harness.py\"]",
-            &name,
-            &tag,
-        ])
-    });
+    let commit = run
+        .status
+        .success()
+        .then(|| docker(&["commit", "--change", "CMD [\"/opt/.w/python3\", \"/opt/.w/harness.py\"]", &name, &tag]));
     let _ = docker(&["rm", "-f", &name]);
     assert!(
         run.status.success(),
@@ -520,12 +467,7 @@ fn tripwire_image() -> String {
         String::from_utf8_lossy(&commit.stderr)
     );
     // Older recipes' images are dead weight (a failed removal is harmless).
-    let listed = docker(&[
-        "images",
-        TRIPWIRE_REPO,
-        "--format",
-        "{{.Repository}}:{{.Tag}}",
-    ]);
+    let listed = docker(&["images", TRIPWIRE_REPO, "--format", "{{.Repository}}:{{.Tag}}"]);
     for old in String::from_utf8_lossy(&listed.stdout).lines() {
         if old != tag {
             let _ = docker(&["rmi", old]);
@@ -565,11 +507,7 @@ struct ContainerGuard(String);
 
 impl Drop for ContainerGuard {
     fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rm", "-f", &self.0])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let _ = Command::new("docker").args(["rm", "-f", &self.0]).stdout(Stdio::null()).stderr(Stdio::null()).status();
     }
 }
 
@@ -636,24 +574,16 @@ fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
             panic!("the harness printed nothing for {HARNESS_STALL:?}: wedged")
         }
     });
-    let header: Value = lines
-        .next()
-        .and_then(|l| serde_json::from_str(&l).ok())
-        .unwrap_or(Value::Null);
+    let header: Value = lines.next().and_then(|l| serde_json::from_str(&l).ok()).unwrap_or(Value::Null);
     let mut outcomes = Vec::with_capacity(commands.len());
     for line in lines {
-        let v: Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("harness printed {line:?}: {e}"));
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("harness printed {line:?}: {e}"));
         let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
         outcomes.push(Outcome {
             trip: s("trip"),
             files: v["files"]
                 .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|f| f.as_str().map(str::to_owned))
-                        .collect()
-                })
+                .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect())
                 .unwrap_or_default(),
             timeout: v["timeout"].as_bool().unwrap_or(false),
             error: v["error"].as_str().map(str::to_owned),
@@ -669,10 +599,8 @@ fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let writable: Vec<&str> = header["writable"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let writable: Vec<&str> =
+        header["writable"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     assert!(
         writable.contains(&"/work") && writable.contains(&"/tmp"),
         "the harness must watch the writable directories, saw {header}"
@@ -681,14 +609,7 @@ fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
 }
 
 fn decide(policy: &Policy, command: &str) -> Decision {
-    policy
-        .decide(
-            "Bash",
-            &json!({ "command": command }),
-            &ctx(),
-            policy.effective_mode(None),
-        )
-        .decision
+    policy.decide("Bash", &json!({ "command": command }), &ctx(), policy.effective_mode(None)).decision
 }
 
 #[test]
@@ -703,10 +624,7 @@ fn allowed_echo_commands_run_only_echo_in_real_bash() {
         assert_eq!(decide(&policy, bad), Decision::Ask, "{bad:?} must ask");
     }
     let generated = generate(cases, seed);
-    let allowed: Vec<String> = generated
-        .into_iter()
-        .filter(|c| decide(&policy, c) == Decision::Allow)
-        .collect();
+    let allowed: Vec<String> = generated.into_iter().filter(|c| decide(&policy, c) == Decision::Allow).collect();
     let share = allowed.len() as f64 / cases.max(1) as f64;
     assert!(
         share >= MIN_ALLOWED_SHARE,
@@ -739,12 +657,7 @@ fn allowed_echo_commands_run_only_echo_in_real_bash() {
          echo or wrote a file in real bash:\n{}",
         failures.len(),
         allowed.len(),
-        failures
-            .iter()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
+        failures.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
     );
     eprintln!(
         "bash differential: {cases} generated (seed {seed:#x}), {} allowed, all clean ({timeouts} \

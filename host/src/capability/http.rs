@@ -126,9 +126,10 @@ impl AllowedUrl {
     pub fn allows(&self, url: &reqwest::Url) -> bool {
         let scheme = url.scheme();
         if let Scheme::Exact(s) = &self.scheme
-            && s != scheme {
-                return false;
-            }
+            && s != scheme
+        {
+            return false;
+        }
         let Some(host) = url.host_str() else { return false };
         let host = host.to_ascii_lowercase();
         let host_ok = match &self.host {
@@ -289,16 +290,33 @@ mod tests {
     fn internal_addresses_need_an_entry_naming_them() {
         let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
         let any = AllowList::parse(&["*://*:*".into(), "https://*.example.com".into()]).unwrap();
-        for internal in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-            "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1"]
-        {
+        for internal in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+        ] {
             assert!(!is_public(ip(internal)), "{internal}");
             assert!(!any.allows_address("anything.example.com", ip(internal)), "{internal}");
         }
         for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111"] {
             assert!(any.allows_address("x.example.com", ip(public)), "{public}");
         }
-        let named = AllowList::parse(&["http://127.0.0.1:*".into(), "http://localhost:8080".into(), "http://169.254.169.254".into()]).unwrap();
+        let named = AllowList::parse(&[
+            "http://127.0.0.1:*".into(),
+            "http://localhost:8080".into(),
+            "http://169.254.169.254".into(),
+        ])
+        .unwrap();
         assert!(named.allows_address("127.0.0.1", ip("127.0.0.1")));
         assert!(named.allows_address("localhost", ip("127.0.0.1")));
         assert!(named.allows_address("localhost", ip("::1")));

@@ -66,13 +66,21 @@ pub enum Denied {
     NotRequested { plugin: String, capability: Capability },
     #[error("capability `{capability}` denied: not granted to plugin `{plugin}` (plugins.grants.{plugin})")]
     NotGranted { plugin: String, capability: Capability },
-    #[error("capability `http` denied: {url} is not in the allow-list of plugin `{plugin}` (plugins.grants.{plugin}.http)")]
+    #[error(
+        "capability `http` denied: {url} is not in the allow-list of plugin `{plugin}` (plugins.grants.{plugin}.http)"
+    )]
     UrlNotAllowed { plugin: String, url: String },
-    #[error("capability `http` denied: secret `{secret}` is not granted to plugin `{plugin}` (plugins.grants.{plugin}.secrets)")]
+    #[error(
+        "capability `http` denied: secret `{secret}` is not granted to plugin `{plugin}` (plugins.grants.{plugin}.secrets)"
+    )]
     SecretNotGranted { plugin: String, secret: String },
-    #[error("capability `http` denied: secret `{secret}` may not be sent to {origin} (plugins.grants.{plugin}.secrets.{secret}.origins)")]
+    #[error(
+        "capability `http` denied: secret `{secret}` may not be sent to {origin} (plugins.grants.{plugin}.secrets.{secret}.origins)"
+    )]
     SecretOrigin { plugin: String, secret: String, origin: String },
-    #[error("capability `http` denied: {host} resolves to the non-public address {ip}, which the allow-list of plugin `{plugin}` does not name (plugins.grants.{plugin}.http)")]
+    #[error(
+        "capability `http` denied: {host} resolves to the non-public address {ip}, which the allow-list of plugin `{plugin}` does not name (plugins.grants.{plugin}.http)"
+    )]
     InternalAddress { plugin: String, host: String, ip: std::net::IpAddr },
 }
 
@@ -102,7 +110,11 @@ pub struct Grants {
 
 impl Grants {
     /// Intersects the operator's grant with what the plugin asked for.
-    pub fn new(plugin: &str, requested: &[Capability], grant: Option<&GrantConfig>) -> Result<Self, http::PatternError> {
+    pub fn new(
+        plugin: &str,
+        requested: &[Capability],
+        grant: Option<&GrantConfig>,
+    ) -> Result<Self, http::PatternError> {
         let default = GrantConfig::default();
         let g = grant.unwrap_or(&default);
         let operator = |c: Capability| match c {
@@ -194,7 +206,8 @@ mod tests {
 
     #[test]
     fn intersection_of_request_and_grant() {
-        let grant = GrantConfig { log: true, model: true, http: vec!["https://*.example.com".into()], ..Default::default() };
+        let grant =
+            GrantConfig { log: true, model: true, http: vec!["https://*.example.com".into()], ..Default::default() };
         let g = Grants::new("p", &[Capability::Log, Capability::Http, Capability::Tools], Some(&grant)).unwrap();
         assert_eq!(g.granted(), &[Capability::Log, Capability::Http]);
         assert!(g.check(Capability::Log).is_ok());

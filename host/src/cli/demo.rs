@@ -57,7 +57,8 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let snap = registry.snapshot();
     for p in snap.status() {
         let caps: Vec<_> = p.granted_capabilities.iter().map(|c| c.name()).collect();
-        let line = format!("plugin {} {} serves {} — granted [{}]", p.id, p.version, p.kinds.join(","), caps.join(", "));
+        let line =
+            format!("plugin {} {} serves {} — granted [{}]", p.id, p.version, p.kinds.join(","), caps.join(", "));
         out!("{}", esc(&line));
     }
     out!("subagents:\n{}", crate::text::escape_multiline(&snap.registrations()));
@@ -79,12 +80,18 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         _ => out!("\ntask ended: {:?}", outcome.status),
     }
     if let Some(audit) = audit
-        && let Ok(text) = std::fs::read_to_string(&audit) {
-            out!("\naudit log ({} decisions, arguments only as digests):", text.lines().count());
-            for line in text.lines() {
-                let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
-                out!("  {:<6} {:<8} by {}", v["tool"].as_str().unwrap_or(""), v["decision"].as_str().unwrap_or(""), v["decided_by"].as_str().unwrap_or(""));
-            }
+        && let Ok(text) = std::fs::read_to_string(&audit)
+    {
+        out!("\naudit log ({} decisions, arguments only as digests):", text.lines().count());
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            out!(
+                "  {:<6} {:<8} by {}",
+                v["tool"].as_str().unwrap_or(""),
+                v["decision"].as_str().unwrap_or(""),
+                v["decided_by"].as_str().unwrap_or("")
+            );
         }
+    }
     Ok(if outcome.status == TaskStatus::Completed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TASK_FAILED) })
 }

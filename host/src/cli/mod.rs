@@ -13,11 +13,11 @@ macro_rules! out {
 mod demo;
 mod plugin_build;
 mod plugin_test;
-mod scaffold;
-mod signing;
 mod prompt;
 mod sandbox;
+mod scaffold;
 mod serve;
+mod signing;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -28,8 +28,8 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::plugin::TaskCall;
 // Every plugin- or agent-provided string printed in text mode goes through these.
-use crate::text::{escape_control as esc, escape_multiline as esc_lines};
 use crate::task::{self, TaskScope, TaskStatus};
+use crate::text::{escape_control as esc, escape_multiline as esc_lines};
 
 /// Exit code for a failed, declined or input-requiring task.
 pub const EXIT_TASK_FAILED: u8 = 1;
@@ -400,11 +400,15 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,
         Command::Plugin { command: PluginCommand::Test(args) } => plugin_test::run(config, args).await,
         Command::Plugin { command: PluginCommand::Build(args) } => plugin_build::run(config, args).await,
-        Command::Plugin { command: PluginCommand::New { name, kind, lang, dir } } => scaffold::new(&name, &kind, lang, dir),
+        Command::Plugin { command: PluginCommand::New { name, kind, lang, dir } } => {
+            scaffold::new(&name, &kind, lang, dir)
+        }
         Command::Plugin { command: PluginCommand::Keygen { out } } => signing::keygen(&out),
         Command::Plugin { command: PluginCommand::Sign { file, key } } => signing::sign(&file, &key),
         Command::Plugin { command: PluginCommand::Verify { file, trust } } => signing::verify(&config, &file, &trust),
-        Command::Plugin { command: PluginCommand::Push { file, target, insecure } } => signing::push(&config, &file, &target, insecure).await,
+        Command::Plugin { command: PluginCommand::Push { file, target, insecure } } => {
+            signing::push(&config, &file, &target, insecure).await
+        }
         Command::Plugin { command: PluginCommand::Pull { source, id, insecure } } => {
             signing::pull(&config, &source, id.as_deref(), insecure).await
         }
@@ -413,7 +417,8 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,
         Command::Demo { plugins } => demo::run(plugins).await,
         Command::Serve { addr } => serve::serve(config, addr).await,
-        Command::Mcp { command: Some(McpCommand::Import { file }), .. } => match crate::mcp_tools::read_mcp_json(&file) {
+        Command::Mcp { command: Some(McpCommand::Import { file }), .. } => match crate::mcp_tools::read_mcp_json(&file)
+        {
             Ok(servers) => {
                 let yaml = serde_yaml::to_string(&serde_json::json!({ "mcp_servers": servers }))?;
                 out!("{}", yaml.trim_end());
@@ -532,7 +537,11 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                     _ => {}
                 }
             }
-            Ok(if outcome.status == TaskStatus::Completed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TASK_FAILED) })
+            Ok(if outcome.status == TaskStatus::Completed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_TASK_FAILED)
+            })
         }
     }
 }

@@ -81,7 +81,10 @@ impl Project {
         let name = match language {
             Language::Rust => {
                 let manifest = full.join(language.marker());
-                checked_name(GuestManifest::read(&manifest)?.package_name, &format!("{}: package name", manifest.display()))?
+                checked_name(
+                    GuestManifest::read(&manifest)?.package_name,
+                    &format!("{}: package name", manifest.display()),
+                )?
             }
             Language::Python => {
                 let wit = full.join("wit");
@@ -115,7 +118,12 @@ impl Project {
         match self.language {
             Language::Rust => {
                 let toolchain = WasmToolchain::detect()?;
-                eprintln!("building the Rust plugin {} in {} ({})...", self.name, self.full.display(), toolchain.describe());
+                eprintln!(
+                    "building the Rust plugin {} in {} ({})...",
+                    self.name,
+                    self.full.display(),
+                    toolchain.describe()
+                );
                 let core = toolchain
                     .build(&self.full, &CargoBuild { profile, ..CargoBuild::default() })
                     .with_context(|| format!("building the Rust plugin in {}", self.full.display()))?;
@@ -124,7 +132,12 @@ impl Project {
             }
             Language::Python => {
                 let componentize = ComponentizePy::find(&self.full)?;
-                eprintln!("building the Python plugin {} in {} ({})...", self.name, self.full.display(), componentize.program().display());
+                eprintln!(
+                    "building the Python plugin {} in {} ({})...",
+                    self.name,
+                    self.full.display(),
+                    componentize.program().display()
+                );
                 componentize
                     .componentize(&self.full, &self.full.join("wit"), &[], out)
                     .with_context(|| format!("building the Python plugin in {}", self.full.display()))?;
@@ -220,7 +233,10 @@ mod tests {
     fn what_is_not_a_project_is_named_with_what_was_expected() {
         let root = tempfile::tempdir().unwrap();
         let err = Project::open(root.path()).err().unwrap().to_string();
-        assert!(err.contains(&root.path().display().to_string()) && err.contains("no Cargo.toml") && err.contains("app.py"), "{err}");
+        assert!(
+            err.contains(&root.path().display().to_string()) && err.contains("no Cargo.toml") && err.contains("app.py"),
+            "{err}"
+        );
         let err = Project::open(&root.path().join("missing")).err().unwrap().to_string();
         assert!(err.contains("not a directory"), "{err}");
         std::fs::write(root.path().join("app.py"), "").unwrap();

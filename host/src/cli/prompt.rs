@@ -64,11 +64,12 @@ impl Decider for TtyDecider {
 /// person reads it, and the scopes on offer.
 fn tty_question(r: &PendingApproval) -> String {
     let call = warden_approval::display::describe_call(&r.tool, &r.input);
-    let whose = [r.task_id.as_deref().map(|t| format!("task {t}")), r.session_id.as_deref().map(|s| format!("session {s}"))]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join(", ");
+    let whose =
+        [r.task_id.as_deref().map(|t| format!("task {t}")), r.session_id.as_deref().map(|s| format!("session {s}"))]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ");
     let reason = r.reason.replace(|c: char| c.is_control(), " ");
     let mut options = vec!["[y]es once"];
     if r.scopes.contains(&Scope::Session) {
@@ -79,7 +80,11 @@ fn tty_question(r: &PendingApproval) -> String {
     }
     options.push("[N]o");
     let subagent = r.subagent.replace(|c: char| c.is_control(), " ");
-    format!("\n? {subagent} ({whose}) wants to run {}:\n{call}\n  because: {reason}\n  approve? {} ", r.tool.replace(|c: char| c.is_control(), " "), options.join(" / "))
+    format!(
+        "\n? {subagent} ({whose}) wants to run {}:\n{call}\n  because: {reason}\n  approve? {} ",
+        r.tool.replace(|c: char| c.is_control(), " "),
+        options.join(" / ")
+    )
 }
 
 /// An answer typed on the TTY: `y` once, `s` session, `a` always (each only if offered),
@@ -91,7 +96,11 @@ fn tty_answer(answer: &str, offered: &[Scope]) -> (Resolution, Scope) {
         "a" | "always" => Scope::Always,
         _ => return (Resolution::Decline, Scope::Once),
     };
-    if scope == Scope::Once || offered.contains(&scope) { (Resolution::Approve, scope) } else { (Resolution::Decline, Scope::Once) }
+    if scope == Scope::Once || offered.contains(&scope) {
+        (Resolution::Approve, scope)
+    } else {
+        (Resolution::Decline, Scope::Once)
+    }
 }
 
 struct NoTty;

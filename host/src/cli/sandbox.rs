@@ -30,7 +30,13 @@ struct ToolOutcome<'a> {
     content: &'a str,
 }
 
-pub async fn tool(config: Config, tool: &str, args: &str, session: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn tool(
+    config: Config,
+    tool: &str,
+    args: &str,
+    session: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let input: serde_json::Value = match serde_json::from_str(args) {
         Ok(v @ serde_json::Value::Object(_)) => v,
         Ok(_) | Err(_) => {
@@ -101,7 +107,14 @@ pub async fn ls(config: Config, json: bool) -> anyhow::Result<ExitCode> {
         out!("no sandbox sessions");
     } else {
         for r in rows {
-            out!("{:<12} {:<40} {:<10} {} ({}s old)", r.user_id, r.session_id, r.state, r.container, r.created_secs_ago);
+            out!(
+                "{:<12} {:<40} {:<10} {} ({}s old)",
+                r.user_id,
+                r.session_id,
+                r.state,
+                r.container,
+                r.created_secs_ago
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -55,7 +55,8 @@ fn validate(name: &str, kind: &str) -> anyhow::Result<()> {
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     anyhow::ensure!(name_ok, "NAME {name:?}: expected lower-case letters, digits and '-', starting with a letter");
-    let kind_ok = !kind.is_empty() && kind.len() <= 64 && kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let kind_ok =
+        !kind.is_empty() && kind.len() <= 64 && kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     anyhow::ensure!(kind_ok, "--kind {kind:?}: expected letters, digits, '_' and '-'");
     Ok(())
 }
@@ -103,8 +104,16 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
                 .replace("path = \"../../sdk/rust\"", "path = \"warden-guest\"");
             // The template's header speaks of the repository; a project gets its own.
             let manifest = manifest.trim_start_matches(|c| c != '[');
-            write(&dir, "Cargo.toml", &format!("# The warden protocol plugin `{name}`, made by `warden plugin new`.\n{manifest}"))?;
-            write(&dir, "Cargo.lock", &RUST_CARGO_LOCK.replace("name = \"rust-plugin\"", &format!("name = \"{name}\"")))?;
+            write(
+                &dir,
+                "Cargo.toml",
+                &format!("# The warden protocol plugin `{name}`, made by `warden plugin new`.\n{manifest}"),
+            )?;
+            write(
+                &dir,
+                "Cargo.lock",
+                &RUST_CARGO_LOCK.replace("name = \"rust-plugin\"", &format!("name = \"{name}\"")),
+            )?;
             let lib = RUST_LIB
                 .replace("\"rust-plugin\"", &format!("\"{name}\""))
                 .replace("\"TEMPLATE\"", &format!("\"{kind}\""))
@@ -124,7 +133,10 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
                 .replace("KIND = \"TEMPLATE\"", &format!("KIND = \"{kind}\""))
                 .replace("`python-plugin`", &format!("`{name}`"))
                 .replace("kind `TEMPLATE`", &format!("kind `{kind}`"))
-                .replace("componentize-py -d wit -w plugin componentize app -o python-plugin.wasm", "warden plugin build")
+                .replace(
+                    "componentize-py -d wit -w plugin componentize app -o python-plugin.wasm",
+                    "warden plugin build",
+                )
                 .replace("python-plugin.wasm", &wasm)
                 .replace("template://hello", &uri);
             write(&dir, "app.py", &app)?;
@@ -133,7 +145,9 @@ pub fn new(name: &str, kind: &str, lang: Lang, dir: Option<PathBuf>) -> anyhow::
             }
             write(&dir, "requirements.txt", &format!("{COMPONENTIZE_PY}\n"))?;
             (
-                format!("python3 -m venv .venv && .venv/bin/pip install -r requirements.txt   # once\nwarden plugin build   # -> {wasm}"),
+                format!(
+                    "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt   # once\nwarden plugin build   # -> {wasm}"
+                ),
                 "It runs componentize-py from `.venv`, else from `PATH`.\n\n".to_owned(),
             )
         }
@@ -187,7 +201,8 @@ mod tests {
     #[test]
     fn names_and_kinds_are_checked() {
         assert!(validate("json-rpc", "JSONRPC").is_ok());
-        for (name, kind) in [("", "K"), ("Bad", "K"), ("1x", "K"), ("a_b", "K"), ("ok", ""), ("ok", "a b"), ("ok", "é")] {
+        for (name, kind) in [("", "K"), ("Bad", "K"), ("1x", "K"), ("a_b", "K"), ("ok", ""), ("ok", "a b"), ("ok", "é")]
+        {
             assert!(validate(name, kind).is_err(), "{name:?} {kind:?}");
         }
     }

@@ -44,7 +44,10 @@ pub async fn mcp_stdio(config: Config, api: Option<String>) -> anyhow::Result<Ex
         None => None,
         Some(Ok(a)) => Some(a),
         Some(Err(e)) => {
-            eprintln!("error: --api {:?} is not an IP address and port ({e}), e.g. 127.0.0.1:7878", api.unwrap_or_default());
+            eprintln!(
+                "error: --api {:?} is not an IP address and port ({e}), e.g. 127.0.0.1:7878",
+                api.unwrap_or_default()
+            );
             return Ok(ExitCode::from(super::EXIT_USAGE));
         }
     };
@@ -119,7 +122,12 @@ async fn start_engine(config: Config) -> anyhow::Result<(Arc<Engine>, Option<cra
     let watch = config.plugins.watch;
     let registry = crate::start(config).await?;
     // Plugin state persists with the tasks, so `resume` survives a restart.
-    registry.runtime().services().state.attach(store.clone()).with_context(|| "cannot load plugin state from the task store")?;
+    registry
+        .runtime()
+        .services()
+        .state
+        .attach(store.clone())
+        .with_context(|| "cannot load plugin state from the task store")?;
     let watcher = if watch { Some(crate::plugin_dir::watch(registry.clone())?) } else { None };
     let engine = Engine::start(registry, store, options).await?;
     Ok((engine, watcher))

@@ -106,8 +106,8 @@ impl CompileCache {
         // Read into memory rather than mapping the file: a mapped entry that is
         // truncated or rewritten underneath a running plugin would fault the host.
         let entry = std::fs::read(&path).ok()?;
-        let verified =
-            entry.len() > TAG_LEN && self.tag(&key, content_hash, &entry[TAG_LEN..]).verify_slice(&entry[..TAG_LEN]).is_ok();
+        let verified = entry.len() > TAG_LEN
+            && self.tag(&key, content_hash, &entry[TAG_LEN..]).verify_slice(&entry[..TAG_LEN]).is_ok();
         if verified {
             // SAFETY: the tag proves this host wrote these bytes for exactly this
             // component and engine configuration ([`CompileCache::store`]), in a

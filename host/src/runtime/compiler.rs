@@ -66,7 +66,13 @@ impl Compiler {
 
     /// Compiles `bytes` for `engine`. Returns the component and, when a child compiled
     /// it, the artifact it sent (so a cache can store it without serializing again).
-    pub async fn compile(&self, engine: &Engine, fuel: bool, tier: super::tier::Tier, bytes: &[u8]) -> Result<Compiled, String> {
+    pub async fn compile(
+        &self,
+        engine: &Engine,
+        fuel: bool,
+        tier: super::tier::Tier,
+        bytes: &[u8],
+    ) -> Result<Compiled, String> {
         match self {
             Compiler::InProcess => {
                 let (engine, bytes) = (engine.clone(), bytes.to_vec());
@@ -163,12 +169,10 @@ async fn compile_in_child(
         || err.contains("Cannot allocate memory")
         || err.contains("out of memory")
         || err.contains("Resource temporarily unavailable")
-        || std::os::unix::process::ExitStatusExt::signal(&status).is_some_and(|s| s == libc::SIGABRT || s == libc::SIGSEGV);
+        || std::os::unix::process::ExitStatusExt::signal(&status)
+            .is_some_and(|s| s == libc::SIGABRT || s == libc::SIGSEGV);
     if out_of_memory {
-        return Err(format!(
-            "compiling needs more than {} MiB of memory (plugins.compile_memory)",
-            memory >> 20
-        ));
+        return Err(format!("compiling needs more than {} MiB of memory (plugins.compile_memory)", memory >> 20));
     }
     Err(match err.lines().last() {
         Some(line) if !line.is_empty() => line.to_owned(),

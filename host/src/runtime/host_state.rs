@@ -11,8 +11,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::capability::Grants;
-use crate::services::HostServices;
 use crate::plugin::{EventSink, TaskContext};
+use crate::services::HostServices;
 
 /// Bytes of a plugin's stdout/stderr kept per call (WASI plugins only); the rest is
 /// dropped. Enough for a panic message and a few diagnostic lines.
@@ -204,11 +204,7 @@ impl HostState {
         // closed stdin, no sockets and no name lookup. Clocks and randomness stay,
         // as every language runtime needs them.
         let mut b = WasiCtx::builder();
-        b.stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
+        b.stdout(stdout.clone()).stderr(stderr.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
         HostState {
             scope,
             limiter: CallLimiter::new(memory_limit),
@@ -279,7 +275,10 @@ mod tests {
     /// A core module whose start function fills its whole memory of `pages` pages, so
     /// every page it gets is resident.
     fn module_touching_memory(pages: u64) -> Vec<u8> {
-        use wasm_encoder::{CodeSection, Function, FunctionSection, Instruction, MemorySection, MemoryType, Module, StartSection, TypeSection};
+        use wasm_encoder::{
+            CodeSection, Function, FunctionSection, Instruction, MemorySection, MemoryType, Module, StartSection,
+            TypeSection,
+        };
         let mut m = Module::new();
         let mut types = TypeSection::new();
         types.ty().function([], []);
@@ -288,7 +287,13 @@ mod tests {
         funcs.function(0);
         m.section(&funcs);
         let mut memories = MemorySection::new();
-        memories.memory(MemoryType { minimum: pages, maximum: None, memory64: false, shared: false, page_size_log2: None });
+        memories.memory(MemoryType {
+            minimum: pages,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
         m.section(&memories);
         m.section(&StartSection { function_index: 0 });
         let mut code = CodeSection::new();

@@ -135,7 +135,8 @@ impl events::Host for HostState {
             || kind.len() > MAX_EVENT_KIND_BYTES
             || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         {
-            let shown = crate::text::escape_control(&kind[..floor_char_boundary(&kind, MAX_EVENT_KIND_BYTES)]).into_owned();
+            let shown =
+                crate::text::escape_control(&kind[..floor_char_boundary(&kind, MAX_EVENT_KIND_BYTES)]).into_owned();
             return Err(Error::InvalidInput(format!(
                 "event kind {shown:?} must be 1-{MAX_EVENT_KIND_BYTES} characters of [A-Za-z0-9_]"
             )));
@@ -177,7 +178,11 @@ impl state::Host for HostState {
     async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), Error> {
         self.check(Capability::State)?;
         let budgets = &self.scope.services.budgets;
-        self.scope.services.state.set(&self.scope.plugin, &key, value, budgets).map_err(|e| Error::Denied(e.to_string()))
+        self.scope
+            .services
+            .state
+            .set(&self.scope.plugin, &key, value, budgets)
+            .map_err(|e| Error::Denied(e.to_string()))
     }
 
     async fn delete(&mut self, key: String) -> Result<(), Error> {
@@ -227,7 +232,11 @@ fn to_model_message(m: model::Message) -> Result<warden_models::Message, Error> 
         "user" => Role::User,
         "assistant" => Role::Assistant,
         "tool" => Role::Tool,
-        other => return Err(Error::InvalidInput(format!("message role {other:?}; expected system, user, assistant or tool"))),
+        other => {
+            return Err(Error::InvalidInput(format!(
+                "message role {other:?}; expected system, user, assistant or tool"
+            )));
+        }
     };
     let tool_calls = m
         .tool_calls
@@ -244,7 +253,8 @@ fn parse_arguments(tool: &str, text: &str) -> Result<serde_json::Value, Error> {
     if text.trim().is_empty() {
         return Ok(serde_json::json!({}));
     }
-    serde_json::from_str(text).map_err(|e| Error::InvalidInput(format!("arguments of tool call {tool:?} are not JSON: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| Error::InvalidInput(format!("arguments of tool call {tool:?} are not JSON: {e}")))
 }
 
 fn from_model_message(m: warden_models::Message) -> model::Message {
@@ -280,9 +290,8 @@ impl model::Host for HostState {
             .tools
             .into_iter()
             .map(|t| {
-                let input_schema = serde_json::from_str(&t.input_schema).map_err(|e| {
-                    Error::InvalidInput(format!("input schema of tool {:?} is not JSON: {e}", t.name))
-                })?;
+                let input_schema = serde_json::from_str(&t.input_schema)
+                    .map_err(|e| Error::InvalidInput(format!("input schema of tool {:?} is not JSON: {e}", t.name)))?;
                 Ok(warden_models::ToolSpec { name: t.name, description: t.description, input_schema })
             })
             .collect::<Result<Vec<_>, Error>>()?;
@@ -292,21 +301,22 @@ impl model::Host for HostState {
         request.timeout = Some(timeout);
         // Streamed tokens and reasoning become task events; a full sink drops them
         // rather than stalling the provider.
-        let sink = self.scope.events.clone().filter(|_| self.scope.grants.check(Capability::Events).is_ok()).map(|events| {
-            let plugin = self.scope.plugin.to_string();
-            warden_models::StreamSink::new(move |ev| {
-                let (kind, text) = match ev {
-                    warden_models::ModelEvent::Token(t) => ("token", t),
-                    warden_models::ModelEvent::Reasoning(t) => ("reasoning", t),
-                    _ => return,
-                };
-                let _ = events.try_send(PluginEvent {
-                    plugin: plugin.clone(),
-                    kind: kind.into(),
-                    data: serde_json::json!({ "text": text }),
-                });
-            })
-        });
+        let sink =
+            self.scope.events.clone().filter(|_| self.scope.grants.check(Capability::Events).is_ok()).map(|events| {
+                let plugin = self.scope.plugin.to_string();
+                warden_models::StreamSink::new(move |ev| {
+                    let (kind, text) = match ev {
+                        warden_models::ModelEvent::Token(t) => ("token", t),
+                        warden_models::ModelEvent::Reasoning(t) => ("reasoning", t),
+                        _ => return,
+                    };
+                    let _ = events.try_send(PluginEvent {
+                        plugin: plugin.clone(),
+                        kind: kind.into(),
+                        data: serde_json::json!({ "text": text }),
+                    });
+                })
+            });
         let response = provider.complete(request, sink).await.map_err(|e| match e {
             warden_models::ModelError::Timeout { .. } => Error::Timeout(e.to_string()),
             warden_models::ModelError::Config(_) | warden_models::ModelError::UnknownModel { .. } => {
@@ -353,7 +363,11 @@ impl tools::Host for HostState {
             .list(&scope)
             .await
             .into_iter()
-            .map(|t| model::ToolSpec { name: t.name, description: t.description, input_schema: t.input_schema.to_string() })
+            .map(|t| model::ToolSpec {
+                name: t.name,
+                description: t.description,
+                input_schema: t.input_schema.to_string(),
+            })
             .collect())
     }
 
@@ -524,7 +538,6 @@ impl HostState {
         let timeout = self.io_timeout(req.timeout_ms)?;
         Ok(Outbound { method, url, headers, body: req.body, timeout, secret: injected })
     }
-
 }
 
 /// Sends, following redirects by hand so every hop passes the allow-list. Takes owned
@@ -654,10 +667,7 @@ impl http::Host for HostState {
         Ok(http::Response { status, headers, body })
     }
 
-    async fn send_streaming(
-        &mut self,
-        req: http::Request,
-    ) -> Result<(http::StreamHead, Resource<BodyStream>), Error> {
+    async fn send_streaming(&mut self, req: http::Request) -> Result<(http::StreamHead, Resource<BodyStream>), Error> {
         let budgets = self.scope.services.budgets;
         if self.usage.open_streams >= budgets.max_http_streams_per_call {
             return Err(over_budget(
@@ -669,7 +679,8 @@ impl http::Host for HostState {
         let out = self.prepare(req)?;
         let secret = out.secret.as_ref().map(|(_, v)| v.clone());
         let resp = dispatch(self.scope.http.clone(), self.scope.grants.clone(), out).await?;
-        let head = http::StreamHead { status: resp.status().as_u16(), headers: response_headers(&resp, secret.as_deref()) };
+        let head =
+            http::StreamHead { status: resp.status().as_u16(), headers: response_headers(&resp, secret.as_deref()) };
         let scrubber = secret.as_deref().and_then(SecretScrubber::new);
         let handle = self
             .table
@@ -683,10 +694,7 @@ impl http::Host for HostState {
 impl http::HostBodyStream for HostState {
     async fn next(&mut self, stream: Resource<BodyStream>) -> Result<Option<Vec<u8>>, Error> {
         let timeout = self.io_timeout(None)?;
-        let body = self
-            .table
-            .get_mut(&stream)
-            .map_err(|e| Error::InvalidInput(format!("unknown body stream: {e}")))?;
+        let body = self.table.get_mut(&stream).map_err(|e| Error::InvalidInput(format!("unknown body stream: {e}")))?;
         if body.ended {
             let rest = body.scrubber.as_mut().map(SecretScrubber::finish).unwrap_or_default();
             return Ok((!rest.is_empty()).then_some(rest));

@@ -9,9 +9,9 @@
 
 mod bindings;
 pub mod cache;
+pub mod compiler;
 pub(crate) mod host_state;
 mod imports;
-pub mod compiler;
 pub mod pool;
 pub mod tier;
 
@@ -25,9 +25,7 @@ use wasmtime::{Config as EngineConfig, Engine, Store, Trap, UpdateDeadline};
 
 use crate::capability::{Capability, Grants};
 use crate::config::Limits;
-use crate::plugin::{
-    EventSink, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
-};
+use crate::plugin::{EventSink, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
 use crate::services::HostServices;
 use bindings::Plugin as PluginBindings;
 use bindings::types as wit;
@@ -60,7 +58,9 @@ fn mcp_server_names(protocol_data: &str) -> Vec<String> {
             })
             .collect(),
         Some(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
-        Some(serde_json::Value::String(s)) => s.split(',').map(|x| x.trim().to_owned()).filter(|x| !x.is_empty()).collect(),
+        Some(serde_json::Value::String(s)) => {
+            s.split(',').map(|x| x.trim().to_owned()).filter(|x| !x.is_empty()).collect()
+        }
         _ => vec![],
     }
 }
@@ -239,7 +239,11 @@ pub struct RuntimeOptions {
 impl RuntimeOptions {
     /// On-demand allocation, no compile cache, no fuel: for tools and tests.
     pub fn uncached() -> Self {
-        RuntimeOptions { cache_dir: None, fuel: false, pool: None, compiler: compiler::Compiler::InProcess,
+        RuntimeOptions {
+            cache_dir: None,
+            fuel: false,
+            pool: None,
+            compiler: compiler::Compiler::InProcess,
             tiered: false,
             tier_up_min_size: tier::TIER_UP_MIN_SIZE,
         }
@@ -281,7 +285,8 @@ fn new_engine(options: &RuntimeOptions) -> anyhow::Result<(Engine, pool::Slots)>
             ),
         }
     }
-    let engine = Engine::new(&engine_config(options, tier::Tier::Optimized)).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
+    let engine = Engine::new(&engine_config(options, tier::Tier::Optimized))
+        .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
     Ok((engine, pool::Slots::unbounded()))
 }
 
@@ -353,7 +358,8 @@ impl Runtime {
             Some(b) => (&b.engine, tier::Tier::Baseline),
             None => (&self.engine, tier::Tier::Optimized),
         };
-        let compiled = self.compiler.compile(engine, self.fuel_enabled, tier, bytes).await.map_err(LoadError::Compile)?;
+        let compiled =
+            self.compiler.compile(engine, self.fuel_enabled, tier, bytes).await.map_err(LoadError::Compile)?;
         Ok(names_of(&compiled.component, engine))
     }
 
@@ -436,7 +442,9 @@ impl Runtime {
             .map_err(LoadError::Compile)?;
         let (cache, hash) = (self.cache.clone(), content_hash.to_owned());
         let component = compiled.component.clone();
-        let _ = tokio::task::spawn_blocking(move || cache.store(&hash, &compiled.component, compiled.artifact.as_deref())).await;
+        let _ =
+            tokio::task::spawn_blocking(move || cache.store(&hash, &compiled.component, compiled.artifact.as_deref()))
+                .await;
         Ok(component)
     }
 
@@ -450,14 +458,19 @@ impl Runtime {
             let started = Instant::now();
             let compiled = match compiler.compile(&engine, fuel, tier::Tier::Optimized, &bytes).await {
                 Ok(c) => c,
-                Err(e) => return tracing::warn!(plugin = %id, error = %e, "the optimised compile failed; the baseline build keeps serving"),
+                Err(e) => {
+                    return tracing::warn!(plugin = %id, error = %e, "the optimised compile failed; the baseline build keeps serving");
+                }
             };
             let pre = match linker.instantiate_pre(&compiled.component) {
                 Ok(pre) => pre,
-                Err(e) => return tracing::warn!(plugin = %id, error = %root_cause(&e), "the optimised build does not link; the baseline build keeps serving"),
+                Err(e) => {
+                    return tracing::warn!(plugin = %id, error = %root_cause(&e), "the optimised build does not link; the baseline build keeps serving");
+                }
             };
             let component = compiled.component.clone();
-            let _ = tokio::task::spawn_blocking(move || cache.store(&hash, &component, compiled.artifact.as_deref())).await;
+            let _ =
+                tokio::task::spawn_blocking(move || cache.store(&hash, &component, compiled.artifact.as_deref())).await;
             if let Some(build) = target.upgrade() {
                 build.upgrade(pre);
                 tracing::info!(plugin = %id, took_ms = started.elapsed().as_millis() as u64, "optimised build installed");
@@ -627,11 +640,7 @@ impl Runtime {
         }
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
-            if Instant::now() >= deadline {
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                Ok(UpdateDeadline::Yield(1))
-            }
+            if Instant::now() >= deadline { Ok(UpdateDeadline::Interrupt) } else { Ok(UpdateDeadline::Yield(1)) }
         });
         let classify = |e: wasmtime::Error| -> CallError {
             if memory_hit.load(Ordering::SeqCst) {
@@ -704,7 +713,13 @@ pub mod bench {
                 resume: None,
                 run_in_background: false,
             },
-            wit::SubagentDefinition { name: "x".into(), description: "d".into(), kind: "HOSTILE".into(), reference, protocol_data: "{}".into() },
+            wit::SubagentDefinition {
+                name: "x".into(),
+                description: "d".into(),
+                kind: "HOSTILE".into(),
+                reference,
+                protocol_data: "{}".into(),
+            },
         )
     }
 
@@ -739,7 +754,12 @@ pub mod bench {
 
         pub async fn execute(&mut self, prompt: &str) -> String {
             let (c, t, d) = args(prompt);
-            self.bindings.warden_plugin_executor().call_execute(&mut self.store, &c, &t, &d).await.expect("call").expect("ok")
+            self.bindings
+                .warden_plugin_executor()
+                .call_execute(&mut self.store, &c, &t, &d)
+                .await
+                .expect("call")
+                .expect("ok")
         }
     }
 }

@@ -779,7 +779,9 @@ fn question(p: &PendingApproval) -> String {
     let line = |s: &str| crate::text::escape_control(s.trim()).into_owned();
     let input = match super::question_arguments(&p.input) {
         Ok(text) => text,
-        Err(n) => format!("arguments of {n} characters, too long to show here: read `input` in the data part before answering"),
+        Err(n) => format!(
+            "arguments of {n} characters, too long to show here: read `input` in the data part before answering"
+        ),
     };
     let reason = if p.reason.trim().is_empty() { String::new() } else { format!(" ({})", line(&p.reason)) };
     format!(

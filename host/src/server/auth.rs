@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{AppState, ApiError};
+use super::{ApiError, AppState};
 use crate::config::{Role, ServerConfig};
 
 /// Paths served without a token (liveness probes).
@@ -27,7 +27,9 @@ pub fn tokens_from_env(var: &str) -> Vec<String> {
 }
 
 fn split_tokens(value: Option<String>) -> Vec<String> {
-    value.map(|v| v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
+    value
+        .map(|v| v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// An open API (no tokens) may only listen on loopback.
@@ -82,7 +84,12 @@ impl Principal {
 
     /// An admin without a user of its own (`tokens_env` tokens, the open API).
     pub fn admin(name: &str) -> Self {
-        Principal { name: name.to_owned(), role: Role::Admin, approves: vec![], default_user: crate::engine::DEFAULT_USER.into() }
+        Principal {
+            name: name.to_owned(),
+            role: Role::Admin,
+            approves: vec![],
+            default_user: crate::engine::DEFAULT_USER.into(),
+        }
     }
 
     pub fn is_admin(&self) -> bool {
@@ -122,7 +129,10 @@ pub fn credentials(server: &ServerConfig) -> anyhow::Result<Vec<(String, Princip
 }
 
 /// [`credentials`] with the environment read through `env` (tests).
-pub fn credentials_from(server: &ServerConfig, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Vec<(String, Principal)>> {
+pub fn credentials_from(
+    server: &ServerConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<Vec<(String, Principal)>> {
     let mut out: Vec<(String, Principal)> = vec![];
     for p in &server.principals {
         let tokens = split_tokens(env(&p.token_env));
@@ -138,7 +148,11 @@ pub fn credentials_from(server: &ServerConfig, env: impl Fn(&str) -> Option<Stri
     }
     for (i, (t, p)) in out.iter().enumerate() {
         if let Some((_, q)) = out[..i].iter().find(|(u, _)| u == t) {
-            anyhow::bail!("principals `{}` and `{}` have the same token; each token must name one principal", q.name, p.name);
+            anyhow::bail!(
+                "principals `{}` and `{}` have the same token; each token must name one principal",
+                q.name,
+                p.name
+            );
         }
     }
     Ok(out)
@@ -158,7 +172,9 @@ fn is_loopback_authority(authority: &str) -> bool {
         },
     };
     let port_ok = port.is_empty()
-        || port.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
     port_ok && matches!(host.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "::1")
 }
 
@@ -207,7 +223,11 @@ pub async fn require_token(State(state): State<AppState>, mut req: Request, next
         None => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            if given.is_some() { "invalid bearer token" } else { "missing bearer token (Authorization: Bearer <token>)" },
+            if given.is_some() {
+                "invalid bearer token"
+            } else {
+                "missing bearer token (Authorization: Bearer <token>)"
+            },
         )
         .into_response(),
     }
@@ -248,7 +268,13 @@ mod tests {
             assert!(open_api_refusal(&request(Some(host), None)).is_some(), "{host:?}");
         }
         assert!(open_api_refusal(&request(None, None)).is_some(), "no Host");
-        for origin in ["http://attacker.example", "null", "http://127.0.0.1.attacker.example", "file://", "https://localhost.evil:1"] {
+        for origin in [
+            "http://attacker.example",
+            "null",
+            "http://127.0.0.1.attacker.example",
+            "file://",
+            "https://localhost.evil:1",
+        ] {
             assert!(open_api_refusal(&request(Some("127.0.0.1:7878"), Some(origin))).is_some(), "{origin}");
         }
     }

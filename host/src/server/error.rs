@@ -52,9 +52,11 @@ impl IntoResponse for ApiError {
         if this.status.is_server_error() {
             tracing::error!(code = this.code, message = %this.message, "API error");
         }
-        let mut resp = (this.status, Json(json!({ "error": { "code": this.code, "message": this.message } }))).into_response();
+        let mut resp =
+            (this.status, Json(json!({ "error": { "code": this.code, "message": this.message } }))).into_response();
         if this.status == StatusCode::UNAUTHORIZED {
-            resp.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+            resp.headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
         }
         resp
     }
@@ -86,7 +88,9 @@ impl From<SubmitError> for ApiError {
         let message = e.to_string();
         match e {
             SubmitError::Invalid(TaskError::MissingField(_)) => ApiError::bad_request("missing_field", message),
-            SubmitError::Invalid(TaskError::UnknownSubagent { .. }) => ApiError::bad_request("unknown_subagent", message),
+            SubmitError::Invalid(TaskError::UnknownSubagent { .. }) => {
+                ApiError::bad_request("unknown_subagent", message)
+            }
             SubmitError::Invalid(TaskError::NoPlugin { .. }) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_plugin", message)
             }
@@ -140,7 +144,8 @@ mod tests {
     async fn regression_errors_scrubbed_with_every_tenants_secrets_confirmed_guesses() {
         let guess = "alice-pin-491827";
         crate::redact::registry().remember("alice", "oracle-test", &[guess]).unwrap();
-        let resp = ApiError::bad_request("unknown_subagent", format!("unknown subagent_type {guess:?}")).into_response();
+        let resp =
+            ApiError::bad_request("unknown_subagent", format!("unknown subagent_type {guess:?}")).into_response();
         let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
         let text = String::from_utf8_lossy(&body);
         assert!(text.contains(guess), "{text}");

@@ -103,7 +103,8 @@ impl McpFront {
     }
 
     fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal, ErrorData> {
-        let from_http = ctx.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<Principal>()).cloned();
+        let from_http =
+            ctx.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<Principal>()).cloned();
         from_http.or_else(|| self.local.clone()).ok_or_else(|| ErrorData::invalid_request("unauthenticated", None))
     }
 
@@ -152,7 +153,11 @@ impl McpFront {
         }
     }
 
-    async fn call(&self, req: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+    async fn call(
+        &self,
+        req: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let who = self.principal(&ctx)?;
         let args = Value::Object(req.arguments.clone().unwrap_or_default());
         // A client answering an elicitation (2026-07-28) comes back with the same call
@@ -238,7 +243,12 @@ impl McpFront {
             .map(Duration::from_millis)
             .unwrap_or(crate::engine::DEFAULT_OUTPUT_TIMEOUT)
             .min(crate::engine::MAX_OUTPUT_TIMEOUT);
-        let rec = self.state.engine.output(&a.task_id, a.block.unwrap_or(true), timeout).await.map_err(|e| api_error(e.into()))?;
+        let rec = self
+            .state
+            .engine
+            .output(&a.task_id, a.block.unwrap_or(true), timeout)
+            .await
+            .map_err(|e| api_error(e.into()))?;
         let Some(rec) = rec else { return Err(api_error(ApiError::task_not_found(&a.task_id))) };
         Ok(CallToolResult::success(vec![ContentBlock::text(super::task_json(&rec).to_string())]).into())
     }
@@ -256,7 +266,8 @@ impl McpFront {
         let rec = super::visible_task(&self.state, who, task_id).map_err(api_error)?;
         let engine = self.state.engine.clone();
         let live = engine.live(task_id);
-        let mut events = super::follow::follow(engine.clone(), task_id.to_owned(), (rec.user_id, rec.session_id), after);
+        let mut events =
+            super::follow::follow(engine.clone(), task_id.to_owned(), (rec.user_id, rec.session_id), after);
         let progress = ctx.meta.get_progress_token();
         // Followed from the start: every event passes here, so the result needs no re-read.
         let mut seen: Option<Vec<Value>> = (after == 0).then(Vec::new);
@@ -315,7 +326,11 @@ impl McpFront {
             return Ok(None);
         }
         let Some(params) = elicitation(ev) else {
-            tracing::info!(task_id, approval = id, "arguments too long to show in an elicitation; left to the approvals API");
+            tracing::info!(
+                task_id,
+                approval = id,
+                "arguments too long to show in an elicitation; left to the approvals API"
+            );
             if !self.approvals_api {
                 // Nobody else can be asked: what cannot be shown whole is declined.
                 self.decide(who, id, warden_approval::Resolution::Decline, warden_approval::Scope::Once);
@@ -348,7 +363,12 @@ impl McpFront {
     }
 
     /// Applies a 2026-07-28 client's answer to the approval `round` names.
-    fn answer(&self, who: &Principal, round: &Round, responses: Option<&rmcp::model::InputResponses>) -> Result<(), ErrorData> {
+    fn answer(
+        &self,
+        who: &Principal,
+        round: &Round,
+        responses: Option<&rmcp::model::InputResponses>,
+    ) -> Result<(), ErrorData> {
         super::visible_task(&self.state, who, &round.task).map_err(api_error)?;
         let response = responses.and_then(|r| r.get(APPROVAL_INPUT)).cloned().unwrap_or(Value::Null);
         let (decision, scope) = decision_of(&response);
@@ -390,7 +410,9 @@ impl McpFront {
             let uri = file_uri(&rec.session_id, &path);
             let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
             let (mime, _) = super::mime_for(&path);
-            let link = Resource::new(uri, name).with_mime_type(mime).with_description(format!("written by task {}", rec.task_id));
+            let link = Resource::new(uri, name)
+                .with_mime_type(mime)
+                .with_description(format!("written by task {}", rec.task_id));
             content.push(ContentBlock::resource_link(link));
         }
         let mut result =
@@ -443,7 +465,11 @@ impl McpFront {
         files
     }
 
-    async fn read(&self, req: ReadResourceRequestParams, ctx: RequestContext<RoleServer>) -> Result<ReadResourceResponse, ErrorData> {
+    async fn read(
+        &self,
+        req: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
         let who = self.principal(&ctx)?;
         let Some((session, path)) = parse_file_uri(&req.uri) else {
             return Err(ErrorData::invalid_params(format!("not a warden session file URI: {}", short(&req.uri)), None));
@@ -451,15 +477,22 @@ impl McpFront {
         let bytes = super::session_file(&self.state, &who, None, &session, &path).await.map_err(api_error)?;
         if bytes.len() > MAX_RESOURCE_BYTES {
             return Err(ErrorData::invalid_params(
-                format!("{} is {} bytes; resources/read returns at most {MAX_RESOURCE_BYTES} (download it from the API)", short(&path), bytes.len()),
+                format!(
+                    "{} is {} bytes; resources/read returns at most {MAX_RESOURCE_BYTES} (download it from the API)",
+                    short(&path),
+                    bytes.len()
+                ),
                 None,
             ));
         }
         let (mime, _) = super::mime_for(&path);
         let contents = match String::from_utf8(bytes) {
             Ok(text) => ResourceContents::text(text, req.uri.clone()).with_mime_type(mime),
-            Err(e) => ResourceContents::blob(base64::engine::general_purpose::STANDARD.encode(e.into_bytes()), req.uri.clone())
-                .with_mime_type(mime),
+            Err(e) => ResourceContents::blob(
+                base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
+                req.uri.clone(),
+            )
+            .with_mime_type(mime),
         };
         Ok(ReadResourceResult::new(vec![contents]).into())
     }
@@ -484,7 +517,11 @@ impl ServerHandler for McpFront {
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         self.call(request, ctx).await
     }
 
@@ -599,7 +636,10 @@ async fn bind_sessions(
                 let table = owners.table();
                 let mine = table.values().filter(|(owner, _)| *owner == who).count();
                 if mine >= MAX_MCP_SESSIONS_PER_PRINCIPAL || table.len() >= MAX_MCP_SESSIONS {
-                    return mcp_refusal(http::StatusCode::SERVICE_UNAVAILABLE, "too many open MCP sessions; close one (DELETE) or wait");
+                    return mcp_refusal(
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                        "too many open MCP sessions; close one (DELETE) or wait",
+                    );
                 }
             }
             axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))
@@ -724,7 +764,11 @@ fn progress_message(ev: &Value) -> String {
         },
         "tool_call" => format!("tool call: {} {}", ev["name"].as_str().unwrap_or_default(), ev["input"]),
         "tool_result" => {
-            format!("tool result: {}{}", ev["name"].as_str().unwrap_or_default(), if ev["is_error"] == true { " (error)" } else { "" })
+            format!(
+                "tool result: {}{}",
+                ev["name"].as_str().unwrap_or_default(),
+                if ev["is_error"] == true { " (error)" } else { "" }
+            )
         }
         "approval_request" => format!("waiting for approval: {}", ev["tool"].as_str().unwrap_or_default()),
         "approval_resolved" => format!("approval: {}", ev["decision"].as_str().unwrap_or_default()),
@@ -746,7 +790,8 @@ const APPROVAL_INPUT: &str = "approval";
 fn elicitation(ev: &Value) -> Option<ElicitRequestParams> {
     let line = |v: &Value| crate::text::escape_control(v.as_str().unwrap_or_default()).into_owned();
     let input = super::question_arguments(&ev["input"]).ok()?;
-    let rule = ev["matched_rule"].as_str().map(|_| format!(" (rule `{}`)", line(&ev["matched_rule"]))).unwrap_or_default();
+    let rule =
+        ev["matched_rule"].as_str().map(|_| format!(" (rule `{}`)", line(&ev["matched_rule"]))).unwrap_or_default();
     let message = format!(
         "warden approval request {}\nSubagent: {} (task {})\nTool: {}{rule}\nWhy asked: {}\nArguments (complete): {input}\nApprove this call?",
         line(&ev["id"]),
@@ -776,7 +821,9 @@ fn elicitation(ev: &Value) -> Option<ElicitRequestParams> {
 /// decline, held once.
 fn decision_of(answer: &Value) -> (warden_approval::Resolution, warden_approval::Scope) {
     use warden_approval::{Resolution, Scope};
-    let Ok(result) = serde_json::from_value::<ElicitResult>(answer.clone()) else { return (Resolution::Decline, Scope::Once) };
+    let Ok(result) = serde_json::from_value::<ElicitResult>(answer.clone()) else {
+        return (Resolution::Decline, Scope::Once);
+    };
     let content = result.content.unwrap_or(Value::Null);
     if result.action != ElicitationAction::Accept || content["decision"] != "approve" {
         return (Resolution::Decline, Scope::Once);
@@ -806,7 +853,8 @@ impl Round {
         if state.len() > MAX_REQUEST_STATE {
             return Err(ErrorData::invalid_params("requestState is too long", None));
         }
-        serde_json::from_str(state).map_err(|_| ErrorData::invalid_params("requestState is not one this server issued", None))
+        serde_json::from_str(state)
+            .map_err(|_| ErrorData::invalid_params("requestState is not one this server issued", None))
     }
 }
 
@@ -887,7 +935,17 @@ mod tests {
         let ElicitRequestParams::FormElicitationParams { message, .. } = elicitation(&ev).unwrap() else { panic!() };
         // Exactly the template's lines, each starting with warden's own label.
         let labels: Vec<&str> = message.lines().map(|l| l.split(':').next().unwrap_or(l)).collect();
-        assert_eq!(labels, ["warden approval request apr_1", "Subagent", "Tool", "Why asked", "Arguments (complete)", "Approve this call?"]);
+        assert_eq!(
+            labels,
+            [
+                "warden approval request apr_1",
+                "Subagent",
+                "Tool",
+                "Why asked",
+                "Arguments (complete)",
+                "Approve this call?"
+            ]
+        );
         assert!(!message.contains('\u{1b}') && !message.contains('\u{202e}') && !message.contains('\r'), "{message}");
         let long = json!({"id": "apr_2", "tool": "Bash", "input": {"command": format!("touch a{}&& touch hidden", " ".repeat(super::super::MAX_QUESTION_ARGUMENTS))}});
         assert!(elicitation(&long).is_none());
@@ -895,11 +953,16 @@ mod tests {
 
     #[test]
     fn file_uris_round_trip() {
-        for (session, path) in [("sess_1", "/workspace/a.txt"), ("s", "/workspace/dir/with space/ü.md"), ("s", "rel/x%2F.txt")] {
+        for (session, path) in
+            [("sess_1", "/workspace/a.txt"), ("s", "/workspace/dir/with space/ü.md"), ("s", "rel/x%2F.txt")]
+        {
             let uri = file_uri(session, path);
             let (s, p) = parse_file_uri(&uri).unwrap();
             assert_eq!(s, session);
-            assert_eq!(format!("/workspace/{p}").trim_start_matches("/workspace/"), path.trim_start_matches("/workspace/"));
+            assert_eq!(
+                format!("/workspace/{p}").trim_start_matches("/workspace/"),
+                path.trim_start_matches("/workspace/")
+            );
         }
         assert_eq!(parse_file_uri("warden://sessions/a%2Fb/files/x"), None);
         assert_eq!(parse_file_uri("file:///etc/passwd"), None);

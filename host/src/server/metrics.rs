@@ -40,7 +40,13 @@ pub fn render(state: &AppState) -> String {
     let pending = engine.gate().map(|g| g.pending().len() as u64).unwrap_or(0);
     let mut out = String::new();
     series(&mut out, "warden_tasks_submitted_total", "counter", "Tasks accepted.", &[("", get(&m.submitted))]);
-    series(&mut out, "warden_tasks_rejected_total", "counter", "Task submissions refused (invalid or queue full).", &[("", get(&m.rejected))]);
+    series(
+        &mut out,
+        "warden_tasks_rejected_total",
+        "counter",
+        "Task submissions refused (invalid or queue full).",
+        &[("", get(&m.rejected))],
+    );
     series(
         &mut out,
         "warden_tasks_finished_total",
@@ -73,7 +79,13 @@ pub fn render(state: &AppState) -> String {
     let _ = writeln!(out, "warden_task_duration_seconds_count {count}");
     series(&mut out, "warden_approvals_pending", "gauge", "Tool calls waiting for a person.", &[("", pending)]);
     series(&mut out, "warden_plugins_loaded", "gauge", "Plugins loaded.", &[("", snap.plugins.len() as u64)]);
-    series(&mut out, "warden_plugins_invalid", "gauge", "Plugin files that failed to load.", &[("", snap.invalid.len() as u64)]);
+    series(
+        &mut out,
+        "warden_plugins_invalid",
+        "gauge",
+        "Plugin files that failed to load.",
+        &[("", snap.invalid.len() as u64)],
+    );
     series(&mut out, "warden_subagents", "gauge", "Resolved subagents.", &[("", snap.definitions.len() as u64)]);
     let total = get(&m.http_requests);
     let c4 = get(&m.http_client_errors);
@@ -83,11 +95,7 @@ pub fn render(state: &AppState) -> String {
         "warden_http_responses_total",
         "counter",
         "HTTP responses, by status class.",
-        &[
-            ("{class=\"2xx_3xx\"}", total.saturating_sub(c4 + c5)),
-            ("{class=\"4xx\"}", c4),
-            ("{class=\"5xx\"}", c5),
-        ],
+        &[("{class=\"2xx_3xx\"}", total.saturating_sub(c4 + c5)), ("{class=\"4xx\"}", c4), ("{class=\"5xx\"}", c5)],
     );
     out
 }

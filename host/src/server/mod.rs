@@ -109,7 +109,8 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let tokens_env = state.engine.registry().config().server.tokens_env.clone();
     check_bind(&addr, &state.tokens, &tokens_env)?;
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, auth = !state.tokens.is_empty(), "warden API listening");
     eprintln!("warden API listening on http://{local}");
@@ -311,11 +312,9 @@ async fn task_events(
     let Path(id) = id?;
     let after = match headers.get("last-event-id") {
         None => 0,
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|t| t.trim().parse::<u64>().ok())
-            .ok_or_else(|| ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event sequence number"))?,
+        Some(v) => v.to_str().ok().and_then(|t| t.trim().parse::<u64>().ok()).ok_or_else(|| {
+            ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event sequence number")
+        })?,
     };
     let rec = visible_task(&s, &who, &id)?;
     Ok(sse::task_events(s.engine.clone(), id, (rec.user_id, rec.session_id), after, s.heartbeat).into_response())
@@ -341,7 +340,10 @@ async fn cancel_task(
 
 /// The pending approvals `who` may see and decide, each with the record of its task
 /// (`None` for a call no task of this server made: only admins see those).
-pub(crate) fn visible_approvals(s: &ServerState, who: &Principal) -> Vec<(warden_approval::PendingApproval, Option<TaskRecord>)> {
+pub(crate) fn visible_approvals(
+    s: &ServerState,
+    who: &Principal,
+) -> Vec<(warden_approval::PendingApproval, Option<TaskRecord>)> {
     let pending = s.engine.gate().map(|g| g.pending()).unwrap_or_default();
     pending
         .into_iter()
@@ -517,9 +519,15 @@ pub(crate) async fn session_file(
     }
     let bytes = sandbox.download_file(&key, path).await.map_err(|e| match e {
         E::PathOutsideWorkspace { .. } => ApiError::new(StatusCode::FORBIDDEN, "path_outside_workspace", e.to_string()),
-        E::File { ref message, .. } if message.contains("does not exist") => ApiError::not_found("file_not_found", e.to_string()),
-        E::File { .. } | E::InvalidSessionKey(_) | E::InvalidInput { .. } => ApiError::bad_request("invalid_file", e.to_string()),
-        E::DockerUnavailable(_) | E::ImageMissing { .. } | E::TooManySessions { .. } | E::ShutDown => unavailable(e.to_string()),
+        E::File { ref message, .. } if message.contains("does not exist") => {
+            ApiError::not_found("file_not_found", e.to_string())
+        }
+        E::File { .. } | E::InvalidSessionKey(_) | E::InvalidInput { .. } => {
+            ApiError::bad_request("invalid_file", e.to_string())
+        }
+        E::DockerUnavailable(_) | E::ImageMissing { .. } | E::TooManySessions { .. } | E::ShutDown => {
+            unavailable(e.to_string())
+        }
         other => ApiError::new(StatusCode::BAD_GATEWAY, "sandbox_error", other.to_string()),
     })?;
     // A file is a way out too: the session's secrets never leave in one.

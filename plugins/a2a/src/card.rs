@@ -130,7 +130,9 @@ impl Problems {
                     self.0.push(format!("field `{field}[{i}]` must be a string, found {}", kind_of(bad)));
                 }
             }
-            Some(other) => self.0.push(format!("field `{field}` must be an array of strings, found {}", kind_of(other))),
+            Some(other) => {
+                self.0.push(format!("field `{field}` must be an array of strings, found {}", kind_of(other)))
+            }
         }
     }
 }
@@ -214,9 +216,7 @@ pub fn parse_card(bytes: &[u8], card_url: &str, forced: Option<Version>) -> Resu
                 }
             }
         }
-        Some(other) => {
-            p.0.push(format!("field `supportedInterfaces` must be an array, found {}", kind_of(other)))
-        }
+        Some(other) => p.0.push(format!("field `supportedInterfaces` must be an array, found {}", kind_of(other))),
     }
     let legacy_version = card_version.map(str::to_string).or_else(|| Some("0.3".into()));
     if let Some(url) = p.string(&card, "url", false) {

@@ -213,7 +213,10 @@ impl<H: Host> Session<'_, H> {
             other => SendError::Final(other),
         })?;
         if matches!(resp.status, 408 | 429 | 502 | 503 | 504) {
-            return Err(SendError::Transient(Error::Remote(format!("A2A endpoint {} returned HTTP {}", self.plan.endpoint, resp.status))));
+            return Err(SendError::Transient(Error::Remote(format!(
+                "A2A endpoint {} returned HTTP {}",
+                self.plan.endpoint, resp.status
+            ))));
         }
         proto::parse_response(&resp.body).map_err(|e| {
             SendError::Final(match (&e, resp.status) {
@@ -403,7 +406,8 @@ pub fn execute(host: &mut impl Host, plan: Plan, call: &Call) -> Result<String, 
         }
         State::Canceled => Err(Error::Remote("the remote task was canceled".into())),
         State::InputRequired | State::AuthRequired => {
-            let task_id = tracker.task_id.clone().ok_or_else(|| Error::Remote("input requested without a task id".into()))?;
+            let task_id =
+                tracker.task_id.clone().ok_or_else(|| Error::Remote("input requested without a task id".into()))?;
             let saved = Saved { task_id, context_id: tracker.context_id.clone(), version: plan.version };
             host.state_set(&state_key(call.task_id), &saved.encode())?;
             let question = tracker.status_text.clone().unwrap_or_else(|| match state {

@@ -48,7 +48,13 @@ pub fn headers(version: Version, streaming: bool) -> Vec<(String, String)> {
 }
 
 /// The user message carrying the prompt as one text part.
-pub fn user_message(version: Version, message_id: &str, text: &str, context_id: Option<&str>, task_id: Option<&str>) -> Value {
+pub fn user_message(
+    version: Version,
+    message_id: &str,
+    text: &str,
+    context_id: Option<&str>,
+    task_id: Option<&str>,
+) -> Value {
     let mut m = match version {
         Version::V1_0 => json!({ "messageId": message_id, "role": "ROLE_USER", "parts": [{ "text": text }] }),
         Version::V0_3 => json!({
@@ -79,7 +85,8 @@ pub fn task_params(id: &str) -> Value {
 
 /// A JSON-RPC 2.0 request body.
 pub fn request(id: u64, method: &str, params: Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).expect("JSON values serialize")
+    serde_json::to_vec(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+        .expect("JSON values serialize")
 }
 
 /// Task states of both versions.
@@ -233,7 +240,11 @@ fn status_event(s: &Value) -> Event {
     Event::Status {
         task_id: str_field(s, "taskId"),
         context_id: str_field(s, "contextId"),
-        state: status.and_then(|st| st.get("state")).and_then(Value::as_str).map(State::parse).unwrap_or(State::Unknown),
+        state: status
+            .and_then(|st| st.get("state"))
+            .and_then(Value::as_str)
+            .map(State::parse)
+            .unwrap_or(State::Unknown),
         message: status.and_then(|st| st.get("message")).filter(|m| m.is_object()).map(msg),
     }
 }
@@ -282,8 +293,9 @@ pub fn parse_result(result: &Value) -> Result<Event, String> {
 
 /// A JSON-RPC response body → its result, or the remote error as text.
 pub fn parse_response(body: &[u8]) -> Result<Value, RpcError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| RpcError::Malformed(format!("response is not JSON ({e}): {}", truncate(&String::from_utf8_lossy(body), 200))))?;
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        RpcError::Malformed(format!("response is not JSON ({e}): {}", truncate(&String::from_utf8_lossy(body), 200)))
+    })?;
     if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
         let Some(code) = err.get("code").and_then(Value::as_i64) else {
             return Err(RpcError::Malformed(format!("not a JSON-RPC error: {}", truncate(&err.to_string(), 200))));
@@ -293,7 +305,10 @@ pub fn parse_response(body: &[u8]) -> Result<Value, RpcError> {
     }
     match v.get("result") {
         Some(r) => Ok(r.clone()),
-        None => Err(RpcError::Malformed(format!("JSON-RPC response has neither result nor error: {}", truncate(&v.to_string(), 200)))),
+        None => Err(RpcError::Malformed(format!(
+            "JSON-RPC response has neither result nor error: {}",
+            truncate(&v.to_string(), 200)
+        ))),
     }
 }
 

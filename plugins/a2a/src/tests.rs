@@ -62,13 +62,21 @@ fn every_valid_fixture_card_resolves_and_invalid_ones_name_the_problem() {
 #[test]
 fn invalid_fixture_errors_name_fields() {
     let dir = fixtures().join("a2aproject-A2A/invalid");
-    let e = card::parse_card(&std::fs::read(dir.join("cli-testdata-invalid-missing-required.json")).unwrap(), "http://h/", None)
-        .unwrap_err();
+    let e = card::parse_card(
+        &std::fs::read(dir.join("cli-testdata-invalid-missing-required.json")).unwrap(),
+        "http://h/",
+        None,
+    )
+    .unwrap_err();
     for f in ["capabilities", "defaultInputModes", "defaultOutputModes", "skills"] {
         assert!(e.contains(&format!("missing required field `{f}`")), "{e}");
     }
-    let e = card::parse_card(&std::fs::read(dir.join("cli-testdata-invalid-invalid-format.json")).unwrap(), "http://h/", None)
-        .unwrap_err();
+    let e = card::parse_card(
+        &std::fs::read(dir.join("cli-testdata-invalid-invalid-format.json")).unwrap(),
+        "http://h/",
+        None,
+    )
+    .unwrap_err();
     assert!(e.contains("field `name` must be a string, found a number"), "{e}");
     assert!(e.contains("field `protocolVersion` must be a string"), "{e}");
     assert!(e.contains("field `capabilities` must be an object"), "{e}");
@@ -176,20 +184,32 @@ fn artifacts_append_and_result_prefers_artifacts() {
     for (i, append) in [(1, false), (2, true), (3, true)] {
         t.apply(Event::Artifact { task_id: Some("t".into()), artifact_id: "r".into(), text: format!("p{i} "), append });
     }
-    t.apply(proto::parse_result(&json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED",
-        "message": {"role": "ROLE_AGENT", "parts": [{"text": "done"}]}}}})).unwrap());
+    t.apply(
+        proto::parse_result(&json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED",
+        "message": {"role": "ROLE_AGENT", "parts": [{"text": "done"}]}}}}))
+        .unwrap(),
+    );
     assert_eq!(t.result_text(), "p1 p2 p3");
     let mut t = Tracker::default();
-    t.apply(proto::parse_result(&json!({"kind": "message", "role": "agent", "parts": [{"kind": "text", "text": "hi"}]})).unwrap());
+    t.apply(
+        proto::parse_result(&json!({"kind": "message", "role": "agent", "parts": [{"kind": "text", "text": "hi"}]}))
+            .unwrap(),
+    );
     assert_eq!((t.state, t.result_text().as_str()), (Some(State::Completed), "hi"));
 }
 
 #[test]
 fn requests_follow_each_version() {
     let m = proto::user_message(Version::V1_0, "m", "hi", Some("c"), Some("t"));
-    assert_eq!(m, json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": "c", "taskId": "t"}));
+    assert_eq!(
+        m,
+        json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": "c", "taskId": "t"})
+    );
     let m = proto::user_message(Version::V0_3, "m", "hi", None, None);
-    assert_eq!(m, json!({"kind": "message", "messageId": "m", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}));
+    assert_eq!(
+        m,
+        json!({"kind": "message", "messageId": "m", "role": "user", "parts": [{"kind": "text", "text": "hi"}]})
+    );
     assert!(proto::headers(Version::V1_0, false).contains(&("A2A-Version".into(), "1.0".into())));
     assert!(!proto::headers(Version::V0_3, false).iter().any(|(k, _)| k == "A2A-Version"));
     assert_eq!(proto::method(Version::V0_3, proto::Op::Cancel), "tasks/cancel");
@@ -198,7 +218,8 @@ fn requests_follow_each_version() {
 
 #[test]
 fn rpc_errors_are_named() {
-    let e = proto::parse_response(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Task not found"}}"#).unwrap_err();
+    let e = proto::parse_response(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Task not found"}}"#)
+        .unwrap_err();
     assert_eq!(e.to_string(), "A2A error -32001: Task not found");
 }
 
@@ -396,8 +417,12 @@ fn streaming_relays_status_events() {
             ev(json!({"kind": "task", "id": "rt", "contextId": "rc", "status": {"state": "submitted"}})),
             ev(json!({"kind": "status-update", "taskId": "rt", "status": {"state": "working",
                 "message": {"kind": "message", "role": "agent", "parts": [{"kind": "text", "text": "step 1/2"}]}}})),
-            ev(json!({"kind": "artifact-update", "taskId": "rt", "artifact": {"artifactId": "r", "parts": [{"kind": "text", "text": "a"}]}})),
-            ev(json!({"kind": "artifact-update", "taskId": "rt", "append": true, "artifact": {"artifactId": "r", "parts": [{"kind": "text", "text": "b"}]}})),
+            ev(
+                json!({"kind": "artifact-update", "taskId": "rt", "artifact": {"artifactId": "r", "parts": [{"kind": "text", "text": "a"}]}}),
+            ),
+            ev(
+                json!({"kind": "artifact-update", "taskId": "rt", "append": true, "artifact": {"artifactId": "r", "parts": [{"kind": "text", "text": "b"}]}}),
+            ),
             ev(json!({"kind": "status-update", "taskId": "rt", "final": true, "status": {"state": "completed"}})),
         ],
         None,
@@ -414,7 +439,10 @@ fn streaming_relays_status_events() {
 fn a_broken_stream_falls_back_to_polling() {
     let mut h = Fake::default();
     let ev = |r: Value| json!({"jsonrpc": "2.0", "id": 1, "result": r}).to_string();
-    h.stream = Some((vec![ev(json!({"task": {"id": "rt", "status": {"state": "TASK_STATE_WORKING"}}}))], Some(Error::Remote("reset".into()))));
+    h.stream = Some((
+        vec![ev(json!({"task": {"id": "rt", "status": {"state": "TASK_STATE_WORKING"}}}))],
+        Some(Error::Remote("reset".into())),
+    ));
     h.responses.push_back(rpc_ok(task("TASK_STATE_COMPLETED", None, Some("late"))["task"].clone()));
     let out = exec::execute(&mut h, plan(Version::V1_0, true), &call("w1", "go", None)).unwrap();
     assert_eq!(out, "late");
@@ -441,7 +469,8 @@ fn the_deadline_cancels_the_remote_task() {
 #[test]
 fn json_rpc_errors_are_remote_failures() {
     let mut h = Fake::default();
-    h.responses.push_back(Ok(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}})));
+    h.responses
+        .push_back(Ok(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}})));
     let e = exec::execute(&mut h, plan(Version::V1_0, false), &call("w1", "hi", None)).unwrap_err();
     assert_eq!(e, Error::Remote("A2A error -32601: Method not found".into()));
 }
@@ -449,8 +478,17 @@ fn json_rpc_errors_are_remote_failures() {
 #[test]
 fn plan_reads_protocol_data_and_auth_metadata() {
     let meta = vec![("auth_env".to_string(), "PARTNER_TOKEN".to_string())];
-    let p = Plan::from_definition(r#"{"endpoint":"http://h/","protocol_version":"0.3","streaming":true}"#, &meta).unwrap();
-    assert_eq!(p, Plan { endpoint: "http://h/".into(), version: Version::V0_3, streaming: true, auth_secret: Some("PARTNER_TOKEN".into()) });
+    let p =
+        Plan::from_definition(r#"{"endpoint":"http://h/","protocol_version":"0.3","streaming":true}"#, &meta).unwrap();
+    assert_eq!(
+        p,
+        Plan {
+            endpoint: "http://h/".into(),
+            version: Version::V0_3,
+            streaming: true,
+            auth_secret: Some("PARTNER_TOKEN".into())
+        }
+    );
     assert!(Plan::from_definition("{}", &[]).is_err());
 }
 
@@ -471,16 +509,25 @@ fn resolve_falls_back_to_agent_json_and_validates_metadata() {
             unreachable!()
         }
         fn emit(&mut self, _: &str, _: &Value) {}
-        fn state_get(&mut self, _: &str) -> Result<Option<Vec<u8>>, Error> { Ok(None) }
-        fn state_set(&mut self, _: &str, _: &[u8]) -> Result<(), Error> { Ok(()) }
+        fn state_get(&mut self, _: &str) -> Result<Option<Vec<u8>>, Error> {
+            Ok(None)
+        }
+        fn state_set(&mut self, _: &str, _: &[u8]) -> Result<(), Error> {
+            Ok(())
+        }
         fn state_delete(&mut self, _: &str) {}
-        fn now_ms(&mut self) -> u64 { 0 }
+        fn now_ms(&mut self) -> u64 {
+            0
+        }
         fn sleep_ms(&mut self, _: u64) {}
         fn log(&mut self, _: &str) {}
     }
     let mut h = CardHost(vec![]);
     let (info, url) = exec::resolve(&mut h, "http://h", &[]).unwrap();
-    assert_eq!((info.name.as_str(), info.version, url.as_str()), ("Old", Version::V0_3, "http://h/.well-known/agent.json"));
+    assert_eq!(
+        (info.name.as_str(), info.version, url.as_str()),
+        ("Old", Version::V0_3, "http://h/.well-known/agent.json")
+    );
     assert_eq!(h.0.len(), 2);
     let e = exec::resolve(&mut h, "http://h", &[("protocol_version".into(), "7".into())]).unwrap_err();
     assert!(matches!(e, Error::InvalidInput(m) if m.contains("protocol_version")));

@@ -22,8 +22,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use warden_guest::{Error, Metadata};
 use crate::frontmatter::{self, ParseMode};
+use warden_guest::{Error, Metadata};
 
 /// The executor's view of an agent (the definition's `protocol-data`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -98,9 +98,9 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
         return Err(invalid("no `name` in the frontmatter and no file name to fall back on"));
     }
     let description = take(&mut map, &["description"]).and_then(scalar_text);
-    let description = meta("description")
-        .or(description)
-        .ok_or_else(|| invalid("the frontmatter has no `description` (the parent agent needs one to pick this subagent)"))?;
+    let description = meta("description").or(description).ok_or_else(|| {
+        invalid("the frontmatter has no `description` (the parent agent needs one to pick this subagent)")
+    })?;
 
     let tools = match take(&mut map, &["tools"]) {
         None | Some(Value::Null) => None,
@@ -130,8 +130,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
             }
         }
     };
-    let mcp_servers =
-        take(&mut map, &["mcpServers", "mcp_servers", "mcp-servers"]).filter(|v| !v.is_null());
+    let mcp_servers = take(&mut map, &["mcpServers", "mcp_servers", "mcp-servers"]).filter(|v| !v.is_null());
     let egress = take(&mut map, &["egress"]).filter(|v| !v.is_null()).map(|v| name_list(&v));
 
     let system_prompt = body.trim().to_string();
@@ -365,7 +364,10 @@ mod tests {
     fn name_lists_accept_every_common_spelling() {
         assert_eq!(name_list(&json!("Read, Grep")), ["Read", "Grep"]);
         assert_eq!(name_list(&json!("[Read, 'Grep']")), ["Read", "Grep"]);
-        assert_eq!(name_list(&json!(["Read", "Bash(git add:*, git commit:*)"])), ["Read", "Bash(git add:*, git commit:*)"]);
+        assert_eq!(
+            name_list(&json!(["Read", "Bash(git add:*, git commit:*)"])),
+            ["Read", "Bash(git add:*, git commit:*)"]
+        );
         assert_eq!(name_list(&json!("- Read\n- Grep")), ["Read", "Grep"]);
         assert_eq!(name_list(&json!("")), Vec::<String>::new());
         assert_eq!(name_list(&json!([])), Vec::<String>::new());

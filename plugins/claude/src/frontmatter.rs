@@ -114,19 +114,8 @@ const KNOWN_KEYS: &[&str] = &[
 ];
 
 /// Words that start lines of example dialogue inside descriptions; never keys.
-const DIALOGUE_WORDS: &[&str] = &[
-    "user",
-    "assistant",
-    "human",
-    "ai",
-    "claude",
-    "context",
-    "commentary",
-    "example",
-    "examples",
-    "note",
-    "response",
-];
+const DIALOGUE_WORDS: &[&str] =
+    &["user", "assistant", "human", "ai", "claude", "context", "commentary", "example", "examples", "note", "response"];
 
 fn is_dialogue(key: &str) -> bool {
     DIALOGUE_WORDS.iter().any(|w| w.eq_ignore_ascii_case(key))
@@ -135,11 +124,9 @@ fn is_dialogue(key: &str) -> bool {
 /// Reads the frontmatter's fields (see the module docs for the rules).
 pub fn parse_fields(frontmatter: &str) -> Fields {
     match serde_yaml::from_str::<serde_yaml::Value>(frontmatter) {
-        Ok(serde_yaml::Value::Null) if frontmatter.trim().is_empty() => Fields {
-            map: Map::new(),
-            mode: ParseMode::Yaml,
-            warnings: Vec::new(),
-        },
+        Ok(serde_yaml::Value::Null) if frontmatter.trim().is_empty() => {
+            Fields { map: Map::new(), mode: ParseMode::Yaml, warnings: Vec::new() }
+        }
         Ok(serde_yaml::Value::Mapping(mapping)) => {
             let mut map = Map::new();
             for (key, value) in mapping {
@@ -162,8 +149,8 @@ fn tolerant(frontmatter: &str, why: &str) -> Fields {
     let mut entries: Vec<(String, Vec<&str>)> = Vec::new();
     let mut in_example = false;
     for line in frontmatter.lines() {
-        let starts_entry = top_level_key(line)
-            .filter(|key| KNOWN_KEYS.contains(key) || (!in_example && !is_dialogue(key)));
+        let starts_entry =
+            top_level_key(line).filter(|key| KNOWN_KEYS.contains(key) || (!in_example && !is_dialogue(key)));
         match starts_entry {
             Some(key) => entries.push((key.to_string(), vec![line])),
             None => match entries.last_mut() {
@@ -244,14 +231,9 @@ fn is_block_indicator(s: &str) -> bool {
 /// A `|` or `>` block scalar, read leniently: the continuation lines dedented by their
 /// smallest indentation; `>` folds lines into spaces (blank lines stay line breaks).
 fn block_scalar(indicator: &str, lines: &[&str]) -> String {
-    let indent = lines
-        .iter()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start().len())
-        .min()
-        .unwrap_or(0);
-    let dedented: Vec<&str> =
-        lines.iter().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim() }).collect();
+    let indent =
+        lines.iter().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
+    let dedented: Vec<&str> = lines.iter().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim() }).collect();
     let text = if indicator.starts_with('|') {
         dedented.join("\n")
     } else {
@@ -385,10 +367,7 @@ mod tests {
         );
         assert_eq!(fields.mode, ParseMode::Tolerant);
         assert_eq!(fields.map["name"], "reviewer");
-        assert_eq!(
-            fields.map["description"],
-            "Use this agent for reviews. Examples: <example>Context: a PR</example>"
-        );
+        assert_eq!(fields.map["description"], "Use this agent for reviews. Examples: <example>Context: a PR</example>");
         assert_eq!(fields.map["model"], "sonnet");
     }
 

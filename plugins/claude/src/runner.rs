@@ -186,21 +186,13 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
 
     transcript.status = "max_turns".into();
     save(host, &transcript);
-    host.log(
-        Level::Warn,
-        &format!("subagent `{}` stopped after {max_turns} turns without a final answer", agent.name),
-    );
+    host.log(Level::Warn, &format!("subagent `{}` stopped after {max_turns} turns without a final answer", agent.name));
     Ok(format!("error: subagent stopped after {max_turns} turns without a final answer"))
 }
 
 /// Runs one turn's tool calls: the allowed ones in one host batch, the rest answered with
 /// error results; the results come back in call order.
-fn run_tools(
-    host: &mut dyn Host,
-    tools: &[ToolSpec],
-    calls: &[ToolCall],
-    turn: u32,
-) -> Result<Vec<Message>, Error> {
+fn run_tools(host: &mut dyn Host, tools: &[ToolSpec], calls: &[ToolCall], turn: u32) -> Result<Vec<Message>, Error> {
     let allowed = |name: &str| tools.iter().any(|t| t.name == name);
     let batch: Vec<ToolCall> = calls.iter().filter(|c| allowed(&c.name)).cloned().collect();
     let mut host_results = if batch.is_empty() {

@@ -48,12 +48,8 @@ impl Plugin for Claude {
     }
 
     fn execute(ctx: TaskContext, call: TaskCall, definition: SubagentDefinition) -> Result<String, Error> {
-        let task = runner::TaskInput {
-            task_id: ctx.task_id,
-            prompt: call.prompt,
-            model: call.model,
-            resume: call.resume,
-        };
+        let task =
+            runner::TaskInput { task_id: ctx.task_id, prompt: call.prompt, model: call.model, resume: call.resume };
         let agent = runner::AgentInput {
             name: definition.name,
             uri: definition.reference.uri,

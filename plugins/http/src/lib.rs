@@ -69,17 +69,21 @@ impl Endpoint {
         };
         let response_pointer = meta.get("response_pointer").map(str::to_owned);
         if let Some(p) = &response_pointer
-            && !p.starts_with('/') {
-                return Err(Error::InvalidInput(format!("metadata `response_pointer` {p:?} must be a JSON pointer starting with `/`")));
-            }
+            && !p.starts_with('/')
+        {
+            return Err(Error::InvalidInput(format!(
+                "metadata `response_pointer` {p:?} must be a JSON pointer starting with `/`"
+            )));
+        }
         let timeout_ms = meta.duration_ms("timeout")?;
         let name = match meta.get("name") {
             Some(n) => n.to_owned(),
             None => default_name(rest),
         };
-        let description = meta.get("description").map(str::to_owned).unwrap_or_else(|| {
-            format!("HTTP agent at {}", url.split(['?', '#']).next().unwrap_or(&url))
-        });
+        let description = meta
+            .get("description")
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("HTTP agent at {}", url.split(['?', '#']).next().unwrap_or(&url)));
         Ok(Endpoint { url, method, headers, auth_secret, body, response_pointer, timeout_ms, name, description })
     }
 
@@ -113,11 +117,16 @@ impl Endpoint {
             return Ok(String::from_utf8_lossy(body).into_owned());
         };
         let json: Value = serde_json::from_slice(body).map_err(|e| {
-            format!("the response is not valid JSON ({e}), so `response_pointer` {pointer} cannot apply; body: {}", excerpt(body))
+            format!(
+                "the response is not valid JSON ({e}), so `response_pointer` {pointer} cannot apply; body: {}",
+                excerpt(body)
+            )
         })?;
         match json.pointer(pointer) {
             Some(Value::String(s)) => Ok(s.clone()),
-            Some(Value::Null) | None => Err(format!("the JSON response has no value at `response_pointer` {pointer}; body: {}", excerpt(body))),
+            Some(Value::Null) | None => {
+                Err(format!("the JSON response has no value at `response_pointer` {pointer}; body: {}", excerpt(body)))
+            }
             Some(other) => Ok(other.to_string()),
         }
     }
@@ -170,11 +179,7 @@ fn percent_encode(s: &str) -> String {
 fn default_name(rest: &str) -> String {
     let path_and_host = rest.split(['?', '#']).next().unwrap_or(rest);
     let (host, path) = path_and_host.split_once('/').unwrap_or((path_and_host, ""));
-    path.split('/')
-        .rev()
-        .find(|s| !s.is_empty() && !s.contains("{{"))
-        .unwrap_or(host)
-        .to_owned()
+    path.split('/').rev().find(|s| !s.is_empty() && !s.contains("{{")).unwrap_or(host).to_owned()
 }
 
 /// Plain headers and the name of the secret for `Authorization`.
@@ -226,11 +231,9 @@ pub fn parse_headers(text: &str) -> Result<ParsedHeaders, String> {
             }
             None => {
                 if name.eq_ignore_ascii_case("authorization") {
-                    return Err(
-                        "metadata `headers`: a literal `Authorization` value would put a credential in the \
+                    return Err("metadata `headers`: a literal `Authorization` value would put a credential in the \
                          configuration; use `Authorization: env:NAME` with plugins.grants.<id>.secrets"
-                            .into(),
-                    );
+                        .into());
                 }
                 plain.push((name, value));
             }
@@ -265,7 +268,11 @@ mod tests {
 
     #[test]
     fn templates_are_json_escaped() {
-        let e = Endpoint::from_reference("http://x/a", &md(&[("body", r#"{"q": "{{prompt}}", "d": "{{description}}", "n": 1}"#)])).unwrap();
+        let e = Endpoint::from_reference(
+            "http://x/a",
+            &md(&[("body", r#"{"q": "{{prompt}}", "d": "{{description}}", "n": 1}"#)]),
+        )
+        .unwrap();
         let body = e.render_body("say \"hi\"\nand \\ {{description}}", "tab\there").unwrap();
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["q"], "say \"hi\"\nand \\ {{description}}");
@@ -294,7 +301,11 @@ mod tests {
         let e = Endpoint::from_reference("http://x/a", &md(&[("response_pointer", "/choices/0/text")])).unwrap();
         assert_eq!(e.extract(200, br#"{"choices":[{"text":"hello"}]}"#), Ok("hello".into()));
         assert_eq!(e.extract(200, br#"{"choices":[{"text":{"a":1}}]}"#), Ok(r#"{"a":1}"#.into()));
-        assert!(e.extract(200, br#"{"choices":[]}"#).unwrap_err().contains("no value at `response_pointer` /choices/0/text"));
+        assert!(
+            e.extract(200, br#"{"choices":[]}"#)
+                .unwrap_err()
+                .contains("no value at `response_pointer` /choices/0/text")
+        );
         let bad = e.extract(200, b"<html>oops</html>").unwrap_err();
         assert!(bad.contains("not valid JSON") && bad.contains("<html>oops</html>"), "{bad}");
         assert_eq!(e.extract(503, b"  busy  "), Err("HTTP 503: busy".into()));

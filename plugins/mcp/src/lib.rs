@@ -45,7 +45,9 @@ impl Target {
         let stdio = match endpoint.strip_prefix(STDIO_SCHEME) {
             Some(name) if valid_server_name(name) => Some(name.to_owned()),
             Some(name) => {
-                return Err(format!("MCP reference uri {endpoint:?}: {name:?} is not a server name ([A-Za-z0-9_-], as in mcp_servers)"));
+                return Err(format!(
+                    "MCP reference uri {endpoint:?}: {name:?} is not a server name ([A-Za-z0-9_-], as in mcp_servers)"
+                ));
             }
             None if endpoint.starts_with("http://") || endpoint.starts_with("https://") => None,
             None => {
@@ -183,13 +185,18 @@ mod tests {
         for bad in ["mcp-stdio:", "mcp-stdio:a/b", "mcp-stdio:a b", "mcp-stdio:../x"] {
             assert!(Target::from_reference(bad, &[]).unwrap_err().contains("server name"), "{bad}");
         }
-        assert!(Target::from_reference("http://x", &md(&[("protocol_version", "1999")])).unwrap_err().contains("protocol_version"));
+        assert!(
+            Target::from_reference("http://x", &md(&[("protocol_version", "1999")]))
+                .unwrap_err()
+                .contains("protocol_version")
+        );
     }
 
     #[test]
     fn names_and_descriptions() {
         let tool: Tool = serde_json::from_value(json!({"name": "agent", "description": "Answers"})).unwrap();
-        let server = ServerInfo { name: Some("test-agents".into()), instructions: Some("Use me".into()), ..Default::default() };
+        let server =
+            ServerInfo { name: Some("test-agents".into()), instructions: Some("Use me".into()), ..Default::default() };
         let mut t = Target::from_reference("http://x/mcp", &[]).unwrap();
         assert_eq!(definition_name(&t, &server, &tool), "test-agents");
         assert_eq!(definition_description(&t, &server, &tool), "Answers");
@@ -213,7 +220,11 @@ mod tests {
             input_schema: input_schema.into(),
         };
         let specs = vec![
-            spec("mcp__time__get_current_time", "Now", r#"{"type":"object","properties":{"timezone":{"type":"string"}},"required":["timezone"]}"#),
+            spec(
+                "mcp__time__get_current_time",
+                "Now",
+                r#"{"type":"object","properties":{"timezone":{"type":"string"}},"required":["timezone"]}"#,
+            ),
             spec("mcp__git__git_status", "Status", "{}"),
             spec("Bash", "Shell", "{}"),
         ];

@@ -113,7 +113,10 @@ impl Plugin for Mcp {
             let what = target.tool.clone().map(|t| format!("tool {t}")).unwrap_or_else(|| "the agent tool".into());
             return Ok(SubagentDefinition {
                 name: target.name.clone().unwrap_or_else(|| server.clone()),
-                description: target.description.clone().unwrap_or_else(|| format!("MCP {what} of the stdio server {server}")),
+                description: target
+                    .description
+                    .clone()
+                    .unwrap_or_else(|| format!("MCP {what} of the stdio server {server}")),
                 kind: KIND.into(),
                 protocol_data: serde_json::to_string(&data).map_err(|e| Error::Internal(e.to_string()))?,
                 reference,
@@ -128,7 +131,7 @@ impl Plugin for Mcp {
         let (tool, agent) = mcp::select_agent_tool(&tools, target.tool.as_deref(), target.argument.as_deref())
             .map_err(|m| Error::InvalidInput(format!("MCP server {}: {m}", target.endpoint)))?;
         log::debug(&format!(
-                "resolved {} (revision {}): tool {} argument {}",
+            "resolved {} (revision {}): tool {} argument {}",
             target.endpoint, server.protocol_version, agent.tool, agent.argument
         ));
         let data = ProtocolData {
@@ -181,7 +184,8 @@ impl Plugin for Mcp {
         c.close();
         let result = result?;
         if result.is_error {
-            let text = if result.text.trim().is_empty() { "the tool reported an error".to_owned() } else { result.text };
+            let text =
+                if result.text.trim().is_empty() { "the tool reported an error".to_owned() } else { result.text };
             return Err(Error::Remote(text));
         }
         Ok(result.text)
@@ -205,7 +209,8 @@ fn execute_stdio(server: &str, target: &Target, call: &TaskCall) -> Result<Strin
         name: mcp::claude_tool_name(server, &agent.tool),
         arguments: arguments.to_string(),
     };
-    let result = model::call_tools(&[request])?.pop().ok_or_else(|| Error::Internal("no result for the tool call".into()))?;
+    let result =
+        model::call_tools(&[request])?.pop().ok_or_else(|| Error::Internal("no result for the tool call".into()))?;
     if result.is_error {
         return Err(Error::Remote(result.content));
     }

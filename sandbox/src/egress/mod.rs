@@ -174,17 +174,26 @@ impl Egress {
         match std::fs::symlink_metadata(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| bad(e.to_string()))?;
-                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| bad(e.to_string()))?;
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| bad(e.to_string()))?;
             }
             Err(e) => return Err(bad(e.to_string())),
             Ok(m) => {
                 let me = std::fs::metadata("/proc/self").map(|p| p.uid()).map_err(|e| bad(e.to_string()))?;
                 if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
-                    return Err(bad("expected a directory owned by the warden user with mode 0700 (not a link)".into()));
+                    return Err(
+                        bad("expected a directory owned by the warden user with mode 0700 (not a link)".into()),
+                    );
                 }
             }
         }
-        Ok(Egress { policy: Arc::new(policy), dir, observers: Mutex::new(vec![]), holds: Mutex::default(), next_hold: AtomicU64::new(0) })
+        Ok(Egress {
+            policy: Arc::new(policy),
+            dir,
+            observers: Mutex::new(vec![]),
+            holds: Mutex::default(),
+            next_hold: AtomicU64::new(0),
+        })
     }
 
     /// Narrows `key`'s egress by `narrowings` until the hold drops (see [`EgressHold`]).
@@ -235,7 +244,10 @@ impl Egress {
     pub(crate) fn prepare_dir(&self, name: &str) -> Result<PathBuf, SandboxError> {
         use std::os::unix::fs::PermissionsExt;
         let dir = self.container_dir(name);
-        let fail = |e: std::io::Error| SandboxError::Docker { action: "prepare the egress directory".into(), message: format!("{}: {e}", dir.display()) };
+        let fail = |e: std::io::Error| SandboxError::Docker {
+            action: "prepare the egress directory".into(),
+            message: format!("{}: {e}", dir.display()),
+        };
         std::fs::create_dir_all(&dir).map_err(fail)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
         let _ = std::fs::remove_file(dir.join(SOCKET_NAME));
@@ -281,7 +293,10 @@ impl Egress {
     pub(crate) fn listen(self: &Arc<Self>, dir: &Path, key: &SessionKey) -> Result<Listener, SandboxError> {
         use std::os::unix::fs::PermissionsExt;
         let path = dir.join(SOCKET_NAME);
-        let fail = |e: std::io::Error| SandboxError::Docker { action: "open the egress socket".into(), message: format!("{}: {e}", path.display()) };
+        let fail = |e: std::io::Error| SandboxError::Docker {
+            action: "open the egress socket".into(),
+            message: format!("{}: {e}", path.display()),
+        };
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path).map_err(fail)?;
         // The container's users connect (they are not this user); the directory is theirs only.
@@ -388,7 +403,15 @@ pub(crate) fn forwarder_argv() -> Vec<String> {
         .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
         .collect::<Vec<_>>()
         .join("\n");
-    vec!["python3".into(), "-I".into(), "-S".into(), "-c".into(), code, FORWARDER_PORT.to_string(), format!("{EGRESS_MOUNT}/{SOCKET_NAME}")]
+    vec![
+        "python3".into(),
+        "-I".into(),
+        "-S".into(),
+        "-c".into(),
+        code,
+        FORWARDER_PORT.to_string(),
+        format!("{EGRESS_MOUNT}/{SOCKET_NAME}"),
+    ]
 }
 
 struct SessionProxy {
@@ -460,7 +483,8 @@ fn refused(what: &str, rule: &str) -> Response<ProxyBody> {
         .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
         .take(200)
         .collect();
-    let mut r = text_response(StatusCode::FORBIDDEN, Some(reason), format!("warden egress proxy: {what} refused: {rule}"));
+    let mut r =
+        text_response(StatusCode::FORBIDDEN, Some(reason), format!("warden egress proxy: {what} refused: {rule}"));
     // A refusal ends the connection: no pipelined stream of refused requests on one.
     r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
@@ -487,11 +511,14 @@ impl SessionProxy {
         let admitted = policy.admit(target).map_err(|d| d.rule)?;
         let addrs: Vec<SocketAddr> = match &target.host {
             TargetHost::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
-            TargetHost::Name(name) => match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((name.as_str(), target.port))).await {
-                Ok(Ok(a)) => a.collect(),
-                Ok(Err(e)) => return Err(format!("{name} does not resolve ({e})")),
-                Err(_) => return Err(format!("resolving {name} took longer than {}s", RESOLVE_TIMEOUT.as_secs())),
-            },
+            TargetHost::Name(name) => {
+                match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((name.as_str(), target.port))).await
+                {
+                    Ok(Ok(a)) => a.collect(),
+                    Ok(Err(e)) => return Err(format!("{name} does not resolve ({e})")),
+                    Err(_) => return Err(format!("resolving {name} took longer than {}s", RESOLVE_TIMEOUT.as_secs())),
+                }
+            }
         };
         if addrs.is_empty() {
             return Err(format!("{} has no address", target));
@@ -522,8 +549,17 @@ async fn handle(req: Request<Incoming>, s: Arc<SessionProxy>, slot: Slot) -> Res
     }
     match req.uri().scheme_str() {
         Some("http") => handle_http(req, s).await,
-        Some(_) => text_response(StatusCode::BAD_REQUEST, None, "warden egress proxy: only http:// requests are forwarded as such; HTTPS goes through CONNECT".into()),
-        None => text_response(StatusCode::BAD_REQUEST, None, "warden egress proxy: this is an HTTP proxy; send absolute-form requests (set HTTP_PROXY) or CONNECT".into()),
+        Some(_) => text_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            "warden egress proxy: only http:// requests are forwarded as such; HTTPS goes through CONNECT".into(),
+        ),
+        None => text_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            "warden egress proxy: this is an HTTP proxy; send absolute-form requests (set HTTP_PROXY) or CONNECT"
+                .into(),
+        ),
     }
 }
 
@@ -591,9 +627,13 @@ where
     let sni = loop {
         match sni::parse(&hello) {
             sni::Hello::ClientHello(name) => break name,
-            sni::Hello::NotTls => return Err("a CONNECT tunnel carries TLS only (the first bytes were not a TLS ClientHello)".into()),
+            sni::Hello::NotTls => {
+                return Err("a CONNECT tunnel carries TLS only (the first bytes were not a TLS ClientHello)".into());
+            }
             sni::Hello::Malformed => return Err("the tunnel's TLS ClientHello is malformed".into()),
-            sni::Hello::NeedMore if hello.len() >= sni::MAX_CLIENT_HELLO => return Err("the TLS ClientHello is too large".into()),
+            sni::Hello::NeedMore if hello.len() >= sni::MAX_CLIENT_HELLO => {
+                return Err("the TLS ClientHello is too large".into());
+            }
             sni::Hello::NeedMore => {}
         }
         match tokio::time::timeout_at(until, client.read(&mut chunk)).await {
@@ -665,8 +705,17 @@ where
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) and the proxy's own, never forwarded.
-const HOP_BY_HOP: [&str; 9] =
-    ["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"];
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     let listed: Vec<HeaderName> = h
@@ -729,7 +778,9 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
         Some(p) => format!("{host}:{p}"),
         None => host.clone(),
     };
-    parts.headers.insert(header::HOST, HeaderValue::from_str(&host_header).unwrap_or(HeaderValue::from_static("invalid")));
+    parts
+        .headers
+        .insert(header::HOST, HeaderValue::from_str(&host_header).unwrap_or(HeaderValue::from_static("invalid")));
     if let Some(c) = s.egress.policy.credential_for(&target) {
         let name = HeaderName::from_bytes(c.header.as_bytes()).expect("validated header name");
         let mut value = HeaderValue::from_str(&c.value).expect("validated header value");
@@ -756,7 +807,11 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
         Err(_) => {
             ev.rule = format!("{rule}; no response within {}s", IDLE_TIMEOUT.as_secs());
             s.egress.report(&ev);
-            return text_response(StatusCode::GATEWAY_TIMEOUT, None, format!("warden egress proxy: {what}: no response"));
+            return text_response(
+                StatusCode::GATEWAY_TIMEOUT,
+                None,
+                format!("warden egress proxy: {what}: no response"),
+            );
         }
     };
     let (mut parts, body) = resp.into_parts();

@@ -121,13 +121,17 @@ impl Pattern {
             return Err("an empty entry; expected a host such as `pypi.org`, `*.example.com`, `10.0.0.5:8080`".into());
         }
         if t.contains("://") || t.contains('/') {
-            return Err(format!("`{t}` looks like a URL; expected a host with an optional port, such as `pypi.org` or `api.github.com:443`"));
+            return Err(format!(
+                "`{t}` looks like a URL; expected a host with an optional port, such as `pypi.org` or `api.github.com:443`"
+            ));
         }
         let (host, port) = split_host_port(t)?;
         let port = match port {
             None => PortPattern::Unspecified,
             Some("*") => PortPattern::Any,
-            Some(p) => PortPattern::One(parse_port(p).ok_or_else(|| format!("`{t}`: the port must be 1-65535 or `*`"))?),
+            Some(p) => {
+                PortPattern::One(parse_port(p).ok_or_else(|| format!("`{t}`: the port must be 1-65535 or `*`"))?)
+            }
         };
         let host = if let Some(ip) = parse_ip_literal(host) {
             if ip.is_unspecified() || ip.is_multicast() || ip == IpAddr::V4(Ipv4Addr::BROADCAST) {
@@ -191,7 +195,9 @@ impl fmt::Display for Pattern {
 }
 
 fn bad_name(t: &str) -> String {
-    format!("`{t}`: not a host name (letters, digits, `-` and `.`, labels of 1-63 characters, at most {MAX_HOST_LEN} in all) or IP literal")
+    format!(
+        "`{t}`: not a host name (letters, digits, `-` and `.`, labels of 1-63 characters, at most {MAX_HOST_LEN} in all) or IP literal"
+    )
 }
 
 fn parse_port(p: &str) -> Option<u16> {
@@ -461,7 +467,9 @@ impl EgressConfig {
 
     /// The policy, with the credentials' values read from `env` (the host environment).
     pub fn resolve(&self, env: impl Fn(&str) -> Option<String>) -> Result<EgressPolicy, SandboxError> {
-        self.parse(|name| env(name).ok_or_else(|| format!("the environment variable {name} is not set in the warden process")))
+        self.parse(|name| {
+            env(name).ok_or_else(|| format!("the environment variable {name} is not set in the warden process"))
+        })
     }
 
     fn parse(&self, env: impl Fn(&str) -> Result<String, String>) -> Result<EgressPolicy, SandboxError> {
@@ -473,7 +481,9 @@ impl EgressConfig {
             items
                 .iter()
                 .enumerate()
-                .map(|(i, t)| Pattern::parse(t).map_err(|e| bad(format!("{name}[{i}]"), format!("expected a host pattern: {e}"))))
+                .map(|(i, t)| {
+                    Pattern::parse(t).map_err(|e| bad(format!("{name}[{i}]"), format!("expected a host pattern: {e}")))
+                })
                 .collect()
         };
         let allow = list("allow", &self.allow)?;
@@ -488,32 +498,61 @@ impl EgressConfig {
             let port = match pattern.port {
                 PortPattern::One(p) => Some(p),
                 PortPattern::Unspecified => None,
-                PortPattern::Any => return Err(bad(key("host"), "expected one host with an optional port, not `:*`".into())),
+                PortPattern::Any => {
+                    return Err(bad(key("host"), "expected one host with an optional port, not `:*`".into()));
+                }
             };
             let host = match pattern.host {
                 HostPattern::Exact(n) => TargetHost::Name(n),
                 HostPattern::Ip(ip) => TargetHost::Ip(ip),
                 HostPattern::Suffix(_) => {
-                    return Err(bad(key("host"), "expected one exact host; a credential never goes to a wildcard".into()));
+                    return Err(bad(
+                        key("host"),
+                        "expected one exact host; a credential never goes to a wildcard".into(),
+                    ));
                 }
             };
             let probe = Target { host: host.clone(), port: port.unwrap_or(80) };
             if policy.admit(&probe).is_err() {
-                return Err(bad(key("host"), format!("`{}` on port {} is not allowed by sandbox.egress (allow it, or remove the credential)", c.host, probe.port)));
+                return Err(bad(
+                    key("host"),
+                    format!(
+                        "`{}` on port {} is not allowed by sandbox.egress (allow it, or remove the credential)",
+                        c.host, probe.port
+                    ),
+                ));
             }
             let header = c.header.trim();
             let lower = header.to_ascii_lowercase();
-            let token = !header.is_empty() && header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            if !token || matches!(lower.as_str(), "host" | "content-length" | "transfer-encoding" | "connection" | "upgrade" | "te" | "trailer" | "keep-alive")
+            let token = !header.is_empty()
+                && header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token
+                || matches!(
+                    lower.as_str(),
+                    "host"
+                        | "content-length"
+                        | "transfer-encoding"
+                        | "connection"
+                        | "upgrade"
+                        | "te"
+                        | "trailer"
+                        | "keep-alive"
+                )
                 || lower.starts_with("proxy-")
             {
-                return Err(bad(key("header"), format!("expected a header name that can carry a credential, e.g. Authorization (not {header:?})")));
+                return Err(bad(
+                    key("header"),
+                    format!("expected a header name that can carry a credential, e.g. Authorization (not {header:?})"),
+                ));
             }
             let var_ok = !c.value_env.is_empty()
                 && c.value_env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 && !c.value_env.as_bytes()[0].is_ascii_digit();
             if !var_ok {
-                return Err(bad(key("value_env"), "expected the name of an environment variable of the warden process, e.g. GH_TOKEN".into()));
+                return Err(bad(
+                    key("value_env"),
+                    "expected the name of an environment variable of the warden process, e.g. GH_TOKEN".into(),
+                ));
             }
             if c.format.matches("{}").count() != 1 || c.format.len() > 256 {
                 return Err(bad(key("format"), "expected a template with exactly one `{}`, e.g. \"Bearer {}\"".into()));
@@ -521,9 +560,22 @@ impl EgressConfig {
             let raw = env(&c.value_env).map_err(|e| bad(key("value_env"), e))?;
             let value = c.format.replacen("{}", &raw, 1);
             if raw.len() > MAX_CREDENTIAL_BYTES || value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-                return Err(bad(key("value_env"), format!("the value of {} must be at most {MAX_CREDENTIAL_BYTES} bytes without control characters", c.value_env)));
+                return Err(bad(
+                    key("value_env"),
+                    format!(
+                        "the value of {} must be at most {MAX_CREDENTIAL_BYTES} bytes without control characters",
+                        c.value_env
+                    ),
+                ));
             }
-            policy.credentials.push(Credential { host, port, header: header.to_string(), value, raw, name: format!("sandbox.egress.{}", key("")).trim_end_matches('.').to_string() });
+            policy.credentials.push(Credential {
+                host,
+                port,
+                header: header.to_string(),
+                value,
+                raw,
+                name: format!("sandbox.egress.{}", key("")).trim_end_matches('.').to_string(),
+            });
         }
         Ok(policy)
     }
@@ -574,7 +626,9 @@ impl EgressPolicy {
         let literal = matches!(target.host, TargetHost::Ip(t) if t == ip);
         match address_class(ip) {
             Some(class) if !literal => Err(Denied {
-                rule: format!("{target} resolves to {ip}, a {class} address; a name never reaches one (allow the IP literal itself to reach it)"),
+                rule: format!(
+                    "{target} resolves to {ip}, a {class} address; a name never reaches one (allow the IP literal itself to reach it)"
+                ),
             }),
             _ => Ok(()),
         }
@@ -617,9 +671,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
-        EgressConfig { allow: allow.iter().map(|s| s.to_string()).collect(), deny: deny.iter().map(|s| s.to_string()).collect(), credentials: vec![] }
-            .resolve(|_| None)
-            .unwrap()
+        EgressConfig {
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            credentials: vec![],
+        }
+        .resolve(|_| None)
+        .unwrap()
     }
 
     fn t(host: &str, port: u16) -> Target {
@@ -628,7 +686,16 @@ mod tests {
 
     #[test]
     fn patterns_parse_and_bad_ones_name_the_problem() {
-        for ok in ["pypi.org", "*.pythonhosted.org", "api.github.com:443", "127.0.0.1:8080", "[::1]:80", "::1", "example.com:*", "Example.COM."] {
+        for ok in [
+            "pypi.org",
+            "*.pythonhosted.org",
+            "api.github.com:443",
+            "127.0.0.1:8080",
+            "[::1]:80",
+            "::1",
+            "example.com:*",
+            "Example.COM.",
+        ] {
             Pattern::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
         for (bad, says) in [
@@ -656,7 +723,8 @@ mod tests {
 
     #[test]
     fn deny_wins_and_ports_default_to_the_web_for_allow_only() {
-        let p = policy(&["*.example.com", "pypi.org", "api.github.com:8443", "any.example.org:*"], &["bad.example.com"]);
+        let p =
+            policy(&["*.example.com", "pypi.org", "api.github.com:8443", "any.example.org:*"], &["bad.example.com"]);
         assert!(p.admit(&t("a.example.com", 443)).is_ok());
         assert!(p.admit(&t("a.b.example.com", 80)).is_ok());
         assert!(p.admit(&t("example.com", 443)).is_err(), "the suffix itself is not below it");
@@ -682,16 +750,27 @@ mod tests {
         assert!(p.admit(&lit).is_ok());
         assert!(p.check_address(&lit, "127.0.0.1".parse().unwrap()).is_ok());
         assert!(p.admit(&t("127.0.0.1", 8081)).is_err());
-        assert!(p.check_address(&t("internal.test", 443), "169.254.169.254".parse().unwrap()).unwrap_err().rule.contains("metadata"));
+        assert!(
+            p.check_address(&t("internal.test", 443), "169.254.169.254".parse().unwrap())
+                .unwrap_err()
+                .rule
+                .contains("metadata")
+        );
         assert!(p.check_address(&t("internal.test", 443), "::ffff:10.0.0.1".parse().unwrap()).is_err());
         assert!(p.check_address(&t("internal.test", 443), "93.184.216.34".parse().unwrap()).is_ok());
-        assert!(p.check_address(&t("internal.test", 443), "10.9.9.9".parse().unwrap()).unwrap_err().rule.contains("deny"));
+        assert!(
+            p.check_address(&t("internal.test", 443), "10.9.9.9".parse().unwrap()).unwrap_err().rule.contains("deny")
+        );
     }
 
     #[test]
     fn narrowing_only_takes_away() {
         let base = policy(&["*.example.com", "pypi.org"], &[]);
-        let agent = EgressNarrowing::parse(&["pypi.org".into(), "evil.org".into(), "*.example.com".into()], "agent file a.md (egress)").unwrap();
+        let agent = EgressNarrowing::parse(
+            &["pypi.org".into(), "evil.org".into(), "*.example.com".into()],
+            "agent file a.md (egress)",
+        )
+        .unwrap();
         let task = EgressNarrowing::parse(&["pypi.org".into(), "a.example.com".into()], "the task (egress)").unwrap();
         let narrow = base.narrowed([&agent]);
         assert!(narrow.admit(&t("pypi.org", 443)).is_ok());
@@ -704,7 +783,10 @@ mod tests {
         assert_eq!(refused.rule, "b.example.com:443 is outside the egress list of the task (egress)");
         let refused = base.narrowed([&task, &agent]).admit(&t("evil.org", 443)).unwrap_err();
         assert!(refused.rule.contains("sandbox.egress.allow"), "the operator's list is judged first: {}", refused.rule);
-        assert_eq!(base.narrowed([]).admit(&t("b.example.com", 443)).map(|a| a.rule), Ok("allow `*.example.com`".into()));
+        assert_eq!(
+            base.narrowed([]).admit(&t("b.example.com", 443)).map(|a| a.rule),
+            Ok("allow `*.example.com`".into())
+        );
     }
 
     #[test]
@@ -718,13 +800,40 @@ mod tests {
     #[test]
     fn the_address_classifier_knows_the_special_ranges() {
         for ip in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-            "224.0.0.1", "255.255.255.255", "192.0.2.1", "198.18.0.1", "::1", "::", "fe80::1", "fd00::1", "ff02::1", "::ffff:127.0.0.1",
-            "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2001:db8::1", "::127.0.0.1",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "192.0.2.1",
+            "198.18.0.1",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::",
+            "2001:db8::1",
+            "::127.0.0.1",
         ] {
             assert!(address_class(ip.parse().unwrap()).is_some(), "{ip} is not public");
         }
-        for ip in ["93.184.216.34", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "64:ff9b::101:101", "2002:101:101::"] {
+        for ip in [
+            "93.184.216.34",
+            "1.1.1.1",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700::1111",
+            "64:ff9b::101:101",
+            "2002:101:101::",
+        ] {
             assert_eq!(address_class(ip.parse().unwrap()), None, "{ip} is public");
         }
     }
@@ -734,7 +843,12 @@ mod tests {
         let cfg = |host: &str, header: &str, env: &str, format: &str| EgressConfig {
             allow: vec!["api.example.com".into(), "*.example.org".into()],
             deny: vec![],
-            credentials: vec![CredentialConfig { host: host.into(), header: header.into(), value_env: env.into(), format: format.into() }],
+            credentials: vec![CredentialConfig {
+                host: host.into(),
+                header: header.into(),
+                value_env: env.into(),
+                format: format.into(),
+            }],
         };
         let env = |n: &str| (n == "TOKEN").then(|| "s3cret".to_string());
         let p = cfg("api.example.com", "Authorization", "TOKEN", "Bearer {}").resolve(env).unwrap();

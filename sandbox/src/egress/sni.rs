@@ -193,7 +193,11 @@ pub(crate) mod tests {
     fn reads_the_server_name() {
         assert_eq!(parse(&client_hello(Some("Example.COM"), 4096)), Hello::ClientHello(Some("example.com".into())));
         assert_eq!(parse(&client_hello(None, 4096)), Hello::ClientHello(None));
-        assert_eq!(parse(&client_hello(Some("a.example.org"), 7)), Hello::ClientHello(Some("a.example.org".into())), "over several records");
+        assert_eq!(
+            parse(&client_hello(Some("a.example.org"), 7)),
+            Hello::ClientHello(Some("a.example.org".into())),
+            "over several records"
+        );
     }
 
     #[test]

@@ -90,7 +90,12 @@ impl Proxy {
 async fn plain_http_is_forwarded_with_the_credential_and_without_proxy_headers() {
     let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello").await;
     let hostport = format!("127.0.0.1:{}", up.port);
-    let cred = CredentialConfig { host: hostport.clone(), header: "X-Api-Key".into(), value_env: "TEST_TOKEN".into(), format: "Key {}".into() };
+    let cred = CredentialConfig {
+        host: hostport.clone(),
+        header: "X-Api-Key".into(),
+        value_env: "TEST_TOKEN".into(),
+        format: "Key {}".into(),
+    };
     let p = proxy(std::slice::from_ref(&hostport), vec![cred]);
     let req = format!(
         "GET http://{hostport}/path?q=1 HTTP/1.1\r\nHost: {hostport}\r\nProxy-Authorization: Basic Zm9vOmJhcg==\r\nX-Api-Key: forged\r\nConnection: close\r\n\r\n"
@@ -114,11 +119,23 @@ async fn refusals_are_403_and_name_the_rule() {
     let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
     let p = proxy(&[format!("127.0.0.1:{}", up.port), "localhost:*".into(), "denied.example".into()], vec![]);
     let cases = [
-        ("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n".to_string(), "no allow entry names example.com:80"),
+        (
+            "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n".to_string(),
+            "no allow entry names example.com:80",
+        ),
         (format!("GET http://localhost:{}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", up.port), "loopback"),
-        ("CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(), "no allow entry names 169.254.169.254:80"),
-        ("CONNECT denied.example:443 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(), "deny `denied.example`"),
-        (format!("GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", up.port + 1), "no allow entry"),
+        (
+            "CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
+            "no allow entry names 169.254.169.254:80",
+        ),
+        (
+            "CONNECT denied.example:443 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
+            "deny `denied.example`",
+        ),
+        (
+            format!("GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", up.port + 1),
+            "no allow entry",
+        ),
     ];
     for (req, rule) in &cases {
         let resp = p.exchange(req.as_bytes()).await;

@@ -38,10 +38,9 @@ pub(crate) struct BashInput {
 pub(crate) fn timeout_of(input: &BashInput, default: Duration) -> Result<Duration, SandboxError> {
     match input.timeout {
         None => Ok(default),
-        Some(0) => Err(SandboxError::InvalidInput {
-            tool: "Bash".into(),
-            message: "timeout must be at least 1 ms".into(),
-        }),
+        Some(0) => {
+            Err(SandboxError::InvalidInput { tool: "Bash".into(), message: "timeout must be at least 1 ms".into() })
+        }
         Some(ms) if ms > MAX_TIMEOUT_MS => Err(SandboxError::InvalidInput {
             tool: "Bash".into(),
             message: format!("timeout {ms} ms is over the maximum of {MAX_TIMEOUT_MS} ms"),
@@ -62,10 +61,7 @@ pub(crate) async fn run(
         ));
     }
     if input.command.trim().is_empty() {
-        return Err(SandboxError::InvalidInput {
-            tool: "Bash".into(),
-            message: "command must not be empty".into(),
-        });
+        return Err(SandboxError::InvalidInput { tool: "Bash".into(), message: "command must not be empty".into() });
     }
     let (cwd, vars) = ctx.shell_for_call(ctx.env);
     let r = ctx.call(Op::Bash { command: &input.command, secrets: ctx.env, vars: &vars, cwd: &cwd }, timeout).await?;
@@ -89,17 +85,10 @@ pub(crate) async fn run(
         if !content.is_empty() && !content.ends_with('\n') {
             content.push('\n');
         }
-        let hint = if r.exit_code == EXIT_SIGKILL {
-            " (killed: out of memory or process limit?)"
-        } else {
-            ""
-        };
+        let hint = if r.exit_code == EXIT_SIGKILL { " (killed: out of memory or process limit?)" } else { "" };
         content.push_str(&format!("[exit code: {}{hint}]", r.exit_code));
     }
-    Ok(ToolOutput {
-        content: cap_text(content, cap),
-        is_error,
-    })
+    Ok(ToolOutput { content: cap_text(content, cap), is_error })
 }
 
 /// stdout, then stderr under a `[stderr]` label, within `budget` kept bytes in all: each

@@ -80,12 +80,10 @@ fn not_a_file(path: &str, t: &Target) -> Option<ToolOutput> {
     match &t.kind {
         Kind::File => None,
         Kind::Missing => Some(ToolOutput::error(format!("File does not exist: {path}"))),
-        Kind::Dir => Some(ToolOutput::error(format!(
-            "{path} is a directory, not a file; use Glob or Bash `ls` to list it"
-        ))),
-        Kind::Other(k) => Some(ToolOutput::error(format!(
-            "{path} is not a regular file ({k})"
-        ))),
+        Kind::Dir => {
+            Some(ToolOutput::error(format!("{path} is a directory, not a file; use Glob or Bash `ls` to list it")))
+        }
+        Kind::Other(k) => Some(ToolOutput::error(format!("{path} is not a regular file ({k})"))),
     }
 }
 
@@ -102,11 +100,7 @@ async fn store(ctx: &SessionCtx<'_>, t: &Target, data: &[u8]) -> Result<(), Sand
     r.outcome.ok_for(&t.path)
 }
 
-pub(crate) async fn read(
-    ctx: &SessionCtx<'_>,
-    input: ReadInput,
-    cap: usize,
-) -> Result<ToolOutput, SandboxError> {
+pub(crate) async fn read(ctx: &SessionCtx<'_>, input: ReadInput, cap: usize) -> Result<ToolOutput, SandboxError> {
     let path = input.file_path.as_str();
     let t = workspace::resolve(ctx, path, Purpose::Read).await?;
     if let Some(out) = not_a_file(path, &t) {
@@ -127,17 +121,13 @@ pub(crate) async fn read(
         }
     };
     if text.is_empty() {
-        return Ok(ToolOutput::ok(format!(
-            "(the file {path} exists but is empty)"
-        )));
+        return Ok(ToolOutput::ok(format!("(the file {path} exists but is empty)")));
     }
     let total = text.lines().count();
     let start = input.offset.unwrap_or(1).max(1);
     let limit = input.limit.unwrap_or(DEFAULT_READ_LIMIT).max(1);
     if start > total {
-        return Ok(ToolOutput::error(format!(
-            "offset {start} is past the end of {path}, which has {total} lines"
-        )));
+        return Ok(ToolOutput::error(format!("offset {start} is past the end of {path}, which has {total} lines")));
     }
     let mut out = String::with_capacity(text.len().min(cap) + 64);
     let mut shown = 0;
@@ -160,17 +150,12 @@ pub(crate) async fn read(
     }
     let last = start - 1 + shown;
     if last < total {
-        out.push_str(&format!(
-            "[showing lines {start}-{last} of {total}; use offset/limit to read more]\n"
-        ));
+        out.push_str(&format!("[showing lines {start}-{last} of {total}; use offset/limit to read more]\n"));
     }
     Ok(ToolOutput::ok(cap_text(out, cap)))
 }
 
-pub(crate) async fn write(
-    ctx: &SessionCtx<'_>,
-    input: WriteInput,
-) -> Result<ToolOutput, SandboxError> {
+pub(crate) async fn write(ctx: &SessionCtx<'_>, input: WriteInput) -> Result<ToolOutput, SandboxError> {
     let path = input.file_path.as_str();
     if input.content.len() as u64 > MAX_TEXT_FILE_BYTES {
         return Ok(ToolOutput::error(format!(
@@ -186,52 +171,33 @@ pub(crate) async fn write(
     };
     store(ctx, &t, input.content.as_bytes()).await?;
     Ok(ToolOutput::ok(if existed {
-        format!(
-            "The file {path} has been overwritten ({} bytes).",
-            input.content.len()
-        )
+        format!("The file {path} has been overwritten ({} bytes).", input.content.len())
     } else {
-        format!(
-            "File created successfully at: {path} ({} bytes).",
-            input.content.len()
-        )
+        format!("File created successfully at: {path} ({} bytes).", input.content.len())
     }))
 }
 
-pub(crate) async fn edit(
-    ctx: &SessionCtx<'_>,
-    input: EditInput,
-) -> Result<ToolOutput, SandboxError> {
+pub(crate) async fn edit(ctx: &SessionCtx<'_>, input: EditInput) -> Result<ToolOutput, SandboxError> {
     let path = input.file_path.as_str();
     if input.old_string.is_empty() {
-        return Ok(ToolOutput::error(
-            "old_string must not be empty; use Write to create a file",
-        ));
+        return Ok(ToolOutput::error("old_string must not be empty; use Write to create a file"));
     }
     if input.old_string == input.new_string {
-        return Ok(ToolOutput::error(
-            "No changes to make: old_string and new_string are exactly the same.",
-        ));
+        return Ok(ToolOutput::error("No changes to make: old_string and new_string are exactly the same."));
     }
     let t = workspace::resolve(ctx, path, Purpose::Read).await?;
     if let Some(out) = not_a_file(path, &t) {
         return Ok(out);
     }
     if t.size > MAX_TEXT_FILE_BYTES {
-        return Ok(ToolOutput::error(format!(
-            "{path} is over Edit's {MAX_TEXT_FILE_BYTES}-byte limit"
-        )));
+        return Ok(ToolOutput::error(format!("{path} is over Edit's {MAX_TEXT_FILE_BYTES}-byte limit")));
     }
     let Ok(text) = text_of(fetch(ctx, &t, MAX_TEXT_FILE_BYTES).await?) else {
-        return Ok(ToolOutput::error(format!(
-            "{path} is a binary file; Edit changes text files only"
-        )));
+        return Ok(ToolOutput::error(format!("{path} is a binary file; Edit changes text files only")));
     };
     let count = text.matches(input.old_string.as_str()).count();
     if count == 0 {
-        return Ok(ToolOutput::error(format!(
-            "String to replace not found in {path}."
-        )));
+        return Ok(ToolOutput::error(format!("String to replace not found in {path}.")));
     }
     if count > 1 && !input.replace_all {
         return Ok(ToolOutput::error(format!(
@@ -264,12 +230,7 @@ pub(crate) async fn edit(
 impl Sandbox {
     /// Writes raw bytes to a confined path in the session workspace (binary-safe; creates
     /// parent directories). For the host (attachments) and tests; not a model-facing tool.
-    pub async fn upload_file(
-        &self,
-        key: &SessionKey,
-        path: &str,
-        data: &[u8],
-    ) -> Result<(), SandboxError> {
+    pub async fn upload_file(&self, key: &SessionKey, path: &str, data: &[u8]) -> Result<(), SandboxError> {
         if data.len() as u64 > MAX_TRANSFER_BYTES {
             return Err(SandboxError::File {
                 path: path.into(),
@@ -280,31 +241,18 @@ impl Sandbox {
         let t = workspace::resolve(&ctx, path, Purpose::Write).await?;
         match &t.kind {
             Kind::Missing | Kind::File => store(&ctx, &t, data).await,
-            _ => Err(SandboxError::File {
-                path: path.into(),
-                message: "exists and is not a regular file".into(),
-            }),
+            _ => Err(SandboxError::File { path: path.into(), message: "exists and is not a regular file".into() }),
         }
     }
 
     /// Reads raw bytes from a confined path in the session workspace (binary-safe).
-    pub async fn download_file(
-        &self,
-        key: &SessionKey,
-        path: &str,
-    ) -> Result<Vec<u8>, SandboxError> {
+    pub async fn download_file(&self, key: &SessionKey, path: &str) -> Result<Vec<u8>, SandboxError> {
         let ctx = self.session(key, &[]).await?;
         let t = workspace::resolve(&ctx, path, Purpose::Read).await?;
         match &t.kind {
             Kind::File => fetch(&ctx, &t, MAX_TRANSFER_BYTES).await,
-            Kind::Missing => Err(SandboxError::File {
-                path: path.into(),
-                message: "does not exist".into(),
-            }),
-            _ => Err(SandboxError::File {
-                path: path.into(),
-                message: "is not a regular file".into(),
-            }),
+            Kind::Missing => Err(SandboxError::File { path: path.into(), message: "does not exist".into() }),
+            _ => Err(SandboxError::File { path: path.into(), message: "is not a regular file".into() }),
         }
     }
 }

@@ -34,17 +34,11 @@ pub struct ToolOutput {
 
 impl ToolOutput {
     pub(crate) fn ok(content: impl Into<String>) -> Self {
-        Self {
-            content: content.into(),
-            is_error: false,
-        }
+        Self { content: content.into(), is_error: false }
     }
 
     pub(crate) fn error(content: impl Into<String>) -> Self {
-        Self {
-            content: content.into(),
-            is_error: true,
-        }
+        Self { content: content.into(), is_error: true }
     }
 }
 
@@ -164,10 +158,8 @@ pub(crate) fn validate_strings(tool: &str, input: &Value) -> Result<(), SandboxE
 
 pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: Value) -> Result<T, SandboxError> {
     validate_strings(tool, &input)?;
-    serde_json::from_value(input).map_err(|e| SandboxError::InvalidInput {
-        tool: tool.to_string(),
-        message: e.to_string(),
-    })
+    serde_json::from_value(input)
+        .map_err(|e| SandboxError::InvalidInput { tool: tool.to_string(), message: e.to_string() })
 }
 
 pub(crate) fn validate_env(env: &[(String, String)]) -> Result<(), SandboxError> {
@@ -179,19 +171,12 @@ pub(crate) fn validate_env(env: &[(String, String)]) -> Result<(), SandboxError>
     }
     for (name, value) in env {
         let mut chars = name.chars();
-        let ok_start = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-        if !ok_start
-            || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-            || value.contains('\0')
-        {
+        let ok_start = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !ok_start || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') || value.contains('\0') {
             // The value is deliberately not shown: it may be a secret.
             return Err(SandboxError::InvalidInput {
                 tool: "Bash".into(),
-                message: format!(
-                    "environment variable name `{name}` is not a shell identifier (or its value has NUL)"
-                ),
+                message: format!("environment variable name `{name}` is not a shell identifier (or its value has NUL)"),
             });
         }
     }
@@ -262,30 +247,13 @@ impl Sandbox {
         env: &[(String, String)],
         approved: Option<&str>,
     ) -> Result<ToolOutput, SandboxError> {
-        self.inner
-            .metrics
-            .tool_calls
-            .fetch_add(1, Ordering::Relaxed);
+        self.inner.metrics.tool_calls.fetch_add(1, Ordering::Relaxed);
         let result = self.dispatch(key, tool, input, env, approved).await;
-        if !matches!(
-            result,
-            Ok(ToolOutput {
-                is_error: false,
-                ..
-            })
-        ) {
-            self.inner
-                .metrics
-                .tool_errors
-                .fetch_add(1, Ordering::Relaxed);
+        if !matches!(result, Ok(ToolOutput { is_error: false, .. })) {
+            self.inner.metrics.tool_errors.fetch_add(1, Ordering::Relaxed);
         }
         match &result {
-            Ok(out) => tracing::debug!(
-                tool,
-                is_error = out.is_error,
-                bytes = out.content.len(),
-                "tool call done"
-            ),
+            Ok(out) => tracing::debug!(tool, is_error = out.is_error, bytes = out.content.len(), "tool call done"),
             Err(e) => tracing::debug!(tool, error = %e, "tool call refused or failed"),
         }
         result

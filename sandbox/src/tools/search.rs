@@ -7,8 +7,8 @@
 use serde::Deserialize;
 
 use super::ToolOutput;
-use crate::container::WORKSPACE;
 use crate::agent::Op;
+use crate::container::WORKSPACE;
 use crate::error::SandboxError;
 use crate::exec::ExecResult;
 use crate::exec::cap_text;
@@ -70,9 +70,7 @@ async fn search_root(
     let t = workspace::resolve(ctx, given, Purpose::Read).await?;
     Ok(match t.kind {
         Kind::Missing => Err(ToolOutput::error(format!("Path does not exist: {given}"))),
-        Kind::Other(k) => Err(ToolOutput::error(format!(
-            "{given} is not a file or directory ({k})"
-        ))),
+        Kind::Other(k) => Err(ToolOutput::error(format!("{given} is not a file or directory ({k})"))),
         k => Ok((t.path, k)),
     })
 }
@@ -81,26 +79,18 @@ async fn search_root(
 /// resolved root without following links and hands ripgrep that open file, so a root
 /// swapped for a link after the check is never searched.
 async fn run_rg(ctx: &SessionCtx<'_>, argv: &[String], root: &str) -> Result<ExecResult, SandboxError> {
-    let r = ctx
-        .call(Op::Exec { argv, env: &[], pin: Some((root, argv.len() - 1)) }, ctx.inner.config.exec_timeout)
-        .await?;
+    let r =
+        ctx.call(Op::Exec { argv, env: &[], pin: Some((root, argv.len() - 1)) }, ctx.inner.config.exec_timeout).await?;
     r.outcome.ok_for(root)?;
     Ok(r)
 }
 
 fn rg_base() -> Vec<String> {
     // Hidden files are searched (agents need .env.example, .github, ...), .git is not.
-    ["rg", "--color", "never", "--hidden", "--glob", "!.git"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    ["rg", "--color", "never", "--hidden", "--glob", "!.git"].iter().map(|s| s.to_string()).collect()
 }
 
-pub(crate) async fn glob(
-    ctx: &SessionCtx<'_>,
-    input: GlobInput,
-    cap: usize,
-) -> Result<ToolOutput, SandboxError> {
+pub(crate) async fn glob(ctx: &SessionCtx<'_>, input: GlobInput, cap: usize) -> Result<ToolOutput, SandboxError> {
     let (root, kind) = match search_root(ctx, input.path.as_deref()).await? {
         Ok(r) => r,
         Err(out) => return Ok(out),
@@ -109,11 +99,7 @@ pub(crate) async fn glob(
         return Ok(ToolOutput::error(format!("{root} is not a directory")));
     }
     // Patterns are relative to the search root; accept ones written from /workspace too.
-    let pattern = input
-        .pattern
-        .strip_prefix(&format!("{root}/"))
-        .unwrap_or(&input.pattern)
-        .to_string();
+    let pattern = input.pattern.strip_prefix(&format!("{root}/")).unwrap_or(&input.pattern).to_string();
     let mut argv = rg_base();
     argv.extend([
         "--files".into(),
@@ -126,29 +112,19 @@ pub(crate) async fn glob(
     ]);
     let r = run_rg(ctx, &argv, &root).await?;
     if r.timed_out {
-        return Ok(ToolOutput::error(
-            "Glob timed out; narrow the path or pattern",
-        ));
+        return Ok(ToolOutput::error("Glob timed out; narrow the path or pattern"));
     }
     let stdout = r.stdout.text();
     match r.exit_code {
         0 => {}
         RG_NO_MATCH if stdout.trim().is_empty() => return Ok(ToolOutput::ok("No files found")),
         code if stdout.trim().is_empty() => {
-            return Ok(ToolOutput::error(format!(
-                "Glob failed (rg exit {code}): {}",
-                r.stderr.text().trim()
-            )));
+            return Ok(ToolOutput::error(format!("Glob failed (rg exit {code}): {}", r.stderr.text().trim())));
         }
         _ => {}
     }
     let files: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
-    let mut out = files
-        .iter()
-        .take(GLOB_MAX_RESULTS)
-        .copied()
-        .collect::<Vec<_>>()
-        .join("\n");
+    let mut out = files.iter().take(GLOB_MAX_RESULTS).copied().collect::<Vec<_>>().join("\n");
     if files.len() > GLOB_MAX_RESULTS {
         out.push_str(&format!(
             "\n(Results are truncated: showing {GLOB_MAX_RESULTS} of {}. Use a more specific path or pattern.)",
@@ -158,16 +134,9 @@ pub(crate) async fn glob(
     Ok(ToolOutput::ok(cap_text(out, cap)))
 }
 
-pub(crate) async fn grep(
-    ctx: &SessionCtx<'_>,
-    input: GrepInput,
-    cap: usize,
-) -> Result<ToolOutput, SandboxError> {
+pub(crate) async fn grep(ctx: &SessionCtx<'_>, input: GrepInput, cap: usize) -> Result<ToolOutput, SandboxError> {
     if input.pattern.is_empty() {
-        return Err(SandboxError::InvalidInput {
-            tool: "Grep".into(),
-            message: "pattern must not be empty".into(),
-        });
+        return Err(SandboxError::InvalidInput { tool: "Grep".into(), message: "pattern must not be empty".into() });
     }
     if input.head_limit == Some(0) {
         return Err(SandboxError::InvalidInput {
@@ -181,32 +150,17 @@ pub(crate) async fn grep(
     };
     let mut argv = rg_base();
     match input.output_mode {
-        OutputMode::FilesWithMatches => argv.extend([
-            "--files-with-matches".into(),
-            "--sortr".into(),
-            "modified".into(),
-        ]),
-        OutputMode::Count => argv.extend([
-            "--count".into(),
-            "--with-filename".into(),
-            "--sort".into(),
-            "path".into(),
-        ]),
+        OutputMode::FilesWithMatches => {
+            argv.extend(["--files-with-matches".into(), "--sortr".into(), "modified".into()])
+        }
+        OutputMode::Count => argv.extend(["--count".into(), "--with-filename".into(), "--sort".into(), "path".into()]),
         OutputMode::Content => {
             argv.extend(["--with-filename".into(), "--sort".into(), "path".into()]);
-            argv.extend([
-                "--max-columns".into(),
-                GREP_MAX_COLUMNS.to_string(),
-                "--max-columns-preview".into(),
-            ]);
+            argv.extend(["--max-columns".into(), GREP_MAX_COLUMNS.to_string(), "--max-columns-preview".into()]);
             if input.line_numbers.unwrap_or(true) {
                 argv.push("--line-number".into());
             }
-            for (flag, v) in [
-                ("-A", input.after),
-                ("-B", input.before),
-                ("-C", input.context),
-            ] {
+            for (flag, v) in [("-A", input.after), ("-B", input.before), ("-C", input.context)] {
                 if let Some(n) = v {
                     argv.extend([flag.to_string(), n.to_string()]);
                 }
@@ -228,9 +182,7 @@ pub(crate) async fn grep(
     argv.extend(["--regexp".into(), input.pattern, "--".into(), root.clone()]);
     let r = run_rg(ctx, &argv, &root).await?;
     if r.timed_out {
-        return Ok(ToolOutput::error(
-            "Grep timed out; narrow the path, glob or type",
-        ));
+        return Ok(ToolOutput::error("Grep timed out; narrow the path, glob or type"));
     }
     let stdout = r.stdout.text();
     match r.exit_code {
@@ -242,10 +194,7 @@ pub(crate) async fn grep(
         }
         0 => {}
         code if stdout.trim().is_empty() => {
-            return Ok(ToolOutput::error(format!(
-                "Grep failed (rg exit {code}): {}",
-                r.stderr.text().trim()
-            )));
+            return Ok(ToolOutput::error(format!("Grep failed (rg exit {code}): {}", r.stderr.text().trim())));
         }
         _ => {}
     }
@@ -254,19 +203,11 @@ pub(crate) async fn grep(
     let shown: Vec<&str> = lines.iter().take(limit).copied().collect();
     let mut out = String::new();
     if input.output_mode == OutputMode::FilesWithMatches {
-        out.push_str(&format!(
-            "Found {} file{}\n",
-            lines.len(),
-            if lines.len() == 1 { "" } else { "s" }
-        ));
+        out.push_str(&format!("Found {} file{}\n", lines.len(), if lines.len() == 1 { "" } else { "s" }));
     }
     out.push_str(&shown.join("\n"));
     if lines.len() > shown.len() {
-        out.push_str(&format!(
-            "\n[showing the first {} of {} lines (head_limit)]",
-            shown.len(),
-            lines.len()
-        ));
+        out.push_str(&format!("\n[showing the first {} of {} lines (head_limit)]", shown.len(), lines.len()));
     }
     Ok(ToolOutput::ok(cap_text(out, cap)))
 }

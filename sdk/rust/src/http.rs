@@ -56,8 +56,8 @@ impl Request {
 
     /// `body` serialised as JSON, with `content-type` and `accept` headers unless set.
     pub fn with_json_body(mut self, body: &impl Serialize) -> Result<Self> {
-        let bytes = serde_json::to_vec(body)
-            .map_err(|e| Error::Internal(format!("serialising the request body: {e}")))?;
+        let bytes =
+            serde_json::to_vec(body).map_err(|e| Error::Internal(format!("serialising the request body: {e}")))?;
         self.body = Some(bytes);
         for name in ["content-type", "accept"] {
             if header(&self.headers, name).is_none() {
@@ -209,7 +209,10 @@ mod tests {
     fn json_requests_carry_body_and_headers() {
         let r = Request::post_json("http://x/rpc", &serde_json::json!({"q": 1})).unwrap();
         assert_eq!((r.method.as_str(), r.body.as_deref()), ("POST", Some(&br#"{"q":1}"#[..])));
-        assert_eq!(r.headers, [("content-type".into(), "application/json".into()), ("accept".into(), "application/json".into())]);
+        assert_eq!(
+            r.headers,
+            [("content-type".into(), "application/json".into()), ("accept".into(), "application/json".into())]
+        );
         let r = Request::new("PUT", "http://x")
             .with_header("Content-Type", "application/merge-patch+json")
             .with_json_body(&1)
@@ -224,7 +227,10 @@ mod tests {
         let ok = Response { status: 204, ..Response::default() };
         assert!(ok.error_for_status("the endpoint").is_ok());
         let bad = Response { status: 502, body: b"  upstream down \n".to_vec(), ..Response::default() };
-        assert_eq!(bad.error_for_status("the endpoint"), Err(Error::Remote("the endpoint returned HTTP 502: upstream down".into())));
+        assert_eq!(
+            bad.error_for_status("the endpoint"),
+            Err(Error::Remote("the endpoint returned HTTP 502: upstream down".into()))
+        );
         let empty = Response { status: 404, ..Response::default() };
         assert_eq!(empty.error_for_status("x").unwrap_err().message(), "x returned HTTP 404");
     }
@@ -236,7 +242,10 @@ mod tests {
         assert_eq!(v["a"][1], 2);
         let html = Response { status: 200, body: b"<html>oops</html>".to_vec(), ..Response::default() };
         let e = html.json::<serde_json::Value>().unwrap_err();
-        assert!(matches!(&e, Error::Remote(m) if m.contains("not the expected JSON") && m.ends_with("<html>oops</html>")), "{e}");
+        assert!(
+            matches!(&e, Error::Remote(m) if m.contains("not the expected JSON") && m.ends_with("<html>oops</html>")),
+            "{e}"
+        );
     }
 
     #[test]

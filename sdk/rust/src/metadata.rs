@@ -25,11 +25,7 @@ impl<'a> Metadata<'a> {
     /// The value of `key` as written, `None` when absent or blank (for templates whose
     /// surrounding whitespace matters).
     pub fn raw(&self, key: &str) -> Option<&'a str> {
-        self.pairs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-            .filter(|v| !v.trim().is_empty())
+        self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).filter(|v| !v.trim().is_empty())
     }
 
     /// The value of `key`, trimmed; `None` when absent or blank.
@@ -39,8 +35,7 @@ impl<'a> Metadata<'a> {
 
     /// The value of `key`, trimmed, or an `invalid-input` error naming the key.
     pub fn require(&self, key: &str) -> Result<&'a str> {
-        self.get(key)
-            .ok_or_else(|| Error::InvalidInput(format!("metadata `{key}` is required")))
+        self.get(key).ok_or_else(|| Error::InvalidInput(format!("metadata `{key}` is required")))
     }
 
     /// The value of `key` parsed as `T` (`None` when absent); a value that does not parse
@@ -50,9 +45,7 @@ impl<'a> Metadata<'a> {
         T: FromStr,
         T::Err: Display,
     {
-        self.get(key)
-            .map(|v| v.parse::<T>().map_err(|e| invalid(key, v, &e.to_string())))
-            .transpose()
+        self.get(key).map(|v| v.parse::<T>().map_err(|e| invalid(key, v, &e.to_string()))).transpose()
     }
 
     /// A boolean: `true`/`false`, `yes`/`no`, `on`/`off`, `1`/`0` (any case).

@@ -61,7 +61,7 @@ macro_rules! export {
     ($plugin:ty) => {
         const _: () = {
             type WardenGuestExport = $crate::Export<$plugin>;
-            $crate::bindings::export_plugin_world!(WardenGuestExport with_types_in $crate::bindings);
+    $crate::bindings::export_plugin_world!(WardenGuestExport with_types_in $crate::bindings);
         };
     };
 }

@@ -37,8 +37,8 @@ mod imports {
 
     /// Stores `value` under `key` as JSON.
     pub fn set_json(key: &str, value: &impl Serialize) -> Result<()> {
-        let bytes = serde_json::to_vec(value)
-            .map_err(|e| Error::Internal(format!("serialising state `{key}`: {e}")))?;
+        let bytes =
+            serde_json::to_vec(value).map_err(|e| Error::Internal(format!("serialising state `{key}`: {e}")))?;
         set(key, &bytes)
     }
 }

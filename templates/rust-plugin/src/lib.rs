@@ -4,8 +4,7 @@
 //! protocol; `warden_guest` (the SDK) has the error type and the host helpers.
 
 use warden_guest::{
-    Capability, Error, Metadata, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
-    log,
+    Capability, Error, Metadata, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext, log,
 };
 
 struct Template;

@@ -160,7 +160,10 @@ async fn failing_agent_fails_with_the_remote_reason() {
         let (out, _) = w.run("failer", "anything", None).await;
         assert_eq!(out.status, TaskStatus::Failed, "{protocol}: {out:?}");
         let error = out.error.unwrap();
-        assert!(error.contains("remote failure") && error.contains("the fail agent always fails"), "{protocol}: {error}");
+        assert!(
+            error.contains("remote failure") && error.contains("the fail agent always fails"),
+            "{protocol}: {error}"
+        );
     }
 }
 
@@ -189,7 +192,9 @@ async fn the_operator_secret_is_injected_by_reference() {
     // SAFETY: a variable name unique to this process and test; set before the host reads it.
     unsafe { std::env::set_var(&env, "s3cret") };
     let peer = start_peer("echo", "1.0", &["--token", "s3cret"]);
-    let grant = format!("{{ http: [\"http://127.0.0.1:*\"], state: true, secrets: {{ partner: {{ env: {env}, origins: [\"http://127.0.0.1:*\"] }} }} }}");
+    let grant = format!(
+        "{{ http: [\"http://127.0.0.1:*\"], state: true, secrets: {{ partner: {{ env: {env}, origins: [\"http://127.0.0.1:*\"] }} }} }}"
+    );
     let w = Warden::start(&grant, &[(peer.url(), "{ name: guarded, auth_env: partner }")], "").await;
     let (out, _) = w.run("guarded", "hi", None).await;
     assert_eq!(out.status, TaskStatus::Completed, "{out:?}");
@@ -218,7 +223,11 @@ async fn serve_dir(root: PathBuf) -> u16 {
                 let file = root.join(&path);
                 let resp = match (path.contains(".."), std::fs::read(&file)) {
                     (false, Ok(body)) => {
-                        let mut r = format!("HTTP/1.0 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+                        let mut r = format!(
+                            "HTTP/1.0 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes();
                         r.extend(body);
                         r
                     }

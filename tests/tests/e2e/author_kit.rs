@@ -40,12 +40,20 @@ fn jsonrpc_server() -> u16 {
                 let _ = reader.read_exact(&mut body);
                 let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let answer = match req["method"].as_str() {
-                    Some("ask") => json!({ "jsonrpc": "2.0", "id": req["id"], "result": { "text": format!("rpc:{}", req["params"]["prompt"].as_str().unwrap_or("")) } }),
-                    _ => json!({ "jsonrpc": "2.0", "id": req["id"], "error": { "code": -32601, "message": "method not found" } }),
+                    Some("ask") => {
+                        json!({ "jsonrpc": "2.0", "id": req["id"], "result": { "text": format!("rpc:{}", req["params"]["prompt"].as_str().unwrap_or("")) } })
+                    }
+                    _ => {
+                        json!({ "jsonrpc": "2.0", "id": req["id"], "error": { "code": -32601, "message": "method not found" } })
+                    }
                 };
                 let text = answer.to_string();
                 let mut stream = stream;
-                let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}", text.len());
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
             });
         }
     });
@@ -132,7 +140,10 @@ Meta, Resolver, Executor = wg.export(JsonRpc)
 /// dependencies twice (a cache: the projects themselves live in the empty directory).
 fn author(cwd: &Path, args: &[&str]) -> Output {
     let venv_bin = python().parent().unwrap().to_path_buf();
-    let path = std::env::join_paths(std::iter::once(venv_bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()))).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(venv_bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
     Command::new(bin())
         .current_dir(cwd)
         .args(args)
@@ -178,12 +189,40 @@ fn from_an_empty_directory_to_a_task_over_http_in_rust_and_python() {
         assert_eq!(wasm, format!("target/{name}.wasm"));
         // One task, no deployment: the plugin speaks JSON-RPC to the local server.
         let answer = ok(
-            author(&project, &["plugin", "test", &wasm, "--ref", "jsonrpc://local", "--meta", &format!("url={url}"), "--http", &grant, "--prompt", "hello"]),
+            author(
+                &project,
+                &[
+                    "plugin",
+                    "test",
+                    &wasm,
+                    "--ref",
+                    "jsonrpc://local",
+                    "--meta",
+                    &format!("url={url}"),
+                    "--http",
+                    &grant,
+                    "--prompt",
+                    "hello",
+                ],
+            ),
             "plugin test",
         );
         assert_eq!(answer, "rpc:hello");
         // Without the HTTP grant the same task fails (the host enforces the grant).
-        let o = author(&project, &["plugin", "test", &wasm, "--ref", "jsonrpc://local", "--meta", &format!("url={url}"), "--prompt", "hello"]);
+        let o = author(
+            &project,
+            &[
+                "plugin",
+                "test",
+                &wasm,
+                "--ref",
+                "jsonrpc://local",
+                "--meta",
+                &format!("url={url}"),
+                "--prompt",
+                "hello",
+            ],
+        );
         let said = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
         assert!(!o.status.success() && said.contains("denied") && said.contains("http"), "{said}");
         ok(author(&project, &["plugin", "sign", &wasm, "--key", "../author.key"]), "plugin sign");

@@ -63,7 +63,14 @@ impl Drop for ClaudeHost {
 }
 
 impl ClaudeHost {
-    async fn run(&self, agent: &str, prompt: &str, session: &str, model: Option<&str>, resume: Option<&str>) -> TaskOutcome {
+    async fn run(
+        &self,
+        agent: &str,
+        prompt: &str,
+        session: &str,
+        model: Option<&str>,
+        resume: Option<&str>,
+    ) -> TaskOutcome {
         let call = TaskCall {
             description: "test".into(),
             prompt: prompt.into(),
@@ -76,10 +83,25 @@ impl ClaudeHost {
         task::run(&self.registry, task::new_task_id(), &call, scope).await.expect("task starts")
     }
 
-    async fn run_with_events(&self, agent: &str, prompt: &str, session: &str) -> (TaskOutcome, Vec<warden::plugin::PluginEvent>) {
+    async fn run_with_events(
+        &self,
+        agent: &str,
+        prompt: &str,
+        session: &str,
+    ) -> (TaskOutcome, Vec<warden::plugin::PluginEvent>) {
         let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
-        let call = TaskCall { description: "t".into(), prompt: prompt.into(), subagent_type: agent.into(), ..TaskCall::default() };
-        let scope = TaskScope { session_id: session.into(), user_id: "tester".into(), events: Some(tx), ..TaskScope::default() };
+        let call = TaskCall {
+            description: "t".into(),
+            prompt: prompt.into(),
+            subagent_type: agent.into(),
+            ..TaskCall::default()
+        };
+        let scope = TaskScope {
+            session_id: session.into(),
+            user_id: "tester".into(),
+            events: Some(tx),
+            ..TaskScope::default()
+        };
         let outcome = task::run(&self.registry, task::new_task_id(), &call, scope).await.expect("task starts");
         let mut events = vec![];
         while let Ok(e) = rx.try_recv() {
@@ -107,7 +129,11 @@ impl ClaudeHost {
     async fn container_of(&self, session: &str) -> String {
         let tools = self.registry.runtime().services().tools.clone().unwrap();
         let sessions = tools.sandbox().unwrap().list_sessions().await.unwrap();
-        sessions.into_iter().find(|i| i.key == warden_sandbox_key(session)).expect("the session has a container").container_id
+        sessions
+            .into_iter()
+            .find(|i| i.key == warden_sandbox_key(session))
+            .expect("the session has a container")
+            .container_id
     }
 
     async fn end(&self, session: &str) {
@@ -134,7 +160,12 @@ fn completed(o: &TaskOutcome) -> &str {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn text_only_answer() {
-    let h = claude_host(AGENT, &[("main", "- text: \"All good.\"\n  expect: { last_user_contains: \"how are things\" }\n")], "").await;
+    let h = claude_host(
+        AGENT,
+        &[("main", "- text: \"All good.\"\n  expect: { last_user_contains: \"how are things\" }\n")],
+        "",
+    )
+    .await;
     assert_eq!(completed(&h.run("helper", "how are things?", &session(), None, None).await), "All good.");
 }
 
@@ -153,7 +184,8 @@ async fn several_steps_in_the_sandbox_and_the_parent_sees_the_file_but_not_the_h
     let (outcome, events) = h.run_with_events("helper", "make a report", &s).await;
     // history isolation: the parent gets the final text only
     assert_eq!(completed(&outcome), "Report written.");
-    let calls: Vec<_> = events.iter().filter(|e| e.kind == "tool_call").map(|e| e.data["name"].as_str().unwrap().to_owned()).collect();
+    let calls: Vec<_> =
+        events.iter().filter(|e| e.kind == "tool_call").map(|e| e.data["name"].as_str().unwrap().to_owned()).collect();
     assert_eq!(calls, ["Bash", "Read", "Write"]);
     // the parent session sees what the subagent wrote, and carries on in it
     let read = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "report.md" })).await;
@@ -317,10 +349,17 @@ async fn an_mcp_tool_waits_at_the_gate_and_runs_after_approval() {
     let (out, events) = h.run_with_events("mcp-user", "add numbers", &session()).await;
     decider.await.unwrap();
     assert_eq!(completed(&out), "sum is 42");
-    let results: Vec<_> = events.iter().filter(|e| e.kind == "tool_result").map(|e| (e.data["name"].clone(), e.data["is_error"].clone())).collect();
+    let results: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == "tool_result")
+        .map(|e| (e.data["name"].clone(), e.data["is_error"].clone()))
+        .collect();
     assert_eq!(
         results,
-        [(serde_json::json!("mcp__calc__add"), serde_json::json!(false)), (serde_json::json!("mcp__calc__agent"), serde_json::json!(true))]
+        [
+            (serde_json::json!("mcp__calc__add"), serde_json::json!(false)),
+            (serde_json::json!("mcp__calc__agent"), serde_json::json!(true))
+        ]
     );
 }
 
@@ -354,7 +393,8 @@ async fn a_link_to_a_denied_file_is_denied_through_the_gate() {
 /// no process.
 #[tokio::test(flavor = "multi_thread")]
 async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
-    let agent = "---\nname: gitter\ndescription: Works with git and the clock\nmcpServers: [git, time]\n---\nUse git.\n";
+    let agent =
+        "---\nname: gitter\ndescription: Works with git and the clock\nmcpServers: [git, time]\n---\nUse git.\n";
     let script = r#"
 - tool_calls: [{ name: Bash, arguments: { command: "git init -q repo && cd repo && git config user.email t@example.com && git config user.name t && echo one > a.txt && git add a.txt && git commit -qm first && echo made" } }]
 - tool_calls: [{ name: mcp__git__git_status, arguments: { repo_path: "/workspace/repo" } }]
@@ -396,7 +436,13 @@ async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
     let results: Vec<(String, String, bool)> = events
         .iter()
         .filter(|e| e.kind == "tool_result")
-        .map(|e| (e.data["name"].as_str().unwrap().to_owned(), e.data["content"].as_str().unwrap().to_owned(), e.data["is_error"] == true))
+        .map(|e| {
+            (
+                e.data["name"].as_str().unwrap().to_owned(),
+                e.data["content"].as_str().unwrap().to_owned(),
+                e.data["is_error"] == true,
+            )
+        })
         .collect();
     let find = |i: usize| &results[i];
     assert_eq!(find(1).0, "mcp__git__git_status");
@@ -414,7 +460,11 @@ async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
     // The servers ran in the session's container: ending the session leaves no process.
     let container = h.container_of(&s).await;
     let top = std::process::Command::new("docker").args(["top", &container]).output().unwrap();
-    assert!(String::from_utf8_lossy(&top.stdout).contains("mcp-server-git"), "{}", String::from_utf8_lossy(&top.stdout));
+    assert!(
+        String::from_utf8_lossy(&top.stdout).contains("mcp-server-git"),
+        "{}",
+        String::from_utf8_lossy(&top.stdout)
+    );
     h.end(&s).await;
     let gone = std::process::Command::new("docker").args(["inspect", &container]).output().unwrap();
     assert!(!gone.status.success(), "the session's container (and its servers) is gone");
@@ -430,7 +480,9 @@ fn four_byte_server(body: &'static [u8; 4]) -> u16 {
         for mut s in server.incoming().flatten() {
             let mut buf = [0u8; 4096];
             let _ = s.read(&mut buf);
-            let _ = s.write_all(&[b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n".as_slice(), body].concat());
+            let _ = s.write_all(
+                &[b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n".as_slice(), body].concat(),
+            );
         }
     });
     port
@@ -452,7 +504,9 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
     let agent = format!(
         "---\nname: fetcher\ndescription: Fetches\ntools: Bash\negress: [\"127.0.0.1:{a}\", \"evil.example\"]\n---\nFetch.\n"
     );
-    let tail = format!("  egress:\n    allow: [\"127.0.0.1:{a}\", \"127.0.0.1:{b}\"]\napproval:\n  default: deny\n  allow: [Bash]\n");
+    let tail = format!(
+        "  egress:\n    allow: [\"127.0.0.1:{a}\", \"127.0.0.1:{b}\"]\napproval:\n  default: deny\n  allow: [Bash]\n"
+    );
     let h = claude_host_with(&agent, &[("main", &script)], "", &tail).await;
     let s = session();
     let (outcome, events) = h.run_with_events("fetcher", "fetch", &s).await;
@@ -460,15 +514,35 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
     let content = events.iter().find(|e| e.kind == "tool_result").unwrap().data["content"].as_str().unwrap().to_owned();
     assert!(content.contains("pong"), "the agent's own list allows {a}: {content}");
     assert!(!content.contains("ping"), "{b} is outside the agent's list: {content}");
-    assert!(content.contains(&format!("127.0.0.1:{b} is outside the egress list of subagent \"fetcher\" (egress)")), "{content}");
+    assert!(
+        content.contains(&format!("127.0.0.1:{b} is outside the egress list of subagent \"fetcher\" (egress)")),
+        "{content}"
+    );
     assert!(content.contains("no allow entry names evil.example:80"), "an agent file cannot add a host: {content}");
-    let denied: Vec<_> = events.iter().filter(|e| e.kind == "egress" && e.data["allowed"] == false).map(|e| e.data["rule"].clone()).collect();
+    let denied: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == "egress" && e.data["allowed"] == false)
+        .map(|e| e.data["rule"].clone())
+        .collect();
     assert!(denied.iter().any(|r| r.as_str().unwrap().contains("subagent \"fetcher\"")), "{denied:?}");
     // The task narrows further: to nothing the agent may reach.
-    let task_list = std::sync::Arc::new(warden_sandbox::EgressNarrowing::parse(&[format!("127.0.0.1:{b}")], "the task (egress)").unwrap());
+    let task_list = std::sync::Arc::new(
+        warden_sandbox::EgressNarrowing::parse(&[format!("127.0.0.1:{b}")], "the task (egress)").unwrap(),
+    );
     let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
-    let call = TaskCall { description: "t".into(), prompt: "fetch".into(), subagent_type: "fetcher".into(), ..TaskCall::default() };
-    let scope = TaskScope { session_id: s.clone(), user_id: "tester".into(), events: Some(tx), egress: Some(task_list), ..TaskScope::default() };
+    let call = TaskCall {
+        description: "t".into(),
+        prompt: "fetch".into(),
+        subagent_type: "fetcher".into(),
+        ..TaskCall::default()
+    };
+    let scope = TaskScope {
+        session_id: s.clone(),
+        user_id: "tester".into(),
+        events: Some(tx),
+        egress: Some(task_list),
+        ..TaskScope::default()
+    };
     let outcome = task::run(&h.registry, task::new_task_id(), &call, scope).await.unwrap();
     assert_eq!(outcome.status, TaskStatus::Completed, "{outcome:?}");
     let mut content = String::new();
@@ -485,7 +559,11 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
     let h = claude_host_with(bad, &[("main", "- text: x\n")], "", "").await;
     let snap = h.registry.snapshot();
     assert!(!snap.definitions.contains_key("sloppy"));
-    assert!(snap.problems.iter().any(|p| p.message.contains("\"sloppy\" not registered: egress[1]")), "{:?}", snap.problems);
+    assert!(
+        snap.problems.iter().any(|p| p.message.contains("\"sloppy\" not registered: egress[1]")),
+        "{:?}",
+        snap.problems
+    );
 }
 
 /// Issue 21: a subagent's Bash reaches an allowed host on the test machine through the
@@ -509,12 +587,24 @@ async fn egress_decisions_are_audited_and_streamed() {
     let content = result.data["content"].as_str().unwrap();
     assert!(content.contains("pong") && content.contains("refused: no allow entry names 1.1.1.1:80"), "{content}");
     let egress: Vec<_> = events.iter().filter(|e| e.kind == "egress").map(|e| &e.data).collect();
-    assert!(egress.iter().any(|d| d["allowed"] == true && d["port"] == port && d["bytes_received"].as_u64() > Some(0)), "{egress:?}");
+    assert!(
+        egress.iter().any(|d| d["allowed"] == true && d["port"] == port && d["bytes_received"].as_u64() > Some(0)),
+        "{egress:?}"
+    );
     assert!(egress.iter().any(|d| d["allowed"] == false && d["host"] == "1.1.1.1"), "{egress:?}");
     let audit = std::fs::read_to_string(h._dir.path().join("audit.jsonl")).unwrap();
-    let lines: Vec<serde_json::Value> =
-        audit.lines().map(|l| serde_json::from_str(l).unwrap()).filter(|v: &serde_json::Value| v["event"] == "egress").collect();
-    assert!(lines.iter().any(|l| l["decision"] == "allow" && l["port"] == port && l["session_id"] == s.as_str()), "{audit}");
-    assert!(lines.iter().any(|l| l["decision"] == "deny" && l["rule"].as_str().unwrap().contains("no allow entry")), "{audit}");
+    let lines: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["event"] == "egress")
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["decision"] == "allow" && l["port"] == port && l["session_id"] == s.as_str()),
+        "{audit}"
+    );
+    assert!(
+        lines.iter().any(|l| l["decision"] == "deny" && l["rule"].as_str().unwrap().contains("no allow entry")),
+        "{audit}"
+    );
     h.end(&s).await;
 }

@@ -85,7 +85,9 @@ fn regression_a_text_only_run_connected_to_docker_and_swept_the_scope() {
 
 #[test]
 fn run_failures_use_the_documented_exit_codes() {
-    let d = Deployment::new("  limits: { timeout: 1s }\nsubagents:\n  references:\n    - { uri: \"h://bad\", kind: HOSTILE }\n");
+    let d = Deployment::new(
+        "  limits: { timeout: 1s }\nsubagents:\n  references:\n    - { uri: \"h://bad\", kind: HOSTILE }\n",
+    );
     d.add("hostile", "hostile");
     let o = d.warden(&["run", "bad", "panic", "--json"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
@@ -229,7 +231,17 @@ fn plugin_test_runs_one_task_with_flag_grants_and_writes_nothing() {
     // A model call is answered by the scripted model.
     std::fs::write(dir.path().join("script.yaml"), "- text: \"from the script\"\n").unwrap();
     let hostile = test_plugin("hostile");
-    let o = test(&[hostile.to_str().unwrap(), "--ref", "test://x", "--prompt", "model", "--grant", "model", "--model-script", "script.yaml"]);
+    let o = test(&[
+        hostile.to_str().unwrap(),
+        "--ref",
+        "test://x",
+        "--prompt",
+        "model",
+        "--grant",
+        "model",
+        "--model-script",
+        "script.yaml",
+    ]);
     assert!(o.status.success(), "{o:?}");
     assert_eq!(stdout(&o).trim(), "from the script");
     let o = test(&[echo, "--ref", "echo://greeter", "--prompt", "x", "--grant", "everything"]);
@@ -255,7 +267,13 @@ fn plugin_keygen_sign_verify_and_a_tampered_file_is_refused() {
         let mode = std::fs::metadata(d.dir.path().join("release.key")).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
-    let o = d.warden(&["plugin", "sign", wasm.to_str().unwrap(), "--key", d.dir.path().join("release.key").to_str().unwrap()]);
+    let o = d.warden(&[
+        "plugin",
+        "sign",
+        wasm.to_str().unwrap(),
+        "--key",
+        d.dir.path().join("release.key").to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{o:?}");
     assert!(d.dir.path().join("echo.wasm.sig").is_file());
     let o = d.warden(&["plugin", "verify", wasm.to_str().unwrap(), "--trust", &public]);
@@ -283,7 +301,10 @@ fn plugin_keygen_sign_verify_and_a_tampered_file_is_refused() {
 /// Rust guests in the shared wasm target dir (the standard library is built once there).
 fn warden_in(cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
     let venv_bin = python().parent().unwrap().to_owned();
-    let path = std::env::join_paths(std::iter::once(venv_bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()))).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(venv_bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
     std::process::Command::new(bin())
         .current_dir(cwd)
         .env("PATH", path)
@@ -313,7 +334,10 @@ fn plugin_new_makes_projects_that_build_and_answer_a_task() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(stdout(&o).trim(), "target/json-rpc.wasm", "the path is the only line on stdout");
     assert!(String::from_utf8_lossy(&o.stderr).contains("built json-rpc 0.1.0: kinds JSONRPC"), "{o:?}");
-    let o = warden_in(&py, &["plugin", "test", "target/json-rpc.wasm", "--ref", "jsonrpc://example", "--prompt", "hello python"]);
+    let o = warden_in(
+        &py,
+        &["plugin", "test", "target/json-rpc.wasm", "--ref", "jsonrpc://example", "--prompt", "hello python"],
+    );
     assert!(o.status.success(), "{o:?}");
     assert_eq!(stdout(&o).trim(), "HELLO PYTHON");
     // Rust: scaffold, `warden plugin build DIR` from outside it, one task.
@@ -330,7 +354,20 @@ fn plugin_new_makes_projects_that_build_and_answer_a_task() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(stdout(&o).trim(), "my-proto/target/my-proto.wasm");
     assert!(String::from_utf8_lossy(&o.stderr).contains("built my-proto 0.1.0: kinds MYPROTO"), "{o:?}");
-    let o = warden_in(&rs, &["plugin", "test", "target/my-proto.wasm", "--ref", "myproto://example", "--grant", "log", "--prompt", "hello rust"]);
+    let o = warden_in(
+        &rs,
+        &[
+            "plugin",
+            "test",
+            "target/my-proto.wasm",
+            "--ref",
+            "myproto://example",
+            "--grant",
+            "log",
+            "--prompt",
+            "hello rust",
+        ],
+    );
     assert!(o.status.success(), "{o:?}");
     assert_eq!(stdout(&o).trim(), "HELLO RUST");
     // Never over an existing directory; bad names are refused with the rule.
@@ -358,7 +395,10 @@ fn plugin_build_says_what_it_expected_to_find() {
     let o = warden_in(dir.path(), &["plugin", "build", "broken"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     let err = stderr(&o);
-    assert!(err.contains(&format!("building the Rust plugin in {}", broken.display())) && err.contains("failed"), "{err}");
+    assert!(
+        err.contains(&format!("building the Rust plugin in {}", broken.display())) && err.contains("failed"),
+        "{err}"
+    );
     assert!(!broken.join("target/broken.wasm").exists());
     // A Cargo.toml without a package: named, before any toolchain runs.
     std::fs::write(broken.join("Cargo.toml"), "[workspace]\n").unwrap();

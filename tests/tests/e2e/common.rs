@@ -69,13 +69,11 @@ pub fn stdout(o: &Output) -> String {
 }
 
 pub fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!("not JSON ({e}): {}\nstderr: {}", stdout(o), String::from_utf8_lossy(&o.stderr))
-    })
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", stdout(o), String::from_utf8_lossy(&o.stderr)))
 }
 
 pub const GRANTS: &str = "  grants:\n    echo: { log: true, events: true, state: true }\nsubagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO, metadata: { description: Greets people } }\n";
-
 
 /// The Python interpreter of the test virtualenv (`WARDEN_PYTHON`), which has the
 /// official `a2a-sdk` and `mcp` packages.
@@ -190,7 +188,10 @@ impl Server {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("warden serve exited: {status}\n{}", std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default());
+                panic!(
+                    "warden serve exited: {status}\n{}",
+                    std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default()
+                );
             }
             if healthy() {
                 return server;
@@ -224,7 +225,13 @@ pub fn http(port: u16, method: &str, path: &str, body: Option<&serde_json::Value
 }
 
 /// [`http`] with extra header lines (`"Accept: ...\r\n"`).
-pub fn http_with(port: u16, method: &str, path: &str, headers: &str, body: Option<&serde_json::Value>) -> (u16, String) {
+pub fn http_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
@@ -240,7 +247,8 @@ pub fn http_with(port: u16, method: &str, path: &str, headers: &str, body: Optio
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP response");
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_owned() };
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_owned() };
     (status, body)
 }
 

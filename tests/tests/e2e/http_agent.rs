@@ -49,7 +49,9 @@ fn server() -> (u16, Seen) {
                 log.lock().unwrap().push((method, path.clone(), headers, body.clone()));
                 let (status, ctype, reply) = match path.as_str() {
                     "/ok" => {
-                        let q = serde_json::from_str::<serde_json::Value>(&body).map(|v| v["q"].clone()).unwrap_or_default();
+                        let q = serde_json::from_str::<serde_json::Value>(&body)
+                            .map(|v| v["q"].clone())
+                            .unwrap_or_default();
                         let text = format!("got: {}", q.as_str().unwrap_or("?"));
                         ("200 OK", "application/json", serde_json::json!({"answer": {"text": text}}).to_string())
                     }

@@ -5,11 +5,11 @@
 
 mod common;
 
-mod claude;
-mod cli;
 mod a2a;
 mod a2a_server;
 mod author_kit;
+mod claude;
+mod cli;
 mod http_agent;
 mod mcp;
 mod mcp_server;

@@ -141,7 +141,12 @@ fn a_stdio_reference_server_is_itself_a_subagent() {
     let d = Deployment::new(&config("\"mcp__time__*\""));
     std::fs::copy(bundled_plugin("mcp"), d.dir.path().join("plugins/mcp.wasm")).unwrap();
     let agents = json(&d.warden(&["agents", "--json"]));
-    let clock = agents["agents"].as_array().unwrap().iter().find(|a| a["name"] == "clock").unwrap_or_else(|| panic!("{agents}"));
+    let clock = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "clock")
+        .unwrap_or_else(|| panic!("{agents}"));
     assert!(clock["description"].as_str().unwrap().contains("stdio server time"), "{clock}");
     let out = d.warden(&["run", "clock", "Europe/Paris", "--json"]);
     let v = json(&out);
@@ -149,7 +154,11 @@ fn a_stdio_reference_server_is_itself_a_subagent() {
     let text = v["output"].as_str().unwrap();
     assert!(text.contains("Europe/Paris") && text.contains("datetime"), "{text}");
     // Without an allow rule the gate decides: no call reaches the server.
-    std::fs::write(d.dir.path().join("warden.yaml"), format!("plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n{}", config("Read"))).unwrap();
+    std::fs::write(
+        d.dir.path().join("warden.yaml"),
+        format!("plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n{}", config("Read")),
+    )
+    .unwrap();
     let v = json(&d.warden(&["run", "clock", "UTC", "--json"]));
     assert_ne!(v["status"], "completed", "{v}");
     assert!(v.to_string().contains("not run") || v.to_string().contains("denied"), "{v}");

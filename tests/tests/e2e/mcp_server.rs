@@ -22,7 +22,8 @@ const TOUCHER_SCRIPT: &str = r##"
 - tool_calls: [{ name: Bash, arguments: { command: "touch approved.txt && echo touched" } }]
 - text: "Finished."
 "##;
-const SLEEPER: &str = "---\nname: sleeper\ndescription: Sleeps for a long time\ntools: Bash\nmodel: slow/scripted\n---\nSleep.\n";
+const SLEEPER: &str =
+    "---\nname: sleeper\ndescription: Sleeps for a long time\ntools: Bash\nmodel: slow/scripted\n---\nSleep.\n";
 const SLEEPER_SCRIPT: &str = r##"
 - tool_calls: [{ name: Bash, arguments: { command: "sleep 300" } }]
 - text: "Woke up."
@@ -47,9 +48,11 @@ fn deployment_in(scope: &str) -> Deployment {
     let root = d.dir.path();
     std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
     std::fs::create_dir_all(root.join("agents")).unwrap();
-    for (name, agent, script, file) in
-        [("filer", FILER, FILER_SCRIPT, "main"), ("toucher", TOUCHER, TOUCHER_SCRIPT, "ask"), ("sleeper", SLEEPER, SLEEPER_SCRIPT, "slow")]
-    {
+    for (name, agent, script, file) in [
+        ("filer", FILER, FILER_SCRIPT, "main"),
+        ("toucher", TOUCHER, TOUCHER_SCRIPT, "ask"),
+        ("sleeper", SLEEPER, SLEEPER_SCRIPT, "slow"),
+    ] {
         std::fs::write(root.join(format!("agents/{name}.md")), agent).unwrap();
         std::fs::write(root.join(format!("{file}.yaml")), script).unwrap();
     }
@@ -88,7 +91,10 @@ fn client(args: &[String]) -> Vec<Value> {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "the MCP client failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{stderr}"))).collect()
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{stderr}")))
+        .collect()
 }
 
 fn texts(result: &Value) -> Vec<String> {
@@ -99,8 +105,10 @@ fn texts(result: &Value) -> Vec<String> {
 /// as the HTTP API streams them (progress notifications may trail the result).
 fn decision_and_result(call: &Value) -> (String, bool) {
     let events = call["events"].as_array().unwrap_or_else(|| panic!("no events in {call}"));
-    let resolved = events.iter().find(|e| e["type"] == "approval_resolved").unwrap_or_else(|| panic!("no decision in {call}"));
-    let result = events.iter().find(|e| e["type"] == "tool_result").unwrap_or_else(|| panic!("no tool result in {call}"));
+    let resolved =
+        events.iter().find(|e| e["type"] == "approval_resolved").unwrap_or_else(|| panic!("no decision in {call}"));
+    let result =
+        events.iter().find(|e| e["type"] == "tool_result").unwrap_or_else(|| panic!("no tool result in {call}"));
     (resolved["decision"].as_str().unwrap().to_owned(), result["is_error"].as_bool().unwrap())
 }
 
@@ -174,11 +182,13 @@ fn stdio_handshake_client_lists_subagents_runs_one_in_the_sandbox_and_answers_an
     assert_eq!(canceled["record"]["status"], "canceled", "{canceled}");
     // The client closed stdin and killed `warden mcp` soon after (2 s, SIGTERM, 2 s,
     // SIGKILL): its sessions' containers were removed in that time.
-    let left = Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("name=warden-{scope}-")])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "containers left: {}", String::from_utf8_lossy(&left.stdout));
+    let left =
+        Command::new("docker").args(["ps", "-aq", "--filter", &format!("name=warden-{scope}-")]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+        "containers left: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
 }
 
 #[test]
@@ -226,7 +236,13 @@ fn http_2026_client_runs_subagents_answers_input_required_and_cancels() {
 }
 
 /// One raw MCP POST (handshake revision): status, `Mcp-Session-Id` of the answer, body.
-async fn mcp_post(http: &reqwest::Client, port: u16, token: &str, session: Option<&str>, body: Value) -> (u16, Option<String>, String) {
+async fn mcp_post(
+    http: &reqwest::Client,
+    port: u16,
+    token: &str,
+    session: Option<&str>,
+    body: Value,
+) -> (u16, Option<String>, String) {
     let mut req = http
         .post(format!("http://127.0.0.1:{port}/mcp"))
         .header("authorization", format!("Bearer {token}"))

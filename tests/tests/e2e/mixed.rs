@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-const AGENT: &str = "---\nname: helper\ndescription: Runs two sandbox commands\ntools: Read, Bash\n---\nYou are the helper.\n";
+const AGENT: &str =
+    "---\nname: helper\ndescription: Runs two sandbox commands\ntools: Read, Bash\n---\nYou are the helper.\n";
 const SCRIPT: &str = "\
 - tool_calls: [{ name: Bash, arguments: { command: \"echo mixed > mixed.txt\" } }]
 - tool_calls: [{ name: Read, arguments: { file_path: \"mixed.txt\" } }]
@@ -27,7 +28,11 @@ const SESSIONS: usize = 4;
 fn memory(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb = |key: &str| -> u64 {
-        status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap()
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
     };
     (kb("VmHWM:") * 1024, kb("VmRSS:") * 1024)
 }
@@ -70,7 +75,9 @@ async fn bench_mixed_load() {
         _ => "echo",
     };
     let body = |i: usize| match kind(i) {
-        "claude" => json!({ "description": "mix", "prompt": format!("task {i}"), "subagent_type": "helper", "session_id": format!("mix-{}", i % SESSIONS) }),
+        "claude" => {
+            json!({ "description": "mix", "prompt": format!("task {i}"), "subagent_type": "helper", "session_id": format!("mix-{}", i % SESSIONS) })
+        }
         "a2a" => json!({ "description": "mix", "prompt": format!("task {i}"), "subagent_type": "remote" }),
         _ => json!({ "description": "mix", "prompt": format!("task {i}"), "subagent_type": "greeter" }),
     };
@@ -114,7 +121,13 @@ async fn bench_mixed_load() {
     for (kind, v) in &mut latencies {
         v.sort();
         let pct = |p: f64| v[((v.len() as f64 * p).ceil() as usize).saturating_sub(1)];
-        println!("BENCH mixed {kind}: {} tasks, p50 {:?}, p99 {:?}, max {:?}", v.len(), pct(0.5), pct(0.99), v[v.len() - 1]);
+        println!(
+            "BENCH mixed {kind}: {} tasks, p50 {:?}, p99 {:?}, max {:?}",
+            v.len(),
+            pct(0.5),
+            pct(0.99),
+            v[v.len() - 1]
+        );
     }
 }
 
@@ -123,7 +136,11 @@ async fn post(http: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
     let resp = http.post(url).header("content-type", "application/json").body(body.to_string()).send().await.unwrap();
     let status = resp.status().as_u16();
     let bytes = resp.bytes().await.unwrap();
-    (status, serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes))))
+    (
+        status,
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes))),
+    )
 }
 
 fn log(d: &Deployment) -> String {

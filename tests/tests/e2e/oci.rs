@@ -28,7 +28,11 @@ impl Registry {
     /// A registry that requires HTTP Basic `user:password` (an htpasswd file, bcrypt).
     fn start_with(user: Option<(&str, &str)>) -> Registry {
         let bin = std::env::var_os("WARDEN_REGISTRY_BIN").map(PathBuf::from).unwrap_or_else(|| REGISTRY_BIN.into());
-        assert!(bin.is_file(), "OCI registry missing at {} — run `cargo xtask test` (apt-get install docker-registry)", bin.display());
+        assert!(
+            bin.is_file(),
+            "OCI registry missing at {} — run `cargo xtask test` (apt-get install docker-registry)",
+            bin.display()
+        );
         let storage = tempfile::tempdir().unwrap();
         let port = free_port();
         let config = storage.path().join("config.yml");
@@ -39,7 +43,13 @@ impl Registry {
         if let Some((name, password)) = user {
             // Distribution reads bcrypt only; Python's crypt module makes it.
             let hash = Command::new(python())
-                .args(["-W", "ignore", "-c", "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))", password])
+                .args([
+                    "-W",
+                    "ignore",
+                    "-c",
+                    "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+                    password,
+                ])
                 .output()
                 .unwrap();
             assert!(hash.status.success(), "{hash:?}");
@@ -49,7 +59,8 @@ impl Registry {
         }
         std::fs::write(&config, yaml).unwrap();
         let log = std::fs::File::create(storage.path().join("registry.log")).unwrap();
-        let child = Command::new(&bin).arg("serve").arg(&config).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let child =
+            Command::new(&bin).arg("serve").arg(&config).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
         let mut registry = Registry { child, port, storage };
         let until = Instant::now() + Duration::from_secs(30);
         loop {
@@ -57,7 +68,9 @@ impl Registry {
                 panic!("the registry exited: {status}\n{}", registry.log());
             }
             // 200, or 401 when it asks for credentials: it is serving.
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && matches!(http(port, "GET", "/v2/", None).0, 200 | 401) {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && matches!(http(port, "GET", "/v2/", None).0, 200 | 401)
+            {
                 return registry;
             }
             assert!(Instant::now() < until, "the registry did not answer /v2/ within 30 s\n{}", registry.log());
@@ -125,7 +138,8 @@ fn push(dir: &Path, file: &str, target: &str) -> Output {
 
 /// The names in a plugin directory, sorted.
 fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
 }
@@ -213,7 +227,12 @@ fn a_tampered_blob_an_untrusted_or_missing_signature_and_a_wrong_pin_are_refused
     let unsigned = tempfile::tempdir().unwrap();
     std::fs::copy(test_plugin("echo"), unsigned.path().join("echo.wasm")).unwrap();
 
-    for (dir, repo) in [(publisher.path(), "good"), (other.path(), "stranger"), (unsigned.path(), "unsigned"), (publisher.path(), "tampered")] {
+    for (dir, repo) in [
+        (publisher.path(), "good"),
+        (other.path(), "stranger"),
+        (unsigned.path(), "unsigned"),
+        (publisher.path(), "tampered"),
+    ] {
         let o = push(dir, "echo.wasm", &registry.url(&format!("{repo}/echo:1")));
         assert!(o.status.success(), "{repo}: {o:?}");
     }
@@ -283,9 +302,15 @@ fn credentials_come_from_the_environment_and_are_needed_where_the_registry_asks(
     let publisher = tempfile::tempdir().unwrap();
     std::fs::copy(test_plugin("echo"), publisher.path().join("echo.wasm")).unwrap();
     let target = registry.url("private/echo:1");
-    let push = |env: &[(&str, &str)]| warden_env(publisher.path(), &["plugin", "push", "echo.wasm", &target, "--insecure"], env);
+    let push = |env: &[(&str, &str)]| {
+        warden_env(publisher.path(), &["plugin", "push", "echo.wasm", &target, "--insecure"], env)
+    };
     let host = format!("127.0.0.1:{}", registry.port);
-    let alice = [("WARDEN_REGISTRY_USERNAME", "alice"), ("WARDEN_REGISTRY_PASSWORD", "s3cret-pw"), ("WARDEN_REGISTRY_HOST", host.as_str())];
+    let alice = [
+        ("WARDEN_REGISTRY_USERNAME", "alice"),
+        ("WARDEN_REGISTRY_PASSWORD", "s3cret-pw"),
+        ("WARDEN_REGISTRY_HOST", host.as_str()),
+    ];
     // Credentials name the one registry they are for ...
     let o = push(&alice[..2]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
@@ -300,7 +325,11 @@ fn credentials_come_from_the_environment_and_are_needed_where_the_registry_asks(
     let o = push(&[("WARDEN_REGISTRY_USERNAME", "alice")]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(stderr(&o).contains("set both WARDEN_REGISTRY_USERNAME and WARDEN_REGISTRY_PASSWORD"), "{o:?}");
-    let o = push(&[("WARDEN_REGISTRY_USERNAME", "alice"), ("WARDEN_REGISTRY_PASSWORD", "wrong"), ("WARDEN_REGISTRY_HOST", host.as_str())]);
+    let o = push(&[
+        ("WARDEN_REGISTRY_USERNAME", "alice"),
+        ("WARDEN_REGISTRY_PASSWORD", "wrong"),
+        ("WARDEN_REGISTRY_HOST", host.as_str()),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     let o = push(&alice);
     assert!(o.status.success(), "{o:?}");
@@ -309,7 +338,9 @@ fn credentials_come_from_the_environment_and_are_needed_where_the_registry_asks(
 
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("warden.yaml"), "plugins:\n  dir: ./plugins\n").unwrap();
-    let pull = |env: &[(&str, &str)]| warden_env(d.path(), &["--config", "warden.yaml", "plugin", "pull", &target, "--insecure"], env);
+    let pull = |env: &[(&str, &str)]| {
+        warden_env(d.path(), &["--config", "warden.yaml", "plugin", "pull", &target, "--insecure"], env)
+    };
     let o = pull(&[]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(!d.path().join("plugins/echo.wasm").exists());

@@ -40,10 +40,15 @@ fn kill_9_mid_task_then_restart_keeps_results_and_fails_the_interrupted_task() {
     assert_eq!(status, 200);
     assert_eq!((r["status"].as_str(), r["output"].as_str()), (Some("completed"), Some("kept across a crash")));
     let (_, r) = json_of(port, "GET", &format!("/v1/tasks/{running_id}?timeout_ms=100"), None);
-    assert_eq!((r["status"].as_str(), r["error"].as_str(), r["finish_reason"].as_str()), (Some("failed"), Some("host restarted"), Some("host_restarted")), "{r}");
+    assert_eq!(
+        (r["status"].as_str(), r["error"].as_str(), r["finish_reason"].as_str()),
+        (Some("failed"), Some("host restarted"), Some("host_restarted")),
+        "{r}"
+    );
     let (status, events) = http(port, "GET", &format!("/v1/tasks/{running_id}/events"), None);
     assert_eq!(status, 200);
-    let data: Vec<Value> = events.lines().filter_map(|l| l.strip_prefix("data: ")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let data: Vec<Value> =
+        events.lines().filter_map(|l| l.strip_prefix("data: ")).map(|l| serde_json::from_str(l).unwrap()).collect();
     let types: Vec<&str> = data.iter().map(|e| e["type"].as_str().unwrap()).collect();
     // Progress events are committed in batches, so a SIGKILL may lose the last ones
     // (regression: seen under CI load); the restart verdict always closes the stream.

@@ -25,11 +25,7 @@ pub struct FakeHost {
 }
 
 pub fn spec(name: &str) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: format!("the {name} tool"),
-        input_schema: r#"{"type":"object"}"#.into(),
-    }
+    ToolSpec { name: name.into(), description: format!("the {name} tool"), input_schema: r#"{"type":"object"}"#.into() }
 }
 
 pub fn session_tools() -> Vec<ToolSpec> {

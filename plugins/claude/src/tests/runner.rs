@@ -141,7 +141,12 @@ fn unknown_and_filtered_tools_get_error_results_without_reaching_the_host() {
     let mut host = FakeHost::new(vec![
         tool_calls(
             "",
-            vec![call("a", "WebFetch", "{}"), call("b", "Read", "{}"), call("c", "Bash", "{}"), call("d", "Task", "{}")],
+            vec![
+                call("a", "WebFetch", "{}"),
+                call("b", "Read", "{}"),
+                call("c", "Bash", "{}"),
+                call("d", "Task", "{}"),
+            ],
         ),
         text("ok"),
     ]);
@@ -223,11 +228,8 @@ fn model_override_then_frontmatter_then_default() {
 
 #[test]
 fn resume_continues_a_stored_transcript() {
-    let mut host = FakeHost::new(vec![
-        tool_calls("", vec![call("a", "Read", "{}")]),
-        text("first answer"),
-        text("second answer"),
-    ]);
+    let mut host =
+        FakeHost::new(vec![tool_calls("", vec![call("a", "Read", "{}")]), text("first answer"), text("second answer")]);
     assert_eq!(run(&mut host, &task("t1", "first question"), &helper()).unwrap(), "first answer");
     let mut again = task("t2", "follow-up question");
     again.resume = Some("t1".into());

@@ -17,11 +17,7 @@ use warden::plugin::types::{
 };
 use warden::plugin::{events, log, state};
 
-const VERSION: &str = if cfg!(feature = "v2") {
-    "0.2.0"
-} else {
-    "0.1.0"
-};
+const VERSION: &str = if cfg!(feature = "v2") { "0.2.0" } else { "0.1.0" };
 const PREFIX: &str = if cfg!(feature = "v2") { "v2: " } else { "" };
 
 struct Echo;
@@ -38,11 +34,7 @@ impl meta::Guest for Echo {
 }
 
 fn metadata<'a>(reference: &'a SubagentReference, key: &str) -> Option<&'a str> {
-    reference
-        .metadata
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
+    reference.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
 /// The last segment of a URI, after the last `/` or `:`.
@@ -56,12 +48,8 @@ impl resolver::Guest for Echo {
     }
 
     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
-        let name = metadata(&reference, "name")
-            .unwrap_or_else(|| last_segment(&reference.uri))
-            .to_string();
-        let description = metadata(&reference, "description")
-            .unwrap_or("Echoes the prompt back")
-            .to_string();
+        let name = metadata(&reference, "name").unwrap_or_else(|| last_segment(&reference.uri)).to_string();
+        let description = metadata(&reference, "description").unwrap_or("Echoes the prompt back").to_string();
         Ok(SubagentDefinition {
             name,
             description,
@@ -73,16 +61,9 @@ impl resolver::Guest for Echo {
 }
 
 impl executor::Guest for Echo {
-    fn execute(
-        ctx: TaskContext,
-        call: TaskCall,
-        _definition: SubagentDefinition,
-    ) -> Result<String, Error> {
+    fn execute(ctx: TaskContext, call: TaskCall, _definition: SubagentDefinition) -> Result<String, Error> {
         let _ = log::write(log::Level::Info, &format!("echo executing {}", ctx.task_id));
-        let _ = events::emit(
-            "progress",
-            &serde_json::json!({ "message": "echoing" }).to_string(),
-        );
+        let _ = events::emit("progress", &serde_json::json!({ "message": "echoing" }).to_string());
         let output = match call.prompt.strip_prefix("state:") {
             Some(value) => {
                 state::set("k", value.as_bytes())?;

@@ -63,13 +63,7 @@ impl resolver::Guest for Hostile {
     }
 
     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
-        let meta = |key: &str| {
-            reference
-                .metadata
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone())
-        };
+        let meta = |key: &str| reference.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
         let name = meta("name").unwrap_or_else(|| {
             let uri = reference.uri.as_str();
             uri.rsplit(['/', ':']).next().unwrap_or(uri).to_string()
@@ -86,11 +80,7 @@ impl resolver::Guest for Hostile {
 }
 
 impl executor::Guest for Hostile {
-    fn execute(
-        _ctx: TaskContext,
-        call: TaskCall,
-        _definition: SubagentDefinition,
-    ) -> Result<String, Error> {
+    fn execute(_ctx: TaskContext, call: TaskCall, _definition: SubagentDefinition) -> Result<String, Error> {
         let prompt = call.prompt.as_str();
         match prompt {
             "loop" => spin(),
@@ -101,11 +91,7 @@ impl executor::Guest for Hostile {
             "model" => model_call(),
             "tools" => {
                 let specs = tools::list()?;
-                Ok(specs
-                    .into_iter()
-                    .map(|t| t.name)
-                    .collect::<Vec<_>>()
-                    .join("\n"))
+                Ok(specs.into_iter().map(|t| t.name).collect::<Vec<_>>().join("\n"))
             }
             _ => {
                 if let Some(url) = prompt.strip_prefix("http:") {
@@ -164,11 +150,7 @@ fn http_get(url: &str) -> Result<String, Error> {
         timeout_ms: None,
         auth_secret: None,
     })?;
-    Ok(format!(
-        "{}\n{}",
-        response.status,
-        String::from_utf8_lossy(&response.body)
-    ))
+    Ok(format!("{}\n{}", response.status, String::from_utf8_lossy(&response.body)))
 }
 
 fn model_call() -> Result<String, Error> {

@@ -73,11 +73,7 @@ fn request(op: &Value) -> http::Request {
     let mut headers: Vec<(String, String)> = op
         .get("headers")
         .and_then(Value::as_array)
-        .map(|hs| {
-            hs.iter()
-                .map(|h| (text(h.get(0)), text(h.get(1))))
-                .collect()
-        })
+        .map(|hs| hs.iter().map(|h| (text(h.get(0)), text(h.get(1)))).collect())
         .unwrap_or_default();
     for _ in 0..num(op, "extra_headers").unwrap_or(0) {
         headers.push(("x-h".into(), "v".into()));
@@ -142,7 +138,11 @@ fn call(op: &Value, index: u64, streams: &mut Vec<http::BodyStream>) -> Result<S
                     role: op.get("role").map(|r| text(Some(r))).unwrap_or_else(|| "user".into()),
                     content: text(op.get("content")),
                     tool_calls: if op.get("arguments").is_some() {
-                        vec![model::ToolCall { id: i.to_string(), name: "Bash".into(), arguments: text(op.get("arguments")) }]
+                        vec![model::ToolCall {
+                            id: i.to_string(),
+                            name: "Bash".into(),
+                            arguments: text(op.get("arguments")),
+                        }]
                     } else {
                         Vec::new()
                     },
