@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::layout::Layout;
 use crate::python::{Python, TEST_REQUIREMENTS};
-use crate::{guest, image, process};
+use crate::{guest, image, lint, process};
 
 /// The cargo that runs xtask (set by `cargo run`), else `cargo` on `PATH`.
 fn host_cargo() -> Command {
@@ -40,6 +40,8 @@ fn outputs_line(layout: &Layout, path: &Path) {
 /// `Cargo.toml`) against the dev host binary, so a clean CI run compiles wasmtime
 /// once rather than once per profile.
 pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
+    lint::format(layout, false)?;
+    lint::layering(layout)?;
     guest::build_all(layout)?;
     let python = Python::ensure(layout)?;
     python.require(TEST_REQUIREMENTS)?;
@@ -61,6 +63,7 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
         // SAFETY: set before xtask starts any thread; the test processes inherit it.
         unsafe { env::set_var("WARDEN_FIXTURES", f) };
     }
+    lint::clippy(layout)?;
     guest::test_native(layout)?;
     python.test_sdk(layout)?;
     println!("xtask: running the tests");

@@ -37,12 +37,7 @@ struct Guest {
 /// (`plugins/*` with a Cargo.toml): their protocol logic is plain Rust, tested with the
 /// host toolchain in a separate target dir (`target/guest-native`).
 pub fn test_native(layout: &Layout) -> Result<()> {
-    let mut dirs: Vec<_> = fs::read_dir(layout.root.join("plugins"))
-        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.join("Cargo.toml").is_file()).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    dirs.insert(0, layout.rust_sdk());
-    for dir in dirs {
+    for dir in native_test_dirs(layout) {
         println!("xtask: native unit tests of {}", layout.rel(&dir).display());
         crate::process::run(
             std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
@@ -55,6 +50,16 @@ pub fn test_native(layout: &Layout) -> Result<()> {
         .with_context(|| format!("native tests of {} failed", dir.display()))?;
     }
     Ok(())
+}
+
+/// The guest crates with native tests: the Rust guest SDK, then `plugins/*` with a Cargo.toml.
+pub fn native_test_dirs(layout: &Layout) -> Vec<PathBuf> {
+    let mut dirs: Vec<_> = fs::read_dir(layout.root.join("plugins"))
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.join("Cargo.toml").is_file()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.insert(0, layout.rust_sdk());
+    dirs
 }
 
 /// Builds every guest; returns the component files written (or already up to date).

@@ -3,8 +3,10 @@
 //! - `cargo xtask build [--plugins-only]`: the host binary (`target/release/warden`), every
 //!   bundled plugin (`plugins/*/` → `target/plugins/<name>.wasm`) and every test plugin
 //!   (`tests/plugins/*/` → `target/test-plugins/<name>.wasm`) as WebAssembly components.
-//! - `cargo xtask test [-- <cargo test args>]`: build, set up the Python peers and the sandbox
-//!   image, then `cargo test --release --workspace` with `WARDEN_*` paths in the environment.
+//! - `cargo xtask test [-- <cargo test args>]`: check the style (rustfmt), build, set up the
+//!   Python peers and the sandbox image, clippy with warnings as errors, then
+//!   `cargo test --workspace` (dev profile) with `WARDEN_*` paths in the environment.
+//! - `cargo xtask fmt`: apply `rustfmt.toml` to the workspace and every guest crate.
 //! - `cargo xtask demo`: build, set up the sandbox image, run `warden demo`.
 //! - `cargo xtask image`: build the sandbox image when it is missing or its recipe
 //!   (`sandbox/image/*.txt`) changed.
@@ -16,7 +18,9 @@ mod apt;
 mod commands;
 mod guest;
 mod image;
+mod layering;
 mod layout;
+mod lint;
 mod process;
 mod python;
 mod registry;
@@ -46,6 +50,8 @@ enum Cmd {
     Demo,
     /// Build the sandbox image when it is missing or its recipe changed.
     Image,
+    /// Apply the project's Rust style (rustfmt.toml) to the workspace and every guest crate.
+    Fmt,
 }
 
 #[derive(Args)]
@@ -69,5 +75,6 @@ fn main() -> Result<()> {
         Cmd::Test { cargo_args } => commands::test(&layout, &cargo_args),
         Cmd::Demo => commands::demo(&layout),
         Cmd::Image => image::ensure(&layout),
+        Cmd::Fmt => lint::format(&layout, true),
     }
 }
