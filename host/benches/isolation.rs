@@ -112,7 +112,7 @@ async fn main() {
     let bytes = std::fs::read(plugins.join("hostile.wasm")).expect("run `cargo xtask build --plugins-only` first");
     let services = Arc::new(warden::services::HostServices::new(vec![]));
     // Instances as `warden serve` allocates them by default: pooled, copy-on-write.
-    let pool = PoolOptions::for_tasks(warden::engine::DEFAULT_MAX_CONCURRENT_TASKS, Limits::default().memory);
+    let pool = PoolOptions::for_tasks(warden::config::DEFAULT_MAX_CONCURRENT_TASKS, Limits::default().memory);
     let rt =
         Arc::new(Runtime::new(RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() }, services).unwrap());
     assert!(rt.is_pooled(), "the instance pool could not be reserved");

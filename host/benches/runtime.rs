@@ -9,7 +9,7 @@
 //! - instantiation from `InstancePre`, pooled and on demand;
 //! - a cold 18 MB Python component's first call, optimised only vs tiered (target,
 //!   issue 17: ≤ 1.5 s on 2 cores);
-//! - start-up (`warden::start`) with every available plugin, cold cache vs warm cache.
+//! - start-up (`warden::Host::start`) with every available plugin, cold cache vs warm cache.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,7 +59,7 @@ async fn main() {
     let bundled = dir("WARDEN_PLUGINS", "target/plugins");
     let services = Arc::new(warden::services::HostServices::new(vec![]));
     let on_demand = Runtime::new(RuntimeOptions::uncached(), services.clone()).unwrap();
-    let pool = PoolOptions::for_tasks(warden::engine::DEFAULT_MAX_CONCURRENT_TASKS, Limits::default().memory);
+    let pool = PoolOptions::for_tasks(warden::config::DEFAULT_MAX_CONCURRENT_TASKS, Limits::default().memory);
     let pooled = Runtime::new(RuntimeOptions { pool: Some(pool), ..RuntimeOptions::uncached() }, services).unwrap();
     assert!(pooled.is_pooled(), "the pool could not be reserved on this machine");
     let bytes = std::fs::read(test_plugins.join("hostile.wasm")).expect("run `cargo xtask build --plugins-only` first");
@@ -198,7 +198,7 @@ async fn main() {
     let start = || async {
         let cfg = warden::Config::from_file(&scratch.path().join("warden.yaml")).unwrap();
         let t = Instant::now();
-        let reg = warden::start(cfg).await.unwrap();
+        let reg = warden::Host::start(cfg).await.unwrap().registry;
         let took = t.elapsed();
         assert_eq!(reg.snapshot().plugins.len(), n, "{:?}", reg.snapshot().invalid);
         // Let background optimised builds finish (and reach the cache) before the next start.

@@ -23,22 +23,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
+use crate::config::{DEFAULT_MAX_CONCURRENT_TASKS, DEFAULT_MAX_QUEUED_TASKS, DEFAULT_TASK_TIMEOUT};
 use crate::plugin::{EventSink, PluginEvent, TaskCall};
-use crate::redact::{Redactor, SecretError, StreamScrubber};
+use crate::redact::{Redactor, SecretError, StreamScrubber, env_name};
 use crate::registry::Registry;
 use crate::store::{Store, TaskRecord, Write, now_ms};
 use crate::task::{self, TaskError, TaskScope, TaskStatus};
 
-/// Default number of tasks running at once. Each running task holds one plugin
-/// instance of up to `plugins.limits.memory` (64 MiB by default): 32 of them bound the
-/// worst case near 2 GiB, while tasks that mostly wait on models or peers still overlap.
-pub const DEFAULT_MAX_CONCURRENT_TASKS: usize = 32;
-/// Default number of tasks waiting for a slot before new ones are refused (503): a
-/// queue deeper than this would only time out its callers.
-pub const DEFAULT_MAX_QUEUED_TASKS: usize = 1000;
-/// Default wall-clock deadline of one task once it runs: longer than any single plugin
-/// call limit an operator is likely to set, so it only stops tasks that are stuck.
-pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Default TaskOutput wait when `block` is true.
 pub const DEFAULT_OUTPUT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest TaskOutput wait a caller may ask for.
@@ -81,7 +72,7 @@ impl Default for EngineOptions {
 }
 
 impl EngineOptions {
-    pub fn from_config(c: &crate::Config) -> Self {
+    pub fn from_config(c: &crate::config::Config) -> Self {
         EngineOptions {
             max_concurrent_tasks: c.server.max_concurrent_tasks.max(1),
             max_queued_tasks: c.server.max_queued_tasks,
@@ -100,7 +91,7 @@ pub struct Submission {
     pub user_id: Option<String>,
     /// Who submitted it (the API principal), recorded on the task.
     pub principal: Option<String>,
-    /// Secrets for sandbox execs: key → value (keys normalised by [`env_name`]).
+    /// Secrets for sandbox execs: key → value (keys normalised by [`crate::redact::env_name`]).
     pub tool_context: BTreeMap<String, String>,
     pub max_tool_iterations: Option<u32>,
     /// Another way to ask the person behind this task about its gated calls (e.g. an
@@ -139,20 +130,6 @@ pub enum SubmitError {
     UnknownResume(String),
     #[error("invalid tool_context: {0}")]
     Secrets(#[from] SecretError),
-}
-
-/// A `tool_context` key as an environment variable name: upper-cased, every character
-/// outside `[A-Z0-9_]` replaced by `_`, a leading digit prefixed with `_`.
-pub fn env_name(key: &str) -> String {
-    let mut s: String = key
-        .chars()
-        .map(|c| c.to_ascii_uppercase())
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
-        .collect();
-    if s.starts_with(|c: char| c.is_ascii_digit()) {
-        s.insert(0, '_');
-    }
-    s
 }
 
 /// Session and user ids name sandbox containers and volumes: keep them plain.
@@ -480,6 +457,7 @@ pub enum CancelOutcome {
 /// The engine. Share it as `Arc<Engine>`.
 pub struct Engine {
     registry: Arc<Registry>,
+    tools: Arc<crate::tools::ToolHost>,
     store: Store,
     options: EngineOptions,
     slots: Arc<Semaphore>,
@@ -491,7 +469,7 @@ impl Engine {
     /// Opens the engine over `store`: tasks the previous host left running are marked
     /// failed ("host restarted"), finished tasks past retention are purged, and gate
     /// events are routed into task streams. Needs a Tokio runtime.
-    pub async fn start(registry: Arc<Registry>, store: Store, options: EngineOptions) -> anyhow::Result<Arc<Engine>> {
+    pub async fn start(host: &crate::app::Host, store: Store, options: EngineOptions) -> anyhow::Result<Arc<Engine>> {
         let recovered = store.recover_interrupted().await?;
         if !recovered.is_empty() {
             tracing::warn!(count = recovered.len(), tasks = ?recovered, "tasks interrupted by a restart marked failed");
@@ -503,13 +481,15 @@ impl Engine {
         }
         let engine = Arc::new(Engine {
             slots: Arc::new(Semaphore::new(options.max_concurrent_tasks)),
-            registry,
+            registry: host.registry.clone(),
+            tools: host.tools.clone(),
             store,
             options,
             live: Mutex::new(HashMap::new()),
             metrics: Metrics::default(),
         });
-        if let Some(gate) = engine.gate() {
+        {
+            let gate = engine.gate();
             // Synchronously: a decision reaches the task's stream before the call's
             // result does (a broadcast subscriber saw a quick decline after the task
             // had ended, and the `approval_resolved` event was lost).
@@ -548,9 +528,14 @@ impl Engine {
         &self.options
     }
 
-    /// The approval gate, when the host has the tools capability.
-    pub fn gate(&self) -> Option<&warden_approval::ApprovalGate> {
-        self.registry.runtime().services().tools.as_ref().map(|t| t.gate())
+    /// The approval gate every tool call passes.
+    pub fn gate(&self) -> &warden_approval::ApprovalGate {
+        self.tools.gate()
+    }
+
+    /// The tool host (sandbox and MCP tools) the engine's tasks call.
+    pub fn tools(&self) -> &Arc<crate::tools::ToolHost> {
+        &self.tools
     }
 
     /// Tasks running now (not queued).
@@ -768,9 +753,7 @@ impl Engine {
                 inner.sink = None;
                 inner.closed = true;
             }
-            if let Some(gate) = engine.gate() {
-                gate.cancel_task(&live.id());
-            }
+            engine.gate().cancel_task(&live.id());
             // The dead driver may have begun finishing; nobody else will complete it.
             live.finishing.store(false, Ordering::SeqCst);
             engine.finish(&live, finish, Duration::ZERO).await;
@@ -858,9 +841,7 @@ impl Engine {
             },
         };
         // The plugin call is gone (dropped if it did not finish); nothing may wait on a person for it.
-        if let Some(gate) = self.gate() {
-            gate.cancel_task(&task_id);
-        }
+        self.gate().cancel_task(&task_id);
         {
             let mut inner = live.inner.lock().unwrap();
             inner.sink = None;
@@ -961,9 +942,7 @@ impl Engine {
             });
         };
         live.request_stop(Stop::Canceled);
-        if let Some(gate) = self.gate() {
-            gate.cancel_task(id);
-        }
+        self.gate().cancel_task(id);
         let mut rec = live.wait_finished(CANCEL_WAIT).await;
         if !rec.is_finished() {
             // The driver did not wind down (stuck outside an await point the stop reaches):

@@ -34,6 +34,20 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use aho_corasick::{AhoCorasick, MatchKind};
 use serde_json::Value;
 
+/// A `tool_context` key as an environment variable name: upper-cased, every character
+/// outside `[A-Z0-9_]` replaced by `_`, a leading digit prefixed with `_`.
+pub fn env_name(key: &str) -> String {
+    let mut s: String = key
+        .chars()
+        .map(|c| c.to_ascii_uppercase())
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect();
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert(0, '_');
+    }
+    s
+}
+
 /// What a scrubbed secret reads as.
 pub const REDACTED: &str = "[redacted]";
 /// Secrets shorter than this are not scrubbed: they would match everywhere, and

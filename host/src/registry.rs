@@ -451,9 +451,9 @@ impl Registry {
             .map(|r| SubagentReference { uri: r.uri.clone(), kind: r.kind.clone(), metadata: r.metadata.clone() })
             .collect();
         if self.config.subagents.builtin {
-            refs.extend(crate::BUILTIN_AGENTS.iter().map(|(name, _)| SubagentReference {
-                uri: format!("builtin://{name}"),
-                kind: "CLAUDE".into(),
+            refs.extend(crate::builtin::AGENTS.iter().map(|(name, _)| SubagentReference {
+                uri: format!("{}{name}", crate::builtin::URI_SCHEME),
+                kind: crate::builtin::KIND.into(),
                 metadata: BTreeMap::new(),
             }));
         }

@@ -87,8 +87,7 @@ impl Drop for Api {
     /// Stops the server and removes the deployment's sandbox sessions.
     fn drop(&mut self) {
         self.server.abort();
-        if let Some(tools) = self.engine.registry().runtime().services().tools.clone()
-            && let Ok(sandbox) = tools.sandbox().cloned()
+        if let Ok(sandbox) = self.engine.tools().sandbox().cloned()
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
             tokio::task::block_in_place(|| handle.block_on(async { sandbox.shutdown().await.ok() }));
@@ -133,8 +132,8 @@ async fn api_with_files(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<Str
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     let options = EngineOptions::from_config(&config);
     let server_config = config.server.clone();
-    let registry = warden::start(config).await.unwrap();
-    let engine = Engine::start(registry, store, options).await.unwrap();
+    let host = warden::Host::start(config).await.unwrap();
+    let engine = Engine::start(&host, store, options).await.unwrap();
     let state = if server_config.principals.is_empty() {
         Arc::new(ServerState::new(engine.clone(), tokens))
     } else {
@@ -1351,9 +1350,7 @@ mod sandboxed {
     }
 
     async fn end_sessions(api: &Api) {
-        if let Some(t) = &api.engine.registry().runtime().services().tools
-            && let Ok(s) = t.sandbox()
-        {
+        if let Ok(s) = api.engine.tools().sandbox() {
             let _ = s.shutdown().await;
         }
     }

@@ -643,7 +643,7 @@ mod registry {
         );
         let cfg_path = dir.path().join("warden.yaml");
         std::fs::write(&cfg_path, yaml).unwrap();
-        let registry = warden::start(Config::from_file(&cfg_path).unwrap()).await.unwrap();
+        let registry = warden::Host::start(Config::from_file(&cfg_path).unwrap()).await.unwrap().registry;
         Fixture { _dir: dir, plugins, registry }
     }
 
@@ -772,7 +772,8 @@ mod registry {
         std::fs::write(agents.join("bad\u{1b}[2Jname.md"), "x").unwrap();
         let yaml = "plugins:\n  dir: ./plugins\n  watch: false\nsubagents:\n  agent_dirs: [./agents, ./missing]\n";
         std::fs::write(dir.path().join("warden.yaml"), yaml).unwrap();
-        let registry = warden::start(Config::from_file(&dir.path().join("warden.yaml")).unwrap()).await.unwrap();
+        let registry =
+            warden::Host::start(Config::from_file(&dir.path().join("warden.yaml")).unwrap()).await.unwrap().registry;
         let snap = registry.snapshot();
         let problem =
             |name: &str, text: &str| snap.problems.iter().any(|p| p.source.contains(name) && p.message.contains(text));
@@ -985,7 +986,7 @@ mod imports {
         let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap();
         let store = warden::store::Store::open(&dir.path().join("state.db")).unwrap();
         let options = EngineOptions::from_config(&config);
-        let engine = Engine::start(warden::start(config).await.unwrap(), store, options).await.unwrap();
+        let engine = Engine::start(&warden::Host::start(config).await.unwrap(), store, options).await.unwrap();
         (dir, engine)
     }
 

@@ -3,7 +3,7 @@
 //! declares modules and composes them; a constant other modules import lives in a module).
 //!
 //! Edges are the `crate::<module>` paths written in a module's files (code, not comments),
-//! including `use crate::{a, b::c}` groups and `super::` from a top-level file. It is a
+//! including `use crate::{a, b::c}` groups. It is a
 //! textual check on purpose: it needs no compiler, runs in milliseconds, and its report
 //! names the file and line of every edge on a cycle so the fix is a file name away.
 //!
@@ -119,14 +119,13 @@ fn group_heads(group: &str) -> Vec<String> {
     heads
 }
 
-/// The first segments after each `crate::` (and `super::` when `from_top_level`), with the
-/// 1-based line they appear on.
-fn references(code: &str, from_top_level: bool) -> Vec<(String, usize)> {
+/// The first segments after each `crate::`, with the 1-based line they appear on.
+/// (`super::` is not followed: from a top-level file it names the root, but inside an
+/// inline `mod` block the module itself, which a textual check cannot tell apart.)
+fn references(code: &str) -> Vec<(String, usize)> {
     let mut found = Vec::new();
-    for prefix in ["crate::", "super::"] {
-        if prefix == "super::" && !from_top_level {
-            continue;
-        }
+    {
+        let prefix = "crate::";
         let mut from = 0;
         while let Some(pos) = code[from..].find(prefix) {
             let at = from + pos;
@@ -196,8 +195,7 @@ pub fn module_graph(src: &Path) -> ModuleGraph {
     for f in &files {
         let from = top_of(f);
         let Ok(text) = fs::read_to_string(f) else { continue };
-        let top_level_file = f.parent() == Some(src);
-        for (head, line) in references(&code_only(&text), top_level_file && from != ROOT) {
+        for (head, line) in references(&code_only(&text)) {
             let to = if graph.modules.contains(&head) && head != ROOT { head } else { ROOT.to_owned() };
             if to == from {
                 continue;
@@ -362,7 +360,7 @@ mod tests {
         fs::write(src.join("a.rs"), "use crate::{b::{Y, Z}, c};\n").unwrap();
         fs::write(src.join("b/mod.rs"), "mod inner;\n").unwrap();
         fs::write(src.join("b/inner.rs"), "fn f() { let _ = crate::a::g(); }\n").unwrap();
-        fs::write(src.join("c.rs"), "// crate::a\n/* crate::b */ const S: &str = \"crate::a\";\nuse super::X;\n")
+        fs::write(src.join("c.rs"), "// crate::a\n/* crate::b */ const S: &str = \"crate::a\";\nuse crate::X;\n")
             .unwrap();
         let problems = module_graph(&src).problems(true);
         fs::remove_dir_all(&dir).ok();

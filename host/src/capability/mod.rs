@@ -6,6 +6,7 @@
 //! the capability — never a trap, never a silent success. This module must never
 //! perform the capability itself.
 
+pub mod grant;
 pub mod http;
 
 use std::collections::BTreeMap;
@@ -13,7 +14,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::config::{GrantConfig, SecretGrant};
+pub use grant::{GrantConfig, SecretGrant};
 use http::AllowList;
 
 /// A host capability (mirrors the WIT `capability` enum).

@@ -53,7 +53,8 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 
     out!("warden demo — a Claude-format subagent in a WebAssembly plugin, a scripted model,");
     out!("tools in a hardened Docker sandbox, and an approval gate in front of Bash and Write.\n");
-    let registry = crate::start(config).await?;
+    let host = crate::app::Host::start(config).await?;
+    let registry = host.registry.clone();
     let snap = registry.snapshot();
     for p in snap.status() {
         let caps: Vec<_> = p.granted_capabilities.iter().map(|c| c.name()).collect();
@@ -72,7 +73,7 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         ..TaskCall::default()
     };
     let outcome = super::run_on_terminal(&registry, &call, &session_id, true, true, None).await;
-    super::sandbox::end_session(&registry, &session_id).await;
+    super::sandbox::end_session(&host, &session_id).await;
     let outcome = outcome?;
     match (&outcome.status, &outcome.output, &outcome.error) {
         (TaskStatus::Completed, Some(o), _) => out!("\nfinal answer: {}", crate::text::escape_multiline(o)),

@@ -1,5 +1,5 @@
 //! The `warden` command line: parsing and presentation only. Every command builds the
-//! same composition root ([`crate::start`]) and prints what the library returns.
+//! same composition root ([`crate::app::Host::start`]) and prints what the library returns.
 //! Exit codes: 0 ok, 1 task failed or declined, 2 usage or configuration error.
 
 /// `println!` for command output: a reader that went away (`warden plugins | head -1`)
@@ -296,7 +296,7 @@ pub fn main() -> ExitCode {
 /// Runs one task from this terminal: events printed (unless `print_events` is off),
 /// approvals asked on the TTY (auto-approved without one only when `auto_approve`).
 pub(crate) async fn run_on_terminal(
-    registry: &crate::Registry,
+    registry: &crate::registry::Registry,
     call: &TaskCall,
     session_id: &str,
     auto_approve: bool,
@@ -385,7 +385,8 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Config { command: ConfigCommand::Check } => {
             // The file parsed; now what it leads to: plugins, kinds and agent directories.
             let source = config.source_name();
-            let registry = crate::start(config).await?;
+            let host = crate::app::Host::start(config).await?;
+            let registry = host.registry.clone();
             let snap = registry.snapshot();
             let errors = snap.errors();
             for p in &errors {
@@ -417,22 +418,24 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,
         Command::Demo { plugins } => demo::run(plugins).await,
         Command::Serve { addr } => serve::serve(config, addr).await,
-        Command::Mcp { command: Some(McpCommand::Import { file }), .. } => match crate::mcp_tools::read_mcp_json(&file)
-        {
-            Ok(servers) => {
-                let yaml = serde_yaml::to_string(&serde_json::json!({ "mcp_servers": servers }))?;
-                out!("{}", yaml.trim_end());
-                Ok(ExitCode::SUCCESS)
+        Command::Mcp { command: Some(McpCommand::Import { file }), .. } => {
+            match crate::config::mcp::read_mcp_json(&file) {
+                Ok(servers) => {
+                    let yaml = serde_yaml::to_string(&serde_json::json!({ "mcp_servers": servers }))?;
+                    out!("{}", yaml.trim_end());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(EXIT_USAGE))
+                }
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                Ok(ExitCode::from(EXIT_USAGE))
-            }
-        },
+        }
         Command::Mcp { command: None, api } => serve::mcp_stdio(config, api).await,
         Command::ToolSchema => serve::tool_schema(config).await,
         Command::Plugins { json } => {
-            let registry = crate::start(config).await?;
+            let host = crate::app::Host::start(config).await?;
+            let registry = host.registry.clone();
             let rows = registry.snapshot().status();
             if json {
                 out!("{}", serde_json::to_string_pretty(&rows)?);
@@ -478,7 +481,8 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             Ok(ExitCode::SUCCESS)
         }
         Command::Agents { json } => {
-            let registry = crate::start(config).await?;
+            let host = crate::app::Host::start(config).await?;
+            let registry = host.registry.clone();
             let snap = registry.snapshot();
             if json {
                 #[derive(Serialize)]
@@ -511,14 +515,15 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                     }
                 },
             };
-            let registry = crate::start(config).await?;
+            let host = crate::app::Host::start(config).await?;
+            let registry = host.registry.clone();
             let description = description.unwrap_or_else(|| crate::text::first_words(&prompt));
             let call = TaskCall { description, prompt, subagent_type, model, resume: None, run_in_background: false };
             let ephemeral = session.is_none();
             let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
             let result = run_on_terminal(&registry, &call, &session_id, false, !json, egress).await;
             if ephemeral {
-                sandbox::end_session(&registry, &session_id).await;
+                sandbox::end_session(&host, &session_id).await;
             }
             let outcome = match result {
                 Ok(o) => o,

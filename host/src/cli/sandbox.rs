@@ -7,14 +7,13 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::{EXIT_TASK_FAILED, EXIT_USAGE, LOCAL_USER, prompt};
+use crate::app::Host;
 use crate::config::Config;
-use crate::registry::Registry;
 use crate::tools::{ToolCall, ToolScope};
 
 /// Ends a session this process created (its container and workspace volume go).
-pub async fn end_session(registry: &Registry, session_id: &str) {
-    let Some(tools) = &registry.runtime().services().tools else { return };
-    if let Ok(sandbox) = tools.sandbox() {
+pub async fn end_session(host: &Host, session_id: &str) {
+    if let Ok(sandbox) = host.sandbox() {
         let key = warden_sandbox::SessionKey::new(LOCAL_USER, session_id);
         if let Err(e) = sandbox.end_session_created_here(&key).await {
             tracing::warn!(session = session_id, error = %e, "could not remove the session's sandbox");
@@ -44,8 +43,8 @@ pub async fn tool(
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
-    let registry = crate::start(config).await?;
-    let tools = registry.runtime().services().tools.clone().context("no tool host")?;
+    let host = Host::start(config).await?;
+    let tools = host.tools.clone();
     let ephemeral = session.is_none();
     let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
     let scope = ToolScope {
@@ -60,7 +59,7 @@ pub async fn tool(
     let call = ToolCall { id: "call_1".into(), name: tool.to_owned(), input };
     let result = tools.call_batch(&scope, vec![call]).await.pop().context("no result")?;
     if ephemeral {
-        end_session(&registry, &session_id).await;
+        end_session(&host, &session_id).await;
     }
     if json {
         let out = ToolOutcome { tool, session_id: &session_id, is_error: result.is_error, content: &result.content };

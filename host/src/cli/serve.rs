@@ -120,23 +120,17 @@ async fn start_engine(config: Config) -> anyhow::Result<(Arc<Engine>, Option<cra
     let store = Store::open(&store_path).with_context(|| "cannot open the task store (store.path)")?;
     let options = EngineOptions::from_config(&config);
     let watch = config.plugins.watch;
-    let registry = crate::start(config).await?;
+    let host = crate::app::Host::start(config).await?;
     // Plugin state persists with the tasks, so `resume` survives a restart.
-    registry
-        .runtime()
-        .services()
-        .state
-        .attach(store.clone())
-        .with_context(|| "cannot load plugin state from the task store")?;
-    let watcher = if watch { Some(crate::plugin_dir::watch(registry.clone())?) } else { None };
-    let engine = Engine::start(registry, store, options).await?;
+    host.services.state.attach(store.clone()).with_context(|| "cannot load plugin state from the task store")?;
+    let watcher = if watch { Some(crate::plugin_dir::watch(host.registry.clone())?) } else { None };
+    let engine = Engine::start(&host, store, options).await?;
     Ok((engine, watcher))
 }
 
 /// Stops this process's sandbox sessions on the way out.
 async fn end_sandboxes(engine: &Engine) {
-    if let Some(tools) = &engine.registry().runtime().services().tools
-        && let Ok(sandbox) = tools.sandbox()
+    if let Ok(sandbox) = engine.tools().sandbox()
         && let Err(e) = sandbox.shutdown().await
     {
         tracing::warn!(error = %e, "sandbox shutdown incomplete");
@@ -166,8 +160,8 @@ async fn shutdown_signal() {
 }
 
 pub async fn tool_schema(config: Config) -> anyhow::Result<ExitCode> {
-    let registry = crate::start(config).await?;
-    let schema = crate::engine::tool_schema(&registry.snapshot());
+    let host = crate::app::Host::start(config).await?;
+    let schema = crate::engine::tool_schema(&host.registry.snapshot());
     out!("{}", serde_json::to_string_pretty(&schema)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -48,14 +48,14 @@ pub enum Compiler {
 
 static BINARY: OnceLock<PathBuf> = OnceLock::new();
 
-/// Called once by the `warden` binary: runtimes built by [`crate::start`] compile in
+/// Called once by the `warden` binary: runtimes built by [`crate::app::Host::start`] compile in
 /// child processes of this executable from now on.
 pub fn use_child_processes_of(exe: PathBuf) {
     let _ = BINARY.set(exe);
 }
 
 impl Compiler {
-    /// The compiler [`crate::start`] uses: a child process when this process is the
+    /// The compiler [`crate::app::Host::start`] uses: a child process when this process is the
     /// `warden` binary (see [`use_child_processes_of`]), else in process.
     pub fn default_for_start(memory: u64) -> Self {
         match BINARY.get() {

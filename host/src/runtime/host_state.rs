@@ -244,7 +244,7 @@ mod tests {
     fn engine() -> wasmtime::Engine {
         // The runtime's engine settings (multi-memory off, ...).
         let services = Arc::new(HostServices::new(vec![]));
-        let rt = crate::Runtime::new(crate::RuntimeOptions::uncached(), services).unwrap();
+        let rt = crate::runtime::Runtime::new(crate::runtime::RuntimeOptions::uncached(), services).unwrap();
         rt.engine().clone()
     }
 

@@ -418,12 +418,8 @@ impl resources::Host for HostState {
             }
             return Ok(resp.body);
         }
-        if let Some(name) = uri.strip_prefix("builtin://") {
-            return crate::BUILTIN_AGENTS
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, text)| text.as_bytes().to_vec())
-                .ok_or_else(|| Error::NotFound(format!("no built-in agent {name:?}")));
+        if let Some(text) = crate::builtin::agent_text(&uri) {
+            return text.map(|t| t.as_bytes().to_vec()).map_err(Error::NotFound);
         }
         let path = uri.strip_prefix("file://").unwrap_or(&uri).to_owned();
         let roots = self.scope.services.resource_roots.clone();

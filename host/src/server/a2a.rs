@@ -1014,7 +1014,7 @@ async fn previous_task(s: &ServerState, user: &str, session: &str, def: &Subagen
 
 /// The approvals task `id` waits for that are not in `answered`.
 fn waiting_for(s: &ServerState, id: &str, answered: &[String]) -> Vec<PendingApproval> {
-    let Some(gate) = s.engine.gate() else { return vec![] };
+    let gate = s.engine.gate();
     gate.pending().into_iter().filter(|p| p.task_id.as_deref() == Some(id) && !answered.contains(&p.id)).collect()
 }
 

@@ -321,7 +321,7 @@ impl McpFront {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Option<CallToolResponse>, ErrorData> {
         let Some(id) = ev["id"].as_str() else { return Ok(None) };
-        let still_pending = self.state.engine.gate().is_some_and(|g| g.pending().iter().any(|p| p.id == id));
+        let still_pending = self.state.engine.gate().pending().iter().any(|p| p.id == id);
         if !can_elicit(ctx) || !still_pending {
             return Ok(None);
         }

@@ -37,7 +37,7 @@ pub fn render(state: &AppState) -> String {
     let m = &engine.metrics;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let snap = engine.registry().snapshot();
-    let pending = engine.gate().map(|g| g.pending().len() as u64).unwrap_or(0);
+    let pending = engine.gate().pending().len() as u64;
     let mut out = String::new();
     series(&mut out, "warden_tasks_submitted_total", "counter", "Tasks accepted.", &[("", get(&m.submitted))]);
     series(

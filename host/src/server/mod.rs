@@ -344,7 +344,7 @@ pub(crate) fn visible_approvals(
     s: &ServerState,
     who: &Principal,
 ) -> Vec<(warden_approval::PendingApproval, Option<TaskRecord>)> {
-    let pending = s.engine.gate().map(|g| g.pending()).unwrap_or_default();
+    let pending = s.engine.gate().pending();
     pending
         .into_iter()
         .map(|p| {
@@ -426,7 +426,7 @@ pub(crate) fn resolve_approval(
     scope: warden_approval::Scope,
 ) -> Result<(), ApiError> {
     let not_found = || ApiError::not_found("approval_not_found", format!("no pending approval `{id}`"));
-    let gate = s.engine.gate().ok_or_else(not_found)?;
+    let gate = s.engine.gate();
     if !visible_approvals(s, who).iter().any(|(p, _)| p.id == id) {
         return Err(not_found());
     }
@@ -506,9 +506,8 @@ pub(crate) async fn session_file(
         // Another user's session reads as missing, before the sandbox is asked anything.
         return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
     }
-    let tools = s.engine.registry().runtime().services().tools.clone();
+    let tools = s.engine.tools().clone();
     let unavailable = |m: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", m);
-    let tools = tools.ok_or_else(|| unavailable("this host has no sandbox".into()))?;
     let sandbox = tools.sandbox().map_err(|e| unavailable(e.to_string()))?;
     let redactor = crate::redact::registry().session(&user, session);
     let key = warden_sandbox::SessionKey::new(user, session.to_owned());

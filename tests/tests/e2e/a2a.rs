@@ -38,7 +38,7 @@ impl Warden {
         }
         let path = dir.path().join("warden.yaml");
         std::fs::write(&path, yaml).unwrap();
-        let registry = warden::start(Config::from_file(&path).unwrap()).await.unwrap();
+        let registry = warden::Host::start(Config::from_file(&path).unwrap()).await.unwrap().registry;
         Warden { _dir: dir, registry }
     }
 

@@ -15,6 +15,7 @@ use crate::common::*;
 struct ClaudeHost {
     _dir: tempfile::TempDir,
     registry: Arc<warden::Registry>,
+    host: warden::Host,
 }
 
 const ALLOW_ALL: &str = "approval:\n  default: deny\n  allow: [Read, Write, Edit, Glob, Grep, Bash]\n";
@@ -47,15 +48,14 @@ async fn claude_host_with(agent: &str, scripts: &[(&str, &str)], extra_models: &
     );
     std::fs::write(root.join("warden.yaml"), yaml).unwrap();
     let config = warden::Config::from_file(&root.join("warden.yaml")).unwrap();
-    let registry = warden::start(config).await.unwrap();
-    ClaudeHost { _dir: dir, registry }
+    let host = warden::Host::start(config).await.unwrap();
+    ClaudeHost { _dir: dir, registry: host.registry.clone(), host }
 }
 
 impl Drop for ClaudeHost {
     /// Removes the host's sandbox sessions (their containers, volumes and disks).
     fn drop(&mut self) {
-        let Some(tools) = self.registry.runtime().services().tools.clone() else { return };
-        let Ok(sandbox) = tools.sandbox().cloned() else { return };
+        let Ok(sandbox) = self.host.sandbox().cloned() else { return };
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             tokio::task::block_in_place(|| handle.block_on(async { sandbox.shutdown().await.ok() }));
         }
@@ -112,7 +112,7 @@ impl ClaudeHost {
 
     /// A tool call in `session` as the parent agent (or the operator) would make it.
     async fn parent_tool(&self, session: &str, tool: &str, input: serde_json::Value) -> warden::tools::ToolResult {
-        let tools = self.registry.runtime().services().tools.clone().unwrap();
+        let tools = self.host.tools.clone();
         let scope = warden::tools::ToolScope {
             task_id: "parent".into(),
             session_id: session.into(),
@@ -127,7 +127,7 @@ impl ClaudeHost {
 
     /// The Docker container id of `session` (the test user's).
     async fn container_of(&self, session: &str) -> String {
-        let tools = self.registry.runtime().services().tools.clone().unwrap();
+        let tools = self.host.tools.clone();
         let sessions = tools.sandbox().unwrap().list_sessions().await.unwrap();
         sessions
             .into_iter()
@@ -137,7 +137,7 @@ impl ClaudeHost {
     }
 
     async fn end(&self, session: &str) {
-        let tools = self.registry.runtime().services().tools.clone().unwrap();
+        let tools = self.host.tools.clone();
         let sandbox = tools.sandbox().unwrap();
         sandbox.end_session(&warden_sandbox_key(session)).await.unwrap();
     }
@@ -324,7 +324,7 @@ async fn an_mcp_tool_waits_at_the_gate_and_runs_after_approval() {
         peer.url()
     );
     let h = claude_host_with(agent, &[("main", script)], "", &tail).await;
-    let gate = h.registry.runtime().services().tools.clone().unwrap().gate().clone();
+    let gate = h.host.tools.gate().clone();
     // A person approves the first ask (the add) and declines the second (the agent call).
     let decider = tokio::spawn(async move {
         let mut seen = vec![];
@@ -417,7 +417,7 @@ async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
     let tail = "approval:\n  default: deny\n  allow: [Bash, \"mcp__git__git_status\", \"mcp__git__git_log\", \"mcp__time__*\"]\n  ask: [\"mcp__git__git_commit\"]\n  timeout: 60s\n\
                 mcp_servers:\n  git: { command: mcp-server-git }\n  time: { type: stdio, command: mcp-server-time, args: [\"--local-timezone\", \"UTC\"] }\n";
     let h = claude_host_with(agent, &[("main", script)], "", tail).await;
-    let gate = h.registry.runtime().services().tools.clone().unwrap().gate().clone();
+    let gate = h.host.tools.gate().clone();
     // A person declines the commit.
     let decider = tokio::spawn(async move {
         loop {

@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use crate::capability::{GrantConfig, SecretGrant};
+
+pub mod mcp;
+
 /// File looked up in the working directory when `--config` is not given.
 pub const DEFAULT_CONFIG_FILE: &str = "warden.yaml";
 
@@ -50,7 +54,7 @@ pub struct Config {
     /// MCP servers whose tools subagents may use (as `mcp__<name>__<tool>`, every call
     /// through the approval gate). An agent file's `mcpServers` selects among these by
     /// name; agent files cannot add servers of their own.
-    pub mcp_servers: BTreeMap<String, crate::mcp_tools::McpServerConfig>,
+    pub mcp_servers: BTreeMap<String, mcp::McpServerConfig>,
     /// An `.mcp.json` file (`{"mcpServers": {...}}`, as Claude Code and desktop agents
     /// write it) whose servers are added to `mcp_servers`; relative to this file. A name
     /// in both is an error.
@@ -276,62 +280,16 @@ impl Limits {
     }
 }
 
-/// What the operator grants one plugin. Every field defaults to "no".
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct GrantConfig {
-    pub log: bool,
-    /// Allow-list of outbound URLs in Spin's grammar (`https://*.example.com`,
-    /// `http://localhost:*`); empty = no network.
-    pub http: Vec<String>,
-    pub model: bool,
-    pub tools: bool,
-    pub events: bool,
-    pub state: bool,
-    pub resources: bool,
-    /// Secrets the host may inject into this plugin's HTTP requests, by name. The plugin
-    /// only ever sees the name; the value goes only to the secret's `origins`.
-    pub secrets: BTreeMap<String, SecretGrant>,
-}
-
-/// Header a secret is sent in unless `header` says otherwise.
-pub const DEFAULT_SECRET_HEADER: &str = "Authorization";
-
-/// One secret of `plugins.grants.<id>.secrets`:
-/// `{ env: PARTNER_TOKEN, origins: ["https://api.partner.example"], header: X-API-Key }`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SecretGrant {
-    /// Environment variable holding the value.
-    pub env: String,
-    /// Origins the secret may be sent to, in the `http` allow-list grammar
-    /// (`https://api.example.com`, `http://127.0.0.1:*`). Required: a secret is never
-    /// sent to an origin the operator did not name for it, nor after a redirect elsewhere.
-    pub origins: Vec<String>,
-    /// Header that carries it (default `Authorization`).
-    #[serde(default = "default_secret_header")]
-    pub header: String,
-    /// Text before the value: default `Bearer` for `Authorization`, none for other
-    /// headers; `""` for none.
-    #[serde(default)]
-    pub scheme: Option<String>,
-}
-
-fn default_secret_header() -> String {
-    DEFAULT_SECRET_HEADER.into()
-}
-
-impl SecretGrant {
-    /// The header value for `value`: `<scheme> <value>` or the value alone.
-    pub fn header_value(&self, value: &str) -> String {
-        let scheme = match &self.scheme {
-            Some(s) => s.trim(),
-            None if self.header.eq_ignore_ascii_case(DEFAULT_SECRET_HEADER) => "Bearer",
-            None => "",
-        };
-        if scheme.is_empty() { value.to_owned() } else { format!("{scheme} {value}") }
-    }
-}
+/// Default number of tasks running at once. Each running task holds one plugin
+/// instance of up to `plugins.limits.memory` (64 MiB by default): 32 of them bound the
+/// worst case near 2 GiB, while tasks that mostly wait on models or peers still overlap.
+pub const DEFAULT_MAX_CONCURRENT_TASKS: usize = 32;
+/// Default number of tasks waiting for a slot before new ones are refused (503): a
+/// queue deeper than this would only time out its callers.
+pub const DEFAULT_MAX_QUEUED_TASKS: usize = 1000;
+/// Default wall-clock deadline of one task once it runs: longer than any single plugin
+/// call limit an operator is likely to set, so it only stops tasks that are stuck.
+pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// `subagents:` — where definitions come from.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -379,7 +337,7 @@ pub struct ServerConfig {
     pub tokens_env: String,
     /// Named principals: whose bearer token acts as whom, with which role.
     pub principals: Vec<PrincipalConfig>,
-    /// Tasks running at once; more wait in a queue (see `engine::DEFAULT_MAX_CONCURRENT_TASKS`).
+    /// Tasks running at once; more wait in a queue (see [`DEFAULT_MAX_CONCURRENT_TASKS`]).
     pub max_concurrent_tasks: usize,
     /// Tasks waiting for a slot before new ones are refused with 503.
     pub max_queued_tasks: usize,
@@ -436,9 +394,9 @@ impl Default for ServerConfig {
             addr: DEFAULT_SERVER_ADDR.into(),
             tokens_env: "WARDEN_TOKENS".into(),
             principals: vec![],
-            max_concurrent_tasks: crate::engine::DEFAULT_MAX_CONCURRENT_TASKS,
-            max_queued_tasks: crate::engine::DEFAULT_MAX_QUEUED_TASKS,
-            task_timeout: crate::engine::DEFAULT_TASK_TIMEOUT,
+            max_concurrent_tasks: DEFAULT_MAX_CONCURRENT_TASKS,
+            max_queued_tasks: DEFAULT_MAX_QUEUED_TASKS,
+            task_timeout: DEFAULT_TASK_TIMEOUT,
             max_tool_iterations: None,
             max_body: DEFAULT_MAX_BODY,
             heartbeat: DEFAULT_HEARTBEAT,
@@ -509,7 +467,7 @@ impl Config {
                 key: "mcp_servers_file".into(),
                 message,
             };
-            let servers = crate::mcp_tools::read_mcp_json(&config.path(&file)).map_err(invalid)?;
+            let servers = mcp::read_mcp_json(&config.path(&file)).map_err(invalid)?;
             for (name, server) in servers {
                 if config.mcp_servers.contains_key(&name) {
                     return Err(invalid(format!("server {name:?} is also defined in mcp_servers")));
