@@ -24,11 +24,13 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::{DEFAULT_MAX_CONCURRENT_TASKS, DEFAULT_MAX_QUEUED_TASKS, DEFAULT_TASK_TIMEOUT};
-use crate::plugin::{EventSink, PluginEvent, TaskCall};
+use crate::event::{EventSink, GateChange, HostEvent, TaskEvent};
+use crate::plugin::TaskCall;
 use crate::redact::{Redactor, SecretError, StreamScrubber, env_name};
 use crate::registry::Registry;
 use crate::store::{Store, TaskRecord, Write, now_ms};
 use crate::task::{self, TaskError, TaskScope, TaskStatus};
+use crate::task_state::{FinishReason, TaskState};
 
 /// Default TaskOutput wait when `block` is true.
 pub const DEFAULT_OUTPUT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -42,9 +44,6 @@ const CANCEL_WAIT: Duration = Duration::from_secs(10);
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
 /// What a scrubbed secret reads as.
 pub use crate::redact::REDACTED;
-/// Event kinds whose `text` is one stream split over events (model output): scrubbed
-/// across event boundaries.
-const STREAMED_KINDS: [&str; 2] = ["token", "reasoning"];
 /// How often finished tasks past their retention are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 
@@ -137,18 +136,10 @@ fn valid_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// Why a task was stopped from outside its plugin call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    Canceled,
-    ToolLimit(u32),
-}
-
 struct Inner {
     record: TaskRecord,
     events: Vec<Value>,
     pending_approvals: usize,
-    tool_calls: u32,
     /// The running call's event channel: gate events travel through it too, so an
     /// `approval_request` always follows the `tool_call` it is about.
     sink: Option<EventSink>,
@@ -156,21 +147,19 @@ struct Inner {
     closed: bool,
 }
 
-/// `PluginEvent::plugin` of gate events sent down a task's event channel (plugin ids
-/// are file stems and never contain a NUL).
-const GATE_EVENT: &str = "\0gate";
-
 /// A task the engine is running (or queueing).
 pub struct LiveTask {
     inner: Mutex<Inner>,
     /// Bumped on every change (event appended, status changed).
     version: watch::Sender<u64>,
-    stop: watch::Sender<Option<Stop>>,
+    /// Set once the task is canceled.
+    canceled: watch::Sender<bool>,
     /// (user id, session id): whose secrets scrub this task's text.
     session: (String, String),
     /// Held tails of streamed text, per (plugin, kind).
     streams: Mutex<BTreeMap<(String, String), StreamScrubber>>,
-    max_tool_calls: Option<u32>,
+    /// The task's tool-call budget (`max_tool_iterations`); `None` = unlimited.
+    tool_budget: Option<Arc<crate::tools::ToolBudget>>,
     store: Store,
     /// Set by the first [`Engine::finish`] of this task: a task ends once.
     finishing: std::sync::atomic::AtomicBool,
@@ -254,13 +243,13 @@ impl LiveTask {
         self.bump();
     }
 
-    fn set_status(&self, status: &str) {
+    fn set_status(&self, status: TaskState) {
         let rec = {
             let mut inner = self.inner.lock().unwrap();
             if inner.record.is_finished() || inner.record.status == status {
                 return;
             }
-            inner.record.status = status.to_owned();
+            inner.record.status = status;
             inner.record.updated_at_ms = now_ms();
             inner.record.clone()
         };
@@ -268,27 +257,15 @@ impl LiveTask {
         self.push(json!({ "type": "status", "status": status }));
     }
 
-    fn request_stop(&self, why: Stop) {
-        self.stop.send_if_modified(|s| {
-            if s.is_none() {
-                *s = Some(why);
-                true
-            } else {
-                false
-            }
-        });
+    fn request_cancel(&self) {
+        self.canceled.send_replace(true);
     }
 
-    async fn stopped(&self) -> Stop {
-        let mut rx = self.stop.subscribe();
-        loop {
-            if let Some(s) = *rx.borrow_and_update() {
-                return s;
-            }
-            if rx.changed().await.is_err() {
-                return std::future::pending().await;
-            }
-        }
+    /// Resolves once the task is canceled.
+    async fn canceled(&self) {
+        let mut rx = self.canceled.subscribe();
+        // The sender lives in `self`: `wait_for` cannot fail while we are borrowed.
+        let _ = rx.wait_for(|c| *c).await;
     }
 
     /// Waits until the task finishes or `timeout` passes; returns the record either way.
@@ -307,104 +284,66 @@ impl LiveTask {
         }
     }
 
-    /// A plugin event, as the task's stream shows it: `type` = its kind, its fields,
-    /// and `name` = the subagent it came from.
-    fn plugin_event(&self, ev: PluginEvent) {
-        if ev.plugin == GATE_EVENT {
+    /// One event of the running task, into its stream (and the task's state).
+    fn task_event(&self, ev: TaskEvent) {
+        let subagent = self.inner.lock().unwrap().record.subagent_type.clone();
+        match &ev {
             // Queued while the call ran: recorded even if the call has ended since (the
             // pump drains the channel before the task's `finish`).
-            return self.record_gate_event(ev.data, ev.kind == "approval_request");
-        }
-        if ev.kind == "plugin" {
-            // The host's own `plugin` event (`events.emit` refuses the kind): the task's
-            // record names the plugin build that runs it.
-            if let Ok(build) = serde_json::from_value::<crate::plugin::PluginRef>(ev.data.clone()) {
+            TaskEvent::Gate { change, .. } => {
+                let change = *change;
+                return self.record_gate_event(ev.into_json(&subagent), change);
+            }
+            TaskEvent::Host(HostEvent::PluginBuild(build)) => {
+                // The task's record names the plugin build that runs it.
                 let rec = {
                     let mut inner = self.inner.lock().unwrap();
-                    inner.record.plugin = Some(build);
+                    inner.record.plugin = Some(build.clone());
                     inner.record.clone()
                 };
                 self.store.write(Write::Task(rec));
             }
+            _ => {}
         }
-        let subagent = self.inner.lock().unwrap().record.subagent_type.clone();
-        let kind = match ev.kind.as_str() {
-            // Host-only types: a plugin cannot fake the end of the stream or a decision.
-            "finish" | "approval_request" | "approval_resolved" | "heartbeat" => format!("subagent_{}", ev.kind),
-            k => k.to_owned(),
-        };
-        let mut out = serde_json::Map::new();
-        out.insert("type".into(), Value::String(kind.clone()));
-        match ev.data {
-            Value::Object(m) => {
-                for (k, v) in m {
-                    if k != "type" && !v.is_null() && v != Value::String(String::new()) {
-                        out.insert(k, v);
-                    }
-                }
-            }
-            Value::Null => {}
-            other => {
-                out.insert("data".into(), other);
-            }
-        }
-        out.entry("name").or_insert(Value::String(subagent));
-        out.insert("plugin".into(), Value::String(ev.plugin));
-        if !crate::plugin::is_host_event_kind(&kind) {
-            // `events.emit` refuses host kinds, so whatever else arrives here is the
-            // plugin's own: marked as such, never mistaken for the host's.
-            out.insert("source".into(), Value::String("plugin".into()));
-        }
-        if STREAMED_KINDS.contains(&kind.as_str()) {
-            let plugin = out.get("plugin").and_then(Value::as_str).unwrap_or_default().to_owned();
-            if let Some(ev) = self.stream_text(&plugin, &kind, out) {
+        if let Some((plugin, kind)) = ev.text_stream() {
+            let (plugin, kind) = (plugin.to_owned(), kind.to_owned());
+            if let Value::Object(out) = ev.into_json(&subagent)
+                && let Some(ev) = self.stream_text(&plugin, &kind, out)
+            {
                 self.push(ev);
             }
             return;
         }
         self.flush_streams();
-        self.push(Value::Object(out));
-        if kind == "tool_call" {
-            let n = {
-                let mut inner = self.inner.lock().unwrap();
-                inner.tool_calls += 1;
-                inner.tool_calls
-            };
-            if let Some(max) = self.max_tool_calls
-                && n > max
-            {
-                self.request_stop(Stop::ToolLimit(max));
-            }
-        }
+        self.push(ev.into_json(&subagent));
     }
 }
 
 impl LiveTask {
     /// A gate event that did not travel through the call's event channel: dropped once
     /// the task is closing (nothing of the call can be waiting any more).
-    fn gate_event(&self, event: Value, opened: bool) {
+    fn gate_event(&self, event: Value, change: GateChange) {
         if self.inner.lock().unwrap().closed {
             return;
         }
-        self.record_gate_event(event, opened);
+        self.record_gate_event(event, change);
     }
 
     /// Regression: the decision of a quickly declined call was still in the channel when
     /// the call ended, and was dropped as "late": the stream showed the request and the
     /// call's result, never the decision.
-    fn record_gate_event(&self, event: Value, opened: bool) {
+    fn record_gate_event(&self, event: Value, change: GateChange) {
         self.flush_streams();
         self.push(event);
         let now_waiting = {
             let mut inner = self.inner.lock().unwrap();
-            if opened {
-                inner.pending_approvals += 1;
-            } else {
-                inner.pending_approvals = inner.pending_approvals.saturating_sub(1);
+            match change {
+                GateChange::Requested => inner.pending_approvals += 1,
+                GateChange::Resolved => inner.pending_approvals = inner.pending_approvals.saturating_sub(1),
             }
             inner.pending_approvals > 0
         };
-        self.set_status(if now_waiting { "input_required" } else { "working" });
+        self.set_status(if now_waiting { TaskState::InputRequired } else { TaskState::Working });
     }
 }
 
@@ -545,14 +484,14 @@ impl Engine {
 
     fn on_gate_event(&self, ev: warden_approval::GateEvent) {
         use warden_approval::GateEvent;
-        let (task_id, opened) = match &ev {
-            GateEvent::Requested(p) => (p.task_id.clone(), true),
-            GateEvent::Resolved { task_id, .. } => (task_id.clone(), false),
+        let (task_id, change) = match &ev {
+            GateEvent::Requested(p) => (p.task_id.clone(), GateChange::Requested),
+            GateEvent::Resolved { task_id, .. } => (task_id.clone(), GateChange::Resolved),
             GateEvent::Heartbeat { .. } => return,
         };
         let Some(live) = task_id.and_then(|id| self.live_task(&id)) else { return };
         let Ok(mut value) = serde_json::to_value(&ev) else { return };
-        if opened {
+        if change == GateChange::Requested {
             // The request names whose task asks: its user and the principal that started it.
             let rec = live.record();
             value["user_id"] = Value::String(rec.user_id);
@@ -561,17 +500,16 @@ impl Engine {
             }
         }
         let sink = live.inner.lock().unwrap().sink.clone();
-        let kind = if opened { "approval_request" } else { "approval_resolved" };
-        let ev = PluginEvent { plugin: GATE_EVENT.into(), kind: kind.into(), data: value };
         match sink {
             Some(sink) => {
-                if let Err(e) = sink.try_send(ev) {
+                if let Err(e) = sink.try_send(TaskEvent::Gate { change, data: value }) {
                     // Channel full or closed: record it directly rather than lose it.
-                    let ev = e.into_inner();
-                    live.gate_event(ev.data, opened);
+                    if let TaskEvent::Gate { data, .. } = e.into_inner() {
+                        live.gate_event(data, change);
+                    }
                 }
             }
-            None => live.gate_event(ev.data, opened),
+            None => live.gate_event(value, change),
         }
     }
 
@@ -591,18 +529,7 @@ impl Engine {
             }
         }
         let snapshot = self.registry.snapshot();
-        let Some(reg) = snapshot.definitions.get(&call.subagent_type) else {
-            return Err(TaskError::UnknownSubagent {
-                name: call.subagent_type.clone(),
-                available: snapshot.definitions.keys().cloned().collect(),
-            }
-            .into());
-        };
-        if snapshot.plugin_for_kind(&reg.definition.kind).is_none() {
-            return Err(
-                TaskError::NoPlugin { name: call.subagent_type.clone(), kind: reg.definition.kind.clone() }.into()
-            );
-        }
+        task::resolve(&snapshot, call)?;
         for (field, v) in [("session_id", &sub.session_id), ("user_id", &sub.user_id)] {
             if let Some(v) = v
                 && !valid_id(v)
@@ -664,7 +591,7 @@ impl Engine {
         let now = now_ms();
         let record = TaskRecord {
             task_id: task_id.clone(),
-            status: "submitted".into(),
+            status: TaskState::Submitted,
             subagent_type: sub.call.subagent_type.clone(),
             description: sub.call.description.clone(),
             session_id: sub.session_id.clone().unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4())),
@@ -697,22 +624,21 @@ impl Engine {
                 record: record.clone(),
                 events: vec![],
                 pending_approvals: 0,
-                tool_calls: 0,
                 sink: None,
                 closed: false,
             }),
             version: watch::channel(0).0,
-            stop: watch::channel(None).0,
+            canceled: watch::channel(false).0,
             session: (record.user_id.clone(), record.session_id.clone()),
             streams: Mutex::new(BTreeMap::new()),
-            max_tool_calls,
+            tool_budget: max_tool_calls.map(|n| Arc::new(crate::tools::ToolBudget::new(n))),
             store: self.store.clone(),
             finishing: std::sync::atomic::AtomicBool::new(false),
             driver: Mutex::new(None),
         });
         self.live.lock().unwrap().insert(task_id.clone(), live.clone());
         self.store.write(Write::Task(record));
-        live.push(json!({ "type": "status", "status": "submitted", "task_id": task_id }));
+        live.push(json!({ "type": "status", "status": TaskState::Submitted, "task_id": task_id }));
         self.metrics.submitted.fetch_add(1, Ordering::Relaxed);
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         tracing::info!(task_id = %task_id, subagent = %sub.call.subagent_type, background = sub.call.run_in_background, "task submitted");
@@ -739,12 +665,7 @@ impl Engine {
             let finish = if e.is_panic() {
                 let message = crate::runtime::panic_message(&*e.into_panic());
                 tracing::error!(task_id = %live.id(), %message, "task driver panicked");
-                Finish {
-                    status: "failed",
-                    reason: "error",
-                    output: None,
-                    error: Some(format!("host fault: {message}")),
-                }
+                Finish::failed(FinishReason::Error, format!("host fault: {message}"))
             } else {
                 Finish::canceled()
             };
@@ -772,7 +693,7 @@ impl Engine {
         let task_id = record.task_id.clone();
         let permit = tokio::select! {
             p = self.slots.clone().acquire_owned() => p.ok(),
-            _ = live.stopped() => None,
+            _ = live.canceled() => None,
         };
         self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
         let Some(permit) = permit else {
@@ -780,18 +701,18 @@ impl Engine {
             return;
         };
         self.metrics.running.fetch_add(1, Ordering::Relaxed);
-        live.set_status("working");
+        live.set_status(TaskState::Working);
         let started = Instant::now();
 
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<PluginEvent>(EVENT_CHANNEL_CAPACITY);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<TaskEvent>(EVENT_CHANNEL_CAPACITY);
         let pump_live = live.clone();
         let pump = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
-                pump_live.plugin_event(ev);
+                pump_live.task_event(ev);
             }
         });
         live.inner.lock().unwrap().sink = Some(tx.clone());
-        let budget = live.max_tool_calls.map(|n| Arc::new(crate::tools::ToolBudget::new(n)));
+        let budget = live.tool_budget.clone();
         let scope = TaskScope {
             session_id: record.session_id.clone(),
             user_id: record.user_id.clone(),
@@ -803,42 +724,33 @@ impl Engine {
         };
         let registry = self.registry.clone();
         let run = task::run(&registry, task_id.clone(), &call, scope);
+        let tool_limit = async {
+            match &budget {
+                Some(b) => b.exhausted().await,
+                None => std::future::pending().await,
+            }
+        };
         let finish = tokio::select! {
             r = run => match r {
                 // The tools path refused a call over the budget: however the plugin
                 // ended after that, the task ends on its tool limit.
-                Ok(_) if budget.as_ref().is_some_and(|b| b.exceeded()) => Finish {
-                    status: "completed",
-                    reason: "tool_limit",
-                    output: Some(format!(
-                        "Stopped: the task reached its limit of {} tool calls (max_tool_iterations).",
-                        live.max_tool_calls.unwrap_or_default()
-                    )),
-                    error: None,
-                },
+                Ok(_) if budget.as_ref().is_some_and(|b| b.exceeded()) => Finish::tool_limit(budget.as_deref()),
                 Ok(o) => match o.status {
-                    TaskStatus::Completed => Finish { status: "completed", reason: "stop", output: o.output, error: None },
-                    TaskStatus::InputRequired => Finish { status: "input_required", reason: "input_required", output: o.output, error: None },
-                    TaskStatus::Canceled => Finish::canceled(),
-                    TaskStatus::Failed => Finish { status: "failed", reason: "error", output: None, error: o.error },
+                    TaskState::InputRequired => Finish { status: TaskState::InputRequired, reason: FinishReason::InputRequired, output: o.output, error: None },
+                    TaskState::Canceled => Finish::canceled(),
+                    TaskState::Failed => Finish { status: TaskState::Failed, reason: FinishReason::Error, output: None, error: o.error },
+                    _ => Finish { status: TaskState::Completed, reason: FinishReason::Stop, output: o.output, error: None },
                 },
-                Err(e) => Finish { status: "failed", reason: "error", output: None, error: Some(e.to_string()) },
+                Err(e) => Finish::failed(FinishReason::Error, e.to_string()),
             },
-            _ = tokio::time::sleep(self.options.task_timeout) => Finish {
-                status: "failed",
-                reason: "deadline",
-                output: None,
-                error: Some(format!("task deadline of {} exceeded", humantime::format_duration(self.options.task_timeout))),
-            },
-            stop = live.stopped() => match stop {
-                Stop::Canceled => Finish::canceled(),
-                Stop::ToolLimit(max) => Finish {
-                    status: "completed",
-                    reason: "tool_limit",
-                    output: Some(format!("Stopped: the task reached its limit of {max} tool calls (max_tool_iterations).")),
-                    error: None,
-                },
-            },
+            _ = tokio::time::sleep(self.options.task_timeout) => Finish::failed(
+                FinishReason::Deadline,
+                format!("task deadline of {} exceeded", humantime::format_duration(self.options.task_timeout)),
+            ),
+            _ = live.canceled() => Finish::canceled(),
+            // The tool host refused a call over the budget: the task ends now, not when
+            // the plugin next returns.
+            _ = tool_limit => Finish::tool_limit(budget.as_deref()),
         };
         // The plugin call is gone (dropped if it did not finish); nothing may wait on a person for it.
         self.gate().cancel_task(&task_id);
@@ -878,10 +790,10 @@ impl Engine {
         // task can rely on the store having it.
         let now = now_ms();
         let mut rec = live.record();
-        rec.status = f.status.into();
+        rec.status = f.status;
         rec.output = output;
         rec.error = error;
-        rec.finish_reason = Some(f.reason.into());
+        rec.finish_reason = Some(f.reason);
         rec.updated_at_ms = now;
         rec.finished_at_ms = Some(now);
         self.store.write(Write::Task(rec.clone()));
@@ -889,16 +801,16 @@ impl Engine {
             tracing::error!(task_id = %rec.task_id, error = %e, "task result not persisted");
         }
         let counter = match f.status {
-            "completed" => &self.metrics.completed,
-            "canceled" => &self.metrics.canceled,
-            "input_required" => &self.metrics.input_required,
+            TaskState::Completed => &self.metrics.completed,
+            TaskState::Canceled => &self.metrics.canceled,
+            TaskState::InputRequired => &self.metrics.input_required,
             _ => &self.metrics.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if !took.is_zero() {
             self.metrics.observe(took);
         }
-        tracing::info!(task_id = %rec.task_id, status = f.status, reason = f.reason, "task finished");
+        tracing::info!(task_id = %rec.task_id, status = %f.status, reason = %f.reason, "task finished");
         live.inner.lock().unwrap().record = rec.clone();
         self.live.lock().unwrap().remove(&rec.task_id);
         live.bump();
@@ -941,7 +853,7 @@ impl Engine {
                 None => CancelOutcome::NotFound,
             });
         };
-        live.request_stop(Stop::Canceled);
+        live.request_cancel();
         self.gate().cancel_task(id);
         let mut rec = live.wait_finished(CANCEL_WAIT).await;
         if !rec.is_finished() {
@@ -953,20 +865,45 @@ impl Engine {
             }
             rec = live.wait_finished(CANCEL_WAIT).await;
         }
-        Ok(if rec.status == "canceled" { CancelOutcome::Canceled(rec) } else { CancelOutcome::AlreadyFinished(rec) })
+        Ok(if rec.status == TaskState::Canceled {
+            CancelOutcome::Canceled(rec)
+        } else {
+            CancelOutcome::AlreadyFinished(rec)
+        })
     }
 }
 
+/// How a task ends: what its record and its `finish` event say.
 struct Finish {
-    status: &'static str,
-    reason: &'static str,
+    status: TaskState,
+    reason: FinishReason,
     output: Option<String>,
     error: Option<String>,
 }
 
 impl Finish {
     fn canceled() -> Self {
-        Finish { status: "canceled", reason: "canceled", output: None, error: Some("canceled".into()) }
+        Finish {
+            status: TaskState::Canceled,
+            reason: FinishReason::Canceled,
+            output: None,
+            error: Some("canceled".into()),
+        }
+    }
+
+    fn failed(reason: FinishReason, error: String) -> Self {
+        Finish { status: TaskState::Failed, reason, output: None, error: Some(error) }
+    }
+
+    /// The task reached `max_tool_iterations`: it completes, saying so.
+    fn tool_limit(budget: Option<&crate::tools::ToolBudget>) -> Self {
+        let max = budget.map(|b| b.max_calls()).unwrap_or_default();
+        Finish {
+            status: TaskState::Completed,
+            reason: FinishReason::ToolLimit,
+            output: Some(format!("Stopped: the task reached its limit of {max} tool calls (max_tool_iterations).")),
+            error: None,
+        }
     }
 }
 

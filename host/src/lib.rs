@@ -11,8 +11,9 @@
 //! - [`runtime`] (wasmtime engine, limits, host imports);
 //! - [`services`], [`tools`], [`mcp_tools`] (what imports use);
 //! - [`config`] (warden.yaml, plain validated data);
-//! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`store`],
-//!   [`redact`], [`builtin`], [`text`], [`bounded_read`].
+//! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`event`]
+//!   and [`task_state`] (the typed task flow), [`store`], [`redact`], [`builtin`], [`text`],
+//!   [`bounded_read`].
 //!
 //! This file only declares modules and re-exports; it holds nothing other modules import.
 
@@ -23,6 +24,7 @@ pub mod capability;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod event;
 pub mod mcp_tools;
 pub mod oci;
 pub mod plugin;
@@ -35,6 +37,7 @@ pub mod server;
 pub mod services;
 pub mod store;
 pub mod task;
+pub mod task_state;
 pub mod text;
 pub mod tools;
 

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
 use crate::capability::Capability;
 
@@ -123,7 +122,3 @@ pub struct PluginRef {
     pub version: String,
     pub sha256: String,
 }
-
-/// Where a call's events go. Bounded: a plugin that floods is told so, the host
-/// never buffers without limit.
-pub type EventSink = mpsc::Sender<PluginEvent>;

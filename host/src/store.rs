@@ -22,6 +22,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
+
+pub use crate::task_state::{FinishReason, TaskState};
 use tokio::sync::{mpsc, oneshot};
 
 const TASKS: TableDefinition<&str, &[u8]> = TableDefinition::new("tasks");
@@ -52,8 +54,7 @@ pub fn now_ms() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {
     pub task_id: String,
-    /// `submitted`, `working`, `input_required`, `completed`, `failed`, `canceled`.
-    pub status: String,
+    pub status: TaskState,
     pub subagent_type: String,
     pub description: String,
     pub session_id: String,
@@ -68,10 +69,9 @@ pub struct TaskRecord {
     pub output: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<String>,
-    /// Why the task ended: `stop`, `tool_limit`, `canceled`, `deadline`, `error`,
-    /// `input_required`, `host_restarted`.
+    /// Why the task ended.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<FinishReason>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -127,6 +127,22 @@ impl Store {
             std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
         }
         let db = Database::create(path).map_err(|e| err(e.to_string()))?;
+        Self::with_database(db, path)
+    }
+
+    /// A store kept in memory only, gone with the process: for one-shot commands
+    /// (`warden run`, `warden demo`) that run their task through the engine like the server
+    /// does but have nothing to keep.
+    pub fn in_memory() -> Result<Store, StoreError> {
+        let label = Path::new("(in memory)");
+        let db = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(|e| StoreError { path: label.to_owned(), message: e.to_string() })?;
+        Self::with_database(db, label)
+    }
+
+    fn with_database(db: Database, path: &Path) -> Result<Store, StoreError> {
+        let err = |m: String| StoreError { path: path.to_owned(), message: m };
         {
             let w = db.begin_write().map_err(|e| err(e.to_string()))?;
             w.open_table(TASKS).map_err(|e| err(e.to_string()))?;
@@ -239,9 +255,9 @@ impl Store {
                 continue;
             }
             let last = self.events_after(&rec.task_id, 0)?.last().map(|(s, _)| *s).unwrap_or(0);
-            rec.status = "failed".into();
+            rec.status = TaskState::Failed;
             rec.error = Some(HOST_RESTARTED.into());
-            rec.finish_reason = Some("host_restarted".into());
+            rec.finish_reason = Some(FinishReason::HostRestarted);
             rec.updated_at_ms = now;
             rec.finished_at_ms = Some(now);
             self.write(Write::Event {

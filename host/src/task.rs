@@ -2,11 +2,17 @@
 //! kind, execute under the plugin's limits, and report an outcome. This module never
 //! talks to a terminal or a socket; the CLI and the HTTP API present its results.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
-use crate::plugin::{EventSink, GuestError, TaskCall, TaskContext};
-use crate::registry::Registry;
+use crate::event::{EventSink, HostEvent, TaskEvent};
+use crate::plugin::{GuestError, TaskCall, TaskContext};
+use crate::registry::{Registered, Registry, Snapshot};
+use crate::runtime::LoadedPlugin;
 use crate::runtime::{CallError, CallExtras};
+use crate::store::TaskRecord;
+use crate::task_state::TaskState;
 
 /// The `permission_mode` a definition's protocol data asks for (Claude agent files'
 /// `permissionMode`); unknown values are ignored with a warning — the gate then applies
@@ -23,20 +29,10 @@ fn permission_mode(def: &crate::plugin::SubagentDefinition) -> Option<warden_app
     }
 }
 
-/// Terminal states of a task (DESIGN: task states).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskStatus {
-    Completed,
-    Failed,
-    InputRequired,
-    Canceled,
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskOutcome {
     pub task_id: String,
-    pub status: TaskStatus,
+    pub status: TaskState,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -44,6 +40,19 @@ pub struct TaskOutcome {
     /// The plugin that ran the task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plugin: Option<crate::plugin::PluginRef>,
+}
+
+impl From<TaskRecord> for TaskOutcome {
+    /// The outcome of a finished task as its record holds it.
+    fn from(rec: TaskRecord) -> Self {
+        TaskOutcome {
+            task_id: rec.task_id,
+            status: rec.status,
+            output: rec.output,
+            error: rec.error,
+            plugin: rec.plugin,
+        }
+    }
 }
 
 /// A TaskCall that cannot start.
@@ -79,20 +88,15 @@ pub fn new_task_id() -> String {
     format!("task_{}", uuid::Uuid::new_v4())
 }
 
-/// Runs `call` to completion.
-pub async fn run(
-    registry: &Registry,
-    task_id: String,
-    call: &TaskCall,
-    scope: TaskScope,
-) -> Result<TaskOutcome, TaskError> {
-    if call.prompt.trim().is_empty() {
-        return Err(TaskError::MissingField("prompt"));
+/// The one check of a call against the registry, used when the engine accepts a task and
+/// again when it starts (plugins may have changed in between): its subagent and prompt
+/// are given, the subagent is registered, and a loaded plugin serves its kind.
+pub fn resolve<'s>(snapshot: &'s Snapshot, call: &TaskCall) -> Result<(&'s Registered, Arc<LoadedPlugin>), TaskError> {
+    for (field, value) in [("subagent_type", &call.subagent_type), ("prompt", &call.prompt)] {
+        if value.trim().is_empty() {
+            return Err(TaskError::MissingField(field));
+        }
     }
-    if call.subagent_type.trim().is_empty() {
-        return Err(TaskError::MissingField("subagent_type"));
-    }
-    let snapshot = registry.snapshot();
     let Some(registered) = snapshot.definitions.get(&call.subagent_type) else {
         return Err(TaskError::UnknownSubagent {
             name: call.subagent_type.clone(),
@@ -102,6 +106,19 @@ pub async fn run(
     let Some(plugin) = snapshot.plugin_for_kind(&registered.definition.kind) else {
         return Err(TaskError::NoPlugin { name: call.subagent_type.clone(), kind: registered.definition.kind.clone() });
     };
+    Ok((registered, plugin))
+}
+
+/// Runs `call` to completion. The engine is its one caller in warden (the API, MCP, A2A
+/// and `warden run` all submit tasks to it); tests drive it directly.
+pub async fn run(
+    registry: &Registry,
+    task_id: String,
+    call: &TaskCall,
+    scope: TaskScope,
+) -> Result<TaskOutcome, TaskError> {
+    let snapshot = registry.snapshot();
+    let (registered, plugin) = resolve(&snapshot, call)?;
     let definition = registered.definition.clone();
     let egress = registered.egress.iter().chain(&scope.egress).cloned().collect();
     drop(snapshot);
@@ -116,10 +133,8 @@ pub async fn run(
         subagent = %definition.name, "task started"
     );
     if let Some(events) = &scope.events {
-        // A host event (`plugin` is a host kind): which build runs this task.
-        let data = serde_json::to_value(&plugin_ref).unwrap_or_default();
-        let _ =
-            events.send(crate::plugin::PluginEvent { plugin: plugin.id.clone(), kind: "plugin".into(), data }).await;
+        // Which build runs this task.
+        let _ = events.send(TaskEvent::Host(HostEvent::PluginBuild(plugin_ref.clone()))).await;
     }
     let extras = CallExtras {
         events: scope.events,
@@ -132,12 +147,11 @@ pub async fn run(
     let result = registry.runtime().execute(&plugin, ctx, call, &definition, extras).await;
     let plugin = Some(plugin_ref);
     let outcome = match result {
-        Ok(output) => TaskOutcome { task_id, status: TaskStatus::Completed, output: Some(output), error: None, plugin },
+        Ok(output) => TaskOutcome { task_id, status: TaskState::Completed, output: Some(output), error: None, plugin },
         Err(CallError::Guest(GuestError::InputRequired(q))) => {
-            TaskOutcome { task_id, status: TaskStatus::InputRequired, output: Some(q), error: None, plugin }
+            TaskOutcome { task_id, status: TaskState::InputRequired, output: Some(q), error: None, plugin }
         }
-        Err(e) => TaskOutcome { task_id, status: TaskStatus::Failed, output: None, error: Some(e.to_string()), plugin },
+        Err(e) => TaskOutcome { task_id, status: TaskState::Failed, output: None, error: Some(e.to_string()), plugin },
     };
-    tracing::info!(task_id = %outcome.task_id, status = ?outcome.status, "task finished");
     Ok(outcome)
 }

@@ -8,15 +8,15 @@
 //! the sandbox. This module must never run a call the gate did not allow.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use warden_approval::{ApprovalGate, ApprovalRequest, Decider, PermissionMode, Policy};
 use warden_sandbox::{Sandbox, SessionKey};
 
+use crate::event::{EventSink, TaskEvent, ToolEvent};
 use crate::mcp_tools::McpTools;
-use crate::plugin::{EventSink, PluginEvent};
 
 /// A tool as a model sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,30 +68,45 @@ pub struct ToolScope {
     pub egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
 }
 
-/// A task's tool-call budget (`max_tool_iterations`), shared with the task engine.
+/// A task's tool-call budget (`max_tool_iterations`): the one place the limit is counted.
+/// The tool host takes one call from it for every call a plugin asks for, before the gate;
+/// the engine waits on [`ToolBudget::exhausted`] and ends the task when a call was refused.
 #[derive(Debug)]
 pub struct ToolBudget {
+    max_calls: u32,
     remaining: AtomicU32,
-    exceeded: AtomicBool,
+    exceeded: tokio::sync::watch::Sender<bool>,
 }
 
 impl ToolBudget {
     pub fn new(max_calls: u32) -> Self {
-        ToolBudget { remaining: AtomicU32::new(max_calls), exceeded: AtomicBool::new(false) }
+        ToolBudget { max_calls, remaining: AtomicU32::new(max_calls), exceeded: tokio::sync::watch::channel(false).0 }
+    }
+
+    /// The limit this budget started with.
+    pub fn max_calls(&self) -> u32 {
+        self.max_calls
     }
 
     /// Takes one call; false (and remembered) when the budget is used up.
     pub fn take(&self) -> bool {
         let ok = self.remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
         if !ok {
-            self.exceeded.store(true, Ordering::SeqCst);
+            self.exceeded.send_replace(true);
         }
         ok
     }
 
     /// Whether a call was refused for lack of budget.
     pub fn exceeded(&self) -> bool {
-        self.exceeded.load(Ordering::SeqCst)
+        *self.exceeded.borrow()
+    }
+
+    /// Resolves once a call has been refused for lack of budget.
+    pub async fn exhausted(&self) {
+        let mut rx = self.exceeded.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail while we are borrowed.
+        let _ = rx.wait_for(|exceeded| *exceeded).await;
     }
 }
 
@@ -110,7 +125,7 @@ struct Flight {
     plugin: String,
     subagent: String,
     task_id: String,
-    events: crate::plugin::EventSink,
+    events: EventSink,
 }
 
 type InFlight = Arc<Mutex<HashMap<SessionKey, Vec<Flight>>>>;
@@ -169,7 +184,7 @@ fn egress_observed(ev: &warden_sandbox::EgressEvent, audit: Option<&warden_appro
             "subagent": f.subagent, "task_id": f.task_id,
         });
         // Never blocks the proxy: a full stream loses this event (the audit line stays).
-        let _ = f.events.try_send(PluginEvent { plugin: f.plugin.clone(), kind: "egress".into(), data });
+        let _ = f.events.try_send(TaskEvent::Tool { plugin: f.plugin.clone(), event: ToolEvent::Egress(data) });
     }
 }
 
@@ -312,8 +327,7 @@ impl ToolHost {
         for c in &calls {
             emit(
                 scope,
-                "tool_call",
-                json!({ "id": c.id, "name": c.name, "input": c.input, "subagent": scope.subagent }),
+                ToolEvent::Call(json!({ "id": c.id, "name": c.name, "input": c.input, "subagent": scope.subagent })),
             )
             .await;
         }
@@ -324,10 +338,16 @@ impl ToolHost {
         for c in &calls {
             resolved.push(self.resolve_for_policy(&key, c).await);
         }
+        // The task's tool-call limit counts every call asked for, whatever its verdict; a
+        // call past it is not put to the gate (nobody is asked about a call that cannot run).
+        let within_budget: Vec<bool> =
+            calls.iter().map(|_| scope.tool_budget.as_ref().is_none_or(|b| b.take())).collect();
         let requests = calls
             .iter()
             .zip(&resolved)
-            .map(|(c, path)| {
+            .zip(&within_budget)
+            .filter(|(_, within)| **within)
+            .map(|((c, path), _)| {
                 let mut r = ApprovalRequest::new(c.name.clone(), c.input.clone(), scope.subagent.clone());
                 r.task_id = Some(scope.task_id.clone());
                 r.session_id = Some(scope.session_id.clone());
@@ -341,15 +361,14 @@ impl ToolHost {
                 r
             })
             .collect();
-        let verdicts = self.gate.decide_batch_with(requests, scope.decider.clone()).await;
+        let mut verdicts = self.gate.decide_batch_with(requests, scope.decider.clone()).await.into_iter();
         let mut results = Vec::with_capacity(calls.len());
-        for ((call, verdict), path) in calls.into_iter().zip(verdicts).zip(resolved) {
-            let (content, is_error) = match verdict.declined_message(&call.name) {
-                Some(declined) => (declined, true),
-                None if scope.tool_budget.as_ref().is_some_and(|b| !b.take()) => {
-                    (format!("The {} call was not run: the task reached its tool-call limit.", call.name), true)
-                }
-                None => match path {
+        for ((call, within), path) in calls.into_iter().zip(within_budget).zip(resolved) {
+            let verdict = if within { verdicts.next() } else { None };
+            let (content, is_error) = match verdict.as_ref().map(|v| v.declined_message(&call.name)) {
+                None => (format!("The {} call was not run: the task reached its tool-call limit.", call.name), true),
+                Some(Some(declined)) => (declined, true),
+                Some(None) => match path {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
                     Ok(path) => {
                         let _flight = self.fly(scope, &key);
@@ -367,10 +386,10 @@ impl ToolHost {
             let content = crate::redact::registry().host().scrub(&content).into_owned();
             tracing::info!(
                 task_id = %scope.task_id, session = %scope.session_id, plugin = %scope.plugin,
-                tool = %call.name, decision = ?verdict.decision, is_error, "tool call"
+                tool = %call.name, decision = ?verdict.map(|v| v.decision), is_error, "tool call"
             );
-            emit(scope, "tool_result", json!({ "id": call.id, "name": call.name, "is_error": is_error, "content": excerpt(&content), "subagent": scope.subagent }))
-                .await;
+            let result = json!({ "id": call.id, "name": call.name, "is_error": is_error, "content": excerpt(&content), "subagent": scope.subagent });
+            emit(scope, ToolEvent::Result(result)).await;
             results.push(ToolResult { id: call.id, content, is_error });
         }
         results
@@ -391,8 +410,8 @@ fn excerpt(s: &str) -> String {
     format!("{}… [{} bytes]", &s[..cut], s.len())
 }
 
-async fn emit(scope: &ToolScope, kind: &str, data: Value) {
+async fn emit(scope: &ToolScope, event: ToolEvent) {
     if let Some(sink) = &scope.events {
-        let _ = sink.send(PluginEvent { plugin: scope.plugin.clone(), kind: kind.to_owned(), data }).await;
+        let _ = sink.send(TaskEvent::Tool { plugin: scope.plugin.clone(), event }).await;
     }
 }

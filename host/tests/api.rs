@@ -1180,15 +1180,15 @@ mod scopes {
 
 mod persistence {
     use super::*;
-    use warden::store::{TaskRecord, Write};
+    use warden::store::{FinishReason, TaskRecord, TaskState, Write};
 
     #[tokio::test(flavor = "multi_thread")]
     async fn restart_fails_interrupted_tasks_and_keeps_finished_ones() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let rec = |id: &str, status: &str, finished: Option<u64>| TaskRecord {
+        let rec = |id: &str, status: TaskState, finished: Option<u64>| TaskRecord {
             task_id: id.into(),
-            status: status.into(),
+            status,
             subagent_type: "greeter".into(),
             description: "d".into(),
             session_id: "s".into(),
@@ -1196,23 +1196,23 @@ mod persistence {
             principal: None,
             plugin: None,
             background: true,
-            output: (status == "completed").then(|| "kept".into()),
+            output: (status == TaskState::Completed).then(|| "kept".into()),
             error: None,
-            finish_reason: finished.map(|_| "stop".into()),
+            finish_reason: finished.map(|_| FinishReason::Stop),
             created_at_ms: 1,
             updated_at_ms: 1,
             finished_at_ms: finished,
         };
         {
             let store = Store::open(&path).unwrap();
-            store.write(Write::Task(rec("task_done", "completed", Some(warden::store::now_ms()))));
-            store.write(Write::Task(rec("task_running", "working", None)));
+            store.write(Write::Task(rec("task_done", TaskState::Completed, Some(warden::store::now_ms()))));
+            store.write(Write::Task(rec("task_running", TaskState::Working, None)));
             store.write(Write::Event {
                 task_id: "task_running".into(),
                 seq: 1,
                 event: json!({ "type": "status", "status": "working" }),
             });
-            store.write(Write::Task(rec("task_ancient", "completed", Some(1))));
+            store.write(Write::Task(rec("task_ancient", TaskState::Completed, Some(1))));
             store.flush().await.unwrap();
         }
         // The first store's writer thread lets go of the file once it sees the store dropped.
@@ -1310,7 +1310,11 @@ mod load {
         );
         assert_eq!(ids.len(), n);
         for id in &ids {
-            assert_eq!(api.engine.store().task(id).unwrap().unwrap().status, "completed", "persisted");
+            assert_eq!(
+                api.engine.store().task(id).unwrap().unwrap().status,
+                warden::store::TaskState::Completed,
+                "persisted"
+            );
         }
     }
 }

@@ -13,6 +13,7 @@ use warden::runtime::pool::PoolOptions;
 use warden::runtime::tier::Tier;
 use warden::runtime::{CallError, LoadedPlugin, Origin, Runtime, RuntimeOptions};
 use warden::services::HostServices;
+use warden::store::TaskState;
 
 /// Directory of the test components; `cargo xtask test` sets `WARDEN_TEST_PLUGINS`.
 fn test_plugins() -> PathBuf {
@@ -1019,7 +1020,7 @@ mod imports {
         // Nor through another subagent; alice herself continues her own.
         assert!(submit("alice", "other", Some(id.clone())).is_err());
         let again = submit("alice", "greeter", Some(id)).unwrap();
-        assert_eq!(again.wait_finished(Duration::from_secs(30)).await.status, "completed");
+        assert_eq!(again.wait_finished(Duration::from_secs(30)).await.status, TaskState::Completed);
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -1044,7 +1045,7 @@ mod imports {
         let ops = json!([{ "op": "http", "url": format!("http://{addr}/"), "extra_headers": 100_000 }]);
         let task = submit(format!("script:{ops}"));
         let rec = task.wait_finished(Duration::from_secs(30)).await;
-        assert_eq!(rec.status, "completed", "{rec:?}");
+        assert_eq!(rec.status, TaskState::Completed, "{rec:?}");
         assert!(rec.output.as_deref().unwrap_or_default().contains("the limit is 100"), "{rec:?}");
         // The record names the plugin build that ran the task.
         let build = rec.plugin.as_ref().expect("the record names its plugin");
@@ -1052,7 +1053,7 @@ mod imports {
         assert_eq!(engine.store().task(&rec.task_id).unwrap().unwrap().plugin.as_ref(), Some(build));
         // Cancel always ends a task, here one spinning in wasm.
         let looping = submit("loop".into());
-        while looping.record().status != "working" {
+        while looping.record().status != TaskState::Working {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let outcome = engine.cancel(&looping.id()).await.unwrap();

@@ -15,7 +15,7 @@ use anyhow::Context;
 use super::EXIT_TASK_FAILED;
 use crate::config::Config;
 use crate::plugin::TaskCall;
-use crate::task::TaskStatus;
+use crate::task_state::TaskState;
 
 const DEMO_AGENT: &str = include_str!("../../../demo/agents/release-notes.md");
 const DEMO_SCRIPT: &str = include_str!("../../../demo/script.yaml");
@@ -72,11 +72,11 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         subagent_type: "release-notes".into(),
         ..TaskCall::default()
     };
-    let outcome = super::run_on_terminal(&registry, &call, &session_id, true, true, None).await;
+    let outcome = super::run_on_terminal(&host, call, &session_id, true, true, None).await;
     super::sandbox::end_session(&host, &session_id).await;
-    let outcome = outcome?;
+    let outcome = outcome??;
     match (&outcome.status, &outcome.output, &outcome.error) {
-        (TaskStatus::Completed, Some(o), _) => out!("\nfinal answer: {}", crate::text::escape_multiline(o)),
+        (TaskState::Completed, Some(o), _) => out!("\nfinal answer: {}", crate::text::escape_multiline(o)),
         (_, _, Some(e)) => out!("\ntask failed: {}", esc(e)),
         _ => out!("\ntask ended: {:?}", outcome.status),
     }
@@ -94,5 +94,5 @@ pub async fn run(plugins: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    Ok(if outcome.status == TaskStatus::Completed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TASK_FAILED) })
+    Ok(if outcome.status == TaskState::Completed { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TASK_FAILED) })
 }

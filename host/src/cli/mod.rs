@@ -28,7 +28,8 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::plugin::TaskCall;
 // Every plugin- or agent-provided string printed in text mode goes through these.
-use crate::task::{self, TaskScope, TaskStatus};
+use crate::task;
+use crate::task_state::TaskState;
 use crate::text::{escape_control as esc, escape_multiline as esc_lines};
 
 /// Exit code for a failed, declined or input-requiring task.
@@ -37,8 +38,6 @@ pub const EXIT_TASK_FAILED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// The user id of tasks started from this terminal.
 pub const LOCAL_USER: &str = "local";
-/// Capacity of the event channel between a running task and the terminal printer.
-const EVENT_CHANNEL_CAPACITY: usize = 1024;
 
 #[derive(Parser, Debug)]
 #[command(name = "warden", version, about = "WebAssembly plugin host for sandboxed subagent executors")]
@@ -293,56 +292,72 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Runs one task from this terminal: events printed (unless `print_events` is off),
-/// approvals asked on the TTY (auto-approved without one only when `auto_approve`).
+/// Runs one task from this terminal through the engine, as the server runs its tasks
+/// (same validation, limits, redaction, tool budget and `finish`), with an in-memory
+/// store: its events are printed as they arrive (unless `print_events` is off), its
+/// gated tool calls are asked on the terminal (or approved, with `auto_approve`).
 pub(crate) async fn run_on_terminal(
-    registry: &crate::registry::Registry,
-    call: &TaskCall,
+    host: &crate::app::Host,
+    call: TaskCall,
     session_id: &str,
     auto_approve: bool,
     print_events: bool,
-    egress: Option<std::sync::Arc<warden_sandbox::EgressNarrowing>>,
-) -> Result<task::TaskOutcome, task::TaskError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(EVENT_CHANNEL_CAPACITY);
-    let printer = tokio::spawn(async move {
-        while let Some(ev) = rx.recv().await {
+    egress: Option<Vec<String>>,
+) -> anyhow::Result<Result<task::TaskOutcome, crate::engine::SubmitError>> {
+    use crate::engine::{Asker, Engine, EngineOptions, Submission};
+    let store = crate::store::Store::in_memory()?;
+    let engine = Engine::start(host, store, EngineOptions::from_config(&host.config)).await?;
+    let submission = Submission {
+        call,
+        session_id: Some(session_id.to_owned()),
+        user_id: Some(LOCAL_USER.into()),
+        asker: Some(Asker(prompt::terminal_decider(auto_approve))),
+        egress,
+        ..Submission::default()
+    };
+    let live = match engine.submit(submission) {
+        Ok(live) => live,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut changed = live.watch();
+    let mut seen = 0;
+    loop {
+        // Read before printing: a finish seen here means every event is already in.
+        let finished = live.record().is_finished();
+        for (seq, ev) in live.events_after(seen) {
+            seen = seq;
             if print_events {
                 print_event(&ev);
             }
         }
-    });
-    let scope = TaskScope {
-        session_id: session_id.to_owned(),
-        user_id: LOCAL_USER.into(),
-        events: Some(tx),
-        decider: Some(prompt::terminal_decider(auto_approve)),
-        egress,
-        ..TaskScope::default()
-    };
-    let result = task::run(registry, task::new_task_id(), call, scope).await;
-    let _ = printer.await;
-    result
+        if finished || changed.changed().await.is_err() {
+            break;
+        }
+    }
+    Ok(Ok(task::TaskOutcome::from(live.record())))
 }
 
 /// Prints one task event for a person reading the terminal (stderr for progress,
-/// so stdout carries only results).
-pub fn print_event(ev: &crate::plugin::PluginEvent) {
-    let text = |k: &str| esc(ev.data.get(k).and_then(|v| v.as_str()).unwrap_or_default()).into_owned();
-    match ev.kind.as_str() {
+/// so stdout carries only results). Host bookkeeping (status changes, the plugin build,
+/// the final error and finish, which the caller prints) is not shown.
+pub fn print_event(ev: &serde_json::Value) {
+    let text = |k: &str| esc(ev.get(k).and_then(|v| v.as_str()).unwrap_or_default()).into_owned();
+    match ev.get("type").and_then(|t| t.as_str()).unwrap_or_default() {
         "tool_call" => {
-            eprintln!("  → {} {}", text("name"), esc(&ev.data.get("input").cloned().unwrap_or_default().to_string()))
+            eprintln!("  → {} {}", text("name"), esc(&ev.get("input").cloned().unwrap_or_default().to_string()))
         }
         "tool_result" => {
-            let content = ev.data.get("content").and_then(|v| v.as_str()).unwrap_or_default();
+            let content = ev.get("content").and_then(|v| v.as_str()).unwrap_or_default();
             let first = esc(content.lines().next().unwrap_or_default());
             let more = content.lines().count().saturating_sub(1);
-            let mark = if ev.data["is_error"].as_bool() == Some(true) { "✗" } else { "←" };
+            let mark = if ev["is_error"].as_bool() == Some(true) { "✗" } else { "←" };
             let tail = if more > 0 { format!(" (+{more} lines)") } else { String::new() };
             eprintln!("  {mark} {}: {first}{tail}", text("name"));
         }
-        "token" | "reasoning" => {}
-        "status" | "progress" => eprintln!("  · {}", text("message")),
-        _ => eprintln!("  [{}] {}: {}", esc(&ev.plugin), esc(&ev.kind), esc(&ev.data.to_string())),
+        "token" | "reasoning" | "status" | "plugin" | "finish" | "error" | "approval_request" | "approval_resolved" => {
+        }
+        "progress" => eprintln!("  · {}", text("message")),
+        kind => eprintln!("  [{}] {}: {}", text("plugin"), esc(kind), esc(&ev.to_string())),
     }
 }
 
@@ -505,27 +520,17 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         }
         Command::Run { subagent_type, prompt, description, model, session, egress, json } => {
             // `--egress` given at all narrows (to what it lists); never given, nothing.
-            let egress = match egress.is_empty() {
-                true => None,
-                false => match warden_sandbox::EgressNarrowing::parse(&egress, "the task (--egress)") {
-                    Ok(n) => Some(std::sync::Arc::new(n)),
-                    Err(e) => {
-                        eprintln!("error: --egress: {}", esc(&e));
-                        return Ok(ExitCode::from(EXIT_USAGE));
-                    }
-                },
-            };
+            let egress = (!egress.is_empty()).then_some(egress);
             let host = crate::app::Host::start(config).await?;
-            let registry = host.registry.clone();
             let description = description.unwrap_or_else(|| crate::text::first_words(&prompt));
             let call = TaskCall { description, prompt, subagent_type, model, resume: None, run_in_background: false };
             let ephemeral = session.is_none();
             let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
-            let result = run_on_terminal(&registry, &call, &session_id, false, !json, egress).await;
+            let result = run_on_terminal(&host, call, &session_id, false, !json, egress).await;
             if ephemeral {
                 sandbox::end_session(&host, &session_id).await;
             }
-            let outcome = match result {
+            let outcome = match result? {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("error: {}", esc(&e.to_string()));
@@ -536,13 +541,13 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                 out!("{}", serde_json::to_string(&outcome)?);
             } else {
                 match (&outcome.status, &outcome.output, &outcome.error) {
-                    (TaskStatus::Completed, Some(o), _) => out!("{}", esc_lines(o)),
-                    (TaskStatus::InputRequired, Some(q), _) => out!("input required: {}", esc_lines(q)),
+                    (TaskState::Completed, Some(o), _) => out!("{}", esc_lines(o)),
+                    (TaskState::InputRequired, Some(q), _) => out!("input required: {}", esc_lines(q)),
                     (_, _, Some(e)) => eprintln!("task {} failed: {}", outcome.task_id, esc(e)),
                     _ => {}
                 }
             }
-            Ok(if outcome.status == TaskStatus::Completed {
+            Ok(if outcome.status == TaskState::Completed {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(EXIT_TASK_FAILED)
@@ -568,12 +573,15 @@ struct Inspection {
 /// A runtime for one plugin file on the command line (`plugin inspect`, `test`, `build`):
 /// no side effects (no compile cache written anywhere), and answers from a baseline build
 /// for large components (seconds, not tens of seconds, for Python).
-fn one_off_runtime(config: &Config, services: crate::services::HostServices) -> anyhow::Result<crate::Runtime> {
-    crate::Runtime::new(
-        crate::RuntimeOptions {
+fn one_off_runtime(
+    config: &Config,
+    services: crate::services::HostServices,
+) -> anyhow::Result<crate::runtime::Runtime> {
+    crate::runtime::Runtime::new(
+        crate::runtime::RuntimeOptions {
             compiler: crate::runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory),
             tiered: true,
-            ..crate::RuntimeOptions::uncached()
+            ..crate::runtime::RuntimeOptions::uncached()
         },
         std::sync::Arc::new(services),
     )
@@ -583,9 +591,9 @@ fn one_off_runtime(config: &Config, services: crate::services::HostServices) -> 
 /// `plugins.max_plugin_size`, nothing granted. The file's bytes and the runtime come back
 /// too, to look further at a component that does not load.
 struct Ungranted {
-    runtime: crate::Runtime,
+    runtime: crate::runtime::Runtime,
     bytes: Vec<u8>,
-    loaded: Result<crate::LoadedPlugin, crate::runtime::LoadError>,
+    loaded: Result<crate::runtime::LoadedPlugin, crate::runtime::LoadError>,
 }
 
 async fn load_ungranted(config: &Config, file: &Path) -> anyhow::Result<Ungranted> {

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::{EXIT_USAGE, LOCAL_USER, esc, esc_lines, print_event};
 use crate::config::{Config, GrantConfig};
-use crate::plugin::{PluginEvent, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+use crate::plugin::{SubagentDefinition, SubagentReference, TaskCall, TaskContext};
 
 /// Capacity of the event channel between the task and the printer.
 const EVENT_CHANNEL_CAPACITY: usize = 1024;
@@ -57,7 +57,7 @@ pub struct TestArgs {
 #[derive(Serialize)]
 struct Report {
     definition: Option<SubagentDefinition>,
-    events: Vec<PluginEvent>,
+    events: Vec<serde_json::Value>,
     status: &'static str,
     output: Option<String>,
     error: Option<String>,
@@ -128,9 +128,11 @@ pub async fn run(config: Config, args: TestArgs) -> anyhow::Result<ExitCode> {
         Ok(definition) => {
             let (tx, mut rx) = tokio::sync::mpsc::channel(EVENT_CHANNEL_CAPACITY);
             let print = !args.json;
+            let subagent = definition.name.clone();
             let printer = tokio::spawn(async move {
                 let mut events = vec![];
                 while let Some(ev) = rx.recv().await {
+                    let ev = crate::event::TaskEvent::into_json(ev, &subagent);
                     if print {
                         print_event(&ev);
                     }

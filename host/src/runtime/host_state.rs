@@ -11,7 +11,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::capability::Grants;
-use crate::plugin::{EventSink, TaskContext};
+use crate::event::EventSink;
+use crate::plugin::TaskContext;
 use crate::services::HostServices;
 
 /// Bytes of a plugin's stdout/stderr kept per call (WASI plugins only); the rest is

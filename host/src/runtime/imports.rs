@@ -13,6 +13,7 @@ use super::host_state::{BodyStream, HostState, SecretScrubber};
 use std::sync::Arc;
 
 use crate::capability::{Capability, Denied, Grants};
+use crate::event::{ModelStream, TaskEvent};
 use crate::plugin::PluginEvent;
 use crate::services::{
     MAX_EVENT_BYTES, MAX_EVENT_KIND_BYTES, MAX_HTTP_HEADER_BYTES, MAX_HTTP_HEADERS, MAX_HTTP_METHOD_BYTES,
@@ -163,7 +164,7 @@ impl events::Host for HostState {
         self.usage.events += 1;
         self.usage.event_bytes += raw_len;
         let Some(sink) = &self.scope.events else { return Ok(()) };
-        let event = PluginEvent { plugin: self.scope.plugin.to_string(), kind, data };
+        let event = TaskEvent::Plugin(PluginEvent { plugin: self.scope.plugin.to_string(), kind, data });
         sink.send(event).await.map_err(|_| Error::Unavailable("the task's event stream is closed".into()))
     }
 }
@@ -305,16 +306,12 @@ impl model::Host for HostState {
             self.scope.events.clone().filter(|_| self.scope.grants.check(Capability::Events).is_ok()).map(|events| {
                 let plugin = self.scope.plugin.to_string();
                 warden_models::StreamSink::new(move |ev| {
-                    let (kind, text) = match ev {
-                        warden_models::ModelEvent::Token(t) => ("token", t),
-                        warden_models::ModelEvent::Reasoning(t) => ("reasoning", t),
+                    let (stream, text) = match ev {
+                        warden_models::ModelEvent::Token(t) => (ModelStream::Token, t),
+                        warden_models::ModelEvent::Reasoning(t) => (ModelStream::Reasoning, t),
                         _ => return,
                     };
-                    let _ = events.try_send(PluginEvent {
-                        plugin: plugin.clone(),
-                        kind: kind.into(),
-                        data: serde_json::json!({ "text": text }),
-                    });
+                    let _ = events.try_send(TaskEvent::Model { plugin: plugin.clone(), stream, text });
                 })
             });
         let response = provider.complete(request, sink).await.map_err(|e| match e {

@@ -25,7 +25,8 @@ use wasmtime::{Config as EngineConfig, Engine, Store, Trap, UpdateDeadline};
 
 use crate::capability::{Capability, Grants};
 use crate::config::Limits;
-use crate::plugin::{EventSink, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+use crate::event::EventSink;
+use crate::plugin::{GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
 use crate::services::HostServices;
 use bindings::Plugin as PluginBindings;
 use bindings::types as wit;

@@ -44,6 +44,7 @@ use super::{ApiError, AppState, Principal, ServerState};
 use crate::engine::Submission;
 use crate::plugin::{SubagentDefinition, TaskCall};
 use crate::store::TaskRecord;
+use crate::task_state::TaskState;
 
 /// Longest `Host` value card URLs are built from: a DNS name is at most 253 bytes, plus
 /// `:` and a port.
@@ -293,20 +294,20 @@ impl A2aState {
 /// whether it `waits` for an approval nobody has answered yet. A running task shows
 /// `input-required` exactly while it waits; a finished `input_required` task (its plugin
 /// asked a question) stays `input-required`.
-pub fn state_of(status: &str, finished: bool, waits: bool) -> A2aState {
+pub fn state_of(status: TaskState, finished: bool, waits: bool) -> A2aState {
     if !finished && waits {
         return A2aState::InputRequired;
     }
     match (status, finished) {
-        ("submitted", false) => A2aState::Submitted,
-        ("working" | "input_required", false) => A2aState::Working,
-        ("input_required", true) => A2aState::InputRequired,
-        ("completed", true) => A2aState::Completed,
-        ("failed", true) => A2aState::Failed,
-        ("canceled", true) => A2aState::Canceled,
-        // A finished task keeps its last status; an unfinished one is still at work.
+        (TaskState::Submitted, false) => A2aState::Submitted,
+        (TaskState::InputRequired, true) => A2aState::InputRequired,
+        (TaskState::Completed, true) => A2aState::Completed,
+        (TaskState::Failed, true) => A2aState::Failed,
+        (TaskState::Canceled, true) => A2aState::Canceled,
+        // An unfinished task is at work (an approval it waits on is `waits`).
         (_, false) => A2aState::Working,
-        _ => A2aState::Unknown,
+        // A finished record says how it ended; `submitted`/`working` there is corrupt.
+        (TaskState::Submitted | TaskState::Working, true) => A2aState::Unknown,
     }
 }
 
@@ -794,7 +795,7 @@ fn question(p: &PendingApproval) -> String {
 
 impl View {
     fn state(&self) -> A2aState {
-        state_of(&self.rec.status, self.rec.is_finished(), !self.waiting.is_empty())
+        state_of(self.rec.status, self.rec.is_finished(), !self.waiting.is_empty())
     }
 
     fn message(&self, d: Dialect, message_id: String, parts: Vec<Value>) -> Value {
@@ -970,10 +971,10 @@ fn remember(key: ContextKey, task_id: &str) {
 /// Whether a finished task of `kind` in `status` can be continued with `resume`: an
 /// interrupted one always; a completed one unless its plugin resumes only interrupted
 /// tasks (the A2A plugin continues a remote task that asked for input, nothing else).
-pub fn resumable(kind: &str, status: &str) -> bool {
+pub fn resumable(kind: &str, status: TaskState) -> bool {
     match status {
-        "input_required" => true,
-        "completed" => !kind.eq_ignore_ascii_case("A2A"),
+        TaskState::InputRequired => true,
+        TaskState::Completed => !kind.eq_ignore_ascii_case("A2A"),
         _ => false,
     }
 }
@@ -1006,7 +1007,7 @@ async fn previous_task(s: &ServerState, user: &str, session: &str, def: &Subagen
         }
     };
     candidates.retain(|r| r.user_id == user && r.session_id == session && r.subagent_type == def.name);
-    candidates.into_iter().find(|r| r.is_finished() && resumable(&def.kind, &r.status)).map(|r| r.task_id)
+    candidates.into_iter().find(|r| r.is_finished() && resumable(&def.kind, r.status)).map(|r| r.task_id)
 }
 
 // ---------------------------------------------------------------------------------
@@ -1108,12 +1109,12 @@ async fn accept_message(
             if !rec.is_finished() {
                 return answer(s, who, &rec, p);
             }
-            if rec.status != "input_required" {
+            if rec.status != TaskState::InputRequired {
                 return Err(RpcError::new(
                     RpcError::UNSUPPORTED_OPERATION,
                     format!(
                         "task `{tid}` is {} and takes no more messages; send a new message with its contextId to continue the conversation",
-                        state_of(&rec.status, true, false).wire(Dialect::V03)
+                        state_of(rec.status, true, false).wire(Dialect::V03)
                     ),
                 ));
             }
@@ -1315,7 +1316,7 @@ async fn cancel(
         }
         CancelOutcome::AlreadyFinished(rec) => Err(RpcError::new(
             RpcError::TASK_NOT_CANCELABLE,
-            format!("task `{id}` already ended: {}", state_of(&rec.status, true, false).wire(d)),
+            format!("task `{id}` already ended: {}", state_of(rec.status, true, false).wire(d)),
         )),
         CancelOutcome::NotFound => Err(RpcError::task_not_found(&id)),
     }
@@ -1464,11 +1465,11 @@ fn at_event(s: &ServerState, rec: &TaskRecord, ev: &Value, answered: &[String]) 
     let field = |f: &str| ev.get(f).and_then(Value::as_str);
     match field("type")? {
         "status" => {
-            let status = field("status")?;
-            if !matches!(status, "submitted" | "working") {
+            let status: TaskState = serde_json::from_value(ev.get("status")?.clone()).ok()?;
+            if !matches!(status, TaskState::Submitted | TaskState::Working) {
                 return None; // `input_required` is told by its `approval_request`
             }
-            rec.status = status.to_owned();
+            rec.status = status;
             rec.finished_at_ms = None;
             Some(View { rec, waiting: vec![] })
         }
@@ -1479,17 +1480,17 @@ fn at_event(s: &ServerState, rec: &TaskRecord, ev: &Value, answered: &[String]) 
             if waiting.is_empty() {
                 return None; // already decided: later events tell how it went on
             }
-            rec.status = "input_required".into();
+            rec.status = TaskState::InputRequired;
             rec.finished_at_ms = None;
             Some(View { rec, waiting })
         }
         "tool_call" => {
-            rec.status = "working".into();
+            rec.status = TaskState::Working;
             rec.finished_at_ms = None;
             Some(View { rec, waiting: vec![] })
         }
         "finish" => {
-            rec.status = field("status")?.to_owned();
+            rec.status = serde_json::from_value(ev.get("status")?.clone()).ok()?;
             rec.output = field("output").map(str::to_owned);
             rec.error = field("error").map(str::to_owned);
             rec.finished_at_ms = Some(rec.finished_at_ms.unwrap_or(rec.updated_at_ms));
@@ -1505,6 +1506,11 @@ mod tests {
     use proptest::prelude::*;
 
     const STATUSES: [&str; 6] = ["submitted", "working", "input_required", "completed", "failed", "canceled"];
+
+    /// A task state by its wire name.
+    fn st(name: &str) -> TaskState {
+        serde_json::from_value(json!(name)).unwrap()
+    }
 
     #[test]
     fn warden_statuses_map_to_a2a_states() {
@@ -1524,7 +1530,7 @@ mod tests {
             (("completed", true, true), A2aState::Completed),
         ];
         for ((status, finished, waits), want) in cases {
-            assert_eq!(state_of(status, finished, waits), want, "{status} finished={finished} waits={waits}");
+            assert_eq!(state_of(st(status), finished, waits), want, "{status} finished={finished} waits={waits}");
         }
         assert_eq!(A2aState::InputRequired.wire(Dialect::V1), "TASK_STATE_INPUT_REQUIRED");
         assert_eq!(A2aState::InputRequired.wire(Dialect::V03), "input-required");
@@ -1534,11 +1540,11 @@ mod tests {
     proptest! {
         #[test]
         fn state_mapping_is_total_and_consistent(
-            status in prop_oneof![proptest::sample::select(STATUSES.to_vec()).prop_map(str::to_owned), ".{0,20}"],
+            status in proptest::sample::select(STATUSES.to_vec()).prop_map(st),
             finished: bool,
             waits: bool,
         ) {
-            let st = state_of(&status, finished, waits);
+            let st = state_of(status, finished, waits);
             // A running task is never reported as ended (or unknown); an ended one never as running.
             if !finished {
                 prop_assert!(!st.is_terminal() && st != A2aState::Unknown);
@@ -1801,8 +1807,12 @@ mod tests {
 
     #[test]
     fn only_resumable_tasks_are_resumed() {
-        assert!(resumable("CLAUDE", "completed") && resumable("CLAUDE", "input_required"));
-        assert!(resumable("A2A", "input_required") && !resumable("a2a", "completed"));
-        assert!(!resumable("CLAUDE", "failed") && !resumable("CLAUDE", "canceled") && !resumable("CLAUDE", "working"));
+        assert!(resumable("CLAUDE", TaskState::Completed) && resumable("CLAUDE", TaskState::InputRequired));
+        assert!(resumable("A2A", TaskState::InputRequired) && !resumable("a2a", TaskState::Completed));
+        assert!(
+            !resumable("CLAUDE", TaskState::Failed)
+                && !resumable("CLAUDE", TaskState::Canceled)
+                && !resumable("CLAUDE", TaskState::Working)
+        );
     }
 }

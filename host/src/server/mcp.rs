@@ -40,6 +40,7 @@ use crate::config::McpMode;
 use crate::engine::{Asker, Submission};
 use crate::plugin::TaskCall;
 use crate::store::TaskRecord;
+use crate::task_state::TaskState;
 
 /// Longest tool name MCP clients accept everywhere (`^[a-zA-Z0-9_-]{1,64}$` is the
 /// strictest rule in use, the model APIs' tool-name pattern).
@@ -393,8 +394,8 @@ impl McpFront {
     /// where it ran, and links to the files it wrote.
     fn result(&self, rec: &TaskRecord, events: Option<&[Value]>) -> CallToolResult {
         let rec_json = super::task_json(rec);
-        let text = match rec.status.as_str() {
-            "completed" => rec_json["output"].as_str().unwrap_or_default().to_owned(),
+        let text = match rec.status {
+            TaskState::Completed => rec_json["output"].as_str().unwrap_or_default().to_owned(),
             status => format!(
                 "Task {status}: {}",
                 rec_json["error"].as_str().or(rec_json["output"].as_str()).unwrap_or("no output")
@@ -415,8 +416,11 @@ impl McpFront {
                 .with_description(format!("written by task {}", rec.task_id));
             content.push(ContentBlock::resource_link(link));
         }
-        let mut result =
-            if rec.status == "completed" { CallToolResult::success(content) } else { CallToolResult::error(content) };
+        let mut result = if rec.status == TaskState::Completed {
+            CallToolResult::success(content)
+        } else {
+            CallToolResult::error(content)
+        };
         result.structured_content = Some(json!({
             "task_id": rec.task_id, "session_id": rec.session_id, "status": rec.status,
             "finish_reason": rec.finish_reason,

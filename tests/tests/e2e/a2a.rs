@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use warden::plugin::PluginEvent;
-use warden::task::{TaskOutcome, TaskScope, TaskStatus};
+use warden::task::{TaskOutcome, TaskScope};
+use warden::task_state::TaskState;
 use warden::{Config, Registry, TaskCall};
 
 use crate::common::*;
@@ -42,7 +42,7 @@ impl Warden {
         Warden { _dir: dir, registry }
     }
 
-    async fn run(&self, agent: &str, prompt: &str, resume: Option<&str>) -> (TaskOutcome, Vec<PluginEvent>) {
+    async fn run(&self, agent: &str, prompt: &str, resume: Option<&str>) -> (TaskOutcome, Vec<Value>) {
         let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
         let call = TaskCall {
             description: "test".into(),
@@ -55,7 +55,7 @@ impl Warden {
         let outcome = warden::task::run(&self.registry, warden::task::new_task_id(), &call, scope).await.unwrap();
         let mut events = Vec::new();
         while let Ok(e) = rx.try_recv() {
-            events.push(e);
+            events.push(warden::event::TaskEvent::into_json(e, agent));
         }
         (outcome, events)
     }
@@ -97,7 +97,7 @@ async fn echo_agent_over_1_0_and_0_3() {
         assert_eq!(def.description, "The echo test agent", "description comes from the card");
         assert!(def.protocol_data.contains(&format!("\"protocol_version\":\"{protocol}\"")), "{}", def.protocol_data);
         let (out, _) = w.run("echo", "hello there", None).await;
-        assert_eq!(out.status, TaskStatus::Completed, "{protocol}: {out:?}");
+        assert_eq!(out.status, TaskState::Completed, "{protocol}: {out:?}");
         assert_eq!(out.output.as_deref(), Some("echo: hello there"));
         let log = peer_log(&peer);
         assert_eq!(methods(&log), vec![expected(protocol, "SendMessage", "message/send")]);
@@ -112,19 +112,19 @@ async fn slow_streaming_agent_relays_progress_over_1_0_and_0_3() {
         let peer = start_peer("slow-stream", protocol, &["--steps", "3", "--step-delay", "0.3"]);
         let w = Warden::start(GRANT, &[(peer.url(), "{ name: slow }")], "").await;
         let (out, events) = w.run("slow", "go", None).await;
-        assert_eq!(out.status, TaskStatus::Completed, "{protocol}: {out:?}");
+        assert_eq!(out.status, TaskState::Completed, "{protocol}: {out:?}");
         assert_eq!(out.output.as_deref(), Some("part1 part2 part3"));
         assert_eq!(methods(&peer_log(&peer)), vec![expected(protocol, "SendStreamingMessage", "message/stream")]);
         let steps: Vec<String> = events
             .iter()
-            .filter(|e| e.kind == "progress")
-            .filter_map(|e| e.data["message"].as_str().map(str::to_string))
+            .filter(|e| e["type"] == "progress")
+            .filter_map(|e| e["message"].as_str().map(str::to_string))
             .collect();
         for want in ["step 1/3", "step 2/3", "step 3/3"] {
             assert!(steps.iter().any(|s| s == want), "{protocol}: no progress event {want:?} in {steps:?}");
         }
-        let last = events.iter().rev().find(|e| e.kind == "progress").unwrap();
-        assert_eq!(last.data["state"], "completed");
+        let last = events.iter().rev().find(|e| e["type"] == "progress").unwrap();
+        assert_eq!(last["state"], "completed");
         assert_eq!(last.plugin, "a2a");
     }
 }
@@ -135,10 +135,10 @@ async fn input_required_then_resume_continues_the_remote_task() {
         let peer = start_peer("ask-input", protocol, &[]);
         let w = Warden::start(GRANT, &[(peer.url(), "{ name: asker }")], "").await;
         let (first, _) = w.run("asker", "hi", None).await;
-        assert_eq!(first.status, TaskStatus::InputRequired, "{protocol}: {first:?}");
+        assert_eq!(first.status, TaskState::InputRequired, "{protocol}: {first:?}");
         assert_eq!(first.output.as_deref(), Some("What is your name?"));
         let (second, _) = w.run("asker", "Ada", Some(&first.task_id)).await;
-        assert_eq!(second.status, TaskStatus::Completed, "{protocol}: {second:?}");
+        assert_eq!(second.status, TaskState::Completed, "{protocol}: {second:?}");
         assert_eq!(second.output.as_deref(), Some("Hello, Ada!"));
         let log = peer_log(&peer);
         assert_eq!(log.len(), 2);
@@ -147,7 +147,7 @@ async fn input_required_then_resume_continues_the_remote_task() {
         assert_ne!(log[0]["message_id"], log[1]["message_id"], "every call sends a fresh messageId");
         // The saved conversation is used up: resuming the same task again is refused.
         let (again, _) = w.run("asker", "Bob", Some(&first.task_id)).await;
-        assert_eq!(again.status, TaskStatus::Failed);
+        assert_eq!(again.status, TaskState::Failed);
         assert!(again.error.as_deref().unwrap().contains("no interrupted A2A task"), "{again:?}");
     }
 }
@@ -158,7 +158,7 @@ async fn failing_agent_fails_with_the_remote_reason() {
         let peer = start_peer("fail", protocol, &[]);
         let w = Warden::start(GRANT, &[(peer.url(), "{ name: failer }")], "").await;
         let (out, _) = w.run("failer", "anything", None).await;
-        assert_eq!(out.status, TaskStatus::Failed, "{protocol}: {out:?}");
+        assert_eq!(out.status, TaskState::Failed, "{protocol}: {out:?}");
         let error = out.error.unwrap();
         assert!(
             error.contains("remote failure") && error.contains("the fail agent always fails"),
@@ -176,7 +176,7 @@ async fn the_deadline_cancels_the_remote_task() {
         let started = std::time::Instant::now();
         let (out, _) = w.run("slow", "go", None).await;
         assert!(started.elapsed() < Duration::from_secs(5), "{protocol}: took {:?}", started.elapsed());
-        assert_eq!(out.status, TaskStatus::Failed, "{protocol}: {out:?}");
+        assert_eq!(out.status, TaskState::Failed, "{protocol}: {out:?}");
         let error = out.error.unwrap();
         assert!(error.contains("timeout") && error.contains("the remote task was canceled"), "{protocol}: {error}");
         let log = peer_log(&peer);
@@ -197,12 +197,12 @@ async fn the_operator_secret_is_injected_by_reference() {
     );
     let w = Warden::start(&grant, &[(peer.url(), "{ name: guarded, auth_env: partner }")], "").await;
     let (out, _) = w.run("guarded", "hi", None).await;
-    assert_eq!(out.status, TaskStatus::Completed, "{out:?}");
+    assert_eq!(out.status, TaskState::Completed, "{out:?}");
     assert_eq!(peer_log(&peer)[0]["auth"], true);
     // Without the secret the peer refuses.
     let w = Warden::start(GRANT, &[(peer.url(), "{ name: open }")], "").await;
     let (out, _) = w.run("open", "hi", None).await;
-    assert_eq!(out.status, TaskStatus::Failed);
+    assert_eq!(out.status, TaskState::Failed);
     assert!(out.error.unwrap().contains("HTTP 401"));
 }
 

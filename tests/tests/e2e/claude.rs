@@ -6,7 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use warden::plugin::TaskCall;
-use warden::task::{self, TaskOutcome, TaskScope, TaskStatus};
+use warden::task::{self, TaskOutcome, TaskScope};
+use warden::task_state::TaskState;
 
 use crate::common::*;
 
@@ -83,12 +84,7 @@ impl ClaudeHost {
         task::run(&self.registry, task::new_task_id(), &call, scope).await.expect("task starts")
     }
 
-    async fn run_with_events(
-        &self,
-        agent: &str,
-        prompt: &str,
-        session: &str,
-    ) -> (TaskOutcome, Vec<warden::plugin::PluginEvent>) {
+    async fn run_with_events(&self, agent: &str, prompt: &str, session: &str) -> (TaskOutcome, Vec<serde_json::Value>) {
         let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
         let call = TaskCall {
             description: "t".into(),
@@ -105,7 +101,7 @@ impl ClaudeHost {
         let outcome = task::run(&self.registry, task::new_task_id(), &call, scope).await.expect("task starts");
         let mut events = vec![];
         while let Ok(e) = rx.try_recv() {
-            events.push(e);
+            events.push(warden::event::TaskEvent::into_json(e, agent));
         }
         (outcome, events)
     }
@@ -154,7 +150,7 @@ fn session() -> String {
 const AGENT: &str = "---\nname: helper\ndescription: Helps with files\ntools: Read, Write, Bash, Glob\nmodel: sonnet\n---\nYou are the helper. Always answer briefly.\n";
 
 fn completed(o: &TaskOutcome) -> &str {
-    assert_eq!(o.status, TaskStatus::Completed, "{o:?}");
+    assert_eq!(o.status, TaskState::Completed, "{o:?}");
     o.output.as_deref().unwrap()
 }
 
@@ -185,7 +181,7 @@ async fn several_steps_in_the_sandbox_and_the_parent_sees_the_file_but_not_the_h
     // history isolation: the parent gets the final text only
     assert_eq!(completed(&outcome), "Report written.");
     let calls: Vec<_> =
-        events.iter().filter(|e| e.kind == "tool_call").map(|e| e.data["name"].as_str().unwrap().to_owned()).collect();
+        events.iter().filter(|e| e["type"] == "tool_call").map(|e| e["name"].as_str().unwrap().to_owned()).collect();
     assert_eq!(calls, ["Bash", "Read", "Write"]);
     // the parent session sees what the subagent wrote, and carries on in it
     let read = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "report.md" })).await;
@@ -218,7 +214,7 @@ async fn missing_prompt_is_refused_before_running() {
 async fn provider_error_fails_the_task() {
     let h = claude_host(AGENT, &[("main", "- error: \"simulated provider outage\"\n")], "").await;
     let out = h.run("helper", "hi", &session(), None, None).await;
-    assert_eq!(out.status, TaskStatus::Failed);
+    assert_eq!(out.status, TaskState::Failed);
     assert!(out.error.as_deref().unwrap().contains("simulated provider outage"), "{out:?}");
 }
 
@@ -235,7 +231,7 @@ async fn unknown_and_filtered_tools_get_error_results_and_never_reach_the_host()
     let h = claude_host(agent, &[("main", script)], "").await;
     let (out, events) = h.run_with_events("picky", "try things", &session()).await;
     assert_eq!(completed(&out), "done");
-    assert!(events.iter().all(|e| e.kind != "tool_call"), "filtered calls reached the host: {events:?}");
+    assert!(events.iter().all(|e| e["type"] != "tool_call"), "filtered calls reached the host: {events:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -253,7 +249,7 @@ async fn resume_continues_the_transcript() {
     // request: turn 2 proves the earlier exchange was sent along.
     assert_eq!(completed(&second), "second answer, continuing");
     let missing = h.run("helper", "again", &session(), None, Some("task_nope")).await;
-    assert_eq!(missing.status, TaskStatus::Failed);
+    assert_eq!(missing.status, TaskState::Failed);
     assert!(missing.error.as_deref().unwrap().contains("no transcript"), "{missing:?}");
 }
 
@@ -272,7 +268,7 @@ async fn model_override_and_aliases_pick_the_provider() {
     // `inherit` is the operator's default
     assert_eq!(completed(&h.run("helper", "q", &session(), Some("inherit"), None).await), "from-main");
     let bad = h.run("helper", "q", &session(), Some("nowhere/x"), None).await;
-    assert_eq!(bad.status, TaskStatus::Failed);
+    assert_eq!(bad.status, TaskState::Failed);
 }
 
 #[test]
@@ -351,8 +347,8 @@ async fn an_mcp_tool_waits_at_the_gate_and_runs_after_approval() {
     assert_eq!(completed(&out), "sum is 42");
     let results: Vec<_> = events
         .iter()
-        .filter(|e| e.kind == "tool_result")
-        .map(|e| (e.data["name"].clone(), e.data["is_error"].clone()))
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| (e["name"].clone(), e["is_error"].clone()))
         .collect();
     assert_eq!(
         results,
@@ -435,13 +431,9 @@ async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
     assert_eq!(completed(&outcome), "done");
     let results: Vec<(String, String, bool)> = events
         .iter()
-        .filter(|e| e.kind == "tool_result")
+        .filter(|e| e["type"] == "tool_result")
         .map(|e| {
-            (
-                e.data["name"].as_str().unwrap().to_owned(),
-                e.data["content"].as_str().unwrap().to_owned(),
-                e.data["is_error"] == true,
-            )
+            (e["name"].as_str().unwrap().to_owned(), e["content"].as_str().unwrap().to_owned(), e["is_error"] == true)
         })
         .collect();
     let find = |i: usize| &results[i];
@@ -511,7 +503,7 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
     let s = session();
     let (outcome, events) = h.run_with_events("fetcher", "fetch", &s).await;
     assert_eq!(completed(&outcome), "done");
-    let content = events.iter().find(|e| e.kind == "tool_result").unwrap().data["content"].as_str().unwrap().to_owned();
+    let content = events.iter().find(|e| e["type"] == "tool_result").unwrap()["content"].as_str().unwrap().to_owned();
     assert!(content.contains("pong"), "the agent's own list allows {a}: {content}");
     assert!(!content.contains("ping"), "{b} is outside the agent's list: {content}");
     assert!(
@@ -519,11 +511,8 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
         "{content}"
     );
     assert!(content.contains("no allow entry names evil.example:80"), "an agent file cannot add a host: {content}");
-    let denied: Vec<_> = events
-        .iter()
-        .filter(|e| e.kind == "egress" && e.data["allowed"] == false)
-        .map(|e| e.data["rule"].clone())
-        .collect();
+    let denied: Vec<_> =
+        events.iter().filter(|e| e["type"] == "egress" && e["allowed"] == false).map(|e| e["rule"].clone()).collect();
     assert!(denied.iter().any(|r| r.as_str().unwrap().contains("subagent \"fetcher\"")), "{denied:?}");
     // The task narrows further: to nothing the agent may reach.
     let task_list = std::sync::Arc::new(
@@ -544,11 +533,11 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
         ..TaskScope::default()
     };
     let outcome = task::run(&h.registry, task::new_task_id(), &call, scope).await.unwrap();
-    assert_eq!(outcome.status, TaskStatus::Completed, "{outcome:?}");
+    assert_eq!(outcome.status, TaskState::Completed, "{outcome:?}");
     let mut content = String::new();
     while let Ok(e) = rx.try_recv() {
-        if e.kind == "tool_result" {
-            content = e.data["content"].as_str().unwrap().to_owned();
+        if e["type"] == "tool_result" {
+            content = e["content"].as_str().unwrap().to_owned();
         }
     }
     assert!(!content.contains("pong") && !content.contains("ping"), "{content}");
@@ -583,10 +572,10 @@ async fn egress_decisions_are_audited_and_streamed() {
     let s = session();
     let (outcome, events) = h.run_with_events("helper", "fetch it", &s).await;
     assert_eq!(completed(&outcome), "done");
-    let result = events.iter().find(|e| e.kind == "tool_result").expect("a tool result");
-    let content = result.data["content"].as_str().unwrap();
+    let result = events.iter().find(|e| e["type"] == "tool_result").expect("a tool result");
+    let content = result["content"].as_str().unwrap();
     assert!(content.contains("pong") && content.contains("refused: no allow entry names 1.1.1.1:80"), "{content}");
-    let egress: Vec<_> = events.iter().filter(|e| e.kind == "egress").map(|e| &e.data).collect();
+    let egress: Vec<_> = events.iter().filter(|e| e["type"] == "egress").collect();
     assert!(
         egress.iter().any(|d| d["allowed"] == true && d["port"] == port && d["bytes_received"].as_u64() > Some(0)),
         "{egress:?}"

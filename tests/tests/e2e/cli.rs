@@ -227,7 +227,11 @@ fn plugin_test_runs_one_task_with_flag_grants_and_writes_nothing() {
     let v = json(&o);
     assert_eq!((v["status"].as_str(), v["output"].as_str()), (Some("completed"), Some("v1")), "{v}");
     assert_eq!(v["definition"]["name"], "greeter");
-    assert_eq!(v["events"][0]["kind"], "progress");
+    // Events read as in a task's stream: `type`, fields, the subagent and `source: plugin`.
+    assert_eq!(
+        (v["events"][0]["type"].as_str(), v["events"][0]["source"].as_str()),
+        (Some("progress"), Some("plugin"))
+    );
     // A model call is answered by the scripted model.
     std::fs::write(dir.path().join("script.yaml"), "- text: \"from the script\"\n").unwrap();
     let hostile = test_plugin("hostile");
