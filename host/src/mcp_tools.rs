@@ -17,12 +17,10 @@
 //! as policy. It never logs a stdio server's environment (it may hold the task's secrets).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::Mutex;

@@ -142,7 +142,9 @@ mod spi {
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         let call = TaskCall { prompt: "hi".into(), ..Default::default() };
         rt.execute(&p, ctx(), &call, &def, Some(tx)).await.unwrap();
-        let ev = rx.recv().await.expect("one event");
+        let warden::event::TaskEvent::Plugin(ev) = rx.recv().await.expect("one event") else {
+            panic!("a plugin's event arrives as TaskEvent::Plugin")
+        };
         assert_eq!((ev.plugin.as_str(), ev.kind.as_str()), ("echo", "progress"));
         assert_eq!(ev.data["message"], "echoing");
 
@@ -756,8 +758,11 @@ mod registry {
             (named.id.as_str(), named.version.as_str(), named.sha256.as_str()),
             ("echo", "0.1.0", echo.content_hash.as_str())
         );
-        let first = rx.recv().await.unwrap();
-        assert_eq!((first.kind.as_str(), first.data["sha256"].as_str()), ("plugin", Some(echo.content_hash.as_str())));
+        let first = rx.recv().await.unwrap().into_json("greeter");
+        assert_eq!(
+            (first["type"].as_str(), first["sha256"].as_str()),
+            (Some("plugin"), Some(echo.content_hash.as_str()))
+        );
     }
 
     #[cfg(unix)]

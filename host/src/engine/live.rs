@@ -82,7 +82,12 @@ impl LiveTask {
 
     /// Passes streamed text (`token`, `reasoning`) through its stream's scrubber; what
     /// may not be shown yet is held. Returns the event to append, if any text is ready.
-    pub(super) fn stream_text(&self, plugin: &str, kind: &str, mut event: serde_json::Map<String, Value>) -> Option<Value> {
+    pub(super) fn stream_text(
+        &self,
+        plugin: &str,
+        kind: &str,
+        mut event: serde_json::Map<String, Value>,
+    ) -> Option<Value> {
         let Some(Value::String(text)) = event.get("text") else { return Some(Value::Object(event)) };
         let ready = {
             let mut streams = self.streams.lock().unwrap();
@@ -141,7 +146,7 @@ impl LiveTask {
     }
 
     /// Resolves once the task is canceled.
-    async fn canceled(&self) {
+    pub(super) async fn canceled(&self) {
         let mut rx = self.canceled.subscribe();
         // The sender lives in `self`: `wait_for` cannot fail while we are borrowed.
         let _ = rx.wait_for(|c| *c).await;

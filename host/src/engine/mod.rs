@@ -16,7 +16,7 @@
 //! This module never speaks HTTP; [`crate::server`] presents it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,9 +24,9 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::{DEFAULT_MAX_CONCURRENT_TASKS, DEFAULT_MAX_QUEUED_TASKS, DEFAULT_TASK_TIMEOUT};
-use crate::event::{EventSink, GateChange, HostEvent, TaskEvent};
+use crate::event::{GateChange, TaskEvent};
 use crate::plugin::TaskCall;
-use crate::redact::{Redactor, SecretError, StreamScrubber, env_name};
+use crate::redact::{SecretError, env_name};
 use crate::registry::Registry;
 use crate::store::{Store, TaskRecord, Write, now_ms};
 use crate::task::{self, TaskError, TaskScope};
@@ -36,6 +36,7 @@ mod live;
 mod metrics;
 mod tool_schema;
 
+use live::Inner;
 pub use live::LiveTask;
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use tool_schema::tool_schema;

@@ -17,8 +17,7 @@ impl SseParser {
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
         self.buf.extend_from_slice(chunk);
         let mut events = Vec::new();
-        loop {
-            let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == b'\r') else { break };
+        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == b'\r') {
             // A lone CR at the end of the buffer may be the first half of CRLF.
             if self.buf[pos] == b'\r' && pos + 1 == self.buf.len() {
                 break;

@@ -125,7 +125,7 @@ async fn slow_streaming_agent_relays_progress_over_1_0_and_0_3() {
         }
         let last = events.iter().rev().find(|e| e["type"] == "progress").unwrap();
         assert_eq!(last["state"], "completed");
-        assert_eq!(last.plugin, "a2a");
+        assert_eq!(last["plugin"], "a2a");
     }
 }
 

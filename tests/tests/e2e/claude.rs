@@ -536,6 +536,7 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
     assert_eq!(outcome.status, TaskState::Completed, "{outcome:?}");
     let mut content = String::new();
     while let Ok(e) = rx.try_recv() {
+        let e = e.into_json("fetcher");
         if e["type"] == "tool_result" {
             content = e["content"].as_str().unwrap().to_owned();
         }
