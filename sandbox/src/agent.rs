@@ -7,9 +7,10 @@
 //! paths and patterns, every other control character) with an error that names the field,
 //! so no byte a model chooses can start a second command or forge a result.
 //!
-//! This module owns the encoding and decoding only; running a request on a live exec is
-//! `exec.rs`. It must never accept a frame larger than its limit, never treat command output
-//! as anything but data, and never encode a string it has not checked.
+//! This module owns the encoding and decoding only, and the one path the protocol is built
+//! on, [`WORKSPACE`]; running a request on a live exec is `exec.rs`, mounting the workspace
+//! there is `container.rs`. It must never accept a frame larger than its limit, never treat
+//! command output as anything but data, and never encode a string it has not checked.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,6 +21,11 @@ use crate::error::SandboxError;
 /// (isolated mode: no `PYTHON*` variables, no site packages, so nothing in the container
 /// can alter it); it drops to the sandbox user before it reads anything.
 pub(crate) const AGENT_SOURCE: &str = include_str!("agent.py");
+
+/// Mount point of the session's workspace volume; every file tool is confined to it. The
+/// agent's source assumes it (`WS` in `agent.py`): it resolves and opens every path
+/// beneath it, and every exec starts in it.
+pub const WORKSPACE: &str = "/workspace";
 
 /// Largest payload of one response frame the host accepts (the agent sends 64 KiB chunks).
 pub(crate) const MAX_FRAME: usize = 1024 * 1024;

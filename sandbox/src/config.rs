@@ -2,12 +2,16 @@
 //!
 //! This module only parses and validates; it must never weaken a default silently — a value
 //! it cannot understand is a deserialisation or validation error, never "use something else".
+//!
+//! It sits at the bottom of the crate with the `sandbox.egress` section, whose types and
+//! policy are `egress_policy.rs`'s: it names no container, session or Docker call.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::egress_policy::EgressConfig;
 use crate::error::SandboxError;
 
 /// Image used when the operator names none; built locally by `cargo xtask build`.
@@ -41,6 +45,10 @@ pub const DEFAULT_DISK: ByteSize = ByteSize(1024 * 1024 * 1024);
 pub const MIN_DISK: u64 = 16 * 1024 * 1024;
 /// Scope label by default; hosts sharing one Docker engine must use different scopes.
 pub const DEFAULT_SCOPE: &str = "default";
+/// The `uid:gid` the egress forwarder runs as in every container with `sandbox.egress`
+/// (`egress/forwarder.py`): not the sandbox user's, so the agents' sweeps of that user never
+/// end it and sandboxed code cannot signal it. Reserved: `user` may not have its uid.
+pub const FORWARDER_USER: &str = "65533:65533";
 /// Pre-warmed containers by default: two absorb a burst of two new sessions (a refill takes
 /// about one cold start, ~0.8 s) while an idle host holds only two idle containers and two
 /// sparse workspace images; they count against `max_sessions`.
@@ -105,11 +113,11 @@ pub struct SandboxConfig {
     /// `max_sessions` (sessions + pool never exceed it). `0` turns the pool off.
     pub warm_pool: usize,
     /// Egress through warden's proxy (`allow`, `deny`, `credentials`; see
-    /// [`crate::egress`]). Default none: the container has no way out at all. With it the
-    /// container still has no network; its only way out is the proxy, which enforces the
-    /// lists and adds the credentials. Needs a local Docker engine (the proxy's socket is
-    /// bind-mounted) and python3 in `image`.
-    pub egress: Option<crate::egress::EgressConfig>,
+    /// [`crate::egress_policy`] and [`crate::egress`]). Default none: the container has no
+    /// way out at all. With it the container still has no network; its only way out is the
+    /// proxy, which enforces the lists and adds the credentials. Needs a local Docker engine
+    /// (the proxy's socket is bind-mounted) and python3 in `image`.
+    pub egress: Option<EgressConfig>,
     /// Host directory holding the egress sockets (one subdirectory per container, mounted
     /// into that container only). Default: `warden-egress-<scope>` in the temporary
     /// directory. Must be a directory of the warden user that no one else may enter (mode
@@ -204,7 +212,7 @@ impl SandboxConfig {
                     "`none` when sandbox.egress is set (the proxy is the only way out; a network would bypass it)",
                 );
             }
-            let forwarder = crate::egress::FORWARDER_USER.split(':').next().and_then(|u| u.parse::<u64>().ok());
+            let forwarder = FORWARDER_USER.split(':').next().and_then(|u| u.parse::<u64>().ok());
             if self.uid_gid().map(|(u, _)| u) == forwarder {
                 return bad("user", "a uid other than the egress forwarder's (65533)");
             }

@@ -27,14 +27,15 @@ use bollard::query_parameters::{
 use crate::config::SandboxConfig;
 use crate::egress::{self, Egress};
 use crate::error::{SandboxError, docker_status};
-use crate::session::SessionKey;
+use crate::session_key::SessionKey;
 use crate::{disk, exec};
 
 /// The only capabilities a session container has: what its agents need to drop from root
 /// to the sandbox user. Processes of that user have none (no-new-privileges).
 pub const AGENT_CAPS: [&str; 2] = ["SETUID", "SETGID"];
-/// Mount point of the session's workspace volume; every file tool is confined to it.
-pub const WORKSPACE: &str = "/workspace";
+/// Mount point of the session's workspace volume (defined with the agent protocol, which
+/// confines every file operation beneath it).
+pub use crate::agent::WORKSPACE;
 /// Label present on everything warden creates; nothing without it is ever touched.
 pub const LABEL_MANAGED: &str = "warden.managed";
 /// Label carrying the session's user id.

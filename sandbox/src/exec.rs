@@ -29,7 +29,7 @@ use bollard::query_parameters::InspectContainerOptions;
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::agent::{AGENT_SOURCE, Frame, FrameReader, Op, Outcome};
+use crate::agent::{AGENT_SOURCE, Frame, FrameReader, Op, Outcome, WORKSPACE};
 use crate::error::{SandboxError, docker_status};
 
 /// Seconds between the TERM sent to a timed-out process group and the KILL that follows.
@@ -656,7 +656,7 @@ async fn create(
         tty: Some(false),
         cmd: Some(cmd),
         user: Some(user.to_string()),
-        working_dir: Some(crate::container::WORKSPACE.to_string()),
+        working_dir: Some(WORKSPACE.to_string()),
         ..Default::default()
     };
     docker.create_exec(container, opts).await.map(|r| r.id).map_err(|e| classify("create exec", e))

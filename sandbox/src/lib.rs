@@ -11,6 +11,14 @@
 //! Long-running session processes (stdio MCP servers, [`Sandbox::spawn_process`]) run in
 //! the same container and live no longer than it.
 //!
+//! The modules are layered, each using only those below it (no import cycle; `cargo xtask
+//! test` checks): errors, counters and plain data at the bottom (`error`, `metrics`,
+//! `session_key`, `egress_policy`, `config`); the agent protocol and running requests on it
+//! (`agent`, `exec`) and workspace disks (`disk`); the egress proxy (`egress`); making,
+//! finding and removing containers (`container`); a session's shell state (`shell_state`)
+//! and the warm pool (`pool`); sessions (`session`); and on top the tools (`workspace`,
+//! `tools`) and session processes (`process`).
+//!
 //! This crate must never give sandboxed code a way out: no Docker socket, no host paths,
 //! no capabilities, no root, no file access outside /workspace, no command that outlives
 //! its timeout — and it must never log the per-task environment it passes to Bash.
@@ -20,12 +28,14 @@ pub mod config;
 pub mod container;
 mod disk;
 pub mod egress;
+pub mod egress_policy;
 pub mod error;
 mod exec;
 pub mod metrics;
 mod pool;
 pub mod process;
 pub mod session;
+mod session_key;
 mod shell_state;
 pub mod tools;
 mod workspace;

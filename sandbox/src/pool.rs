@@ -9,6 +9,9 @@
 //! `sandbox.disk`, its own disk), then an agent is started in it and kept idle. Only its
 //! labels and names differ: `warden.pool=true` and no session key, because it has none yet;
 //! the container is `warden-pool.<scope>.<nonce>` and its volumes follow from that name.
+//! The pool reaches the sandbox it serves only through [`PoolHost`] (the settings, the
+//! egress, the counters, the session count and a session's object lock), which the
+//! sessions (`session.rs`, above this module) implement.
 //!
 //! **Handing out.** Docker cannot change a container's labels after creation, so a pool
 //! container becomes a session's in two steps, under the session's object lock:
@@ -66,7 +69,8 @@ use crate::container;
 use crate::egress::Egress;
 use crate::error::SandboxError;
 use crate::exec::{AgentPool, ExecFailure};
-use crate::session::{Inner, SessionKey};
+use crate::metrics::Metrics;
+use crate::session_key::SessionKey;
 
 /// Pool containers prepared at once: each is mostly waiting on the engine, but two cores
 /// also serve live sessions, and a burst past the pool is better served by waiting for
@@ -84,6 +88,35 @@ const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 /// Pool containers one new session tries before it creates its own (each failed hand-out
 /// removes the container; a pool emptied by someone else must not keep a session waiting).
 const MAX_HANDOUT_ATTEMPTS: usize = 3;
+
+/// What the pool needs of the sandbox it serves. Implemented by the sessions' shared state
+/// (`session.rs`, above this module): the pool reads the settings, the egress and the
+/// counters, counts the sessions and takes a session's object lock, and never sees a
+/// session itself.
+pub(crate) trait PoolHost: Send + Sync + 'static {
+    /// The sandbox's pool.
+    fn pool(&self) -> &WarmPool;
+    /// The configuration in effect.
+    fn config(&self) -> &SandboxConfig;
+    /// Egress through the proxy (`None`: containers have no way out).
+    fn egress(&self) -> Option<&Arc<Egress>>;
+    /// The sandbox's counters.
+    fn metrics(&self) -> &Metrics;
+    /// Runs `f` with the number of sessions, holding the sessions lock (so the pool can
+    /// reserve room under `max_sessions` without a session slipping in meanwhile). Lock
+    /// order: the sessions lock before the pool's (never the other way round).
+    fn with_session_count<R>(&self, f: impl FnOnce(usize) -> R) -> R;
+    /// The lock over `key`'s Docker objects: a hand-out binds under it, so it never
+    /// overlaps a removal of the same session's objects.
+    fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()>;
+
+    /// Removes the egress socket directory of container `name` (no-op without egress).
+    fn forget_egress_dir(&self, name: &str) {
+        if let Some(e) = self.egress() {
+            e.remove_dir(name);
+        }
+    }
+}
 
 /// A prepared, never-used pool container.
 pub(crate) struct Warm {
@@ -250,8 +283,8 @@ impl WarmPool {
 /// Starts the pool of `inner` (once; no-op when the pool is off): reserves the first fills
 /// now, so that the session that triggered the start can wait for one, and spawns the
 /// refill task.
-pub(crate) fn start(inner: &Arc<Inner>, docker: &Docker) {
-    let pool = &inner.pool;
+pub(crate) fn start<H: PoolHost>(inner: &Arc<H>, docker: &Docker) {
+    let pool = inner.pool();
     if !pool.enabled() || pool.started.load(Ordering::Acquire) || pool.started.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -262,18 +295,18 @@ pub(crate) fn start(inner: &Arc<Inner>, docker: &Docker) {
 }
 
 /// Spawns fills until the pool is full (or `max_sessions`, or the parallel limit, stops it).
-fn top_up(inner: &Arc<Inner>, docker: &Docker, fills: &mut JoinSet<Result<(), SandboxError>>) {
-    let cfg = &inner.config;
-    while let Some(name) = inner.with_session_count(|n| inner.pool.reserve(n, cfg.max_sessions, &cfg.scope)) {
-        fills.spawn(fill(Arc::downgrade(inner), docker.clone(), cfg.clone(), inner.egress.clone(), name));
+fn top_up<H: PoolHost>(inner: &Arc<H>, docker: &Docker, fills: &mut JoinSet<Result<(), SandboxError>>) {
+    let cfg = inner.config();
+    while let Some(name) = inner.with_session_count(|n| inner.pool().reserve(n, cfg.max_sessions, &cfg.scope)) {
+        fills.spawn(fill(Arc::downgrade(inner), docker.clone(), cfg.clone(), inner.egress().cloned(), name));
     }
 }
 
 /// The refill task: tops the pool up whenever it is woken or a fill ends, with a growing
 /// pause after failures; on close (or when its host is gone) waits for the fills in flight,
 /// which remove what they made.
-async fn refill_loop(
-    host: Weak<Inner>,
+async fn refill_loop<H: PoolHost>(
+    host: Weak<H>,
     wake: Arc<Notify>,
     docker: Docker,
     mut fills: JoinSet<Result<(), SandboxError>>,
@@ -289,7 +322,7 @@ async fn refill_loop(
         notified.as_mut().enable();
         {
             let Some(inner) = host.upgrade() else { break };
-            if inner.pool.lock().closed {
+            if inner.pool().lock().closed {
                 break;
             }
             if retry_at.is_none_or(|t| Instant::now() >= t) {
@@ -321,8 +354,8 @@ async fn refill_loop(
 
 /// Removes the ready containers that stopped or vanished while idle (with their
 /// workspaces); the loop then refills. The host is only held for the removal.
-async fn discard_stopped(host: &Weak<Inner>, docker: &Docker) {
-    let Some(ids) = host.upgrade().map(|inner| inner.pool.ready_ids()) else { return };
+async fn discard_stopped<H: PoolHost>(host: &Weak<H>, docker: &Docker) {
+    let Some(ids) = host.upgrade().map(|inner| inner.pool().ready_ids()) else { return };
     let mut stopped = Vec::new();
     for id in ids {
         if matches!(container::is_running(docker, &id).await, Ok(false)) {
@@ -333,20 +366,20 @@ async fn discard_stopped(host: &Weak<Inner>, docker: &Docker) {
         return;
     }
     let Some(inner) = host.upgrade() else { return };
-    for warm in inner.pool.take_ready(&stopped) {
-        inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
+    for warm in inner.pool().take_ready(&stopped) {
+        inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(container = %warm.name, "warm pool: an idle pool container stopped; replacing it");
         drop(warm.agents);
         inner.forget_egress_dir(&warm.name);
         let _ = container::remove_container(docker, &warm.id).await;
-        let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
+        let _ = container::remove_workspace(docker, inner.config(), &warm.volume).await;
     }
 }
 
 /// Prepares one pool container named `name` and delivers it; removes it instead when the
 /// pool closed or the host was dropped meanwhile (and everything it made, when it failed).
-async fn fill(
-    host: Weak<Inner>,
+async fn fill<H: PoolHost>(
+    host: Weak<H>,
     docker: Docker,
     cfg: SandboxConfig,
     egress: Option<Arc<Egress>>,
@@ -379,8 +412,8 @@ async fn fill(
         Ok(warm) => {
             let leftover = match inner {
                 Some(inner) => {
-                    inner.metrics.warm_created.fetch_add(1, Ordering::Relaxed);
-                    inner.pool.deliver(warm)
+                    inner.metrics().warm_created.fetch_add(1, Ordering::Relaxed);
+                    inner.pool().deliver(warm)
                 }
                 None => Some(warm),
             };
@@ -395,8 +428,8 @@ async fn fill(
         }
         Err(e) => {
             if let Some(inner) = inner {
-                inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
-                inner.pool.fill_failed(&name);
+                inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
+                inner.pool().fill_failed(&name);
             }
             if let Some(e) = &egress {
                 e.remove_dir(&name);
@@ -411,14 +444,18 @@ async fn fill(
 
 /// Hands a pool container to the new session `key` (see the module doc), trying the next
 /// one when a hand-out fails. `None`: nothing ready or coming, create one cold.
-pub(crate) async fn take(inner: &Inner, docker: &Docker, key: &SessionKey) -> Result<Option<Warm>, SandboxError> {
-    let names = container::names(&inner.config.scope, key);
+pub(crate) async fn take<H: PoolHost>(
+    inner: &H,
+    docker: &Docker,
+    key: &SessionKey,
+) -> Result<Option<Warm>, SandboxError> {
+    let names = container::names(&inner.config().scope, key);
     for _ in 0..MAX_HANDOUT_ATTEMPTS {
         let (warm, waited) = loop {
-            match inner.pool.acquire() {
+            match inner.pool().acquire() {
                 Acquired::Ready(w) => break (w, false),
                 Acquired::Claimed(rx) => {
-                    inner.pool.kick();
+                    inner.pool().kick();
                     match rx.await {
                         Ok(w) => break (w, true),
                         // The fill failed: look again (another may be ready, or go cold).
@@ -430,39 +467,39 @@ pub(crate) async fn take(inner: &Inner, docker: &Docker, key: &SessionKey) -> Re
             }
         };
         // The pool is one short now.
-        inner.pool.kick();
+        inner.pool().kick();
         // A container that stopped or vanished while idle (killed, OOM, removed by hand) is
         // discarded, never handed out: its agents are dead and its state unknown.
         match container::is_running(docker, &warm.id).await {
             Ok(true) => {}
             healthy => {
-                inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
+                inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(container = %warm.name, check = ?healthy.map(|_| "not running"), "warm pool: discarding a pool container that is not running");
                 drop(warm.agents);
                 inner.forget_egress_dir(&warm.name);
                 let _ = container::remove_container(docker, &warm.id).await;
-                let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
+                let _ = container::remove_workspace(docker, inner.config(), &warm.volume).await;
                 continue;
             }
         }
         let bound = {
             let _objects = inner.object_lock(key).lock().await;
-            bind(docker, &inner.config, &names, key, &warm).await
+            bind(docker, inner.config(), &names, key, &warm).await
         };
         match bound {
             Ok(()) => {
-                let counter = if waited { &inner.metrics.warm_waits } else { &inner.metrics.warm_hits };
+                let counter = if waited { &inner.metrics().warm_waits } else { &inner.metrics().warm_hits };
                 counter.fetch_add(1, Ordering::Relaxed);
                 return Ok(Some(warm));
             }
             Err(e) => {
-                inner.metrics.warm_failures.fetch_add(1, Ordering::Relaxed);
+                inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(container = %warm.name, error = %e, "warm pool: handing out a container failed; removing it");
                 drop(warm.agents);
                 inner.forget_egress_dir(&warm.name);
                 // Renamed or not, the container goes (by id), with its workspace.
                 let _ = container::remove_container(docker, &warm.id).await;
-                let _ = container::remove_workspace(docker, &inner.config, &warm.volume).await;
+                let _ = container::remove_workspace(docker, inner.config(), &warm.volume).await;
             }
         }
     }
@@ -488,10 +525,10 @@ async fn bind(
 
 /// Shuts the pool down: no more fills or hand-outs, the refill task and every fill in
 /// flight finished, every un-handed-out container removed.
-pub(crate) async fn shutdown(inner: &Inner, docker: &Docker) -> Result<(), SandboxError> {
-    let ready = inner.pool.close();
-    inner.pool.kick();
-    let task = inner.pool.task.lock().expect("pool task lock").take();
+pub(crate) async fn shutdown<H: PoolHost>(inner: &H, docker: &Docker) -> Result<(), SandboxError> {
+    let ready = inner.pool().close();
+    inner.pool().kick();
+    let task = inner.pool().task.lock().expect("pool task lock").take();
     if let Some(task) = task {
         let _ = task.await;
     }
@@ -499,7 +536,7 @@ pub(crate) async fn shutdown(inner: &Inner, docker: &Docker) -> Result<(), Sandb
         drop(w.agents);
         inner.forget_egress_dir(&w.name);
         let name = w.name;
-        async move { container::remove_pooled(docker, &inner.config, &name).await }
+        async move { container::remove_pooled(docker, inner.config(), &name).await }
     });
     futures_util::future::join_all(removals).await.into_iter().collect::<Result<Vec<()>, _>>().map(drop)
 }

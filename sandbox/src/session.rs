@@ -2,6 +2,10 @@
 //! (`pool.rs`) or created on first use, reused, recreated when it vanished (on the same
 //! workspace), reaped when idle, removed on end and shutdown.
 //!
+//! The top of the lifecycle: it holds the sessions, the warm pool (to which it lends its
+//! settings, egress, counters and locks as [`PoolHost`]) and the egress proxy, and makes
+//! containers through `container.rs`; the tools and session processes sit above it.
+//!
 //! Concurrent first use of a session creates exactly one container (a per-session async
 //! mutex guards creation). The Docker connection is made lazily at the first tool use, so a
 //! host without Docker still starts and its text-only subagents keep working.
@@ -17,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bollard::Docker;
 use bollard::models::ContainerSummaryStateEnum;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::agent::Op;
@@ -27,11 +31,11 @@ use crate::egress::{self, Egress, EgressObserver, EgressPolicy};
 use crate::error::SandboxError;
 use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::pool::{self, WarmPool};
+use crate::pool::{self, PoolHost, WarmPool};
+/// The session key, at its former path (`session::SessionKey`).
+pub use crate::session_key::{MAX_KEY_PART_LEN, SessionKey};
 use crate::shell_state::ShellState;
 
-/// Longest accepted user or session id, in bytes (they become Docker labels).
-pub const MAX_KEY_PART_LEN: usize = 128;
 /// Stripes of the per-session Docker object locks (a fixed number: no map to clean up).
 const OBJECT_LOCK_STRIPES: usize = 64;
 /// Longest pause between idle sweeps; shorter TTLs sweep at a quarter of the TTL.
@@ -42,39 +46,6 @@ const REAPER_MIN_INTERVAL: Duration = Duration::from_millis(250);
 const PRUNE_MIN_VOLUME_AGE: Duration = Duration::from_secs(120);
 /// Per-request timeout of the Docker client, seconds (exec output streams are not bound by it).
 const DOCKER_CLIENT_TIMEOUT_SECS: u64 = 120;
-
-/// Identifies a session: every subagent of one (user, session) shares one sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SessionKey {
-    /// The end user (or tenant) the session belongs to.
-    pub user_id: String,
-    /// The conversation / task session id.
-    pub session_id: String,
-}
-
-impl SessionKey {
-    /// A key from its parts.
-    pub fn new(user_id: impl Into<String>, session_id: impl Into<String>) -> Self {
-        Self { user_id: user_id.into(), session_id: session_id.into() }
-    }
-
-    fn validate(&self) -> Result<(), SandboxError> {
-        for (what, v) in [("user_id", &self.user_id), ("session_id", &self.session_id)] {
-            if v.is_empty() || v.len() > MAX_KEY_PART_LEN || v.chars().any(char::is_control) {
-                return Err(SandboxError::InvalidSessionKey(format!(
-                    "{what} must be 1-{MAX_KEY_PART_LEN} bytes without control characters"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Display for SessionKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.user_id, self.session_id)
-    }
-}
 
 /// One session as the operator sees it (`warden sandbox ls`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -422,7 +393,7 @@ impl Sandbox {
             return Ok(());
         };
         // First the pool: nothing more is handed out or prepared, and no fill outlives this.
-        let pool_result = pool::shutdown(&self.inner, docker).await;
+        let pool_result = pool::shutdown(&*self.inner, docker).await;
         let slots: Vec<Arc<Slot>> =
             self.inner.sessions.lock().expect("sessions lock").drain().map(|(_, s)| s).collect();
         let results = futures_util::future::join_all(slots.iter().map(|s| self.inner.destroy(docker, s))).await;
@@ -613,23 +584,37 @@ impl Drop for Inner {
     }
 }
 
-impl Inner {
-    /// Runs `f` with the number of sessions, holding the sessions lock (so the pool can
-    /// reserve room under `max_sessions` without a session slipping in meanwhile).
-    pub(crate) fn with_session_count<R>(&self, f: impl FnOnce(usize) -> R) -> R {
+/// The warm pool's view of the sandbox (see [`PoolHost`]).
+impl PoolHost for Inner {
+    fn pool(&self) -> &WarmPool {
+        &self.pool
+    }
+
+    fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+
+    fn egress(&self) -> Option<&Arc<Egress>> {
+        self.egress.as_ref()
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn with_session_count<R>(&self, f: impl FnOnce(usize) -> R) -> R {
         let map = self.sessions.lock().expect("sessions lock");
         f(map.len())
     }
 
-    /// Removes the egress socket directory of container `name` (no-op without egress).
-    pub(crate) fn forget_egress_dir(&self, name: &str) {
-        if let Some(e) = &self.egress {
-            e.remove_dir(name);
-        }
+    fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
+        Inner::object_lock(self, key)
     }
+}
 
+impl Inner {
     /// The lock over `key`'s Docker objects (see `object_locks`).
-    pub(crate) fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
+    fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         key.hash(&mut h);

@@ -11,8 +11,9 @@
 //! that accepts a connection *is* the session, and so the policy.
 //!
 //! The proxy (hyper) serves CONNECT tunnels and absolute-form plain-HTTP requests. It
-//! judges the host (`policy.rs`), resolves names itself, checks every address, and
-//! connects to the checked address (never a second resolution). A tunnel must start with a
+//! judges the host (the policy of `egress_policy.rs`, below this module with the rest of
+//! the configuration), resolves names itself, checks every address, and connects to the
+//! checked address (never a second resolution). A tunnel must start with a
 //! TLS ClientHello whose server name is the CONNECT host (`sni.rs`); anything else is cut.
 //! Credentials are added to plain-HTTP requests to their host only; their values live in
 //! this process only. Every decision is logged (`tracing`, fields only) and reported to
@@ -21,8 +22,10 @@
 //! This module must never place a credential in a container, never connect to an address
 //! it did not check, never serve a connection on a socket of another session, and never
 //! hold more than its named bounds (connections, header bytes, idle time).
+//!
+//! It sits below the containers (`container.rs` mounts a container's directory and starts
+//! its forwarder with what this module names) and knows a session by its key only.
 
-pub mod policy;
 pub mod sni;
 
 use std::collections::HashMap;
@@ -46,10 +49,15 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
-pub use policy::{CredentialConfig, EgressConfig, EgressNarrowing, EgressPolicy, Target, TargetHost, address_class};
-
+/// The forwarder's `uid:gid`, defined with the settings (which keep `sandbox.user` off it).
+pub use crate::config::FORWARDER_USER;
+/// The egress policy under its former path (`egress::policy`).
+pub use crate::egress_policy as policy;
+pub use crate::egress_policy::{
+    CredentialConfig, EgressConfig, EgressNarrowing, EgressPolicy, Target, TargetHost, address_class,
+};
 use crate::error::SandboxError;
-use crate::session::SessionKey;
+use crate::session_key::SessionKey;
 
 /// Where a container sees its egress directory (holding `proxy.sock` once bound).
 pub const EGRESS_MOUNT: &str = "/run/warden-egress";
@@ -62,9 +70,6 @@ pub const DIR_NAME_HEX: usize = 16;
 pub const MAX_SOCKET_PATH: usize = 107;
 /// Port of the in-container forwarder on 127.0.0.1 (what `HTTP_PROXY` names).
 pub const FORWARDER_PORT: u16 = 3128;
-/// The forwarder's `uid:gid`: not the sandbox user's, so the agents' sweeps of that user
-/// never end it and sandboxed code cannot signal it.
-pub const FORWARDER_USER: &str = "65533:65533";
 /// Exit status of the container setup when the forwarder never listened.
 pub(crate) const FORWARDER_NOT_READY: i64 = 3;
 /// Appended to the container's setup script (Python, after the workspace is opened): waits
@@ -495,7 +500,7 @@ impl SessionProxy {
         EgressEvent {
             session: self.key.clone(),
             kind: bounded(kind, MAX_METHOD_LEN),
-            host: bounded(target, policy::MAX_HOST_LEN),
+            host: bounded(target, crate::egress_policy::MAX_HOST_LEN),
             port,
             allowed,
             rule: bounded(rule, MAX_RULE_LEN),

@@ -141,7 +141,7 @@ fn client_hello_sni(body: &[u8]) -> Option<Option<String>> {
                     return None; // RFC 6066: one host_name only
                 }
                 let text = std::str::from_utf8(name).ok()?;
-                host = Some(crate::egress::policy::normalize_name(text)?);
+                host = Some(crate::egress_policy::normalize_name(text)?);
             }
         }
         sni = Some(host?);

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixStream};
 
-use super::policy::{CredentialConfig, EgressConfig};
 use super::*;
+use crate::egress_policy::{CredentialConfig, EgressConfig};
 
 /// A TCP server on 127.0.0.1 that keeps what each connection sent (up to a pause or
 /// `\r\n\r\n`) and answers `reply`.

@@ -1,5 +1,10 @@
-//! The egress policy: which hosts and ports a session's sandbox may reach through warden's
-//! proxy, which addresses are never reached by name, and which credentials the proxy adds.
+//! The `sandbox.egress` settings ([`EgressConfig`]) and the egress policy made of them:
+//! which hosts and ports a session's sandbox may reach through warden's proxy, which
+//! addresses are never reached by name, and which credentials the proxy adds.
+//!
+//! Plain data and pure decisions at the bottom of the crate: the configuration (`config.rs`)
+//! holds the settings and the proxy (`egress/`) asks the policy; this module names no
+//! container, session, socket or Docker call.
 //!
 //! Patterns (`sandbox.egress.allow` / `deny`): an exact host name (`pypi.org`), a suffix
 //! wildcard (`*.pythonhosted.org`: any name *below* it, not the name itself), an IPv4
