@@ -8,7 +8,8 @@
 //!   `wasm32-unknown-unknown` with wit-bindgen, then encoded with `wit-component`; extra
 //!   builds with other features are listed in `[package.metadata.warden.variants]`
 //!   (see [`warden_guest_build::manifest`]); or
-//! - an `app.py`: a Python component built with componentize-py (see [`crate::python`]).
+//! - an `app.py`: a Python component built with the componentize-py of the project's
+//!   virtualenv (see [`crate::python`]), against the WIT and the Python guest SDK.
 //!
 //! Other directories are ignored. Output names are `<directory name>.wasm` (variants:
 //! `<variant name>.wasm`); outputs are replaced atomically (write + rename) so a watching
@@ -91,9 +92,7 @@ pub fn build_all(layout: &Layout) -> Result<Vec<PathBuf>> {
                     python = Some(Python::ensure(layout)?);
                 }
                 let python = python.as_ref().expect("set above");
-                let out = guest.out_dir.join(format!("{}.wasm", guest.name));
-                python.componentize(layout, &guest.name, &guest.dir, &out)?;
-                outputs.push(out);
+                outputs.push(build_python(layout, python, guest)?);
             }
         }
     }
@@ -152,8 +151,53 @@ fn build_rust(layout: &Layout, toolchain: &WasmToolchain, guest: &Guest) -> Resu
     Ok(outputs)
 }
 
+/// componentize-py on the guest's `app.py` against the repository's WIT, with the app's own
+/// directory first on the module path, then the Python guest SDK (`warden_guest`; see
+/// [`warden_guest_build::ComponentizePy::componentize`]). Skipped when the output is newer
+/// than the app's `.py` files, the SDK's and the WIT files. Returns the output.
+fn build_python(layout: &Layout, python: &Python, guest: &Guest) -> Result<PathBuf> {
+    let (name, dir) = (&guest.name, &guest.dir);
+    let out = guest.out_dir.join(format!("{name}.wasm"));
+    let sdk = layout.python_sdk();
+    let mut inputs = files_with_extension(dir, "py")?;
+    inputs.extend(files_with_extension(&sdk.join(PYTHON_SDK_PACKAGE), "py")?);
+    inputs.extend(files_with_extension(&layout.wit(), "wit")?);
+    if is_newer(&out, &inputs) {
+        println!("xtask: plugin {name} is up to date ({})", layout.rel(&out).display());
+        return Ok(out);
+    }
+    println!("xtask: building plugin {name} (python, componentize-py)...");
+    let started = Instant::now();
+    python
+        .componentize_py()
+        .componentize(dir, &layout.wit(), &[&sdk], &out)
+        .with_context(|| format!("building plugin {name}"))?;
+    println!(
+        "xtask: plugin {name} -> {} ({}, {:.1}s)",
+        layout.rel(&out).display(),
+        size_of(&out),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(out)
+}
+
+/// The Python guest SDK's package directory inside [`Layout::python_sdk`].
+const PYTHON_SDK_PACKAGE: &str = "warden_guest";
+
+/// Files directly in `dir` whose extension is `ext`.
+fn files_with_extension(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == ext) {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
 /// Whether `output` exists and is newer than every existing file in `inputs`.
-pub fn is_newer(output: &Path, inputs: &[PathBuf]) -> bool {
+fn is_newer(output: &Path, inputs: &[PathBuf]) -> bool {
     let mtime = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
     let Some(out_time) = mtime(output) else {
         return false;

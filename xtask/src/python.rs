@@ -1,18 +1,18 @@
 //! The Python side: a virtualenv at `target/py-venv` holding componentize-py (to build
 //! Python guest plugins) and, for the tests, the protocol peers (A2A, MCP servers).
 //!
-//! Packages are installed with pip only when missing or at the wrong version.
+//! Packages are installed with pip only when missing or at the wrong version. This module
+//! only keeps the virtualenv; building a Python guest with it (and deciding when that build
+//! is up to date) is `guest.rs`'s.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
 use warden_guest_build::{COMPONENTIZE_PY, ComponentizePy};
 
-use crate::guest::{is_newer, size_of};
 use crate::layout::Layout;
 use crate::{apt, process};
 
@@ -90,31 +90,9 @@ impl Python {
         )
     }
 
-    /// componentize-py on `dir`'s `app.py` against the repository's WIT, with the app's own
-    /// directory first on the module path, then the Python guest SDK (`warden_guest`; see
-    /// [`ComponentizePy::componentize`]). Skipped when `out` is newer than the app's `.py`
-    /// files, the SDK's and the WIT files.
-    pub fn componentize(&self, layout: &Layout, name: &str, dir: &Path, out: &Path) -> Result<()> {
-        let sdk = layout.python_sdk();
-        let mut inputs = files_with_extension(dir, "py")?;
-        inputs.extend(files_with_extension(&sdk.join(SDK_PACKAGE), "py")?);
-        inputs.extend(files_with_extension(&layout.wit(), "wit")?);
-        if is_newer(out, &inputs) {
-            println!("xtask: plugin {name} is up to date ({})", layout.rel(out).display());
-            return Ok(());
-        }
-        println!("xtask: building plugin {name} (python, componentize-py)...");
-        let started = Instant::now();
+    /// The virtualenv's componentize-py (installed by [`Python::ensure`]).
+    pub fn componentize_py(&self) -> ComponentizePy {
         ComponentizePy::at(self.venv.join("bin").join("componentize-py"))
-            .componentize(dir, &layout.wit(), &[&sdk], out)
-            .with_context(|| format!("building plugin {name}"))?;
-        println!(
-            "xtask: plugin {name} -> {} ({}, {:.1}s)",
-            layout.rel(out).display(),
-            size_of(out),
-            started.elapsed().as_secs_f64()
-        );
-        Ok(())
     }
 
     /// The Python guest SDK's unit tests (plain CPython, fake bindings; see
@@ -128,19 +106,4 @@ impl Python {
         )
         .context("unit tests of the Python guest SDK failed")
     }
-}
-
-/// The SDK's package directory inside [`Layout::python_sdk`].
-const SDK_PACKAGE: &str = "warden_guest";
-
-/// Files directly in `dir` whose extension is `ext`.
-fn files_with_extension(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == ext) {
-            files.push(path);
-        }
-    }
-    Ok(files)
 }
