@@ -18,15 +18,48 @@ pub struct SubagentReference {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// A resolved subagent.
+/// A resolved subagent. What the host acts on is typed (`tools`, `permission_mode`,
+/// `mcp_servers`, `egress`); `protocol_data` belongs to the plugin and the host never
+/// reads it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubagentDefinition {
     pub name: String,
     pub description: String,
     pub kind: String,
     pub reference: SubagentReference,
-    /// Protocol-specific data (JSON text; `{}` when none).
+    /// Tools (by name; `*` = all, `Bash(git:*)` = its tool) the subagent may use;
+    /// `None` = every tool of the session. The tools import enforces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// The permission mode the subagent asks for, capped by the operator's `max_mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<warden_approval::PermissionMode>,
+    /// Operator-configured MCP servers whose tools the subagent may use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<String>,
+    /// `sandbox.egress.allow` patterns narrowing where its tool calls may reach; `None` =
+    /// no narrowing (validated when the definition is registered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Vec<String>>,
+    /// Protocol-specific data (JSON text; `{}` when none), opaque to the host.
     pub protocol_data: String,
+}
+
+impl SubagentDefinition {
+    /// A definition with none of the typed host fields set.
+    pub fn new(name: String, description: String, reference: SubagentReference, protocol_data: String) -> Self {
+        SubagentDefinition {
+            name,
+            description,
+            kind: reference.kind.clone(),
+            reference,
+            tools: None,
+            permission_mode: None,
+            mcp_servers: vec![],
+            egress: None,
+            protocol_data,
+        }
+    }
 }
 
 /// The parent agent's Task call.
@@ -80,6 +113,9 @@ pub enum GuestError {
     InputRequired(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// The task was canceled while the plugin waited (WIT 0.2.0 and later).
+    #[error("canceled: {0}")]
+    Canceled(String),
 }
 
 /// Event types only the host produces: the task lifecycle (`status`, `error`, `finish`),
@@ -121,4 +157,49 @@ pub struct PluginRef {
     pub id: String,
     pub version: String,
     pub sha256: String,
+}
+
+/// A task's cancellation, raised by whoever runs the task and seen by every plugin call
+/// serving it (WIT `cancel`, and the blocking imports that end early on it). Cloning
+/// shares the signal. Raised once; later raises keep the first time.
+#[derive(Debug, Clone)]
+pub struct CancelSignal(std::sync::Arc<tokio::sync::watch::Sender<Option<std::time::Instant>>>);
+
+impl Default for CancelSignal {
+    fn default() -> Self {
+        CancelSignal(std::sync::Arc::new(tokio::sync::watch::Sender::new(None)))
+    }
+}
+
+impl CancelSignal {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Raises the signal (at the first call; later calls change nothing).
+    pub fn cancel(&self) {
+        self.0.send_if_modified(|at| {
+            if at.is_some() {
+                return false;
+            }
+            *at = Some(std::time::Instant::now());
+            true
+        });
+    }
+
+    /// When the signal was raised, if it was.
+    pub fn canceled_at(&self) -> Option<std::time::Instant> {
+        *self.0.borrow()
+    }
+
+    pub fn is_canceled(&self) -> bool {
+        self.canceled_at().is_some()
+    }
+
+    /// Resolves once the signal is raised (at once if it already was).
+    pub async fn canceled(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail while we hold it.
+        let _ = rx.wait_for(Option::is_some).await;
+    }
 }

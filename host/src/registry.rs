@@ -41,35 +41,16 @@ pub struct Registered {
     pub plugin: String,
     /// The reference URI it was resolved from.
     pub source: String,
-    /// The definition's own egress list (`egress` in its protocol data, e.g. an agent
-    /// file's frontmatter), validated: its tool calls reach at most these hosts.
+    /// The definition's own egress list (its typed `egress`, e.g. from an agent file's
+    /// frontmatter), validated: its tool calls reach at most these hosts.
     #[serde(skip)]
     pub egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
 }
 
-/// The `egress` list a definition's protocol data carries (a host convention any plugin
-/// may use: a JSON array of `sandbox.egress.allow` patterns), validated.
+/// The definition's `egress` list (`sandbox.egress.allow` patterns), validated.
 fn definition_egress(def: &SubagentDefinition) -> Result<Option<Arc<warden_sandbox::EgressNarrowing>>, String> {
-    let Ok(serde_json::Value::Object(data)) = serde_json::from_str::<serde_json::Value>(&def.protocol_data) else {
-        return Ok(None);
-    };
-    let list = match data.get("egress") {
-        None | Some(serde_json::Value::Null) => return Ok(None),
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("egress[{i}]: expected a host pattern as text, e.g. \"pypi.org\""))
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => {
-            return Err("egress: expected a list of host patterns, e.g. [\"pypi.org\", \"*.pythonhosted.org\"]".into());
-        }
-    };
-    warden_sandbox::EgressNarrowing::parse(&list, format!("subagent {:?} (egress)", def.name))
-        .map(|n| Some(Arc::new(n)))
+    let Some(list) = &def.egress else { return Ok(None) };
+    warden_sandbox::EgressNarrowing::parse(list, format!("subagent {:?} (egress)", def.name)).map(|n| Some(Arc::new(n)))
 }
 
 /// One problem found while building definitions, for `warden agents` and logs.

@@ -14,21 +14,6 @@ use crate::runtime::{CallError, CallExtras};
 use crate::store::TaskRecord;
 use crate::task_state::TaskState;
 
-/// The `permission_mode` a definition's protocol data asks for (Claude agent files'
-/// `permissionMode`); unknown values are ignored with a warning — the gate then applies
-/// the operator's policy unchanged.
-fn permission_mode(def: &crate::plugin::SubagentDefinition) -> Option<warden_approval::PermissionMode> {
-    let data: serde_json::Value = serde_json::from_str(&def.protocol_data).ok()?;
-    let mode = data.get("permission_mode")?.as_str()?;
-    match mode.parse() {
-        Ok(m) => Some(m),
-        Err(_) => {
-            tracing::warn!(subagent = %def.name, mode, "unknown permissionMode ignored");
-            None
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskOutcome {
     pub task_id: String,
@@ -81,6 +66,8 @@ pub struct TaskScope {
     /// The task's own egress list (`egress` of the request), narrowing the operator's and
     /// the subagent's.
     pub egress: Option<std::sync::Arc<warden_sandbox::EgressNarrowing>>,
+    /// The task's cancellation, seen by the plugin (WIT 0.2.0 `cancel`).
+    pub cancel: Option<crate::plugin::CancelSignal>,
 }
 
 /// A fresh task id, `task_<uuid>`.
@@ -138,11 +125,12 @@ pub async fn run(
     }
     let extras = CallExtras {
         events: scope.events,
-        permission_mode: permission_mode(&definition),
+        permission_mode: definition.permission_mode,
         tool_env: scope.tool_env,
         decider: scope.decider,
         tool_budget: scope.tool_budget,
         egress,
+        cancel: scope.cancel,
     };
     let result = registry.runtime().execute(&plugin, ctx, call, &definition, extras).await;
     let plugin = Some(plugin_ref);

@@ -1400,3 +1400,153 @@ mod imports {
         assert_eq!(r[2], "ok:5");
     }
 }
+
+/// WIT 0.1.0 (frozen) and 0.2.0 (current) side by side; the 0.2.0 imports `clock` and
+/// `cancel` under hostile inputs.
+mod wit_versions {
+    use super::*;
+    use serde_json::{Value, json};
+    use warden::plugin::CancelSignal;
+    use warden::runtime::{CallExtras, WitVersion};
+
+    async fn script_with(rt: &Runtime, p: &LoadedPlugin, ops: &Value, extras: CallExtras) -> Vec<String> {
+        let def = rt.resolve(p, &reference("HOSTILE", "test://x")).await.expect("resolve");
+        let call = TaskCall { prompt: format!("script:{ops}"), subagent_type: def.name.clone(), ..Default::default() };
+        let out = rt.execute(p, ctx(), &call, &def, extras).await.unwrap_or_else(|e| panic!("{ops}: {e:?}"));
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_0_1_0_and_a_0_2_0_plugin_load_side_by_side_and_both_answer() {
+        let rt = runtime(None);
+        let old = load(&rt, "echo", Limits::default(), None).await;
+        let new = load(&rt, "hostile", Limits::default(), None).await;
+        assert_eq!((old.wit_version, new.wit_version), (WitVersion::V0_1_0, WitVersion::V0_2_0));
+        let (imports, exports) = old.component_names();
+        assert!(exports.iter().any(|e| e == "warden:plugin/executor@0.1.0"), "{exports:?}");
+        assert!(!imports.iter().any(|i| i.contains("@0.2.0")), "{imports:?}");
+        assert!(new.component_names().0.iter().any(|i| i == "warden:plugin/clock@0.2.0"));
+        // Both at once, through the one linker.
+        let (a, b) = tokio::join!(execute(&rt, &old, "hello from 0.1.0"), execute(&rt, &new, "hello from 0.2.0"));
+        assert_eq!((a.unwrap().as_str(), b.unwrap().as_str()), ("hello from 0.1.0", "hello from 0.2.0"));
+        // The typed definition fields: filled by the 0.2.0 plugin, defaulted for 0.1.0.
+        let mut r = reference("HOSTILE", "test://x");
+        r.metadata.insert("tools".into(), "Read, Bash(git:*)".into());
+        let def = rt.resolve(&new, &r).await.unwrap();
+        assert_eq!(def.tools, Some(vec!["Read".to_string(), "Bash(git:*)".into()]));
+        let def = rt.resolve(&old, &reference("ECHO", "echo://a")).await.unwrap();
+        assert_eq!((def.tools, def.permission_mode, def.mcp_servers.len(), def.egress), (None, None, 0, None));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_unsupported_wit_version_is_refused_by_name() {
+        // echo's component with its package version rewritten to one no warden serves.
+        let bytes = plugin_bytes("echo");
+        let (from, to) = (b"@0.1.0".as_slice(), b"@9.1.0".as_slice());
+        let mut patched = bytes.clone();
+        let mut hits = 0;
+        for i in 0..patched.len().saturating_sub(from.len()) {
+            if &patched[i..i + from.len()] == from {
+                patched[i..i + from.len()].copy_from_slice(to);
+                hits += 1;
+            }
+        }
+        assert!(hits > 0, "the export name is in the component");
+        let rt = runtime(None);
+        match rt.load("echo", PathBuf::from("echo.wasm"), &patched, Limits::default(), None).await {
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("unsupported WIT version"), "{text}");
+                assert!(text.contains("warden:plugin@9.1.0") && text.contains("0.1.0–0.2.0"), "{text}");
+            }
+            Ok(_) => panic!("a plugin of an unknown WIT version loaded"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn clock_sleeps_are_bounded_by_the_deadline_and_cancel_waits_are_capped() {
+        let rt = runtime(None);
+        let p = load(&rt, "hostile", short(2_000), None).await;
+        let started = Instant::now();
+        let r = script_with(
+            &rt,
+            &p,
+            &json!([
+                { "op": "now" },
+                { "op": "remaining" },
+                { "op": "sleep", "ms": 50 },
+                { "op": "sleep", "ms": u64::MAX },
+                { "op": "sleep", "ms": 5_000 },
+                { "op": "canceled" },
+                { "op": "cancel_wait", "ms": 30 },
+                { "op": "cancel_wait", "ms": u64::MAX },
+            ]),
+            CallExtras::default(),
+        )
+        .await;
+        assert!(r[0].starts_with("ok:"), "{r:?}");
+        let remaining: u64 = r[1].strip_prefix("ok:").unwrap().parse().unwrap();
+        assert!(remaining > 1_000 && remaining <= 2_000, "{r:?}");
+        let slept: u64 = r[2].strip_prefix("ok:").unwrap().parse().unwrap();
+        assert!(slept >= 50, "{r:?}");
+        assert!(r[3].starts_with("err:timeout:") && r[4].starts_with("err:timeout:"), "refused, not slept: {r:?}");
+        assert_eq!(r[5], "ok:false");
+        assert!(r[6].starts_with("ok:false:"), "{r:?}");
+        // The endless wait is capped by the deadline: the call ends, the host answers.
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_canceled_task_wakes_the_plugin_which_then_has_a_grace_period() {
+        let rt = runtime(None);
+        let p = load(&rt, "hostile", short(20_000), None).await;
+        let cancel = CancelSignal::new();
+        let later = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            later.cancel();
+        });
+        let started = Instant::now();
+        let extras = CallExtras { cancel: Some(cancel), ..CallExtras::default() };
+        let r = script_with(
+            &rt,
+            &p,
+            &json!([
+                { "op": "sleep", "ms": 10_000 },
+                { "op": "canceled" },
+                { "op": "remaining" },
+                { "op": "sleep", "ms": 100 },
+                { "op": "cancel_wait", "ms": 10_000 },
+            ]),
+            extras,
+        )
+        .await;
+        assert!(r[0].starts_with("err:canceled:"), "the sleep ended with the cancellation: {r:?}");
+        assert_eq!(r[1], "ok:true");
+        let remaining: u64 = r[2].strip_prefix("ok:").unwrap().parse().unwrap();
+        assert!(remaining <= warden::runtime::CANCEL_GRACE.as_millis() as u64, "the grace bounds the call: {r:?}");
+        assert!(r[3].starts_with("ok:"), "a sleep after the cancellation is clean-up and runs: {r:?}");
+        assert!(r[4].starts_with("ok:true:"), "{r:?}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_plugin_that_ignores_the_cancellation_is_ended_after_the_grace_period() {
+        let rt = runtime(None);
+        for (name, grace) in [("hostile", warden::runtime::CANCEL_GRACE), ("echo", Duration::ZERO)] {
+            let p = load(&rt, name, short(30_000), None).await;
+            let cancel = CancelSignal::new();
+            cancel.cancel();
+            let def = rt.resolve(&p, &reference(&p.info.kinds[0], "test://x")).await.unwrap();
+            let call = TaskCall { prompt: "loop".into(), subagent_type: def.name.clone(), ..Default::default() };
+            let started = Instant::now();
+            let extras = CallExtras { cancel: Some(cancel), ..CallExtras::default() };
+            let out = rt.execute(&p, ctx(), &call, &def, extras).await;
+            if name == "hostile" {
+                assert!(matches!(out, Err(CallError::Canceled { .. })), "{out:?}");
+            }
+            let took = started.elapsed();
+            assert!(took >= grace && took < grace + Duration::from_secs(2), "{name}: {took:?}");
+        }
+    }
+}

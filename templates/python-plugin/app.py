@@ -32,13 +32,9 @@ class Template(wg.Plugin):
             raise wg.InvalidInput(f"kind {reference.kind} is not {KIND}")
         meta = wg.Metadata.of(reference)
         name = meta.get("name") or reference.uri.replace(":", "/").rstrip("/").rsplit("/", 1)[-1]
-        return types.SubagentDefinition(
-            name=name,
-            description=meta.get("description", "Answers in upper case"),
-            kind=reference.kind,
-            reference=reference,
-            protocol_data="{}",
-        )
+        # The typed host fields (tools, permission_mode, mcp_servers, egress) start unset;
+        # pass them as keywords when the subagent asks the host for them.
+        return wg.definition(name, meta.get("description", "Answers in upper case"), reference)
 
     def execute(
         self,

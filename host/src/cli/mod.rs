@@ -563,7 +563,13 @@ struct Inspection {
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
     world: &'static str,
+    /// Every `warden:plugin` version the component names (one for a valid plugin).
     wit_versions: Vec<String>,
+    /// The version the plugin is served as (when it loads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wit_version: Option<crate::runtime::WitVersion>,
+    /// The versions this warden loads.
+    supported_wit: [crate::runtime::WitVersion; 2],
     imports: Vec<String>,
     exports: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -616,6 +622,8 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
         error: None,
         world: "warden:plugin/plugin",
         wit_versions: vec![],
+        wit_version: None,
+        supported_wit: crate::runtime::WitVersion::SUPPORTED,
         imports: vec![],
         exports: vec![],
         info: None,
@@ -629,19 +637,12 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
         Ok((imports, exports)) => {
             report.imports = imports;
             report.exports = exports;
-            let mut versions: Vec<String> = report
-                .imports
-                .iter()
-                .chain(&report.exports)
-                .filter(|n| n.starts_with("warden:plugin/"))
-                .filter_map(|n| n.split_once('@').map(|(_, v)| v.to_owned()))
-                .collect();
-            versions.sort();
-            versions.dedup();
-            report.wit_versions = versions;
+            report.wit_versions =
+                crate::runtime::WitVersion::named_in(report.imports.iter().chain(&report.exports).map(String::as_str));
             match loaded {
                 Ok(p) => {
                     report.valid = true;
+                    report.wit_version = Some(p.wit_version);
                     report.info = Some(p.info.clone());
                 }
                 Err(e) => report.error = Some(e.to_string()),
@@ -657,7 +658,11 @@ async fn inspect(config: Config, file: &Path, json: bool) -> anyhow::Result<Exit
             out!("error:    {}", esc(e));
         }
         out!("world:    {}", report.world);
-        out!("wit:      {}", esc(&report.wit_versions.join(", ")));
+        out!(
+            "wit:      {} (this warden supports {})",
+            esc(&report.wit_versions.join(", ")),
+            crate::runtime::WitVersion::supported_range()
+        );
         if let Some(i) = &report.info {
             out!("name:     {} {}", esc(&i.name), esc(&i.version));
             out!("kinds:    {}", esc(&i.kinds.join(", ")));

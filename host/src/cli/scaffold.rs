@@ -10,12 +10,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use warden_guest_build::{COMPONENTIZE_PY, DEBIAN_PACKAGES, WASM_TARGET};
 
-/// The WIT package this binary hosts, vendored into every new project.
+/// The current WIT version this binary hosts (`wit/0.2.0`), vendored into every new project.
 const WIT: &[(&str, &str)] = &[
-    ("world.wit", include_str!("../../../wit/world.wit")),
-    ("types.wit", include_str!("../../../wit/types.wit")),
-    ("imports.wit", include_str!("../../../wit/imports.wit")),
-    ("exports.wit", include_str!("../../../wit/exports.wit")),
+    ("world.wit", include_str!("../../../wit/0.2.0/world.wit")),
+    ("types.wit", include_str!("../../../wit/0.2.0/types.wit")),
+    ("imports.wit", include_str!("../../../wit/0.2.0/imports.wit")),
+    ("exports.wit", include_str!("../../../wit/0.2.0/exports.wit")),
 ];
 /// Embeds files of a folder of this repository under their names relative to it.
 macro_rules! embed {
@@ -28,13 +28,15 @@ macro_rules! embed {
 /// the WIT in `warden-guest/wit/`), so the project builds with no warden checkout.
 /// `embedded_sdk_lists_every_file` keeps this list complete.
 const SDK_RUST: &[(&str, &str)] = embed!("sdk/rust":
-    "Cargo.toml", "src/bindings.rs", "src/error.rs", "src/events.rs", "src/http.rs", "src/lib.rs", "src/log.rs",
-    "src/metadata.rs", "src/model.rs", "src/plugin.rs", "src/resources.rs", "src/state.rs", "src/text.rs",
+    "Cargo.toml", "src/bindings.rs", "src/cancel.rs", "src/clock.rs", "src/error.rs", "src/events.rs", "src/http.rs",
+    "src/lib.rs", "src/log.rs", "src/metadata.rs", "src/model.rs", "src/plugin.rs", "src/resources.rs", "src/state.rs",
+    "src/text.rs",
 );
 /// The Python guest SDK (`sdk/python/warden_guest`), vendored next to `app.py` (where
 /// componentize-py's default path `.` finds it).
 const SDK_PYTHON: &[(&str, &str)] = embed!("sdk/python/warden_guest":
-    "__init__.py", "_wit.py", "errors.py", "events.py", "http.py", "log.py", "metadata.py", "plugin.py", "state.py",
+    "__init__.py", "_wit.py", "cancel.py", "clock.py", "errors.py", "events.py", "http.py", "log.py", "metadata.py",
+    "plugin.py", "state.py",
 );
 const RUST_CARGO_TOML: &str = include_str!("../../../templates/rust-plugin/Cargo.toml");
 const RUST_CARGO_LOCK: &str = include_str!("../../../templates/rust-plugin/Cargo.lock");

@@ -466,6 +466,7 @@ impl Engine {
         live.set_status(TaskState::Working);
         let started = Instant::now();
 
+        let cancel = crate::plugin::CancelSignal::new();
         let (tx, mut rx) = tokio::sync::mpsc::channel::<TaskEvent>(EVENT_CHANNEL_CAPACITY);
         let pump_live = live.clone();
         let pump = tokio::spawn(async move {
@@ -483,9 +484,10 @@ impl Engine {
             decider: asker,
             tool_budget: budget.clone(),
             egress,
+            cancel: Some(cancel.clone()),
         };
         let registry = self.registry.clone();
-        let run = task::run(&registry, task_id.clone(), &call, scope);
+        let mut run = std::pin::pin!(task::run(&registry, task_id.clone(), &call, scope));
         let tool_limit = async {
             match &budget {
                 Some(b) => b.exhausted().await,
@@ -493,7 +495,7 @@ impl Engine {
             }
         };
         let finish = tokio::select! {
-            r = run => match r {
+            r = &mut run => match r {
                 // The tools path refused a call over the budget: however the plugin
                 // ended after that, the task ends on its tool limit.
                 Ok(_) if budget.as_ref().is_some_and(|b| b.exceeded()) => Finish::tool_limit(budget.as_deref()),
@@ -509,7 +511,13 @@ impl Engine {
                 FinishReason::Deadline,
                 format!("task deadline of {} exceeded", humantime::format_duration(self.options.task_timeout)),
             ),
-            _ = live.canceled() => Finish::canceled(),
+            _ = live.canceled() => {
+                // The plugin sees the cancellation and may clean up (cancel a remote
+                // task) within the runtime's grace period, which ends the call.
+                cancel.cancel();
+                let _ = tokio::time::timeout(crate::runtime::CANCEL_GRACE + DRAIN_WAIT, &mut run).await;
+                Finish::canceled()
+            }
             // The tool host refused a call over the budget: the task ends now, not when
             // the plugin next returns.
             _ = tool_limit => Finish::tool_limit(budget.as_deref()),

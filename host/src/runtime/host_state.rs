@@ -12,7 +12,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::capability::Grants;
 use crate::event::EventSink;
-use crate::plugin::TaskContext;
+use crate::plugin::{CancelSignal, TaskContext};
 use crate::services::HostServices;
 
 /// Bytes of a plugin's stdout/stderr kept per call (WASI plugins only); the rest is
@@ -33,12 +33,25 @@ pub struct CallScope {
     pub services: Arc<HostServices>,
     /// The plugin's HTTP client (its grant's address check in the resolver).
     pub http: reqwest::Client,
+    /// The task's cancellation (set for `execute` calls run by a task).
+    pub cancel: Option<CancelSignal>,
+    /// The definition's `tools` list (`None` = every tool): what the tools import offers.
+    pub allowed_tools: Option<Vec<String>>,
 }
 
 impl CallScope {
-    /// Time left before the call's deadline (zero when past it).
+    /// When the call ends: its deadline, or once the task is canceled the end of the
+    /// grace period ([`super::CANCEL_GRACE`]) if that is sooner.
+    pub fn effective_deadline(&self) -> Instant {
+        match self.cancel.as_ref().and_then(CancelSignal::canceled_at) {
+            Some(at) => self.deadline.min(at + super::CANCEL_GRACE),
+            None => self.deadline,
+        }
+    }
+
+    /// Time left before [`Self::effective_deadline`] (zero when past it).
     pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.effective_deadline().saturating_duration_since(Instant::now())
     }
 }
 

@@ -7,11 +7,11 @@
 //! plugin does may panic or stall the host. This module must never grant a capability
 //! by itself — every import goes through [`crate::capability`].
 
-mod bindings;
+pub mod bindings;
 pub mod cache;
 pub mod compiler;
+mod host;
 pub(crate) mod host_state;
-mod imports;
 pub mod pool;
 pub mod tier;
 
@@ -20,16 +20,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
+use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config as EngineConfig, Engine, Store, Trap, UpdateDeadline};
 
-use crate::capability::{Capability, Grants};
+use crate::capability::Grants;
 use crate::config::Limits;
 use crate::event::EventSink;
-use crate::plugin::{GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+use crate::plugin::{CancelSignal, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
 use crate::services::HostServices;
-use bindings::Plugin as PluginBindings;
-use bindings::types as wit;
+use bindings::Bindings;
+pub use bindings::WitVersion;
+use bindings::latest::types as wit;
 pub use cache::Origin;
 pub use host_state::CallScope;
 use host_state::HostState;
@@ -44,27 +45,11 @@ pub const MAX_WASM_STACK: usize = 1024 * 1024;
 /// itself within this is rejected.
 pub const INFO_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Names in a definition's `mcp_servers` protocol data (Claude agent files' `mcpServers`:
-/// a list of names, a list of `{name: ...}` objects, or a map keyed by name).
-fn mcp_server_names(protocol_data: &str) -> Vec<String> {
-    let Ok(data) = serde_json::from_str::<serde_json::Value>(protocol_data) else { return vec![] };
-    match data.get("mcp_servers") {
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .filter_map(|i| match i {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Object(o) if o.len() == 1 => o.keys().next().cloned(),
-                serde_json::Value::Object(o) => o.get("name").and_then(|n| n.as_str()).map(str::to_owned),
-                _ => None,
-            })
-            .collect(),
-        Some(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
-        Some(serde_json::Value::String(s)) => {
-            s.split(',').map(|x| x.trim().to_owned()).filter(|x| !x.is_empty()).collect()
-        }
-        _ => vec![],
-    }
-}
+/// Time a plugin call keeps after its task is canceled, to clean up (cancel a remote task,
+/// save state) and return, before it is dropped. Only for WIT 0.2.0 and later, which can
+/// see the cancellation; 0.1.0 calls are dropped at once. Well under the engine's wait for
+/// a canceled task to end, so a cancel request still answers promptly.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(3);
 
 /// Per-task inputs of an `execute` call beyond the SPI records.
 #[derive(Default)]
@@ -82,6 +67,9 @@ pub struct CallExtras {
     /// Egress lists narrowing the operator's for the task's tool calls (the subagent's,
     /// the task's).
     pub egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
+    /// The task's cancellation: seen by the plugin (WIT `cancel`), and it ends the call
+    /// (after [`CANCEL_GRACE`] for plugins that can see it).
+    pub cancel: Option<CancelSignal>,
 }
 
 impl From<Option<EventSink>> for CallExtras {
@@ -108,6 +96,9 @@ pub enum CallError {
     Trap { plugin: String, message: String },
     #[error("plugin `{plugin}` could not be instantiated: {message}")]
     Instantiate { plugin: String, message: String },
+    /// The task was canceled and the call did not return within its grace period.
+    #[error("plugin `{plugin}` call ended: its task was canceled")]
+    Canceled { plugin: String },
     /// Host code serving the call panicked (a bug in warden, never the plugin's doing
     /// alone); the call ends, the host keeps serving.
     #[error("host fault while serving plugin `{plugin}`: {message}")]
@@ -130,6 +121,8 @@ pub enum LoadError {
     Compile(String),
     #[error("does not fit the warden:plugin world: {0}")]
     World(String),
+    #[error("unsupported WIT version: {0}")]
+    Version(String),
     #[error("meta.info failed: {0}")]
     Info(CallError),
     #[error("invalid plugin-info: {0}")]
@@ -152,6 +145,8 @@ pub struct LoadedPlugin {
     pub content_hash: String,
     pub origin: Origin,
     pub load_time: Duration,
+    /// The `warden:plugin` version the component is built against.
+    pub wit_version: WitVersion,
     /// The code calls run: a baseline build while the optimised one compiles, then that.
     build: tier::CurrentBuild,
     /// The background optimised compile, stopped if the plugin goes away first.
@@ -295,8 +290,7 @@ fn new_engine(options: &RuntimeOptions) -> anyhow::Result<(Engine, pool::Slots)>
 fn new_linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
     let mut linker = Linker::<HostState>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e}"))?;
-    PluginBindings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    bindings::add_to_linker(&mut linker).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(linker)
 }
 
@@ -387,28 +381,31 @@ impl Runtime {
             tokio::task::spawn_blocking(move || cache.lookup(&engine, &hash)).await.ok().flatten()
         };
         let world = |e: wasmtime::Error| LoadError::World(root_cause(&e));
-        let (component, pre, origin, upgrade) = match (cached, &self.baseline) {
-            (Some(c), _) => (c.clone(), self.linker.instantiate_pre(&c).map_err(world)?, Origin::Cached, None),
+        // The component, and whether it is a baseline build (for the baseline's linker).
+        let (component, baseline, origin) = match (cached, &self.baseline) {
+            (Some(c), _) => (c, false, Origin::Cached),
             (None, Some(baseline)) if bytes.len() >= self.tier_up_min_size => {
                 match self.compiler.compile(&baseline.engine, self.fuel_enabled, tier::Tier::Baseline, bytes).await {
-                    Ok(quick) => {
-                        let pre = baseline.linker.instantiate_pre(&quick.component).map_err(world)?;
-                        (quick.component, pre, Origin::Compiled, Some(()))
-                    }
+                    Ok(quick) => (quick.component, true, Origin::Compiled),
                     Err(e) => {
                         tracing::warn!(plugin = id, error = %e, "baseline compile failed; compiling optimised only");
-                        let c = self.compile_optimized(bytes, &content_hash).await?;
-                        (c.clone(), self.linker.instantiate_pre(&c).map_err(world)?, Origin::Compiled, None)
+                        (self.compile_optimized(bytes, &content_hash).await?, false, Origin::Compiled)
                     }
                 }
             }
-            (None, _) => {
-                let c = self.compile_optimized(bytes, &content_hash).await?;
-                (c.clone(), self.linker.instantiate_pre(&c).map_err(world)?, Origin::Compiled, None)
-            }
+            (None, _) => (self.compile_optimized(bytes, &content_hash).await?, false, Origin::Compiled),
         };
+        // The version first: a plugin of an unsupported version is told so, not that an
+        // import is missing.
+        let wit_version = WitVersion::of_component(&component, &engine).map_err(LoadError::Version)?;
+        let pre = match (baseline, &self.baseline) {
+            (true, Some(b)) => b.linker.instantiate_pre(&component),
+            _ => self.linker.instantiate_pre(&component),
+        }
+        .map_err(world)?;
+        let upgrade = baseline.then_some(());
         let tier = if upgrade.is_some() { tier::Tier::Baseline } else { tier::Tier::Optimized };
-        let info = self.call_info(id, &pre, &component).await.map_err(LoadError::Info)?;
+        let info = self.call_info(id, wit_version, &pre).await.map_err(LoadError::Info)?;
         validate_info(&info)?;
         let grants = Arc::new(Grants::new(id, &info.capabilities, grant).map_err(|e| LoadError::Grant(e.to_string()))?);
         let http = crate::services::plugin_http_client(grants.clone());
@@ -427,6 +424,7 @@ impl Runtime {
             content_hash,
             origin,
             load_time: started.elapsed(),
+            wit_version,
             build,
             _upgrade: upgrade,
         })
@@ -483,21 +481,12 @@ impl Runtime {
     async fn call_info(
         &self,
         id: &str,
+        version: WitVersion,
         pre: &InstancePre<HostState>,
-        _component: &Component,
     ) -> Result<PluginInfo, CallError> {
         let limits = Limits { timeout: INFO_CALL_TIMEOUT, ..Limits::default() };
         let scope = self.scope(id, Arc::new(Grants::default()), None, None, limits.timeout);
-        self.run(id, pre, limits, scope, |bindings, store| {
-            Box::pin(async move { bindings.warden_plugin_meta().call_info(store).await })
-        })
-        .await
-        .map(|i| PluginInfo {
-            name: i.name,
-            version: i.version,
-            kinds: i.kinds,
-            capabilities: i.capabilities.into_iter().map(Capability::from).collect(),
-        })
+        self.run(id, version, pre, limits, scope, |bindings, store| Box::pin(bindings.info(store))).await
     }
 
     fn scope(
@@ -517,15 +506,17 @@ impl Runtime {
             tools: None,
             http: self.services.http.clone(),
             services: self.services.clone(),
+            cancel: None,
+            allowed_tools: None,
         }
     }
 
     pub async fn can_resolve(&self, plugin: &LoadedPlugin, reference: &SubagentReference) -> Result<bool, CallError> {
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
         scope.http = plugin.http.clone();
-        let r = to_wit_reference(reference);
-        self.run(&plugin.id, &plugin.build.pre(), plugin.limits, scope, move |b, store| {
-            Box::pin(async move { b.warden_plugin_resolver().call_can_resolve(store, &r).await })
+        let (pre, r) = (plugin.build.pre(), reference.clone());
+        self.run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
+            Box::pin(async move { b.can_resolve(store, &r).await })
         })
         .await
     }
@@ -537,14 +528,12 @@ impl Runtime {
     ) -> Result<SubagentDefinition, CallError> {
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
         scope.http = plugin.http.clone();
-        let r = to_wit_reference(reference);
-        let def = self
-            .run(&plugin.id, &plugin.build.pre(), plugin.limits, scope, move |b, store| {
-                Box::pin(async move { b.warden_plugin_resolver().call_resolve(store, &r).await })
-            })
-            .await?
-            .map_err(|e| CallError::Guest(e.into()))?;
-        Ok(from_wit_definition(def))
+        let (pre, r) = (plugin.build.pre(), reference.clone());
+        self.run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
+            Box::pin(async move { b.resolve(store, &r).await })
+        })
+        .await?
+        .map_err(CallError::Guest)
     }
 
     pub async fn execute(
@@ -573,28 +562,22 @@ impl Runtime {
             env: extras.tool_env,
             events: extras.events.clone(),
             decider: extras.decider,
-            mcp_servers: mcp_server_names(&definition.protocol_data),
+            mcp_servers: definition.mcp_servers.clone(),
             tool_budget: extras.tool_budget,
             egress: extras.egress,
         };
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), extras.events, timeout);
         scope.tools = Some(tools);
         scope.http = plugin.http.clone();
-        let call = wit::TaskCall {
-            description: call.description.clone(),
-            prompt: call.prompt.clone(),
-            subagent_type: call.subagent_type.clone(),
-            model: call.model.clone(),
-            resume: call.resume.clone(),
-            run_in_background: call.run_in_background,
-        };
-        let def = to_wit_definition(definition);
+        scope.cancel = extras.cancel;
+        scope.allowed_tools = definition.tools.clone();
+        let (pre, call, def) = (plugin.build.pre(), call.clone(), definition.clone());
         let out = self
-            .run(&plugin.id, &plugin.build.pre(), plugin.limits, scope, move |b, store| {
-                Box::pin(async move { b.warden_plugin_executor().call_execute(store, &ctx, &call, &def).await })
+            .run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
+                Box::pin(async move { b.execute(store, &ctx, &call, &def).await })
             })
             .await?
-            .map_err(|e| CallError::Guest(e.into()))?;
+            .map_err(CallError::Guest)?;
         if out.len() as u64 > plugin.limits.max_output {
             return Err(CallError::OutputTooLarge {
                 plugin: plugin.id.clone(),
@@ -609,16 +592,18 @@ impl Runtime {
     async fn run<R: Send + 'static>(
         &self,
         plugin: &str,
+        version: WitVersion,
         pre: &InstancePre<HostState>,
         limits: Limits,
         scope: CallScope,
         f: impl for<'a> FnOnce(
-            &'a PluginBindings,
+            &'a Bindings,
             &'a mut Store<HostState>,
         ) -> std::pin::Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>>
         + Send,
     ) -> Result<R, CallError> {
         let deadline = scope.deadline;
+        let cancel = scope.cancel.clone();
         // A pool slot for the whole call (released after the store below is dropped);
         // waiting for one counts against the call's deadline.
         let pooled = Engine::same(pre.engine(), &self.engine);
@@ -661,7 +646,7 @@ impl Runtime {
                     CallError::Instantiate { plugin: plugin.into(), message: root_cause(&e) }
                 }
             })?;
-            let bindings = PluginBindings::new(&mut store, &instance)
+            let bindings = Bindings::new(version, &mut store, &instance)
                 .map_err(|e| CallError::Instantiate { plugin: plugin.into(), message: root_cause(&e) })?;
             let r = f(&bindings, &mut store).await.map_err(classify);
             for (stream, pipe) in [("stdout", &store.data().stdout), ("stderr", &store.data().stderr)] {
@@ -675,9 +660,28 @@ impl Runtime {
         // A panic in host code serving this call (an import, a binding) ends this call
         // with an error; the store and instance it poisoned are dropped with it.
         let work = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(work));
+        // A canceled task ends the call: at once for versions that cannot see it, after
+        // the grace period for those that can (they return earlier when they are done).
+        let grace = if version >= WitVersion::V0_2_0 { CANCEL_GRACE } else { Duration::ZERO };
+        let canceled = async {
+            match &cancel {
+                Some(c) => {
+                    c.canceled().await;
+                    tokio::time::sleep(grace).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let work = async {
+            tokio::select! {
+                r = work => Some(r),
+                () = canceled => None,
+            }
+        };
         match tokio::time::timeout_at(deadline.into(), work).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(panic)) => {
+            Ok(None) => Err(CallError::Canceled { plugin: plugin.into() }),
+            Ok(Some(Ok(r))) => r,
+            Ok(Some(Err(panic))) => {
                 let message = panic_message(&*panic);
                 tracing::error!(plugin, %message, "host fault while serving a plugin call");
                 Err(CallError::HostFault { plugin: plugin.into(), message })
@@ -702,25 +706,18 @@ pub mod bench {
         store
     }
 
-    fn args(prompt: &str) -> (wit::TaskContext, wit::TaskCall, wit::SubagentDefinition) {
-        let reference = wit::SubagentReference { uri: "bench://x".into(), kind: "HOSTILE".into(), metadata: vec![] };
+    fn args(prompt: &str) -> (wit::TaskContext, TaskCall, SubagentDefinition) {
+        let reference =
+            SubagentReference { uri: "bench://x".into(), kind: "HOSTILE".into(), metadata: Default::default() };
         (
             wit::TaskContext { task_id: "t".into(), session_id: "s".into(), user_id: "u".into(), deadline_ms: 0 },
-            wit::TaskCall {
+            TaskCall {
                 description: "d".into(),
                 prompt: prompt.into(),
                 subagent_type: "x".into(),
-                model: None,
-                resume: None,
-                run_in_background: false,
+                ..TaskCall::default()
             },
-            wit::SubagentDefinition {
-                name: "x".into(),
-                description: "d".into(),
-                kind: "HOSTILE".into(),
-                reference,
-                protocol_data: "{}".into(),
-            },
+            SubagentDefinition::new("x".into(), "d".into(), reference, "{}".into()),
         )
     }
 
@@ -728,9 +725,9 @@ pub mod bench {
     pub async fn raw_fresh_execute(rt: &Runtime, plugin: &LoadedPlugin, prompt: &str) -> String {
         let mut store = bare_store(rt);
         let instance = plugin.build.pre().instantiate_async(&mut store).await.expect("instantiate");
-        let b = PluginBindings::new(&mut store, &instance).expect("bindings");
+        let b = Bindings::new(plugin.wit_version, &mut store, &instance).expect("bindings");
         let (c, t, d) = args(prompt);
-        b.warden_plugin_executor().call_execute(&mut store, &c, &t, &d).await.expect("call").expect("ok")
+        b.execute(&mut store, &c, &t, &d).await.expect("call").expect("ok")
     }
 
     /// Instantiation from the plugin's `InstancePre` alone.
@@ -742,25 +739,20 @@ pub mod bench {
     /// One long-lived instance; each call is only the typed `execute` call.
     pub struct HotInstance {
         store: Store<HostState>,
-        bindings: PluginBindings,
+        bindings: Bindings,
     }
 
     impl HotInstance {
         pub async fn new(rt: &Runtime, plugin: &LoadedPlugin) -> Self {
             let mut store = bare_store(rt);
             let instance = plugin.build.pre().instantiate_async(&mut store).await.expect("instantiate");
-            let bindings = PluginBindings::new(&mut store, &instance).expect("bindings");
+            let bindings = Bindings::new(plugin.wit_version, &mut store, &instance).expect("bindings");
             HotInstance { store, bindings }
         }
 
         pub async fn execute(&mut self, prompt: &str) -> String {
             let (c, t, d) = args(prompt);
-            self.bindings
-                .warden_plugin_executor()
-                .call_execute(&mut self.store, &c, &t, &d)
-                .await
-                .expect("call")
-                .expect("ok")
+            self.bindings.execute(&mut self.store, &c, &t, &d).await.expect("call").expect("ok")
         }
     }
 }
@@ -800,65 +792,4 @@ fn validate_info(info: &PluginInfo) -> Result<(), LoadError> {
         }
     }
     Ok(())
-}
-
-impl From<wit::Capability> for Capability {
-    fn from(c: wit::Capability) -> Self {
-        match c {
-            wit::Capability::Log => Capability::Log,
-            wit::Capability::Http => Capability::Http,
-            wit::Capability::Model => Capability::Model,
-            wit::Capability::Tools => Capability::Tools,
-            wit::Capability::Events => Capability::Events,
-            wit::Capability::State => Capability::State,
-            wit::Capability::Resources => Capability::Resources,
-        }
-    }
-}
-
-impl From<wit::Error> for GuestError {
-    fn from(e: wit::Error) -> Self {
-        match e {
-            wit::Error::NotFound(m) => GuestError::NotFound(m),
-            wit::Error::InvalidInput(m) => GuestError::InvalidInput(m),
-            wit::Error::Denied(m) => GuestError::Denied(m),
-            wit::Error::Timeout(m) => GuestError::Timeout(m),
-            wit::Error::Remote(m) => GuestError::Remote(m),
-            wit::Error::Unavailable(m) => GuestError::Unavailable(m),
-            wit::Error::InputRequired(m) => GuestError::InputRequired(m),
-            wit::Error::Internal(m) => GuestError::Internal(m),
-        }
-    }
-}
-
-fn to_wit_reference(r: &SubagentReference) -> wit::SubagentReference {
-    wit::SubagentReference {
-        uri: r.uri.clone(),
-        kind: r.kind.clone(),
-        metadata: r.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-    }
-}
-
-fn to_wit_definition(d: &SubagentDefinition) -> wit::SubagentDefinition {
-    wit::SubagentDefinition {
-        name: d.name.clone(),
-        description: d.description.clone(),
-        kind: d.kind.clone(),
-        reference: to_wit_reference(&d.reference),
-        protocol_data: d.protocol_data.clone(),
-    }
-}
-
-fn from_wit_definition(d: wit::SubagentDefinition) -> SubagentDefinition {
-    SubagentDefinition {
-        name: d.name,
-        description: d.description,
-        kind: d.kind,
-        reference: SubagentReference {
-            uri: d.reference.uri,
-            kind: d.reference.kind,
-            metadata: d.reference.metadata.into_iter().collect(),
-        },
-        protocol_data: d.protocol_data,
-    }
 }

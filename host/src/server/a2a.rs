@@ -1775,17 +1775,9 @@ mod tests {
 
     #[test]
     fn one_card_for_both_generations() {
-        let def = SubagentDefinition {
-            name: "code reviewer".into(),
-            description: "Reviews code".into(),
-            kind: "CLAUDE".into(),
-            reference: crate::plugin::SubagentReference {
-                uri: "x".into(),
-                kind: "CLAUDE".into(),
-                metadata: Default::default(),
-            },
-            protocol_data: "{}".into(),
-        };
+        let reference =
+            crate::plugin::SubagentReference { uri: "x".into(), kind: "CLAUDE".into(), metadata: Default::default() };
+        let def = SubagentDefinition::new("code reviewer".into(), "Reviews code".into(), reference, "{}".into());
         let c = card_json(&def, "http://h:1", false);
         let url = "http://h:1/a2a/code%20reviewer";
         assert_eq!(

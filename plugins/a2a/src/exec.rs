@@ -6,7 +6,9 @@
 //! events), else a blocking send; if the task is still running afterwards (or the stream
 //! broke), `GetTask` polling with backoff until a terminal or interrupted state. A reserve
 //! before the deadline is kept to cancel the remote task (`CancelTask`/`tasks/cancel`)
-//! and report a timeout rather than be cut off by the host.
+//! and report a timeout rather than be cut off by the host. When the warden task is
+//! canceled (the host's `cancel` signal, polled between steps; a wait under way ends with
+//! `canceled`), the remote task is canceled too, within the host's grace period.
 
 use serde_json::{Value, json};
 use warden_guest::http::{Request, Response, StreamHead, header};
@@ -31,7 +33,12 @@ pub trait Host {
     fn state_delete(&mut self, key: &str);
     /// Monotonic milliseconds.
     fn now_ms(&mut self) -> u64;
-    fn sleep_ms(&mut self, ms: u64);
+    /// Sleeps; `Err(Canceled)` when the warden task is canceled meanwhile.
+    fn sleep_ms(&mut self, ms: u64) -> Result<(), Error>;
+    /// Whether the warden task has been canceled.
+    fn canceled(&mut self) -> bool {
+        false
+    }
     fn log(&mut self, message: &str);
 }
 
@@ -262,7 +269,7 @@ impl<H: Host> Session<'_, H> {
                         return Err(e);
                     }
                     self.host.log(&format!("send failed ({}), retrying with the same messageId", e.message()));
-                    self.host.sleep_ms(pause);
+                    self.host.sleep_ms(pause)?;
                 }
             }
         }
@@ -294,6 +301,7 @@ impl<H: Host> Session<'_, H> {
         loop {
             let chunk = match body.next_chunk() {
                 Ok(c) => c,
+                Err(e @ Error::Canceled(_)) => return Err(e),
                 Err(e) => {
                     // A broken or timed-out stream: poll if there is a task to poll.
                     self.host.log(&format!("A2A stream ended early: {}", e.message()));
@@ -317,12 +325,14 @@ impl<H: Host> Session<'_, H> {
             if chunk.is_none() || self.tracker.state.is_some_and(State::is_settled) {
                 return Ok(());
             }
+            self.check_canceled()?;
         }
     }
 
     fn poll(&mut self) -> Result<(), Error> {
         let mut attempt = 0;
         while !self.tracker.state.is_some_and(State::is_settled) {
+            self.check_canceled()?;
             let Some(id) = self.tracker.task_id.clone() else {
                 return Err(Error::Remote("the remote agent answered with neither a task nor a message".into()));
             };
@@ -330,7 +340,7 @@ impl<H: Host> Session<'_, H> {
             if self.remaining() < self.reserve + pause + 50 {
                 return Err(self.out_of_time());
             }
-            self.host.sleep_ms(pause);
+            self.host.sleep_ms(pause)?;
             attempt += 1;
             match self.call(Op::Get, proto::task_params(&id)) {
                 Ok(result) => self.apply(&result)?,
@@ -341,16 +351,50 @@ impl<H: Host> Session<'_, H> {
         Ok(())
     }
 
-    /// The deadline is (nearly) reached: cancel the remote task, report a timeout.
-    fn out_of_time(&mut self) -> Error {
-        let Some(id) = self.tracker.task_id.clone() else {
-            return Error::Timeout("the call's deadline passed before the remote agent answered".into());
-        };
+    /// `Err(Canceled)` once the warden task is canceled.
+    fn check_canceled(&mut self) -> Result<(), Error> {
+        match self.host.canceled() {
+            true => Err(Error::Canceled("the warden task was canceled".into())),
+            false => Ok(()),
+        }
+    }
+
+    /// Cancels the remote task, if there is one: its id and whether the agent accepted.
+    /// (The host bounds the request by the time left, after a cancellation its grace period.)
+    fn cancel_remote(&mut self) -> Option<(String, bool)> {
+        let id = self.tracker.task_id.clone()?;
         let timeout = self.remaining().clamp(1, 5_000) as u32;
         let req = self.request(Op::Cancel, proto::task_params(&id), timeout);
         let canceled = match self.host.send(req) {
             Ok(r) => proto::parse_response(&r.body).is_ok(),
             Err(_) => false,
+        };
+        Some((id, canceled))
+    }
+
+    /// The warden task was canceled: cancel the remote task too and say so.
+    fn on_canceled(&mut self) -> Error {
+        Error::Canceled(match self.cancel_remote() {
+            None => "the warden task was canceled before the remote agent created a task".into(),
+            Some((id, true)) => format!("the warden task was canceled; remote task {id} was canceled"),
+            Some((id, false)) => format!("the warden task was canceled; canceling remote task {id} failed"),
+        })
+    }
+
+    /// Sends (streaming or not), then polls until the remote task settles.
+    fn run(&mut self, message: Value, streaming: bool) -> Result<(), Error> {
+        if streaming {
+            self.stream(message)?;
+        } else {
+            self.send(message)?;
+        }
+        self.poll()
+    }
+
+    /// The deadline is (nearly) reached: cancel the remote task, report a timeout.
+    fn out_of_time(&mut self) -> Error {
+        let Some((id, canceled)) = self.cancel_remote() else {
+            return Error::Timeout("the call's deadline passed before the remote agent answered".into());
         };
         Error::Timeout(format!(
             "the call's deadline passed while remote task {id} was {}; {}",
@@ -386,12 +430,11 @@ pub fn execute(host: &mut impl Host, plan: Plan, call: &Call) -> Result<String, 
     );
     let streaming = plan.streaming;
     let mut s = Session { host, plan, deadline, reserve, rpc_id: 0, tracker };
-    if streaming {
-        s.stream(message)?;
-    } else {
-        s.send(message)?;
+    match s.run(message, streaming) {
+        Ok(()) => {}
+        Err(Error::Canceled(_)) => return Err(s.on_canceled()),
+        Err(e) => return Err(e),
     }
-    s.poll()?;
 
     let Session { host, tracker, plan, .. } = s;
     let state = tracker.state.unwrap_or(State::Unknown);

@@ -248,6 +248,8 @@ struct Fake {
     requests: Vec<(String, Value, Option<String>)>,
     events: Vec<Value>,
     state: HashMap<String, Vec<u8>>,
+    /// The warden task is canceled from this time on (ms).
+    cancel_at: Option<u64>,
 }
 
 struct Chunks(VecDeque<Vec<u8>>, Option<Error>);
@@ -311,8 +313,16 @@ impl Host for Fake {
     fn now_ms(&mut self) -> u64 {
         self.now
     }
-    fn sleep_ms(&mut self, ms: u64) {
+    fn sleep_ms(&mut self, ms: u64) -> Result<(), Error> {
+        if let Some(at) = self.cancel_at.filter(|at| self.now + ms >= *at) {
+            self.now = self.now.max(at);
+            return Err(Error::Canceled("the task was canceled while it slept".into()));
+        }
         self.now += ms;
+        Ok(())
+    }
+    fn canceled(&mut self) -> bool {
+        self.cancel_at.is_some_and(|at| self.now >= at)
     }
     fn log(&mut self, _: &str) {}
 }
@@ -467,6 +477,43 @@ fn the_deadline_cancels_the_remote_task() {
 }
 
 #[test]
+fn a_canceled_warden_task_cancels_the_polled_remote_task() {
+    let mut h = Fake { cancel_at: Some(500), ..Fake::default() };
+    h.responses.push_back(rpc_ok(task("TASK_STATE_WORKING", None, None)));
+    for _ in 0..5 {
+        h.responses.push_back(rpc_ok(json!({"id": "rt", "status": {"state": "TASK_STATE_WORKING"}})));
+    }
+    h.responses.push_back(rpc_ok(json!({"id": "rt", "status": {"state": "TASK_STATE_CANCELED"}})));
+    let e = exec::execute(&mut h, plan(Version::V1_0, false), &call("w1", "hi", None)).unwrap_err();
+    assert!(matches!(&e, Error::Canceled(m) if m.contains("remote task rt was canceled")), "{e:?}");
+    assert_eq!(h.methods().last(), Some(&"CancelTask"));
+    assert_eq!(h.requests.last().unwrap().1["params"], json!({"id": "rt"}));
+}
+
+#[test]
+fn a_cancel_during_a_stream_cancels_the_remote_task() {
+    let mut h = Fake::default();
+    let ev = |r: Value| json!({"jsonrpc": "2.0", "id": 1, "result": r}).to_string();
+    h.stream = Some((
+        vec![ev(json!({"kind": "task", "id": "rt", "contextId": "rc", "status": {"state": "working"}}))],
+        Some(Error::Canceled("the task was canceled while it waited for the HTTP response stream".into())),
+    ));
+    h.responses.push_back(rpc_ok(json!({"id": "rt", "status": {"state": "canceled"}})));
+    let e = exec::execute(&mut h, plan(Version::V0_3, true), &call("w1", "go", None)).unwrap_err();
+    assert!(matches!(&e, Error::Canceled(m) if m.contains("remote task rt was canceled")), "{e:?}");
+    assert_eq!(h.methods(), vec!["message/stream", "tasks/cancel"]);
+}
+
+#[test]
+fn a_cancel_before_any_remote_task_cancels_nothing_remote() {
+    let mut h = Fake { cancel_at: Some(0), ..Fake::default() };
+    h.responses.push_back(Err(Error::Canceled("the task was canceled while an HTTP request was under way".into())));
+    let e = exec::execute(&mut h, plan(Version::V1_0, false), &call("w1", "hi", None)).unwrap_err();
+    assert!(matches!(&e, Error::Canceled(m) if m.contains("before the remote agent created a task")), "{e:?}");
+    assert_eq!(h.methods(), vec!["SendMessage"]);
+}
+
+#[test]
 fn json_rpc_errors_are_remote_failures() {
     let mut h = Fake::default();
     h.responses
@@ -519,7 +566,9 @@ fn resolve_falls_back_to_agent_json_and_validates_metadata() {
         fn now_ms(&mut self) -> u64 {
             0
         }
-        fn sleep_ms(&mut self, _: u64) {}
+        fn sleep_ms(&mut self, _: u64) -> Result<(), Error> {
+            Ok(())
+        }
         fn log(&mut self, _: &str) {}
     }
     let mut h = CardHost(vec![]);

@@ -1,20 +1,13 @@
-//! The component side: binds [`crate::exec`] to the warden plugin world through the
-//! `warden-guest` SDK, plus a monotonic clock for backoff and the deadline reserve (the
-//! only import generated here; see `wit/world.wit`).
-
-wit_bindgen::generate!({
-    path: "wit",
-    world: "warden:a2a-plugin/clock",
-    generate_all,
-});
+//! The component side: binds [`crate::exec`] to the warden plugin world (WIT 0.2.0)
+//! through the `warden-guest` SDK, whose `clock` paces the backoff and keeps the deadline
+//! reserve and whose `cancel` tells the executor the warden task was canceled.
 
 use serde_json::Value;
 use warden_guest::http::{self, BodyStream, Request, Response, StreamHead};
 use warden_guest::{
     Capability, Error, Metadata, Plugin, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
-    events, log, state,
+    cancel, clock, events, log, state,
 };
-use wasi::clocks::monotonic_clock;
 
 use crate::exec::{self, ChunkStream};
 
@@ -56,11 +49,15 @@ impl exec::Host for Imports {
     }
 
     fn now_ms(&mut self) -> u64 {
-        monotonic_clock::now() / 1_000_000
+        clock::now_ms()
     }
 
-    fn sleep_ms(&mut self, ms: u64) {
-        monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+    fn sleep_ms(&mut self, ms: u64) -> Result<(), Error> {
+        clock::sleep(ms)
+    }
+
+    fn canceled(&mut self) -> bool {
+        cancel::is_canceled()
     }
 
     fn log(&mut self, message: &str) {
@@ -91,6 +88,10 @@ impl Plugin for A2a {
             name,
             description,
             kind: "A2A".into(),
+            tools: None,
+            permission_mode: None,
+            mcp_servers: vec![],
+            egress: None,
             protocol_data: exec::protocol_data(&info, &card_url),
             reference,
         })

@@ -18,6 +18,10 @@
 //!   "extra": {}                    // every other frontmatter key, as JSON
 //! }
 //! ```
+//!
+//! The host never reads `protocol-data`: what it acts on — `tools`, the permission mode,
+//! the MCP server names and `egress` — is also handed over as the definition's typed fields
+//! (WIT 0.2.0).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -45,15 +49,75 @@ pub struct ProtocolData {
     pub max_turns: Option<u32>,
     #[serde(default)]
     pub mcp_servers: Option<Value>,
-    /// `egress` (warden's): the hosts the agent's tool calls may reach at most; the host
-    /// reads it (a protocol-data convention) and can only narrow the operator's list.
+    /// `egress` (warden's): the hosts the agent's tool calls may reach at most; handed to the
+    /// host as the definition's typed `egress`, which can only narrow the operator's list.
     #[serde(default)]
     pub egress: Option<Vec<String>>,
     #[serde(default)]
     pub extra: Map<String, Value>,
 }
 
+/// A Claude agent file's `permissionMode` (the host's typed `permission-mode`, WIT 0.2.0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionMode {
+    Default,
+    AcceptEdits,
+    Plan,
+    DontAsk,
+    BypassPermissions,
+}
+
+impl PermissionMode {
+    /// The mode named as in agent files (`acceptEdits`, ...), or `None` for another name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name.trim() {
+            "default" => Self::Default,
+            "acceptEdits" => Self::AcceptEdits,
+            "plan" => Self::Plan,
+            "dontAsk" => Self::DontAsk,
+            "bypassPermissions" => Self::BypassPermissions,
+            _ => return None,
+        })
+    }
+}
+
 impl ProtocolData {
+    /// The permission mode the agent asks for; an unknown name is a warning (the host then
+    /// applies the operator's policy unchanged).
+    pub fn permission_mode(&self) -> (Option<PermissionMode>, Option<String>) {
+        match self.permission_mode.as_deref() {
+            None => (None, None),
+            Some(name) => match PermissionMode::parse(name) {
+                Some(m) => (Some(m), None),
+                None => (
+                    None,
+                    Some(format!(
+                        "unknown permissionMode {name:?} ignored (expected default, acceptEdits, plan, dontAsk or bypassPermissions)"
+                    )),
+                ),
+            },
+        }
+    }
+
+    /// The MCP server names in `mcpServers`: a list of names, a list of `{name: …}` (or
+    /// one-key `{server: {…}}`) objects, a map keyed by name, or comma-separated text.
+    pub fn mcp_server_names(&self) -> Vec<String> {
+        match &self.mcp_servers {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(|i| match i {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Object(o) if o.len() == 1 => o.keys().next().cloned(),
+                    Value::Object(o) => o.get("name").and_then(Value::as_str).map(str::to_owned),
+                    _ => None,
+                })
+                .collect(),
+            Some(Value::Object(map)) => map.keys().cloned().collect(),
+            Some(Value::String(s)) => s.split(',').map(|x| x.trim().to_owned()).filter(|x| !x.is_empty()).collect(),
+            _ => vec![],
+        }
+    }
+
     /// Reads a definition's `protocol-data` (`{}` and missing fields give the defaults).
     pub fn from_json(json: &str) -> Result<Self, Error> {
         let json = if json.trim().is_empty() { "{}" } else { json };
@@ -299,6 +363,8 @@ mod tests {
         assert_eq!(p.model.as_deref(), Some("sonnet"));
         assert_eq!(p.skills, vec!["lint".to_string(), "style".into()]);
         assert_eq!(p.permission_mode.as_deref(), Some("plan"));
+        assert_eq!(p.permission_mode(), (Some(PermissionMode::Plan), None));
+        assert_eq!(p.mcp_server_names(), ["github"]);
         assert_eq!(p.max_turns, Some(4));
         assert_eq!(p.mcp_servers, Some(json!(["github"])));
         assert_eq!(p.egress, Some(vec!["pypi.org".to_string(), "*.pythonhosted.org".into()]));
@@ -389,5 +455,30 @@ mod tests {
         assert_eq!(skill_uri("a.md", "lint"), "../skills/lint/SKILL.md");
         assert_eq!(skill_uri("file:///p/agents/a.md", "x"), "file:///p/skills/x/SKILL.md");
         assert_eq!(skill_uri("https://h.example/r/agents/a.md?x=1", "x"), "https://h.example/r/skills/x/SKILL.md");
+    }
+}
+
+#[cfg(test)]
+mod typed_fields {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn mcp_servers_in_every_shape_give_names() {
+        let names = |v: Value| ProtocolData { mcp_servers: Some(v), ..ProtocolData::default() }.mcp_server_names();
+        assert_eq!(names(json!([{"github": {"x": 1}}, {"name": "docs", "url": "u"}, "fs"])), ["github", "docs", "fs"]);
+        assert_eq!(names(json!({"a": {}, "b": {}})), ["a", "b"]);
+        assert_eq!(names(json!("a, b,")), ["a", "b"]);
+        assert!(ProtocolData::default().mcp_server_names().is_empty());
+    }
+
+    #[test]
+    fn an_unknown_permission_mode_is_a_warning() {
+        let p = ProtocolData { permission_mode: Some("sideways".into()), ..ProtocolData::default() };
+        let (mode, warning) = p.permission_mode();
+        assert_eq!(mode, None);
+        assert!(warning.unwrap().contains("sideways"));
+        let p = ProtocolData { permission_mode: Some("acceptEdits".into()), ..ProtocolData::default() };
+        assert_eq!(p.permission_mode(), (Some(PermissionMode::AcceptEdits), None));
     }
 }

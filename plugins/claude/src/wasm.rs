@@ -3,8 +3,8 @@
 
 use warden_guest::log::Level;
 use warden_guest::{
-    Capability, Completion, CompletionRequest, Error, Plugin, PluginInfo, SubagentDefinition, SubagentReference,
-    TaskCall, TaskContext, ToolCall, ToolResult, ToolSpec, events, log, model, resources, state,
+    Capability, Completion, CompletionRequest, Error, PermissionMode, Plugin, PluginInfo, SubagentDefinition,
+    SubagentReference, TaskCall, TaskContext, ToolCall, ToolResult, ToolSpec, events, log, model, resources, state,
 };
 
 use crate::{KIND, agent, runner};
@@ -38,10 +38,25 @@ impl Plugin for Claude {
         for warning in &parsed.warnings {
             log::warn(&format!("{}: {warning}", reference.uri));
         }
+        // What the host acts on goes in the typed fields; the rest is this plugin's own.
+        let (mode, warning) = parsed.protocol.permission_mode();
+        if let Some(w) = warning {
+            log::warn(&format!("{}: {w}", reference.uri));
+        }
         Ok(SubagentDefinition {
             name: parsed.name,
             description: parsed.description,
             kind: KIND.into(),
+            tools: parsed.protocol.tools.clone(),
+            permission_mode: mode.map(|m| match m {
+                agent::PermissionMode::Default => PermissionMode::Default,
+                agent::PermissionMode::AcceptEdits => PermissionMode::AcceptEdits,
+                agent::PermissionMode::Plan => PermissionMode::Plan,
+                agent::PermissionMode::DontAsk => PermissionMode::DontAsk,
+                agent::PermissionMode::BypassPermissions => PermissionMode::BypassPermissions,
+            }),
+            mcp_servers: parsed.protocol.mcp_server_names(),
+            egress: parsed.protocol.egress.clone(),
             protocol_data: parsed.protocol.to_json(),
             reference,
         })

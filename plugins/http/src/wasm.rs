@@ -30,6 +30,10 @@ impl Plugin for Http {
             name: endpoint.name.clone(),
             description: endpoint.description.clone(),
             kind: KIND.into(),
+            tools: None,
+            permission_mode: None,
+            mcp_servers: vec![],
+            egress: None,
             protocol_data: serde_json::json!({
                 "method": endpoint.method,
                 "response_pointer": endpoint.response_pointer,

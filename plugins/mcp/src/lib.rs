@@ -116,7 +116,7 @@ pub struct ProtocolData {
     pub server: Option<String>,
     pub input_schema: serde_json::Value,
     /// For `mcp-stdio:<name>`: `[name]`, the operator server whose tools the task may use
-    /// (the host reads this key, as it reads an agent file's `mcpServers`).
+    /// (handed to the host as the definition's typed `mcp-servers`; kept here for the executor).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<String>,
 }

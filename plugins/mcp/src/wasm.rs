@@ -118,6 +118,11 @@ impl Plugin for Mcp {
                     .clone()
                     .unwrap_or_else(|| format!("MCP {what} of the stdio server {server}")),
                 kind: KIND.into(),
+                tools: None,
+                permission_mode: None,
+                // The operator's server this subagent runs on: the host lets its calls through.
+                mcp_servers: vec![server.clone()],
+                egress: None,
                 protocol_data: serde_json::to_string(&data).map_err(|e| Error::Internal(e.to_string()))?,
                 reference,
             });
@@ -147,6 +152,10 @@ impl Plugin for Mcp {
             name: crate::definition_name(&target, &server, &tool),
             description: crate::definition_description(&target, &server, &tool),
             kind: KIND.into(),
+            tools: None,
+            permission_mode: None,
+            mcp_servers: vec![],
+            egress: None,
             protocol_data: serde_json::to_string(&data).map_err(|e| Error::Internal(e.to_string()))?,
             reference,
         })

@@ -30,9 +30,16 @@ def _install_fake_bindings():
     cpt.Err = Err
 
     wt = pytypes.ModuleType("wit_world.imports.types")
-    for case in ("NotFound", "InvalidInput", "Denied", "Timeout", "Remote", "Unavailable", "InputRequired", "Internal"):
+    for case in (
+        "NotFound", "InvalidInput", "Denied", "Timeout", "Remote", "Unavailable", "InputRequired", "Internal", "Canceled"
+    ):
         setattr(wt, f"Error_{case}", dataclasses.make_dataclass(f"Error_{case}", [("value", str)]))
     wt.SubagentReference = dataclasses.make_dataclass("SubagentReference", ["uri", "kind", "metadata"])
+    wt.SubagentDefinition = dataclasses.make_dataclass(
+        "SubagentDefinition",
+        ["name", "description", "kind", "reference", "tools", "permission_mode", "mcp_servers", "egress",
+         "protocol_data"],
+    )
 
     http = pytypes.ModuleType("wit_world.imports.http")
     http.Request = dataclasses.make_dataclass(
@@ -73,8 +80,25 @@ def _install_fake_bindings():
 
     log.write = write
 
+    clock = pytypes.ModuleType("wit_world.imports.clock")
+    clock.now = 1000
+    clock.now_ms = lambda: clock.now
+    clock.remaining_ms = lambda: 5000
+
+    def sleep(ms):
+        if ms >= 5000:
+            raise Err(wt.Error_Timeout("a sleep would not end before the deadline"))
+        clock.now += ms
+
+    clock.sleep = sleep
+    cancel = pytypes.ModuleType("wit_world.imports.cancel")
+    cancel.flag = False
+    cancel.is_canceled = lambda: cancel.flag
+    cancel.wait = lambda ms: cancel.flag
+
     imports = pytypes.ModuleType("wit_world.imports")
     imports.types, imports.http, imports.events, imports.state, imports.log = wt, http, events, state, log
+    imports.clock, imports.cancel = clock, cancel
     exports = pytypes.ModuleType("wit_world.exports")
     exports.Meta = type("Meta", (), {})
     exports.Resolver = type("Resolver", (), {})
@@ -91,6 +115,8 @@ def _install_fake_bindings():
         "wit_world.imports.events": events,
         "wit_world.imports.state": state,
         "wit_world.imports.log": log,
+        "wit_world.imports.clock": clock,
+        "wit_world.imports.cancel": cancel,
     })
     return cpt, imports
 
@@ -102,7 +128,10 @@ import warden_guest as wg  # noqa: E402 - after the fakes
 
 class Errors(unittest.TestCase):
     def test_each_case_maps_to_its_wit_value_and_back(self):
-        for cls in (wg.NotFound, wg.InvalidInput, wg.Denied, wg.Timeout, wg.Remote, wg.Unavailable, wg.InputRequired, wg.Internal):
+        for cls in (
+            wg.NotFound, wg.InvalidInput, wg.Denied, wg.Timeout, wg.Remote, wg.Unavailable, wg.InputRequired,
+            wg.Internal, wg.Canceled,
+        ):
             wit = cls("m").to_wit()
             self.assertEqual(type(wit).__name__, f"Error_{cls._case}")
             self.assertEqual(wg.Error.from_wit(wit), cls("m"))
@@ -280,3 +309,35 @@ class WithoutBindings(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ClockAndCancel(unittest.TestCase):
+    def test_sleep_paces_and_a_sleep_past_the_deadline_is_a_timeout(self):
+        start = wg.clock.now_ms()
+        wg.clock.sleep(250)
+        self.assertEqual(wg.clock.now_ms() - start, 250)
+        self.assertEqual(wg.clock.remaining_ms(), 5000)
+        with self.assertRaises(wg.Timeout):
+            wg.clock.sleep(10_000)
+
+    def test_cancellation_is_polled_and_awaited(self):
+        self.assertFalse(wg.cancel.is_canceled())
+        self.assertFalse(wg.cancel.wait(10))
+        imports.cancel.flag = True
+        try:
+            self.assertTrue(wg.cancel.is_canceled())
+            self.assertTrue(wg.cancel.wait(10))
+        finally:
+            imports.cancel.flag = False
+
+
+class Definitions(unittest.TestCase):
+    def test_typed_fields_default_to_unset_and_can_be_given(self):
+        ref = imports.types.SubagentReference(uri="u", kind="K", metadata=[])
+        d = wg.definition("n", "d", ref)
+        self.assertEqual((d.kind, d.tools, d.permission_mode, d.mcp_servers, d.egress, d.protocol_data),
+                         ("K", None, None, [], None, "{}"))
+        d = wg.definition("n", "d", ref, '{"x": 1}', tools=["Read"], egress=["pypi.org"])
+        self.assertEqual((d.tools, d.egress, d.protocol_data), (["Read"], ["pypi.org"], '{"x": 1}'))
+        with self.assertRaises(TypeError):
+            wg.definition("n", "d", ref, tools=["Read"], colour="red")

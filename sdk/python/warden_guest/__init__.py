@@ -3,10 +3,12 @@
 On top of componentize-py's generated `wit_world` bindings of the `plugin` world:
 
 - `Error` and one subclass per WIT `error` case (`NotFound`, `InvalidInput`, `Denied`,
-  `Timeout`, `Remote`, `Unavailable`, `InputRequired`, `Internal`);
+  `Timeout`, `Remote`, `Unavailable`, `InputRequired`, `Internal`, `Canceled`);
 - `Metadata`: the reference's metadata with typed getters whose errors name the key;
 - `http`: requests with JSON bodies, status checks, `get_json`/`post_json`;
 - `events.emit`, `state` (bytes or JSON), `log` (best-effort level helpers);
+- `clock` (monotonic time, the remaining deadline, a bounded sleep) and `cancel` (the
+  task's cancellation, polled or awaited), WIT 0.2.0;
 - `Plugin` and `export`: one class for the three exports.
 
     import warden_guest as wg
@@ -19,16 +21,16 @@ On top of componentize-py's generated `wit_world` bindings of the `plugin` world
             return reference.kind == "ECHO"
         def resolve(self, reference):
             name = wg.Metadata.of(reference).require("name")
-            return types.SubagentDefinition(name=name, description="Echoes", kind="ECHO",
-                                            reference=reference, protocol_data="{}")
+            return wg.definition(name, "Echoes", reference)
         def execute(self, ctx, call, definition):
             return call.prompt
 
     Meta, Resolver, Executor = wg.export(Echo)
 """
 
-from . import events, http, log, state
+from . import cancel, clock, events, http, log, state
 from .errors import (
+    Canceled,
     Denied,
     Error,
     InputRequired,
@@ -42,9 +44,10 @@ from .errors import (
     from_exception,
 )
 from .metadata import Metadata
-from .plugin import Plugin, export
+from .plugin import Plugin, definition, export
 
 __all__ = [
+    "Canceled",
     "Denied",
     "Error",
     "InputRequired",
@@ -57,6 +60,9 @@ __all__ = [
     "Timeout",
     "Unavailable",
     "call",
+    "definition",
+    "cancel",
+    "clock",
     "events",
     "export",
     "from_exception",

@@ -10,9 +10,9 @@ import modules later.
 try:
     from componentize_py_types import Err
     from wit_world import exports
-    from wit_world.imports import events, http, log, state, types
+    from wit_world.imports import cancel, clock, events, http, log, state, types
 except ImportError:  # plain CPython: no bindings
-    Err = exports = events = http = log = state = types = None
+    Err = exports = cancel = clock = events = http = log = state = types = None
 
 
 def require(module, what: str):

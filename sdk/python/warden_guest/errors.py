@@ -96,7 +96,17 @@ class Internal(Error):
     kind, _case = "internal", "Internal"
 
 
-CASES = {cls._case: cls for cls in (NotFound, InvalidInput, Denied, Timeout, Remote, Unavailable, InputRequired, Internal)}
+class Canceled(Error):
+    """The task was canceled while the plugin waited on the host; a short grace period
+    (`clock.remaining_ms()`) is left to clean up and return (WIT 0.2.0)."""
+
+    kind, _case = "canceled", "Canceled"
+
+
+CASES = {
+    cls._case: cls
+    for cls in (NotFound, InvalidInput, Denied, Timeout, Remote, Unavailable, InputRequired, Internal, Canceled)
+}
 
 
 def from_exception(e: BaseException) -> Error:

@@ -30,6 +30,27 @@ class Plugin:
         raise NotImplementedError
 
 
+def definition(name: str, description: str, reference, protocol_data: str = "{}", **typed):
+    """A `types.SubagentDefinition` of `reference`'s kind. The typed host fields default to
+    none set (every tool, the default permission mode, no MCP servers, no egress
+    narrowing); pass `tools=[...]`, `permission_mode=types.PermissionMode.PLAN`,
+    `mcp_servers=[...]` or `egress=[...]` to set them."""
+    types = _wit.require(_wit.types, "definition")
+    fields = {"tools": None, "permission_mode": None, "mcp_servers": [], "egress": None}
+    unknown = set(typed) - set(fields)
+    if unknown:
+        raise TypeError(f"unknown definition fields: {', '.join(sorted(unknown))}")
+    fields.update(typed)
+    return types.SubagentDefinition(
+        name=name,
+        description=description,
+        kind=reference.kind,
+        reference=reference,
+        protocol_data=protocol_data,
+        **fields,
+    )
+
+
 def _guarded(method, *args):
     """Runs an export; any exception leaves as the WIT error (`Error` keeps its case,
     others become `internal` naming their type) instead of trapping the instance."""

@@ -32,6 +32,11 @@ pub enum Error {
     /// Anything else.
     #[error("internal: {0}")]
     Internal(String),
+    /// The task was canceled while the plugin waited on the host (`clock::sleep`, an HTTP
+    /// request or stream, a model or tool call). The plugin has a short grace period
+    /// ([`crate::clock::remaining_ms`]) to clean up and return.
+    #[error("canceled: {0}")]
+    Canceled(String),
 }
 
 /// `Result` with this crate's [`Error`].
@@ -48,7 +53,8 @@ impl Error {
             | Self::Remote(m)
             | Self::Unavailable(m)
             | Self::InputRequired(m)
-            | Self::Internal(m) => m,
+            | Self::Internal(m)
+            | Self::Canceled(m) => m,
         }
     }
 
@@ -63,6 +69,7 @@ impl Error {
             Self::Unavailable(_) => "unavailable",
             Self::InputRequired(_) => "input-required",
             Self::Internal(_) => "internal",
+            Self::Canceled(_) => "canceled",
         }
     }
 
@@ -77,6 +84,7 @@ impl Error {
             Self::Unavailable(m) => Self::Unavailable(f(m)),
             Self::InputRequired(m) => Self::InputRequired(f(m)),
             Self::Internal(m) => Self::Internal(f(m)),
+            Self::Canceled(m) => Self::Canceled(f(m)),
         }
     }
 

@@ -1,7 +1,7 @@
 //! `warden-guest`: the Rust SDK for warden protocol plugins.
 //!
 //! A plugin is a WebAssembly component of the world `plugin` in the WIT package
-//! `warden:plugin` (`wit/`). This crate generates the bindings once and adds what every
+//! `warden:plugin@0.2.0` (`wit/`). This crate generates the bindings once and adds what every
 //! plugin needs on top of them:
 //!
 //! - [`Error`]: the one error type, case for case the WIT `error` (the bindings use it as
@@ -10,7 +10,9 @@
 //! - [`http`]: requests and responses as plain values, JSON bodies, status checks, and
 //!   `send`/`send_json`/`send_streaming` over the `http` import;
 //! - [`model`]: messages, tool specs, tool calls and results, `complete`, `list_tools`,
-//!   `call_tools`; [`events`], [`state`] (bytes or JSON), [`log`], [`resources`].
+//!   `call_tools`; [`events`], [`state`] (bytes or JSON), [`log`], [`resources`];
+//! - [`clock`] (monotonic time, the remaining deadline, a bounded sleep) and [`cancel`]
+//!   (the task's cancellation, polled or awaited).
 //!   These plain types are also the bindings' types for the same WIT records, so they
 //!   cross the boundary without conversion;
 //! - [`Plugin`] and [`export!`]: one trait for the three exports.
@@ -39,13 +41,7 @@
 //!
 //!     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
 //!         let name = Metadata::new(&reference.metadata).require("name")?.to_string();
-//!         Ok(SubagentDefinition {
-//!             name,
-//!             description: "Echoes the prompt".into(),
-//!             kind: reference.kind.clone(),
-//!             protocol_data: "{}".into(),
-//!             reference,
-//!         })
+//!         Ok(warden_guest::definition(name, "Echoes the prompt".into(), reference, "{}".into()))
 //!     }
 //!
 //!     fn execute(_: TaskContext, call: TaskCall, _: SubagentDefinition) -> Result<String, Error> {
@@ -62,6 +58,8 @@
 //! calls the host. Without it only the pure parts build — what a plugin's native unit
 //! tests need — so bundled plugins enable it for their wasm build only.
 
+pub mod cancel;
+pub mod clock;
 pub mod error;
 pub mod events;
 pub mod http;
@@ -83,7 +81,9 @@ pub use model::{Completion, CompletionRequest, Message, ToolCall, ToolResult, To
 
 #[cfg(feature = "bindings")]
 pub use bindings::warden::plugin::types::{
-    Capability, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+    Capability, PermissionMode, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
 };
+#[cfg(feature = "bindings")]
+pub use plugin::definition;
 #[cfg(feature = "bindings")]
 pub use plugin::{Export, Plugin};

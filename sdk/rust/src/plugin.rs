@@ -54,6 +54,28 @@ impl<P: Plugin> executor::Guest for Export<P> {
     }
 }
 
+/// A definition of `reference`'s kind with none of the typed host fields set (every tool,
+/// the default permission mode, no MCP servers, no egress narrowing): set those fields on
+/// the result when the subagent asks for them.
+pub fn definition(
+    name: String,
+    description: String,
+    reference: SubagentReference,
+    protocol_data: String,
+) -> SubagentDefinition {
+    SubagentDefinition {
+        name,
+        description,
+        kind: reference.kind.clone(),
+        reference,
+        tools: None,
+        permission_mode: None,
+        mcp_servers: Vec::new(),
+        egress: None,
+        protocol_data,
+    }
+}
+
 /// Exports a [`Plugin`] implementation as the component's `meta`, `resolver` and
 /// `executor`: `warden_guest::export!(MyPlugin);`, once, in the plugin's crate.
 #[macro_export]

@@ -33,13 +33,10 @@ impl Plugin for Template {
         if name.is_empty() {
             return Err(Error::InvalidInput(format!("uri {:?} has no name segment", reference.uri)));
         }
-        Ok(SubagentDefinition {
-            name,
-            description: meta.get("description").unwrap_or("Shouts the prompt back").into(),
-            kind: reference.kind.clone(),
-            reference,
-            protocol_data: "{}".into(),
-        })
+        // The typed fields (`tools`, `permission_mode`, `mcp_servers`, `egress`) start unset;
+        // set them on the result when the subagent asks the host for them.
+        let description = meta.get("description").unwrap_or("Shouts the prompt back").to_string();
+        Ok(warden_guest::definition(name, description, reference, "{}".into()))
     }
 
     fn execute(ctx: TaskContext, call: TaskCall, _definition: SubagentDefinition) -> Result<String, Error> {

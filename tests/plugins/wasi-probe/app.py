@@ -91,13 +91,7 @@ class Probe(wg.Plugin):
             raise wg.InvalidInput(f"kind {reference.kind} is not WASI-PROBE")
         meta = wg.Metadata.of(reference)
         name = meta.get("name") or reference.uri.replace(":", "/").rsplit("/", 1)[-1]
-        return types.SubagentDefinition(
-            name=name,
-            description=meta.get("description", "Probes the WASI sandbox"),
-            kind=reference.kind,
-            reference=reference,
-            protocol_data="{}",
-        )
+        return wg.definition(name, meta.get("description", "Probes the WASI sandbox"), reference)
 
     def execute(
         self,

@@ -186,6 +186,49 @@ async fn the_deadline_cancels_the_remote_task() {
     }
 }
 
+/// Issue 18: canceling a warden task (`POST /v1/tasks/{id}/cancel` on the real `warden
+/// serve`) that runs an A2A subagent cancels the remote task: the plugin sees the host's
+/// cancellation (WIT 0.2.0) while it waits on the peer's stream or polls, and sends
+/// `CancelTask` / `tasks/cancel` within the grace period; the peer's own cancel runs.
+#[test]
+fn canceling_the_warden_task_cancels_the_remote_task() {
+    for protocol in PROTOCOLS {
+        let peer = start_peer("slow-stream", protocol, &["--steps", "200", "--step-delay", "0.25"]);
+        let d = Deployment::new(&format!(
+            "  limits: {{ timeout: 2m }}\n  grants:\n    a2a: {GRANT}\nsubagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"{}\", kind: A2A, metadata: {{ name: slow }} }}\n",
+            peer.url()
+        ));
+        std::fs::copy(bundled_plugin("a2a"), d.dir.path().join("plugins/a2a.wasm")).unwrap();
+        let server = Server::start(&d);
+        let port = server.port;
+        let task = serde_json::json!({ "description": "e2e", "prompt": "go", "subagent_type": "slow", "run_in_background": true });
+        let (status, created) = json_of(port, "POST", "/v1/tasks", Some(&task));
+        assert_eq!(status, 202, "{protocol}: {created}");
+        let id = created["task_id"].as_str().unwrap().to_owned();
+        // Wait until the remote task runs (the peer logged the streaming send), then let a
+        // few of its steps go by while the plugin waits on the stream.
+        let send = expected(protocol, "SendStreamingMessage", "message/stream");
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while !methods(&peer_log(&peer)).contains(&send) {
+            assert!(std::time::Instant::now() < until, "{protocol}: the remote task never started");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(800));
+        let (_, record) = json_of(port, "GET", &format!("/v1/tasks/{id}?block=false"), None);
+        assert_eq!(record["status"], "working", "{protocol}: {record}");
+        let started = std::time::Instant::now();
+        let (status, canceled) = json_of(port, "POST", &format!("/v1/tasks/{id}/cancel"), None);
+        assert_eq!(status, 200, "{protocol}: {canceled}");
+        assert_eq!(canceled["status"], "canceled", "{protocol}: {canceled}");
+        assert!(started.elapsed() < Duration::from_secs(8), "{protocol}: the cancel took {:?}", started.elapsed());
+        let log = peer_log(&peer);
+        let m = methods(&log);
+        assert!(m.contains(&expected(protocol, "CancelTask", "tasks/cancel")), "{protocol}: {m:?}");
+        assert!(m.contains(&"cancel".to_string()), "{protocol}: the agent's cancel ran: {m:?}");
+        drop(server);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_operator_secret_is_injected_by_reference() {
     let env = format!("WARDEN_A2A_TEST_TOKEN_{}", std::process::id());

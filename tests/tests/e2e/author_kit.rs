@@ -78,13 +78,8 @@ impl Plugin for JsonRpc {
     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
         let meta = Metadata::new(&reference.metadata);
         let url = meta.require("url")?.to_owned();
-        Ok(SubagentDefinition {
-            name: meta.get("name").unwrap_or("rpc").into(),
-            description: "Asks a JSON-RPC server".into(),
-            kind: reference.kind.clone(),
-            reference,
-            protocol_data: json!({ "url": url }).to_string(),
-        })
+        let name = meta.get("name").unwrap_or("rpc").to_string();
+        Ok(warden_guest::definition(name, "Asks a JSON-RPC server".into(), reference, json!({ "url": url }).to_string()))
     }
     fn execute(_ctx: TaskContext, call: TaskCall, def: SubagentDefinition) -> Result<String, Error> {
         let data: Value = serde_json::from_str(&def.protocol_data)?;
@@ -119,8 +114,7 @@ class JsonRpc(wg.Plugin):
     def resolve(self, reference):
         meta = wg.Metadata.of(reference)
         url = meta.require("url")
-        return types.SubagentDefinition(name=meta.get("name") or "rpc", description="Asks a JSON-RPC server",
-                                        kind=reference.kind, reference=reference, protocol_data=json.dumps({"url": url}))
+        return wg.definition(meta.get("name") or "rpc", "Asks a JSON-RPC server", reference, json.dumps({"url": url}))
 
     def execute(self, ctx, call, definition):
         url = json.loads(definition.protocol_data)["url"]

@@ -7,7 +7,7 @@
 //!   with `v2: ` (hot-swap tests).
 
 wit_bindgen::generate!({
-    path: "../../../wit",
+    path: "../../../wit/0.1.0",
     world: "plugin",
 });
 

@@ -1,6 +1,8 @@
 //! `hostile` test plugin: misbehaves on request so the host's limits can be tested.
 //!
-//! kinds `["HOSTILE"]`, requests all seven capabilities. `can-resolve` spins
+//! Built against WIT 0.2.0 (the `echo` test plugin keeps 0.1.0). kinds `["HOSTILE"]`,
+//! requests all seven capabilities; reference metadata `tools` (comma-separated) becomes
+//! the definition's typed `tools`. `can-resolve` spins
 //! forever for a reference whose uri is `loop`. `execute` dispatches on the prompt:
 //!
 //! | prompt | behaviour |
@@ -23,7 +25,7 @@
 use std::hint::black_box;
 
 wit_bindgen::generate!({
-    path: "../../../wit",
+    path: "../../../wit/0.2.0",
     world: "plugin",
 });
 
@@ -69,11 +71,16 @@ impl resolver::Guest for Hostile {
             uri.rsplit(['/', ':']).next().unwrap_or(uri).to_string()
         });
         let description = meta("description").unwrap_or_else(|| "Misbehaves on request".into());
+        let tools = meta("tools").map(|t| t.split(',').map(|s| s.trim().to_string()).collect());
         Ok(SubagentDefinition {
             name,
             description,
             kind: reference.kind.clone(),
             reference,
+            tools,
+            permission_mode: None,
+            mcp_servers: vec![],
+            egress: None,
             protocol_data: "{}".into(),
         })
     }

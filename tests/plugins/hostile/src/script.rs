@@ -16,6 +16,10 @@
 //! | `resource` | `resources::read` | `uri` |
 //! | `model` | `model::complete` | `model`, `role`, `messages` (count), `content`, `arguments`, `tools` (count) |
 //! | `tools_list` / `tools_call` | `tools::list` / `tools::call` | `calls` (count), `name`, `arguments` |
+//! | `sleep` | `clock::sleep`; `ok:<ms slept>` | `ms` |
+//! | `now` / `remaining` | `clock::now_ms` / `clock::remaining_ms`; `ok:<ms>` | |
+//! | `canceled` | `cancel::is_canceled`; `ok:<bool>` | |
+//! | `cancel_wait` | `cancel::wait`; `ok:<bool>:<ms waited>` | `ms` |
 //!
 //! The result is a JSON array with one entry per op: `"ok"`, `"ok:<detail>"` or
 //! `"err:<variant>:<message>"` of the last repetition that failed (the first failure of
@@ -24,7 +28,7 @@
 use serde_json::{Value, json};
 
 use crate::warden::plugin::types::Error;
-use crate::warden::plugin::{events, http, log, model, resources, state, tools};
+use crate::warden::plugin::{cancel, clock, events, http, log, model, resources, state, tools};
 
 fn text(v: Option<&Value>) -> String {
     match v {
@@ -53,6 +57,7 @@ fn describe(e: &Error) -> String {
         Error::Unavailable(m) => ("unavailable", m),
         Error::InputRequired(m) => ("input-required", m),
         Error::Internal(m) => ("internal", m),
+        Error::Canceled(m) => ("canceled", m),
     };
     let mut message = message.clone();
     message.truncate(message.floor_char_boundary(512));
@@ -132,6 +137,18 @@ fn call(op: &Value, index: u64, streams: &mut Vec<http::BodyStream>) -> Result<S
             }
         }
         "resource" => resources::read(&text(op.get("uri"))).map(|b| b.len().to_string()),
+        "sleep" => {
+            let started = clock::now_ms();
+            clock::sleep(num(op, "ms").unwrap_or(0)).map(|()| (clock::now_ms() - started).to_string())
+        }
+        "now" => Ok(clock::now_ms().to_string()),
+        "remaining" => Ok(clock::remaining_ms().to_string()),
+        "canceled" => Ok(cancel::is_canceled().to_string()),
+        "cancel_wait" => {
+            let started = clock::now_ms();
+            let canceled = cancel::wait(num(op, "ms").unwrap_or(0));
+            Ok(format!("{canceled}:{}", clock::now_ms() - started))
+        }
         "model" => {
             let messages = (0..num(op, "messages").unwrap_or(1))
                 .map(|i| model::Message {

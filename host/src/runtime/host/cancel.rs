@@ -1,0 +1,24 @@
+//! `cancel`: whether the task this call serves was canceled, polled or awaited with a
+//! timeout capped by the call's remaining time. Needs no grant.
+
+use std::time::Duration;
+
+use super::super::bindings::latest::cancel;
+use super::HostState;
+
+impl cancel::Host for HostState {
+    async fn is_canceled(&mut self) -> bool {
+        self.scope.cancel.as_ref().is_some_and(|c| c.is_canceled())
+    }
+
+    async fn wait(&mut self, timeout_ms: u64) -> bool {
+        let timeout = Duration::from_millis(timeout_ms).min(self.scope.remaining());
+        match self.scope.cancel.clone() {
+            Some(signal) => tokio::time::timeout(timeout, signal.canceled()).await.is_ok(),
+            None => {
+                tokio::time::sleep(timeout).await;
+                false
+            }
+        }
+    }
+}

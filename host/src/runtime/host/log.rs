@@ -1,0 +1,38 @@
+//! `log`: one line per write, tagged with plugin, task and session; budgeted per call.
+
+use super::super::bindings::latest::log;
+use super::{Error, HostState, floor_char_boundary, over_budget};
+use crate::capability::Capability;
+use crate::services::MAX_LOG_LINE;
+
+impl log::Host for HostState {
+    async fn write(&mut self, level: log::Level, message: String) -> Result<(), Error> {
+        self.check(Capability::Log)?;
+        let budgets = self.scope.services.budgets;
+        let usage = &mut self.usage;
+        if usage.log_lines >= budgets.max_log_lines_per_call {
+            return Err(over_budget("log lines", budgets.max_log_lines_per_call.into(), "max_log_lines_per_call"));
+        }
+        if usage.log_bytes + message.len() as u64 > budgets.max_log_bytes_per_call {
+            return Err(over_budget("log bytes", budgets.max_log_bytes_per_call, "max_log_bytes_per_call"));
+        }
+        usage.log_lines += 1;
+        usage.log_bytes += message.len() as u64;
+        let mut message = message;
+        if message.len() > MAX_LOG_LINE {
+            message.truncate(floor_char_boundary(&message, MAX_LOG_LINE));
+            message.push_str(" [truncated]");
+        }
+        // One write is one line: newlines and terminal controls are escaped.
+        let message = crate::text::escape_control(&message);
+        let (plugin, task, session) = (&*self.scope.plugin, self.task_id(), self.session_id());
+        match level {
+            log::Level::Trace => tracing::trace!(plugin, task_id = task, session, "{message}"),
+            log::Level::Debug => tracing::debug!(plugin, task_id = task, session, "{message}"),
+            log::Level::Info => tracing::info!(plugin, task_id = task, session, "{message}"),
+            log::Level::Warn => tracing::warn!(plugin, task_id = task, session, "{message}"),
+            log::Level::Error => tracing::error!(plugin, task_id = task, session, "{message}"),
+        }
+        Ok(())
+    }
+}
