@@ -105,9 +105,10 @@ macro_rules! same_enum {
 }
 
 same_record!(types::SubagentReference, latest::types::SubagentReference { uri, kind, metadata });
-same_record!(types::TaskCall, latest::types::TaskCall {
-    description, prompt, subagent_type, model, resume, run_in_background
-});
+same_record!(
+    types::TaskCall,
+    latest::types::TaskCall { description, prompt, subagent_type, model, resume, run_in_background }
+);
 same_record!(types::TaskContext, latest::types::TaskContext { task_id, session_id, user_id, deadline_ms });
 same_enum!(types::Capability, latest::types::Capability { Log, Http, Model, Tools, Events, State, Resources });
 same_record!(types::PluginInfo, latest::types::PluginInfo { name, version, kinds } vec { capabilities });
