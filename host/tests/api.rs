@@ -520,7 +520,10 @@ mod cancel {
         let r = api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!((r.body["status"].as_str(), r.body["finish_reason"].as_str()), (Some("canceled"), Some("canceled")));
-        assert!(t.elapsed() < Duration::from_secs(2), "cancel took {:?}", t.elapsed());
+        // The spinner (WIT 0.2.0) ignores the cancellation: its call is dropped when its
+        // grace period for cleaning up ends.
+        let bound = warden::runtime::CANCEL_GRACE + Duration::from_secs(2);
+        assert!(t.elapsed() < bound, "cancel took {:?}", t.elapsed());
         assert_eq!(api.engine.running(), 0, "the slot is free again");
         let r = api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
         assert_eq!((r.status, r.body["error"]["code"].as_str()), (409, Some("task_finished")));
