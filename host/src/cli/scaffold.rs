@@ -30,7 +30,7 @@ macro_rules! embed {
 const SDK_RUST: &[(&str, &str)] = embed!("sdk/rust":
     "Cargo.toml", "src/bindings.rs", "src/cancel.rs", "src/clock.rs", "src/error.rs", "src/events.rs", "src/http.rs",
     "src/lib.rs", "src/log.rs", "src/metadata.rs", "src/model.rs", "src/plugin.rs", "src/resources.rs", "src/state.rs",
-    "src/text.rs",
+    "src/text.rs", "src/wire/http.rs", "src/wire/mod.rs", "src/wire/model.rs",
 );
 /// The Python guest SDK (`sdk/python/warden_guest`), vendored next to `app.py` (where
 /// componentize-py's default path `.` finds it).
@@ -183,17 +183,25 @@ mod tests {
     fn embedded_sdk_lists_every_file() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         for (dir, embedded, ext) in [("sdk/rust/src", SDK_RUST, "rs"), ("sdk/python/warden_guest", SDK_PYTHON, "py")] {
-            let mut on_disk: Vec<String> = std::fs::read_dir(root.join(dir))
-                .unwrap()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(ext))
-                .collect();
+            // Every file below `dir`, as a path relative to it (SDK modules may be folders).
+            fn files(base: &Path, dir: &Path, ext: &str, out: &mut Vec<String>) {
+                for e in std::fs::read_dir(dir).unwrap().flatten() {
+                    let p = e.path();
+                    if p.is_dir() && p.file_name().is_some_and(|n| n != "__pycache__") {
+                        files(base, &p, ext, out);
+                    } else if p.extension().is_some_and(|x| x == ext) {
+                        out.push(p.strip_prefix(base).unwrap().to_string_lossy().into_owned());
+                    }
+                }
+            }
+            let mut on_disk = vec![];
+            files(&root.join(dir), &root.join(dir), ext, &mut on_disk);
             on_disk.sort();
+            let prefix = if ext == "rs" { "src/" } else { "" };
             let mut listed: Vec<String> = embedded
                 .iter()
                 .filter(|(f, _)| f.ends_with(ext))
-                .map(|(f, _)| f.rsplit('/').next().unwrap().to_owned())
+                .map(|(f, _)| f.strip_prefix(prefix).unwrap_or(f).to_owned())
                 .collect();
             listed.sort();
             assert_eq!(listed, on_disk, "{dir}");

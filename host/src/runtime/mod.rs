@@ -26,7 +26,9 @@ use wasmtime::{Config as EngineConfig, Engine, Store, Trap, UpdateDeadline};
 use crate::capability::Grants;
 use crate::config::Limits;
 use crate::event::EventSink;
-use crate::plugin::{CancelSignal, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+use crate::plugin::{
+    CancelSignal, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+};
 use crate::services::HostServices;
 use bindings::Bindings;
 pub use bindings::WitVersion;

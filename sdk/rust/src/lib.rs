@@ -69,6 +69,7 @@ pub mod model;
 pub mod resources;
 pub mod state;
 pub mod text;
+pub mod wire;
 
 #[cfg(feature = "bindings")]
 pub mod bindings;
