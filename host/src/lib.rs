@@ -12,7 +12,7 @@
 //! - [`services`], [`tools`], [`mcp_tools`] (what imports use);
 //! - [`config`] (warden.yaml, plain validated data);
 //! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`event`]
-//!   and [`task_state`] (the typed task flow), [`store`], [`redact`], [`builtin`], [`text`],
+//!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task), [`store`], [`redact`], [`builtin`], [`text`],
 //!   [`bounded_read`].
 //!
 //! This file only declares modules and re-exports; it holds nothing other modules import.
@@ -33,6 +33,7 @@ pub mod provenance;
 pub mod redact;
 pub mod registry;
 pub mod runtime;
+pub mod scope;
 pub mod server;
 pub mod services;
 pub mod store;

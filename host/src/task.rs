@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::event::{EventSink, HostEvent, TaskEvent};
+use crate::event::{HostEvent, TaskEvent};
 use crate::plugin::{GuestError, TaskCall, TaskContext};
 use crate::registry::{Registered, Registry, Snapshot};
+use crate::runtime::CallError;
 use crate::runtime::LoadedPlugin;
-use crate::runtime::{CallError, CallExtras};
 use crate::store::TaskRecord;
 use crate::task_state::TaskState;
 
@@ -51,24 +51,7 @@ pub enum TaskError {
     NoPlugin { name: String, kind: String },
 }
 
-/// Where a task runs: its ids and where its events go.
-#[derive(Default)]
-pub struct TaskScope {
-    pub session_id: String,
-    pub user_id: String,
-    pub events: Option<EventSink>,
-    /// Secrets for the task's sandbox execs (`tool_context`), as environment variables.
-    pub tool_env: Vec<(String, String)>,
-    /// How to ask a person about a tool call; `None` = HTTP approvals only.
-    pub decider: Option<std::sync::Arc<dyn warden_approval::Decider>>,
-    /// Tool calls the task may run (`max_tool_iterations`); `None` = unlimited.
-    pub tool_budget: Option<std::sync::Arc<crate::tools::ToolBudget>>,
-    /// The task's own egress list (`egress` of the request), narrowing the operator's and
-    /// the subagent's.
-    pub egress: Option<std::sync::Arc<warden_sandbox::EgressNarrowing>>,
-    /// The task's cancellation, seen by the plugin (WIT 0.2.0 `cancel`).
-    pub cancel: Option<crate::plugin::CancelSignal>,
-}
+pub use crate::scope::TaskScope;
 
 /// A fresh task id, `task_<uuid>`.
 pub fn new_task_id() -> String {
@@ -102,14 +85,16 @@ pub async fn run(
     registry: &Registry,
     task_id: String,
     call: &TaskCall,
-    scope: TaskScope,
+    mut scope: TaskScope,
 ) -> Result<TaskOutcome, TaskError> {
     let snapshot = registry.snapshot();
     let (registered, plugin) = resolve(&snapshot, call)?;
     let definition = registered.definition.clone();
-    let egress = registered.egress.iter().chain(&scope.egress).cloned().collect();
+    // The definition's own egress list narrows the task's tool calls too.
+    scope.egress.splice(0..0, registered.egress.iter().cloned());
     drop(snapshot);
-    let ctx = TaskContext { task_id: task_id.clone(), session_id: scope.session_id, user_id: scope.user_id };
+    let ctx =
+        TaskContext { task_id: task_id.clone(), session_id: scope.session_id.clone(), user_id: scope.user_id.clone() };
     let plugin_ref = crate::plugin::PluginRef {
         id: plugin.id.clone(),
         version: plugin.info.version.clone(),
@@ -123,16 +108,7 @@ pub async fn run(
         // Which build runs this task.
         let _ = events.send(TaskEvent::Host(HostEvent::PluginBuild(plugin_ref.clone()))).await;
     }
-    let extras = CallExtras {
-        events: scope.events,
-        permission_mode: definition.permission_mode,
-        tool_env: scope.tool_env,
-        decider: scope.decider,
-        tool_budget: scope.tool_budget,
-        egress,
-        cancel: scope.cancel,
-    };
-    let result = registry.runtime().execute(&plugin, ctx, call, &definition, extras).await;
+    let result = registry.runtime().execute(&plugin, ctx, call, &definition, scope).await;
     let plugin = Some(plugin_ref);
     let outcome = match result {
         Ok(output) => TaskOutcome { task_id, status: TaskState::Completed, output: Some(output), error: None, plugin },

@@ -8,15 +8,16 @@
 //! the sandbox. This module must never run a call the gate did not allow.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use warden_approval::{ApprovalGate, ApprovalRequest, Decider, PermissionMode, Policy};
+use warden_approval::{ApprovalGate, ApprovalRequest, Policy};
 use warden_sandbox::{Sandbox, SessionKey};
 
 use crate::event::{EventSink, TaskEvent, ToolEvent};
 use crate::mcp_tools::McpTools;
+pub use crate::scope::{TaskScope, ToolBudget};
 
 /// A tool as a model sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,74 +41,6 @@ pub struct ToolResult {
     pub id: String,
     pub content: String,
     pub is_error: bool,
-}
-
-/// Who is calling: the task, its session, the subagent and what the operator's
-/// policy lets it claim.
-#[derive(Clone, Default)]
-pub struct ToolScope {
-    pub task_id: String,
-    pub session_id: String,
-    pub user_id: String,
-    pub subagent: String,
-    pub plugin: String,
-    /// The agent file's `permissionMode`; capped by the operator's `max_mode` in the gate.
-    pub permission_mode: Option<PermissionMode>,
-    /// Per-task secrets for sandbox execs (`tool_context`); never logged or stored.
-    pub env: Vec<(String, String)>,
-    pub events: Option<EventSink>,
-    /// How to ask a person (TTY prompt); `None` = only `POST /v1/approvals/{id}` can decide.
-    pub decider: Option<Arc<dyn Decider>>,
-    /// MCP servers the agent file's `mcpServers` names (operator-configured ones only).
-    pub mcp_servers: Vec<String>,
-    /// Tool calls the task may still run (`max_tool_iterations`); `None` = unlimited.
-    /// Checked before each call runs, so no call past the limit ever starts.
-    pub tool_budget: Option<Arc<ToolBudget>>,
-    /// Egress lists that narrow the operator's `sandbox.egress` while a call of this scope
-    /// runs (the subagent's, the task's); empty = the operator's list.
-    pub egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
-}
-
-/// A task's tool-call budget (`max_tool_iterations`): the one place the limit is counted.
-/// The tool host takes one call from it for every call a plugin asks for, before the gate;
-/// the engine waits on [`ToolBudget::exhausted`] and ends the task when a call was refused.
-#[derive(Debug)]
-pub struct ToolBudget {
-    max_calls: u32,
-    remaining: AtomicU32,
-    exceeded: tokio::sync::watch::Sender<bool>,
-}
-
-impl ToolBudget {
-    pub fn new(max_calls: u32) -> Self {
-        ToolBudget { max_calls, remaining: AtomicU32::new(max_calls), exceeded: tokio::sync::watch::channel(false).0 }
-    }
-
-    /// The limit this budget started with.
-    pub fn max_calls(&self) -> u32 {
-        self.max_calls
-    }
-
-    /// Takes one call; false (and remembered) when the budget is used up.
-    pub fn take(&self) -> bool {
-        let ok = self.remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
-        if !ok {
-            self.exceeded.send_replace(true);
-        }
-        ok
-    }
-
-    /// Whether a call was refused for lack of budget.
-    pub fn exceeded(&self) -> bool {
-        *self.exceeded.borrow()
-    }
-
-    /// Resolves once a call has been refused for lack of budget.
-    pub async fn exhausted(&self) {
-        let mut rx = self.exceeded.subscribe();
-        // The sender lives as long as `self`: `wait_for` cannot fail while we are borrowed.
-        let _ = rx.wait_for(|exceeded| *exceeded).await;
-    }
 }
 
 pub struct ToolHost {
@@ -215,7 +148,7 @@ impl ToolHost {
     }
 
     /// Marks a call of `scope` as running in `key`'s sandbox until the guard drops.
-    fn fly(&self, scope: &ToolScope, key: &SessionKey) -> Option<FlightGuard<'_>> {
+    fn fly(&self, scope: &TaskScope, key: &SessionKey) -> Option<FlightGuard<'_>> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let in_flight = self.in_flight.as_ref()?;
         let events = scope.events.clone()?;
@@ -251,7 +184,7 @@ impl ToolHost {
 
     /// Tools a subagent may see: the sandbox tools and its MCP servers' tools, minus
     /// those a bare-name deny removes.
-    pub async fn list(&self, scope: &ToolScope) -> Vec<ToolSpec> {
+    pub async fn list(&self, scope: &TaskScope) -> Vec<ToolSpec> {
         let sandbox = warden_sandbox::tool_specs().into_iter().map(|t| ToolSpec {
             name: t.name.to_string(),
             description: t.description.to_string(),
@@ -261,7 +194,7 @@ impl ToolHost {
         let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
             sandbox,
             key: &key,
-            secrets: &scope.env,
+            secrets: &scope.tool_env,
         });
         let mcp = self.mcp.list(&scope.mcp_servers, site.as_ref()).await.into_iter().map(|t| ToolSpec {
             name: t.name,
@@ -274,7 +207,7 @@ impl ToolHost {
     /// Runs one call the gate allowed: MCP tools on their server, the rest in the sandbox.
     async fn run_allowed(
         &self,
-        scope: &ToolScope,
+        scope: &TaskScope,
         key: &SessionKey,
         call: &ToolCall,
         approved_path: Option<&str>,
@@ -289,7 +222,7 @@ impl ToolHost {
             let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
                 sandbox,
                 key,
-                secrets: &scope.env,
+                secrets: &scope.tool_env,
             });
             return match self.mcp.call(server, tool, call.input.clone(), site.as_ref()).await {
                 Ok(r) => (r.text, r.is_error),
@@ -299,7 +232,10 @@ impl ToolHost {
         match &self.sandbox {
             Err(e) => (format!("The {} call failed: {e}", call.name), true),
             Ok(sandbox) => {
-                match sandbox.call_tool_pinned(key, &call.name, call.input.clone(), &scope.env, approved_path).await {
+                match sandbox
+                    .call_tool_pinned(key, &call.name, call.input.clone(), &scope.tool_env, approved_path)
+                    .await
+                {
                     Ok(out) => (out.content, out.is_error),
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
                 }
@@ -323,7 +259,7 @@ impl ToolHost {
     }
 
     /// Runs a batch through the gate and the sandbox; results come back in call order.
-    pub async fn call_batch(&self, scope: &ToolScope, calls: Vec<ToolCall>) -> Vec<ToolResult> {
+    pub async fn call_batch(&self, scope: &TaskScope, calls: Vec<ToolCall>) -> Vec<ToolResult> {
         for c in &calls {
             emit(
                 scope,
@@ -338,15 +274,26 @@ impl ToolHost {
         for c in &calls {
             resolved.push(self.resolve_for_policy(&key, c).await);
         }
-        // The task's tool-call limit counts every call asked for, whatever its verdict; a
-        // call past it is not put to the gate (nobody is asked about a call that cannot run).
-        let within_budget: Vec<bool> =
-            calls.iter().map(|_| scope.tool_budget.as_ref().is_none_or(|b| b.take())).collect();
+        // Why a call cannot run at all, whatever a person would say: its task was canceled
+        // (the plugin may still run during the cancel grace period, but starts nothing), or
+        // it is past the task's tool-call limit, which counts every call asked for. Such a
+        // call is not put to the gate: nobody is asked about a call that cannot run.
+        let canceled = scope.cancel.as_ref().is_some_and(crate::plugin::CancelSignal::is_canceled);
+        let refusals: Vec<Option<&str>> = calls
+            .iter()
+            .map(|_| match () {
+                _ if canceled => Some("the task was canceled"),
+                _ if scope.tool_budget.as_ref().is_some_and(|b| !b.take()) => {
+                    Some("the task reached its tool-call limit")
+                }
+                _ => None,
+            })
+            .collect();
         let requests = calls
             .iter()
             .zip(&resolved)
-            .zip(&within_budget)
-            .filter(|(_, within)| **within)
+            .zip(&refusals)
+            .filter(|(_, refused)| refused.is_none())
             .map(|((c, path), _)| {
                 let mut r = ApprovalRequest::new(c.name.clone(), c.input.clone(), scope.subagent.clone());
                 r.task_id = Some(scope.task_id.clone());
@@ -363,10 +310,10 @@ impl ToolHost {
             .collect();
         let mut verdicts = self.gate.decide_batch_with(requests, scope.decider.clone()).await.into_iter();
         let mut results = Vec::with_capacity(calls.len());
-        for ((call, within), path) in calls.into_iter().zip(within_budget).zip(resolved) {
-            let verdict = if within { verdicts.next() } else { None };
+        for ((call, refused), path) in calls.into_iter().zip(refusals).zip(resolved) {
+            let verdict = if refused.is_none() { verdicts.next() } else { None };
             let (content, is_error) = match verdict.as_ref().map(|v| v.declined_message(&call.name)) {
-                None => (format!("The {} call was not run: the task reached its tool-call limit.", call.name), true),
+                None => (format!("The {} call was not run: {}.", call.name, refused.unwrap_or_default()), true),
                 Some(Some(declined)) => (declined, true),
                 Some(None) => match path {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
@@ -410,7 +357,7 @@ fn excerpt(s: &str) -> String {
     format!("{}… [{} bytes]", &s[..cut], s.len())
 }
 
-async fn emit(scope: &ToolScope, event: ToolEvent) {
+async fn emit(scope: &TaskScope, event: ToolEvent) {
     if let Some(sink) = &scope.events {
         let _ = sink.send(TaskEvent::Tool { plugin: scope.plugin.clone(), event }).await;
     }

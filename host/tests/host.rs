@@ -1407,9 +1407,10 @@ mod wit_versions {
     use super::*;
     use serde_json::{Value, json};
     use warden::plugin::CancelSignal;
-    use warden::runtime::{CallExtras, WitVersion};
+    use warden::runtime::WitVersion;
+    use warden::scope::TaskScope;
 
-    async fn script_with(rt: &Runtime, p: &LoadedPlugin, ops: &Value, extras: CallExtras) -> Vec<String> {
+    async fn script_with(rt: &Runtime, p: &LoadedPlugin, ops: &Value, extras: TaskScope) -> Vec<String> {
         let def = rt.resolve(p, &reference("HOSTILE", "test://x")).await.expect("resolve");
         let call = TaskCall { prompt: format!("script:{ops}"), subagent_type: def.name.clone(), ..Default::default() };
         let out = rt.execute(p, ctx(), &call, &def, extras).await.unwrap_or_else(|e| panic!("{ops}: {e:?}"));
@@ -1480,7 +1481,7 @@ mod wit_versions {
                 { "op": "canceled" },
                 { "op": "cancel_wait", "ms": 30 },
             ]),
-            CallExtras::default(),
+            TaskScope::default(),
         )
         .await;
         assert!(r[0].starts_with("ok:"), "{r:?}");
@@ -1513,7 +1514,7 @@ mod wit_versions {
             later.cancel();
         });
         let started = Instant::now();
-        let extras = CallExtras { cancel: Some(cancel), ..CallExtras::default() };
+        let extras = TaskScope { cancel: Some(cancel), ..TaskScope::default() };
         let r = script_with(
             &rt,
             &p,
@@ -1546,7 +1547,7 @@ mod wit_versions {
             let def = rt.resolve(&p, &reference(&p.info.kinds[0], "test://x")).await.unwrap();
             let call = TaskCall { prompt: "loop".into(), subagent_type: def.name.clone(), ..Default::default() };
             let started = Instant::now();
-            let extras = CallExtras { cancel: Some(cancel), ..CallExtras::default() };
+            let extras = TaskScope { cancel: Some(cancel), ..TaskScope::default() };
             let out = rt.execute(&p, ctx(), &call, &def, extras).await;
             if name == "hostile" {
                 assert!(matches!(out, Err(CallError::Canceled { .. })), "{out:?}");

@@ -9,7 +9,8 @@ use serde::Serialize;
 use super::{EXIT_TASK_FAILED, EXIT_USAGE, LOCAL_USER, prompt};
 use crate::app::Host;
 use crate::config::Config;
-use crate::tools::{ToolCall, ToolScope};
+use crate::scope::TaskScope;
+use crate::tools::ToolCall;
 
 /// Ends a session this process created (its container and workspace volume go).
 pub async fn end_session(host: &Host, session_id: &str) {
@@ -47,14 +48,14 @@ pub async fn tool(
     let tools = host.tools.clone();
     let ephemeral = session.is_none();
     let session_id = session.unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
-    let scope = ToolScope {
+    let scope = TaskScope {
         task_id: format!("tool_{}", uuid::Uuid::new_v4()),
         session_id: session_id.clone(),
         user_id: LOCAL_USER.into(),
         subagent: "warden-tool".into(),
         plugin: "cli".into(),
         decider: Some(prompt::terminal_decider(false)),
-        ..ToolScope::default()
+        ..TaskScope::default()
     };
     let call = ToolCall { id: "call_1".into(), name: tool.to_owned(), input };
     let result = tools.call_batch(&scope, vec![call]).await.pop().context("no result")?;

@@ -483,8 +483,9 @@ impl Engine {
             tool_env,
             decider: asker,
             tool_budget: budget.clone(),
-            egress,
+            egress: egress.into_iter().collect(),
             cancel: Some(cancel.clone()),
+            ..TaskScope::default()
         };
         let registry = self.registry.clone();
         let mut run = std::pin::pin!(task::run(&registry, task_id.clone(), &call, scope));

@@ -13,6 +13,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use crate::capability::Grants;
 use crate::event::EventSink;
 use crate::plugin::{CancelSignal, TaskContext};
+use crate::scope::TaskScope;
 use crate::services::HostServices;
 
 /// Bytes of a plugin's stdout/stderr kept per call (WASI plugins only); the rest is
@@ -27,23 +28,34 @@ pub struct CallScope {
     pub grants: Arc<Grants>,
     pub task: Option<TaskContext>,
     pub deadline: Instant,
-    pub events: Option<EventSink>,
-    /// Who is calling tools in this call (set for `execute` calls only).
-    pub tools: Option<crate::tools::ToolScope>,
+    /// The running task's context (`execute` calls only): its events, tools, allowed tools
+    /// and cancellation. Shared with the tool host, never copied.
+    pub task_scope: Option<Arc<TaskScope>>,
     pub services: Arc<HostServices>,
     /// The plugin's HTTP client (its grant's address check in the resolver).
     pub http: reqwest::Client,
-    /// The task's cancellation (set for `execute` calls run by a task).
-    pub cancel: Option<CancelSignal>,
-    /// The definition's `tools` list (`None` = every tool): what the tools import offers.
-    pub allowed_tools: Option<Vec<String>>,
 }
 
 impl CallScope {
+    /// Where the task's events go (`execute` calls of a task that keeps events).
+    pub fn events(&self) -> Option<&EventSink> {
+        self.task_scope.as_ref()?.events.as_ref()
+    }
+
+    /// The task's cancellation (`execute` calls run by a task).
+    pub fn cancel(&self) -> Option<&CancelSignal> {
+        self.task_scope.as_ref()?.cancel.as_ref()
+    }
+
+    /// The definition's `tools` list (`None` = every tool): what the tools import offers.
+    pub fn allowed_tools(&self) -> Option<&Vec<String>> {
+        self.task_scope.as_ref()?.allowed_tools.as_ref()
+    }
+
     /// When the call ends: its deadline, or once the task is canceled the end of the
     /// grace period ([`super::CANCEL_GRACE`]) if that is sooner.
     pub fn effective_deadline(&self) -> Instant {
-        match self.cancel.as_ref().and_then(CancelSignal::canceled_at) {
+        match self.cancel().and_then(CancelSignal::canceled_at) {
             Some(at) => self.deadline.min(at + super::CANCEL_GRACE),
             None => self.deadline,
         }

@@ -25,10 +25,8 @@ use wasmtime::{Config as EngineConfig, Engine, Store, Trap, UpdateDeadline};
 
 use crate::capability::Grants;
 use crate::config::Limits;
-use crate::event::EventSink;
-use crate::plugin::{
-    CancelSignal, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
-};
+use crate::plugin::{GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext};
+use crate::scope::TaskScope;
 use crate::services::HostServices;
 use bindings::Bindings;
 pub use bindings::WitVersion;
@@ -52,33 +50,6 @@ pub const INFO_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// see the cancellation; 0.1.0 calls are dropped at once. Well under the engine's wait for
 /// a canceled task to end, so a cancel request still answers promptly.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(3);
-
-/// Per-task inputs of an `execute` call beyond the SPI records.
-#[derive(Default)]
-pub struct CallExtras {
-    /// Where the call's events go.
-    pub events: Option<EventSink>,
-    /// The agent's requested permission mode (capped by the operator's policy).
-    pub permission_mode: Option<warden_approval::PermissionMode>,
-    /// Secrets for sandbox execs (`tool_context`); never logged or stored.
-    pub tool_env: Vec<(String, String)>,
-    /// How to ask a person about a tool call (TTY); `None` = HTTP approvals only.
-    pub decider: Option<Arc<dyn warden_approval::Decider>>,
-    /// Tool calls the task may still run; `None` = unlimited.
-    pub tool_budget: Option<Arc<crate::tools::ToolBudget>>,
-    /// Egress lists narrowing the operator's for the task's tool calls (the subagent's,
-    /// the task's).
-    pub egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
-    /// The task's cancellation: seen by the plugin (WIT `cancel`), and it ends the call
-    /// (after [`CANCEL_GRACE`] for plugins that can see it).
-    pub cancel: Option<CancelSignal>,
-}
-
-impl From<Option<EventSink>> for CallExtras {
-    fn from(events: Option<EventSink>) -> Self {
-        CallExtras { events, ..CallExtras::default() }
-    }
-}
 
 /// Why a plugin call did not return a value.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -487,34 +458,24 @@ impl Runtime {
         pre: &InstancePre<HostState>,
     ) -> Result<PluginInfo, CallError> {
         let limits = Limits { timeout: INFO_CALL_TIMEOUT, ..Limits::default() };
-        let scope = self.scope(id, Arc::new(Grants::default()), None, None, limits.timeout);
+        let scope = self.scope(id, Arc::new(Grants::default()), limits.timeout);
         self.run(id, version, pre, limits, scope, |bindings, store| Box::pin(bindings.info(store))).await
     }
 
-    fn scope(
-        &self,
-        plugin: &str,
-        grants: Arc<Grants>,
-        task: Option<TaskContext>,
-        events: Option<EventSink>,
-        timeout: Duration,
-    ) -> CallScope {
+    fn scope(&self, plugin: &str, grants: Arc<Grants>, timeout: Duration) -> CallScope {
         CallScope {
             plugin: plugin.into(),
             grants,
-            task,
+            task: None,
             deadline: Instant::now() + timeout,
-            events,
-            tools: None,
+            task_scope: None,
             http: self.services.http.clone(),
             services: self.services.clone(),
-            cancel: None,
-            allowed_tools: None,
         }
     }
 
     pub async fn can_resolve(&self, plugin: &LoadedPlugin, reference: &SubagentReference) -> Result<bool, CallError> {
-        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
+        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), plugin.limits.timeout);
         scope.http = plugin.http.clone();
         let (pre, r) = (plugin.build.pre(), reference.clone());
         self.run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
@@ -528,7 +489,7 @@ impl Runtime {
         plugin: &LoadedPlugin,
         reference: &SubagentReference,
     ) -> Result<SubagentDefinition, CallError> {
-        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), None, None, plugin.limits.timeout);
+        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), plugin.limits.timeout);
         scope.http = plugin.http.clone();
         let (pre, r) = (plugin.build.pre(), reference.clone());
         self.run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
@@ -544,9 +505,8 @@ impl Runtime {
         task: TaskContext,
         call: &TaskCall,
         definition: &SubagentDefinition,
-        extras: impl Into<CallExtras>,
+        scope: impl Into<TaskScope>,
     ) -> Result<String, CallError> {
-        let extras: CallExtras = extras.into();
         let timeout = plugin.limits.timeout;
         let ctx = wit::TaskContext {
             task_id: task.task_id.clone(),
@@ -554,25 +514,21 @@ impl Runtime {
             user_id: task.user_id.clone(),
             deadline_ms: timeout.as_millis() as u64,
         };
-        let tools = crate::tools::ToolScope {
-            task_id: task.task_id.clone(),
-            session_id: task.session_id.clone(),
-            user_id: task.user_id.clone(),
-            subagent: definition.name.clone(),
-            plugin: plugin.id.clone(),
-            permission_mode: extras.permission_mode,
-            env: extras.tool_env,
-            events: extras.events.clone(),
-            decider: extras.decider,
-            mcp_servers: definition.mcp_servers.clone(),
-            tool_budget: extras.tool_budget,
-            egress: extras.egress,
-        };
-        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), Some(task), extras.events, timeout);
-        scope.tools = Some(tools);
+        // The task's context is completed here, once, with what the call and the definition
+        // say, then shared by the call's imports and the tool host.
+        let mut task_scope: TaskScope = scope.into();
+        task_scope.task_id.clone_from(&task.task_id);
+        task_scope.session_id.clone_from(&task.session_id);
+        task_scope.user_id.clone_from(&task.user_id);
+        task_scope.subagent.clone_from(&definition.name);
+        task_scope.plugin.clone_from(&plugin.id);
+        task_scope.permission_mode = definition.permission_mode;
+        task_scope.mcp_servers.clone_from(&definition.mcp_servers);
+        task_scope.allowed_tools.clone_from(&definition.tools);
+        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), timeout);
+        scope.task = Some(task);
+        scope.task_scope = Some(Arc::new(task_scope));
         scope.http = plugin.http.clone();
-        scope.cancel = extras.cancel;
-        scope.allowed_tools = definition.tools.clone();
         let (pre, call, def) = (plugin.build.pre(), call.clone(), definition.clone());
         let out = self
             .run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
@@ -605,7 +561,7 @@ impl Runtime {
         + Send,
     ) -> Result<R, CallError> {
         let deadline = scope.deadline;
-        let cancel = scope.cancel.clone();
+        let cancel = scope.cancel().cloned();
         // A pool slot for the whole call (released after the store below is dropped);
         // waiting for one counts against the call's deadline.
         let pooled = Engine::same(pre.engine(), &self.engine);
@@ -701,7 +657,7 @@ pub mod bench {
     use super::*;
 
     fn bare_store(rt: &Runtime) -> Store<HostState> {
-        let scope = rt.scope("bench", Arc::new(Grants::default()), None, None, Duration::from_secs(3600));
+        let scope = rt.scope("bench", Arc::new(Grants::default()), Duration::from_secs(3600));
         let mut store = Store::new(&rt.engine, HostState::new(scope, u64::MAX));
         // Epoch interruption is an engine setting; give the baseline an unreachable deadline.
         store.set_epoch_deadline(u64::MAX / 2);

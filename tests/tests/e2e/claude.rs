@@ -109,7 +109,7 @@ impl ClaudeHost {
     /// A tool call in `session` as the parent agent (or the operator) would make it.
     async fn parent_tool(&self, session: &str, tool: &str, input: serde_json::Value) -> warden::tools::ToolResult {
         let tools = self.host.tools.clone();
-        let scope = warden::tools::ToolScope {
+        let scope = warden::scope::TaskScope {
             task_id: "parent".into(),
             session_id: session.into(),
             user_id: "tester".into(),
@@ -529,7 +529,7 @@ async fn an_agent_file_and_a_task_can_only_narrow_egress() {
         session_id: s.clone(),
         user_id: "tester".into(),
         events: Some(tx),
-        egress: Some(task_list),
+        egress: vec![task_list],
         ..TaskScope::default()
     };
     let outcome = task::run(&h.registry, task::new_task_id(), &call, scope).await.unwrap();

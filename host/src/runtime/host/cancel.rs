@@ -8,12 +8,12 @@ use super::HostState;
 
 impl cancel::Host for HostState {
     async fn is_canceled(&mut self) -> bool {
-        self.scope.cancel.as_ref().is_some_and(|c| c.is_canceled())
+        self.scope.cancel().is_some_and(|c| c.is_canceled())
     }
 
     async fn wait(&mut self, timeout_ms: u64) -> bool {
         let timeout = Duration::from_millis(timeout_ms).min(self.scope.remaining());
-        match self.scope.cancel.clone() {
+        match self.scope.cancel().cloned() {
             Some(signal) => tokio::time::timeout(timeout, signal.canceled()).await.is_ok(),
             None => {
                 tokio::time::sleep(timeout).await;

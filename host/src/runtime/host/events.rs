@@ -42,7 +42,7 @@ impl events::Host for HostState {
         }
         self.usage.events += 1;
         self.usage.event_bytes += raw_len;
-        let Some(sink) = &self.scope.events else { return Ok(()) };
+        let Some(sink) = self.scope.events() else { return Ok(()) };
         let event = TaskEvent::Plugin(PluginEvent { plugin: self.scope.plugin.to_string(), kind, data });
         sink.send(event).await.map_err(|_| Error::Unavailable("the task's event stream is closed".into()))
     }

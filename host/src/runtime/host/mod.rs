@@ -78,7 +78,7 @@ impl HostState {
     /// or when the task is already canceled (a wait begun after the cancellation is the
     /// plugin's clean-up and runs normally within the grace period).
     fn cancel_watch(&self) -> Option<CancelSignal> {
-        self.scope.cancel.clone().filter(|c| !c.is_canceled())
+        self.scope.cancel().cloned().filter(|c| !c.is_canceled())
     }
 }
 

@@ -104,8 +104,8 @@ impl model::Host for HostState {
         request.timeout = Some(timeout);
         // Streamed tokens and reasoning become task events; a full sink drops them
         // rather than stalling the provider.
-        let sink =
-            self.scope.events.clone().filter(|_| self.scope.grants.check(Capability::Events).is_ok()).map(|events| {
+        let sink = self.scope.events().cloned().filter(|_| self.scope.grants.check(Capability::Events).is_ok()).map(
+            |events| {
                 let plugin = self.scope.plugin.to_string();
                 warden_models::StreamSink::new(move |ev| {
                     let (stream, text) = match ev {
@@ -115,7 +115,8 @@ impl model::Host for HostState {
                     };
                     let _ = events.try_send(TaskEvent::Model { plugin: plugin.clone(), stream, text });
                 })
-            });
+            },
+        );
         let cancel = self.cancel_watch();
         let response = provider.complete(request, sink);
         let response = interruptible(cancel, "a model call was under way", async { Ok(response.await) }).await?;

@@ -9,7 +9,7 @@ use crate::capability::Capability;
 use crate::services::MAX_TOOL_CALLS_PER_BATCH;
 
 impl HostState {
-    fn tool_host(&self) -> Result<(Arc<crate::tools::ToolHost>, crate::tools::ToolScope), Error> {
+    fn tool_host(&self) -> Result<(Arc<crate::tools::ToolHost>, Arc<crate::scope::TaskScope>), Error> {
         self.check(Capability::Tools)?;
         let host = self
             .scope
@@ -19,7 +19,7 @@ impl HostState {
             .ok_or_else(|| Error::Unavailable("sandbox tools are not configured in this host".into()))?;
         let scope = self
             .scope
-            .tools
+            .task_scope
             .clone()
             .ok_or_else(|| Error::Unavailable("tools can only be used while executing a task".into()))?;
         Ok((host, scope))
@@ -44,7 +44,7 @@ pub(crate) fn tool_allowed(allowed: Option<&[String]>, name: &str) -> bool {
 impl tools::Host for HostState {
     async fn list(&mut self) -> Result<Vec<model::ToolSpec>, Error> {
         let (host, scope) = self.tool_host()?;
-        let allowed = self.scope.allowed_tools.clone();
+        let allowed = self.scope.allowed_tools().cloned();
         Ok(host
             .list(&scope)
             .await
@@ -73,7 +73,7 @@ impl tools::Host for HostState {
             .collect::<Result<Vec<_>, Error>>()?;
         // Calls outside the definition's `tools` never reach the gate: they come back as
         // error results in their place, the others run as one batch.
-        let allowed = self.scope.allowed_tools.clone();
+        let allowed = self.scope.allowed_tools().cloned();
         let (run, refused): (Vec<_>, Vec<_>) =
             calls.into_iter().enumerate().partition(|(_, c)| tool_allowed(allowed.as_deref(), &c.name));
         let (order, run): (Vec<usize>, Vec<_>) = run.into_iter().unzip();

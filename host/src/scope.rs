@@ -1,0 +1,98 @@
+//! The one context of a running task ([`TaskScope`]): who runs it (task, session, user,
+//! subagent, plugin), what its definition allows (permission mode, MCP servers, tools,
+//! egress), where its events go, how to ask a person, what it may still spend and whether
+//! it was canceled. Filled once, in order — the engine (ids, secrets, decider, budget, the
+//! task's egress, cancellation), [`crate::task::run`] (the definition's egress), the runtime
+//! (the definition's and plugin's fields) — then shared as `Arc<TaskScope>` by the plugin
+//! call, its host imports and the tool host, and read by the approval requests it makes.
+//! Data only: this module decides nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use warden_approval::{Decider, PermissionMode};
+
+use crate::event::EventSink;
+use crate::plugin::CancelSignal;
+
+/// A running task's context (see the module docs).
+#[derive(Clone, Default)]
+pub struct TaskScope {
+    pub task_id: String,
+    pub session_id: String,
+    pub user_id: String,
+    /// The subagent's name (its definition's).
+    pub subagent: String,
+    /// The id of the plugin that executes it.
+    pub plugin: String,
+    /// The definition's permission mode; capped by the operator's `max_mode` in the gate.
+    pub permission_mode: Option<PermissionMode>,
+    /// MCP servers the definition names (operator-configured ones only are offered).
+    pub mcp_servers: Vec<String>,
+    /// The definition's `tools` list (`None` = every tool): what the tools import offers.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Per-task secrets for sandbox execs (`tool_context`), as environment variables;
+    /// never logged or stored.
+    pub tool_env: Vec<(String, String)>,
+    /// Where the task's events go.
+    pub events: Option<EventSink>,
+    /// How to ask a person (TTY prompt, MCP elicitation); `None` = only the approvals API.
+    pub decider: Option<Arc<dyn Decider>>,
+    /// Tool calls the task may still run (`max_tool_iterations`); `None` = unlimited.
+    /// Checked before each call is judged, so no call past the limit ever starts.
+    pub tool_budget: Option<Arc<ToolBudget>>,
+    /// Egress lists that narrow the operator's `sandbox.egress` while the task's tool calls
+    /// run (the subagent's, the task's); empty = the operator's list.
+    pub egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
+    /// The task's cancellation: seen by the plugin (WIT `cancel`), and it ends the call.
+    pub cancel: Option<CancelSignal>,
+}
+
+impl From<Option<EventSink>> for TaskScope {
+    /// A scope that only collects events (a plugin call outside a task, e.g. in tests).
+    fn from(events: Option<EventSink>) -> Self {
+        TaskScope { events, ..TaskScope::default() }
+    }
+}
+
+/// A task's tool-call budget (`max_tool_iterations`): the one place the limit is counted.
+/// The tool host takes one call from it for every call a plugin asks for, before the gate;
+/// the engine waits on [`ToolBudget::exhausted`] and ends the task when a call was refused.
+#[derive(Debug)]
+pub struct ToolBudget {
+    max_calls: u32,
+    remaining: AtomicU32,
+    exceeded: tokio::sync::watch::Sender<bool>,
+}
+
+impl ToolBudget {
+    pub fn new(max_calls: u32) -> Self {
+        ToolBudget { max_calls, remaining: AtomicU32::new(max_calls), exceeded: tokio::sync::watch::channel(false).0 }
+    }
+
+    /// The limit this budget started with.
+    pub fn max_calls(&self) -> u32 {
+        self.max_calls
+    }
+
+    /// Takes one call; false (and remembered) when the budget is used up.
+    pub fn take(&self) -> bool {
+        let ok = self.remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        if !ok {
+            self.exceeded.send_replace(true);
+        }
+        ok
+    }
+
+    /// Whether a call was refused for lack of budget.
+    pub fn exceeded(&self) -> bool {
+        *self.exceeded.borrow()
+    }
+
+    /// Resolves once a call has been refused for lack of budget.
+    pub async fn exhausted(&self) {
+        let mut rx = self.exceeded.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail while we are borrowed.
+        let _ = rx.wait_for(|exceeded| *exceeded).await;
+    }
+}
