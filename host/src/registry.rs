@@ -116,6 +116,9 @@ pub struct PluginStatus {
     /// build compiles in the background); absent for invalid files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::runtime::tier::Tier>,
+    /// The `warden:plugin` version the component is built against; absent for invalid files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wit_version: Option<crate::runtime::WitVersion>,
 }
 
 impl Snapshot {
@@ -167,6 +170,7 @@ impl Snapshot {
                 source: p.source.clone(),
                 sha256: p.content_hash.clone(),
                 tier: Some(p.tier()),
+                wit_version: Some(p.wit_version),
             })
             .collect();
         rows.extend(self.invalid.values().filter(|i| !self.plugins.contains_key(&i.id)).map(|i| PluginStatus {
@@ -184,6 +188,7 @@ impl Snapshot {
             source: i.source.clone(),
             sha256: String::new(),
             tier: None,
+            wit_version: None,
         }));
         rows.sort_by(|a, b| a.id.cmp(&b.id));
         rows

@@ -20,8 +20,11 @@ fn plugins_json_shows_every_field_and_invalid_files() {
     assert_eq!(echo["state"], "loaded");
     let hostile = rows.iter().find(|r| r["id"] == "hostile").unwrap();
     assert_eq!(hostile["granted_capabilities"], serde_json::json!([]), "nothing granted = nothing allowed");
+    // Each row names the WIT version its component is built against (echo is frozen 0.1.0).
+    assert_eq!((echo["wit_version"].as_str(), hostile["wit_version"].as_str()), (Some("0.1.0"), Some("0.2.0")));
     let broken = rows.iter().find(|r| r["id"] == "broken").unwrap();
     assert_eq!(broken["state"], "invalid");
+    assert!(broken.get("wit_version").is_none(), "{broken}");
     assert!(broken["error"].as_str().unwrap().contains("not a valid WebAssembly component"));
 }
 
