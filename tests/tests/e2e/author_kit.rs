@@ -182,41 +182,13 @@ fn from_an_empty_directory_to_a_task_over_http_in_rust_and_python() {
         let wasm = ok(author(&project, &["plugin", "build"]), "plugin build");
         assert_eq!(wasm, format!("target/{name}.wasm"));
         // One task, no deployment: the plugin speaks JSON-RPC to the local server.
-        let answer = ok(
-            author(
-                &project,
-                &[
-                    "plugin",
-                    "test",
-                    &wasm,
-                    "--ref",
-                    "jsonrpc://local",
-                    "--meta",
-                    &format!("url={url}"),
-                    "--http",
-                    &grant,
-                    "--prompt",
-                    "hello",
-                ],
-            ),
-            "plugin test",
-        );
+        let meta = format!("url={url}");
+        let task = ["plugin", "test", wasm.as_str(), "--ref", "jsonrpc://local", "--meta", &meta, "--prompt", "hello"];
+        let granted: Vec<&str> = task.iter().copied().chain(["--http", grant.as_str()]).collect();
+        let answer = ok(author(&project, &granted), "plugin test");
         assert_eq!(answer, "rpc:hello");
         // Without the HTTP grant the same task fails (the host enforces the grant).
-        let o = author(
-            &project,
-            &[
-                "plugin",
-                "test",
-                &wasm,
-                "--ref",
-                "jsonrpc://local",
-                "--meta",
-                &format!("url={url}"),
-                "--prompt",
-                "hello",
-            ],
-        );
+        let o = author(&project, &task);
         let said = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
         assert!(!o.status.success() && said.contains("denied") && said.contains("http"), "{said}");
         ok(author(&project, &["plugin", "sign", &wasm, "--key", "../author.key"]), "plugin sign");
