@@ -45,7 +45,57 @@ pub struct SubagentDefinition {
     pub protocol_data: String,
 }
 
+/// Longest subagent name a plugin may define: names are tool-schema enum values, CLI
+/// columns and log fields.
+pub const MAX_DEFINITION_NAME_BYTES: usize = 256;
+/// Longest description: Claude agent files carry examples in theirs (a few KiB); the parent
+/// agent reads every description in the tool schema.
+pub const MAX_DEFINITION_DESCRIPTION_BYTES: usize = 64 * 1024;
+/// Longest protocol data (a system prompt, a card): kept in the registry for as long as
+/// the plugin is loaded and copied into every task of the subagent.
+pub const MAX_PROTOCOL_DATA_BYTES: usize = 4 * 1024 * 1024;
+/// Most entries of `tools` and `mcp-servers`, and of `egress` (as many as
+/// `sandbox.egress.allow` takes): each list is copied into every task and scanned per
+/// tool call.
+pub const MAX_DEFINITION_LIST: usize = 256;
+/// Longest entry of those lists (a tool name with its pattern, a server name, a host).
+pub const MAX_DEFINITION_ENTRY_BYTES: usize = 1024;
+
 impl SubagentDefinition {
+    /// Checks what a plugin returned from `resolve` against the bounds above (a hostile
+    /// plugin's definition lives in the registry and in every task): the first field over
+    /// its bound, with the bound, or `Ok`.
+    pub fn check_bounds(&self) -> Result<(), String> {
+        let text = [
+            ("name", &self.name, MAX_DEFINITION_NAME_BYTES),
+            ("description", &self.description, MAX_DEFINITION_DESCRIPTION_BYTES),
+            ("kind", &self.kind, MAX_DEFINITION_NAME_BYTES),
+            ("protocol-data", &self.protocol_data, MAX_PROTOCOL_DATA_BYTES),
+        ];
+        for (field, value, max) in text {
+            if value.len() > max {
+                return Err(format!("the definition's {field} is {} bytes; at most {max}", value.len()));
+            }
+        }
+        let lists = [
+            ("tools", self.tools.as_deref().unwrap_or_default()),
+            ("mcp-servers", self.mcp_servers.as_slice()),
+            ("egress", self.egress.as_deref().unwrap_or_default()),
+        ];
+        for (field, list) in lists {
+            if list.len() > MAX_DEFINITION_LIST {
+                return Err(format!(
+                    "the definition's {field} has {} entries; at most {MAX_DEFINITION_LIST}",
+                    list.len()
+                ));
+            }
+            if list.iter().any(|e| e.len() > MAX_DEFINITION_ENTRY_BYTES) {
+                return Err(format!("an entry of the definition's {field} is over {MAX_DEFINITION_ENTRY_BYTES} bytes"));
+            }
+        }
+        Ok(())
+    }
+
     /// A definition with none of the typed host fields set.
     pub fn new(name: String, description: String, reference: SubagentReference, protocol_data: String) -> Self {
         SubagentDefinition {
@@ -201,5 +251,53 @@ impl CancelSignal {
         let mut rx = self.0.subscribe();
         // The sender lives as long as `self`: `wait_for` cannot fail while we hold it.
         let _ = rx.wait_for(Option::is_some).await;
+    }
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn definition() -> SubagentDefinition {
+        let reference = SubagentReference { uri: "x://y".into(), kind: "X".into(), metadata: BTreeMap::new() };
+        SubagentDefinition::new("n".into(), "d".into(), reference, "{}".into())
+    }
+
+    proptest! {
+        /// Whatever sizes a hostile plugin picks, a definition is accepted exactly when every
+        /// field and list is within its bound.
+        #[test]
+        fn a_definition_is_refused_exactly_when_a_field_is_over_its_bound(
+            name in 0..MAX_DEFINITION_NAME_BYTES * 2,
+            description in 0..MAX_DEFINITION_DESCRIPTION_BYTES * 2,
+            tools in 0..MAX_DEFINITION_LIST * 2,
+            servers in 0..MAX_DEFINITION_LIST * 2,
+            egress in 0..MAX_DEFINITION_LIST * 2,
+            entry in 1..MAX_DEFINITION_ENTRY_BYTES * 2,
+        ) {
+            let mut d = definition();
+            d.name = "n".repeat(name);
+            d.description = "d".repeat(description);
+            d.tools = Some(vec!["t".repeat(entry); tools]);
+            d.mcp_servers = vec!["s".into(); servers];
+            d.egress = Some(vec!["e".into(); egress]);
+            let within = name <= MAX_DEFINITION_NAME_BYTES
+                && description <= MAX_DEFINITION_DESCRIPTION_BYTES
+                && tools <= MAX_DEFINITION_LIST
+                && servers <= MAX_DEFINITION_LIST
+                && egress <= MAX_DEFINITION_LIST
+                && (tools == 0 || entry <= MAX_DEFINITION_ENTRY_BYTES);
+            prop_assert_eq!(d.check_bounds().is_ok(), within, "{:?}", d.check_bounds());
+        }
+    }
+
+    #[test]
+    fn protocol_data_over_its_bound_is_refused() {
+        let mut d = definition();
+        d.protocol_data = " ".repeat(MAX_PROTOCOL_DATA_BYTES);
+        assert!(d.check_bounds().is_ok());
+        d.protocol_data.push(' ');
+        assert!(d.check_bounds().unwrap_err().contains("protocol-data"));
     }
 }

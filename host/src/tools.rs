@@ -268,12 +268,6 @@ impl ToolHost {
             .await;
         }
         let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
-        // Path tools: the policy judges the path after symlink resolution too, and the call
-        // is pinned to what was judged (a link swapped in between fails the call).
-        let mut resolved: Vec<Result<Option<warden_sandbox::ResolvedPath>, String>> = Vec::with_capacity(calls.len());
-        for c in &calls {
-            resolved.push(self.resolve_for_policy(&key, c).await);
-        }
         // Why a call cannot run at all, whatever a person would say: its task was canceled
         // (the plugin may still run during the cancel grace period, but starts nothing), or
         // it is past the task's tool-call limit, which counts every call asked for. Such a
@@ -289,6 +283,13 @@ impl ToolHost {
                 _ => None,
             })
             .collect();
+        // Path tools: the policy judges the path after symlink resolution too, and the call
+        // is pinned to what was judged (a link swapped in between fails the call). A refused
+        // call touches no sandbox (no container is made, no path looked up for it).
+        let mut resolved: Vec<Result<Option<warden_sandbox::ResolvedPath>, String>> = Vec::with_capacity(calls.len());
+        for (c, refused) in calls.iter().zip(&refusals) {
+            resolved.push(if refused.is_some() { Ok(None) } else { self.resolve_for_policy(&key, c).await });
+        }
         let requests = calls
             .iter()
             .zip(&resolved)

@@ -488,7 +488,10 @@ impl Engine {
             ..TaskScope::default()
         };
         let registry = self.registry.clone();
-        let mut run = std::pin::pin!(task::run(&registry, task_id.clone(), &call, scope));
+        // Boxed so it can be dropped right after the `select!`: a call that did not finish
+        // (deadline, tool limit, cancel past its grace) must not keep its instance, its
+        // sockets and its event sender until the task is recorded.
+        let mut run = Box::pin(task::run(&registry, task_id.clone(), &call, scope));
         let tool_limit = async {
             match &budget {
                 Some(b) => b.exhausted().await,
@@ -523,6 +526,7 @@ impl Engine {
             // the plugin next returns.
             _ = tool_limit => Finish::tool_limit(budget.as_deref()),
         };
+        drop(run);
         // The plugin call is gone (dropped if it did not finish); nothing may wait on a person for it.
         self.gate().cancel_task(&task_id);
         {

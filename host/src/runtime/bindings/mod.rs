@@ -138,21 +138,26 @@ impl Bindings {
         }
     }
 
+    /// The plugin's definition of `r`, refused (`invalid-input`) when a field is over
+    /// its bound ([`SubagentDefinition::check_bounds`]), whatever the WIT version.
     pub async fn resolve(&self, store: &mut Store<HostState>, r: &SubagentReference) -> Guest<SubagentDefinition> {
         let r = v0_2_0::to_wit_reference(r);
+        let checked = |d: SubagentDefinition| d.check_bounds().map(|()| d).map_err(GuestError::InvalidInput);
         Ok(match self {
             Bindings::V0_1_0(b) => b
                 .warden_plugin_resolver()
                 .call_resolve(store, &r.into())
                 .await?
                 .map_err(GuestError::from)
-                .and_then(v0_1_0::from_wit_definition),
+                .and_then(v0_1_0::from_wit_definition)
+                .and_then(checked),
             Bindings::V0_2_0(b) => b
                 .warden_plugin_resolver()
                 .call_resolve(store, &r)
                 .await?
                 .map(v0_2_0::from_wit_definition)
-                .map_err(GuestError::from),
+                .map_err(GuestError::from)
+                .and_then(checked),
         })
     }
 

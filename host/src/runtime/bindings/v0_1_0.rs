@@ -234,7 +234,9 @@ fn permission_mode(subagent: &str, data: &serde_json::Value) -> Option<warden_ap
     match mode.parse() {
         Ok(m) => Some(m),
         Err(_) => {
-            tracing::warn!(subagent, mode, "unknown permissionMode ignored");
+            // Plugin text: cut and escaped before it reaches a log line.
+            let shown = crate::text::escape_control(&mode[..mode.floor_char_boundary(64)]).into_owned();
+            tracing::warn!(subagent, mode = %shown, "unknown permissionMode ignored");
             None
         }
     }

@@ -44,12 +44,12 @@ pub(crate) fn tool_allowed(allowed: Option<&[String]>, name: &str) -> bool {
 impl tools::Host for HostState {
     async fn list(&mut self) -> Result<Vec<model::ToolSpec>, Error> {
         let (host, scope) = self.tool_host()?;
-        let allowed = self.scope.allowed_tools().cloned();
+        let allowed = scope.allowed_tools.as_deref();
         Ok(host
             .list(&scope)
             .await
             .into_iter()
-            .filter(|t| tool_allowed(allowed.as_deref(), &t.name))
+            .filter(|t| tool_allowed(allowed, &t.name))
             .map(|t| model::ToolSpec {
                 name: t.name,
                 description: t.description,
@@ -73,9 +73,9 @@ impl tools::Host for HostState {
             .collect::<Result<Vec<_>, Error>>()?;
         // Calls outside the definition's `tools` never reach the gate: they come back as
         // error results in their place, the others run as one batch.
-        let allowed = self.scope.allowed_tools().cloned();
+        let allowed = scope.allowed_tools.as_deref();
         let (run, refused): (Vec<_>, Vec<_>) =
-            calls.into_iter().enumerate().partition(|(_, c)| tool_allowed(allowed.as_deref(), &c.name));
+            calls.into_iter().enumerate().partition(|(_, c)| tool_allowed(allowed, &c.name));
         let (order, run): (Vec<usize>, Vec<_>) = run.into_iter().unzip();
         let cancel = self.cancel_watch();
         let ran = interruptible(cancel, "its tool calls ran", async { Ok(host.call_batch(&scope, run).await) }).await?;
