@@ -1054,6 +1054,60 @@ server:
         }
     }
 
+    /// The operator endpoints: `GET /v1/tasks` lists what a principal may see; sessions
+    /// (list, end) and the audit log are for admins only.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn operator_endpoints_list_tasks_by_owner_and_keep_sessions_and_audit_to_admins() {
+        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
+        let api = api_with_files(
+            &[(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")],
+            YAML,
+            vec![],
+            &files,
+        )
+        .await;
+        let (task, id) = api.pending_of("alice").await;
+        let listed = |r: &Reply| r.body["tasks"].as_array().unwrap().iter().any(|t| t["task_id"] == task.as_str());
+        for (who, sees) in [("alice", true), ("bob", false), ("ops", false), ("root", true), ("token1", true)] {
+            let r = api.get_as(who, "/v1/tasks").await;
+            assert_eq!((r.status, listed(&r)), (200, sees), "{who}: {}", r.text);
+        }
+        let r = api.get_as("root", "/v1/tasks?limit=1").await;
+        assert_eq!(r.body["tasks"].as_array().unwrap().len(), 1, "{}", r.text);
+        let r = api.post_as("alice", &format!("/v1/approvals/{id}"), json!({ "decision": "approve" })).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let rec = api.get_as("alice", &format!("/v1/tasks/{task}?timeout=30000")).await;
+        assert_eq!(rec.body["status"], "completed", "{}", rec.text);
+        let session = rec.body["session_id"].as_str().unwrap().to_owned();
+        let end = format!("/v1/sessions/{session}/end?user_id=alice");
+        for who in ["alice", "bob", "ops"] {
+            for r in [api.get_as(who, "/v1/sessions").await, api.get_as(who, "/v1/audit").await] {
+                assert_eq!((r.status, r.body["error"]["code"].as_str()), (403, Some("admin_required")), "{who}");
+            }
+            let r = api.post_as(who, &end, json!({})).await;
+            assert_eq!(r.status, 403, "{who} ended a session: {}", r.text);
+        }
+        let r = api.get_as("root", "/v1/sessions").await;
+        let row = r.body["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["session_id"] == session.as_str())
+            .unwrap_or_else(|| panic!("{session} not listed: {}", r.text))
+            .clone();
+        assert_eq!((row["user_id"].as_str(), row["owned_here"].as_bool()), (Some("alice"), Some(true)), "{row}");
+        assert!(row["idle_secs"].is_u64() && row["age_secs"].is_u64(), "{row}");
+        let r = api.get_as("root", "/v1/audit").await;
+        assert_eq!(r.body["configured"], true, "{}", r.text);
+        assert_eq!(r.body["records"][0]["decided_by"], "user:alice", "newest first: {}", r.text);
+        let r = api.post_as("root", &end, json!({})).await;
+        assert_eq!((r.status, r.body["ended"].as_bool()), (200, Some(true)), "{}", r.text);
+        let r = api.get_as("root", "/v1/sessions").await;
+        assert!(!r.text.contains(&session), "still listed: {}", r.text);
+        let r = api.post_as("root", &end, json!({})).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("session_not_found")), "{}", r.text);
+    }
+
     #[test]
     fn principals_are_validated() {
         let bad = [

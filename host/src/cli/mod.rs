@@ -14,6 +14,7 @@ mod demo;
 mod plugin_build;
 mod plugin_test;
 mod prompt;
+mod remote;
 mod sandbox;
 mod scaffold;
 mod serve;
@@ -109,6 +110,17 @@ pub enum Command {
         #[command(subcommand)]
         command: SandboxCommand,
     },
+    /// Pending approvals of a running `warden serve`: list (default), approve, decline.
+    /// The token is read from $WARDEN_TOKEN.
+    Approvals {
+        #[command(subcommand)]
+        command: Option<ApprovalsCommand>,
+        #[command(flatten)]
+        api: remote::ApiArgs,
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the HTTP API (default 127.0.0.1:7878, `server.addr`).
     Serve {
         /// Listen address, overriding `server.addr` (e.g. 127.0.0.1:0 for any free port).
@@ -154,6 +166,59 @@ pub enum SandboxCommand {
     },
     /// Remove stopped warden containers and unused warden volumes.
     Prune,
+    /// End sessions of a running `warden serve` now (their containers and workspaces):
+    /// one SESSION, or every session idle for longer than --idle-over. The token is
+    /// read from $WARDEN_TOKEN.
+    End {
+        /// The session id.
+        session: Option<String>,
+        /// The session's user (needed only when several users have a session of that id).
+        #[arg(long)]
+        user: Option<String>,
+        /// End every session of the deployment idle for at least this long (e.g. 30m).
+        #[arg(long, value_name = "DURATION", conflicts_with_all = ["session", "user"])]
+        idle_over: Option<String>,
+        #[command(flatten)]
+        api: remote::ApiArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ApprovalsCommand {
+    /// List pending approvals (the default).
+    List,
+    /// Approve a pending tool call.
+    Approve {
+        /// The request id (apr_...).
+        id: String,
+        /// How long the approval holds: once, session (the same call in the same
+        /// session) or always (appended to the operator's overlay); as the request offers.
+        #[arg(long, value_enum, default_value = "once")]
+        scope: ApprovalScope,
+    },
+    /// Decline a pending tool call.
+    Decline {
+        /// The request id (apr_...).
+        id: String,
+    },
+}
+
+/// `--scope` of `warden approvals approve`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum ApprovalScope {
+    Once,
+    Session,
+    Always,
+}
+
+impl ApprovalScope {
+    fn as_str(self) -> &'static str {
+        match self {
+            ApprovalScope::Once => "once",
+            ApprovalScope::Session => "session",
+            ApprovalScope::Always => "always",
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -431,6 +496,18 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Tool { tool, args, session, json } => sandbox::tool(config, &tool, &args, session, json).await,
         Command::Sandbox { command: SandboxCommand::Ls { json } } => sandbox::ls(config, json).await,
         Command::Sandbox { command: SandboxCommand::Prune } => sandbox::prune(config).await,
+        Command::Sandbox { command: SandboxCommand::End { session, user, idle_over, api } } => {
+            remote::sandbox_end(config, api, session, user, idle_over).await
+        }
+        Command::Approvals { command: None | Some(ApprovalsCommand::List), api, json } => {
+            remote::approvals_list(config, api, json).await
+        }
+        Command::Approvals { command: Some(ApprovalsCommand::Approve { id, scope }), api, .. } => {
+            remote::approvals_decide(config, api, &id, "approve", scope.as_str()).await
+        }
+        Command::Approvals { command: Some(ApprovalsCommand::Decline { id }), api, .. } => {
+            remote::approvals_decide(config, api, &id, "decline", "once").await
+        }
         Command::Demo { plugins } => demo::run(plugins).await,
         Command::Serve { addr } => serve::serve(config, addr).await,
         Command::Mcp { command: Some(McpCommand::Import { file }), .. } => {

@@ -1,5 +1,5 @@
 //! The HTTP API (axum): tasks, their event streams, approvals, subagents, plugins,
-//! session files, health and metrics. [`app`] builds the router over shared state and
+//! session files, health and metrics; the operator's sessions and audit log (`operator`). [`app`] builds the router over shared state and
 //! knows nothing about sockets; [`serve`] binds and runs it. Handlers only translate
 //! between HTTP and the [`crate::engine`]; every error is an [`ApiError`].
 
@@ -9,6 +9,7 @@ mod error;
 pub mod follow;
 pub mod mcp;
 mod metrics;
+mod operator;
 mod sse;
 
 use std::collections::BTreeMap;
@@ -83,7 +84,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/subagents", get(subagents))
         .route("/v1/plugins", get(plugins))
         .route("/v1/tools", get(tools))
-        .route("/v1/tasks", post(create_task))
+        .route("/v1/tasks", post(create_task).get(operator::list_tasks))
         .route("/v1/tasks/{id}", get(task_output))
         .route("/v1/tasks/{id}/events", get(task_events))
         .route("/v1/tasks/{id}/cancel", post(cancel_task))
@@ -92,6 +93,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/sessions/{id}/files/{*path}", get(download))
         .nest_service("/mcp", mcp::http_service(state.clone()))
         .merge(a2a::routes())
+        .merge(operator::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body))

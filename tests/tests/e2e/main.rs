@@ -15,5 +15,6 @@ mod mcp;
 mod mcp_server;
 mod mixed;
 mod oci;
+mod operator;
 mod protocols;
 mod serve;

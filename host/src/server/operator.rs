@@ -1,0 +1,189 @@
+//! What an operator needs beyond the parent-agent API, for the console (`/ui`) and the
+//! CLI (`warden sandbox end`, `warden approvals`): the list of tasks a principal may see,
+//! this deployment's sandbox sessions (admin only) with an end button, and the tail of
+//! the audit log (admin only). Same principals, same [`ApiError`]s as every endpoint.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, AppState, Principal, task_json};
+
+/// Most tasks `GET /v1/tasks` lists (the newest first).
+pub const MAX_LISTED_TASKS: usize = 500;
+/// Most bytes of the audit log's tail `GET /v1/audit` reads (a long log is never read whole).
+pub const MAX_AUDIT_TAIL_BYTES: u64 = 4 * 1024 * 1024;
+/// Most audit lines `GET /v1/audit` returns (the newest first).
+pub const MAX_AUDIT_LINES: usize = 2000;
+
+/// The operator endpoints, merged into [`super::app`].
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", get(sessions))
+        .route("/v1/sessions/{id}/end", post(end_session))
+        .route("/v1/audit", get(audit))
+}
+
+/// 403 unless `who` is an admin: sessions and the audit log span every user.
+fn require_admin(who: &Principal) -> Result<(), ApiError> {
+    if who.is_admin() {
+        Ok(())
+    } else {
+        Err(ApiError::new(StatusCode::FORBIDDEN, "admin_required", format!("principal `{}` is not an admin", who.name)))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    limit: Option<usize>,
+}
+
+/// `GET /v1/tasks`: the tasks `who` may see, newest first, live ones as they are now.
+pub(super) async fn list_tasks(
+    State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q?;
+    let limit = q.limit.unwrap_or(MAX_LISTED_TASKS).min(MAX_LISTED_TASKS);
+    let mut records: Vec<_> = s.engine.store().tasks()?.into_iter().filter(|r| who.owns(&r.user_id)).collect();
+    records.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.task_id.cmp(&a.task_id)));
+    records.truncate(limit);
+    let tasks: Vec<Value> = records
+        .into_iter()
+        .map(|r| match s.engine.live(&r.task_id) {
+            Some(live) => task_json(&live.record()),
+            None => task_json(&r),
+        })
+        .collect();
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The sandbox of this server, or 503.
+fn sandbox(s: &AppState) -> Result<std::sync::Arc<warden_sandbox::Sandbox>, ApiError> {
+    s.engine
+        .tools()
+        .sandbox()
+        .cloned()
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", e.to_owned()))
+}
+
+fn unavailable(e: warden_sandbox::SandboxError) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", e.to_string())
+}
+
+/// `GET /v1/sessions` (admin): the session containers of this deployment (its
+/// `sandbox.scope`), with age and — for those this server uses — idle time.
+async fn sessions(State(s): State<AppState>, Extension(who): Extension<Principal>) -> Result<Json<Value>, ApiError> {
+    require_admin(&who)?;
+    let sandbox = sandbox(&s)?;
+    let scope = sandbox.config().scope.clone();
+    let now = SystemTime::now();
+    let rows: Vec<Value> = sandbox
+        .list_sessions()
+        .await
+        .map_err(unavailable)?
+        .into_iter()
+        .filter(|i| i.scope == scope)
+        .map(|i| {
+            let age = now.duration_since(i.created).unwrap_or_default();
+            let idle = i.last_used.map(|t| now.duration_since(t).unwrap_or_default());
+            json!({
+                "user_id": i.key.user_id,
+                "session_id": i.key.session_id,
+                "scope": i.scope,
+                "container": i.container_name,
+                "state": i.state,
+                "created_at_ms": ms(i.created),
+                "age_secs": age.as_secs(),
+                "last_used_at_ms": i.last_used.map(ms),
+                "idle_secs": idle.map(|d| d.as_secs()),
+                "owned_here": i.owned_here,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "scope": scope, "sessions": rows })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EndQuery {
+    user_id: Option<String>,
+}
+
+/// `POST /v1/sessions/{id}/end?user_id=U` (admin): removes the session's container and
+/// workspace now (a task still using it fails its next tool call). 404 when this
+/// deployment has no such session.
+async fn end_session(
+    State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+    q: Result<Query<EndQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    require_admin(&who)?;
+    let Path(id) = id?;
+    let Query(q) = q?;
+    let user = q.user_id.unwrap_or_else(|| who.default_user.clone());
+    let key = warden_sandbox::SessionKey::new(user.clone(), id.clone());
+    let sandbox = sandbox(&s)?;
+    let scope = sandbox.config().scope.clone();
+    let listed = sandbox.list_sessions().await.map_err(unavailable)?;
+    if !listed.iter().any(|i| i.key == key && i.scope == scope) {
+        return Err(ApiError::not_found(
+            "session_not_found",
+            format!("no sandbox session `{id}` of user `{user}` in this deployment"),
+        ));
+    }
+    sandbox.end_session(&key).await.map_err(|e| match e {
+        e @ (warden_sandbox::SandboxError::DockerUnavailable(_) | warden_sandbox::SandboxError::ShutDown) => {
+            unavailable(e)
+        }
+        e => ApiError::new(StatusCode::BAD_GATEWAY, "sandbox_error", e.to_string()),
+    })?;
+    tracing::info!(user = %user, session = %id, by = %who.name, "session ended over the API");
+    Ok(Json(json!({ "session_id": id, "user_id": user, "ended": true })))
+}
+
+/// `GET /v1/audit` (admin): the newest lines of the audit log (`approval.audit_log`),
+/// newest first, as JSON objects; `{"configured": false}` without one.
+async fn audit(State(s): State<AppState>, Extension(who): Extension<Principal>) -> Result<Json<Value>, ApiError> {
+    require_admin(&who)?;
+    let Some(path) = s.engine.gate().audit_log().map(|a| a.path().to_owned()) else {
+        return Ok(Json(json!({ "configured": false, "records": [] })));
+    };
+    let records = tokio::task::spawn_blocking(move || read_tail(&path))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("cannot read the audit log: {e}")))?;
+    Ok(Json(json!({ "configured": true, "records": records })))
+}
+
+/// The last [`MAX_AUDIT_LINES`] JSON lines within the last [`MAX_AUDIT_TAIL_BYTES`] of
+/// `path`, newest first (a first line cut by the window is dropped).
+fn read_tail(path: &std::path::Path) -> std::io::Result<Vec<Value>> {
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let start = len.saturating_sub(MAX_AUDIT_TAIL_BYTES);
+    file.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    file.take(MAX_AUDIT_TAIL_BYTES).read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<&str> = text.lines().collect();
+    if start > 0 && !lines.is_empty() {
+        lines.remove(0);
+    }
+    Ok(lines.iter().rev().filter_map(|l| serde_json::from_str::<Value>(l).ok()).take(MAX_AUDIT_LINES).collect())
+}

@@ -1,0 +1,166 @@
+//! The operator's commands for people without a browser, against a real `warden serve`,
+//! a Claude subagent with a scripted model and the real Docker sandbox:
+//! `warden approvals` (list, approve, decline) and `warden sandbox end` (one session, or
+//! every session idle for longer than a duration).
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// The admin token of the deployment's server (`WARDEN_TOKENS`).
+const ADMIN_TOKEN: &str = "tok-operator-e2e";
+
+const TOUCHER: &str = "---\nname: toucher\ndescription: Writes notes, then touches a file, which a person must approve\ntools: Write, Bash\nmodel: main/scripted\n---\nTouch.\n";
+/// A Write (allowed: the session's sandbox starts), then a Bash call that waits for a person.
+const TOUCHER_SCRIPT: &str = r##"
+- tool_calls: [{ name: Write, arguments: { file_path: "notes.txt", content: "notes of the toucher\n" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "touch approved.txt && echo touched" } }]
+- text: "Finished."
+"##;
+
+/// The claude plugin, the toucher agent (its `touch` waits for a person) and a scope of
+/// its own.
+pub fn toucher_deployment() -> Deployment {
+    let d = Deployment::new(&format!(
+        "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
+         subagents:\n  agent_dirs: [./agents]\n\
+         models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
+         sandbox:\n  scope: e2e{}\n\
+         approval:\n  default: deny\n  allow: [Read, Write, Glob, Grep, \"Bash(echo *)\"]\n  ask: [\"Bash(touch *)\"]\n  timeout: 5m\n  audit_log: ./audit.jsonl\n\
+         store:\n  path: ./state/tasks.db\n",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    ));
+    let root = d.dir.path();
+    std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
+    std::fs::create_dir_all(root.join("agents")).unwrap();
+    std::fs::write(root.join("agents/toucher.md"), TOUCHER).unwrap();
+    std::fs::write(root.join("main.yaml"), TOUCHER_SCRIPT).unwrap();
+    d
+}
+
+/// `warden ARGS` against the server on `port`, with `token` in `WARDEN_TOKEN`.
+fn cli(d: &Deployment, port: u16, token: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(d.dir.path())
+        .arg("--config")
+        .arg(d.dir.path().join("warden.yaml"))
+        .args(args)
+        .env("WARDEN_URL", format!("http://127.0.0.1:{port}"))
+        .env_remove("WARDEN_TOKEN");
+    if let Some(t) = token {
+        cmd.env("WARDEN_TOKEN", t);
+    }
+    cmd.output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// One API request as the admin.
+fn admin(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let (status, text) = http_with(port, method, path, &format!("Authorization: Bearer {ADMIN_TOKEN}\r\n"), body);
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Starts a background toucher task in `session`; returns its id once its Bash call
+/// waits at the gate, and that approval as `warden approvals --json` lists it.
+fn pending_toucher(d: &Deployment, port: u16, session: &str) -> (String, Value) {
+    let body = json!({ "description": "touch", "prompt": "touch it", "subagent_type": "toucher", "session_id": session, "run_in_background": true });
+    let (status, r) = admin(port, "POST", "/v1/tasks", Some(&body));
+    assert_eq!(status, 202, "{r}");
+    let task = r["task_id"].as_str().unwrap().to_owned();
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = cli(d, port, Some(ADMIN_TOKEN), &["approvals", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let list = json(&out);
+        if let Some(a) = list.as_array().unwrap().iter().find(|a| a["task_id"] == task.as_str()) {
+            return (task, a.clone());
+        }
+        let (_, rec) = admin(port, "GET", &format!("/v1/tasks/{task}?block=false"), None);
+        assert!(rec["finished_at_ms"].is_null(), "{task} ended without asking: {rec}");
+        assert!(Instant::now() < until, "no approval for {task}: {list}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn finished(port: u16, task: &str) -> Value {
+    let (status, r) = admin(port, "GET", &format!("/v1/tasks/{task}?timeout_ms=60000"), None);
+    assert_eq!(status, 200, "{r}");
+    r
+}
+
+fn session_listed(port: u16, session: &str) -> bool {
+    let (status, r) = admin(port, "GET", "/v1/sessions", None);
+    assert_eq!(status, 200, "{r}");
+    r["sessions"].as_array().unwrap().iter().any(|s| s["session_id"] == session)
+}
+
+#[test]
+fn approvals_and_sandbox_end_on_the_command_line_against_a_running_server() {
+    let d = toucher_deployment();
+    let server = Server::start_with_env(&d, &[("WARDEN_TOKENS", ADMIN_TOKEN)]);
+    let port = server.port;
+
+    // Without the token: refused, and the message says where the token goes.
+    let out = cli(&d, port, None, &["approvals"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("unauthorized") && stderr(&out).contains("WARDEN_TOKEN"), "{}", stderr(&out));
+
+    // Approve: the listed request names who asks; the task goes on and completes.
+    let (task, approval) = pending_toucher(&d, port, "ops-approve");
+    assert_eq!(
+        (approval["tool"].as_str(), approval["subagent"].as_str()),
+        (Some("Bash"), Some("toucher")),
+        "{approval}"
+    );
+    assert_eq!(approval["input"]["command"], "touch approved.txt && echo touched", "{approval}");
+    let text = cli(&d, port, Some(ADMIN_TOKEN), &["approvals"]);
+    let id = approval["id"].as_str().unwrap();
+    assert!(stdout(&text).contains(id) && stdout(&text).contains("subagent toucher"), "{}", stdout(&text));
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["approvals", "approve", id, "--scope", "once"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("approved (scope once, by token1)"), "{}", stdout(&out));
+    let rec = finished(port, &task);
+    assert_eq!((rec["status"].as_str(), rec["output"].as_str()), (Some("completed"), Some("Finished.")), "{rec}");
+    // Decided already: an unknown request, exit 1.
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["approvals", "approve", id]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("approval_not_found"), "{}", stderr(&out));
+
+    // Decline: the call does not run; the model reads the refusal and finishes.
+    let (task2, approval) = pending_toucher(&d, port, "ops-decline");
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["approvals", "decline", approval["id"].as_str().unwrap()]);
+    assert!(out.status.success() && stdout(&out).contains("declined"), "{}", stderr(&out));
+    finished(port, &task2);
+    let (_, events) = admin(port, "GET", "/v1/approvals", None);
+    assert_eq!(events["approvals"], json!([]), "{events}");
+
+    // End one session by id: its container and workspace go.
+    assert!(session_listed(port, "ops-approve"));
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "end", "ops-approve"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("ended session ops-approve (user default)"), "{}", stdout(&out));
+    assert!(!session_listed(port, "ops-approve"));
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "end", "ops-approve"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+
+    // Idle longer than an hour: none; longer than a second: the declined task's session.
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "end", "--idle-over", "1h"]);
+    assert!(out.status.success() && stdout(&out).contains("no session idle"), "{}", stdout(&out));
+    assert!(session_listed(port, "ops-decline"));
+    std::thread::sleep(Duration::from_millis(1100));
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "end", "--idle-over", "1s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("ended session ops-decline (user default)"), "{}", stdout(&out));
+    assert!(!session_listed(port, "ops-decline"));
+    // Usage: a session or --idle-over, not neither.
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "end"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let log = std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap();
+    assert!(!log.contains(ADMIN_TOKEN), "a token reached the log");
+}
