@@ -206,7 +206,8 @@ pub async fn require_token(State(state): State<AppState>, mut req: Request, next
         req.extensions_mut().insert(Principal::admin("api"));
         return next.run(req).await;
     }
-    if PUBLIC_PATHS.contains(&req.uri().path()) {
+    // The console's static page and assets; every API call it makes carries the token.
+    if PUBLIC_PATHS.contains(&req.uri().path()) || super::ui::is_ui_path(req.uri().path()) {
         return next.run(req).await;
     }
     let given = req

@@ -1,5 +1,5 @@
 //! The HTTP API (axum): tasks, their event streams, approvals, subagents, plugins,
-//! session files, health and metrics; the operator's sessions and audit log (`operator`). [`app`] builds the router over shared state and
+//! session files, health and metrics; the operator's sessions and audit log (`operator`); the console at `/ui` (`ui`). [`app`] builds the router over shared state and
 //! knows nothing about sockets; [`serve`] binds and runs it. Handlers only translate
 //! between HTTP and the [`crate::engine`]; every error is an [`ApiError`].
 
@@ -11,6 +11,7 @@ pub mod mcp;
 mod metrics;
 mod operator;
 mod sse;
+mod ui;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -94,6 +95,7 @@ pub fn app(state: AppState) -> Router {
         .nest_service("/mcp", mcp::http_service(state.clone()))
         .merge(a2a::routes())
         .merge(operator::routes())
+        .merge(ui::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body))

@@ -1,6 +1,6 @@
 //! What an operator needs beyond the parent-agent API, for the console (`/ui`) and the
 //! CLI (`warden sandbox end`, `warden approvals`): the list of tasks a principal may see,
-//! this deployment's sandbox sessions (admin only) with an end button, and the tail of
+//! who the caller is, this deployment's sandbox sessions (admin only) with an end button, and the tail of
 //! the audit log (admin only). Same principals, same [`ApiError`]s as every endpoint.
 
 use std::io::{Read, Seek, SeekFrom};
@@ -30,6 +30,12 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions", get(sessions))
         .route("/v1/sessions/{id}/end", post(end_session))
         .route("/v1/audit", get(audit))
+        .route("/v1/me", get(me))
+}
+
+/// `GET /v1/me`: who the token is (the console shows what the role may use).
+async fn me(Extension(who): Extension<Principal>) -> Json<Value> {
+    Json(json!({ "name": who.name, "role": who.role, "user_id": who.default_user, "approves": who.approves }))
 }
 
 /// 403 unless `who` is an admin: sessions and the audit log span every user.
