@@ -34,7 +34,8 @@ fn outputs_line(layout: &Layout, path: &Path) {
     println!("xtask: built {} ({})", layout.rel(path).display(), guest::size_of(path));
 }
 
-/// Guests, Python peers, sandbox image, then `cargo test --workspace <args>`.
+/// Guests, Python peers, sandbox image, the OCI registry and the browser the tests
+/// drive, then `cargo test --workspace <args>`.
 ///
 /// Tests run in the dev profile (dependencies optimised, see the workspace
 /// `Cargo.toml`) against the dev host binary, so a clean CI run compiles wasmtime
@@ -49,6 +50,10 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
     let registry = match env::var_os("WARDEN_REGISTRY_BIN") {
         Some(bin) => bin.into(),
         None => crate::registry::ensure()?,
+    };
+    let (chromium, chromedriver) = match (env::var_os("WARDEN_CHROMIUM"), env::var_os("WARDEN_CHROMEDRIVER")) {
+        (Some(browser), Some(driver)) => (browser.into(), driver.into()),
+        _ => crate::browser::ensure()?,
     };
 
     println!("xtask: building the host binary for the tests (cargo build -p warden)...");
@@ -75,6 +80,9 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
             .env("WARDEN_TEST_PLUGINS", layout.test_plugins_out())
             .env("WARDEN_PYTHON", python.interpreter())
             .env("WARDEN_REGISTRY_BIN", &registry)
+            .env("WARDEN_CHROMIUM", &chromium)
+            .env("WARDEN_CHROMEDRIVER", &chromedriver)
+            .env("WARDEN_UI_SCREENSHOTS", layout.target.join("ui-screenshots"))
             .args(["test", "--workspace"])
             .args(cargo_args),
     )

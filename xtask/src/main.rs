@@ -15,6 +15,7 @@
 //! that can be done without guessing, or reported with the exact command to run.
 
 mod apt;
+mod browser;
 mod commands;
 mod guest;
 mod image;

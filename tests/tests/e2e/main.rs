@@ -10,6 +10,7 @@ mod a2a_server;
 mod author_kit;
 mod claude;
 mod cli;
+mod console;
 mod http_agent;
 mod mcp;
 mod mcp_server;

@@ -23,14 +23,19 @@ const TOUCHER_SCRIPT: &str = r##"
 
 /// The claude plugin, the toucher agent (its `touch` waits for a person) and a scope of
 /// its own.
-pub fn toucher_deployment() -> Deployment {
+fn toucher_deployment() -> Deployment {
+    toucher_deployment_with("")
+}
+
+/// [`toucher_deployment`] with more sections at the end (`server:` with principals).
+pub fn toucher_deployment_with(tail: &str) -> Deployment {
     let d = Deployment::new(&format!(
         "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
          subagents:\n  agent_dirs: [./agents]\n\
          models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
          sandbox:\n  scope: e2e{}\n\
          approval:\n  default: deny\n  allow: [Read, Write, Glob, Grep, \"Bash(echo *)\"]\n  ask: [\"Bash(touch *)\"]\n  timeout: 5m\n  audit_log: ./audit.jsonl\n\
-         store:\n  path: ./state/tasks.db\n",
+         store:\n  path: ./state/tasks.db\n{tail}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     ));
     let root = d.dir.path();
