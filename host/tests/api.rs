@@ -1054,6 +1054,37 @@ server:
         }
     }
 
+    /// The console's page and assets answer without a token, with a strict CSP; nothing
+    /// else under a similar name does.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_console_is_public_with_a_strict_csp_and_the_api_behind_it_is_not() {
+        let api = api_with_files(&[(test_plugin("echo"), "echo")], YAML, vec![], &[("script.yaml", SCRIPT)]).await;
+        for (path, kind) in [
+            ("/ui", "text/html"),
+            ("/ui/", "text/html"),
+            ("/ui/app.js", "text/javascript"),
+            ("/ui/app.css", "text/css"),
+        ] {
+            let r = api.get(path).await;
+            assert_eq!(r.status, 200, "{path}");
+            assert!(r.headers["content-type"].to_str().unwrap().starts_with(kind), "{path}");
+            let csp = r.headers["content-security-policy"].to_str().unwrap();
+            assert!(
+                csp.contains("default-src 'self'") && csp.contains("script-src 'self'") && !csp.contains("unsafe"),
+                "{csp}"
+            );
+            assert_eq!(r.headers["x-content-type-options"], "nosniff");
+            assert!(r.headers.get("set-cookie").is_none(), "{path} sets a cookie");
+        }
+        for path in ["/uix", "/ui/../v1/tasks", "/v1/me", "/v1/tasks"] {
+            assert_eq!(api.get(path).await.status, 401, "{path} without a token");
+        }
+        let r = api.get("/ui/nothing-here").await;
+        assert_eq!(r.status, 404);
+        let r = api.get_as("bob", "/v1/me").await;
+        assert_eq!((r.body["name"].as_str(), r.body["role"].as_str()), (Some("bob"), Some("user")), "{}", r.text);
+    }
+
     /// The operator endpoints: `GET /v1/tasks` lists what a principal may see; sessions
     /// (list, end) and the audit log are for admins only.
     #[tokio::test(flavor = "multi_thread")]

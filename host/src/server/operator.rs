@@ -193,3 +193,31 @@ fn read_tail(path: &std::path::Path) -> std::io::Result<Vec<Value>> {
     }
     Ok(lines.iter().rev().filter_map(|l| serde_json::from_str::<Value>(l).ok()).take(MAX_AUDIT_LINES).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_tail_is_newest_first_and_drops_a_cut_first_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let mut text = String::new();
+        for i in 0..3 {
+            text.push_str(&format!("{{\"n\":{i}}}\n"));
+        }
+        text.push_str("not json\n");
+        std::fs::write(&path, &text).unwrap();
+        let got = read_tail(&path).unwrap();
+        assert_eq!(got, vec![json!({"n": 2}), json!({"n": 1}), json!({"n": 0})]);
+        // Longer than the window: the first (cut) line is not parsed, the newest come first.
+        let line = format!("{{\"pad\":\"{}\"}}\n", "x".repeat(1000));
+        let big = line.repeat((MAX_AUDIT_TAIL_BYTES as usize / line.len()) + 10) + "{\"n\":\"last\"}\n";
+        std::fs::write(&path, big).unwrap();
+        let got = read_tail(&path).unwrap();
+        assert_eq!(got[0], json!({"n": "last"}));
+        assert!(
+            got.len() <= MAX_AUDIT_LINES && got[1..].iter().all(|v| v["pad"].as_str().is_some_and(|p| p.len() == 1000))
+        );
+    }
+}
