@@ -947,16 +947,16 @@ server:
         }
     }
 
+    /// The principals deployment: echo and the claude streamer with its script.
+    async fn principals_api() -> Api {
+        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
+        api_with_files(&[(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")], YAML, vec![], &files)
+            .await
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn every_endpoint_answers_each_role_for_each_owner() {
-        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
-        let api = api_with_files(
-            &[(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")],
-            YAML,
-            vec![],
-            &files,
-        )
-        .await;
+        let api = principals_api().await;
         // A user's requests act as that user; the record names the principal.
         let mut tasks = std::collections::BTreeMap::new();
         for owner in ["alice", "bob"] {
@@ -1089,14 +1089,7 @@ server:
     /// (list, end) and the audit log are for admins only.
     #[tokio::test(flavor = "multi_thread")]
     async fn operator_endpoints_list_tasks_by_owner_and_keep_sessions_and_audit_to_admins() {
-        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
-        let api = api_with_files(
-            &[(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")],
-            YAML,
-            vec![],
-            &files,
-        )
-        .await;
+        let api = principals_api().await;
         let (task, id) = api.pending_of("alice").await;
         let listed = |r: &Reply| r.body["tasks"].as_array().unwrap().iter().any(|t| t["task_id"] == task.as_str());
         for (who, sees) in [("alice", true), ("bob", false), ("ops", false), ("root", true), ("token1", true)] {
