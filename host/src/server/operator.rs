@@ -148,9 +148,11 @@ async fn end_session(
     let scope = sandbox.config().scope.clone();
     let listed = sandbox.list_sessions().await.map_err(unavailable)?;
     if !listed.iter().any(|i| i.key == key && i.scope == scope) {
+        // Client text, quoted back cut and escaped (as a refused `resume` id is).
+        let shown = |t: &str| crate::text::escape_control(&t.chars().take(128).collect::<String>()).into_owned();
         return Err(ApiError::not_found(
             "session_not_found",
-            format!("no sandbox session `{id}` of user `{user}` in this deployment"),
+            format!("no sandbox session `{}` of user `{}` in this deployment", shown(&id), shown(&user)),
         ));
     }
     sandbox.end_session(&key).await.map_err(|e| match e {
