@@ -125,6 +125,21 @@ pub struct SandboxConfig {
     pub egress_socket_dir: Option<std::path::PathBuf>,
 }
 
+impl SandboxConfig {
+    /// The Docker endpoint sessions run on, as operators name it: `docker_host`, else
+    /// `DOCKER_HOST`, else Docker's default socket (what `Docker::connect_with_defaults`
+    /// uses).
+    pub fn docker_endpoint(&self) -> String {
+        self.docker_host
+            .clone()
+            .or_else(|| std::env::var("DOCKER_HOST").ok())
+            .unwrap_or_else(|| DEFAULT_DOCKER_ENDPOINT.into())
+    }
+}
+
+/// Docker's own default endpoint when neither `sandbox.docker_host` nor `DOCKER_HOST` says.
+pub const DEFAULT_DOCKER_ENDPOINT: &str = "unix:///var/run/docker.sock";
+
 impl Default for SandboxConfig {
     fn default() -> Self {
         Self {

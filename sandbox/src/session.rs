@@ -251,6 +251,18 @@ impl Sandbox {
         Ok(())
     }
 
+    /// Whether the Docker Engine answers now (readiness checks): connects first if this
+    /// sandbox has not yet (adopting this scope's leftovers, as the first use would).
+    pub async fn ping(&self) -> Result<(), SandboxError> {
+        let docker = self.docker().await?;
+        docker.ping().await.map(|_| ()).map_err(|e| {
+            SandboxError::DockerUnavailable(format!(
+                "the Docker Engine at {} does not answer: {e}",
+                self.inner.config.docker_endpoint()
+            ))
+        })
+    }
+
     /// Adds a receiver of every egress decision (the host's audit log and task streams);
     /// without `sandbox.egress` there are none to receive.
     pub fn on_egress(&self, observer: EgressObserver) {
@@ -844,11 +856,7 @@ async fn connect(cfg: &SandboxConfig) -> Result<Docker, SandboxError> {
         Some(h) => Docker::connect_with_http(h, DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
             .map_err(unavailable)?,
     };
-    let endpoint = cfg
-        .docker_host
-        .clone()
-        .or_else(|| std::env::var("DOCKER_HOST").ok())
-        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    let endpoint = cfg.docker_endpoint();
     let docker = docker
         .negotiate_version()
         .await
