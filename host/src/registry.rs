@@ -119,6 +119,39 @@ pub struct PluginStatus {
     /// The `warden:plugin` version the component is built against; absent for invalid files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wit_version: Option<crate::runtime::WitVersion>,
+    /// Whether the loaded file's signature verified against `plugins.trust`; absent for
+    /// invalid files (a bad signature is their `error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<SignatureState>,
+}
+
+/// The provenance of a loaded plugin file, as `warden plugins` and `GET /v1/plugins`
+/// show it: `{"state":"signed","key":"<hex>"}` or `{"state":"unsigned"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum SignatureState {
+    /// Signed by `key`, a key `plugins.trust` lists (the check passed).
+    Signed { key: String },
+    /// No signature file (allowed unless `plugins.require_signature`).
+    Unsigned,
+}
+
+impl SignatureState {
+    fn of(plugin: &LoadedPlugin) -> Self {
+        match &plugin.signed_by {
+            Some(key) => SignatureState::Signed { key: key.clone() },
+            None => SignatureState::Unsigned,
+        }
+    }
+}
+
+impl std::fmt::Display for SignatureState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SignatureState::Signed { key } => write!(f, "signed by {key}"),
+            SignatureState::Unsigned => f.write_str("unsigned"),
+        }
+    }
 }
 
 impl Snapshot {
@@ -171,6 +204,7 @@ impl Snapshot {
                 sha256: p.content_hash.clone(),
                 tier: Some(p.tier()),
                 wit_version: Some(p.wit_version),
+                signature: Some(SignatureState::of(p)),
             })
             .collect();
         rows.extend(self.invalid.values().filter(|i| !self.plugins.contains_key(&i.id)).map(|i| PluginStatus {
@@ -189,6 +223,7 @@ impl Snapshot {
             sha256: String::new(),
             tier: None,
             wit_version: None,
+            signature: None,
         }));
         rows.sort_by(|a, b| a.id.cmp(&b.id));
         rows
@@ -298,13 +333,17 @@ impl Registry {
                 require_signature: plugins.require_signature,
                 pin: plugins.pins.get(id).map(String::as_str),
             };
-            if let Some(key) = crate::provenance::check(path, &bytes, &rules).map_err(|e| e.to_string())? {
+            let signed_by = crate::provenance::check(path, &bytes, &rules).map_err(|e| e.to_string())?;
+            if let Some(key) = &signed_by {
                 tracing::info!(plugin = %id, %key, "signature verified");
             }
-            self.runtime
+            let mut loaded = self
+                .runtime
                 .load(id, path.to_owned(), &bytes, self.config.limits_for(id), self.config.plugins.grants.get(id))
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            loaded.signed_by = signed_by;
+            Ok::<_, String>(loaded)
         };
         let p = tokio::time::timeout(timeout, load).await.map_err(|_| {
             format!("loading took longer than {} (plugins.load_timeout)", humantime::format_duration(timeout))

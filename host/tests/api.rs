@@ -947,6 +947,55 @@ server:
         }
     }
 
+    /// The live task list (`GET /v1/tasks/changes`) pushes each principal the changes of
+    /// the tasks it may see, and nothing of another user's.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_task_feed_pushes_each_principal_only_the_tasks_it_may_see() {
+        let api = principals_api().await;
+        let open = |who: &'static str| {
+            let req = api.http.get(api.url("/v1/tasks/changes")).bearer_auth(token(who));
+            async move {
+                let resp = req.header("accept", "text/event-stream").send().await.unwrap();
+                assert_eq!(resp.status().as_u16(), 200, "{who}: feed refused");
+                Sse { inner: Box::pin(resp.bytes_stream()), buf: String::new(), task_id: None }
+            }
+        };
+        let (mut alice_feed, mut root_feed) = (open("alice").await, open("root").await);
+        assert_eq!(api.get("/v1/tasks/changes").await.status, 401, "no token, no feed");
+        let submit = |who: &'static str| {
+            let body = json!({ "description": format!("{who}'s"), "prompt": "hi", "subagent_type": "greeter" });
+            let api = &api;
+            async move {
+                let r = api.post_as(who, "/v1/tasks", body).await;
+                assert_eq!(r.body["status"], "completed", "{}", r.text);
+                r.body["task_id"].as_str().unwrap().to_owned()
+            }
+        };
+        // Bob's task has finished (and been pushed) before Alice's starts.
+        let bobs = submit("bob").await;
+        let alices = submit("alice").await;
+        // (task id, status) of every change a feed pushed until `task` completed.
+        async fn until_completed(feed: &mut Sse, task: &str) -> Vec<(String, String)> {
+            let mut seen = vec![];
+            loop {
+                let e =
+                    feed.next_event().await.unwrap_or_else(|| panic!("feed ended before {task} completed: {seen:?}"));
+                assert_eq!(e.data["type"], "task", "{e:?}");
+                let rec = &e.data["task"];
+                seen.push((rec["task_id"].as_str().unwrap().to_owned(), rec["status"].as_str().unwrap().to_owned()));
+                if rec["task_id"] == task && rec["status"] == "completed" {
+                    assert_eq!(rec["output"].as_str().map(|o| o.contains("hi")), Some(true), "{rec}");
+                    return seen;
+                }
+            }
+        }
+        let alice_saw = until_completed(&mut alice_feed, &alices).await;
+        assert!(alice_saw.iter().all(|(id, _)| *id == alices), "alice was pushed another user's task: {alice_saw:?}");
+        assert!(alice_saw.iter().any(|(_, st)| st == "submitted"), "the submission is pushed too: {alice_saw:?}");
+        let root_saw = until_completed(&mut root_feed, &alices).await;
+        assert!(root_saw.contains(&(bobs.clone(), "completed".into())), "an admin sees every task: {root_saw:?}");
+    }
+
     /// The principals deployment: echo and the claude streamer with its script.
     async fn principals_api() -> Api {
         let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];

@@ -540,12 +540,13 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                         e => {
                             let caps: Vec<_> = r.granted_capabilities.iter().map(|c| c.name()).collect();
                             out!(
-                                "{:<16} {:<8} {:<10} kinds={} granted=[{}]{}{}{}{}",
+                                "{:<16} {:<8} {:<10} kinds={} granted=[{}] {}{}{}{}{}",
                                 esc(&r.id),
                                 r.state,
                                 esc(&r.version),
                                 esc(&r.kinds.join(",")),
                                 caps.join(","),
+                                r.signature.map(|s| s.to_string()).unwrap_or_default(),
                                 if r.shadowed_kinds.is_empty() {
                                     String::new()
                                 } else {

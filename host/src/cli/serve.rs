@@ -27,11 +27,40 @@ pub async fn serve(config: Config, addr: Option<String>) -> anyhow::Result<ExitC
         eprintln!("error: {e}");
         return Ok(ExitCode::from(super::EXIT_USAGE));
     }
+    let drain_timeout = config.server.drain_timeout;
     let (engine, _watch) = start_engine(config).await?;
     let state = Arc::new(ServerState::with_credentials(engine.clone(), credentials));
-    server::serve(state, addr, shutdown_signal()).await?;
+    let draining = engine.clone();
+    let shutdown = async move {
+        shutdown_signal().await;
+        tokio::select! {
+            _ = drain(&draining, drain_timeout) => {}
+            // A second signal: stop now (the sandboxes are still ended).
+            _ = shutdown_signal() => eprintln!("warden: second signal: not waiting for tasks"),
+        }
+    };
+    server::serve(state, addr, shutdown).await?;
     end_sandboxes(&engine).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The graceful part of a shutdown: no new tasks, `/readyz` says `draining`, and the
+/// queued and running tasks get up to `server.drain_timeout` to finish while the API
+/// keeps serving their events, approvals and cancels. A second SIGTERM or Ctrl-C cuts
+/// it short.
+async fn drain(engine: &Engine, timeout: std::time::Duration) {
+    let unfinished = engine.unfinished();
+    if unfinished > 0 {
+        eprintln!(
+            "warden: draining: waiting up to {} for {unfinished} task(s) (server.drain_timeout)",
+            humantime::format_duration(timeout)
+        );
+    }
+    let left = engine.drain(timeout).await;
+    if left > 0 {
+        tracing::warn!(unfinished = left, "drain timed out; these tasks end failed (host restarted) at the next start");
+        eprintln!("warden: {left} task(s) still running after server.drain_timeout; stopping anyway");
+    }
 }
 
 /// `warden mcp`: the MCP server on stdin/stdout for a parent agent that launches warden

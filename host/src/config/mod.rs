@@ -353,6 +353,12 @@ pub struct ServerConfig {
     /// Interval of `heartbeat` events on idle event streams, so proxies flush.
     #[serde(with = "duration_text")]
     pub heartbeat: Duration,
+    /// On SIGTERM or Ctrl-C: how long `warden serve` keeps running (refusing new tasks
+    /// with 503 `draining`, `/readyz` answering 503) for its queued and running tasks to
+    /// finish before it exits. Tasks still running then end `failed` ("host restarted")
+    /// at the next start.
+    #[serde(with = "duration_text")]
+    pub drain_timeout: Duration,
 }
 
 /// What a principal may do (`server.principals[].role`).
@@ -387,6 +393,10 @@ pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
 /// Default heartbeat interval on event streams: under the 30-60 s idle timeouts of
 /// common proxies and load balancers.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(15);
+/// Default drain on shutdown: under the 30 s a container orchestrator waits between
+/// SIGTERM and SIGKILL by default (Kubernetes' `terminationGracePeriodSeconds`, Docker's
+/// `stop` is 10 s: set `docker stop -t` above this), while most tasks finish.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -400,6 +410,7 @@ impl Default for ServerConfig {
             max_tool_iterations: None,
             max_body: DEFAULT_MAX_BODY,
             heartbeat: DEFAULT_HEARTBEAT,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
         }
     }
 }

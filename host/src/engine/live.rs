@@ -40,6 +40,8 @@ pub struct LiveTask {
     /// The task's tool-call budget (`max_tool_iterations`); `None` = unlimited.
     pub(super) tool_budget: Option<Arc<crate::tools::ToolBudget>>,
     pub(super) store: Store,
+    /// The engine's feed of task record changes (live task lists).
+    pub(super) changes: tokio::sync::broadcast::Sender<TaskRecord>,
     /// Set by the first [`Engine::finish`] of this task: a task ends once.
     pub(super) finishing: std::sync::atomic::AtomicBool,
     /// Aborts the task's driver (cancel uses it when the driver does not wind down).
@@ -64,6 +66,13 @@ impl LiveTask {
     /// A receiver that changes whenever the task does.
     pub fn watch(&self) -> watch::Receiver<u64> {
         self.version.subscribe()
+    }
+
+    /// Queues `rec` (the task's record as it is now) for the store and tells followers
+    /// of the engine's task list; no follower is fine.
+    pub(super) fn save_record(&self, rec: TaskRecord) {
+        self.store.write(Write::Task(rec.clone()));
+        let _ = self.changes.send(rec);
     }
 
     pub(super) fn bump(&self) {
@@ -137,7 +146,7 @@ impl LiveTask {
             inner.record.updated_at_ms = now_ms();
             inner.record.clone()
         };
-        self.store.write(Write::Task(rec));
+        self.save_record(rec);
         self.push(json!({ "type": "status", "status": status }));
     }
 
@@ -185,7 +194,7 @@ impl LiveTask {
                     inner.record.plugin = Some(build.clone());
                     inner.record.clone()
                 };
-                self.store.write(Write::Task(rec));
+                self.save_record(rec);
             }
             _ => {}
         }

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, broadcast, watch};
 
 use crate::config::{DEFAULT_MAX_CONCURRENT_TASKS, DEFAULT_MAX_QUEUED_TASKS, DEFAULT_TASK_TIMEOUT};
 use crate::event::{GateChange, TaskEvent};
@@ -132,6 +132,9 @@ pub enum SubmitError {
     InvalidField { field: &'static str, message: String },
     #[error("too many tasks waiting ({0} queued); try again later")]
     QueueFull(usize),
+    /// The server is shutting down: it finishes its tasks and takes no new ones.
+    #[error("this server is shutting down and takes no new tasks; send it to another replica or retry later")]
+    Draining,
     /// `resume` names no task of this user (another user's task reads the same as a
     /// missing one: no oracle, and never another user's transcript).
     #[error("invalid resume: no task {0:?} of this user to continue")]
@@ -163,8 +166,19 @@ pub struct Engine {
     options: EngineOptions,
     slots: Arc<Semaphore>,
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
+    /// Every task record as it changes (submitted, status, plugin build, finished).
+    task_changes: broadcast::Sender<TaskRecord>,
+    /// Set by [`Engine::drain`]: new submissions are refused.
+    draining: std::sync::atomic::AtomicBool,
+    /// Notified whenever a task leaves `live` (drain waits on it).
+    task_left: tokio::sync::Notify,
     pub metrics: Metrics,
 }
+
+/// How many task record changes a slow follower of [`Engine::task_changes`] may fall
+/// behind before it is told to read the list again (`Lagged`): a burst of 1,000 queued
+/// submissions fits, and a record is a few hundred bytes.
+pub const TASK_CHANGES_BUFFER: usize = 4096;
 
 impl Engine {
     /// Opens the engine over `store`: tasks the previous host left running are marked
@@ -187,6 +201,9 @@ impl Engine {
             store,
             options,
             live: Mutex::new(HashMap::new()),
+            task_changes: broadcast::channel(TASK_CHANGES_BUFFER).0,
+            draining: std::sync::atomic::AtomicBool::new(false),
+            task_left: tokio::sync::Notify::new(),
             metrics: Metrics::default(),
         });
         {
@@ -221,6 +238,13 @@ impl Engine {
         &self.registry
     }
 
+    /// Every task record change from now on (submitted, status, plugin build, finished),
+    /// for live task lists. A receiver that falls [`TASK_CHANGES_BUFFER`] behind gets
+    /// `Lagged` and should read the list again.
+    pub fn task_changes(&self) -> broadcast::Receiver<TaskRecord> {
+        self.task_changes.subscribe()
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -240,6 +264,37 @@ impl Engine {
     }
 
     /// Tasks running now (not queued).
+    /// Stops taking new tasks (they are refused with [`SubmitError::Draining`]) and waits
+    /// up to `timeout` for the queued and running ones to finish; returns how many were
+    /// still unfinished then. Everything else (events, approvals, cancel) keeps working,
+    /// so a task waiting for an approval can still get it.
+    pub async fn drain(&self, timeout: Duration) -> usize {
+        self.draining.store(true, Ordering::SeqCst);
+        let until = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = self.task_left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            let unfinished = self.live.lock().unwrap().len();
+            if unfinished == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(until, left).await.is_err() {
+                return self.live.lock().unwrap().len();
+            }
+        }
+    }
+
+    /// Whether [`Engine::drain`] has begun.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Tasks queued or running here.
+    pub fn unfinished(&self) -> usize {
+        self.live.lock().unwrap().len()
+    }
+
     pub fn running(&self) -> usize {
         self.metrics.running.load(Ordering::Relaxed) as usize
     }
@@ -343,6 +398,10 @@ impl Engine {
                 return Err(e);
             }
         };
+        if self.is_draining() {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(SubmitError::Draining);
+        }
         if self.metrics.queued.load(Ordering::Relaxed) as usize >= self.options.max_queued_tasks
             && self.slots.available_permits() == 0
         {
@@ -395,11 +454,12 @@ impl Engine {
             streams: Mutex::new(BTreeMap::new()),
             tool_budget: max_tool_calls.map(|n| Arc::new(crate::tools::ToolBudget::new(n))),
             store: self.store.clone(),
+            changes: self.task_changes.clone(),
             finishing: std::sync::atomic::AtomicBool::new(false),
             driver: Mutex::new(None),
         });
         self.live.lock().unwrap().insert(task_id.clone(), live.clone());
-        self.store.write(Write::Task(record));
+        live.save_record(record);
         live.push(json!({ "type": "status", "status": TaskState::Submitted, "task_id": task_id }));
         self.metrics.submitted.fetch_add(1, Ordering::Relaxed);
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
@@ -575,6 +635,7 @@ impl Engine {
         if let Err(e) = self.store.flush().await {
             tracing::error!(task_id = %rec.task_id, error = %e, "task result not persisted");
         }
+        let _ = self.task_changes.send(rec.clone());
         let counter = match f.status {
             TaskState::Completed => &self.metrics.completed,
             TaskState::Canceled => &self.metrics.canceled,
@@ -588,6 +649,7 @@ impl Engine {
         tracing::info!(task_id = %rec.task_id, status = %f.status, reason = %f.reason, "task finished");
         live.inner.lock().unwrap().record = rec.clone();
         self.live.lock().unwrap().remove(&rec.task_id);
+        self.task_left.notify_waiters();
         live.bump();
     }
 

@@ -120,6 +120,10 @@ pub struct LoadedPlugin {
     pub load_time: Duration,
     /// The `warden:plugin` version the component is built against.
     pub wit_version: WitVersion,
+    /// The trusted key (hex) whose signature over the file verified when it loaded;
+    /// `None` for an unsigned file (allowed unless `plugins.require_signature`). Set by
+    /// the registry, which runs the provenance check.
+    pub signed_by: Option<String>,
     /// The code calls run: a baseline build while the optimised one compiles, then that.
     build: tier::CurrentBuild,
     /// The background optimised compile, stopped if the plugin goes away first.
@@ -398,6 +402,7 @@ impl Runtime {
             origin,
             load_time: started.elapsed(),
             wit_version,
+            signed_by: None,
             build,
             _upgrade: upgrade,
         })

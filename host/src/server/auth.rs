@@ -18,8 +18,9 @@ use axum::response::{IntoResponse, Response};
 use super::{ApiError, AppState};
 use crate::config::{Role, ServerConfig};
 
-/// Paths served without a token (liveness probes).
-const PUBLIC_PATHS: [&str; 1] = ["/healthz"];
+/// Paths served without a token (liveness and readiness probes; neither names a path,
+/// an error text or anything of a task).
+const PUBLIC_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
 /// Tokens from `var`: comma-separated, blanks ignored.
 pub fn tokens_from_env(var: &str) -> Vec<String> {

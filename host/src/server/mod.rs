@@ -47,7 +47,7 @@ pub struct ServerState {
     pub heartbeat: Duration,
     /// Largest request body.
     pub max_body: usize,
-    /// Cancelled when the server shuts down: ends open MCP streams, which would
+    /// Cancelled when the server shuts down: ends open MCP and SSE streams, which would
     /// otherwise hold graceful shutdown open.
     pub shutdown: tokio_util::sync::CancellationToken,
 }
@@ -81,6 +81,7 @@ impl ServerState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .route("/v1/subagents", get(subagents))
         .route("/v1/plugins", get(plugins))
@@ -151,6 +152,47 @@ async fn healthz(State(s): State<AppState>) -> Json<Value> {
         "subagents": snap.definitions.len(),
         "running_tasks": s.engine.running(),
     }))
+}
+
+/// How long `/readyz` waits for each dependency (the store's commit, Docker's ping)
+/// before calling it failing: well under a load balancer's usual 5 s probe timeout.
+pub const READY_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `/readyz`: 200 `ready` when this server should get traffic — it is not draining, its
+/// task store commits, and its Docker Engine answers (when it has a sandbox) — else 503
+/// with `draining` or `not_ready`. The body says which check failed, never why (that
+/// goes to the log: this path is public).
+async fn readyz(State(s): State<AppState>) -> Response {
+    let store = ready_check("the task store", s.engine.store().flush()).await;
+    let docker = match s.engine.tools().sandbox() {
+        Err(_) => "not_configured",
+        Ok(sandbox) => ready_check("Docker", sandbox.ping()).await,
+    };
+    let status = if s.engine.is_draining() {
+        "draining"
+    } else if store == "failing" || docker == "failing" {
+        "not_ready"
+    } else {
+        "ready"
+    };
+    let code = if status == "ready" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = json!({ "status": status, "checks": { "store": store, "docker": docker }, "unfinished_tasks": s.engine.unfinished() });
+    (code, Json(body)).into_response()
+}
+
+/// One `/readyz` check: `ok`, or `failing` with the reason logged (never answered).
+async fn ready_check<E: std::fmt::Display>(what: &str, check: impl Future<Output = Result<(), E>>) -> &'static str {
+    match tokio::time::timeout(READY_CHECK_TIMEOUT, check).await {
+        Ok(Ok(())) => "ok",
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "readiness: {what} fails");
+            "failing"
+        }
+        Err(_) => {
+            tracing::warn!("readiness: {what} did not answer within {READY_CHECK_TIMEOUT:?}");
+            "failing"
+        }
+    }
 }
 
 async fn metrics_text(State(s): State<AppState>) -> Response {
@@ -250,7 +292,8 @@ async fn create_task(
     if wants_event_stream(&headers) {
         let rec = live.record();
         let session = (rec.user_id, rec.session_id);
-        let mut resp = sse::task_events(s.engine.clone(), task_id.clone(), session, 0, s.heartbeat).into_response();
+        let mut resp = sse::task_events(s.engine.clone(), task_id.clone(), session, 0, s.heartbeat, s.shutdown.clone())
+            .into_response();
         if let Ok(v) = HeaderValue::from_str(&task_id) {
             resp.headers_mut().insert("x-task-id", v);
         }
@@ -321,7 +364,8 @@ async fn task_events(
         })?,
     };
     let rec = visible_task(&s, &who, &id)?;
-    Ok(sse::task_events(s.engine.clone(), id, (rec.user_id, rec.session_id), after, s.heartbeat).into_response())
+    Ok(sse::task_events(s.engine.clone(), id, (rec.user_id, rec.session_id), after, s.heartbeat, s.shutdown.clone())
+        .into_response())
 }
 
 async fn cancel_task(

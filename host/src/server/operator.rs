@@ -1,5 +1,6 @@
 //! What an operator needs beyond the parent-agent API, for the console (`/ui`) and the
-//! CLI (`warden sandbox end`, `warden approvals`): the list of tasks a principal may see,
+//! CLI (`warden sandbox end`, `warden approvals`): the list of tasks a principal may see
+//! (and its live feed of changes),
 //! who the caller is, this deployment's sandbox sessions (admin only) with an end button, and the tail of
 //! the audit log (admin only). Same principals, same [`ApiError`]s as every endpoint.
 
@@ -31,6 +32,15 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/end", post(end_session))
         .route("/v1/audit", get(audit))
         .route("/v1/me", get(me))
+        .route("/v1/tasks/changes", get(task_changes))
+}
+
+/// `GET /v1/tasks/changes`: Server-Sent Events of every change to a task `who` may see,
+/// so a list read from `GET /v1/tasks` stays current (see [`super::sse::task_changes`]).
+async fn task_changes(State(s): State<AppState>, Extension(who): Extension<Principal>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    super::sse::task_changes(&s.engine, move |rec| who.owns(&rec.user_id), s.heartbeat, s.shutdown.clone())
+        .into_response()
 }
 
 /// `GET /v1/me`: who the token is (the console shows what the role may use).
@@ -97,6 +107,7 @@ async fn sessions(State(s): State<AppState>, Extension(who): Extension<Principal
     require_admin(&who)?;
     let sandbox = sandbox(&s)?;
     let scope = sandbox.config().scope.clone();
+    let docker_host = sandbox.config().docker_endpoint();
     let now = SystemTime::now();
     let rows: Vec<Value> = sandbox
         .list_sessions()
@@ -112,6 +123,7 @@ async fn sessions(State(s): State<AppState>, Extension(who): Extension<Principal
                 "session_id": i.key.session_id,
                 "scope": i.scope,
                 "container": i.container_name,
+                "docker_host": docker_host,
                 "state": i.state,
                 "created_at_ms": ms(i.created),
                 "age_secs": age.as_secs(),

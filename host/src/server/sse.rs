@@ -1,7 +1,9 @@
 //! A task's event stream as Server-Sent Events: every stored event after the client's
 //! `Last-Event-ID` (replay), then live events as they happen, each exactly once with its
 //! sequence number as the SSE `id`; `heartbeat` events while idle; the stream ends
-//! after the task's `finish` event.
+//! after the task's `finish` event, or when the server shuts down (an open stream would
+//! hold its graceful shutdown open). Also the live task list: every change of a task
+//! record the caller may see.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,6 +12,8 @@ use std::time::Duration;
 use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::engine::Engine;
 
 fn heartbeat() -> Event {
@@ -17,29 +21,71 @@ fn heartbeat() -> Event {
 }
 
 /// The stream of `task_id`'s events with sequence numbers above `after`; `session` is
-/// the task's (user id, session id).
+/// the task's (user id, session id); it ends when `shutdown` is cancelled.
 pub fn task_events(
     engine: Arc<Engine>,
     task_id: String,
     session: (String, String),
     after: u64,
     heartbeat_every: Duration,
+    shutdown: CancellationToken,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let events = super::follow::follow(engine, task_id, session, after);
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat_every, heartbeat_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stream = futures_util::stream::unfold((events, ticker), |(mut events, mut ticker)| async move {
-        let frame = tokio::select! {
-            ev = events.recv() => match ev {
-                Some((seq, ev)) => {
-                    ticker.reset();
-                    Event::default().id(seq.to_string()).data(ev.to_string())
-                }
-                None => return None,
-            },
-            _ = ticker.tick() => heartbeat(),
+    let stream = futures_util::stream::unfold((events, ticker), move |(mut events, mut ticker)| {
+        let shutdown = shutdown.clone();
+        async move {
+            let frame = tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                ev = events.recv() => match ev {
+                    Some((seq, ev)) => {
+                        ticker.reset();
+                        Event::default().id(seq.to_string()).data(ev.to_string())
+                    }
+                    None => return None,
+                },
+                _ = ticker.tick() => heartbeat(),
+            };
+            Some((Ok(frame), (events, ticker)))
+        }
+    });
+    Sse::new(stream)
+}
+
+/// The live task list as Server-Sent Events: `{"type":"task","task":{…}}` for every
+/// change of a task record `visible` accepts (submitted, status, plugin build,
+/// finished), `{"type":"resync"}` when this follower fell behind and should read
+/// `GET /v1/tasks` again, `heartbeat` events while idle. Never ends on its own.
+pub fn task_changes<V: Fn(&crate::store::TaskRecord) -> bool + Send + 'static>(
+    engine: &Engine,
+    visible: V,
+    heartbeat_every: Duration,
+    shutdown: CancellationToken,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<V>> {
+    use tokio::sync::broadcast::error::RecvError;
+    let changes = engine.task_changes();
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat_every, heartbeat_every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let state = (changes, ticker, visible, shutdown);
+    let stream = futures_util::stream::unfold(state, |(mut changes, mut ticker, visible, shutdown)| async move {
+        let frame = loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                change = changes.recv() => match change {
+                    Ok(rec) if visible(&rec) => {
+                        ticker.reset();
+                        let task = super::task_json(&rec);
+                        break Event::default().data(serde_json::json!({ "type": "task", "task": task }).to_string());
+                    }
+                    Ok(_) => continue,
+                    Err(RecvError::Lagged(_)) => break Event::default().data(r#"{"type":"resync"}"#),
+                    Err(RecvError::Closed) => return None,
+                },
+                _ = ticker.tick() => break heartbeat(),
+            }
         };
-        Some((Ok(frame), (events, ticker)))
+        Some((Ok(frame), (changes, ticker, visible, shutdown)))
     });
     Sse::new(stream)
 }

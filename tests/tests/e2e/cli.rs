@@ -25,6 +25,11 @@ fn plugins_json_shows_every_field_and_invalid_files() {
     let broken = rows.iter().find(|r| r["id"] == "broken").unwrap();
     assert_eq!(broken["state"], "invalid");
     assert!(broken.get("wit_version").is_none(), "{broken}");
+    // Provenance: a file without a signature loads (not required here) and says so.
+    assert_eq!(echo["signature"], serde_json::json!({ "state": "unsigned" }));
+    assert!(broken.get("signature").is_none(), "{broken}");
+    let o = d.warden(&["plugins"]);
+    assert!(stdout(&o).lines().any(|l| l.starts_with("echo ") && l.contains("] unsigned")), "{o:?}");
     assert!(broken["error"].as_str().unwrap().contains("not a valid WebAssembly component"));
 }
 

@@ -205,11 +205,17 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            // SIGTERM starts the drain; the next one (sent until it exits) skips waiting for
+            // tasks a test left running, and the sandboxes are still removed.
             let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let mut last_signal: Option<std::time::Instant> = None;
             while std::time::Instant::now() < until {
                 if let Ok(Some(_)) = self.child.try_wait() {
                     return;
+                }
+                if last_signal.is_none_or(|t| t.elapsed() >= std::time::Duration::from_millis(500)) {
+                    let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+                    last_signal = Some(std::time::Instant::now());
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }

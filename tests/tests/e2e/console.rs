@@ -281,11 +281,23 @@ async fn console_in_chromium_signs_in_streams_approves_downloads_lists_plugins_a
     std::fs::copy(test_plugin("echo"), plugins.join(".echo.tmp")).unwrap();
     std::fs::rename(plugins.join(".echo.tmp"), plugins.join("echo.wasm")).unwrap();
     wait_css(&c, "tr[data-plugin='echo']").await;
+    wait_js(
+        &c,
+        "the signature state of the dropped plugin",
+        "return document.querySelector(\"tr[data-plugin='echo']\").textContent.includes('unsigned');",
+    )
+    .await;
     shot(&c, "plugins").await;
 
     // Sessions and the audit log (admin pages).
     c.find(Locator::Css("#nav a[data-page=sessions]")).await.unwrap().click().await.unwrap();
     wait_css(&c, "tr[data-session='console-1'] [data-end]").await;
+    wait_js(
+        &c,
+        "the session's Docker host",
+        "return document.querySelector(\"tr[data-session='console-1']\").textContent.includes('docker');",
+    )
+    .await;
     shot(&c, "sessions").await;
     c.find(Locator::Css("[data-end='console-1']")).await.unwrap().click().await.unwrap();
     wait_js(&c, "the ended session gone", "return !document.querySelector(\"tr[data-session='console-1']\");").await;

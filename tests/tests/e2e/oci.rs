@@ -207,6 +207,11 @@ fn a_signed_plugin_is_pushed_in_the_wasm_layout_pulled_into_a_running_server_and
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(done["output"].as_str().unwrap().contains("from the registry"), "{done}");
+    // The plugin list names the trusted key its signature verified against.
+    let (status, list) = json_of(server.port, "GET", "/v1/plugins", None);
+    assert_eq!(status, 200, "{list}");
+    let echo = list["plugins"].as_array().unwrap().iter().find(|p| p["id"] == "echo").cloned().unwrap();
+    assert_eq!(echo["signature"], json!({ "state": "signed", "key": public }), "{echo}");
 
     // Pulling by digest, under another id, replaces nothing and loads as well.
     let o = d.warden(&["plugin", "pull", &pushed, "--insecure", "--as", "echo2"]);

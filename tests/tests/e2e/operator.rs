@@ -102,7 +102,10 @@ fn finished(port: u16, task: &str) -> Value {
 fn session_listed(port: u16, session: &str) -> bool {
     let (status, r) = admin(port, "GET", "/v1/sessions", None);
     assert_eq!(status, 200, "{r}");
-    r["sessions"].as_array().unwrap().iter().any(|s| s["session_id"] == session)
+    let rows = r["sessions"].as_array().unwrap();
+    // Each row names the Docker endpoint its container runs on.
+    assert!(rows.iter().all(|s| s["docker_host"].as_str().is_some_and(|h| !h.is_empty())), "{r}");
+    rows.iter().any(|s| s["session_id"] == session)
 }
 
 #[test]
@@ -168,4 +171,63 @@ fn approvals_and_sandbox_end_on_the_command_line_against_a_running_server() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let log = std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap();
     assert!(!log.contains(ADMIN_TOKEN), "a token reached the log");
+}
+
+/// SIGTERM drains: `/readyz` turns 503 `draining` at once, new tasks are refused with 503
+/// `draining`, while the running task still gets its approval through the API, finishes,
+/// and only then does the server exit (0) by itself; after a restart the task reads
+/// `completed`, not "host restarted".
+#[test]
+fn sigterm_drains_a_task_waiting_for_approval_then_exits() {
+    let d = toucher_deployment();
+    let mut server = Server::start_with_env(&d, &[("WARDEN_TOKENS", ADMIN_TOKEN)]);
+    let port = server.port;
+    let (status, ready) = json_of(port, "GET", "/readyz", None);
+    assert_eq!(
+        (status, ready["status"].as_str(), ready["checks"]["store"].as_str()),
+        (200, Some("ready"), Some("ok")),
+        "/readyz needs no token and says ready: {ready}"
+    );
+    let (task, approval) = pending_toucher(&d, port, "drain-1");
+    assert_eq!(json_of(port, "GET", "/readyz", None).1["checks"]["docker"], "ok", "the sandbox is in use");
+
+    let _ = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status();
+    let until = Instant::now() + Duration::from_secs(30);
+    let draining = loop {
+        let (status, r) = json_of(port, "GET", "/readyz", None);
+        if status == 503 {
+            break r;
+        }
+        assert!(Instant::now() < until, "/readyz never turned 503 after SIGTERM: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        (draining["status"].as_str(), draining["unfinished_tasks"].as_u64()),
+        (Some("draining"), Some(1)),
+        "{draining}"
+    );
+    let body = json!({ "description": "late", "prompt": "touch it", "subagent_type": "toucher" });
+    let (status, refused) = admin(port, "POST", "/v1/tasks", Some(&body));
+    assert_eq!((status, refused["error"]["code"].as_str()), (503, Some("draining")), "{refused}");
+
+    // Still serving what the running task needs: its approval.
+    let id = approval["id"].as_str().unwrap();
+    let (status, r) = admin(port, "POST", &format!("/v1/approvals/{id}"), Some(&json!({ "decision": "approve" })));
+    assert_eq!(status, 200, "{r}");
+    let until = Instant::now() + Duration::from_secs(120);
+    let exit = loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "the server did not exit after its last task finished");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(exit.success(), "{exit:?}");
+    let log = std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap();
+    assert!(log.contains("draining: waiting up to"), "{log}");
+
+    let server = Server::start_with_env(&d, &[("WARDEN_TOKENS", ADMIN_TOKEN)]);
+    let (status, rec) = admin(server.port, "GET", &format!("/v1/tasks/{task}"), None);
+    assert_eq!(status, 200, "{rec}");
+    assert_eq!((rec["status"].as_str(), rec["output"].as_str()), (Some("completed"), Some("Finished.")), "{rec}");
 }

@@ -6,8 +6,12 @@
 
 /** sessionStorage key of the token ('' = the open API of a loopback server). */
 const TOKEN_KEY = 'warden.token';
-/** How often lists refresh (tasks, plugins, sessions, audit), ms. */
+/** How often lists refresh (plugins, sessions, audit), ms. The task list is pushed. */
 const POLL_MS = 2000;
+/** How often elapsed times of running tasks tick on the task list, ms. */
+const TICK_MS = 1000;
+/** Most tasks the task list shows (the server lists at most 500, the newest first). */
+const MAX_TASK_ROWS = 500;
 /** How often pending approvals are checked, ms: an answer shows within a second. */
 const APPROVAL_POLL_MS = 1000;
 /** Pause before following a task's events again after the stream broke, ms. */
@@ -24,6 +28,9 @@ const state = {
   approvals: [],
   seenApprovals: new Set(),
   approvalTimer: null,
+  /** AudioContext for the approval chime, made on the sign-in gesture (browsers allow
+   * sound only after one); null = silent. */
+  audio: null,
 };
 
 // ---------------------------------------------------------------------------------
@@ -279,12 +286,28 @@ function startApprovalWatch() {
       if (!state.seenApprovals.has(a.id)) {
         state.seenApprovals.add(a.id);
         toast('Approval waiting: ' + a.tool + ' from ' + (a.subagent || 'a subagent'));
+        chime();
       }
     }
     document.dispatchEvent(new CustomEvent('warden:approvals'));
   };
   tick();
   state.approvalTimer = setInterval(tick, APPROVAL_POLL_MS);
+}
+
+/** A short tone when an approval arrives (the console may be in a background tab).
+ * Silent when the browser gave no audio (signed in without a gesture, or no device). */
+function chime() {
+  const ctx = state.audio;
+  if (!ctx || ctx.state !== 'running') return;
+  const osc = ctx.createOscillator();
+  const gain = ctx.createGain();
+  osc.frequency.value = 880;
+  gain.gain.setValueAtTime(0.08, ctx.currentTime);
+  gain.gain.exponentialRampToValueAtTime(0.0001, ctx.currentTime + 0.3);
+  osc.connect(gain).connect(ctx.destination);
+  osc.start();
+  osc.stop(ctx.currentTime + 0.3);
 }
 
 /** Approve / decline controls for one pending request. */
@@ -359,18 +382,18 @@ function tasksPage(root) {
   const err = el('div');
   const empty = el('p', { class: 'empty', hidden: true }, 'No tasks yet.');
   root.append(el('h1', {}, 'Tasks'), err, t.wrap, empty);
-  every(POLL_MS, async () => {
-    let r;
-    try {
-      r = await api('GET', '/v1/tasks');
-      err.replaceChildren();
-    } catch (e) {
-      err.replaceChildren(pageError(e));
-      return;
-    }
-    const tasks = r.tasks || [];
-    empty.hidden = tasks.length > 0;
-    syncRows(t.tbody, tasks, (x) => x.task_id,
+  const tasks = new Map();
+  /** Keeps the newer of two versions of a task (a pushed change may beat the list). */
+  const keep = (x) => {
+    const had = tasks.get(x.task_id);
+    if (!had || (x.updated_at_ms || 0) >= (had.updated_at_ms || 0)) tasks.set(x.task_id, x);
+  };
+  const render = () => {
+    const list = Array.from(tasks.values())
+      .sort((a, b) => (b.created_at_ms - a.created_at_ms) || (a.task_id < b.task_id ? 1 : -1))
+      .slice(0, MAX_TASK_ROWS);
+    empty.hidden = list.length > 0;
+    syncRows(t.tbody, list, (x) => x.task_id,
       (x) => el('tr', { 'data-task': x.task_id }),
       (tr, x) => {
         let link = tr.querySelector('a');
@@ -379,7 +402,40 @@ function tasksPage(root) {
         cells(tr, t.headers, [link, statusCell(x.status), x.subagent_type, (x.plugin && x.plugin.id) || '',
           x.principal || '', x.user_id, elapsed(x), fmtTime(x.created_at_ms)]);
       });
-  });
+  };
+  const load = async () => {
+    try {
+      const r = await api('GET', '/v1/tasks');
+      (r.tasks || []).forEach(keep);
+      err.replaceChildren();
+      render();
+    } catch (e) {
+      err.replaceChildren(pageError(e));
+    }
+  };
+  // Changes are pushed (GET /v1/tasks/changes); the list is read once the feed is open,
+  // so nothing between the two is missed, and again whenever the feed says it lagged or
+  // reconnects.
+  const signal = state.pageAbort.signal;
+  (async () => {
+    while (!signal.aborted) {
+      try {
+        await readSse('/v1/tasks/changes', 0, signal, load, (ev) => {
+          if (ev.type === 'resync') load();
+          else if (ev.type === 'task' && ev.task) {
+            keep(ev.task);
+            render();
+          }
+        });
+      } catch (e) {
+        if (signal.aborted) return;
+        err.replaceChildren(pageError(e));
+      }
+      await sleep(RECONNECT_MS);
+    }
+  })();
+  // Elapsed times of running tasks move on without the server.
+  state.pageTimers.push(setInterval(render, TICK_MS));
 }
 
 function workspacePath(p) {
@@ -450,52 +506,68 @@ function taskPage(root, id) {
   every(POLL_MS, () => { if (ctx.record && !ctx.record.finished_at_ms) renderHead(ctx.record); });
 }
 
-/** Follows the task's event stream (SSE over fetch, so the token goes as a header),
- * reconnecting with Last-Event-ID, until its `finish` event or `signal`. */
+/** Reads one Server-Sent Events response from `path` (fetch, so the token goes as a
+ * header, never in a URL or cookie): `onOpen()` once the server accepted, then
+ * `onEvent(event, id)` per JSON event (heartbeats skipped) until the stream ends or
+ * `onEvent` returns false. Throws ApiError when the server refuses. */
+async function readSse(path, lastId, signal, onOpen, onEvent) {
+  const headers = authHeaders();
+  headers.Accept = 'text/event-stream';
+  if (lastId) headers['Last-Event-ID'] = String(lastId);
+  const r = await fetch(path, { headers, signal, cache: 'no-store', credentials: 'omit' });
+  if (!r.ok) throw new ApiError(r.status);
+  if (onOpen) onOpen();
+  const reader = r.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += decoder.decode(value, { stream: true }).replace(/\r\n/g, '\n');
+    let cut;
+    while ((cut = buf.indexOf('\n\n')) >= 0) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      let data = '';
+      let id = 0;
+      for (const line of block.split('\n')) {
+        if (line.startsWith('id:')) id = Number(line.slice(3).trim()) || 0;
+        else if (line.startsWith('data:')) data += line.slice(5).replace(/^ /, '');
+      }
+      if (!data) continue;
+      let ev;
+      try {
+        ev = JSON.parse(data);
+      } catch (_) {
+        continue;
+      }
+      if (ev.type === 'heartbeat') continue;
+      if (onEvent(ev, id) === false) {
+        reader.cancel().catch(() => {});
+        return;
+      }
+    }
+  }
+}
+
+/** Follows the task's event stream, reconnecting with Last-Event-ID, until its
+ * `finish` event or `signal`. */
 async function followEvents(id, signal, onEvent) {
   let last = 0;
-  while (!signal.aborted) {
+  let finished = false;
+  while (!signal.aborted && !finished) {
     try {
-      const headers = authHeaders();
-      headers.Accept = 'text/event-stream';
-      if (last) headers['Last-Event-ID'] = String(last);
-      const r = await fetch('/v1/tasks/' + enc(id) + '/events', { headers, signal, cache: 'no-store', credentials: 'omit' });
-      if (!r.ok) throw new ApiError(r.status);
-      const reader = r.body.getReader();
-      const decoder = new TextDecoder();
-      let buf = '';
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += decoder.decode(value, { stream: true }).replace(/\r\n/g, '\n');
-        let cut;
-        while ((cut = buf.indexOf('\n\n')) >= 0) {
-          const block = buf.slice(0, cut);
-          buf = buf.slice(cut + 2);
-          let data = '';
-          let seq = 0;
-          for (const line of block.split('\n')) {
-            if (line.startsWith('id:')) seq = Number(line.slice(3).trim()) || 0;
-            else if (line.startsWith('data:')) data += line.slice(5).replace(/^ /, '');
-          }
-          if (!data) continue;
-          if (seq) last = seq;
-          let ev;
-          try {
-            ev = JSON.parse(data);
-          } catch (_) {
-            continue;
-          }
-          if (ev.type === 'heartbeat') continue;
-          onEvent(ev);
-          if (ev.type === 'finish') return;
-        }
-      }
+      await readSse('/v1/tasks/' + enc(id) + '/events', last, signal, null, (ev, seq) => {
+        if (seq) last = seq;
+        onEvent(ev);
+        finished = ev.type === 'finish';
+        return !finished;
+      });
     } catch (e) {
       if (signal.aborted) return;
       if (e instanceof ApiError && e.status === 404) return;
     }
-    await sleep(RECONNECT_MS);
+    if (!finished) await sleep(RECONNECT_MS);
   }
 }
 
@@ -644,8 +716,8 @@ function pluginsPage(root) {
         p.tier === 'baseline' ? 'optimised build compiling' : null].filter(Boolean).join('; ');
       const granted = (p.granted_capabilities || []).map(capName).join(', ') +
         ((p.http_allow || []).length ? ' · http: ' + p.http_allow.join(', ') : '');
-      const signature = p.signature ? (typeof p.signature === 'string' ? p.signature : JSON.stringify(p.signature)) :
-        (p.signed === true ? 'signed' : p.signed === false ? 'unsigned' : '—');
+      const signature = !p.signature ? '—' :
+        p.signature.state === 'signed' ? 'signed by ' + String(p.signature.key || '').slice(0, 16) + '…' : 'unsigned';
       cells(tr, t.headers, [p.id + ' ' + (p.version || '') + (p.name && p.name !== p.id ? ' (' + p.name + ')' : ''),
         statusCell(p.state), kinds, granted || 'nothing', p.sha256 || '', signature, problems]);
       tr.children[4].className = 'mono';
@@ -662,7 +734,7 @@ function adminOnly(root, title) {
 
 function sessionsPage(root) {
   if (!isAdmin()) return adminOnly(root, 'Sessions');
-  const t = table(['Session', 'User', 'State', 'Age', 'Idle', 'Container', '']);
+  const t = table(['Session', 'User', 'State', 'Age', 'Idle', 'Container', 'Docker host', '']);
   const err = el('div');
   const empty = el('p', { class: 'empty', hidden: true }, 'No sandbox sessions.');
   root.append(el('h1', {}, 'Sessions'), err, t.wrap, empty);
@@ -697,7 +769,7 @@ function sessionsPage(root) {
     }, (tr, s) => {
       cells(tr, t.headers, [s.session_id, s.user_id, s.state, fmtDuration(s.age_secs * 1000),
         s.idle_secs === null || s.idle_secs === undefined ? '—' : fmtDuration(s.idle_secs * 1000),
-        s.container, tr.endButton]);
+        s.container, s.docker_host || '', tr.endButton]);
     });
   };
   every(POLL_MS, refresh);
@@ -748,6 +820,14 @@ function auditPage(root) {
 
 document.addEventListener('DOMContentLoaded', () => {
   $('sign-in-form').addEventListener('submit', (e) => {
+    // The sign-in is a user gesture: the one moment a page may start audio.
+    if (!state.audio && window.AudioContext) {
+      try {
+        state.audio = new AudioContext();
+      } catch (_) {
+        state.audio = null;
+      }
+    }
     e.preventDefault();
     const value = $('token').value.trim();
     $('token').value = '';
