@@ -45,6 +45,28 @@ pub struct Registered {
     /// frontmatter), validated: its tool calls reach at most these hosts.
     #[serde(skip)]
     pub egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
+    /// Its tasks run in the background when the caller does not say (see [`BACKGROUND_METADATA`]).
+    pub background: bool,
+}
+
+/// The reference metadata key by which a definition's tasks run in the background when the
+/// caller does not say (`run_in_background` absent): `true` or `false`. The operator's
+/// reference sets it, or the plugin in the definition it returns (a Claude agent file's
+/// `background: true`); WIT 0.2.0 has no typed field for it. The operator's value wins.
+pub const BACKGROUND_METADATA: &str = "background";
+
+/// Whether `def`'s tasks run in the background by default (see [`BACKGROUND_METADATA`]);
+/// a value other than `true`/`false` is a problem and means no.
+fn runs_in_background(operator: &BTreeMap<String, String>, def: &SubagentDefinition) -> Result<bool, String> {
+    let value = operator.get(BACKGROUND_METADATA).or_else(|| def.reference.metadata.get(BACKGROUND_METADATA));
+    match value.map(|v| v.trim()) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(format!(
+            "metadata `{BACKGROUND_METADATA}: {}` ignored (expected true or false)",
+            crate::text::escape_control(&other.chars().take(64).collect::<String>())
+        )),
+    }
 }
 
 /// The definition's `egress` list (`sandbox.egress.allow` patterns), validated.
@@ -525,7 +547,16 @@ impl Registry {
                 let plugin = &next.plugins[id];
                 match self.runtime.can_resolve(plugin, &reference).await {
                     Ok(true) => {
-                        resolved = Some((plugin.clone(), self.runtime.resolve(plugin, &reference).await));
+                        let (definition, warnings) = self.runtime.resolve_reporting(plugin, &reference).await;
+                        // The plugin names the reference in its lines; the problem's source already does.
+                        let prefix = format!("{}: ", reference.uri);
+                        next.problems.extend(warnings.iter().map(|w| {
+                            RegistryProblem::warning(
+                                reference.uri.clone(),
+                                w.strip_prefix(prefix.as_str()).unwrap_or(w.as_str()),
+                            )
+                        }));
+                        resolved = Some((plugin.clone(), definition));
                         break;
                     }
                     Ok(false) => continue,
@@ -571,6 +602,13 @@ impl Registry {
                         ));
                         continue;
                     }
+                    let background = match runs_in_background(&reference.metadata, &def) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            next.problems.push(RegistryProblem::warning(reference.uri.clone(), e));
+                            false
+                        }
+                    };
                     next.definitions.insert(
                         def.name.clone(),
                         Registered {
@@ -578,6 +616,7 @@ impl Registry {
                             plugin: plugin.id.clone(),
                             source: reference.uri.clone(),
                             egress,
+                            background,
                         },
                     );
                 }
@@ -656,5 +695,44 @@ fn collect_markdown(root: &Path, dir: &Path, out: &mut Vec<PathBuf>, problems: &
         } else {
             out.push(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn definition(metadata: &[(&str, &str)]) -> SubagentDefinition {
+        SubagentDefinition {
+            name: "a".into(),
+            description: "d".into(),
+            kind: "CLAUDE".into(),
+            reference: SubagentReference {
+                uri: "a.md".into(),
+                kind: "CLAUDE".into(),
+                metadata: metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            },
+            tools: None,
+            permission_mode: None,
+            mcp_servers: vec![],
+            egress: None,
+            protocol_data: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn background_default_comes_from_the_operator_then_the_plugin() {
+        let operator = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert_eq!(runs_in_background(&operator(&[]), &definition(&[])), Ok(false));
+        assert_eq!(runs_in_background(&operator(&[]), &definition(&[("background", "true")])), Ok(true));
+        assert_eq!(
+            runs_in_background(&operator(&[("background", "false")]), &definition(&[("background", "true")])),
+            Ok(false)
+        );
+        assert_eq!(runs_in_background(&operator(&[("background", " true ")]), &definition(&[])), Ok(true));
+        let err = runs_in_background(&operator(&[("background", "y\nes")]), &definition(&[])).unwrap_err();
+        assert!(err.contains("expected true or false") && !err.contains('\n'), "{err}");
     }
 }

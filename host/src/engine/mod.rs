@@ -245,6 +245,13 @@ impl Engine {
         self.task_changes.subscribe()
     }
 
+    /// Whether a task of `subagent_type` runs in the background when its caller does not
+    /// say (`run_in_background` absent): the definition's default (`background: true` in
+    /// an agent file), otherwise no. An unknown subagent is refused later, by `submit`.
+    pub fn background_by_default(&self, subagent_type: &str) -> bool {
+        self.registry.snapshot().definitions.get(subagent_type).is_some_and(|r| r.background)
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }

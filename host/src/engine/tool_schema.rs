@@ -31,7 +31,7 @@ pub fn tool_schema(snapshot: &crate::registry::Snapshot) -> Value {
                     "subagent_type": { "type": "string", "enum": names, "description": "The type of subagent to use" },
                     "model": { "type": "string", "description": "Optional model alias or provider/model for the subagent" },
                     "resume": { "type": "string", "description": "Optional id of an earlier subagent run to continue" },
-                    "run_in_background": { "type": "boolean", "description": "Return a task id at once; fetch the result with TaskOutput" }
+                    "run_in_background": { "type": "boolean", "description": "Return a task id at once; fetch the result with TaskOutput. Absent: the subagent's default (waits for the result unless its definition says background)" }
                 },
                 "required": ["description", "prompt", "subagent_type"],
                 "additionalProperties": false

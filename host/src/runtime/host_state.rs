@@ -34,7 +34,13 @@ pub struct CallScope {
     pub services: Arc<HostServices>,
     /// The plugin's HTTP client (its grant's address check in the resolver).
     pub http: reqwest::Client,
+    /// `resolve` calls only: where the warnings the plugin logs go besides the log, so the
+    /// registry can list them as the reference's problems (`warden agents`).
+    pub warnings: Option<WarningSink>,
 }
+
+/// The warnings a plugin logged during one call (bounded by the call's log budget).
+pub type WarningSink = Arc<std::sync::Mutex<Vec<String>>>;
 
 impl CallScope {
     /// Where the task's events go (`execute` calls of a task that keeps events).

@@ -476,6 +476,7 @@ impl Runtime {
             task_scope: None,
             http: self.services.http.clone(),
             services: self.services.clone(),
+            warnings: None,
         }
     }
 
@@ -494,14 +495,30 @@ impl Runtime {
         plugin: &LoadedPlugin,
         reference: &SubagentReference,
     ) -> Result<SubagentDefinition, CallError> {
+        self.resolve_reporting(plugin, reference).await.0
+    }
+
+    /// [`Self::resolve`], with the warnings the plugin logged while resolving (with the log
+    /// grant): what a definition's author should hear about (unknown fields, ignored
+    /// values), listed by `warden agents` as the reference's problems.
+    pub async fn resolve_reporting(
+        &self,
+        plugin: &LoadedPlugin,
+        reference: &SubagentReference,
+    ) -> (Result<SubagentDefinition, CallError>, Vec<String>) {
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), plugin.limits.timeout);
         scope.http = plugin.http.clone();
+        let sink = host_state::WarningSink::default();
+        scope.warnings = Some(sink.clone());
         let (pre, r) = (plugin.build.pre(), reference.clone());
-        self.run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
-            Box::pin(async move { b.resolve(store, &r).await })
-        })
-        .await?
-        .map_err(CallError::Guest)
+        let resolved = self
+            .run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
+                Box::pin(async move { b.resolve(store, &r).await })
+            })
+            .await
+            .and_then(|r| r.map_err(CallError::Guest));
+        let warnings = std::mem::take(&mut *sink.lock().unwrap());
+        (resolved, warnings)
     }
 
     pub async fn execute(

@@ -188,13 +188,15 @@ impl McpFront {
             }
             McpMode::Task if name == "Task" => {
                 let a: TaskArgs = parse_args(name, args)?;
+                let run_in_background =
+                    a.run_in_background.unwrap_or_else(|| self.state.engine.background_by_default(&a.subagent_type));
                 let call = TaskCall {
                     description: a.description,
                     prompt: a.prompt,
                     subagent_type: a.subagent_type,
                     model: a.model,
                     resume: a.resume,
-                    run_in_background: a.run_in_background,
+                    run_in_background,
                 };
                 (call, None)
             }
@@ -685,8 +687,8 @@ struct TaskArgs {
     subagent_type: String,
     model: Option<String>,
     resume: Option<String>,
-    #[serde(default)]
-    run_in_background: bool,
+    /// Absent: the subagent's default ([`crate::engine::Engine::background_by_default`]).
+    run_in_background: Option<bool>,
 }
 
 /// Input of `TaskOutput`.

@@ -225,8 +225,8 @@ struct TaskRequest {
     subagent_type: Option<String>,
     model: Option<String>,
     resume: Option<String>,
-    #[serde(default)]
-    run_in_background: bool,
+    /// Absent: the subagent's default ([`crate::engine::Engine::background_by_default`]).
+    run_in_background: Option<bool>,
     session_id: Option<String>,
     user_id: Option<String>,
     /// Secrets for sandbox execs (environment variables); never stored or logged.
@@ -264,14 +264,16 @@ async fn create_task(
     let body = body?;
     let req: TaskRequest = parse_json(&body)?;
     let user_id = who.user_for(req.user_id)?;
+    let subagent_type = req.subagent_type.unwrap_or_default();
+    let run_in_background = req.run_in_background.unwrap_or_else(|| s.engine.background_by_default(&subagent_type));
     let sub = Submission {
         call: TaskCall {
             description: req.description.unwrap_or_default(),
             prompt: req.prompt.unwrap_or_default(),
-            subagent_type: req.subagent_type.unwrap_or_default(),
+            subagent_type,
             model: req.model,
             resume: req.resume,
-            run_in_background: req.run_in_background,
+            run_in_background,
         },
         session_id: req.session_id,
         user_id: Some(user_id),

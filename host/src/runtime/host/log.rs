@@ -25,6 +25,11 @@ impl log::Host for HostState {
         }
         // One write is one line: newlines and terminal controls are escaped.
         let message = crate::text::escape_control(&message);
+        if matches!(level, log::Level::Warn | log::Level::Error)
+            && let Some(sink) = &self.scope.warnings
+        {
+            sink.lock().unwrap().push(message.to_string());
+        }
         let (plugin, task, session) = (&*self.scope.plugin, self.task_id(), self.session_id());
         match level {
             log::Level::Trace => tracing::trace!(plugin, task_id = task, session, "{message}"),
