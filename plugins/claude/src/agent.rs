@@ -15,13 +15,24 @@
 //!   "mcp_servers": null,           // as written in the file
 //!   "egress": null,                // ["pypi.org", …]: hosts its tool calls may reach at
 //!                                  // most (the host narrows `sandbox.egress` by it)
-//!   "extra": {}                    // every other frontmatter key, as JSON
+//!   "initial_prompt": null,        // `initialPrompt`: put before every fresh task's prompt
+//!   "background": false,           // `background`: the host runs tasks in the background by default
+//!   "effort": null,                // `effort`, kept for the record (no provider setting yet)
+//!   "color": null,                 // `color`, cosmetic
+//!   "extra": {}                    // every unknown frontmatter key, as JSON
 //! }
 //! ```
 //!
 //! The host never reads `protocol-data`: what it acts on — `tools`, the permission mode,
 //! the MCP server names and `egress` — is also handed over as the definition's typed fields
-//! (WIT 0.2.0).
+//! (WIT 0.2.0), and `background: true` as the reference metadata entry `background=true`
+//! (WIT 0.2.0 has no typed field for it; the host reads that key of any definition).
+//!
+//! Every field Claude Code documents has a meaning here ([`FIELDS`]): applied, or refused
+//! with a warning (the field is ignored) or an error (the file is not registered, when
+//! running without the field would do what its author forbade: `hooks`, `isolation`).
+//! Unknown fields are warnings, with a "did you mean" for near misses of known names; the
+//! plugin logs every warning while resolving and `warden agents` lists them as problems.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -53,9 +64,59 @@ pub struct ProtocolData {
     /// host as the definition's typed `egress`, which can only narrow the operator's list.
     #[serde(default)]
     pub egress: Option<Vec<String>>,
+    /// `initialPrompt`: text put before the prompt of every fresh (not resumed) task.
+    #[serde(default)]
+    pub initial_prompt: Option<String>,
+    /// `background: true`: tasks run in the background unless the caller says otherwise
+    /// (the host acts on the reference metadata entry `background=true`, see the module docs).
+    #[serde(default)]
+    pub background: bool,
+    /// `effort` as written; no effect yet (the model interface has no reasoning setting).
+    #[serde(default)]
+    pub effort: Option<String>,
+    /// `color`: how Claude Code shows the agent; cosmetic, no effect in warden.
+    #[serde(default)]
+    pub color: Option<String>,
+    /// Frontmatter keys that are not fields of a Claude agent file (each one is a warning).
     #[serde(default)]
     pub extra: Map<String, Value>,
 }
+
+/// The fields of a Claude agent file, as Claude Code documents them (plus warden's own
+/// `egress`): the canonical spelling first; these are the names unknown keys are compared
+/// with for a "did you mean".
+pub const FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "tools",
+    "disallowedTools",
+    "model",
+    "permissionMode",
+    "maxTurns",
+    "skills",
+    "mcpServers",
+    "hooks",
+    "memory",
+    "background",
+    "effort",
+    "isolation",
+    "initialPrompt",
+    "color",
+    "egress",
+];
+
+/// The reference metadata key by which a definition asks the host to run its tasks in the
+/// background when the caller does not say (`background: true`); the host reads it.
+pub const BACKGROUND_METADATA: &str = "background";
+
+/// Keys community agent files carry for their own bookkeeping; accepted without a warning
+/// and without effect.
+pub const INFORMATIONAL_KEYS: &[&str] = &["version", "author", "tags"];
+
+/// How far (edits, case ignored) an unknown key may be from a field to be suggested: two
+/// catches the usual typos (`maxTurn`, `permisionMode`, `tool`) without suggesting `name`
+/// for every four-letter word.
+pub const SUGGESTION_DISTANCE: usize = 2;
 
 /// A Claude agent file's `permissionMode` (the host's typed `permission-mode`, WIT 0.2.0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,9 +130,11 @@ pub enum PermissionMode {
 
 impl PermissionMode {
     /// The mode named as in agent files (`acceptEdits`, ...), or `None` for another name.
+    /// `auto` (Claude Code's reviewer-approved mode) is `default`: warden has no automatic
+    /// reviewer, so what would be reviewed is asked as the policy says.
     pub fn parse(name: &str) -> Option<Self> {
         Some(match name.trim() {
-            "default" => Self::Default,
+            "default" | "auto" => Self::Default,
             "acceptEdits" => Self::AcceptEdits,
             "plan" => Self::Plan,
             "dontAsk" => Self::DontAsk,
@@ -83,38 +146,57 @@ impl PermissionMode {
 
 impl ProtocolData {
     /// The permission mode the agent asks for; an unknown name is a warning (the host then
-    /// applies the operator's policy unchanged).
+    /// applies the operator's policy unchanged), and so is `auto` (applied as `default`).
     pub fn permission_mode(&self) -> (Option<PermissionMode>, Option<String>) {
         match self.permission_mode.as_deref() {
             None => (None, None),
             Some(name) => match PermissionMode::parse(name) {
+                Some(m) if name.trim() == "auto" => (
+                    Some(m),
+                    Some("permissionMode `auto` is applied as `default`: warden has no automatic reviewer, so calls the policy marks `ask` are asked".into()),
+                ),
                 Some(m) => (Some(m), None),
                 None => (
                     None,
                     Some(format!(
-                        "unknown permissionMode {name:?} ignored (expected default, acceptEdits, plan, dontAsk or bypassPermissions)"
+                        "unknown permissionMode {name:?} ignored (expected default, acceptEdits, plan, dontAsk, bypassPermissions or auto)"
                     )),
                 ),
             },
         }
     }
 
-    /// The MCP server names in `mcpServers`: a list of names, a list of `{name: …}` (or
-    /// one-key `{server: {…}}`) objects, a map keyed by name, or comma-separated text.
+    /// The names of operator-configured MCP servers in `mcpServers`: a list of names or
+    /// comma-separated text. Inline definitions (`{server: {command: …}}`, a map keyed by
+    /// name, `{name: …, url: …}`) are refused: see [`Self::inline_mcp_servers`].
     pub fn mcp_server_names(&self) -> Vec<String> {
+        match &self.mcp_servers {
+            Some(Value::Array(items)) => items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect(),
+            Some(Value::String(s)) => s.split(',').map(|x| x.trim().to_owned()).filter(|x| !x.is_empty()).collect(),
+            _ => vec![],
+        }
+    }
+
+    /// The names of inline MCP server definitions in `mcpServers` (`?` when one has none).
+    /// warden never starts a server an agent file defines: only the operator's
+    /// `mcp_servers` run, so these are refused with a warning.
+    pub fn inline_mcp_servers(&self) -> Vec<String> {
+        let name_of = |o: &Map<String, Value>| match o.len() {
+            1 => o.keys().next().cloned(),
+            _ => o.get("name").and_then(Value::as_str).map(str::to_owned),
+        };
         match &self.mcp_servers {
             Some(Value::Array(items)) => items
                 .iter()
                 .filter_map(|i| match i {
-                    Value::String(s) => Some(s.clone()),
-                    Value::Object(o) if o.len() == 1 => o.keys().next().cloned(),
-                    Value::Object(o) => o.get("name").and_then(Value::as_str).map(str::to_owned),
-                    _ => None,
+                    Value::String(_) => None,
+                    Value::Object(o) => Some(name_of(o).unwrap_or_else(|| "?".into())),
+                    _ => Some("?".into()),
                 })
                 .collect(),
             Some(Value::Object(map)) => map.keys().cloned().collect(),
-            Some(Value::String(s)) => s.split(',').map(|x| x.trim().to_owned()).filter(|x| !x.is_empty()).collect(),
-            _ => vec![],
+            Some(Value::String(_)) | None | Some(Value::Null) => vec![],
+            Some(_) => vec!["?".into()],
         }
     }
 
@@ -188,7 +270,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
             match turns.filter(|&t| t > 0).and_then(|t| u32::try_from(t).ok()) {
                 Some(t) => Some(t),
                 None => {
-                    warnings.push(format!("{uri}: ignored `maxTurns: {value}` (expected a positive integer)"));
+                    warnings.push(format!("ignored `maxTurns: {value}` (expected a positive integer)"));
                     None
                 }
             }
@@ -196,29 +278,119 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
     };
     let mcp_servers = take(&mut map, &["mcpServers", "mcp_servers", "mcp-servers"]).filter(|v| !v.is_null());
     let egress = take(&mut map, &["egress"]).filter(|v| !v.is_null()).map(|v| name_list(&v));
-
-    let system_prompt = body.trim().to_string();
-    if system_prompt.is_empty() {
-        warnings.push(format!("{uri}: the body (the system prompt) is empty"));
+    let initial_prompt = take(&mut map, &["initialPrompt", "initial_prompt", "initial-prompt"]).and_then(scalar_text);
+    let background = match take(&mut map, &["background"]) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(Value::String(s)) if s.trim() == "true" => true,
+        Some(Value::String(s)) if s.trim() == "false" => false,
+        Some(other) => {
+            warnings.push(format!("ignored `background: {other}` (expected true or false)"));
+            false
+        }
+    };
+    let effort = take(&mut map, &["effort"]).and_then(scalar_text);
+    if let Some(effort) = &effort {
+        warnings.push(format!(
+            "`effort: {effort}` has no effect: warden's model interface has no reasoning setting yet (the operator's provider settings apply)"
+        ));
     }
-    Ok(Agent {
-        name,
-        description,
-        protocol: ProtocolData {
-            system_prompt,
-            tools,
-            disallowed_tools,
-            model,
-            skills,
-            permission_mode,
-            max_turns,
-            mcp_servers,
-            egress,
-            extra: map,
-        },
-        mode: fields.mode,
-        warnings,
-    })
+    let color = take(&mut map, &["color"]).and_then(scalar_text);
+    if take(&mut map, &["memory"]).is_some_and(|v| !v.is_null()) {
+        warnings.push(
+            "`memory` is not supported yet: the agent runs without persistent memory (nothing is kept between tasks but the session's files)".into(),
+        );
+    }
+    if let Some(hooks) = take(&mut map, &["hooks"]).filter(|v| !v.is_null() && *v != Value::Object(Map::new())) {
+        let events = match &hooks {
+            Value::Object(o) => o.keys().map(String::as_str).collect::<Vec<_>>().join(", "),
+            _ => "?".into(),
+        };
+        return Err(invalid(&format!(
+            "`hooks` ({events}) are not supported yet; the agent is not registered, since running it without its hooks could allow what they deny"
+        )));
+    }
+    match take(&mut map, &["isolation"]).and_then(scalar_text) {
+        None => {}
+        Some(isolation) => {
+            return Err(invalid(&format!(
+                "`isolation: {isolation}` is not supported: every task of a session shares the session's sandbox (no per-task worktree); the agent is not registered, since it would change files its author wanted kept apart"
+            )));
+        }
+    }
+    for entry in tools.iter().flatten() {
+        let (base, _) = crate::toolset::base_name(entry);
+        if crate::toolset::NESTING_TOOLS.contains(&base) {
+            warnings.push(format!(
+                "`tools` entry `{entry}` ignored: subagents cannot start subagents in warden (no nesting)"
+            ));
+        }
+    }
+    for key in INFORMATIONAL_KEYS {
+        map.remove(*key);
+    }
+    for key in map.keys() {
+        warnings.push(unknown_field_warning(key));
+    }
+
+    let protocol = ProtocolData {
+        system_prompt: body.trim().to_string(),
+        tools,
+        disallowed_tools,
+        model,
+        skills,
+        permission_mode,
+        max_turns,
+        mcp_servers,
+        egress,
+        initial_prompt,
+        background,
+        effort,
+        color,
+        extra: map,
+    };
+    if protocol.system_prompt.is_empty() {
+        warnings.push("the body (the system prompt) is empty".into());
+    }
+    for server in protocol.inline_mcp_servers() {
+        warnings.push(format!(
+            "inline MCP server `{server}` in `mcpServers` refused: warden runs only the operator's servers (`mcp_servers` in warden.yaml); list a configured server by name"
+        ));
+    }
+    if let (_, Some(warning)) = protocol.permission_mode() {
+        warnings.push(warning);
+    }
+    Ok(Agent { name, description, protocol, mode: fields.mode, warnings })
+}
+
+/// The warning for a frontmatter key that is not a field: with the nearest field name when
+/// it is at most [`SUGGESTION_DISTANCE`] edits away (case ignored).
+pub fn unknown_field_warning(key: &str) -> String {
+    let suggestion = FIELDS
+        .iter()
+        .map(|field| (edit_distance(&key.to_lowercase(), &field.to_lowercase()), *field))
+        .filter(|(d, _)| *d <= SUGGESTION_DISTANCE)
+        .min_by_key(|(d, _)| *d);
+    match suggestion {
+        Some((_, field)) => format!("unknown frontmatter field `{key}` ignored (did you mean `{field}`?)"),
+        None => format!("unknown frontmatter field `{key}` ignored"),
+    }
+}
+
+/// Levenshtein distance over characters.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// Removes the first of `keys` present (and the others, so no alias lands in `extra`).
@@ -368,7 +540,9 @@ mod tests {
         assert_eq!(p.max_turns, Some(4));
         assert_eq!(p.mcp_servers, Some(json!(["github"])));
         assert_eq!(p.egress, Some(vec!["pypi.org".to_string(), "*.pythonhosted.org".into()]));
-        assert_eq!(p.extra, json!({"color": "red"}).as_object().unwrap().clone());
+        assert_eq!(p.color.as_deref(), Some("red"));
+        assert!(p.extra.is_empty());
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
         let round = ProtocolData::from_json(&p.to_json()).unwrap();
         assert_eq!(&round, p);
     }
@@ -380,7 +554,8 @@ mod tests {
         assert_eq!(
             v,
             json!({"system_prompt": "body", "tools": null, "disallowed_tools": [], "model": null,
-                   "skills": [], "permission_mode": null, "max_turns": null, "mcp_servers": null, "egress": null, "extra": {}})
+                   "skills": [], "permission_mode": null, "max_turns": null, "mcp_servers": null, "egress": null,
+                   "initial_prompt": null, "background": false, "effort": null, "color": null, "extra": {}})
         );
         assert_eq!(ProtocolData::from_json("{}").unwrap(), ProtocolData::default());
         assert_eq!(ProtocolData::from_json("").unwrap(), ProtocolData::default());
@@ -464,12 +639,17 @@ mod typed_fields {
     use serde_json::json;
 
     #[test]
-    fn mcp_servers_in_every_shape_give_names() {
-        let names = |v: Value| ProtocolData { mcp_servers: Some(v), ..ProtocolData::default() }.mcp_server_names();
-        assert_eq!(names(json!([{"github": {"x": 1}}, {"name": "docs", "url": "u"}, "fs"])), ["github", "docs", "fs"]);
-        assert_eq!(names(json!({"a": {}, "b": {}})), ["a", "b"]);
-        assert_eq!(names(json!("a, b,")), ["a", "b"]);
+    fn mcp_servers_give_names_and_inline_definitions_are_refused() {
+        let data = |v: Value| ProtocolData { mcp_servers: Some(v), ..ProtocolData::default() };
+        let mixed = data(json!([{"github": {"x": 1}}, {"name": "docs", "url": "u"}, "fs", {}]));
+        assert_eq!(mixed.mcp_server_names(), ["fs"]);
+        assert_eq!(mixed.inline_mcp_servers(), ["github", "docs", "?"]);
+        assert!(data(json!({"a": {}, "b": {}})).mcp_server_names().is_empty());
+        assert_eq!(data(json!({"a": {}, "b": {}})).inline_mcp_servers(), ["a", "b"]);
+        assert_eq!(data(json!("a, b,")).mcp_server_names(), ["a", "b"]);
+        assert!(data(json!("a, b,")).inline_mcp_servers().is_empty());
         assert!(ProtocolData::default().mcp_server_names().is_empty());
+        assert!(ProtocolData::default().inline_mcp_servers().is_empty());
     }
 
     #[test]
@@ -480,5 +660,153 @@ mod typed_fields {
         assert!(warning.unwrap().contains("sideways"));
         let p = ProtocolData { permission_mode: Some("acceptEdits".into()), ..ProtocolData::default() };
         assert_eq!(p.permission_mode(), (Some(PermissionMode::AcceptEdits), None));
+    }
+}
+
+/// Every documented field has a meaning: applied, a warning, or a refusal; unknown keys warn.
+#[cfg(test)]
+mod field_meanings {
+    use super::*;
+
+    fn parse(frontmatter: &str) -> Result<Agent, Error> {
+        parse_agent("agents/a.md", format!("---\ndescription: d\n{frontmatter}---\nBody.\n").as_bytes(), &[])
+    }
+
+    fn warnings(frontmatter: &str) -> Vec<String> {
+        parse(frontmatter).unwrap().warnings
+    }
+
+    #[test]
+    fn every_field_in_a_clean_file_warns_about_nothing() {
+        let a = parse(
+            "name: n\ntools: Read\ndisallowedTools: Bash\nmodel: inherit\npermissionMode: plan\nmaxTurns: 2\nskills: []\nmcpServers: [github]\nbackground: true\ninitialPrompt: Start here.\ncolor: blue\negress: [pypi.org]\nversion: 1\nauthor: me\ntags: [x]\n",
+        )
+        .unwrap();
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+        assert!(a.protocol.extra.is_empty(), "{:?}", a.protocol.extra);
+        assert_eq!(a.protocol.initial_prompt.as_deref(), Some("Start here."));
+        assert!(a.protocol.background);
+        assert_eq!(a.protocol.model.as_deref(), Some("inherit"));
+    }
+
+    #[test]
+    fn unknown_fields_warn_with_a_suggestion_for_near_misses_and_the_file_still_resolves() {
+        let a = parse("maxTurn: 3\nPermissionMode: plan\nfavouriteFood: soup\ntool: Read\n").unwrap();
+        assert_eq!(a.protocol.max_turns, None, "a misspelled field is not applied");
+        let w = a.warnings.join("\n");
+        assert!(w.contains("unknown frontmatter field `maxTurn` ignored (did you mean `maxTurns`?)"), "{w}");
+        assert!(w.contains("`PermissionMode` ignored (did you mean `permissionMode`?)"), "{w}");
+        assert!(w.contains("`tool` ignored (did you mean `tools`?)"), "{w}");
+        assert!(
+            w.contains("unknown frontmatter field `favouriteFood` ignored\n") || w.ends_with("`favouriteFood` ignored"),
+            "{w}"
+        );
+        assert!(!w.contains("`favouriteFood` ignored (did you mean"), "{w}");
+        assert_eq!(a.protocol.extra.len(), 4);
+    }
+
+    /// Property: a key one or two edits away from a field (deleted, transposed or replaced
+    /// characters, any case) is never silently dropped and is answered with a suggestion;
+    /// a field spelled right never warns.
+    #[test]
+    fn every_near_miss_of_every_field_gets_a_suggestion() {
+        for field in FIELDS {
+            if !["hooks", "isolation"].contains(field) {
+                let w = warnings(&format!("{field}: x\n"));
+                assert!(!w.iter().any(|w| w.contains("unknown frontmatter field")), "{field}: {w:?}");
+            }
+            let chars: Vec<char> = field.chars().collect();
+            let mut misses = Vec::new();
+            for i in 0..chars.len() {
+                let mut deleted = chars.clone();
+                deleted.remove(i);
+                misses.push(deleted);
+                let mut replaced = chars.clone();
+                replaced[i] = if chars[i] == 'q' { 'z' } else { 'q' };
+                misses.push(replaced.clone());
+                if i + 1 < chars.len() {
+                    let mut swapped = chars.clone();
+                    swapped.swap(i, i + 1);
+                    misses.push(swapped);
+                    replaced[i + 1] = if chars[i + 1] == 'q' { 'z' } else { 'q' };
+                    misses.push(replaced);
+                }
+            }
+            misses.push(field.to_uppercase().chars().collect());
+            for miss in misses {
+                let key: String = miss.into_iter().collect();
+                if key.is_empty() || FIELDS.contains(&key.as_str()) {
+                    continue;
+                }
+                let w = unknown_field_warning(&key);
+                assert!(w.contains("did you mean"), "{key}: {w}");
+                let file = format!("{key}: x\n");
+                assert!(warnings(&file).iter().any(|w| w.contains(&format!("`{key}` ignored (did you mean"))), "{key}");
+            }
+        }
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+    }
+
+    #[test]
+    fn auto_is_default_with_a_warning() {
+        let a = parse("permissionMode: auto\n").unwrap();
+        assert_eq!(a.protocol.permission_mode().0, Some(PermissionMode::Default));
+        assert!(a.warnings.iter().any(|w| w.contains("`auto` is applied as `default`")), "{:?}", a.warnings);
+        for (name, mode) in [
+            ("default", PermissionMode::Default),
+            ("acceptEdits", PermissionMode::AcceptEdits),
+            ("plan", PermissionMode::Plan),
+            ("dontAsk", PermissionMode::DontAsk),
+            ("bypassPermissions", PermissionMode::BypassPermissions),
+        ] {
+            let a = parse(&format!("permissionMode: {name}\n")).unwrap();
+            assert_eq!(a.protocol.permission_mode(), (Some(mode), None));
+            assert!(a.warnings.is_empty(), "{name}: {:?}", a.warnings);
+        }
+        assert!(warnings("permissionMode: sideways\n").iter().any(|w| w.contains("sideways")));
+    }
+
+    #[test]
+    fn effort_memory_and_inline_mcp_servers_are_accepted_with_a_warning() {
+        let a = parse("effort: high\n").unwrap();
+        assert_eq!(a.protocol.effort.as_deref(), Some("high"));
+        assert!(a.warnings.iter().any(|w| w.contains("`effort: high` has no effect")), "{:?}", a.warnings);
+        assert!(warnings("memory: project\n").iter().any(|w| w.contains("`memory` is not supported yet")));
+        let a = parse("mcpServers:\n  - github\n  - local:\n      command: ./server\n").unwrap();
+        assert_eq!(a.protocol.mcp_server_names(), ["github"]);
+        assert!(a.warnings.iter().any(|w| w.contains("inline MCP server `local`")), "{:?}", a.warnings);
+    }
+
+    #[test]
+    fn background_takes_booleans_only() {
+        assert!(parse("background: \"true\"\n").unwrap().protocol.background);
+        assert!(!parse("background: false\n").unwrap().protocol.background);
+        let a = parse("background: soon\n").unwrap();
+        assert!(!a.protocol.background);
+        assert!(a.warnings.iter().any(|w| w.contains("background")), "{:?}", a.warnings);
+    }
+
+    #[test]
+    fn hooks_and_isolation_keep_the_agent_from_registering() {
+        let err = parse("hooks:\n  PreToolUse:\n    - matcher: Bash\n").unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidInput(m) if m.contains("`hooks` (PreToolUse) are not supported yet")),
+            "{err:?}"
+        );
+        assert!(parse("hooks: {}\n").is_ok(), "no hooks is no refusal");
+        let err = parse("isolation: worktree\n").unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidInput(m) if m.contains("`isolation: worktree` is not supported")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn nesting_entries_in_tools_warn_at_resolve_time() {
+        let w = warnings("tools: Read, Agent(reviewer), Task\n");
+        assert!(w.iter().any(|w| w.contains("`Agent(reviewer)` ignored")), "{w:?}");
+        assert!(w.iter().any(|w| w.contains("`Task` ignored")), "{w:?}");
     }
 }

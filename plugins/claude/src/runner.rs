@@ -5,8 +5,8 @@
 //!
 //! 1. checks the task (a prompt is required) and reads the agent's [`ProtocolData`];
 //! 2. starts the conversation: a fresh one is `system` (body + preloaded skills) and `user`
-//!    (the prompt); with `resume` the stored transcript of that task is loaded and the prompt
-//!    appended as a new `user` message;
+//!    (the agent's `initialPrompt`, if any, then the prompt); with `resume` the stored
+//!    transcript of that task is loaded and the prompt appended as a new `user` message;
 //! 3. selects the tools ([`crate::toolset::select`]);
 //! 4. loops, at most `maxTurns` model calls (default [`DEFAULT_MAX_TURNS`]): ask the model;
 //!    no tool calls → its text is the result; otherwise run the calls the agent may make in
@@ -119,7 +119,7 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
             if !system.is_empty() {
                 messages.push(Message::new("system", system));
             }
-            messages.push(Message::new("user", task.prompt.clone()));
+            messages.push(Message::new("user", first_prompt(&protocol, &task.prompt)));
             messages
         }
     };
@@ -243,6 +243,15 @@ fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<Tool
         host.log(Level::Warn, warning);
     }
     Ok(selection.tools)
+}
+
+/// A fresh task's first user message: the agent's `initialPrompt`, a blank line, then the
+/// task's prompt (a resumed task has it in its transcript already).
+fn first_prompt(protocol: &ProtocolData, prompt: &str) -> String {
+    match protocol.initial_prompt.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
+        Some(initial) => format!("{initial}\n\n{prompt}"),
+        None => prompt.to_string(),
+    }
 }
 
 /// The body, followed by every preloaded skill that can be read.

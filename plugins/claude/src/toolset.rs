@@ -22,7 +22,7 @@ pub struct Selection {
 }
 
 /// `Bash(git status:*)` → (`Bash`, true); `Read` → (`Read`, false).
-fn base_name(entry: &str) -> (&str, bool) {
+pub fn base_name(entry: &str) -> (&str, bool) {
     match entry.find('(') {
         Some(i) if entry.ends_with(')') => (entry[..i].trim(), true),
         _ => (entry.trim(), false),

@@ -35,13 +35,16 @@ impl Plugin for Claude {
     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
         let bytes = resources::read(&reference.uri).map_err(|e| e.context(&reference.uri))?;
         let parsed = agent::parse_agent(&reference.uri, &bytes, &reference.metadata)?;
+        // The host lists what is logged here as the file's problems in `warden agents`.
         for warning in &parsed.warnings {
             log::warn(&format!("{}: {warning}", reference.uri));
         }
         // What the host acts on goes in the typed fields; the rest is this plugin's own.
-        let (mode, warning) = parsed.protocol.permission_mode();
-        if let Some(w) = warning {
-            log::warn(&format!("{}: {w}", reference.uri));
+        let (mode, _) = parsed.protocol.permission_mode();
+        let mut reference = reference;
+        if parsed.protocol.background && !reference.metadata.iter().any(|(k, _)| k == agent::BACKGROUND_METADATA) {
+            // WIT 0.2.0 has no typed field for it: the host reads this metadata key.
+            reference.metadata.push((agent::BACKGROUND_METADATA.into(), "true".into()));
         }
         Ok(SubagentDefinition {
             name: parsed.name,

@@ -598,3 +598,206 @@ async fn egress_decisions_are_audited_and_streamed() {
     );
     h.end(&s).await;
 }
+
+/// Issue 20: agent files using every documented frontmatter field, through `warden agents`:
+/// the fields warden applies register quietly, the ones it accepts without effect are
+/// warnings, unknown fields are warnings with a "did you mean", and `hooks` / `isolation`
+/// keep the file from registering — nothing is dropped without a word.
+#[test]
+fn warden_agents_gives_every_frontmatter_field_a_meaning() {
+    let d = Deployment::new(
+        "  grants:\n    claude: { resources: true, log: true }\nsubagents:\n  agent_dirs: [./agents]\n",
+    );
+    std::fs::copy(bundled_plugin("claude"), d.dir.path().join("plugins/claude.wasm")).unwrap();
+    let agents = d.dir.path().join("agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let files = [
+        (
+            "clean",
+            "name: clean\ndescription: Uses every applied field\ntools: Read, Grep\ndisallowedTools: [Grep]\nmodel: inherit\npermissionMode: plan\nmaxTurns: 3\nskills: []\nmcpServers: [github]\nbackground: true\ninitialPrompt: Look around first.\ncolor: green\negress: [pypi.org]\n",
+        ),
+        (
+            "noisy",
+            "name: noisy\ndescription: Uses the fields without effect\ntools: Read, Agent(reviewer)\npermissionMode: auto\neffort: high\nmemory: project\nmcpServers:\n  - github\n  - local: { command: ./server }\n",
+        ),
+        ("typo", "name: typo\ndescription: Misspells\nmaxTurn: 3\nPermissionMode: plan\nfavouriteFood: soup\n"),
+        (
+            "hooked",
+            "name: hooked\ndescription: Has hooks\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n",
+        ),
+        ("isolated", "name: isolated\ndescription: Wants a worktree\nisolation: worktree\n"),
+    ];
+    for (name, frontmatter) in files {
+        std::fs::write(agents.join(format!("{name}.md")), format!("---\n{frontmatter}---\nBody of {name}.\n")).unwrap();
+    }
+    let out = d.warden(&["agents", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v = json(&out);
+    let names: Vec<&str> = v["agents"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["clean", "noisy", "typo"], "{v}");
+    let problems: Vec<(String, String)> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let file = Path::new(p["source"].as_str().unwrap()).file_stem().unwrap().to_string_lossy().into_owned();
+            (file, p["message"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let of = |file: &str| problems.iter().filter(|(f, _)| f == file).map(|(_, m)| m.as_str()).collect::<Vec<_>>();
+    assert!(of("clean").is_empty(), "{problems:?}");
+    let noisy = of("noisy").join("\n");
+    for expected in [
+        "`tools` entry `Agent(reviewer)` ignored: subagents cannot start subagents",
+        "permissionMode `auto` is applied as `default`",
+        "`effort: high` has no effect",
+        "`memory` is not supported yet",
+        "inline MCP server `local` in `mcpServers` refused",
+    ] {
+        assert!(noisy.contains(expected), "{expected}: {noisy}");
+    }
+    assert_eq!(
+        of("typo"),
+        [
+            "unknown frontmatter field `PermissionMode` ignored (did you mean `permissionMode`?)",
+            "unknown frontmatter field `favouriteFood` ignored",
+            "unknown frontmatter field `maxTurn` ignored (did you mean `maxTurns`?)",
+        ]
+    );
+    assert!(of("hooked").iter().any(|m| m.contains("`hooks` (PreToolUse) are not supported yet")), "{problems:?}");
+    assert!(of("isolated").iter().any(|m| m.contains("`isolation: worktree` is not supported")), "{problems:?}");
+    let by_name = |n: &str| v["agents"].as_array().unwrap().iter().find(|a| a["name"] == n).unwrap().clone();
+    let clean = by_name("clean");
+    assert_eq!(
+        (clean["background"].as_bool(), clean["permission_mode"].as_str()),
+        (Some(true), Some("plan")),
+        "{clean}"
+    );
+    assert_eq!(clean["mcp_servers"], serde_json::json!(["github"]));
+    assert_eq!(by_name("noisy")["mcp_servers"], serde_json::json!(["github"]), "the inline server is not a name");
+    assert_eq!(by_name("noisy")["permission_mode"], "default");
+    // The text listing says the same on stderr, without failing.
+    let out = d.warden(&["agents"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("typo.md: unknown frontmatter field `maxTurn` ignored (did you mean `maxTurns`?)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn initial_prompt_reaches_the_model_before_the_task_prompt() {
+    let agent = "---\nname: starter\ndescription: Starts with a note\ntools: []\ninitialPrompt: Read the style guide first.\n---\nYou start.\n";
+    let script =
+        "- text: \"ok\"\n  expect: { last_user_contains: \"Read the style guide first.\\n\\nreview the change\" }\n";
+    let h = claude_host(agent, &[("main", script)], "").await;
+    assert_eq!(completed(&h.run("starter", "review the change", &session(), None, None).await), "ok");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_mode_refuses_a_write_tool_and_allows_reading() {
+    let agent = "---\nname: planner\ndescription: Plans\ntools: Read, Write, Glob\npermissionMode: plan\n---\nPlan.\n";
+    let script = r#"
+- tool_calls: [{ name: Write, arguments: { file_path: "plan.md", content: "should not exist" } }]
+- tool_calls: [{ name: Glob, arguments: { pattern: "*" } }]
+  expect: { last_tool_result_contains: "plan mode is read-only: Write is not available" }
+- text: "planned"
+"#;
+    let h = claude_host(agent, &[("main", script)], "").await;
+    let s = session();
+    let (out, events) = h.run_with_events("planner", "make a plan", &s).await;
+    assert_eq!(completed(&out), "planned");
+    let results: Vec<_> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| (e["name"].clone(), e["is_error"].clone()))
+        .collect();
+    assert_eq!(
+        results,
+        [(serde_json::json!("Write"), serde_json::json!(true)), (serde_json::json!("Glob"), serde_json::json!(false))]
+    );
+    let read = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "plan.md" })).await;
+    assert!(read.is_error, "plan mode wrote a file: {read:?}");
+    h.end(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dont_ask_declines_what_the_policy_would_ask() {
+    let agent =
+        "---\nname: quiet\ndescription: Never asks\ntools: Read, Write\npermissionMode: dontAsk\n---\nWork quietly.\n";
+    let script = r#"
+- tool_calls: [{ name: Write, arguments: { file_path: "note.md", content: "x" } }]
+- text: "could not write"
+  expect: { last_tool_result_contains: "dontAsk mode declines instead of asking" }
+"#;
+    // Nobody answers asks here: without dontAsk the call would wait the full timeout.
+    let policy = "approval:\n  default: deny\n  allow: [Read]\n  ask: [Write]\n  timeout: 2m\n";
+    let h = claude_host_with(agent, &[("main", script)], "", policy).await;
+    let started = std::time::Instant::now();
+    let s = session();
+    assert_eq!(completed(&h.run("quiet", "write a note", &s, None, None).await), "could not write");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the ask was waited for");
+    assert!(h.host.tools.gate().pending().is_empty());
+    h.end(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn auto_mode_and_fields_without_effect_still_run_as_default() {
+    let agent = "---\nname: eager\ndescription: Auto mode\ntools: Read, Write\npermissionMode: auto\neffort: max\nmemory: user\ncolor: red\n---\nWrite.\n";
+    let script = r#"
+- tool_calls: [{ name: Write, arguments: { file_path: "auto.md", content: "written under auto" } }]
+- text: "written"
+  expect: { last_tool_result_contains: "auto.md" }
+"#;
+    let h = claude_host(agent, &[("main", script)], "").await;
+    let s = session();
+    assert_eq!(completed(&h.run("eager", "write", &s, None, None).await), "written");
+    let read = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "auto.md" })).await;
+    assert!(!read.is_error && read.content.contains("written under auto"), "{read:?}");
+    h.end(&s).await;
+}
+
+/// `background: true`: a task whose caller does not say runs in the background (the API
+/// answers 202 with its id at once); a caller that says `false` still waits for the result.
+#[test]
+fn background_agents_run_in_the_background_unless_the_caller_says() {
+    let d = Deployment::new(&format!(
+        "  grants:\n    claude: {{ resources: true, log: true, model: true, state: true, events: true }}\n\
+         subagents:\n  agent_dirs: [./agents]\nmodels:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
+         sandbox:\n  scope: e2e{}\nstore:\n  path: ./state/tasks.db\n",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    ));
+    std::fs::copy(bundled_plugin("claude"), d.dir.path().join("plugins/claude.wasm")).unwrap();
+    std::fs::create_dir_all(d.dir.path().join("agents")).unwrap();
+    std::fs::write(
+        d.dir.path().join("agents/later.md"),
+        "---\nname: later\ndescription: Runs in the background\ntools: []\nbackground: true\n---\nAnswer.\n",
+    )
+    .unwrap();
+    std::fs::write(d.dir.path().join("main.yaml"), "- text: \"done later\"\n").unwrap();
+    let server = Server::start(&d);
+    let port = server.port;
+    let task = |bg: Option<bool>| {
+        let mut body = serde_json::json!({ "description": "e2e", "prompt": "go", "subagent_type": "later" });
+        if let Some(bg) = bg {
+            body["run_in_background"] = bg.into();
+        }
+        body
+    };
+    let (status, started) = json_of(port, "POST", "/v1/tasks", Some(&task(None)));
+    assert_eq!(status, 202, "{started}");
+    let id = started["task_id"].as_str().unwrap();
+    let (_, done) = json_of(port, "GET", &format!("/v1/tasks/{id}"), None);
+    assert_eq!(
+        (done["status"].as_str(), done["output"].as_str(), done["background"].as_bool()),
+        (Some("completed"), Some("done later"), Some(true)),
+        "{done}"
+    );
+    let (status, waited) = json_of(port, "POST", "/v1/tasks", Some(&task(Some(false))));
+    assert_eq!(
+        (status, waited["status"].as_str(), waited["output"].as_str()),
+        (200, Some("completed"), Some("done later")),
+        "{waited}"
+    );
+}

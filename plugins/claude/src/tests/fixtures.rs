@@ -115,7 +115,7 @@ fn every_fixture_agent_resolves_with_its_name_description_tools_and_model() {
         }
         assert_eq!(agent.protocol.model.as_deref(), lines.get("model").map(String::as_str), "{shown}: model");
         if let Some(color) = lines.get("color") {
-            assert_eq!(agent.protocol.extra["color"], color.as_str(), "{shown}: unknown keys are kept");
+            assert_eq!(agent.protocol.color.as_deref(), Some(color.as_str()), "{shown}: color is kept");
         }
         assert!(!agent.protocol.system_prompt.is_empty(), "{shown}: body");
 
@@ -197,9 +197,10 @@ fn fence_lines_inside_the_body_stay_in_the_system_prompt() {
 }
 
 #[test]
-fn unknown_keys_and_nesting_tools_in_a_team_lead() {
+fn color_and_nesting_tools_in_a_team_lead() {
     let (_, a) = fixture("wshobson-agents/agent-teams/team-lead.md");
-    assert_eq!(a.protocol.extra["color"], "blue");
+    assert_eq!(a.protocol.color.as_deref(), Some("blue"));
+    assert!(a.warnings.iter().any(|w| w.contains("`tools` entry `Agent` ignored")), "{:?}", a.warnings);
     let tools = a.protocol.tools.clone().unwrap();
     assert!(tools.contains(&"Agent".to_string()) && tools.contains(&"TeamCreate".to_string()));
     let selection = toolset::select(session_tools(), Some(&tools), &a.protocol.disallowed_tools);

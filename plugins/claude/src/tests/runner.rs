@@ -314,3 +314,16 @@ fn an_agent_without_session_tools_of_its_list_is_told_so() {
     let result = host.requests[1].messages.last().unwrap();
     assert!(result.content.contains("available tools: none"), "{}", result.content);
 }
+
+#[test]
+fn initial_prompt_goes_before_a_fresh_prompt_but_not_a_resumed_one() {
+    let agent = agent_from("initialPrompt: Read CONTRIBUTING.md first.\n", "You help.");
+    let mut host = FakeHost::new(vec![text("first"), text("second")]);
+    run(&mut host, &task("t1", "fix the bug"), &agent).unwrap();
+    assert_eq!(host.requests[0].messages[1], Message::new("user", "Read CONTRIBUTING.md first.\n\nfix the bug"));
+    let resumed = TaskInput { resume: Some("t1".into()), ..task("t2", "and the test") };
+    run(&mut host, &resumed, &agent).unwrap();
+    let users: Vec<&str> =
+        host.requests[1].messages.iter().filter(|m| m.role == "user").map(|m| m.content.as_str()).collect();
+    assert_eq!(users, ["Read CONTRIBUTING.md first.\n\nfix the bug", "and the test"]);
+}
