@@ -222,6 +222,20 @@ pub struct Agent {
     pub mode: ParseMode,
     /// For the log: fallbacks taken, values ignored.
     pub warnings: Vec<String>,
+    /// Why the file must not be registered: fields it uses whose absence could allow what
+    /// they forbid (`hooks`, `isolation`). Empty when it may be. See [`Agent::registrable`].
+    pub refusals: Vec<String>,
+}
+
+impl Agent {
+    /// The agent, or `invalid-input` naming the file and every refusal. The warnings are
+    /// the caller's to report first, so a refused file still hears about its typos.
+    pub fn registrable(self, uri: &str) -> Result<Agent, Error> {
+        match self.refusals.is_empty() {
+            true => Ok(self),
+            false => Err(Error::InvalidInput(format!("{uri}: {}", self.refusals.join("; ")))),
+        }
+    }
 }
 
 /// Builds an agent from a file's bytes. `uri` names the file in errors and gives the
@@ -301,22 +315,20 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
             "`memory` is not supported yet: the agent runs without persistent memory (nothing is kept between tasks but the session's files)".into(),
         );
     }
+    let mut refusals = Vec::new();
     if let Some(hooks) = take(&mut map, &["hooks"]).filter(|v| !v.is_null() && *v != Value::Object(Map::new())) {
         let events = match &hooks {
             Value::Object(o) => o.keys().map(String::as_str).collect::<Vec<_>>().join(", "),
             _ => "?".into(),
         };
-        return Err(invalid(&format!(
+        refusals.push(format!(
             "`hooks` ({events}) are not supported yet; the agent is not registered, since running it without its hooks could allow what they deny"
-        )));
+        ));
     }
-    match take(&mut map, &["isolation"]).and_then(scalar_text) {
-        None => {}
-        Some(isolation) => {
-            return Err(invalid(&format!(
-                "`isolation: {isolation}` is not supported: every task of a session shares the session's sandbox (no per-task worktree); the agent is not registered, since it would change files its author wanted kept apart"
-            )));
-        }
+    if let Some(isolation) = take(&mut map, &["isolation"]).and_then(scalar_text) {
+        refusals.push(format!(
+            "`isolation: {isolation}` is not supported: every task of a session shares the session's sandbox (no per-task worktree); the agent is not registered, since it would change files its author wanted kept apart"
+        ));
     }
     for entry in tools.iter().flatten() {
         let (base, _) = crate::toolset::base_name(entry);
@@ -360,7 +372,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
     if let (_, Some(warning)) = protocol.permission_mode() {
         warnings.push(warning);
     }
-    Ok(Agent { name, description, protocol, mode: fields.mode, warnings })
+    Ok(Agent { name, description, protocol, mode: fields.mode, warnings, refusals })
 }
 
 /// The warning for a frontmatter key that is not a field: with the nearest field name when
@@ -711,10 +723,8 @@ mod field_meanings {
     #[test]
     fn every_near_miss_of_every_field_gets_a_suggestion() {
         for field in FIELDS {
-            if !["hooks", "isolation"].contains(field) {
-                let w = warnings(&format!("{field}: x\n"));
-                assert!(!w.iter().any(|w| w.contains("unknown frontmatter field")), "{field}: {w:?}");
-            }
+            let w = warnings(&format!("{field}: x\n"));
+            assert!(!w.iter().any(|w| w.contains("unknown frontmatter field")), "{field}: {w:?}");
             let chars: Vec<char> = field.chars().collect();
             let mut misses = Vec::new();
             for i in 0..chars.len() {
@@ -790,13 +800,15 @@ mod field_meanings {
 
     #[test]
     fn hooks_and_isolation_keep_the_agent_from_registering() {
-        let err = parse("hooks:\n  PreToolUse:\n    - matcher: Bash\n").unwrap_err();
+        let hooked = parse("hooks:\n  PreToolUse:\n    - matcher: Bash\ncolour: red\n").unwrap();
+        assert!(hooked.warnings.iter().any(|w| w.contains("did you mean `color`")), "{:?}", hooked.warnings);
+        let err = hooked.registrable("agents/a.md").unwrap_err();
         assert!(
             matches!(&err, Error::InvalidInput(m) if m.contains("`hooks` (PreToolUse) are not supported yet")),
             "{err:?}"
         );
-        assert!(parse("hooks: {}\n").is_ok(), "no hooks is no refusal");
-        let err = parse("isolation: worktree\n").unwrap_err();
+        assert!(parse("hooks: {}\n").unwrap().registrable("a.md").is_ok(), "no hooks is no refusal");
+        let err = parse("isolation: worktree\n").unwrap().registrable("agents/a.md").unwrap_err();
         assert!(
             matches!(&err, Error::InvalidInput(m) if m.contains("`isolation: worktree` is not supported")),
             "{err:?}"

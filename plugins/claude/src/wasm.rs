@@ -39,6 +39,7 @@ impl Plugin for Claude {
         for warning in &parsed.warnings {
             log::warn(&format!("{}: {warning}", reference.uri));
         }
+        let parsed = parsed.registrable(&reference.uri)?;
         // What the host acts on goes in the typed fields; the rest is this plugin's own.
         let (mode, _) = parsed.protocol.permission_mode();
         let mut reference = reference;

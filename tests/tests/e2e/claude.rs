@@ -623,7 +623,7 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
         ("typo", "name: typo\ndescription: Misspells\nmaxTurn: 3\nPermissionMode: plan\nfavouriteFood: soup\n"),
         (
             "hooked",
-            "name: hooked\ndescription: Has hooks\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n",
+            "name: hooked\ndescription: Has hooks\ncolour: red\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n",
         ),
         ("isolated", "name: isolated\ndescription: Wants a worktree\nisolation: worktree\n"),
     ];
@@ -665,6 +665,11 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
         ]
     );
     assert!(of("hooked").iter().any(|m| m.contains("`hooks` (PreToolUse) are not supported yet")), "{problems:?}");
+    // A refused file still hears about its other fields.
+    assert!(
+        of("hooked").contains(&"unknown frontmatter field `colour` ignored (did you mean `color`?)"),
+        "{problems:?}"
+    );
     assert!(of("isolated").iter().any(|m| m.contains("`isolation: worktree` is not supported")), "{problems:?}");
     let by_name = |n: &str| v["agents"].as_array().unwrap().iter().find(|a| a["name"] == n).unwrap().clone();
     let clean = by_name("clean");
