@@ -806,3 +806,15 @@ fn background_agents_run_in_the_background_unless_the_caller_says() {
         "{waited}"
     );
 }
+
+/// An agent file's `model`: `inherit` is the operator's default, a full `provider/model`
+/// id picks that provider (aliases are covered by `model_override_and_aliases_pick_the_provider`).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_file_s_model_may_be_inherit_or_a_full_id() {
+    let scripts: &[(&str, &str)] = &[("main", "- text: from-main\n"), ("other", "- text: from-other\n")];
+    for (model, expected) in [("inherit", "from-main"), ("other/scripted", "from-other")] {
+        let agent = format!("---\nname: picker\ndescription: Picks a model\ntools: []\nmodel: {model}\n---\nAnswer.\n");
+        let h = claude_host(&agent, scripts, "").await;
+        assert_eq!(completed(&h.run("picker", "q", &session(), None, None).await), expected, "model: {model}");
+    }
+}
