@@ -7,6 +7,8 @@
 //! policy are `egress_policy.rs`'s: it names no container, session or Docker call.
 
 use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -102,9 +104,16 @@ pub struct SandboxConfig {
     /// Label value that separates warden hosts sharing one Docker engine. On start a host
     /// adopts or removes only leftovers of its own scope. Default `default`.
     pub scope: String,
-    /// Docker endpoint (`unix:///var/run/docker.sock`, `tcp://...`). Default: `DOCKER_HOST`
-    /// if set, else the local socket.
+    /// Docker endpoint (`unix:///var/run/docker.sock`, `tcp://...`): the one-host shorthand
+    /// of `hosts`. Default: `DOCKER_HOST` if set, else the local socket. A `tcp://` endpoint
+    /// must be loopback (it has no TLS; use `hosts` with `tls` for another machine).
     pub docker_host: Option<String>,
+    /// Docker endpoints sessions are placed on (`unix://…`, or `tcp://…` with `tls` client
+    /// certificates). A new session goes to the reachable host with the fewest session
+    /// containers of this scope and stays there; a session's existing container is found on
+    /// whichever host holds it. Default empty: the one host `docker_host` names. Setting
+    /// both is an error.
+    pub hosts: Vec<DockerHost>,
     /// Hardened, never-used session containers (workspace and agent ready) kept for new
     /// sessions, so a new session's first command skips container creation. Default 2: a
     /// burst of two new sessions is served warm while the pool refills in the background
@@ -125,16 +134,100 @@ pub struct SandboxConfig {
     pub egress_socket_dir: Option<std::path::PathBuf>,
 }
 
+/// One Docker endpoint of `sandbox.hosts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerHost {
+    /// `unix:///var/run/docker.sock` (or a socket path), or `tcp://HOST:PORT`. Also the
+    /// value of the `warden.docker_host` label of the containers placed on it, so keep it
+    /// stable: containers labelled with another endpoint are not this host's.
+    pub endpoint: String,
+    /// Client certificate, its key and the CA that signed the engine's certificate: required
+    /// for a `tcp://` endpoint that is not loopback (an unauthenticated Docker API is root
+    /// on that machine). Relative paths are relative to the configuration file.
+    #[serde(default)]
+    pub tls: Option<DockerTls>,
+}
+
+/// TLS client settings of a `tcp://` Docker host (`dockerd --tlsverify` on the other side).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerTls {
+    /// PEM CA certificate(s) the engine's server certificate must chain to.
+    pub ca: PathBuf,
+    /// PEM client certificate warden presents.
+    pub cert: PathBuf,
+    /// PEM private key of `cert`. Never logged.
+    pub key: PathBuf,
+}
+
 impl SandboxConfig {
-    /// The Docker endpoint sessions run on, as operators name it: `docker_host`, else
-    /// `DOCKER_HOST`, else Docker's default socket (what `Docker::connect_with_defaults`
-    /// uses).
+    /// The Docker endpoint of the one-host shorthand, as operators name it: `docker_host`,
+    /// else `DOCKER_HOST`, else Docker's default socket (what `Docker::connect_with_defaults`
+    /// uses). With `hosts` set: the endpoints of all hosts, comma-separated.
     pub fn docker_endpoint(&self) -> String {
+        if !self.hosts.is_empty() {
+            return self.hosts.iter().map(|h| h.endpoint.as_str()).collect::<Vec<_>>().join(", ");
+        }
         self.docker_host
             .clone()
             .or_else(|| std::env::var("DOCKER_HOST").ok())
             .unwrap_or_else(|| DEFAULT_DOCKER_ENDPOINT.into())
     }
+
+    /// The Docker hosts sessions are placed on, in configuration order: `hosts`, or the one
+    /// host `docker_host` (or `DOCKER_HOST`, or the local socket) names.
+    pub fn docker_hosts(&self) -> Vec<DockerHost> {
+        if self.hosts.is_empty() {
+            vec![DockerHost { endpoint: self.docker_endpoint(), tls: None }]
+        } else {
+            self.hosts.clone()
+        }
+    }
+
+    /// Resolves the relative TLS file paths of `hosts` against `base` (the configuration
+    /// file's directory).
+    pub fn resolve_paths(&mut self, base: &Path) {
+        for tls in self.hosts.iter_mut().filter_map(|h| h.tls.as_mut()) {
+            for p in [&mut tls.ca, &mut tls.cert, &mut tls.key] {
+                if p.is_relative() {
+                    *p = base.join(&*p);
+                }
+            }
+        }
+    }
+}
+
+/// The kind of a Docker endpoint, from its scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointKind {
+    /// A unix socket (`unix://…` or a path).
+    Unix,
+    /// TCP (`tcp://HOST:PORT`); `loopback` when HOST is this machine.
+    Tcp {
+        /// HOST is `localhost` or a loopback address.
+        loopback: bool,
+    },
+}
+
+/// The kind of `endpoint`, or why it is not one warden connects to.
+pub fn endpoint_kind(endpoint: &str) -> Result<EndpointKind, String> {
+    if endpoint.starts_with("unix://") || endpoint.starts_with('/') {
+        return Ok(EndpointKind::Unix);
+    }
+    let Some(addr) = endpoint.strip_prefix("tcp://") else {
+        return Err(format!("`{endpoint}` is not `unix://PATH` or `tcp://HOST:PORT`"));
+    };
+    let authority = addr.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    if host.is_empty() {
+        return Err(format!("`{endpoint}` names no host"));
+    }
+    let loopback = host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    Ok(EndpointKind::Tcp { loopback })
 }
 
 /// Docker's own default endpoint when neither `sandbox.docker_host` nor `DOCKER_HOST` says.
@@ -158,6 +251,7 @@ impl Default for SandboxConfig {
             disk: DEFAULT_DISK,
             scope: DEFAULT_SCOPE.to_string(),
             docker_host: None,
+            hosts: Vec::new(),
             warm_pool: DEFAULT_WARM_POOL,
             egress: None,
             egress_socket_dir: None,
@@ -232,10 +326,54 @@ impl SandboxConfig {
                 return bad("user", "a uid other than the egress forwarder's (65533)");
             }
         }
+        self.validate_hosts()?;
         if let Some(rt) = &self.runtime
             && rt.trim().is_empty()
         {
             return bad("runtime", "a registered runtime name such as `runsc`, or null");
+        }
+        Ok(())
+    }
+
+    /// `docker_host` and `hosts`: one of them, known schemes, TLS where the network is.
+    fn validate_hosts(&self) -> Result<(), SandboxError> {
+        let err = |m: String| Err(SandboxError::Config(m));
+        if let Some(h) = &self.docker_host {
+            if !self.hosts.is_empty() {
+                return err(
+                    "sandbox.docker_host and sandbox.hosts are both set: set one (docker_host is the one-host shorthand of hosts)"
+                        .into(),
+                );
+            }
+            match endpoint_kind(h) {
+                Err(m) => return err(format!("sandbox.docker_host: {m}")),
+                Ok(EndpointKind::Tcp { loopback: false }) => {
+                    return err(format!(
+                        "sandbox.docker_host: `{h}` is a TCP endpoint of another machine without TLS (an unauthenticated Docker API is root on that machine); use sandbox.hosts with `tls` client certificates"
+                    ));
+                }
+                Ok(_) => {}
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, h) in self.hosts.iter().enumerate() {
+            let field = format!("sandbox.hosts[{i}]");
+            match (endpoint_kind(&h.endpoint), &h.tls) {
+                (Err(m), _) => return err(format!("{field}.endpoint: {m}")),
+                (Ok(EndpointKind::Unix), Some(_)) => {
+                    return err(format!("{field}.tls: a unix socket endpoint takes no TLS (only tcp:// does)"));
+                }
+                (Ok(EndpointKind::Tcp { loopback: false }), None) => {
+                    return err(format!(
+                        "{field}.tls: required for `{}`, a TCP endpoint of another machine (an unauthenticated Docker API is root on that machine): give `ca`, `cert` and `key`",
+                        h.endpoint
+                    ));
+                }
+                _ => {}
+            }
+            if !seen.insert(h.endpoint.trim_end_matches('/')) {
+                return err(format!("{field}.endpoint: `{}` is listed twice", h.endpoint));
+            }
         }
         Ok(())
     }
@@ -362,6 +500,36 @@ mod tests {
         assert_eq!(c.uid_gid(), Some((1000, 1000)));
         let root = SandboxConfig { user: "0:0".into(), ..SandboxConfig::default() };
         assert!(root.validate().is_err());
+    }
+
+    #[test]
+    fn hosts_need_tls_off_loopback_and_exclude_docker_host() {
+        let parse = |y: &str| serde_json::from_str::<SandboxConfig>(y).unwrap();
+        let tls = r#"{"ca": "ca.pem", "cert": "cert.pem", "key": "key.pem"}"#;
+        let ok = parse(&format!(
+            r#"{{"hosts": [{{"endpoint": "unix:///var/run/docker.sock"}}, {{"endpoint": "tcp://10.0.0.5:2376", "tls": {tls}}}, {{"endpoint": "tcp://127.0.0.1:2375"}}]}}"#
+        ));
+        ok.validate().unwrap();
+        assert_eq!(ok.docker_hosts().len(), 3);
+        let mut resolved = ok.clone();
+        resolved.resolve_paths(Path::new("/etc/warden"));
+        assert_eq!(resolved.hosts[1].tls.as_ref().unwrap().ca, Path::new("/etc/warden/ca.pem"));
+        let plain = parse(r#"{"hosts": [{"endpoint": "tcp://10.0.0.5:2375"}]}"#).validate().unwrap_err().to_string();
+        assert!(plain.contains("sandbox.hosts[0].tls") && plain.contains("root on that machine"), "{plain}");
+        let both = parse(r#"{"docker_host": "unix:///x.sock", "hosts": [{"endpoint": "unix:///y.sock"}]}"#);
+        let both = both.validate().unwrap_err().to_string();
+        assert!(both.contains("sandbox.docker_host") && both.contains("sandbox.hosts"), "{both}");
+        let twice = parse(r#"{"hosts": [{"endpoint": "unix:///y.sock"}, {"endpoint": "unix:///y.sock"}]}"#);
+        assert!(twice.validate().unwrap_err().to_string().contains("listed twice"));
+        let remote = parse(r#"{"docker_host": "tcp://docker.example:2375"}"#).validate().unwrap_err().to_string();
+        assert!(remote.contains("sandbox.docker_host") && remote.contains("sandbox.hosts"), "{remote}");
+        assert!(parse(r#"{"hosts": [{"endpoint": "http://x:1"}]}"#).validate().is_err());
+        for (e, loopback) in
+            [("tcp://localhost:1", true), ("tcp://[::1]:1", true), ("tcp://127.0.0.2:1", true), ("tcp://h:1", false)]
+        {
+            assert_eq!(endpoint_kind(e), Ok(EndpointKind::Tcp { loopback }), "{e}");
+        }
+        assert_eq!(SandboxConfig::default().docker_hosts().len(), 1);
     }
 
     #[test]

@@ -44,6 +44,10 @@ pub const LABEL_USER: &str = "warden.user";
 pub const LABEL_SESSION: &str = "warden.session";
 /// Label carrying the host scope (`sandbox.scope`).
 pub const LABEL_SCOPE: &str = "warden.scope";
+/// Label carrying the Docker host (`sandbox.hosts[].endpoint`) a container and its volumes
+/// were placed on: with two endpoints in front of one engine, each host still adopts, counts
+/// and reaps only its own.
+pub const LABEL_HOST: &str = "warden.docker_host";
 /// Label of a container (and its volumes) made for the warm pool; it stays when the
 /// container is handed to a session (labels cannot change), the session then being named
 /// by the container's name and the binding volume.
@@ -143,20 +147,22 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 }
 
 /// Labels of a session's container and volumes.
-pub(crate) fn labels(scope: &str, key: &SessionKey) -> HashMap<String, String> {
+pub(crate) fn labels(scope: &str, host: &str, key: &SessionKey) -> HashMap<String, String> {
     HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_SCOPE.to_string(), scope.to_string()),
+        (LABEL_HOST.to_string(), host.to_string()),
         (LABEL_USER.to_string(), key.user_id.clone()),
         (LABEL_SESSION.to_string(), key.session_id.clone()),
     ])
 }
 
 /// Labels of a pool container and its volumes: no session key (it has none yet).
-pub(crate) fn pool_labels(scope: &str) -> HashMap<String, String> {
+pub(crate) fn pool_labels(scope: &str, host: &str) -> HashMap<String, String> {
     HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_SCOPE.to_string(), scope.to_string()),
+        (LABEL_HOST.to_string(), host.to_string()),
         (LABEL_POOL.to_string(), "true".to_string()),
     ])
 }
@@ -458,6 +464,12 @@ pub(crate) async fn workspace_of(docker: &Docker, id_or_name: &str) -> Result<Op
     }
 }
 
+/// The egress socket directory a container mounts, when it is a directory on this machine.
+pub(crate) async fn mounted_egress_dir(docker: &Docker, id: &str) -> Option<std::path::PathBuf> {
+    let c = docker.inspect_container(id, None::<InspectContainerOptions>).await.ok()?;
+    egress::mounted_dir(c.mounts.as_deref()).filter(|d| d.is_dir())
+}
+
 /// Whether the container exists and is running (`false`: stopped, dead or gone).
 pub(crate) async fn is_running(docker: &Docker, id_or_name: &str) -> Result<bool, SandboxError> {
     match docker.inspect_container(id_or_name, None::<InspectContainerOptions>).await {
@@ -479,10 +491,11 @@ pub(crate) fn workspace_mount(mounts: Option<&[MountPoint]>) -> Option<String> {
 pub(crate) async fn create_binding(
     docker: &Docker,
     cfg: &SandboxConfig,
+    host: &str,
     names: &Names,
     key: &SessionKey,
 ) -> Result<(), SandboxError> {
-    let mut l = labels(&cfg.scope, key);
+    let mut l = labels(&cfg.scope, host, key);
     l.insert(LABEL_BINDING.to_string(), "true".to_string());
     docker
         .create_volume(VolumeCreateOptions { name: Some(names.binding.clone()), labels: Some(l), ..Default::default() })
@@ -565,6 +578,12 @@ pub(crate) async fn list_volumes(
         .await
         .map(|r| r.volumes.unwrap_or_default())
         .map_err(|e| SandboxError::from_docker("list volumes", e))
+}
+
+/// The Docker host a managed container or volume was placed on (`None`: made before
+/// placement labels existed).
+pub(crate) fn host_label(labels: Option<&HashMap<String, String>>) -> Option<&str> {
+    labels?.get(LABEL_HOST).map(String::as_str)
 }
 
 /// The session key a managed container or volume carries in its labels.

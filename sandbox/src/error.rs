@@ -109,6 +109,8 @@ impl SandboxError {
             | E::SocketNotFoundError(_)
             | E::RequestTimeoutError
             | E::HttpClientError { .. }
+            // hyper's client: the connection could not be made (a `tcp://` host down)
+            | E::HyperLegacyError { .. }
             | E::UnsupportedURISchemeError { .. } => SandboxError::DockerUnavailable(format!("{action}: {e}")),
             other => SandboxError::Docker { action: action.to_string(), message: other.to_string() },
         }

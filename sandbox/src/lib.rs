@@ -40,10 +40,10 @@ mod shell_state;
 pub mod tools;
 mod workspace;
 
-pub use config::{ByteSize, SandboxConfig};
+pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
 pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy};
 pub use error::SandboxError;
 pub use metrics::MetricsSnapshot;
 pub use process::SessionProcess;
-pub use session::{PruneReport, Sandbox, SessionInfo, SessionKey};
+pub use session::{HostStatus, PruneReport, Sandbox, SessionInfo, SessionKey};
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

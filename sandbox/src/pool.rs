@@ -94,18 +94,21 @@ const MAX_HANDOUT_ATTEMPTS: usize = 3;
 /// counters, counts the sessions and takes a session's object lock, and never sees a
 /// session itself.
 pub(crate) trait PoolHost: Send + Sync + 'static {
-    /// The sandbox's pool.
-    fn pool(&self) -> &WarmPool;
+    /// The pool of Docker host `at` (its index in `sandbox.hosts`).
+    fn pool(&self, at: usize) -> &WarmPool;
+    /// The endpoint of Docker host `at` (the value of its containers' host label).
+    fn endpoint(&self, at: usize) -> &str;
     /// The configuration in effect.
     fn config(&self) -> &SandboxConfig;
     /// Egress through the proxy (`None`: containers have no way out).
     fn egress(&self) -> Option<&Arc<Egress>>;
     /// The sandbox's counters.
     fn metrics(&self) -> &Metrics;
-    /// Runs `f` with the number of sessions, holding the sessions lock (so the pool can
+    /// Runs `f` with the number of sessions plus the containers the pools of the other
+    /// Docker hosts than `at` hold or prepare, holding the sessions lock (so the pool can
     /// reserve room under `max_sessions` without a session slipping in meanwhile). Lock
-    /// order: the sessions lock before the pool's (never the other way round).
-    fn with_session_count<R>(&self, f: impl FnOnce(usize) -> R) -> R;
+    /// order: the sessions lock before the pools' (never the other way round).
+    fn with_session_count<R>(&self, at: usize, f: impl FnOnce(usize) -> R) -> R;
     /// The lock over `key`'s Docker objects: a hand-out binds under it, so it never
     /// overlaps a removal of the same session's objects.
     fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()>;
@@ -148,7 +151,7 @@ struct State {
     closed: bool,
 }
 
-/// The pool of one `Sandbox`.
+/// The pool of one Docker host of one `Sandbox`.
 pub(crate) struct WarmPool {
     target: usize,
     state: Mutex<State>,
@@ -188,6 +191,12 @@ impl WarmPool {
     pub(crate) fn container_names(&self) -> Vec<String> {
         let st = self.lock();
         st.ready.iter().map(|w| w.name.clone()).chain(st.filling.iter().cloned()).collect()
+    }
+
+    /// Containers held or being prepared for no one yet (they count against `max_sessions`).
+    pub(crate) fn reserved(&self) -> usize {
+        let st = self.lock();
+        st.ready.len() + st.filling.len().saturating_sub(st.waiters.len())
     }
 
     /// Ids of the ready containers.
@@ -283,22 +292,31 @@ impl WarmPool {
 /// Starts the pool of `inner` (once; no-op when the pool is off): reserves the first fills
 /// now, so that the session that triggered the start can wait for one, and spawns the
 /// refill task.
-pub(crate) fn start<H: PoolHost>(inner: &Arc<H>, docker: &Docker) {
-    let pool = inner.pool();
+pub(crate) fn start<H: PoolHost>(inner: &Arc<H>, at: usize, docker: &Docker) {
+    let pool = inner.pool(at);
     if !pool.enabled() || pool.started.load(Ordering::Acquire) || pool.started.swap(true, Ordering::AcqRel) {
         return;
     }
     let mut fills = JoinSet::new();
-    top_up(inner, docker, &mut fills);
-    let task = tokio::spawn(refill_loop(Arc::downgrade(inner), pool.wake.clone(), docker.clone(), fills));
+    top_up(inner, at, docker, &mut fills);
+    let task = tokio::spawn(refill_loop(Arc::downgrade(inner), at, pool.wake.clone(), docker.clone(), fills));
     *pool.task.lock().expect("pool task lock") = Some(task);
 }
 
 /// Spawns fills until the pool is full (or `max_sessions`, or the parallel limit, stops it).
-fn top_up<H: PoolHost>(inner: &Arc<H>, docker: &Docker, fills: &mut JoinSet<Result<(), SandboxError>>) {
+fn top_up<H: PoolHost>(inner: &Arc<H>, at: usize, docker: &Docker, fills: &mut JoinSet<Result<(), SandboxError>>) {
     let cfg = inner.config();
-    while let Some(name) = inner.with_session_count(|n| inner.pool().reserve(n, cfg.max_sessions, &cfg.scope)) {
-        fills.spawn(fill(Arc::downgrade(inner), docker.clone(), cfg.clone(), inner.egress().cloned(), name));
+    while let Some(name) = inner.with_session_count(at, |n| inner.pool(at).reserve(n, cfg.max_sessions, &cfg.scope)) {
+        let labels = container::pool_labels(&cfg.scope, inner.endpoint(at));
+        fills.spawn(fill(
+            Arc::downgrade(inner),
+            at,
+            docker.clone(),
+            cfg.clone(),
+            inner.egress().cloned(),
+            name,
+            labels,
+        ));
     }
 }
 
@@ -307,6 +325,7 @@ fn top_up<H: PoolHost>(inner: &Arc<H>, docker: &Docker, fills: &mut JoinSet<Resu
 /// which remove what they made.
 async fn refill_loop<H: PoolHost>(
     host: Weak<H>,
+    at: usize,
     wake: Arc<Notify>,
     docker: Docker,
     mut fills: JoinSet<Result<(), SandboxError>>,
@@ -322,12 +341,12 @@ async fn refill_loop<H: PoolHost>(
         notified.as_mut().enable();
         {
             let Some(inner) = host.upgrade() else { break };
-            if inner.pool().lock().closed {
+            if inner.pool(at).lock().closed {
                 break;
             }
             if retry_at.is_none_or(|t| Instant::now() >= t) {
                 retry_at = None;
-                top_up(&inner, &docker, &mut fills);
+                top_up(&inner, at, &docker, &mut fills);
             }
         }
         let pause = retry_at.map(|t| t.saturating_duration_since(Instant::now()));
@@ -346,7 +365,7 @@ async fn refill_loop<H: PoolHost>(
                 Err(e) => tracing::warn!(error = %e, "warm pool: a fill task ended abnormally"),
             },
             _ = tokio::time::sleep(pause.unwrap_or_default()), if pause.is_some() => {}
-            _ = health.tick() => discard_stopped(&host, &docker).await,
+            _ = health.tick() => discard_stopped(&host, at, &docker).await,
         }
     }
     while fills.join_next().await.is_some() {}
@@ -354,8 +373,8 @@ async fn refill_loop<H: PoolHost>(
 
 /// Removes the ready containers that stopped or vanished while idle (with their
 /// workspaces); the loop then refills. The host is only held for the removal.
-async fn discard_stopped<H: PoolHost>(host: &Weak<H>, docker: &Docker) {
-    let Some(ids) = host.upgrade().map(|inner| inner.pool().ready_ids()) else { return };
+async fn discard_stopped<H: PoolHost>(host: &Weak<H>, at: usize, docker: &Docker) {
+    let Some(ids) = host.upgrade().map(|inner| inner.pool(at).ready_ids()) else { return };
     let mut stopped = Vec::new();
     for id in ids {
         if matches!(container::is_running(docker, &id).await, Ok(false)) {
@@ -366,7 +385,7 @@ async fn discard_stopped<H: PoolHost>(host: &Weak<H>, docker: &Docker) {
         return;
     }
     let Some(inner) = host.upgrade() else { return };
-    for warm in inner.pool().take_ready(&stopped) {
+    for warm in inner.pool(at).take_ready(&stopped) {
         inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(container = %warm.name, "warm pool: an idle pool container stopped; replacing it");
         drop(warm.agents);
@@ -380,22 +399,16 @@ async fn discard_stopped<H: PoolHost>(host: &Weak<H>, docker: &Docker) {
 /// pool closed or the host was dropped meanwhile (and everything it made, when it failed).
 async fn fill<H: PoolHost>(
     host: Weak<H>,
+    at: usize,
     docker: Docker,
     cfg: SandboxConfig,
     egress: Option<Arc<Egress>>,
     name: String,
+    labels: std::collections::HashMap<String, String>,
 ) -> Result<(), SandboxError> {
     let volume = container::volume_of(&name);
     let made = async {
-        let id = container::create_and_start(
-            &docker,
-            &cfg,
-            &name,
-            &volume,
-            container::pool_labels(&cfg.scope),
-            egress.as_deref(),
-        )
-        .await?;
+        let id = container::create_and_start(&docker, &cfg, &name, &volume, labels, egress.as_deref()).await?;
         let agents = AgentPool::default();
         agents.prespawn(&docker, &id, &cfg.user).await.map_err(|f| match f {
             ExecFailure::Failed(e) => e,
@@ -413,7 +426,7 @@ async fn fill<H: PoolHost>(
             let leftover = match inner {
                 Some(inner) => {
                     inner.metrics().warm_created.fetch_add(1, Ordering::Relaxed);
-                    inner.pool().deliver(warm)
+                    inner.pool(at).deliver(warm)
                 }
                 None => Some(warm),
             };
@@ -429,7 +442,7 @@ async fn fill<H: PoolHost>(
         Err(e) => {
             if let Some(inner) = inner {
                 inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
-                inner.pool().fill_failed(&name);
+                inner.pool(at).fill_failed(&name);
             }
             if let Some(e) = &egress {
                 e.remove_dir(&name);
@@ -446,16 +459,17 @@ async fn fill<H: PoolHost>(
 /// one when a hand-out fails. `None`: nothing ready or coming, create one cold.
 pub(crate) async fn take<H: PoolHost>(
     inner: &H,
+    at: usize,
     docker: &Docker,
     key: &SessionKey,
 ) -> Result<Option<Warm>, SandboxError> {
     let names = container::names(&inner.config().scope, key);
     for _ in 0..MAX_HANDOUT_ATTEMPTS {
         let (warm, waited) = loop {
-            match inner.pool().acquire() {
+            match inner.pool(at).acquire() {
                 Acquired::Ready(w) => break (w, false),
                 Acquired::Claimed(rx) => {
-                    inner.pool().kick();
+                    inner.pool(at).kick();
                     match rx.await {
                         Ok(w) => break (w, true),
                         // The fill failed: look again (another may be ready, or go cold).
@@ -467,7 +481,7 @@ pub(crate) async fn take<H: PoolHost>(
             }
         };
         // The pool is one short now.
-        inner.pool().kick();
+        inner.pool(at).kick();
         // A container that stopped or vanished while idle (killed, OOM, removed by hand) is
         // discarded, never handed out: its agents are dead and its state unknown.
         match container::is_running(docker, &warm.id).await {
@@ -484,7 +498,7 @@ pub(crate) async fn take<H: PoolHost>(
         }
         let bound = {
             let _objects = inner.object_lock(key).lock().await;
-            bind(docker, inner.config(), &names, key, &warm).await
+            bind(docker, inner.config(), inner.endpoint(at), &names, key, &warm).await
         };
         match bound {
             Ok(()) => {
@@ -511,11 +525,12 @@ pub(crate) async fn take<H: PoolHost>(
 async fn bind(
     docker: &Docker,
     cfg: &SandboxConfig,
+    host: &str,
     names: &container::Names,
     key: &SessionKey,
     warm: &Warm,
 ) -> Result<(), SandboxError> {
-    container::create_binding(docker, cfg, names, key).await?;
+    container::create_binding(docker, cfg, host, names, key).await?;
     if let Err(e) = container::rename(docker, &warm.id, &names.container).await {
         let _ = container::remove_volume(docker, cfg, &names.binding).await;
         return Err(e);
@@ -525,10 +540,10 @@ async fn bind(
 
 /// Shuts the pool down: no more fills or hand-outs, the refill task and every fill in
 /// flight finished, every un-handed-out container removed.
-pub(crate) async fn shutdown<H: PoolHost>(inner: &H, docker: &Docker) -> Result<(), SandboxError> {
-    let ready = inner.pool().close();
-    inner.pool().kick();
-    let task = inner.pool().task.lock().expect("pool task lock").take();
+pub(crate) async fn shutdown<H: PoolHost>(inner: &H, at: usize, docker: &Docker) -> Result<(), SandboxError> {
+    let ready = inner.pool(at).close();
+    inner.pool(at).kick();
+    let task = inner.pool(at).task.lock().expect("pool task lock").take();
     if let Some(task) = task {
         let _ = task.await;
     }

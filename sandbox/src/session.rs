@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::agent::Op;
-use crate::config::SandboxConfig;
+use crate::config::{DockerHost, EndpointKind, SandboxConfig};
 use crate::container::{self, Names};
 use crate::egress::{self, Egress, EgressObserver, EgressPolicy};
 use crate::error::SandboxError;
@@ -46,6 +46,66 @@ const REAPER_MIN_INTERVAL: Duration = Duration::from_millis(250);
 const PRUNE_MIN_VOLUME_AGE: Duration = Duration::from_secs(120);
 /// Per-request timeout of the Docker client, seconds (exec output streams are not bound by it).
 const DOCKER_CLIENT_TIMEOUT_SECS: u64 = 120;
+/// How long connecting to a Docker host (the version handshake) may take: a host that
+/// drops packets must not hold a new session (or readiness) for the client's 120 s.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long placing a new session waits for one host's container list: a slow host is
+/// passed over for this session rather than making it wait.
+const PLACEMENT_LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One Docker host sessions are placed on (`sandbox.hosts`, or the one `docker_host`
+/// names): its connection, made lazily, and its warm pool.
+pub(crate) struct Host {
+    /// Where it is (and the value of its containers' `warden.docker_host` label).
+    spec: DockerHost,
+    /// Neither `hosts` nor `docker_host` is set: connect as Docker's own defaults say
+    /// (`DOCKER_HOST`, `DOCKER_CERT_PATH`, ... else the local socket).
+    defaults: bool,
+    /// This host's connection, made at its first use, after adopting its leftovers.
+    docker: tokio::sync::OnceCell<Docker>,
+    /// A connection for listing and pruning only, made when this host has none of its own:
+    /// it adopts nothing, so `warden sandbox ls|prune` run against the scope of a live host
+    /// never takes that host's sessions or removes its pool. `docker` stays unset, so a
+    /// session of this host still adopts on its first use.
+    observer: tokio::sync::OnceCell<Docker>,
+    /// Ready, never-used containers on this host for new sessions placed on it.
+    pool: WarmPool,
+}
+
+impl Host {
+    fn endpoint(&self) -> &str {
+        &self.spec.endpoint
+    }
+
+    /// Whether a container or volume with these labels is this host's: labelled with its
+    /// endpoint, or with none this sandbox knows (made before placement labels, or under an
+    /// endpoint since renamed), which the first host that sees it takes.
+    fn owns(&self, labels: Option<&HashMap<String, String>>, hosts: &[Host]) -> bool {
+        match container::host_label(labels) {
+            Some(h) => h == self.endpoint() || !hosts.iter().any(|o| o.endpoint() == h),
+            None => true,
+        }
+    }
+}
+
+/// Whether a Docker host answers (`Sandbox::ping_hosts`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostStatus {
+    /// The endpoint, as configured.
+    pub endpoint: String,
+    /// Why it does not answer; `None`: it does.
+    pub error: Option<String>,
+}
+
+/// Names the Docker host in an unavailability error (once).
+fn on_host(endpoint: &str, e: SandboxError) -> SandboxError {
+    match e {
+        SandboxError::DockerUnavailable(m) if !m.contains(endpoint) => {
+            SandboxError::DockerUnavailable(format!("Docker host {endpoint}: {m}"))
+        }
+        other => other,
+    }
+}
 
 /// One session as the operator sees it (`warden sandbox ls`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,6 +124,8 @@ pub struct SessionInfo {
     pub created: SystemTime,
     /// Last tool use, when this host owns the session.
     pub last_used: Option<SystemTime>,
+    /// The Docker host (`sandbox.hosts[].endpoint`) its container runs on.
+    pub docker_host: String,
     /// True when this host (this `Sandbox`) manages it.
     pub owned_here: bool,
 }
@@ -75,6 +137,8 @@ pub struct PruneReport {
     pub containers: Vec<String>,
     /// Names of removed volumes.
     pub volumes: Vec<String>,
+    /// Docker hosts that could not be pruned, with why (the others were).
+    pub unreachable_hosts: Vec<String>,
 }
 
 /// The sandbox manager the host holds (cheap to clone; one per host).
@@ -89,16 +153,10 @@ pub struct Sandbox {
 
 pub(crate) struct Inner {
     pub(crate) config: SandboxConfig,
-    docker: tokio::sync::OnceCell<Docker>,
-    /// A connection for listing and pruning only, made when this host has none of its own:
-    /// it adopts nothing and starts no reaper, so `warden sandbox ls|prune` run against the
-    /// scope of a live host never takes that host's sessions or removes its pool. `docker`
-    /// stays unset, so a session of this host still adopts on its first use.
-    observer: tokio::sync::OnceCell<Docker>,
-    /// Lock order: `sessions` before the pool's lock (never the other way round).
+    /// The Docker hosts, in configuration order (at least one).
+    hosts: Vec<Host>,
+    /// Lock order: `sessions` before the pools' locks (never the other way round).
     sessions: Mutex<HashMap<SessionKey, Arc<Slot>>>,
-    /// Ready, never-used containers for new sessions (`sandbox.warm_pool`).
-    pub(crate) pool: WarmPool,
     pub(crate) metrics: Metrics,
     shut_down: AtomicBool,
     reaper: Mutex<Option<JoinHandle<()>>>,
@@ -112,6 +170,8 @@ pub(crate) struct Inner {
 
 struct Slot {
     key: SessionKey,
+    /// The Docker host (index in `Inner::hosts`) the session's container is on; fixed.
+    host: usize,
     /// Deterministic names (the container's is the live container's name).
     names: Names,
     /// The live container id; the async mutex serialises creation.
@@ -132,9 +192,10 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(key: SessionKey, names: Names, container: Option<String>, workspace: Option<String>) -> Self {
+    fn new(key: SessionKey, host: usize, names: Names, container: Option<String>, workspace: Option<String>) -> Self {
         Self {
             key,
+            host,
             names,
             container: tokio::sync::Mutex::new(container),
             workspace: Mutex::new(workspace),
@@ -144,6 +205,11 @@ impl Slot {
             shell: Mutex::new(ShellState::default()),
             egress: Mutex::new(None),
         }
+    }
+
+    /// Whether the live container is `id` (without waiting for a creation in progress).
+    fn container_id_is(&self, id: &str) -> bool {
+        self.container.try_lock().is_ok_and(|c| c.as_deref() == Some(id))
     }
 
     fn touch(&self) {
@@ -180,6 +246,16 @@ impl Slot {
     }
 }
 
+/// Where a new session goes (`Sandbox::place`).
+struct Placed {
+    /// Index in `Inner::hosts`.
+    host: usize,
+    /// Its running container, when one exists there already.
+    container: Option<String>,
+    /// The workspace volume of its existing container (running or not).
+    workspace: Option<String>,
+}
+
 /// A call's hold on a session: keeps the reaper away while the call runs.
 pub(crate) struct Lease {
     slot: Arc<Slot>,
@@ -214,7 +290,18 @@ impl Sandbox {
     /// at the first tool use, so this succeeds on hosts without Docker.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         config.validate()?;
-        let pool = WarmPool::new(config.warm_pool);
+        let defaults = config.hosts.is_empty() && config.docker_host.is_none();
+        let hosts = config
+            .docker_hosts()
+            .into_iter()
+            .map(|spec| Host {
+                spec,
+                defaults,
+                docker: tokio::sync::OnceCell::new(),
+                observer: tokio::sync::OnceCell::new(),
+                pool: WarmPool::new(config.warm_pool),
+            })
+            .collect();
         let egress = match &config.egress {
             Some(e) => {
                 let policy = e.resolve(|name| std::env::var(name).ok())?;
@@ -225,10 +312,8 @@ impl Sandbox {
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
-                docker: tokio::sync::OnceCell::new(),
-                observer: tokio::sync::OnceCell::new(),
+                hosts,
                 sessions: Mutex::new(HashMap::new()),
-                pool,
                 metrics: Metrics::default(),
                 shut_down: AtomicBool::new(false),
                 reaper: Mutex::new(None),
@@ -243,24 +328,64 @@ impl Sandbox {
         &self.inner.config
     }
 
-    /// Connects to Docker now (instead of at first use), adopting this scope's leftovers,
-    /// and starts filling the warm pool (which otherwise starts with the first session).
+    /// Connects to every Docker host now (instead of at first use), adopting this scope's
+    /// leftovers on each, and starts filling their warm pools (which otherwise start with
+    /// the first session placed on them). Fails only when no host is reachable; a host that
+    /// is down is logged and connected at its next use.
     pub async fn connect(&self) -> Result<(), SandboxError> {
-        let docker = self.docker().await?;
-        pool::start(&self.inner, docker);
+        let results = futures_util::future::join_all((0..self.inner.hosts.len()).map(|at| self.host_docker(at))).await;
+        let mut errors = Vec::new();
+        for (at, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(docker) => pool::start(&self.inner, at, docker),
+                Err(e) => {
+                    tracing::warn!(docker_host = self.inner.hosts[at].endpoint(), error = %e, "Docker host unreachable");
+                    errors.push(e.to_string());
+                }
+            }
+        }
+        if errors.len() == self.inner.hosts.len() {
+            return Err(SandboxError::DockerUnavailable(errors.join("; ")));
+        }
         Ok(())
     }
 
-    /// Whether the Docker Engine answers now (readiness checks): connects first if this
-    /// sandbox has not yet (adopting this scope's leftovers, as the first use would).
+    /// Whether each Docker host answers now, in configuration order: connects first to
+    /// those this sandbox has not reached yet (adopting this scope's leftovers there, as
+    /// the first use would).
+    pub async fn ping_hosts(&self) -> Vec<HostStatus> {
+        let pings = self.inner.hosts.iter().enumerate().map(|(at, host)| async move {
+            let answer = match self.host_docker(at).await {
+                Err(e) => Err(e.to_string()),
+                Ok(docker) => docker
+                    .ping()
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("the Docker Engine at {} does not answer: {e}", host.endpoint())),
+            };
+            HostStatus { endpoint: host.endpoint().to_string(), error: answer.err() }
+        });
+        futures_util::future::join_all(pings).await
+    }
+
+    /// Readiness: `Ok` when at least one Docker host answers (new sessions go there; the
+    /// sessions of a host that is down fail until it is back). Each failing host is logged;
+    /// the error names them all when none answers.
     pub async fn ping(&self) -> Result<(), SandboxError> {
-        let docker = self.docker().await?;
-        docker.ping().await.map(|_| ()).map_err(|e| {
-            SandboxError::DockerUnavailable(format!(
-                "the Docker Engine at {} does not answer: {e}",
-                self.inner.config.docker_endpoint()
-            ))
-        })
+        let statuses = self.ping_hosts().await;
+        let failing: Vec<String> = statuses.iter().filter_map(|s| s.error.clone()).collect();
+        for (s, e) in statuses.iter().filter_map(|s| s.error.as_ref().map(|e| (s, e))) {
+            tracing::warn!(docker_host = %s.endpoint, error = %e, "Docker host does not answer");
+        }
+        if failing.len() == statuses.len() {
+            return Err(SandboxError::DockerUnavailable(failing.join("; ")));
+        }
+        Ok(())
+    }
+
+    /// The Docker hosts' endpoints, in configuration order.
+    pub fn docker_hosts(&self) -> Vec<String> {
+        self.inner.hosts.iter().map(|h| h.endpoint().to_string()).collect()
     }
 
     /// Adds a receiver of every egress decision (the host's audit log and task streams);
@@ -292,37 +417,122 @@ impl Sandbox {
     /// Counters for `/metrics` and the CLI.
     pub fn metrics(&self) -> MetricsSnapshot {
         let mut m = self.inner.metrics.snapshot();
-        m.warm_pool_ready = self.inner.pool.ready_len() as u64;
+        m.warm_pool_ready = self.inner.hosts.iter().map(|h| h.pool.ready_len() as u64).sum();
         m
     }
 
-    pub(crate) async fn docker(&self) -> Result<&Docker, SandboxError> {
+    /// The connection to Docker host `at`, made at its first use: connects, adopts this
+    /// scope's leftovers there and starts the reaper (once for all hosts). Errors name the
+    /// host.
+    pub(crate) async fn host_docker(&self, at: usize) -> Result<&Docker, SandboxError> {
         if self.inner.shut_down.load(Ordering::Acquire) {
             return Err(SandboxError::ShutDown);
         }
-        self.inner
-            .docker
+        let host = &self.inner.hosts[at];
+        host.docker
             .get_or_try_init(|| async {
-                let docker = connect(&self.inner.config).await?;
-                adopt_leftovers(&self.inner, &docker).await?;
-                let handle = tokio::spawn(reap_loop(Arc::downgrade(&self.inner)));
-                *self.inner.reaper.lock().expect("reaper lock") = Some(handle);
+                let docker = connect(host).await?;
+                adopt_leftovers(&self.inner, at, &docker).await?;
+                let mut reaper = self.inner.reaper.lock().expect("reaper lock");
+                if reaper.is_none() {
+                    *reaper = Some(tokio::spawn(reap_loop(Arc::downgrade(&self.inner))));
+                }
                 Ok::<_, SandboxError>(docker)
             })
             .await
+            .map_err(|e| on_host(host.endpoint(), e))
     }
 
-    /// Docker for listing and pruning: this host's connection when it has one, else one that
-    /// adopts nothing (see `Inner::observer`). Whatever uses it must leave other hosts'
-    /// running containers alone.
-    async fn observer_docker(&self) -> Result<&Docker, SandboxError> {
+    /// Docker host `at` for listing and pruning: this sandbox's connection when it has one,
+    /// else one that adopts nothing (see `Host::observer`). Whatever uses it must leave
+    /// other hosts' running containers alone.
+    async fn observer_docker(&self, at: usize) -> Result<&Docker, SandboxError> {
         if self.inner.shut_down.load(Ordering::Acquire) {
             return Err(SandboxError::ShutDown);
         }
-        if let Some(docker) = self.inner.docker.get() {
+        let host = &self.inner.hosts[at];
+        if let Some(docker) = host.docker.get() {
             return Ok(docker);
         }
-        self.inner.observer.get_or_try_init(|| connect(&self.inner.config)).await
+        host.observer.get_or_try_init(|| connect(host)).await.map_err(|e| on_host(host.endpoint(), e))
+    }
+
+    /// Names the Docker host of `key`'s session in an unavailability error.
+    pub(crate) fn name_host(&self, key: &SessionKey, e: SandboxError) -> SandboxError {
+        let at = self.inner.sessions.lock().expect("sessions lock").get(key).map(|s| s.host);
+        match at {
+            Some(at) => on_host(self.inner.hosts[at].endpoint(), e),
+            None => e,
+        }
+    }
+
+    /// Where a session this sandbox does not hold goes: the host that already has its
+    /// container (made by another replica, or before a restart), found by its name and
+    /// host label on each reachable host; else the reachable host with the fewest session
+    /// containers of this scope (ties: configuration order). Hosts that do not answer are
+    /// passed over (logged); none answering is an error naming each.
+    async fn place(&self, key: &SessionKey) -> Result<Placed, SandboxError> {
+        let hosts = &self.inner.hosts;
+        if hosts.len() == 1 {
+            return Ok(Placed { host: 0, container: None, workspace: None });
+        }
+        let scope = self.inner.config.scope.as_str();
+        let names = container::names(scope, key);
+        let lists = futures_util::future::join_all(hosts.iter().enumerate().map(|(at, host)| async move {
+            let docker = self.host_docker(at).await?;
+            match tokio::time::timeout(PLACEMENT_LIST_TIMEOUT, container::list_managed(docker, Some(scope))).await {
+                Ok(listed) => listed.map_err(|e| on_host(host.endpoint(), e)),
+                Err(_) => Err(SandboxError::DockerUnavailable(format!(
+                    "Docker host {} did not list its containers within {PLACEMENT_LIST_TIMEOUT:?}",
+                    host.endpoint()
+                ))),
+            }
+        }))
+        .await;
+        // This sandbox's own sessions per host: those whose containers are still being made
+        // are not listed yet.
+        let mut load: Vec<HashSet<String>> = vec![HashSet::new(); hosts.len()];
+        for s in self.inner.sessions.lock().expect("sessions lock").values() {
+            load[s.host].insert(s.names.container.clone());
+        }
+        let mut reachable = Vec::new();
+        let mut errors = Vec::new();
+        for (at, listed) in lists.into_iter().enumerate() {
+            let listed = match listed {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(docker_host = hosts[at].endpoint(), error = %e, "Docker host unreachable; placing new sessions elsewhere");
+                    errors.push(e.to_string());
+                    continue;
+                }
+            };
+            for c in listed.iter().filter(|c| hosts[at].owns(c.labels.as_ref(), hosts)) {
+                let Some(name) = container::container_name(c) else { continue };
+                if name == names.container {
+                    let running = matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
+                    tracing::info!(user = %key.user_id, session = %key.session_id, docker_host = hosts[at].endpoint(), running, "session container found");
+                    return Ok(Placed {
+                        host: at,
+                        container: running.then(|| c.id.clone()).flatten(),
+                        workspace: container::workspace_mount(c.mounts.as_deref()),
+                    });
+                }
+                // Session containers only: a pool container never handed out (still under
+                // its pool name) and a disk helper (no key, no pool label) serve none.
+                let labels = c.labels.as_ref();
+                let session = container::key_from_labels(labels).is_some()
+                    || (labels.is_some_and(|l| l.contains_key(container::LABEL_POOL))
+                        && !name.starts_with(container::POOL_PREFIX));
+                if session {
+                    load[at].insert(name);
+                }
+            }
+            reachable.push(at);
+        }
+        let Some(&host) = reachable.iter().min_by_key(|&&at| (load[at].len(), at)) else {
+            return Err(SandboxError::DockerUnavailable(format!("no Docker host answers: {}", errors.join("; "))));
+        };
+        Ok(Placed { host, container: None, workspace: None })
     }
 
     /// Takes a lease on the session (creating its slot, not yet its container).
@@ -332,31 +542,64 @@ impl Sandbox {
         env: &'a [(String, String)],
     ) -> Result<SessionCtx<'a>, SandboxError> {
         key.validate()?;
-        let docker = self.docker().await?;
-        let slot = {
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            return Err(SandboxError::ShutDown);
+        }
+        let known = self.inner.sessions.lock().expect("sessions lock").get(key).map(|s| s.host);
+        let placed = match known {
+            Some(host) => Placed { host, container: None, workspace: None },
+            None => self.place(key).await?,
+        };
+        // The chosen host is connected now (placement listed it), unless it is the only one.
+        self.host_docker(placed.host).await?;
+        let (slot, reached) = {
             let mut map = self.inner.sessions.lock().expect("sessions lock");
-            let slot = match map.get(key) {
-                Some(s) => s.clone(),
+            let (slot, reached) = match map.get(key) {
+                Some(s) => (s.clone(), false),
                 None => {
                     if map.len() >= self.inner.config.max_sessions {
                         return Err(SandboxError::TooManySessions { max: self.inner.config.max_sessions });
                     }
-                    let slot =
-                        Arc::new(Slot::new(key.clone(), container::names(&self.inner.config.scope, key), None, None));
+                    let reached = placed.container.is_some();
+                    let names = container::names(&self.inner.config.scope, key);
+                    let slot = Arc::new(Slot::new(key.clone(), placed.host, names, placed.container, placed.workspace));
                     map.insert(key.clone(), slot.clone());
-                    slot
+                    (slot, reached)
                 }
             };
             slot.in_flight.fetch_add(1, Ordering::AcqRel);
-            slot
+            (slot, reached)
         };
-        // The pool starts with the first session (listing or pruning never starts it).
-        pool::start(&self.inner, docker);
-        let ctx = SessionCtx { inner: &self.inner, docker, lease: Lease { slot }, env, approved_path: None };
+        let lease = Lease { slot };
+        let at = lease.slot.host;
+        let docker = self.host_docker(at).await?;
+        if reached {
+            // A running container another replica made: serve it as it is (its commands
+            // may be that replica's, so nothing is swept).
+            self.inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
+            if let Some(egress) = &self.inner.egress {
+                let id = lease.slot.container.lock().await.clone().unwrap_or_default();
+                match container::mounted_egress_dir(docker, &id).await {
+                    Some(dir) => match egress.listen(&dir, key) {
+                        Ok(l) => *lease.slot.egress.lock().expect("egress lock") = Some(l),
+                        Err(e) => {
+                            tracing::warn!(container = %id, error = %e, "egress of a reached container could not be served")
+                        }
+                    },
+                    None => {
+                        tracing::warn!(container = %id, "a reached container's egress socket directory is not on this machine")
+                    }
+                }
+            }
+        }
+        // A host's pool starts with the first session placed on it (listing or pruning
+        // never starts it).
+        pool::start(&self.inner, at, docker);
+        let ctx = SessionCtx { inner: &self.inner, docker, lease, env, approved_path: None };
         // Create the container now so that creation errors surface before any tool work.
         if let Err(e) = ctx.container().await {
             self.inner.forget_if_empty(&ctx.lease.slot).await;
-            return Err(e);
+            return Err(on_host(self.inner.hosts[at].endpoint(), e));
         }
         Ok(ctx)
     }
@@ -365,7 +608,7 @@ impl Sandbox {
     /// Docker (text-only work) cannot have made anything for a session it created, so Docker
     /// is not contacted at all (no connection, no adoption sweep of the scope).
     pub async fn end_session_created_here(&self, key: &SessionKey) -> Result<bool, SandboxError> {
-        if self.inner.docker.get().is_none() {
+        if self.inner.hosts.iter().all(|h| h.docker.get().is_none()) {
             return Ok(false);
         }
         self.end_session(key).await
@@ -376,21 +619,39 @@ impl Sandbox {
     #[tracing::instrument(skip(self), fields(user = %key.user_id, session = %key.session_id))]
     pub async fn end_session(&self, key: &SessionKey) -> Result<bool, SandboxError> {
         key.validate()?;
-        let docker = self.docker().await?;
-        let slot = self.inner.sessions.lock().expect("sessions lock").remove(key);
-        match slot {
-            Some(slot) => {
-                self.inner.destroy(docker, &slot).await?;
-                Ok(true)
+        let known = self.inner.sessions.lock().expect("sessions lock").get(key).map(|s| s.host);
+        if let Some(at) = known {
+            let docker = self.host_docker(at).await?;
+            let slot = self.inner.sessions.lock().expect("sessions lock").remove(key);
+            if let Some(slot) = slot {
+                self.inner.destroy(docker, &slot).await.map_err(|e| on_host(self.inner.hosts[at].endpoint(), e))?;
+                return Ok(true);
             }
-            None => {
-                let _objects = self.inner.object_lock(key).lock().await;
-                let names = container::names(&self.inner.config.scope, key);
-                // A container that came from the pool mounts a pool volume: ask it.
+        }
+        // Not this sandbox's: its container may be on any host (made by another replica).
+        let names = container::names(&self.inner.config.scope, key);
+        let mut errors = Vec::new();
+        for at in 0..self.inner.hosts.len() {
+            let docker = match self.host_docker(at).await {
+                Ok(d) => d,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            let _objects = self.inner.object_lock(key).lock().await;
+            // A container that came from the pool mounts a pool volume: ask it.
+            let removed = async {
                 let workspace = container::workspace_of(docker, &names.container).await?;
-                container::remove_session(docker, &self.inner.config, &names, workspace.as_deref()).await?;
-                Ok(false)
+                container::remove_session(docker, &self.inner.config, &names, workspace.as_deref()).await
+            };
+            if let Err(e) = removed.await {
+                errors.push(on_host(self.inner.hosts[at].endpoint(), e));
             }
+        }
+        match errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(false),
         }
     }
 
@@ -401,27 +662,69 @@ impl Sandbox {
         if let Some(h) = self.inner.reaper.lock().expect("reaper lock").take() {
             h.abort();
         }
-        let Some(docker) = self.inner.docker.get() else {
-            return Ok(());
-        };
-        // First the pool: nothing more is handed out or prepared, and no fill outlives this.
-        let pool_result = pool::shutdown(&*self.inner, docker).await;
+        // First the pools: nothing more is handed out or prepared, and no fill outlives this.
+        let mut pool_results = Vec::new();
+        for (at, host) in self.inner.hosts.iter().enumerate() {
+            if let Some(docker) = host.docker.get() {
+                pool_results
+                    .push(pool::shutdown(&*self.inner, at, docker).await.map_err(|e| on_host(host.endpoint(), e)));
+            }
+        }
         let slots: Vec<Arc<Slot>> =
             self.inner.sessions.lock().expect("sessions lock").drain().map(|(_, s)| s).collect();
-        let results = futures_util::future::join_all(slots.iter().map(|s| self.inner.destroy(docker, s))).await;
+        let results = futures_util::future::join_all(slots.iter().filter_map(|s| {
+            let host = &self.inner.hosts[s.host];
+            let docker = host.docker.get()?;
+            Some(async move { self.inner.destroy(docker, s).await.map_err(|e| on_host(host.endpoint(), e)) })
+        }))
+        .await;
         if let Some(e) = &self.inner.egress {
             e.remove_base_if_empty();
         }
-        results.into_iter().collect::<Result<Vec<()>, _>>().and(pool_result).map(|_| ())
+        results.into_iter().chain(pool_results).collect::<Result<Vec<()>, _>>().map(|_| ())
     }
 
     /// Every warden-managed session container on the engine (all scopes), with this host's
     /// last-use time for the sessions it owns. Read-only: a host that has not connected yet
     /// connects without adopting its scope's leftovers (they may be a live host's).
+    /// With several Docker hosts: those that do not answer are left out (logged); an error
+    /// only when none answers.
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, SandboxError> {
-        let docker = self.observer_docker().await?;
-        let listed = container::list_managed(docker, None).await?;
-        let bindings = container::list_bindings(docker, None).await?;
+        let hosts = &self.inner.hosts;
+        let mut errors = Vec::new();
+        let mut out: Vec<SessionInfo> = Vec::new();
+        for (at, host) in hosts.iter().enumerate() {
+            match self.list_host_sessions(at).await {
+                Ok(rows) => {
+                    for row in rows {
+                        // Two endpoints in front of one engine list the same container: the
+                        // row of the host it was placed on wins.
+                        match out.iter_mut().find(|r| r.container_id == row.container_id) {
+                            Some(r) if row.docker_host == host.endpoint() => *r = row,
+                            Some(_) => {}
+                            None => out.push(row),
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(docker_host = host.endpoint(), error = %e, "Docker host unreachable; its sessions are not listed");
+                    errors.push(e.to_string());
+                }
+            }
+        }
+        if errors.len() == hosts.len() {
+            return Err(SandboxError::DockerUnavailable(errors.join("; ")));
+        }
+        out.sort_by(|a, b| (&a.scope, &a.key, &a.docker_host).cmp(&(&b.scope, &b.key, &b.docker_host)));
+        Ok(out)
+    }
+
+    /// The sessions on Docker host `at` (see `list_sessions`).
+    async fn list_host_sessions(&self, at: usize) -> Result<Vec<SessionInfo>, SandboxError> {
+        let docker = self.observer_docker(at).await?;
+        let endpoint = self.inner.hosts[at].endpoint();
+        let listed = container::list_managed(docker, None).await.map_err(|e| on_host(endpoint, e))?;
+        let bindings = container::list_bindings(docker, None).await.map_err(|e| on_host(endpoint, e))?;
         let owned: HashMap<String, SystemTime> = self
             .inner
             .sessions
@@ -430,7 +733,7 @@ impl Sandbox {
             .values()
             .map(|s| (s.names.container.clone(), s.last_used.lock().expect("last_used lock").1))
             .collect();
-        let mut out: Vec<SessionInfo> = listed
+        let out: Vec<SessionInfo> = listed
             .into_iter()
             .filter_map(|c| {
                 // Pool containers not handed out serve no session: not listed.
@@ -438,7 +741,9 @@ impl Sandbox {
                 let name = container::container_name(&c)?;
                 let scope = c.labels.as_ref()?.get(container::LABEL_SCOPE).cloned().unwrap_or_default();
                 let last_used = owned.get(&name).copied();
+                let docker_host = container::host_label(c.labels.as_ref()).unwrap_or(endpoint).to_string();
                 Some(SessionInfo {
+                    docker_host,
                     key,
                     owned_here: last_used.is_some() && scope == self.inner.config.scope,
                     scope,
@@ -450,7 +755,6 @@ impl Sandbox {
                 })
             })
             .collect();
-        out.sort_by(|a, b| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
         Ok(out)
     }
 
@@ -475,8 +779,16 @@ impl Sandbox {
     /// `docker volume rm` leaves the loop device attached to the deleted image, holding its
     /// space and a device until the Docker host reboots. For clean-up tools and test
     /// harnesses; refuses a volume without warden's label. Never adopts anything.
+    /// With several Docker hosts: removed on each (a host that does not answer fails it).
     pub async fn remove_volume(&self, name: &str) -> Result<(), SandboxError> {
-        let docker = self.observer_docker().await?;
+        for at in 0..self.inner.hosts.len() {
+            let docker = self.observer_docker(at).await?;
+            self.remove_host_volume(docker, name).await.map_err(|e| on_host(self.inner.hosts[at].endpoint(), e))?;
+        }
+        Ok(())
+    }
+
+    async fn remove_host_volume(&self, docker: &Docker, name: &str) -> Result<(), SandboxError> {
         match docker.inspect_volume(name).await {
             Err(e) if crate::error::docker_status(&e) == Some(404) => Ok(()),
             Err(e) => Err(SandboxError::from_docker("inspect volume", e)),
@@ -491,10 +803,39 @@ impl Sandbox {
     }
 
     async fn prune_inner(&self, all: bool) -> Result<PruneReport, SandboxError> {
-        let docker = self.observer_docker().await?;
+        let mut report = PruneReport::default();
+        for at in 0..self.inner.hosts.len() {
+            let endpoint = self.inner.hosts[at].endpoint();
+            let pruned = match self.observer_docker(at).await {
+                Ok(docker) => self.prune_host(docker, all, &mut report).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = pruned {
+                let e = on_host(endpoint, e);
+                if !matches!(e, SandboxError::DockerUnavailable(_)) {
+                    return Err(e);
+                }
+                tracing::warn!(docker_host = endpoint, error = %e, "Docker host unreachable; not pruned");
+                report.unreachable_hosts.push(e.to_string());
+            }
+        }
+        if report.unreachable_hosts.len() == self.inner.hosts.len() {
+            return Err(SandboxError::DockerUnavailable(report.unreachable_hosts.join("; ")));
+        }
+        tracing::info!(
+            containers = report.containers.len(),
+            volumes = report.volumes.len(),
+            all,
+            "pruned sandbox leftovers"
+        );
+        Ok(report)
+    }
+
+    /// Prunes one Docker host into `report` (see `prune`).
+    async fn prune_host(&self, docker: &Docker, all: bool, report: &mut PruneReport) -> Result<(), SandboxError> {
         let with_disk = |v: String| [v.clone()].into_iter().chain(crate::disk::disk_of(&v));
         // This host's sessions and pool containers, and every volume they use.
-        let pooled = self.inner.pool.container_names();
+        let pooled: Vec<String> = self.inner.hosts.iter().flat_map(|h| h.pool.container_names()).collect();
         let mut live_containers: HashSet<String> = pooled.iter().cloned().collect();
         let mut live_volumes: HashSet<String> =
             pooled.iter().flat_map(|n| with_disk(container::volume_of(n))).collect();
@@ -515,7 +856,6 @@ impl Sandbox {
         };
         let mut in_use: HashSet<String> = HashSet::new();
         let mut freed: HashSet<String> = HashSet::new();
-        let mut report = PruneReport::default();
         for c in container::list_managed(docker, None).await? {
             let Some(name) = container::container_name(&c) else { continue };
             // Only exited or dead containers are leftovers; `created` ones may be mid-creation
@@ -569,13 +909,7 @@ impl Sandbox {
             container::remove_volume(docker, &self.inner.config, &v.name).await?;
             report.volumes.push(v.name);
         }
-        tracing::info!(
-            containers = report.containers.len(),
-            volumes = report.volumes.len(),
-            all,
-            "pruned sandbox leftovers"
-        );
-        Ok(report)
+        Ok(())
     }
 }
 
@@ -592,14 +926,20 @@ impl Drop for Inner {
     /// Wakes the pool's refill task, which holds no strong reference: it sees the host gone,
     /// waits for its fills (which remove what they made) and ends.
     fn drop(&mut self) {
-        self.pool.kick();
+        for h in &self.hosts {
+            h.pool.kick();
+        }
     }
 }
 
 /// The warm pool's view of the sandbox (see [`PoolHost`]).
 impl PoolHost for Inner {
-    fn pool(&self) -> &WarmPool {
-        &self.pool
+    fn pool(&self, at: usize) -> &WarmPool {
+        &self.hosts[at].pool
+    }
+
+    fn endpoint(&self, at: usize) -> &str {
+        self.hosts[at].endpoint()
     }
 
     fn config(&self) -> &SandboxConfig {
@@ -614,9 +954,11 @@ impl PoolHost for Inner {
         &self.metrics
     }
 
-    fn with_session_count<R>(&self, f: impl FnOnce(usize) -> R) -> R {
+    fn with_session_count<R>(&self, at: usize, f: impl FnOnce(usize) -> R) -> R {
         let map = self.sessions.lock().expect("sessions lock");
-        f(map.len())
+        let other_pools: usize =
+            self.hosts.iter().enumerate().filter(|(i, _)| *i != at).map(|(_, h)| h.pool.reserved()).sum();
+        f(map.len() + other_pools)
     }
 
     fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
@@ -661,15 +1003,17 @@ impl Inner {
             let _objects = self.object_lock(&slot.key).lock().await;
             container::remove_session(docker, &self.config, &slot.names, slot.workspace().as_deref()).await
         };
-        // Room under `max_sessions` for the pool again.
-        self.pool.kick();
+        // Room under `max_sessions` for the pools again.
+        for h in &self.hosts {
+            h.pool.kick();
+        }
         removed?;
         tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session removed");
         Ok(())
     }
 
-    /// Removes sessions idle longer than the TTL with no call in flight.
-    async fn reap_idle(&self, docker: &Docker) {
+    /// Removes sessions idle longer than the TTL with no call in flight, each on its host.
+    async fn reap_idle(&self) {
         let ttl = self.config.idle_ttl;
         let expired: Vec<Arc<Slot>> = {
             let mut map = self.sessions.lock().expect("sessions lock");
@@ -685,7 +1029,9 @@ impl Inner {
         };
         for slot in expired {
             tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session idle past ttl; removing");
-            if let Err(e) = self.destroy(docker, &slot).await {
+            let host = &self.hosts[slot.host];
+            let Some(docker) = host.docker.get() else { continue };
+            if let Err(e) = self.destroy(docker, &slot).await.map_err(|e| on_host(host.endpoint(), e)) {
                 tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, error = %e, "idle session removal failed");
             }
         }
@@ -709,8 +1055,8 @@ impl<'a> SessionCtx<'a> {
         let started = Instant::now();
         let workspace = slot.workspace();
         let new_session = workspace.is_none();
-        let warm = if new_session && self.inner.pool.enabled() {
-            pool::take(self.inner, self.docker, &slot.key).await?
+        let warm = if new_session && self.inner.hosts[slot.host].pool.enabled() {
+            pool::take(self.inner, slot.host, self.docker, &slot.key).await?
         } else {
             None
         };
@@ -726,11 +1072,12 @@ impl<'a> SessionCtx<'a> {
                 (warm.id, "taken from the warm pool")
             }
             None => {
-                if new_session && self.inner.pool.enabled() {
+                if new_session && self.inner.hosts[slot.host].pool.enabled() {
                     self.inner.metrics.warm_misses.fetch_add(1, Ordering::Relaxed);
                 }
                 let volume = workspace.unwrap_or_else(|| slot.names.volume.clone());
-                let labels = container::labels(&self.inner.config.scope, &slot.key);
+                let labels =
+                    container::labels(&self.inner.config.scope, self.inner.hosts[slot.host].endpoint(), &slot.key);
                 let id = {
                     let _objects = self.inner.object_lock(&slot.key).lock().await;
                     container::create_and_start(
@@ -845,35 +1192,56 @@ impl<'a> SessionCtx<'a> {
     }
 }
 
-async fn connect(cfg: &SandboxConfig) -> Result<Docker, SandboxError> {
-    let unavailable = |e: bollard::errors::Error| SandboxError::DockerUnavailable(e.to_string());
-    let docker = match cfg.docker_host.as_deref() {
-        None => Docker::connect_with_defaults().map_err(unavailable)?,
-        Some(h) if h.starts_with("unix://") || h.starts_with('/') => {
-            Docker::connect_with_unix(h, DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
-                .map_err(unavailable)?
+async fn connect(host: &Host) -> Result<Docker, SandboxError> {
+    let endpoint = host.endpoint();
+    let unavailable =
+        |e: bollard::errors::Error| SandboxError::DockerUnavailable(format!("Docker host {endpoint}: {e}"));
+    let (timeout, version) = (DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION);
+    let kind = crate::config::endpoint_kind(endpoint).map_err(SandboxError::Config)?;
+    let docker = match (host.defaults, kind, &host.spec.tls) {
+        (true, _, _) => Docker::connect_with_defaults().map_err(unavailable)?,
+        (false, EndpointKind::Unix, _) => Docker::connect_with_unix(endpoint, timeout, version).map_err(unavailable)?,
+        (false, EndpointKind::Tcp { .. }, Some(tls)) => {
+            Docker::connect_with_ssl(endpoint, &tls.key, &tls.cert, &tls.ca, timeout, version).map_err(unavailable)?
         }
-        Some(h) => Docker::connect_with_http(h, DOCKER_CLIENT_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
-            .map_err(unavailable)?,
+        (false, EndpointKind::Tcp { .. }, None) => {
+            Docker::connect_with_http(endpoint, timeout, version).map_err(unavailable)?
+        }
     };
-    let endpoint = cfg.docker_endpoint();
-    let docker = docker
-        .negotiate_version()
-        .await
-        .map_err(|e| SandboxError::DockerUnavailable(format!("cannot reach the Docker Engine at {endpoint}: {e}")))?;
-    Ok(docker)
+    match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
+        Ok(Ok(docker)) => Ok(docker),
+        Ok(Err(e)) => {
+            Err(SandboxError::DockerUnavailable(format!("cannot reach the Docker Engine at {endpoint}: {e}")))
+        }
+        Err(_) => Err(SandboxError::DockerUnavailable(format!(
+            "the Docker Engine at {endpoint} did not answer within {CONNECT_TIMEOUT:?}"
+        ))),
+    }
 }
 
 /// On connect: adopt this scope's running session containers (their workspace continues),
 /// remove its stopped ones, its pool containers that were never handed out (the warm pool
 /// starts afresh), and volumes that belong to no adopted session. Other scopes are never
-/// listed.
-async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxError> {
+/// listed; containers and volumes labelled with another Docker host of this sandbox are
+/// that host's (two endpoints may reach one engine) and left alone.
+async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<(), SandboxError> {
     let scope = inner.config.scope.as_str();
+    let host = &inner.hosts[at];
     let mut adopted = 0usize;
+    let mut others: HashSet<String> = HashSet::new();
     let bindings = container::list_bindings(docker, Some(scope)).await?;
     for c in container::list_managed(docker, Some(scope)).await? {
         let id = c.id.clone().unwrap_or_default();
+        let known = inner.sessions.lock().expect("sessions lock").values().any(|s| s.container_id_is(&id));
+        if !host.owns(c.labels.as_ref(), &inner.hosts) || known {
+            // Another host's (or already adopted through another endpoint of this engine):
+            // its volumes are in use.
+            let name = container::container_name(&c).unwrap_or_default();
+            others.extend(container::workspace_mount(c.mounts.as_deref()).into_iter().flat_map(|w| {
+                [w.clone()].into_iter().chain(crate::disk::disk_of(&w)).chain(container::binding_of(&name))
+            }));
+            continue;
+        }
         let running = matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
         // A pool container serves the session its binding names; one never handed out
         // (still under its pool name, or renamed but never bound) serves none.
@@ -900,7 +1268,7 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
                 {
                     let names = container::names(scope, &key);
                     tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted session container from a previous host");
-                    let slot = Arc::new(Slot::new(key.clone(), names, Some(id.clone()), Some(workspace)));
+                    let slot = Arc::new(Slot::new(key.clone(), at, names, Some(id.clone()), Some(workspace)));
                     adopted_key = Some(key.clone());
                     map.insert(key, slot);
                     inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
@@ -948,12 +1316,12 @@ async fn adopt_leftovers(inner: &Inner, docker: &Docker) -> Result<(), SandboxEr
         })
         .collect();
     for v in container::list_volumes(docker, Some(scope), false).await? {
-        if !keep.contains(&v.name) {
+        if !keep.contains(&v.name) && !others.contains(&v.name) && host.owns(Some(&v.labels), &inner.hosts) {
             container::remove_volume(docker, &inner.config, &v.name).await?;
         }
     }
     if adopted > 0 {
-        tracing::info!(adopted, scope, "adopted sandbox sessions");
+        tracing::info!(adopted, scope, docker_host = host.endpoint(), "adopted sandbox sessions");
     }
     Ok(())
 }
@@ -966,10 +1334,7 @@ async fn reap_loop(inner: Weak<Inner>) {
     loop {
         tokio::time::sleep(interval).await;
         let Some(inner) = inner.upgrade() else { return };
-        let Some(docker) = inner.docker.get().cloned() else {
-            continue;
-        };
-        inner.reap_idle(&docker).await;
+        inner.reap_idle().await;
     }
 }
 

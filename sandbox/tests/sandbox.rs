@@ -1803,6 +1803,330 @@ mod boundary {
     }
 }
 
+/// Issue 16 item 3: sessions placed over several Docker hosts. Both hosts are the local
+/// engine: its socket, and a TLS endpoint with client-certificate verification in front
+/// of it (`tests/support/tls_proxy.py`: socat cannot serve the TLS 1.3 resumption rustls
+/// does when it verifies clients), so placement, a replica reaching a session, a host going down and the
+/// scope rules are all exercised on one machine.
+mod hosts {
+    use super::*;
+    use std::path::{Path, PathBuf};
+    use warden_sandbox::config::DEFAULT_DOCKER_ENDPOINT;
+    use warden_sandbox::{DockerHost, DockerTls};
+
+    /// A CA, a server certificate for 127.0.0.1 and a client certificate, made with the
+    /// `openssl` CLI in a scratch directory.
+    struct Certs {
+        dir: tempfile::TempDir,
+    }
+
+    fn openssl(dir: &Path, args: &[&str]) {
+        let out = Command::new("openssl").current_dir(dir).args(args).output().expect("the openssl CLI is required");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A P-256 key and a certificate signed by `ca` (or self-signed as a CA when `None`).
+    fn issue(dir: &Path, name: &str, ca: Option<&str>, ext: &str) {
+        let (key, crt) = (format!("{name}.key"), format!("{name}.pem"));
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &key];
+        let subj = format!("/CN=warden-test-{name}");
+        match ca {
+            None => {
+                let mut a = vec!["req", "-x509", "-days", "1", "-subj", &subj, "-out", &crt];
+                a.extend(ec);
+                a.extend(["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=keyCertSign,cRLSign"]);
+                openssl(dir, &a);
+            }
+            Some(ca) => {
+                let csr = format!("{name}.csr");
+                let mut a = vec!["req", "-subj", &subj, "-out", &csr];
+                a.extend(ec);
+                openssl(dir, &a);
+                std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+                let (ca_crt, ca_key, extfile) = (format!("{ca}.pem"), format!("{ca}.key"), format!("{name}.ext"));
+                openssl(
+                    dir,
+                    &[
+                        "x509",
+                        "-req",
+                        "-days",
+                        "1",
+                        "-in",
+                        &csr,
+                        "-CA",
+                        &ca_crt,
+                        "-CAkey",
+                        &ca_key,
+                        "-CAcreateserial",
+                        "-out",
+                        &crt,
+                        "-extfile",
+                        &extfile,
+                    ],
+                );
+            }
+        }
+    }
+
+    impl Certs {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let d = dir.path();
+            issue(d, "ca", None, "");
+            issue(d, "server", Some("ca"), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
+            issue(d, "client", Some("ca"), "extendedKeyUsage=clientAuth\n");
+            // A client certificate from a CA the endpoint does not trust.
+            issue(d, "rogue-ca", None, "");
+            issue(d, "rogue", Some("rogue-ca"), "extendedKeyUsage=clientAuth\n");
+            Self { dir }
+        }
+
+        fn path(&self, file: &str) -> PathBuf {
+            self.dir.path().join(file)
+        }
+
+        fn tls(&self, client: &str) -> DockerTls {
+            DockerTls {
+                ca: self.path("ca.pem"),
+                cert: self.path(&format!("{client}.pem")),
+                key: self.path(&format!("{client}.key")),
+            }
+        }
+    }
+
+    /// A proxy terminating TLS (client certificates verified against the test CA) in front
+    /// of the local engine's socket. Stopped (with every connection it serves) on drop.
+    struct TlsProxy {
+        port: u16,
+        child: Option<std::process::Child>,
+    }
+
+    impl TlsProxy {
+        fn start(certs: &Certs, port: u16) -> Self {
+            use std::os::unix::process::CommandExt;
+            let socket = DEFAULT_DOCKER_ENDPOINT.trim_start_matches("unix://");
+            let python = std::env::var("WARDEN_PYTHON").unwrap_or_else(|_| "python3".into());
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/tls_proxy.py");
+            let child = Command::new(&python)
+                .arg(script)
+                .arg(port.to_string())
+                .args([certs.path("server.pem"), certs.path("server.key"), certs.path("ca.pem")])
+                .arg(socket)
+                .stderr(std::process::Stdio::null())
+                .process_group(0)
+                .spawn()
+                .unwrap_or_else(|e| panic!("{python} is required for these tests: {e}"));
+            // Listening within a few seconds.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "the TLS proxy never listened on 127.0.0.1:{port}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Self { port, child: Some(child) }
+        }
+
+        fn endpoint(&self) -> String {
+            format!("tcp://127.0.0.1:{}", self.port)
+        }
+
+        /// Stops the proxy and every connection it serves (the host is down).
+        fn stop(&mut self) {
+            if let Some(mut c) = self.child.take() {
+                let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", c.id())]).status();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    impl Drop for TlsProxy {
+        fn drop(&mut self) {
+            self.stop();
+        }
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// The local socket first, the TLS endpoint second.
+    fn two_hosts(c: &Ctx, certs: &Certs, proxy: &TlsProxy, client: &str) -> Sandbox {
+        c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.hosts = vec![
+                DockerHost { endpoint: DEFAULT_DOCKER_ENDPOINT.into(), tls: None },
+                DockerHost { endpoint: proxy.endpoint(), tls: Some(certs.tls(client)) },
+            ];
+        })
+    }
+
+    async fn host_of(sb: &Sandbox, k: &SessionKey) -> String {
+        let s = sb.list_sessions().await.unwrap();
+        let mine: Vec<_> = s.iter().filter(|i| &i.key == k && i.scope == sb.config().scope).collect();
+        assert_eq!(mine.len(), 1, "exactly one container for {k}: {s:?}");
+        mine[0].docker_host.clone()
+    }
+
+    pub async fn placement_spreads_sessions_and_a_replica_reaches_them(c: Ctx) {
+        let certs = Certs::new();
+        let proxy = TlsProxy::start(&certs, free_port());
+        let sb = two_hosts(&c, &certs, &proxy, "client");
+        // The replica is up (connected to both hosts, nothing to adopt) before the sessions exist.
+        let replica = two_hosts(&c, &certs, &proxy, "client");
+        replica.connect().await.unwrap();
+        let statuses = replica.ping_hosts().await;
+        assert!(statuses.iter().all(|s| s.error.is_none()), "{statuses:?}");
+        let keys: Vec<SessionKey> = (0..4).map(|i| key(&format!("spread{i}"))).collect();
+        for (i, k) in keys.iter().enumerate() {
+            let w = tool(&sb, k, "Write", json!({"file_path": "who.txt", "content": format!("session {i}")})).await;
+            assert!(!w.is_error, "{}", w.content);
+        }
+        let mut on = std::collections::HashMap::<String, Vec<&SessionKey>>::new();
+        for k in &keys {
+            on.entry(host_of(&sb, k).await).or_default().push(k);
+        }
+        assert_eq!(on.get(DEFAULT_DOCKER_ENDPOINT).map(Vec::len), Some(2), "least-loaded placement: {on:?}");
+        assert_eq!(on.get(&proxy.endpoint()).map(Vec::len), Some(2), "least-loaded placement: {on:?}");
+        // The replica reaches a session on the TLS host: same container, same workspace.
+        let remote = on[&proxy.endpoint()][0].clone();
+        let id = container_of(&sb, &remote).await;
+        let want = bash_ok(&sb, &remote, "cat who.txt").await;
+        let got = tool(&replica, &remote, "Read", json!({"file_path": "who.txt"})).await;
+        assert!(!got.is_error && got.content.contains(&want), "replica read {:?}, want {want:?}", got.content);
+        assert_eq!(bash_ok(&replica, &remote, "cat who.txt").await, want);
+        let listed = replica.list_sessions().await.unwrap();
+        let row = listed.iter().find(|i| i.key == remote).unwrap();
+        assert_eq!((row.container_id.as_str(), row.docker_host.as_str()), (id.as_str(), proxy.endpoint().as_str()));
+        assert!(row.owned_here, "the replica holds it now: {row:?}");
+        assert_eq!(listed.iter().filter(|i| i.scope == c.scope).count(), 4, "no container was made twice: {listed:?}");
+        replica.shutdown().await.unwrap();
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn the_tls_endpoint_refuses_clients_without_a_trusted_certificate(c: Ctx) {
+        let certs = Certs::new();
+        let proxy = TlsProxy::start(&certs, free_port());
+        let url = format!("https://127.0.0.1:{}/_ping", proxy.port);
+        let curl = |extra: &[&str]| {
+            let ca = certs.path("ca.pem");
+            let mut cmd = Command::new("curl");
+            cmd.args(["-sS", "--max-time", "10", "--cacert"]).arg(&ca).args(extra).arg(&url);
+            cmd.output().expect("the curl CLI is required")
+        };
+        let anonymous = curl(&[]);
+        assert!(
+            !anonymous.status.success() && !String::from_utf8_lossy(&anonymous.stdout).contains("OK"),
+            "a client without a certificate got through: {anonymous:?}"
+        );
+        let (cert, key_file) = (certs.path("client.pem"), certs.path("client.key"));
+        let (cert, key_file) = (cert.to_str().unwrap(), key_file.to_str().unwrap());
+        let trusted = curl(&["--cert", cert, "--key", key_file]);
+        assert_eq!(String::from_utf8_lossy(&trusted.stdout), "OK", "{trusted:?}");
+        // warden with a certificate from another CA: that host fails, naming itself; the
+        // socket answers, so the sandbox is ready and new sessions go there.
+        let sb = two_hosts(&c, &certs, &proxy, "rogue");
+        let statuses = sb.ping_hosts().await;
+        assert_eq!(statuses[0].error, None, "{statuses:?}");
+        let err = statuses[1].error.as_deref().expect("an untrusted client certificate is refused");
+        assert!(err.contains(&proxy.endpoint()), "{err}");
+        sb.ping().await.unwrap();
+        let k = key("rogue");
+        bash_ok(&sb, &k, "true").await;
+        assert_eq!(host_of(&sb, &k).await, DEFAULT_DOCKER_ENDPOINT);
+        sb.shutdown().await.unwrap();
+    }
+
+    pub async fn a_host_that_is_down_fails_only_its_sessions(c: Ctx) {
+        let certs = Certs::new();
+        let port = free_port();
+        let mut proxy = TlsProxy::start(&certs, port);
+        let endpoint = proxy.endpoint();
+        let sb = two_hosts(&c, &certs, &proxy, "client");
+        let (local, remote) = (key("on-socket"), key("on-tls"));
+        bash_ok(&sb, &local, "echo a > a.txt").await;
+        bash_ok(&sb, &remote, "echo b > b.txt").await;
+        assert_eq!(host_of(&sb, &local).await, DEFAULT_DOCKER_ENDPOINT);
+        assert_eq!(host_of(&sb, &remote).await, endpoint);
+        proxy.stop();
+        let err = sb.call_tool(&remote, "Bash", json!({"command": "cat b.txt"}), &[]).await.unwrap_err();
+        assert!(matches!(err, SandboxError::DockerUnavailable(_)) && err.to_string().contains(&endpoint), "{err}");
+        assert_eq!(bash_ok(&sb, &local, "cat a.txt").await, "a\n", "the other host keeps serving");
+        let fresh = key("while-down");
+        bash_ok(&sb, &fresh, "true").await;
+        assert_eq!(host_of(&sb, &fresh).await, DEFAULT_DOCKER_ENDPOINT, "new sessions go to the healthy host");
+        let statuses = sb.ping_hosts().await;
+        assert!(statuses[0].error.is_none() && statuses[1].error.as_deref().is_some_and(|e| e.contains(&endpoint)));
+        sb.ping().await.expect("ready while one host answers");
+        // Back: the session is served again, from the same container and workspace.
+        let proxy = TlsProxy::start(&certs, port);
+        assert_eq!(bash_ok(&sb, &remote, "cat b.txt").await, "b\n");
+        sb.shutdown().await.unwrap();
+        drop(proxy);
+    }
+
+    pub async fn adoption_and_reaping_leave_other_scopes_alone(c: Ctx) {
+        let certs = Certs::new();
+        let proxy = TlsProxy::start(&certs, free_port());
+        // Another deployment on the same engine.
+        let other = Sandbox::new(SandboxConfig {
+            scope: format!("{}other", c.scope),
+            warm_pool: 0,
+            ..SandboxConfig::default()
+        })
+        .unwrap();
+        let theirs = key("theirs");
+        bash_ok(&other, &theirs, "echo keep > k.txt").await;
+        let their_id = container_of(&other, &theirs).await;
+        // Ours: a short idle TTL; both hosts reap their own session.
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.idle_ttl = Duration::from_secs(1);
+            cfg.hosts = vec![
+                DockerHost { endpoint: DEFAULT_DOCKER_ENDPOINT.into(), tls: None },
+                DockerHost { endpoint: proxy.endpoint(), tls: Some(certs.tls("client")) },
+            ];
+        });
+        let (a, b) = (key("reaped-a"), key("reaped-b"));
+        bash_ok(&sb, &a, "true").await;
+        bash_ok(&sb, &b, "true").await;
+        let (ida, idb) = (container_of(&sb, &a).await, container_of(&sb, &b).await);
+        assert_ne!(host_of(&sb, &a).await, host_of(&sb, &b).await, "one on each host");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while container_exists(&ida) || container_exists(&idb) {
+            assert!(Instant::now() < deadline, "idle sessions were not reaped on both hosts");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Leftovers of ours on both hosts (a host that died), then a restart: each adopted
+        // by its host, the other scope's running session untouched.
+        let lefts = [key("leftover1"), key("leftover2")];
+        let mut left_ids = Vec::new();
+        for k in &lefts {
+            bash_ok(&sb, k, &format!("echo {} > l.txt", k.session_id)).await;
+            left_ids.push(container_of(&sb, k).await);
+        }
+        assert_ne!(host_of(&sb, &lefts[0]).await, host_of(&sb, &lefts[1]).await, "one on each host");
+        drop(sb);
+        let restarted = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.hosts = vec![
+                DockerHost { endpoint: DEFAULT_DOCKER_ENDPOINT.into(), tls: None },
+                DockerHost { endpoint: proxy.endpoint(), tls: Some(certs.tls("client")) },
+            ];
+        });
+        restarted.connect().await.unwrap();
+        for (k, id) in lefts.iter().zip(&left_ids) {
+            assert_eq!(&container_of(&restarted, k).await, id, "adopted, not recreated");
+            assert!(restarted.list_sessions().await.unwrap().iter().any(|i| &i.key == k && i.owned_here));
+            assert_eq!(bash_ok(&restarted, k, "cat l.txt").await, format!("{}\n", k.session_id));
+        }
+        assert!(container_exists(&their_id), "another scope's container was touched");
+        restarted.prune().await.unwrap();
+        assert!(container_exists(&their_id), "prune removed another scope's running container");
+        assert_eq!(bash_ok(&other, &theirs, "cat k.txt").await, "keep\n");
+        restarted.shutdown().await.unwrap();
+        other.shutdown().await.unwrap();
+    }
+}
+
 type TestFn = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 macro_rules! tests {
@@ -1863,6 +2187,10 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::a_command_that_kills_its_agent_leaves_nothing_behind,
         egress::an_adopted_session_gets_its_proxy_back,
         egress::a_pool_container_has_no_socket_until_bound_and_sees_only_its_own,
+        hosts::placement_spreads_sessions_and_a_replica_reaches_them,
+        hosts::the_tls_endpoint_refuses_clients_without_a_trusted_certificate,
+        hosts::a_host_that_is_down_fails_only_its_sessions,
+        hosts::adoption_and_reaping_leave_other_scopes_alone,
     ]
 }
 

@@ -248,7 +248,7 @@ impl Sandbox {
         approved: Option<&str>,
     ) -> Result<ToolOutput, SandboxError> {
         self.inner.metrics.tool_calls.fetch_add(1, Ordering::Relaxed);
-        let result = self.dispatch(key, tool, input, env, approved).await;
+        let result = self.dispatch(key, tool, input, env, approved).await.map_err(|e| self.name_host(key, e));
         if !matches!(result, Ok(ToolOutput { is_error: false, .. })) {
             self.inner.metrics.tool_errors.fetch_add(1, Ordering::Relaxed);
         }
