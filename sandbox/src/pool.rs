@@ -37,6 +37,11 @@
 //! ready waits for a fill in flight rather than creating a container of its own while every
 //! fill is spoken for. So the containers one host keeps never exceed `max_sessions`.
 //!
+//! **Hosts.** Each Docker host (`sandbox.hosts`) has its own pool of `warm_pool`
+//! containers, made on that host and labelled with it; a session placed on a host takes
+//! from that host's pool only. `max_sessions` stays one limit: a pool reserves room only
+//! while sessions + every host's pooled and unclaimed containers stay below it.
+//!
 //! **Starting.** The pool fills from the first session of a `Sandbox` (or
 //! `Sandbox::connect`); listing and pruning never start it. The refill task holds no strong
 //! reference to its host, so a dropped `Sandbox` stops refilling.

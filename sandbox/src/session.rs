@@ -6,6 +6,13 @@
 //! settings, egress, counters and locks as [`PoolHost`]) and the egress proxy, and makes
 //! containers through `container.rs`; the tools and session processes sit above it.
 //!
+//! **Hosts.** Sessions are placed over the Docker hosts of `sandbox.hosts` (one, by
+//! default): a new session on the reachable host with the fewest session containers of this
+//! scope, a session whose container already exists (another replica's, found by name and
+//! host label) on that host; each session stays on its host. Each host has its own lazy
+//! connection, adoption and warm pool; a host that is down fails only its sessions' calls,
+//! with an error naming it.
+//!
 //! Concurrent first use of a session creates exactly one container (a per-session async
 //! mutex guards creation). The Docker connection is made lazily at the first tool use, so a
 //! host without Docker still starts and its text-only subagents keep working.

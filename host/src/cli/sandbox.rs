@@ -130,5 +130,8 @@ pub async fn prune(config: Config) -> anyhow::Result<ExitCode> {
     for v in report.volumes {
         out!("  volume {v}");
     }
+    for h in &report.unreachable_hosts {
+        eprintln!("warning: not pruned: {h}");
+    }
     Ok(ExitCode::SUCCESS)
 }

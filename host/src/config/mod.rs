@@ -472,6 +472,9 @@ impl Config {
             config.base_dir = PathBuf::from(".");
         }
         config.source = Some(path.to_owned());
+        // sandbox.hosts[].tls files are relative to this file, like every configured path.
+        let base = config.base_dir.clone();
+        config.sandbox.resolve_paths(&base);
         if let Some(file) = config.mcp_servers_file.clone() {
             let invalid = |message: String| ConfigError::Invalid {
                 file: path.to_owned(),

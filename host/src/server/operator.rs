@@ -107,7 +107,6 @@ async fn sessions(State(s): State<AppState>, Extension(who): Extension<Principal
     require_admin(&who)?;
     let sandbox = sandbox(&s)?;
     let scope = sandbox.config().scope.clone();
-    let docker_host = sandbox.config().docker_endpoint();
     let now = SystemTime::now();
     let rows: Vec<Value> = sandbox
         .list_sessions()
@@ -123,13 +122,13 @@ async fn sessions(State(s): State<AppState>, Extension(who): Extension<Principal
                 "session_id": i.key.session_id,
                 "scope": i.scope,
                 "container": i.container_name,
-                "docker_host": docker_host,
                 "state": i.state,
                 "created_at_ms": ms(i.created),
                 "age_secs": age.as_secs(),
                 "last_used_at_ms": i.last_used.map(ms),
                 "idle_secs": idle.map(|d| d.as_secs()),
                 "owned_here": i.owned_here,
+                "docker_host": i.docker_host,
             })
         })
         .collect();
