@@ -35,7 +35,8 @@ fn outputs_line(layout: &Layout, path: &Path) {
 }
 
 /// Guests, Python peers, sandbox image, the OCI registry and the browser the tests
-/// drive, then `cargo test --workspace <args>`.
+/// drive, then `cargo test --workspace <args>` with a private PostgreSQL running for the
+/// task store's tests (`WARDEN_TEST_POSTGRES_URL`, unless it is set already).
 ///
 /// Tests run in the dev profile (dependencies optimised, see the workspace
 /// `Cargo.toml`) against the dev host binary, so a clean CI run compiles wasmtime
@@ -71,6 +72,7 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
     lint::clippy(layout)?;
     guest::test_native(layout)?;
     python.test_sdk(layout)?;
+    let postgres = TestPostgres::start(layout)?;
     println!("xtask: running the tests");
     process::run(
         host_cargo()
@@ -83,10 +85,51 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
             .env("WARDEN_CHROMIUM", &chromium)
             .env("WARDEN_CHROMEDRIVER", &chromedriver)
             .env("WARDEN_UI_SCREENSHOTS", layout.target.join("ui-screenshots"))
+            .env(TEST_POSTGRES_URL, postgres.url())
             .args(["test", "--workspace"])
             .args(cargo_args),
     )
     .context("tests failed")
+}
+
+/// The variable naming the PostgreSQL server the task store's tests use.
+const TEST_POSTGRES_URL: &str = "WARDEN_TEST_POSTGRES_URL";
+
+/// The server named by `WARDEN_TEST_POSTGRES_URL` when it is set, else a private one
+/// started for this run (and stopped when this is dropped).
+enum TestPostgres {
+    Given(String),
+    Started(crate::postgres::Postgres),
+}
+
+impl TestPostgres {
+    fn start(layout: &Layout) -> Result<Self> {
+        match env::var(TEST_POSTGRES_URL) {
+            Ok(url) if !url.is_empty() => {
+                println!("xtask: the store tests use the PostgreSQL in {TEST_POSTGRES_URL}");
+                Ok(TestPostgres::Given(url))
+            }
+            _ => Ok(TestPostgres::Started(crate::postgres::Postgres::start(layout)?)),
+        }
+    }
+
+    fn url(&self) -> &str {
+        match self {
+            TestPostgres::Given(url) => url,
+            TestPostgres::Started(pg) => pg.url(),
+        }
+    }
+}
+
+/// `cargo xtask postgres -- <command>`: `command` with a private PostgreSQL running and
+/// `WARDEN_TEST_POSTGRES_URL` naming it (e.g. `cargo test -p warden --test host -- store`),
+/// without the rest of `cargo xtask test`.
+pub fn with_postgres(layout: &Layout, command: &[String]) -> Result<()> {
+    let Some((program, args)) = command.split_first() else {
+        bail!("name the command to run, e.g. cargo xtask postgres -- cargo test -p warden --test host -- store");
+    };
+    let postgres = TestPostgres::start(layout)?;
+    process::run(Command::new(program).args(args).current_dir(&layout.root).env(TEST_POSTGRES_URL, postgres.url()))
 }
 
 /// Build, sandbox image, then the demo itself.

@@ -7,6 +7,9 @@
 //!   Python peers and the sandbox image, clippy with warnings as errors, then
 //!   `cargo test --workspace` (dev profile) with `WARDEN_*` paths in the environment.
 //! - `cargo xtask fmt`: apply `rustfmt.toml` to the workspace and every guest crate.
+//! - `cargo xtask postgres -- <command>`: `command` with a private PostgreSQL running (as
+//!   `cargo xtask test` starts for the task store's tests) and `WARDEN_TEST_POSTGRES_URL`
+//!   naming it.
 //! - `cargo xtask demo`: build, set up the sandbox image, run `warden demo`.
 //! - `cargo xtask image`: build the sandbox image when it is missing or its recipe
 //!   (`sandbox/image/*.txt`) changed.
@@ -22,6 +25,7 @@ mod image;
 mod layering;
 mod layout;
 mod lint;
+mod postgres;
 mod process;
 mod python;
 mod registry;
@@ -53,6 +57,12 @@ enum Cmd {
     Image,
     /// Apply the project's Rust style (rustfmt.toml) to the workspace and every guest crate.
     Fmt,
+    /// Run a command with a private PostgreSQL for the store tests (WARDEN_TEST_POSTGRES_URL).
+    Postgres {
+        /// The command and its arguments (after `--`).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -77,5 +87,6 @@ fn main() -> Result<()> {
         Cmd::Demo => commands::demo(&layout),
         Cmd::Image => image::ensure(&layout),
         Cmd::Fmt => lint::format(&layout, true),
+        Cmd::Postgres { command } => commands::with_postgres(&layout, &command),
     }
 }
