@@ -134,8 +134,8 @@ impl StateStore {
 
     /// Loads the state kept in `store` (from before a restart) and persists every later
     /// write there. Once per host; returns the number of entries loaded.
-    pub fn attach(&self, store: crate::store::Store) -> Result<usize, crate::store::StoreError> {
-        let entries = store.state_all()?;
+    pub async fn attach(&self, store: crate::store::Store) -> Result<usize, crate::store::StoreError> {
+        let entries = store.state_all().await?;
         let n = entries.len();
         {
             let mut all = self.inner.lock().unwrap();

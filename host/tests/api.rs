@@ -13,6 +13,9 @@ use warden::engine::{Engine, EngineOptions};
 use warden::server::{ServerState, app};
 use warden::store::Store;
 
+#[path = "support/postgres.rs"]
+mod postgres;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
@@ -103,6 +106,17 @@ async fn api_with(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<String>) 
 
 /// Like [`api_with`], with extra files (relative path, content) laid out before start.
 async fn api_with_files(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<String>, files: &[(&str, &str)]) -> Api {
+    api_on(plugins, yaml, tokens, files, None).await
+}
+
+/// Like [`api_with_files`], on `store` (default: the deployment's redb file `./state.db`).
+async fn api_on(
+    plugins: &[(PathBuf, &str)],
+    yaml: &str,
+    tokens: Vec<String>,
+    files: &[(&str, &str)],
+    store: Option<Store>,
+) -> Api {
     logs();
     let dir = tempfile::tempdir().unwrap();
     for (rel, content) in files {
@@ -129,7 +143,10 @@ async fn api_with_files(plugins: &[(PathBuf, &str)], yaml: &str, tokens: Vec<Str
     };
     std::fs::write(dir.path().join("warden.yaml"), &text).unwrap();
     let config = Config::from_file(&dir.path().join("warden.yaml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let store = match store {
+        Some(store) => store,
+        None => Store::open(&dir.path().join("state.db")).unwrap(),
+    };
     let options = EngineOptions::from_config(&config);
     let server_config = config.server.clone();
     let host = warden::Host::start(config).await.unwrap();
@@ -831,7 +848,7 @@ mod secrets {
             value: quoted.into_bytes(),
         });
         api.engine.store().flush().await.unwrap();
-        let kept = api.engine.store().state_get("claude", "t").unwrap().unwrap();
+        let kept = api.engine.store().state_get("claude", "t").await.unwrap().unwrap();
         assert_eq!(String::from_utf8(kept).unwrap(), "{\"prompt\":\"use [redacted]\"}");
         assert_absent(
             "the task store's plugin state",
@@ -1359,27 +1376,53 @@ mod persistence {
         };
         let recovered = store.recover_interrupted().await.unwrap();
         assert_eq!(recovered, vec!["task_running".to_string()]);
-        let r = store.task("task_running").unwrap().unwrap();
+        let r = store.task("task_running").await.unwrap().unwrap();
         assert_eq!((r.status.as_str(), r.error.as_deref()), ("failed", Some("host restarted")));
-        let ev = store.events_after("task_running", 0).unwrap();
+        let ev = store.events_after("task_running", 0).await.unwrap();
         assert_eq!(ev.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!(ev[2].1["reason"], "host_restarted");
-        assert_eq!(store.task("task_done").unwrap().unwrap().output.as_deref(), Some("kept"));
-        assert_eq!(store.purge(Duration::from_secs(3600)).unwrap(), 1, "only the ancient task is past retention");
-        assert!(store.task("task_ancient").unwrap().is_none());
-        assert!(store.task("task_done").unwrap().is_some());
+        assert_eq!(store.task("task_done").await.unwrap().unwrap().output.as_deref(), Some("kept"));
+        assert_eq!(store.purge(Duration::from_secs(3600)).await.unwrap(), 1, "only the ancient task is past retention");
+        assert!(store.task("task_ancient").await.unwrap().is_none());
+        assert!(store.task("task_done").await.unwrap().is_some());
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn finished_tasks_are_served_from_the_store() {
         let api = api().await;
         let id = api.task("greeter", "persisted", false).await.body["task_id"].as_str().unwrap().to_owned();
-        let stored = api.engine.store().task(&id).unwrap().unwrap();
+        let stored = api.engine.store().task(&id).await.unwrap().unwrap();
         assert_eq!((stored.status.as_str(), stored.output.as_deref()), ("completed", Some("persisted")));
-        assert_eq!(api.engine.store().events_after(&id, 0).unwrap().len(), 5);
+        assert_eq!(api.engine.store().events_after(&id, 0).await.unwrap().len(), 5);
         assert!(api.engine.live(&id).is_none());
         assert_eq!(api.get(&format!("/v1/tasks/{id}")).await.body["output"], "persisted");
         assert!(api.dir.path().join("state.db").is_file());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_task_on_the_postgres_store_is_served_from_the_database() {
+        let db = super::postgres::TestDatabase::create().await;
+        let store = Store::connect(&db.url).await.unwrap();
+        let plugins = [(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")];
+        let api = api_on(&plugins, ECHO_AND_HOSTILE, vec![], &[], Some(store)).await;
+        let id = api.task("greeter", "kept in postgres", false).await.body["task_id"].as_str().unwrap().to_owned();
+        assert!(api.engine.live(&id).is_none(), "finished: served from the store, not from memory");
+        let got = api.get(&format!("/v1/tasks/{id}")).await;
+        assert_eq!((got.status, got.body["status"].as_str()), (200, Some("completed")), "{}", got.text);
+        assert_eq!(got.body["output"], "kept in postgres");
+        let events = api.stream(&format!("/v1/tasks/{id}/events"), None, None).await.rest().await;
+        assert_eq!(types(&events), vec!["status", "status", "plugin", "progress", "finish"], "{events:?}");
+        assert_eq!(events.iter().map(|e| e.id.unwrap()).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+        let tail = api.stream(&format!("/v1/tasks/{id}/events"), None, Some(3)).await.rest().await;
+        assert_eq!(tail.iter().map(|e| e.id.unwrap()).collect::<Vec<_>>(), vec![4, 5]);
+        // The rows are in the database: a second store on it (a restarted host) reads them.
+        let other = Store::connect(&db.url).await.unwrap();
+        let rec = other.task(&id).await.unwrap().unwrap();
+        assert_eq!((rec.status.as_str(), rec.output.as_deref()), ("completed", Some("kept in postgres")));
+        assert_eq!(other.events_after(&id, 0).await.unwrap().len(), 5);
+        assert!(other.location().starts_with("postgres://"), "{}", other.location());
+        drop((api, other));
+        db.drop_database().await;
     }
 }
 
@@ -1441,7 +1484,7 @@ mod load {
         assert_eq!(ids.len(), n);
         for id in &ids {
             assert_eq!(
-                api.engine.store().task(id).unwrap().unwrap().status,
+                api.engine.store().task(id).await.unwrap().unwrap().status,
                 warden::store::TaskState::Completed,
                 "persisted"
             );

@@ -15,6 +15,11 @@ use warden::runtime::{CallError, LoadedPlugin, Origin, Runtime, RuntimeOptions};
 use warden::services::HostServices;
 use warden::store::TaskState;
 
+#[path = "support/postgres.rs"]
+mod postgres;
+/// The task store, once per backend (redb, PostgreSQL).
+mod store;
+
 /// Directory of the test components; `cargo xtask test` sets `WARDEN_TEST_PLUGINS`.
 fn test_plugins() -> PathBuf {
     let dir = std::env::var_os("WARDEN_TEST_PLUGINS")
@@ -1014,17 +1019,17 @@ mod imports {
                 ..Default::default()
             })
         };
-        let alice = submit("alice", "greeter", None).unwrap();
+        let alice = submit("alice", "greeter", None).await.unwrap();
         alice.wait_finished(Duration::from_secs(30)).await;
         let id = alice.id();
         // Bob cannot continue alice's task, and cannot tell it from a task that never was.
-        let theirs = submit("bob", "greeter", Some(id.clone())).err().expect("refused");
-        let missing = submit("bob", "greeter", Some("task_does_not_exist".into())).err().expect("refused");
+        let theirs = submit("bob", "greeter", Some(id.clone())).await.err().expect("refused");
+        let missing = submit("bob", "greeter", Some("task_does_not_exist".into())).await.err().expect("refused");
         assert!(matches!(theirs, SubmitError::UnknownResume(_)), "{theirs:?}");
         assert_eq!(theirs.to_string().replace(&id, "ID"), missing.to_string().replace("task_does_not_exist", "ID"));
         // Nor through another subagent; alice herself continues her own.
-        assert!(submit("alice", "other", Some(id.clone())).is_err());
-        let again = submit("alice", "greeter", Some(id)).unwrap();
+        assert!(submit("alice", "other", Some(id.clone())).await.is_err());
+        let again = submit("alice", "greeter", Some(id)).await.unwrap();
         assert_eq!(again.wait_finished(Duration::from_secs(30)).await.status, TaskState::Completed);
     }
 
@@ -1035,29 +1040,27 @@ mod imports {
         let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  limits: { timeout: 60s }\n  grants:\n    hostile: { events: true, http: [\"http://127.0.0.1:*\"] }\nsubagents:\n  references:\n    - { uri: \"h://hostile\", kind: HOSTILE }\n";
         let (_dir, engine) = engine_with("hostile", yaml).await;
         let submit = |prompt: String| {
-            engine
-                .submit(Submission {
-                    call: TaskCall {
-                        description: "d".into(),
-                        prompt,
-                        subagent_type: "hostile".into(),
-                        ..Default::default()
-                    },
+            engine.submit(Submission {
+                call: TaskCall {
+                    description: "d".into(),
+                    prompt,
+                    subagent_type: "hostile".into(),
                     ..Default::default()
-                })
-                .unwrap()
+                },
+                ..Default::default()
+            })
         };
         let ops = json!([{ "op": "http", "url": format!("http://{addr}/"), "extra_headers": 100_000 }]);
-        let task = submit(format!("script:{ops}"));
+        let task = submit(format!("script:{ops}")).await.unwrap();
         let rec = task.wait_finished(Duration::from_secs(30)).await;
         assert_eq!(rec.status, TaskState::Completed, "{rec:?}");
         assert!(rec.output.as_deref().unwrap_or_default().contains("the limit is 100"), "{rec:?}");
         // The record names the plugin build that ran the task.
         let build = rec.plugin.as_ref().expect("the record names its plugin");
         assert_eq!((build.id.as_str(), build.version.as_str(), build.sha256.len()), ("hostile", "0.1.0", 64));
-        assert_eq!(engine.store().task(&rec.task_id).unwrap().unwrap().plugin.as_ref(), Some(build));
+        assert_eq!(engine.store().task(&rec.task_id).await.unwrap().unwrap().plugin.as_ref(), Some(build));
         // Cancel always ends a task, here one spinning in wasm.
-        let looping = submit("loop".into());
+        let looping = submit("loop".into()).await.unwrap();
         while looping.record().status != TaskState::Working {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -1331,7 +1334,7 @@ mod imports {
         let store = warden::store::Store::open(&dir.path().join("state.db")).unwrap();
         let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
         let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
-        rt.services().state.attach(store.clone()).unwrap();
+        rt.services().state.attach(store.clone()).await.unwrap();
         let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
         let r = script(
             &rt,
@@ -1347,7 +1350,7 @@ mod imports {
         store.flush().await.unwrap();
         // A new host over the same task store: the value is back, and still counts.
         let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
-        assert_eq!(rt.services().state.attach(store.clone()).unwrap(), 1);
+        assert_eq!(rt.services().state.attach(store.clone()).await.unwrap(), 1);
         let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
         let r = script(
             &rt,

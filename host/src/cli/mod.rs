@@ -380,7 +380,7 @@ pub(crate) async fn run_on_terminal(
         egress,
         ..Submission::default()
     };
-    let live = match engine.submit(submission) {
+    let live = match engine.submit(submission).await {
         Ok(live) => live,
         Err(e) => return Ok(Err(e)),
     };
@@ -465,6 +465,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Config { command: ConfigCommand::Check } => {
             // The file parsed; now what it leads to: plugins, kinds and agent directories.
             let source = config.source_name();
+            let store = config.store.describe();
             let host = crate::app::Host::start(config).await?;
             let registry = host.registry.clone();
             let snap = registry.snapshot();
@@ -476,6 +477,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
             out!("{source}: ok");
+            out!("store: {store}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin { command: PluginCommand::Inspect { file, json } } => inspect(config, &file, json).await,

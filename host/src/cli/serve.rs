@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::config::Config;
+use crate::config::{Config, StoreLocation};
 use crate::engine::{Engine, EngineOptions};
 use crate::server::{self, ServerState};
 use crate::store::Store;
@@ -145,13 +145,20 @@ impl tokio::io::AsyncRead for EofSignal {
 /// The composition root of a long-running warden: store, plugins (watched when
 /// configured), engine.
 async fn start_engine(config: Config) -> anyhow::Result<(Arc<Engine>, Option<crate::plugin_dir::PluginDirWatch>)> {
-    let store_path = config.path(&config.store.path);
-    let store = Store::open(&store_path).with_context(|| "cannot open the task store (store.path)")?;
+    let store = match config.store.location() {
+        StoreLocation::File(path) => {
+            Store::open(&config.path(&path)).with_context(|| "cannot open the task store (store.path)")?
+        }
+        StoreLocation::Postgres(url) => {
+            Store::connect(&url).await.with_context(|| "cannot open the task store (store.url)")?
+        }
+    };
+    tracing::info!(store = %store.location(), "task store open");
     let options = EngineOptions::from_config(&config);
     let watch = config.plugins.watch;
     let host = crate::app::Host::start(config).await?;
     // Plugin state persists with the tasks, so `resume` survives a restart.
-    host.services.state.attach(store.clone()).with_context(|| "cannot load plugin state from the task store")?;
+    host.services.state.attach(store.clone()).await.with_context(|| "cannot load plugin state from the task store")?;
     let watcher = if watch { Some(crate::plugin_dir::watch(host.registry.clone())?) } else { None };
     let engine = Engine::start(&host, store, options).await?;
     Ok((engine, watcher))

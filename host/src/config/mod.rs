@@ -437,11 +437,24 @@ pub enum McpMode {
     Task,
 }
 
-/// `store:` — where task records and plugin state persist.
+/// Where the task store is when `store:` names neither `path` nor `url`: a file beside
+/// the configuration, so a first `warden serve` needs no setup.
+pub const DEFAULT_STORE_PATH: &str = "./.warden/state.db";
+
+/// `store:` — where task records, their events and plugin state persist: an embedded
+/// file (`path`, the default) or a PostgreSQL database (`url`), never both.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
-    pub path: PathBuf,
+    /// The embedded store's file, relative to the configuration file (default
+    /// `./.warden/state.db`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// A PostgreSQL database, `postgres://user:password@host:port/database` (or
+    /// `postgresql://`; the password percent-encoded). warden never prints the password:
+    /// errors, logs and `warden config check` show the URL with `***` in its place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// How long finished tasks (record, output, events) are kept (default 7d).
     #[serde(with = "duration_text")]
     pub retention: Duration,
@@ -449,7 +462,57 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { path: PathBuf::from("./.warden/state.db"), retention: crate::store::DEFAULT_RETENTION }
+        Self { path: None, url: None, retention: crate::store::DEFAULT_RETENTION }
+    }
+}
+
+/// Which backend `store:` selects (see [`StoreConfig::location`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// The embedded file (not yet resolved against the configuration's directory).
+    File(PathBuf),
+    /// The PostgreSQL URL, password included: never print it (`crate::store::redact_url`).
+    Postgres(String),
+}
+
+impl StoreConfig {
+    /// The backend to open: `url` if set, else `path`, else [`DEFAULT_STORE_PATH`].
+    pub fn location(&self) -> StoreLocation {
+        match (&self.url, &self.path) {
+            (Some(url), _) => StoreLocation::Postgres(url.clone()),
+            (None, Some(path)) => StoreLocation::File(path.clone()),
+            (None, None) => StoreLocation::File(PathBuf::from(DEFAULT_STORE_PATH)),
+        }
+    }
+
+    /// The location as `warden config check` and logs show it: the URL without its password.
+    pub fn describe(&self) -> String {
+        match self.location() {
+            StoreLocation::File(p) => format!("file {}", p.display()),
+            StoreLocation::Postgres(url) => format!("PostgreSQL {}", crate::store::redact_url(&url)),
+        }
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        if self.path.is_some() && self.url.is_some() {
+            return Err((
+                "store".into(),
+                "set either store.path (an embedded file) or store.url (PostgreSQL), not both".into(),
+            ));
+        }
+        if let Some(url) = &self.url {
+            let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+            if !matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
+                return Err((
+                    "store.url".into(),
+                    format!(
+                        "expected a PostgreSQL URL, postgres://user:password@host:port/database; got {:?}",
+                        crate::store::redact_url(url)
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -635,6 +698,7 @@ impl Config {
                 return Err(invalid(format!("{key}.approves"), format!("{u:?} is not a user id")));
             }
         }
+        self.store.validate().map_err(|(key, message)| invalid(key, message))?;
         for (i, r) in self.subagents.references.iter().enumerate() {
             if r.kind.trim().is_empty() {
                 return Err(invalid(format!("subagents.references[{i}].kind"), "expected a kind like A2A".into()));
@@ -800,6 +864,20 @@ mod tests {
         let c = parse("").unwrap();
         assert_eq!(c.plugins.limits, Limits::default());
         assert!(c.plugins.grants.is_empty());
+    }
+
+    #[test]
+    fn store_is_a_file_or_a_postgres_url_never_both() {
+        assert_eq!(parse("").unwrap().store.location(), StoreLocation::File(DEFAULT_STORE_PATH.into()));
+        assert_eq!(parse("store:\n  path: ./s.db\n").unwrap().store.location(), StoreLocation::File("./s.db".into()));
+        let c = parse("store:\n  url: postgres://warden:s3cr3t@db:5432/warden\n").unwrap();
+        assert_eq!(c.store.location(), StoreLocation::Postgres("postgres://warden:s3cr3t@db:5432/warden".into()));
+        assert_eq!(c.store.describe(), "PostgreSQL postgres://warden:***@db:5432/warden");
+        let e = parse("store:\n  path: ./s.db\n  url: postgres://h/d\n").unwrap_err().to_string();
+        assert!(e.starts_with("w.yaml: store: set either store.path"), "{e}");
+        let e = parse("store:\n  url: mysql://u:s3cr3t@h/d\n").unwrap_err().to_string();
+        assert!(e.starts_with("w.yaml: store.url: expected a PostgreSQL URL"), "{e}");
+        assert!(!e.contains("s3cr3t"), "the password stays out of the error: {e}");
     }
 
     #[test]

@@ -189,7 +189,7 @@ impl Engine {
         if !recovered.is_empty() {
             tracing::warn!(count = recovered.len(), tasks = ?recovered, "tasks interrupted by a restart marked failed");
         }
-        match store.purge(options.retention) {
+        match store.purge(options.retention).await {
             Ok(n) if n > 0 => tracing::info!(purged = n, "finished tasks past retention removed"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "retention purge failed"),
@@ -227,7 +227,9 @@ impl Engine {
                     let store = engine.store.clone();
                     let retention = engine.options.retention;
                     drop(engine);
-                    let _ = tokio::task::spawn_blocking(move || store.purge(retention)).await;
+                    if let Err(e) = store.purge(retention).await {
+                        tracing::warn!(error = %e, "retention purge failed");
+                    }
                 }
             });
         }
@@ -343,7 +345,10 @@ impl Engine {
 
     /// Checks a submission without starting it.
     /// Checks a submission; the task's egress list comes back validated.
-    pub fn validate(&self, sub: &Submission) -> Result<Option<Arc<warden_sandbox::EgressNarrowing>>, SubmitError> {
+    pub async fn validate(
+        &self,
+        sub: &Submission,
+    ) -> Result<Option<Arc<warden_sandbox::EgressNarrowing>>, SubmitError> {
         let call = &sub.call;
         for (field, value) in
             [("subagent_type", &call.subagent_type), ("description", &call.description), ("prompt", &call.prompt)]
@@ -370,6 +375,7 @@ impl Engine {
             let user = sub.user_id.as_deref().unwrap_or(DEFAULT_USER);
             let owned = self
                 .get(resume)
+                .await
                 .ok()
                 .flatten()
                 .is_some_and(|r| r.user_id == user && r.subagent_type == call.subagent_type);
@@ -397,8 +403,8 @@ impl Engine {
 
     /// Validates and starts a task; it runs in the background whatever the caller
     /// does next (a sync caller waits on [`LiveTask::wait_finished`]).
-    pub fn submit(self: &Arc<Self>, sub: Submission) -> Result<Arc<LiveTask>, SubmitError> {
-        let egress = match self.validate(&sub) {
+    pub async fn submit(self: &Arc<Self>, sub: Submission) -> Result<Arc<LiveTask>, SubmitError> {
+        let egress = match self.validate(&sub).await {
             Ok(egress) => egress,
             Err(e) => {
                 self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
@@ -666,11 +672,11 @@ impl Engine {
     }
 
     /// The task's record, live or stored.
-    pub fn get(&self, id: &str) -> Result<Option<TaskRecord>, crate::store::StoreError> {
+    pub async fn get(&self, id: &str) -> Result<Option<TaskRecord>, crate::store::StoreError> {
         if let Some(l) = self.live_task(id) {
             return Ok(Some(l.record()));
         }
-        self.store.task(id)
+        self.store.task(id).await
     }
 
     /// TaskOutput: the record, after waiting up to `timeout` for the task to finish
@@ -684,7 +690,7 @@ impl Engine {
         match self.live_task(id) {
             Some(l) if block => Ok(Some(l.wait_finished(timeout.min(MAX_OUTPUT_TIMEOUT)).await)),
             Some(l) => Ok(Some(l.record())),
-            None => self.store.task(id),
+            None => self.store.task(id).await,
         }
     }
 
@@ -692,7 +698,7 @@ impl Engine {
     /// are declined, and it ends `canceled`.
     pub async fn cancel(&self, id: &str) -> Result<CancelOutcome, crate::store::StoreError> {
         let Some(live) = self.live_task(id) else {
-            return Ok(match self.store.task(id)? {
+            return Ok(match self.store.task(id).await? {
                 Some(r) => CancelOutcome::AlreadyFinished(r),
                 None => CancelOutcome::NotFound,
             });

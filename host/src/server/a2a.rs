@@ -985,14 +985,22 @@ async fn previous_task(s: &ServerState, user: &str, session: &str, def: &Subagen
     let key: ContextKey = (user.to_owned(), session.to_owned(), def.name.clone());
     let hinted = contexts().lock().unwrap().get(&key).cloned();
     let mut candidates: Vec<TaskRecord> = match hinted {
-        Some(ids) => ids.iter().rev().filter_map(|id| s.engine.get(id).ok().flatten()).collect(),
+        Some(ids) => {
+            let mut found = vec![];
+            for id in ids.iter().rev() {
+                if let Ok(Some(r)) = s.engine.get(id).await {
+                    found.push(r);
+                }
+            }
+            found
+        }
         None => {
             // Not started here since this process began: the store knows.
             let store = s.engine.store().clone();
             if let Err(e) = store.flush().await {
                 tracing::warn!(session_id = %session, error = %e, "store flush before a context lookup failed");
             }
-            let all = tokio::task::spawn_blocking(move || store.tasks()).await.ok()?.ok()?;
+            let all = store.tasks().await.ok()?;
             let mut mine: Vec<TaskRecord> = all
                 .into_iter()
                 .filter(|r| r.user_id == user && r.session_id == session && r.subagent_type == def.name)
@@ -1025,11 +1033,11 @@ fn view(s: &ServerState, rec: TaskRecord, answered: &[String]) -> View {
 }
 
 /// The task `id` if `who` may see it and it ran `subagent`; otherwise "not found".
-fn task_of(s: &ServerState, who: &Principal, subagent: &str, id: &str) -> Result<TaskRecord, RpcError> {
+async fn task_of(s: &ServerState, who: &Principal, subagent: &str, id: &str) -> Result<TaskRecord, RpcError> {
     if id.len() > MAX_ID_LEN {
         return Err(RpcError::task_not_found(id));
     }
-    match super::visible_task(s, who, id) {
+    match super::visible_task(s, who, id).await {
         Ok(r) if r.subagent_type == subagent => Ok(r),
         Ok(_) => Err(RpcError::task_not_found(id)),
         Err(e) if e.code == "task_not_found" => Err(RpcError::task_not_found(id)),
@@ -1056,7 +1064,7 @@ async fn settle(s: &ServerState, id: &str, answered: &[String]) -> Result<TaskRe
             }
         }
     }
-    match s.engine.get(id) {
+    match s.engine.get(id).await {
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err(RpcError::task_not_found(id)),
         Err(e) => {
@@ -1102,12 +1110,12 @@ async fn accept_message(
             (p.context_id.clone(), resume)
         }
         Some(tid) => {
-            let rec = task_of(s, who, &def.name, tid)?;
+            let rec = task_of(s, who, &def.name, tid).await?;
             if p.context_id.as_deref().is_some_and(|c| c != rec.session_id) {
                 return Err(RpcError::invalid_params(format!("task `{tid}` belongs to another context")));
             }
             if !rec.is_finished() {
-                return answer(s, who, &rec, p);
+                return answer(s, who, &rec, p).await;
             }
             if rec.status != TaskState::InputRequired {
                 return Err(RpcError::new(
@@ -1137,7 +1145,7 @@ async fn accept_message(
         principal: Some(who.name.clone()),
         ..Default::default()
     };
-    let live = s.engine.submit(sub).map_err(submit_error)?;
+    let live = s.engine.submit(sub).await.map_err(submit_error)?;
     let rec = live.record();
     remember((user, rec.session_id.clone(), def.name.clone()), &rec.task_id);
     tracing::info!(task_id = %rec.task_id, session_id = %rec.session_id, subagent = %def.name, resume = ?resume, "A2A message started a task");
@@ -1151,16 +1159,16 @@ async fn accept_message(
 }
 
 /// How many approval requests `task_id` has made so far.
-fn questions_asked(s: &ServerState, task_id: &str) -> usize {
+async fn questions_asked(s: &ServerState, task_id: &str) -> usize {
     let events = match s.engine.live(task_id) {
         Some(live) => live.events_after(0),
-        None => s.engine.store().events_after(task_id, 0).unwrap_or_default(),
+        None => s.engine.store().events_after(task_id, 0).await.unwrap_or_default(),
     };
     events.iter().filter(|(_, e)| e["type"] == "approval_request").count()
 }
 
 /// A message on a running task: the answer to the approval it waits for.
-fn answer(s: &ServerState, who: &Principal, rec: &TaskRecord, p: &SendParams) -> Result<Sent, RpcError> {
+async fn answer(s: &ServerState, who: &Principal, rec: &TaskRecord, p: &SendParams) -> Result<Sent, RpcError> {
     let waiting = waiting_for(s, &rec.task_id, &[]);
     if waiting.is_empty() {
         return Err(RpcError::invalid_params(format!(
@@ -1182,7 +1190,7 @@ fn answer(s: &ServerState, who: &Principal, rec: &TaskRecord, p: &SendParams) ->
         // earlier one expired and another took its place, the person may be answering
         // the question they saw, not the one now pending (a late "approve" approved a
         // call the parent was never shown).
-        None if waiting.len() == 1 && questions_asked(s, &rec.task_id) <= 1 => waiting[0].id.clone(),
+        None if waiting.len() == 1 && questions_asked(s, &rec.task_id).await <= 1 => waiting[0].id.clone(),
         None if waiting.len() == 1 => {
             return Err(RpcError::invalid_params(format!(
                 "task `{}` has asked more than one question; name the one you answer with a data part {{\"decision\": ..., \"request_id\": \"{}\"}}",
@@ -1199,6 +1207,7 @@ fn answer(s: &ServerState, who: &Principal, rec: &TaskRecord, p: &SendParams) ->
         }
     };
     super::resolve_approval(s, who, &request_id, a.resolution, a.scope)
+        .await
         .map_err(|e| RpcError::invalid_params(e.message))?;
     tracing::info!(task_id = %rec.task_id, request_id = %request_id, decision = ?a.resolution, principal = %who.name, "approval answered over A2A");
     Ok(Sent { task_id: rec.task_id.clone(), answered: vec![request_id] })
@@ -1243,14 +1252,14 @@ async fn rpc(
     let d = req.dialect;
     let out = match req.method {
         Method::Send => send(&s, &who, &def, &req.params, d).await,
-        Method::Get => get_task(&s, &who, &def, &req.params, d),
+        Method::Get => get_task(&s, &who, &def, &req.params, d).await,
         Method::Cancel => cancel(&s, &who, &def, &req.params, d).await,
         Method::List => list(&s, &who, &def, &req.params).await,
         Method::Stream => match stream_send(&s, &who, &def, &req.params).await {
             Ok(sent) => return stream(s.clone(), req.id, d, sent).into_response(),
             Err(e) => Err(e),
         },
-        Method::Subscribe => match subscribe(&s, &who, &def, &req.params) {
+        Method::Subscribe => match subscribe(&s, &who, &def, &req.params).await {
             Ok(sent) => return stream(s.clone(), req.id, d, sent).into_response(),
             Err(e) => Err(e),
         },
@@ -1278,12 +1287,12 @@ async fn send(
     let rec = if p.blocking {
         settle(s, &sent.task_id, &sent.answered).await?
     } else {
-        s.engine.get(&sent.task_id).ok().flatten().ok_or_else(|| RpcError::task_not_found(&sent.task_id))?
+        s.engine.get(&sent.task_id).await.ok().flatten().ok_or_else(|| RpcError::task_not_found(&sent.task_id))?
     };
     Ok(send_result(d, view(s, rec, &sent.answered).task(d, true)))
 }
 
-fn get_task(
+async fn get_task(
     s: &ServerState,
     who: &Principal,
     def: &SubagentDefinition,
@@ -1291,7 +1300,7 @@ fn get_task(
     d: Dialect,
 ) -> Result<Value, RpcError> {
     let id = parse_task_id(params)?;
-    let rec = task_of(s, who, &def.name, &id)?;
+    let rec = task_of(s, who, &def.name, &id).await?;
     Ok(view(s, rec, &[]).task(d, true))
 }
 
@@ -1304,7 +1313,7 @@ async fn cancel(
 ) -> Result<Value, RpcError> {
     use crate::engine::CancelOutcome;
     let id = parse_task_id(params)?;
-    task_of(s, who, &def.name, &id)?;
+    task_of(s, who, &def.name, &id).await?;
     let out = s.engine.cancel(&id).await.map_err(|e| {
         tracing::error!(task_id = %id, error = %e, "cancel failed");
         RpcError::internal("the task store could not be read")
@@ -1329,13 +1338,10 @@ async fn list(s: &ServerState, who: &Principal, def: &SubagentDefinition, params
     if let Err(e) = store.flush().await {
         tracing::warn!(error = %e, "store flush before ListTasks failed");
     }
-    let all = tokio::task::spawn_blocking(move || store.tasks())
-        .await
-        .map_err(|_| RpcError::internal("listing tasks failed"))?
-        .map_err(|e| {
-            tracing::error!(error = %e, "listing tasks failed");
-            RpcError::internal("the task store could not be read")
-        })?;
+    let all = store.tasks().await.map_err(|e| {
+        tracing::error!(error = %e, "listing tasks failed");
+        RpcError::internal("the task store could not be read")
+    })?;
     let mut views: Vec<View> = all
         .into_iter()
         .filter(|r| r.subagent_type == def.name && who.owns(&r.user_id))
@@ -1366,9 +1372,14 @@ async fn stream_send(
     accept_message(s, who, def, &p).await
 }
 
-fn subscribe(s: &ServerState, who: &Principal, def: &SubagentDefinition, params: &Value) -> Result<Sent, RpcError> {
+async fn subscribe(
+    s: &ServerState,
+    who: &Principal,
+    def: &SubagentDefinition,
+    params: &Value,
+) -> Result<Sent, RpcError> {
     let id = parse_task_id(params)?;
-    let rec = task_of(s, who, &def.name, &id)?;
+    let rec = task_of(s, who, &def.name, &id).await?;
     Ok(Sent { task_id: rec.task_id, answered: vec![] })
 }
 
@@ -1404,7 +1415,7 @@ async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::S
     // events are counted before the record is read, so the record is at least as new as
     // every event left out (later events that repeat its state are not sent again).
     let after = s.engine.live(&sent.task_id).map(|l| l.events_after(0).len() as u64).unwrap_or(0);
-    let Ok(Some(rec)) = s.engine.get(&sent.task_id) else {
+    let Ok(Some(rec)) = s.engine.get(&sent.task_id).await else {
         let _ = tx.send(rpc_error(&rpc_id, &RpcError::task_not_found(&sent.task_id))).await;
         return;
     };
@@ -1444,7 +1455,7 @@ async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::S
     }
     // The events ended without the task settling in them (it ended elsewhere): the
     // stream still ends with where the task stands.
-    if let Ok(Some(rec)) = s.engine.get(&sent.task_id) {
+    if let Ok(Some(rec)) = s.engine.get(&sent.task_id).await {
         let v = view(&s, rec, &sent.answered);
         if v.state() != last {
             if let Some(a) = v.artifact_update(d)

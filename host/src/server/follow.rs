@@ -46,7 +46,7 @@ pub fn follow(engine: Arc<Engine>, task_id: String, session: (String, String), a
             }
         }
         // Finished (or never ran here): everything is in the store.
-        match engine.store().events_after(&task_id, next) {
+        match engine.store().events_after(&task_id, next).await {
             Ok(events) => {
                 for (seq, ev) in events {
                     if tx.send((seq, scrubbed(&ev))).await.is_err() {

@@ -165,7 +165,7 @@ impl McpFront {
         // and our state: the task it is about is followed on from where it stopped.
         if let Some(state) = &req.request_state {
             let round = Round::parse(state)?;
-            self.answer(&who, &round, req.input_responses.as_ref())?;
+            self.answer(&who, &round, req.input_responses.as_ref()).await?;
             return self.follow_task(&who, &round.task, round.after, &ctx).await;
         }
         let name = req.name.as_ref();
@@ -216,7 +216,7 @@ impl McpFront {
             asker: self.asker(&ctx),
             ..Default::default()
         };
-        let live = match self.state.engine.submit(sub) {
+        let live = match self.state.engine.submit(sub).await {
             Ok(live) => live,
             // A refusal the model can act on (unknown subagent, missing field): a tool error.
             Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(ApiError::from(e).message)]).into()),
@@ -240,7 +240,7 @@ impl McpFront {
     }
 
     async fn task_output(&self, who: &Principal, a: TaskOutputArgs) -> Result<CallToolResponse, ErrorData> {
-        super::visible_task(&self.state, who, &a.task_id).map_err(api_error)?;
+        super::visible_task(&self.state, who, &a.task_id).await.map_err(api_error)?;
         let timeout = a
             .timeout
             .map(Duration::from_millis)
@@ -266,7 +266,7 @@ impl McpFront {
         after: u64,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let rec = super::visible_task(&self.state, who, task_id).map_err(api_error)?;
+        let rec = super::visible_task(&self.state, who, task_id).await.map_err(api_error)?;
         let engine = self.state.engine.clone();
         let live = engine.live(task_id);
         let mut events =
@@ -304,12 +304,12 @@ impl McpFront {
         // and final: wait for it in memory, as a synchronous `POST /v1/tasks` does.
         let rec = match &live {
             Some(live) => live.wait_finished(FINISH_WAIT).await,
-            None => match engine.get(task_id).map_err(|e| api_error(e.into()))? {
+            None => match engine.get(task_id).await.map_err(|e| api_error(e.into()))? {
                 Some(rec) => rec,
                 None => return Err(api_error(ApiError::task_not_found(task_id))),
             },
         };
-        Ok(self.result(&rec, seen.as_deref()).into())
+        Ok(self.result(&rec, seen.as_deref()).await.into())
     }
 
     /// Asks the client about the approval of `ev` if it can answer: inline on
@@ -336,7 +336,7 @@ impl McpFront {
             );
             if !self.approvals_api {
                 // Nobody else can be asked: what cannot be shown whole is declined.
-                self.decide(who, id, warden_approval::Resolution::Decline, warden_approval::Scope::Once);
+                self.decide(who, id, warden_approval::Resolution::Decline, warden_approval::Scope::Once).await;
             }
             return Ok(None);
         };
@@ -357,7 +357,7 @@ impl McpFront {
         match answer {
             Ok(result) => {
                 let (decision, scope) = decision_of(&serde_json::to_value(&result).unwrap_or(Value::Null));
-                self.decide(who, id, decision, scope);
+                self.decide(who, id, decision, scope).await;
             }
             // No answer (timeout, transport): the approval stays with the gate and the API.
             Err(e) => tracing::info!(task_id, approval = id, error = %e, "elicitation got no answer"),
@@ -366,25 +366,31 @@ impl McpFront {
     }
 
     /// Applies a 2026-07-28 client's answer to the approval `round` names.
-    fn answer(
+    async fn answer(
         &self,
         who: &Principal,
         round: &Round,
         responses: Option<&rmcp::model::InputResponses>,
     ) -> Result<(), ErrorData> {
-        super::visible_task(&self.state, who, &round.task).map_err(api_error)?;
+        super::visible_task(&self.state, who, &round.task).await.map_err(api_error)?;
         let response = responses.and_then(|r| r.get(APPROVAL_INPUT)).cloned().unwrap_or(Value::Null);
         let (decision, scope) = decision_of(&response);
-        self.decide(who, &round.approval, decision, scope);
+        self.decide(who, &round.approval, decision, scope).await;
         Ok(())
     }
 
-    fn decide(&self, who: &Principal, id: &str, decision: warden_approval::Resolution, scope: warden_approval::Scope) {
-        let mut result = super::resolve_approval(&self.state, who, id, decision, scope);
+    async fn decide(
+        &self,
+        who: &Principal,
+        id: &str,
+        decision: warden_approval::Resolution,
+        scope: warden_approval::Scope,
+    ) {
+        let mut result = super::resolve_approval(&self.state, who, id, decision, scope).await;
         if matches!(&result, Err(e) if e.code == "scope_not_allowed") {
             // A scope the request did not offer holds once (never dropped: the call
             // would wait for an answer already given).
-            result = super::resolve_approval(&self.state, who, id, decision, warden_approval::Scope::Once);
+            result = super::resolve_approval(&self.state, who, id, decision, warden_approval::Scope::Once).await;
         }
         // Decided elsewhere first (the API, a timeout): nothing left to do.
         if let Err(e) = result {
@@ -394,7 +400,7 @@ impl McpFront {
 
     /// A finished task as a tool result: its text (an error result unless completed),
     /// where it ran, and links to the files it wrote.
-    fn result(&self, rec: &TaskRecord, events: Option<&[Value]>) -> CallToolResult {
+    async fn result(&self, rec: &TaskRecord, events: Option<&[Value]>) -> CallToolResult {
         let rec_json = super::task_json(rec);
         let text = match rec.status {
             TaskState::Completed => rec_json["output"].as_str().unwrap_or_default().to_owned(),
@@ -409,7 +415,7 @@ impl McpFront {
             rec.task_id, rec.session_id, rec.status
         ))];
         content.push(ContentBlock::text(crate::text::escape_multiline(&text).into_owned()));
-        for path in self.written_files(rec, events) {
+        for path in self.written_files(rec, events).await {
             let uri = file_uri(&rec.session_id, &path);
             let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
             let (mime, _) = super::mime_for(&path);
@@ -432,14 +438,14 @@ impl McpFront {
 
     /// Paths of the files the task wrote (a `Write`-family call whose result was not an
     /// error), first write first.
-    fn written_files(&self, rec: &TaskRecord, events: Option<&[Value]>) -> Vec<String> {
+    async fn written_files(&self, rec: &TaskRecord, events: Option<&[Value]>) -> Vec<String> {
         let read;
         let events: &[Value] = match events {
             Some(events) => events,
             None => {
                 read = match self.state.engine.live(&rec.task_id) {
                     Some(live) => live.events_after(0),
-                    None => self.state.engine.store().events_after(&rec.task_id, 0).unwrap_or_default(),
+                    None => self.state.engine.store().events_after(&rec.task_id, 0).await.unwrap_or_default(),
                 }
                 .into_iter()
                 .map(|(_, ev)| ev)

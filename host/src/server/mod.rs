@@ -286,7 +286,7 @@ async fn create_task(
     let background = sub.call.run_in_background;
     // A refusal may quote the request: scrubbed of the secrets it carried.
     let own_secrets = crate::redact::Redactor::with_secrets(sub.tool_context.values().map(String::as_str));
-    let live = s.engine.submit(sub).map_err(|e| {
+    let live = s.engine.submit(sub).await.map_err(|e| {
         let e = ApiError::from(e);
         ApiError { message: own_secrets.scrub(&e.message).into_owned(), ..e }
     })?;
@@ -329,8 +329,8 @@ struct OutputQuery {
 
 /// The task's record if `who` may see it; otherwise (and when there is none) 404, so a
 /// task of another user cannot even be told apart from a missing one.
-pub(crate) fn visible_task(s: &ServerState, who: &Principal, id: &str) -> Result<TaskRecord, ApiError> {
-    match s.engine.get(id)? {
+pub(crate) async fn visible_task(s: &ServerState, who: &Principal, id: &str) -> Result<TaskRecord, ApiError> {
+    match s.engine.get(id).await? {
         Some(r) if who.owns(&r.user_id) => Ok(r),
         _ => Err(ApiError::task_not_found(id)),
     }
@@ -344,7 +344,7 @@ async fn task_output(
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id?;
     let Query(q) = q?;
-    visible_task(&s, &who, &id)?;
+    visible_task(&s, &who, &id).await?;
     let timeout = q.timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_OUTPUT_TIMEOUT);
     match s.engine.output(&id, q.block.unwrap_or(true), timeout).await? {
         Some(rec) => Ok(Json(task_json(&rec))),
@@ -365,7 +365,7 @@ async fn task_events(
             ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event sequence number")
         })?,
     };
-    let rec = visible_task(&s, &who, &id)?;
+    let rec = visible_task(&s, &who, &id).await?;
     Ok(sse::task_events(s.engine.clone(), id, (rec.user_id, rec.session_id), after, s.heartbeat, s.shutdown.clone())
         .into_response())
 }
@@ -376,7 +376,7 @@ async fn cancel_task(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id?;
-    visible_task(&s, &who, &id)?;
+    visible_task(&s, &who, &id).await?;
     match s.engine.cancel(&id).await? {
         CancelOutcome::Canceled(rec) => Ok(Json(task_json(&rec)).into_response()),
         CancelOutcome::AlreadyFinished(rec) => Err(ApiError::new(
@@ -390,28 +390,32 @@ async fn cancel_task(
 
 /// The pending approvals `who` may see and decide, each with the record of its task
 /// (`None` for a call no task of this server made: only admins see those).
-pub(crate) fn visible_approvals(
+pub(crate) async fn visible_approvals(
     s: &ServerState,
     who: &Principal,
 ) -> Vec<(warden_approval::PendingApproval, Option<TaskRecord>)> {
-    let pending = s.engine.gate().pending();
-    pending
-        .into_iter()
-        .map(|p| {
-            let rec = p.task_id.as_deref().and_then(|t| s.engine.get(t).ok().flatten());
-            (p, rec)
-        })
-        .filter(|(_, rec)| match rec {
+    let mut visible = vec![];
+    for p in s.engine.gate().pending() {
+        let rec = match p.task_id.as_deref() {
+            Some(t) => s.engine.get(t).await.ok().flatten(),
+            None => None,
+        };
+        let may = match &rec {
             Some(r) => who.may_decide_for(&r.user_id),
             None => who.is_admin(),
-        })
-        .collect()
+        };
+        if may {
+            visible.push((p, rec));
+        }
+    }
+    visible
 }
 
 async fn approvals(State(s): State<AppState>, Extension(who): Extension<Principal>) -> Json<Value> {
     // A pending call's input is the model's text: scrubbed with its task's session's
     // secrets (with every secret when the task is not known here).
     let pending: Vec<Value> = visible_approvals(&s, &who)
+        .await
         .iter()
         .map(|(p, rec)| {
             let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
@@ -447,7 +451,7 @@ async fn decide(
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id?;
     let body: DecisionBody = parse_json(&body?)?;
-    resolve_approval(&s, &who, &id, body.decision, body.scope)?;
+    resolve_approval(&s, &who, &id, body.decision, body.scope).await?;
     Ok(Json(json!({ "request_id": id, "decision": body.decision, "scope": body.scope, "decided_by": who.name })))
 }
 
@@ -468,7 +472,7 @@ pub(crate) fn question_arguments(input: &Value) -> Result<String, usize> {
 /// Decides the pending approval `id` as `who`: the one path every front (HTTP API, MCP
 /// elicitation, A2A input) takes, so the same visibility rule holds everywhere. Another
 /// user's approval reads as unknown: no oracle for ids of other users.
-pub(crate) fn resolve_approval(
+pub(crate) async fn resolve_approval(
     s: &ServerState,
     who: &Principal,
     id: &str,
@@ -477,7 +481,7 @@ pub(crate) fn resolve_approval(
 ) -> Result<(), ApiError> {
     let not_found = || ApiError::not_found("approval_not_found", format!("no pending approval `{id}`"));
     let gate = s.engine.gate();
-    if !visible_approvals(s, who).iter().any(|(p, _)| p.id == id) {
+    if !visible_approvals(s, who).await.iter().any(|(p, _)| p.id == id) {
         return Err(not_found());
     }
     gate.resolve_scoped(id, decision, scope, who.name.clone()).map_err(|e| match e {

@@ -71,7 +71,7 @@ pub(super) async fn list_tasks(
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = q?;
     let limit = q.limit.unwrap_or(MAX_LISTED_TASKS).min(MAX_LISTED_TASKS);
-    let mut records: Vec<_> = s.engine.store().tasks()?.into_iter().filter(|r| who.owns(&r.user_id)).collect();
+    let mut records: Vec<_> = s.engine.store().tasks().await?.into_iter().filter(|r| who.owns(&r.user_id)).collect();
     records.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.task_id.cmp(&a.task_id)));
     records.truncate(limit);
     let tasks: Vec<Value> = records

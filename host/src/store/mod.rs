@@ -1,47 +1,50 @@
-//! The embedded task store: task records, their events and (optionally) plugin state,
-//! in one file at `store.path`.
+//! The task store: task records, their events and plugin state, behind one facade
+//! ([`Store`]) over two backends with the same behaviour:
 //!
-//! Why redb: it is pure Rust (no C toolchain, no bundled SQLite to compile on every
-//! clean build), ACID with copy-on-write pages so a `kill -9` mid-write leaves the last
-//! committed transaction intact, and its ordered tuple keys give exactly the two access
-//! paths the engine needs — a task by id, and a task's events in sequence order from
-//! any `Last-Event-ID`. We need no ad-hoc queries, which is what SQLite would add.
+//! - [`redb`] (the embedded default): one file at `store.path`;
+//! - [`postgres`]: a PostgreSQL database at `store.url`, for deployments that keep their
+//!   state in a database server.
 //!
-//! Writes go through one writer thread that commits whatever is queued in one
-//! transaction (group commit): a burst of events from 200 concurrent tasks costs a
-//! handful of fsyncs, not hundreds. Callers that need durability before answering
-//! (a finished task) wait for the commit with [`Store::flush`].
+//! This module owns what both backends must do alike, so no path can bypass it:
 //!
-//! What is stored is what the engine hands over: it redacts `tool_context` secrets
-//! before anything reaches this module. Plugin state, which the engine does not see, is
-//! scrubbed in [`Store::write`] of every secret the host knows.
+//! - **Group commit.** [`Store::write`] queues; one writer per store (a thread for redb, a
+//!   task for PostgreSQL) commits whatever is queued in one transaction, so a burst of
+//!   events from 200 concurrent tasks costs a handful of commits, not hundreds. Callers
+//!   that need durability before answering (a finished task) wait with [`Store::flush`].
+//! - **Secret scrubbing of plugin state** in [`Store::write`]: what the engine hands over
+//!   (records, events) it has already redacted of `tool_context` secrets; plugin state is
+//!   opaque to it, so it is scrubbed here of every secret the host knows.
+//! - **Recovery and retention**: [`Store::recover_interrupted`] and [`Store::purge`].
+//! - **Naming the backend in errors** ([`StoreError`]) without the password of a URL.
+//!
+//! It never interprets events or decides a task's outcome (the engine does), never logs
+//! a value it stores, and hands no caller a backend to write to directly.
 
-use std::path::{Path, PathBuf};
+mod postgres;
+mod redb;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
-
-pub use crate::task_state::{FinishReason, TaskState};
 use tokio::sync::{mpsc, oneshot};
 
-const TASKS: TableDefinition<&str, &[u8]> = TableDefinition::new("tasks");
-const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
-const STATE: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugin_state");
+pub use crate::task_state::{FinishReason, TaskState};
 
 /// Largest number of queued writes committed in one transaction.
 const MAX_BATCH: usize = 4096;
 
 /// Default retention of finished tasks: a week covers a parent agent coming back to a
-/// background result after a weekend, without the file growing for ever.
+/// background result after a weekend, without the store growing for ever.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Why the store failed.
+/// Why the store failed. `location` names the backend: the file, or the database URL with
+/// its password replaced by `***`.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("task store {path}: {message}")]
+#[error("task store {location}: {message}")]
 pub struct StoreError {
-    pub path: PathBuf,
+    pub location: String,
     pub message: String,
 }
 
@@ -99,83 +102,122 @@ pub enum Write {
     StateDelete { plugin: String, key: String },
 }
 
+/// What a writer receives: a write, or a flush to acknowledge once everything queued
+/// before it is committed (with the commit's error, if it failed).
 enum Msg {
     Write(Box<Write>),
     Flush(oneshot::Sender<Result<(), String>>),
 }
 
+/// The writes of a batch, in queue order.
+fn writes(batch: &[Msg]) -> impl Iterator<Item = &Write> {
+    batch.iter().filter_map(|m| match m {
+        Msg::Write(w) => Some(w.as_ref()),
+        Msg::Flush(_) => None,
+    })
+}
+
+/// `first` and whatever else is queued right now, up to [`MAX_BATCH`]: one transaction.
+fn take_batch(first: Msg, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Vec<Msg> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(m) => batch.push(m),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// Reports a batch's commit: a failure is logged (without the values), every flush in it
+/// is answered.
+fn settle(batch: Vec<Msg>, result: Result<(), String>, location: &str) {
+    if let Err(e) = &result {
+        tracing::error!(store = %location, error = %e, writes = batch.len(), "task store commit failed");
+    }
+    for m in batch {
+        if let Msg::Flush(ack) = m {
+            let _ = ack.send(result.clone());
+        }
+    }
+}
+
+/// The backend behind a [`Store`]. Every backend keeps the same semantics (the store's
+/// test suite runs against each); dispatch is by match, so adding a backend is a
+/// compile error at every operation until it is handled.
+enum Backend {
+    Redb(redb::RedbBackend),
+    Postgres(postgres::PgBackend),
+}
+
+struct Inner {
+    backend: Backend,
+    /// The backend's name in errors and logs: a path, or a URL without its password.
+    location: String,
+    /// The writer's queue; the writer ends (and lets go of the file or connection) when
+    /// the last clone of the store is dropped.
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
 /// The store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    db: Arc<Database>,
-    path: PathBuf,
-    tx: mpsc::UnboundedSender<Msg>,
+    inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish()
+        f.debug_struct("Store").field("location", &self.inner.location).finish()
     }
 }
 
 impl Store {
-    /// Opens (or creates) the store at `path`, creating parent directories. Fails if
-    /// another process holds it.
+    /// Opens (or creates) the embedded store at `path`, creating parent directories. Fails
+    /// if another process holds it.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let err = |m: String| StoreError { path: path.to_owned(), message: m };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
-        }
-        let db = Database::create(path).map_err(|e| err(e.to_string()))?;
-        Self::with_database(db, path)
+        let location = path.display().to_string();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backend = redb::RedbBackend::open(path, rx, location.clone())
+            .map_err(|message| StoreError { location: location.clone(), message })?;
+        Ok(Store { inner: Arc::new(Inner { backend: Backend::Redb(backend), location, tx }) })
     }
 
     /// A store kept in memory only, gone with the process: for one-shot commands
     /// (`warden run`, `warden demo`) that run their task through the engine like the server
     /// does but have nothing to keep.
     pub fn in_memory() -> Result<Store, StoreError> {
-        let label = Path::new("(in memory)");
-        let db = Database::builder()
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .map_err(|e| StoreError { path: label.to_owned(), message: e.to_string() })?;
-        Self::with_database(db, label)
-    }
-
-    fn with_database(db: Database, path: &Path) -> Result<Store, StoreError> {
-        let err = |m: String| StoreError { path: path.to_owned(), message: m };
-        {
-            let w = db.begin_write().map_err(|e| err(e.to_string()))?;
-            w.open_table(TASKS).map_err(|e| err(e.to_string()))?;
-            w.open_table(EVENTS).map_err(|e| err(e.to_string()))?;
-            w.open_table(STATE).map_err(|e| err(e.to_string()))?;
-            w.commit().map_err(|e| err(e.to_string()))?;
-        }
-        let db = Arc::new(db);
+        let location = "(in memory)".to_owned();
         let (tx, rx) = mpsc::unbounded_channel();
-        {
-            let db = db.clone();
-            let path = path.to_owned();
-            std::thread::Builder::new()
-                .name("warden-store".into())
-                .spawn(move || writer(db, path, rx))
-                .map_err(|e| err(format!("cannot start the writer thread: {e}")))?;
-        }
-        Ok(Store { db, path: path.to_owned(), tx })
+        let backend = redb::RedbBackend::in_memory(rx, location.clone())
+            .map_err(|message| StoreError { location: location.clone(), message })?;
+        Ok(Store { inner: Arc::new(Inner { backend: Backend::Redb(backend), location, tx }) })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Connects to the PostgreSQL database at `url` (`postgres://user:password@host:port/db`)
+    /// and applies the migrations it lacks. Needs a Tokio runtime.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        let location = redact_url(url);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backend = postgres::PgBackend::open(url, rx, location.clone())
+            .await
+            .map_err(|message| StoreError { location: location.clone(), message })?;
+        Ok(Store { inner: Arc::new(Inner { backend: Backend::Postgres(backend), location, tx }) })
     }
 
-    fn err(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError { path: self.path.clone(), message: e.to_string() }
+    /// The backend's name: a path, or a URL without its password.
+    pub fn location(&self) -> &str {
+        &self.inner.location
+    }
+
+    fn err(&self, message: impl std::fmt::Display) -> StoreError {
+        StoreError { location: self.inner.location.clone(), message: message.to_string() }
     }
 
     /// Queues a write; it is committed with the next batch.
     pub fn write(&self, w: Write) {
         // The engine scrubs what it hands over with the task's session secrets; plugin
         // state (a transcript quoting a prompt) is opaque to it, so it is scrubbed here of
-        // every secret the host knows, key and value, before it reaches the file.
+        // every secret the host knows, key and value, before it reaches any backend.
         let all = crate::redact::registry().all();
         let w = match w {
             Write::StateSet { plugin, key, value } => Write::StateSet {
@@ -186,62 +228,77 @@ impl Store {
             Write::StateDelete { plugin, key } => Write::StateDelete { plugin, key: all.scrub(&key).into_owned() },
             other => other,
         };
-        if self.tx.send(Msg::Write(Box::new(w))).is_err() {
-            tracing::error!(store = %self.path.display(), "task store writer is gone; write dropped");
+        if self.inner.tx.send(Msg::Write(Box::new(w))).is_err() {
+            tracing::error!(store = %self.inner.location, "task store writer is gone; write dropped");
         }
     }
 
     /// Waits until every write queued before this call is committed.
     pub async fn flush(&self) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(Msg::Flush(tx)).map_err(|_| self.err("writer thread is gone"))?;
-        rx.await.map_err(|_| self.err("writer thread is gone"))?.map_err(|e| self.err(e))
+        self.inner.tx.send(Msg::Flush(tx)).map_err(|_| self.err("the writer is gone"))?;
+        rx.await.map_err(|_| self.err("the writer is gone"))?.map_err(|e| self.err(e))
     }
 
-    pub fn task(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
-        let t = r.open_table(TASKS).map_err(|e| self.err(e))?;
-        match t.get(id).map_err(|e| self.err(e))? {
-            None => Ok(None),
-            Some(v) => {
-                serde_json::from_slice(v.value()).map(Some).map_err(|e| self.err(format!("corrupt task {id}: {e}")))
-            }
+    /// The task `id`, if stored.
+    pub async fn task(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => b.task(id),
+            Backend::Postgres(b) => b.task(id).await,
         }
+        .map_err(|e| self.err(e))
     }
 
     /// Events of `task_id` with a sequence number greater than `after`, in order.
-    pub fn events_after(&self, task_id: &str, after: u64) -> Result<Vec<(u64, serde_json::Value)>, StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
-        let t = r.open_table(EVENTS).map_err(|e| self.err(e))?;
-        let mut out = vec![];
-        let Some(start) = after.checked_add(1) else { return Ok(out) };
-        for item in t.range((task_id, start)..=(task_id, u64::MAX)).map_err(|e| self.err(e))? {
-            let (k, v) = item.map_err(|e| self.err(e))?;
-            let ev = serde_json::from_slice(v.value()).map_err(|e| self.err(format!("corrupt event: {e}")))?;
-            out.push((k.value().1, ev));
+    pub async fn events_after(&self, task_id: &str, after: u64) -> Result<Vec<(u64, serde_json::Value)>, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => b.events_after(task_id, after),
+            Backend::Postgres(b) => b.events_after(task_id, after).await,
         }
-        Ok(out)
+        .map_err(|e| self.err(e))
     }
 
-    /// Every task record (recovery and retention scans; bounded by retention).
-    pub fn tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
-        let t = r.open_table(TASKS).map_err(|e| self.err(e))?;
-        let mut out = vec![];
-        for item in t.iter().map_err(|e| self.err(e))? {
-            let (_, v) = item.map_err(|e| self.err(e))?;
-            if let Ok(rec) = serde_json::from_slice(v.value()) {
-                out.push(rec);
+    /// Every task record (recovery and retention scans; bounded by retention). A record
+    /// that no longer parses is left out.
+    pub async fn tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => {
+                let b = b.clone();
+                blocking(move || b.tasks()).await
             }
+            Backend::Postgres(b) => b.tasks().await,
         }
-        Ok(out)
+        .map_err(|e| self.err(e))
     }
 
     /// Number of stored events (metrics, tests).
-    pub fn event_count(&self) -> Result<u64, StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
-        let t = r.open_table(EVENTS).map_err(|e| self.err(e))?;
-        t.len().map_err(|e| self.err(e))
+    pub async fn event_count(&self) -> Result<u64, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => b.event_count(),
+            Backend::Postgres(b) => b.event_count().await,
+        }
+        .map_err(|e| self.err(e))
+    }
+
+    /// Plugin state value (the `state` capability when backed by this store).
+    pub async fn state_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => b.state_get(plugin, key),
+            Backend::Postgres(b) => b.state_get(plugin, key).await,
+        }
+        .map_err(|e| self.err(e))
+    }
+
+    /// Every plugin state entry: (plugin, key, value), for loading at start.
+    pub async fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => {
+                let b = b.clone();
+                blocking(move || b.state_all()).await
+            }
+            Backend::Postgres(b) => b.state_all().await,
+        }
+        .map_err(|e| self.err(e))
     }
 
     /// Marks every task that was not finished as `failed` / "host restarted" (the
@@ -250,11 +307,11 @@ impl Store {
     pub async fn recover_interrupted(&self) -> Result<Vec<String>, StoreError> {
         let now = now_ms();
         let mut ids = vec![];
-        for mut rec in self.tasks()? {
+        for mut rec in self.tasks().await? {
             if rec.is_finished() {
                 continue;
             }
-            let last = self.events_after(&rec.task_id, 0)?.last().map(|(s, _)| *s).unwrap_or(0);
+            let last = self.events_after(&rec.task_id, 0).await?.last().map(|(s, _)| *s).unwrap_or(0);
             rec.status = TaskState::Failed;
             rec.error = Some(HOST_RESTARTED.into());
             rec.finish_reason = Some(FinishReason::HostRestarted);
@@ -274,110 +331,85 @@ impl Store {
             self.write(Write::Task(rec));
         }
         self.flush().await?;
+        ids.sort();
         Ok(ids)
     }
 
     /// Deletes finished tasks (and their events) that finished more than `retention` ago.
-    pub fn purge(&self, retention: Duration) -> Result<usize, StoreError> {
+    /// Returns how many tasks went.
+    pub async fn purge(&self, retention: Duration) -> Result<usize, StoreError> {
         let cutoff = now_ms().saturating_sub(retention.as_millis() as u64);
-        let old: Vec<String> = self
-            .tasks()?
-            .into_iter()
-            .filter(|r| r.finished_at_ms.is_some_and(|f| f < cutoff))
-            .map(|r| r.task_id)
-            .collect();
-        if old.is_empty() {
-            return Ok(0);
-        }
-        let w = self.db.begin_write().map_err(|e| self.err(e))?;
-        {
-            let mut tasks = w.open_table(TASKS).map_err(|e| self.err(e))?;
-            let mut events = w.open_table(EVENTS).map_err(|e| self.err(e))?;
-            for id in &old {
-                tasks.remove(id.as_str()).map_err(|e| self.err(e))?;
-                events
-                    .retain_in((id.as_str(), 0u64)..=(id.as_str(), u64::MAX), |_, _| false)
-                    .map_err(|e| self.err(e))?;
+        match &self.inner.backend {
+            Backend::Redb(b) => {
+                let b = b.clone();
+                blocking(move || b.purge_finished_before(cutoff)).await
             }
+            Backend::Postgres(b) => b.purge_finished_before(cutoff).await,
         }
-        w.commit().map_err(|e| self.err(e))?;
-        Ok(old.len())
-    }
-
-    /// Plugin state value (the `state` capability when backed by this store).
-    pub fn state_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
-        let t = r.open_table(STATE).map_err(|e| self.err(e))?;
-        Ok(t.get((plugin, key)).map_err(|e| self.err(e))?.map(|v| v.value().to_vec()))
-    }
-
-    /// Every plugin state entry: (plugin, key, value), for loading at start.
-    pub fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
-        let t = r.open_table(STATE).map_err(|e| self.err(e))?;
-        let mut out = vec![];
-        for entry in t.iter().map_err(|e| self.err(e))? {
-            let (k, v) = entry.map_err(|e| self.err(e))?;
-            let (plugin, key) = k.value();
-            out.push((plugin.to_owned(), key.to_owned(), v.value().to_vec()));
-        }
-        Ok(out)
+        .map_err(|e| self.err(e))
     }
 }
 
 /// The error text of a task the host was running when it stopped.
 pub const HOST_RESTARTED: &str = "host restarted";
 
-fn writer(db: Arc<Database>, path: PathBuf, mut rx: mpsc::UnboundedReceiver<Msg>) {
-    while let Some(first) = rx.blocking_recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(m) => batch.push(m),
-                Err(_) => break,
-            }
-        }
-        let result = commit(&db, &batch).map_err(|e| e.to_string());
-        if let Err(e) = &result {
-            tracing::error!(store = %path.display(), error = %e, writes = batch.len(), "task store commit failed");
-        }
-        for m in batch {
-            if let Msg::Flush(ack) = m {
-                let _ = ack.send(result.clone());
-            }
-        }
-    }
+/// Runs a redb scan off the async threads (it reads the whole table).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| format!("the read was interrupted: {e}"))?
 }
 
-fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<redb::Error>> {
-    if !batch.iter().any(|m| matches!(m, Msg::Write(_))) {
-        return Ok(());
-    }
-    let w = db.begin_write().map_err(redb::Error::from)?;
-    {
-        let mut tasks = w.open_table(TASKS).map_err(redb::Error::from)?;
-        let mut events = w.open_table(EVENTS).map_err(redb::Error::from)?;
-        let mut state = w.open_table(STATE).map_err(redb::Error::from)?;
-        for m in batch {
-            let Msg::Write(write) = m else { continue };
-            match write.as_ref() {
-                Write::Task(rec) => {
-                    let bytes = serde_json::to_vec(rec).expect("a task record always serialises");
-                    tasks.insert(rec.task_id.as_str(), bytes.as_slice()).map_err(redb::Error::from)?;
-                }
-                Write::Event { task_id, seq, event } => {
-                    let bytes = serde_json::to_vec(event).expect("JSON always serialises");
-                    events.insert((task_id.as_str(), *seq), bytes.as_slice()).map_err(redb::Error::from)?;
-                }
-                Write::StateSet { plugin, key, value } => {
-                    state.insert((plugin.as_str(), key.as_str()), value.as_slice()).map_err(redb::Error::from)?;
-                }
-                Write::StateDelete { plugin, key } => {
-                    state.remove((plugin.as_str(), key.as_str())).map_err(redb::Error::from)?;
-                }
-            }
+/// `url` with the password replaced by `***`, both in the user info
+/// (`postgres://user:pw@host/db`) and as a `password=` query parameter, for errors and
+/// logs. Text that is not a URL is returned whole only if it cannot hold a password
+/// (no `@`, no `password=`); otherwise it is named by its scheme alone.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return if url.contains('@') || url.to_ascii_lowercase().contains("password") {
+            "(a connection string)".into()
+        } else {
+            url.to_owned()
+        };
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
         }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn a_url_is_named_without_its_password() {
+        assert_eq!(redact_url("postgres://warden:s3cr3t@db:5432/warden"), "postgres://warden:***@db:5432/warden");
+        assert_eq!(redact_url("postgresql://u:p%40ss@h/d?sslmode=disable"), "postgresql://u:***@h/d?sslmode=disable");
+        assert_eq!(redact_url("postgres://u:a@b@h/d"), "postgres://u:***@h/d", "the last @ ends the user info");
+        assert_eq!(
+            redact_url("postgres://h/d?user=u&password=s3cr3t&application_name=w"),
+            "postgres://h/d?user=u&password=***&application_name=w"
+        );
+        assert_eq!(redact_url("postgres://u@h:1/d"), "postgres://u@h:1/d");
+        assert_eq!(redact_url("host=h password=s3cr3t"), "(a connection string)");
+        assert_eq!(redact_url("./state.db"), "./state.db");
     }
-    w.commit().map_err(redb::Error::from)?;
-    Ok(())
 }

@@ -1,0 +1,405 @@
+//! The PostgreSQL backend: task records, events and plugin state in a database at
+//! `store.url`, with the same behaviour as the embedded one (the store's test suite runs
+//! against both).
+//!
+//! Why `tokio-postgres`: it is the plain asynchronous driver on the runtime warden already
+//! runs, with no proc macros and nothing that needs a database at build time (sqlx's
+//! checked queries do, and its `migrate!` pulls in its macro crate and a larger tree for
+//! what is here a dozen statements). A `Client` pipelines concurrent queries over one
+//! connection, so the store needs no pool: reads share one connection and the writer has
+//! its own; either is re-opened when the server closed it. The migrations are the SQL
+//! files in `host/migrations/`, embedded in the binary and applied at open by
+//! [`migrate`] in one transaction under an advisory lock, recorded in
+//! `warden_migrations`; a database migrated by a newer warden is refused.
+//!
+//! Writes: one writer task takes whatever is queued ([`super::take_batch`]), keeps the
+//! last write of each key (writes of one batch commit together, so only the last one
+//! is ever visible), and commits the batch as one transaction of at most four
+//! statements (`UNNEST` arrays, keys in sorted order so concurrent writers lock rows
+//! alike). A batch whose connection was lost is retried once on a new connection: every
+//! statement is an upsert or a delete, so replaying it is harmless.
+//!
+//! The connection is plain TCP or a Unix socket (no TLS), for a database on the host or a
+//! private network; `sslmode=require` fails at connect. Owns the database's tables; never
+//! reached except through [`super::Store`], never logs a URL (the facade names it
+//! redacted) or a stored value.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_postgres::{Client, NoTls};
+
+use super::{Msg, TaskRecord, Write};
+
+/// The schema's migrations, in order: (version, name, SQL). Append, never edit.
+const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "tasks", include_str!("../../migrations/0001_tasks.sql"))];
+
+/// The advisory lock key under which migrations run, so two hosts opening one new
+/// database at once do not both create the tables ("warden" in ASCII, then 1).
+const MIGRATION_LOCK: i64 = 0x7761_7264_656e_0001;
+
+/// How long a connection attempt may take when the URL sets no `connect_timeout`: a
+/// database that does not answer fails `warden serve` at start instead of hanging it.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `application_name` warden's sessions show in `pg_stat_activity`, unless the URL
+/// sets one.
+const APPLICATION_NAME: &str = "warden";
+
+/// The connected backend: the parsed configuration (to reconnect) and the read connection.
+pub(super) struct PgBackend {
+    config: Arc<tokio_postgres::Config>,
+    location: Arc<str>,
+    reader: Mutex<Option<Arc<Client>>>,
+}
+
+impl PgBackend {
+    /// Connects, applies the migrations the database lacks and starts the writer.
+    pub(super) async fn open(url: &str, rx: mpsc::UnboundedReceiver<Msg>, location: String) -> Result<Self, String> {
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|e| format!("not a PostgreSQL URL: {}", message(&e)))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name(APPLICATION_NAME);
+        }
+        let config = Arc::new(config);
+        let location: Arc<str> = location.into();
+        let mut writer_client = connect(&config, &location).await?;
+        migrate(&mut writer_client).await.map_err(|e| format!("cannot apply the migrations: {e}"))?;
+        let reader = connect(&config, &location).await?;
+        tokio::spawn(writer(config.clone(), location.clone(), writer_client, rx));
+        Ok(PgBackend { config, location, reader: Mutex::new(Some(Arc::new(reader))) })
+    }
+
+    /// The read connection, re-opened if the server closed it.
+    async fn reader(&self) -> Result<Arc<Client>, String> {
+        let open = self.reader.lock().unwrap().as_ref().filter(|c| !c.is_closed()).cloned();
+        if let Some(c) = open {
+            return Ok(c);
+        }
+        let c = Arc::new(connect(&self.config, &self.location).await?);
+        *self.reader.lock().unwrap() = Some(c.clone());
+        Ok(c)
+    }
+
+    pub(super) async fn task(&self, id: &str) -> Result<Option<TaskRecord>, String> {
+        let c = self.reader().await?;
+        let row = c.query_opt("SELECT record::text FROM tasks WHERE task_id = $1", &[&id]).await.map_err(pg)?;
+        match row {
+            None => Ok(None),
+            Some(row) => {
+                let text: String = row.get(0);
+                serde_json::from_str(&text).map(Some).map_err(|e| format!("corrupt task {id}: {e}"))
+            }
+        }
+    }
+
+    pub(super) async fn events_after(
+        &self,
+        task_id: &str,
+        after: u64,
+    ) -> Result<Vec<(u64, serde_json::Value)>, String> {
+        // Sequence numbers are stored as bigint: none is above i64::MAX, so nothing follows it.
+        let Ok(after) = i64::try_from(after) else { return Ok(vec![]) };
+        let c = self.reader().await?;
+        let rows = c
+            .query(
+                "SELECT seq, event::text FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq",
+                &[&task_id, &after],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = row.get(0);
+                let text: String = row.get(1);
+                let ev = serde_json::from_str(&text).map_err(|e| format!("corrupt event: {e}"))?;
+                Ok((seq as u64, ev))
+            })
+            .collect()
+    }
+
+    pub(super) async fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
+        let c = self.reader().await?;
+        let rows = c.query("SELECT record::text FROM tasks ORDER BY task_id", &[]).await.map_err(pg)?;
+        Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
+    }
+
+    pub(super) async fn event_count(&self) -> Result<u64, String> {
+        let c = self.reader().await?;
+        let n: i64 = c.query_one("SELECT count(*) FROM events", &[]).await.map_err(pg)?.get(0);
+        Ok(n as u64)
+    }
+
+    /// Deletes tasks finished before `cutoff` (ms) and their events, in one statement.
+    pub(super) async fn purge_finished_before(&self, cutoff: u64) -> Result<usize, String> {
+        let cutoff = i64::try_from(cutoff).unwrap_or(i64::MAX);
+        let c = self.reader().await?;
+        let n: i64 = c
+            .query_one(
+                "WITH old AS (DELETE FROM tasks WHERE finished_at_ms < $1 RETURNING task_id), \
+                      gone AS (DELETE FROM events WHERE task_id IN (SELECT task_id FROM old)) \
+                 SELECT count(*) FROM old",
+                &[&cutoff],
+            )
+            .await
+            .map_err(pg)?
+            .get(0);
+        Ok(n as usize)
+    }
+
+    pub(super) async fn state_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
+        let c = self.reader().await?;
+        let row = c
+            .query_opt("SELECT value FROM plugin_state WHERE plugin = $1 AND key = $2", &[&plugin, &key.as_bytes()])
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    pub(super) async fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, String> {
+        let c = self.reader().await?;
+        let rows =
+            c.query("SELECT plugin, key, value FROM plugin_state ORDER BY plugin, key", &[]).await.map_err(pg)?;
+        rows.iter()
+            .map(|row| {
+                let key =
+                    String::from_utf8(row.get(1)).map_err(|_| "corrupt plugin state key (not UTF-8)".to_owned())?;
+                Ok((row.get(0), key, row.get(2)))
+            })
+            .collect()
+    }
+}
+
+/// Opens one connection; its protocol half runs as a task until the client is dropped.
+async fn connect(config: &tokio_postgres::Config, location: &Arc<str>) -> Result<Client, String> {
+    let (client, connection) = config.connect(NoTls).await.map_err(|e| format!("cannot connect: {}", message(&e)))?;
+    let location = location.clone();
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(store = %location, error = %message(&e), "PostgreSQL connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// Applies the migrations the database lacks, in one transaction under [`MIGRATION_LOCK`].
+async fn migrate(client: &mut Client) -> Result<(), String> {
+    let tx = client.transaction().await.map_err(pg)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(pg)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS warden_migrations (\
+             version integer PRIMARY KEY, \
+             name text NOT NULL, \
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await
+    .map_err(pg)?;
+    let applied: Vec<i32> =
+        tx.query("SELECT version FROM warden_migrations", &[]).await.map_err(pg)?.iter().map(|r| r.get(0)).collect();
+    let known = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
+    if let Some(newest) = applied.iter().max().filter(|v| **v > known) {
+        return Err(format!(
+            "the database is at schema version {newest}, newer than this warden knows ({known}); \
+             run the warden that migrated it, or a newer one"
+        ));
+    }
+    for (version, name, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        tx.batch_execute(sql).await.map_err(|e| format!("migration {version} ({name}): {}", message(&e)))?;
+        tx.execute("INSERT INTO warden_migrations (version, name) VALUES ($1, $2)", &[version, name])
+            .await
+            .map_err(pg)?;
+    }
+    tx.commit().await.map_err(pg)
+}
+
+/// The writer task: one transaction per batch; ends when the store is dropped.
+async fn writer(
+    config: Arc<tokio_postgres::Config>,
+    location: Arc<str>,
+    client: Client,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+) {
+    let mut client = Some(client);
+    while let Some(first) = rx.recv().await {
+        let batch = super::take_batch(first, &mut rx);
+        let latest = Latest::of(&batch);
+        let result =
+            if latest.is_empty() { Ok(()) } else { commit_retrying(&config, &location, &mut client, &latest).await };
+        super::settle(batch, result, &location);
+    }
+}
+
+/// Commits `latest`, on a new connection if there is none or the current one is closed;
+/// retried once when the connection was lost during the commit.
+async fn commit_retrying(
+    config: &tokio_postgres::Config,
+    location: &Arc<str>,
+    client: &mut Option<Client>,
+    latest: &Latest<'_>,
+) -> Result<(), String> {
+    for attempt in 0..2 {
+        if client.as_ref().is_none_or(Client::is_closed) {
+            *client = Some(connect(config, location).await?);
+        }
+        let c = client.as_mut().expect("connected above");
+        match commit(c, latest).await {
+            Ok(()) => return Ok(()),
+            Err(e) if c.is_closed() && attempt == 0 => {
+                tracing::warn!(store = %location, error = %message(&e), "PostgreSQL connection lost during a commit; retrying");
+                *client = None;
+            }
+            Err(e) => return Err(message(&e)),
+        }
+    }
+    Err("the connection was lost twice in a row".into())
+}
+
+/// The last write of each key in a batch, keys sorted.
+#[derive(Default)]
+struct Latest<'a> {
+    tasks: BTreeMap<&'a str, &'a TaskRecord>,
+    events: BTreeMap<(&'a str, u64), &'a serde_json::Value>,
+    /// `None`: delete.
+    state: BTreeMap<(&'a str, &'a str), Option<&'a [u8]>>,
+}
+
+impl<'a> Latest<'a> {
+    fn of(batch: &'a [Msg]) -> Self {
+        let mut l = Latest::default();
+        for w in super::writes(batch) {
+            match w {
+                Write::Task(rec) => {
+                    l.tasks.insert(rec.task_id.as_str(), rec);
+                }
+                Write::Event { task_id, seq, event } => {
+                    l.events.insert((task_id.as_str(), *seq), event);
+                }
+                Write::StateSet { plugin, key, value } => {
+                    l.state.insert((plugin.as_str(), key.as_str()), Some(value.as_slice()));
+                }
+                Write::StateDelete { plugin, key } => {
+                    l.state.insert((plugin.as_str(), key.as_str()), None);
+                }
+            }
+        }
+        l
+    }
+
+    fn is_empty(&self) -> bool {
+        self.tasks.is_empty() && self.events.is_empty() && self.state.is_empty()
+    }
+}
+
+/// PostgreSQL's `text` cannot hold NUL: the lookup columns copy a record's fields without
+/// it (the record itself, JSON with NUL escaped, is what is read back).
+fn column(s: &str) -> String {
+    s.replace('\0', "")
+}
+
+/// Milliseconds as bigint (no time warden records is past i64::MAX ms).
+fn ms(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+async fn commit(client: &mut Client, l: &Latest<'_>) -> Result<(), tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    if !l.tasks.is_empty() {
+        let recs = l.tasks.values();
+        let ids: Vec<&str> = l.tasks.keys().copied().collect();
+        let principals: Vec<Option<String>> = recs.clone().map(|r| r.principal.as_deref().map(column)).collect();
+        let users: Vec<String> = recs.clone().map(|r| column(&r.user_id)).collect();
+        let sessions: Vec<String> = recs.clone().map(|r| column(&r.session_id)).collect();
+        let statuses: Vec<&str> = recs.clone().map(|r| r.status.as_str()).collect();
+        let created: Vec<i64> = recs.clone().map(|r| ms(r.created_at_ms)).collect();
+        let updated: Vec<i64> = recs.clone().map(|r| ms(r.updated_at_ms)).collect();
+        let finished: Vec<Option<i64>> = recs.clone().map(|r| r.finished_at_ms.map(ms)).collect();
+        let records: Vec<String> =
+            recs.map(|r| serde_json::to_string(r).expect("a task record always serialises")).collect();
+        tx.execute(
+            "INSERT INTO tasks (task_id, principal, user_id, session_id, status, created_at_ms, updated_at_ms, \
+                                finished_at_ms, record) \
+             SELECT t.task_id, t.principal, t.user_id, t.session_id, t.status, t.created_at_ms, t.updated_at_ms, \
+                    t.finished_at_ms, t.record::json \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], \
+                         $8::bigint[], $9::text[]) \
+                  AS t(task_id, principal, user_id, session_id, status, created_at_ms, updated_at_ms, \
+                       finished_at_ms, record) \
+             ON CONFLICT (task_id) DO UPDATE SET principal = EXCLUDED.principal, user_id = EXCLUDED.user_id, \
+                 session_id = EXCLUDED.session_id, status = EXCLUDED.status, \
+                 created_at_ms = EXCLUDED.created_at_ms, updated_at_ms = EXCLUDED.updated_at_ms, \
+                 finished_at_ms = EXCLUDED.finished_at_ms, record = EXCLUDED.record",
+            &[&ids, &principals, &users, &sessions, &statuses, &created, &updated, &finished, &records],
+        )
+        .await?;
+    }
+    if !l.events.is_empty() {
+        let ids: Vec<&str> = l.events.keys().map(|k| k.0).collect();
+        let seqs: Vec<i64> = l.events.keys().map(|k| ms(k.1)).collect();
+        let events: Vec<String> =
+            l.events.values().map(|e| serde_json::to_string(e).expect("JSON always serialises")).collect();
+        tx.execute(
+            "INSERT INTO events (task_id, seq, event) \
+             SELECT e.task_id, e.seq, e.event::json FROM UNNEST($1::text[], $2::bigint[], $3::text[]) AS e(task_id, seq, event) \
+             ON CONFLICT (task_id, seq) DO UPDATE SET event = EXCLUDED.event",
+            &[&ids, &seqs, &events],
+        )
+        .await?;
+    }
+    let (sets, deletes): (Vec<_>, Vec<_>) = l.state.iter().partition(|(_, v)| v.is_some());
+    if !sets.is_empty() {
+        let plugins: Vec<&str> = sets.iter().map(|((p, _), _)| *p).collect();
+        let keys: Vec<&[u8]> = sets.iter().map(|((_, k), _)| k.as_bytes()).collect();
+        let values: Vec<&[u8]> = sets.iter().map(|(_, v)| v.unwrap_or_default()).collect();
+        tx.execute(
+            "INSERT INTO plugin_state (plugin, key, value) \
+             SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::bytea[]) \
+             ON CONFLICT (plugin, key) DO UPDATE SET value = EXCLUDED.value",
+            &[&plugins, &keys, &values],
+        )
+        .await?;
+    }
+    if !deletes.is_empty() {
+        let plugins: Vec<&str> = deletes.iter().map(|((p, _), _)| *p).collect();
+        let keys: Vec<&[u8]> = deletes.iter().map(|((_, k), _)| k.as_bytes()).collect();
+        tx.execute(
+            "DELETE FROM plugin_state WHERE (plugin, key) IN (SELECT * FROM UNNEST($1::text[], $2::bytea[]))",
+            &[&plugins, &keys],
+        )
+        .await?;
+    }
+    tx.commit().await
+}
+
+/// A driver error as a message: the server's own text and code for a database error
+/// (tokio-postgres's `Display` says only "db error"), else the error and its causes.
+fn message(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut m = format!("{} ({})", db.message(), db.code().code());
+        if let Some(detail) = db.detail() {
+            m.push_str(&format!(": {detail}"));
+        }
+        return m;
+    }
+    let mut m = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !m.contains(&s_text) {
+            m.push_str(&format!(": {s_text}"));
+        }
+        source = s.source();
+    }
+    m
+}
+
+fn pg(e: tokio_postgres::Error) -> String {
+    message(&e)
+}

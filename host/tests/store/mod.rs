@@ -1,0 +1,331 @@
+//! The task store's behaviour, once per backend: every test below runs against the
+//! embedded redb file and against PostgreSQL (`<test>::redb`, `<test>::postgres`), so the
+//! two cannot drift apart.
+//!
+//! The PostgreSQL tests need the server `cargo xtask test` starts (Debian's package, in a
+//! private data directory on a free port), named by `WARDEN_TEST_POSTGRES_URL`; each test
+//! creates a database of its own there and drops it at the end. Without the variable they
+//! fail, saying so: a backend that is not tested is not claimed to work.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use warden::store::{FinishReason, Store, TaskRecord, TaskState, Write};
+
+use crate::postgres::TestDatabase;
+
+/// Where a test's store lives; [`Backend::open`] opens it (again, after a "restart").
+pub enum Backend {
+    Redb(tempfile::TempDir),
+    Postgres(TestDatabase),
+}
+
+impl Backend {
+    pub fn redb() -> Backend {
+        Backend::Redb(tempfile::tempdir().unwrap())
+    }
+
+    pub async fn postgres() -> Backend {
+        Backend::Postgres(TestDatabase::create().await)
+    }
+
+    /// Opens the store. A dropped redb store lets go of its file when its writer thread
+    /// sees it dropped, a moment later: opening again waits for that.
+    pub async fn open(&self) -> Store {
+        match self {
+            Backend::Redb(dir) => {
+                let path = dir.path().join("state.db");
+                let t = Instant::now();
+                loop {
+                    match Store::open(&path) {
+                        Ok(s) => return s,
+                        Err(e) if t.elapsed() < Duration::from_secs(5) => {
+                            let _ = e;
+                            tokio::time::sleep(Duration::from_millis(20)).await
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            Backend::Postgres(db) => Store::connect(&db.url).await.unwrap_or_else(|e| panic!("{e}")),
+        }
+    }
+
+    async fn finish(self) {
+        if let Backend::Postgres(db) = self {
+            db.drop_database().await;
+        }
+    }
+}
+
+/// Runs the behaviour `$name` (an `async fn(&Backend)`) once per backend.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread")]
+            async fn redb() {
+                let b = super::Backend::redb();
+                super::$name(&b).await;
+                b.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn postgres() {
+                let b = super::Backend::postgres().await;
+                super::$name(&b).await;
+                b.finish().await;
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    a_task_is_read_back_as_written,
+    events_come_in_order_after_any_last_event_id,
+    plugin_state_is_kept_scrubbed_of_secrets,
+    the_last_write_of_a_batch_wins,
+    a_restart_fails_interrupted_tasks_and_keeps_the_rest,
+    purge_removes_only_tasks_finished_before_retention,
+    concurrent_writers_share_commits,
+    a_reopened_store_keeps_everything,
+);
+
+fn record(id: &str, status: TaskState, finished: Option<u64>) -> TaskRecord {
+    TaskRecord {
+        task_id: id.into(),
+        status,
+        subagent_type: "greeter".into(),
+        description: "d".into(),
+        session_id: "s".into(),
+        user_id: "u".into(),
+        principal: Some("alice".into()),
+        plugin: None,
+        background: true,
+        output: (status == TaskState::Completed).then(|| "kept".into()),
+        error: None,
+        finish_reason: finished.map(|_| FinishReason::Stop),
+        created_at_ms: 1,
+        updated_at_ms: 1,
+        finished_at_ms: finished,
+    }
+}
+
+async fn a_task_is_read_back_as_written(b: &Backend) {
+    let store = b.open().await;
+    assert!(store.task("task_none").await.unwrap().is_none());
+    // Text PostgreSQL's `text` and `jsonb` refuse (NUL) and text beyond ASCII, in the
+    // record and in the fields the database indexes.
+    let mut rec = record("task_a", TaskState::Completed, Some(warden::store::now_ms()));
+    rec.output = Some("nul \0 here, ünïcödé ✓, \"quoted\"".into());
+    rec.session_id = "sess\0ion".into();
+    rec.user_id = "üser".into();
+    store.write(Write::Task(rec.clone()));
+    store.flush().await.unwrap();
+    assert_eq!(store.task("task_a").await.unwrap().as_ref(), Some(&rec));
+    // A later write of the same task replaces it.
+    let mut working = record("task_b", TaskState::Working, None);
+    store.write(Write::Task(working.clone()));
+    store.flush().await.unwrap();
+    working.status = TaskState::Completed;
+    working.output = Some("done".into());
+    working.finished_at_ms = Some(5);
+    store.write(Write::Task(working.clone()));
+    store.flush().await.unwrap();
+    assert_eq!(store.task("task_b").await.unwrap().as_ref(), Some(&working));
+    let mut all: Vec<String> = store.tasks().await.unwrap().into_iter().map(|r| r.task_id).collect();
+    all.sort();
+    assert_eq!(all, ["task_a", "task_b"]);
+}
+
+async fn events_come_in_order_after_any_last_event_id(b: &Backend) {
+    let store = b.open().await;
+    // Written out of order, interleaved with another task's events.
+    for seq in [3u64, 1, 5, 2, 4] {
+        store.write(Write::Event { task_id: "task_e".into(), seq, event: json!({ "type": "token", "n": seq }) });
+        store.write(Write::Event { task_id: "task_f".into(), seq, event: json!({ "type": "other" }) });
+    }
+    store.write(Write::Event {
+        task_id: "task_e".into(),
+        seq: 10,
+        event: json!({ "type": "token", "text": "nul \u{0} ünï ✓" }),
+    });
+    store.flush().await.unwrap();
+    let seqs = |ev: Vec<(u64, serde_json::Value)>| ev.into_iter().map(|(s, _)| s).collect::<Vec<_>>();
+    let all = store.events_after("task_e", 0).await.unwrap();
+    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 10]);
+    assert_eq!(all[0].1, json!({ "type": "token", "n": 1 }));
+    assert_eq!(all[5].1["text"], "nul \u{0} ünï ✓");
+    // Last-Event-ID: only what follows it; past the last, nothing.
+    assert_eq!(seqs(store.events_after("task_e", 3).await.unwrap()), [4, 5, 10]);
+    assert_eq!(seqs(store.events_after("task_e", 7).await.unwrap()), [10]);
+    assert!(store.events_after("task_e", 10).await.unwrap().is_empty());
+    assert!(store.events_after("task_e", u64::MAX).await.unwrap().is_empty());
+    assert!(store.events_after("task_none", 0).await.unwrap().is_empty());
+    assert_eq!(store.event_count().await.unwrap(), 11);
+}
+
+async fn plugin_state_is_kept_scrubbed_of_secrets(b: &Backend) {
+    let secret = format!("store-secret-{}", uuid::Uuid::new_v4().simple());
+    warden::redact::registry().remember("store-tests", "s", &[secret.as_str()]).unwrap();
+    let store = b.open().await;
+    assert!(store.state_get("p", "k").await.unwrap().is_none());
+    store.write(Write::StateSet { plugin: "p".into(), key: "k".into(), value: b"one".to_vec() });
+    store.write(Write::StateSet { plugin: "p".into(), key: "nul\0key".into(), value: vec![0, 1, 2, 255] });
+    store.write(Write::StateSet {
+        plugin: "q".into(),
+        key: format!("about {secret}"),
+        value: format!("{{\"prompt\":\"use {secret}\"}}").into_bytes(),
+    });
+    store.flush().await.unwrap();
+    assert_eq!(store.state_get("p", "k").await.unwrap().as_deref(), Some(&b"one"[..]));
+    assert_eq!(store.state_get("p", "nul\0key").await.unwrap().as_deref(), Some(&[0u8, 1, 2, 255][..]));
+    // Key and value reach the backend scrubbed: the secret is nowhere, the marker is.
+    assert!(store.state_get("q", &format!("about {secret}")).await.unwrap().is_none());
+    assert_eq!(
+        store.state_get("q", "about [redacted]").await.unwrap().as_deref(),
+        Some(&b"{\"prompt\":\"use [redacted]\"}"[..])
+    );
+    store.write(Write::StateSet { plugin: "p".into(), key: "k".into(), value: b"two".to_vec() });
+    store.flush().await.unwrap();
+    assert_eq!(store.state_get("p", "k").await.unwrap().as_deref(), Some(&b"two"[..]));
+    store.write(Write::StateDelete { plugin: "p".into(), key: "nul\0key".into() });
+    store.flush().await.unwrap();
+    assert!(store.state_get("p", "nul\0key").await.unwrap().is_none());
+    let all = store.state_all().await.unwrap();
+    assert_eq!(
+        all,
+        vec![
+            ("p".to_string(), "k".to_string(), b"two".to_vec()),
+            ("q".to_string(), "about [redacted]".to_string(), b"{\"prompt\":\"use [redacted]\"}".to_vec()),
+        ]
+    );
+    let dump = format!("{all:?}");
+    assert!(!dump.contains(&secret), "{dump}");
+}
+
+async fn the_last_write_of_a_batch_wins(b: &Backend) {
+    let store = b.open().await;
+    // Queued back to back with no flush between: one batch, in queue order.
+    let mut rec = record("task_w", TaskState::Working, None);
+    store.write(Write::Task(rec.clone()));
+    rec.status = TaskState::Completed;
+    rec.finished_at_ms = Some(9);
+    store.write(Write::Task(rec.clone()));
+    store.write(Write::Event { task_id: "task_w".into(), seq: 1, event: json!({ "v": "first" }) });
+    store.write(Write::Event { task_id: "task_w".into(), seq: 1, event: json!({ "v": "second" }) });
+    store.write(Write::StateSet { plugin: "p".into(), key: "set-then-deleted".into(), value: b"x".to_vec() });
+    store.write(Write::StateDelete { plugin: "p".into(), key: "set-then-deleted".into() });
+    store.write(Write::StateDelete { plugin: "p".into(), key: "deleted-then-set".into() });
+    store.write(Write::StateSet { plugin: "p".into(), key: "deleted-then-set".into(), value: b"y".to_vec() });
+    store.flush().await.unwrap();
+    assert_eq!(store.task("task_w").await.unwrap().as_ref(), Some(&rec));
+    assert_eq!(store.events_after("task_w", 0).await.unwrap(), vec![(1, json!({ "v": "second" }))]);
+    assert!(store.state_get("p", "set-then-deleted").await.unwrap().is_none());
+    assert_eq!(store.state_get("p", "deleted-then-set").await.unwrap().as_deref(), Some(&b"y"[..]));
+    // A flush with nothing queued commits nothing and succeeds.
+    store.flush().await.unwrap();
+}
+
+async fn a_restart_fails_interrupted_tasks_and_keeps_the_rest(b: &Backend) {
+    {
+        let store = b.open().await;
+        store.write(Write::Task(record("task_done", TaskState::Completed, Some(warden::store::now_ms()))));
+        store.write(Write::Task(record("task_running", TaskState::Working, None)));
+        store.write(Write::Task(record("task_queued", TaskState::Submitted, None)));
+        for seq in 1..=2 {
+            store.write(Write::Event {
+                task_id: "task_running".into(),
+                seq,
+                event: json!({ "type": "status", "status": "working" }),
+            });
+        }
+        store.flush().await.unwrap();
+    }
+    let store = b.open().await;
+    let recovered = store.recover_interrupted().await.unwrap();
+    assert_eq!(recovered, ["task_queued", "task_running"]);
+    for id in recovered {
+        let r = store.task(&id).await.unwrap().unwrap();
+        assert_eq!((r.status, r.error.as_deref()), (TaskState::Failed, Some(warden::store::HOST_RESTARTED)));
+        assert_eq!(r.finish_reason, Some(FinishReason::HostRestarted));
+        assert!(r.is_finished());
+    }
+    let ev = store.events_after("task_running", 0).await.unwrap();
+    assert_eq!(ev.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!((ev[2].1["type"].as_str(), ev[3].1["type"].as_str()), (Some("error"), Some("finish")));
+    assert_eq!(ev[3].1["reason"], "host_restarted");
+    let queued = store.events_after("task_queued", 0).await.unwrap();
+    assert_eq!(queued.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2], "a task with no events yet gets 1 and 2");
+    let done = store.task("task_done").await.unwrap().unwrap();
+    assert_eq!((done.status, done.output.as_deref()), (TaskState::Completed, Some("kept")));
+    assert!(store.recover_interrupted().await.unwrap().is_empty(), "nothing is left to recover");
+}
+
+async fn purge_removes_only_tasks_finished_before_retention(b: &Backend) {
+    let store = b.open().await;
+    let now = warden::store::now_ms();
+    store.write(Write::Task(record("task_ancient", TaskState::Completed, Some(1))));
+    store.write(Write::Task(record("task_recent", TaskState::Completed, Some(now))));
+    store.write(Write::Task(record("task_running", TaskState::Working, None)));
+    for id in ["task_ancient", "task_recent", "task_running"] {
+        store.write(Write::Event { task_id: id.into(), seq: 1, event: json!({ "type": "status" }) });
+    }
+    store.flush().await.unwrap();
+    assert_eq!(store.purge(Duration::from_secs(3600)).await.unwrap(), 1, "only the ancient task is past retention");
+    assert!(store.task("task_ancient").await.unwrap().is_none());
+    assert!(store.events_after("task_ancient", 0).await.unwrap().is_empty(), "its events went with it");
+    assert!(store.task("task_recent").await.unwrap().is_some());
+    assert!(store.task("task_running").await.unwrap().is_some(), "an unfinished task is never purged");
+    assert_eq!(store.event_count().await.unwrap(), 2);
+    assert_eq!(store.purge(Duration::from_secs(3600)).await.unwrap(), 0);
+}
+
+async fn concurrent_writers_share_commits(b: &Backend) {
+    const TASKS: usize = 20;
+    const EVENTS: u64 = 50;
+    let store = b.open().await;
+    let writers: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let id = format!("task_{t:02}");
+                store.write(Write::Task(record(&id, TaskState::Working, None)));
+                for seq in 1..=EVENTS {
+                    store.write(Write::Event { task_id: id.clone(), seq, event: json!({ "t": t, "seq": seq }) });
+                    if seq % 10 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                // Every writer's flush is answered once its writes are in.
+                store.flush().await.unwrap();
+                id
+            })
+        })
+        .collect();
+    for w in writers {
+        let id = w.await.unwrap();
+        let ev = store.events_after(&id, 0).await.unwrap();
+        assert_eq!(ev.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (1..=EVENTS).collect::<Vec<_>>(), "{id}");
+    }
+    assert_eq!(store.event_count().await.unwrap(), TASKS as u64 * EVENTS);
+    assert_eq!(store.tasks().await.unwrap().len(), TASKS);
+}
+
+async fn a_reopened_store_keeps_everything(b: &Backend) {
+    let rec = record("task_kept", TaskState::Completed, Some(warden::store::now_ms()));
+    {
+        let store = b.open().await;
+        store.write(Write::Task(rec.clone()));
+        store.write(Write::Event { task_id: "task_kept".into(), seq: 1, event: json!({ "type": "finish" }) });
+        store.write(Write::StateSet { plugin: "p".into(), key: "k".into(), value: b"v".to_vec() });
+        store.flush().await.unwrap();
+    }
+    let store = b.open().await;
+    assert_eq!(store.task("task_kept").await.unwrap().as_ref(), Some(&rec));
+    assert_eq!(store.events_after("task_kept", 0).await.unwrap(), vec![(1, json!({ "type": "finish" }))]);
+    assert_eq!(store.state_all().await.unwrap(), vec![("p".to_string(), "k".to_string(), b"v".to_vec())]);
+    // Opening once more (PostgreSQL: no migration applied twice) loses nothing.
+    drop(store);
+    let again = b.open().await;
+    assert_eq!(again.task("task_kept").await.unwrap().as_ref(), Some(&rec));
+}
