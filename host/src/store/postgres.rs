@@ -86,9 +86,27 @@ impl PgBackend {
         Ok(c)
     }
 
-    pub(super) async fn task(&self, id: &str) -> Result<Option<TaskRecord>, String> {
+    /// Runs `query` on the read connection; once more on a new connection when the server
+    /// closed it meanwhile (a restarted or failed-over database), as the writer does.
+    async fn read<T, F, Fut>(&self, query: F) -> Result<T, String>
+    where
+        F: Fn(Arc<Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
         let c = self.reader().await?;
-        let row = c.query_opt("SELECT record::text FROM tasks WHERE task_id = $1", &[&id]).await.map_err(pg)?;
+        match query(c.clone()).await {
+            Err(e) if c.is_closed() => {
+                tracing::warn!(store = %self.location, error = %message(&e), "PostgreSQL connection lost during a read; retrying");
+                query(self.reader().await?).await.map_err(pg)
+            }
+            other => other.map_err(pg),
+        }
+    }
+
+    pub(super) async fn task(&self, id: &str) -> Result<Option<TaskRecord>, String> {
+        let row = self
+            .read(|c| async move { c.query_opt("SELECT record::text FROM tasks WHERE task_id = $1", &[&id]).await })
+            .await?;
         match row {
             None => Ok(None),
             Some(row) => {
@@ -105,14 +123,15 @@ impl PgBackend {
     ) -> Result<Vec<(u64, serde_json::Value)>, String> {
         // Sequence numbers are stored as bigint: none is above i64::MAX, so nothing follows it.
         let Ok(after) = i64::try_from(after) else { return Ok(vec![]) };
-        let c = self.reader().await?;
-        let rows = c
-            .query(
-                "SELECT seq, event::text FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq",
-                &[&task_id, &after],
-            )
-            .await
-            .map_err(pg)?;
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "SELECT seq, event::text FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq",
+                    &[&task_id, &after],
+                )
+                .await
+            })
+            .await?;
         rows.iter()
             .map(|row| {
                 let seq: i64 = row.get(0);
@@ -124,47 +143,52 @@ impl PgBackend {
     }
 
     pub(super) async fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
-        let c = self.reader().await?;
-        let rows = c.query("SELECT record::text FROM tasks ORDER BY task_id", &[]).await.map_err(pg)?;
+        let rows =
+            self.read(|c| async move { c.query("SELECT record::text FROM tasks ORDER BY task_id", &[]).await }).await?;
         Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
     }
 
     pub(super) async fn event_count(&self) -> Result<u64, String> {
-        let c = self.reader().await?;
-        let n: i64 = c.query_one("SELECT count(*) FROM events", &[]).await.map_err(pg)?.get(0);
-        Ok(n as u64)
+        let row = self.read(|c| async move { c.query_one("SELECT count(*) FROM events", &[]).await }).await?;
+        Ok(row.get::<_, i64>(0) as u64)
     }
 
     /// Deletes tasks finished before `cutoff` (ms) and their events, in one statement.
     pub(super) async fn purge_finished_before(&self, cutoff: u64) -> Result<usize, String> {
         let cutoff = i64::try_from(cutoff).unwrap_or(i64::MAX);
-        let c = self.reader().await?;
-        let n: i64 = c
-            .query_one(
-                "WITH old AS (DELETE FROM tasks WHERE finished_at_ms < $1 RETURNING task_id), \
-                      gone AS (DELETE FROM events WHERE task_id IN (SELECT task_id FROM old)) \
-                 SELECT count(*) FROM old",
-                &[&cutoff],
-            )
-            .await
-            .map_err(pg)?
-            .get(0);
-        Ok(n as usize)
+        let row = self
+            .read(|c| async move {
+                c.query_one(
+                    "WITH old AS (DELETE FROM tasks WHERE finished_at_ms < $1 RETURNING task_id), \
+                          gone AS (DELETE FROM events WHERE task_id IN (SELECT task_id FROM old)) \
+                     SELECT count(*) FROM old",
+                    &[&cutoff],
+                )
+                .await
+            })
+            .await?;
+        Ok(row.get::<_, i64>(0) as usize)
     }
 
     pub(super) async fn state_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
-        let c = self.reader().await?;
-        let row = c
-            .query_opt("SELECT value FROM plugin_state WHERE plugin = $1 AND key = $2", &[&plugin, &key.as_bytes()])
-            .await
-            .map_err(pg)?;
+        let row = self
+            .read(|c| async move {
+                c.query_opt(
+                    "SELECT value FROM plugin_state WHERE plugin = $1 AND key = $2",
+                    &[&plugin, &key.as_bytes()],
+                )
+                .await
+            })
+            .await?;
         Ok(row.map(|r| r.get(0)))
     }
 
     pub(super) async fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, String> {
-        let c = self.reader().await?;
         let rows =
-            c.query("SELECT plugin, key, value FROM plugin_state ORDER BY plugin, key", &[]).await.map_err(pg)?;
+            self.read(|c| async move {
+                c.query("SELECT plugin, key, value FROM plugin_state ORDER BY plugin, key", &[]).await
+            })
+            .await?;
         rows.iter()
             .map(|row| {
                 let key =

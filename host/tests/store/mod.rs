@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use warden::store::{FinishReason, Store, TaskRecord, TaskState, Write};
 
-use crate::postgres::TestDatabase;
+use crate::postgres::{TestDatabase, admin_client};
 
 /// Where a test's store lives; [`Backend::open`] opens it (again, after a "restart").
 pub enum Backend {
@@ -89,6 +89,42 @@ on_both_backends!(
     concurrent_writers_share_commits,
     a_reopened_store_keeps_everything,
 );
+
+/// PostgreSQL only (a file has no connection to lose): the server ending the store's
+/// sessions, as a restart or a failover does, costs no read and no write; both are retried
+/// once on a new connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_reads_and_writes_survive_the_server_dropping_their_connections() {
+    let b = Backend::postgres().await;
+    let store = b.open().await;
+    store.write(Write::Task(record("task_before", TaskState::Working, None)));
+    store.flush().await.unwrap();
+    let Backend::Postgres(db) = &b else { unreachable!() };
+    let admin = admin_client(&db.admin).await;
+    let ended = admin
+        .query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", &[&db.name])
+        .await
+        .unwrap()
+        .len();
+    assert!(ended >= 2, "the store's read and write sessions were ended ({ended})");
+    let t = Instant::now();
+    while admin
+        .query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", &[&db.name])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        > 0
+    {
+        assert!(t.elapsed() < Duration::from_secs(10), "the sessions did not end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.task("task_before").await.unwrap().map(|r| r.task_id).as_deref(), Some("task_before"));
+    store.write(Write::Task(record("task_after", TaskState::Working, None)));
+    store.flush().await.unwrap();
+    assert!(store.task("task_after").await.unwrap().is_some());
+    drop(admin);
+    b.finish().await;
+}
 
 fn record(id: &str, status: TaskState, finished: Option<u64>) -> TaskRecord {
     TaskRecord {

@@ -6,8 +6,9 @@
 /// A database of its own for one test, on the server `WARDEN_TEST_POSTGRES_URL` names.
 pub struct TestDatabase {
     /// The server URL as given (connects to its maintenance database).
-    admin: String,
-    name: String,
+    pub admin: String,
+    /// This test's database.
+    pub name: String,
     /// The URL of this test's database.
     pub url: String,
 }
@@ -33,7 +34,7 @@ impl TestDatabase {
     }
 }
 
-async fn admin_client(url: &str) -> tokio_postgres::Client {
+pub async fn admin_client(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to WARDEN_TEST_POSTGRES_URL: {e:?}"));
