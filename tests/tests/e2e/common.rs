@@ -275,3 +275,48 @@ pub fn json_of(port: u16, method: &str, path: &str, body: Option<&serde_json::Va
     let (status, text) = http(port, method, path, body);
     (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
 }
+
+/// A PostgreSQL database of its own for one test, on the server `WARDEN_TEST_POSTGRES_URL`
+/// names (`cargo xtask test` starts one in a private data directory); dropped with it.
+/// Without the variable the test fails, saying how to run it: never skipped.
+pub struct TestDatabase {
+    admin: String,
+    name: String,
+    /// `postgres://...` naming this test's database.
+    pub url: String,
+}
+
+impl TestDatabase {
+    pub fn create() -> TestDatabase {
+        let admin = std::env::var("WARDEN_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+            panic!(
+                "WARDEN_TEST_POSTGRES_URL is not set: this test needs a PostgreSQL server. Run it with \
+                 `cargo xtask test` (it starts Debian's PostgreSQL in a private data directory and sets the variable)"
+            )
+        });
+        let name = format!("warden_e2e_{}", uuid::Uuid::new_v4().simple());
+        on_postgres(&admin, &format!("CREATE DATABASE {name}"));
+        let (scheme, rest) = admin.split_once("://").expect("WARDEN_TEST_POSTGRES_URL is a postgres:// URL");
+        let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+        let url = format!("{scheme}://{authority}/{name}");
+        TestDatabase { admin, name, url }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        on_postgres(&self.admin, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+    }
+}
+
+/// Runs `sql` on the server at `url`.
+fn on_postgres(url: &str, sql: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to WARDEN_TEST_POSTGRES_URL: {e:?}"));
+        tokio::spawn(conn);
+        client.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    });
+}

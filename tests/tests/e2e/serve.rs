@@ -1,5 +1,6 @@
 //! `warden serve`: the real binary serving the HTTP API over a real task store. The
-//! host is killed with SIGKILL mid-task and restarted on the same store.
+//! host is killed with SIGKILL mid-task and restarted on the same store, once on the
+//! embedded file and once on PostgreSQL (`store.url`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -12,10 +13,57 @@ const CONFIG: &str = "  limit_overrides:\n    hostile: { timeout: 10m }\n  grant
 
 #[test]
 fn kill_9_mid_task_then_restart_keeps_results_and_fails_the_interrupted_task() {
-    let d = Deployment::new(CONFIG);
+    kill_9_then_restart(&Deployment::new(CONFIG));
+}
+
+#[test]
+fn kill_9_then_restart_on_a_postgres_store() {
+    let db = crate::common::TestDatabase::create();
+    let config = CONFIG.replace("store:\n  path: ./state/tasks.db\n", &format!("store:\n  url: {}\n", db.url));
+    let d = Deployment::new(&config);
+    kill_9_then_restart(&d);
+    assert!(!d.dir.path().join("state").exists(), "no file store was made");
+    let checked = d.warden(&["config", "check"]);
+    assert!(crate::common::stdout(&checked).contains(&format!("store: PostgreSQL {}", db.url)), "{checked:?}");
+}
+
+#[test]
+fn the_password_of_a_store_url_is_never_printed() {
+    let d = Deployment::new("store:\n  url: postgres://warden:s3cr3t-pw@127.0.0.1:1/nowhere\n");
+    let redacted = "postgres://warden:***@127.0.0.1:1/nowhere";
+    // `config check` names the store without connecting to it.
+    let checked = d.warden(&["config", "check"]);
+    assert!(checked.status.success(), "{checked:?}");
+    assert!(crate::common::stdout(&checked).contains(&format!("store: PostgreSQL {redacted}")), "{checked:?}");
+    // `warden serve` cannot reach it (nothing listens on port 1): it fails naming the key
+    // and the database, still without the password.
+    let served = Command::new(bin())
+        .current_dir(d.dir.path())
+        .arg("--config")
+        .arg(d.dir.path().join("warden.yaml"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env_remove("WARDEN_TOKENS")
+        .output()
+        .unwrap();
+    assert!(!served.status.success(), "{served:?}");
+    let err = String::from_utf8_lossy(&served.stderr);
+    assert!(err.contains("store.url") && err.contains(redacted), "{err}");
+    for out in [&checked.stdout, &checked.stderr, &served.stdout, &served.stderr] {
+        assert!(!String::from_utf8_lossy(out).contains("s3cr3t-pw"), "{}", String::from_utf8_lossy(out));
+    }
+    // A file and a database at once is refused, naming `store`.
+    let both = Deployment::new("store:\n  path: ./s.db\n  url: postgres://h/d\n");
+    let o = both.warden(&["config", "check"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warden.yaml: store: set either store.path"), "{o:?}");
+}
+
+/// A task finished before a SIGKILL is served after the restart; the one running then
+/// reads `failed` / "host restarted"; the restarted host serves new tasks.
+fn kill_9_then_restart(d: &Deployment) {
     d.add("echo", "echo");
     d.add("hostile", "hostile");
-    let mut server = Server::start(&d);
+    let mut server = Server::start(d);
     let port = server.port;
 
     let task = |prompt: &str, sub: &str, bg: bool| json!({ "description": "e2e", "prompt": prompt, "subagent_type": sub, "run_in_background": bg });
@@ -34,7 +82,7 @@ fn kill_9_mid_task_then_restart_keeps_results_and_fails_the_interrupted_task() {
     server.child.kill().unwrap(); // SIGKILL: no shutdown code runs
     server.child.wait().unwrap();
 
-    let server = Server::start(&d);
+    let server = Server::start(d);
     let port = server.port;
     let (status, r) = json_of(port, "GET", &format!("/v1/tasks/{done_id}"), None);
     assert_eq!(status, 200);
