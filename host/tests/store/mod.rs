@@ -126,6 +126,26 @@ async fn postgres_reads_and_writes_survive_the_server_dropping_their_connections
     b.finish().await;
 }
 
+/// PostgreSQL only: a database migrated by a newer warden (a schema version this one does
+/// not know) is refused at open, naming both versions, rather than written to.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_refuses_a_database_from_a_newer_warden() {
+    let b = Backend::postgres().await;
+    drop(b.open().await);
+    let Backend::Postgres(db) = &b else { unreachable!() };
+    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute("INSERT INTO warden_migrations (version, name) VALUES (999, 'from the future')")
+        .await
+        .unwrap();
+    let e = Store::connect(&db.url).await.unwrap_err().to_string();
+    assert!(e.contains("schema version 999, newer than this warden knows (1)"), "{e}");
+    assert!(e.starts_with(&format!("task store {}", db.url)), "the error names the database: {e}");
+    drop(client);
+    b.finish().await;
+}
+
 fn record(id: &str, status: TaskState, finished: Option<u64>) -> TaskRecord {
     TaskRecord {
         task_id: id.into(),
