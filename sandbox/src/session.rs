@@ -361,8 +361,10 @@ impl Sandbox {
     /// those this sandbox has not reached yet (adopting this scope's leftovers there, as
     /// the first use would).
     pub async fn ping_hosts(&self) -> Vec<HostStatus> {
+        // Over the observer connection: a probe (an unauthenticated `/readyz`) never starts
+        // a host's adoption, which a probe's timeout could cut short (regression: review).
         let pings = self.inner.hosts.iter().enumerate().map(|(at, host)| async move {
-            let answer = match self.host_docker(at).await {
+            let answer = match self.observer_docker(at).await {
                 Err(e) => Err(e.to_string()),
                 Ok(docker) => docker
                     .ping()

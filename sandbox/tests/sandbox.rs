@@ -2076,20 +2076,24 @@ mod hosts {
         let theirs = key("theirs");
         bash_ok(&other, &theirs, "echo keep > k.txt").await;
         let their_id = container_of(&other, &theirs).await;
-        // Ours: a short idle TTL; both hosts reap their own session.
+        // Ours: a short idle TTL; both hosts reap their own session. (Regression: with 1 s
+        // the first session was reaped under CI load before the second was even listed.)
         let sb = c.sandbox_with(|cfg| {
             cfg.warm_pool = 0;
-            cfg.idle_ttl = Duration::from_secs(1);
+            cfg.idle_ttl = Duration::from_secs(5);
             cfg.hosts = vec![
                 DockerHost { endpoint: DEFAULT_DOCKER_ENDPOINT.into(), tls: None },
                 DockerHost { endpoint: proxy.endpoint(), tls: Some(certs.tls("client")) },
             ];
         });
         let (a, b) = (key("reaped-a"), key("reaped-b"));
+        // Each session's container and host are read right after its command, well within
+        // its idle TTL.
         bash_ok(&sb, &a, "true").await;
+        let (ida, host_a) = (container_of(&sb, &a).await, host_of(&sb, &a).await);
         bash_ok(&sb, &b, "true").await;
-        let (ida, idb) = (container_of(&sb, &a).await, container_of(&sb, &b).await);
-        assert_ne!(host_of(&sb, &a).await, host_of(&sb, &b).await, "one on each host");
+        let (idb, host_b) = (container_of(&sb, &b).await, host_of(&sb, &b).await);
+        assert_ne!(host_a, host_b, "one on each host");
         let deadline = Instant::now() + Duration::from_secs(30);
         while container_exists(&ida) || container_exists(&idb) {
             assert!(Instant::now() < deadline, "idle sessions were not reaped on both hosts");

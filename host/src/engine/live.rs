@@ -41,7 +41,7 @@ pub struct LiveTask {
     pub(super) tool_budget: Option<Arc<crate::tools::ToolBudget>>,
     pub(super) store: Store,
     /// The engine's feed of task record changes (live task lists).
-    pub(super) changes: tokio::sync::broadcast::Sender<TaskRecord>,
+    pub(super) changes: tokio::sync::broadcast::Sender<Arc<TaskRecord>>,
     /// Set by the first [`Engine::finish`] of this task: a task ends once.
     pub(super) finishing: std::sync::atomic::AtomicBool,
     /// Aborts the task's driver (cancel uses it when the driver does not wind down).
@@ -72,7 +72,7 @@ impl LiveTask {
     /// of the engine's task list; no follower is fine.
     pub(super) fn save_record(&self, rec: TaskRecord) {
         self.store.write(Write::Task(rec.clone()));
-        let _ = self.changes.send(rec);
+        let _ = self.changes.send(Arc::new(rec));
     }
 
     pub(super) fn bump(&self) {

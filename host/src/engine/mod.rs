@@ -167,7 +167,7 @@ pub struct Engine {
     slots: Arc<Semaphore>,
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
     /// Every task record as it changes (submitted, status, plugin build, finished).
-    task_changes: broadcast::Sender<TaskRecord>,
+    task_changes: broadcast::Sender<Arc<TaskRecord>>,
     /// Set by [`Engine::drain`]: new submissions are refused.
     draining: std::sync::atomic::AtomicBool,
     /// Notified whenever a task leaves `live` (drain waits on it).
@@ -176,9 +176,11 @@ pub struct Engine {
 }
 
 /// How many task record changes a slow follower of [`Engine::task_changes`] may fall
-/// behind before it is told to read the list again (`Lagged`): a burst of 1,000 queued
-/// submissions fits, and a record is a few hundred bytes.
-pub const TASK_CHANGES_BUFFER: usize = 4096;
+/// behind before it is told to read the list again (`Lagged`, one cheap list read). The
+/// channel keeps its last this-many records alive for a follower that stopped reading,
+/// and a finished record carries its output (up to the plugin's `max_output`): 256 bounds
+/// that while a burst of submissions costs a stalled console one resync.
+pub const TASK_CHANGES_BUFFER: usize = 256;
 
 impl Engine {
     /// Opens the engine over `store`: tasks the previous host left running are marked
@@ -243,7 +245,7 @@ impl Engine {
     /// Every task record change from now on (submitted, status, plugin build, finished),
     /// for live task lists. A receiver that falls [`TASK_CHANGES_BUFFER`] behind gets
     /// `Lagged` and should read the list again.
-    pub fn task_changes(&self) -> broadcast::Receiver<TaskRecord> {
+    pub fn task_changes(&self) -> broadcast::Receiver<Arc<TaskRecord>> {
         self.task_changes.subscribe()
     }
 
@@ -648,7 +650,7 @@ impl Engine {
         if let Err(e) = self.store.flush().await {
             tracing::error!(task_id = %rec.task_id, error = %e, "task result not persisted");
         }
-        let _ = self.task_changes.send(rec.clone());
+        let _ = self.task_changes.send(Arc::new(rec.clone()));
         let counter = match f.status {
             TaskState::Completed => &self.metrics.completed,
             TaskState::Canceled => &self.metrics.canceled,

@@ -50,6 +50,9 @@ pub struct ServerState {
     /// Cancelled when the server shuts down: ends open MCP and SSE streams, which would
     /// otherwise hold graceful shutdown open.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The last `/readyz` checks (store, docker) and when they ran: probes within
+    /// [`READY_CACHE_TTL`] share them, and concurrent probes wait for one run.
+    readiness: tokio::sync::Mutex<Option<(std::time::Instant, [&'static str; 2])>>,
 }
 
 pub type AppState = Arc<ServerState>;
@@ -73,6 +76,7 @@ impl ServerState {
             tokens,
             credentials,
             shutdown: tokio_util::sync::CancellationToken::new(),
+            readiness: tokio::sync::Mutex::new(None),
         }
     }
 }
@@ -157,16 +161,29 @@ async fn healthz(State(s): State<AppState>) -> Json<Value> {
 /// How long `/readyz` waits for each dependency (the store's commit, Docker's ping)
 /// before calling it failing: well under a load balancer's usual 5 s probe timeout.
 pub const READY_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `/readyz` answers from its last checks: a probe flood (the path needs no
+/// token) costs one store commit and one Docker ping per second, not one per request.
+pub const READY_CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// `/readyz`: 200 `ready` when this server should get traffic — it is not draining, its
 /// task store commits, and its Docker Engine answers (when it has a sandbox) — else 503
 /// with `draining` or `not_ready`. The body says which check failed, never why (that
 /// goes to the log: this path is public).
 async fn readyz(State(s): State<AppState>) -> Response {
-    let store = ready_check("the task store", s.engine.store().flush()).await;
-    let docker = match s.engine.tools().sandbox() {
-        Err(_) => "not_configured",
-        Ok(sandbox) => ready_check("Docker", sandbox.ping()).await,
+    let [store, docker] = {
+        let mut cached = s.readiness.lock().await;
+        match *cached {
+            Some((at, checks)) if at.elapsed() < READY_CACHE_TTL => checks,
+            _ => {
+                let store = ready_check("the task store", s.engine.store().flush()).await;
+                let docker = match s.engine.tools().sandbox() {
+                    Err(_) => "not_configured",
+                    Ok(sandbox) => ready_check("Docker", sandbox.ping()).await,
+                };
+                *cached = Some((std::time::Instant::now(), [store, docker]));
+                [store, docker]
+            }
+        }
     };
     let status = if s.engine.is_draining() {
         "draining"

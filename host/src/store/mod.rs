@@ -358,41 +358,49 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Sen
     tokio::task::spawn_blocking(f).await.map_err(|e| format!("the read was interrupted: {e}"))?
 }
 
-/// `url` with the password replaced by `***`, both in the user info
-/// (`postgres://user:pw@host/db`) and as a `password=` query parameter, for errors and
-/// logs. Text that is not a URL is returned whole only if it cannot hold a password
-/// (no `@`, no `password=`); otherwise it is named by its scheme alone.
+/// How errors and logs name a PostgreSQL store: the URL as the driver reads it — user,
+/// hosts, ports, database — with `***` for a password, whatever the URL's spelling (a
+/// `/`, `?` or `@` in the password, a percent-encoded `password` parameter). Built from
+/// the parsed configuration, never from the text, so what the driver takes as the
+/// password is what is left out. A file path is returned as is; text the driver cannot
+/// parse is never printed.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return if url.contains('@') || url.to_ascii_lowercase().contains("password") {
-            "(a connection string)".into()
-        } else {
-            url.to_owned()
-        };
+    if !url.contains("://") && !url.contains('=') && !url.contains('@') {
+        return url.to_owned();
+    }
+    const UNREADABLE: &str = "(a PostgreSQL connection string warden cannot read)";
+    let Ok(c) = url.parse::<tokio_postgres::Config>() else {
+        return UNREADABLE.into();
     };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("{userinfo}@{host}"),
-        },
-        None => authority.to_owned(),
+    // A raw `@` in a password makes the driver read the rest as the host name: a host
+    // name with characters no host name has is not printed either.
+    let plain_host = |h: &str| h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-_:[]%".contains(&b));
+    if c.get_hosts().iter().any(|h| matches!(h, tokio_postgres::config::Host::Tcp(n) if !plain_host(n))) {
+        return UNREADABLE.into();
+    }
+    let user = match (c.get_user(), c.get_password().is_some()) {
+        (Some(u), true) => format!("{u}:***@"),
+        (Some(u), false) => format!("{u}@"),
+        (None, true) => ":***@".into(),
+        (None, false) => String::new(),
     };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}://{authority}{tail}")
+    let ports = c.get_ports();
+    let hosts: Vec<String> = c
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                tokio_postgres::config::Host::Unix(dir) => dir.display().to_string(),
+            };
+            match ports.get(i).or(ports.first()) {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            }
+        })
+        .collect();
+    format!("postgres://{user}{}/{}", hosts.join(","), c.get_dbname().unwrap_or(""))
 }
 
 #[cfg(test)]
@@ -402,14 +410,35 @@ mod tests {
     #[test]
     fn a_url_is_named_without_its_password() {
         assert_eq!(redact_url("postgres://warden:s3cr3t@db:5432/warden"), "postgres://warden:***@db:5432/warden");
-        assert_eq!(redact_url("postgresql://u:p%40ss@h/d?sslmode=disable"), "postgresql://u:***@h/d?sslmode=disable");
-        assert_eq!(redact_url("postgres://u:a@b@h/d"), "postgres://u:***@h/d", "the last @ ends the user info");
+        assert_eq!(redact_url("postgresql://u:p%40ss@h/d?sslmode=disable"), "postgres://u:***@h:5432/d");
+        // Regression (review): the user info ended at the first `/`, printing the rest.
+        assert_eq!(redact_url("postgres://warden:Ab/c+d=@db/warden"), "postgres://warden:***@db:5432/warden");
         assert_eq!(
-            redact_url("postgres://h/d?user=u&password=s3cr3t&application_name=w"),
-            "postgres://h/d?user=u&password=***&application_name=w"
+            redact_url("postgres://h/d?user=u&pass%77ord=s3cr3t&application_name=w"),
+            "postgres://u:***@h:5432/d"
         );
         assert_eq!(redact_url("postgres://u@h:1/d"), "postgres://u@h:1/d");
-        assert_eq!(redact_url("host=h password=s3cr3t"), "(a connection string)");
+        assert_eq!(redact_url("host=h password=s3cr3t"), "postgres://:***@h/");
+        assert_eq!(
+            redact_url("postgres://u:s3cr3t@h/d?bogus_option=1"),
+            "(a PostgreSQL connection string warden cannot read)"
+        );
         assert_eq!(redact_url("./state.db"), "./state.db");
+    }
+
+    proptest::proptest! {
+        /// Whatever the password's characters, the named store never contains it.
+        #[test]
+        fn no_password_survives(pw in "[A-Za-z0-9/?#@:&=+%.!$*-]{6,24}") {
+            let encoded: String = pw.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
+            for url in [
+                format!("postgres://warden:{pw}@db/warden"),
+                format!("postgres://warden:{encoded}@db/warden"),
+                format!("postgres://db/warden?user=warden&password={encoded}"),
+            ] {
+                let shown = redact_url(&url);
+                proptest::prop_assert!(!shown.contains(&pw), "{url} -> {shown}");
+            }
+        }
     }
 }

@@ -5,6 +5,12 @@ use super::{Error, HostState, floor_char_boundary, over_budget};
 use crate::capability::Capability;
 use crate::services::MAX_LOG_LINE;
 
+/// Most warnings one `resolve` call reports as problems of its reference (`warden agents`,
+/// `GET /v1/subagents`): a file's typos fit; the rest of a flood stays in the log only.
+pub const MAX_RESOLVE_WARNINGS: usize = 20;
+/// Longest warning kept as a problem, in bytes (after escaping); longer ones are cut.
+pub const MAX_RESOLVE_WARNING_CHARS: usize = 512;
+
 impl log::Host for HostState {
     async fn write(&mut self, level: log::Level, message: String) -> Result<(), Error> {
         self.check(Capability::Log)?;
@@ -28,7 +34,15 @@ impl log::Host for HostState {
         if matches!(level, log::Level::Warn | log::Level::Error)
             && let Some(sink) = &self.scope.warnings
         {
-            sink.lock().unwrap().push(message.to_string());
+            let mut warnings = sink.lock().unwrap();
+            if warnings.len() < MAX_RESOLVE_WARNINGS {
+                let mut w = message.to_string();
+                if w.len() > MAX_RESOLVE_WARNING_CHARS {
+                    w.truncate(floor_char_boundary(&w, MAX_RESOLVE_WARNING_CHARS));
+                    w.push_str(" [truncated]");
+                }
+                warnings.push(w);
+            }
         }
         let (plugin, task, session) = (&*self.scope.plugin, self.task_id(), self.session_id());
         match level {
