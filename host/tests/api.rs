@@ -15,6 +15,8 @@ use warden::store::Store;
 
 #[path = "support/postgres.rs"]
 mod postgres;
+#[path = "support/records.rs"]
+mod records;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
@@ -1327,29 +1329,13 @@ mod scopes {
 
 mod persistence {
     use super::*;
-    use warden::store::{FinishReason, TaskRecord, TaskState, Write};
+    use warden::store::{TaskState, Write};
 
     #[tokio::test(flavor = "multi_thread")]
     async fn restart_fails_interrupted_tasks_and_keeps_finished_ones() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let rec = |id: &str, status: TaskState, finished: Option<u64>| TaskRecord {
-            task_id: id.into(),
-            status,
-            subagent_type: "greeter".into(),
-            description: "d".into(),
-            session_id: "s".into(),
-            user_id: "u".into(),
-            principal: None,
-            plugin: None,
-            background: true,
-            output: (status == TaskState::Completed).then(|| "kept".into()),
-            error: None,
-            finish_reason: finished.map(|_| FinishReason::Stop),
-            created_at_ms: 1,
-            updated_at_ms: 1,
-            finished_at_ms: finished,
-        };
+        let rec = crate::records::record;
         {
             let store = Store::open(&path).unwrap();
             store.write(Write::Task(rec("task_done", TaskState::Completed, Some(warden::store::now_ms()))));

@@ -17,6 +17,8 @@ use warden::store::TaskState;
 
 #[path = "support/postgres.rs"]
 mod postgres;
+#[path = "support/records.rs"]
+mod records;
 /// The task store, once per backend (redb, PostgreSQL).
 mod store;
 

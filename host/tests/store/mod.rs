@@ -7,10 +7,11 @@
 //! creates a database of its own there and drops it at the end. Without the variable they
 //! fail, saying so: a backend that is not tested is not claimed to work.
 
+use crate::records::record;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use warden::store::{FinishReason, Store, TaskRecord, TaskState, Write};
+use warden::store::{FinishReason, Store, TaskState, Write};
 
 use crate::postgres::{TestDatabase, admin_client};
 
@@ -144,26 +145,6 @@ async fn postgres_refuses_a_database_from_a_newer_warden() {
     assert!(e.starts_with(&format!("task store {}", db.url)), "the error names the database: {e}");
     drop(client);
     b.finish().await;
-}
-
-fn record(id: &str, status: TaskState, finished: Option<u64>) -> TaskRecord {
-    TaskRecord {
-        task_id: id.into(),
-        status,
-        subagent_type: "greeter".into(),
-        description: "d".into(),
-        session_id: "s".into(),
-        user_id: "u".into(),
-        principal: Some("alice".into()),
-        plugin: None,
-        background: true,
-        output: (status == TaskState::Completed).then(|| "kept".into()),
-        error: None,
-        finish_reason: finished.map(|_| FinishReason::Stop),
-        created_at_ms: 1,
-        updated_at_ms: 1,
-        finished_at_ms: finished,
-    }
 }
 
 async fn a_task_is_read_back_as_written(b: &Backend) {

@@ -345,11 +345,7 @@ async fn an_mcp_tool_waits_at_the_gate_and_runs_after_approval() {
     let (out, events) = h.run_with_events("mcp-user", "add numbers", &session()).await;
     decider.await.unwrap();
     assert_eq!(completed(&out), "sum is 42");
-    let results: Vec<_> = events
-        .iter()
-        .filter(|e| e["type"] == "tool_result")
-        .map(|e| (e["name"].clone(), e["is_error"].clone()))
-        .collect();
+    let results = tool_results(&events);
     assert_eq!(
         results,
         [
@@ -713,11 +709,7 @@ async fn plan_mode_refuses_a_write_tool_and_allows_reading() {
     let s = session();
     let (out, events) = h.run_with_events("planner", "make a plan", &s).await;
     assert_eq!(completed(&out), "planned");
-    let results: Vec<_> = events
-        .iter()
-        .filter(|e| e["type"] == "tool_result")
-        .map(|e| (e["name"].clone(), e["is_error"].clone()))
-        .collect();
+    let results = tool_results(&events);
     assert_eq!(
         results,
         [(serde_json::json!("Write"), serde_json::json!(true)), (serde_json::json!("Glob"), serde_json::json!(false))]
@@ -817,4 +809,9 @@ async fn an_agent_file_s_model_may_be_inherit_or_a_full_id() {
         let h = claude_host(&agent, scripts, "").await;
         assert_eq!(completed(&h.run("picker", "q", &session(), None, None).await), expected, "model: {model}");
     }
+}
+
+/// (name, is_error) of every `tool_result` event, in order.
+fn tool_results(events: &[serde_json::Value]) -> Vec<(serde_json::Value, serde_json::Value)> {
+    events.iter().filter(|e| e["type"] == "tool_result").map(|e| (e["name"].clone(), e["is_error"].clone())).collect()
 }
