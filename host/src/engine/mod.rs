@@ -473,7 +473,16 @@ impl Engine {
             finishing: std::sync::atomic::AtomicBool::new(false),
             driver: Mutex::new(None),
         });
-        self.live.lock().unwrap().insert(task_id.clone(), live.clone());
+        {
+            // Checked again under the lock `drain` counts under: a submission racing the
+            // start of a drain is either counted by it or refused, never left unwaited.
+            let mut running = self.live.lock().unwrap();
+            if self.is_draining() {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(SubmitError::Draining);
+            }
+            running.insert(task_id.clone(), live.clone());
+        }
         live.save_record(record);
         live.push(json!({ "type": "status", "status": TaskState::Submitted, "task_id": task_id }));
         self.metrics.submitted.fetch_add(1, Ordering::Relaxed);

@@ -48,6 +48,49 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// sets one.
 const APPLICATION_NAME: &str = "warden";
 
+/// Server-side cap on one statement (`statement_timeout`, unless the URL's `options` set
+/// their own): a commit stuck behind a lock fails instead of holding every task's finish.
+/// The store's statements are small upserts and indexed reads, done in milliseconds.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Client-side cap on one read or commit, past [`STATEMENT_TIMEOUT`]: covers a server or
+/// network that stopped answering at all (the connection is dropped and reopened).
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// How long sent data may stay unacknowledged before the kernel drops the connection
+/// (`tcp_user_timeout`, unless the URL sets it): a partitioned database is noticed in
+/// seconds, not after TCP's ~15 minutes of retransmissions.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Idle time before TCP keepalive probes start, unless the URL sets `keepalives_idle`
+/// (the driver's default is 2 hours): an idle connection to a vanished server is found.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+
+/// tokio-postgres' own default `keepalives_idle`, to tell whether the URL set one.
+const DRIVER_KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
+
+/// The URL's configuration with warden's defaults where it says nothing: a connect
+/// timeout, the application name, a statement timeout, a TCP user timeout and keepalives
+/// (see the constants for why).
+fn with_defaults(mut config: tokio_postgres::Config) -> tokio_postgres::Config {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(APPLICATION_NAME);
+    }
+    if config.get_options().is_none() {
+        config.options(format!("-c statement_timeout={}", STATEMENT_TIMEOUT.as_millis()));
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    if config.get_keepalives_idle() == DRIVER_KEEPALIVE_IDLE {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    config
+}
+
 /// The connected backend: the parsed configuration (to reconnect) and the read connection.
 pub(super) struct PgBackend {
     config: Arc<tokio_postgres::Config>,
@@ -58,15 +101,9 @@ pub(super) struct PgBackend {
 impl PgBackend {
     /// Connects, applies the migrations the database lacks and starts the writer.
     pub(super) async fn open(url: &str, rx: mpsc::UnboundedReceiver<Msg>, location: String) -> Result<Self, String> {
-        let mut config: tokio_postgres::Config =
+        let config: tokio_postgres::Config =
             url.parse().map_err(|e| format!("not a PostgreSQL URL: {}", message(&e)))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name(APPLICATION_NAME);
-        }
-        let config = Arc::new(config);
+        let config = Arc::new(with_defaults(config));
         let location: Arc<str> = location.into();
         let mut writer_client = connect(&config, &location).await?;
         migrate(&mut writer_client).await.map_err(|e| format!("cannot apply the migrations: {e}"))?;
@@ -94,10 +131,16 @@ impl PgBackend {
         Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     {
         let c = self.reader().await?;
-        match query(c.clone()).await {
+        let Ok(first) = tokio::time::timeout(OPERATION_TIMEOUT, query(c.clone())).await else {
+            // No answer at all: drop the connection, so the next read opens a new one.
+            self.reader.lock().unwrap().take();
+            return Err(format!("PostgreSQL did not answer a read within {OPERATION_TIMEOUT:?}"));
+        };
+        match first {
             Err(e) if c.is_closed() => {
                 tracing::warn!(store = %self.location, error = %message(&e), "PostgreSQL connection lost during a read; retrying");
-                query(self.reader().await?).await.map_err(pg)
+                let retry = tokio::time::timeout(OPERATION_TIMEOUT, query(self.reader().await?)).await;
+                retry.map_err(|_| format!("PostgreSQL did not answer a read within {OPERATION_TIMEOUT:?}"))?.map_err(pg)
             }
             other => other.map_err(pg),
         }
@@ -274,7 +317,13 @@ async fn commit_retrying(
             *client = Some(connect(config, location).await?);
         }
         let c = client.as_mut().expect("connected above");
-        match commit(c, latest).await {
+        let Ok(committed) = tokio::time::timeout(OPERATION_TIMEOUT, commit(c, latest)).await else {
+            // No answer at all: the transaction's fate is the server's (it rolls back when
+            // the dropped connection is noticed); the flushes waiting on it hear an error.
+            *client = None;
+            return Err(format!("PostgreSQL did not answer a commit within {OPERATION_TIMEOUT:?}"));
+        };
+        match committed {
             Ok(()) => return Ok(()),
             Err(e) if c.is_closed() && attempt == 0 => {
                 tracing::warn!(store = %location, error = %message(&e), "PostgreSQL connection lost during a commit; retrying");
@@ -426,4 +475,28 @@ fn message(e: &tokio_postgres::Error) -> String {
 
 fn pg(e: tokio_postgres::Error) -> String {
     message(&e)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_url_gets_timeouts_unless_it_sets_its_own() {
+        let c = with_defaults("postgres://u@h/d".parse().unwrap());
+        assert_eq!(c.get_options(), Some("-c statement_timeout=30000"));
+        assert_eq!(c.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
+        assert_eq!(c.get_keepalives_idle(), KEEPALIVE_IDLE);
+        assert_eq!(c.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
+        assert_eq!(c.get_application_name(), Some(APPLICATION_NAME));
+        let own =
+            "postgres://u@h/d?options=-c%20work_mem%3D4MB&tcp_user_timeout=5&keepalives_idle=9&application_name=x";
+        let c = with_defaults(own.parse().unwrap());
+        assert_eq!(c.get_options(), Some("-c work_mem=4MB"));
+        assert_eq!(c.get_tcp_user_timeout(), Some(&Duration::from_secs(5)));
+        assert_eq!(c.get_keepalives_idle(), Duration::from_secs(9));
+        assert_eq!(c.get_application_name(), Some("x"));
+    }
 }

@@ -127,6 +127,36 @@ async fn postgres_reads_and_writes_survive_the_server_dropping_their_connections
     b.finish().await;
 }
 
+/// PostgreSQL only: a commit stuck behind another session's lock fails the flush once the
+/// statement timeout passes (here the URL's own, 300 ms; warden's default is 30 s) instead
+/// of holding every task's finish, and the store writes again once the lock is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_a_commit_stuck_behind_a_lock_fails_its_flush_then_the_store_recovers() {
+    let b = Backend::postgres().await;
+    drop(b.open().await);
+    let Backend::Postgres(db) = &b else { unreachable!() };
+    let sep = if db.url.contains('?') { '&' } else { '?' };
+    let store = Store::connect(&format!("{}{sep}options=-c%20statement_timeout%3D300", db.url)).await.unwrap();
+    let (mut locker, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let tx = locker.transaction().await.unwrap();
+    tx.batch_execute("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    store.write(Write::Task(record("task_stuck", TaskState::Working, None)));
+    let t = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(20), store.flush())
+        .await
+        .expect("the flush hung behind the lock")
+        .expect_err("a commit behind the lock cannot succeed");
+    assert!(e.to_string().contains("statement timeout"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(20));
+    tx.rollback().await.unwrap();
+    store.write(Write::Task(record("task_after", TaskState::Working, None)));
+    store.flush().await.unwrap();
+    assert!(store.task("task_after").await.unwrap().is_some());
+    drop(store);
+    b.finish().await;
+}
+
 /// PostgreSQL only: a database migrated by a newer warden (a schema version this one does
 /// not know) is refused at open, naming both versions, rather than written to.
 #[tokio::test(flavor = "multi_thread")]
