@@ -71,8 +71,11 @@ impl LiveTask {
     /// Queues `rec` (the task's record as it is now) for the store and tells followers
     /// of the engine's task list; no follower is fine.
     pub(super) fn save_record(&self, rec: TaskRecord) {
-        self.store.write(Write::Task(rec.clone()));
-        let _ = self.changes.send(Arc::new(rec));
+        let change = shared_if_followed(&self.changes, &rec);
+        self.store.write(Write::Task(rec));
+        if let Some(change) = change {
+            let _ = self.changes.send(change);
+        }
     }
 
     pub(super) fn bump(&self) {
@@ -238,4 +241,13 @@ impl LiveTask {
         };
         self.set_status(if now_waiting { TaskState::InputRequired } else { TaskState::Working });
     }
+}
+
+/// `rec` as a change to send on `changes`, or `None` when no one follows the task list
+/// (the common case: the record is then not copied on the task's path).
+pub(super) fn shared_if_followed(
+    changes: &tokio::sync::broadcast::Sender<Arc<TaskRecord>>,
+    rec: &TaskRecord,
+) -> Option<Arc<TaskRecord>> {
+    (changes.receiver_count() > 0).then(|| Arc::new(rec.clone()))
 }

@@ -659,7 +659,9 @@ impl Engine {
         if let Err(e) = self.store.flush().await {
             tracing::error!(task_id = %rec.task_id, error = %e, "task result not persisted");
         }
-        let _ = self.task_changes.send(Arc::new(rec.clone()));
+        if let Some(change) = live::shared_if_followed(&self.task_changes, &rec) {
+            let _ = self.task_changes.send(change);
+        }
         let counter = match f.status {
             TaskState::Completed => &self.metrics.completed,
             TaskState::Canceled => &self.metrics.canceled,
