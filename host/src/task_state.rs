@@ -58,6 +58,9 @@ pub enum FinishReason {
     InputRequired,
     /// The host stopped while the task ran (found on the next start).
     HostRestarted,
+    /// The replica running the task stopped renewing its lease (it died or lost the
+    /// database); another replica ended the task.
+    ReplicaLost,
 }
 
 impl FinishReason {
@@ -70,6 +73,7 @@ impl FinishReason {
             FinishReason::Error => "error",
             FinishReason::InputRequired => "input_required",
             FinishReason::HostRestarted => "host_restarted",
+            FinishReason::ReplicaLost => "replica_lost",
         }
     }
 }
@@ -93,7 +97,16 @@ mod tests {
             assert_eq!(serde_json::from_value::<TaskState>(s.as_str().into()).unwrap(), s);
         }
         use FinishReason as R;
-        for r in [R::Stop, R::ToolLimit, R::Canceled, R::Deadline, R::Error, R::InputRequired, R::HostRestarted] {
+        for r in [
+            R::Stop,
+            R::ToolLimit,
+            R::Canceled,
+            R::Deadline,
+            R::Error,
+            R::InputRequired,
+            R::HostRestarted,
+            R::ReplicaLost,
+        ] {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
             assert_eq!(serde_json::from_value::<FinishReason>(r.as_str().into()).unwrap(), r);
         }

@@ -1412,6 +1412,168 @@ mod persistence {
     }
 }
 
+/// Several servers on one PostgreSQL store, as replicas (`server.replica_id`): the shared
+/// queue, leases, and control across replicas.
+mod replicas {
+    use super::*;
+
+    /// Two replicas, `ra` and `rb`, one slot each, on `db`; `extra` adds `server:` keys.
+    async fn pair(db: &super::postgres::TestDatabase, extra: &str) -> (Api, Api) {
+        let plugins = [(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")];
+        let yaml = |id: &str| {
+            format!(
+                "{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  replica_id: {id}\n  max_concurrent_tasks: 1\n  task_lease: 2s\n{extra}"
+            )
+        };
+        let a = api_on(&plugins, &yaml("ra"), vec![], &[], Some(Store::connect(&db.url).await.unwrap())).await;
+        let b = api_on(&plugins, &yaml("rb"), vec![], &[], Some(Store::connect(&db.url).await.unwrap())).await;
+        (a, b)
+    }
+
+    /// A background task that sleeps 40 s, under the plugin's 60 s limit (no CPU: a spinning task on two cores
+    /// would starve the lease renewals of a 2 s lease), once it holds a slot.
+    async fn sleeper(api: &Api) -> String {
+        let id = api.task("hostile", SLEEP_40_S, true).await.body["task_id"].as_str().unwrap().to_owned();
+        let t = Instant::now();
+        while api.get(&format!("/v1/tasks/{id}?block=false")).await.body["status"] != "working" {
+            assert!(t.elapsed() < Duration::from_secs(10), "the sleeper never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        id
+    }
+
+    const SLEEP_40_S: &str = r#"script:[{"op":"sleep","ms":40000}]"#;
+
+    /// The task's record once it is finished (read through `api`), within 30 s.
+    async fn finished(api: &Api, id: &str) -> Value {
+        let t = Instant::now();
+        loop {
+            let r = api.get(&format!("/v1/tasks/{id}?timeout_ms=2000")).await;
+            if r.body["finished_at_ms"].is_u64() {
+                return r.body;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "task {id} never finished: {}", r.text);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn tasks_queued_on_a_busy_replica_run_on_the_one_with_a_free_slot() {
+        let db = super::postgres::TestDatabase::create().await;
+        let (a, b) = pair(&db, "").await;
+        let script = r#"script:[{"op":"sleep","ms":400}]"#;
+        let mut ids = vec![];
+        for _ in 0..6 {
+            let r = a.task("hostile", script, true).await;
+            assert_eq!(r.status, 202, "{}", r.text);
+            ids.push(r.body["task_id"].as_str().unwrap().to_owned());
+        }
+        let mut ran_on = std::collections::BTreeMap::<String, usize>::new();
+        for id in &ids {
+            let rec = finished(&b, id).await;
+            assert_eq!(rec["status"], "completed", "{rec}");
+            *ran_on.entry(rec["replica"].as_str().unwrap_or("none").to_owned()).or_default() += 1;
+        }
+        // One slot each: `ra` could not have run all six while `rb` idled.
+        assert_eq!(ran_on.keys().cloned().collect::<Vec<_>>(), vec!["ra", "rb"], "{ran_on:?}");
+        // Every task, wherever it ran, streams in full through `rb`: numbered from 1, one `finish`.
+        for id in &ids {
+            let events = b.stream(&format!("/v1/tasks/{id}/events"), None, None).await.rest().await;
+            let seqs: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
+            assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{events:?}");
+            assert_eq!(types(&events).iter().filter(|t| *t == "finish").count(), 1, "{events:?}");
+            assert_eq!(types(&events).first().map(String::as_str), Some("status"), "{events:?}");
+        }
+        drop((a, b));
+        db.drop_database().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_queue_limit_holds_across_replicas_and_cancel_works_from_any_replica() {
+        let db = super::postgres::TestDatabase::create().await;
+        let (a, b) = pair(&db, "  max_queued_tasks: 2\n").await;
+        let on_a = sleeper(&a).await;
+        let on_b = sleeper(&b).await;
+        // Both slots taken: two more wait in the shared queue, whichever replica took them.
+        let q1 = a.task("hostile", SLEEP_40_S, true).await;
+        let q2 = b.task("hostile", SLEEP_40_S, true).await;
+        assert_eq!((q1.status, q2.status), (202, 202), "{} {}", q1.text, q2.text);
+        let full = a.task("hostile", SLEEP_40_S, true).await;
+        let logs = || {
+            let logs = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+            logs.lines().filter(|l| l.contains("replica") || l.contains("task")).collect::<Vec<_>>().join("\n")
+        };
+        assert_eq!(
+            (full.status, full.body["error"]["code"].as_str()),
+            (503, Some("queue_full")),
+            "{}\n{}",
+            full.text,
+            logs()
+        );
+        // A queued task canceled through either replica ends without running.
+        let q1 = q1.body["task_id"].as_str().unwrap().to_owned();
+        let r = b.post(&format!("/v1/tasks/{q1}/cancel"), json!({})).await;
+        assert_eq!((r.status, r.body["status"].as_str()), (200, Some("canceled")), "{}", r.text);
+        // A running task canceled through the replica that does not run it.
+        let r = b.post(&format!("/v1/tasks/{on_a}/cancel"), json!({})).await;
+        assert_eq!((r.status, r.body["status"].as_str()), (200, Some("canceled")), "{}\n{}", r.text, logs());
+        assert!(a.engine.live(&on_a).is_none(), "the task stopped on the replica that ran it");
+        // Its slot freed: `ra` takes the other queued task.
+        let q2 = q2.body["task_id"].as_str().unwrap().to_owned();
+        let t = Instant::now();
+        while a.engine.live(&q2).is_none() {
+            assert!(t.elapsed() < Duration::from_secs(10), "the queued task was never claimed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for (api, id) in [(&a, &q2), (&b, &on_b)] {
+            let r = api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+        drop((a, b));
+        db.drop_database().await;
+    }
+
+    /// Regression guard for the lease: a task whose replica stopped renewing (simulated by
+    /// handing its lease to a replica that does not exist and letting it lapse) ends
+    /// `failed` "replica lost", once, and the replica still running it stops it.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_task_whose_lease_lapsed_ends_replica_lost_once_and_stops_where_it_ran() {
+        let db = super::postgres::TestDatabase::create().await;
+        let (a, b) = pair(&db, "").await;
+        let id = sleeper(&a).await;
+        let client = super::postgres::admin_client(&db.url).await;
+        client
+            .execute("UPDATE task_queue SET owner = 'ghost', lease_until_ms = 0 WHERE task_id = $1", &[&id])
+            .await
+            .unwrap();
+        let rec = finished(&b, &id).await;
+        assert_eq!(
+            (rec["status"].as_str(), rec["finish_reason"].as_str()),
+            (Some("failed"), Some("replica_lost")),
+            "{rec}"
+        );
+        assert!(rec["error"].as_str().unwrap().contains("replica lost: replica ghost"), "{rec}");
+        let t = Instant::now();
+        while a.engine.live(&id).is_some() {
+            if t.elapsed() > Duration::from_secs(10) {
+                let logs = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+                let about: Vec<&str> = logs.lines().filter(|l| l.contains(&id) || l.contains("lease")).collect();
+                panic!("the replica that lost the lease kept running the task:\n{}", about.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Its own end did not overwrite the verdict, nor add a second `finish`.
+        let stored = a.engine.store().task(&id).await.unwrap().unwrap();
+        assert_eq!(stored.finish_reason, Some(warden::store::FinishReason::ReplicaLost), "{stored:?}");
+        let events = a.engine.store().events_after(&id, 0).await.unwrap();
+        assert_eq!(events.iter().filter(|(_, e)| e["type"] == "finish").count(), 1, "{events:?}");
+        assert_eq!(events.last().unwrap().1["reason"], "replica_lost", "{events:?}");
+        let left: i64 = client.query_one("SELECT count(*) FROM task_queue", &[]).await.unwrap().get(0);
+        assert_eq!(left, 0, "the lost task left the queue");
+        drop((a, b, client));
+        db.drop_database().await;
+    }
+}
+
 mod load {
     use super::*;
 

@@ -1009,17 +1009,24 @@ mod imports {
         let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  grants:\n    echo: { events: true, state: true }\nsubagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"echo://other\", kind: ECHO }\n";
         let (_dir, engine) = engine_with("echo", yaml).await;
         let submit = |user: &str, subagent: &str, resume: Option<String>| {
-            engine.submit(Submission {
-                call: TaskCall {
-                    description: "d".into(),
-                    prompt: "p".into(),
-                    subagent_type: subagent.into(),
-                    resume,
-                    ..Default::default()
-                },
-                user_id: Some(user.into()),
-                ..Default::default()
-            })
+            let engine = &engine;
+            let (user, subagent) = (user.to_owned(), subagent.to_owned());
+            async move {
+                engine
+                    .submit(Submission {
+                        call: TaskCall {
+                            description: "d".into(),
+                            prompt: "p".into(),
+                            subagent_type: subagent.into(),
+                            resume,
+                            ..Default::default()
+                        },
+                        user_id: Some(user.into()),
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|s| s.live.expect("runs here"))
+            }
         };
         let alice = submit("alice", "greeter", None).await.unwrap();
         alice.wait_finished(Duration::from_secs(30)).await;
@@ -1042,15 +1049,21 @@ mod imports {
         let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  limits: { timeout: 60s }\n  grants:\n    hostile: { events: true, http: [\"http://127.0.0.1:*\"] }\nsubagents:\n  references:\n    - { uri: \"h://hostile\", kind: HOSTILE }\n";
         let (_dir, engine) = engine_with("hostile", yaml).await;
         let submit = |prompt: String| {
-            engine.submit(Submission {
-                call: TaskCall {
-                    description: "d".into(),
-                    prompt,
-                    subagent_type: "hostile".into(),
-                    ..Default::default()
-                },
-                ..Default::default()
-            })
+            let engine = &engine;
+            async move {
+                engine
+                    .submit(Submission {
+                        call: TaskCall {
+                            description: "d".into(),
+                            prompt,
+                            subagent_type: "hostile".into(),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|s| s.live.expect("runs here"))
+            }
         };
         let ops = json!([{ "op": "http", "url": format!("http://{addr}/"), "extra_headers": 100_000 }]);
         let task = submit(format!("script:{ops}")).await.unwrap();

@@ -126,6 +126,10 @@ pub enum Command {
         /// Listen address, overriding `server.addr` (e.g. 127.0.0.1:0 for any free port).
         #[arg(long)]
         addr: Option<String>,
+        /// This server's name among replicas on one PostgreSQL store, overriding
+        /// `server.replica_id` (default: the host name).
+        #[arg(long)]
+        replica_id: Option<String>,
     },
     /// Serve MCP on stdin/stdout for a parent agent that launches warden (Claude Code,
     /// Claude Desktop, Cursor, Zed...): one tool per subagent (`mcp.mode`).
@@ -381,7 +385,8 @@ pub(crate) async fn run_on_terminal(
         ..Submission::default()
     };
     let live = match engine.submit(submission).await {
-        Ok(live) => live,
+        // With an asker the task always runs in this process.
+        Ok(submitted) => submitted.live.expect("a task with an asker runs here"),
         Err(e) => return Ok(Err(e)),
     };
     let mut changed = live.watch();
@@ -511,7 +516,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             remote::approvals_decide(config, api, &id, "decline", "once").await
         }
         Command::Demo { plugins } => demo::run(plugins).await,
-        Command::Serve { addr } => serve::serve(config, addr).await,
+        Command::Serve { addr, replica_id } => serve::serve(config, addr, replica_id).await,
         Command::Mcp { command: Some(McpCommand::Import { file }), .. } => {
             match crate::config::mcp::read_mcp_json(&file) {
                 Ok(servers) => {

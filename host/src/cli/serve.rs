@@ -12,7 +12,17 @@ use crate::engine::{Engine, EngineOptions};
 use crate::server::{self, ServerState};
 use crate::store::Store;
 
-pub async fn serve(config: Config, addr: Option<String>) -> anyhow::Result<ExitCode> {
+pub async fn serve(mut config: Config, addr: Option<String>, replica_id: Option<String>) -> anyhow::Result<ExitCode> {
+    if let Some(id) = replica_id {
+        if !crate::config::valid_replica_id(&id) {
+            eprintln!(
+                "error: --replica-id {:?}: expected 1-64 characters of [A-Za-z0-9_.-]",
+                crate::text::escape_control(&id)
+            );
+            return Ok(ExitCode::from(super::EXIT_USAGE));
+        }
+        config.server.replica_id = Some(id);
+    }
     let text = addr.unwrap_or_else(|| config.server.addr.clone());
     let addr: SocketAddr = match text.parse() {
         Ok(a) => a,
@@ -58,7 +68,16 @@ async fn drain(engine: &Engine, timeout: std::time::Duration) {
     }
     let left = engine.drain(timeout).await;
     if left > 0 {
-        tracing::warn!(unfinished = left, "drain timed out; these tasks end failed (host restarted) at the next start");
+        match engine.replica_id() {
+            Some(_) => tracing::warn!(
+                unfinished = left,
+                "drain timed out; another replica ends these tasks failed (replica lost) once their leases lapse, or this one (host restarted) when it starts again"
+            ),
+            None => tracing::warn!(
+                unfinished = left,
+                "drain timed out; these tasks end failed (host restarted) at the next start"
+            ),
+        }
         eprintln!("warden: {left} task(s) still running after server.drain_timeout; stopping anyway");
     }
 }

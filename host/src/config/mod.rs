@@ -359,6 +359,46 @@ pub struct ServerConfig {
     /// at the next start.
     #[serde(with = "duration_text")]
     pub drain_timeout: Duration,
+    /// This server's name among the replicas on one PostgreSQL store (`store.url`);
+    /// `warden serve --replica-id` overrides it. Unique per running process, stable across
+    /// its restarts (a restarted replica ends what it was running at once, as "host
+    /// restarted"). Default: the machine's host name (a Kubernetes pod's name). 1-64
+    /// characters of `[A-Za-z0-9_.-]`. Unused on the embedded store.
+    pub replica_id: Option<String>,
+    /// With replicas: how long a replica holds a task without renewing its lease (it renews
+    /// every third of it). A replica that dies (kill -9, lost machine) has its running tasks
+    /// ended `failed` ("replica lost") by another replica within about this time; too short,
+    /// and a replica stalled that long (a database failover) loses its running tasks.
+    #[serde(with = "duration_text")]
+    pub task_lease: Duration,
+}
+
+/// Default [`ServerConfig::task_lease`]: a dead replica's tasks are known lost in half a
+/// minute, while a database failover of a few seconds costs no running task.
+pub const DEFAULT_TASK_LEASE: Duration = Duration::from_secs(30);
+/// Shortest [`ServerConfig::task_lease`]: renewals every third of it must fit a database
+/// round trip under load many times over.
+pub const MIN_TASK_LEASE: Duration = Duration::from_secs(1);
+
+/// Whether `id` can name a replica: 1-64 characters of `[A-Za-z0-9_.-]` (it is written
+/// into records, metrics labels and container labels).
+pub fn valid_replica_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// The default replica id: the machine's host name made a valid id, or `warden`.
+pub fn default_replica_id() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let id: String = name
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' })
+        .take(64)
+        .collect();
+    if id.is_empty() { "warden".into() } else { id }
 }
 
 /// What a principal may do (`server.principals[].role`).
@@ -411,6 +451,8 @@ impl Default for ServerConfig {
             max_body: DEFAULT_MAX_BODY,
             heartbeat: DEFAULT_HEARTBEAT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            replica_id: None,
+            task_lease: DEFAULT_TASK_LEASE,
         }
     }
 }
@@ -578,6 +620,20 @@ impl Config {
 
     fn validate(&self, file: &Path) -> Result<(), ConfigError> {
         let invalid = |key: String, message: String| ConfigError::Invalid { file: file.to_owned(), key, message };
+        if let Some(id) = &self.server.replica_id
+            && !valid_replica_id(id)
+        {
+            return Err(invalid(
+                "server.replica_id".into(),
+                format!("expected 1-64 characters of [A-Za-z0-9_.-], got {:?}", crate::text::escape_control(id)),
+            ));
+        }
+        if self.server.task_lease < MIN_TASK_LEASE {
+            return Err(invalid(
+                "server.task_lease".into(),
+                format!("expected at least {}", humantime::format_duration(MIN_TASK_LEASE)),
+            ));
+        }
         // Egress is judged at load, strictly: a policy that cannot be read never starts a
         // host (the rest of `sandbox:` fails its tool calls, so text-only work continues).
         if let Some(egress) = &self.sandbox.egress {

@@ -34,11 +34,14 @@ use crate::task_state::{FinishReason, TaskState};
 
 mod live;
 mod metrics;
+mod replica;
 mod tool_schema;
 
 use live::Inner;
 pub use live::LiveTask;
 pub use metrics::{DURATION_BUCKETS, Metrics};
+pub use replica::{CLAIM_POLL, CONTROL_POLL, REMOTE_POLL, ReplicaOptions};
+use replica::{QueuedSubmission, RemoteDecision, Replica};
 pub use tool_schema::tool_schema;
 
 /// Default TaskOutput wait when `block` is true.
@@ -65,6 +68,9 @@ pub struct EngineOptions {
     /// Most tool calls one task may make; `None` = unlimited. A request may lower it.
     pub max_tool_iterations: Option<u32>,
     pub retention: Duration,
+    /// Who this server is among replicas on a shared store (PostgreSQL); ignored on the
+    /// embedded one. `None` on a shared store: [`ReplicaOptions::default`].
+    pub replica: Option<ReplicaOptions>,
 }
 
 impl Default for EngineOptions {
@@ -75,6 +81,7 @@ impl Default for EngineOptions {
             task_timeout: DEFAULT_TASK_TIMEOUT,
             max_tool_iterations: None,
             retention: crate::store::DEFAULT_RETENTION,
+            replica: None,
         }
     }
 }
@@ -87,6 +94,10 @@ impl EngineOptions {
             task_timeout: c.server.task_timeout,
             max_tool_iterations: c.server.max_tool_iterations,
             retention: c.store.retention,
+            replica: Some(ReplicaOptions {
+                id: c.server.replica_id.clone().unwrap_or_else(crate::config::default_replica_id),
+                lease: c.server.task_lease,
+            }),
         }
     }
 }
@@ -141,11 +152,25 @@ pub enum SubmitError {
     UnknownResume(String),
     #[error("invalid tool_context: {0}")]
     Secrets(#[from] SecretError),
+    /// The shared queue could not take the task (the database failed).
+    #[error("the task could not be queued: {0}")]
+    Unavailable(String),
 }
 
 /// Session and user ids name sandbox containers and volumes: keep them plain.
 fn valid_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// An accepted task.
+#[derive(Clone)]
+pub struct Submitted {
+    /// Its first record (`submitted`).
+    pub record: TaskRecord,
+    /// Its in-memory side when it runs (or waits for a slot) here; `None` when it went
+    /// to the shared queue of the replicas. Always `Some` for a task with `tool_context`
+    /// or an asker, and on a server that is alone.
+    pub live: Option<Arc<LiveTask>>,
 }
 
 /// What a cancel request found.
@@ -172,6 +197,8 @@ pub struct Engine {
     draining: std::sync::atomic::AtomicBool,
     /// Notified whenever a task leaves `live` (drain waits on it).
     task_left: tokio::sync::Notify,
+    /// Set when the store is shared: this server is one replica of several.
+    replica: Option<Arc<Replica>>,
     pub metrics: Metrics,
 }
 
@@ -185,11 +212,15 @@ pub const TASK_CHANGES_BUFFER: usize = 256;
 impl Engine {
     /// Opens the engine over `store`: tasks the previous host left running are marked
     /// failed ("host restarted"), finished tasks past retention are purged, and gate
-    /// events are routed into task streams. Needs a Tokio runtime.
+    /// events are routed into task streams. On a shared store the engine joins the other
+    /// replicas ([`Engine::join_cluster`]). Needs a Tokio runtime.
     pub async fn start(host: &crate::app::Host, store: Store, options: EngineOptions) -> anyhow::Result<Arc<Engine>> {
-        let recovered = store.recover_interrupted().await?;
-        if !recovered.is_empty() {
-            tracing::warn!(count = recovered.len(), tasks = ?recovered, "tasks interrupted by a restart marked failed");
+        let replica = store.is_shared().then(|| Arc::new(Replica::new(options.replica.clone().unwrap_or_default())));
+        if replica.is_none() {
+            let recovered = store.recover_interrupted().await?;
+            if !recovered.is_empty() {
+                tracing::warn!(count = recovered.len(), tasks = ?recovered, "tasks interrupted by a restart marked failed");
+            }
         }
         match store.purge(options.retention).await {
             Ok(n) if n > 0 => tracing::info!(purged = n, "finished tasks past retention removed"),
@@ -206,6 +237,7 @@ impl Engine {
             task_changes: broadcast::channel(TASK_CHANGES_BUFFER).0,
             draining: std::sync::atomic::AtomicBool::new(false),
             task_left: tokio::sync::Notify::new(),
+            replica,
             metrics: Metrics::default(),
         });
         {
@@ -220,6 +252,9 @@ impl Engine {
                 }
             }));
         }
+        // A replica ends what it ran before a restart and what nobody holds, then claims
+        // (after the gate observer: a claimed task's first approval reaches its stream).
+        engine.join_cluster().await?;
         {
             let weak = Arc::downgrade(&engine);
             tokio::spawn(async move {
@@ -240,6 +275,11 @@ impl Engine {
 
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// This server's replica id when it is one of several on a shared store.
+    pub fn replica_id(&self) -> Option<&str> {
+        self.replica.as_deref().map(Replica::id)
     }
 
     /// Every task record change from now on (submitted, status, plugin build, finished),
@@ -317,6 +357,21 @@ impl Engine {
             GateEvent::Resolved { task_id, .. } => (task_id.clone(), GateChange::Resolved),
             GateEvent::Heartbeat { .. } => return,
         };
+        if let Some(replica) = &self.replica {
+            // Every replica lists and decides the requests waiting here.
+            match &ev {
+                GateEvent::Requested(p) => self.store.write(Write::ApprovalPublished {
+                    request_id: p.id.clone(),
+                    task_id: p.task_id.clone(),
+                    owner: replica.id().to_owned(),
+                    pending: serde_json::to_value(p).unwrap_or(Value::Null),
+                }),
+                GateEvent::Resolved { request_id, .. } => {
+                    self.store.write(Write::ApprovalWithdrawn { request_id: request_id.clone() })
+                }
+                GateEvent::Heartbeat { .. } => {}
+            }
+        }
         let Some(live) = task_id.and_then(|id| self.live_task(&id)) else { return };
         let Ok(mut value) = serde_json::to_value(&ev) else { return };
         if change == GateChange::Requested {
@@ -403,9 +458,14 @@ impl Engine {
             .map_err(|message| SubmitError::InvalidField { field: "egress", message })
     }
 
-    /// Validates and starts a task; it runs in the background whatever the caller
-    /// does next (a sync caller waits on [`LiveTask::wait_finished`]).
-    pub async fn submit(self: &Arc<Self>, sub: Submission) -> Result<Arc<LiveTask>, SubmitError> {
+    /// Validates and starts a task; it runs in the background whatever the caller does
+    /// next (a sync caller waits with [`Engine::wait_finished`]). Returns its first record.
+    ///
+    /// Where it runs: here, at once, when a slot is free; here, later, when it is bound
+    /// to this process (its `tool_context` secrets and its asker live only in this
+    /// process's memory) or when this server is alone; otherwise (a replica with no free
+    /// slot) in the shared queue, for whichever replica frees a slot first.
+    pub async fn submit(self: &Arc<Self>, sub: Submission) -> Result<Submitted, SubmitError> {
         let egress = match self.validate(&sub).await {
             Ok(egress) => egress,
             Err(e) => {
@@ -417,7 +477,15 @@ impl Engine {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(SubmitError::Draining);
         }
-        if self.metrics.queued.load(Ordering::Relaxed) as usize >= self.options.max_queued_tasks
+        let permit = match &self.replica {
+            Some(_) => self.slots.clone().try_acquire_owned().ok(),
+            None => None,
+        };
+        let bound_here = !sub.tool_context.is_empty() || sub.asker.is_some();
+        let to_shared_queue = self.replica.is_some() && permit.is_none() && !bound_here;
+        if !to_shared_queue
+            && permit.is_none()
+            && self.metrics.queued.load(Ordering::Relaxed) as usize >= self.options.max_queued_tasks
             && self.slots.available_permits() == 0
         {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
@@ -441,6 +509,7 @@ impl Engine {
             updated_at_ms: now,
             finished_at_ms: None,
             plugin: None,
+            replica: None,
         };
         // The session remembers the task's secrets before anything of the task is kept.
         let secrets: Vec<&str> = sub.tool_context.values().map(String::as_str).collect();
@@ -451,50 +520,146 @@ impl Engine {
         let redactor = crate::redact::registry().session(&record.user_id, &record.session_id);
         let mut record = record;
         record.description = redactor.scrub(&record.description).into_owned();
-        let max_tool_calls = match (sub.max_tool_iterations, self.options.max_tool_iterations) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let live = Arc::new(LiveTask {
-            inner: Mutex::new(Inner {
-                record: record.clone(),
-                events: vec![],
-                pending_approvals: 0,
-                sink: None,
-                closed: false,
-            }),
-            version: watch::channel(0).0,
-            canceled: watch::channel(false).0,
-            session: (record.user_id.clone(), record.session_id.clone()),
-            streams: Mutex::new(BTreeMap::new()),
-            tool_budget: max_tool_calls.map(|n| Arc::new(crate::tools::ToolBudget::new(n))),
-            store: self.store.clone(),
-            changes: self.task_changes.clone(),
-            finishing: std::sync::atomic::AtomicBool::new(false),
-            driver: Mutex::new(None),
-        });
+        if to_shared_queue {
+            return self.enqueue(record, sub).await;
+        }
+        if let Some(replica) = &self.replica {
+            record.replica = Some(replica.id().to_owned());
+            // Held before the record exists: no moment where it is unfinished and unheld.
+            self.store.write(Write::Claim {
+                task_id: task_id.clone(),
+                owner: replica.id().to_owned(),
+                lease_until_ms: replica.lease_until(),
+            });
+        }
+        let live = self.new_live(record.clone(), sub.max_tool_iterations, vec![]);
         {
             // Checked again under the lock `drain` counts under: a submission racing the
             // start of a drain is either counted by it or refused, never left unwaited.
             let mut running = self.live.lock().unwrap();
             if self.is_draining() {
                 self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                if self.replica.is_some() {
+                    self.store.write(Write::Release { task_id: task_id.clone() });
+                }
                 return Err(SubmitError::Draining);
             }
             running.insert(task_id.clone(), live.clone());
         }
-        live.save_record(record);
+        live.save_record(record.clone());
         live.push(json!({ "type": "status", "status": TaskState::Submitted, "task_id": task_id }));
         self.metrics.submitted.fetch_add(1, Ordering::Relaxed);
-        self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         tracing::info!(task_id = %task_id, subagent = %sub.call.subagent_type, background = sub.call.run_in_background, "task submitted");
         let tool_env = sub.tool_context.iter().map(|(k, v)| (env_name(k), v.clone())).collect();
+        self.launch(live.clone(), sub.call, tool_env, sub.asker.map(|a| a.0), egress, permit);
+        Ok(Submitted { record, live: Some(live) })
+    }
+
+    /// The in-memory side of a task that starts running here: `events` are the ones it
+    /// already has (a task claimed from the shared queue), `max_tool_iterations` the
+    /// submission's cap, lowered to the server's.
+    fn new_live(&self, record: TaskRecord, max_tool_iterations: Option<u32>, events: Vec<Value>) -> Arc<LiveTask> {
+        let max_tool_calls = match (max_tool_iterations, self.options.max_tool_iterations) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Arc::new(LiveTask {
+            session: (record.user_id.clone(), record.session_id.clone()),
+            inner: Mutex::new(Inner { record, events, pending_approvals: 0, sink: None, closed: false }),
+            version: watch::channel(0).0,
+            canceled: watch::channel(false).0,
+            streams: Mutex::new(BTreeMap::new()),
+            tool_budget: max_tool_calls.map(|n| Arc::new(crate::tools::ToolBudget::new(n))),
+            store: self.store.clone(),
+            changes: self.task_changes.clone(),
+            finishing: std::sync::atomic::AtomicBool::new(false),
+            driver: Mutex::new(None),
+        })
+    }
+
+    /// Starts `live`'s driver (with `permit` when a slot is already taken for it) and its
+    /// supervisor.
+    fn launch(
+        self: &Arc<Self>,
+        live: Arc<LiveTask>,
+        call: TaskCall,
+        tool_env: Vec<(String, String)>,
+        asker: Option<Arc<dyn warden_approval::Decider>>,
+        egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
+        self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         let engine = self.clone();
         let driver_live = live.clone();
-        let asker = sub.asker.map(|a| a.0);
-        let driver = tokio::spawn(async move { engine.drive(driver_live, sub.call, tool_env, asker, egress).await });
-        self.supervise(live.clone(), driver);
-        Ok(live)
+        let driver =
+            tokio::spawn(async move { engine.drive(driver_live, call, tool_env, asker, egress, permit).await });
+        self.supervise(live, driver);
+    }
+
+    /// Puts a task in the shared queue (a replica with no free slot).
+    async fn enqueue(&self, record: TaskRecord, sub: Submission) -> Result<Submitted, SubmitError> {
+        let first = json!({ "type": "status", "status": TaskState::Submitted, "task_id": record.task_id });
+        let queued =
+            QueuedSubmission { call: sub.call, max_tool_iterations: sub.max_tool_iterations, egress: sub.egress };
+        let submission = serde_json::to_value(&queued).expect("a submission always serialises");
+        match self.store.enqueue(&record, &first, &submission, self.options.max_queued_tasks).await {
+            Ok(true) => {
+                self.metrics.submitted.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(task_id = %record.task_id, subagent = %record.subagent_type, "task queued for the replicas");
+                if let Some(change) = live::shared_if_followed(&self.task_changes, &record) {
+                    let _ = self.task_changes.send(change);
+                }
+                Ok(Submitted { record, live: None })
+            }
+            Ok(false) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                Err(SubmitError::QueueFull(self.options.max_queued_tasks))
+            }
+            Err(e) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "queueing a task failed");
+                Err(SubmitError::Unavailable(e.to_string()))
+            }
+        }
+    }
+
+    /// Runs a task this replica took from the shared queue (with `permit` when a slot was
+    /// free at once). A claim that cannot run (its submission no longer valid here) ends
+    /// `failed` with the reason.
+    async fn start_claimed(
+        self: &Arc<Self>,
+        claimed: crate::store::Claimed,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
+        let Some(replica) = &self.replica else { return };
+        let mut record = claimed.record;
+        let task_id = record.task_id.clone();
+        let queued = serde_json::from_value::<QueuedSubmission>(claimed.submission).map_err(|e| e.to_string());
+        let egress = queued.as_ref().map_err(Clone::clone).and_then(|q| {
+            q.egress
+                .as_deref()
+                .map(|list| warden_sandbox::EgressNarrowing::parse(list, "the task (egress)").map(Arc::new))
+                .transpose()
+        });
+        let events = self.store.events_after(&task_id, 0).await;
+        let (queued, egress, events) = match (queued, egress, events) {
+            (Ok(q), Ok(e), Ok(ev)) => (q, e, ev),
+            (q, e, ev) => {
+                let why = [q.err(), e.err(), ev.err().map(|e| e.to_string())].into_iter().flatten().collect::<Vec<_>>();
+                let message = format!("the queued task cannot run: {}", why.join("; "));
+                tracing::error!(task_id = %task_id, %message);
+                let _ = self.store.end_unrun(record, TaskState::Failed, FinishReason::Error, &message).await;
+                return;
+            }
+        };
+        record.replica = Some(replica.id().to_owned());
+        record.updated_at_ms = now_ms();
+        let events = events.into_iter().map(|(_, e)| e).collect();
+        let live = self.new_live(record.clone(), queued.max_tool_iterations, events);
+        self.live.lock().unwrap().insert(task_id.clone(), live.clone());
+        live.save_record(record);
+        tracing::info!(task_id = %task_id, replica = %replica.id(), "claimed a queued task");
+        self.launch(live, queued.call, vec![], None, egress, permit);
     }
 
     /// Watches a task's driver: if it dies before finishing the task (a panic anywhere
@@ -534,12 +699,16 @@ impl Engine {
         tool_env: Vec<(String, String)>,
         asker: Option<Arc<dyn warden_approval::Decider>>,
         egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
         let record = live.record();
         let task_id = record.task_id.clone();
-        let permit = tokio::select! {
-            p = self.slots.clone().acquire_owned() => p.ok(),
-            _ = live.canceled() => None,
+        let permit = match permit {
+            Some(p) => Some(p),
+            None => tokio::select! {
+                p = self.slots.clone().acquire_owned() => p.ok(),
+                _ = live.canceled() => None,
+            },
         };
         self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
         let Some(permit) = permit else {
@@ -656,8 +825,22 @@ impl Engine {
         rec.updated_at_ms = now;
         rec.finished_at_ms = Some(now);
         self.store.write(Write::Task(rec.clone()));
+        if self.replica.is_some() {
+            self.store.write(Write::Release { task_id: rec.task_id.clone() });
+        }
         if let Err(e) = self.store.flush().await {
             tracing::error!(task_id = %rec.task_id, error = %e, "task result not persisted");
+        }
+        if self.replica.is_some() {
+            // A finished record is final: if another replica ended the task first (this
+            // one stalled past its lease), that end is the task's, not this one.
+            if let Ok(Some(stored)) = self.store.task(&rec.task_id).await
+                && stored.is_finished()
+                && stored != rec
+            {
+                tracing::warn!(task_id = %rec.task_id, status = %stored.status, "task was ended by another replica meanwhile");
+                rec = stored;
+            }
         }
         if let Some(change) = live::shared_if_followed(&self.task_changes, &rec) {
             let _ = self.task_changes.send(change);
@@ -672,11 +855,15 @@ impl Engine {
         if !took.is_zero() {
             self.metrics.observe(took);
         }
-        tracing::info!(task_id = %rec.task_id, status = %f.status, reason = %f.reason, "task finished");
+        tracing::info!(task_id = %rec.task_id, status = %rec.status, reason = ?rec.finish_reason, "task finished");
         live.inner.lock().unwrap().record = rec.clone();
         self.live.lock().unwrap().remove(&rec.task_id);
         self.task_left.notify_waiters();
         live.bump();
+        if let Some(replica) = &self.replica {
+            // A slot is free: take a queued task now rather than at the next poll.
+            replica.wake.notify_one();
+        }
     }
 
     /// The task's live handle if it is running or queued.
@@ -700,10 +887,31 @@ impl Engine {
         block: bool,
         timeout: Duration,
     ) -> Result<Option<TaskRecord>, crate::store::StoreError> {
-        match self.live_task(id) {
-            Some(l) if block => Ok(Some(l.wait_finished(timeout.min(MAX_OUTPUT_TIMEOUT)).await)),
-            Some(l) => Ok(Some(l.record())),
-            None => self.store.task(id).await,
+        if block {
+            return self.wait_finished(id, timeout.min(MAX_OUTPUT_TIMEOUT)).await;
+        }
+        self.get(id).await
+    }
+
+    /// The task's record once it finished, or as it is when `timeout` passes; wherever it
+    /// runs (a task on another replica is re-read every [`REMOTE_POLL`]).
+    pub async fn wait_finished(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<Option<TaskRecord>, crate::store::StoreError> {
+        let until = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.live_task(id) {
+                return Ok(Some(l.wait_finished(until.saturating_duration_since(tokio::time::Instant::now())).await));
+            }
+            let rec = self.store.task(id).await?;
+            match rec {
+                Some(r) if !r.is_finished() && self.replica.is_some() && tokio::time::Instant::now() < until => {
+                    tokio::time::sleep_until(until.min(tokio::time::Instant::now() + REMOTE_POLL)).await;
+                }
+                other => return Ok(other),
+            }
         }
     }
 
@@ -711,6 +919,9 @@ impl Engine {
     /// are declined, and it ends `canceled`.
     pub async fn cancel(&self, id: &str) -> Result<CancelOutcome, crate::store::StoreError> {
         let Some(live) = self.live_task(id) else {
+            if self.replica.is_some() {
+                return self.cancel_elsewhere(id).await;
+            }
             return Ok(match self.store.task(id).await? {
                 Some(r) => CancelOutcome::AlreadyFinished(r),
                 None => CancelOutcome::NotFound,
@@ -733,6 +944,66 @@ impl Engine {
         } else {
             CancelOutcome::AlreadyFinished(rec)
         })
+    }
+}
+
+impl Engine {
+    /// Cancels a task this replica does not run: one still in the shared queue ends here
+    /// without running; one another replica runs is canceled by that replica (through
+    /// the store), and this waits for its end like a local cancel does.
+    async fn cancel_elsewhere(&self, id: &str) -> Result<CancelOutcome, crate::store::StoreError> {
+        let Some(replica) = &self.replica else { return Ok(CancelOutcome::NotFound) };
+        if let Some(rec) = self.store.take_unclaimed(replica.id(), id, replica.lease_until()).await? {
+            let rec = self.store.end_unrun(rec, TaskState::Canceled, FinishReason::Canceled, "canceled").await?;
+            self.store.flush().await?;
+            self.metrics.canceled.fetch_add(1, Ordering::Relaxed);
+            return Ok(if rec.status == TaskState::Canceled {
+                CancelOutcome::Canceled(rec)
+            } else {
+                CancelOutcome::AlreadyFinished(rec)
+            });
+        }
+        if self.store.request_cancel(id).await? {
+            // The holding replica sees it within CONTROL_POLL, then winds the task down
+            // as a local cancel does (up to two CANCEL_WAITs).
+            let rec = self.wait_finished(id, CANCEL_WAIT * 2 + CONTROL_POLL).await?;
+            return Ok(match rec {
+                Some(r) if r.status == TaskState::Canceled => CancelOutcome::Canceled(r),
+                Some(r) => CancelOutcome::AlreadyFinished(r),
+                None => CancelOutcome::NotFound,
+            });
+        }
+        Ok(match self.store.task(id).await? {
+            Some(r) => CancelOutcome::AlreadyFinished(r),
+            None => CancelOutcome::NotFound,
+        })
+    }
+
+    /// Approval requests waiting on other replicas (none when this server is alone).
+    pub async fn remote_approvals(&self) -> Vec<warden_approval::PendingApproval> {
+        let Some(replica) = &self.replica else { return vec![] };
+        match self.store.remote_approvals(replica.id()).await {
+            Ok(list) => list.into_iter().map(|r| r.pending).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing other replicas' approval requests failed");
+                vec![]
+            }
+        }
+    }
+
+    /// Decides a request waiting on another replica: `false` when it is gone or decided.
+    pub async fn decide_elsewhere(
+        &self,
+        request_id: &str,
+        decision: warden_approval::Resolution,
+        scope: warden_approval::Scope,
+        decided_by: String,
+    ) -> Result<bool, crate::store::StoreError> {
+        if self.replica.is_none() {
+            return Ok(false);
+        }
+        let d = serde_json::to_value(RemoteDecision { decision, scope, decided_by }).expect("a decision serialises");
+        self.store.decide_remote(request_id, &d).await
     }
 }
 

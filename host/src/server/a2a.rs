@@ -1145,8 +1145,7 @@ async fn accept_message(
         principal: Some(who.name.clone()),
         ..Default::default()
     };
-    let live = s.engine.submit(sub).await.map_err(submit_error)?;
-    let rec = live.record();
+    let rec = s.engine.submit(sub).await.map_err(submit_error)?.record;
     remember((user, rec.session_id.clone(), def.name.clone()), &rec.task_id);
     tracing::info!(task_id = %rec.task_id, session_id = %rec.session_id, subagent = %def.name, resume = ?resume, "A2A message started a task");
     if !p.blocking {

@@ -102,6 +102,7 @@ impl From<SubmitError> for ApiError {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "secrets_full", message)
             }
             SubmitError::Secrets(_) => ApiError::bad_request("invalid_field", message),
+            SubmitError::Unavailable(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", message),
         }
     }
 }

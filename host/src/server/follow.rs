@@ -1,8 +1,9 @@
 //! Following one task's events as they happen: every stored event after a sequence
 //! number (replay), then live events, each exactly once, scrubbed with the task's
 //! session secrets as they are at the moment of sending. The channel closes after the
-//! task's last event. The SSE stream, MCP progress and A2A streaming all read a task
-//! through this one follower; it never changes a task.
+//! task's last event. A task running on another replica is read from the store, every
+//! [`crate::engine::REMOTE_POLL`]. The SSE stream, MCP progress and A2A streaming all read
+//! a task through this one follower; it never changes a task.
 
 use std::sync::Arc;
 
@@ -45,16 +46,43 @@ pub fn follow(engine: Arc<Engine>, task_id: String, session: (String, String), a
                 }
             }
         }
-        // Finished (or never ran here): everything is in the store.
-        match engine.store().events_after(&task_id, next).await {
-            Ok(events) => {
-                for (seq, ev) in events {
-                    if tx.send((seq, scrubbed(&ev))).await.is_err() {
-                        return;
-                    }
+        // Finished, or running on another replica: from the store, re-read every
+        // REMOTE_POLL until the task's `finish` event.
+        loop {
+            let events = match engine.store().events_after(&task_id, next).await {
+                Ok(events) => events,
+                Err(e) => return tracing::error!(task_id = %task_id, error = %e, "event replay failed"),
+            };
+            let mut finished = false;
+            for (seq, ev) in events {
+                finished |= ev["type"] == "finish";
+                if tx.send((seq, scrubbed(&ev))).await.is_err() {
+                    return;
                 }
+                next = seq;
             }
-            Err(e) => tracing::error!(task_id = %task_id, error = %e, "event replay failed"),
+            if finished || engine.replica_id().is_none() {
+                return;
+            }
+            match engine.store().task(&task_id).await {
+                Ok(Some(rec)) if !rec.is_finished() => {}
+                // Finished meanwhile: one more read for its last events.
+                Ok(Some(_)) => {
+                    if let Ok(events) = engine.store().events_after(&task_id, next).await {
+                        for (seq, ev) in events {
+                            if tx.send((seq, scrubbed(&ev))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    return;
+                }
+                _ => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(crate::engine::REMOTE_POLL) => {}
+                _ = tx.closed() => return,
+            }
         }
     });
     rx

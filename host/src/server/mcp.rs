@@ -216,14 +216,13 @@ impl McpFront {
             asker: self.asker(&ctx),
             ..Default::default()
         };
-        let live = match self.state.engine.submit(sub).await {
-            Ok(live) => live,
+        let rec = match self.state.engine.submit(sub).await {
+            Ok(submitted) => submitted.record,
             // A refusal the model can act on (unknown subagent, missing field): a tool error.
             Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(ApiError::from(e).message)]).into()),
         };
-        let task_id = live.id();
+        let task_id = rec.task_id.clone();
         if background {
-            let rec = live.record();
             let text = json!({ "task_id": task_id, "status": rec.status, "session_id": rec.session_id });
             return Ok(CallToolResult::success(vec![ContentBlock::text(text.to_string())]).into());
         }
@@ -268,7 +267,6 @@ impl McpFront {
     ) -> Result<CallToolResponse, ErrorData> {
         let rec = super::visible_task(&self.state, who, task_id).await.map_err(api_error)?;
         let engine = self.state.engine.clone();
-        let live = engine.live(task_id);
         let mut events =
             super::follow::follow(engine.clone(), task_id.to_owned(), (rec.user_id, rec.session_id), after);
         let progress = ctx.meta.get_progress_token();
@@ -302,12 +300,9 @@ impl McpFront {
         }
         // The stream ends with the `finish` event, a moment before the record is durable
         // and final: wait for it in memory, as a synchronous `POST /v1/tasks` does.
-        let rec = match &live {
-            Some(live) => live.wait_finished(FINISH_WAIT).await,
-            None => match engine.get(task_id).await.map_err(|e| api_error(e.into()))? {
-                Some(rec) => rec,
-                None => return Err(api_error(ApiError::task_not_found(task_id))),
-            },
+        let rec = match engine.wait_finished(task_id, FINISH_WAIT).await.map_err(|e| api_error(e.into()))? {
+            Some(rec) => rec,
+            None => return Err(api_error(ApiError::task_not_found(task_id))),
         };
         Ok(self.result(&rec, seen.as_deref()).await.into())
     }

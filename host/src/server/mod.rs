@@ -303,13 +303,14 @@ async fn create_task(
     let background = sub.call.run_in_background;
     // A refusal may quote the request: scrubbed of the secrets it carried.
     let own_secrets = crate::redact::Redactor::with_secrets(sub.tool_context.values().map(String::as_str));
-    let live = s.engine.submit(sub).await.map_err(|e| {
+    let submitted = s.engine.submit(sub).await.map_err(|e| {
         let e = ApiError::from(e);
         ApiError { message: own_secrets.scrub(&e.message).into_owned(), ..e }
     })?;
-    let task_id = live.id();
+    let submitted = submitted.record;
+    let task_id = submitted.task_id.clone();
     if wants_event_stream(&headers) {
-        let rec = live.record();
+        let rec = submitted;
         let session = (rec.user_id, rec.session_id);
         let mut resp = sse::task_events(s.engine.clone(), task_id.clone(), session, 0, s.heartbeat, s.shutdown.clone())
             .into_response();
@@ -324,7 +325,7 @@ async fn create_task(
         if let Err(e) = s.engine.store().flush().await {
             tracing::warn!(task_id = %task_id, error = %e, "could not commit the accepted task");
         }
-        let rec = live.record();
+        let rec = s.engine.get(&task_id).await?.unwrap_or(submitted);
         return Ok((
             StatusCode::ACCEPTED,
             [(header::LOCATION, format!("/v1/tasks/{task_id}"))],
@@ -332,7 +333,7 @@ async fn create_task(
         )
             .into_response());
     }
-    let rec = live.wait_finished(SYNC_WAIT).await;
+    let rec = s.engine.wait_finished(&task_id, SYNC_WAIT).await?.unwrap_or(submitted);
     Ok(Json(task_json(&rec)).into_response())
 }
 
@@ -412,7 +413,8 @@ pub(crate) async fn visible_approvals(
     who: &Principal,
 ) -> Vec<(warden_approval::PendingApproval, Option<TaskRecord>)> {
     let mut visible = vec![];
-    for p in s.engine.gate().pending() {
+    // This server's requests, then those waiting on other replicas.
+    for p in s.engine.gate().pending().into_iter().chain(s.engine.remote_approvals().await) {
         let rec = match p.task_id.as_deref() {
             Some(t) => s.engine.get(t).await.ok().flatten(),
             None => None,
@@ -498,8 +500,27 @@ pub(crate) async fn resolve_approval(
 ) -> Result<(), ApiError> {
     let not_found = || ApiError::not_found("approval_not_found", format!("no pending approval `{id}`"));
     let gate = s.engine.gate();
-    if !visible_approvals(s, who).await.iter().any(|(p, _)| p.id == id) {
+    let visible = visible_approvals(s, who).await;
+    let Some((pending, _)) = visible.iter().find(|(p, _)| p.id == id) else {
         return Err(not_found());
+    };
+    if !gate.pending().iter().any(|p| p.id == id) {
+        // Waiting on another replica: it applies the decision (within CONTROL_POLL).
+        // The same scope rule as the gate's own (`resolve_scoped`).
+        let approve = decision == warden_approval::Resolution::Approve;
+        if scope != warden_approval::Scope::Once && !(approve && pending.scopes.contains(&scope)) {
+            let offered = if approve { pending.scopes.clone() } else { vec![warden_approval::Scope::Once] };
+            let offered: Vec<&str> = offered.iter().map(|s| s.as_str()).collect();
+            return Err(ApiError::bad_request(
+                "scope_not_allowed",
+                warden_approval::GateError::ScopeNotAllowed { scope: scope.as_str(), offered: offered.join(", ") }
+                    .to_string(),
+            ));
+        }
+        return match s.engine.decide_elsewhere(id, decision, scope, who.name.clone()).await? {
+            true => Ok(()),
+            false => Err(not_found()),
+        };
     }
     gate.resolve_scoped(id, decision, scope, who.name.clone()).map_err(|e| match e {
         warden_approval::GateError::UnknownRequest(_) => ApiError::not_found("approval_not_found", e.to_string()),

@@ -21,6 +21,7 @@
 //! a value it stores, and hands no caller a backend to write to directly.
 
 mod postgres;
+mod queue;
 mod redb;
 
 use std::path::Path;
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::task_state::{FinishReason, TaskState};
+pub use queue::{Claimed, ControlMessages, RemoteApproval};
 
 /// Largest number of queued writes committed in one transaction.
 const MAX_BATCH: usize = 4096;
@@ -82,6 +84,10 @@ pub struct TaskRecord {
     /// The plugin build that ran the task: id, version and SHA-256 of its file.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub plugin: Option<crate::plugin::PluginRef>,
+    /// The replica that ran (or runs) the task, when warden runs as several replicas on
+    /// one database (`warden serve --replica-id`); absent for a task no replica claimed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub replica: Option<String>,
 }
 
 impl TaskRecord {
@@ -97,9 +103,45 @@ impl TaskRecord {
 #[derive(Debug)]
 pub enum Write {
     Task(TaskRecord),
-    Event { task_id: String, seq: u64, event: serde_json::Value },
-    StateSet { plugin: String, key: String, value: Vec<u8> },
-    StateDelete { plugin: String, key: String },
+    Event {
+        task_id: String,
+        seq: u64,
+        event: serde_json::Value,
+    },
+    StateSet {
+        plugin: String,
+        key: String,
+        value: Vec<u8>,
+    },
+    StateDelete {
+        plugin: String,
+        key: String,
+    },
+    /// Replicas only (a shared store; the embedded one ignores it): `owner` holds the task
+    /// until `lease_until_ms` — it runs it, or keeps it because its secrets live only in
+    /// that replica's memory. Written with the task's first record, so a task is never
+    /// unfinished and unheld.
+    Claim {
+        task_id: String,
+        owner: String,
+        lease_until_ms: u64,
+    },
+    /// Replicas only: the task left the queue. Written with its finished record.
+    Release {
+        task_id: String,
+    },
+    /// Replicas only: an approval request waiting in `owner`'s gate, for every replica to
+    /// list and decide (`pending` is the gate's [`warden_approval::PendingApproval`]).
+    ApprovalPublished {
+        request_id: String,
+        task_id: Option<String>,
+        owner: String,
+        pending: serde_json::Value,
+    },
+    /// Replicas only: the request was resolved (decided, expired or its task ended).
+    ApprovalWithdrawn {
+        request_id: String,
+    },
 }
 
 /// What a writer receives: a write, or a flush to acknowledge once everything queued
@@ -305,30 +347,13 @@ impl Store {
     /// previous host died with it running), with a final `error` and `finish` event.
     /// Returns their ids. Call before accepting new tasks.
     pub async fn recover_interrupted(&self) -> Result<Vec<String>, StoreError> {
-        let now = now_ms();
         let mut ids = vec![];
-        for mut rec in self.tasks().await? {
+        for rec in self.tasks().await? {
             if rec.is_finished() {
                 continue;
             }
-            let last = self.events_after(&rec.task_id, 0).await?.last().map(|(s, _)| *s).unwrap_or(0);
-            rec.status = TaskState::Failed;
-            rec.error = Some(HOST_RESTARTED.into());
-            rec.finish_reason = Some(FinishReason::HostRestarted);
-            rec.updated_at_ms = now;
-            rec.finished_at_ms = Some(now);
-            self.write(Write::Event {
-                task_id: rec.task_id.clone(),
-                seq: last + 1,
-                event: serde_json::json!({ "type": "error", "message": HOST_RESTARTED }),
-            });
-            self.write(Write::Event {
-                task_id: rec.task_id.clone(),
-                seq: last + 2,
-                event: serde_json::json!({ "type": "finish", "status": "failed", "reason": "host_restarted", "error": HOST_RESTARTED }),
-            });
             ids.push(rec.task_id.clone());
-            self.write(Write::Task(rec));
+            self.end_unrun(rec, TaskState::Failed, FinishReason::HostRestarted, HOST_RESTARTED).await?;
         }
         self.flush().await?;
         ids.sort();

@@ -34,7 +34,10 @@ use tokio_postgres::{Client, NoTls};
 use super::{Msg, TaskRecord, Write};
 
 /// The schema's migrations, in order: (version, name, SQL). Append, never edit.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "tasks", include_str!("../../migrations/0001_tasks.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "tasks", include_str!("../../migrations/0001_tasks.sql")),
+    (2, "replicas", include_str!("../../migrations/0002_replicas.sql")),
+];
 
 /// The advisory lock key under which migrations run, so two hosts opening one new
 /// database at once do not both create the tables ("warden" in ASCII, then 1).
@@ -96,7 +99,17 @@ pub(super) struct PgBackend {
     config: Arc<tokio_postgres::Config>,
     location: Arc<str>,
     reader: Mutex<Option<Arc<Client>>>,
+    /// The connection of [`PgBackend::enqueue`]'s transactions (a transaction needs a
+    /// connection of its own; the read connection is shared by concurrent queries).
+    enqueuer: tokio::sync::Mutex<Option<Client>>,
 }
+
+/// The advisory lock key under which a task is added to the shared queue, so that the
+/// cluster-wide `server.max_queued_tasks` holds exactly ("warden" in ASCII, then 2).
+const QUEUE_LOCK: i64 = 0x7761_7264_656e_0002;
+
+/// A task a replica took from the queue: its record and its stored submission.
+pub(super) type ClaimedRow = (String, Option<String>, Option<String>);
 
 impl PgBackend {
     /// Connects, applies the migrations the database lacks and starts the writer.
@@ -109,7 +122,12 @@ impl PgBackend {
         migrate(&mut writer_client).await.map_err(|e| format!("cannot apply the migrations: {e}"))?;
         let reader = connect(&config, &location).await?;
         tokio::spawn(writer(config.clone(), location.clone(), writer_client, rx));
-        Ok(PgBackend { config, location, reader: Mutex::new(Some(Arc::new(reader))) })
+        Ok(PgBackend {
+            config,
+            location,
+            reader: Mutex::new(Some(Arc::new(reader))),
+            enqueuer: tokio::sync::Mutex::new(None),
+        })
     }
 
     /// The read connection, re-opened if the server closed it.
@@ -224,6 +242,301 @@ impl PgBackend {
             })
             .await?;
         Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Registers `instance` as replica `replica` until `alive_until`, unless a different
+    /// instance holds that id, is alive at `now` and has renewed it since it read
+    /// `stale_until` (the `alive_until` seen before: the holder did not renew, it is dead).
+    /// Returns `None` when registered, else the holder's `alive_until` (ms).
+    pub(super) async fn register_replica(
+        &self,
+        replica: &str,
+        instance: &str,
+        now: u64,
+        alive_until: u64,
+        stale_until: Option<u64>,
+    ) -> Result<Option<u64>, String> {
+        let (now, until, stale) = (ms(now), ms(alive_until), stale_until.map(ms));
+        let row = self
+            .read(|c| async move {
+                c.query_opt(
+                    "INSERT INTO replicas (replica_id, instance, alive_until_ms, started_at_ms) VALUES ($1, $2, $4, $3) \
+                     ON CONFLICT (replica_id) DO UPDATE SET instance = EXCLUDED.instance, \
+                         alive_until_ms = EXCLUDED.alive_until_ms, started_at_ms = EXCLUDED.started_at_ms \
+                     WHERE replicas.instance = EXCLUDED.instance OR replicas.alive_until_ms < $3 \
+                        OR replicas.alive_until_ms = $5 \
+                     RETURNING 1",
+                    &[&replica, &instance, &now, &until, &stale],
+                )
+                .await
+            })
+            .await?;
+        if row.is_some() {
+            return Ok(None);
+        }
+        let row = self
+            .read(|c| async move {
+                c.query_opt("SELECT alive_until_ms FROM replicas WHERE replica_id = $1", &[&replica]).await
+            })
+            .await?;
+        Ok(Some(row.map(|r| r.get::<_, i64>(0).max(0) as u64).unwrap_or(0)))
+    }
+
+    /// Renews `instance`'s registration and the lease of every task replica `owner`
+    /// holds, until `lease_until`; returns the held task ids, or `None` when another
+    /// instance has taken the replica id over (this one's registration had lapsed).
+    pub(super) async fn renew(
+        &self,
+        owner: &str,
+        instance: &str,
+        lease_until: u64,
+    ) -> Result<Option<Vec<String>>, String> {
+        let lease = ms(lease_until);
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "WITH me AS (UPDATE replicas SET alive_until_ms = $3 WHERE replica_id = $1 AND instance = $2 \
+                                 RETURNING 1), \
+                          held AS (UPDATE task_queue SET lease_until_ms = $3 WHERE owner = $1 \
+                                   AND EXISTS (SELECT 1 FROM me) RETURNING task_id) \
+                     SELECT 'me', NULL FROM me UNION ALL SELECT 'task', task_id FROM held",
+                    &[&owner, &instance, &lease],
+                )
+                .await
+            })
+            .await?;
+        if !rows.iter().any(|r| r.get::<_, &str>(0) == "me") {
+            return Ok(None);
+        }
+        Ok(Some(rows.iter().filter_map(|r| r.get::<_, Option<String>>(1)).collect()))
+    }
+
+    /// Adds a task nobody runs yet to the shared queue, with its first record, unless
+    /// `max_queued` tasks already wait there (then `false`). One transaction under
+    /// [`QUEUE_LOCK`] on a connection of its own.
+    pub(super) async fn enqueue(
+        &self,
+        rec: &TaskRecord,
+        first_event: &serde_json::Value,
+        submission: &str,
+        max_queued: usize,
+    ) -> Result<bool, String> {
+        let mut guard = self.enqueuer.lock().await;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = Some(connect(&self.config, &self.location).await?);
+        }
+        let client = guard.as_mut().expect("connected above");
+        let record = serde_json::to_string(rec).expect("a task record always serialises");
+        let event = serde_json::to_string(first_event).expect("JSON always serialises");
+        let max = i64::try_from(max_queued).unwrap_or(i64::MAX);
+        let work = async {
+            let tx = client.transaction().await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&QUEUE_LOCK]).await?;
+            let waiting: i64 = tx.query_one("SELECT count(*) FROM task_queue WHERE owner IS NULL", &[]).await?.get(0);
+            if waiting >= max {
+                return Ok(false);
+            }
+            tx.execute(
+                "INSERT INTO tasks (task_id, principal, user_id, session_id, status, created_at_ms, updated_at_ms, record) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $6, $7::text::json)",
+                &[
+                    &rec.task_id,
+                    &rec.principal.as_deref().map(column),
+                    &column(&rec.user_id),
+                    &column(&rec.session_id),
+                    &rec.status.as_str(),
+                    &ms(rec.created_at_ms),
+                    &record,
+                ],
+            )
+            .await?;
+            tx.execute(
+                "INSERT INTO events (task_id, seq, event) VALUES ($1, 1, $2::text::json)",
+                &[&rec.task_id, &event],
+            )
+            .await?;
+            tx.execute(
+                "INSERT INTO task_queue (task_id, submission, queued_at_ms) VALUES ($1, $2::text::json, $3)",
+                &[&rec.task_id, &submission, &ms(rec.created_at_ms)],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok::<bool, tokio_postgres::Error>(true)
+        };
+        match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
+            Ok(r) => r.map_err(pg),
+            Err(_) => {
+                guard.take();
+                Err(format!("PostgreSQL did not answer within {OPERATION_TIMEOUT:?}"))
+            }
+        }
+    }
+
+    /// Takes up to `n` unclaimed tasks, oldest first, for `owner` until `lease_until`
+    /// (rows another replica is claiming at the same moment are skipped, not waited for).
+    /// Returns (task id, submission, record) of each.
+    pub(super) async fn claim(&self, owner: &str, n: usize, lease_until: u64) -> Result<Vec<ClaimedRow>, String> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let lease = ms(lease_until);
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "UPDATE task_queue q SET owner = $1, lease_until_ms = $2 \
+                     FROM (SELECT task_id FROM task_queue WHERE owner IS NULL ORDER BY queued_at_ms \
+                           LIMIT $3 FOR UPDATE SKIP LOCKED) c \
+                     WHERE q.task_id = c.task_id \
+                     RETURNING q.task_id, q.submission::text, \
+                               (SELECT t.record::text FROM tasks t WHERE t.task_id = q.task_id)",
+                    &[&owner, &lease, &n],
+                )
+                .await
+            })
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    }
+
+    /// What other replicas asked of `owner`: the tasks it holds that someone canceled, and
+    /// decisions on its approval requests (request id, decision as JSON text).
+    pub(super) async fn control(&self, owner: &str) -> Result<(Vec<String>, Vec<(String, String)>), String> {
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "SELECT task_id, NULL FROM task_queue WHERE owner = $1 AND cancel_requested \
+                     UNION ALL \
+                     SELECT request_id, decision::text FROM approvals WHERE owner = $1 AND decision IS NOT NULL",
+                    &[&owner],
+                )
+                .await
+            })
+            .await?;
+        let mut cancels = vec![];
+        let mut decisions = vec![];
+        for r in &rows {
+            match r.get::<_, Option<String>>(1) {
+                None => cancels.push(r.get(0)),
+                Some(d) => decisions.push((r.get(0), d)),
+            }
+        }
+        Ok((cancels, decisions))
+    }
+
+    /// Takes over, for `taker` until `lease_until`, every task whose owner stopped renewing
+    /// its lease before `now` — and with `own_too` every task `taker` itself held (a
+    /// replica starting again under its id: what it ran died with it) — skipping rows
+    /// another replica is taking; returns
+    /// (task id, the owner that lost it, record) of each, for the taker to end.
+    pub(super) async fn take_expired(
+        &self,
+        taker: &str,
+        now: u64,
+        lease_until: u64,
+        own_too: bool,
+    ) -> Result<Vec<(String, String, Option<String>)>, String> {
+        let (now, lease) = (ms(now), ms(lease_until));
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "UPDATE task_queue q SET owner = $1, lease_until_ms = $3, cancel_requested = false \
+                     FROM (SELECT task_id, owner FROM task_queue WHERE owner IS NOT NULL \
+                               AND (lease_until_ms < $2 OR ($4 AND owner = $1)) \
+                           FOR UPDATE SKIP LOCKED) old \
+                     WHERE q.task_id = old.task_id \
+                     RETURNING q.task_id, old.owner, (SELECT t.record::text FROM tasks t WHERE t.task_id = q.task_id)",
+                    &[&taker, &now, &lease, &own_too],
+                )
+                .await
+            })
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    }
+
+    /// Takes `task_id` for `taker` if no replica holds it yet (so it can be ended
+    /// without running); returns its record then.
+    pub(super) async fn take_unclaimed(
+        &self,
+        taker: &str,
+        task_id: &str,
+        lease_until: u64,
+    ) -> Result<Option<Option<String>>, String> {
+        let lease = ms(lease_until);
+        let row = self
+            .read(|c| async move {
+                c.query_opt(
+                    "UPDATE task_queue q SET owner = $1, lease_until_ms = $3 WHERE task_id = $2 AND owner IS NULL \
+                     RETURNING (SELECT t.record::text FROM tasks t WHERE t.task_id = q.task_id)",
+                    &[&taker, &task_id, &lease],
+                )
+                .await
+            })
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Asks the replica holding `task_id` to cancel it; `false` if no replica holds it.
+    pub(super) async fn request_cancel(&self, task_id: &str) -> Result<bool, String> {
+        let n = self
+            .read(|c| async move {
+                c.execute(
+                    "UPDATE task_queue SET cancel_requested = true WHERE task_id = $1 AND owner IS NOT NULL",
+                    &[&task_id],
+                )
+                .await
+            })
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Approval requests waiting in other replicas' gates: (owner, pending request JSON).
+    pub(super) async fn remote_approvals(&self, except_owner: &str) -> Result<Vec<(String, String)>, String> {
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "SELECT owner, pending::text FROM approvals WHERE owner <> $1 AND decision IS NULL \
+                     ORDER BY created_at_ms",
+                    &[&except_owner],
+                )
+                .await
+            })
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Records a decision on another replica's request; `false` if it is gone or decided.
+    pub(super) async fn decide_remote(&self, request_id: &str, decision: &str) -> Result<bool, String> {
+        let n = self
+            .read(|c| async move {
+                c.execute(
+                    "UPDATE approvals SET decision = $2::text::json WHERE request_id = $1 AND decision IS NULL",
+                    &[&request_id, &decision],
+                )
+                .await
+            })
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Deletes the approval requests of `task_ids` (tasks ended by another replica than
+    /// the one whose gate held the requests).
+    pub(super) async fn drop_approvals_of(&self, task_ids: &[String]) -> Result<(), String> {
+        self.read(|c| async move { c.execute("DELETE FROM approvals WHERE task_id = ANY($1)", &[&task_ids]).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// Unfinished tasks no replica holds or queues: left by a warden that ran before the
+    /// queue existed, or by a single server on this database that stopped.
+    pub(super) async fn unheld_unfinished(&self) -> Result<Vec<String>, String> {
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "SELECT t.record::text FROM tasks t WHERE t.finished_at_ms IS NULL \
+                     AND NOT EXISTS (SELECT 1 FROM task_queue q WHERE q.task_id = t.task_id)",
+                    &[],
+                )
+                .await
+            })
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     pub(super) async fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, String> {
@@ -342,6 +655,10 @@ struct Latest<'a> {
     events: BTreeMap<(&'a str, u64), &'a serde_json::Value>,
     /// `None`: delete.
     state: BTreeMap<(&'a str, &'a str), Option<&'a [u8]>>,
+    /// Task → (owner, lease end); `None`: released.
+    queue: BTreeMap<&'a str, Option<(&'a str, u64)>>,
+    /// Request id → (task id, owner, pending request); `None`: withdrawn.
+    approvals: BTreeMap<&'a str, Option<(Option<&'a str>, &'a str, &'a serde_json::Value)>>,
 }
 
 impl<'a> Latest<'a> {
@@ -361,13 +678,29 @@ impl<'a> Latest<'a> {
                 Write::StateDelete { plugin, key } => {
                     l.state.insert((plugin.as_str(), key.as_str()), None);
                 }
+                Write::Claim { task_id, owner, lease_until_ms } => {
+                    l.queue.insert(task_id.as_str(), Some((owner.as_str(), *lease_until_ms)));
+                }
+                Write::Release { task_id } => {
+                    l.queue.insert(task_id.as_str(), None);
+                }
+                Write::ApprovalPublished { request_id, task_id, owner, pending } => {
+                    l.approvals.insert(request_id.as_str(), Some((task_id.as_deref(), owner.as_str(), pending)));
+                }
+                Write::ApprovalWithdrawn { request_id } => {
+                    l.approvals.insert(request_id.as_str(), None);
+                }
             }
         }
         l
     }
 
     fn is_empty(&self) -> bool {
-        self.tasks.is_empty() && self.events.is_empty() && self.state.is_empty()
+        self.tasks.is_empty()
+            && self.events.is_empty()
+            && self.state.is_empty()
+            && self.queue.is_empty()
+            && self.approvals.is_empty()
     }
 }
 
@@ -382,8 +715,26 @@ fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// One batch in one transaction. A finished task's record is final: neither its record
+/// nor its events change once it is finished (with replicas, a replica that lost a
+/// task's lease may still be writing it after another replica ended it "replica
+/// lost"). Events go first, so a task's own finishing batch still writes its last events.
 async fn commit(client: &mut Client, l: &Latest<'_>) -> Result<(), tokio_postgres::Error> {
     let tx = client.transaction().await?;
+    if !l.events.is_empty() {
+        let ids: Vec<&str> = l.events.keys().map(|k| k.0).collect();
+        let seqs: Vec<i64> = l.events.keys().map(|k| ms(k.1)).collect();
+        let events: Vec<String> =
+            l.events.values().map(|e| serde_json::to_string(e).expect("JSON always serialises")).collect();
+        tx.execute(
+            "INSERT INTO events (task_id, seq, event) \
+             SELECT e.task_id, e.seq, e.event::json FROM UNNEST($1::text[], $2::bigint[], $3::text[]) AS e(task_id, seq, event) \
+             WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.task_id = e.task_id AND t.finished_at_ms IS NOT NULL) \
+             ON CONFLICT (task_id, seq) DO UPDATE SET event = EXCLUDED.event",
+            &[&ids, &seqs, &events],
+        )
+        .await?;
+    }
     if !l.tasks.is_empty() {
         let recs = l.tasks.values();
         let ids: Vec<&str> = l.tasks.keys().copied().collect();
@@ -408,23 +759,50 @@ async fn commit(client: &mut Client, l: &Latest<'_>) -> Result<(), tokio_postgre
              ON CONFLICT (task_id) DO UPDATE SET principal = EXCLUDED.principal, user_id = EXCLUDED.user_id, \
                  session_id = EXCLUDED.session_id, status = EXCLUDED.status, \
                  created_at_ms = EXCLUDED.created_at_ms, updated_at_ms = EXCLUDED.updated_at_ms, \
-                 finished_at_ms = EXCLUDED.finished_at_ms, record = EXCLUDED.record",
+                 finished_at_ms = EXCLUDED.finished_at_ms, record = EXCLUDED.record \
+             WHERE tasks.finished_at_ms IS NULL",
             &[&ids, &principals, &users, &sessions, &statuses, &created, &updated, &finished, &records],
         )
         .await?;
     }
-    if !l.events.is_empty() {
-        let ids: Vec<&str> = l.events.keys().map(|k| k.0).collect();
-        let seqs: Vec<i64> = l.events.keys().map(|k| ms(k.1)).collect();
-        let events: Vec<String> =
-            l.events.values().map(|e| serde_json::to_string(e).expect("JSON always serialises")).collect();
+    let (claims, releases): (Vec<_>, Vec<_>) = l.queue.iter().partition(|(_, v)| v.is_some());
+    if !claims.is_empty() {
+        let ids: Vec<&str> = claims.iter().map(|(t, _)| **t).collect();
+        let owners: Vec<&str> = claims.iter().filter_map(|(_, v)| v.map(|v| v.0)).collect();
+        let leases: Vec<i64> = claims.iter().filter_map(|(_, v)| v.map(|v| ms(v.1))).collect();
         tx.execute(
-            "INSERT INTO events (task_id, seq, event) \
-             SELECT e.task_id, e.seq, e.event::json FROM UNNEST($1::text[], $2::bigint[], $3::text[]) AS e(task_id, seq, event) \
-             ON CONFLICT (task_id, seq) DO UPDATE SET event = EXCLUDED.event",
-            &[&ids, &seqs, &events],
+            "INSERT INTO task_queue (task_id, owner, lease_until_ms, queued_at_ms) \
+             SELECT q.task_id, q.owner, q.lease, $4 FROM UNNEST($1::text[], $2::text[], $3::bigint[]) AS q(task_id, owner, lease) \
+             ON CONFLICT (task_id) DO UPDATE SET owner = EXCLUDED.owner, lease_until_ms = EXCLUDED.lease_until_ms",
+            &[&ids, &owners, &leases, &ms(super::now_ms())],
         )
         .await?;
+    }
+    if !releases.is_empty() {
+        let ids: Vec<&str> = releases.iter().map(|(t, _)| **t).collect();
+        tx.execute("DELETE FROM task_queue WHERE task_id = ANY($1)", &[&ids]).await?;
+    }
+    let (published, withdrawn): (Vec<_>, Vec<_>) = l.approvals.iter().partition(|(_, v)| v.is_some());
+    if !published.is_empty() {
+        let ids: Vec<&str> = published.iter().map(|(r, _)| **r).collect();
+        let tasks: Vec<Option<&str>> = published.iter().filter_map(|(_, v)| v.map(|v| v.0)).collect();
+        let owners: Vec<&str> = published.iter().filter_map(|(_, v)| v.map(|v| v.1)).collect();
+        let pending: Vec<String> = published
+            .iter()
+            .filter_map(|(_, v)| v.map(|v| serde_json::to_string(v.2).expect("JSON always serialises")))
+            .collect();
+        tx.execute(
+            "INSERT INTO approvals (request_id, task_id, owner, pending, created_at_ms) \
+             SELECT a.request_id, a.task_id, a.owner, a.pending::json, $5 \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS a(request_id, task_id, owner, pending) \
+             ON CONFLICT (request_id) DO NOTHING",
+            &[&ids, &tasks, &owners, &pending, &ms(super::now_ms())],
+        )
+        .await?;
+    }
+    if !withdrawn.is_empty() {
+        let ids: Vec<&str> = withdrawn.iter().map(|(r, _)| **r).collect();
+        tx.execute("DELETE FROM approvals WHERE request_id = ANY($1)", &[&ids]).await?;
     }
     let (sets, deletes): (Vec<_>, Vec<_>) = l.state.iter().partition(|(_, v)| v.is_some());
     if !sets.is_empty() {

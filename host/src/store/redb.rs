@@ -186,6 +186,11 @@ fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<::redb::Error>> {
                 Write::StateDelete { plugin, key } => {
                     state.remove((plugin.as_str(), key.as_str())).map_err(::redb::Error::from)?;
                 }
+                // One process owns an embedded store: there is no other replica to tell.
+                Write::Claim { .. }
+                | Write::Release { .. }
+                | Write::ApprovalPublished { .. }
+                | Write::ApprovalWithdrawn { .. } => {}
             }
         }
     }

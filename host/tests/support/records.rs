@@ -13,6 +13,7 @@ pub fn record(id: &str, status: TaskState, finished: Option<u64>) -> TaskRecord 
         user_id: "u".into(),
         principal: Some("alice".into()),
         plugin: None,
+        replica: None,
         background: true,
         output: (status == TaskState::Completed).then(|| "kept".into()),
         error: None,
