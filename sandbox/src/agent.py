@@ -4,7 +4,17 @@
 # its /proc entries, file descriptors or memory), then serves one request at a time over
 # stdin/stdout with length-prefixed frames, so tool arguments never share a channel with
 # control data. Also run once-off as the sandbox user: `sweep-all` (adopting a container
-# after a host crash) and `kill-agent <pid> <starttime>` (a call overran its deadline).
+# after a host crash), `sweep-lives <replica> <life>` (a replica adopting its own container:
+# only the agents of its earlier lives and their trees) and `kill-agent <pid> <starttime>`
+# (a call overran its deadline); and as root: `use-hold <seconds>` (may an idle session be
+# removed: no call running, and the use mark untouched for that long; if so, no call starts
+# until the host is done removing it).
+#
+# Use mark: USE_MARK, created empty by the host's workspace setup (root, mode 0600, so no
+# sandboxed process can open, touch or lock it). A serving agent opens it before it drops
+# to the sandbox user and, around every request, holds a shared lock on it and writes it
+# (its mtime is the session's last use by any replica). Agents started by a replica carry
+# `<replica> <life>` after `serve <uid> <gid>`, visible in their command line only.
 #
 # Wire format (all integers u32 big-endian):
 #   request  = len, fields...      with field = len, bytes;  fields: op, nonce, op's own
@@ -27,6 +37,7 @@
 #   in the protocol (the host keeps and filters it), so nothing a command writes under /tmp
 #   can redirect, read or wedge the agent.
 import errno
+import fcntl
 import os
 import select
 import signal
@@ -38,6 +49,8 @@ import tempfile
 import time
 
 WS = "/workspace"
+# The use mark (sandbox/src/agent.rs: USE_MARK).
+USE_MARK = "/tmp/.warden-used"
 MAX_FIELD = 512 * 1024 * 1024
 MAX_FIELDS = 100000
 CHUNK = 64 * 1024
@@ -603,7 +616,61 @@ def start_time(pid):
     return int(raw[raw.rfind(b")") + 2:].split()[19])
 
 
+def open_mark(flags):
+    """The use mark, if it is root's regular file (an older container has none; one a
+    sandboxed process made is not believed); None otherwise."""
+    try:
+        fd = os.open(USE_MARK, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def mark_use(fd, start):
+    """Around a request: lock (shared, so agents never wait for each other) and write at
+    its start, write and unlock at its end."""
+    if fd is None:
+        return
+    try:
+        if start:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        os.pwrite(fd, b"u", 0)
+        if not start:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError:
+        pass
+
+
+def use_hold(seconds):
+    """Root: answers `in-use` while any agent runs a request or the mark was written less
+    than `seconds` ago, `none` without a mark; else answers `idle` and keeps the mark
+    locked (no agent starts a request) until the host closes stdin: it removes the
+    container meanwhile, so no call can start between its check and the removal."""
+    fd = open_mark(os.O_RDONLY)
+    if fd is None:
+        return answer(b"none")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return answer(b"in-use")
+    if time.time() - os.fstat(fd).st_mtime < seconds:
+        return answer(b"in-use")
+    answer(b"idle")
+    while sys.stdin.buffer.read(CHUNK):
+        pass
+
+
+def answer(word):
+    OUT.write(word + b"\n")
+    OUT.flush()
+
+
 def serve(uid, gid):
+    mark = open_mark(os.O_WRONLY)
     drop_privileges(uid, gid)
     os.chdir(WS)
     me = os.getpid()
@@ -619,6 +686,7 @@ def serve(uid, gid):
         NONCE[0] = fields[1]
         fields = [fields[0]] + fields[2:]
         op = ops.get(fields[0].decode("ascii", "replace"))
+        mark_use(mark, True)
         try:
             if op is None:
                 result(status="error", message="unknown operation")
@@ -630,6 +698,8 @@ def serve(uid, gid):
             result(status="refused", message="malformed request")
         except OSError as e:
             result(status="error", message=os_message(e))
+        finally:
+            mark_use(mark, False)
         OUT.flush()
 
 
@@ -647,6 +717,42 @@ def kill_agent(pid, starttime):
     return sweep(False)
 
 
+def agent_tag(pid):
+    """(replica, life) from the command line of a tagged agent
+    (`python3 -I -S -c CODE serve UID GID REPLICA LIFE`), else None."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return None
+    if len(argv) >= 10 and argv[5] == b"serve":
+        return argv[8], argv[9]
+    return None
+
+
+def sweep_lives(replica, life):
+    """Kills the agents of `replica`'s earlier lives (same replica, another life) and their
+    trees; other replicas' agents and calls, and orphans (swept by whichever command ends
+    next), are left. Returns how many were killed."""
+    me, uid, killed = os.getpid(), os.getuid(), 0
+    replica, life = os.fsencode(replica), os.fsencode(life)
+    for _ in range(SWEEP_ROUNDS):
+        table = proc_table()
+        dead = set()
+        for pid, (ppid, puid, _, _) in table.items():
+            if ppid == 0 and puid == uid and pid != me:
+                tag = agent_tag(pid)
+                if tag is not None and tag[0] == replica and tag[1] != life:
+                    dead.add(pid)
+        victims = [pid for pid, (_, puid, _, state) in table.items()
+                   if puid == uid and pid not in (1, me) and state != b"Z" and root_of(pid, table) in dead]
+        if not victims:
+            break
+        killed += stop_then_kill(victims)
+        reap()
+    return killed
+
+
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -654,6 +760,10 @@ if __name__ == "__main__":
         serve(int(sys.argv[2]), int(sys.argv[3]))
     elif mode == "sweep-all":
         sys.stdout.write("%d\n" % sweep(True))
+    elif mode == "sweep-lives":
+        sys.stdout.write("%d\n" % sweep_lives(sys.argv[2], sys.argv[3]))
+    elif mode == "use-hold":
+        use_hold(int(sys.argv[2]))
     elif mode == "kill-agent":
         kill_agent(int(sys.argv[2]), int(sys.argv[3]))
     else:

@@ -27,6 +27,14 @@ pub(crate) const AGENT_SOURCE: &str = include_str!("agent.py");
 /// beneath it, and every exec starts in it.
 pub const WORKSPACE: &str = "/workspace";
 
+/// The session's *use mark* in the container: created empty by the host's workspace setup
+/// (root's, mode 0600, so nothing sandboxed can open, touch or lock it); every serving agent
+/// holds a shared lock on it during a request and writes it at the request's start and end,
+/// so its mtime is the last use by any replica and a held lock means a call is running
+/// (`agent.py`'s `USE_MARK`, which must match). On the container's /tmp: it lives and dies
+/// with the container.
+pub(crate) const USE_MARK: &str = "/tmp/.warden-used";
+
 /// Largest payload of one response frame the host accepts (the agent sends 64 KiB chunks).
 pub(crate) const MAX_FRAME: usize = 1024 * 1024;
 /// Frame header: kind byte + u32 length.
@@ -320,6 +328,11 @@ mod tests {
         v.extend((payload.len() as u32).to_be_bytes());
         v.extend(payload);
         v
+    }
+
+    #[test]
+    fn the_agent_uses_the_same_use_mark() {
+        assert!(AGENT_SOURCE.contains(&format!("USE_MARK = \"{USE_MARK}\"")));
     }
 
     proptest! {

@@ -132,6 +132,19 @@ pub struct SandboxConfig {
     /// directory. Must be a directory of the warden user that no one else may enter (mode
     /// 0700); created so when missing.
     pub egress_socket_dir: Option<std::path::PathBuf>,
+    /// This process's replica id when several `warden serve` processes share the scope
+    /// (the same Docker hosts and store); set by the host from `warden serve --replica-id`,
+    /// never read from the configuration file (every replica reads the same file). `None`:
+    /// this process is the scope's only user, as before replicas. With an id, everything
+    /// this process creates carries the label `warden.replica=<id>`; on connect it adopts
+    /// or removes only its own leftovers (and sweeps only the commands of its own previous
+    /// life); a session another replica made is reached, never swept; an idle session is
+    /// removed only when no replica used it within `idle_ttl` (the in-container use mark,
+    /// see `session.rs`); and shutdown leaves the sessions to the other replicas. 1-64
+    /// characters of `[A-Za-z0-9_.-]`. Not allowed with `egress` (a session's proxy is
+    /// served by one process).
+    #[serde(skip)]
+    pub replica_id: Option<String>,
 }
 
 /// One Docker endpoint of `sandbox.hosts`.
@@ -255,6 +268,7 @@ impl Default for SandboxConfig {
             warm_pool: DEFAULT_WARM_POOL,
             egress: None,
             egress_socket_dir: None,
+            replica_id: None,
         }
     }
 }
@@ -327,6 +341,17 @@ impl SandboxConfig {
             }
         }
         self.validate_hosts()?;
+        if let Some(id) = &self.replica_id {
+            if !replica_id_ok(id) {
+                return bad("replica_id", "1-64 characters of [A-Za-z0-9_.-] (warden serve --replica-id)");
+            }
+            if self.egress.is_some() {
+                return Err(SandboxError::Config(
+                    "sandbox.egress cannot be used with several replicas (warden serve --replica-id) yet: a session's egress proxy is served by the one process that made its container, so another replica's calls would not be narrowed by their own lists"
+                        .into(),
+                ));
+            }
+        }
         if let Some(rt) = &self.runtime
             && rt.trim().is_empty()
         {
@@ -395,6 +420,16 @@ impl SandboxConfig {
         (u != 0 && g != 0).then_some((u, g))
     }
 }
+
+/// Whether `id` is a usable replica id: it becomes a Docker label value and an argument of
+/// the in-container agent, so only characters that need no quoting anywhere.
+fn replica_id_ok(id: &str) -> bool {
+    (1..=MAX_REPLICA_ID_LEN).contains(&id.len())
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Longest replica id: a label value, and readable in `docker ps`.
+pub const MAX_REPLICA_ID_LEN: usize = 64;
 
 /// A byte count that reads `512MiB`, `1GiB`, `64m`, `256KiB` or a plain integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -530,6 +565,23 @@ mod tests {
             assert_eq!(endpoint_kind(e), Ok(EndpointKind::Tcp { loopback }), "{e}");
         }
         assert_eq!(SandboxConfig::default().docker_hosts().len(), 1);
+    }
+
+    #[test]
+    fn a_replica_id_is_label_safe_never_read_from_the_file_and_refuses_egress() {
+        let ok = SandboxConfig { replica_id: Some("r1.eu-west_2".into()), ..SandboxConfig::default() };
+        ok.validate().unwrap();
+        for bad in ["", "r 1", "r1/x", "r1\n", &"r".repeat(MAX_REPLICA_ID_LEN + 1)] {
+            let c = SandboxConfig { replica_id: Some(bad.into()), ..SandboxConfig::default() };
+            assert!(c.validate().unwrap_err().to_string().contains("sandbox.replica_id"), "{bad:?}");
+        }
+        // Every replica reads the same file: the id is the process's, never the file's.
+        assert!(serde_json::from_str::<SandboxConfig>(r#"{"replica_id": "r1"}"#).is_err());
+        let mut egress: SandboxConfig =
+            serde_json::from_str(r#"{"egress": {"allow": ["example.com"]}}"#).expect("egress config");
+        egress.validate().unwrap();
+        egress.replica_id = Some("r1".into());
+        assert!(egress.validate().unwrap_err().to_string().contains("sandbox.egress"));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use bollard::query_parameters::{
     RemoveVolumeOptions, RenameContainerOptions, StartContainerOptions,
 };
 
+use crate::agent::USE_MARK;
 use crate::config::SandboxConfig;
 use crate::egress::{self, Egress};
 use crate::error::{SandboxError, docker_status};
@@ -48,6 +49,10 @@ pub const LABEL_SCOPE: &str = "warden.scope";
 /// were placed on: with two endpoints in front of one engine, each host still adopts, counts
 /// and reaps only its own.
 pub const LABEL_HOST: &str = "warden.docker_host";
+/// Label carrying the replica (`sandbox.replica_id`, `warden serve --replica-id`) that made
+/// a container or volume; absent without replicas. A replica adopts, sweeps and removes on
+/// connect only what carries its own id.
+pub const LABEL_REPLICA: &str = "warden.replica";
 /// Label of a container (and its volumes) made for the warm pool; it stays when the
 /// container is handed to a session (labels cannot change), the session then being named
 /// by the container's name and the binding volume.
@@ -146,25 +151,113 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// Labels of a session's container and volumes.
-pub(crate) fn labels(scope: &str, host: &str, key: &SessionKey) -> HashMap<String, String> {
-    HashMap::from([
+/// Labels of a session's container and volumes (made by `replica`, if any).
+pub(crate) fn labels(scope: &str, host: &str, replica: Option<&str>, key: &SessionKey) -> HashMap<String, String> {
+    let mut l = HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_SCOPE.to_string(), scope.to_string()),
         (LABEL_HOST.to_string(), host.to_string()),
         (LABEL_USER.to_string(), key.user_id.clone()),
         (LABEL_SESSION.to_string(), key.session_id.clone()),
-    ])
+    ]);
+    l.extend(replica.map(|r| (LABEL_REPLICA.to_string(), r.to_string())));
+    l
 }
 
 /// Labels of a pool container and its volumes: no session key (it has none yet).
-pub(crate) fn pool_labels(scope: &str, host: &str) -> HashMap<String, String> {
-    HashMap::from([
+pub(crate) fn pool_labels(scope: &str, host: &str, replica: Option<&str>) -> HashMap<String, String> {
+    let mut l = HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_SCOPE.to_string(), scope.to_string()),
         (LABEL_HOST.to_string(), host.to_string()),
         (LABEL_POOL.to_string(), "true".to_string()),
-    ])
+    ]);
+    l.extend(replica.map(|r| (LABEL_REPLICA.to_string(), r.to_string())));
+    l
+}
+
+/// What making a container does about another container that already holds its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NameTaken {
+    /// Remove it (the scope's only user: whatever holds the name is a leftover).
+    Replace,
+    /// Use it when it runs (another replica made it: a session keeps one container across
+    /// replicas); remove it only when it stopped, or stayed unstarted past a creator's time.
+    Reuse,
+}
+
+impl NameTaken {
+    /// The policy of a sandbox with these settings: [`NameTaken::Reuse`] with replicas.
+    pub(crate) fn of(cfg: &SandboxConfig) -> Self {
+        if cfg.replica_id.is_some() { NameTaken::Reuse } else { NameTaken::Replace }
+    }
+}
+
+/// What [`create_and_start`] gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Made {
+    /// A new container, with this id.
+    Created(String),
+    /// The running container another replica made under the name ([`NameTaken::Reuse`]),
+    /// with this id and the workspace volume it mounts.
+    Found { id: String, workspace: Option<String> },
+}
+
+/// The state of the container holding `name`, when one does.
+async fn holder(docker: &Docker, name: &str) -> Result<Option<(String, HolderState, Option<String>)>, SandboxError> {
+    match docker.inspect_container(name, None::<InspectContainerOptions>).await {
+        Ok(c) => {
+            let state = match c.state.as_ref() {
+                Some(s) if s.running == Some(true) => HolderState::Running,
+                Some(s) if s.status == Some(bollard::models::ContainerStateStatusEnum::CREATED) => {
+                    HolderState::Unstarted
+                }
+                _ => HolderState::Stopped,
+            };
+            Ok(Some((c.id.unwrap_or_default(), state, workspace_mount(c.mounts.as_deref()))))
+        }
+        Err(e) if docker_status(&e) == Some(404) => Ok(None),
+        Err(e) => Err(SandboxError::from_docker("inspect session container", e)),
+    }
+}
+
+/// The container named `name`, when there is one: its id, whether it runs, and the
+/// workspace volume it mounts.
+pub(crate) async fn find(docker: &Docker, name: &str) -> Result<Option<(String, bool, Option<String>)>, SandboxError> {
+    Ok(holder(docker, name).await?.map(|(id, state, workspace)| (id, state == HolderState::Running, workspace)))
+}
+
+/// How a container holding a name stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HolderState {
+    Running,
+    /// Created, not started: its creator may be between the two steps.
+    Unstarted,
+    Stopped,
+}
+
+/// Clears `name` for a new container under `policy`: `Some` is a running container to use
+/// instead ([`NameTaken::Reuse`] only).
+async fn clear_name(docker: &Docker, name: &str, policy: NameTaken) -> Result<Option<Made>, SandboxError> {
+    if policy == NameTaken::Replace {
+        // A dead container of the same name (killed, engine restarted) is in the way.
+        remove_container(docker, name).await?;
+        return Ok(None);
+    }
+    for _ in 0..REMOVAL_WAIT_POLLS {
+        match holder(docker, name).await? {
+            None => return Ok(None),
+            Some((id, HolderState::Running, workspace)) => return Ok(Some(Made::Found { id, workspace })),
+            Some((_, HolderState::Unstarted, _)) => tokio::time::sleep(REMOVAL_WAIT_PAUSE).await,
+            Some((id, HolderState::Stopped, _)) => {
+                remove_container(docker, &id).await?;
+                return Ok(None);
+            }
+        }
+    }
+    // Never started within the wait: its creator died between creating and starting it.
+    remove_container(docker, name).await?;
+    Ok(None)
 }
 
 /// The container config: every hardening default in one place (pool and session
@@ -240,6 +333,8 @@ fn container_body(
 /// Creates (or reuses) the workspace volume `volume`, creates and starts the container
 /// `name` on it with `labels` (a session's or the pool's), and opens /workspace to the
 /// session user. Returns the container id.
+/// With [`NameTaken::Reuse`], a running container already holding `name` (another
+/// replica's, made a moment earlier) is returned instead, with its workspace prepared.
 pub(crate) async fn create_and_start(
     docker: &Docker,
     cfg: &SandboxConfig,
@@ -247,13 +342,20 @@ pub(crate) async fn create_and_start(
     volume: &str,
     labels: HashMap<String, String>,
     egress: Option<&Egress>,
-) -> Result<String, SandboxError> {
+    policy: NameTaken,
+) -> Result<Made, SandboxError> {
     // Checked first so that a missing image leaves nothing (not even a volume) behind.
     if let Err(e) = docker.inspect_image(&cfg.image).await {
         return Err(match docker_status(&e) {
             Some(404) => SandboxError::ImageMissing { image: cfg.image.clone() },
             _ => SandboxError::from_docker("inspect sandbox image", e),
         });
+    }
+    // Another replica's running container is used before anything is made for this one.
+    if policy == NameTaken::Reuse
+        && let Some(found) = clear_name(docker, name, policy).await?
+    {
+        return reuse(docker, found).await;
     }
     // Idempotent for the local driver: an existing volume of this name is returned as is,
     // which is how a recreated container keeps a workspace that survived. With a disk
@@ -286,8 +388,9 @@ pub(crate) async fn create_and_start(
     let mut attempt = 0;
     let created = loop {
         attempt += 1;
-        // A dead container of the same name (killed, engine restarted) is in the way.
-        remove_container(docker, name).await?;
+        if let Some(found) = clear_name(docker, name, policy).await? {
+            return reuse(docker, found).await;
+        }
         let body = container_body(cfg, labels.clone(), volume, egress_dir.as_deref());
         let opts = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
         let created = match docker.create_container(Some(opts), body).await {
@@ -306,14 +409,32 @@ pub(crate) async fn create_and_start(
             }
         }
     };
-    // The egress forwarder starts first: it is listening by the time the workspace setup
-    // (an exec round trip) is done, before any tool can run.
-    if egress.is_some()
-        && let Err(e) =
-            exec::start_detached(docker, &created.id, egress::FORWARDER_USER, egress::forwarder_argv()).await
-    {
+    if let Err(e) = prepare(docker, &created.id, egress).await {
         let _ = remove_container(docker, &created.id).await;
         return Err(e);
+    }
+    Ok(Made::Created(created.id))
+}
+
+/// A running container found under the name: prepared again (idempotent: another replica
+/// may be preparing it this moment, and no tool may run before the workspace is open).
+/// Its egress forwarder is its maker's to start (and replicas have no egress).
+async fn reuse(docker: &Docker, found: Made) -> Result<Made, SandboxError> {
+    if let Made::Found { id, .. } = &found {
+        tracing::info!(container = %id, "session container made by another replica; using it");
+        prepare(docker, id, None).await?;
+    }
+    Ok(found)
+}
+
+/// Starts the egress forwarder (with `egress`) and opens /workspace to the session user in
+/// the running container `id`, and creates its use mark; the caller removes the container
+/// when this fails.
+async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(), SandboxError> {
+    // The egress forwarder starts first: it is listening by the time the workspace setup
+    // (an exec round trip) is done, before any tool can run.
+    if egress.is_some() {
+        exec::start_detached(docker, id, egress::FORWARDER_USER, egress::forwarder_argv()).await?;
     }
     // The volume root is created root-owned; root in the container (no capabilities) still
     // owns it and may open it. Sticky bit as in /tmp.
@@ -330,45 +451,35 @@ pub(crate) async fn create_and_start(
             "-c".into(),
             // A fresh ext4 workspace (sandbox.disk) has a lost+found the agent does not need.
             format!(
-                "import os\nos.chmod({WORKSPACE:?}, 0o1777)\ntry:\n    os.rmdir({WORKSPACE:?} + '/lost+found')\nexcept OSError:\n    pass{}",
+                "import os\nos.chmod({WORKSPACE:?}, 0o1777)\ntry:\n    os.rmdir({WORKSPACE:?} + '/lost+found')\nexcept OSError:\n    pass\ntry:\n    os.close(os.open({USE_MARK:?}, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))\nexcept FileExistsError:\n    pass{}",
                 // With egress: no tool runs before the forwarder listens.
                 if egress.is_some() { egress::FORWARDER_READY_CHECK } else { "" }
             ),
         ];
-        setup_result = exec::run_housekeeping(docker, &created.id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT).await;
+        setup_result = exec::run_housekeeping(docker, id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT).await;
         // 126: the runtime could not start the process (transient on a busy engine).
         if !matches!(setup_result, Ok(126)) {
             break;
         }
     }
     match setup_result {
-        Ok(0) => {}
-        Ok(code) => {
-            let _ = remove_container(docker, &created.id).await;
-            return Err(SandboxError::Docker {
-                action: "prepare /workspace".into(),
-                message: if code == egress::FORWARDER_NOT_READY {
-                    format!("the egress forwarder did not listen on 127.0.0.1:{}", egress::FORWARDER_PORT)
-                } else {
-                    format!("setup exited with {code} (the sandbox image needs bash and python3)")
-                },
-            });
-        }
+        Ok(0) => Ok(()),
+        Ok(code) => Err(SandboxError::Docker {
+            action: "prepare /workspace".into(),
+            message: if code == egress::FORWARDER_NOT_READY {
+                format!("the egress forwarder did not listen on 127.0.0.1:{}", egress::FORWARDER_PORT)
+            } else {
+                format!("setup exited with {code} (the sandbox image needs bash and python3)")
+            },
+        }),
         Err(
             exec::ExecFailure::ContainerGone(m) | exec::ExecFailure::ContainerWedged(m) | exec::ExecFailure::Broken(m),
-        ) => {
-            let _ = remove_container(docker, &created.id).await;
-            return Err(SandboxError::Docker {
-                action: "prepare /workspace".into(),
-                message: format!("container stopped right after start ({m}); does the image have `sleep`?"),
-            });
-        }
-        Err(exec::ExecFailure::Failed(e)) => {
-            let _ = remove_container(docker, &created.id).await;
-            return Err(e);
-        }
+        ) => Err(SandboxError::Docker {
+            action: "prepare /workspace".into(),
+            message: format!("container stopped right after start ({m}); does the image have `sleep`?"),
+        }),
+        Err(exec::ExecFailure::Failed(e)) => Err(e),
     }
-    Ok(created.id)
 }
 
 /// Force-removes a container by id or name; absent is success.
@@ -495,7 +606,7 @@ pub(crate) async fn create_binding(
     names: &Names,
     key: &SessionKey,
 ) -> Result<(), SandboxError> {
-    let mut l = labels(&cfg.scope, host, key);
+    let mut l = labels(&cfg.scope, host, cfg.replica_id.as_deref(), key);
     l.insert(LABEL_BINDING.to_string(), "true".to_string());
     docker
         .create_volume(VolumeCreateOptions { name: Some(names.binding.clone()), labels: Some(l), ..Default::default() })
@@ -505,13 +616,19 @@ pub(crate) async fn create_binding(
 }
 
 /// Renames a container (a pool container becoming a session's). A container already
-/// holding the name (dead, or a leftover) is removed first, as creation does.
-pub(crate) async fn rename(docker: &Docker, id: &str, name: &str) -> Result<(), SandboxError> {
+/// holding the name (dead, or a leftover) is removed first, as creation does; under
+/// [`NameTaken::Reuse`] a running one (another replica's) fails the rename instead.
+pub(crate) async fn rename(docker: &Docker, id: &str, name: &str, policy: NameTaken) -> Result<(), SandboxError> {
     let opts = RenameContainerOptions { name: name.to_string() };
     match docker.rename_container(id, opts.clone()).await {
         Ok(()) => Ok(()),
         Err(e) if docker_status(&e) == Some(409) => {
-            remove_container(docker, name).await?;
+            if clear_name(docker, name, policy).await?.is_some() {
+                return Err(SandboxError::Docker {
+                    action: "rename pool container".into(),
+                    message: format!("{name} is another replica's running container"),
+                });
+            }
             docker.rename_container(id, opts).await.map_err(|e| SandboxError::from_docker("rename pool container", e))
         }
         Err(e) => Err(SandboxError::from_docker("rename pool container", e)),
@@ -584,6 +701,11 @@ pub(crate) async fn list_volumes(
 /// placement labels existed).
 pub(crate) fn host_label(labels: Option<&HashMap<String, String>>) -> Option<&str> {
     labels?.get(LABEL_HOST).map(String::as_str)
+}
+
+/// The replica that made a managed container or volume (`None`: made without replicas).
+pub(crate) fn replica_label(labels: Option<&HashMap<String, String>>) -> Option<&str> {
+    labels?.get(LABEL_REPLICA).map(String::as_str)
 }
 
 /// The session key a managed container or volume carries in its labels.

@@ -18,8 +18,8 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::Docker;
@@ -239,13 +239,31 @@ pub(crate) struct Agent {
     output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
 }
 
+/// What a replica's agents carry on their command line (`serve <uid> <gid> <replica>
+/// <life>`), so that the replica, restarted under the same id, sweeps the agents (and
+/// commands) of its earlier lives in a container and no one else's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AgentTag {
+    /// `sandbox.replica_id` (label-safe, checked by the settings).
+    pub replica: String,
+    /// Unique per `Sandbox`: this life of the replica.
+    pub life: String,
+}
+
 /// A session's idle agents (checked out for one request at a time).
 #[derive(Default)]
 pub(crate) struct AgentPool {
     idle: Mutex<Vec<Agent>>,
+    /// The tag of the agents this pool starts (`None`: no replicas).
+    tag: Option<Arc<AgentTag>>,
 }
 
 impl AgentPool {
+    /// An empty pool whose agents carry `tag`.
+    pub(crate) fn new(tag: Option<Arc<AgentTag>>) -> Self {
+        Self { idle: Mutex::default(), tag }
+    }
+
     fn take(&self, container: &str) -> Option<Agent> {
         let mut idle = self.idle.lock().expect("agent pool lock");
         idle.retain(|a| a.container == container);
@@ -273,7 +291,7 @@ impl AgentPool {
     /// Starts one agent in `container` and keeps it idle, so the first request skips the
     /// agent's start-up (the warm pool does this before a container is handed out).
     pub(crate) async fn prespawn(&self, docker: &Docker, container: &str, user: &str) -> Result<(), ExecFailure> {
-        let agent = spawn_agent(docker, container, user).await?;
+        let agent = spawn_agent(docker, container, user, self.tag.as_deref()).await?;
         self.give(agent);
         Ok(())
     }
@@ -296,13 +314,19 @@ enum AgentFailure {
 /// Longest wait for a new agent's hello frame (interpreter start-up on a busy machine).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Starts an agent as root (`exec_user`, which it drops at once to `user`) and waits for
-/// its hello frame.
-async fn spawn_agent(docker: &Docker, container: &str, user: &str) -> Result<Agent, ExecFailure> {
+/// Starts an agent as root (`exec_user`, which it drops at once to `user`), tagged with
+/// `tag`, and waits for its hello frame.
+async fn spawn_agent(
+    docker: &Docker,
+    container: &str,
+    user: &str,
+    tag: Option<&AgentTag>,
+) -> Result<Agent, ExecFailure> {
     let (uid, gid) = user.split_once(':').unwrap_or((user, user));
     let argv = {
         let mut v = agent_argv("serve", Some(uid));
         v.push(gid.to_string());
+        v.extend(tag.into_iter().flat_map(|t| [t.replica.clone(), t.life.clone()]));
         v
     };
     let exec_id = create(docker, container, AGENT_EXEC_USER, argv, true).await?;
@@ -499,7 +523,7 @@ pub(crate) async fn run(
     loop {
         let (mut agent, reused) = match pool.take(container) {
             Some(a) => (a, true),
-            None => (spawn_agent(docker, container, user).await?, false),
+            None => (spawn_agent(docker, container, user, pool.tag.as_deref()).await?, false),
         };
         let started_before = agent.started;
         let mut replies = Replies::new(req.capture_limit);
@@ -683,7 +707,65 @@ pub(crate) async fn sweep_all(docker: &Docker, container: &str, user: &str) -> b
     matches!(run_housekeeping(docker, container, user, agent_argv("sweep-all", None), KILL_SWEEP_TIMEOUT).await, Ok(0))
 }
 
-/// 404 (no such container) and 409 (not running) mean the container is gone.
+/// A replica adopting its own container: kills the agents of its earlier lives (tagged
+/// with `tag.replica` and another life) and their trees, and nothing else (other replicas'
+/// agents and calls run on). Returns whether the sweep ran.
+pub(crate) async fn sweep_earlier_lives(docker: &Docker, container: &str, user: &str, tag: &AgentTag) -> bool {
+    let mut argv = agent_argv("sweep-lives", Some(&tag.replica));
+    argv.push(tag.life.clone());
+    matches!(run_housekeeping(docker, container, user, argv, KILL_SWEEP_TIMEOUT).await, Ok(0))
+}
+
+/// What the use mark of a session container says (`agent.py`'s `use-hold`).
+pub(crate) enum UseCheck {
+    /// No call is running and no replica used it for the whole period; no call starts while
+    /// the hold lives (hold it until the container is removed).
+    Idle(UseHold),
+    /// A call is running, or some replica used it within the period.
+    InUse,
+    /// It has no use mark (made by an older warden).
+    NoMark,
+    /// The check could not run (the container stopped or is gone, the engine failed).
+    Failed,
+}
+
+/// A root exec holding the use mark's exclusive lock: agents wait before their next request
+/// until it drops (its stdin closes) or the container goes.
+pub(crate) struct UseHold {
+    _input: Pin<Box<dyn AsyncWrite + Send>>,
+    _output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
+}
+
+/// Whether any replica ran a call in `container` within `period`, or runs one now; when
+/// neither, holds the container idle (see [`UseCheck::Idle`]). One root exec (the mark is
+/// root's), a few tens of milliseconds.
+pub(crate) async fn use_check(docker: &Docker, container: &str, period: Duration) -> UseCheck {
+    let argv = agent_argv("use-hold", Some(&period.as_secs().max(1).to_string()));
+    let checked = tokio::time::timeout(KILL_SWEEP_TIMEOUT, async {
+        let exec_id = create(docker, container, AGENT_EXEC_USER, argv, true).await.ok()?;
+        let Ok(StartExecResults::Attached { output, input }) = docker.start_exec(&exec_id, None).await else {
+            return None;
+        };
+        let mut output = output;
+        let mut said = Vec::new();
+        while !said.contains(&b'\n') {
+            match output.next().await? {
+                Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => said.extend(&message),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        Some(match said.split(|b| *b == b'\n').next() {
+            Some(b"idle") => UseCheck::Idle(UseHold { _input: input, _output: output }),
+            Some(b"in-use") => UseCheck::InUse,
+            Some(b"none") => UseCheck::NoMark,
+            _ => UseCheck::Failed,
+        })
+    })
+    .await;
+    checked.ok().flatten().unwrap_or(UseCheck::Failed)
+}
+
 /// 404 (no such container) and 409 (not running) mean the container is gone; a 500 from
 /// the OCI runtime means it cannot start processes any more.
 fn classify(action: &str, e: bollard::errors::Error) -> ExecFailure {

@@ -8,6 +8,9 @@
 //! [`Sandbox::shutdown`] removes everything. Operators get [`Sandbox::list_sessions`],
 //! [`Sandbox::prune`] and [`Sandbox::metrics`].
 //!
+//! Several host processes (replicas, [`SandboxConfig::replica_id`]) may share one scope: a
+//! session keeps one container whichever of them serves it (see `session`).
+//!
 //! Long-running session processes (stdio MCP servers, [`Sandbox::spawn_process`]) run in
 //! the same container and live no longer than it.
 //!

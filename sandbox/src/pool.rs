@@ -53,6 +53,13 @@
 //! setup or agent start cut off by the crash), which cannot be told from outside, and a new
 //! pool is a few seconds of background work. Other scopes are never looked at.
 //!
+//! **Replicas.** With `sandbox.replica_id` each replica has its own pool (labelled
+//! `warden.replica=<id>`, counted against its own `max_sessions`) and removes only its own
+//! leftover pool containers on connect. A hand-out whose rename finds the session's name
+//! held by another replica's running container (both started the session at once) does not
+//! remove that container: the pool container goes instead, and the session uses the other
+//! replica's.
+//!
 //! This module must never hand one container to two sessions (a container leaves `ready`
 //! exactly once, under the lock, and a failed hand-out removes it), never put a container
 //! back once it was handed out (nothing is reused across sessions), never run anything in a
@@ -73,7 +80,7 @@ use crate::config::SandboxConfig;
 use crate::container;
 use crate::egress::Egress;
 use crate::error::SandboxError;
-use crate::exec::{AgentPool, ExecFailure};
+use crate::exec::{AgentPool, AgentTag, ExecFailure};
 use crate::metrics::Metrics;
 use crate::session_key::SessionKey;
 
@@ -117,6 +124,8 @@ pub(crate) trait PoolHost: Send + Sync + 'static {
     /// The lock over `key`'s Docker objects: a hand-out binds under it, so it never
     /// overlaps a removal of the same session's objects.
     fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()>;
+    /// The tag of this sandbox's agents (`None`: no replicas).
+    fn agent_tag(&self) -> Option<Arc<AgentTag>>;
 
     /// Removes the egress socket directory of container `name` (no-op without egress).
     fn forget_egress_dir(&self, name: &str) {
@@ -312,13 +321,13 @@ pub(crate) fn start<H: PoolHost>(inner: &Arc<H>, at: usize, docker: &Docker) {
 fn top_up<H: PoolHost>(inner: &Arc<H>, at: usize, docker: &Docker, fills: &mut JoinSet<Result<(), SandboxError>>) {
     let cfg = inner.config();
     while let Some(name) = inner.with_session_count(at, |n| inner.pool(at).reserve(n, cfg.max_sessions, &cfg.scope)) {
-        let labels = container::pool_labels(&cfg.scope, inner.endpoint(at));
+        let labels = container::pool_labels(&cfg.scope, inner.endpoint(at), cfg.replica_id.as_deref());
         fills.spawn(fill(
             Arc::downgrade(inner),
             at,
             docker.clone(),
             cfg.clone(),
-            inner.egress().cloned(),
+            (inner.egress().cloned(), inner.agent_tag()),
             name,
             labels,
         ));
@@ -407,14 +416,20 @@ async fn fill<H: PoolHost>(
     at: usize,
     docker: Docker,
     cfg: SandboxConfig,
-    egress: Option<Arc<Egress>>,
+    (egress, tag): (Option<Arc<Egress>>, Option<Arc<AgentTag>>),
     name: String,
     labels: std::collections::HashMap<String, String>,
 ) -> Result<(), SandboxError> {
     let volume = container::volume_of(&name);
     let made = async {
-        let id = container::create_and_start(&docker, &cfg, &name, &volume, labels, egress.as_deref()).await?;
-        let agents = AgentPool::default();
+        // A pool name is unique: whatever holds it is a leftover of this pool.
+        let replace = container::NameTaken::Replace;
+        let id = match container::create_and_start(&docker, &cfg, &name, &volume, labels, egress.as_deref(), replace)
+            .await?
+        {
+            container::Made::Created(id) | container::Made::Found { id, .. } => id,
+        };
+        let agents = AgentPool::new(tag);
         agents.prespawn(&docker, &id, &cfg.user).await.map_err(|f| match f {
             ExecFailure::Failed(e) => e,
             ExecFailure::ContainerGone(m) | ExecFailure::ContainerWedged(m) | ExecFailure::Broken(m) => {
@@ -519,6 +534,12 @@ pub(crate) async fn take<H: PoolHost>(
                 // Renamed or not, the container goes (by id), with its workspace.
                 let _ = container::remove_container(docker, &warm.id).await;
                 let _ = container::remove_workspace(docker, inner.config(), &warm.volume).await;
+                // Another replica made the session's container meanwhile: that one serves it.
+                if inner.config().replica_id.is_some()
+                    && container::is_running(docker, &names.container).await.unwrap_or(false)
+                {
+                    return Ok(None);
+                }
             }
         }
     }
@@ -536,8 +557,11 @@ async fn bind(
     warm: &Warm,
 ) -> Result<(), SandboxError> {
     container::create_binding(docker, cfg, host, names, key).await?;
-    if let Err(e) = container::rename(docker, &warm.id, &names.container).await {
-        let _ = container::remove_volume(docker, cfg, &names.binding).await;
+    if let Err(e) = container::rename(docker, &warm.id, &names.container, container::NameTaken::of(cfg)).await {
+        // The binding is the running holder's when another replica bound it first.
+        if cfg.replica_id.is_none() || !container::is_running(docker, &names.container).await.unwrap_or(true) {
+            let _ = container::remove_volume(docker, cfg, &names.binding).await;
+        }
         return Err(e);
     }
     Ok(())

@@ -13,12 +13,38 @@
 //! connection, adoption and warm pool; a host that is down fails only its sessions' calls,
 //! with an error naming it.
 //!
+//! **Replicas.** With `sandbox.replica_id` several processes (replicas) share the scope and
+//! a session keeps one container across them. What a replica creates is labelled
+//! `warden.replica=<id>`. At connect it adopts or removes only its own leftovers, and sweeps
+//! in an adopted container only the agents (and their commands) of its own earlier lives,
+//! which carry its id and another life on their command line (`exec::AgentTag`): another
+//! replica may be running a call there. It reaches another replica's session when a call of
+//! it arrives (by the container's name), sweeping nothing; a creation that finds the name
+//! taken by a running container uses it (`container::NameTaken::Reuse`), so two replicas
+//! starting a session at once make one container. The shared "last used" signal is the
+//! container's *use mark* (`agent::USE_MARK`): a root-only file the in-container agent writes
+//! around every request and holds a shared lock on while one runs. It lives where every
+//! replica's calls pass anyway (no extra round trip per call, no clock but the Docker host's,
+//! nothing sandboxed can touch it, and it dies with the container), and one root exec reads
+//! it. A replica's reaper removes a session idle here only when the mark says no replica used
+//! it within `idle_ttl` and none runs a call; otherwise it lets go of it, and the last
+//! replica to use it removes it. Shutdown lets go of every session instead of removing it,
+//! and once per `idle_ttl` the reaper removes the sessions some replica made that no one
+//! holds here and no one used for `idle_ttl` (a replica shut down or gone for good). The
+//! check keeps the mark locked until the removal is done (`exec::UseHold`), so no request
+//! starts on any replica in between: one waiting for it finds its container gone before it
+//! ran and is served by a new container on the same workspace volume name (fresh: the
+//! session was idle everywhere). `warm_pool` and `max_sessions` count per replica. Egress is refused with
+//! replicas (`config.rs`): a session's proxy is served by one process.
+//!
 //! Concurrent first use of a session creates exactly one container (a per-session async
 //! mutex guards creation). The Docker connection is made lazily at the first tool use, so a
 //! host without Docker still starts and its text-only subagents keep working.
 //! This module must never remove a container or volume that lacks warden's labels, never
 //! remove a session that has a call in flight (except on explicit end or shutdown), and never
-//! let the number of sessions exceed `max_sessions`.
+//! let the number of sessions exceed `max_sessions`. With replicas it must never sweep
+//! another replica's agents or commands, and never reap a session another replica used
+//! within `idle_ttl`.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -173,6 +199,10 @@ pub(crate) struct Inner {
     object_locks: Vec<tokio::sync::Mutex<()>>,
     /// Egress through the proxy (`sandbox.egress`); `None`: containers have no way out.
     pub(crate) egress: Option<Arc<Egress>>,
+    /// With `replica_id`: the replica and this life of it, on every agent it starts.
+    tag: Option<Arc<exec::AgentTag>>,
+    /// With `replica_id`: when the reaper last looked for sessions no replica holds.
+    last_stray_sweep: Mutex<Option<Instant>>,
 }
 
 struct Slot {
@@ -199,16 +229,16 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(key: SessionKey, host: usize, names: Names, container: Option<String>, workspace: Option<String>) -> Self {
+    fn new(inner: &Inner, key: SessionKey, host: usize, container: Option<String>, workspace: Option<String>) -> Self {
         Self {
+            names: container::names(&inner.config.scope, &key),
             key,
             host,
-            names,
             container: tokio::sync::Mutex::new(container),
             workspace: Mutex::new(workspace),
             last_used: Mutex::new((Instant::now(), SystemTime::now())),
             in_flight: AtomicUsize::new(0),
-            agents: exec::AgentPool::default(),
+            agents: exec::AgentPool::new(inner.tag.clone()),
             shell: Mutex::new(ShellState::default()),
             egress: Mutex::new(None),
         }
@@ -309,6 +339,7 @@ impl Sandbox {
                 pool: WarmPool::new(config.warm_pool),
             })
             .collect();
+        let tag = config.replica_id.clone().map(|replica| Arc::new(exec::AgentTag { replica, life: new_life() }));
         let egress = match &config.egress {
             Some(e) => {
                 let policy = e.resolve(|name| std::env::var(name).ok())?;
@@ -326,6 +357,8 @@ impl Sandbox {
                 reaper: Mutex::new(None),
                 object_locks: (0..OBJECT_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
                 egress,
+                tag,
+                last_stray_sweep: Mutex::new(None),
             }),
         })
     }
@@ -570,8 +603,8 @@ impl Sandbox {
                         return Err(SandboxError::TooManySessions { max: self.inner.config.max_sessions });
                     }
                     let reached = placed.container.is_some();
-                    let names = container::names(&self.inner.config.scope, key);
-                    let slot = Arc::new(Slot::new(key.clone(), placed.host, names, placed.container, placed.workspace));
+                    let slot =
+                        Arc::new(Slot::new(&self.inner, key.clone(), placed.host, placed.container, placed.workspace));
                     map.insert(key.clone(), slot.clone());
                     (slot, reached)
                 }
@@ -665,7 +698,9 @@ impl Sandbox {
     }
 
     /// Removes every session of this host (containers and volumes) and stops the reaper.
-    /// Further calls fail with [`SandboxError::ShutDown`].
+    /// Further calls fail with [`SandboxError::ShutDown`]. With `replica_id` the sessions
+    /// stay (the other replicas serve them on; see [`SandboxConfig::replica_id`]); only the
+    /// warm pool goes.
     pub async fn shutdown(&self) -> Result<(), SandboxError> {
         self.inner.shut_down.store(true, Ordering::Release);
         if let Some(h) = self.inner.reaper.lock().expect("reaper lock").take() {
@@ -681,9 +716,14 @@ impl Sandbox {
         }
         let slots: Vec<Arc<Slot>> =
             self.inner.sessions.lock().expect("sessions lock").drain().map(|(_, s)| s).collect();
+        if self.inner.config.replica_id.is_some() {
+            // The other replicas serve these sessions on: each stays until no replica used it
+            // for the idle TTL (or this replica, back, adopts it).
+            futures_util::future::join_all(slots.iter().map(|s| self.inner.release(s))).await;
+        }
         let results = futures_util::future::join_all(slots.iter().filter_map(|s| {
             let host = &self.inner.hosts[s.host];
-            let docker = host.docker.get()?;
+            let docker = host.docker.get().filter(|_| self.inner.config.replica_id.is_none())?;
             Some(async move { self.inner.destroy(docker, s).await.map_err(|e| on_host(host.endpoint(), e)) })
         }))
         .await;
@@ -973,6 +1013,19 @@ impl PoolHost for Inner {
     fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
         Inner::object_lock(self, key)
     }
+
+    fn agent_tag(&self) -> Option<Arc<exec::AgentTag>> {
+        self.tag.clone()
+    }
+}
+
+/// A name for this life of a replica, unique across its restarts and across the `Sandbox`es
+/// of one process (tests run several replicas in one).
+fn new_life() -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("{:x}-{now:x}-{n:x}", std::process::id())
 }
 
 impl Inner {
@@ -1037,11 +1090,109 @@ impl Inner {
             keys.iter().filter_map(|k| map.remove(k)).collect()
         };
         for slot in expired {
-            tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session idle past ttl; removing");
             let host = &self.hosts[slot.host];
             let Some(docker) = host.docker.get() else { continue };
+            // With replicas, by the use mark (`agent::USE_MARK`): removed only when no replica
+            // used it within the TTL, and held idle (no call starts on any replica) until it
+            // is; a container without a mark (older warden) or no longer running is removed as
+            // without replicas; one whose check failed is let go, not removed.
+            let mut _hold = None;
+            if self.config.replica_id.is_some() {
+                let id = slot.container.lock().await.clone();
+                let checked = match &id {
+                    Some(id) => exec::use_check(docker, id, self.config.idle_ttl).await,
+                    None => exec::UseCheck::NoMark,
+                };
+                let gone = matches!(checked, exec::UseCheck::Failed)
+                    && !container::is_running(docker, id.as_deref().unwrap_or_default()).await.unwrap_or(true);
+                match checked {
+                    exec::UseCheck::Idle(hold) => _hold = Some(hold),
+                    // Made by an older warden: removed as without replicas.
+                    exec::UseCheck::NoMark => {}
+                    exec::UseCheck::Failed if gone => {}
+                    exec::UseCheck::InUse | exec::UseCheck::Failed => {
+                        tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session idle here but used by another replica within the ttl (or its use is unknown); leaving it to the replicas");
+                        self.release(&slot).await;
+                        continue;
+                    }
+                }
+            }
+            tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session idle past ttl; removing");
             if let Err(e) = self.destroy(docker, &slot).await.map_err(|e| on_host(host.endpoint(), e)) {
                 tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, error = %e, "idle session removal failed");
+            }
+        }
+        if self.config.replica_id.is_some() {
+            self.reap_strays().await;
+        }
+    }
+
+    /// Lets go of a session without removing anything: its container and workspace stay for
+    /// the other replicas (the last one to use it removes it when idle).
+    async fn release(&self, slot: &Slot) {
+        let mut guard = slot.container.lock().await;
+        if guard.take().is_some() {
+            self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
+        }
+        slot.agents.clear();
+        slot.stop_egress(self);
+        // Room under `max_sessions` for the pools again.
+        for h in &self.hosts {
+            h.pool.kick();
+        }
+    }
+
+    /// With replicas, at most once per idle TTL: removes the running session containers of
+    /// this scope that some replica made, that this one does not hold, and that no replica
+    /// used within the TTL (by their use marks): those of a
+    /// replica that shut down (it leaves its sessions to the others) or died and never came
+    /// back. A container without a use mark is left alone.
+    async fn reap_strays(&self) {
+        {
+            let mut last = self.last_stray_sweep.lock().expect("stray sweep lock");
+            if last.is_some_and(|t| t.elapsed() < self.config.idle_ttl) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let scope = self.config.scope.as_str();
+        for host in &self.hosts {
+            let Some(docker) = host.docker.get() else { continue };
+            let (Ok(listed), Ok(bindings)) = (
+                container::list_managed(docker, Some(scope)).await,
+                container::list_bindings(docker, Some(scope)).await,
+            ) else {
+                continue;
+            };
+            for c in listed {
+                let running = matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
+                let (Some(key), Some(name), Some(id)) =
+                    (container::session_of(&c, &bindings), container::container_name(&c), c.id.as_deref())
+                else {
+                    continue;
+                };
+                let held = self.sessions.lock().expect("sessions lock").contains_key(&key);
+                if !running
+                    || held
+                    || !host.owns(c.labels.as_ref(), &self.hosts)
+                    || container::replica_label(c.labels.as_ref()).is_none()
+                    || name != container::names(scope, &key).container
+                {
+                    continue;
+                }
+                let _objects = self.object_lock(&key).lock().await;
+                if self.sessions.lock().expect("sessions lock").contains_key(&key) {
+                    continue;
+                }
+                let exec::UseCheck::Idle(_hold) = exec::use_check(docker, id, self.config.idle_ttl).await else {
+                    continue;
+                };
+                tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "session no replica used within the ttl; removing");
+                let workspace = container::workspace_mount(c.mounts.as_deref());
+                let names = container::names(scope, &key);
+                if let Err(e) = container::remove_session(docker, &self.config, &names, workspace.as_deref()).await {
+                    tracing::warn!(user = %key.user_id, session = %key.session_id, error = %e, "removing an idle session of another replica failed");
+                }
             }
         }
     }
@@ -1062,7 +1213,24 @@ impl<'a> SessionCtx<'a> {
             return Ok(id.clone());
         }
         let started = Instant::now();
-        let workspace = slot.workspace();
+        let mut workspace = slot.workspace();
+        if self.inner.config.replica_id.is_some() {
+            // Another replica may have made (or remade) the session's container: use it, or
+            // at least its workspace. (Creation checks again, for a race with that replica.)
+            let found = {
+                // Never overlaps this sandbox's removal of the same session's objects.
+                let _objects = self.inner.object_lock(&slot.key).lock().await;
+                container::find(self.docker, &slot.names.container).await?
+            };
+            match found {
+                Some((id, true, found)) => {
+                    *slot.workspace.lock().expect("workspace lock") = found.or(workspace);
+                    return Ok(self.reached(&mut guard, id, started));
+                }
+                Some((_, false, found)) if workspace.is_none() => workspace = found,
+                _ => {}
+            }
+        }
         let new_session = workspace.is_none();
         let warm = if new_session && self.inner.hosts[slot.host].pool.enabled() {
             pool::take(self.inner, slot.host, self.docker, &slot.key).await?
@@ -1085,19 +1253,32 @@ impl<'a> SessionCtx<'a> {
                     self.inner.metrics.warm_misses.fetch_add(1, Ordering::Relaxed);
                 }
                 let volume = workspace.unwrap_or_else(|| slot.names.volume.clone());
-                let labels =
-                    container::labels(&self.inner.config.scope, self.inner.hosts[slot.host].endpoint(), &slot.key);
-                let id = {
+                let cfg = &self.inner.config;
+                let labels = container::labels(
+                    &cfg.scope,
+                    self.inner.hosts[slot.host].endpoint(),
+                    cfg.replica_id.as_deref(),
+                    &slot.key,
+                );
+                let made = {
                     let _objects = self.inner.object_lock(&slot.key).lock().await;
                     container::create_and_start(
                         self.docker,
-                        &self.inner.config,
+                        cfg,
                         &slot.names.container,
                         &volume,
                         labels,
                         self.inner.egress.as_deref(),
+                        container::NameTaken::of(cfg),
                     )
                     .await?
+                };
+                let id = match made {
+                    container::Made::Created(id) => id,
+                    container::Made::Found { id, workspace } => {
+                        *slot.workspace.lock().expect("workspace lock") = workspace.or(Some(volume));
+                        return Ok(self.reached(&mut guard, id, started));
+                    }
                 };
                 *slot.workspace.lock().expect("workspace lock") = Some(volume);
                 if let Err(e) = slot.start_egress(self.inner, &slot.names.container) {
@@ -1115,6 +1296,20 @@ impl<'a> SessionCtx<'a> {
         );
         *guard = Some(id.clone());
         Ok(id)
+    }
+
+    /// Serves the running container `id` another replica made for the session (found by
+    /// name when this one was about to make it): nothing in it is swept, it is that
+    /// replica's as much as this one's.
+    fn reached(&self, guard: &mut Option<String>, id: String, started: Instant) -> String {
+        let slot = &self.lease.slot;
+        self.inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            user = %slot.key.user_id, session = %slot.key.session_id, container = %id,
+            took_ms = started.elapsed().as_millis() as u64, how = "reached (another replica's)", "session container ready"
+        );
+        *guard = Some(id.clone());
+        id
     }
 
     /// Forgets a container that turned out to be gone, so the next use recreates it.
@@ -1232,19 +1427,26 @@ async fn connect(host: &Host) -> Result<Docker, SandboxError> {
 /// remove its stopped ones, its pool containers that were never handed out (the warm pool
 /// starts afresh), and volumes that belong to no adopted session. Other scopes are never
 /// listed; containers and volumes labelled with another Docker host of this sandbox are
-/// that host's (two endpoints may reach one engine) and left alone.
+/// that host's (two endpoints may reach one engine) and left alone. With `replica_id`, so
+/// are those of other replicas (and unlabelled ones): only this replica's own are adopted or
+/// removed, and an adopted container loses only the agents (with their commands) of this
+/// replica's earlier lives.
 async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<(), SandboxError> {
     let scope = inner.config.scope.as_str();
     let host = &inner.hosts[at];
+    let replica = inner.config.replica_id.as_deref();
+    // With replicas, only what this replica made is its to adopt or remove.
+    let mine =
+        |labels: Option<&HashMap<String, String>>| replica.is_none() || container::replica_label(labels) == replica;
     let mut adopted = 0usize;
     let mut others: HashSet<String> = HashSet::new();
     let bindings = container::list_bindings(docker, Some(scope)).await?;
     for c in container::list_managed(docker, Some(scope)).await? {
         let id = c.id.clone().unwrap_or_default();
         let known = inner.sessions.lock().expect("sessions lock").values().any(|s| s.container_id_is(&id));
-        if !host.owns(c.labels.as_ref(), &inner.hosts) || known {
-            // Another host's (or already adopted through another endpoint of this engine):
-            // its volumes are in use.
+        if !host.owns(c.labels.as_ref(), &inner.hosts) || known || !mine(c.labels.as_ref()) {
+            // Another host's (or already adopted through another endpoint of this engine),
+            // or another replica's: its volumes are in use.
             let name = container::container_name(&c).unwrap_or_default();
             others.extend(container::workspace_mount(c.mounts.as_deref()).into_iter().flat_map(|w| {
                 [w.clone()].into_iter().chain(crate::disk::disk_of(&w)).chain(container::binding_of(&name))
@@ -1275,9 +1477,8 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
                         && name.as_deref() == Some(container::names(scope, &key).container.as_str())
                         && !map.contains_key(&key) =>
                 {
-                    let names = container::names(scope, &key);
                     tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted session container from a previous host");
-                    let slot = Arc::new(Slot::new(key.clone(), at, names, Some(id.clone()), Some(workspace)));
+                    let slot = Arc::new(Slot::new(inner, key.clone(), at, Some(id.clone()), Some(workspace)));
                     adopted_key = Some(key.clone());
                     map.insert(key, slot);
                     inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
@@ -1289,13 +1490,22 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
         if let (true, Some(key)) = (adopt, adopted_key) {
             // Commands of tasks the previous host was running when it died end here, before
             // anything of the container is served (its egress proxy included): a container
-            // that cannot be swept is not adopted.
-            if !exec::sweep_all(docker, &id, &inner.config.user).await {
-                tracing::warn!(container = %id, "could not sweep the processes of a leftover session container; removing it");
+            // that cannot be swept is not adopted. A replica sweeps only the agents of its
+            // own earlier lives (and their commands): another replica may be running a call
+            // in the same container right now.
+            let swept = match &inner.tag {
+                Some(tag) => exec::sweep_earlier_lives(docker, &id, &inner.config.user, tag).await,
+                None => exec::sweep_all(docker, &id, &inner.config.user).await,
+            };
+            if !swept {
+                tracing::warn!(container = %id, "could not sweep the processes of a leftover session container; not adopting it");
                 if inner.sessions.lock().expect("sessions lock").remove(&key).is_some() {
                     inner.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
                 }
-                container::remove_container(docker, &id).await?;
+                // Another replica may be using it: it stays, reached at its next call here.
+                if inner.tag.is_none() {
+                    container::remove_container(docker, &id).await?;
+                }
                 continue;
             }
             adopted += 1;
@@ -1325,7 +1535,11 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
         })
         .collect();
     for v in container::list_volumes(docker, Some(scope), false).await? {
-        if !keep.contains(&v.name) && !others.contains(&v.name) && host.owns(Some(&v.labels), &inner.hosts) {
+        if !keep.contains(&v.name)
+            && !others.contains(&v.name)
+            && host.owns(Some(&v.labels), &inner.hosts)
+            && mine(Some(&v.labels))
+        {
             container::remove_volume(docker, &inner.config, &v.name).await?;
         }
     }

@@ -2131,6 +2131,248 @@ mod hosts {
     }
 }
 
+/// Several `warden serve` processes (replicas, `sandbox.replica_id`) share one scope: a
+/// session keeps its one container across them, and no replica sweeps, removes or reaps
+/// what another one is using.
+mod replicas {
+    use super::*;
+
+    /// A replica of this test's scope.
+    fn replica(c: &Ctx, id: &str, f: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
+        c.sandbox_with(|cfg| {
+            cfg.replica_id = Some(id.to_string());
+            f(cfg);
+        })
+    }
+
+    /// Waits (generously) until the session container `id` has `file` in its workspace.
+    async fn wait_for_file(id: &str, file: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let path = format!("/workspace/{file}");
+        loop {
+            let out = Command::new("docker").args(["exec", id, "test", "-e", &path]).output().unwrap();
+            if out.status.success() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{path} never appeared in {id}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A Bash call on `sb` that announces itself (`started`) and then waits for the test
+    /// to create `go` before it ends with `done`: it runs for as long as the test needs.
+    fn blocking_call(sb: &Sandbox, k: &SessionKey, started: &str, go: &str) -> tokio::task::JoinHandle<ToolOutput> {
+        let (sb, k) = (sb.clone(), k.clone());
+        let cmd = format!("touch {started}; while [ ! -e {go} ]; do sleep 0.1; done; echo done");
+        tokio::spawn(async move { bash(&sb, &k, &cmd).await })
+    }
+
+    fn release(id: &str, go: &str) {
+        docker(&["exec", "-u", "1000:1000", id, "touch", &format!("/workspace/{go}")]);
+    }
+
+    async fn owned_here(sb: &Sandbox, k: &SessionKey) -> bool {
+        sb.list_sessions().await.unwrap().iter().any(|i| &i.key == k && i.owned_here)
+    }
+
+    /// (a) A replica that connects adopts nothing of another live replica: the command that
+    /// replica runs right now in its session goes on, its warm-pool containers stay.
+    pub async fn connecting_kills_no_command_and_no_pool_of_another_replica(c: Ctx) {
+        let r1 = replica(&c, "r1", |cfg| cfg.warm_pool = 1);
+        let k = key("busy");
+        bash_ok(&r1, &k, "echo one > f").await;
+        let id = container_of(&r1, &k).await;
+        pool_ready(&r1, 1).await;
+        let r1_pool = pooled(&c.scope);
+        assert_eq!(r1_pool.len(), 1, "{r1_pool:?}");
+        let running = blocking_call(&r1, &k, "started", "go");
+        wait_for_file(&id, "started").await;
+        let r2 = replica(&c, "r2", |cfg| cfg.warm_pool = 1);
+        r2.connect().await.unwrap();
+        pool_ready(&r2, 1).await;
+        assert!(!owned_here(&r2, &k).await, "r2 adopted r1's session");
+        release(&id, "go");
+        let out = running.await.unwrap();
+        assert!(!out.is_error && out.content.contains("done"), "r1's command was killed: {}", out.content);
+        for p in &r1_pool {
+            assert!(container_exists(p), "r2 removed r1's pool container {p}");
+        }
+        assert_eq!(pooled(&c.scope).len(), 2, "one pool container each");
+        assert_eq!(container_of(&r1, &k).await, id);
+        r1.end_session(&k).await.unwrap();
+        r2.shutdown().await.unwrap();
+        r1.shutdown().await.unwrap();
+    }
+
+    /// (b) A session made on one replica is used from another: the same container and files,
+    /// both ways; two replicas using a new session at once make one container; a container
+    /// that vanished is made again on the same workspace, and the other replica finds it.
+    pub async fn a_session_is_one_container_across_replicas(c: Ctx) {
+        let r1 = replica(&c, "r1", |cfg| cfg.warm_pool = 1);
+        let r2 = replica(&c, "r2", |cfg| cfg.warm_pool = 0);
+        r1.connect().await.unwrap();
+        pool_ready(&r1, 1).await;
+        let k = key("shared");
+        bash_ok(&r1, &k, "echo from-r1 > a.txt").await;
+        let id = container_of(&r1, &k).await;
+        let read = tool(&r2, &k, "Read", json!({"file_path": "a.txt"})).await;
+        assert!(read.content.contains("from-r1"), "{}", read.content);
+        bash_ok(&r2, &k, "echo from-r2 > b.txt").await;
+        assert_eq!(bash_ok(&r1, &k, "cat b.txt").await, "from-r2\n");
+        assert_eq!(container_of(&r2, &k).await, id, "one container");
+        assert!(owned_here(&r2, &k).await);
+        let hostname = bash_ok(&r1, &k, "cat /etc/hostname").await;
+
+        // The container vanished (killed, or removed by a reaper racing a call): the next
+        // call remakes it on the same workspace, and the other replica reaches that one.
+        docker(&["rm", "-f", &id]);
+        assert_eq!(bash_ok(&r1, &k, "cat a.txt b.txt").await, "from-r1\nfrom-r2\n", "workspace kept");
+        let again = container_of(&r1, &k).await;
+        assert_ne!(again, id);
+        assert_eq!(bash_ok(&r2, &k, "cat a.txt").await, "from-r1\n");
+        assert_eq!(container_of(&r2, &k).await, again, "r2 reached r1's new container");
+        assert_ne!(bash_ok(&r2, &k, "cat /etc/hostname").await, hostname);
+
+        // First use of a new session on both replicas at once: one container.
+        let fresh = key("raced");
+        let (a, b) = tokio::join!(bash_ok(&r1, &fresh, "cat /etc/hostname"), bash_ok(&r2, &fresh, "cat /etc/hostname"));
+        assert_eq!(a, b, "both replicas use one container");
+        container_of(&r1, &fresh).await;
+        for k in [&k, &fresh] {
+            r1.end_session(k).await.unwrap();
+            r2.end_session(k).await.unwrap();
+        }
+        r2.shutdown().await.unwrap();
+        r1.shutdown().await.unwrap();
+    }
+
+    /// (c) A replica whose session went idle leaves it to a replica that still uses it; the
+    /// last one to use it removes it once no replica used it for the idle TTL.
+    pub async fn an_idle_session_is_reaped_only_when_no_replica_uses_it(c: Ctx) {
+        let ttl = |cfg: &mut SandboxConfig| {
+            cfg.warm_pool = 0;
+            cfg.idle_ttl = Duration::from_secs(5);
+        };
+        let (r1, r2) = (replica(&c, "r1", ttl), replica(&c, "r2", ttl));
+        let k = key("kept-alive");
+        bash_ok(&r1, &k, "echo kept > f").await;
+        let id = container_of(&r1, &k).await;
+        let volumes = volumes_of_session(&c.scope, &id, &k);
+        let hostname = bash_ok(&r1, &k, "cat /etc/hostname").await;
+        // r2 keeps using the session until r1's reaper has looked at it (and let go).
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while owned_here(&r1, &k).await {
+            assert!(Instant::now() < deadline, "r1 never let go of the session it stopped using");
+            assert_eq!(bash_ok(&r2, &k, "cat f; cat /etc/hostname").await, format!("kept\n{hostname}"));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(container_exists(&id), "r1 removed a session r2 was using");
+        assert_eq!(bash_ok(&r2, &k, "cat f").await, "kept\n");
+        assert_eq!(container_of(&r2, &k).await, id);
+        assert_eq!(r2.metrics().sessions_created_total, 0, "r2 never made a container of its own");
+        // Nobody uses it now: gone within a few TTLs (its volumes too).
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while container_exists(&id) || volumes_of_scope(&c.scope).iter().any(|v| volumes.contains(v)) {
+            assert!(Instant::now() < deadline, "a session no replica used was never reaped");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        r2.shutdown().await.unwrap();
+        r1.shutdown().await.unwrap();
+    }
+
+    /// A replica that shuts down leaves its sessions to the others (their files stay); a
+    /// session no replica holds any more is reaped by a live one once idle for the TTL.
+    pub async fn a_replica_that_shuts_down_leaves_its_sessions_to_the_others(c: Ctx) {
+        // Long enough that the steps before the reaping never look idle to anyone.
+        let ttl = |cfg: &mut SandboxConfig| {
+            cfg.warm_pool = 1;
+            cfg.idle_ttl = Duration::from_secs(8);
+        };
+        let (r1, r2) = (replica(&c, "r1", ttl), replica(&c, "r2", ttl));
+        r1.connect().await.unwrap();
+        let (used, left) = (key("used-on"), key("left"));
+        bash_ok(&r2, &used, "echo carried > f").await;
+        bash_ok(&r2, &left, "true").await;
+        let (used_id, left_id) = (container_of(&r2, &used).await, container_of(&r2, &left).await);
+        let mut volumes = volumes_of_session(&c.scope, &used_id, &used);
+        volumes.extend(volumes_of_session(&c.scope, &left_id, &left));
+        r2.shutdown().await.unwrap();
+        assert!(container_exists(&used_id) && container_exists(&left_id), "shutdown removed sessions");
+        let r2_pool: Vec<String> = pooled(&c.scope).into_iter().filter(|p| pooled_by(p, "r2")).collect();
+        assert!(r2_pool.is_empty(), "shutdown left its warm pool behind: {r2_pool:?}");
+        assert_eq!(bash_ok(&r1, &used, "cat f").await, "carried\n");
+        assert_eq!(container_of(&r1, &used).await, used_id);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while container_exists(&left_id)
+            || container_exists(&used_id)
+            || volumes_of_scope(&c.scope).iter().any(|v| volumes.contains(v))
+        {
+            assert!(Instant::now() < deadline, "sessions no replica used were never reaped");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        r1.shutdown().await.unwrap();
+    }
+
+    /// Whether pool container `id` was made by `replica`.
+    fn pooled_by(id: &str, replica: &str) -> bool {
+        docker(&["inspect", "--format", "{{index .Config.Labels \"warden.replica\"}}", id]).trim() == replica
+    }
+
+    /// (d) A replica restarted under its id adopts its own leftovers: its session (the agents
+    /// of its earlier life and their commands swept), not its stale pool; the call another
+    /// replica runs in that session meanwhile goes on.
+    pub async fn a_restarted_replica_adopts_its_own_leftovers_only(c: Ctx) {
+        let k = key("restarted");
+        let r2 = replica(&c, "r2", |cfg| cfg.warm_pool = 0);
+        let (id, stale_pool) = {
+            let r1 = replica(&c, "r1", |cfg| cfg.warm_pool = 1);
+            bash_ok(&r1, &k, "echo before > f").await;
+            pool_ready(&r1, 1).await;
+            let id = container_of(&r1, &k).await;
+            (id, pooled(&c.scope))
+            // Dropped without shutdown: r1 "crashed".
+        };
+        // What r1's dead life left running: an agent of that life (tagged as r1's agents
+        // are) with its command, and the call r2 runs in the same container now.
+        docker(&[
+            "exec",
+            "-d",
+            "-u",
+            "1000:1000",
+            &id,
+            "sh",
+            "-c",
+            "sleep 1234; true",
+            "x",
+            "y",
+            "serve",
+            "1000",
+            "1000",
+            "r1",
+            "dead-life",
+        ]);
+        let running = blocking_call(&r2, &k, "r2-started", "r2-go");
+        wait_for_file(&id, "r2-started").await;
+        let r1 = replica(&c, "r1", |cfg| cfg.warm_pool = 1);
+        r1.connect().await.unwrap();
+        assert!(owned_here(&r1, &k).await, "r1 adopted its own session");
+        assert_eq!(container_of(&r1, &k).await, id, "adopted, not recreated");
+        for p in &stale_pool {
+            assert!(!container_exists(p), "r1's stale pool container {p} was kept");
+        }
+        let ps = procs_starting_with(&r1, &k, "sleep 1234").await;
+        assert!(!ps.contains("LEFT"), "the command of r1's dead life survived adoption: {ps}");
+        assert_eq!(bash_ok(&r1, &k, "cat f").await, "before\n");
+        release(&id, "r2-go");
+        let out = running.await.unwrap();
+        assert!(!out.is_error && out.content.contains("done"), "r2's command was swept: {}", out.content);
+        assert_eq!(r1.metrics().sessions_created_total, 0);
+        r1.end_session(&k).await.unwrap();
+        r2.shutdown().await.unwrap();
+        r1.shutdown().await.unwrap();
+    }
+}
+
 type TestFn = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 macro_rules! tests {
@@ -2195,6 +2437,11 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         hosts::the_tls_endpoint_refuses_clients_without_a_trusted_certificate,
         hosts::a_host_that_is_down_fails_only_its_sessions,
         hosts::adoption_and_reaping_leave_other_scopes_alone,
+        replicas::connecting_kills_no_command_and_no_pool_of_another_replica,
+        replicas::a_session_is_one_container_across_replicas,
+        replicas::an_idle_session_is_reaped_only_when_no_replica_uses_it,
+        replicas::a_replica_that_shuts_down_leaves_its_sessions_to_the_others,
+        replicas::a_restarted_replica_adopts_its_own_leftovers_only,
     ]
 }
 
