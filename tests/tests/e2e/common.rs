@@ -162,14 +162,27 @@ impl Server {
 
     /// [`Server::start`] with extra environment variables (principals' tokens).
     pub fn start_with_env(d: &Deployment, env: &[(&str, &str)]) -> Server {
+        Self::start_as(d, &[], env, "serve.log")
+    }
+
+    /// One replica of a cluster (`--replica-id id`) on the deployment's shared store, its
+    /// log in `serve-<id>.log`.
+    pub fn start_replica(d: &Deployment, id: &str) -> Server {
+        Self::start_as(d, &["--replica-id", id], &[], &format!("serve-{id}.log"))
+    }
+
+    /// `warden serve` with extra arguments and environment variables, its stderr appended
+    /// to `log` in the deployment's directory.
+    fn start_as(d: &Deployment, args: &[&str], env: &[(&str, &str)], log_name: &str) -> Server {
         use std::io::{Read, Write};
         let port = free_port();
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(d.dir.path().join("serve.log")).unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(d.dir.path().join(log_name)).unwrap();
         let child = Command::new(bin())
             .current_dir(d.dir.path())
             .arg("--config")
             .arg(d.dir.path().join("warden.yaml"))
             .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+            .args(args)
             .env("WARDEN_LOG", "info")
             .env_remove("WARDEN_TOKENS")
             .envs(env.iter().copied())
@@ -190,7 +203,7 @@ impl Server {
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!(
                     "warden serve exited: {status}\n{}",
-                    std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default()
+                    std::fs::read_to_string(d.dir.path().join(log_name)).unwrap_or_default()
                 );
             }
             if healthy() {

@@ -18,4 +18,5 @@ mod mixed;
 mod oci;
 mod operator;
 mod protocols;
+mod replicas;
 mod serve;

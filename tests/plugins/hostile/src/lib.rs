@@ -20,6 +20,7 @@
 //! | `memory:write:<m>` | keeps `<m>` in a static and fills 4 MiB of freed heap with a pattern made from `<m>` |
 //! | `memory:read:<m>` | `static=<kept>;leaked=<bool>`: the static's value and whether the pattern of `<m>` is anywhere in linear memory |
 //! | `memory:both:<m>` | write then read in one call (proves the probe finds what is there) |
+//! | `sleep:<ms>:<text>` | emits `progress` `{"message": "<text>"}`, sleeps `<ms>` (`clock::sleep`: ends early when canceled), returns `<text>` (a task that takes a while and has a known output) |
 //! | anything else | returns the prompt |
 
 use std::hint::black_box;
@@ -33,7 +34,7 @@ use exports::warden::plugin::{executor, meta, resolver};
 use warden::plugin::types::{
     Capability, Error, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
 };
-use warden::plugin::{http, model, resources, tools};
+use warden::plugin::{clock, events, http, model, resources, tools};
 
 struct Hostile;
 
@@ -107,6 +108,8 @@ impl executor::Guest for Hostile {
                     script::run(text)
                 } else if let Some(probe) = prompt.strip_prefix("memory:") {
                     Ok(memory_probe(probe))
+                } else if let Some(rest) = prompt.strip_prefix("sleep:") {
+                    sleep_then(rest)
                 } else if let Some(uri) = prompt.strip_prefix("resource:") {
                     let bytes = resources::read(uri)?;
                     Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -116,6 +119,15 @@ impl executor::Guest for Hostile {
             }
         }
     }
+}
+
+/// `sleep:<ms>:<text>`: a progress event naming `<text>`, a sleep of `<ms>`, then `<text>`.
+fn sleep_then(rest: &str) -> Result<String, Error> {
+    let (ms, text) = rest.split_once(':').unwrap_or((rest, ""));
+    let ms = ms.parse::<u64>().map_err(|e| Error::InvalidInput(format!("sleep: {ms:?}: {e}")))?;
+    events::emit("progress", &serde_json::json!({ "message": text }).to_string())?;
+    clock::sleep(ms)?;
+    Ok(text.to_string())
 }
 
 /// Loops forever; `black_box` keeps the optimizer from reasoning the loop away.
