@@ -56,7 +56,7 @@ fn cluster_deployment(db: &TestDatabase) -> Deployment {
          subagents:\n  agent_dirs: [./agents]\n  references:\n    - {{ uri: \"hostile://sleeper\", kind: HOSTILE }}\n\
          models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
          sandbox:\n  scope: rep{}\n\
-         approval:\n  default: deny\n  allow: [Read]\n  ask: [\"Bash(touch *)\"]\n  timeout: 5m\n\
+         approval:\n  default: deny\n  allow: [Read, \"Bash(echo *)\"]\n  ask: [\"Bash(touch *)\"]\n  timeout: 5m\n\
          server:\n  max_concurrent_tasks: {SLOTS_PER_REPLICA}\n  max_queued_tasks: 1000\n  task_lease: {}s\n\
          store:\n  url: {}\n",
         &uuid::Uuid::new_v4().simple().to_string()[..12],
@@ -300,6 +300,11 @@ fn three_replicas_share_the_queue_stream_approve_cancel_and_survive_a_kill_9() {
         (Some("completed"), Some("Finished.")),
         "{r}\n{}",
         logs(&d)
+    );
+    let ran: Vec<Value> = events(alive[0], &approval_task, None).into_iter().map(|(_, e)| e).collect();
+    assert!(
+        ran.iter().any(|e| e["type"] == "tool_result" && e["name"] == "Bash" && e["is_error"] != true),
+        "the approved Bash call did not run: {ran:?}"
     );
 
     // Every task ends; none twice; only the dead replica's may be lost.
