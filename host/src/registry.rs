@@ -47,6 +47,10 @@ pub struct Registered {
     pub egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
     /// Its tasks run in the background when the caller does not say (see [`BACKGROUND_METADATA`]).
     pub background: bool,
+    /// How hard its model calls should think (see [`EFFORT_METADATA`]); providers without a
+    /// reasoning setting ignore it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effort: Option<warden_models::ReasoningEffort>,
 }
 
 /// The reference metadata key by which a definition's tasks run in the background when the
@@ -67,6 +71,62 @@ fn runs_in_background(operator: &BTreeMap<String, String>, def: &SubagentDefinit
             crate::text::escape_control(&other.chars().take(64).collect::<String>())
         )),
     }
+}
+
+/// The reference metadata key by which a definition asks for a reasoning effort for its
+/// model calls: `low`, `medium`, `high`, `xhigh` or `max` (a Claude agent file's `effort`).
+/// Like [`BACKGROUND_METADATA`], the operator's reference or the plugin's definition sets
+/// it (WIT 0.2.0 has no typed field for it) and the operator's value wins. The host hands it
+/// to every model call of the definition's tasks; a provider without a reasoning setting
+/// ignores it (`warden agents` notes which).
+pub const EFFORT_METADATA: &str = "effort";
+
+/// `def`'s reasoning effort (see [`EFFORT_METADATA`]); another value is a problem and means none.
+fn reasoning_effort(
+    operator: &BTreeMap<String, String>,
+    def: &SubagentDefinition,
+) -> Result<Option<warden_models::ReasoningEffort>, String> {
+    let Some(value) = operator.get(EFFORT_METADATA).or_else(|| def.reference.metadata.get(EFFORT_METADATA)) else {
+        return Ok(None);
+    };
+    warden_models::ReasoningEffort::parse(value).map(Some).ok_or_else(|| {
+        format!(
+            "metadata `{EFFORT_METADATA}: {}` ignored (expected low, medium, high, xhigh or max)",
+            crate::text::escape_control(&value.chars().take(64).collect::<String>())
+        )
+    })
+}
+
+/// For `warden agents`: one note per definition with a reasoning effort, saying which
+/// configured providers send it (and as what) and which ignore it for want of a reasoning
+/// setting. The host does not know which model a definition's plugin will ask for, so every
+/// provider is named.
+pub fn effort_notes(snapshot: &Snapshot, models: Option<&warden_models::ModelRouter>) -> Vec<RegistryProblem> {
+    let (mut sending, mut ignoring) = (Vec::new(), Vec::new());
+    for (name, provider) in models.into_iter().flat_map(|m| m.providers()) {
+        match provider.reasoning_setting() {
+            Some(field) => sending.push(format!("{name} (as `{field}`)")),
+            None => ignoring.push(name.to_string()),
+        }
+    }
+    let mut notes = Vec::new();
+    for r in snapshot.definitions.values() {
+        let Some(effort) = r.effort else { continue };
+        let mut text = format!("subagent {:?}: effort `{effort}`", r.definition.name);
+        if sending.is_empty() && ignoring.is_empty() {
+            text.push_str(" has no effect: no model providers are configured");
+        } else {
+            if !sending.is_empty() {
+                text.push_str(&format!(" is sent by {}", sending.join(", ")));
+            }
+            if !ignoring.is_empty() {
+                let verb = if sending.is_empty() { " is ignored by" } else { "; ignored by" };
+                text.push_str(&format!("{verb} {} (no reasoning setting)", ignoring.join(", ")));
+            }
+        }
+        notes.push(RegistryProblem::warning(r.source.clone(), text));
+    }
+    notes
 }
 
 /// The definition's `egress` list (`sandbox.egress.allow` patterns), validated.
@@ -609,6 +669,10 @@ impl Registry {
                             false
                         }
                     };
+                    let effort = reasoning_effort(&reference.metadata, &def).unwrap_or_else(|e| {
+                        next.problems.push(RegistryProblem::warning(reference.uri.clone(), e));
+                        None
+                    });
                     next.definitions.insert(
                         def.name.clone(),
                         Registered {
@@ -617,6 +681,7 @@ impl Registry {
                             source: reference.uri.clone(),
                             egress,
                             background,
+                            effort,
                         },
                     );
                 }
@@ -734,5 +799,24 @@ mod tests {
         assert_eq!(runs_in_background(&operator(&[("background", " true ")]), &definition(&[])), Ok(true));
         let err = runs_in_background(&operator(&[("background", "y\nes")]), &definition(&[])).unwrap_err();
         assert!(err.contains("expected true or false") && !err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn effort_comes_from_the_operator_then_the_plugin_and_a_bad_one_is_a_problem() {
+        use warden_models::ReasoningEffort;
+        let operator = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert_eq!(reasoning_effort(&operator(&[]), &definition(&[])), Ok(None));
+        assert_eq!(
+            reasoning_effort(&operator(&[]), &definition(&[("effort", "high")])),
+            Ok(Some(ReasoningEffort::High))
+        );
+        assert_eq!(
+            reasoning_effort(&operator(&[("effort", "low")]), &definition(&[("effort", "max")])),
+            Ok(Some(ReasoningEffort::Low))
+        );
+        let err = reasoning_effort(&operator(&[]), &definition(&[("effort", "extreme\n")])).unwrap_err();
+        assert!(err.contains("expected low, medium, high, xhigh or max") && !err.contains('\n'), "{err}");
     }
 }

@@ -2,7 +2,8 @@
 //! subagent, plugin), what its definition allows (permission mode, MCP servers, tools,
 //! egress), where its events go, how to ask a person, what it may still spend and whether
 //! it was canceled. Filled once, in order — the engine (ids, secrets, decider, budget, the
-//! task's egress, cancellation), [`crate::task::run`] (the definition's egress), the runtime
+//! task's egress, cancellation), [`crate::task::run`] (the definition's egress and reasoning
+//! effort), the runtime
 //! (the definition's and plugin's fields) — then shared as `Arc<TaskScope>` by the plugin
 //! call, its host imports and the tool host, and read by the approval requests it makes.
 //! Data only: this module decides nothing.
@@ -31,6 +32,8 @@ pub struct TaskScope {
     pub mcp_servers: Vec<String>,
     /// The definition's `tools` list (`None` = every tool): what the tools import offers.
     pub allowed_tools: Option<Vec<String>>,
+    /// The definition's reasoning effort, handed to every model call of the task.
+    pub reasoning_effort: Option<warden_models::ReasoningEffort>,
     /// Per-task secrets for sandbox execs (`tool_context`), as environment variables;
     /// never logged or stored.
     pub tool_env: Vec<(String, String)>,

@@ -92,6 +92,7 @@ pub async fn run(
     let definition = registered.definition.clone();
     // The definition's own egress list narrows the task's tool calls too.
     scope.egress.splice(0..0, registered.egress.iter().cloned());
+    scope.reasoning_effort = registered.effort;
     drop(snapshot);
     let ctx =
         TaskContext { task_id: task_id.clone(), session_id: scope.session_id.clone(), user_id: scope.user_id.clone() };

@@ -22,7 +22,9 @@
 //!
 //! Extended thinking is not requested by this provider (there is no place in the common
 //! message shape to carry signed thinking blocks back, which the API requires with tool
-//! use); thinking returned anyway (e.g. by a gateway that enables it) is reported.
+//! use); thinking returned anyway (e.g. by a gateway that enables it) is reported. For the
+//! same reason the provider has no reasoning setting: [`crate::ChatRequest::reasoning_effort`]
+//! is ignored.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

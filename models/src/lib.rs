@@ -153,6 +153,10 @@ pub struct ChatRequest {
     pub tools: Vec<ToolSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// How hard the model should think, for providers with a reasoning setting
+    /// ([`Provider::reasoning_setting`]); the others ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
     /// Deadline for this request; the shorter of this and the provider's configured
     /// timeout applies. The host passes the plugin call's remaining deadline here.
     #[serde(skip)]
@@ -161,7 +165,56 @@ pub struct ChatRequest {
 
 impl ChatRequest {
     pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
-        Self { model: model.into(), messages, tools: Vec::new(), max_tokens: None, timeout: None }
+        Self {
+            model: model.into(),
+            messages,
+            tools: Vec::new(),
+            max_tokens: None,
+            reasoning_effort: None,
+            timeout: None,
+        }
+    }
+}
+
+/// A reasoning effort level, as Claude Code's `effort` names them (`low` … `max`). What a
+/// provider sends for it is the provider's business ([`Provider::reasoning_setting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    Low,
+    Medium,
+    High,
+    /// Above `high` (Claude Code's `xhigh`; OpenAI's `xhigh`).
+    #[serde(rename = "xhigh")]
+    XHigh,
+    /// The most a model offers (Claude Code's `max`).
+    Max,
+}
+
+impl ReasoningEffort {
+    /// Every level, lowest first.
+    pub const ALL: [ReasoningEffort; 5] = [Self::Low, Self::Medium, Self::High, Self::XHigh, Self::Max];
+
+    /// The level named as in agent files (`low`, `medium`, `high`, `xhigh`, `max`; case and
+    /// surrounding blanks ignored), or `None`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str().eq_ignore_ascii_case(name.trim()))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+            Self::XHigh => "xhigh",
+            Self::Max => "max",
+        }
+    }
+}
+
+impl fmt::Display for ReasoningEffort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -349,6 +402,13 @@ impl ModelError {
 pub trait Provider: Send + Sync {
     /// The provider's key in `models.providers` (used in errors and logs).
     fn name(&self) -> &str;
+
+    /// The request field [`ChatRequest::reasoning_effort`] becomes (`reasoning_effort` for
+    /// OpenAI-compatible servers), or `None` when the provider has no reasoning setting and
+    /// ignores it.
+    fn reasoning_setting(&self) -> Option<&'static str> {
+        None
+    }
 
     /// Run one completion. With a `sink`, the provider streams and sends text and
     /// reasoning fragments to it as they arrive; the returned response is complete

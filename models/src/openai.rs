@@ -2,7 +2,9 @@
 //!
 //! Request: `messages` (system / user / assistant with `tool_calls` / tool with
 //! `tool_call_id`), `tools` as `{"type":"function","function":{name, description,
-//! parameters}}`, optional `max_tokens`; with a sink, `stream: true` (and
+//! parameters}}`, optional `max_tokens`, optional `reasoning_effort` (from
+//! [`ChatRequest::reasoning_effort`]: `low`, `medium`, `high`, `xhigh` as named; `max`, which
+//! the API does not name, as its highest level `xhigh`); with a sink, `stream: true` (and
 //! `stream_options.include_usage`). The key, when configured, goes in
 //! `Authorization: Bearer …`.
 //!
@@ -27,12 +29,26 @@ use serde_json::{Value, json};
 
 use crate::http;
 use crate::{
-    BoxFuture, ChatRequest, ChatResponse, DEFAULT_REQUEST_TIMEOUT, FinishReason, Message, ModelError, Provider, Role,
-    StreamSink, ToolCall, Usage,
+    BoxFuture, ChatRequest, ChatResponse, DEFAULT_REQUEST_TIMEOUT, FinishReason, Message, ModelError, Provider,
+    ReasoningEffort, Role, StreamSink, ToolCall, Usage,
 };
 
 /// `base_url` when none is configured.
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// The chat-completions field that carries a [`ReasoningEffort`].
+pub const REASONING_SETTING: &str = "reasoning_effort";
+
+/// The `reasoning_effort` value for `effort`: the API's own names, and its highest level
+/// (`xhigh`) for `max`, which it does not name.
+pub fn reasoning_effort(effort: ReasoningEffort) -> &'static str {
+    match effort {
+        ReasoningEffort::Low => "low",
+        ReasoningEffort::Medium => "medium",
+        ReasoningEffort::High => "high",
+        ReasoningEffort::XHigh | ReasoningEffort::Max => "xhigh",
+    }
+}
 
 /// Settings of an [`OpenAiProvider`].
 #[derive(Debug, Clone)]
@@ -96,6 +112,10 @@ impl Provider for OpenAiProvider {
         &self.opts.name
     }
 
+    fn reasoning_setting(&self) -> Option<&'static str> {
+        Some(REASONING_SETTING)
+    }
+
     fn complete<'a>(
         &'a self,
         req: ChatRequest,
@@ -122,6 +142,9 @@ pub fn request_body(req: &ChatRequest, stream: bool) -> Value {
     }
     if let Some(max) = req.max_tokens {
         body["max_tokens"] = json!(max);
+    }
+    if let Some(effort) = req.reasoning_effort {
+        body[REASONING_SETTING] = json!(reasoning_effort(effort));
     }
     if stream {
         body["stream"] = json!(true);

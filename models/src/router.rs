@@ -126,6 +126,11 @@ impl ModelRouter {
         self.providers.keys().map(String::as_str)
     }
 
+    /// Configured providers by key, sorted.
+    pub fn providers(&self) -> impl Iterator<Item = (&str, &Arc<dyn Provider>)> {
+        self.providers.iter().map(|(k, p)| (k.as_str(), p))
+    }
+
     /// The provider and provider-local model name for `name` (see the module docs).
     pub fn resolve(&self, name: Option<&str>) -> Result<(Arc<dyn Provider>, String), ModelError> {
         let asked = name.map(str::trim).unwrap_or_default();

@@ -17,7 +17,7 @@ use warden_models::openai::{OpenAiOptions, OpenAiProvider};
 use warden_models::scripted::ScriptedProvider;
 use warden_models::{
     ChatRequest, ChatResponse, FinishReason, Message, ModelError, ModelEvent, ModelRouter, ModelsConfig, Provider,
-    ProviderConfig, StreamSink, ToolCall, ToolSpec, Usage,
+    ProviderConfig, ReasoningEffort, StreamSink, ToolCall, ToolSpec, Usage,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -497,6 +497,47 @@ mod openai {
             .unwrap();
         assert_eq!(out.reasoning.as_deref(), Some("6 times 7"));
         assert_eq!(out.message.content, "42");
+    }
+
+    /// Issue 20: an agent's `effort` reaches an OpenAI-compatible server as
+    /// `reasoning_effort`; `max`, which the API does not name, as its highest level.
+    #[tokio::test]
+    async fn reasoning_effort_is_sent_as_the_api_names_it() {
+        let mut replies = vec![];
+        for _ in 0..3 {
+            replies.push(fake::json(200, openai_text_body("ok")));
+        }
+        let server = fake_openai(replies).await;
+        let p = openai_at(&server.base_url, Duration::from_secs(10));
+        assert_eq!(p.reasoning_setting(), Some("reasoning_effort"));
+        for effort in [None, Some(ReasoningEffort::Medium), Some(ReasoningEffort::Max)] {
+            let mut req = ChatRequest::new("m", vec![Message::user("hi")]);
+            req.reasoning_effort = effort;
+            p.complete(req, None).await.unwrap();
+        }
+        let sent: Vec<Value> = server.requests().iter().map(|r| r.body["reasoning_effort"].clone()).collect();
+        assert_eq!(sent, [Value::Null, json!("medium"), json!("xhigh")]);
+        // Providers without a reasoning setting say so (and ignore the field).
+        let anthropic = anthropic_at(&server.base_url, Duration::from_secs(10));
+        assert_eq!(anthropic.reasoning_setting(), None);
+    }
+
+    #[test]
+    fn effort_levels_parse_as_agent_files_name_them() {
+        for (name, effort) in [
+            ("low", ReasoningEffort::Low),
+            (" Medium ", ReasoningEffort::Medium),
+            ("high", ReasoningEffort::High),
+            ("xhigh", ReasoningEffort::XHigh),
+            ("MAX", ReasoningEffort::Max),
+        ] {
+            assert_eq!(ReasoningEffort::parse(name), Some(effort), "{name}");
+            assert_eq!(ReasoningEffort::parse(effort.as_str()), Some(effort));
+        }
+        for bad in ["", "extreme", "minimal", "hi gh"] {
+            assert_eq!(ReasoningEffort::parse(bad), None, "{bad}");
+        }
+        assert_eq!(serde_json::to_value(ReasoningEffort::XHigh).unwrap(), json!("xhigh"));
     }
 
     #[tokio::test]

@@ -584,13 +584,16 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             let host = crate::app::Host::start(config).await?;
             let registry = host.registry.clone();
             let snap = registry.snapshot();
+            let notes = crate::registry::effort_notes(&snap, host.services.models.as_ref().ok().map(|m| m.as_ref()));
             if json {
                 #[derive(Serialize)]
                 struct Agents<'a> {
                     agents: Vec<&'a crate::registry::Registered>,
                     problems: &'a [crate::registry::RegistryProblem],
+                    notes: &'a [crate::registry::RegistryProblem],
                 }
-                let out = Agents { agents: snap.definitions.values().collect(), problems: &snap.problems };
+                let out =
+                    Agents { agents: snap.definitions.values().collect(), problems: &snap.problems, notes: &notes };
                 out!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 for r in snap.definitions.values() {
@@ -599,6 +602,9 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                 }
                 for p in &snap.problems {
                     eprintln!("warning: {}: {}", esc(&p.source), esc(&p.message));
+                }
+                for n in &notes {
+                    eprintln!("note: {}: {}", esc(&n.source), esc(&n.message));
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -17,7 +17,7 @@
 //!                                  // most (the host narrows `sandbox.egress` by it)
 //!   "initial_prompt": null,        // `initialPrompt`: put before every fresh task's prompt
 //!   "background": false,           // `background`: the host runs tasks in the background by default
-//!   "effort": null,                // `effort`, kept for the record (no provider setting yet)
+//!   "effort": null,                // `effort`: low, medium, high, xhigh or max (lower case)
 //!   "color": null,                 // `color`, cosmetic
 //!   "extra": {}                    // every unknown frontmatter key, as JSON
 //! }
@@ -25,8 +25,11 @@
 //!
 //! The host never reads `protocol-data`: what it acts on — `tools`, the permission mode,
 //! the MCP server names and `egress` — is also handed over as the definition's typed fields
-//! (WIT 0.2.0), and `background: true` as the reference metadata entry `background=true`
-//! (WIT 0.2.0 has no typed field for it; the host reads that key of any definition).
+//! (WIT 0.2.0), and `background: true` and `effort` as the reference metadata entries
+//! `background=true` and `effort=<level>` (WIT 0.2.0 has no typed fields for them; the host
+//! reads those keys of any definition, the operator's reference metadata winning). The host
+//! hands the effort to every model call of the agent's tasks, as the provider's reasoning
+//! setting where it has one (`reasoning_effort` of OpenAI-compatible servers).
 //!
 //! Every field Claude Code documents has a meaning here ([`FIELDS`]): applied, or refused
 //! with a warning (the field is ignored) or an error (the file is not registered, when
@@ -71,7 +74,8 @@ pub struct ProtocolData {
     /// (the host acts on the reference metadata entry `background=true`, see the module docs).
     #[serde(default)]
     pub background: bool,
-    /// `effort` as written; no effect yet (the model interface has no reasoning setting).
+    /// `effort`: one of [`EFFORT_LEVELS`] (handed to the host as the reference metadata
+    /// entry [`EFFORT_METADATA`]); another value is a warning and is dropped.
     #[serde(default)]
     pub effort: Option<String>,
     /// `color`: how Claude Code shows the agent; cosmetic, no effect in warden.
@@ -108,6 +112,13 @@ pub const FIELDS: &[&str] = &[
 /// The reference metadata key by which a definition asks the host to run its tasks in the
 /// background when the caller does not say (`background: true`); the host reads it.
 pub const BACKGROUND_METADATA: &str = "background";
+
+/// The reference metadata key by which a definition asks the host for a reasoning effort
+/// (`effort`); the host reads it.
+pub const EFFORT_METADATA: &str = "effort";
+
+/// The values of `effort`, as Claude Code accepts them (the Claude API's effort levels).
+pub const EFFORT_LEVELS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
 
 /// Keys community agent files carry for their own bookkeeping; accepted without a warning
 /// and without effect.
@@ -303,12 +314,16 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
             false
         }
     };
-    let effort = take(&mut map, &["effort"]).and_then(scalar_text);
-    if let Some(effort) = &effort {
-        warnings.push(format!(
-            "`effort: {effort}` has no effect: warden's model interface has no reasoning setting yet (the operator's provider settings apply)"
-        ));
-    }
+    let effort = take(&mut map, &["effort"]).and_then(scalar_text).and_then(|effort| {
+        let level = EFFORT_LEVELS.iter().find(|l| l.eq_ignore_ascii_case(&effort));
+        if level.is_none() {
+            warnings.push(format!(
+                "ignored `effort: {effort}` (expected {}); the model's default effort applies",
+                EFFORT_LEVELS.join(", ")
+            ));
+        }
+        level.map(|l| l.to_string())
+    });
     let color = take(&mut map, &["color"]).and_then(scalar_text);
     if take(&mut map, &["memory"]).is_some_and(|v| !v.is_null()) {
         warnings.push(
@@ -691,7 +706,7 @@ mod field_meanings {
     #[test]
     fn every_field_in_a_clean_file_warns_about_nothing() {
         let a = parse(
-            "name: n\ntools: Read\ndisallowedTools: Bash\nmodel: inherit\npermissionMode: plan\nmaxTurns: 2\nskills: []\nmcpServers: [github]\nbackground: true\ninitialPrompt: Start here.\ncolor: blue\negress: [pypi.org]\nversion: 1\nauthor: me\ntags: [x]\n",
+            "name: n\ntools: Read\ndisallowedTools: Bash\nmodel: inherit\npermissionMode: plan\nmaxTurns: 2\nskills: []\nmcpServers: [github]\nbackground: true\neffort: low\ninitialPrompt: Start here.\ncolor: blue\negress: [pypi.org]\nversion: 1\nauthor: me\ntags: [x]\n",
         )
         .unwrap();
         assert!(a.warnings.is_empty(), "{:?}", a.warnings);
@@ -779,10 +794,23 @@ mod field_meanings {
     }
 
     #[test]
-    fn effort_memory_and_inline_mcp_servers_are_accepted_with_a_warning() {
-        let a = parse("effort: high\n").unwrap();
-        assert_eq!(a.protocol.effort.as_deref(), Some("high"));
-        assert!(a.warnings.iter().any(|w| w.contains("`effort: high` has no effect")), "{:?}", a.warnings);
+    fn effort_is_one_of_claude_code_s_levels() {
+        for level in EFFORT_LEVELS {
+            let a = parse(&format!("effort: {level}\n")).unwrap();
+            assert_eq!(a.protocol.effort.as_deref(), Some(*level));
+            assert!(a.warnings.is_empty(), "{level}: {:?}", a.warnings);
+        }
+        assert_eq!(parse("effort: High\n").unwrap().protocol.effort.as_deref(), Some("high"));
+        for bad in ["extreme", "3", "minimal"] {
+            let a = parse(&format!("effort: {bad}\n")).unwrap();
+            assert_eq!(a.protocol.effort, None, "{bad}");
+            let w = a.warnings.join("\n");
+            assert!(w.contains(&format!("ignored `effort: {bad}` (expected low, medium, high, xhigh, max)")), "{w}");
+        }
+    }
+
+    #[test]
+    fn memory_and_inline_mcp_servers_are_accepted_with_a_warning() {
         assert!(warnings("memory: project\n").iter().any(|w| w.contains("`memory` is not supported yet")));
         let a = parse("mcpServers:\n  - github\n  - local:\n      command: ./server\n").unwrap();
         assert_eq!(a.protocol.mcp_server_names(), ["github"]);

@@ -44,8 +44,13 @@ impl Plugin for Claude {
         let (mode, _) = parsed.protocol.permission_mode();
         let mut reference = reference;
         if parsed.protocol.background && !reference.metadata.iter().any(|(k, _)| k == agent::BACKGROUND_METADATA) {
-            // WIT 0.2.0 has no typed field for it: the host reads this metadata key.
+            // WIT 0.2.0 has no typed fields for these: the host reads the metadata keys.
             reference.metadata.push((agent::BACKGROUND_METADATA.into(), "true".into()));
+        }
+        if let Some(effort) = &parsed.protocol.effort
+            && !reference.metadata.iter().any(|(k, _)| k == agent::EFFORT_METADATA)
+        {
+            reference.metadata.push((agent::EFFORT_METADATA.into(), effort.clone()));
         }
         Ok(SubagentDefinition {
             name: parsed.name,

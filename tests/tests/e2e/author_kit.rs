@@ -5,14 +5,14 @@
 //! plugin directory of a running `warden serve` that requires signatures, and a task
 //! through each over HTTP.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, Server, bin, json_of, python, repo, stdout};
+use crate::common::{Deployment, Server, bin, json_of, python, read_request_body, repo, stdout};
 use crate::oci::Registry;
 
 /// A JSON-RPC 2.0 server on 127.0.0.1 answering `ask` with `{"text": "rpc:" + prompt}`
@@ -24,20 +24,7 @@ fn jsonrpc_server() -> u16 {
         for stream in server.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut length = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    if let Some((name, value)) = line.split_once(':')
-                        && name.eq_ignore_ascii_case("content-length")
-                    {
-                        length = value.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut body = vec![0; length];
-                let _ = reader.read_exact(&mut body);
+                let body = read_request_body(&mut reader).unwrap_or_default();
                 let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let answer = match req["method"].as_str() {
                     Some("ask") => {

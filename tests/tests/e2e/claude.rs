@@ -27,6 +27,18 @@ async fn claude_host(agent: &str, scripts: &[(&str, &str)], extra_models: &str) 
 
 /// Like [`claude_host`] with the tail of the config (`approval:`, `mcp_servers:` ...) given.
 async fn claude_host_with(agent: &str, scripts: &[(&str, &str)], extra_models: &str, tail: &str) -> ClaudeHost {
+    claude_host_providers(agent, scripts, extra_models, "", tail).await
+}
+
+/// Like [`claude_host_with`] with more `models.providers` entries (indented lines) besides
+/// the scripted ones.
+async fn claude_host_providers(
+    agent: &str,
+    scripts: &[(&str, &str)],
+    extra_models: &str,
+    extra_providers: &str,
+    tail: &str,
+) -> ClaudeHost {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::create_dir_all(root.join("plugins")).unwrap();
@@ -38,6 +50,7 @@ async fn claude_host_with(agent: &str, scripts: &[(&str, &str)], extra_models: &
         std::fs::write(root.join(format!("{name}.yaml")), script).unwrap();
         providers.push_str(&format!("    {name}: {{ type: scripted, script: ./{name}.yaml }}\n"));
     }
+    providers.push_str(extra_providers);
     let yaml = format!(
         "plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
          subagents:\n  agent_dirs: [./agents]\nmodels:\n  default: {}/scripted\n{extra_models}  providers:\n{providers}\
@@ -602,19 +615,22 @@ async fn egress_decisions_are_audited_and_streamed() {
 #[test]
 fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     let d = Deployment::new(
-        "  grants:\n    claude: { resources: true, log: true }\nsubagents:\n  agent_dirs: [./agents]\n",
+        "  grants:\n    claude: { resources: true, log: true }\nsubagents:\n  agent_dirs: [./agents]\n\
+         models:\n  default: main/scripted\n  providers:\n    main: { type: scripted, script: ./main.yaml }\n\
+         \x20   local: { type: openai, base_url: \"http://127.0.0.1:9/v1\" }\n",
     );
+    std::fs::write(d.dir.path().join("main.yaml"), "- text: unused\n").unwrap();
     std::fs::copy(bundled_plugin("claude"), d.dir.path().join("plugins/claude.wasm")).unwrap();
     let agents = d.dir.path().join("agents");
     std::fs::create_dir_all(&agents).unwrap();
     let files = [
         (
             "clean",
-            "name: clean\ndescription: Uses every applied field\ntools: Read, Grep\ndisallowedTools: [Grep]\nmodel: inherit\npermissionMode: plan\nmaxTurns: 3\nskills: []\nmcpServers: [github]\nbackground: true\ninitialPrompt: Look around first.\ncolor: green\negress: [pypi.org]\n",
+            "name: clean\ndescription: Uses every applied field\ntools: Read, Grep\ndisallowedTools: [Grep]\nmodel: inherit\npermissionMode: plan\nmaxTurns: 3\nskills: []\nmcpServers: [github]\nbackground: true\neffort: high\ninitialPrompt: Look around first.\ncolor: green\negress: [pypi.org]\n",
         ),
         (
             "noisy",
-            "name: noisy\ndescription: Uses the fields without effect\ntools: Read, Agent(reviewer)\npermissionMode: auto\neffort: high\nmemory: project\nmcpServers:\n  - github\n  - local: { command: ./server }\n",
+            "name: noisy\ndescription: Uses the fields without effect\ntools: Read, Agent(reviewer)\npermissionMode: auto\neffort: extreme\nmemory: project\nmcpServers:\n  - github\n  - local: { command: ./server }\n",
         ),
         ("typo", "name: typo\ndescription: Misspells\nmaxTurn: 3\nPermissionMode: plan\nfavouriteFood: soup\n"),
         (
@@ -646,7 +662,7 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     for expected in [
         "`tools` entry `Agent(reviewer)` ignored: subagents cannot start subagents",
         "permissionMode `auto` is applied as `default`",
-        "`effort: high` has no effect",
+        "ignored `effort: extreme` (expected low, medium, high, xhigh, max)",
         "`memory` is not supported yet",
         "inline MCP server `local` in `mcpServers` refused",
     ] {
@@ -675,6 +691,16 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
         "{clean}"
     );
     assert_eq!(clean["mcp_servers"], serde_json::json!(["github"]));
+    assert_eq!(clean["effort"], "high", "{clean}");
+    assert!(by_name("noisy").get("effort").is_none(), "a bad effort is dropped");
+    // Which providers send the effort and which ignore it: a note, not a problem.
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n["message"].as_str().unwrap()).collect();
+    assert_eq!(
+        notes,
+        [
+            "subagent \"clean\": effort `high` is sent by local (as `reasoning_effort`); ignored by main (no reasoning setting)"
+        ]
+    );
     assert_eq!(by_name("noisy")["mcp_servers"], serde_json::json!(["github"]), "the inline server is not a name");
     assert_eq!(by_name("noisy")["permission_mode"], "default");
     // The text listing says the same on stderr, without failing.
@@ -814,4 +840,73 @@ async fn an_agent_file_s_model_may_be_inherit_or_a_full_id() {
 /// (name, is_error) of every `tool_result` event, in order.
 fn tool_results(events: &[serde_json::Value]) -> Vec<(serde_json::Value, serde_json::Value)> {
     events.iter().filter(|e| e["type"] == "tool_result").map(|e| (e["name"].clone(), e["is_error"].clone())).collect()
+}
+
+/// A stand-in for an OpenAI-compatible server on 127.0.0.1: answers every
+/// `POST /v1/chat/completions` with the text `answer` and keeps each request's JSON body.
+struct FakeOpenAi {
+    port: u16,
+    bodies: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl FakeOpenAi {
+    fn start(answer: &str) -> FakeOpenAi {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let reply = serde_json::json!({"choices": [{"finish_reason": "stop",
+            "message": {"role": "assistant", "content": answer}}]})
+        .to_string();
+        let recorded = bodies.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let mut reader = std::io::BufReader::new(stream);
+                let Some(body) = read_request_body(&mut reader) else { continue };
+                recorded.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or_default());
+                let mut stream = reader.into_inner();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                    reply.len()
+                );
+            }
+        });
+        FakeOpenAi { port, bodies }
+    }
+
+    fn provider(&self, name: &str) -> String {
+        format!("    {name}: {{ type: openai, base_url: \"http://127.0.0.1:{}/v1\" }}\n", self.port)
+    }
+
+    fn bodies(&self) -> Vec<serde_json::Value> {
+        self.bodies.lock().unwrap().clone()
+    }
+}
+
+/// Issue 20: an agent file's `effort` reaches an OpenAI-compatible provider as
+/// `reasoning_effort` on every model call of its tasks (`max` as the API's `xhigh`); an agent
+/// without one sends none, and the scripted provider (no reasoning setting) ignores it.
+#[tokio::test(flavor = "multi_thread")]
+async fn effort_reaches_an_openai_provider_as_reasoning_effort() {
+    let server = FakeOpenAi::start("thought hard");
+    for (effort, sent) in [("effort: high\n", Some("high")), ("effort: max\n", Some("xhigh")), ("", None)] {
+        let agent =
+            format!("---\nname: thinker\ndescription: Thinks\ntools: []\nmodel: local/gpt-test\n{effort}---\nThink.\n");
+        let h =
+            claude_host_providers(&agent, &[("main", "- text: scripted\n")], "", &server.provider("local"), "").await;
+        let before = server.bodies().len();
+        assert_eq!(completed(&h.run("thinker", "how hard?", &session(), None, None).await), "thought hard");
+        let bodies = server.bodies();
+        assert_eq!(bodies.len(), before + 1, "{bodies:?}");
+        let body = &bodies[before];
+        assert_eq!(body["model"], "gpt-test");
+        assert_eq!(body["reasoning_effort"].as_str(), sent, "{effort}: {body}");
+        // The same agent on the scripted provider still runs (the effort is ignored there).
+        assert_eq!(
+            completed(&h.run("thinker", "how hard?", &session(), Some("main/scripted"), None).await),
+            "scripted"
+        );
+    }
 }

@@ -238,6 +238,27 @@ impl Drop for Server {
     }
 }
 
+/// The body of the HTTP/1.1 request `reader` starts with (its head read and dropped, the
+/// body by `Content-Length`), for the small servers tests stand up; `None` when the
+/// connection ends first.
+pub fn read_request_body(reader: &mut impl std::io::BufRead) -> Option<Vec<u8>> {
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
 /// One HTTP/1.1 exchange (`Connection: close`): status and body text.
 pub fn http(port: u16, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, String) {
     http_with(port, method, path, "", body)

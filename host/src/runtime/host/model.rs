@@ -101,6 +101,7 @@ impl model::Host for HostState {
         let mut request = warden_models::ChatRequest::new(model_name, messages);
         request.tools = tools;
         request.max_tokens = req.max_tokens;
+        request.reasoning_effort = self.scope.task_scope.as_ref().and_then(|s| s.reasoning_effort);
         request.timeout = Some(timeout);
         // Streamed tokens and reasoning become task events; a full sink drops them
         // rather than stalling the provider.
