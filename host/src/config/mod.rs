@@ -302,6 +302,11 @@ pub struct SubagentsConfig {
     /// Register the built-in general-purpose / Explore / Plan / Bash agents.
     /// Default false: operators opt in to what runs on their machines.
     pub builtin: bool,
+    /// Let agent files define their own MCP servers (inline `mcpServers` entries). Only
+    /// `false` is accepted for now: an inline definition is refused with a problem naming
+    /// this setting, and only the operator's `mcp_servers` ever run. Reserved so an
+    /// operator's intent is explicit once agent-defined servers are supported.
+    pub allow_agent_mcp_servers: bool,
 }
 
 /// The default agent directory (next to the config). Unlike a directory the operator
@@ -310,7 +315,12 @@ pub const DEFAULT_AGENT_DIR: &str = "./agents";
 
 impl Default for SubagentsConfig {
     fn default() -> Self {
-        Self { agent_dirs: vec![PathBuf::from(DEFAULT_AGENT_DIR)], references: Vec::new(), builtin: false }
+        Self {
+            agent_dirs: vec![PathBuf::from(DEFAULT_AGENT_DIR)],
+            references: Vec::new(),
+            builtin: false,
+            allow_agent_mcp_servers: false,
+        }
     }
 }
 
@@ -634,6 +644,14 @@ impl Config {
                 format!("expected at least {}", humantime::format_duration(MIN_TASK_LEASE)),
             ));
         }
+        if self.subagents.allow_agent_mcp_servers {
+            return Err(invalid(
+                "subagents.allow_agent_mcp_servers".into(),
+                "agent-defined MCP servers are not supported yet: only `false` is accepted (an agent file's inline \
+                 `mcpServers` entries are refused); configure the server under `mcp_servers` and name it in the file"
+                    .into(),
+            ));
+        }
         // Egress is judged at load, strictly: a policy that cannot be read never starts a
         // host (the rest of `sandbox:` fails its tool calls, so text-only work continues).
         if let Some(egress) = &self.sandbox.egress {
@@ -934,6 +952,19 @@ mod tests {
         let e = parse("store:\n  url: mysql://u:s3cr3t@h/d\n").unwrap_err().to_string();
         assert!(e.starts_with("w.yaml: store.url: expected a PostgreSQL URL"), "{e}");
         assert!(!e.contains("s3cr3t"), "the password stays out of the error: {e}");
+    }
+
+    /// Issue 20: agent-defined MCP servers stay off; the setting exists so asking for them
+    /// is an error that says so, not an unknown key.
+    #[test]
+    fn agent_defined_mcp_servers_cannot_be_allowed_yet() {
+        assert!(!parse("").unwrap().subagents.allow_agent_mcp_servers);
+        assert!(!parse("subagents:\n  allow_agent_mcp_servers: false\n").unwrap().subagents.allow_agent_mcp_servers);
+        let e = parse("subagents:\n  allow_agent_mcp_servers: true\n").unwrap_err().to_string();
+        assert!(
+            e.starts_with("w.yaml: subagents.allow_agent_mcp_servers: agent-defined MCP servers are not supported yet"),
+            "{e}"
+        );
     }
 
     #[test]

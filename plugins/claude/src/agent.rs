@@ -190,7 +190,8 @@ impl ProtocolData {
 
     /// The names of inline MCP server definitions in `mcpServers` (`?` when one has none).
     /// warden never starts a server an agent file defines: only the operator's
-    /// `mcp_servers` run, so these are refused with a warning.
+    /// `mcp_servers` run (`subagents.allow_agent_mcp_servers` only takes `false` for now),
+    /// so these are refused with a warning naming that setting.
     pub fn inline_mcp_servers(&self) -> Vec<String> {
         let name_of = |o: &Map<String, Value>| match o.len() {
             1 => o.keys().next().cloned(),
@@ -381,7 +382,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
     }
     for server in protocol.inline_mcp_servers() {
         warnings.push(format!(
-            "inline MCP server `{server}` in `mcpServers` refused: warden runs only the operator's servers (`mcp_servers` in warden.yaml); list a configured server by name"
+            "inline MCP server `{server}` in `mcpServers` refused: agent-defined servers are off (`subagents.allow_agent_mcp_servers`, which only takes `false` for now); warden runs only the operator's servers (`mcp_servers` in warden.yaml), so list a configured server by name"
         ));
     }
     if let (_, Some(warning)) = protocol.permission_mode() {
@@ -814,7 +815,13 @@ mod field_meanings {
         assert!(warnings("memory: project\n").iter().any(|w| w.contains("`memory` is not supported yet")));
         let a = parse("mcpServers:\n  - github\n  - local:\n      command: ./server\n").unwrap();
         assert_eq!(a.protocol.mcp_server_names(), ["github"]);
-        assert!(a.warnings.iter().any(|w| w.contains("inline MCP server `local`")), "{:?}", a.warnings);
+        assert!(
+            a.warnings
+                .iter()
+                .any(|w| w.contains("inline MCP server `local`") && w.contains("subagents.allow_agent_mcp_servers")),
+            "{:?}",
+            a.warnings
+        );
     }
 
     #[test]

@@ -664,7 +664,7 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
         "permissionMode `auto` is applied as `default`",
         "ignored `effort: extreme` (expected low, medium, high, xhigh, max)",
         "`memory` is not supported yet",
-        "inline MCP server `local` in `mcpServers` refused",
+        "inline MCP server `local` in `mcpServers` refused: agent-defined servers are off (`subagents.allow_agent_mcp_servers`",
     ] {
         assert!(noisy.contains(expected), "{expected}: {noisy}");
     }
