@@ -21,6 +21,7 @@
 //! - expect:                                           # checked against the request, else ScriptMismatch
 //!     last_tool_result_contains: "README"             # content of the last `tool` message
 //!     last_user_contains: "list"                      # content of the last `user` message
+//!     system_contains: "You list files"               # content of the (last) `system` message
 //!   text: "There is a README."                        # no tool calls → finish_reason stop
 //! - error: "simulated 503 from the provider"          # this turn fails with ScriptedFailure
 //! ```
@@ -60,6 +61,9 @@ pub struct Expect {
     pub last_user_contains: Option<String>,
     #[serde(default)]
     pub last_tool_result_contains: Option<String>,
+    /// Text the system prompt (the last `system` message) must contain.
+    #[serde(default)]
+    pub system_contains: Option<String>,
 }
 
 /// One turn of a script.
@@ -168,6 +172,7 @@ impl ScriptedProvider {
         let checks = [
             ("last user message", Role::User, &expect.last_user_contains),
             ("last tool result", Role::Tool, &expect.last_tool_result_contains),
+            ("system prompt", Role::System, &expect.system_contains),
         ];
         for (what, role, needle) in checks {
             let Some(needle) = needle else { continue };

@@ -1100,6 +1100,15 @@ mod scripted_provider {
         assert!(matches!(e, ModelError::ScriptMismatch { turn: 0, .. }), "{e:?}");
         let ok = p.complete(ChatRequest::new("m", vec![Message::user("please deploy")]), None).await.unwrap();
         assert_eq!(ok.message.content, "ok");
+        let p = scripted("- expect: { system_contains: \"## MEMORY.md\" }\n  text: ok\n");
+        let e = p.complete(ChatRequest::new("m", vec![Message::system("plain"), Message::user("u")]), None).await;
+        let detail = match e {
+            Err(ModelError::ScriptMismatch { detail, .. }) => detail,
+            other => panic!("expected ScriptMismatch, got {other:?}"),
+        };
+        assert!(detail.contains("expected the system prompt to contain"), "{detail}");
+        let with = vec![Message::system("You help.\n\n## MEMORY.md\n- x"), Message::user("u")];
+        assert_eq!(p.complete(ChatRequest::new("m", with), None).await.unwrap().message.content, "ok");
     }
 
     #[test]

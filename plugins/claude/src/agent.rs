@@ -18,6 +18,7 @@
 //!   "initial_prompt": null,        // `initialPrompt`: put before every fresh task's prompt
 //!   "background": false,           // `background`: the host runs tasks in the background by default
 //!   "effort": null,                // `effort`: low, medium, high, xhigh or max (lower case)
+//!   "memory": null,                // `memory`: user, project or local (see [`memory_dir`])
 //!   "color": null,                 // `color`, cosmetic
 //!   "extra": {}                    // every unknown frontmatter key, as JSON
 //! }
@@ -78,6 +79,10 @@ pub struct ProtocolData {
     /// entry [`EFFORT_METADATA`]); another value is a warning and is dropped.
     #[serde(default)]
     pub effort: Option<String>,
+    /// `memory`: one of [`MEMORY_SCOPES`]; the agent keeps notes in [`memory_dir`], whose
+    /// `MEMORY.md` starts every fresh task's system prompt. Another value is a warning.
+    #[serde(default)]
+    pub memory: Option<String>,
     /// `color`: how Claude Code shows the agent; cosmetic, no effect in warden.
     #[serde(default)]
     pub color: Option<String>,
@@ -119,6 +124,32 @@ pub const EFFORT_METADATA: &str = "effort";
 
 /// The values of `effort`, as Claude Code accepts them (the Claude API's effort levels).
 pub const EFFORT_LEVELS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
+
+/// The values of `memory`, as Claude Code names them.
+pub const MEMORY_SCOPES: &[&str] = &["user", "project", "local"];
+
+/// The tools an agent with `memory` gets besides its `tools` list, so it can read and keep
+/// its notes (Claude Code enables the same three); the approval policy still judges each call.
+pub const MEMORY_TOOLS: &[&str] = &["Read", "Write", "Edit"];
+
+/// Where an agent's memory lives: a directory of the session's workspace, one per scope and
+/// agent, named as Claude Code names them under a project (`user` gets its own name since
+/// the sandbox has no home directory). A sandbox session belongs to one principal, so each
+/// directory is per (principal, session, agent); it lasts as long as the session's
+/// workspace. The agent's name is kept to `[A-Za-z0-9._-]` (anything else becomes `-`).
+pub fn memory_dir(scope: &str, agent: &str) -> String {
+    let dir = match scope {
+        "user" => "agent-memory-user",
+        "local" => "agent-memory-local",
+        _ => "agent-memory",
+    };
+    let name: String = agent
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' })
+        .collect();
+    let name = if name.is_empty() || name.chars().all(|c| c == '.') { "-".to_string() } else { name };
+    format!("/workspace/.claude/{dir}/{name}")
+}
 
 /// Keys community agent files carry for their own bookkeeping; accepted without a warning
 /// and without effect.
@@ -315,22 +346,30 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
             false
         }
     };
-    let effort = take(&mut map, &["effort"]).and_then(scalar_text).and_then(|effort| {
-        let level = EFFORT_LEVELS.iter().find(|l| l.eq_ignore_ascii_case(&effort));
-        if level.is_none() {
-            warnings.push(format!(
-                "ignored `effort: {effort}` (expected {}); the model's default effort applies",
-                EFFORT_LEVELS.join(", ")
-            ));
-        }
-        level.map(|l| l.to_string())
-    });
+    let effort = one_of(take(&mut map, &["effort"]), "effort", EFFORT_LEVELS, "the model's default effort applies")
+        .unwrap_or_else(|w| {
+            warnings.push(w);
+            None
+        });
     let color = take(&mut map, &["color"]).and_then(scalar_text);
-    if take(&mut map, &["memory"]).is_some_and(|v| !v.is_null()) {
-        warnings.push(
-            "`memory` is not supported yet: the agent runs without persistent memory (nothing is kept between tasks but the session's files)".into(),
-        );
-    }
+    let memory =
+        one_of(take(&mut map, &["memory"]), "memory", MEMORY_SCOPES, "the agent runs without persistent memory")
+            .unwrap_or_else(|w| {
+                warnings.push(w);
+                None
+            });
+    // An agent with memory can always reach its notes, as in Claude Code.
+    let tools = match (tools, &memory) {
+        (Some(mut list), Some(_)) => {
+            for tool in MEMORY_TOOLS {
+                if !list.iter().any(|t| crate::toolset::base_name(t).0 == *tool || t == "*") {
+                    list.push(tool.to_string());
+                }
+            }
+            Some(list)
+        }
+        (tools, _) => tools,
+    };
     let mut refusals = Vec::new();
     if let Some(hooks) = take(&mut map, &["hooks"]).filter(|v| !v.is_null() && *v != Value::Object(Map::new())) {
         let events = match &hooks {
@@ -374,6 +413,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
         initial_prompt,
         background,
         effort,
+        memory,
         color,
         extra: map,
     };
@@ -432,6 +472,16 @@ fn take(map: &mut Map<String, Value>, keys: &[&str]) -> Option<Value> {
         }
     }
     found
+}
+
+/// A field that takes one of `values` (case ignored): the value as `values` spells it,
+/// `None` when absent, or the warning for another value (`otherwise` says what then happens).
+fn one_of(value: Option<Value>, field: &str, values: &[&str], otherwise: &str) -> Result<Option<String>, String> {
+    let Some(text) = value.and_then(scalar_text) else { return Ok(None) };
+    match values.iter().find(|v| v.eq_ignore_ascii_case(&text)) {
+        Some(v) => Ok(Some(v.to_string())),
+        None => Err(format!("ignored `{field}: {text}` (expected {}); {otherwise}", values.join(", "))),
+    }
 }
 
 /// A scalar as trimmed text; `None` for null, empty text and non-scalars.
@@ -583,7 +633,8 @@ mod tests {
             v,
             json!({"system_prompt": "body", "tools": null, "disallowed_tools": [], "model": null,
                    "skills": [], "permission_mode": null, "max_turns": null, "mcp_servers": null, "egress": null,
-                   "initial_prompt": null, "background": false, "effort": null, "color": null, "extra": {}})
+                   "initial_prompt": null, "background": false, "effort": null, "memory": null, "color": null,
+                   "extra": {}})
         );
         assert_eq!(ProtocolData::from_json("{}").unwrap(), ProtocolData::default());
         assert_eq!(ProtocolData::from_json("").unwrap(), ProtocolData::default());
@@ -811,8 +862,39 @@ mod field_meanings {
     }
 
     #[test]
-    fn memory_and_inline_mcp_servers_are_accepted_with_a_warning() {
-        assert!(warnings("memory: project\n").iter().any(|w| w.contains("`memory` is not supported yet")));
+    fn memory_is_a_scope_and_gives_the_agent_its_memory_tools() {
+        for scope in MEMORY_SCOPES {
+            let a = parse(&format!("memory: {scope}\ntools: Glob\n")).unwrap();
+            assert_eq!(a.protocol.memory.as_deref(), Some(*scope));
+            assert!(a.warnings.is_empty(), "{scope}: {:?}", a.warnings);
+            assert_eq!(a.protocol.tools, Some(vec!["Glob".into(), "Read".into(), "Write".into(), "Edit".into()]));
+        }
+        let a = parse("memory: Project\ntools: [Read, \"Write(notes/*)\"]\n").unwrap();
+        assert_eq!(a.protocol.memory.as_deref(), Some("project"));
+        assert_eq!(a.protocol.tools, Some(vec!["Read".into(), "Write(notes/*)".into(), "Edit".into()]));
+        assert_eq!(parse("memory: user\n").unwrap().protocol.tools, None, "no list: every tool already");
+        assert_eq!(parse("tools: Glob\n").unwrap().protocol.tools, Some(vec!["Glob".into()]), "no memory, no extra");
+        let a = parse("memory: team\ntools: Glob\n").unwrap();
+        assert_eq!((a.protocol.memory.as_deref(), a.protocol.tools.clone()), (None, Some(vec!["Glob".into()])));
+        assert!(
+            a.warnings.iter().any(|w| w.contains("ignored `memory: team` (expected user, project, local)")),
+            "{:?}",
+            a.warnings
+        );
+    }
+
+    #[test]
+    fn memory_dirs_are_per_scope_and_agent_inside_the_workspace() {
+        assert_eq!(memory_dir("project", "code-reviewer"), "/workspace/.claude/agent-memory/code-reviewer");
+        assert_eq!(memory_dir("local", "a"), "/workspace/.claude/agent-memory-local/a");
+        assert_eq!(memory_dir("user", "a"), "/workspace/.claude/agent-memory-user/a");
+        assert_eq!(memory_dir("project", "../../etc x"), "/workspace/.claude/agent-memory/..-..-etc-x");
+        assert_eq!(memory_dir("project", ".."), "/workspace/.claude/agent-memory/-");
+        assert_eq!(memory_dir("project", ""), "/workspace/.claude/agent-memory/-");
+    }
+
+    #[test]
+    fn inline_mcp_servers_are_accepted_with_a_warning() {
         let a = parse("mcpServers:\n  - github\n  - local:\n      command: ./server\n").unwrap();
         assert_eq!(a.protocol.mcp_server_names(), ["github"]);
         assert!(

@@ -4,10 +4,11 @@
 //! wasm build, fakes in the tests). One [`run`] call:
 //!
 //! 1. checks the task (a prompt is required) and reads the agent's [`ProtocolData`];
-//! 2. starts the conversation: a fresh one is `system` (body + preloaded skills) and `user`
-//!    (the agent's `initialPrompt`, if any, then the prompt); with `resume` the stored
-//!    transcript of that task is loaded and the prompt appended as a new `user` message;
-//! 3. selects the tools ([`crate::toolset::select`]);
+//! 2. selects the tools ([`crate::toolset::select`]);
+//! 3. starts the conversation: a fresh one is `system` (body, preloaded skills and, with
+//!    `memory`, the agent's memory: see [`memory_prompt`]) and `user` (the agent's
+//!    `initialPrompt`, if any, then the prompt); with `resume` the stored transcript of that
+//!    task is loaded and the prompt appended as a new `user` message;
 //! 4. loops, at most `maxTurns` model calls (default [`DEFAULT_MAX_TURNS`]): ask the model;
 //!    no tool calls → its text is the result; otherwise run the calls the agent may make in
 //!    one batch (the host's approval gate returns declined calls as error results, which go
@@ -25,12 +26,19 @@ use serde::{Deserialize, Serialize};
 use warden_guest::log::Level;
 use warden_guest::{Completion, CompletionRequest, Error, Message, ToolCall, ToolResult, ToolSpec};
 
-use crate::agent::{ProtocolData, skill_uri};
+use crate::agent::{ProtocolData, memory_dir, skill_uri};
 use crate::frontmatter;
 use crate::toolset;
 
 /// `maxTurns` when the agent does not set it.
 pub const DEFAULT_MAX_TURNS: u32 = 10;
+
+/// Lines of an agent's `MEMORY.md` put in its system prompt (Claude Code's figure); the
+/// agent reads the rest, and its other notes, itself.
+pub const MEMORY_PROMPT_LINES: u32 = 200;
+
+/// The id of the `Read` call that fetches `MEMORY.md` when a task starts.
+pub const MEMORY_READ_ID: &str = "memory_read";
 
 /// Transcript format version stored in `state`.
 pub const TRANSCRIPT_VERSION: u32 = 1;
@@ -107,6 +115,8 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
         .unwrap_or("")
         .to_string();
 
+    let tools = select_tools(host, &protocol)?;
+
     let messages = match task.resume.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
         Some(earlier) => {
             let mut messages = load_transcript(host, earlier, &agent.name)?;
@@ -114,7 +124,14 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
             messages
         }
         None => {
-            let system = system_prompt(host, agent, &protocol);
+            let mut system = system_prompt(host, agent, &protocol);
+            if let Some(scope) = protocol.memory.as_deref() {
+                let memory = memory_prompt(host, &tools, scope, &agent.name);
+                if !system.is_empty() {
+                    system.push_str("\n\n");
+                }
+                system.push_str(&memory);
+            }
             let mut messages = Vec::new();
             if !system.is_empty() {
                 messages.push(Message::new("system", system));
@@ -133,8 +150,6 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
         status: "running".into(),
         messages,
     };
-
-    let tools = select_tools(host, &protocol)?;
 
     for turn in 1..=max_turns {
         host.emit("progress", &serde_json::json!({ "message": format!("turn {turn}") }).to_string());
@@ -284,6 +299,60 @@ fn system_prompt(host: &mut dyn Host, agent: &AgentInput, protocol: &ProtocolDat
         }
     }
     prompt
+}
+
+/// The system prompt's memory section, as Claude Code words it: where the agent's memory
+/// directory is ([`memory_dir`]), what to keep there, and the first [`MEMORY_PROMPT_LINES`]
+/// lines of its `MEMORY.md`, read with the session's `Read` tool (the call passes the
+/// approval gate like any other; without `Read` the agent is told it could not be read).
+/// The directory comes into being when the agent first writes to it.
+pub fn memory_prompt(host: &mut dyn Host, tools: &[ToolSpec], scope: &str, agent: &str) -> String {
+    let dir = memory_dir(scope, agent);
+    let file = format!("{dir}/MEMORY.md");
+    let contents = if tools.iter().any(|t| t.name == "Read") {
+        let call = ToolCall {
+            id: MEMORY_READ_ID.into(),
+            name: "Read".into(),
+            arguments: serde_json::json!({ "file_path": file, "limit": MEMORY_PROMPT_LINES }).to_string(),
+        };
+        match host.call_tools(std::slice::from_ref(&call)).map(|mut r| r.pop()) {
+            Ok(Some(r)) if !r.is_error => strip_line_numbers(&r.content),
+            Ok(Some(r)) if r.content.contains("does not exist") => {
+                "(empty: MEMORY.md does not exist yet; create it when you learn something worth keeping)".into()
+            }
+            Ok(Some(r)) => format!("(MEMORY.md could not be read: {})", r.content.trim()),
+            Ok(None) => "(MEMORY.md could not be read: the host returned no result)".into(),
+            Err(e) => {
+                host.log(Level::Warn, &format!("memory of subagent `{agent}` not read: {e}"));
+                format!("(MEMORY.md could not be read: {e})")
+            }
+        }
+    } else {
+        "(MEMORY.md could not be read: this subagent has no Read tool in this session)".into()
+    };
+    format!(
+        "# Persistent agent memory\n\n\
+         You have a persistent memory directory at `{dir}/` ({scope} scope). What you save there \
+         is kept for your later tasks in this session. Before you start, consult it; as you work, \
+         record what would help next time (patterns, conventions, decisions, recurring problems and \
+         their fixes) and correct notes that turn out wrong. `MEMORY.md` is the index: its first \
+         {MEMORY_PROMPT_LINES} lines are shown below at the start of every task, so keep it short \
+         and put details in other files of the directory, read when needed.\n\n\
+         ## MEMORY.md\n\n{}",
+        contents.trim_end()
+    )
+}
+
+/// The `Read` tool's `cat -n` numbering taken off each line (`     3\tline` → `line`).
+fn strip_line_numbers(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|line| match line.split_once('\t') {
+            Some((n, rest)) if !n.trim().is_empty() && n.trim().bytes().all(|b| b.is_ascii_digit()) => rest,
+            _ => line,
+        })
+        .collect();
+    lines.join("\n")
 }
 
 fn load_transcript(host: &mut dyn Host, task_id: &str, agent: &str) -> Result<Vec<Message>, Error> {

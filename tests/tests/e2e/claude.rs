@@ -626,11 +626,11 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     let files = [
         (
             "clean",
-            "name: clean\ndescription: Uses every applied field\ntools: Read, Grep\ndisallowedTools: [Grep]\nmodel: inherit\npermissionMode: plan\nmaxTurns: 3\nskills: []\nmcpServers: [github]\nbackground: true\neffort: high\ninitialPrompt: Look around first.\ncolor: green\negress: [pypi.org]\n",
+            "name: clean\ndescription: Uses every applied field\ntools: Read, Grep\ndisallowedTools: [Grep]\nmodel: inherit\npermissionMode: plan\nmaxTurns: 3\nskills: []\nmcpServers: [github]\nbackground: true\neffort: high\nmemory: local\ninitialPrompt: Look around first.\ncolor: green\negress: [pypi.org]\n",
         ),
         (
             "noisy",
-            "name: noisy\ndescription: Uses the fields without effect\ntools: Read, Agent(reviewer)\npermissionMode: auto\neffort: extreme\nmemory: project\nmcpServers:\n  - github\n  - local: { command: ./server }\n",
+            "name: noisy\ndescription: Uses the fields without effect\ntools: Read, Agent(reviewer)\npermissionMode: auto\neffort: extreme\nmemory: team\nmcpServers:\n  - github\n  - local: { command: ./server }\n",
         ),
         ("typo", "name: typo\ndescription: Misspells\nmaxTurn: 3\nPermissionMode: plan\nfavouriteFood: soup\n"),
         (
@@ -663,7 +663,7 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
         "`tools` entry `Agent(reviewer)` ignored: subagents cannot start subagents",
         "permissionMode `auto` is applied as `default`",
         "ignored `effort: extreme` (expected low, medium, high, xhigh, max)",
-        "`memory` is not supported yet",
+        "ignored `memory: team` (expected user, project, local)",
         "inline MCP server `local` in `mcpServers` refused: agent-defined servers are off (`subagents.allow_agent_mcp_servers`",
     ] {
         assert!(noisy.contains(expected), "{expected}: {noisy}");
@@ -766,8 +766,9 @@ async fn dont_ask_declines_what_the_policy_would_ask() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn auto_mode_and_fields_without_effect_still_run_as_default() {
-    let agent = "---\nname: eager\ndescription: Auto mode\ntools: Read, Write\npermissionMode: auto\neffort: max\nmemory: user\ncolor: red\n---\nWrite.\n";
+async fn auto_mode_and_cosmetic_fields_still_run_as_default() {
+    let agent =
+        "---\nname: eager\ndescription: Auto mode\ntools: Read, Write\npermissionMode: auto\ncolor: red\n---\nWrite.\n";
     let script = r#"
 - tool_calls: [{ name: Write, arguments: { file_path: "auto.md", content: "written under auto" } }]
 - text: "written"
@@ -909,4 +910,41 @@ async fn effort_reaches_an_openai_provider_as_reasoning_effort() {
             "scripted"
         );
     }
+}
+
+/// Issue 20: `memory: project` gives the agent a memory directory in its session's
+/// workspace: a fresh task's system prompt carries its `MEMORY.md` (read through the gate
+/// with the Read tool the agent gets for it), the file it writes there is what the next task
+/// of the same user, session and agent starts with, and another session starts empty.
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_persists_across_tasks_of_a_session_and_reaches_the_system_prompt() {
+    let agent = "---\nname: keeper\ndescription: Remembers\ntools: Glob\nmemory: project\n---\nYou keep notes.\n";
+    let first = r#"
+- expect: { system_contains: "MEMORY.md does not exist yet" }
+  tool_calls: [{ name: Write, arguments: { file_path: "/workspace/.claude/agent-memory/keeper/MEMORY.md", content: "- the build uses make\n" } }]
+- text: "saved"
+  expect: { last_tool_result_contains: "agent-memory/keeper/MEMORY.md" }
+"#;
+    let second = r###"
+- expect: { system_contains: "## MEMORY.md\n\n- the build uses make" }
+  text: "remembered"
+"###;
+    let h = claude_host(agent, &[("first", first), ("second", second)], "").await;
+    let s = session();
+    let (out, events) = h.run_with_events("keeper", "learn", &s).await;
+    assert_eq!(completed(&out), "saved");
+    // The memory read is a Read like any other: through the gate, in the task's stream.
+    assert_eq!(
+        tool_results(&events),
+        [(serde_json::json!("Read"), serde_json::json!(true)), (serde_json::json!("Write"), serde_json::json!(false))]
+    );
+    assert_eq!(completed(&h.run("keeper", "recall", &s, Some("second/scripted"), None).await), "remembered");
+    let read =
+        h.parent_tool(&s, "Read", serde_json::json!({ "file_path": ".claude/agent-memory/keeper/MEMORY.md" })).await;
+    assert!(!read.is_error && read.content.contains("the build uses make"), "{read:?}");
+    // Another session of the same user has its own workspace, so its own (empty) memory.
+    let other = session();
+    assert_eq!(completed(&h.run("keeper", "learn", &other, None, None).await), "saved");
+    h.end(&s).await;
+    h.end(&other).await;
 }

@@ -327,3 +327,55 @@ fn initial_prompt_goes_before_a_fresh_prompt_but_not_a_resumed_one() {
         host.requests[1].messages.iter().filter(|m| m.role == "user").map(|m| m.content.as_str()).collect();
     assert_eq!(users, ["Read CONTRIBUTING.md first.\n\nfix the bug", "and the test"]);
 }
+
+#[test]
+fn memory_md_starts_a_fresh_task_s_system_prompt_read_through_the_read_tool() {
+    let agent = agent_from("memory: project\ntools: Glob\n", "You review.");
+    let mut host = FakeHost::new(vec![text("done"), text("again")]);
+    host.tool_fn = Box::new(|c| ToolResult {
+        id: c.id.clone(),
+        content: "     1\t# Notes\n     2\t- tabs\tstay inside lines\n".into(),
+        is_error: false,
+    });
+    run(&mut host, &task("t1", "review"), &agent).unwrap();
+    // One Read of MEMORY.md, the first 200 lines, before the first model call.
+    assert_eq!(host.batches.len(), 1);
+    let read = &host.batches[0][0];
+    assert_eq!((read.id.as_str(), read.name.as_str()), ("memory_read", "Read"));
+    let args: serde_json::Value = serde_json::from_str(&read.arguments).unwrap();
+    assert_eq!(args, json!({"file_path": "/workspace/.claude/agent-memory/helper/MEMORY.md", "limit": 200}));
+    let system = &host.requests[0].messages[0];
+    assert_eq!(system.role, "system");
+    assert!(system.content.starts_with("You review.\n\n# Persistent agent memory\n\n"), "{}", system.content);
+    assert!(system.content.contains("`/workspace/.claude/agent-memory/helper/` (project scope)"), "{}", system.content);
+    assert!(system.content.ends_with("## MEMORY.md\n\n# Notes\n- tabs\tstay inside lines"), "{}", system.content);
+    // The memory tools were added to the agent's list, so it can keep its notes.
+    assert_eq!(host.tool_names_offered(0), ["Read", "Write", "Edit", "Glob"]);
+    // A resumed task keeps its transcript's system prompt: no second read.
+    let resumed = TaskInput { resume: Some("t1".into()), ..task("t2", "more") };
+    run(&mut host, &resumed, &agent).unwrap();
+    assert_eq!(host.batches.len(), 1);
+}
+
+#[test]
+fn missing_or_unreadable_memory_is_said_in_the_prompt() {
+    let agent = agent_from("memory: user\n", "You help.");
+    let mut host = FakeHost::new(vec![text("ok")]);
+    host.tool_fn = Box::new(|c| ToolResult {
+        id: c.id.clone(),
+        content: "File does not exist: /workspace/.claude/agent-memory-user/helper/MEMORY.md".into(),
+        is_error: true,
+    });
+    run(&mut host, &task("t1", "go"), &agent).unwrap();
+    assert!(
+        host.requests[0].messages[0]
+            .content
+            .ends_with("(empty: MEMORY.md does not exist yet; create it when you learn something worth keeping)")
+    );
+    // Without a Read tool in the session nothing is called and the agent is told why.
+    let mut host = FakeHost::new(vec![text("ok")]);
+    host.tools = Ok(vec![spec("Glob")]);
+    run(&mut host, &task("t1", "go"), &agent).unwrap();
+    assert!(host.batches.is_empty());
+    assert!(host.requests[0].messages[0].content.contains("this subagent has no Read tool"));
+}
