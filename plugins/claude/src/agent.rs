@@ -19,6 +19,7 @@
 //!   "background": false,           // `background`: the host runs tasks in the background by default
 //!   "effort": null,                // `effort`: low, medium, high, xhigh or max (lower case)
 //!   "memory": null,                // `memory`: user, project or local (see [`memory_dir`])
+//!   "hooks": {},                   // `hooks`: PreToolUse / PostToolUse commands (crate::hooks)
 //!   "color": null,                 // `color`, cosmetic
 //!   "extra": {}                    // every unknown frontmatter key, as JSON
 //! }
@@ -34,7 +35,8 @@
 //!
 //! Every field Claude Code documents has a meaning here ([`FIELDS`]): applied, or refused
 //! with a warning (the field is ignored) or an error (the file is not registered, when
-//! running without the field would do what its author forbade: `hooks`, `isolation`).
+//! running without the field would do what its author forbade: `isolation`, and `hooks`
+//! warden cannot run exactly).
 //! Unknown fields are warnings, with a "did you mean" for near misses of known names; the
 //! plugin logs every warning while resolving and `warden agents` lists them as problems.
 
@@ -42,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::frontmatter::{self, ParseMode};
+use crate::hooks::{self, Hooks};
 use warden_guest::{Error, Metadata};
 
 /// The executor's view of an agent (the definition's `protocol-data`).
@@ -83,6 +86,10 @@ pub struct ProtocolData {
     /// `MEMORY.md` starts every fresh task's system prompt. Another value is a warning.
     #[serde(default)]
     pub memory: Option<String>,
+    /// `hooks`: the `PreToolUse` / `PostToolUse` commands ([`crate::hooks`]); a file with
+    /// hooks warden cannot run exactly is not registered.
+    #[serde(default)]
+    pub hooks: Hooks,
     /// `color`: how Claude Code shows the agent; cosmetic, no effect in warden.
     #[serde(default)]
     pub color: Option<String>,
@@ -149,6 +156,19 @@ pub fn memory_dir(scope: &str, agent: &str) -> String {
         .collect();
     let name = if name.is_empty() || name.chars().all(|c| c == '.') { "-".to_string() } else { name };
     format!("/workspace/.claude/{dir}/{name}")
+}
+
+/// The tools the host lets the agent's tasks call (the definition's typed `tools`): its
+/// `tools` list, plus `Bash` when it has hooks, which run as Bash commands. The plugin still
+/// offers the model only the `tools` list ([`crate::toolset`]), so a hook's Bash is never
+/// the model's.
+pub fn host_tools(protocol: &ProtocolData) -> Option<Vec<String>> {
+    let mut tools = protocol.tools.clone()?;
+    let has_bash = tools.iter().any(|t| t == "*" || crate::toolset::base_name(t) == ("Bash", false));
+    if !protocol.hooks.is_empty() && !has_bash {
+        tools.push("Bash".into());
+    }
+    Some(tools)
 }
 
 /// Keys community agent files carry for their own bookkeeping; accepted without a warning
@@ -371,15 +391,13 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
         (tools, _) => tools,
     };
     let mut refusals = Vec::new();
-    if let Some(hooks) = take(&mut map, &["hooks"]).filter(|v| !v.is_null() && *v != Value::Object(Map::new())) {
-        let events = match &hooks {
-            Value::Object(o) => o.keys().map(String::as_str).collect::<Vec<_>>().join(", "),
-            _ => "?".into(),
-        };
-        refusals.push(format!(
-            "`hooks` ({events}) are not supported yet; the agent is not registered, since running it without its hooks could allow what they deny"
-        ));
-    }
+    let hooks = match take(&mut map, &["hooks"]).filter(|v| !v.is_null()) {
+        None => Hooks::default(),
+        Some(value) => hooks::parse(&value).unwrap_or_else(|errors| {
+            refusals.extend(errors);
+            Hooks::default()
+        }),
+    };
     if let Some(isolation) = take(&mut map, &["isolation"]).and_then(scalar_text) {
         refusals.push(format!(
             "`isolation: {isolation}` is not supported: every task of a session shares the session's sandbox (no per-task worktree); the agent is not registered, since it would change files its author wanted kept apart"
@@ -414,6 +432,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
         background,
         effort,
         memory,
+        hooks,
         color,
         extra: map,
     };
@@ -633,8 +652,8 @@ mod tests {
             v,
             json!({"system_prompt": "body", "tools": null, "disallowed_tools": [], "model": null,
                    "skills": [], "permission_mode": null, "max_turns": null, "mcp_servers": null, "egress": null,
-                   "initial_prompt": null, "background": false, "effort": null, "memory": null, "color": null,
-                   "extra": {}})
+                   "initial_prompt": null, "background": false, "effort": null, "memory": null, "hooks": {},
+                   "color": null, "extra": {}})
         );
         assert_eq!(ProtocolData::from_json("{}").unwrap(), ProtocolData::default());
         assert_eq!(ProtocolData::from_json("").unwrap(), ProtocolData::default());
@@ -884,6 +903,17 @@ mod field_meanings {
     }
 
     #[test]
+    fn hooks_add_bash_to_the_host_s_tools_only() {
+        let hooked = "hooks:\n  PostToolUse:\n    - hooks: [{ command: ./lint.sh }]\n";
+        let a = parse(&format!("tools: Read\n{hooked}")).unwrap();
+        assert_eq!(a.protocol.tools, Some(vec!["Read".into()]), "the model's list is as written");
+        assert_eq!(host_tools(&a.protocol), Some(vec!["Read".into(), "Bash".into()]));
+        assert_eq!(host_tools(&parse(&format!("tools: \"*\"\n{hooked}")).unwrap().protocol), Some(vec!["*".into()]));
+        assert_eq!(host_tools(&parse(hooked).unwrap().protocol), None, "every tool already");
+        assert_eq!(host_tools(&parse("tools: Read\n").unwrap().protocol), Some(vec!["Read".into()]), "no hooks");
+    }
+
+    #[test]
     fn memory_dirs_are_per_scope_and_agent_inside_the_workspace() {
         assert_eq!(memory_dir("project", "code-reviewer"), "/workspace/.claude/agent-memory/code-reviewer");
         assert_eq!(memory_dir("local", "a"), "/workspace/.claude/agent-memory-local/a");
@@ -916,15 +946,22 @@ mod field_meanings {
     }
 
     #[test]
-    fn hooks_and_isolation_keep_the_agent_from_registering() {
-        let hooked = parse("hooks:\n  PreToolUse:\n    - matcher: Bash\ncolour: red\n").unwrap();
+    fn hooks_warden_cannot_run_and_isolation_keep_the_agent_from_registering() {
+        let hooked = parse("hooks:\n  Stop:\n    - hooks: [{ type: command, command: ./x }]\ncolour: red\n").unwrap();
         assert!(hooked.warnings.iter().any(|w| w.contains("did you mean `color`")), "{:?}", hooked.warnings);
         let err = hooked.registrable("agents/a.md").unwrap_err();
         assert!(
-            matches!(&err, Error::InvalidInput(m) if m.contains("`hooks` (PreToolUse) are not supported yet")),
+            matches!(&err, Error::InvalidInput(m) if m.contains("`hooks` event `Stop` is not supported")),
             "{err:?}"
         );
         assert!(parse("hooks: {}\n").unwrap().registrable("a.md").is_ok(), "no hooks is no refusal");
+        let a = parse(
+            "hooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n",
+        )
+        .unwrap()
+        .registrable("a.md")
+        .unwrap();
+        assert_eq!(a.protocol.hooks.pre_tool_use[0].commands[0].command, "./check.sh");
         let err = parse("isolation: worktree\n").unwrap().registrable("agents/a.md").unwrap_err();
         assert!(
             matches!(&err, Error::InvalidInput(m) if m.contains("`isolation: worktree` is not supported")),

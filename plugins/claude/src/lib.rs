@@ -9,12 +9,15 @@
 //!   protocol data (JSON) the executor reads back ([`agent::ProtocolData`]).
 //! - [`toolset`]: which of the session's tools an agent gets (`tools`, `disallowedTools`,
 //!   never a nesting tool).
+//! - [`hooks`]: an agent's `PreToolUse` / `PostToolUse` hooks: parsing, matching, the Bash
+//!   call that runs one in the sandbox and the verdict read from it.
 //! - [`runner`]: the agent loop as a state machine over a [`runner::Host`] trait (model,
 //!   tools, state, events, log, resources), with transcripts for `resume`.
 //! - `wasm` (only on `wasm32`): the WIT exports over the real host imports.
 
 pub mod agent;
 pub mod frontmatter;
+pub mod hooks;
 pub mod runner;
 pub mod toolset;
 

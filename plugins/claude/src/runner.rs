@@ -13,7 +13,9 @@
 //!    no tool calls → its text is the result; otherwise run the calls the agent may make in
 //!    one batch (the host's approval gate returns declined calls as error results, which go
 //!    back to the model like any other result), answer calls to tools it may not use with a
-//!    synthesised error result, and go on. After every turn the transcript is stored under
+//!    synthesised error result, and go on. The agent's `PreToolUse` hooks run before the
+//!    batch (a call one blocks is answered with its reason), its `PostToolUse` hooks after
+//!    each result ([`crate::hooks`]). After every turn the transcript is stored under
 //!    `transcript/<task-id>`, and a `status` event says which turn is running.
 //!
 //! Outcomes: the final assistant text (the parent sees nothing else); `Ok` with an
@@ -28,6 +30,7 @@ use warden_guest::{Completion, CompletionRequest, Error, Message, ToolCall, Tool
 
 use crate::agent::{ProtocolData, memory_dir, skill_uri};
 use crate::frontmatter;
+use crate::hooks::{self, HookCommand, Hooks, Verdict};
 use crate::toolset;
 
 /// `maxTurns` when the agent does not set it.
@@ -66,6 +69,8 @@ pub struct TaskInput {
     pub model: Option<String>,
     /// Id of an earlier task whose transcript this one continues.
     pub resume: Option<String>,
+    /// The sandbox session (handed to hooks as `session_id`).
+    pub session_id: String,
 }
 
 /// The agent, as far as the loop cares.
@@ -193,7 +198,7 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
                 })
                 .collect()
         } else {
-            run_tools(host, &tools, &calls, turn)?
+            run_tools(host, &tools, &calls, turn, &protocol.hooks, &task.session_id)?
         };
         transcript.messages.extend(results);
         save(host, &transcript);
@@ -205,11 +210,28 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
     Ok(format!("error: subagent stopped after {max_turns} turns without a final answer"))
 }
 
-/// Runs one turn's tool calls: the allowed ones in one host batch, the rest answered with
-/// error results; the results come back in call order.
-fn run_tools(host: &mut dyn Host, tools: &[ToolSpec], calls: &[ToolCall], turn: u32) -> Result<Vec<Message>, Error> {
+/// Runs one turn's tool calls: the allowed ones a `PreToolUse` hook does not block in one
+/// host batch, the rest answered with error results; `PostToolUse` hooks then see each
+/// result. The results come back in call order.
+fn run_tools(
+    host: &mut dyn Host,
+    tools: &[ToolSpec],
+    calls: &[ToolCall],
+    turn: u32,
+    hooks: &Hooks,
+    session_id: &str,
+) -> Result<Vec<Message>, Error> {
     let allowed = |name: &str| tools.iter().any(|t| t.name == name);
-    let batch: Vec<ToolCall> = calls.iter().filter(|c| allowed(&c.name)).cloned().collect();
+    let mut hook_runs = 0usize;
+    let blocked: Vec<Option<String>> = calls
+        .iter()
+        .map(|c| match allowed(&c.name) {
+            true => pre_tool_use(host, hooks, session_id, c, turn, &mut hook_runs),
+            false => None,
+        })
+        .collect();
+    let batch: Vec<ToolCall> =
+        calls.iter().zip(&blocked).filter(|(c, b)| allowed(&c.name) && b.is_none()).map(|(c, _)| c.clone()).collect();
     let mut host_results = if batch.is_empty() {
         Vec::new()
     } else {
@@ -219,7 +241,11 @@ fn run_tools(host: &mut dyn Host, tools: &[ToolSpec], calls: &[ToolCall], turn: 
 
     let available = tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
     let mut out = Vec::with_capacity(calls.len());
-    for call in calls {
+    for (call, blocked) in calls.iter().zip(blocked) {
+        if let Some(reason) = blocked {
+            out.push(Message::tool_result(&call.id, format!("error: blocked by a PreToolUse hook: {reason}")));
+            continue;
+        }
         if !allowed(&call.name) {
             host.log(Level::Warn, &format!("model called tool `{}`, which this subagent does not have", call.name));
             let available = if available.is_empty() { "none".to_string() } else { available.clone() };
@@ -236,9 +262,84 @@ fn run_tools(host: &mut dyn Host, tools: &[ToolSpec], calls: &[ToolCall], turn: 
             Some(result) => result.content,
             None => "error: the host returned no result for this call".to_string(),
         };
+        let content = post_tool_use(host, hooks, session_id, call, content, turn, &mut hook_runs);
         out.push(Message::tool_result(&call.id, content));
     }
     Ok(out)
+}
+
+/// Runs the `PreToolUse` hooks matching `call` in order; the reason the first blocking one
+/// gives, or `None` when the call may go on to the gate. Asking and giving no verdict block
+/// too (see [`crate::hooks`]): a hook only ever narrows the policy.
+fn pre_tool_use(
+    host: &mut dyn Host,
+    hooks: &Hooks,
+    session_id: &str,
+    call: &ToolCall,
+    turn: u32,
+    runs: &mut usize,
+) -> Option<String> {
+    for hook in hooks::commands_for(&hooks.pre_tool_use, &call.name) {
+        let input = hooks::input("PreToolUse", session_id, call, None);
+        let reason = match run_hook(host, hook, &input, turn, runs) {
+            Verdict::Pass => continue,
+            Verdict::Block(reason) => reason,
+            Verdict::Ask(reason) => format!(
+                "{reason} (the hook asks for a person's confirmation, which the plugin cannot request for a call the policy allows, so the call is declined)"
+            ),
+            Verdict::NoVerdict(why) => {
+                format!("the hook `{}` gave no verdict, so the call is declined: {why}", hook.command)
+            }
+        };
+        host.log(Level::Info, &format!("PreToolUse hook `{}` blocked {}: {reason}", hook.command, call.name));
+        return Some(reason);
+    }
+    None
+}
+
+/// Runs the `PostToolUse` hooks matching `call`; a blocking one's reason is added to the
+/// result the model reads (the call has run: nothing is undone).
+fn post_tool_use(
+    host: &mut dyn Host,
+    hooks: &Hooks,
+    session_id: &str,
+    call: &ToolCall,
+    mut content: String,
+    turn: u32,
+    runs: &mut usize,
+) -> String {
+    for hook in hooks::commands_for(&hooks.post_tool_use, &call.name) {
+        let input = hooks::input("PostToolUse", session_id, call, Some(&content));
+        match run_hook(host, hook, &input, turn, runs) {
+            Verdict::Block(reason) | Verdict::Ask(reason) => {
+                content.push_str(&format!("\n[PostToolUse hook: {reason}]"));
+            }
+            Verdict::NoVerdict(why) => {
+                host.log(Level::Warn, &format!("PostToolUse hook `{}` gave no verdict: {why}", hook.command));
+            }
+            Verdict::Pass => {}
+        }
+    }
+    content
+}
+
+/// One hook command, as a Bash call of its own through the host (the gate judges it).
+fn run_hook(
+    host: &mut dyn Host,
+    hook: &HookCommand,
+    input: &serde_json::Value,
+    turn: u32,
+    runs: &mut usize,
+) -> Verdict {
+    *runs += 1;
+    let call = hooks::bash_call(format!("hook_{turn}_{runs}"), hook, input);
+    match host.call_tools(std::slice::from_ref(&call)) {
+        Ok(mut results) => match results.pop() {
+            Some(result) => hooks::verdict(&result),
+            None => Verdict::NoVerdict("the host returned no result".into()),
+        },
+        Err(e) => Verdict::NoVerdict(e.to_string()),
+    }
 }
 
 fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<ToolSpec>, Error> {

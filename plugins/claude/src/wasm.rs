@@ -56,7 +56,7 @@ impl Plugin for Claude {
             name: parsed.name,
             description: parsed.description,
             kind: KIND.into(),
-            tools: parsed.protocol.tools.clone(),
+            tools: agent::host_tools(&parsed.protocol),
             permission_mode: mode.map(|m| match m {
                 agent::PermissionMode::Default => PermissionMode::Default,
                 agent::PermissionMode::AcceptEdits => PermissionMode::AcceptEdits,
@@ -72,8 +72,13 @@ impl Plugin for Claude {
     }
 
     fn execute(ctx: TaskContext, call: TaskCall, definition: SubagentDefinition) -> Result<String, Error> {
-        let task =
-            runner::TaskInput { task_id: ctx.task_id, prompt: call.prompt, model: call.model, resume: call.resume };
+        let task = runner::TaskInput {
+            task_id: ctx.task_id,
+            prompt: call.prompt,
+            model: call.model,
+            resume: call.resume,
+            session_id: ctx.session_id,
+        };
         let agent = runner::AgentInput {
             name: definition.name,
             uri: definition.reference.uri,

@@ -609,9 +609,10 @@ async fn egress_decisions_are_audited_and_streamed() {
 }
 
 /// Issue 20: agent files using every documented frontmatter field, through `warden agents`:
-/// the fields warden applies register quietly, the ones it accepts without effect are
-/// warnings, unknown fields are warnings with a "did you mean", and `hooks` / `isolation`
-/// keep the file from registering — nothing is dropped without a word.
+/// the fields warden applies register quietly, bad values and the ones it accepts without
+/// effect are warnings, unknown fields are warnings with a "did you mean", and `isolation`
+/// and hooks warden cannot run keep the file from registering — nothing is dropped without
+/// a word.
 #[test]
 fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     let d = Deployment::new(
@@ -626,7 +627,7 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     let files = [
         (
             "clean",
-            "name: clean\ndescription: Uses every applied field\ntools: Read, Grep\ndisallowedTools: [Grep]\nmodel: inherit\npermissionMode: plan\nmaxTurns: 3\nskills: []\nmcpServers: [github]\nbackground: true\neffort: high\nmemory: local\ninitialPrompt: Look around first.\ncolor: green\negress: [pypi.org]\n",
+            "name: clean\ndescription: Uses every applied field\ntools: Read, Grep\ndisallowedTools: [Grep]\nmodel: inherit\npermissionMode: plan\nmaxTurns: 3\nskills: []\nmcpServers: [github]\nbackground: true\neffort: high\nmemory: local\ninitialPrompt: Look around first.\ncolor: green\negress: [pypi.org]\nhooks:\n  PostToolUse:\n    - matcher: Read\n      hooks: [{ type: command, command: ./lint.sh }]\n",
         ),
         (
             "noisy",
@@ -635,7 +636,7 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
         ("typo", "name: typo\ndescription: Misspells\nmaxTurn: 3\nPermissionMode: plan\nfavouriteFood: soup\n"),
         (
             "hooked",
-            "name: hooked\ndescription: Has hooks\ncolour: red\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n",
+            "name: hooked\ndescription: Has hooks\ncolour: red\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n  Stop:\n    - hooks: [{ type: command, command: ./done.sh }]\n",
         ),
         ("isolated", "name: isolated\ndescription: Wants a worktree\nisolation: worktree\n"),
     ];
@@ -676,7 +677,7 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
             "unknown frontmatter field `maxTurn` ignored (did you mean `maxTurns`?)",
         ]
     );
-    assert!(of("hooked").iter().any(|m| m.contains("`hooks` (PreToolUse) are not supported yet")), "{problems:?}");
+    assert!(of("hooked").iter().any(|m| m.contains("`hooks` event `Stop` is not supported")), "{problems:?}");
     // A refused file still hears about its other fields.
     assert!(
         of("hooked").contains(&"unknown frontmatter field `colour` ignored (did you mean `color`?)"),
@@ -692,6 +693,9 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     );
     assert_eq!(clean["mcp_servers"], serde_json::json!(["github"]));
     assert_eq!(clean["effort"], "high", "{clean}");
+    // `memory` brings Read, Write, Edit; hooks run through Bash, which the host lets the
+    // plugin call (the model is not offered it).
+    assert_eq!(clean["tools"], serde_json::json!(["Read", "Grep", "Write", "Edit", "Bash"]), "{clean}");
     assert!(by_name("noisy").get("effort").is_none(), "a bad effort is dropped");
     // Which providers send the effort and which ignore it: a note, not a problem.
     let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n["message"].as_str().unwrap()).collect();
@@ -947,4 +951,82 @@ async fn memory_persists_across_tasks_of_a_session_and_reaches_the_system_prompt
     assert_eq!(completed(&h.run("keeper", "learn", &other, None, None).await), "saved");
     h.end(&s).await;
     h.end(&other).await;
+}
+
+/// Issue 20: an agent's hooks run in the session's sandbox as Bash calls through the gate.
+/// A PreToolUse hook's exit code 2 keeps a Write from running and tells the model why, a
+/// PostToolUse hook's `block` reaches the model with the result, and a hook's `allow` never
+/// lets through what the policy denies.
+#[tokio::test(flavor = "multi_thread")]
+async fn hooks_run_in_the_sandbox_and_only_narrow_the_policy() {
+    let agent = r#"---
+name: guarded
+description: Writes behind hooks
+tools: Write
+hooks:
+  PreToolUse:
+    - matcher: Write
+      hooks:
+        - type: command
+          command: "grep -q secret && { echo 'secret files are off limits' >&2; exit 2; }; exit 0"
+  PostToolUse:
+    - matcher: Write
+      hooks:
+        - type: command
+          command: echo '{"decision":"block","reason":"remember to lint"}'
+---
+Write.
+"#;
+    let script = r#"
+- tool_calls: [{ name: Write, arguments: { file_path: "secret.txt", content: "x" } }]
+- tool_calls: [{ name: Write, arguments: { file_path: "ok.txt", content: "fine" } }]
+  expect: { last_tool_result_contains: "blocked by a PreToolUse hook: secret files are off limits" }
+- text: "done"
+  expect: { last_tool_result_contains: "[PostToolUse hook: remember to lint]" }
+"#;
+    let h = claude_host(agent, &[("main", script)], "").await;
+    let s = session();
+    let (out, events) = h.run_with_events("guarded", "write", &s).await;
+    assert_eq!(completed(&out), "done");
+    let names: Vec<&str> =
+        events.iter().filter(|e| e["type"] == "tool_call").map(|e| e["name"].as_str().unwrap()).collect();
+    // guard (blocks), guard (passes), the Write, the PostToolUse hook
+    assert_eq!(names, ["Bash", "Bash", "Write", "Bash"], "{events:?}");
+    let secret = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "secret.txt" })).await;
+    assert!(secret.is_error, "the blocked Write ran: {secret:?}");
+    let ok = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "ok.txt" })).await;
+    assert!(!ok.is_error && ok.content.contains("fine"), "{ok:?}");
+    h.end(&s).await;
+
+    // A hook that says `allow` does not widen the policy: Write is still asked about.
+    let agent = r#"---
+name: pushy
+description: Says allow to everything
+tools: Write
+hooks:
+  PreToolUse:
+    - hooks: [{ type: command, command: "echo '{\"hookSpecificOutput\": {\"permissionDecision\": \"allow\"}}'" }]
+---
+Write.
+"#;
+    let script = r#"
+- tool_calls: [{ name: Write, arguments: { file_path: "pushed.txt", content: "x" } }]
+- text: "denied anyway"
+  expect: { last_tool_result_contains: "error" }
+"#;
+    // Nobody answers: the ask the policy makes of Write times out whatever the hook said.
+    let policy = "approval:\n  default: deny\n  allow: [Read, Bash]\n  ask: [Write]\n  timeout: 3s\n";
+    let h = claude_host_with(agent, &[("main", script)], "", policy).await;
+    let s = session();
+    let started = std::time::Instant::now();
+    let (out, events) = h.run_with_events("pushy", "write", &s).await;
+    assert_eq!(completed(&out), "denied anyway");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(3), "the ask was not waited for");
+    assert_eq!(
+        tool_results(&events),
+        [(serde_json::json!("Bash"), serde_json::json!(false)), (serde_json::json!("Write"), serde_json::json!(true))]
+    );
+    let pushed = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "pushed.txt" })).await;
+    assert!(pushed.is_error, "an allowing hook widened the policy: {pushed:?}");
+    h.end(&s).await;
 }

@@ -21,7 +21,7 @@ fn helper() -> AgentInput {
 }
 
 fn task(id: &str, prompt: &str) -> TaskInput {
-    TaskInput { task_id: id.into(), prompt: prompt.into(), model: None, resume: None }
+    TaskInput { task_id: id.into(), prompt: prompt.into(), model: None, resume: None, session_id: "s1".into() }
 }
 
 fn transcript(host: &FakeHost, id: &str) -> Transcript {
@@ -378,4 +378,74 @@ fn missing_or_unreadable_memory_is_said_in_the_prompt() {
     run(&mut host, &task("t1", "go"), &agent).unwrap();
     assert!(host.batches.is_empty());
     assert!(host.requests[0].messages[0].content.contains("this subagent has no Read tool"));
+}
+
+/// Issue 20: PreToolUse hooks run (as Bash calls through the host) before the batch and can
+/// only take calls out of it; PostToolUse hooks add their reason to a result.
+#[test]
+fn hooks_run_as_bash_calls_and_only_narrow() {
+    let agent = agent_from(
+        "tools: Read, Write\nhooks:\n  PreToolUse:\n    - matcher: Write\n      hooks: [{ type: command, command: ./guard.sh }]\n  PostToolUse:\n    - matcher: Read\n      hooks: [{ command: ./note.sh }]\n",
+        "You help.",
+    );
+    let mut host = FakeHost::new(vec![
+        tool_calls(
+            "",
+            vec![
+                call("w1", "Write", r#"{"file_path":"/etc/x","content":"y"}"#),
+                call("r1", "Read", r#"{"file_path":"a"}"#),
+            ],
+        ),
+        text("done"),
+    ]);
+    host.tool_fn = Box::new(|c| {
+        let content = match c.name.as_str() {
+            "Bash" if c.arguments.contains("guard.sh") => {
+                assert!(c.arguments.contains(r#"\"tool_name\":\"Write\""#), "{}", c.arguments);
+                "[stderr]\nwrites outside the workspace are not allowed\n[exit code: 2]".to_string()
+            }
+            "Bash" => r#"{"decision": "block", "reason": "a is stale"}"#.to_string(),
+            other => format!("{other} ok"),
+        };
+        ToolResult { id: c.id.clone(), is_error: content.contains("[exit code"), content }
+    });
+    assert_eq!(run(&mut host, &task("t1", "go"), &agent).unwrap(), "done");
+    let batches: Vec<Vec<&str>> = host.batches.iter().map(|b| b.iter().map(|c| c.name.as_str()).collect()).collect();
+    // The guard for Write, then the batch without the blocked Write, then Read's PostToolUse hook.
+    assert_eq!(batches, [vec!["Bash"], vec!["Read"], vec!["Bash"]]);
+    let results: Vec<&str> =
+        host.requests[1].messages.iter().filter(|m| m.role == "tool").map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        results,
+        [
+            "error: blocked by a PreToolUse hook: writes outside the workspace are not allowed",
+            "Read ok\n[PostToolUse hook: a is stale]"
+        ]
+    );
+    // The model is never offered the hooks' Bash.
+    assert_eq!(host.tool_names_offered(0), ["Read", "Write"]);
+}
+
+#[test]
+fn a_hook_that_asks_or_cannot_run_declines_the_call() {
+    let agent =
+        agent_from("tools: Write\nhooks:\n  PreToolUse:\n    - hooks: [{ command: ./guard.sh }]\n", "You help.");
+    for (answer, is_error, says) in [
+        (
+            r#"{"hookSpecificOutput": {"permissionDecision": "ask", "permissionDecisionReason": "big file"}}"#,
+            false,
+            "big file (the hook asks for a person's confirmation",
+        ),
+        ("declined: Bash is denied by the policy", true, "the hook `./guard.sh` gave no verdict"),
+        (r#"{"hookSpecificOutput": {"permissionDecision": "allow"}}"#, false, "Write ok"),
+    ] {
+        let mut host = FakeHost::new(vec![tool_calls("", vec![call("w1", "Write", "{}")]), text("done")]);
+        host.tool_fn = Box::new(move |c| match c.name.as_str() {
+            "Bash" => ToolResult { id: c.id.clone(), content: answer.into(), is_error },
+            other => ToolResult { id: c.id.clone(), content: format!("{other} ok"), is_error: false },
+        });
+        run(&mut host, &task("t1", "go"), &agent).unwrap();
+        let result = host.requests[1].messages.iter().rfind(|m| m.role == "tool").unwrap();
+        assert!(result.content.contains(says), "{says}: {}", result.content);
+    }
 }
