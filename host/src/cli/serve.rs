@@ -23,6 +23,12 @@ pub async fn serve(mut config: Config, addr: Option<String>, replica_id: Option<
         }
         config.server.replica_id = Some(id);
     }
+    if matches!(config.store.location(), StoreLocation::Postgres(_)) {
+        // A replica named explicitly shares its sandbox scope with the others: it labels
+        // what it creates and leaves theirs alone. Without an explicit id the server is
+        // taken for the database's only one, as before replicas.
+        config.sandbox.replica_id = config.server.replica_id.clone();
+    }
     let text = addr.unwrap_or_else(|| config.server.addr.clone());
     let addr: SocketAddr = match text.parse() {
         Ok(a) => a,
