@@ -1017,11 +1017,11 @@ mod imports {
                         call: TaskCall {
                             description: "d".into(),
                             prompt: "p".into(),
-                            subagent_type: subagent.into(),
+                            subagent_type: subagent,
                             resume,
                             ..Default::default()
                         },
-                        user_id: Some(user.into()),
+                        user_id: Some(user),
                         ..Default::default()
                     })
                     .await

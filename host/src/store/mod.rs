@@ -189,7 +189,8 @@ fn settle(batch: Vec<Msg>, result: Result<(), String>, location: &str) {
 /// compile error at every operation until it is handled.
 enum Backend {
     Redb(redb::RedbBackend),
-    Postgres(postgres::PgBackend),
+    // Boxed: its connections and settings dwarf the embedded backend's handle.
+    Postgres(Box<postgres::PgBackend>),
 }
 
 struct Inner {
@@ -243,7 +244,7 @@ impl Store {
         let backend = postgres::PgBackend::open(url, rx, location.clone())
             .await
             .map_err(|message| StoreError { location: location.clone(), message })?;
-        Ok(Store { inner: Arc::new(Inner { backend: Backend::Postgres(backend), location, tx }) })
+        Ok(Store { inner: Arc::new(Inner { backend: Backend::Postgres(Box::new(backend)), location, tx }) })
     }
 
     /// The backend's name: a path, or a URL without its password.

@@ -648,6 +648,9 @@ async fn commit_retrying(
     Err("the connection was lost twice in a row".into())
 }
 
+/// A published approval request: (task id, owner replica, the pending request).
+type PublishedApproval<'a> = (Option<&'a str>, &'a str, &'a serde_json::Value);
+
 /// The last write of each key in a batch, keys sorted.
 #[derive(Default)]
 struct Latest<'a> {
@@ -658,7 +661,7 @@ struct Latest<'a> {
     /// Task → (owner, lease end); `None`: released.
     queue: BTreeMap<&'a str, Option<(&'a str, u64)>>,
     /// Request id → (task id, owner, pending request); `None`: withdrawn.
-    approvals: BTreeMap<&'a str, Option<(Option<&'a str>, &'a str, &'a serde_json::Value)>>,
+    approvals: BTreeMap<&'a str, Option<PublishedApproval<'a>>>,
 }
 
 impl<'a> Latest<'a> {
