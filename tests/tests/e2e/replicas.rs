@@ -431,9 +431,9 @@ async fn fire(http: &reqwest::Client, setup: &Setup, n: usize, clients: usize) -
 /// on the embedded redb store, one replica on PostgreSQL, three replicas on another
 /// PostgreSQL database of the same server (clients round-robin over them). Rounds
 /// alternate the setups so drift of the machine hits all alike; the median round counts.
-#[tokio::test(flavor = "multi_thread")]
+#[test]
 #[ignore = "benchmark: run explicitly"]
-async fn bench_replicas() {
+fn bench_replicas() {
     const ROUNDS: usize = 3;
     let n: usize = std::env::var("WARDEN_REPLICA_TASKS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let clients: usize = std::env::var("WARDEN_REPLICA_CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
@@ -450,16 +450,21 @@ async fn bench_replicas() {
             _d: three,
         },
     ];
-    let http = reqwest::Client::new();
-    for s in &setups {
-        fire(&http, s, 100, clients).await; // warm-up: instances, connections
-    }
-    let mut rates: Vec<Vec<f64>> = vec![vec![]; setups.len()];
-    for _ in 0..ROUNDS {
-        for (k, s) in setups.iter().enumerate() {
-            rates[k].push(fire(&http, s, n, clients).await);
+    // A runtime of its own: the test databases are made and dropped outside it.
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rates = rt.block_on(async {
+        let http = reqwest::Client::new();
+        for s in &setups {
+            fire(&http, s, 100, clients).await; // warm-up: instances, connections
         }
-    }
+        let mut rates: Vec<Vec<f64>> = vec![vec![]; setups.len()];
+        for _ in 0..ROUNDS {
+            for (k, s) in setups.iter().enumerate() {
+                rates[k].push(fire(&http, s, n, clients).await);
+            }
+        }
+        rates
+    });
     let median = |v: &Vec<f64>| {
         let mut v = v.clone();
         v.sort_by(f64::total_cmp);
