@@ -358,14 +358,23 @@ impl Engine {
             GateEvent::Heartbeat { .. } => return,
         };
         if let Some(replica) = &self.replica {
-            // Every replica lists and decides the requests waiting here.
+            // Every replica lists and decides the requests waiting here: published scrubbed
+            // of the task's session secrets, which only this replica knows.
             match &ev {
-                GateEvent::Requested(p) => self.store.write(Write::ApprovalPublished {
-                    request_id: p.id.clone(),
-                    task_id: p.task_id.clone(),
-                    owner: replica.id().to_owned(),
-                    pending: serde_json::to_value(p).unwrap_or(Value::Null),
-                }),
+                GateEvent::Requested(p) => {
+                    let live = p.task_id.as_deref().and_then(|id| self.live_task(id));
+                    let mut pending = serde_json::to_value(p).unwrap_or(Value::Null);
+                    match live {
+                        Some(live) => live.redactor().scrub_value(&mut pending),
+                        None => crate::redact::registry().all().scrub_value(&mut pending),
+                    }
+                    self.store.write(Write::ApprovalPublished {
+                        request_id: p.id.clone(),
+                        task_id: p.task_id.clone(),
+                        owner: replica.id().to_owned(),
+                        pending,
+                    })
+                }
                 GateEvent::Resolved { request_id, .. } => {
                     self.store.write(Write::ApprovalWithdrawn { request_id: request_id.clone() })
                 }
@@ -481,7 +490,16 @@ impl Engine {
             Some(_) => self.slots.clone().try_acquire_owned().ok(),
             None => None,
         };
-        let bound_here = !sub.tool_context.is_empty() || sub.asker.is_some();
+        // Secrets live only in this process: a task that carries some, or whose session
+        // was given some, runs here (another replica could not scrub them), as does one
+        // whose caller answers its approvals on this connection.
+        let session_has_secrets = match (&sub.user_id, &sub.session_id) {
+            (user, Some(session)) => {
+                !crate::redact::registry().session(user.as_deref().unwrap_or(DEFAULT_USER), session).is_empty()
+            }
+            _ => false,
+        };
+        let bound_here = !sub.tool_context.is_empty() || sub.asker.is_some() || session_has_secrets;
         let to_shared_queue = self.replica.is_some() && permit.is_none() && !bound_here;
         if !to_shared_queue
             && permit.is_none()
@@ -656,7 +674,18 @@ impl Engine {
         record.updated_at_ms = now_ms();
         let events = events.into_iter().map(|(_, e)| e).collect();
         let live = self.new_live(record.clone(), queued.max_tool_iterations, events);
-        self.live.lock().unwrap().insert(task_id.clone(), live.clone());
+        {
+            let mut running = self.live.lock().unwrap();
+            if self.is_draining() {
+                // Claimed as the drain began: back to the queue for another replica.
+                drop(running);
+                if let Err(e) = self.store.requeue(replica.id(), &task_id).await {
+                    tracing::warn!(task_id = %task_id, error = %e, "could not hand a claimed task back; its lease lapses");
+                }
+                return;
+            }
+            running.insert(task_id.clone(), live.clone());
+        }
         live.save_record(record);
         tracing::info!(task_id = %task_id, replica = %replica.id(), "claimed a queued task");
         self.launch(live, queued.call, vec![], None, egress, permit);

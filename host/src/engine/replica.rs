@@ -141,6 +141,7 @@ impl Engine {
         let weak = Arc::downgrade(self);
         tokio::spawn(claim_loop(weak.clone()));
         tokio::spawn(lease_loop(weak.clone()));
+        tokio::spawn(reap_loop(weak.clone()));
         tokio::spawn(control_loop(weak));
         Ok(())
     }
@@ -151,10 +152,14 @@ impl Engine {
     /// held whose record is not finished was submitted a moment ago: its hold is still
     /// on its way to the store.)
     async fn renew_leases(&self, replica: &Replica) {
-        let held = match self.store.renew(replica.id(), &replica.instance, replica.lease_until()).await {
+        let running: Vec<String> = self.live.lock().unwrap().keys().cloned().collect();
+        let held = match self.store.renew(replica.id(), &replica.instance, &running, replica.lease_until()).await {
             Ok(Some(held)) => held.into_iter().collect::<HashSet<_>>(),
             Ok(None) => {
-                tracing::error!(replica = %replica.id(), "another process took this replica id over");
+                // A zombie: it stopped renewing long enough for another process to take its
+                // id. It takes no more work (`/readyz` says draining) and stops what it runs.
+                tracing::error!(replica = %replica.id(), "another process took this replica id over; draining");
+                self.draining.store(true, std::sync::atomic::Ordering::SeqCst);
                 HashSet::new()
             }
             Err(e) => {
@@ -264,17 +269,26 @@ async fn lease_loop(engine: Weak<Engine>) {
     let Some(lease) = engine.upgrade().and_then(|e| e.replica.as_ref().map(|r| r.options.lease)) else { return };
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut n = 0u64;
     loop {
         tick.tick().await;
         let Some(e) = engine.upgrade() else { return };
         let Some(replica) = e.replica.clone() else { return };
         e.renew_leases(&replica).await;
-        // Every other renewal: look for tasks of replicas that stopped renewing theirs.
-        if n % 2 == 1 {
-            e.reap(&replica).await;
-        }
-        n += 1;
+    }
+}
+
+/// Looks for tasks of replicas that stopped renewing, every half lease: a loop of its own,
+/// so ending many lost tasks (a flush behind a busy writer) never delays this replica's
+/// own renewals.
+async fn reap_loop(engine: Weak<Engine>) {
+    let Some(lease) = engine.upgrade().and_then(|e| e.replica.as_ref().map(|r| r.options.lease)) else { return };
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + lease / 2, lease / 2);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(e) = engine.upgrade() else { return };
+        let Some(replica) = e.replica.clone() else { return };
+        e.reap(&replica).await;
     }
 }
 

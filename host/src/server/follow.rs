@@ -15,6 +15,11 @@ use crate::engine::Engine;
 /// Events buffered per follower before the producer waits for its reader.
 const FOLLOWER_BUFFER: usize = 64;
 
+/// Store reads in a row that may fail while following a task on another replica before the
+/// stream ends (about 5 s of a database that does not answer, at one read per
+/// [`crate::engine::REMOTE_POLL`]).
+const MAX_READ_FAILURES: u32 = 25;
+
 /// One event of a task: its sequence number (1-based) and the scrubbed event.
 pub type Followed = (u64, Value);
 
@@ -48,9 +53,20 @@ pub fn follow(engine: Arc<Engine>, task_id: String, session: (String, String), a
         }
         // Finished, or running on another replica: from the store, re-read every
         // REMOTE_POLL until the task's `finish` event.
+        let mut failures = 0;
         loop {
             let events = match engine.store().events_after(&task_id, next).await {
-                Ok(events) => events,
+                Ok(events) => {
+                    failures = 0;
+                    events
+                }
+                // A task running elsewhere: a passing database error does not end its stream.
+                Err(e) if engine.replica_id().is_some() && failures < MAX_READ_FAILURES => {
+                    failures += 1;
+                    tracing::warn!(task_id = %task_id, error = %e, "event read failed; retrying");
+                    tokio::time::sleep(crate::engine::REMOTE_POLL).await;
+                    continue;
+                }
                 Err(e) => return tracing::error!(task_id = %task_id, error = %e, "event replay failed"),
             };
             let mut finished = false;

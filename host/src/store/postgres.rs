@@ -282,13 +282,16 @@ impl PgBackend {
         Ok(Some(row.map(|r| r.get::<_, i64>(0).max(0) as u64).unwrap_or(0)))
     }
 
-    /// Renews `instance`'s registration and the lease of every task replica `owner`
-    /// holds, until `lease_until`; returns the held task ids, or `None` when another
-    /// instance has taken the replica id over (this one's registration had lapsed).
+    /// Renews `instance`'s registration and the lease of the tasks among `running` that
+    /// replica `owner` holds, until `lease_until`; returns those task ids, or `None` when
+    /// another instance has taken the replica id over (this one's registration had
+    /// lapsed). A row `owner` holds but does not run (a claim whose answer was lost, an
+    /// end that failed to commit) is not renewed: it lapses and the reaper ends it.
     pub(super) async fn renew(
         &self,
         owner: &str,
         instance: &str,
+        running: &[String],
         lease_until: u64,
     ) -> Result<Option<Vec<String>>, String> {
         let lease = ms(lease_until);
@@ -298,9 +301,9 @@ impl PgBackend {
                     "WITH me AS (UPDATE replicas SET alive_until_ms = $3 WHERE replica_id = $1 AND instance = $2 \
                                  RETURNING 1), \
                           held AS (UPDATE task_queue SET lease_until_ms = $3 WHERE owner = $1 \
-                                   AND EXISTS (SELECT 1 FROM me) RETURNING task_id) \
+                                   AND task_id = ANY($4) AND EXISTS (SELECT 1 FROM me) RETURNING task_id) \
                      SELECT 'me', NULL FROM me UNION ALL SELECT 'task', task_id FROM held",
-                    &[&owner, &instance, &lease],
+                    &[&owner, &instance, &lease, &running],
                 )
                 .await
             })
@@ -472,6 +475,20 @@ impl PgBackend {
         Ok(row.map(|r| r.get(0)))
     }
 
+    /// Hands `task_id`, held by `owner` but not started, back to the queue.
+    pub(super) async fn requeue(&self, owner: &str, task_id: &str) -> Result<(), String> {
+        self.read(|c| async move {
+            c.execute(
+                "UPDATE task_queue SET owner = NULL, lease_until_ms = NULL WHERE task_id = $1 AND owner = $2 \
+                 AND submission IS NOT NULL",
+                &[&task_id, &owner],
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Asks the replica holding `task_id` to cancel it; `false` if no replica holds it.
     pub(super) async fn request_cancel(&self, task_id: &str) -> Result<bool, String> {
         let n = self
@@ -492,7 +509,7 @@ impl PgBackend {
             .read(|c| async move {
                 c.query(
                     "SELECT owner, pending::text FROM approvals WHERE owner <> $1 AND decision IS NULL \
-                     ORDER BY created_at_ms",
+                     ORDER BY created_at_ms LIMIT 1000",
                     &[&except_owner],
                 )
                 .await
@@ -733,7 +750,7 @@ async fn commit(client: &mut Client, l: &Latest<'_>) -> Result<(), tokio_postgre
             "INSERT INTO events (task_id, seq, event) \
              SELECT e.task_id, e.seq, e.event::json FROM UNNEST($1::text[], $2::bigint[], $3::text[]) AS e(task_id, seq, event) \
              WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.task_id = e.task_id AND t.finished_at_ms IS NOT NULL) \
-             ON CONFLICT (task_id, seq) DO UPDATE SET event = EXCLUDED.event",
+             ON CONFLICT (task_id, seq) DO NOTHING",
             &[&ids, &seqs, &events],
         )
         .await?;

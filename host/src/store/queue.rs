@@ -75,16 +75,18 @@ impl Store {
         pg.register_replica(replica, instance, now_ms(), alive_until, stale_until).await.map_err(|e| self.err(e))
     }
 
-    /// Renews the registration and every lease of `replica` until `lease_until`: the
-    /// task ids it holds, or `None` when another process took the replica id over.
+    /// Renews the registration of `replica` and the leases of the tasks among `running`
+    /// it holds, until `lease_until`: those task ids, or `None` when another process took
+    /// the replica id over.
     pub async fn renew(
         &self,
         replica: &str,
         instance: &str,
+        running: &[String],
         lease_until: u64,
     ) -> Result<Option<Vec<String>>, StoreError> {
         let Some(pg) = self.pg() else { return Ok(Some(vec![])) };
-        pg.renew(replica, instance, lease_until).await.map_err(|e| self.err(e))
+        pg.renew(replica, instance, running, lease_until).await.map_err(|e| self.err(e))
     }
 
     /// Adds `rec` (its first event `first_event`) to the shared queue for any replica to
@@ -156,13 +158,21 @@ impl Store {
         Ok(row.flatten().and_then(|r| serde_json::from_str(&r).ok()))
     }
 
+    /// Hands `task_id`, claimed by `replica` but not started (it began draining), back to
+    /// the queue for another replica.
+    pub async fn requeue(&self, replica: &str, task_id: &str) -> Result<(), StoreError> {
+        let Some(pg) = self.pg() else { return Ok(()) };
+        pg.requeue(replica, task_id).await.map_err(|e| self.err(e))
+    }
+
     /// Asks whichever replica holds `task_id` to cancel it; `false` if none holds it.
     pub async fn request_cancel(&self, task_id: &str) -> Result<bool, StoreError> {
         let Some(pg) = self.pg() else { return Ok(false) };
         pg.request_cancel(task_id).await.map_err(|e| self.err(e))
     }
 
-    /// Approval requests waiting in the gates of replicas other than `replica`.
+    /// Approval requests waiting in the gates of replicas other than `replica` (the oldest
+    /// 1000: a listing stays bounded whatever is waiting).
     pub async fn remote_approvals(&self, replica: &str) -> Result<Vec<RemoteApproval>, StoreError> {
         let Some(pg) = self.pg() else { return Ok(vec![]) };
         let rows = pg.remote_approvals(replica).await.map_err(|e| self.err(e))?;
