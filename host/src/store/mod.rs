@@ -172,11 +172,26 @@ fn take_batch(first: Msg, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Vec<Msg> {
 }
 
 /// Reports a batch's commit: a failure is logged (without the values), every flush in it
-/// is answered.
-fn settle(batch: Vec<Msg>, result: Result<(), String>, location: &str) {
+/// is answered. A failed batch with no flush in it is remembered in `unreported` and
+/// answered to the next flush: a flush waits for every write queued before it, so a write
+/// that failed in an earlier batch fails it too (regression: the flush after a failed
+/// batch said the failed write was committed).
+fn settle(batch: Vec<Msg>, result: Result<(), String>, location: &str, unreported: &mut Option<String>) {
     if let Err(e) = &result {
         tracing::error!(store = %location, error = %e, writes = batch.len(), "task store commit failed");
     }
+    let has_flush = batch.iter().any(|m| matches!(m, Msg::Flush(_)));
+    let result = match (result, unreported.take()) {
+        (Err(e), _) | (Ok(()), Some(e)) if has_flush => Err(e),
+        (Err(e), _) => {
+            *unreported = Some(e);
+            return;
+        }
+        (Ok(()), pending) => {
+            *unreported = pending;
+            Ok(())
+        }
+    };
     for m in batch {
         if let Msg::Flush(ack) = m {
             let _ = ack.send(result.clone());

@@ -625,12 +625,13 @@ async fn writer(
     mut rx: mpsc::UnboundedReceiver<Msg>,
 ) {
     let mut client = Some(client);
+    let mut unreported = None;
     while let Some(first) = rx.recv().await {
         let batch = super::take_batch(first, &mut rx);
         let latest = Latest::of(&batch);
         let result =
             if latest.is_empty() { Ok(()) } else { commit_retrying(&config, &location, &mut client, &latest).await };
-        super::settle(batch, result, &location);
+        super::settle(batch, result, &location, &mut unreported);
     }
 }
 

@@ -154,10 +154,11 @@ impl RedbBackend {
 
 /// The writer thread: one transaction per batch; ends when the store is dropped.
 fn writer(db: Arc<Database>, location: String, mut rx: mpsc::UnboundedReceiver<Msg>) {
+    let mut unreported = None;
     while let Some(first) = rx.blocking_recv() {
         let batch = super::take_batch(first, &mut rx);
         let result = commit(&db, &batch).map_err(|e| e.to_string());
-        super::settle(batch, result, &location);
+        super::settle(batch, result, &location, &mut unreported);
     }
 }
 
