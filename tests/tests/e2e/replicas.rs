@@ -589,18 +589,21 @@ fn a_session_keeps_its_container_on_its_docker_host_across_replicas() {
     for s in sessions {
         providers.push_str(&format!("    w-{s}: {{ type: scripted, script: ./w-{s}.yaml }}\n    r-{s}: {{ type: scripted, script: ./r-{s}.yaml }}\n"));
     }
+    let scope = format!("rep{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    // Dropped last: every replica leaves its sessions to the others, so with all of them
+    // stopped nothing would remove the scope's containers and volumes.
+    let _cleanup = ScopeCleanup(scope.clone());
     let d = Deployment::new(&format!(
         "  limit_overrides:\n    hostile: {{ timeout: 10m }}\n\
          \x20 grants:\n    hostile: {{ events: true }}\n    \
          claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
          subagents:\n  agent_dirs: [./agents]\n  references:\n    - {{ uri: \"hostile://sleeper\", kind: HOSTILE }}\n\
          models:\n  default: w-sess-a/scripted\n  providers:\n{providers}\
-         sandbox:\n  scope: rep{}\n  warm_pool: 0\n  hosts:\n    - endpoint: {}\n    - endpoint: {tcp}\n      \
+         sandbox:\n  scope: {scope}\n  warm_pool: 0\n  hosts:\n    - endpoint: {}\n    - endpoint: {tcp}\n      \
          tls: {{ ca: {}, cert: {}, key: {} }}\n\
          approval:\n  default: deny\n  allow: [Read, Write]\n\
          server:\n  max_concurrent_tasks: 1\n  task_lease: {}s\n\
          store:\n  url: {}\n",
-        &uuid::Uuid::new_v4().simple().to_string()[..12],
         warden_sandbox::config::DEFAULT_DOCKER_ENDPOINT,
         c("ca.pem"),
         c("client.pem"),
@@ -688,4 +691,27 @@ fn a_session_keeps_its_container_on_its_docker_host_across_replicas() {
     // Still one container per session, where it was placed.
     assert_eq!(hosts(ports[0]), placed, "a session moved or got a second container");
     drop(servers);
+}
+
+/// Removes a sandbox scope's containers and volumes when dropped.
+struct ScopeCleanup(String);
+
+impl Drop for ScopeCleanup {
+    fn drop(&mut self) {
+        let filter = format!("label=warden.scope={}", self.0);
+        let docker = |args: &[&str]| {
+            let out = std::process::Command::new("docker").args(args).output();
+            out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+        };
+        let ids = docker(&["ps", "-aq", "--filter", &filter]);
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        if !ids.is_empty() {
+            docker(&[&["rm", "-f"][..], &ids].concat());
+        }
+        let vols = docker(&["volume", "ls", "-q", "--filter", &filter]);
+        let vols: Vec<&str> = vols.split_whitespace().collect();
+        if !vols.is_empty() {
+            docker(&[&["volume", "rm", "-f"][..], &vols].concat());
+        }
+    }
 }
