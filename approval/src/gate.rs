@@ -80,6 +80,18 @@ pub struct ApprovalRequest {
     /// The file has other hard links (names no rule was checked against): an allow
     /// becomes an ask.
     pub hard_linked: bool,
+    /// The subagents that started this one with the `Agent` tool, root first: a person
+    /// asked about a nested subagent's call sees whose work it is. Empty for a task the
+    /// parent agent submitted.
+    #[serde(default)]
+    pub chain: Vec<ChainLink>,
+}
+
+/// One task above a nested subagent's: its id and its subagent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainLink {
+    pub task_id: String,
+    pub subagent: String,
 }
 
 impl ApprovalRequest {
@@ -102,6 +114,7 @@ impl ApprovalRequest {
             mode: None,
             resolved_path: None,
             hard_linked: false,
+            chain: Vec::new(),
         }
     }
 }
@@ -123,6 +136,10 @@ pub struct PendingApproval {
     pub session_id: Option<String>,
     /// Plugin making the call.
     pub plugin: Option<String>,
+    /// The subagents that started this one, root first ([`ApprovalRequest::chain`]);
+    /// absent for a task the parent agent submitted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<ChainLink>,
     /// Rule that asked, if any.
     pub matched_rule: Option<String>,
     /// Why the call is asked.
@@ -548,6 +565,7 @@ impl ApprovalGate {
             task_id: req.task_id.clone(),
             session_id: req.session_id.clone(),
             plugin: req.plugin.clone(),
+            chain: req.chain.clone(),
             matched_rule: matched_rule.clone(),
             reason: reason.clone(),
             created_at: humantime::format_rfc3339_millis(now).to_string(),

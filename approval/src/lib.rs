@@ -27,7 +27,7 @@ pub mod shell;
 
 pub use audit::{AuditDecision, AuditError, AuditLog, AuditRecord, EgressRecord, args_digest};
 pub use gate::{
-    ApprovalGate, ApprovalRequest, BoxFuture, Decider, GateError, GateEvent, Observer, PendingApproval, Resolution,
+    ApprovalGate, ApprovalRequest, BoxFuture, ChainLink, Decider, GateError, GateEvent, Observer, PendingApproval, Resolution,
     UserDecision, Verdict,
 };
 pub use grants::Scope;

@@ -166,7 +166,8 @@ impl Rule {
     pub fn covers_tool(&self, tool: &str) -> bool {
         match (&self.tool, &self.spec) {
             (_, Spec::Path { tools, .. }) => tools.contains(&tool),
-            (ToolSel::Name(n), _) => n == tool,
+            // `Task` is the Agent tool's earlier name: a rule for either covers both.
+            (ToolSel::Name(n), _) => n == tool || (is_agent_tool(n) && is_agent_tool(tool)),
             (ToolSel::McpServer(server), _) => tool
                 .strip_prefix("mcp__")
                 .and_then(|r| r.strip_prefix(server.as_str()))
@@ -205,6 +206,11 @@ impl Rule {
             Spec::Subagent(name) => t.input.get("subagent_type").and_then(Value::as_str) == Some(name.as_str()),
         }
     }
+}
+
+/// The tool that starts subagents, under its current and its earlier name.
+fn is_agent_tool(name: &str) -> bool {
+    name == "Agent" || name == "Task"
 }
 
 fn mcp_sel(rest: &str) -> Result<ToolSel, String> {

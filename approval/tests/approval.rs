@@ -225,6 +225,10 @@ mod rules {
             c(&["Read"], &[], ("Glob", json!({"pattern": "*"})), Ask),
             c(&["Task(Explore)"], &[], ("Task", json!({"subagent_type": "Explore"})), Allow),
             c(&["Task(Explore)"], &[], ("Task", json!({"subagent_type": "Plan"})), Ask),
+            // `Task` and `Agent` name one tool (nested subagents call it `Agent`).
+            c(&["Task(Explore)"], &[], ("Agent", json!({"subagent_type": "Explore"})), Allow),
+            c(&["Agent"], &["Task(rm)"], ("Agent", json!({"subagent_type": "rm"})), Deny),
+            c(&["Agent(Plan)"], &[], ("Agent", json!({"subagent_type": "Explore"})), Ask),
         ];
         // ask beats allow; deny beats ask.
         v.push(Case {

@@ -116,6 +116,9 @@ pub enum ToolEvent {
     Result(Value),
     /// A connection the session's egress proxy allowed or refused while the call ran.
     Egress(Value),
+    /// An allowed `Agent` call started a child task (`subagent`): its id, so a follower
+    /// can open the child's stream.
+    Subagent(Value),
 }
 
 impl ToolEvent {
@@ -125,12 +128,13 @@ impl ToolEvent {
             ToolEvent::Call(_) => "tool_call",
             ToolEvent::Result(_) => "tool_result",
             ToolEvent::Egress(_) => "egress",
+            ToolEvent::Subagent(_) => "subagent",
         }
     }
 
     pub fn into_data(self) -> Value {
         match self {
-            ToolEvent::Call(d) | ToolEvent::Result(d) | ToolEvent::Egress(d) => d,
+            ToolEvent::Call(d) | ToolEvent::Result(d) | ToolEvent::Egress(d) | ToolEvent::Subagent(d) => d,
         }
     }
 }

@@ -9,7 +9,8 @@
 //! - [`registry`] (plugins, kinds, definitions) fed by [`plugin_dir`] (hot reload),
 //!   [`oci`] and [`provenance`] (where plugin files come from);
 //! - [`runtime`] (wasmtime engine, limits, host imports);
-//! - [`services`], [`tools`], [`mcp_tools`] (what imports use);
+//! - [`services`], [`tools`], [`mcp_tools`] (what imports use), [`nesting`] (the `Agent`
+//!   tool's rules);
 //! - [`config`] (warden.yaml, plain validated data);
 //! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`event`]
 //!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task), [`store`], [`redact`], [`builtin`], [`text`],
@@ -26,6 +27,7 @@ pub mod config;
 pub mod engine;
 pub mod event;
 pub mod mcp_tools;
+pub mod nesting;
 pub mod oci;
 pub mod plugin;
 pub mod plugin_dir;

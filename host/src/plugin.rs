@@ -170,10 +170,11 @@ pub enum GuestError {
 
 /// Event types only the host produces: the task lifecycle (`status`, `error`, `finish`),
 /// the tools path (`tool_call`, `tool_result`, which count toward `max_tool_iterations`)
-/// the approval gate and the sandbox's egress proxy (`egress`). `events.emit` refuses them, so an event of one of these types
-/// in a task's stream always comes from the host; every other event is marked
+/// the approval gate, the sandbox's egress proxy (`egress`) and nested subagents
+/// (`subagent`: a child task started). `events.emit` refuses them, so an event of one of
+/// these types in a task's stream always comes from the host; every other event is marked
 /// `"source": "plugin"`.
-pub const HOST_EVENT_KINDS: [&str; 10] = [
+pub const HOST_EVENT_KINDS: [&str; 11] = [
     "status",
     "error",
     "finish",
@@ -184,6 +185,7 @@ pub const HOST_EVENT_KINDS: [&str; 10] = [
     "approval_resolved",
     "heartbeat",
     "egress",
+    "subagent",
 ];
 
 /// Whether `kind` is reserved for the host (compared case-insensitively, so `Tool_Call`

@@ -6,12 +6,13 @@
 //! effort), the runtime
 //! (the definition's and plugin's fields) — then shared as `Arc<TaskScope>` by the plugin
 //! call, its host imports and the tool host, and read by the approval requests it makes.
-//! Data only: this module decides nothing.
+//! Data only: this module decides nothing. [`SubagentStarter`] is the one interface in it:
+//! how the tool host asks the engine to run a nested subagent without depending on it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use warden_approval::{Decider, PermissionMode};
+use warden_approval::{ChainLink, Decider, PermissionMode};
 
 use crate::event::EventSink;
 use crate::plugin::CancelSignal;
@@ -49,6 +50,39 @@ pub struct TaskScope {
     pub egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
     /// The task's cancellation: seen by the plugin (WIT `cancel`), and it ends the call.
     pub cancel: Option<CancelSignal>,
+    /// The tasks above this one when a subagent started it with the `Agent` tool, root
+    /// first; empty for a task the parent agent submitted (depth 1).
+    pub chain: Vec<ChainLink>,
+    /// The `tools` lists of the definitions above this one (those that have one): the
+    /// task may use a tool only if each of them allows it too ([`crate::nesting`]).
+    pub inherited_tools: Vec<Vec<String>>,
+    /// How this task starts subagents with the `Agent` tool; `None` when it may not (its
+    /// depth is `subagents.max_depth`, or it runs outside the engine).
+    pub subagents: Option<Arc<dyn SubagentStarter>>,
+}
+
+impl TaskScope {
+    /// 1 for a task the parent agent submitted, 2 for a subagent it started, and so on.
+    pub fn depth(&self) -> usize {
+        self.chain.len() + 1
+    }
+}
+
+/// Runs nested subagents for the tool host (the engine implements it).
+pub trait SubagentStarter: Send + Sync {
+    /// The subagents a task may be offered, with their descriptions (the Agent tool lists
+    /// them for the model).
+    fn available(&self) -> Vec<(String, String)>;
+
+    /// Runs `call` as a child task of `parent` (same user and session, its tools narrowed
+    /// by the parent's, its approvals naming the chain) and waits for it to end: its final
+    /// record, or why it could not start. If `parent` is canceled, or the returned future
+    /// is dropped, the child is canceled.
+    fn run_child<'a>(
+        &'a self,
+        parent: &'a TaskScope,
+        call: crate::plugin::TaskCall,
+    ) -> futures_util::future::BoxFuture<'a, Result<crate::store::TaskRecord, String>>;
 }
 
 impl From<Option<EventSink>> for TaskScope {

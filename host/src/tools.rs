@@ -6,6 +6,10 @@
 //! session's sandbox in call order, declined calls become a readable "not run" result,
 //! and the host itself emits `tool_call` / `tool_result` events. No other path reaches
 //! the sandbox. This module must never run a call the gate did not allow.
+//!
+//! The `Agent` tool (nested subagents, [`crate::nesting`]) is offered and gated here like
+//! the others; an allowed call becomes a child task the engine runs
+//! ([`crate::scope::SubagentStarter`]), and the child's answer is the call's result.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -201,7 +205,7 @@ impl ToolHost {
             description: t.description,
             input_schema: t.input_schema,
         });
-        sandbox.chain(mcp).filter(|t| self.gate.policy().tool_visible(&t.name)).collect()
+        sandbox.chain(mcp).chain(agent_tool(scope)).filter(|t| self.gate.policy().tool_visible(&t.name)).collect()
     }
 
     /// Runs one call the gate allowed: MCP tools on their server, the rest in the sandbox.
@@ -272,14 +276,17 @@ impl ToolHost {
         // (the plugin may still run during the cancel grace period, but starts nothing), or
         // it is past the task's tool-call limit, which counts every call asked for. Such a
         // call is not put to the gate: nobody is asked about a call that cannot run.
+        // An Agent call this task may not make (no nesting here, a subagent it may not
+        // start, invalid input) is refused the same way.
         let canceled = scope.cancel.as_ref().is_some_and(crate::plugin::CancelSignal::is_canceled);
-        let refusals: Vec<Option<&str>> = calls
+        let refusals: Vec<Option<String>> = calls
             .iter()
-            .map(|_| match () {
-                _ if canceled => Some("the task was canceled"),
+            .map(|c| match () {
+                _ if canceled => Some("the task was canceled".to_owned()),
                 _ if scope.tool_budget.as_ref().is_some_and(|b| !b.take()) => {
-                    Some("the task reached its tool-call limit")
+                    Some("the task reached its tool-call limit".to_owned())
                 }
+                _ if crate::nesting::is_agent_tool(&c.name) => agent_call_refusal(scope, &c.input),
                 _ => None,
             })
             .collect();
@@ -302,6 +309,7 @@ impl ToolHost {
                 r.user_id = Some(scope.user_id.clone());
                 r.plugin = Some(scope.plugin.clone());
                 r.mode = scope.permission_mode;
+                r.chain.clone_from(&scope.chain);
                 if let Ok(Some(p)) = path {
                     r.resolved_path = Some(p.path.clone());
                     r.hard_linked = p.other_names;
@@ -316,6 +324,8 @@ impl ToolHost {
             let (content, is_error) = match verdict.as_ref().map(|v| v.declined_message(&call.name)) {
                 None => (format!("The {} call was not run: {}.", call.name, refused.unwrap_or_default()), true),
                 Some(Some(declined)) => (declined, true),
+                // A child task: its own calls pass the gate and hold the session's egress.
+                Some(None) if crate::nesting::is_agent_tool(&call.name) => run_subagent(scope, &call).await,
                 Some(None) => match path {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
                     Ok(path) => {
@@ -341,6 +351,56 @@ impl ToolHost {
             results.push(ToolResult { id: call.id, content, is_error });
         }
         results
+    }
+}
+
+/// The Agent tool, when the task may start subagents: the engine gave it a starter (its
+/// depth is below `subagents.max_depth`) and its definition lists `Agent`.
+fn agent_tool(scope: &TaskScope) -> Option<ToolSpec> {
+    let starter = scope.subagents.as_ref()?;
+    let types = crate::nesting::SubagentTypes::of_definition(scope.allowed_tools.as_deref())?;
+    let available: Vec<(String, String)> = starter.available().into_iter().filter(|(name, _)| types.allows(name)).collect();
+    let (description, input_schema) = crate::nesting::agent_tool_spec(&available);
+    Some(ToolSpec { name: crate::nesting::AGENT_TOOL.to_owned(), description, input_schema })
+}
+
+/// Why an Agent call cannot run at all (before anyone is asked about it), if it cannot.
+fn agent_call_refusal(scope: &TaskScope, input: &Value) -> Option<String> {
+    if scope.subagents.is_none() {
+        return Some(format!(
+            "this subagent is at depth {} and may not start subagents (subagents.max_depth)",
+            scope.depth()
+        ));
+    }
+    let Some(types) = crate::nesting::SubagentTypes::of_definition(scope.allowed_tools.as_deref()) else {
+        return Some("this subagent's `tools` do not list Agent, so it may not start subagents".to_owned());
+    };
+    match crate::nesting::AgentCall::parse(input) {
+        Err(e) => Some(e),
+        Ok(call) if !types.allows(&call.subagent_type) => Some(format!(
+            "subagent {:?} is not among those this subagent may start (its `Agent(…)` entries)",
+            crate::text::escape_control(&call.subagent_type.chars().take(128).collect::<String>())
+        )),
+        Ok(_) => None,
+    }
+}
+
+/// Runs an allowed Agent call: a child task, waited for; its answer is the call's result.
+async fn run_subagent(scope: &TaskScope, call: &ToolCall) -> (String, bool) {
+    let (Some(starter), Ok(agent)) = (&scope.subagents, crate::nesting::AgentCall::parse(&call.input)) else {
+        // Checked before the gate; a scope cannot lose its starter in between.
+        return (format!("The {} call failed: this subagent may not start subagents", call.name), true);
+    };
+    let subagent = agent.subagent_type.clone();
+    match starter.run_child(scope, agent.into_task_call()).await {
+        Err(e) => (format!("The {} call failed: {e}", call.name), true),
+        Ok(child) => match (child.status, child.output) {
+            (crate::task_state::TaskState::Completed, Some(output)) => (output, false),
+            (status, output) => {
+                let why = child.error.or(output).unwrap_or_default();
+                (format!("Subagent {subagent} (task {}) ended {status}: {why}", child.task_id), true)
+            }
+        },
     }
 }
 

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::layout::Layout;
 use crate::python::{Python, TEST_REQUIREMENTS};
+use crate::lint::Clippy;
 use crate::{guest, image, lint, process};
 
 /// The cargo that runs xtask (set by `cargo run`), else `cargo` on `PATH`.
@@ -40,7 +41,8 @@ fn outputs_line(layout: &Layout, path: &Path) {
 ///
 /// Tests run in the dev profile (dependencies optimised, see the workspace
 /// `Cargo.toml`) against the dev host binary, so a clean CI run compiles wasmtime
-/// once rather than once per profile.
+/// once rather than once per profile; clippy lints while that build compiles
+/// ([`Clippy`]), so it is not a second compile either.
 pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
     lint::format(layout, false)?;
     lint::layering(layout)?;
@@ -57,9 +59,20 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
         _ => crate::browser::ensure()?,
     };
 
-    println!("xtask: building the host binary for the tests (cargo build -p warden)...");
-    process::run(host_cargo().current_dir(&layout.root).args(["build", "-p", "warden"]))
-        .context("building the host binary")?;
+    // One compile of everything the tests use (the host binary, every test, bench and
+    // example), linted by clippy as it is compiled: the test run below rebuilds nothing.
+    // (A separate `cargo build -p warden` resolved the dependencies' features for that
+    // package alone, so the workspace-wide test build compiled wasmtime, tokio and the
+    // rest a second time.)
+    let clippy = Clippy::locate()?;
+    println!("xtask: building the host, its tests, benches and examples, linted by clippy (warnings are errors)...");
+    process::run(clippy.wrap(&mut host_cargo()).current_dir(&layout.root).args([
+        "test",
+        "--workspace",
+        "--all-targets",
+        "--no-run",
+    ]))
+    .context("building the workspace (or clippy found problems in it)")?;
     let fixtures = layout.fixtures();
     match &fixtures {
         Some(f) => println!("xtask: shared fixtures at {}", f.display()),
@@ -69,13 +82,13 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
         // SAFETY: set before xtask starts any thread; the test processes inherit it.
         unsafe { env::set_var("WARDEN_FIXTURES", f) };
     }
-    lint::clippy(layout)?;
-    guest::test_native(layout)?;
+    guest::test_native(layout, &clippy)?;
     python.test_sdk(layout)?;
     let postgres = TestPostgres::start(layout)?;
     println!("xtask: running the tests");
     process::run(
-        host_cargo()
+        clippy
+            .wrap(&mut host_cargo())
             .current_dir(&layout.root)
             .env("WARDEN_BIN", layout.warden_dev_bin())
             .env("WARDEN_PLUGINS", layout.plugins_out())

@@ -36,19 +36,21 @@ struct Guest {
 /// Runs the native unit tests of the Rust guest SDK (`sdk/rust`, with its bindings, so the
 /// plugin-facing API is checked on the host target too) and of the bundled plugins
 /// (`plugins/*` with a Cargo.toml): their protocol logic is plain Rust, tested with the
-/// host toolchain in a separate target dir (`target/guest-native`).
-pub fn test_native(layout: &Layout) -> Result<()> {
+/// host toolchain in a separate target dir (`target/guest-native`), every target linted by
+/// `clippy` (warnings are errors) as it is compiled.
+pub fn test_native(layout: &Layout, clippy: &crate::lint::Clippy) -> Result<()> {
     for dir in native_test_dirs(layout) {
-        println!("xtask: native unit tests of {}", layout.rel(&dir).display());
-        crate::process::run(
-            std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-                .current_dir(&layout.root)
-                .env("CARGO_TARGET_DIR", layout.target.join("guest-native"))
-                .arg("test")
-                .arg("--manifest-path")
-                .arg(dir.join("Cargo.toml")),
-        )
-        .with_context(|| format!("native tests of {} failed", dir.display()))?;
+        println!("xtask: native unit tests of {} (linted by clippy)", layout.rel(&dir).display());
+        let cargo = || {
+            let mut cmd = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+            clippy.wrap(&mut cmd).current_dir(&layout.root).env("CARGO_TARGET_DIR", layout.target.join("guest-native"));
+            cmd
+        };
+        let manifest = dir.join("Cargo.toml");
+        crate::process::run(cargo().args(["test", "--all-targets", "--no-run", "--manifest-path"]).arg(&manifest))
+            .with_context(|| format!("building {} (or clippy found problems in it)", layout.rel(&manifest).display()))?;
+        crate::process::run(cargo().args(["test", "--manifest-path"]).arg(&manifest))
+            .with_context(|| format!("native tests of {} failed", dir.display()))?;
     }
     Ok(())
 }

@@ -79,7 +79,15 @@ fn tty_question(r: &PendingApproval) -> String {
         options.push("[a]lways");
     }
     options.push("[N]o");
-    let subagent = r.subagent.replace(|c: char| c.is_control(), " ");
+    // A nested subagent's call names the chain that started it: `planner › coder`.
+    let subagent = r
+        .chain
+        .iter()
+        .map(|link| link.subagent.as_str())
+        .chain([r.subagent.as_str()])
+        .collect::<Vec<_>>()
+        .join(" › ")
+        .replace(|c: char| c.is_control(), " ");
     format!(
         "\n? {subagent} ({whose}) wants to run {}:\n{call}\n  because: {reason}\n  approve? {} ",
         r.tool.replace(|c: char| c.is_control(), " "),
@@ -135,6 +143,7 @@ mod tests {
             task_id: Some("task_1".into()),
             session_id: Some("s1".into()),
             plugin: None,
+            chain: vec![],
             matched_rule: None,
             reason: "no rule matches; default is ask".into(),
             created_at: String::new(),
@@ -148,5 +157,10 @@ mod tests {
         assert_eq!(tty_answer("a", &r.scopes), (Resolution::Decline, Scope::Once), "always was not offered");
         assert_eq!(tty_answer("y", &r.scopes), (Resolution::Approve, Scope::Once));
         assert_eq!(tty_answer("", &r.scopes), (Resolution::Decline, Scope::Once));
+        let nested = PendingApproval {
+            chain: vec![warden_approval::ChainLink { task_id: "task_0".into(), subagent: "planner".into() }],
+            ..r.clone()
+        };
+        assert!(tty_question(&nested).contains("planner › worker (task task_1, session s1) wants to run Bash"));
     }
 }

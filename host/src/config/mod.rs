@@ -307,7 +307,21 @@ pub struct SubagentsConfig {
     /// this setting, and only the operator's `mcp_servers` ever run. Reserved so an
     /// operator's intent is explicit once agent-defined servers are supported.
     pub allow_agent_mcp_servers: bool,
+    /// How deep subagents may nest: a task the parent agent submits is at depth 1, a
+    /// subagent it starts with the `Agent` tool at depth 2, and so on. A task at this depth
+    /// is not offered the `Agent` tool. Default [`DEFAULT_SUBAGENT_MAX_DEPTH`] (no nesting);
+    /// at most [`MAX_SUBAGENT_DEPTH`].
+    pub max_depth: u32,
 }
+
+/// Default `subagents.max_depth`: 1, no nesting. Starting subagents from subagents is
+/// opt-in (the operator raises this, and an agent file lists `Agent` in its `tools`).
+pub const DEFAULT_SUBAGENT_MAX_DEPTH: u32 = 1;
+
+/// Highest `subagents.max_depth` accepted: every level of a chain holds its task (and
+/// its instance, its model conversation) while its child runs, so a chain is bounded
+/// well below anything that could exhaust a host through recursion.
+pub const MAX_SUBAGENT_DEPTH: u32 = 5;
 
 /// The default agent directory (next to the config). Unlike a directory the operator
 /// lists, it may be absent.
@@ -320,6 +334,7 @@ impl Default for SubagentsConfig {
             references: Vec::new(),
             builtin: false,
             allow_agent_mcp_servers: false,
+            max_depth: DEFAULT_SUBAGENT_MAX_DEPTH,
         }
     }
 }
@@ -652,6 +667,15 @@ impl Config {
                     .into(),
             ));
         }
+        if !(1..=MAX_SUBAGENT_DEPTH).contains(&self.subagents.max_depth) {
+            return Err(invalid(
+                "subagents.max_depth".into(),
+                format!(
+                    "expected 1 (no nesting) to {MAX_SUBAGENT_DEPTH}, got {}",
+                    self.subagents.max_depth
+                ),
+            ));
+        }
         // Egress is judged at load, strictly: a policy that cannot be read never starts a
         // host (the rest of `sandbox:` fails its tool calls, so text-only work continues).
         if let Some(egress) = &self.sandbox.egress {
@@ -952,6 +976,18 @@ mod tests {
         let e = parse("store:\n  url: mysql://u:s3cr3t@h/d\n").unwrap_err().to_string();
         assert!(e.starts_with("w.yaml: store.url: expected a PostgreSQL URL"), "{e}");
         assert!(!e.contains("s3cr3t"), "the password stays out of the error: {e}");
+    }
+
+    /// Issue 20: nesting is off by default and bounded; 0 and values past the cap are
+    /// errors naming the key.
+    #[test]
+    fn subagent_depth_defaults_to_no_nesting_and_is_bounded() {
+        assert_eq!(parse("").unwrap().subagents.max_depth, 1);
+        assert_eq!(parse("subagents:\n  max_depth: 3\n").unwrap().subagents.max_depth, 3);
+        for bad in [0, MAX_SUBAGENT_DEPTH + 1] {
+            let e = parse(&format!("subagents:\n  max_depth: {bad}\n")).unwrap_err().to_string();
+            assert!(e.starts_with("w.yaml: subagents.max_depth: expected 1 (no nesting) to 5"), "{e}");
+        }
     }
 
     /// Issue 20: agent-defined MCP servers stay off; the setting exists so asking for them

@@ -180,6 +180,17 @@ impl LiveTask {
         }
     }
 
+    /// Resolves with the final record once the task has finished.
+    pub(super) async fn finished(&self) -> TaskRecord {
+        let mut rx = self.watch();
+        loop {
+            let rec = self.record();
+            if rec.is_finished() || rx.changed().await.is_err() {
+                return rec;
+            }
+        }
+    }
+
     /// One event of the running task, into its stream (and the task's state).
     pub(super) fn task_event(&self, ev: TaskEvent) {
         let subagent = self.inner.lock().unwrap().record.subagent_type.clone();

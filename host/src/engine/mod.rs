@@ -32,6 +32,7 @@ use crate::store::{Store, TaskRecord, Write, now_ms};
 use crate::task::{self, TaskError, TaskScope};
 use crate::task_state::{FinishReason, TaskState};
 
+mod children;
 mod live;
 mod metrics;
 mod replica;
@@ -71,6 +72,9 @@ pub struct EngineOptions {
     /// Who this server is among replicas on a shared store (PostgreSQL); ignored on the
     /// embedded one. `None` on a shared store: [`ReplicaOptions::default`].
     pub replica: Option<ReplicaOptions>,
+    /// `subagents.max_depth`: a task below this depth may start subagents (the `Agent`
+    /// tool); 1 = no nesting.
+    pub max_subagent_depth: usize,
 }
 
 impl Default for EngineOptions {
@@ -82,6 +86,7 @@ impl Default for EngineOptions {
             max_tool_iterations: None,
             retention: crate::store::DEFAULT_RETENTION,
             replica: None,
+            max_subagent_depth: crate::config::DEFAULT_SUBAGENT_MAX_DEPTH as usize,
         }
     }
 }
@@ -98,6 +103,7 @@ impl EngineOptions {
                 id: c.server.replica_id.clone().unwrap_or_else(crate::config::default_replica_id),
                 lease: c.server.task_lease,
             }),
+            max_subagent_depth: c.subagents.max_depth as usize,
         }
     }
 }
@@ -171,6 +177,37 @@ pub struct Submitted {
     /// to the shared queue of the replicas. Always `Some` for a task with `tool_context`
     /// or an asker, and on a server that is alone.
     pub live: Option<Arc<LiveTask>>,
+}
+
+/// What a task's driver needs besides its live side.
+struct TaskStart {
+    call: TaskCall,
+    /// `tool_context` secrets as environment variables for sandbox execs.
+    tool_env: Vec<(String, String)>,
+    asker: Option<Arc<dyn warden_approval::Decider>>,
+    /// Egress lists narrowing the operator's (the task's; a nested subagent's parent's).
+    egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
+    slot: Slot,
+    lineage: Lineage,
+}
+
+/// How a task gets its run slot (`server.max_concurrent_tasks`).
+enum Slot {
+    /// Taken already (a slot was free at submission or claim).
+    Taken(tokio::sync::OwnedSemaphorePermit),
+    /// Wait for one: the task is queued.
+    Wait,
+    /// None: a nested subagent runs within its root task's slot (taking one of its own
+    /// could deadlock a full server on the parents waiting for their children).
+    Parent,
+}
+
+/// Where a task stands in a chain of nested subagents; empty for a task the parent agent
+/// submitted.
+#[derive(Default)]
+struct Lineage {
+    chain: Vec<warden_approval::ChainLink>,
+    inherited_tools: Vec<Vec<String>>,
 }
 
 /// What a cancel request found.
@@ -528,6 +565,7 @@ impl Engine {
             finished_at_ms: None,
             plugin: None,
             replica: None,
+            parent_task_id: None,
         };
         // The session remembers the task's secrets before anything of the task is kept.
         let secrets: Vec<&str> = sub.tool_context.values().map(String::as_str).collect();
@@ -550,7 +588,7 @@ impl Engine {
                 lease_until_ms: replica.lease_until(),
             });
         }
-        let live = self.new_live(record.clone(), sub.max_tool_iterations, vec![]);
+        let live = self.new_live(record.clone(), self.tool_budget(sub.max_tool_iterations), vec![]);
         {
             // Checked again under the lock `drain` counts under: a submission racing the
             // start of a drain is either counted by it or refused, never left unwaited.
@@ -568,26 +606,44 @@ impl Engine {
         live.push(json!({ "type": "status", "status": TaskState::Submitted, "task_id": task_id }));
         self.metrics.submitted.fetch_add(1, Ordering::Relaxed);
         tracing::info!(task_id = %task_id, subagent = %sub.call.subagent_type, background = sub.call.run_in_background, "task submitted");
-        let tool_env = sub.tool_context.iter().map(|(k, v)| (env_name(k), v.clone())).collect();
-        self.launch(live.clone(), sub.call, tool_env, sub.asker.map(|a| a.0), egress, permit);
+        let start = TaskStart {
+            call: sub.call,
+            tool_env: sub.tool_context.iter().map(|(k, v)| (env_name(k), v.clone())).collect(),
+            asker: sub.asker.map(|a| a.0),
+            egress: egress.into_iter().collect(),
+            slot: permit.map_or(Slot::Wait, Slot::Taken),
+            lineage: Lineage::default(),
+        };
+        self.launch(live.clone(), start);
         Ok(Submitted { record, live: Some(live) })
     }
 
-    /// The in-memory side of a task that starts running here: `events` are the ones it
-    /// already has (a task claimed from the shared queue), `max_tool_iterations` the
-    /// submission's cap, lowered to the server's.
-    fn new_live(&self, record: TaskRecord, max_tool_iterations: Option<u32>, events: Vec<Value>) -> Arc<LiveTask> {
+    /// A task's tool-call budget: the submission's cap lowered to the server's
+    /// (`max_tool_iterations`); `None` = unlimited.
+    fn tool_budget(&self, max_tool_iterations: Option<u32>) -> Option<Arc<crate::tools::ToolBudget>> {
         let max_tool_calls = match (max_tool_iterations, self.options.max_tool_iterations) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        max_tool_calls.map(|n| Arc::new(crate::tools::ToolBudget::new(n)))
+    }
+
+    /// The in-memory side of a task that starts running here: `events` are the ones it
+    /// already has (a task claimed from the shared queue), `tool_budget` what its tool
+    /// calls count against ([`Engine::tool_budget`], or the root's for a nested subagent).
+    fn new_live(
+        &self,
+        record: TaskRecord,
+        tool_budget: Option<Arc<crate::tools::ToolBudget>>,
+        events: Vec<Value>,
+    ) -> Arc<LiveTask> {
         Arc::new(LiveTask {
             session: (record.user_id.clone(), record.session_id.clone()),
             inner: Mutex::new(Inner { record, events, pending_approvals: 0, sink: None, closed: false }),
             version: watch::channel(0).0,
             canceled: watch::channel(false).0,
             streams: Mutex::new(BTreeMap::new()),
-            tool_budget: max_tool_calls.map(|n| Arc::new(crate::tools::ToolBudget::new(n))),
+            tool_budget,
             store: self.store.clone(),
             changes: self.task_changes.clone(),
             finishing: std::sync::atomic::AtomicBool::new(false),
@@ -595,22 +651,12 @@ impl Engine {
         })
     }
 
-    /// Starts `live`'s driver (with `permit` when a slot is already taken for it) and its
-    /// supervisor.
-    fn launch(
-        self: &Arc<Self>,
-        live: Arc<LiveTask>,
-        call: TaskCall,
-        tool_env: Vec<(String, String)>,
-        asker: Option<Arc<dyn warden_approval::Decider>>,
-        egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) {
+    /// Starts `live`'s driver and its supervisor.
+    fn launch(self: &Arc<Self>, live: Arc<LiveTask>, start: TaskStart) {
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         let engine = self.clone();
         let driver_live = live.clone();
-        let driver =
-            tokio::spawn(async move { engine.drive(driver_live, call, tool_env, asker, egress, permit).await });
+        let driver = tokio::spawn(async move { engine.drive(driver_live, start).await });
         self.supervise(live, driver);
     }
 
@@ -673,7 +719,7 @@ impl Engine {
         record.replica = Some(replica.id().to_owned());
         record.updated_at_ms = now_ms();
         let events = events.into_iter().map(|(_, e)| e).collect();
-        let live = self.new_live(record.clone(), queued.max_tool_iterations, events);
+        let live = self.new_live(record.clone(), self.tool_budget(queued.max_tool_iterations), events);
         {
             let mut running = self.live.lock().unwrap();
             if self.is_draining() {
@@ -688,7 +734,15 @@ impl Engine {
         }
         live.save_record(record);
         tracing::info!(task_id = %task_id, replica = %replica.id(), "claimed a queued task");
-        self.launch(live, queued.call, vec![], None, egress, permit);
+        let start = TaskStart {
+            call: queued.call,
+            tool_env: vec![],
+            asker: None,
+            egress: egress.into_iter().collect(),
+            slot: permit.map_or(Slot::Wait, Slot::Taken),
+            lineage: Lineage::default(),
+        };
+        self.launch(live, start);
     }
 
     /// Watches a task's driver: if it dies before finishing the task (a panic anywhere
@@ -721,21 +775,15 @@ impl Engine {
         });
     }
 
-    async fn drive(
-        self: Arc<Self>,
-        live: Arc<LiveTask>,
-        call: TaskCall,
-        tool_env: Vec<(String, String)>,
-        asker: Option<Arc<dyn warden_approval::Decider>>,
-        egress: Option<Arc<warden_sandbox::EgressNarrowing>>,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) {
+    async fn drive(self: Arc<Self>, live: Arc<LiveTask>, start: TaskStart) {
+        let TaskStart { call, tool_env, asker, egress, slot, lineage } = start;
         let record = live.record();
         let task_id = record.task_id.clone();
-        let permit = match permit {
-            Some(p) => Some(p),
-            None => tokio::select! {
-                p = self.slots.clone().acquire_owned() => p.ok(),
+        let permit = match slot {
+            Slot::Taken(p) => Some(Some(p)),
+            Slot::Parent => Some(None),
+            Slot::Wait => tokio::select! {
+                p = self.slots.clone().acquire_owned() => p.ok().map(Some),
                 _ = live.canceled() => None,
             },
         };
@@ -765,8 +813,11 @@ impl Engine {
             tool_env,
             decider: asker,
             tool_budget: budget.clone(),
-            egress: egress.into_iter().collect(),
+            egress,
             cancel: Some(cancel.clone()),
+            subagents: children::starter(&self, lineage.chain.len() + 1),
+            chain: lineage.chain,
+            inherited_tools: lineage.inherited_tools,
             ..TaskScope::default()
         };
         let registry = self.registry.clone();

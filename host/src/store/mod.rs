@@ -88,6 +88,10 @@ pub struct TaskRecord {
     /// one database (`warden serve --replica-id`); absent for a task no replica claimed.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub replica: Option<String>,
+    /// The task whose subagent started this one with the `Agent` tool (nested subagents);
+    /// absent for a task the parent agent submitted.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub parent_task_id: Option<String>,
 }
 
 impl TaskRecord {

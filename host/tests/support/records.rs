@@ -14,6 +14,7 @@ pub fn record(id: &str, status: TaskState, finished: Option<u64>) -> TaskRecord 
         principal: Some("alice".into()),
         plugin: None,
         replica: None,
+        parent_task_id: None,
         background: true,
         output: (status == TaskState::Completed).then(|| "kept".into()),
         error: None,

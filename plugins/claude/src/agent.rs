@@ -403,14 +403,6 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
             "`isolation: {isolation}` is not supported: every task of a session shares the session's sandbox (no per-task worktree); the agent is not registered, since it would change files its author wanted kept apart"
         ));
     }
-    for entry in tools.iter().flatten() {
-        let (base, _) = crate::toolset::base_name(entry);
-        if crate::toolset::NESTING_TOOLS.contains(&base) {
-            warnings.push(format!(
-                "`tools` entry `{entry}` ignored: subagents cannot start subagents in warden (no nesting)"
-            ));
-        }
-    }
     for key in INFORMATIONAL_KEYS {
         map.remove(*key);
     }
@@ -969,10 +961,12 @@ mod field_meanings {
         );
     }
 
+    /// Nesting is the host's to allow (`subagents.max_depth`): `Agent` entries reach the
+    /// definition's tools unchanged, without a warning at resolve time.
     #[test]
-    fn nesting_entries_in_tools_warn_at_resolve_time() {
-        let w = warnings("tools: Read, Agent(reviewer), Task\n");
-        assert!(w.iter().any(|w| w.contains("`Agent(reviewer)` ignored")), "{w:?}");
-        assert!(w.iter().any(|w| w.contains("`Task` ignored")), "{w:?}");
+    fn nesting_entries_in_tools_go_to_the_host() {
+        assert!(warnings("tools: Read, Agent(reviewer), Task\n").is_empty());
+        let a = parse("tools: Read, Agent(reviewer, coder)\n").unwrap();
+        assert_eq!(host_tools(&a.protocol).unwrap(), ["Read", "Agent(reviewer, coder)"]);
     }
 }

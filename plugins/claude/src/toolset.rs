@@ -1,18 +1,27 @@
 //! Which of the session's tools an agent gets.
 //!
-//! Start from the host's list (already without policy-denied tools), drop the nesting tools
-//! (`Task`, and `Agent`, its newer name: subagents never start subagents), keep only the
-//! names in `tools` when the agent lists them, then remove `disallowedTools`.
+//! Start from the host's list (already without policy-denied tools), keep only the names
+//! in `tools` when the agent lists them, then remove `disallowedTools`.
 //!
 //! Entries may carry Claude Code argument patterns (`Bash(git status:*)`): in `tools` the
 //! pattern's tool is allowed (the argument rule is the approval policy's business); in
 //! `disallowedTools` a pattern does not remove the whole tool. Names the session does not
 //! have are reported as warnings and otherwise ignored.
+//!
+//! The nesting tool (`Agent`, or its older name `Task`) is the host's: it offers it only
+//! to a subagent whose `tools` name it (`Agent` or `Agent(type, …)`, never through `*`)
+//! while the operator's `subagents.max_depth` allows another level, and it checks the
+//! types. The plugin passes it on only when the agent listed it.
 
 use warden_guest::ToolSpec;
 
-/// Tools that would let a subagent start subagents.
+/// The tool that starts subagents, under its current and its older name.
 pub const NESTING_TOOLS: &[&str] = &["Task", "Agent"];
+
+/// Whether `name` is the nesting tool under either name.
+pub fn is_nesting_tool(name: &str) -> bool {
+    NESTING_TOOLS.contains(&name)
+}
 
 /// The filtered tool list and what the log should hear about it.
 #[derive(Debug, Clone, Default)]
@@ -39,8 +48,13 @@ pub fn select(available: Vec<ToolSpec>, allow: Option<&[String]>, deny: &[String
             let (name, _) = base_name(entry);
             if name == "*" {
                 names.push("*");
-            } else if NESTING_TOOLS.contains(&name) {
-                warnings.push(format!("tool `{entry}` is not available to subagents (no nesting); ignored"));
+            } else if is_nesting_tool(name) {
+                match available.iter().find(|t| is_nesting_tool(&t.name)) {
+                    Some(tool) => names.push(tool.name.as_str()),
+                    None => warnings.push(format!(
+                        "tool `{entry}` ignored: the host does not let this task start subagents (the operator's `subagents.max_depth` is reached)"
+                    )),
+                }
             } else if !known(name) {
                 warnings.push(format!("tool `{entry}` is not a tool of this session; ignored"));
             } else {
@@ -56,21 +70,23 @@ pub fn select(available: Vec<ToolSpec>, allow: Option<&[String]>, deny: &[String
             warnings.push(format!(
                 "disallowedTools entry `{entry}` has an argument pattern; the plugin removes whole tools only, so it is left to the approval policy"
             ));
-        } else if !known(name) && !NESTING_TOOLS.contains(&name) {
+        } else if !known(name) && !is_nesting_tool(name) {
             warnings.push(format!("disallowedTools entry `{entry}` is not a tool of this session; ignored"));
         } else {
             denied.push(name);
         }
     }
 
+    // The nesting tool only by name (never through `*` or an absent list), as the host.
+    let allowed: Option<Vec<String>> = allowed.map(|names| names.into_iter().map(str::to_owned).collect());
     let tools = available
         .into_iter()
-        .filter(|t| !NESTING_TOOLS.contains(&t.name.as_str()))
         .filter(|t| match &allowed {
-            None => true,
-            Some(names) => names.iter().any(|n| *n == "*" || *n == t.name),
+            None => !is_nesting_tool(&t.name),
+            Some(names) if is_nesting_tool(&t.name) => names.iter().any(|n| *n == t.name),
+            Some(names) => names.iter().any(|n| n == "*" || *n == t.name),
         })
-        .filter(|t| !denied.contains(&t.name.as_str()))
+        .filter(|t| !denied.iter().any(|d| *d == t.name || (is_nesting_tool(d) && is_nesting_tool(&t.name))))
         .collect();
     Selection { tools, warnings }
 }
@@ -96,7 +112,7 @@ mod tests {
     }
 
     #[test]
-    fn no_tools_key_means_every_tool_but_task() {
+    fn no_tools_key_means_every_tool_but_the_nesting_one() {
         let s = select(session(), None, &[]);
         assert_eq!(names(&s), ["Read", "Write", "Edit", "Glob", "Grep", "Bash"]);
         assert!(s.warnings.is_empty());
@@ -117,15 +133,26 @@ mod tests {
     }
 
     #[test]
-    fn unknown_names_warn_and_task_never_passes() {
-        let allow = strings(&["Read", "WebFetch", "Task", "Agent"]);
+    fn unknown_names_warn_and_agent_passes_only_when_offered_and_named() {
+        let allow = strings(&["Read", "WebFetch", "Task", "Agent(reviewer)"]);
         let s = select(session(), Some(&allow), &strings(&["NotebookEdit", "Bash(rm:*)"]));
-        assert_eq!(names(&s), ["Read"]);
+        assert_eq!(names(&s), ["Read"], "the session offers no Agent tool");
         assert_eq!(s.warnings.len(), 5, "{:?}", s.warnings);
         assert!(s.warnings.iter().any(|w| w.contains("WebFetch")));
-        assert!(s.warnings.iter().any(|w| w.contains("no nesting")));
+        assert!(s.warnings.iter().any(|w| w.contains("`Task` ignored") && w.contains("subagents.max_depth")));
         assert!(s.warnings.iter().any(|w| w.contains("NotebookEdit")));
         assert!(s.warnings.iter().any(|w| w.contains("approval policy")));
+
+        let mut nesting = session();
+        nesting.push(spec("Agent"));
+        let s = select(nesting.clone(), Some(&strings(&["Read", "Agent(reviewer)"])), &[]);
+        assert_eq!(names(&s), ["Read", "Agent"]);
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        assert_eq!(names(&select(nesting.clone(), Some(&strings(&["Task"])), &[])), ["Agent"], "the older name");
+        for never in [None, Some(strings(&["*"]))] {
+            assert!(!names(&select(nesting.clone(), never.as_deref(), &[])).contains(&"Agent"), "{never:?}");
+        }
+        assert!(select(nesting, Some(&strings(&["Agent"])), &strings(&["Task"])).tools.is_empty());
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod http_agent;
 mod mcp;
 mod mcp_server;
 mod mixed;
+mod nesting;
 mod oci;
 mod operator;
 mod protocols;

@@ -1,5 +1,5 @@
 //! `tools`: the session's sandbox (and MCP) tools through the approval gate, narrowed to
-//! the definition's `tools` list.
+//! the definition's `tools` list and, for a nested subagent, its ancestors' lists.
 
 use std::sync::Arc;
 
@@ -26,30 +26,20 @@ impl HostState {
     }
 }
 
-/// Whether the definition's `tools` list (`None` = every tool) lets the subagent use
-/// `name`: an entry names a tool, `*` all of them, and `Bash(git:*)` its tool (the argument
-/// pattern is the approval policy's business).
-pub(crate) fn tool_allowed(allowed: Option<&[String]>, name: &str) -> bool {
-    let Some(allowed) = allowed else { return true };
-    allowed.iter().any(|entry| {
-        let entry = entry.trim();
-        let base = match entry.find('(') {
-            Some(i) if entry.ends_with(')') => entry[..i].trim(),
-            _ => entry,
-        };
-        base == "*" || base == name
-    })
+/// Whether the task may use `name`: its definition's `tools` list and those of the
+/// subagents above it allow it ([`crate::nesting::tools_allow`]).
+fn may_use(scope: &crate::scope::TaskScope, name: &str) -> bool {
+    crate::nesting::tools_allow(scope.allowed_tools.as_deref(), &scope.inherited_tools, name)
 }
 
 impl tools::Host for HostState {
     async fn list(&mut self) -> Result<Vec<model::ToolSpec>, Error> {
         let (host, scope) = self.tool_host()?;
-        let allowed = scope.allowed_tools.as_deref();
         Ok(host
             .list(&scope)
             .await
             .into_iter()
-            .filter(|t| tool_allowed(allowed, &t.name))
+            .filter(|t| may_use(&scope, &t.name))
             .map(|t| model::ToolSpec {
                 name: t.name,
                 description: t.description,
@@ -73,9 +63,8 @@ impl tools::Host for HostState {
             .collect::<Result<Vec<_>, Error>>()?;
         // Calls outside the definition's `tools` never reach the gate: they come back as
         // error results in their place, the others run as one batch.
-        let allowed = scope.allowed_tools.as_deref();
         let (run, refused): (Vec<_>, Vec<_>) =
-            calls.into_iter().enumerate().partition(|(_, c)| tool_allowed(allowed, &c.name));
+            calls.into_iter().enumerate().partition(|(_, c)| may_use(&scope, &c.name));
         let (order, run): (Vec<usize>, Vec<_>) = run.into_iter().unzip();
         let cancel = self.cancel_watch();
         let ran = interruptible(cancel, "its tool calls ran", async { Ok(host.call_batch(&scope, run).await) }).await?;
@@ -92,21 +81,5 @@ impl tools::Host for HostState {
             results[i] = Some(tools::ToolResult { id: c.id, content, is_error: true });
         }
         Ok(results.into_iter().flatten().collect())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::tool_allowed;
-
-    #[test]
-    fn the_definition_s_tools_list_narrows_by_base_name() {
-        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(tool_allowed(None, "Bash"));
-        assert!(tool_allowed(Some(&list(&["Read", "Bash(git status:*)"])), "Bash"));
-        assert!(!tool_allowed(Some(&list(&["Read"])), "Bash"));
-        assert!(!tool_allowed(Some(&[]), "Read"));
-        assert!(tool_allowed(Some(&list(&["*"])), "mcp__github__search"));
-        assert!(!tool_allowed(Some(&list(&["Bash("])), "Bash"), "not a pattern: the whole entry is the name");
     }
 }

@@ -1,0 +1,249 @@
+//! Nested subagents: the rules of the `Agent` tool, with which a subagent starts another.
+//!
+//! Opt-in twice: the operator raises `subagents.max_depth` (default 1, no nesting), and an
+//! agent file lists `Agent` — or `Agent(type, …)` to name the subagents it may start —
+//! in its `tools` (Claude Code's older name `Task` is accepted too). `*` does not include
+//! it: no agent starts subagents without saying so.
+//!
+//! - **Which subagents**: [`SubagentTypes::of_definition`] reads the definition's `tools`.
+//! - **Which tools**: a nested subagent may use a tool only if its own `tools` list and the
+//!   list of every definition above it allow it ([`tools_allow`]): a child never gets a tool
+//!   its parent did not have. The `Agent` entries' type lists are each level's own (a
+//!   parent that may start `child` does not decide what `child` may start).
+//! - **The call**: [`AgentCall::parse`] validates the model's input.
+//!
+//! This module decides; it runs nothing. The tool host ([`crate::tools`]) offers and gates
+//! the tool, and the engine runs the child task (`TaskScope::subagents`).
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::plugin::TaskCall;
+
+/// The tool's name, as the model sees it.
+pub const AGENT_TOOL: &str = "Agent";
+
+/// Claude Code's earlier name for [`AGENT_TOOL`], accepted in `tools` lists.
+pub const AGENT_TOOL_OLD_NAME: &str = "Task";
+
+/// Longest `prompt` a subagent may hand its child: the same order as a parent agent's
+/// prompt, and a bound on what one model reply can make the host store and forward.
+pub const MAX_CHILD_PROMPT_BYTES: usize = 256 * 1024;
+
+/// Longest `description` of a child task (it is shown in task lists).
+pub const MAX_CHILD_DESCRIPTION_BYTES: usize = 1024;
+
+/// `Read`, `Bash(git:*)` → (`Read`, `Bash`): the tool an entry of a `tools` list names.
+fn base_name(entry: &str) -> (&str, Option<&str>) {
+    let entry = entry.trim();
+    match entry.find('(') {
+        Some(i) if entry.ends_with(')') => (entry[..i].trim(), Some(&entry[i + 1..entry.len() - 1])),
+        _ => (entry, None),
+    }
+}
+
+/// Whether `name` is the Agent tool under either of its names.
+pub fn is_agent_tool(name: &str) -> bool {
+    name == AGENT_TOOL || name == AGENT_TOOL_OLD_NAME
+}
+
+/// Whether one definition's `tools` list (`None` = every tool) lets its subagent use
+/// `name`: an entry names a tool, `*` all of them, and `Bash(git:*)` its tool (the
+/// argument pattern is the approval policy's business). `Task` entries name the Agent tool.
+pub fn tool_allowed(allowed: Option<&[String]>, name: &str) -> bool {
+    let Some(allowed) = allowed else { return true };
+    allowed.iter().any(|entry| {
+        let (base, _) = base_name(entry);
+        base == "*" || base == name || (is_agent_tool(base) && is_agent_tool(name))
+    })
+}
+
+/// Whether a task may use `name`: its definition's list and every ancestor's allow it.
+pub fn tools_allow(own: Option<&[String]>, inherited: &[Vec<String>], name: &str) -> bool {
+    tool_allowed(own, name) && inherited.iter().all(|list| tool_allowed(Some(list), name))
+}
+
+/// The subagents a definition may start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubagentTypes {
+    /// `Agent` without a list: any registered subagent.
+    Any,
+    /// `Agent(a, b)`: these (several entries add up).
+    Only(Vec<String>),
+}
+
+impl SubagentTypes {
+    /// What the definition's `tools` list says; `None` when it has no `Agent` entry (no
+    /// list at all, or `*` alone, never enables nesting).
+    pub fn of_definition(tools: Option<&[String]>) -> Option<Self> {
+        let mut found: Option<SubagentTypes> = None;
+        for entry in tools? {
+            let (base, args) = base_name(entry);
+            if !is_agent_tool(base) {
+                continue;
+            }
+            let names: Vec<String> = match args {
+                None => {
+                    found = Some(SubagentTypes::Any);
+                    continue;
+                }
+                Some(args) => args.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect(),
+            };
+            match &mut found {
+                Some(SubagentTypes::Any) => {}
+                Some(SubagentTypes::Only(list)) => list.extend(names),
+                None => found = Some(SubagentTypes::Only(names)),
+            }
+        }
+        if let Some(SubagentTypes::Only(list)) = &mut found {
+            list.sort();
+            list.dedup();
+        }
+        found
+    }
+
+    pub fn allows(&self, subagent_type: &str) -> bool {
+        match self {
+            SubagentTypes::Any => true,
+            SubagentTypes::Only(list) => list.iter().any(|t| t == subagent_type),
+        }
+    }
+}
+
+/// The Agent tool's description and input schema, listing `available`: the subagents the
+/// task may start, each with its description.
+pub fn agent_tool_spec(available: &[(String, String)]) -> (String, Value) {
+    let mut description = String::from(
+        "Start a subagent to carry out a task on its own and wait for its answer. It works in the same \
+         sandbox session; it does not see this conversation, so give it everything it needs in `prompt`. \
+         Available subagents:\n",
+    );
+    for (name, about) in available {
+        description.push_str(&format!("- {name}: {}\n", crate::text::escape_control(about)));
+    }
+    let names: Vec<&str> = available.iter().map(|(n, _)| n.as_str()).collect();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "description": { "type": "string", "description": "A short (3-5 word) description of the task" },
+            "prompt": { "type": "string", "description": "The task for the subagent to perform" },
+            "subagent_type": { "type": "string", "enum": names, "description": "Which subagent to start" },
+        },
+        "required": ["description", "prompt", "subagent_type"],
+        "additionalProperties": false,
+    });
+    (description, schema)
+}
+
+/// An Agent call's input, as the model sent it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentCall {
+    pub description: String,
+    pub prompt: String,
+    pub subagent_type: String,
+}
+
+impl AgentCall {
+    /// The input checked against the tool's schema and bounds; `Err` is the text the
+    /// model gets back.
+    pub fn parse(input: &Value) -> Result<AgentCall, String> {
+        let call: AgentCall = serde_json::from_value(input.clone())
+            .map_err(|e| format!("invalid input ({e}); expected {{description, prompt, subagent_type}}"))?;
+        for (field, value, limit) in [
+            ("description", &call.description, MAX_CHILD_DESCRIPTION_BYTES),
+            ("prompt", &call.prompt, MAX_CHILD_PROMPT_BYTES),
+        ] {
+            if value.len() > limit {
+                return Err(format!("`{field}` is {} bytes; at most {limit} are accepted", value.len()));
+            }
+        }
+        Ok(call)
+    }
+
+    /// The child's task call (in the foreground of its parent, never resumed).
+    pub fn into_task_call(self) -> TaskCall {
+        TaskCall {
+            description: self.description,
+            prompt: self.prompt,
+            subagent_type: self.subagent_type,
+            model: None,
+            resume: None,
+            run_in_background: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn list(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_definition_s_tools_list_narrows_by_base_name() {
+        assert!(tool_allowed(None, "Bash"));
+        assert!(tool_allowed(Some(&list(&["Read", "Bash(git status:*)"])), "Bash"));
+        assert!(!tool_allowed(Some(&list(&["Read"])), "Bash"));
+        assert!(!tool_allowed(Some(&[]), "Read"));
+        assert!(tool_allowed(Some(&list(&["*"])), "mcp__github__search"));
+        assert!(!tool_allowed(Some(&list(&["Bash("])), "Bash"), "not a pattern: the whole entry is the name");
+        assert!(tool_allowed(Some(&list(&["Task(x)"])), AGENT_TOOL), "Task is the Agent tool's old name");
+    }
+
+    #[test]
+    fn nesting_needs_an_explicit_agent_entry() {
+        assert_eq!(SubagentTypes::of_definition(None), None);
+        assert_eq!(SubagentTypes::of_definition(Some(&list(&["*", "Read"]))), None);
+        assert_eq!(SubagentTypes::of_definition(Some(&list(&["Read", "Agent"]))), Some(SubagentTypes::Any));
+        assert_eq!(
+            SubagentTypes::of_definition(Some(&list(&["Agent(b, a)", "Task(c)", "Agent( a )"]))),
+            Some(SubagentTypes::Only(list(&["a", "b", "c"])))
+        );
+        assert_eq!(SubagentTypes::of_definition(Some(&list(&["Agent(a)", "Agent"]))), Some(SubagentTypes::Any));
+        let only = SubagentTypes::of_definition(Some(&list(&["Agent(reviewer)"]))).unwrap();
+        assert!(only.allows("reviewer") && !only.allows("Reviewer") && !only.allows("coder"));
+    }
+
+    #[test]
+    fn agent_calls_are_validated_and_bounded() {
+        let ok = json!({"description": "d", "prompt": "p", "subagent_type": "child"});
+        assert_eq!(AgentCall::parse(&ok).unwrap().subagent_type, "child");
+        for bad in [
+            json!({"description": "d", "prompt": "p"}),
+            json!({"description": "d", "prompt": "p", "subagent_type": "c", "model": "opus"}),
+            json!({"description": "d", "prompt": 3, "subagent_type": "c"}),
+            json!("text"),
+            json!({"description": "d", "prompt": "p".repeat(MAX_CHILD_PROMPT_BYTES + 1), "subagent_type": "c"}),
+        ] {
+            assert!(AgentCall::parse(&bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest! {
+        /// Intersection: whatever the lists, a tool a task may use is allowed by its own list
+        /// and by every ancestor's; adding an ancestor never adds a tool.
+        #[test]
+        fn a_child_never_gets_a_tool_an_ancestor_lacks(
+            own in proptest::option::of(proptest::collection::vec("(Read|Write|Bash|Agent|\\*|Bash\\(git:\\*\\)|Agent\\(x\\))", 0..4)),
+            ancestors in proptest::collection::vec(proptest::collection::vec("(Read|Write|Bash|Agent|\\*|Task\\(y\\))", 0..4), 0..3),
+            tool in "(Read|Write|Bash|Agent|Grep)",
+        ) {
+            let allowed = tools_allow(own.as_deref(), &ancestors, &tool);
+            for ancestor in &ancestors {
+                if !tool_allowed(Some(ancestor), &tool) {
+                    prop_assert!(!allowed, "{} allowed although {:?} lacks it", tool, ancestor);
+                }
+            }
+            if !tool_allowed(own.as_deref(), &tool) {
+                prop_assert!(!allowed);
+            }
+            if allowed && !ancestors.is_empty() {
+                prop_assert!(tools_allow(own.as_deref(), &ancestors[..ancestors.len() - 1], &tool));
+            }
+        }
+    }
+}
