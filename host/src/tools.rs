@@ -359,7 +359,8 @@ impl ToolHost {
 fn agent_tool(scope: &TaskScope) -> Option<ToolSpec> {
     let starter = scope.subagents.as_ref()?;
     let types = crate::nesting::SubagentTypes::of_definition(scope.allowed_tools.as_deref())?;
-    let available: Vec<(String, String)> = starter.available().into_iter().filter(|(name, _)| types.allows(name)).collect();
+    let available: Vec<(String, String)> =
+        starter.available().into_iter().filter(|(name, _)| types.allows(name)).collect();
     let (description, input_schema) = crate::nesting::agent_tool_spec(&available);
     Some(ToolSpec { name: crate::nesting::AGENT_TOOL.to_owned(), description, input_schema })
 }

@@ -7,8 +7,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::layout::Layout;
-use crate::python::{Python, TEST_REQUIREMENTS};
 use crate::lint::Clippy;
+use crate::python::{Python, TEST_REQUIREMENTS};
 use crate::{guest, image, lint, process};
 
 /// The cargo that runs xtask (set by `cargo run`), else `cargo` on `PATH`.

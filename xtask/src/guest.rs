@@ -48,7 +48,9 @@ pub fn test_native(layout: &Layout, clippy: &crate::lint::Clippy) -> Result<()> 
         };
         let manifest = dir.join("Cargo.toml");
         crate::process::run(cargo().args(["test", "--all-targets", "--no-run", "--manifest-path"]).arg(&manifest))
-            .with_context(|| format!("building {} (or clippy found problems in it)", layout.rel(&manifest).display()))?;
+            .with_context(|| {
+                format!("building {} (or clippy found problems in it)", layout.rel(&manifest).display())
+            })?;
         crate::process::run(cargo().args(["test", "--manifest-path"]).arg(&manifest))
             .with_context(|| format!("native tests of {} failed", dir.display()))?;
     }

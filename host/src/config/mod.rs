@@ -670,10 +670,7 @@ impl Config {
         if !(1..=MAX_SUBAGENT_DEPTH).contains(&self.subagents.max_depth) {
             return Err(invalid(
                 "subagents.max_depth".into(),
-                format!(
-                    "expected 1 (no nesting) to {MAX_SUBAGENT_DEPTH}, got {}",
-                    self.subagents.max_depth
-                ),
+                format!("expected 1 (no nesting) to {MAX_SUBAGENT_DEPTH}, got {}", self.subagents.max_depth),
             ));
         }
         // Egress is judged at load, strictly: a policy that cannot be read never starts a

@@ -128,7 +128,8 @@ impl Engine {
                 "task_id": task_id, "subagent_type": call.subagent_type, "depth": parent.depth() + 1,
                 "subagent": parent.subagent,
             });
-            let _ = events.send(TaskEvent::Tool { plugin: parent.plugin.clone(), event: ToolEvent::Subagent(data) }).await;
+            let _ =
+                events.send(TaskEvent::Tool { plugin: parent.plugin.clone(), event: ToolEvent::Subagent(data) }).await;
         }
         let mut lineage = Lineage { chain: parent.chain.clone(), inherited_tools: parent.inherited_tools.clone() };
         lineage

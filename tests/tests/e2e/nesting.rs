@@ -95,7 +95,11 @@ fn a_chain_of_three_respects_the_depth_cap_and_the_tool_intersection() {
         "/v1/tasks",
         Some(&json!({ "description": "plan", "prompt": "make it", "subagent_type": "planner", "session_id": "nest1" })),
     );
-    assert_eq!((status, done["status"].as_str(), done["output"].as_str()), (200, Some("completed"), Some("planner: all done")), "{done}");
+    assert_eq!(
+        (status, done["status"].as_str(), done["output"].as_str()),
+        (200, Some("completed"), Some("planner: all done")),
+        "{done}"
+    );
     let tasks = tasks_by_type(port);
     let id = |t: &str| tasks[t]["task_id"].as_str().unwrap().to_owned();
     assert_eq!(tasks["planner"]["parent_task_id"], Value::Null, "{tasks:?}");
