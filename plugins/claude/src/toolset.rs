@@ -83,7 +83,7 @@ pub fn select(available: Vec<ToolSpec>, allow: Option<&[String]>, deny: &[String
         .into_iter()
         .filter(|t| match &allowed {
             None => !is_nesting_tool(&t.name),
-            Some(names) if is_nesting_tool(&t.name) => names.iter().any(|n| *n == t.name),
+            Some(names) if is_nesting_tool(&t.name) => names.contains(&t.name),
             Some(names) => names.iter().any(|n| n == "*" || *n == t.name),
         })
         .filter(|t| !denied.iter().any(|d| *d == t.name || (is_nesting_tool(d) && is_nesting_tool(&t.name))))
