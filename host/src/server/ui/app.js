@@ -337,7 +337,8 @@ function decisionControls(a, onDone) {
 
 function approvalCard(a, withTaskLink) {
   return el('div', { class: 'approval', 'data-approval': a.id },
-    el('div', {}, el('strong', {}, a.subagent || 'a subagent'), ' wants to run ', el('strong', {}, a.tool)),
+    el('div', {}, el('strong', {}, (a.chain || []).map((l) => l.subagent).concat([a.subagent || 'a subagent']).join(' › ')),
+      ' wants to run ', el('strong', {}, a.tool)),
     el('pre', {}, pretty(a.input)),
     el('div', { class: 'meta' },
       'rule: ', a.matched_rule || 'default', ' · ', a.reason || '',
@@ -463,7 +464,8 @@ function taskPage(root, id) {
         rec.plugin ? ' · plugin ' + rec.plugin.id + ' ' + rec.plugin.version : '',
         ' · user ', rec.user_id, rec.principal ? ' · principal ' + rec.principal : '',
         ' · session ', el('span', { class: 'mono' }, rec.session_id), ' · ', elapsed(rec)),
-      el('div', { class: 'meta mono' }, rec.task_id));
+      el('div', { class: 'meta mono' }, rec.task_id,
+        rec.parent_task_id ? el('span', {}, ' · started by ', el('a', { href: '#/tasks/' + enc(rec.parent_task_id) }, rec.parent_task_id)) : null));
   };
   cancel.addEventListener('click', async () => {
     cancel.disabled = true;
