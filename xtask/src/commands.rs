@@ -46,33 +46,6 @@ fn outputs_line(layout: &Layout, path: &Path) {
 pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
     lint::format(layout, false)?;
     lint::layering(layout)?;
-    guest::build_all(layout)?;
-    let python = Python::ensure(layout)?;
-    python.require(TEST_REQUIREMENTS)?;
-    image::ensure(layout)?;
-    let registry = match env::var_os("WARDEN_REGISTRY_BIN") {
-        Some(bin) => bin.into(),
-        None => crate::registry::ensure()?,
-    };
-    let (chromium, chromedriver) = match (env::var_os("WARDEN_CHROMIUM"), env::var_os("WARDEN_CHROMEDRIVER")) {
-        (Some(browser), Some(driver)) => (browser.into(), driver.into()),
-        _ => crate::browser::ensure()?,
-    };
-
-    // One compile of everything the tests use (the host binary, every test, bench and
-    // example), linted by clippy as it is compiled: the test run below rebuilds nothing.
-    // (A separate `cargo build -p warden` resolved the dependencies' features for that
-    // package alone, so the workspace-wide test build compiled wasmtime, tokio and the
-    // rest a second time.)
-    let clippy = Clippy::locate()?;
-    println!("xtask: building the host, its tests, benches and examples, linted by clippy (warnings are errors)...");
-    process::run(clippy.wrap(&mut host_cargo()).current_dir(&layout.root).args([
-        "test",
-        "--workspace",
-        "--all-targets",
-        "--no-run",
-    ]))
-    .context("building the workspace (or clippy found problems in it)")?;
     let fixtures = layout.fixtures();
     match &fixtures {
         Some(f) => println!("xtask: shared fixtures at {}", f.display()),
@@ -82,6 +55,34 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
         // SAFETY: set before xtask starts any thread; the test processes inherit it.
         unsafe { env::set_var("WARDEN_FIXTURES", f) };
     }
+    guest::build_all(layout)?;
+    let python = Python::ensure(layout)?;
+    let clippy = Clippy::locate()?;
+
+    // The machine-level setup (Python peers, sandbox image, registry, browser: downloads,
+    // package installs and disk work) runs beside the host's compile, which is CPU work; a
+    // clean run takes the longer of the two instead of their sum.
+    let (setup, build) = std::thread::scope(|s| {
+        let setup = s.spawn(|| test_machine(layout, &python));
+        // One compile of everything the tests use (the host binary, every test, bench and
+        // example), linted by clippy as it is compiled: the test run below rebuilds
+        // nothing. (A separate `cargo build -p warden` resolved the dependencies' features
+        // for that package alone, so the workspace-wide test build compiled wasmtime,
+        // tokio and the rest a second time.)
+        println!(
+            "xtask: building the host, its tests, benches and examples, linted by clippy (warnings are errors)..."
+        );
+        let build = process::run(clippy.wrap(&mut host_cargo()).current_dir(&layout.root).args([
+            "test",
+            "--workspace",
+            "--all-targets",
+            "--no-run",
+        ]));
+        (setup.join(), build)
+    });
+    let machine = setup.map_err(|_| anyhow::anyhow!("the test machine's setup panicked"))??;
+    build.context("building the workspace (or clippy found problems in it)")?;
+    let TestMachine { registry, chromium, chromedriver } = machine;
     guest::test_native(layout, &clippy)?;
     python.test_sdk(layout)?;
     let postgres = TestPostgres::start(layout)?;
@@ -103,6 +104,33 @@ pub fn test(layout: &Layout, cargo_args: &[String]) -> Result<()> {
             .args(cargo_args),
     )
     .context("tests failed")
+}
+
+/// What the tests run against besides the workspace's own builds.
+struct TestMachine {
+    registry: std::path::PathBuf,
+    chromium: std::path::PathBuf,
+    chromedriver: std::path::PathBuf,
+}
+
+/// The Python peers' packages, the sandbox image, PostgreSQL, the OCI registry and the
+/// browser the tests drive: installed or built when missing (`WARDEN_REGISTRY_BIN`, `WARDEN_CHROMIUM`
+/// and `WARDEN_CHROMEDRIVER` name existing ones).
+fn test_machine(layout: &Layout, python: &Python) -> Result<TestMachine> {
+    python.require(TEST_REQUIREMENTS)?;
+    image::ensure(layout)?;
+    if env::var_os(TEST_POSTGRES_URL).is_none_or(|url| url.is_empty()) {
+        crate::postgres::ensure_installed()?;
+    }
+    let registry = match env::var_os("WARDEN_REGISTRY_BIN") {
+        Some(bin) => bin.into(),
+        None => crate::registry::ensure()?,
+    };
+    let (chromium, chromedriver) = match (env::var_os("WARDEN_CHROMIUM"), env::var_os("WARDEN_CHROMEDRIVER")) {
+        (Some(browser), Some(driver)) => (browser.into(), driver.into()),
+        _ => crate::browser::ensure()?,
+    };
+    Ok(TestMachine { registry, chromium, chromedriver })
 }
 
 /// The variable naming the PostgreSQL server the task store's tests use.

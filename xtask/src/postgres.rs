@@ -129,7 +129,7 @@ fn free_port() -> Result<u16> {
 }
 
 /// The newest installed major version's `bin` directory, installing the package if none is.
-fn ensure_installed() -> Result<PathBuf> {
+pub fn ensure_installed() -> Result<PathBuf> {
     if let Some(bin) = newest_installed() {
         return Ok(bin);
     }
