@@ -87,11 +87,15 @@ pub struct ApprovalRequest {
     pub chain: Vec<ChainLink>,
 }
 
-/// One task above a nested subagent's: its id and its subagent.
+/// One task above a nested subagent's: its id, its subagent and the permission mode its
+/// definition asks for. A nested subagent's calls are judged by the strictest of its own
+/// mode and every ancestor's: a `plan` parent cannot hand edits to an `acceptEdits` child.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainLink {
     pub task_id: String,
     pub subagent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<PermissionMode>,
 }
 
 impl ApprovalRequest {
@@ -450,7 +454,9 @@ impl ApprovalGate {
     pub async fn request_with(&self, req: ApprovalRequest, decider: Option<Arc<dyn Decider>>) -> Verdict {
         let started = Instant::now();
         let inner = &self.inner;
-        let mode = inner.policy.effective_mode(req.mode);
+        let mode = req.chain.iter().fold(inner.policy.effective_mode(req.mode), |mode, link| {
+            mode.stricter(inner.policy.effective_mode(link.mode))
+        });
         let mut ev =
             inner.policy.decide_resolved(&req.tool, &req.input, req.resolved_path.as_deref(), &inner.ctx, mode);
         if req.hard_linked && ev.decision == Decision::Allow {

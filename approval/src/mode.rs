@@ -63,6 +63,14 @@ impl Default for EffectiveMode {
     }
 }
 
+impl EffectiveMode {
+    /// The stricter of the two on each axis: read-only if either is, the stricter
+    /// handling of an ask. A nested subagent runs under the strictest mode of its chain.
+    pub fn stricter(self, other: EffectiveMode) -> EffectiveMode {
+        EffectiveMode { read_only: self.read_only || other.read_only, on_ask: self.on_ask.min(other.on_ask) }
+    }
+}
+
 impl From<PermissionMode> for EffectiveMode {
     fn from(m: PermissionMode) -> Self {
         let on_ask = match m {

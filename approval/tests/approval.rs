@@ -679,6 +679,56 @@ mod gate {
         assert_eq!(lines[1]["rule"], "Bash(rm:*)");
     }
 
+    /// Nested subagents: a call is judged by the strictest mode of its chain. Whatever
+    /// modes the chain asks for, the gate's decision equals the policy's under the
+    /// combination, and a read-only ancestor keeps every descendant from writing.
+    #[test]
+    fn a_nested_subagent_runs_under_the_strictest_mode_of_its_chain() {
+        use warden_approval::{ChainLink, PermissionMode::*};
+        let modes = [Default, AcceptEdits, Plan, DontAsk, BypassPermissions];
+        let cfg = PolicyConfig {
+            allow: vec!["Read".into(), "Edit(./src/**)".into()],
+            max_mode: BypassPermissions,
+            allow_bypass: true,
+            ..PolicyConfig::default()
+        };
+        let policy = Arc::new(Policy::from_config(cfg).unwrap());
+        let gate = ApprovalGate::new(policy.clone(), ctx(), None);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        for own in modes {
+            for parent in modes {
+                for grandparent in modes {
+                    let expected = policy
+                        .effective_mode(Some(own))
+                        .stricter(policy.effective_mode(Some(parent)))
+                        .stricter(policy.effective_mode(Some(grandparent)));
+                    let link =
+                        |task: &str, mode| ChainLink { task_id: task.into(), subagent: task.into(), mode: Some(mode) };
+                    for (tool, input) in [file("Write", "src/a.rs"), file("Edit", "src/a.rs"), file("Read", "x")] {
+                        let request = ApprovalRequest {
+                            mode: Some(own),
+                            chain: vec![link("gp", grandparent), link("p", parent)],
+                            ..ApprovalRequest::new(tool, input.clone(), "child")
+                        };
+                        let want = policy.decide(tool, &input, &ctx(), expected).decision;
+                        if want == Decision::Ask {
+                            continue; // would wait for a person
+                        }
+                        let got = runtime.block_on(gate.request(request)).decision;
+                        assert_eq!(
+                            got == AuditDecision::Allow,
+                            want == Decision::Allow,
+                            "{tool} {own:?} < {parent:?} < {grandparent:?}"
+                        );
+                        if [parent, grandparent].contains(&Plan) && tool != "Read" {
+                            assert_ne!(got, AuditDecision::Allow, "a plan ancestor let {tool} run");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn timeout_declines() {
         let mut f = fixture(Duration::from_secs(120));

@@ -81,7 +81,11 @@ impl Host {
         let fuel =
             config.plugins.limits.fuel.is_some() || config.plugins.limit_overrides.values().any(|o| o.fuel.is_some());
         let pool = config.plugins.pooled_instances.then(|| {
-            runtime::pool::PoolOptions::for_tasks(config.server.max_concurrent_tasks, config.max_plugin_memory())
+            runtime::pool::PoolOptions::for_chains(
+                config.server.max_concurrent_tasks,
+                config.subagents.max_depth as usize,
+                config.max_plugin_memory(),
+            )
         });
         let runtime = Runtime::new(
             RuntimeOptions {

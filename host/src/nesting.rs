@@ -102,10 +102,14 @@ impl SubagentTypes {
         found
     }
 
-    pub fn allows(&self, subagent_type: &str) -> bool {
+    /// Whether a task executed by `parent_plugin` may start subagent `name`, executed by
+    /// `plugin`: a named type always; with a bare `Agent`, only the subagents of its own
+    /// plugin (a remote A2A, MCP or HTTP agent receives the prompt over the network, past
+    /// the sandbox's egress rules, so it must be named).
+    pub fn may_start(&self, name: &str, plugin: &str, parent_plugin: &str) -> bool {
         match self {
-            SubagentTypes::Any => true,
-            SubagentTypes::Only(list) => list.iter().any(|t| t == subagent_type),
+            SubagentTypes::Any => plugin == parent_plugin,
+            SubagentTypes::Only(list) => list.iter().any(|t| t == name),
         }
     }
 }
@@ -205,7 +209,11 @@ mod tests {
         );
         assert_eq!(SubagentTypes::of_definition(Some(&list(&["Agent(a)", "Agent"]))), Some(SubagentTypes::Any));
         let only = SubagentTypes::of_definition(Some(&list(&["Agent(reviewer)"]))).unwrap();
-        assert!(only.allows("reviewer") && !only.allows("Reviewer") && !only.allows("coder"));
+        assert!(only.may_start("reviewer", "a2a", "claude"), "a named subagent, whatever its plugin");
+        assert!(!only.may_start("Reviewer", "claude", "claude") && !only.may_start("coder", "claude", "claude"));
+        let any = SubagentTypes::Any;
+        assert!(any.may_start("coder", "claude", "claude"));
+        assert!(!any.may_start("travel", "a2a", "claude"), "a remote agent must be named");
     }
 
     #[test]

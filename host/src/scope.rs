@@ -9,8 +9,9 @@
 //! Data only: this module decides nothing. [`SubagentStarter`] is the one interface in it:
 //! how the tool host asks the engine to run a nested subagent without depending on it.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use warden_approval::{ChainLink, Decider, PermissionMode};
 
@@ -59,6 +60,25 @@ pub struct TaskScope {
     /// How this task starts subagents with the `Agent` tool; `None` when it may not (its
     /// depth is `subagents.max_depth`, or it runs outside the engine).
     pub subagents: Option<Arc<dyn SubagentStarter>>,
+    /// The tool names the task's plugin has offered its model (every `model.complete`
+    /// request's tools, added up; at most [`MAX_OFFERED_TOOLS`]): what a subagent it
+    /// starts may use at most, whatever the plugin filtered out (`disallowedTools`, a
+    /// hook's `Bash`, MCP servers) that the definition's `tools` list does not say.
+    pub offered_tools: Arc<Mutex<BTreeSet<String>>>,
+}
+
+/// Most tool names remembered as offered to one task's model; names past it are not
+/// remembered, which only takes tools away from the subagents it starts.
+pub const MAX_OFFERED_TOOLS: usize = 512;
+
+/// A subagent the `Agent` tool may start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartableSubagent {
+    pub name: String,
+    pub description: String,
+    /// The plugin that executes it: a bare `Agent` entry reaches only the subagents of its
+    /// own task's plugin; others (remote A2A, MCP, HTTP agents) must be named.
+    pub plugin: String,
 }
 
 impl TaskScope {
@@ -66,13 +86,30 @@ impl TaskScope {
     pub fn depth(&self) -> usize {
         self.chain.len() + 1
     }
+
+    /// Remembers tool names the task's plugin offered its model.
+    pub fn note_offered_tools<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let mut offered = self.offered_tools.lock().unwrap_or_else(|e| e.into_inner());
+        for name in names {
+            if offered.len() >= MAX_OFFERED_TOOLS {
+                break;
+            }
+            if !offered.contains(name) {
+                offered.insert(name.to_owned());
+            }
+        }
+    }
+
+    /// The tool names noted so far.
+    pub fn offered_tools(&self) -> Vec<String> {
+        self.offered_tools.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+    }
 }
 
 /// Runs nested subagents for the tool host (the engine implements it).
 pub trait SubagentStarter: Send + Sync {
-    /// The subagents a task may be offered, with their descriptions (the Agent tool lists
-    /// them for the model).
-    fn available(&self) -> Vec<(String, String)>;
+    /// The subagents registered now (the Agent tool lists those a task may start).
+    fn available(&self) -> Vec<StartableSubagent>;
 
     /// Runs `call` as a child task of `parent` (same user and session, its tools narrowed
     /// by the parent's, its approvals naming the chain) and waits for it to end: its final

@@ -359,30 +359,39 @@ impl ToolHost {
 fn agent_tool(scope: &TaskScope) -> Option<ToolSpec> {
     let starter = scope.subagents.as_ref()?;
     let types = crate::nesting::SubagentTypes::of_definition(scope.allowed_tools.as_deref())?;
-    let available: Vec<(String, String)> =
-        starter.available().into_iter().filter(|(name, _)| types.allows(name)).collect();
+    let available: Vec<(String, String)> = starter
+        .available()
+        .into_iter()
+        .filter(|s| types.may_start(&s.name, &s.plugin, &scope.plugin))
+        .map(|s| (s.name, s.description))
+        .collect();
     let (description, input_schema) = crate::nesting::agent_tool_spec(&available);
     Some(ToolSpec { name: crate::nesting::AGENT_TOOL.to_owned(), description, input_schema })
 }
 
 /// Why an Agent call cannot run at all (before anyone is asked about it), if it cannot.
 fn agent_call_refusal(scope: &TaskScope, input: &Value) -> Option<String> {
-    if scope.subagents.is_none() {
+    let Some(starter) = &scope.subagents else {
         return Some(format!(
             "this subagent is at depth {} and may not start subagents (subagents.max_depth)",
             scope.depth()
         ));
-    }
+    };
     let Some(types) = crate::nesting::SubagentTypes::of_definition(scope.allowed_tools.as_deref()) else {
         return Some("this subagent's `tools` do not list Agent, so it may not start subagents".to_owned());
     };
-    match crate::nesting::AgentCall::parse(input) {
-        Err(e) => Some(e),
-        Ok(call) if !types.allows(&call.subagent_type) => Some(format!(
-            "subagent {:?} is not among those this subagent may start (its `Agent(…)` entries)",
-            crate::text::escape_control(&call.subagent_type.chars().take(128).collect::<String>())
+    let call = match crate::nesting::AgentCall::parse(input) {
+        Err(e) => return Some(e),
+        Ok(call) => call,
+    };
+    let name = crate::text::escape_control(&call.subagent_type.chars().take(128).collect::<String>()).into_owned();
+    match starter.available().into_iter().find(|s| s.name == call.subagent_type) {
+        None => Some(format!("there is no subagent {name:?}")),
+        Some(s) if !types.may_start(&s.name, &s.plugin, &scope.plugin) => Some(format!(
+            "subagent {name:?} is not among those this subagent may start (its `Agent(…)` entries; a bare `Agent` \
+             reaches only the subagents of its own plugin)"
         )),
-        Ok(_) => None,
+        Some(_) => None,
     }
 }
 

@@ -158,7 +158,11 @@ mod tests {
         assert_eq!(tty_answer("y", &r.scopes), (Resolution::Approve, Scope::Once));
         assert_eq!(tty_answer("", &r.scopes), (Resolution::Decline, Scope::Once));
         let nested = PendingApproval {
-            chain: vec![warden_approval::ChainLink { task_id: "task_0".into(), subagent: "planner".into() }],
+            chain: vec![warden_approval::ChainLink {
+                task_id: "task_0".into(),
+                subagent: "planner".into(),
+                mode: None,
+            }],
             ..r.clone()
         };
         assert!(tty_question(&nested).contains("planner › worker (task task_1, session s1) wants to run Bash"));

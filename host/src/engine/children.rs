@@ -20,7 +20,7 @@ use serde_json::json;
 use super::{Engine, Lineage, LiveTask, Slot, TaskStart};
 use crate::event::{TaskEvent, ToolEvent};
 use crate::plugin::TaskCall;
-use crate::scope::{SubagentStarter, TaskScope};
+use crate::scope::{StartableSubagent, SubagentStarter, TaskScope};
 use crate::store::{TaskRecord, Write, now_ms};
 use crate::task_state::TaskState;
 
@@ -36,16 +36,18 @@ struct ChildStarter {
 }
 
 impl SubagentStarter for ChildStarter {
-    fn available(&self) -> Vec<(String, String)> {
+    fn available(&self) -> Vec<StartableSubagent> {
         let Some(engine) = self.engine.upgrade() else { return Vec::new() };
         let snapshot = engine.registry.snapshot();
-        let mut all: Vec<(String, String)> = snapshot
+        snapshot
             .definitions
             .iter()
-            .map(|(name, registered)| (name.clone(), registered.definition.description.clone()))
-            .collect();
-        all.sort();
-        all
+            .map(|(name, registered)| StartableSubagent {
+                name: name.clone(),
+                description: registered.definition.description.clone(),
+                plugin: registered.plugin.clone(),
+            })
+            .collect()
     }
 
     fn run_child<'a>(
@@ -123,19 +125,19 @@ impl Engine {
             task_id = %task_id, parent_task_id = %parent.task_id, session = %parent.session_id,
             subagent = %call.subagent_type, depth = parent.depth() + 1, "subagent started by a subagent"
         );
-        if let Some(events) = &parent.events {
-            let data = json!({
-                "task_id": task_id, "subagent_type": call.subagent_type, "depth": parent.depth() + 1,
-                "subagent": parent.subagent,
-            });
-            let _ =
-                events.send(TaskEvent::Tool { plugin: parent.plugin.clone(), event: ToolEvent::Subagent(data) }).await;
-        }
         let mut lineage = Lineage { chain: parent.chain.clone(), inherited_tools: parent.inherited_tools.clone() };
-        lineage
-            .chain
-            .push(warden_approval::ChainLink { task_id: parent.task_id.clone(), subagent: parent.subagent.clone() });
+        lineage.chain.push(warden_approval::ChainLink {
+            task_id: parent.task_id.clone(),
+            subagent: parent.subagent.clone(),
+            mode: parent.permission_mode,
+        });
+        // At most what the parent's definition allows and what its model was offered.
         lineage.inherited_tools.extend(parent.allowed_tools.clone());
+        lineage.inherited_tools.push(parent.offered_tools());
+        let event = json!({
+            "task_id": task_id, "subagent_type": call.subagent_type, "depth": parent.depth() + 1,
+            "subagent": parent.subagent,
+        });
         let start = TaskStart {
             call,
             tool_env: parent.tool_env.clone(),
@@ -144,8 +146,14 @@ impl Engine {
             slot: Slot::Parent,
             lineage,
         };
+        // Launched and guarded before anything else is awaited: a parent that stops
+        // waiting from here on cancels it.
         let guard = CancelOnDrop(live.clone());
         self.launch(live.clone(), start);
+        if let Some(events) = &parent.events {
+            let _ =
+                events.send(TaskEvent::Tool { plugin: parent.plugin.clone(), event: ToolEvent::Subagent(event) }).await;
+        }
         let parent_canceled = async {
             match &parent.cancel {
                 Some(cancel) => cancel.canceled().await,

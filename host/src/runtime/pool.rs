@@ -57,7 +57,16 @@ impl PoolOptions {
     /// A pool for `max_concurrent_tasks` running tasks whose plugins have at most
     /// `max_memory` bytes of memory budget each.
     pub fn for_tasks(max_concurrent_tasks: usize, max_memory: u64) -> Self {
-        let per_tasks = u32::try_from(max_concurrent_tasks).unwrap_or(u32::MAX).saturating_mul(POOL_INSTANCES_PER_TASK);
+        Self::for_chains(max_concurrent_tasks, 1, max_memory)
+    }
+
+    /// [`PoolOptions::for_tasks`] when each running task may be a chain of `max_depth`
+    /// nested subagents (`subagents.max_depth`): every level's executor call holds its
+    /// instance while the level below runs, so a task takes one more slot per level.
+    pub fn for_chains(max_concurrent_tasks: usize, max_depth: usize, max_memory: u64) -> Self {
+        let extra_levels = u32::try_from(max_depth.saturating_sub(1)).unwrap_or(u32::MAX);
+        let per_task = POOL_INSTANCES_PER_TASK.saturating_add(extra_levels);
+        let per_tasks = u32::try_from(max_concurrent_tasks).unwrap_or(u32::MAX).saturating_mul(per_task);
         PoolOptions { instances: per_tasks.max(MIN_POOL_INSTANCES), max_memory }
     }
 

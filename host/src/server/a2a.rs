@@ -1024,7 +1024,11 @@ async fn previous_task(s: &ServerState, user: &str, session: &str, def: &Subagen
 /// The approvals task `id` waits for that are not in `answered`.
 fn waiting_for(s: &ServerState, id: &str, answered: &[String]) -> Vec<PendingApproval> {
     let gate = s.engine.gate();
-    gate.pending().into_iter().filter(|p| p.task_id.as_deref() == Some(id) && !answered.contains(&p.id)).collect()
+    // The task's own requests and those of the subagents it started (nested subagents):
+    // the A2A client answers for the whole chain.
+    let of_task =
+        |p: &PendingApproval| p.task_id.as_deref() == Some(id) || p.chain.iter().any(|link| link.task_id == id);
+    gate.pending().into_iter().filter(|p| of_task(p) && !answered.contains(&p.id)).collect()
 }
 
 fn view(s: &ServerState, rec: TaskRecord, answered: &[String]) -> View {

@@ -38,7 +38,7 @@ fn nesting_deployment(max_depth: u32, approval: &str, agents: &[(&str, &str, &st
     d
 }
 
-/// Every task of the default user, by subagent type.
+/// Every task of the default user, by subagent type (one each in these tests).
 fn tasks_by_type(port: u16) -> std::collections::HashMap<String, Value> {
     let (status, list) = json_of(port, "GET", "/v1/tasks", None);
     assert_eq!(status, 200, "{list}");
@@ -50,7 +50,8 @@ fn tasks_by_type(port: u16) -> std::collections::HashMap<String, Value> {
         .collect()
 }
 
-/// planner → coder → tester with `subagents.max_depth: 3`: each level gets only the tools
+/// planner → coder → tester with `subagents.max_depth: 3`: the planner may start only the
+/// coder (`Agent(coder)`: its call for the tester is refused by the host); each level gets only the tools
 /// every level above it has (the tester lists Bash and Read, but the planner has no Bash;
 /// the coder lists Write, which the planner lacks), the tester at the cap is not offered
 /// `Agent`, each answer travels back up as the Agent call's result, and each child's record
@@ -58,7 +59,9 @@ fn tasks_by_type(port: u16) -> std::collections::HashMap<String, Value> {
 #[test]
 fn a_chain_of_three_respects_the_depth_cap_and_the_tool_intersection() {
     let planner = r#"
-- tool_calls: [{ name: Agent, arguments: { description: "write the code", prompt: "please code", subagent_type: coder } }]
+- tool_calls: [{ name: Agent, arguments: { description: "skip a level", prompt: "test it", subagent_type: tester } }]
+- expect: { last_tool_result_contains: "\"tester\" is not among those this subagent may start" }
+  tool_calls: [{ name: Agent, arguments: { description: "write the code", prompt: "please code", subagent_type: coder } }]
 - expect: { last_tool_result_contains: "coder reports: tester reports: capped" }
   text: "planner: all done"
 "#;
@@ -101,6 +104,7 @@ fn a_chain_of_three_respects_the_depth_cap_and_the_tool_intersection() {
         "{done}"
     );
     let tasks = tasks_by_type(port);
+    assert_eq!(tasks.len(), 3, "one task per level, the refused call started none: {tasks:?}");
     let id = |t: &str| tasks[t]["task_id"].as_str().unwrap().to_owned();
     assert_eq!(tasks["planner"]["parent_task_id"], Value::Null, "{tasks:?}");
     assert_eq!(tasks["coder"]["parent_task_id"].as_str(), Some(id("planner").as_str()), "{tasks:?}");

@@ -98,6 +98,10 @@ impl model::Host for HostState {
                 Ok(warden_models::ToolSpec { name: t.name, description: t.description, input_schema })
             })
             .collect::<Result<Vec<_>, Error>>()?;
+        if let Some(scope) = &self.scope.task_scope {
+            // What the model was offered bounds the subagents this task starts.
+            scope.note_offered_tools(tools.iter().map(|t| t.name.as_str()));
+        }
         let mut request = warden_models::ChatRequest::new(model_name, messages);
         request.tools = tools;
         request.max_tokens = req.max_tokens;
