@@ -31,6 +31,7 @@ pub mod nesting;
 pub mod oci;
 pub mod plugin;
 pub mod plugin_dir;
+pub mod plugin_state;
 pub mod provenance;
 pub mod redact;
 pub mod registry;

@@ -4,9 +4,8 @@
 //! Services do the work; they never decide permissions — [`crate::capability`] does,
 //! before any service is reached.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::net::SocketAddr;
@@ -57,120 +56,7 @@ pub const MAX_TOOL_ARGUMENT_BYTES: usize = 1024 * 1024;
 /// Longest identifier (tool name, call id, model name, role) a plugin may pass.
 pub const MAX_NAME_BYTES: usize = 1024;
 
-/// Why the state store refused a write: the budget and its config key.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{what} of {got} bytes exceeds the limit of {limit} bytes (plugins.budgets.{key})")]
-pub struct StateBudgetExceeded {
-    pub what: &'static str,
-    pub got: u64,
-    pub limit: u64,
-    pub key: &'static str,
-}
-
-/// Key/value state, scoped per plugin id, bounded by [`Budgets`]: key length, value
-/// size and the bytes one plugin holds. Held in memory; once [`StateStore::attach`]ed to
-/// the task store every write is persisted there too, so `resume` survives a restart.
-#[derive(Default)]
-pub struct StateStore {
-    inner: Mutex<HashMap<String, PluginState>>,
-    backing: std::sync::OnceLock<crate::store::Store>,
-}
-
-#[derive(Default)]
-struct PluginState {
-    values: HashMap<String, Vec<u8>>,
-    /// Sum of key and value lengths in `values`.
-    bytes: u64,
-}
-
-impl StateStore {
-    pub fn get(&self, plugin: &str, key: &str) -> Option<Vec<u8>> {
-        self.inner.lock().unwrap().get(plugin).and_then(|m| m.values.get(key).cloned())
-    }
-
-    /// Stores `value` under `key` unless a budget says no.
-    pub fn set(&self, plugin: &str, key: &str, value: Vec<u8>, budgets: &Budgets) -> Result<(), StateBudgetExceeded> {
-        Self::check_key(key, budgets)?;
-        if value.len() as u64 > budgets.max_state_value {
-            return Err(StateBudgetExceeded {
-                what: "state value",
-                got: value.len() as u64,
-                limit: budgets.max_state_value,
-                key: "max_state_value",
-            });
-        }
-        let mut all = self.inner.lock().unwrap();
-        let m = all.entry(plugin.to_owned()).or_default();
-        let old = m.values.get(key).map(|v| (key.len() + v.len()) as u64).unwrap_or(0);
-        let after = m.bytes - old + (key.len() + value.len()) as u64;
-        if after > budgets.max_state_bytes_per_plugin {
-            return Err(StateBudgetExceeded {
-                what: "this plugin's state",
-                got: after,
-                limit: budgets.max_state_bytes_per_plugin,
-                key: "max_state_bytes_per_plugin",
-            });
-        }
-        m.bytes = after;
-        if let Some(store) = self.backing.get() {
-            let write =
-                crate::store::Write::StateSet { plugin: plugin.to_owned(), key: key.to_owned(), value: value.clone() };
-            store.write(write);
-        }
-        m.values.insert(key.to_owned(), value);
-        Ok(())
-    }
-
-    pub fn delete(&self, plugin: &str, key: &str) {
-        if let Some(m) = self.inner.lock().unwrap().get_mut(plugin)
-            && let Some(v) = m.values.remove(key)
-        {
-            m.bytes -= (key.len() + v.len()) as u64;
-            if let Some(store) = self.backing.get() {
-                store.write(crate::store::Write::StateDelete { plugin: plugin.to_owned(), key: key.to_owned() });
-            }
-        }
-    }
-
-    /// Loads the state kept in `store` (from before a restart) and persists every later
-    /// write there. Once per host; returns the number of entries loaded.
-    pub async fn attach(&self, store: crate::store::Store) -> Result<usize, crate::store::StoreError> {
-        let entries = store.state_all().await?;
-        let n = entries.len();
-        {
-            let mut all = self.inner.lock().unwrap();
-            for (plugin, key, value) in entries {
-                let m = all.entry(plugin).or_default();
-                m.bytes += (key.len() + value.len()) as u64;
-                if let Some(old) = m.values.insert(key.clone(), value) {
-                    m.bytes -= (key.len() + old.len()) as u64;
-                }
-            }
-        }
-        if self.backing.set(store).is_err() {
-            tracing::warn!("plugin state is already backed by a task store; the second one is ignored");
-        }
-        Ok(n)
-    }
-
-    /// Bytes (keys + values) `plugin` holds.
-    pub fn bytes_held(&self, plugin: &str) -> u64 {
-        self.inner.lock().unwrap().get(plugin).map(|m| m.bytes).unwrap_or(0)
-    }
-
-    /// Refuses a key longer than `plugins.budgets.max_state_key`.
-    pub fn check_key(key: &str, budgets: &Budgets) -> Result<(), StateBudgetExceeded> {
-        if key.len() > budgets.max_state_key {
-            return Err(StateBudgetExceeded {
-                what: "state key",
-                got: key.len() as u64,
-                limit: budgets.max_state_key as u64,
-                key: "max_state_key",
-            });
-        }
-        Ok(())
-    }
-}
+pub use crate::plugin_state::{StateBudgetExceeded, StateError, StateStore};
 
 /// DNS for one plugin's HTTP client: resolves the name, then keeps only the addresses
 /// the plugin's grant allows ([`Grants::check_address`]: no loopback, private or

@@ -1042,6 +1042,50 @@ mod imports {
         assert_eq!(again.wait_finished(Duration::from_secs(30)).await.status, TaskState::Completed);
     }
 
+    /// A resumed task runs in the session of the task it continues (its sandbox, its
+    /// files): given no session it gets that one; another session is refused, naming the
+    /// field and the session expected.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_resumed_task_keeps_the_session_of_the_task_it_continues() {
+        use warden::engine::{Submission, SubmitError};
+        let yaml = "plugins:\n  dir: ./plugins\n  watch: false\n  grants:\n    echo: { events: true, state: true }\nsubagents:\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n";
+        let (_dir, engine) = engine_with("echo", yaml).await;
+        let submit = |session: Option<&str>, resume: Option<String>| {
+            let engine = &engine;
+            let session = session.map(str::to_owned);
+            async move {
+                engine
+                    .submit(Submission {
+                        call: TaskCall {
+                            description: "d".into(),
+                            prompt: "p".into(),
+                            subagent_type: "greeter".into(),
+                            resume,
+                            ..Default::default()
+                        },
+                        session_id: session,
+                        ..Default::default()
+                    })
+                    .await
+            }
+        };
+        let first = submit(Some("sess-first"), None).await.unwrap();
+        let first_id = first.record.task_id.clone();
+        first.live.unwrap().wait_finished(Duration::from_secs(30)).await;
+        let resumed = submit(None, Some(first_id.clone())).await.unwrap();
+        assert_eq!(resumed.record.session_id, "sess-first");
+        // The same session named explicitly is fine; a resumed resumed task keeps it too.
+        let named = submit(Some("sess-first"), Some(resumed.record.task_id.clone())).await.unwrap();
+        assert_eq!(named.record.session_id, "sess-first");
+        let moved = submit(Some("sess-elsewhere"), Some(first_id.clone())).await.err().expect("refused");
+        assert!(matches!(&moved, SubmitError::InvalidField { field: "session_id", .. }), "{moved:?}");
+        let text = moved.to_string();
+        assert!(text.contains(&first_id) && text.contains("sess-first") && text.contains("omit session_id"), "{text}");
+        for t in [resumed, named] {
+            assert_eq!(t.live.unwrap().wait_finished(Duration::from_secs(30)).await.status, TaskState::Completed);
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn regression_a_task_that_panicked_the_host_stayed_working_and_could_not_be_canceled() {
         use warden::engine::Submission;
@@ -1226,7 +1270,7 @@ mod imports {
             events += 1;
         }
         assert_eq!(events, 10, "exactly the budgeted events reach the task");
-        assert!(rt.services().state.bytes_held("hostile") <= 1000);
+        assert!(rt.services().state.bytes_held("hostile").await.unwrap() <= 1000);
         // Budgets are per call: the next call may emit again.
         let again = script(&rt, &p, &json!([{ "op": "emit", "kind": "progress", "data": "{}" }])).await;
         assert_eq!(again, vec!["ok"]);

@@ -36,6 +36,7 @@ mod children;
 mod live;
 mod metrics;
 mod replica;
+mod resume;
 mod tool_schema;
 
 use live::Inner;
@@ -446,11 +447,12 @@ impl Engine {
         self.live.lock().unwrap().get(id).cloned()
     }
 
-    /// Checks a submission without starting it.
-    /// Checks a submission; the task's egress list comes back validated.
+    /// Checks a submission without starting it; the task's egress list comes back
+    /// validated. A task that resumes another gets that task's session
+    /// ([`Engine::resumed_session`]).
     pub async fn validate(
         &self,
-        sub: &Submission,
+        sub: &mut Submission,
     ) -> Result<Option<Arc<warden_sandbox::EgressNarrowing>>, SubmitError> {
         let call = &sub.call;
         for (field, value) in
@@ -472,21 +474,8 @@ impl Engine {
                 });
             }
         }
-        if let Some(resume) = &call.resume {
-            // The plugin finds the transcript by task id alone: the id must be a task of
-            // the same user (and subagent), or a second tenant would continue the first's.
-            let user = sub.user_id.as_deref().unwrap_or(DEFAULT_USER);
-            let owned = self
-                .get(resume)
-                .await
-                .ok()
-                .flatten()
-                .is_some_and(|r| r.user_id == user && r.subagent_type == call.subagent_type);
-            if !owned {
-                return Err(SubmitError::UnknownResume(
-                    crate::text::escape_control(&resume.chars().take(128).collect::<String>()).into_owned(),
-                ));
-            }
+        if let Some(session) = self.resumed_session(sub).await? {
+            sub.session_id = Some(session);
         }
         for k in sub.tool_context.keys() {
             if env_name(k).is_empty() {
@@ -511,8 +500,8 @@ impl Engine {
     /// to this process (its `tool_context` secrets and its asker live only in this
     /// process's memory) or when this server is alone; otherwise (a replica with no free
     /// slot) in the shared queue, for whichever replica frees a slot first.
-    pub async fn submit(self: &Arc<Self>, sub: Submission) -> Result<Submitted, SubmitError> {
-        let egress = match self.validate(&sub).await {
+    pub async fn submit(self: &Arc<Self>, mut sub: Submission) -> Result<Submitted, SubmitError> {
+        let egress = match self.validate(&mut sub).await {
             Ok(egress) => egress,
             Err(e) => {
                 self.metrics.rejected.fetch_add(1, Ordering::Relaxed);

@@ -280,14 +280,11 @@ impl Store {
         // The engine scrubs what it hands over with the task's session secrets; plugin
         // state (a transcript quoting a prompt) is opaque to it, so it is scrubbed here of
         // every secret the host knows, key and value, before it reaches any backend.
-        let all = crate::redact::registry().all();
         let w = match w {
-            Write::StateSet { plugin, key, value } => Write::StateSet {
-                plugin,
-                key: all.scrub(&key).into_owned(),
-                value: all.scrub_bytes(&value).into_owned(),
-            },
-            Write::StateDelete { plugin, key } => Write::StateDelete { plugin, key: all.scrub(&key).into_owned() },
+            Write::StateSet { plugin, key, value } => {
+                Write::StateSet { plugin, key: state_key(&key), value: state_value(&value).into_owned() }
+            }
+            Write::StateDelete { plugin, key } => Write::StateDelete { plugin, key: state_key(&key) },
             other => other,
         };
         if self.inner.tx.send(Msg::Write(Box::new(w))).is_err() {
@@ -351,6 +348,50 @@ impl Store {
         .map_err(|e| self.err(e))
     }
 
+    /// Stores plugin state `key` = `value` at once (not through the queue) unless the plugin
+    /// would then hold more than `max_plugin_bytes` (keys + values, as stored): one
+    /// transaction that counts what the plugin holds, checks and writes, so writers in
+    /// several processes at once cannot together pass the limit (PostgreSQL: under a
+    /// per-plugin advisory lock; redb: its write transactions are serial). Committed when
+    /// it returns. Key and value are scrubbed of secrets as [`Store::write`] does. Not
+    /// ordered with queued writes of the same key: flush those first.
+    pub async fn state_put(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: &[u8],
+        max_plugin_bytes: u64,
+    ) -> Result<StatePut, StoreError> {
+        let (key, value) = (state_key(key), state_value(value).into_owned());
+        match &self.inner.backend {
+            Backend::Redb(b) => {
+                let (b, plugin) = (b.clone(), plugin.to_owned());
+                blocking(move || b.state_put(&plugin, &key, &value, max_plugin_bytes)).await
+            }
+            Backend::Postgres(b) => b.state_put(plugin, &key, &value, max_plugin_bytes).await,
+        }
+        .map_err(|e| self.err(e))
+    }
+
+    /// Deletes plugin state `key` (scrubbed as [`Store::write`] does); committed when it
+    /// returns.
+    pub async fn state_delete(&self, plugin: &str, key: &str) -> Result<(), StoreError> {
+        self.write(Write::StateDelete { plugin: plugin.to_owned(), key: key.to_owned() });
+        self.flush().await
+    }
+
+    /// Bytes (keys + values, as stored) plugin `plugin` holds.
+    pub async fn state_bytes(&self, plugin: &str) -> Result<u64, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => {
+                let (b, plugin) = (b.clone(), plugin.to_owned());
+                blocking(move || b.state_bytes(&plugin)).await
+            }
+            Backend::Postgres(b) => b.state_bytes(plugin).await,
+        }
+        .map_err(|e| self.err(e))
+    }
+
     /// Every plugin state entry: (plugin, key, value), for loading at start.
     pub async fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, StoreError> {
         match &self.inner.backend {
@@ -393,6 +434,26 @@ impl Store {
         }
         .map_err(|e| self.err(e))
     }
+}
+
+/// What [`Store::state_put`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatePut {
+    /// Committed; the plugin now holds `total` bytes (keys + values).
+    Stored { total: u64 },
+    /// Nothing written: the plugin would have held `total` bytes, over the limit.
+    OverLimit { total: u64 },
+}
+
+/// The key plugin state `key` is stored under: scrubbed of every secret the host knows
+/// (plugin state is opaque to the engine, so no session redactor has seen it).
+pub fn state_key(key: &str) -> String {
+    crate::redact::registry().all().scrub(key).into_owned()
+}
+
+/// A plugin state value as stored: scrubbed like [`state_key`].
+fn state_value(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    crate::redact::registry().all().scrub_bytes(value)
 }
 
 /// The error text of a task the host was running when it stopped.

@@ -99,14 +99,25 @@ pub(super) struct PgBackend {
     config: Arc<tokio_postgres::Config>,
     location: Arc<str>,
     reader: Mutex<Option<Arc<Client>>>,
-    /// The connection of [`PgBackend::enqueue`]'s transactions (a transaction needs a
-    /// connection of its own; the read connection is shared by concurrent queries).
+    /// The connection of the transactions ([`PgBackend::enqueue`],
+    /// [`PgBackend::state_put`]): a transaction needs a connection of its own; the read
+    /// connection is shared by concurrent queries.
     enqueuer: tokio::sync::Mutex<Option<Client>>,
 }
 
 /// The advisory lock key under which a task is added to the shared queue, so that the
 /// cluster-wide `server.max_queued_tasks` holds exactly ("warden" in ASCII, then 2).
 const QUEUE_LOCK: i64 = 0x7761_7264_656e_0002;
+
+/// The first key of the two-key advisory lock under which a plugin's state is counted
+/// and written ([`PgBackend::state_put`]; the second key is `hashtext(plugin)`): "wa" "rd"
+/// in ASCII. Two-key locks never conflict with the one-key locks above.
+const STATE_LOCK: i32 = 0x7761_7264;
+
+/// Bytes (keys + values) plugin `$1` holds, and of those the entry `$2`'s.
+const STATE_USAGE: &str = "SELECT COALESCE(SUM(octet_length(key) + octet_length(value)), 0)::bigint, \
+     COALESCE(SUM(octet_length(key) + octet_length(value)) FILTER (WHERE key = $2), 0)::bigint \
+     FROM plugin_state WHERE plugin = $1";
 
 /// A task a replica took from the queue: its record and its stored submission.
 pub(super) type ClaimedRow = (String, Option<String>, Option<String>);
@@ -244,6 +255,52 @@ impl PgBackend {
         Ok(row.map(|r| r.get(0)))
     }
 
+    /// See [`super::Store::state_put`]: one transaction under [`STATE_LOCK`] for the plugin.
+    pub(super) async fn state_put(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: &[u8],
+        max_plugin_bytes: u64,
+    ) -> Result<super::StatePut, String> {
+        let mut guard = self.transaction_connection().await?;
+        let client = guard.as_mut().expect("connected by transaction_connection");
+        let work = async {
+            let tx = client.transaction().await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&STATE_LOCK, &plugin]).await?;
+            let row = tx.query_one(STATE_USAGE, &[&plugin, &key.as_bytes()]).await?;
+            let (held, old) = (row.get::<_, i64>(0).max(0) as u64, row.get::<_, i64>(1).max(0) as u64);
+            let total = held.saturating_sub(old) + (key.len() + value.len()) as u64;
+            if total > max_plugin_bytes {
+                return Ok(super::StatePut::OverLimit { total });
+            }
+            tx.execute(
+                "INSERT INTO plugin_state (plugin, key, value) VALUES ($1, $2, $3) \
+                 ON CONFLICT (plugin, key) DO UPDATE SET value = EXCLUDED.value",
+                &[&plugin, &key.as_bytes(), &value],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(super::StatePut::Stored { total })
+        };
+        let outcome = tokio::time::timeout(OPERATION_TIMEOUT, work).await;
+        settle_transaction(outcome, &mut guard)
+    }
+
+    pub(super) async fn state_bytes(&self, plugin: &str) -> Result<u64, String> {
+        let row = self.read(|c| async move { c.query_one(STATE_USAGE, &[&plugin, &&b""[..]]).await }).await?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// The transaction connection, (re)opened when it is closed; held until the guard drops.
+    async fn transaction_connection(&self) -> Result<tokio::sync::MutexGuard<'_, Option<Client>>, String> {
+        let mut guard = self.enqueuer.lock().await;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = Some(connect(&self.config, &self.location).await?);
+        }
+        Ok(guard)
+    }
+
     /// Registers `instance` as replica `replica` until `alive_until`, unless a different
     /// instance holds that id, is alive at `now` and has renewed it since it read
     /// `stale_until` (the `alive_until` seen before: the holder did not renew, it is dead).
@@ -324,11 +381,8 @@ impl PgBackend {
         submission: &str,
         max_queued: usize,
     ) -> Result<bool, String> {
-        let mut guard = self.enqueuer.lock().await;
-        if guard.as_ref().is_none_or(Client::is_closed) {
-            *guard = Some(connect(&self.config, &self.location).await?);
-        }
-        let client = guard.as_mut().expect("connected above");
+        let mut guard = self.transaction_connection().await?;
+        let client = guard.as_mut().expect("connected by transaction_connection");
         let record = serde_json::to_string(rec).expect("a task record always serialises");
         let event = serde_json::to_string(first_event).expect("JSON always serialises");
         let max = i64::try_from(max_queued).unwrap_or(i64::MAX);
@@ -366,13 +420,8 @@ impl PgBackend {
             tx.commit().await?;
             Ok::<bool, tokio_postgres::Error>(true)
         };
-        match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
-            Ok(r) => r.map_err(pg),
-            Err(_) => {
-                guard.take();
-                Err(format!("PostgreSQL did not answer within {OPERATION_TIMEOUT:?}"))
-            }
-        }
+        let outcome = tokio::time::timeout(OPERATION_TIMEOUT, work).await;
+        settle_transaction(outcome, &mut guard)
     }
 
     /// Takes up to `n` unclaimed tasks, oldest first, for `owner` until `lease_until`
@@ -848,6 +897,21 @@ async fn commit(client: &mut Client, l: &Latest<'_>) -> Result<(), tokio_postgre
         .await?;
     }
     tx.commit().await
+}
+
+/// The result of a transaction bounded by [`OPERATION_TIMEOUT`]; when the server did not
+/// answer in time the connection is dropped, so the next transaction opens a new one.
+fn settle_transaction<T>(
+    outcome: Result<Result<T, tokio_postgres::Error>, tokio::time::error::Elapsed>,
+    connection: &mut Option<Client>,
+) -> Result<T, String> {
+    match outcome {
+        Ok(r) => r.map_err(pg),
+        Err(_) => {
+            connection.take();
+            Err(format!("PostgreSQL did not answer within {OPERATION_TIMEOUT:?}"))
+        }
+    }
 }
 
 /// A driver error as a message: the server's own text and code for a database error

@@ -139,6 +139,39 @@ impl RedbBackend {
         Ok(t.get((plugin, key)).map_err(|e| e.to_string())?.map(|v| v.value().to_vec()))
     }
 
+    /// See [`super::Store::state_put`]: one write transaction (redb's are serial).
+    pub(super) fn state_put(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: &[u8],
+        max_plugin_bytes: u64,
+    ) -> Result<super::StatePut, String> {
+        let w = self.db.begin_write().map_err(|e| e.to_string())?;
+        let outcome = {
+            let mut t = w.open_table(STATE).map_err(|e| e.to_string())?;
+            let (held, old) = usage(&t, plugin, Some(key))?;
+            let total = held - old + (key.len() + value.len()) as u64;
+            if total > max_plugin_bytes {
+                super::StatePut::OverLimit { total }
+            } else {
+                t.insert((plugin, key), value).map_err(|e| e.to_string())?;
+                super::StatePut::Stored { total }
+            }
+        };
+        match outcome {
+            super::StatePut::Stored { .. } => w.commit().map_err(|e| e.to_string())?,
+            super::StatePut::OverLimit { .. } => w.abort().map_err(|e| e.to_string())?,
+        }
+        Ok(outcome)
+    }
+
+    pub(super) fn state_bytes(&self, plugin: &str) -> Result<u64, String> {
+        let r = self.db.begin_read().map_err(|e| e.to_string())?;
+        let t = r.open_table(STATE).map_err(|e| e.to_string())?;
+        Ok(usage(&t, plugin, None)?.0)
+    }
+
     pub(super) fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, String> {
         let r = self.db.begin_read().map_err(|e| e.to_string())?;
         let t = r.open_table(STATE).map_err(|e| e.to_string())?;
@@ -150,6 +183,28 @@ impl RedbBackend {
         }
         Ok(out)
     }
+}
+
+/// Bytes (keys + values) `plugin` holds in `t`, and of those the entry `key`'s.
+fn usage(
+    t: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    plugin: &str,
+    key: Option<&str>,
+) -> Result<(u64, u64), String> {
+    let (mut held, mut old) = (0u64, 0u64);
+    for entry in t.range((plugin, "")..).map_err(|e| e.to_string())? {
+        let (k, v) = entry.map_err(|e| e.to_string())?;
+        let (p, k) = k.value();
+        if p != plugin {
+            break;
+        }
+        let size = (k.len() + v.value().len()) as u64;
+        held += size;
+        if key == Some(k) {
+            old = size;
+        }
+    }
+    Ok((held, old))
 }
 
 /// The writer thread: one transaction per batch; ends when the store is dropped.

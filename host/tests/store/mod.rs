@@ -89,6 +89,8 @@ on_both_backends!(
     purge_removes_only_tasks_finished_before_retention,
     concurrent_writers_share_commits,
     a_reopened_store_keeps_everything,
+    a_state_put_is_committed_within_the_plugin_budget,
+    a_state_store_on_a_task_store_is_durable_and_budgeted,
 );
 
 /// PostgreSQL only (a file has no connection to lose): the server ending the store's
@@ -397,4 +399,108 @@ async fn a_reopened_store_keeps_everything(b: &Backend) {
     drop(store);
     let again = b.open().await;
     assert_eq!(again.task("task_kept").await.unwrap().as_ref(), Some(&rec));
+}
+
+/// `state_put`: committed when it returns (readable at once, no flush), the plugin's bytes
+/// counted as stored (a replaced value counts once), nothing written past the limit,
+/// scrubbed like a queued write.
+async fn a_state_put_is_committed_within_the_plugin_budget(b: &Backend) {
+    use warden::store::StatePut;
+    let secret = format!("put-secret-{}", uuid::Uuid::new_v4().simple());
+    warden::redact::registry().remember("store-tests", "put", &[secret.as_str()]).unwrap();
+    let store = b.open().await;
+    assert_eq!(store.state_put("p", "k1", &[1; 40], 100).await.unwrap(), StatePut::Stored { total: 42 });
+    assert_eq!(store.state_get("p", "k1").await.unwrap(), Some(vec![1; 40]));
+    assert_eq!(store.state_put("p", "k2", &[2; 40], 100).await.unwrap(), StatePut::Stored { total: 84 });
+    // Replacing k1 with a bigger value: 84 - 42 + 62 = 104 is over; nothing changes.
+    assert_eq!(store.state_put("p", "k1", &[3; 60], 100).await.unwrap(), StatePut::OverLimit { total: 104 });
+    assert_eq!(store.state_get("p", "k1").await.unwrap(), Some(vec![1; 40]));
+    assert_eq!(store.state_put("p", "k1", &[3; 50], 100).await.unwrap(), StatePut::Stored { total: 94 });
+    // Another plugin's bytes are its own.
+    assert_eq!(store.state_put("q", "k1", &[4; 90], 100).await.unwrap(), StatePut::Stored { total: 92 });
+    assert_eq!((store.state_bytes("p").await.unwrap(), store.state_bytes("q").await.unwrap()), (94, 92));
+    store.state_delete("p", "k2").await.unwrap();
+    assert!(store.state_get("p", "k2").await.unwrap().is_none());
+    assert_eq!(store.state_bytes("p").await.unwrap(), 52);
+    let value = format!("use {secret}");
+    assert!(matches!(store.state_put("p", &secret, value.as_bytes(), 1000).await.unwrap(), StatePut::Stored { .. }));
+    assert_eq!(store.state_get("p", "[redacted]").await.unwrap().as_deref(), Some(&b"use [redacted]"[..]));
+    assert!(!format!("{:?}", store.state_all().await.unwrap()).contains(&secret));
+}
+
+/// A [`StateStore`] attached to a task store: every write is committed when `set` returns
+/// (a store opened after it, as after a `kill -9`, has it), the budget counts what the
+/// store holds, and a delete is committed too.
+async fn a_state_store_on_a_task_store_is_durable_and_budgeted(b: &Backend) {
+    use warden::config::Budgets;
+    use warden::services::{StateError, StateStore};
+    let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
+    {
+        let store = b.open().await;
+        let state = StateStore::default();
+        state.attach(store.clone()).await.unwrap();
+        state.set("claude", "transcript/t1", vec![b'a'; 200], &budgets).await.unwrap();
+        state.set("claude", "gone", b"x".to_vec(), &budgets).await.unwrap();
+        // Committed already: read straight from the backend, nothing flushed.
+        assert_eq!(store.state_get("claude", "transcript/t1").await.unwrap(), Some(vec![b'a'; 200]));
+        state.delete("claude", "gone").await.unwrap();
+        assert!(store.state_get("claude", "gone").await.unwrap().is_none());
+        let over = state.set("claude", "more", vec![0; 100], &budgets).await.unwrap_err();
+        assert!(
+            matches!(&over, StateError::Budget(e) if e.key == "max_state_bytes_per_plugin" && e.got == 317),
+            "{over:?}"
+        );
+        assert_eq!(state.bytes_held("claude").await.unwrap(), 213);
+    }
+    let store = b.open().await;
+    let state = StateStore::default();
+    state.attach(store).await.unwrap();
+    assert_eq!(state.get("claude", "transcript/t1").await.unwrap(), Some(vec![b'a'; 200]));
+    assert!(state.get("claude", "gone").await.unwrap().is_none());
+    assert_eq!(state.bytes_held("claude").await.unwrap(), 213);
+    assert!(matches!(state.set("claude", "more", vec![0; 100], &budgets).await, Err(StateError::Budget(_))));
+    state.set("claude", "more", vec![0; 80], &budgets).await.unwrap();
+}
+
+/// Replicas: plugin state written through one replica's [`StateStore`] is what another
+/// replica's reads at once (a transcript saved on A, resumed on B), both count the same
+/// budget, and a store that fails a read gives the plugin an error, never a stale value.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_plugin_state_is_the_same_on_every_replica() {
+    use warden::config::Budgets;
+    use warden::services::{StateError, StateStore};
+    let b = Backend::postgres().await;
+    let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
+    let (a, replica_b) = (StateStore::default(), StateStore::default());
+    a.attach(b.open().await).await.unwrap();
+    replica_b.attach(b.open().await).await.unwrap();
+    // B read the key before A wrote it: B must not answer from what it saw then.
+    assert!(replica_b.get("claude", "transcript/t1").await.unwrap().is_none());
+    a.set("claude", "transcript/t1", b"turn 1".to_vec(), &budgets).await.unwrap();
+    assert_eq!(replica_b.get("claude", "transcript/t1").await.unwrap().as_deref(), Some(&b"turn 1"[..]));
+    replica_b.set("claude", "transcript/t1", b"turn 2".to_vec(), &budgets).await.unwrap();
+    assert_eq!(a.get("claude", "transcript/t1").await.unwrap().as_deref(), Some(&b"turn 2"[..]));
+    // One budget for the plugin across replicas: A's 200 bytes count against B's write.
+    a.set("claude", "big", vec![0; 197], &budgets).await.unwrap();
+    let over = replica_b.set("claude", "more", vec![0; 100], &budgets).await.unwrap_err();
+    assert!(matches!(&over, StateError::Budget(e) if e.key == "max_state_bytes_per_plugin"), "{over:?}");
+    assert_eq!(replica_b.bytes_held("claude").await.unwrap(), a.bytes_held("claude").await.unwrap());
+    a.delete("claude", "big").await.unwrap();
+    replica_b.set("claude", "more", vec![0; 100], &budgets).await.unwrap();
+    // Concurrent writers on both replicas cannot pass the budget together.
+    let budgets = Budgets { max_state_bytes_per_plugin: 1000, ..budgets };
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
+    let writes = keys.iter().enumerate().map(|(i, key)| {
+        let state = if i % 2 == 0 { &a } else { &replica_b };
+        state.set("race", key, vec![0; 97], &budgets)
+    });
+    let done = futures_util::future::join_all(writes).await;
+    assert_eq!(done.iter().filter(|r| r.is_ok()).count(), 10, "{done:?}");
+    assert_eq!(a.bytes_held("race").await.unwrap(), 1000);
+    // The database fails the read: an error value, not the last value seen.
+    let Backend::Postgres(db) = &b else { unreachable!() };
+    admin_client(&db.url).await.batch_execute("ALTER TABLE plugin_state RENAME TO plugin_state_gone").await.unwrap();
+    assert!(matches!(replica_b.get("claude", "transcript/t1").await, Err(StateError::Store(_))));
+    assert!(matches!(a.set("claude", "k", b"v".to_vec(), &budgets).await, Err(StateError::Store(_))));
+    b.finish().await;
 }

@@ -16,7 +16,9 @@
 //!    synthesised error result, and go on. The agent's `PreToolUse` hooks run before the
 //!    batch (a call one blocks is answered with its reason), its `PostToolUse` hooks after
 //!    each result ([`crate::hooks`]). After every turn the transcript is stored under
-//!    `transcript/<task-id>`, and a `status` event says which turn is running.
+//!    `transcript/<task-id>`, and before a turn's tool calls run too (a resumed task whose
+//!    host stopped during the calls finds them answered with [`INTERRUPTED_CALL`]); a
+//!    `progress` event says which turn is running.
 //!
 //! Outcomes: the final assistant text (the parent sees nothing else); `Ok` with an
 //! `error: …` text when the turn limit is hit (tool calls of the last turn are then not run
@@ -95,7 +97,8 @@ pub struct Transcript {
     pub model: String,
     /// Model calls made by this task.
     pub turns: u32,
-    /// `running`, `completed`, `max_turns`.
+    /// `running` (also a task that ended while a turn's tool calls ran: its last
+    /// message asks for them), `completed`, `max_turns`.
     pub status: String,
     pub messages: Vec<Message>,
 }
@@ -198,6 +201,9 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
                 })
                 .collect()
         } else {
+            // Kept before the calls run: a task that dies meanwhile (a host killed, a
+            // deadline) is resumed knowing what it had asked for.
+            save(host, &transcript);
             run_tools(host, &tools, &calls, turn, &protocol.hooks, &task.session_id)?
         };
         transcript.messages.extend(results);
@@ -470,7 +476,24 @@ fn load_transcript(host: &mut dyn Host, task_id: &str, agent: &str) -> Result<Ve
             transcript.agent
         )));
     }
-    Ok(transcript.messages)
+    let mut messages = transcript.messages;
+    answer_interrupted_calls(&mut messages);
+    Ok(messages)
+}
+
+/// The result a resumed transcript gets for a tool call whose task ended before it
+/// answered (the host stopped or the task was canceled while the call ran).
+pub const INTERRUPTED_CALL: &str = "error: no result: the task ended while this call ran (the host stopped or the task was \
+     canceled); it may have run in part or whole, so check its effects before repeating it";
+
+/// A transcript saved while its last turn's tool calls ran ends with those calls and no
+/// results; every provider wants a result for each call, so each gets [`INTERRUPTED_CALL`].
+fn answer_interrupted_calls(messages: &mut Vec<Message>) {
+    let Some(last) = messages.last().filter(|m| m.role == "assistant" && !m.tool_calls.is_empty()) else {
+        return;
+    };
+    let ids: Vec<String> = last.tool_calls.iter().map(|c| c.id.clone()).collect();
+    messages.extend(ids.iter().map(|id| Message::tool_result(id, INTERRUPTED_CALL.to_string())));
 }
 
 /// Stores the transcript; a failure is logged, not fatal (the task can still finish).

@@ -354,3 +354,26 @@ fn on_postgres(url: &str, sql: &str) {
         client.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e:?}"));
     });
 }
+
+/// Removes a sandbox scope's containers and volumes when dropped.
+pub struct ScopeCleanup(pub String);
+
+impl Drop for ScopeCleanup {
+    fn drop(&mut self) {
+        let filter = format!("label=warden.scope={}", self.0);
+        let docker = |args: &[&str]| {
+            let out = std::process::Command::new("docker").args(args).output();
+            out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+        };
+        let ids = docker(&["ps", "-aq", "--filter", &filter]);
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        if !ids.is_empty() {
+            docker(&[&["rm", "-f"][..], &ids].concat());
+        }
+        let vols = docker(&["volume", "ls", "-q", "--filter", &filter]);
+        let vols: Vec<&str> = vols.split_whitespace().collect();
+        if !vols.is_empty() {
+            docker(&[&["volume", "rm", "-f"][..], &vols].concat());
+        }
+    }
+}

@@ -692,26 +692,3 @@ fn a_session_keeps_its_container_on_its_docker_host_across_replicas() {
     assert_eq!(hosts(ports[0]), placed, "a session moved or got a second container");
     drop(servers);
 }
-
-/// Removes a sandbox scope's containers and volumes when dropped.
-struct ScopeCleanup(String);
-
-impl Drop for ScopeCleanup {
-    fn drop(&mut self) {
-        let filter = format!("label=warden.scope={}", self.0);
-        let docker = |args: &[&str]| {
-            let out = std::process::Command::new("docker").args(args).output();
-            out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
-        };
-        let ids = docker(&["ps", "-aq", "--filter", &filter]);
-        let ids: Vec<&str> = ids.split_whitespace().collect();
-        if !ids.is_empty() {
-            docker(&[&["rm", "-f"][..], &ids].concat());
-        }
-        let vols = docker(&["volume", "ls", "-q", "--filter", &filter]);
-        let vols: Vec<&str> = vols.split_whitespace().collect();
-        if !vols.is_empty() {
-            docker(&[&["volume", "rm", "-f"][..], &vols].concat());
-        }
-    }
-}

@@ -1,13 +1,15 @@
 //! `warden serve`: the real binary serving the HTTP API over a real task store. The
 //! host is killed with SIGKILL mid-task and restarted on the same store, once on the
-//! embedded file and once on PostgreSQL (`store.url`).
+//! embedded file and once on PostgreSQL (`store.url`). A Claude subagent killed that way
+//! mid-conversation is resumed after the restart (and, on PostgreSQL, on another replica):
+//! its conversation goes on in its session, with the files written before.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Deployment, Server, bin, http, json_of};
+use crate::common::{Deployment, ScopeCleanup, Server, TestDatabase, bin, bundled_plugin, http, json_of};
 
 const CONFIG: &str = "  limit_overrides:\n    hostile: { timeout: 10m }\n  grants:\n    echo: { log: true, events: true, state: true }\nsubagents:\n  agent_dirs: []\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"hostile://hostile\", kind: HOSTILE }\nstore:\n  path: ./state/tasks.db\n";
 
@@ -18,7 +20,7 @@ fn kill_9_mid_task_then_restart_keeps_results_and_fails_the_interrupted_task() {
 
 #[test]
 fn kill_9_then_restart_on_a_postgres_store() {
-    let db = crate::common::TestDatabase::create();
+    let db = TestDatabase::create();
     let config = CONFIG.replace("store:\n  path: ./state/tasks.db\n", &format!("store:\n  url: {}\n", db.url));
     let d = Deployment::new(&config);
     kill_9_then_restart(&d);
@@ -109,6 +111,145 @@ fn kill_9_then_restart(d: &Deployment) {
     assert_eq!(r["output"], "after the restart");
     let log = std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap();
     assert!(log.contains("host restarted") || log.contains("marked failed"), "{log}");
+}
+
+/// Writes the notes the resumed conversation reads back; resumed itself after the restart.
+const WRITER: &str = "---\nname: writer\ndescription: Writes notes\ntools: Read, Write\nmodel: writer/scripted\n---\nYou write notes.\n";
+const WRITER_SCRIPT: &str = r#"
+- tool_calls: [{ name: Write, arguments: { file_path: "notes.txt", content: "kept-in-the-sandbox\n" } }]
+- expect: { last_user_contains: "write the notes" }
+  text: "notes written"
+- expect: { last_user_contains: "one more thing", system_contains: "You write notes." }
+  text: "still on the notes"
+"#;
+/// Asks for a Bash call a person must approve and is killed while it waits; resumed, it
+/// learns the call was interrupted (the user prompt and the system prompt of the first
+/// task are in the request: turn 2 of the script needs its first turn in the request too)
+/// and reads the writer's file from the session.
+const WAITER: &str = "---\nname: waiter\ndescription: Waits for the build\ntools: Read, Bash\nmodel: waiter/scripted\n---\nYou wait for builds.\n";
+const WAITER_SCRIPT: &str = r#"
+- tool_calls: [{ name: Bash, arguments: { command: "make build" } }]
+  expect: { last_user_contains: "wait for the build" }
+- expect: { last_user_contains: "carry on", last_tool_result_contains: "the task ended while this call ran", system_contains: "You wait for builds." }
+  tool_calls: [{ name: Read, arguments: { file_path: "notes.txt" } }]
+- expect: { last_tool_result_contains: "kept-in-the-sandbox" }
+  text: "resumed: found the notes"
+"#;
+
+/// A deployment of the two Claude agents above on `store` (a `store:` body), sandbox
+/// scope `scope`: Read and Write are allowed, Bash waits for a person.
+fn resume_deployment(store: &str, scope: &str) -> Deployment {
+    let d = Deployment::new(&format!(
+        "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
+         subagents:\n  agent_dirs: [./agents]\n\
+         models:\n  default: writer/scripted\n  providers:\n    writer: {{ type: scripted, script: ./writer.yaml }}\n    \
+         waiter: {{ type: scripted, script: ./waiter.yaml }}\n\
+         sandbox:\n  scope: {scope}\n\
+         approval:\n  default: deny\n  allow: [Read, Write]\n  ask: [Bash]\n  timeout: 10m\n\
+         store:\n{store}"
+    ));
+    let root = d.dir.path();
+    std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
+    std::fs::create_dir_all(root.join("agents")).unwrap();
+    for (name, agent, script) in [("writer", WRITER, WRITER_SCRIPT), ("waiter", WAITER, WAITER_SCRIPT)] {
+        std::fs::write(root.join(format!("agents/{name}.md")), agent).unwrap();
+        std::fs::write(root.join(format!("{name}.yaml")), script).unwrap();
+    }
+    d
+}
+
+/// A sandbox scope of the test's own (hosts of one scope adopt each other's containers).
+fn scope() -> String {
+    format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// The conversations before the kill, on the server at `port`: the writer's task
+/// completed (its file in the session), the waiter's task in the same session waiting
+/// for the approval of its Bash call. Returns (session, writer task, waiter task).
+fn start_conversations(port: u16) -> (String, String, String) {
+    let task = |sub: &str, prompt: &str| json!({ "description": "resume", "prompt": prompt, "subagent_type": sub });
+    let (status, writer) = json_of(port, "POST", "/v1/tasks", Some(&task("writer", "write the notes")));
+    assert_eq!((status, writer["status"].as_str(), writer["output"].as_str()), (200, Some("completed"), Some("notes written")), "{writer}");
+    let session = writer["session_id"].as_str().unwrap().to_owned();
+    let mut waiting = task("waiter", "wait for the build");
+    waiting["session_id"] = session.clone().into();
+    waiting["run_in_background"] = true.into();
+    let (status, waiter) = json_of(port, "POST", "/v1/tasks", Some(&waiting));
+    assert_eq!(status, 202, "{waiter}");
+    let waiter = waiter["task_id"].as_str().unwrap().to_owned();
+    // Waiting at the gate: the turn that asked is in the task store (kept before its calls run).
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, pending) = json_of(port, "GET", "/v1/approvals", None);
+        if pending["approvals"].as_array().unwrap().iter().any(|a| a["task_id"] == waiter.as_str()) {
+            break;
+        }
+        assert!(Instant::now() < until, "the waiter never asked: {pending}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (session, writer["task_id"].as_str().unwrap().to_owned(), waiter)
+}
+
+/// After the kill, on the server at `port`: the waiter resumed without a session goes on
+/// in the session of the task it continues (the writer's file is there); another session
+/// is refused; the completed writer task resumes too.
+fn continue_conversations(port: u16, session: &str, writer: &str, waiter: &str) {
+    let resume = |sub: &str, id: &str, prompt: &str| {
+        json!({ "description": "resume", "prompt": prompt, "subagent_type": sub, "resume": id })
+    };
+    let mut elsewhere = resume("waiter", waiter, "carry on");
+    elsewhere["session_id"] = "sess-elsewhere".into();
+    let (status, refused) = json_of(port, "POST", "/v1/tasks", Some(&elsewhere));
+    assert_eq!((status, refused["error"]["code"].as_str()), (400, Some("invalid_field")), "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("invalid session_id") && message.contains(session), "{message}");
+
+    let (status, r) = json_of(port, "POST", "/v1/tasks", Some(&resume("waiter", waiter, "carry on")));
+    assert_eq!(
+        (status, r["status"].as_str(), r["output"].as_str(), r["session_id"].as_str()),
+        (200, Some("completed"), Some("resumed: found the notes"), Some(session)),
+        "{r}"
+    );
+    let (status, r) = json_of(port, "POST", "/v1/tasks", Some(&resume("writer", writer, "one more thing")));
+    assert_eq!(
+        (status, r["status"].as_str(), r["output"].as_str(), r["session_id"].as_str()),
+        (200, Some("completed"), Some("still on the notes"), Some(session)),
+        "{r}"
+    );
+}
+
+/// Done when (issue 20): a subagent resumed after `kill -9` of `warden serve` continues
+/// its conversation, in its session, on the embedded store.
+#[test]
+fn a_subagent_resumed_after_kill_9_continues_its_conversation_in_its_session() {
+    let scope = scope();
+    let _cleanup = ScopeCleanup(scope.clone());
+    let d = resume_deployment("  path: ./state/tasks.db\n", &scope);
+    let mut server = Server::start(&d);
+    let (session, writer, waiter) = start_conversations(server.port);
+    server.child.kill().unwrap(); // SIGKILL while the waiter waits for its approval
+    server.child.wait().unwrap();
+
+    let server = Server::start(&d);
+    let (_, r) = json_of(server.port, "GET", &format!("/v1/tasks/{waiter}?block=false"), None);
+    assert_eq!((r["status"].as_str(), r["error"].as_str()), (Some("failed"), Some("host restarted")), "{r}");
+    continue_conversations(server.port, &session, &writer, &waiter);
+}
+
+/// Replicas on PostgreSQL: the replica that ran the conversations is killed; another one
+/// resumes them from the transcripts in the database, in the same session.
+#[test]
+fn a_subagent_killed_on_one_replica_is_resumed_on_another() {
+    let db = TestDatabase::create();
+    let scope = scope();
+    let _cleanup = ScopeCleanup(scope.clone());
+    let d = resume_deployment(&format!("  url: {}\n", db.url), &scope);
+    let mut first = Server::start_replica(&d, "r1");
+    let second = Server::start_replica(&d, "r2");
+    let (session, writer, waiter) = start_conversations(first.port);
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    continue_conversations(second.port, &session, &writer, &waiter);
 }
 
 #[test]

@@ -16,6 +16,8 @@ pub struct FakeHost {
     pub batches: Vec<Vec<ToolCall>>,
     /// Answers one tool call; the default echoes `<name> ok`.
     pub tool_fn: Box<dyn FnMut(&ToolCall) -> ToolResult>,
+    /// When set, every tool batch fails with it (a task that dies during its calls).
+    pub tools_fail: Option<Error>,
     pub state: HashMap<String, Vec<u8>>,
     pub state_fails: bool,
     pub events: Vec<(String, String)>,
@@ -55,6 +57,7 @@ impl FakeHost {
             list_calls: 0,
             batches: Vec::new(),
             tool_fn: Box::new(|c| ToolResult { id: c.id.clone(), content: format!("{} ok", c.name), is_error: false }),
+            tools_fail: None,
             state: HashMap::new(),
             state_fails: false,
             events: Vec::new(),
@@ -86,6 +89,9 @@ impl Host for FakeHost {
 
     fn call_tools(&mut self, calls: &[ToolCall]) -> Result<Vec<ToolResult>, Error> {
         self.batches.push(calls.to_vec());
+        if let Some(e) = &self.tools_fail {
+            return Err(e.clone());
+        }
         Ok(calls.iter().map(|c| (self.tool_fn)(c)).collect())
     }
 

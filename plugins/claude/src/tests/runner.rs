@@ -6,7 +6,7 @@ use super::fake::{FakeHost, call, spec, text, tool_calls};
 use crate::agent::parse_agent;
 use warden_guest::{Error, Message, ToolResult};
 
-use crate::runner::{AgentInput, TaskInput, Transcript, run, transcript_key};
+use crate::runner::{AgentInput, INTERRUPTED_CALL, TaskInput, Transcript, run, transcript_key};
 
 const AGENT_URI: &str = "/agents/.claude/agents/helper.md";
 
@@ -261,6 +261,32 @@ fn resume_continues_a_stored_transcript() {
     other.resume = Some("t1".into());
     let other_agent = AgentInput { name: "someone-else".into(), ..helper() };
     assert!(matches!(run(&mut host, &other, &other_agent), Err(Error::InvalidInput(_))));
+}
+
+/// A task that dies while its tool calls run (here the batch fails; in life the host is
+/// killed or the task canceled) has its transcript stored with the calls it asked for; a
+/// resumed task gets them answered as interrupted and goes on from there.
+#[test]
+fn a_task_that_died_during_its_tool_calls_resumes_with_them_answered() {
+    let mut host = FakeHost::new(vec![
+        tool_calls("Sleeping.", vec![call("c1", "Bash", r#"{"command":"sleep 600"}"#), call("c2", "Glob", "{}")]),
+        text("picked up again"),
+    ]);
+    host.tools_fail = Some(Error::Unavailable("the host went away".into()));
+    assert!(run(&mut host, &task("t1", "wait for it"), &helper()).is_err());
+    let stored = transcript(&host, "t1");
+    assert_eq!((stored.status.as_str(), stored.turns), ("running", 1));
+    assert_eq!(stored.messages.last().unwrap().tool_calls.len(), 2, "the calls of the interrupted turn are kept");
+
+    host.tools_fail = None;
+    let resumed = TaskInput { resume: Some("t1".into()), ..task("t2", "carry on") };
+    assert_eq!(run(&mut host, &resumed, &helper()).unwrap(), "picked up again");
+    let messages = &host.requests[1].messages;
+    let tail: Vec<_> = messages[2..].iter().map(|m| (m.role.as_str(), m.tool_call_id.as_deref())).collect();
+    assert_eq!(tail, [("assistant", None), ("tool", Some("c1")), ("tool", Some("c2")), ("user", None)]);
+    assert_eq!(messages[3].content, INTERRUPTED_CALL);
+    assert_eq!(messages[5].content, "carry on");
+    assert_eq!(host.batches.len(), 1, "the interrupted calls are not run again by themselves");
 }
 
 #[test]
