@@ -47,19 +47,21 @@ const TOUCHER_SCRIPT: &str = r##"
 "##;
 
 /// The deployment the replicas share: the hostile plugin as subagent `sleeper`, the
-/// toucher agent, a sandbox scope of its own and the database.
-fn cluster_deployment(db: &TestDatabase) -> Deployment {
+/// toucher agent, a sandbox scope of its own and the database; with the guard that removes
+/// the scope's containers and volumes (drop it after the replicas: each leaves its
+/// sessions to the others when it stops, so the last one leaves them behind).
+fn cluster_deployment(db: &TestDatabase) -> (Deployment, ScopeCleanup) {
+    let scope = format!("rep{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let d = Deployment::new(&format!(
         "  limit_overrides:\n    hostile: {{ timeout: 10m }}\n\
          \x20 grants:\n    hostile: {{ events: true }}\n    \
          claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
          subagents:\n  agent_dirs: [./agents]\n  references:\n    - {{ uri: \"hostile://sleeper\", kind: HOSTILE }}\n\
          models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
-         sandbox:\n  scope: rep{}\n\
+         sandbox:\n  scope: {scope}\n\
          approval:\n  default: deny\n  allow: [Read, \"Bash(echo *)\"]\n  ask: [\"Bash(touch *)\"]\n  timeout: 5m\n\
          server:\n  max_concurrent_tasks: {SLOTS_PER_REPLICA}\n  max_queued_tasks: 1000\n  task_lease: {}s\n\
          store:\n  url: {}\n",
-        &uuid::Uuid::new_v4().simple().to_string()[..12],
         LEASE.as_secs(),
         db.url
     ));
@@ -69,7 +71,7 @@ fn cluster_deployment(db: &TestDatabase) -> Deployment {
     std::fs::create_dir_all(root.join("agents")).unwrap();
     std::fs::write(root.join("agents/toucher.md"), TOUCHER).unwrap();
     std::fs::write(root.join("main.yaml"), TOUCHER_SCRIPT).unwrap();
-    d
+    (d, ScopeCleanup(scope))
 }
 
 /// The replica ids `r1`, `r2`, ...
@@ -163,7 +165,7 @@ fn runner(record: &Value) -> usize {
 #[test]
 fn three_replicas_share_the_queue_stream_approve_cancel_and_survive_a_kill_9() {
     let db = TestDatabase::create();
-    let d = cluster_deployment(&db);
+    let (d, _cleanup) = cluster_deployment(&db);
     let mut servers: Vec<Option<Server>> =
         (0..REPLICAS).map(|i| Some(Server::start_replica(&d, &replica_id(i)))).collect();
     let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
