@@ -8,7 +8,7 @@
 //! gets that session; a different `session_id` is refused (a conversation moved to another
 //! sandbox would refer to files that are not there).
 
-use super::{DEFAULT_USER, Engine, SubmitError, Submission};
+use super::{DEFAULT_USER, Engine, Submission, SubmitError};
 
 impl Engine {
     /// The session `sub` must run in because it resumes a task (`None` without `resume`).

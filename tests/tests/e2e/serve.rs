@@ -114,7 +114,8 @@ fn kill_9_then_restart(d: &Deployment) {
 }
 
 /// Writes the notes the resumed conversation reads back; resumed itself after the restart.
-const WRITER: &str = "---\nname: writer\ndescription: Writes notes\ntools: Read, Write\nmodel: writer/scripted\n---\nYou write notes.\n";
+const WRITER: &str =
+    "---\nname: writer\ndescription: Writes notes\ntools: Read, Write\nmodel: writer/scripted\n---\nYou write notes.\n";
 const WRITER_SCRIPT: &str = r#"
 - tool_calls: [{ name: Write, arguments: { file_path: "notes.txt", content: "kept-in-the-sandbox\n" } }]
 - expect: { last_user_contains: "write the notes" }
@@ -169,7 +170,11 @@ fn scope() -> String {
 fn start_conversations(port: u16) -> (String, String, String) {
     let task = |sub: &str, prompt: &str| json!({ "description": "resume", "prompt": prompt, "subagent_type": sub });
     let (status, writer) = json_of(port, "POST", "/v1/tasks", Some(&task("writer", "write the notes")));
-    assert_eq!((status, writer["status"].as_str(), writer["output"].as_str()), (200, Some("completed"), Some("notes written")), "{writer}");
+    assert_eq!(
+        (status, writer["status"].as_str(), writer["output"].as_str()),
+        (200, Some("completed"), Some("notes written")),
+        "{writer}"
+    );
     let session = writer["session_id"].as_str().unwrap().to_owned();
     let mut waiting = task("waiter", "wait for the build");
     waiting["session_id"] = session.clone().into();
@@ -194,9 +199,7 @@ fn start_conversations(port: u16) -> (String, String, String) {
 /// in the session of the task it continues (the writer's file is there); another session
 /// is refused; the completed writer task resumes too.
 fn continue_conversations(port: u16, session: &str, writer: &str, waiter: &str) {
-    let resume = |sub: &str, id: &str, prompt: &str| {
-        json!({ "description": "resume", "prompt": prompt, "subagent_type": sub, "resume": id })
-    };
+    let resume = |sub: &str, id: &str, prompt: &str| json!({ "description": "resume", "prompt": prompt, "subagent_type": sub, "resume": id });
     let mut elsewhere = resume("waiter", waiter, "carry on");
     elsewhere["session_id"] = "sess-elsewhere".into();
     let (status, refused) = json_of(port, "POST", "/v1/tasks", Some(&elsewhere));
