@@ -18,6 +18,10 @@ use warden_guest::ToolSpec;
 /// The tool that starts subagents, under its current and its older name.
 pub const NESTING_TOOLS: &[&str] = &["Task", "Agent"];
 
+/// The name the host offers the nesting tool under (a session tool called `Task` is
+/// never passed on).
+pub const HOST_NESTING_TOOL: &str = "Agent";
+
 /// Whether `name` is the nesting tool under either name.
 pub fn is_nesting_tool(name: &str) -> bool {
     NESTING_TOOLS.contains(&name)
@@ -49,7 +53,7 @@ pub fn select(available: Vec<ToolSpec>, allow: Option<&[String]>, deny: &[String
             if name == "*" {
                 names.push("*");
             } else if is_nesting_tool(name) {
-                match available.iter().find(|t| is_nesting_tool(&t.name)) {
+                match available.iter().find(|t| t.name == HOST_NESTING_TOOL) {
                     Some(tool) => names.push(tool.name.as_str()),
                     None => warnings.push(format!(
                         "tool `{entry}` ignored: the host does not let this task start subagents (the operator's `subagents.max_depth` is reached)"
@@ -83,7 +87,7 @@ pub fn select(available: Vec<ToolSpec>, allow: Option<&[String]>, deny: &[String
         .into_iter()
         .filter(|t| match &allowed {
             None => !is_nesting_tool(&t.name),
-            Some(names) if is_nesting_tool(&t.name) => names.contains(&t.name),
+            Some(names) if is_nesting_tool(&t.name) => t.name == HOST_NESTING_TOOL && names.contains(&t.name),
             Some(names) => names.iter().any(|n| n == "*" || *n == t.name),
         })
         .filter(|t| !denied.iter().any(|d| *d == t.name || (is_nesting_tool(d) && is_nesting_tool(&t.name))))

@@ -186,7 +186,7 @@ fn tools_and_disallowed_tools_filter_what_the_model_sees() {
     assert_eq!(host.tool_names_offered(0), ["Read", "Grep"]);
     let warnings = host.warnings();
     assert!(warnings.iter().any(|w| w.contains("WebSearch")), "{warnings:?}");
-    assert!(warnings.iter().any(|w| w.contains("no nesting")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("`Task` ignored") && w.contains("subagents.max_depth")), "{warnings:?}");
 
     let mut host = FakeHost::new(vec![text("a")]);
     run(&mut host, &task("t1", "go"), &agent_from("tools: []\n", "body")).unwrap();
