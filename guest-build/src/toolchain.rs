@@ -117,8 +117,12 @@ impl WasmToolchain {
             }
         };
         // Guest crates are standalone (`[workspace]`); run from their directory so only
-        // their own `.cargo/config.toml` (and their parents') applies.
-        cmd.current_dir(crate_dir);
+        // their own `.cargo/config.toml` (and their parents') applies. A compiler wrapper
+        // for the caller's own workspace (`cargo clippy`, or `cargo xtask test`, which lints
+        // with clippy-driver as `RUSTC_WORKSPACE_WRAPPER`) belongs to the caller's
+        // toolchain, not to this one: inherited, it would compile the guest with another
+        // toolchain's sysroot.
+        cmd.current_dir(crate_dir).env_remove("RUSTC_WORKSPACE_WRAPPER").env_remove("CLIPPY_ARGS");
         if let Some(dir) = build.target_dir {
             cmd.env("CARGO_TARGET_DIR", dir);
         }
