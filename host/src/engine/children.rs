@@ -89,23 +89,16 @@ impl Engine {
         let now = now_ms();
         let redactor = crate::redact::registry().session(&parent.user_id, &parent.session_id);
         let mut record = TaskRecord {
-            task_id: crate::task::new_task_id(),
-            status: TaskState::Submitted,
-            subagent_type: call.subagent_type.clone(),
             description: redactor.scrub(&call.description).into_owned(),
-            session_id: parent.session_id.clone(),
-            user_id: parent.user_id.clone(),
-            principal: parent_live.record().principal,
-            background: false,
-            output: None,
-            error: None,
-            finish_reason: None,
-            created_at_ms: now,
-            updated_at_ms: now,
-            finished_at_ms: None,
-            plugin: None,
-            replica: None,
             parent_task_id: Some(parent.task_id.clone()),
+            ..TaskRecord::submitted(
+                crate::task::new_task_id(),
+                &call,
+                parent.session_id.clone(),
+                parent.user_id.clone(),
+                parent_live.record().principal,
+                now,
+            )
         };
         let task_id = record.task_id.clone();
         if let Some(replica) = &self.replica {

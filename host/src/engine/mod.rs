@@ -537,25 +537,14 @@ impl Engine {
         }
         let task_id = task::new_task_id();
         let now = now_ms();
-        let record = TaskRecord {
-            task_id: task_id.clone(),
-            status: TaskState::Submitted,
-            subagent_type: sub.call.subagent_type.clone(),
-            description: sub.call.description.clone(),
-            session_id: sub.session_id.clone().unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4())),
-            user_id: sub.user_id.clone().unwrap_or_else(|| DEFAULT_USER.into()),
-            principal: sub.principal.clone(),
-            background: sub.call.run_in_background,
-            output: None,
-            error: None,
-            finish_reason: None,
-            created_at_ms: now,
-            updated_at_ms: now,
-            finished_at_ms: None,
-            plugin: None,
-            replica: None,
-            parent_task_id: None,
-        };
+        let record = TaskRecord::submitted(
+            task_id.clone(),
+            &sub.call,
+            sub.session_id.clone().unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4())),
+            sub.user_id.clone().unwrap_or_else(|| DEFAULT_USER.into()),
+            sub.principal.clone(),
+            now,
+        );
         // The session remembers the task's secrets before anything of the task is kept.
         let secrets: Vec<&str> = sub.tool_context.values().map(String::as_str).collect();
         if let Err(e) = crate::redact::registry().remember(&record.user_id, &record.session_id, &secrets) {

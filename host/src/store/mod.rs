@@ -95,6 +95,36 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
+    /// A new task's first record (`submitted`, as of `now`) for `call`.
+    pub fn submitted(
+        task_id: String,
+        call: &crate::plugin::TaskCall,
+        session_id: String,
+        user_id: String,
+        principal: Option<String>,
+        now: u64,
+    ) -> TaskRecord {
+        TaskRecord {
+            task_id,
+            status: TaskState::Submitted,
+            subagent_type: call.subagent_type.clone(),
+            description: call.description.clone(),
+            session_id,
+            user_id,
+            principal,
+            background: call.run_in_background,
+            output: None,
+            error: None,
+            finish_reason: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+            finished_at_ms: None,
+            plugin: None,
+            replica: None,
+            parent_task_id: None,
+        }
+    }
+
     /// Whether the task has ended (it will not change again).
     pub fn is_finished(&self) -> bool {
         self.finished_at_ms.is_some()
