@@ -499,7 +499,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Sen
 /// `/`, `?` or `@` in the password, a percent-encoded `password` parameter). Built from
 /// the parsed configuration, never from the text, so what the driver takes as the
 /// password is what is left out. A file path is returned as is; text the driver cannot
-/// parse is never printed.
+/// parse is never printed. A URL with a password and more than one `@` is not printed
+/// either: the driver ends the password at the first `@`, so a raw `@` in the password
+/// (`postgres://u:p@ss/w@host/db`) would put the rest of it into the host, the database
+/// name or the parameters (regression: `ss` and `w@host/db` were printed).
 pub fn redact_url(url: &str) -> String {
     if !url.contains("://") && !url.contains('=') && !url.contains('@') {
         return url.to_owned();
@@ -508,6 +511,9 @@ pub fn redact_url(url: &str) -> String {
     let Ok(c) = url.parse::<tokio_postgres::Config>() else {
         return UNREADABLE.into();
     };
+    if c.get_password().is_some() && url.contains("://") && url.matches('@').count() > 1 {
+        return UNREADABLE.into();
+    }
     // A raw `@` in a password makes the driver read the rest as the host name: a host
     // name with characters no host name has is not printed either.
     let plain_host = |h: &str| h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-_:[]%".contains(&b));
@@ -562,7 +568,37 @@ mod tests {
         assert_eq!(redact_url("./state.db"), "./state.db");
     }
 
+    #[test]
+    fn regression_a_raw_at_sign_in_a_password_printed_the_rest_of_it() {
+        for url in [
+            "postgres://u:p@ss/w@host/db",
+            "postgresql://u:p@ss/w@host/",
+            "postgres://u:p@ss?user=w@host/db",
+            "https://u:p@ss/w@host/",
+        ] {
+            let shown = redact_url(url);
+            assert_eq!(shown, "(a PostgreSQL connection string warden cannot read)", "{url}");
+        }
+    }
+
     proptest::proptest! {
+        /// A raw password of any characters (`@`, `/`, `?`, `:`...) in a URL: what is
+        /// printed is either the URL as meant, password hidden, or nothing of it at all —
+        /// never a piece of the password as a host, database or user.
+        #[test]
+        fn no_part_of_a_raw_password_is_printed(
+            pw in "[A-Za-z0-9/?#@:&=+.!$*,;-]{1,24}",
+            scheme in proptest::sample::select(vec!["postgres", "postgresql", "https"]),
+        ) {
+            let url = format!("{scheme}://warden:{pw}@db/warden");
+            let shown = redact_url(&url);
+            let unreadable = "(a PostgreSQL connection string warden cannot read)";
+            proptest::prop_assert!(
+                shown == unreadable || shown == "postgres://warden:***@db:5432/warden",
+                "{url} -> {shown}"
+            );
+        }
+
         /// Whatever the password's characters, the named store never contains it.
         #[test]
         fn no_password_survives(pw in "[A-Za-z0-9/?#@:&=+%.!$*-]{6,24}") {
