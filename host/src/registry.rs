@@ -593,6 +593,9 @@ impl Registry {
         let mut problems = vec![];
         let references = self.references(&mut problems);
         next.problems.extend(problems);
+        // Every source that defines each name: a name defined twice is nobody's (no
+        // order — of `references`, of files, of directories — decides which one runs).
+        let mut defined_by: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for reference in references {
             let ids = next.kinds.get(&reference.kind).cloned().unwrap_or_default();
             if ids.is_empty() {
@@ -652,14 +655,10 @@ impl Registry {
                             continue;
                         }
                     };
-                    if let Some(existing) = next.definitions.get(&def.name) {
-                        next.problems.push(RegistryProblem::warning(
-                            reference.uri.clone(),
-                            format!(
-                                "duplicate subagent name {:?}: already defined by {}; this one is ignored",
-                                def.name, existing.source
-                            ),
-                        ));
+                    let sources = defined_by.entry(def.name.clone()).or_default();
+                    sources.push(reference.uri.clone());
+                    if sources.len() > 1 {
+                        next.definitions.remove(&def.name);
                         continue;
                     }
                     let background = match runs_in_background(&reference.metadata, &def) {
@@ -686,6 +685,14 @@ impl Registry {
                     );
                 }
             }
+        }
+        for (name, sources) in defined_by.into_iter().filter(|(_, s)| s.len() > 1) {
+            let message = format!(
+                "duplicate subagent name {name:?}, defined by {}: none of them is registered until one name is changed",
+                sources.join(", ")
+            );
+            tracing::error!("{message}");
+            next.problems.extend(sources.into_iter().map(|source| RegistryProblem::error(source, message.clone())));
         }
     }
 }

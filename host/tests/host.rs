@@ -688,12 +688,24 @@ mod registry {
     }
 
     #[tokio::test(flavor = "multi_thread")]
-    async fn duplicate_names_keep_the_first_and_are_reported() {
-        let yaml = "subagents:\n  references:\n    - { uri: \"echo://a/same\", kind: ECHO }\n    - { uri: \"echo://b/same\", kind: ECHO }\n";
+    async fn regression_a_duplicate_name_ran_whichever_definition_came_first() {
+        // Two references share a name (as two agent files may, in one agent_dirs entry or
+        // across them: the same path): which one runs is not left to order; neither is
+        // registered and each source is an error (`warden config check` exits 2).
+        let yaml = "subagents:\n  references:\n    - { uri: \"echo://a/same\", kind: ECHO }\n    - { uri: \"echo://b/same\", kind: ECHO }\n    - { uri: \"echo://c/other\", kind: ECHO }\n";
         let f = fixture(yaml, &[("echo", "echo")]).await;
         let snap = f.registry.snapshot();
-        assert_eq!(snap.definitions["same"].source, "echo://a/same");
-        assert!(snap.problems.iter().any(|p| p.source == "echo://b/same" && p.message.contains("duplicate")));
+        assert!(!snap.definitions.contains_key("same"), "an ambiguous name is refused");
+        assert!(snap.definitions.contains_key("other"), "other names are not affected");
+        for source in ["echo://a/same", "echo://b/same"] {
+            assert!(
+                snap.errors().iter().any(|p| p.source == source
+                    && p.message.contains("duplicate subagent name")
+                    && p.message.contains("echo://a/same, echo://b/same")),
+                "{source}: {:?}",
+                snap.problems
+            );
+        }
     }
 
     #[tokio::test(flavor = "multi_thread")]
