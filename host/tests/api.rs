@@ -1166,6 +1166,13 @@ server:
         }
         let r = api.get_as("root", "/v1/tasks?limit=1").await;
         assert_eq!(r.body["tasks"].as_array().unwrap().len(), 1, "{}", r.text);
+        // Pages go on after the previous page's last task; a made-up cursor is refused.
+        if let Some(next) = r.body["next_cursor"].as_str() {
+            let more = api.get_as("root", &format!("/v1/tasks?limit=1&cursor={next}")).await;
+            assert_ne!(more.body["tasks"][0]["task_id"], r.body["tasks"][0]["task_id"], "{}", more.text);
+        }
+        let r = api.get_as("alice", "/v1/tasks?cursor=nope").await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (400, Some("invalid_cursor")), "{}", r.text);
         let r = api.post_as("alice", &format!("/v1/approvals/{id}"), json!({ "decision": "approve" })).await;
         assert_eq!(r.status, 200, "{}", r.text);
         let rec = api.get_as("alice", &format!("/v1/tasks/{task}?timeout=30000")).await;

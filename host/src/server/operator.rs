@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use super::{ApiError, AppState, Principal, task_json};
 
-/// Most tasks `GET /v1/tasks` lists (the newest first).
-pub const MAX_LISTED_TASKS: usize = 500;
+/// Most tasks one page of `GET /v1/tasks` lists (the newest first).
+pub const MAX_LISTED_TASKS: usize = crate::store::MAX_TASK_PAGE;
 /// Most bytes of the audit log's tail `GET /v1/audit` reads (a long log is never read whole).
 pub const MAX_AUDIT_TAIL_BYTES: u64 = 4 * 1024 * 1024;
 /// Most audit lines `GET /v1/audit` returns (the newest first).
@@ -61,9 +61,13 @@ fn require_admin(who: &Principal) -> Result<(), ApiError> {
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     limit: Option<usize>,
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
 }
 
-/// `GET /v1/tasks`: the tasks `who` may see, newest first, live ones as they are now.
+/// `GET /v1/tasks`: the tasks `who` may see, newest first, live ones as they are now, a
+/// page at a time (`next_cursor` continues after the page's last task). A user's listing
+/// asks the store for that user's tasks alone; only an admin's spans every user.
 pub(super) async fn list_tasks(
     State(s): State<AppState>,
     Extension(who): Extension<Principal>,
@@ -71,17 +75,28 @@ pub(super) async fn list_tasks(
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = q?;
     let limit = q.limit.unwrap_or(MAX_LISTED_TASKS).min(MAX_LISTED_TASKS);
-    let mut records: Vec<_> = s.engine.store().tasks().await?.into_iter().filter(|r| who.owns(&r.user_id)).collect();
-    records.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.task_id.cmp(&a.task_id)));
-    records.truncate(limit);
-    let tasks: Vec<Value> = records
+    let before = match q.cursor.as_deref() {
+        None => crate::store::TaskCursor::START,
+        Some(token) => crate::store::TaskCursor::from_token(token).ok_or_else(|| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "`cursor` is not a next_cursor of this listing")
+        })?,
+    };
+    let user_id = if who.is_admin() { None } else { Some(who.default_user.clone()) };
+    let store = s.engine.store();
+    if let Err(e) = store.flush().await {
+        tracing::warn!(error = %e, "store flush before a task listing failed");
+    }
+    let page = store.list_tasks(&crate::store::TaskQuery { user_id, before, limit }).await?;
+    let tasks: Vec<Value> = page
+        .tasks
         .into_iter()
+        .filter(|r| who.owns(&r.user_id))
         .map(|r| match s.engine.live(&r.task_id) {
             Some(live) => task_json(&live.record()),
             None => task_json(&r),
         })
         .collect();
-    Ok(Json(json!({ "tasks": tasks })))
+    Ok(Json(json!({ "tasks": tasks, "next_cursor": page.next.map(|c| c.token()) })))
 }
 
 fn ms(t: SystemTime) -> u64 {

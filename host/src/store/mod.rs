@@ -131,6 +131,74 @@ impl TaskRecord {
     }
 }
 
+/// Most tasks one page of a task listing holds ([`Store::list_tasks`]).
+pub const MAX_TASK_PAGE: usize = 500;
+
+/// Where a page of a task listing ended: the `(created_at_ms, task_id)` of its last task.
+/// Listings are newest first, so the next page holds the tasks strictly before it in that
+/// order — a keyset, not an offset: a page costs the same however deep it is, and tasks
+/// submitted meanwhile neither repeat nor push others off a page.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TaskCursor {
+    pub created_at_ms: u64,
+    pub task_id: String,
+}
+
+impl TaskCursor {
+    /// Before every task (the first page). `created_at_ms` is milliseconds since 1970:
+    /// none is near the maximum.
+    pub const START: TaskCursor = TaskCursor { created_at_ms: i64::MAX as u64, task_id: String::new() };
+
+    /// The cursor as an opaque token (`<created>.<task id>`).
+    pub fn token(&self) -> String {
+        format!("{}.{}", self.created_at_ms, self.task_id)
+    }
+
+    /// A token read back; `None` for text no listing gave out.
+    pub fn from_token(token: &str) -> Option<TaskCursor> {
+        let (created, id) = token.split_once('.')?;
+        let created_at_ms: u64 = created.parse().ok()?;
+        (created_at_ms <= i64::MAX as u64 && !id.is_empty() && id.len() <= MAX_TASK_ID_BYTES)
+            .then(|| TaskCursor { created_at_ms, task_id: id.to_owned() })
+    }
+
+    fn of(rec: &TaskRecord) -> TaskCursor {
+        TaskCursor { created_at_ms: rec.created_at_ms, task_id: rec.task_id.clone() }
+    }
+}
+
+/// Longest task id a cursor token may carry (ids warden makes are far shorter).
+const MAX_TASK_ID_BYTES: usize = 256;
+
+/// One page of a task listing: whose tasks, where the previous page ended, how many.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskQuery {
+    /// Only this user's tasks; `None` for every user's (an admin's listing). A tenant's
+    /// listing always names its user: the store never hands it another user's task.
+    pub user_id: Option<String>,
+    /// The previous page's cursor; [`TaskCursor::START`] for the first page.
+    pub before: TaskCursor,
+    /// At most this many tasks (capped at [`MAX_TASK_PAGE`]).
+    pub limit: usize,
+}
+
+/// A page of tasks, newest first, and the cursor of the next page when there may be one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskPage {
+    pub tasks: Vec<TaskRecord>,
+    pub next: Option<TaskCursor>,
+}
+
+impl TaskPage {
+    /// The page of `tasks` (read newest first, one more than `limit` when more follow).
+    fn of(mut tasks: Vec<TaskRecord>, limit: usize) -> TaskPage {
+        let more = tasks.len() > limit;
+        tasks.truncate(limit);
+        let next = if more { tasks.last().map(TaskCursor::of) } else { None };
+        TaskPage { tasks, next }
+    }
+}
+
 /// One queued write.
 // Writes travel boxed (`Msg::Write(Box<Write>)`), so the largest variant's size costs nothing.
 #[allow(clippy::large_enum_variant)]
@@ -357,6 +425,26 @@ impl Store {
             }
             Backend::Postgres(b) => b.tasks().await,
         }
+        .map_err(|e| self.err(e))
+    }
+
+    /// One page of a task listing ([`TaskQuery`]), newest first (`created_at_ms`, then
+    /// `task_id`, descending), read through an index: the cost of a page does not grow
+    /// with the number of tasks stored or with how deep the page is.
+    pub async fn list_tasks(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
+        let limit = query.limit.min(MAX_TASK_PAGE);
+        let user = query.user_id.clone();
+        let before = query.before.clone();
+        // One more than the page, to know whether another page follows.
+        let read = limit + 1;
+        match &self.inner.backend {
+            Backend::Redb(b) => {
+                let b = b.clone();
+                blocking(move || b.list_tasks(user.as_deref(), &before, read)).await
+            }
+            Backend::Postgres(b) => b.list_tasks(user.as_deref(), &before, read).await,
+        }
+        .map(|tasks| TaskPage::of(tasks, limit))
         .map_err(|e| self.err(e))
     }
 

@@ -37,6 +37,7 @@ use super::{Msg, TaskRecord, Write};
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "tasks", include_str!("../../migrations/0001_tasks.sql")),
     (2, "replicas", include_str!("../../migrations/0002_replicas.sql")),
+    (3, "task_listing", include_str!("../../migrations/0003_task_listing.sql")),
 ];
 
 /// The advisory lock key under which migrations run, so two hosts opening one new
@@ -217,6 +218,40 @@ impl PgBackend {
     pub(super) async fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
         let rows =
             self.read(|c| async move { c.query("SELECT record::text FROM tasks ORDER BY task_id", &[]).await }).await?;
+        Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
+    }
+
+    /// Up to `limit` tasks before `before`, newest first (of `user` alone, or everyone's),
+    /// through the indexes of migration 0003.
+    pub(super) async fn list_tasks(
+        &self,
+        user: Option<&str>,
+        before: &super::TaskCursor,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, String> {
+        const KEYSET: &str = "(created_at_ms, task_id COLLATE \"C\") < ($1, $2 COLLATE \"C\")";
+        const ORDER: &str = "ORDER BY created_at_ms DESC, task_id COLLATE \"C\" DESC LIMIT $3";
+        let created = i64::try_from(before.created_at_ms).unwrap_or(i64::MAX);
+        let id = before.task_id.as_str();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match user {
+            Some(user) => {
+                let sql = format!("SELECT record::text FROM tasks WHERE user_id = $4 AND {KEYSET} {ORDER}");
+                self.read(|c| {
+                    let sql = sql.clone();
+                    async move { c.query(&sql, &[&created, &id, &limit, &user]).await }
+                })
+                .await?
+            }
+            None => {
+                let sql = format!("SELECT record::text FROM tasks WHERE {KEYSET} {ORDER}");
+                self.read(|c| {
+                    let sql = sql.clone();
+                    async move { c.query(&sql, &[&created, &id, &limit]).await }
+                })
+                .await?
+            }
+        };
         Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
     }
 

@@ -22,6 +22,10 @@ use super::{Msg, TaskRecord, Write};
 const TASKS: TableDefinition<&str, &[u8]> = TableDefinition::new("tasks");
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
 const STATE: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugin_state");
+/// Task listings (every user's): `(created_at_ms, task_id)`, kept with [`TASKS`].
+const TASKS_BY_CREATED: TableDefinition<(u64, &str), ()> = TableDefinition::new("tasks_by_created");
+/// A user's task listing: `(user_id, created_at_ms, task_id)`, kept with [`TASKS`].
+const TASKS_BY_USER: TableDefinition<(&str, u64, &str), ()> = TableDefinition::new("tasks_by_user");
 
 /// The open file. Cheap to clone (scans run on a blocking thread with their own clone).
 #[derive(Clone)]
@@ -53,6 +57,7 @@ impl RedbBackend {
             w.open_table(TASKS).map_err(|e| e.to_string())?;
             w.open_table(EVENTS).map_err(|e| e.to_string())?;
             w.open_table(STATE).map_err(|e| e.to_string())?;
+            index_tasks(&w).map_err(|e| e.to_string())?;
             w.commit().map_err(|e| e.to_string())?;
         }
         let db = Arc::new(db);
@@ -101,6 +106,40 @@ impl RedbBackend {
         Ok(out)
     }
 
+    /// Up to `limit` tasks before `before`, newest first (of `user` alone, or everyone's).
+    pub(super) fn list_tasks(
+        &self,
+        user: Option<&str>,
+        before: &super::TaskCursor,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, String> {
+        let r = self.db.begin_read().map_err(|e| e.to_string())?;
+        let tasks = r.open_table(TASKS).map_err(|e| e.to_string())?;
+        let (c, id) = (before.created_at_ms, before.task_id.as_str());
+        let ids: Vec<String> = match user {
+            Some(u) => {
+                let t = r.open_table(TASKS_BY_USER).map_err(|e| e.to_string())?;
+                let range = t.range((u, 0u64, "")..(u, c, id)).map_err(|e| e.to_string())?;
+                range.rev().take(limit).map(|k| k.map(|(k, _)| k.value().2.to_owned())).collect::<Result<_, _>>()
+            }
+            None => {
+                let t = r.open_table(TASKS_BY_CREATED).map_err(|e| e.to_string())?;
+                let range = t.range(..(c, id)).map_err(|e| e.to_string())?;
+                range.rev().take(limit).map(|k| k.map(|(k, _)| k.value().1.to_owned())).collect::<Result<_, _>>()
+            }
+        }
+        .map_err(|e: ::redb::StorageError| e.to_string())?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(v) = tasks.get(id.as_str()).map_err(|e| e.to_string())?
+                && let Ok(rec) = serde_json::from_slice(v.value())
+            {
+                out.push(rec);
+            }
+        }
+        Ok(out)
+    }
+
     pub(super) fn event_count(&self) -> Result<u64, String> {
         let r = self.db.begin_read().map_err(|e| e.to_string())?;
         let t = r.open_table(EVENTS).map_err(|e| e.to_string())?;
@@ -109,12 +148,8 @@ impl RedbBackend {
 
     /// Deletes tasks finished before `cutoff` (ms) and their events, in one transaction.
     pub(super) fn purge_finished_before(&self, cutoff: u64) -> Result<usize, String> {
-        let old: Vec<String> = self
-            .tasks()?
-            .into_iter()
-            .filter(|r| r.finished_at_ms.is_some_and(|f| f < cutoff))
-            .map(|r| r.task_id)
-            .collect();
+        let old: Vec<TaskRecord> =
+            self.tasks()?.into_iter().filter(|r| r.finished_at_ms.is_some_and(|f| f < cutoff)).collect();
         if old.is_empty() {
             return Ok(0);
         }
@@ -122,8 +157,13 @@ impl RedbBackend {
         {
             let mut tasks = w.open_table(TASKS).map_err(|e| e.to_string())?;
             let mut events = w.open_table(EVENTS).map_err(|e| e.to_string())?;
-            for id in &old {
+            let mut by_created = w.open_table(TASKS_BY_CREATED).map_err(|e| e.to_string())?;
+            let mut by_user = w.open_table(TASKS_BY_USER).map_err(|e| e.to_string())?;
+            for rec in &old {
+                let id = &rec.task_id;
                 tasks.remove(id.as_str()).map_err(|e| e.to_string())?;
+                by_created.remove((rec.created_at_ms, id.as_str())).map_err(|e| e.to_string())?;
+                by_user.remove((rec.user_id.as_str(), rec.created_at_ms, id.as_str())).map_err(|e| e.to_string())?;
                 events
                     .retain_in((id.as_str(), 0u64)..=(id.as_str(), u64::MAX), |_, _| false)
                     .map_err(|e| e.to_string())?;
@@ -226,11 +266,17 @@ fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<::redb::Error>> {
         let mut tasks = w.open_table(TASKS).map_err(::redb::Error::from)?;
         let mut events = w.open_table(EVENTS).map_err(::redb::Error::from)?;
         let mut state = w.open_table(STATE).map_err(::redb::Error::from)?;
+        let mut by_created = w.open_table(TASKS_BY_CREATED).map_err(::redb::Error::from)?;
+        let mut by_user = w.open_table(TASKS_BY_USER).map_err(::redb::Error::from)?;
         for write in super::writes(batch) {
             match write {
                 Write::Task(rec) => {
                     let bytes = serde_json::to_vec(rec).expect("a task record always serialises");
-                    tasks.insert(rec.task_id.as_str(), bytes.as_slice()).map_err(::redb::Error::from)?;
+                    let id = rec.task_id.as_str();
+                    tasks.insert(id, bytes.as_slice()).map_err(::redb::Error::from)?;
+                    // A task's creation time and user never change: re-inserting is a no-op.
+                    by_created.insert((rec.created_at_ms, id), ()).map_err(::redb::Error::from)?;
+                    by_user.insert((rec.user_id.as_str(), rec.created_at_ms, id), ()).map_err(::redb::Error::from)?;
                 }
                 Write::Event { task_id, seq, event } => {
                     let bytes = serde_json::to_vec(event).expect("JSON always serialises");
@@ -251,5 +297,27 @@ fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<::redb::Error>> {
         }
     }
     w.commit().map_err(::redb::Error::from)?;
+    Ok(())
+}
+
+/// The listing indexes, built from [`TASKS`] when they do not cover it: a file written
+/// before they existed (the embedded store's counterpart of migration `0003`), once.
+fn index_tasks(w: &::redb::WriteTransaction) -> Result<(), Box<::redb::Error>> {
+    let tasks = w.open_table(TASKS).map_err(::redb::Error::from)?;
+    let mut by_created = w.open_table(TASKS_BY_CREATED).map_err(::redb::Error::from)?;
+    let mut by_user = w.open_table(TASKS_BY_USER).map_err(::redb::Error::from)?;
+    let held = tasks.len().map_err(::redb::Error::from)?;
+    if by_created.len().map_err(::redb::Error::from)? == held && by_user.len().map_err(::redb::Error::from)? == held {
+        return Ok(());
+    }
+    by_created.retain(|_, _| false).map_err(::redb::Error::from)?;
+    by_user.retain(|_, _| false).map_err(::redb::Error::from)?;
+    for item in tasks.iter().map_err(::redb::Error::from)? {
+        let (k, v) = item.map_err(::redb::Error::from)?;
+        if let Ok(rec) = serde_json::from_slice::<TaskRecord>(v.value()) {
+            by_created.insert((rec.created_at_ms, k.value()), ()).map_err(::redb::Error::from)?;
+            by_user.insert((rec.user_id.as_str(), rec.created_at_ms, k.value()), ()).map_err(::redb::Error::from)?;
+        }
+    }
     Ok(())
 }

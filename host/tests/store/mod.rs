@@ -91,6 +91,7 @@ on_both_backends!(
     a_reopened_store_keeps_everything,
     a_state_put_is_committed_within_the_plugin_budget,
     a_state_store_on_a_task_store_is_durable_and_budgeted,
+    regression_task_listings_are_keyset_pages_of_one_tenant,
 );
 
 /// PostgreSQL only (a file has no connection to lose): the server ending the store's
@@ -173,7 +174,7 @@ async fn postgres_refuses_a_database_from_a_newer_warden() {
         .await
         .unwrap();
     let e = Store::connect(&db.url).await.unwrap_err().to_string();
-    assert!(e.contains("schema version 999, newer than this warden knows (2)"), "{e}");
+    assert!(e.contains("schema version 999, newer than this warden knows (3)"), "{e}");
     assert!(e.starts_with(&format!("task store {}", db.url)), "the error names the database: {e}");
     drop(client);
     b.finish().await;
@@ -503,4 +504,75 @@ async fn postgres_plugin_state_is_the_same_on_every_replica() {
     assert!(matches!(replica_b.get("claude", "transcript/t1").await, Err(StateError::Store(_))));
     assert!(matches!(a.set("claude", "k", b"v".to_vec(), &budgets).await, Err(StateError::Store(_))));
     b.finish().await;
+}
+
+/// Regression: listings read every task and paged by offset. Pages now follow a keyset
+/// cursor on (created, id) through an index: newest first, no task twice or skipped even
+/// as tasks arrive between pages or are purged, and a tenant's pages hold only its tasks.
+async fn regression_task_listings_are_keyset_pages_of_one_tenant(b: &Backend) {
+    use warden::store::{TaskCursor, TaskQuery, TaskRecord};
+    let store = b.open().await;
+    let mut all: Vec<TaskRecord> = Vec::new();
+    // Three users; creation times repeat (ties are ordered by id), ids sort apart from time.
+    for i in 0..37u64 {
+        let mut rec = record(&format!("task_{:02}", (i * 7) % 37), TaskState::Completed, Some(5));
+        rec.user_id = ["u", "v", "w"][(i % 3) as usize].into();
+        rec.created_at_ms = 1000 + (i % 11);
+        store.write(Write::Task(rec.clone()));
+        all.push(rec);
+    }
+    store.flush().await.unwrap();
+    let newest_first = |user: Option<&str>| {
+        let mut want: Vec<(u64, String)> = all
+            .iter()
+            .filter(|r| user.is_none_or(|u| r.user_id == u))
+            .map(|r| (r.created_at_ms, r.task_id.clone()))
+            .collect();
+        want.sort();
+        want.reverse();
+        want
+    };
+    for user in [Some("u"), Some("v"), None] {
+        for limit in [1, 4, 50] {
+            let (mut got, mut before, mut pages) = (Vec::new(), TaskCursor::START, 0);
+            loop {
+                let q = TaskQuery { user_id: user.map(str::to_owned), before: before.clone(), limit };
+                let page = store.list_tasks(&q).await.unwrap();
+                assert!(page.tasks.len() <= limit);
+                assert!(page.tasks.iter().all(|r| user.is_none_or(|u| r.user_id == u)), "another tenant's task");
+                got.extend(page.tasks.iter().map(|r| (r.created_at_ms, r.task_id.clone())));
+                pages += 1;
+                assert!(pages < 100, "the listing does not end");
+                match page.next {
+                    Some(next) => {
+                        assert_eq!(TaskCursor::from_token(&next.token()), Some(next.clone()));
+                        before = next;
+                    }
+                    None => break,
+                }
+            }
+            assert_eq!(got, newest_first(user), "{user:?} by {limit}");
+        }
+    }
+    // A task submitted between two pages is not on the later ones; nothing repeats.
+    let q = TaskQuery { user_id: Some("u".into()), before: TaskCursor::START, limit: 3 };
+    let first = store.list_tasks(&q).await.unwrap();
+    let mut newer = record("task_zz_new", TaskState::Working, None);
+    newer.user_id = "u".into();
+    newer.created_at_ms = 2000;
+    store.write(Write::Task(newer));
+    store.flush().await.unwrap();
+    let q = TaskQuery { user_id: Some("u".into()), before: first.next.unwrap(), limit: 500 };
+    let rest = store.list_tasks(&q).await.unwrap();
+    assert_eq!(first.tasks.len() + rest.tasks.len(), newest_first(Some("u")).len());
+    assert!(rest.tasks.iter().all(|r| r.task_id != "task_zz_new" && !first.tasks.contains(r)));
+    // Purged tasks leave the listing, and a reopened store lists the same.
+    assert!(store.purge(Duration::from_secs(0)).await.unwrap() > 0);
+    let q = TaskQuery { user_id: None, before: TaskCursor::START, limit: 500 };
+    let left = store.list_tasks(&q).await.unwrap();
+    assert_eq!(left.tasks.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(), ["task_zz_new"]);
+    drop(store);
+    let store = b.open().await;
+    assert_eq!(store.list_tasks(&q).await.unwrap(), left);
+    assert_eq!(TaskCursor::from_token("nope"), None);
 }
