@@ -39,6 +39,8 @@ impl Host {
     /// is not (sandbox tools then fail with that reason).
     pub async fn start(config: Config) -> anyhow::Result<Host> {
         let config = Arc::new(config);
+        // Before anything can log, emit or answer: the host's own credentials are secrets.
+        register_host_credentials(&config, redact::registry(), |name| std::env::var(name).ok());
         let roots = config.subagents.agent_dirs.iter().map(|d| config.path(d)).collect();
 
         let policy = warden_approval::Policy::from_config(config.approval.clone())
@@ -106,5 +108,87 @@ impl Host {
     /// The sandbox, or why it is unavailable (no Docker engine reachable, bad settings).
     pub fn sandbox(&self) -> Result<&Arc<warden_sandbox::Sandbox>, &str> {
         self.tools.sandbox()
+    }
+}
+
+/// Registers the values of the credentials the host holds ([`Config::credential_envs`],
+/// read with `env`) with `registry`'s scrubber ([`redact::SecretRegistry::remember_host`]):
+/// scrubbed from every session's events, outputs and tool results and from every log.
+/// A variable that is unset is skipped (the component that needs it reports that); one
+/// that cannot be registered is logged by its configuration key, never its value.
+pub fn register_host_credentials(
+    config: &Config,
+    registry: &redact::SecretRegistry,
+    env: impl Fn(&str) -> Option<String>,
+) {
+    for (key, var) in config.credential_envs() {
+        let Some(value) = env(&var).filter(|v| !v.is_empty()) else { continue };
+        // Also the value as read after trimming (model keys are trimmed before use).
+        let values = [value.as_str(), value.trim()];
+        if let Err(e) = registry.remember_host(&values) {
+            tracing::error!(key, variable = %var, error = %e, "a host credential cannot be registered for scrubbing");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regression_host_credentials_were_not_scrubbed_from_events_and_logs() {
+        let yaml = "
+mcp_servers:
+  remote: { url: \"https://mcp.example.com/mcp\", auth_env: MCP_TOKEN }
+plugins:
+  grants:
+    p: { http: [\"https://api.example.com\"], secrets: { key: { env: PARTNER_KEY, origins: [\"https://api.example.com\"] } } }
+";
+        let mut config = Config::from_yaml(yaml, std::path::Path::new("w.yaml")).unwrap();
+        // Set after loading: loading would read the keys (and fail where they are unset).
+        let provider = |kind, api_key_env| warden_models::ProviderConfig {
+            kind,
+            base_url: None,
+            api_key_env,
+            script: None,
+            timeout: None,
+        };
+        use warden_models::{ApiKeyEnv, ProviderKind};
+        config.models.providers = [
+            ("claude".to_string(), provider(ProviderKind::Anthropic, ApiKeyEnv::Unset)),
+            ("keyless".to_string(), provider(ProviderKind::Openai, ApiKeyEnv::Unset)),
+            ("local".to_string(), provider(ProviderKind::Openai, ApiKeyEnv::Var("LOCAL_KEY".into()))),
+            ("off".to_string(), provider(ProviderKind::Anthropic, ApiKeyEnv::None)),
+        ]
+        .into();
+        let keys: Vec<String> = config.credential_envs().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "mcp_servers.remote.auth_env",
+                "plugins.grants.p.secrets.key.env",
+                "models.providers.claude.api_key_env",
+                "models.providers.local.api_key_env",
+            ]
+        );
+        let env = |name: &str| {
+            Some(
+                match name {
+                    "MCP_TOKEN" => "mcp-bearer-token-1",
+                    "PARTNER_KEY" => "partner-secret-2",
+                    "ANTHROPIC_API_KEY" => "sk-ant-default-3",
+                    "LOCAL_KEY" => " local-key-4\n",
+                    _ => return None,
+                }
+                .to_owned(),
+            )
+        };
+        let registry = redact::SecretRegistry::default();
+        register_host_credentials(&config, &registry, env);
+        let line = "mcp-bearer-token-1 partner-secret-2 sk-ant-default-3 local-key-4";
+        let want = "[redacted] [redacted] [redacted] [redacted]";
+        assert_eq!(registry.all().scrub(line), want, "logs");
+        assert_eq!(registry.session("u", "s").scrub(line), want, "events and outputs of any session");
+        assert_eq!(registry.host().scrub(line), want, "tool results");
     }
 }

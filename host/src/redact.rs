@@ -205,6 +205,11 @@ impl Redactor {
         r
     }
 
+    /// The secrets held (to seed another redactor with them).
+    fn secrets(&self) -> Vec<String> {
+        self.secrets.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
+    }
+
     /// Number of secrets held.
     pub fn len(&self) -> usize {
         self.secrets.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -226,6 +231,12 @@ impl Redactor {
     /// Adds `secrets` (those of at least [`MIN_SECRET_BYTES`]); at most `cap` secrets in
     /// all. Returns the bytes of the secrets that were new.
     fn add(&self, secrets: &[&str], cap: usize) -> Result<usize, SecretError> {
+        self.add_counting(secrets, cap, 0)
+    }
+
+    /// [`Redactor::add`] where `exempt` of the held secrets do not count against `cap`
+    /// (a session's copy of the host's own secrets).
+    fn add_counting(&self, secrets: &[&str], cap: usize, exempt: usize) -> Result<usize, SecretError> {
         let mut held = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
         let new: BTreeSet<String> = secrets
             .iter()
@@ -235,7 +246,7 @@ impl Redactor {
         if new.is_empty() {
             return Ok(0);
         }
-        if held.len() + new.len() > cap {
+        if held.len().saturating_sub(exempt) + new.len() > cap {
             return Err(SecretError::SessionFull);
         }
         let mut all = held.clone();
@@ -349,10 +360,12 @@ impl StreamScrubber {
 /// Every secret this process was given, per session and in one union.
 #[derive(Default)]
 pub struct SecretRegistry {
+    /// Each session's redactor: its own secrets and the host's.
     sessions: Mutex<HashMap<(String, String), Arc<Redactor>>>,
-    /// Secrets of the host itself, not of any session (the egress proxy's credentials):
-    /// scrubbed from every session's tool output.
-    host: Redactor,
+    /// Secrets of the host itself, not of any session (the credentials it holds: egress
+    /// proxy credentials, MCP server tokens, plugin-granted secrets, model API keys):
+    /// scrubbed from every session's events, outputs and tool results, and from logs.
+    host: Arc<Redactor>,
     all: Redactor,
     total_bytes: Mutex<usize>,
 }
@@ -390,16 +403,26 @@ impl SecretRegistry {
         if values.iter().all(|v| v.len() < MIN_SECRET_BYTES) {
             return Ok(());
         }
+        let host = self.host.secrets();
         let session = self
             .sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry((user_id.to_owned(), session_id.to_owned()))
-            .or_default()
+            .or_insert_with(|| Arc::new(Redactor::with_secrets(host.iter().map(String::as_str))))
             .clone();
-        session.add(values, MAX_SESSION_SECRETS)?;
+        session.add_counting(values, MAX_SESSION_SECRETS, host.len())?;
         *total += self.all.add(values, usize::MAX)?;
         Ok(())
+    }
+
+    /// Whether the session `(user_id, session_id)` was given secrets of its own (a task
+    /// of it must run where they are held).
+    pub fn has_session_secrets(&self, user_id: &str, session_id: &str) -> bool {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&(user_id.to_owned(), session_id.to_owned()))
     }
 
     /// Remembers `values` as secrets of the host itself (e.g. `sandbox.egress.credentials`):
@@ -409,6 +432,9 @@ impl SecretRegistry {
         Self::check(values.iter().copied())?;
         let mut total = self.total_bytes.lock().unwrap_or_else(|p| p.into_inner());
         self.host.add(values, usize::MAX)?;
+        for session in self.sessions.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            session.add(values, usize::MAX)?;
+        }
         *total += self.all.add(values, usize::MAX)?;
         Ok(())
     }
@@ -418,16 +444,16 @@ impl SecretRegistry {
         &self.host
     }
 
-    /// The session's redactor as it is now (an empty one if the session was never
-    /// given a secret). Look it up again for later text: it grows.
+    /// The session's redactor as it is now: the session's secrets and the host's (only
+    /// the host's if the session was never given a secret). Look it up again for later
+    /// text: it grows.
     pub fn session(&self, user_id: &str, session_id: &str) -> Arc<Redactor> {
-        static EMPTY: OnceLock<Arc<Redactor>> = OnceLock::new();
         self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&(user_id.to_owned(), session_id.to_owned()))
             .cloned()
-            .unwrap_or_else(|| EMPTY.get_or_init(Default::default).clone())
+            .unwrap_or_else(|| self.host.clone())
     }
 
     /// The union of every secret of every session (logs, audit log, error messages).
@@ -532,7 +558,18 @@ mod tests {
         reg.remember_host(&["egress-credential-value"]).unwrap();
         assert_eq!(reg.host().scrub("echo: egress-credential-value"), "echo: [redacted]");
         assert_eq!(reg.all().scrub("log egress-credential-value"), "log [redacted]");
-        assert!(reg.session("u", "s").is_empty(), "not a session's secret");
+        assert!(!reg.has_session_secrets("u", "s"), "not a session's secret");
+        // Every session's events and outputs are scrubbed of it, sessions started before
+        // and after it was registered, and it never counts against a session's limit.
+        reg.remember("u", "before", &["session-secret-1"]).unwrap();
+        reg.remember_host(&["model-api-key-value"]).unwrap();
+        reg.remember("u", "after", &["session-secret-2"]).unwrap();
+        for s in ["before", "after", "none"] {
+            let r = reg.session("u", s);
+            assert_eq!(r.scrub("egress-credential-value model-api-key-value"), "[redacted] [redacted]", "{s}");
+        }
+        assert_eq!(reg.session("u", "before").scrub("session-secret-2"), "session-secret-2");
+        assert!(reg.has_session_secrets("u", "after"));
         assert!(reg.remember_host(&[&"x".repeat(MAX_SECRET_BYTES + 1)]).is_err());
     }
 

@@ -148,6 +148,20 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// The environment variable the provider's API key is read from: `api_key_env`, else
+    /// the type's default (`ANTHROPIC_API_KEY` for `anthropic`; none for `openai`, whose
+    /// local servers often need no key); none for `api_key_env: null` and for `scripted`.
+    /// The one place this is decided: the provider reads its key from it, and the host
+    /// registers the value with its scrubber.
+    pub fn key_env(&self) -> Option<&str> {
+        match (&self.kind, &self.api_key_env) {
+            (ProviderKind::Scripted, _) | (_, ApiKeyEnv::None) => None,
+            (_, ApiKeyEnv::Var(v)) => Some(v.as_str()),
+            (ProviderKind::Anthropic, ApiKeyEnv::Unset) => Some(crate::anthropic::DEFAULT_ANTHROPIC_KEY_ENV),
+            (ProviderKind::Openai, ApiKeyEnv::Unset) => None,
+        }
+    }
+
     /// Parse one provider entry (as the host holds it, untyped) with errors naming `key`.
     pub fn from_yaml(key: &str, value: serde_yaml::Value) -> Result<Self, ModelError> {
         serde_yaml::from_value(value).map_err(|e| ModelError::Config(format!("models.providers.{key}: {e}")))

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::anthropic::{AnthropicOptions, AnthropicProvider, DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_KEY_ENV};
-use crate::config::{ApiKeyEnv, ModelsConfig, ProviderConfig, ProviderKind};
+use crate::anthropic::{AnthropicOptions, AnthropicProvider, DEFAULT_ANTHROPIC_BASE_URL};
+use crate::config::{ModelsConfig, ProviderConfig, ProviderKind};
 use crate::openai::{DEFAULT_OPENAI_BASE_URL, OpenAiOptions, OpenAiProvider};
 use crate::scripted::ScriptedProvider;
 use crate::{DEFAULT_REQUEST_TIMEOUT, ModelError, Provider};
@@ -51,19 +51,12 @@ pub fn build_provider(key: &str, cfg: &ProviderConfig, base_dir: &Path) -> Resul
     let timeout = cfg.timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT);
     Ok(match cfg.kind {
         ProviderKind::Openai => {
-            let api_key_env = match &cfg.api_key_env {
-                ApiKeyEnv::Var(v) => Some(v.clone()),
-                ApiKeyEnv::Unset | ApiKeyEnv::None => None,
-            };
+            let api_key_env = cfg.key_env().map(str::to_owned);
             let base_url = cfg.base_url.clone().unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.into());
             Arc::new(OpenAiProvider::new(OpenAiOptions { name: key.into(), base_url, api_key_env, timeout })?)
         }
         ProviderKind::Anthropic => {
-            let api_key_env = match &cfg.api_key_env {
-                ApiKeyEnv::Var(v) => Some(v.clone()),
-                ApiKeyEnv::Unset => Some(DEFAULT_ANTHROPIC_KEY_ENV.into()),
-                ApiKeyEnv::None => None,
-            };
+            let api_key_env = cfg.key_env().map(str::to_owned);
             let base_url = cfg.base_url.clone().unwrap_or_else(|| DEFAULT_ANTHROPIC_BASE_URL.into());
             Arc::new(AnthropicProvider::new(AnthropicOptions { name: key.into(), base_url, api_key_env, timeout })?)
         }

@@ -802,6 +802,27 @@ impl Config {
         Ok(())
     }
 
+    /// Every environment variable holding a credential the host itself uses, with the
+    /// configuration key that names it: MCP servers' `auth_env`, plugin-granted secrets'
+    /// `env`, model providers' API keys ([`warden_models::ProviderConfig::key_env`]). Their
+    /// values are registered with the scrubber at start ([`crate::app`]), so they never
+    /// appear in events, outputs or logs. (`sandbox.egress` credentials are registered by
+    /// the tool host, with the header values they are sent as.)
+    pub fn credential_envs(&self) -> Vec<(String, String)> {
+        let mcp = self
+            .mcp_servers
+            .iter()
+            .filter_map(|(name, s)| s.auth_env.as_ref().map(|v| (format!("mcp_servers.{name}.auth_env"), v.clone())));
+        let grants = self.plugins.grants.iter().flat_map(|(id, g)| {
+            g.secrets.iter().map(move |(name, s)| (format!("plugins.grants.{id}.secrets.{name}.env"), s.env.clone()))
+        });
+        let models =
+            self.models.providers.iter().filter_map(|(key, p)| {
+                p.key_env().map(|v| (format!("models.providers.{key}.api_key_env"), v.to_owned()))
+            });
+        mcp.chain(grants).chain(models).collect()
+    }
+
     /// Resolves a configured path against the config file's directory.
     pub fn path(&self, p: &Path) -> PathBuf {
         if p.is_absolute() { p.to_owned() } else { self.base_dir.join(p) }

@@ -521,7 +521,7 @@ impl Engine {
         // whose caller answers its approvals on this connection.
         let session_has_secrets = match (&sub.user_id, &sub.session_id) {
             (user, Some(session)) => {
-                !crate::redact::registry().session(user.as_deref().unwrap_or(DEFAULT_USER), session).is_empty()
+                crate::redact::registry().has_session_secrets(user.as_deref().unwrap_or(DEFAULT_USER), session)
             }
             _ => false,
         };
