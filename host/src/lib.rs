@@ -14,7 +14,7 @@
 //! - [`config`] (warden.yaml, plain validated data);
 //! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`event`]
 //!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task), [`store`], [`redact`], [`builtin`], [`text`],
-//!   [`bounded_read`].
+//!   [`bounded_read`], [`http_client`] (the one hardened outbound HTTP client builder).
 //!
 //! This file only declares modules and re-exports; it holds nothing other modules import.
 
@@ -26,6 +26,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod event;
+pub mod http_client;
 pub mod mcp_tools;
 pub mod nesting;
 pub mod oci;

@@ -156,8 +156,14 @@ impl Matcher {
     }
 
     /// Where streamed `text` may be cut: everything before can be emitted (scrubbed)
-    /// now, the rest must wait for more text.
-    fn stream_cut(&self, text: &[u8]) -> usize {
+    /// now, the rest must wait for more text. The cut is moved back to the nearest
+    /// position `boundary` accepts (a character boundary of text; any byte of a body).
+    fn stream_cut(&self, text: &[u8], boundary: impl Fn(usize) -> bool) -> usize {
+        let cut = self.raw_stream_cut(text);
+        (0..=cut).rev().find(|&i| boundary(i)).unwrap_or(0)
+    }
+
+    fn raw_stream_cut(&self, text: &[u8]) -> usize {
         let Some(ac) = &self.ac else { return text.len() };
         let mut cut = self.hold_from(text, 0);
         // A complete secret straddling the cut is emitted whole.
@@ -337,9 +343,8 @@ impl StreamScrubber {
     pub fn push(&mut self, redactor: &Redactor, chunk: &str) -> String {
         self.held.push_str(chunk);
         let m = redactor.matcher();
-        let cut = m.stream_cut(self.held.as_bytes());
         // Cuts fall where a pattern starts or a match ends: character boundaries.
-        let cut = (0..=cut).rev().find(|&i| self.held.is_char_boundary(i)).unwrap_or(0);
+        let cut = m.stream_cut(self.held.as_bytes(), |i| self.held.is_char_boundary(i));
         let rest = self.held.split_off(cut);
         let ready = std::mem::replace(&mut self.held, rest);
         scrub_str(&m, &ready).unwrap_or(ready)
@@ -349,6 +354,41 @@ impl StreamScrubber {
     pub fn finish(&mut self, redactor: &Redactor) -> String {
         let rest = std::mem::take(&mut self.held);
         redactor.scrub(&rest).into_owned()
+    }
+
+    /// Bytes held back right now.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+}
+
+/// [`StreamScrubber`] over bytes: an HTTP response body a plugin reads in chunks, with
+/// the value of the secret injected into its request ([`Redactor::with_secrets`]). A
+/// secret split over chunks is caught; at most (longest form − 1) bytes are held back.
+#[derive(Debug, Default)]
+pub struct ByteStreamScrubber {
+    held: Vec<u8>,
+}
+
+impl ByteStreamScrubber {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `chunk`; returns the scrubbed bytes that are safe to deliver now (maybe none).
+    pub fn push(&mut self, redactor: &Redactor, chunk: &[u8]) -> Vec<u8> {
+        self.held.extend_from_slice(chunk);
+        let m = redactor.matcher();
+        let cut = m.stream_cut(&self.held, |_| true);
+        let rest = self.held.split_off(cut);
+        let ready = std::mem::replace(&mut self.held, rest);
+        m.scrub(&ready).into_owned()
+    }
+
+    /// The held tail, scrubbed; the body is over.
+    pub fn finish(&mut self, redactor: &Redactor) -> Vec<u8> {
+        let rest = std::mem::take(&mut self.held);
+        redactor.scrub_bytes(&rest).into_owned()
     }
 
     /// Bytes held back right now.
@@ -645,6 +685,38 @@ mod tests {
                 // Non-secret text is preserved: removing the markers gives the plain parts back.
                 prop_assert_eq!(out.replace(REDACTED, ""), expected_plain.clone());
             }
+        }
+
+        /// An HTTP body in arbitrary byte chunks (a chunk may end inside a character):
+        /// the secret never arrives whole, everything else arrives unchanged.
+        #[test]
+        fn regression_a_secret_split_over_body_chunks_is_caught(
+            secret in secret(),
+            parts in prop::collection::vec((plain(), any::<bool>()), 1..8),
+            cuts in prop::collection::vec(any::<usize>(), 0..40),
+        ) {
+            let r = Redactor::with_secrets([secret.as_str()]);
+            let (mut body, mut expected_plain) = (Vec::new(), Vec::new());
+            for (p, with_secret) in &parts {
+                body.extend_from_slice(p.as_bytes());
+                expected_plain.extend_from_slice(p.as_bytes());
+                if *with_secret {
+                    body.extend_from_slice(secret.as_bytes());
+                }
+            }
+            let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).chain([0, body.len()]).collect();
+            bounds.sort_unstable();
+            bounds.dedup();
+            let mut s = ByteStreamScrubber::new();
+            let mut out = Vec::new();
+            for w in bounds.windows(2) {
+                out.extend(s.push(&r, &body[w[0]..w[1]]));
+                prop_assert!(s.held() < r.longest().max(1));
+            }
+            out.extend(s.finish(&r));
+            let text = String::from_utf8(out).expect("cuts inside a character are joined again");
+            prop_assert!(!text.contains(secret.as_str()), "{text:?}");
+            prop_assert_eq!(text.replace(REDACTED, "").into_bytes(), expected_plain);
         }
 
         #[test]

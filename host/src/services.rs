@@ -6,11 +6,10 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use std::net::SocketAddr;
 
-use crate::capability::Grants;
+use crate::capability::{Grants, Reach};
 use crate::config::Budgets;
 
 /// Largest HTTP request body a plugin may send.
@@ -19,9 +18,6 @@ pub const MAX_HTTP_REQUEST_BODY: usize = 8 * 1024 * 1024;
 pub const MAX_HTTP_RESPONSE_BODY: u64 = 16 * 1024 * 1024;
 /// Redirects followed per request; each hop is re-checked against the allow-list.
 pub const MAX_HTTP_REDIRECTS: usize = 5;
-/// Connection timeout for outbound HTTP: a peer that does not accept within this
-/// is down, whatever the call's deadline.
-pub const HTTP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Headers one outbound request may carry: far above what any API needs, far below
 /// the 32,768 entries at which the `http` crate's header map panics.
 pub const MAX_HTTP_HEADERS: usize = 100;
@@ -58,24 +54,26 @@ pub const MAX_NAME_BYTES: usize = 1024;
 
 pub use crate::plugin_state::{StateBudgetExceeded, StateError, StateStore};
 
-/// DNS for one plugin's HTTP client: resolves the name, then keeps only the addresses
-/// the plugin's grant allows ([`Grants::check_address`]: no loopback, private or
-/// link-local address unless the allow-list names it). The client connects only to the
-/// addresses returned here, so the checked address is the one connected to.
+/// DNS for one plugin's HTTP client of one [`Reach`]: resolves the name, then keeps only
+/// the addresses the reach allows ([`Grants::check_address`]: no loopback, private or
+/// link-local address unless the allow-list entry allowing the URL names it). The client
+/// connects only to the addresses returned here, so the checked address is the one
+/// connected to.
 struct CheckedResolver {
     grants: Arc<Grants>,
+    reach: Reach,
 }
 
 impl reqwest::dns::Resolve for CheckedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let grants = self.grants.clone();
+        let (grants, reach) = (self.grants.clone(), self.reach);
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let mut refused = None;
             let allowed: Vec<SocketAddr> = found
                 .into_iter()
-                .filter(|a| match grants.check_address(&host, a.ip()) {
+                .filter(|a| match grants.check_address(reach, &host, a.ip()) {
                     Ok(()) => true,
                     Err(e) => {
                         refused = Some(e);
@@ -95,24 +93,34 @@ impl reqwest::dns::Resolve for CheckedResolver {
     }
 }
 
-/// The outbound HTTP client settings every plugin client shares: no automatic redirects
-/// (the `http` capability follows them by hand, checking each hop), no proxy from the
-/// environment (a proxy would resolve names where the address check cannot see), a
-/// connect timeout.
-fn http_client_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .connect_timeout(HTTP_CONNECT_TIMEOUT)
-        .user_agent(concat!("warden/", env!("CARGO_PKG_VERSION")))
+/// The outbound HTTP clients of one plugin, one per [`Reach`] a name can have: a request
+/// goes through the client of its URL's reach ([`Grants::reach`]), whose resolver lets
+/// through only the addresses that reach allows. (An address literal is never resolved;
+/// the `http` capability checks it before sending.)
+#[derive(Clone)]
+pub struct PluginHttp {
+    public: reqwest::Client,
+    localhost: reqwest::Client,
 }
 
-/// The HTTP client of one plugin: names resolve through its grant's address check.
-pub fn plugin_http_client(grants: Arc<Grants>) -> reqwest::Client {
-    http_client_builder()
-        .dns_resolver(Arc::new(CheckedResolver { grants }))
-        .build()
-        .expect("a reqwest client with a resolver always builds")
+impl PluginHttp {
+    pub fn new(grants: Arc<Grants>) -> Self {
+        let client = |reach| {
+            crate::http_client::builder()
+                .dns_resolver(Arc::new(CheckedResolver { grants: grants.clone(), reach }))
+                .build()
+                .expect("a reqwest client with a resolver always builds")
+        };
+        PluginHttp { public: client(Reach::PublicOnly), localhost: client(Reach::Loopback) }
+    }
+
+    /// The client for a request whose URL has reach `reach`.
+    pub fn client(&self, reach: Reach) -> &reqwest::Client {
+        match reach {
+            Reach::Loopback => &self.localhost,
+            Reach::PublicOnly | Reach::Address(_) => &self.public,
+        }
+    }
 }
 
 pub struct HostServices {
@@ -122,7 +130,7 @@ pub struct HostServices {
     pub models: Result<Arc<warden_models::ModelRouter>, String>,
     /// Redirects are never followed by the client itself: the `http` capability
     /// follows them by hand so each hop passes the allow-list.
-    pub http: reqwest::Client,
+    pub http: PluginHttp,
     pub state: StateStore,
     /// Directories whose files `resources.read` may return (canonical paths).
     pub resource_roots: Vec<PathBuf>,
@@ -134,7 +142,7 @@ impl HostServices {
     pub fn new(resource_roots: Vec<PathBuf>) -> Self {
         // Used by calls of no particular plugin (loading); grants none, so every
         // name is checked against an empty allow-list.
-        let http = plugin_http_client(Arc::new(Grants::default()));
+        let http = PluginHttp::new(Arc::new(Grants::default()));
         let resource_roots = resource_roots.into_iter().filter_map(|p| p.canonicalize().ok()).collect();
         HostServices {
             http,

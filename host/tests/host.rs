@@ -1375,6 +1375,108 @@ mod imports {
         assert!(err_naming(&r, "invalid-input", "carries secret"), "{r}");
     }
 
+    /// A server that answers with the request's method and headers in forms a scrubber of
+    /// plain text cannot see through: `/encoded` sends them "compressed" (every byte + 1,
+    /// `content-encoding: gzip`) whatever was asked, `/range` serves the `Range` asked for
+    /// (`206`), `/partial` answers `206` unasked, `/named` puts the `x-api-key` value into a
+    /// header's name, and `/chunks` streams them three bytes at a time.
+    async fn unscrubbable_echo_server() -> std::net::SocketAddr {
+        use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+        let app = axum::Router::new().fallback(|method: Method, uri: Uri, headers: HeaderMap| async move {
+            let text: String = std::iter::once(format!("{method}\n"))
+                .chain(headers.iter().map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or(""))))
+                .collect();
+            let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).unwrap_or("none").to_owned();
+            match uri.path() {
+                "/encoded" => {
+                    let body: Vec<u8> = text.bytes().map(|b| b.wrapping_add(1)).collect();
+                    ([(header::CONTENT_ENCODING, "gzip")], body).into_response()
+                }
+                "/range" | "/partial" => {
+                    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).and_then(|r| {
+                        let (a, b) = r.strip_prefix("bytes=")?.split_once('-')?;
+                        Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
+                    });
+                    let (a, b) = range.unwrap_or((0, 3));
+                    let b = b.min(text.len().saturating_sub(1));
+                    let piece = text.as_bytes().get(a..=b).unwrap_or_default().to_vec();
+                    let range = format!("bytes {a}-{b}/{}", text.len());
+                    (StatusCode::PARTIAL_CONTENT, [(header::CONTENT_RANGE, range)], piece).into_response()
+                }
+                "/named" => {
+                    let mut resp = "named".into_response();
+                    if let Ok(name) = HeaderName::from_bytes(format!("x-{key}").as_bytes()) {
+                        resp.headers_mut().insert(name, HeaderValue::from_static("1"));
+                    }
+                    resp
+                }
+                "/chunks" => {
+                    let chunks: Vec<Result<axum::body::Bytes, std::io::Error>> =
+                        text.as_bytes().chunks(3).map(|c| Ok(axum::body::Bytes::copy_from_slice(c))).collect();
+                    axum::body::Body::from_stream(futures_util::stream::iter(chunks)).into_response()
+                }
+                _ => text.into_response(),
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_an_injected_secret_came_back_compressed_in_pieces_or_echoed() {
+        let a = unscrubbable_echo_server().await;
+        let env = format!("WARDEN_HOST_TEST_UNSCRUBBABLE_{}", std::process::id());
+        let value = "sk-live-9876543210fedcba";
+        // SAFETY: a variable unique to this process and test, set before the host reads it.
+        unsafe { std::env::set_var(&env, value) };
+        let mut grant = granted();
+        grant.secrets.insert(
+            "key".into(),
+            warden::config::SecretGrant {
+                env: env.clone(),
+                origins: vec![format!("http://{a}")],
+                header: "X-API-Key".into(),
+                scheme: None,
+            },
+        );
+        let rt = runtime(None);
+        let p = load(&rt, "hostile", Limits::default(), Some(grant)).await;
+        let op = |path: &str, extra: Value| {
+            let mut op = json!({ "url": format!("http://{a}{path}"), "auth_secret": "key" });
+            op.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            op
+        };
+        // The plugin asks for a compressed body: the host asks for none; the server that
+        // compresses anyway is refused (the plugin would decompress the secret itself).
+        let r = http_op(&rt, &p, op("/", json!({ "headers": [["accept-encoding", "gzip, br"]] }))).await;
+        assert!(r.starts_with("ok:200") && r.contains("accept-encoding: identity") && !r.contains("gzip"), "{r}");
+        for stream in [false, true] {
+            let r = http_op(&rt, &p, op("/encoded", json!({ "stream": stream, "read": true }))).await;
+            let decoded: String = r.chars().map(|c| char::from_u32((c as u32).wrapping_sub(1)).unwrap_or(c)).collect();
+            assert!(!decoded.contains(value), "the plugin decoded the secret: {decoded}");
+            assert!(err_naming(&r, "remote", "encoded"), "{r}");
+        }
+        // Pieces of the body, each too short to be scrubbed, are never asked for or accepted.
+        let r = http_op(&rt, &p, op("/range", json!({ "headers": [["range", "bytes=10-13"]] }))).await;
+        assert!(err_naming(&r, "denied", "partial body"), "{r}");
+        let r = http_op(&rt, &p, op("/partial", json!({}))).await;
+        assert!(err_naming(&r, "remote", "partial body"), "{r}");
+        // TRACE echoes the request: not sent with a secret.
+        let r = http_op(&rt, &p, op("/", json!({ "method": "TRACE" }))).await;
+        assert!(err_naming(&r, "denied", "TRACE"), "{r}");
+        // A header name carrying the value, and a value split over streamed chunks.
+        let r = http_op(&rt, &p, op("/named", json!({}))).await;
+        assert!(r.starts_with("ok:200") && !r.contains(value) && r.contains("[redacted]"), "{r}");
+        let r = http_op(&rt, &p, op("/chunks", json!({ "stream": true, "read": true }))).await;
+        assert!(r.starts_with("ok:200") && !r.contains(value) && r.contains("x-api-key: [redacted]"), "{r}");
+        // Without a secret, the plugin's own headers and methods are its business.
+        let r =
+            http_op(&rt, &p, json!({ "url": format!("http://{a}/"), "headers": [["accept-encoding", "gzip"]] })).await;
+        assert!(r.contains("accept-encoding: gzip"), "{r}");
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn regression_allow_listed_names_were_not_checked_after_resolution() {
         let addr = server().await;
@@ -1397,6 +1499,32 @@ mod imports {
         let literal =
             load(&rt, "hostile", Limits::default(), Some(all_grants(vec![format!("http://127.0.0.1:{port}")]))).await;
         assert_eq!(http_op(&rt, &literal, json!({ "url": format!("http://127.0.0.1:{port}/") })).await, "ok:200 ok");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_an_internal_entry_opened_internal_addresses_through_every_entry() {
+        let (open, other) = (server().await, server().await);
+        let rt = runtime(None);
+        // One port of localhost (by name and by address) is named; a wildcard allows the rest.
+        let grant = all_grants(vec![
+            format!("http://localhost:{}", open.port()),
+            format!("http://127.0.0.1:{}", open.port()),
+            "http://*:*".into(),
+        ]);
+        let p = load(&rt, "hostile", Limits::default(), Some(grant)).await;
+        for url in [format!("http://localhost:{}/", open.port()), format!("http://127.0.0.1:{}/", open.port())] {
+            assert_eq!(http_op(&rt, &p, json!({ "url": url })).await, "ok:200 ok", "{url}");
+        }
+        // Another port, allowed only by the wildcard entry, stays closed.
+        for url in [format!("http://localhost:{}/", other.port()), format!("http://127.0.0.1:{}/", other.port())] {
+            let r = http_op(&rt, &p, json!({ "url": url })).await;
+            assert!(err_naming(&r, "denied", "non-public address"), "{url}: {r}");
+        }
+        // 127.0.0.1 is named, `localhost` is not: a name resolving to it is refused.
+        let grant = all_grants(vec![format!("http://127.0.0.1:{}", open.port()), "http://*:*".into()]);
+        let p = load(&rt, "hostile", Limits::default(), Some(grant)).await;
+        let r = http_op(&rt, &p, json!({ "url": format!("http://localhost:{}/", open.port()) })).await;
+        assert!(err_naming(&r, "denied", "non-public address"), "{r}");
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -225,20 +225,58 @@ impl AllowList {
         self.entries.iter().map(|e| e.text.clone()).collect()
     }
 
-    /// May a connection to `ip`, reached through the URL host `host`, be made? Public
-    /// addresses may; a non-public one only when an entry names it exactly — the address
-    /// itself, or `localhost` for a loopback address reached as `localhost`. A wildcard
-    /// never reaches an internal address.
-    pub fn allows_address(&self, host: &str, ip: std::net::IpAddr) -> bool {
+    /// Which non-public addresses a request to `url` may reach, decided by the entries
+    /// that allow `url` (scheme, host and port) — never by another entry of the list. Only
+    /// an entry that names the URL's host exactly — `localhost`, or the address itself —
+    /// opens an internal address, and only for the URLs that entry allows: with
+    /// `http://localhost:8080` and `https://*.example.com`, `localhost:22` stays closed and
+    /// a name of `example.com` resolving to `127.0.0.1` is refused. A wildcard never
+    /// reaches an internal address.
+    pub fn reach(&self, url: &reqwest::Url) -> Reach {
+        let Some(host) = url.host_str() else { return Reach::PublicOnly };
+        let host = host.to_ascii_lowercase();
+        if !self.entries.iter().any(|e| e.allows(url) && e.exact_host() == Some(host.as_str())) {
+            return Reach::PublicOnly;
+        }
+        if host == LOCALHOST {
+            return Reach::Loopback;
+        }
+        match host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
+            Ok(ip) => Reach::Address(ip),
+            // Any other name is reached on public addresses only (DNS is not the operator's word).
+            Err(_) => Reach::PublicOnly,
+        }
+    }
+}
+
+/// The only host name that may resolve to an internal (loopback) address, when an
+/// allow-list entry names it.
+pub const LOCALHOST: &str = "localhost";
+
+/// The non-public addresses one request may connect to (see [`AllowList::reach`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Public addresses only.
+    PublicOnly,
+    /// Public addresses, and loopback ones when the host is `localhost`.
+    Loopback,
+    /// Public addresses and this one address (the URL's host is this address literal).
+    Address(std::net::IpAddr),
+}
+
+impl Reach {
+    /// May a connection to `ip`, reached through the URL host `host`, be made? Checked on
+    /// the address actually connected to (after DNS resolution).
+    pub fn allows(self, host: &str, ip: std::net::IpAddr) -> bool {
         if is_public(ip) {
             return true;
         }
-        let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase();
-        self.entries.iter().filter_map(AllowedUrl::exact_host).any(|named| {
-            let named = named.trim_start_matches('[').trim_end_matches(']');
-            named.parse::<std::net::IpAddr>().is_ok_and(|n| n == ip)
-                || (named == "localhost" && host == "localhost" && ip.is_loopback())
-        })
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        match self {
+            Reach::PublicOnly => false,
+            Reach::Loopback => host == LOCALHOST && ip.is_loopback(),
+            Reach::Address(a) => a == ip,
+        }
     }
 }
 
@@ -286,9 +324,16 @@ mod tests {
         }
     }
 
+    fn ip(s: &str) -> std::net::IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn url(s: &str) -> reqwest::Url {
+        reqwest::Url::parse(s).unwrap()
+    }
+
     #[test]
     fn internal_addresses_need_an_entry_naming_them() {
-        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
         let any = AllowList::parse(&["*://*:*".into(), "https://*.example.com".into()]).unwrap();
         for internal in [
             "127.0.0.1",
@@ -306,10 +351,11 @@ mod tests {
             "::127.0.0.1",
         ] {
             assert!(!is_public(ip(internal)), "{internal}");
-            assert!(!any.allows_address("anything.example.com", ip(internal)), "{internal}");
+            let reach = any.reach(&url("https://anything.example.com/"));
+            assert!(!reach.allows("anything.example.com", ip(internal)), "{internal}");
         }
         for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111"] {
-            assert!(any.allows_address("x.example.com", ip(public)), "{public}");
+            assert!(any.reach(&url("https://x.example.com/")).allows("x.example.com", ip(public)), "{public}");
         }
         let named = AllowList::parse(&[
             "http://127.0.0.1:*".into(),
@@ -317,12 +363,90 @@ mod tests {
             "http://169.254.169.254".into(),
         ])
         .unwrap();
-        assert!(named.allows_address("127.0.0.1", ip("127.0.0.1")));
-        assert!(named.allows_address("localhost", ip("127.0.0.1")));
-        assert!(named.allows_address("localhost", ip("::1")));
-        assert!(!named.allows_address("evil.example", ip("::1")), "a name resolving to loopback is not `localhost`");
-        assert!(named.allows_address("whatever", ip("169.254.169.254")), "the address itself is named");
-        assert!(!named.allows_address("localhost", ip("10.0.0.1")));
+        assert_eq!(named.reach(&url("http://127.0.0.1:9/")), Reach::Address(ip("127.0.0.1")));
+        assert!(named.reach(&url("http://127.0.0.1:9/")).allows("127.0.0.1", ip("127.0.0.1")));
+        let local = named.reach(&url("http://localhost:8080/"));
+        assert_eq!(local, Reach::Loopback);
+        assert!(local.allows("localhost", ip("127.0.0.1")));
+        assert!(local.allows("localhost", ip("::1")));
+        assert!(!local.allows("evil.example", ip("::1")), "a name resolving to loopback is not `localhost`");
+        assert!(!local.allows("localhost", ip("10.0.0.1")));
+        assert_eq!(named.reach(&url("http://169.254.169.254/")), Reach::Address(ip("169.254.169.254")));
+        assert_eq!(named.reach(&url("http://localhost:8081/")), Reach::PublicOnly, "another port");
+    }
+
+    #[test]
+    fn regression_an_internal_entry_opened_internal_addresses_for_every_entry() {
+        // `localhost:8080` and `api.example.com`: neither another port of localhost (through
+        // a wildcard entry) nor api.example.com resolving to loopback reaches 127.0.0.1.
+        let list = AllowList::parse(&[
+            "http://localhost:8080".into(),
+            "http://127.0.0.1:8080".into(),
+            "https://api.example.com".into(),
+            "*://*:*".into(),
+        ])
+        .unwrap();
+        for (u, host) in [
+            ("https://api.example.com/", "api.example.com"),
+            ("http://localhost:22/", "localhost"),
+            ("http://127.0.0.1:22/", "127.0.0.1"),
+            ("http://evil.example:8080/", "evil.example"),
+        ] {
+            let reach = list.reach(&url(u));
+            assert!(!reach.allows(host, ip("127.0.0.1")), "{u}: {reach:?}");
+            assert!(!reach.allows(host, ip("::1")), "{u}: {reach:?}");
+        }
+        assert!(list.reach(&url("http://localhost:8080/x")).allows("localhost", ip("127.0.0.1")));
+        assert!(list.reach(&url("http://127.0.0.1:8080/x")).allows("127.0.0.1", ip("127.0.0.1")));
+    }
+
+    /// Hosts and ports the property test draws from: internal names and literals, public
+    /// names, a wildcard's reach.
+    const HOSTS: [&str; 7] =
+        ["localhost", "127.0.0.1", "10.0.0.7", "169.254.169.254", "api.example.com", "a.b.example.com", "example.org"];
+    const PORTS: [u16; 5] = [80, 443, 8080, 22, 9000];
+    const INTERNAL: [&str; 5] = ["127.0.0.1", "::1", "10.0.0.7", "169.254.169.254", "192.168.0.1"];
+
+    fn pattern() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let host = prop_oneof![
+            proptest::sample::select(HOSTS.to_vec()).prop_map(str::to_owned),
+            Just("*".to_owned()),
+            Just("*.example.com".to_owned()),
+        ];
+        let port = prop_oneof![
+            proptest::sample::select(PORTS.to_vec()).prop_map(|p| format!(":{p}")),
+            Just(":*".to_owned()),
+            Just(String::new()),
+        ];
+        (proptest::sample::select(vec!["http", "https", "*"]), host, port).prop_map(|(scheme, host, port)| {
+            let port = if scheme == "*" && port.is_empty() { ":*".to_owned() } else { port };
+            format!("{scheme}://{host}{port}")
+        })
+    }
+
+    proptest::proptest! {
+        /// Whatever else the list holds, an internal address is reached only through an
+        /// entry that allows the URL itself and names its host exactly.
+        #[test]
+        fn internal_addresses_are_reached_only_through_the_entry_that_names_them(
+            patterns in proptest::collection::vec(pattern(), 1..5),
+            scheme in proptest::sample::select(vec!["http", "https"]),
+            host in proptest::sample::select(HOSTS.to_vec()),
+            port in proptest::sample::select(PORTS.to_vec()),
+            internal in proptest::sample::select(INTERNAL.to_vec()),
+        ) {
+            let list = AllowList::parse(&patterns).unwrap();
+            let u = url(&format!("{scheme}://{host}:{port}/"));
+            let ip = ip(internal);
+            let naming = list.entries.iter().any(|e| e.allows(&u) && e.exact_host() == Some(host));
+            let expected = naming
+                && match host.parse::<std::net::IpAddr>() {
+                    Ok(literal) => literal == ip,
+                    Err(_) => host == LOCALHOST && ip.is_loopback(),
+                };
+            proptest::prop_assert_eq!(list.reach(&u).allows(host, ip), expected, "{:?} {} {}", patterns, u, ip);
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 pub use grant::{GrantConfig, SecretGrant};
 use http::AllowList;
+pub use http::Reach;
 
 /// A host capability (mirrors the WIT `capability` enum).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -80,7 +81,7 @@ pub enum Denied {
     )]
     SecretOrigin { plugin: String, secret: String, origin: String },
     #[error(
-        "capability `http` denied: {host} resolves to the non-public address {ip}, which the allow-list of plugin `{plugin}` does not name (plugins.grants.{plugin}.http)"
+        "capability `http` denied: {host} resolves to the non-public address {ip}, which no entry of the allow-list of plugin `{plugin}` allowing this URL names (plugins.grants.{plugin}.http)"
     )]
     InternalAddress { plugin: String, host: String, ip: std::net::IpAddr },
 }
@@ -179,10 +180,17 @@ impl Grants {
         Ok(rule)
     }
 
-    /// May this plugin connect to `ip`, reached as URL host `host`? (Checked after DNS
-    /// resolution, on the address actually connected to.)
-    pub fn check_address(&self, host: &str, ip: std::net::IpAddr) -> Result<(), Denied> {
-        if self.http.allows_address(host, ip) {
+    /// Which internal addresses a request to `url` may reach: decided by the allow-list
+    /// entries that allow `url` alone ([`AllowList::reach`]).
+    pub fn reach(&self, url: &reqwest::Url) -> Reach {
+        self.http.reach(url)
+    }
+
+    /// May this plugin connect to `ip`, reached as URL host `host`, in a request whose
+    /// reach is `reach` ([`Grants::reach`])? Checked after DNS resolution, on the address
+    /// actually connected to.
+    pub fn check_address(&self, reach: Reach, host: &str, ip: std::net::IpAddr) -> Result<(), Denied> {
+        if reach.allows(host, ip) {
             return Ok(());
         }
         Err(Denied::InternalAddress { plugin: self.plugin.clone(), host: host.to_owned(), ip })

@@ -112,7 +112,7 @@ pub struct LoadedPlugin {
     pub info: PluginInfo,
     pub grants: Arc<Grants>,
     /// Outbound HTTP for this plugin: names resolve through its grant's address check.
-    http: reqwest::Client,
+    http: crate::services::PluginHttp,
     pub limits: Limits,
     pub source: PathBuf,
     pub content_hash: String,
@@ -385,7 +385,7 @@ impl Runtime {
         let info = self.call_info(id, wit_version, &pre).await.map_err(LoadError::Info)?;
         validate_info(&info)?;
         let grants = Arc::new(Grants::new(id, &info.capabilities, grant).map_err(|e| LoadError::Grant(e.to_string()))?);
-        let http = crate::services::plugin_http_client(grants.clone());
+        let http = crate::services::PluginHttp::new(grants.clone());
         if info.name != id {
             tracing::warn!(plugin = id, claimed = %info.name, "plugin names itself differently from its file; grants use the file name");
         }

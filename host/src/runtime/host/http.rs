@@ -7,9 +7,11 @@ use std::time::Duration;
 use wasmtime::component::Resource;
 
 use super::super::bindings::latest::http;
-use super::super::host_state::{BodyStream, SecretScrubber};
+use super::super::host_state::BodyStream;
 use super::{Error, HostState, bounded, interruptible, over_budget};
-use crate::capability::{Denied, Grants};
+use crate::capability::{Denied, Grants, Reach};
+use crate::redact::{ByteStreamScrubber, Redactor};
+use crate::services::PluginHttp;
 use crate::services::{
     MAX_HTTP_HEADER_BYTES, MAX_HTTP_HEADERS, MAX_HTTP_METHOD_BYTES, MAX_HTTP_REDIRECTS, MAX_HTTP_REQUEST_BODY,
     MAX_HTTP_RESPONSE_BODY, MAX_SECRET_NAME_BYTES, MAX_URL_BYTES,
@@ -37,20 +39,96 @@ struct Outbound {
     headers: reqwest::header::HeaderMap,
     body: Option<Vec<u8>>,
     timeout: Duration,
-    /// The secret injected into this request: its header and its value (to strip on a
-    /// redirect to another origin and to scrub from the response).
-    secret: Option<(reqwest::header::HeaderName, String)>,
+    /// The secret injected into this request (its header is stripped on a redirect to
+    /// another origin, its value scrubbed from the response).
+    secret: Option<InjectedSecret>,
+    /// The internal addresses the URL may reach (see [`check_destination`]).
+    reach: Reach,
 }
 
-/// The allow-list for `url`, and for an address literal the address check too (names
-/// are checked after resolution, by the plugin client's resolver).
-fn check_destination(grants: &Grants, url: &reqwest::Url) -> Result<(), Error> {
+/// A secret injected into one request, and the one guard that keeps its value from
+/// coming back to the plugin: the request may ask for nothing the scrubber could not see
+/// through, and every byte of the response — header names and values, the body buffered
+/// or streamed — passes the scrubber ([`crate::redact`]) before the plugin sees it.
+///
+/// What the scrubber cannot see through is refused: a compressed body (the request asks
+/// for `Accept-Encoding: identity`, whatever the plugin set, and an encoded response is
+/// an error), a partial body (`Range` / `If-Range` requests, `206` responses: pieces of
+/// the value, each too short to match), and `TRACE` (the server echoes the request,
+/// secret included, in whatever shape it likes).
+struct InjectedSecret {
+    header: reqwest::header::HeaderName,
+    /// Scrubs the value (and its JSON- and `Debug`-escaped forms).
+    redactor: Arc<Redactor>,
+}
+
+/// Methods never sent with an injected secret: `TRACE` echoes the request back,
+/// `CONNECT` opens a tunnel whose bytes the host does not read.
+const ECHO_METHODS: [reqwest::Method; 2] = [reqwest::Method::TRACE, reqwest::Method::CONNECT];
+
+/// Request headers never sent with an injected secret: they ask for a part of the body.
+const PARTIAL_BODY_HEADERS: [reqwest::header::HeaderName; 2] = [reqwest::header::RANGE, reqwest::header::IF_RANGE];
+
+impl InjectedSecret {
+    /// Refuses methods and headers that would let the value come back unscrubbable, and
+    /// asks for an uncompressed body.
+    fn harden(&self, method: &reqwest::Method, headers: &mut reqwest::header::HeaderMap) -> Result<(), Error> {
+        if ECHO_METHODS.contains(method) {
+            return Err(Error::Denied(format!(
+                "method {method} may not carry an injected secret (the server would echo it back)"
+            )));
+        }
+        if let Some(h) = PARTIAL_BODY_HEADERS.iter().find(|h| headers.contains_key(*h)) {
+            return Err(Error::Denied(format!(
+                "header {:?} may not be sent with an injected secret (a partial body could carry it in pieces)",
+                h.as_str()
+            )));
+        }
+        headers.insert(reqwest::header::ACCEPT_ENCODING, reqwest::header::HeaderValue::from_static("identity"));
+        Ok(())
+    }
+
+    /// Refuses a response the scrubber cannot read whole: an encoded (compressed) body or
+    /// a partial one.
+    fn check_response(&self, resp: &reqwest::Response) -> Result<(), Error> {
+        let plain = |name: reqwest::header::HeaderName, ok: &[&str]| {
+            resp.headers().get_all(name).iter().all(|v| {
+                v.to_str().is_ok_and(|v| {
+                    v.split(',').map(str::trim).all(|c| c.is_empty() || ok.iter().any(|o| c.eq_ignore_ascii_case(o)))
+                })
+            })
+        };
+        if !plain(reqwest::header::CONTENT_ENCODING, &["identity"])
+            || !plain(reqwest::header::TRANSFER_ENCODING, &["identity", "chunked"])
+        {
+            return Err(Error::Remote(
+                "the response body is encoded (compressed) though the request asked for none; refused, as the \
+                 injected secret could not be scrubbed from it"
+                    .into(),
+            ));
+        }
+        if resp.status() == reqwest::StatusCode::PARTIAL_CONTENT
+            || resp.headers().contains_key(reqwest::header::CONTENT_RANGE)
+        {
+            return Err(Error::Remote(
+                "the response is a partial body; refused, as the injected secret could not be scrubbed from it".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The allow-list for `url`, and the internal addresses it may reach ([`Grants::reach`]):
+/// an address literal is checked here, a name after resolution by the resolver of the
+/// plugin's client for that reach.
+fn check_destination(grants: &Grants, url: &reqwest::Url) -> Result<Reach, Error> {
     grants.check_url(url)?;
+    let reach = grants.reach(url);
     let host = url.host_str().unwrap_or_default();
     if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
-        grants.check_address(&ip.to_string(), ip)?;
+        grants.check_address(reach, &ip.to_string(), ip)?;
     }
-    Ok(())
+    Ok(reach)
 }
 
 impl HostState {
@@ -60,7 +138,7 @@ impl HostState {
             Error::InvalidInput(format!("invalid URL {:?}: {e}", crate::text::escape_control(&req.url)))
         })?;
         // The allow-list is checked before anything touches the network.
-        check_destination(&self.scope.grants, &url)?;
+        let reach = check_destination(&self.scope.grants, &url)?;
         bounded("the HTTP method (bytes)", req.method.len(), MAX_HTTP_METHOD_BYTES)?;
         let method = reqwest::Method::from_bytes(req.method.to_ascii_uppercase().as_bytes()).map_err(|_| {
             Error::InvalidInput(format!("invalid HTTP method {:?}", crate::text::escape_control(&req.method)))
@@ -100,22 +178,40 @@ impl HostState {
                 .map_err(|_| Error::Unavailable(format!("secret `{secret}` is not a valid header value")))?;
             header.set_sensitive(true);
             headers.insert(name.clone(), header);
-            injected = Some((name, value));
+            let secret = InjectedSecret { header: name, redactor: Arc::new(Redactor::with_secrets([value.as_str()])) };
+            secret.harden(&method, &mut headers)?;
+            injected = Some(secret);
         }
         bounded("the request body (bytes)", req.body.as_ref().map_or(0, Vec::len), MAX_HTTP_REQUEST_BODY)?;
         let timeout = self.io_timeout(req.timeout_ms)?;
-        Ok(Outbound { method, url, headers, body: req.body, timeout, secret: injected })
+        Ok(Outbound { method, url, headers, body: req.body, timeout, secret: injected, reach })
+    }
+}
+
+/// The final response of an exchange, and the scrubber of the secret injected into it.
+struct Answer {
+    response: reqwest::Response,
+    scrubber: Option<Arc<Redactor>>,
+}
+
+impl Answer {
+    /// The response, once the injected secret's guard accepts it.
+    fn of(response: reqwest::Response, out: &Outbound) -> Result<Answer, Error> {
+        if let Some(secret) = &out.secret {
+            secret.check_response(&response)?;
+        }
+        Ok(Answer { response, scrubber: out.secret.as_ref().map(|s| s.redactor.clone()) })
     }
 }
 
 /// Sends, following redirects by hand so every hop passes the allow-list. Takes owned
 /// handles (not `&HostState`) so the future stays `Send` across awaits.
-async fn dispatch(client: reqwest::Client, grants: Arc<Grants>, mut out: Outbound) -> Result<reqwest::Response, Error> {
+async fn dispatch(http: PluginHttp, grants: Arc<Grants>, mut out: Outbound) -> Result<Answer, Error> {
     {
         let started = std::time::Instant::now();
         for _ in 0..=MAX_HTTP_REDIRECTS {
             let timeout = out.timeout.saturating_sub(started.elapsed());
-            let mut rb = client.request(out.method.clone(), out.url.clone());
+            let mut rb = http.client(out.reach).request(out.method.clone(), out.url.clone());
             rb = rb.headers(out.headers.clone()).timeout(timeout);
             if let Some(b) = &out.body {
                 rb = rb.body(b.clone());
@@ -131,22 +227,22 @@ async fn dispatch(client: reqwest::Client, grants: Arc<Grants>, mut out: Outboun
                 }
             })?;
             if !resp.status().is_redirection() {
-                return Ok(resp);
+                return Answer::of(resp, &out);
             }
             let Some(location) = resp.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok()) else {
-                return Ok(resp);
+                return Answer::of(resp, &out);
             };
             let next = out
                 .url
                 .join(location)
                 .map_err(|e| Error::Remote(format!("invalid redirect location {location:?}: {e}")))?;
-            check_destination(&grants, &next)?;
+            out.reach = check_destination(&grants, &next)?;
             if next.origin() != out.url.origin() {
                 // Credentials never follow a redirect to another origin.
                 out.headers.remove(reqwest::header::AUTHORIZATION);
                 out.headers.remove(reqwest::header::COOKIE);
-                if let Some((name, _)) = &out.secret {
-                    out.headers.remove(name);
+                if let Some(secret) = &out.secret {
+                    out.headers.remove(&secret.header);
                 }
             }
             if resp.status() == reqwest::StatusCode::SEE_OTHER {
@@ -191,14 +287,14 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// The response headers a plugin sees, with an injected secret's value scrubbed.
-fn response_headers(resp: &reqwest::Response, secret: Option<&str>) -> Vec<(String, String)> {
+/// The response headers a plugin sees, names and values scrubbed of an injected secret.
+fn response_headers(resp: &reqwest::Response, secret: Option<&Redactor>) -> Vec<(String, String)> {
     resp.headers()
         .iter()
-        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v)))
         .map(|(k, v)| match secret {
-            Some(s) if !s.is_empty() && v.contains(s) => (k, v.replace(s, "[redacted]")),
-            _ => (k, v),
+            Some(r) => (r.scrub(k).into_owned(), r.scrub(v).into_owned()),
+            None => (k.to_owned(), v.to_owned()),
         })
         .collect()
 }
@@ -207,12 +303,12 @@ impl http::Host for HostState {
     async fn send(&mut self, req: http::Request) -> Result<http::Response, Error> {
         let out = self.prepare(req)?;
         let timeout = out.timeout;
-        let secret = out.secret.as_ref().map(|(_, v)| v.clone());
         let cancel = self.cancel_watch();
         let work = dispatch(self.scope.http.clone(), self.scope.grants.clone(), out);
-        let mut resp = interruptible(cancel.clone(), "an HTTP request was under way", work).await?;
+        let Answer { response: mut resp, scrubber } =
+            interruptible(cancel.clone(), "an HTTP request was under way", work).await?;
         let status = resp.status().as_u16();
-        let headers = response_headers(&resp, secret.as_deref());
+        let headers = response_headers(&resp, scrubber.as_deref());
         if resp.content_length().is_some_and(|n| n > MAX_HTTP_RESPONSE_BODY) {
             return Err(Error::Remote(format!("response body exceeds the limit of {MAX_HTTP_RESPONSE_BODY} bytes")));
         }
@@ -234,8 +330,8 @@ impl http::Host for HostState {
                 .map_err(|_| Error::Timeout("reading the HTTP response body timed out".into()))?
         };
         interruptible(cancel, "an HTTP response was being read", read).await?;
-        if let Some(secret) = &secret {
-            body = SecretScrubber::scrub_all(secret, &body);
+        if let Some(r) = &scrubber {
+            body = r.scrub_bytes(&body).into_owned();
         }
         Ok(http::Response { status, headers, body })
     }
@@ -250,12 +346,12 @@ impl http::Host for HostState {
             ));
         }
         let out = self.prepare(req)?;
-        let secret = out.secret.as_ref().map(|(_, v)| v.clone());
         let work = dispatch(self.scope.http.clone(), self.scope.grants.clone(), out);
-        let resp = interruptible(self.cancel_watch(), "an HTTP request was under way", work).await?;
+        let Answer { response: resp, scrubber } =
+            interruptible(self.cancel_watch(), "an HTTP request was under way", work).await?;
         let head =
-            http::StreamHead { status: resp.status().as_u16(), headers: response_headers(&resp, secret.as_deref()) };
-        let scrubber = secret.as_deref().and_then(SecretScrubber::new);
+            http::StreamHead { status: resp.status().as_u16(), headers: response_headers(&resp, scrubber.as_deref()) };
+        let scrubber = scrubber.map(|r| (r, ByteStreamScrubber::new()));
         let handle = self
             .table
             .push(BodyStream { response: resp, delivered: 0, scrubber, ended: false })
@@ -271,7 +367,7 @@ impl http::HostBodyStream for HostState {
         let cancel = self.cancel_watch();
         let body = self.table.get_mut(&stream).map_err(|e| Error::InvalidInput(format!("unknown body stream: {e}")))?;
         if body.ended {
-            let rest = body.scrubber.as_mut().map(SecretScrubber::finish).unwrap_or_default();
+            let rest = body.scrubber.as_mut().map(|(r, s)| s.finish(r)).unwrap_or_default();
             return Ok((!rest.is_empty()).then_some(rest));
         }
         let read = async {
@@ -283,7 +379,7 @@ impl http::HostBodyStream for HostState {
         let chunk = interruptible(cancel, "it waited for the HTTP response stream", read).await?;
         let Some(chunk) = chunk else {
             body.ended = true;
-            let rest = body.scrubber.as_mut().map(SecretScrubber::finish).unwrap_or_default();
+            let rest = body.scrubber.as_mut().map(|(r, s)| s.finish(r)).unwrap_or_default();
             return Ok((!rest.is_empty()).then_some(rest));
         };
         body.delivered += chunk.len() as u64;
@@ -291,7 +387,7 @@ impl http::HostBodyStream for HostState {
             return Err(Error::Remote(format!("response stream exceeds the limit of {MAX_HTTP_RESPONSE_BODY} bytes")));
         }
         Ok(Some(match body.scrubber.as_mut() {
-            Some(s) => s.feed(&chunk),
+            Some((r, s)) => s.push(r, &chunk),
             None => chunk.to_vec(),
         }))
     }
