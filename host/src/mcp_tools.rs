@@ -71,13 +71,23 @@ fn expand_env(
     Ok(out)
 }
 
+/// One configured server. No lock here is held across an await: a call that waits on a
+/// slow server keeps nobody else from listing its tools or calling it.
 struct Server {
     config: McpServerConfig,
-    /// HTTP: the negotiated session and the tool list, discovered on first use.
-    state: Mutex<Option<(Session, Vec<Tool>)>>,
+    /// HTTP: the negotiated session and the tool list, discovered on first use (taken
+    /// briefly to read the tools or number a request; the exchange runs without it).
+    state: std::sync::Mutex<Option<(Session, Vec<Tool>)>>,
     /// stdio: the tool list from the first session that started the server (the same
     /// program everywhere), so listing tools starts no process in later sessions.
-    tools: Mutex<Option<Vec<Tool>>>,
+    tools: std::sync::Mutex<Option<Vec<Tool>>>,
+}
+
+impl Server {
+    /// The connected session's tools, if connected.
+    fn known_tools(&self) -> Option<Vec<Tool>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, tools)| tools.clone())
+    }
 }
 
 /// One stdio server process of one session and the MCP session over its streams.
@@ -122,10 +132,13 @@ impl McpTools {
         let servers = config
             .iter()
             .map(|(name, c)| {
-                (name.clone(), Server { config: c.clone(), state: Mutex::new(None), tools: Mutex::new(None) })
+                (name.clone(), Server { config: c.clone(), state: Default::default(), tools: Default::default() })
             })
             .collect();
-        McpTools { servers, http: reqwest::Client::new(), stdio: Default::default() }
+        // No redirects (a server could send the bearer token's request elsewhere), no
+        // environment proxy: the shared hardening of every outbound client.
+        let http = crate::http_client::builder().build().expect("an HTTP client without a resolver always builds");
+        McpTools { servers, http, stdio: Default::default() }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -145,15 +158,30 @@ impl McpTools {
     /// `site` is where a stdio server whose tools are not known yet is started.
     pub async fn list(&self, requested: &[String], site: Option<&SessionSite<'_>>) -> Vec<McpToolSpec> {
         let mut out = vec![];
-        for name in self.visible(requested).collect::<Vec<_>>() {
-            match self.tools_of(name, site).await {
-                Ok(tools) => out.extend(tools.into_iter().map(|t| {
+        // Asked together: a slow server delays nobody's listing beyond its own timeout.
+        let names: Vec<&str> = self.visible(requested).collect();
+        let lists = futures_util::future::join_all(names.iter().map(|name| self.tools_of(name, site))).await;
+        for (name, listed) in names.into_iter().zip(lists) {
+            match listed {
+                Ok(tools) => out.extend(tools.into_iter().filter_map(|t| {
+                    // The name the gate and the operator's rules see is exactly the server
+                    // and tool a call reaches: a tool whose name would have to be rewritten
+                    // (or would read as another server's) is not offered.
+                    let full = match warden_mcp_protocol::checked_tool_name(name, &t.name) {
+                        Ok(full) => full,
+                        Err(e) => {
+                            let tool = crate::text::escape_control(&t.name.chars().take(100).collect::<String>())
+                                .into_owned();
+                            tracing::warn!(server = name, tool, error = %e, "MCP tool not offered: its name cannot be mcp__<server>__<tool>");
+                            return None;
+                        }
+                    };
                     let hints = t.annotations.as_ref().map(|a| format!(" [server hints: {a}]")).unwrap_or_default();
-                    McpToolSpec {
-                        name: warden_mcp_protocol::claude_tool_name(name, &t.name),
+                    Some(McpToolSpec {
+                        name: full,
                         description: format!("{}{hints}", t.description.clone().unwrap_or_default()),
                         input_schema: t.input_schema.clone(),
-                    }
+                    })
                 })),
                 Err(e) => {
                     tracing::warn!(server = name, error = %e, "MCP server unavailable; its tools are not offered")
@@ -173,17 +201,19 @@ impl McpTools {
         site: Option<&SessionSite<'_>>,
     ) -> Result<ToolResult, String> {
         let s = self.servers.get(server).ok_or_else(|| format!("no MCP server named {server:?} is configured"))?;
+        // Only names the gate could have judged as this server's tool (see `list`).
+        warden_mcp_protocol::checked_tool_name(server, tool).map_err(|e| format!("tool {tool:?}: {e}"))?;
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
             let site =
                 site.ok_or_else(|| format!("MCP server {server:?} runs in a sandbox session, and this call has none"))?;
             return self.call_stdio(server, &s.config, tool, arguments, site).await;
         }
-        let mut guard = s.state.lock().await;
-        if guard.is_none() {
-            *guard = Some(self.connect(s).await.map_err(|e| e.to_string())?);
-        }
-        let (session, _) = guard.as_mut().expect("connected above");
-        let (req, pending) = session.call_tool(tool, arguments, None).map_err(|e| e.to_string())?;
+        self.ensure_connected(s).await?;
+        let (req, pending) = {
+            let mut guard = s.state.lock().unwrap_or_else(|e| e.into_inner());
+            let (session, _) = guard.as_mut().ok_or("the MCP server is not connected")?;
+            session.call_tool(tool, arguments, None).map_err(|e| e.to_string())?
+        };
         let mut p = self.exchange(&s.config, req, pending).await.map_err(|e| e.to_string())?;
         let result = p.result().map_err(|e| e.to_string())?;
         ToolResult::from_result(result).map_err(|e| e.to_string())
@@ -192,23 +222,29 @@ impl McpTools {
     async fn tools_of(&self, name: &str, site: Option<&SessionSite<'_>>) -> Result<Vec<Tool>, String> {
         let s = &self.servers[name];
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
-            let mut known = s.tools.lock().await;
-            if let Some(tools) = known.as_ref() {
-                return Ok(tools.clone());
+            if let Some(tools) = s.tools.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                return Ok(tools);
             }
             let site =
                 site.ok_or_else(|| format!("MCP server {name:?} runs in a sandbox session, and there is none"))?;
             let slot = self.stdio_conn(name, &s.config, site).await?;
-            let guard = slot.lock().await;
-            let tools = guard.as_ref().ok_or("the MCP server is not running")?.tools.clone();
-            *known = Some(tools.clone());
+            let tools = slot.lock().await.as_ref().ok_or("the MCP server is not running")?.tools.clone();
+            *s.tools.lock().unwrap_or_else(|e| e.into_inner()) = Some(tools.clone());
             return Ok(tools);
         }
-        let mut guard = s.state.lock().await;
-        if guard.is_none() {
-            *guard = Some(self.connect(s).await.map_err(|e| e.to_string())?);
+        self.ensure_connected(s).await?;
+        s.known_tools().ok_or_else(|| "the MCP server is not connected".into())
+    }
+
+    /// Connects `s` unless it is connected. Concurrent first uses may each negotiate (the
+    /// last one is kept): no caller waits on another's exchange.
+    async fn ensure_connected(&self, s: &Server) -> Result<(), String> {
+        if s.known_tools().is_some() {
+            return Ok(());
         }
-        Ok(guard.as_ref().expect("connected above").1.clone())
+        let connected = self.connect(s).await.map_err(|e| e.to_string())?;
+        *s.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(connected);
+        Ok(())
     }
 
     /// The live process of `server` in `site`'s session, started if there is none or the
@@ -471,6 +507,154 @@ fn last_line(stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A streamable-HTTP MCP server (handshake era) with one tool, `slow`, that answers
+    /// after `delay`; `/moved` redirects to `/mcp` of `target`. Counts the requests it got.
+    async fn mcp_server(
+        delay: Duration,
+        target: Option<std::net::SocketAddr>,
+    ) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use axum::http::{StatusCode, header};
+        use axum::response::IntoResponse;
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        let handler = move |axum::Json(m): axum::Json<Value>| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                let id = m.get("id").cloned();
+                let result = match m["method"].as_str().unwrap_or("") {
+                    "initialize" => serde_json::json!({"protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}}, "serverInfo": {"name": "t", "version": "1"}}),
+                    "tools/list" => serde_json::json!({"tools": [{"name": "slow", "inputSchema": {"type": "object"}}]}),
+                    "tools/call" => {
+                        tokio::time::sleep(delay).await;
+                        serde_json::json!({"content": [{"type": "text", "text": "done"}]})
+                    }
+                    _ if id.is_none() => return StatusCode::ACCEPTED.into_response(),
+                    _ => {
+                        let e = serde_json::json!({"code": -32601, "message": "no such method"});
+                        return axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "error": e})).into_response();
+                    }
+                };
+                axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+            }
+        };
+        let moved = move || async move {
+            let to = format!("http://{}/mcp", target.expect("a redirect target"));
+            (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, to)]).into_response()
+        };
+        let app =
+            axum::Router::new().route("/mcp", axum::routing::post(handler)).route("/moved", axum::routing::post(moved));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (addr, hits)
+    }
+
+    fn http_servers(servers: &[(&str, String)]) -> McpTools {
+        let config = servers
+            .iter()
+            .map(|(name, url)| {
+                let c = McpServerConfig { url: Some(url.clone()), all_agents: true, ..Default::default() };
+                (name.to_string(), c)
+            })
+            .collect();
+        McpTools::new(&config)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_slow_call_held_the_servers_lock_and_wedged_every_listing() {
+        let (slow, _) = mcp_server(Duration::from_secs(20), None).await;
+        let (fast, _) = mcp_server(Duration::ZERO, None).await;
+        let mcp =
+            Arc::new(http_servers(&[("slow", format!("http://{slow}/mcp")), ("fast", format!("http://{fast}/mcp"))]));
+        assert_eq!(mcp.list(&[], None).await.len(), 2, "both servers listed");
+        let call = tokio::spawn({
+            let mcp = mcp.clone();
+            async move { mcp.call("slow", "slow", serde_json::json!({}), None).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // While the call waits on the slow server, its tools (and the other server's) list
+        // at once, and the other server answers calls.
+        let listed = tokio::time::timeout(Duration::from_secs(5), mcp.list(&[], None)).await;
+        assert_eq!(listed.expect("listing does not wait for the slow call").len(), 2);
+        let other = tokio::time::timeout(Duration::from_secs(5), mcp.call("fast", "slow", serde_json::json!({}), None));
+        assert_eq!(other.await.expect("the other server answers").unwrap().text, "done");
+        call.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_tool_names_were_rewritten_into_other_names() {
+        // `a.b` became `a_b` (another tool's name), `x__y` read as server `srv` tool `x__y`
+        // of a server `srv__x`; such tools are not offered nor called.
+        use axum::response::IntoResponse;
+        let tools: Vec<Value> = ["ok", "a.b", "x__y", "_lead", "../etc", &"n".repeat(64)]
+            .iter()
+            .map(|n| serde_json::json!({"name": n, "inputSchema": {"type": "object"}}))
+            .collect();
+        let app = axum::Router::new().route(
+            "/mcp",
+            axum::routing::post(move |axum::Json(m): axum::Json<Value>| {
+                let tools = tools.clone();
+                async move {
+                    let id = m.get("id").cloned();
+                    let result = match m["method"].as_str().unwrap_or("") {
+                        "initialize" => serde_json::json!({"protocolVersion": "2025-06-18",
+                            "capabilities": {"tools": {}}, "serverInfo": {"name": "t", "version": "1"}}),
+                        "tools/list" => serde_json::json!({ "tools": tools }),
+                        _ if id.is_none() => return axum::http::StatusCode::ACCEPTED.into_response(),
+                        _ => serde_json::json!({"content": [{"type": "text", "text": "ran"}]}),
+                    };
+                    axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let mcp = http_servers(&[("srv", format!("http://{addr}/mcp"))]);
+        let names: Vec<String> = mcp.list(&[], None).await.into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["mcp__srv__ok"]);
+        assert_eq!(mcp.call("srv", "ok", serde_json::json!({}), None).await.unwrap().text, "ran");
+        for bad in ["a.b", "x__y", "a_b_"] {
+            assert!(mcp.call("srv", bad, serde_json::json!({}), None).await.is_err(), "{bad}");
+        }
+    }
+
+    /// Names as a server could choose them: the alphabet's edge cases and separators.
+    fn name_part() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::string::string_regex("[a-c_.-]{0,6}|mcp__[a-c_]{0,4}").unwrap()
+    }
+
+    proptest::proptest! {
+        /// Every name offered maps back to exactly its server and tool, never falls under
+        /// another server's `mcp__<server>` rules and never is a built-in tool's name.
+        #[test]
+        fn offered_names_read_back_as_their_server_and_tool(
+            server in name_part(), other in name_part(), tool in name_part(),
+        ) {
+            if let Ok(full) = warden_mcp_protocol::checked_tool_name(&server, &tool) {
+                proptest::prop_assert_eq!(
+                    warden_mcp_protocol::parse_claude_tool_name(&full),
+                    Some((server.as_str(), tool.as_str()))
+                );
+                proptest::prop_assert!(full.len() <= warden_mcp_protocol::MAX_TOOL_NAME);
+                if other != server && crate::config::mcp::check_server_name(&other).is_ok() {
+                    let rule = warden_approval::Rule::parse(&format!("mcp__{other}__*")).unwrap();
+                    proptest::prop_assert!(!rule.covers_tool(&full), "{} covers {}", other, full);
+                }
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_the_mcp_client_followed_redirects_with_the_bearer_token() {
+        let (elsewhere, hits) = mcp_server(Duration::ZERO, None).await;
+        let (origin, _) = mcp_server(Duration::ZERO, Some(elsewhere)).await;
+        let mcp = http_servers(&[("moved", format!("http://{origin}/moved"))]);
+        assert!(mcp.list(&[], None).await.is_empty(), "a redirect is an error, not followed");
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the other server was never reached");
+    }
 
     #[test]
     fn env_values_name_the_tasks_secrets() {

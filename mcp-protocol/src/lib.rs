@@ -43,7 +43,10 @@ pub use session::{
     ClientInfo, Era, HANDSHAKE_VERSIONS, LATEST_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
     META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSIONS, Preference, ServerInfo, Session,
 };
-pub use tools::{AgentTool, Tool, ToolResult, ToolsPage, claude_tool_name, parse_claude_tool_name, select_agent_tool};
+pub use tools::{
+    AgentTool, MAX_TOOL_NAME, NamePartError, Tool, ToolResult, ToolsPage, check_name_part, checked_tool_name,
+    claude_tool_name, parse_claude_tool_name, select_agent_tool,
+};
 
 #[cfg(test)]
 mod tests;

@@ -219,9 +219,72 @@ impl ToolResult {
 }
 
 /// Claude Code's name for an MCP tool: `mcp__<server>__<tool>`, each part reduced to
-/// `[A-Za-z0-9_-]` (other characters become `_`).
+/// `[A-Za-z0-9_-]` (other characters become `_`). Lossy: a host offering tools uses
+/// [`checked_tool_name`], which refuses what this would have to change.
 pub fn claude_tool_name(server: &str, tool: &str) -> String {
     format!("mcp__{}__{}", sanitize(server), sanitize(tool))
+}
+
+/// Longest `mcp__<server>__<tool>` name: model APIs refuse longer tool names (OpenAI's
+/// and Anthropic's limit is 64 characters).
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// Why a server or tool name cannot be part of an `mcp__<server>__<tool>` name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamePartError {
+    Empty,
+    /// A character outside `[A-Za-z0-9_-]`.
+    Character(char),
+    /// `__` (the separator) inside the part, or `_` at its start or end, where it would
+    /// join the separator: the name would read as another server's tool.
+    Separator,
+    /// The whole name would exceed [`MAX_TOOL_NAME`].
+    TooLong(usize),
+}
+
+impl std::fmt::Display for NamePartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NamePartError::Empty => f.write_str("the name is empty"),
+            NamePartError::Character(c) => write!(f, "{c:?} is not a letter, digit, `_` or `-`"),
+            NamePartError::Separator => f.write_str("`__`, or `_` at the start or end, would join the `__` separator"),
+            NamePartError::TooLong(n) => {
+                write!(f, "mcp__<server>__<tool> would be {n} characters, over {MAX_TOOL_NAME}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for NamePartError {}
+
+/// Checks one part (a server's or a tool's name) of `mcp__<server>__<tool>`: letters,
+/// digits, `_` and `-`, no `__`, no `_` at either end. Parts that pass make the name
+/// unambiguous: [`parse_claude_tool_name`] gives them back, and no other server's name
+/// is a prefix of it.
+pub fn check_name_part(part: &str) -> Result<(), NamePartError> {
+    if part.is_empty() {
+        return Err(NamePartError::Empty);
+    }
+    if let Some(c) = part.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+        return Err(NamePartError::Character(c));
+    }
+    if part.contains("__") || part.starts_with('_') || part.ends_with('_') {
+        return Err(NamePartError::Separator);
+    }
+    Ok(())
+}
+
+/// `mcp__<server>__<tool>` when both parts pass [`check_name_part`] and the whole fits
+/// [`MAX_TOOL_NAME`]; nothing is rewritten, so the name maps back to exactly this server
+/// and tool.
+pub fn checked_tool_name(server: &str, tool: &str) -> Result<String, NamePartError> {
+    check_name_part(server)?;
+    check_name_part(tool)?;
+    let name = format!("mcp__{server}__{tool}");
+    if name.len() > MAX_TOOL_NAME {
+        return Err(NamePartError::TooLong(name.len()));
+    }
+    Ok(name)
 }
 
 /// Splits `mcp__<server>__<tool>` at the first `__` after the prefix (server names

@@ -97,6 +97,18 @@ impl McpServerConfig {
     }
 }
 
+/// Checks a server's name (`mcp_servers.<name>`, an `.mcp.json` key): it becomes the
+/// `<server>` of `mcp__<server>__<tool>`, which approval rules match, so it must read
+/// back as itself — letters, digits, `_`, `-`, no `__` and no `_` at either end (a server
+/// named `github__x` would otherwise fall under `mcp__github__*` and take the calls of
+/// `github`'s tools) — and leave room for a tool name within
+/// [`warden_mcp_protocol::MAX_TOOL_NAME`].
+pub fn check_server_name(name: &str) -> Result<(), String> {
+    warden_mcp_protocol::check_name_part(name)
+        .and_then(|()| warden_mcp_protocol::checked_tool_name(name, "t").map(drop))
+        .map_err(|e| format!("server name {:?}: {e}", crate::text::escape_control(name)))
+}
+
 /// The servers of an `.mcp.json` file (`{"mcpServers": {name: {command, args, env} | {url}}}`),
 /// each checked; errors name the file, the server and the field.
 pub fn read_mcp_json(path: &Path) -> Result<BTreeMap<String, McpServerConfig>, String> {
@@ -110,6 +122,7 @@ pub fn read_mcp_json(path: &Path) -> Result<BTreeMap<String, McpServerConfig>, S
     let file: File =
         serde_path_to_error::deserialize(de).map_err(|e| format!("{}: {}: {}", path.display(), e.path(), e.inner()))?;
     for (name, server) in &file.mcp_servers {
+        check_server_name(name).map_err(|e| format!("{}: mcpServers: {e}", path.display()))?;
         server.transport().map_err(|e| format!("{}: mcpServers.{name}: {e}", path.display()))?;
     }
     Ok(file.mcp_servers)
@@ -136,6 +149,20 @@ mod tests {
         assert!(McpServerConfig { auth_env: Some("T".into()), ..stdio("x") }.transport().is_err());
         assert!(McpServerConfig { args: vec!["a\0".into()], ..stdio("x") }.transport().is_err());
         assert!(McpServerConfig { url: Some("file:///x".into()), ..Default::default() }.transport().is_err());
+    }
+
+    #[test]
+    fn regression_a_server_name_could_read_as_another_servers() {
+        for good in ["github", "git-hub", "a", "fs_local", "A9"] {
+            assert_eq!(check_server_name(good), Ok(()), "{good}");
+        }
+        for bad in ["", "github__x", "gh_", "_gh", "my server", "a.b", "a/b", "é", &"x".repeat(60)] {
+            assert!(check_server_name(bad).is_err(), "{bad:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.json");
+        std::fs::write(&file, r#"{"mcpServers": {"github__x": {"url": "https://x.example/mcp"}}}"#).unwrap();
+        assert!(read_mcp_json(&file).unwrap_err().contains("github__x"));
     }
 
     #[test]

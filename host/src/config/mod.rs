@@ -761,6 +761,7 @@ impl Config {
         warden_approval::Policy::from_config(self.approval.clone())
             .map_err(|e| invalid("approval".into(), e.to_string()))?;
         for (name, server) in &self.mcp_servers {
+            mcp::check_server_name(name).map_err(|e| invalid("mcp_servers".into(), e))?;
             server.transport().map_err(|e| invalid(format!("mcp_servers.{name}"), e))?;
         }
         let base = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
