@@ -70,7 +70,7 @@ fn tty_question(r: &PendingApproval) -> String {
             .flatten()
             .collect::<Vec<_>>()
             .join(", ");
-    let reason = r.reason.replace(|c: char| c.is_control(), " ");
+    let reason = crate::text::escape_control(&r.reason);
     let mut options = vec!["[y]es once"];
     if r.scopes.contains(&Scope::Session) {
         options.push("[s]ession");
@@ -80,17 +80,12 @@ fn tty_question(r: &PendingApproval) -> String {
     }
     options.push("[N]o");
     // A nested subagent's call names the chain that started it: `planner › coder`.
-    let subagent = r
-        .chain
-        .iter()
-        .map(|link| link.subagent.as_str())
-        .chain([r.subagent.as_str()])
-        .collect::<Vec<_>>()
-        .join(" › ")
-        .replace(|c: char| c.is_control(), " ");
+    let subagent =
+        r.chain.iter().map(|link| link.subagent.as_str()).chain([r.subagent.as_str()]).collect::<Vec<_>>().join(" › ");
+    let subagent = crate::text::escape_control(&subagent);
     format!(
         "\n? {subagent} ({whose}) wants to run {}:\n{call}\n  because: {reason}\n  approve? {} ",
-        r.tool.replace(|c: char| c.is_control(), " "),
+        crate::text::escape_control(&r.tool),
         options.join(" / ")
     )
 }
@@ -166,5 +161,8 @@ mod tests {
             ..r.clone()
         };
         assert!(tty_question(&nested).contains("planner › worker (task task_1, session s1) wants to run Bash"));
+        // Regression: the reason (which quotes the command) kept bidirectional controls.
+        let trojan = PendingApproval { reason: "`rm -rf /\u{202E}#`: no rule matches".into(), ..r.clone() };
+        assert!(!tty_question(&trojan).contains('\u{202E}'), "{}", tty_question(&trojan));
     }
 }
