@@ -49,7 +49,19 @@ pub enum TaskError {
     UnknownSubagent { name: String, available: Vec<String> },
     #[error("subagent {name:?} is of kind {kind}, which no loaded plugin serves")]
     NoPlugin { name: String, kind: String },
+    #[error(
+        "`description` is {len} bytes; at most {MAX_DESCRIPTION_BYTES} (a short summary shown in task lists; \
+         the task itself goes in `prompt`)"
+    )]
+    DescriptionTooLong { len: usize },
 }
+
+/// Longest `description` of a task, in bytes. It is a 3-5 word summary (the Task tool's
+/// schema says so) that every task list, the console, the store and each follower of the
+/// task feed repeat: 4 KiB holds any summary, and keeps a caller — or a prompt-injected
+/// parent agent — from making a task list megabytes long. Nested subagents' descriptions
+/// are bounded tighter still ([`crate::nesting::MAX_CHILD_DESCRIPTION_BYTES`]).
+pub const MAX_DESCRIPTION_BYTES: usize = 4 * 1024;
 
 pub use crate::scope::TaskScope;
 
@@ -58,14 +70,19 @@ pub fn new_task_id() -> String {
     format!("task_{}", uuid::Uuid::new_v4())
 }
 
-/// The one check of a call against the registry, used when the engine accepts a task and
-/// again when it starts (plugins may have changed in between): its subagent and prompt
-/// are given, the subagent is registered, and a loaded plugin serves its kind.
+/// The one check of a call against the registry, used when the engine accepts a task (from
+/// the HTTP API, MCP, A2A or the CLI), when a subagent starts a child, and again when a
+/// task starts (plugins may have changed in between): its subagent and prompt are given,
+/// its description is at most [`MAX_DESCRIPTION_BYTES`], the subagent is registered, and
+/// a loaded plugin serves its kind.
 pub fn resolve<'s>(snapshot: &'s Snapshot, call: &TaskCall) -> Result<(&'s Registered, Arc<LoadedPlugin>), TaskError> {
     for (field, value) in [("subagent_type", &call.subagent_type), ("prompt", &call.prompt)] {
         if value.trim().is_empty() {
             return Err(TaskError::MissingField(field));
         }
+    }
+    if call.description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(TaskError::DescriptionTooLong { len: call.description.len() });
     }
     let Some(registered) = snapshot.definitions.get(&call.subagent_type) else {
         return Err(TaskError::UnknownSubagent {

@@ -438,6 +438,21 @@ mod tasks {
         assert_eq!(api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await.status, 200);
     }
 
+    /// Regression: a task's `description` was unbounded (a caller could make every task
+    /// list, the store and the task feed carry megabytes per task).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_task_description_is_bounded_at_4_kib() {
+        let api = api().await;
+        let max = warden::task::MAX_DESCRIPTION_BYTES;
+        let body = |d: String| json!({ "description": d, "prompt": "hi", "subagent_type": "greeter" });
+        let r = api.post("/v1/tasks", body("é".repeat(max / 2 + 1))).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (400, Some("invalid_field")), "{}", r.text);
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("`description`") && message.contains(&max.to_string()), "{message}");
+        let r = api.post("/v1/tasks", body("d".repeat(max))).await;
+        assert_eq!((r.status, r.body["status"].as_str()), (200, Some("completed")), "{}", r.text);
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn client_mistakes_are_4xx_json_errors() {
         let api = api().await;
