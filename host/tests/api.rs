@@ -1230,6 +1230,29 @@ server:
             let e = Config::from_yaml(yaml, Path::new("w.yaml")).unwrap_err().to_string();
             assert!(e.contains(why), "{yaml}: {e}");
         }
+        // Regression: a tenant could take a name the host acts or records under (`api`,
+        // `token1`, `tty`, `default`…) and be audited as the host, or own its tasks.
+        for name in [
+            "api",
+            "token1",
+            "TOKEN2",
+            "mcp-stdio",
+            "default",
+            "local",
+            "tty",
+            "admin",
+            "system",
+            "host",
+            "warden",
+            "Policy",
+        ] {
+            let yaml = format!("server:\n  principals: [{{ name: {name}, token_env: A, role: user }}]\n");
+            let e = Config::from_yaml(&yaml, Path::new("w.yaml")).unwrap_err().to_string();
+            assert!(
+                e.starts_with("w.yaml: server.principals[0].name: ") && e.contains("expected a name of your own"),
+                "{name}: {e}"
+            );
+        }
         let c = Config::from_yaml(
             "server:\n  principals: [{ name: a, token_env: A, role: user }, { name: b, token_env: B, role: user }]\n",
             Path::new("w.yaml"),

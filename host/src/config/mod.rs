@@ -443,7 +443,8 @@ pub enum Role {
 #[serde(deny_unknown_fields)]
 pub struct PrincipalConfig {
     /// The principal's name: the `user_id` its tasks run as, and who its decisions and
-    /// tasks are recorded as. 1-128 characters of `[A-Za-z0-9_.-]`.
+    /// tasks are recorded as. 1-128 characters of `[A-Za-z0-9_.-]`, and none of the host's
+    /// own names ([`crate::actor::reserved`]).
     pub name: String,
     /// Environment variable holding its bearer token (comma-separated for rotation).
     pub token_env: String,
@@ -776,6 +777,17 @@ impl Config {
             };
             if !plain(&p.name) {
                 return Err(invalid(format!("{key}.name"), "expected 1-128 characters of [A-Za-z0-9_.-]".into()));
+            }
+            if crate::actor::reserved(&p.name) {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    format!(
+                        "{:?} is a name the host acts or records under (its decisions would be audited as the \
+                         host's); expected a name of your own, not {} or token<N> (in any case)",
+                        p.name,
+                        crate::actor::RESERVED.join(", ")
+                    ),
+                ));
             }
             if !names.insert(p.name.as_str()) {
                 return Err(invalid(format!("{key}.name"), format!("principal {:?} is defined twice", p.name)));

@@ -139,7 +139,7 @@ impl std::fmt::Debug for Asker {
 }
 
 /// The user id of API tasks that name none.
-pub const DEFAULT_USER: &str = "default";
+pub const DEFAULT_USER: &str = crate::actor::DEFAULT_USER;
 
 /// Why a submission was refused.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]

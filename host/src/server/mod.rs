@@ -60,8 +60,11 @@ pub type AppState = Arc<ServerState>;
 impl ServerState {
     /// A server whose tokens are all admins (`token<N>`), as `server.tokens_env` gives them.
     pub fn new(engine: Arc<Engine>, tokens: Vec<String>) -> Self {
-        let credentials =
-            tokens.into_iter().enumerate().map(|(i, t)| (t, Principal::admin(&format!("token{}", i + 1)))).collect();
+        let credentials = tokens
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (t, Principal::admin(&format!("{}{}", crate::actor::TOKEN_PREFIX, i + 1))))
+            .collect();
         Self::with_credentials(engine, credentials)
     }
 
