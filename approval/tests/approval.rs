@@ -677,6 +677,76 @@ mod gate {
         assert_eq!(*seen.lock().unwrap(), [format!("requested {}", asked.id), "resolved Decline".to_owned()]);
     }
 
+    /// A decider answering with a scope (the TTY, an MCP client's elicitation).
+    struct Scoped(UserDecision, warden_approval::Scope);
+    impl Decider for Scoped {
+        fn decide(&self, _: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
+            unreachable!("decide_scoped is asked")
+        }
+        fn decide_scoped(
+            &self,
+            _: PendingApproval,
+        ) -> BoxFuture<'static, Result<(UserDecision, warden_approval::Scope), String>> {
+            let answer = (self.0.clone(), self.1);
+            Box::pin(async move { Ok(answer) })
+        }
+    }
+
+    /// Regression: any user who could decide an approval could answer `always`, which
+    /// appends an allow rule to the overlay — for every user and session from then on. Only
+    /// an administrator's answer keeps it, whichever way it arrives (`resolve_scoped` for
+    /// the HTTP API, MCP and A2A, a decider for the TTY and MCP elicitation); a user's is
+    /// refused (the request keeps waiting) or holds once.
+    #[tokio::test]
+    async fn regression_only_an_admin_may_approve_always() {
+        use warden_approval::Scope;
+        let dir = tempfile::tempdir().unwrap();
+        let overlay = dir.path().join("overlay.rules");
+        let policy = Arc::new(Policy::from_config(PolicyConfig::default()).unwrap());
+        let gate = ApprovalGate::new(policy, ctx(), None).with_overlay(overlay.clone()).unwrap();
+        let mut events = gate.subscribe();
+        let decision =
+            |who: &str, authority| UserDecision { resolution: Resolution::Approve, who: who.into(), authority };
+        let overlay_rules = || std::fs::read_to_string(&overlay).unwrap_or_default();
+
+        // Through resolve_scoped: refused with a clear error, the request still waits.
+        let g = gate.clone();
+        let call = tokio::spawn(async move { g.request(req("make deploy", "t1")).await });
+        let asked = next_request(&mut events).await;
+        assert!(asked.scopes.contains(&Scope::Always), "{:?}", asked.scopes);
+        let e = gate.resolve_scoped(&asked.id, decision("mallory", Authority::User), Scope::Always).unwrap_err();
+        assert!(matches!(&e, GateError::AdminRequired { who, .. } if who == "mallory"), "{e:?}");
+        assert!(e.to_string().contains("only an admin"), "{e}");
+        assert_eq!(gate.pending().len(), 1, "the refused answer decided nothing");
+        gate.resolve_scoped(&asked.id, decision("mallory", Authority::User), Scope::Session).unwrap();
+        assert!(call.await.unwrap().allowed());
+        assert_eq!(overlay_rules(), "", "a session approval never touches the overlay");
+
+        // Through a decider: the call is approved once, nothing is kept for always.
+        let v = gate
+            .request_with(
+                ApprovalRequest { session_id: Some("s2".into()), ..req("make deploy", "t2") },
+                Some(Arc::new(Scoped(decision("mallory", Authority::User), Scope::Always))),
+            )
+            .await;
+        assert_eq!((v.decision, v.decided_by.as_str()), (AuditDecision::Approve, "user:mallory"));
+        assert_eq!(overlay_rules(), "");
+        let g = gate.clone();
+        let t3 = ApprovalRequest { session_id: None, ..req("make deploy", "t3") };
+        let again = tokio::spawn(async move { g.request(t3).await });
+        let mut asked = next_request(&mut events).await;
+        while asked.task_id.as_deref() != Some("t3") {
+            asked = next_request(&mut events).await;
+        }
+
+        // An admin's `always` is kept, and then holds for everyone.
+        gate.resolve_scoped(&asked.id, decision("root", Authority::Admin), Scope::Always).unwrap();
+        assert!(again.await.unwrap().allowed());
+        assert!(overlay_rules().contains("Bash(make deploy)"), "{}", overlay_rules());
+        let v = gate.request(ApprovalRequest { user_id: Some("bob".into()), ..req("make deploy", "t4") }).await;
+        assert_eq!(v.decided_by, "grant:always");
+    }
+
     /// Regression (a session approval crossed tenants): session ids are chosen by
     /// clients, so bob's `session` approval in session `shared` must not approve alice's
     /// call in her session of the same name.
@@ -694,7 +764,8 @@ mod gate {
         let first = tokio::spawn(async move { gate.request(bob).await });
         let asked = next_request(&mut events).await;
         assert!(asked.scopes.contains(&warden_approval::Scope::Session), "{:?}", asked.scopes);
-        f.gate.resolve_scoped(&asked.id, Resolution::Approve, warden_approval::Scope::Session, "bob").unwrap();
+        let bob = UserDecision { resolution: Resolution::Approve, who: "bob".into(), authority: Authority::User };
+        f.gate.resolve_scoped(&asked.id, bob, warden_approval::Scope::Session).unwrap();
         assert_eq!(first.await.unwrap().decision, AuditDecision::Approve);
         // Bob's session holds the approval ...
         let again = f.gate.request(as_user("bob")).await;
@@ -940,7 +1011,7 @@ mod gate {
             let answer = self.0.clone();
             Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                answer.map(|resolution| UserDecision { resolution, who: "tty".into() })
+                answer.map(|resolution| UserDecision { resolution, who: "tty".into(), authority: Authority::Admin })
             })
         }
     }

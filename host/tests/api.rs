@@ -1037,6 +1037,39 @@ server:
             .await
     }
 
+    /// Regression: a user (or an approver) could approve `always`, appending an allow rule
+    /// to the overlay that holds for every tenant. Only an admin may; the refused answer
+    /// leaves the call waiting.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_only_an_admin_principal_may_approve_always() {
+        let yaml =
+            YAML.replace("  audit_log: ./audit.jsonl\n", "  audit_log: ./audit.jsonl\n  overlay: ./overlay.rules\n");
+        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
+        let plugins = [(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")];
+        let api = api_with_files(&plugins, &yaml, vec![], &files).await;
+        let overlay = || std::fs::read_to_string(api.dir.path().join("overlay.rules")).unwrap_or_default();
+        let (task, id) = api.pending_of("alice").await;
+        let always = json!({ "decision": "approve", "scope": "always" });
+        for who in ["alice", "ops"] {
+            let r = api.post_as(who, &format!("/v1/approvals/{id}"), always.clone()).await;
+            assert_eq!(
+                (r.status, r.body["error"]["code"].as_str()),
+                (403, Some("admin_required")),
+                "{who}: {}",
+                r.text
+            );
+            assert!(r.body["error"]["message"].as_str().unwrap().contains("only an admin"), "{}", r.text);
+        }
+        assert_eq!(overlay(), "");
+        let list = api.get_as("alice", "/v1/approvals").await;
+        assert_eq!(list.body["approvals"][0]["id"], id.as_str(), "still waiting: {}", list.text);
+        let r = api.post_as("root", &format!("/v1/approvals/{id}"), always).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let done = api.get_as("alice", &format!("/v1/tasks/{task}?block=true&timeout_ms=30000")).await;
+        assert_eq!(done.body["status"], "completed", "{}", done.text);
+        assert!(overlay().contains("Write(//workspace/a.txt)"), "kept once the call went on: {}", overlay());
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn every_endpoint_answers_each_role_for_each_owner() {
         let api = principals_api().await;

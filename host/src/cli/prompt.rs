@@ -55,7 +55,9 @@ impl Decider for TtyDecider {
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
             let (resolution, scope) = tty_answer(&answer, &r.scopes);
-            Ok((UserDecision { resolution, who: "tty".into() }, scope))
+            // The person at the terminal runs warden with its configuration: its operator.
+            let authority = warden_approval::Authority::Admin;
+            Ok((UserDecision { resolution, who: crate::actor::TTY.into(), authority }, scope))
         })
     }
 }
@@ -111,7 +113,13 @@ struct NoTty;
 impl Decider for NoTty {
     fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
         eprintln!("declined (no terminal to ask on): {}", describe(&r));
-        Box::pin(async { Ok(UserDecision { resolution: Resolution::Decline, who: "no-tty".into() }) })
+        Box::pin(async {
+            Ok(UserDecision {
+                resolution: Resolution::Decline,
+                who: crate::actor::NO_TTY.into(),
+                authority: warden_approval::Authority::User,
+            })
+        })
     }
 }
 
@@ -120,7 +128,13 @@ struct AutoApprove;
 impl Decider for AutoApprove {
     fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
         eprintln!("\n! demo: no terminal to ask on, auto-approving: {}", describe(&r));
-        Box::pin(async { Ok(UserDecision { resolution: Resolution::Approve, who: "demo-auto".into() }) })
+        Box::pin(async {
+            Ok(UserDecision {
+                resolution: Resolution::Approve,
+                who: crate::actor::DEMO_AUTO.into(),
+                authority: warden_approval::Authority::User,
+            })
+        })
     }
 }
 

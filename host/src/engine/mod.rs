@@ -1053,14 +1053,15 @@ impl Engine {
     pub async fn decide_elsewhere(
         &self,
         request_id: &str,
-        decision: warden_approval::Resolution,
+        answer: warden_approval::UserDecision,
         scope: warden_approval::Scope,
-        decided_by: String,
     ) -> Result<bool, crate::store::StoreError> {
         if self.replica.is_none() {
             return Ok(false);
         }
-        let d = serde_json::to_value(RemoteDecision { decision, scope, decided_by }).expect("a decision serialises");
+        let d =
+            RemoteDecision { decision: answer.resolution, scope, decided_by: answer.who, authority: answer.authority };
+        let d = serde_json::to_value(d).expect("a decision serialises");
         self.store.decide_remote(request_id, &d).await
     }
 }

@@ -97,6 +97,12 @@ impl Principal {
         self.role == Role::Admin
     }
 
+    /// What this principal's approvals may change: only an admin's may hold `always` (a
+    /// rule for every user, [`warden_approval::Authority::may_grant`]).
+    pub fn authority(&self) -> warden_approval::Authority {
+        if self.is_admin() { warden_approval::Authority::Admin } else { warden_approval::Authority::User }
+    }
+
     /// Whether the tasks, events, files and sessions of `user_id` are this principal's to see.
     pub fn owns(&self, user_id: &str) -> bool {
         self.is_admin() || user_id == self.default_user
