@@ -425,6 +425,44 @@ mod tasks {
         assert!(r.body["error"].as_str().unwrap().contains("panicked"), "{}", r.text);
     }
 
+    /// Regression: a task stored and streamed every event sent to it; only the plugin's
+    /// own calls were budgeted. Past `server.max_events_per_task` (or the bytes) events are
+    /// dropped with one marker naming the key; the `finish` is kept.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_task_stores_at_most_its_event_budget() {
+        let yaml = format!(
+            "{}server:\n  heartbeat: 200ms\n  max_events_per_task: 30\n  max_event_bytes_per_task: 64KiB\n",
+            ECHO_AND_HOSTILE.replace("  limit_overrides:", "    hostile: { events: true }\n  limit_overrides:")
+        );
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        let run = |script: Value| {
+            let api = &api;
+            async move {
+                let r = api.task("hostile", &format!("script:{script}"), false).await;
+                assert_eq!(r.body["status"], "completed", "{}", r.text);
+                let id = r.body["task_id"].as_str().unwrap().to_owned();
+                api.stream(&format!("/v1/tasks/{id}/events"), None, None).await.rest().await
+            }
+        };
+        let many = run(json!([{ "op": "emit", "kind": "progress", "data": "{\"n\":1}", "repeat": 500 }])).await;
+        assert!(many.len() <= 32, "{} events kept", many.len());
+        let marker: Vec<&SseEvent> = many.iter().filter(|e| e.data["type"] == "events_dropped").collect();
+        assert_eq!(marker.len(), 1, "{many:?}");
+        assert_eq!(marker[0].data["limit"], "server.max_events_per_task");
+        assert_eq!(many.last().unwrap().data["type"], "finish");
+        let big = format!("{{\"m\":\"{}\"}}", "x".repeat(8000));
+        let large = run(json!([{ "op": "emit", "kind": "progress", "data": big, "repeat": 20 }])).await;
+        let marker = large.iter().find(|e| e.data["type"] == "events_dropped").expect("a marker");
+        assert_eq!(marker.data["limit"], "server.max_event_bytes_per_task");
+        let kept: usize = large
+            .iter()
+            .filter(|e| e.data["type"] != "finish" && e.data["type"] != "events_dropped")
+            .map(|e| e.data.to_string().len())
+            .sum();
+        assert!(kept <= 64 * 1024 && large.len() < 20, "{kept} bytes in {} events kept", large.len());
+        assert_eq!(large.last().unwrap().data["type"], "finish");
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn task_output_without_blocking_and_with_a_short_timeout() {
         let api = api().await;
