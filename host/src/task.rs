@@ -63,6 +63,25 @@ pub enum TaskError {
 /// are bounded tighter still ([`crate::nesting::MAX_CHILD_DESCRIPTION_BYTES`]).
 pub const MAX_DESCRIPTION_BYTES: usize = 4 * 1024;
 
+/// Longest error text a task keeps (its record's `error`, its `error` and `finish` events),
+/// in bytes. A failed task's error quotes what its plugin returned (an error value's
+/// message, a trap's backtrace with the module's own function names): a message of
+/// sentences fits many times over, while a plugin cannot make the record, the stream and
+/// every follower carry megabytes. Its output (and the question of a task that needs
+/// input) is bounded by the plugin's `plugins.limits.max_output` instead.
+pub const MAX_ERROR_BYTES: usize = 16 * 1024;
+
+/// `error` cut to [`MAX_ERROR_BYTES`] (on a character boundary), saying how much was cut.
+pub fn bounded_error(mut error: String) -> String {
+    if error.len() > MAX_ERROR_BYTES {
+        let cut = error.len();
+        error.truncate(error.floor_char_boundary(MAX_ERROR_BYTES));
+        let dropped = cut - error.len();
+        error.push_str(&format!(" … ({dropped} more bytes not kept: errors are kept to {MAX_ERROR_BYTES} bytes)"));
+    }
+    error
+}
+
 pub use crate::scope::TaskScope;
 
 /// A fresh task id, `task_<uuid>`.
@@ -97,7 +116,9 @@ pub fn resolve<'s>(snapshot: &'s Snapshot, call: &TaskCall) -> Result<(&'s Regis
 }
 
 /// Runs `call` to completion. The engine is its one caller in warden (the API, MCP, A2A
-/// and `warden run` all submit tasks to it); tests drive it directly.
+/// and `warden run` all submit tasks to it); tests drive it directly. What the plugin
+/// returns is bounded before anyone stores or streams it: its output and question by
+/// `max_output` (the runtime refuses more), its error by [`MAX_ERROR_BYTES`].
 pub async fn run(
     registry: &Registry,
     task_id: String,
@@ -133,7 +154,25 @@ pub async fn run(
         Err(CallError::Guest(GuestError::InputRequired(q))) => {
             TaskOutcome { task_id, status: TaskState::InputRequired, output: Some(q), error: None, plugin }
         }
-        Err(e) => TaskOutcome { task_id, status: TaskState::Failed, output: None, error: Some(e.to_string()), plugin },
+        Err(e) => {
+            let error = Some(bounded_error(e.to_string()));
+            TaskOutcome { task_id, status: TaskState::Failed, output: None, error, plugin }
+        }
     };
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_cut_on_a_character_boundary_saying_so() {
+        assert_eq!(bounded_error("short".into()), "short");
+        let long = "é".repeat(MAX_ERROR_BYTES);
+        let cut = bounded_error(long.clone());
+        assert!(cut.len() < MAX_ERROR_BYTES + 100, "{}", cut.len());
+        assert!(cut.ends_with(&format!("errors are kept to {MAX_ERROR_BYTES} bytes)")), "{}", cut.len());
+        assert!(long.starts_with(cut.split(" … (").next().unwrap()));
+    }
 }

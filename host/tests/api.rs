@@ -425,6 +425,43 @@ mod tasks {
         assert!(r.body["error"].as_str().unwrap().contains("panicked"), "{}", r.text);
     }
 
+    /// Regression: only a plugin's result was held to `max_output`; its error value's
+    /// message and the question of a task that needs input were stored and streamed
+    /// whole (the `finish` event, the record, every follower).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_plugin_s_error_and_question_are_bounded_before_they_are_stored() {
+        let api = api().await;
+        let r = api.task("hostile", "fail:internal:1000000", false).await;
+        assert_eq!(
+            (r.status, r.body["status"].as_str()),
+            (200, Some("failed")),
+            "{}",
+            r.text.chars().take(300).collect::<String>()
+        );
+        let error = r.body["error"].as_str().unwrap();
+        let max = warden::task::MAX_ERROR_BYTES;
+        assert!(
+            error.len() <= max + 100 && error.contains(&format!("errors are kept to {max} bytes")),
+            "{}",
+            error.len()
+        );
+        let id = r.body["task_id"].as_str().unwrap();
+        let events = api.stream(&format!("/v1/tasks/{id}/events"), None, None).await.rest().await;
+        let finish = events.last().unwrap();
+        assert_eq!(finish.data["type"], "finish");
+        assert!(finish.data["error"].as_str().unwrap().len() <= max + 100);
+        // A question longer than the plugin's `max_output` (1 MiB) is refused like an output.
+        let r = api.task("hostile", &format!("fail:input-required:{}", 2 << 20), false).await;
+        assert_eq!(
+            (r.status, r.body["status"].as_str()),
+            (200, Some("failed")),
+            "{}",
+            r.text.chars().take(300).collect::<String>()
+        );
+        assert!(r.body["error"].as_str().unwrap().contains("more than the output limit"), "{}", r.text);
+        assert!(r.body["output"].is_null());
+    }
+
     /// Regression: a task stored and streamed every event sent to it; only the plugin's
     /// own calls were budgeted. Past `server.max_events_per_task` (or the bytes) events are
     /// dropped with one marker naming the key; the `finish` is kept.
