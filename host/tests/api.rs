@@ -2069,3 +2069,89 @@ mod a2a_framing {
         assert_eq!(api.engine.metrics.submitted.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }
+
+/// A hostile plugin calling the host's `tools.call` import with `Agent` itself — no model
+/// in between, whatever its tool list says — against the nesting cap and its tool lists.
+mod nesting {
+    use super::*;
+
+    fn yaml(max_depth: u32) -> String {
+        format!(
+            r#"
+  grants:
+    hostile: {{ tools: true, events: true }}
+  limit_overrides:
+    hostile: {{ timeout: 60s }}
+subagents:
+  agent_dirs: []
+  max_depth: {max_depth}
+  references:
+    - {{ uri: "hostile://hostile", kind: HOSTILE, metadata: {{ tools: "Agent" }} }}
+approval:
+  default: ask
+  allow: ["Agent"]
+"#
+        )
+    }
+
+    /// A script op calling `name` once with `input`.
+    fn call(name: &str, input: Value) -> Value {
+        json!({ "op": "tools_call", "name": name, "arguments": input.to_string() })
+    }
+
+    fn agent(prompt: &str) -> Value {
+        call("Agent", json!({ "subagent_type": "hostile", "description": "nested", "prompt": prompt }))
+    }
+
+    /// (is_error, content) of each op's one call, from a hostile script's output.
+    fn results(output: &str) -> Vec<(bool, String)> {
+        let ops: Vec<String> = serde_json::from_str(output).unwrap_or_else(|e| panic!("{e}: {output}"));
+        ops.iter()
+            .map(|op| {
+                let list = op.strip_prefix("ok:").unwrap_or_else(|| panic!("the call itself failed: {op}"));
+                let list: Vec<Value> = serde_json::from_str(list).unwrap();
+                (list[0]["is_error"].as_bool().unwrap(), list[0]["content"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    }
+
+    async fn task_count(api: &Api) -> usize {
+        api.get("/v1/tasks").await.body["tasks"].as_array().unwrap().len()
+    }
+
+    fn refused(content: &str) -> bool {
+        content.contains("subagents.max_depth") || content.contains("is not among this subagent's tools")
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_plugin_calling_agent_directly_starts_nothing_past_the_cap_or_its_tools() {
+        let (bash, read) =
+            (call("Bash", json!({ "command": "id" })), call("Read", json!({ "file_path": "/etc/passwd" })));
+        let grandchild = format!("script:{}", json!([bash]));
+        let child = format!("script:{}", json!([agent(&grandchild), bash, read]));
+        let root = format!("script:{}", json!([agent(&child), bash, read]));
+
+        // No nesting (the default cap, 1): the Agent call is refused and nothing starts;
+        // the tools the definition does not list are refused too.
+        let api = api_with(&[(test_plugin("hostile"), "hostile")], &yaml(1), vec![]).await;
+        let r = api.task("hostile", &root, false).await;
+        assert_eq!(r.body["status"], "completed", "{}", r.text);
+        let got = results(r.body["output"].as_str().unwrap());
+        assert!(got[0].0 && got[0].1.contains("subagents.max_depth"), "{got:?}");
+        assert!(got[1..].iter().all(|(is_error, c)| *is_error && refused(c)), "{got:?}");
+        assert_eq!(task_count(&api).await, 1, "no child task");
+
+        // One level allowed (cap 2): the child runs, but its own Agent call starts nothing
+        // and it reaches no tool its parent was not given.
+        let api = api_with(&[(test_plugin("hostile"), "hostile")], &yaml(2), vec![]).await;
+        let r = api.task("hostile", &root, false).await;
+        assert_eq!(r.body["status"], "completed", "{}", r.text);
+        let got = results(r.body["output"].as_str().unwrap());
+        assert!(!got[0].0, "the child ran: {got:?}");
+        assert!(got[1..].iter().all(|(is_error, c)| *is_error && refused(c)), "{got:?}");
+        let child_got = results(&got[0].1);
+        assert_eq!(child_got.len(), 3, "{child_got:?}");
+        assert!(child_got.iter().all(|(is_error, c)| *is_error && refused(c)), "{child_got:?}");
+        assert_eq!(task_count(&api).await, 2, "the root and its one child, no grandchild");
+    }
+}
