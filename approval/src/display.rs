@@ -2,8 +2,8 @@
 //! path and a diff for Write and Edit, the pattern for searches — not raw JSON.
 //!
 //! Everything shown comes from a model: control characters (terminal escape sequences
-//! included) are shown as `\u{..}` escapes, and long text is cut to
-//! [`MAX_SHOWN_LINES`] lines.
+//! included) and invisible format characters ([`is_hidden_or_control`]) are shown as
+//! `\u{..}` escapes, and long text is cut to [`MAX_SHOWN_LINES`] lines.
 
 use serde_json::Value;
 
@@ -12,7 +12,52 @@ pub const MAX_SHOWN_LINES: usize = 40;
 /// Characters of one shown line; longer lines are cut with `…`.
 pub const MAX_LINE_CHARS: usize = 200;
 
-/// `s` with control characters other than tab escaped (one line).
+/// Invisible characters that change how text around them is shown, or hide text, beyond
+/// the controls (`char::is_control`): every format character (general category Cf:
+/// bidirectional marks, embeddings, overrides and isolates — "Trojan Source" — zero-width
+/// spaces and joiners, the BOM, soft hyphen, Arabic and interlinear format marks, the tag
+/// characters that smuggle ASCII past a reader), the line and paragraph separators (Zl,
+/// Zp: a new line in many viewers) and the other default-ignorable code points (Hangul
+/// fillers, combining grapheme joiner, Mongolian and supplementary variation selectors).
+/// Unicode 16.0. The emoji variation selectors U+FE00–U+FE0F are left: they only pick the
+/// look of the visible character before them.
+const HIDDEN: &[(char, char)] = &[
+    ('\u{00AD}', '\u{00AD}'),
+    ('\u{034F}', '\u{034F}'),
+    ('\u{0600}', '\u{0605}'),
+    ('\u{061C}', '\u{061C}'),
+    ('\u{06DD}', '\u{06DD}'),
+    ('\u{070F}', '\u{070F}'),
+    ('\u{0890}', '\u{0891}'),
+    ('\u{08E2}', '\u{08E2}'),
+    ('\u{115F}', '\u{1160}'),
+    ('\u{17B4}', '\u{17B5}'),
+    ('\u{180B}', '\u{180F}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{2028}', '\u{202E}'),
+    ('\u{2060}', '\u{206F}'),
+    ('\u{3164}', '\u{3164}'),
+    ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFA0}', '\u{FFA0}'),
+    ('\u{FFF0}', '\u{FFFB}'),
+    ('\u{110BD}', '\u{110BD}'),
+    ('\u{110CD}', '\u{110CD}'),
+    ('\u{13430}', '\u{1343F}'),
+    ('\u{1BCA0}', '\u{1BCA3}'),
+    ('\u{1D173}', '\u{1D17A}'),
+    ('\u{E0000}', '\u{E0FFF}'),
+];
+
+/// Whether `c` must not reach a person's screen as it is: a control character (C0, DEL,
+/// C1: ESC starts ANSI/OSC sequences, CR/LF start lines) or an invisible character that
+/// makes text read differently than it is ([`HIDDEN`]). The one predicate behind every
+/// escaper of text a plugin, an agent or a model chose (this module, the host's
+/// `text::escape_control`).
+pub fn is_hidden_or_control(c: char) -> bool {
+    c.is_control() || HIDDEN.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
+}
+
+/// `s` with control and invisible characters other than tab escaped (one line).
 fn clean(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for (i, c) in s.chars().enumerate() {
@@ -20,9 +65,7 @@ fn clean(s: &str) -> String {
             out.push('…');
             break;
         }
-        if c.is_control() && c != '\t'
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-        {
+        if is_hidden_or_control(c) && c != '\t' {
             out.push_str(&c.escape_unicode().to_string());
         } else {
             out.push(c);
@@ -120,5 +163,15 @@ mod tests {
         let evil = describe_call("Bash", &json!({ "command": "echo \u{1b}[2Jhi\u{202e}" }));
         assert!(!evil.contains('\u{1b}') && !evil.contains('\u{202e}'), "{evil:?}");
         assert!(describe_call("mcp__gh__issue", &json!({ "n": 1 })).contains("\"n\": 1"));
+    }
+
+    /// Regression: the approval question showed the Arabic letter mark, zero-width and
+    /// tag characters as they were (only C0/C1 and some bidi controls were escaped).
+    #[test]
+    fn regression_every_invisible_format_character_is_escaped_in_a_call() {
+        for c in ['\u{061C}', '\u{200B}', '\u{2028}', '\u{2069}', '\u{FEFF}', '\u{E0041}', '\u{00AD}'] {
+            let shown = describe_call("Bash", &json!({ "command": format!("echo a{c}b") }));
+            assert!(!shown.contains(c), "{:?}: {shown:?}", c);
+        }
     }
 }

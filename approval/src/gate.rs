@@ -168,6 +168,28 @@ pub enum Resolution {
     Decline,
 }
 
+/// What an answer may change beyond the one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Authority {
+    /// A user deciding for their own calls (or, as an approver, for the users named): an
+    /// approval may hold `once` or for the call's `session` (that user's session only).
+    #[default]
+    User,
+    /// An administrator of this host (an `admin` principal, the person at the terminal
+    /// running warden): may also approve `always`.
+    Admin,
+}
+
+impl Authority {
+    /// Whether an approval by this authority may hold for `scope`. `always` appends a
+    /// rule to the operator's policy overlay, which allows the call for every user and
+    /// every session from then on: a change of policy, so an administrator's alone.
+    pub fn may_grant(self, scope: Scope) -> bool {
+        scope != Scope::Always || self == Authority::Admin
+    }
+}
+
 /// What a [`Decider`] answered, and who answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserDecision {
@@ -175,6 +197,31 @@ pub struct UserDecision {
     pub resolution: Resolution,
     /// Who decided, without the `user:` prefix (e.g. `tty`, `alice`).
     pub who: String,
+    /// What their answer may change ([`Authority::may_grant`]).
+    pub authority: Authority,
+}
+
+/// The one rule for how long an answer may hold, checked where the gate keeps a grant
+/// (and, for a clear error first, by [`ApprovalGate::resolve_scoped`] and by a front that
+/// forwards a decision to another replica): a scope other than `once` must be among the
+/// request's `offered` scopes, the answer must be an approval, and its authority must
+/// allow the scope.
+pub fn check_scope(offered: &[Scope], decision: &UserDecision, scope: Scope) -> Result<(), GateError> {
+    if scope == Scope::Once {
+        return Ok(());
+    }
+    let approve = decision.resolution == Resolution::Approve;
+    if !approve || !offered.contains(&scope) {
+        let offered = if approve { offered } else { &[Scope::Once][..] };
+        return Err(GateError::ScopeNotAllowed {
+            scope: scope.as_str(),
+            offered: offered.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+        });
+    }
+    if !decision.authority.may_grant(scope) {
+        return Err(GateError::AdminRequired { scope: scope.as_str(), who: decision.who.clone() });
+    }
+    Ok(())
 }
 
 /// A boxed, sendable future.
@@ -279,6 +326,17 @@ pub enum GateError {
         scope: &'static str,
         /// The scopes offered.
         offered: String,
+    },
+    /// The scope changes policy for every user; `who` is not an administrator.
+    #[error(
+        "`{who}` may not approve `{scope}`: it adds a rule to the policy overlay that holds for every user; \
+         only an admin may (approve `once` or `session` instead)"
+    )]
+    AdminRequired {
+        /// The scope asked for.
+        scope: &'static str,
+        /// Who asked for it.
+        who: String,
     },
 }
 
@@ -392,38 +450,26 @@ impl ApprovalGate {
         list
     }
 
-    /// Deliver a person's decision for a pending request. `who` identifies
-    /// them (audited as `user:<who>`).
+    /// Deliver a person's decision for a pending request, for this call only. `who`
+    /// identifies them (audited as `user:<who>`).
     pub fn resolve(&self, id: &str, resolution: Resolution, who: impl Into<String>) -> Result<(), GateError> {
         let who = who.into();
-        self.inner.deliver(id, Answer::Person(UserDecision { resolution, who }))
+        self.inner.deliver(id, Answer::Person(UserDecision { resolution, who, authority: Authority::User }))
     }
 
-    /// Like [`ApprovalGate::resolve`], with how long an approval holds. A scope other than
-    /// `once` must be among the request's [`PendingApproval::scopes`] and needs an approval.
-    pub fn resolve_scoped(
-        &self,
-        id: &str,
-        resolution: Resolution,
-        scope: Scope,
-        who: impl Into<String>,
-    ) -> Result<(), GateError> {
+    /// Like [`ApprovalGate::resolve`], with how long an approval holds ([`check_scope`]:
+    /// a scope other than `once` must be offered, needs an approval, and `always` an
+    /// [`Authority::Admin`]). A refused scope leaves the request waiting.
+    pub fn resolve_scoped(&self, id: &str, decision: UserDecision, scope: Scope) -> Result<(), GateError> {
         if scope == Scope::Once {
-            return self.resolve(id, resolution, who);
+            return self.inner.deliver(id, Answer::Person(decision));
         }
         let offered = match self.inner.lock_pending().get(id) {
             Some(p) => p.info.scopes.clone(),
             None => return Err(GateError::UnknownRequest(id.to_owned())),
         };
-        if resolution != Resolution::Approve || !offered.contains(&scope) {
-            let offered = if resolution == Resolution::Approve { offered } else { vec![Scope::Once] };
-            return Err(GateError::ScopeNotAllowed {
-                scope: scope.as_str(),
-                offered: offered.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
-            });
-        }
-        let who = who.into();
-        self.inner.deliver(id, Answer::Scoped(UserDecision { resolution, who }, scope))
+        check_scope(&offered, &decision, scope)?;
+        self.inner.deliver(id, Answer::Scoped(decision, scope))
     }
 
     /// Decline every pending request of a task (task canceled). Returns how
@@ -620,9 +666,8 @@ impl ApprovalGate {
                         // `resolve` won the race; its answer is in the channel.
                         break rx.try_recv().map_err(|_| "error");
                     }
-                    let offered = info.scopes.clone();
                     break r.map(|(d, scope)| {
-                        if scope != Scope::Once && d.resolution == Resolution::Approve && offered.contains(&scope) {
+                        if scope != Scope::Once && d.resolution == Resolution::Approve {
                             Answer::Scoped(d, scope)
                         } else {
                             Answer::Person(d)
@@ -646,10 +691,16 @@ impl ApprovalGate {
         };
         let (decision, decided_by) = match outcome {
             Ok(Answer::Cancel) => (AuditDecision::Decline, "cancel".to_owned()),
-            Ok(Answer::Scoped(UserDecision { who, .. }, scope)) => {
-                // The person approved this call whatever happens to the grant.
+            Ok(Answer::Scoped(decision, scope)) => {
+                // The person approved this call whatever happens to the grant; the grant
+                // is kept only if the answer may hold that long (every front's answer, and
+                // every decider's, passes here).
                 let rule = grant_rule.clone().unwrap_or_default();
-                match inner.grants.add(scope, req_session.as_deref(), &rule, &who, &id) {
+                let kept = check_scope(&info.scopes, &decision, scope)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| inner.grants.add(scope, req_session.as_deref(), &rule, &decision.who, &id));
+                let who = decision.who;
+                match kept {
                     Ok(()) => {
                         tracing::info!(request_id = %id, scope = scope.as_str(), rule = %rule, who = %who, "approval kept");
                         if let Some(v) = guard.verdict.as_mut() {
@@ -663,10 +714,10 @@ impl ApprovalGate {
                 }
                 (AuditDecision::Approve, format!("user:{who}"))
             }
-            Ok(Answer::Person(UserDecision { resolution: Resolution::Approve, who })) => {
+            Ok(Answer::Person(UserDecision { resolution: Resolution::Approve, who, .. })) => {
                 (AuditDecision::Approve, format!("user:{who}"))
             }
-            Ok(Answer::Person(UserDecision { resolution: Resolution::Decline, who })) => {
+            Ok(Answer::Person(UserDecision { resolution: Resolution::Decline, who, .. })) => {
                 (AuditDecision::Decline, format!("user:{who}"))
             }
             Err("timeout") => (AuditDecision::Timeout, "timeout".to_owned()),

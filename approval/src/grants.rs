@@ -4,7 +4,8 @@
 //! `session` (the same call again in the same session: same tool and the same command or
 //! path, for the rest of the session) or `always` (the same, in every session, from now
 //! on: the rule is appended to the operator-owned policy overlay file,
-//! `approval.overlay`, which is read again at start).
+//! `approval.overlay`, which is read again at start). `always` changes the policy of every
+//! user, so only an administrator's answer keeps it ([`crate::Authority::may_grant`]).
 //!
 //! A grant is a permission rule derived from the call ([`rule_for`]): `Bash(<command>)`
 //! (exact), `<Tool>(<path>)` for file tools (exact, no wildcards) or the bare name of an
@@ -40,7 +41,8 @@ pub enum Scope {
     Once,
     /// The same call again in the same session.
     Session,
-    /// The same call in every session, from now on (the overlay file).
+    /// The same call in every session, from now on (the overlay file); an administrator's
+    /// answer only.
     Always,
 }
 

@@ -7,51 +7,50 @@
 
 use std::path::{Component, Path, PathBuf};
 
-/// How a `Bash(...)` specifier matches one simple command's canonical text.
+use crate::shell::WORD_BREAK;
+
+/// How a `Bash(...)` specifier matches one simple command. Both sides are match keys
+/// ([`crate::shell::SimpleCommand::match_key`]: words joined by [`WORD_BREAK`]), so every
+/// boundary below is a boundary between two words of the command as it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BashPattern {
-    /// `Bash(git status)`: the whole command, exactly.
+    /// `Bash(git status)`: the whole command, exactly (the same words).
     Exact(String),
-    /// `Bash(npm run test:*)`: the command is the prefix, or the prefix
-    /// followed by a space and anything (word boundary: `ls:*` does not match
-    /// `lsof`), or — when the prefix has more than one word — the rule text
-    /// read literally as a glob (`test:` followed by anything, so
-    /// `npm run test:unit` matches; `ls:*` does not match a command `ls:x`).
+    /// `Bash(npm run test:*)` (Claude Code's legacy form of `Bash(npm run test *)`): the
+    /// command's first words are the prefix's words, followed by nothing or by more words.
+    /// Word boundary: `npm test:*` matches neither `npm testx`, `npm test-evil`, `npm tests`
+    /// nor `npm test:evil` (another npm script), nor `npm 'test evil'` (one argument).
     Prefix(String),
-    /// `Bash(npm run *)`, `Bash(git * main)`: `*` matches any run of
-    /// characters (spaces included) within one simple command. A single
-    /// trailing ` *` is optional, so `Bash(ls *)` matches `ls` and `ls -la` but
-    /// never `lsof`.
+    /// `Bash(npm run *)`, `Bash(git * main)`: `*` matches any run of characters (word
+    /// breaks included) within one simple command; every other character, and every word
+    /// break of the pattern, matches itself. A single trailing ` *` is optional, so
+    /// `Bash(ls *)` matches `ls` and `ls -la` but never `lsof`.
     Glob(String),
 }
 
 impl BashPattern {
-    /// Does the pattern match this simple command text?
-    pub fn matches(&self, text: &str) -> bool {
+    /// Does the pattern match this simple command's match key?
+    pub fn matches(&self, key: &str) -> bool {
         match self {
-            BashPattern::Exact(p) => text == p,
+            BashPattern::Exact(p) => key == p,
             BashPattern::Prefix(p) => {
-                // The literal `:` continuation only extends an argument
-                // (`npm run test:unit`), never the command name itself
-                // (`ls:*` must not match a command called `ls:x`).
-                let colon_ok = p.contains(' ');
-                text == p
-                    || text
-                        .strip_prefix(p.as_str())
-                        .is_some_and(|rest| rest.starts_with(' ') || (colon_ok && rest.starts_with(':')))
+                key == p || key.strip_prefix(p.as_str()).is_some_and(|rest| rest.starts_with(WORD_BREAK))
             }
             BashPattern::Glob(p) => {
-                if let Some(base) = p.strip_suffix(" *")
+                if let Some(base) = p.strip_suffix(OPTIONAL_TAIL)
                     && !base.contains('*')
-                    && text == base
+                    && key == base
                 {
                     return true;
                 }
-                wildcard_match(p.as_bytes(), text.as_bytes())
+                wildcard_match(p.as_bytes(), key.as_bytes())
             }
         }
     }
 }
+
+/// A word break then `*`: the optional last word of a glob (`Bash(ls *)`).
+const OPTIONAL_TAIL: &str = "\u{1f}*";
 
 /// `*` matches any byte sequence; every other byte matches itself.
 /// Iterative with single-star backtracking: O(pattern × text), no recursion.

@@ -397,7 +397,7 @@ impl Policy {
         }
         for part in recognition.commands() {
             let text = part.text();
-            let (mut d, r) = target(Some(&text));
+            let (mut d, r) = target(Some(&part.match_key()));
             let mut why = describe(d, r, Some(&text));
             if d == Decision::Allow
                 && part.writes_file

@@ -84,7 +84,7 @@ pub struct Rule {
 pub(crate) struct Target<'a> {
     pub tool: &'a str,
     pub input: &'a Value,
-    /// For Bash: the canonical text of one simple command.
+    /// For Bash: the match key of one simple command ([`shell::SimpleCommand::match_key`]).
     pub bash_part: Option<&'a str>,
     /// For path tools: the normalised absolute path and whether a relative
     /// input escaped the workspace root.
@@ -275,7 +275,7 @@ fn parse_bash(spec: &str) -> Result<BashPattern, String> {
             return Err(format!("the command pattern cannot be parsed: {why}"));
         }
         match recognition.commands() {
-            [one] => Ok(one.text()),
+            [one] => Ok(one.match_key()),
             [] => Err("empty command pattern".into()),
             _ => Err("a command pattern must be one simple command (no `;`, `&&`, `|`, `$(...)`, ...)".into()),
         }

@@ -266,10 +266,28 @@ pub struct SimpleCommand {
     pub writes_file: bool,
 }
 
+/// Separates words in [`SimpleCommand::match_key`]: a control character, which no word of
+/// an understood command holds (any such byte makes the command not understood), so a
+/// space inside a quoted word (`npm 'test evil'`) never reads as a word boundary.
+pub const WORD_BREAK: char = '\u{1f}';
+
 impl SimpleCommand {
-    /// The canonical text matched against rules: words joined by one space.
+    /// The canonical text shown to people: words joined by one space.
     pub fn text(&self) -> String {
         self.words.join(" ")
+    }
+
+    /// What permission rules match: the words joined by [`WORD_BREAK`], so that a rule's
+    /// word boundaries are the command's (argv) word boundaries.
+    pub fn match_key(&self) -> String {
+        let mut key = String::new();
+        for (i, w) in self.words.iter().enumerate() {
+            if i > 0 {
+                key.push(WORD_BREAK);
+            }
+            key.push_str(w);
+        }
+        key
     }
 }
 

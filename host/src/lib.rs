@@ -11,13 +11,14 @@
 //! - [`runtime`] (wasmtime engine, limits, host imports);
 //! - [`services`], [`tools`], [`mcp_tools`] (what imports use), [`nesting`] (the `Agent`
 //!   tool's rules);
-//! - [`config`] (warden.yaml, plain validated data);
+//! - [`config`] (warden.yaml, plain validated data), [`actor`] (the host's own names);
 //! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`event`]
 //!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task), [`store`], [`redact`], [`builtin`], [`text`],
 //!   [`bounded_read`], [`http_client`] (the one hardened outbound HTTP client builder).
 //!
 //! This file only declares modules and re-exports; it holds nothing other modules import.
 
+pub mod actor;
 pub mod app;
 pub mod bounded_read;
 pub mod builtin;

@@ -174,7 +174,7 @@ pub enum GuestError {
 /// (`subagent`: a child task started). `events.emit` refuses them, so an event of one of
 /// these types in a task's stream always comes from the host; every other event is marked
 /// `"source": "plugin"`.
-pub const HOST_EVENT_KINDS: [&str; 11] = [
+pub const HOST_EVENT_KINDS: [&str; 12] = [
     "status",
     "error",
     "finish",
@@ -186,6 +186,7 @@ pub const HOST_EVENT_KINDS: [&str; 11] = [
     "heartbeat",
     "egress",
     "subagent",
+    "events_dropped",
 ];
 
 /// Whether `kind` is reserved for the host (compared case-insensitively, so `Tool_Call`

@@ -49,6 +49,37 @@ pub enum TaskError {
     UnknownSubagent { name: String, available: Vec<String> },
     #[error("subagent {name:?} is of kind {kind}, which no loaded plugin serves")]
     NoPlugin { name: String, kind: String },
+    #[error(
+        "`description` is {len} bytes; at most {MAX_DESCRIPTION_BYTES} (a short summary shown in task lists; \
+         the task itself goes in `prompt`)"
+    )]
+    DescriptionTooLong { len: usize },
+}
+
+/// Longest `description` of a task, in bytes. It is a 3-5 word summary (the Task tool's
+/// schema says so) that every task list, the console, the store and each follower of the
+/// task feed repeat: 4 KiB holds any summary, and keeps a caller — or a prompt-injected
+/// parent agent — from making a task list megabytes long. Nested subagents' descriptions
+/// are bounded tighter still ([`crate::nesting::MAX_CHILD_DESCRIPTION_BYTES`]).
+pub const MAX_DESCRIPTION_BYTES: usize = 4 * 1024;
+
+/// Longest error text a task keeps (its record's `error`, its `error` and `finish` events),
+/// in bytes. A failed task's error quotes what its plugin returned (an error value's
+/// message, a trap's backtrace with the module's own function names): a message of
+/// sentences fits many times over, while a plugin cannot make the record, the stream and
+/// every follower carry megabytes. Its output (and the question of a task that needs
+/// input) is bounded by the plugin's `plugins.limits.max_output` instead.
+pub const MAX_ERROR_BYTES: usize = 16 * 1024;
+
+/// `error` cut to [`MAX_ERROR_BYTES`] (on a character boundary), saying how much was cut.
+pub fn bounded_error(mut error: String) -> String {
+    if error.len() > MAX_ERROR_BYTES {
+        let cut = error.len();
+        error.truncate(error.floor_char_boundary(MAX_ERROR_BYTES));
+        let dropped = cut - error.len();
+        error.push_str(&format!(" … ({dropped} more bytes not kept: errors are kept to {MAX_ERROR_BYTES} bytes)"));
+    }
+    error
 }
 
 pub use crate::scope::TaskScope;
@@ -58,14 +89,19 @@ pub fn new_task_id() -> String {
     format!("task_{}", uuid::Uuid::new_v4())
 }
 
-/// The one check of a call against the registry, used when the engine accepts a task and
-/// again when it starts (plugins may have changed in between): its subagent and prompt
-/// are given, the subagent is registered, and a loaded plugin serves its kind.
+/// The one check of a call against the registry, used when the engine accepts a task (from
+/// the HTTP API, MCP, A2A or the CLI), when a subagent starts a child, and again when a
+/// task starts (plugins may have changed in between): its subagent and prompt are given,
+/// its description is at most [`MAX_DESCRIPTION_BYTES`], the subagent is registered, and
+/// a loaded plugin serves its kind.
 pub fn resolve<'s>(snapshot: &'s Snapshot, call: &TaskCall) -> Result<(&'s Registered, Arc<LoadedPlugin>), TaskError> {
     for (field, value) in [("subagent_type", &call.subagent_type), ("prompt", &call.prompt)] {
         if value.trim().is_empty() {
             return Err(TaskError::MissingField(field));
         }
+    }
+    if call.description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(TaskError::DescriptionTooLong { len: call.description.len() });
     }
     let Some(registered) = snapshot.definitions.get(&call.subagent_type) else {
         return Err(TaskError::UnknownSubagent {
@@ -80,7 +116,9 @@ pub fn resolve<'s>(snapshot: &'s Snapshot, call: &TaskCall) -> Result<(&'s Regis
 }
 
 /// Runs `call` to completion. The engine is its one caller in warden (the API, MCP, A2A
-/// and `warden run` all submit tasks to it); tests drive it directly.
+/// and `warden run` all submit tasks to it); tests drive it directly. What the plugin
+/// returns is bounded before anyone stores or streams it: its output and question by
+/// `max_output` (the runtime refuses more), its error by [`MAX_ERROR_BYTES`].
 pub async fn run(
     registry: &Registry,
     task_id: String,
@@ -116,7 +154,25 @@ pub async fn run(
         Err(CallError::Guest(GuestError::InputRequired(q))) => {
             TaskOutcome { task_id, status: TaskState::InputRequired, output: Some(q), error: None, plugin }
         }
-        Err(e) => TaskOutcome { task_id, status: TaskState::Failed, output: None, error: Some(e.to_string()), plugin },
+        Err(e) => {
+            let error = Some(bounded_error(e.to_string()));
+            TaskOutcome { task_id, status: TaskState::Failed, output: None, error, plugin }
+        }
     };
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_cut_on_a_character_boundary_saying_so() {
+        assert_eq!(bounded_error("short".into()), "short");
+        let long = "é".repeat(MAX_ERROR_BYTES);
+        let cut = bounded_error(long.clone());
+        assert!(cut.len() < MAX_ERROR_BYTES + 100, "{}", cut.len());
+        assert!(cut.ends_with(&format!("errors are kept to {MAX_ERROR_BYTES} bytes)")), "{}", cut.len());
+        assert!(long.starts_with(cut.split(" … (").next().unwrap()));
+    }
 }

@@ -8,10 +8,12 @@
 use std::borrow::Cow;
 
 /// Characters that must not reach a terminal or a log line as they are: C0 and C1
-/// controls (ESC starts ANSI/OSC sequences, CR/LF start new lines), DEL, and the
-/// Unicode bidirectional overrides and isolates (text that reads differently than it is).
+/// controls (ESC starts ANSI/OSC sequences, CR/LF start new lines), DEL, the Unicode
+/// bidirectional controls (text that reads differently than it is) and every other
+/// invisible format character ([`warden_approval::display::is_hidden_or_control`], the
+/// one predicate the approval question uses too).
 fn is_unsafe(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}')
+    warden_approval::display::is_hidden_or_control(c)
 }
 
 /// `s` with every unsafe character written as an escape (`\n`, `\t`, `\r`, `\u{1b}`), and
@@ -70,6 +72,37 @@ mod tests {
         assert_eq!(escape_control("c:\\dir"), "c:\\dir");
     }
 
+    /// Every bidirectional control (Trojan Source) and the invisible format characters
+    /// named in the issue; inserted anywhere in arbitrary text, none survives either escaper.
+    const INVISIBLE: &[char] = &[
+        '\u{202A}',
+        '\u{202B}',
+        '\u{202C}',
+        '\u{202D}',
+        '\u{202E}',
+        '\u{2066}',
+        '\u{2067}',
+        '\u{2068}',
+        '\u{2069}',
+        '\u{200E}',
+        '\u{200F}',
+        '\u{061C}',
+        '\u{200B}',
+        '\u{200C}',
+        '\u{200D}',
+        '\u{2060}',
+        '\u{2028}',
+        '\u{2029}',
+        '\u{FEFF}',
+        '\u{00AD}',
+        '\u{180E}',
+        '\u{E0001}',
+        '\u{E0041}',
+        '\u{E007F}',
+        '\u{FFF9}',
+        '\u{3164}',
+    ];
+
     proptest! {
         #[test]
         fn output_never_holds_a_control_character(s in any::<String>()) {
@@ -82,6 +115,18 @@ mod tests {
             let e = escape_multiline(&s);
             prop_assert!(!e.chars().any(|c| is_unsafe(c) && c != '\n' && c != '\t'), "{e:?}");
             prop_assert_eq!(e.matches('\n').count(), s.matches('\n').count());
+        }
+
+        #[test]
+        fn regression_no_bidi_or_invisible_format_character_survives(
+            s in any::<String>(), at in any::<proptest::sample::Index>(), which in 0..INVISIBLE.len(),
+        ) {
+            let mut chars: Vec<char> = s.chars().collect();
+            chars.insert(at.index(chars.len() + 1), INVISIBLE[which]);
+            let s: String = chars.into_iter().collect();
+            for e in [escape_control(&s), escape_multiline(&s)] {
+                prop_assert!(!e.chars().any(|c| INVISIBLE.contains(&c)), "{e:?}");
+            }
         }
 
         #[test]

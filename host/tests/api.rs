@@ -425,6 +425,81 @@ mod tasks {
         assert!(r.body["error"].as_str().unwrap().contains("panicked"), "{}", r.text);
     }
 
+    /// Regression: only a plugin's result was held to `max_output`; its error value's
+    /// message and the question of a task that needs input were stored and streamed
+    /// whole (the `finish` event, the record, every follower).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_plugin_s_error_and_question_are_bounded_before_they_are_stored() {
+        let api = api().await;
+        let r = api.task("hostile", "fail:internal:1000000", false).await;
+        assert_eq!(
+            (r.status, r.body["status"].as_str()),
+            (200, Some("failed")),
+            "{}",
+            r.text.chars().take(300).collect::<String>()
+        );
+        let error = r.body["error"].as_str().unwrap();
+        let max = warden::task::MAX_ERROR_BYTES;
+        assert!(
+            error.len() <= max + 100 && error.contains(&format!("errors are kept to {max} bytes")),
+            "{}",
+            error.len()
+        );
+        let id = r.body["task_id"].as_str().unwrap();
+        let events = api.stream(&format!("/v1/tasks/{id}/events"), None, None).await.rest().await;
+        let finish = events.last().unwrap();
+        assert_eq!(finish.data["type"], "finish");
+        assert!(finish.data["error"].as_str().unwrap().len() <= max + 100);
+        // A question longer than the plugin's `max_output` (1 MiB) is refused like an output.
+        let r = api.task("hostile", &format!("fail:input-required:{}", 2 << 20), false).await;
+        assert_eq!(
+            (r.status, r.body["status"].as_str()),
+            (200, Some("failed")),
+            "{}",
+            r.text.chars().take(300).collect::<String>()
+        );
+        assert!(r.body["error"].as_str().unwrap().contains("more than the output limit"), "{}", r.text);
+        assert!(r.body["output"].is_null());
+    }
+
+    /// Regression: a task stored and streamed every event sent to it; only the plugin's
+    /// own calls were budgeted. Past `server.max_events_per_task` (or the bytes) events are
+    /// dropped with one marker naming the key; the `finish` is kept.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_task_stores_at_most_its_event_budget() {
+        let yaml = format!(
+            "{}server:\n  heartbeat: 200ms\n  max_events_per_task: 30\n  max_event_bytes_per_task: 64KiB\n",
+            ECHO_AND_HOSTILE.replace("  limit_overrides:", "    hostile: { events: true }\n  limit_overrides:")
+        );
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        let run = |script: Value| {
+            let api = &api;
+            async move {
+                let r = api.task("hostile", &format!("script:{script}"), false).await;
+                assert_eq!(r.body["status"], "completed", "{}", r.text);
+                let id = r.body["task_id"].as_str().unwrap().to_owned();
+                api.stream(&format!("/v1/tasks/{id}/events"), None, None).await.rest().await
+            }
+        };
+        let many = run(json!([{ "op": "emit", "kind": "progress", "data": "{\"n\":1}", "repeat": 500 }])).await;
+        assert!(many.len() <= 32, "{} events kept", many.len());
+        let marker: Vec<&SseEvent> = many.iter().filter(|e| e.data["type"] == "events_dropped").collect();
+        assert_eq!(marker.len(), 1, "{many:?}");
+        assert_eq!(marker[0].data["limit"], "server.max_events_per_task");
+        assert_eq!(many.last().unwrap().data["type"], "finish");
+        let big = format!("{{\"m\":\"{}\"}}", "x".repeat(8000));
+        let large = run(json!([{ "op": "emit", "kind": "progress", "data": big, "repeat": 20 }])).await;
+        let marker = large.iter().find(|e| e.data["type"] == "events_dropped").expect("a marker");
+        assert_eq!(marker.data["limit"], "server.max_event_bytes_per_task");
+        let kept: usize = large
+            .iter()
+            .filter(|e| e.data["type"] != "finish" && e.data["type"] != "events_dropped")
+            .map(|e| e.data.to_string().len())
+            .sum();
+        assert!(kept <= 64 * 1024 && large.len() < 20, "{kept} bytes in {} events kept", large.len());
+        assert_eq!(large.last().unwrap().data["type"], "finish");
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn task_output_without_blocking_and_with_a_short_timeout() {
         let api = api().await;
@@ -436,6 +511,21 @@ mod tasks {
         assert_eq!(r.body["status"], "working");
         assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5));
         assert_eq!(api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await.status, 200);
+    }
+
+    /// Regression: a task's `description` was unbounded (a caller could make every task
+    /// list, the store and the task feed carry megabytes per task).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_task_description_is_bounded_at_4_kib() {
+        let api = api().await;
+        let max = warden::task::MAX_DESCRIPTION_BYTES;
+        let body = |d: String| json!({ "description": d, "prompt": "hi", "subagent_type": "greeter" });
+        let r = api.post("/v1/tasks", body("é".repeat(max / 2 + 1))).await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (400, Some("invalid_field")), "{}", r.text);
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("`description`") && message.contains(&max.to_string()), "{message}");
+        let r = api.post("/v1/tasks", body("d".repeat(max))).await;
+        assert_eq!((r.status, r.body["status"].as_str()), (200, Some("completed")), "{}", r.text);
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -1022,6 +1112,39 @@ server:
             .await
     }
 
+    /// Regression: a user (or an approver) could approve `always`, appending an allow rule
+    /// to the overlay that holds for every tenant. Only an admin may; the refused answer
+    /// leaves the call waiting.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_only_an_admin_principal_may_approve_always() {
+        let yaml =
+            YAML.replace("  audit_log: ./audit.jsonl\n", "  audit_log: ./audit.jsonl\n  overlay: ./overlay.rules\n");
+        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
+        let plugins = [(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")];
+        let api = api_with_files(&plugins, &yaml, vec![], &files).await;
+        let overlay = || std::fs::read_to_string(api.dir.path().join("overlay.rules")).unwrap_or_default();
+        let (task, id) = api.pending_of("alice").await;
+        let always = json!({ "decision": "approve", "scope": "always" });
+        for who in ["alice", "ops"] {
+            let r = api.post_as(who, &format!("/v1/approvals/{id}"), always.clone()).await;
+            assert_eq!(
+                (r.status, r.body["error"]["code"].as_str()),
+                (403, Some("admin_required")),
+                "{who}: {}",
+                r.text
+            );
+            assert!(r.body["error"]["message"].as_str().unwrap().contains("only an admin"), "{}", r.text);
+        }
+        assert_eq!(overlay(), "");
+        let list = api.get_as("alice", "/v1/approvals").await;
+        assert_eq!(list.body["approvals"][0]["id"], id.as_str(), "still waiting: {}", list.text);
+        let r = api.post_as("root", &format!("/v1/approvals/{id}"), always).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let done = api.get_as("alice", &format!("/v1/tasks/{task}?block=true&timeout_ms=30000")).await;
+        assert_eq!(done.body["status"], "completed", "{}", done.text);
+        assert!(overlay().contains("Write(//workspace/a.txt)"), "kept once the call went on: {}", overlay());
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn every_endpoint_answers_each_role_for_each_owner() {
         let api = principals_api().await;
@@ -1221,6 +1344,29 @@ server:
         for (yaml, why) in bad {
             let e = Config::from_yaml(yaml, Path::new("w.yaml")).unwrap_err().to_string();
             assert!(e.contains(why), "{yaml}: {e}");
+        }
+        // Regression: a tenant could take a name the host acts or records under (`api`,
+        // `token1`, `tty`, `default`…) and be audited as the host, or own its tasks.
+        for name in [
+            "api",
+            "token1",
+            "TOKEN2",
+            "mcp-stdio",
+            "default",
+            "local",
+            "tty",
+            "admin",
+            "system",
+            "host",
+            "warden",
+            "Policy",
+        ] {
+            let yaml = format!("server:\n  principals: [{{ name: {name}, token_env: A, role: user }}]\n");
+            let e = Config::from_yaml(&yaml, Path::new("w.yaml")).unwrap_err().to_string();
+            assert!(
+                e.starts_with("w.yaml: server.principals[0].name: ") && e.contains("expected a name of your own"),
+                "{name}: {e}"
+            );
         }
         let c = Config::from_yaml(
             "server:\n  principals: [{ name: a, token_env: A, role: user }, { name: b, token_env: B, role: user }]\n",
@@ -1928,5 +2074,91 @@ mod a2a_framing {
         let r = api.post("/a2a/greeter", small).await;
         assert_eq!((r.status, r.body["id"].clone()), (200, json!(7)), "{}", r.text);
         assert_eq!(api.engine.metrics.submitted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+}
+
+/// A hostile plugin calling the host's `tools.call` import with `Agent` itself — no model
+/// in between, whatever its tool list says — against the nesting cap and its tool lists.
+mod nesting {
+    use super::*;
+
+    fn yaml(max_depth: u32) -> String {
+        format!(
+            r#"
+  grants:
+    hostile: {{ tools: true, events: true }}
+  limit_overrides:
+    hostile: {{ timeout: 60s }}
+subagents:
+  agent_dirs: []
+  max_depth: {max_depth}
+  references:
+    - {{ uri: "hostile://hostile", kind: HOSTILE, metadata: {{ tools: "Agent" }} }}
+approval:
+  default: ask
+  allow: ["Agent"]
+"#
+        )
+    }
+
+    /// A script op calling `name` once with `input`.
+    fn call(name: &str, input: Value) -> Value {
+        json!({ "op": "tools_call", "name": name, "arguments": input.to_string() })
+    }
+
+    fn agent(prompt: &str) -> Value {
+        call("Agent", json!({ "subagent_type": "hostile", "description": "nested", "prompt": prompt }))
+    }
+
+    /// (is_error, content) of each op's one call, from a hostile script's output.
+    fn results(output: &str) -> Vec<(bool, String)> {
+        let ops: Vec<String> = serde_json::from_str(output).unwrap_or_else(|e| panic!("{e}: {output}"));
+        ops.iter()
+            .map(|op| {
+                let list = op.strip_prefix("ok:").unwrap_or_else(|| panic!("the call itself failed: {op}"));
+                let list: Vec<Value> = serde_json::from_str(list).unwrap();
+                (list[0]["is_error"].as_bool().unwrap(), list[0]["content"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    }
+
+    async fn task_count(api: &Api) -> usize {
+        api.get("/v1/tasks").await.body["tasks"].as_array().unwrap().len()
+    }
+
+    fn refused(content: &str) -> bool {
+        content.contains("subagents.max_depth") || content.contains("is not among this subagent's tools")
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_plugin_calling_agent_directly_starts_nothing_past_the_cap_or_its_tools() {
+        let (bash, read) =
+            (call("Bash", json!({ "command": "id" })), call("Read", json!({ "file_path": "/etc/passwd" })));
+        let grandchild = format!("script:{}", json!([bash]));
+        let child = format!("script:{}", json!([agent(&grandchild), bash, read]));
+        let root = format!("script:{}", json!([agent(&child), bash, read]));
+
+        // No nesting (the default cap, 1): the Agent call is refused and nothing starts;
+        // the tools the definition does not list are refused too.
+        let api = api_with(&[(test_plugin("hostile"), "hostile")], &yaml(1), vec![]).await;
+        let r = api.task("hostile", &root, false).await;
+        assert_eq!(r.body["status"], "completed", "{}", r.text);
+        let got = results(r.body["output"].as_str().unwrap());
+        assert!(got[0].0 && got[0].1.contains("subagents.max_depth"), "{got:?}");
+        assert!(got[1..].iter().all(|(is_error, c)| *is_error && refused(c)), "{got:?}");
+        assert_eq!(task_count(&api).await, 1, "no child task");
+
+        // One level allowed (cap 2): the child runs, but its own Agent call starts nothing
+        // and it reaches no tool its parent was not given.
+        let api = api_with(&[(test_plugin("hostile"), "hostile")], &yaml(2), vec![]).await;
+        let r = api.task("hostile", &root, false).await;
+        assert_eq!(r.body["status"], "completed", "{}", r.text);
+        let got = results(r.body["output"].as_str().unwrap());
+        assert!(!got[0].0, "the child ran: {got:?}");
+        assert!(got[1..].iter().all(|(is_error, c)| *is_error && refused(c)), "{got:?}");
+        let child_got = results(&got[0].1);
+        assert_eq!(child_got.len(), 3, "{child_got:?}");
+        assert!(child_got.iter().all(|(is_error, c)| *is_error && refused(c)), "{child_got:?}");
+        assert_eq!(task_count(&api).await, 2, "the root and its one child, no grandchild");
     }
 }

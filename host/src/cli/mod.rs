@@ -38,7 +38,7 @@ pub const EXIT_TASK_FAILED: u8 = 1;
 /// Exit code for usage and configuration errors.
 pub const EXIT_USAGE: u8 = 2;
 /// The user id of tasks started from this terminal.
-pub const LOCAL_USER: &str = "local";
+pub const LOCAL_USER: &str = crate::actor::LOCAL_USER;
 
 #[derive(Parser, Debug)]
 #[command(name = "warden", version, about = "WebAssembly plugin host for sandboxed subagent executors")]

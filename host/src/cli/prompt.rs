@@ -55,7 +55,9 @@ impl Decider for TtyDecider {
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
             let (resolution, scope) = tty_answer(&answer, &r.scopes);
-            Ok((UserDecision { resolution, who: "tty".into() }, scope))
+            // The person at the terminal runs warden with its configuration: its operator.
+            let authority = warden_approval::Authority::Admin;
+            Ok((UserDecision { resolution, who: crate::actor::TTY.into(), authority }, scope))
         })
     }
 }
@@ -70,7 +72,7 @@ fn tty_question(r: &PendingApproval) -> String {
             .flatten()
             .collect::<Vec<_>>()
             .join(", ");
-    let reason = r.reason.replace(|c: char| c.is_control(), " ");
+    let reason = crate::text::escape_control(&r.reason);
     let mut options = vec!["[y]es once"];
     if r.scopes.contains(&Scope::Session) {
         options.push("[s]ession");
@@ -80,17 +82,12 @@ fn tty_question(r: &PendingApproval) -> String {
     }
     options.push("[N]o");
     // A nested subagent's call names the chain that started it: `planner › coder`.
-    let subagent = r
-        .chain
-        .iter()
-        .map(|link| link.subagent.as_str())
-        .chain([r.subagent.as_str()])
-        .collect::<Vec<_>>()
-        .join(" › ")
-        .replace(|c: char| c.is_control(), " ");
+    let subagent =
+        r.chain.iter().map(|link| link.subagent.as_str()).chain([r.subagent.as_str()]).collect::<Vec<_>>().join(" › ");
+    let subagent = crate::text::escape_control(&subagent);
     format!(
         "\n? {subagent} ({whose}) wants to run {}:\n{call}\n  because: {reason}\n  approve? {} ",
-        r.tool.replace(|c: char| c.is_control(), " "),
+        crate::text::escape_control(&r.tool),
         options.join(" / ")
     )
 }
@@ -116,7 +113,13 @@ struct NoTty;
 impl Decider for NoTty {
     fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
         eprintln!("declined (no terminal to ask on): {}", describe(&r));
-        Box::pin(async { Ok(UserDecision { resolution: Resolution::Decline, who: "no-tty".into() }) })
+        Box::pin(async {
+            Ok(UserDecision {
+                resolution: Resolution::Decline,
+                who: crate::actor::NO_TTY.into(),
+                authority: warden_approval::Authority::User,
+            })
+        })
     }
 }
 
@@ -125,7 +128,13 @@ struct AutoApprove;
 impl Decider for AutoApprove {
     fn decide(&self, r: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
         eprintln!("\n! demo: no terminal to ask on, auto-approving: {}", describe(&r));
-        Box::pin(async { Ok(UserDecision { resolution: Resolution::Approve, who: "demo-auto".into() }) })
+        Box::pin(async {
+            Ok(UserDecision {
+                resolution: Resolution::Approve,
+                who: crate::actor::DEMO_AUTO.into(),
+                authority: warden_approval::Authority::User,
+            })
+        })
     }
 }
 
@@ -166,5 +175,8 @@ mod tests {
             ..r.clone()
         };
         assert!(tty_question(&nested).contains("planner › worker (task task_1, session s1) wants to run Bash"));
+        // Regression: the reason (which quotes the command) kept bidirectional controls.
+        let trojan = PendingApproval { reason: "`rm -rf /\u{202E}#`: no rule matches".into(), ..r.clone() };
+        assert!(!tty_question(&trojan).contains('\u{202E}'), "{}", tty_question(&trojan));
     }
 }

@@ -108,7 +108,10 @@ pub async fn mcp_stdio(config: Config, api: Option<String>) -> anyhow::Result<Ex
     let credentials = server::credentials(&config.server)?;
     let (engine, _watch) = start_engine(config).await?;
     let state = Arc::new(ServerState::with_credentials(engine.clone(), credentials));
-    let local = server::Principal { default_user: super::LOCAL_USER.into(), ..server::Principal::admin("mcp-stdio") };
+    let local = server::Principal {
+        default_user: super::LOCAL_USER.into(),
+        ..server::Principal::admin(crate::actor::MCP_STDIO)
+    };
     let front = server::mcp::McpFront::for_stdio(state.clone(), local, api_addr.is_some());
     let stop = state.shutdown.clone();
     let api_task = api_addr.map(|addr| {

@@ -396,7 +396,25 @@ pub struct ServerConfig {
     /// and a replica stalled that long (a database failover) loses its running tasks.
     #[serde(with = "duration_text")]
     pub task_lease: Duration,
+    /// Most events one task stores and streams, whoever emits them (its plugin, the tool
+    /// host, the approval gate, the host). Past it the task's events are dropped, with one
+    /// `events_dropped` event naming this key; its `finish` event is always kept.
+    pub max_events_per_task: u64,
+    /// Most bytes (JSON) of events one task stores and streams (`32MiB`, or bytes); as
+    /// [`ServerConfig::max_events_per_task`].
+    #[serde(with = "size_text")]
+    pub max_event_bytes_per_task: u64,
 }
+
+/// Default [`ServerConfig::max_events_per_task`]: a long agent run streaming its tokens
+/// (the plugin's `max_events_per_call` of 20,000 plus as many tool, approval and status
+/// events) fits several times over; a task that floods is stopped from growing its live
+/// copy in memory and the store without bound.
+pub const DEFAULT_MAX_EVENTS_PER_TASK: u64 = 100_000;
+/// Default [`ServerConfig::max_event_bytes_per_task`]: twice a call's event bytes
+/// (`max_event_bytes_per_call`) for the tool results and host events besides; a running
+/// task holds its events in memory, so `max_concurrent_tasks` × this bounds them all.
+pub const DEFAULT_MAX_EVENT_BYTES_PER_TASK: u64 = 32 * 1024 * 1024;
 
 /// Default [`ServerConfig::task_lease`]: a dead replica's tasks are known lost in half a
 /// minute, while a database failover of a few seconds costs no running task.
@@ -443,7 +461,8 @@ pub enum Role {
 #[serde(deny_unknown_fields)]
 pub struct PrincipalConfig {
     /// The principal's name: the `user_id` its tasks run as, and who its decisions and
-    /// tasks are recorded as. 1-128 characters of `[A-Za-z0-9_.-]`.
+    /// tasks are recorded as. 1-128 characters of `[A-Za-z0-9_.-]`, and none of the host's
+    /// own names ([`crate::actor::reserved`]).
     pub name: String,
     /// Environment variable holding its bearer token (comma-separated for rotation).
     pub token_env: String,
@@ -478,6 +497,8 @@ impl Default for ServerConfig {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             replica_id: None,
             task_lease: DEFAULT_TASK_LEASE,
+            max_events_per_task: DEFAULT_MAX_EVENTS_PER_TASK,
+            max_event_bytes_per_task: DEFAULT_MAX_EVENT_BYTES_PER_TASK,
         }
     }
 }
@@ -777,6 +798,17 @@ impl Config {
             };
             if !plain(&p.name) {
                 return Err(invalid(format!("{key}.name"), "expected 1-128 characters of [A-Za-z0-9_.-]".into()));
+            }
+            if crate::actor::reserved(&p.name) {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    format!(
+                        "{:?} is a name the host acts or records under (its decisions would be audited as the \
+                         host's); expected a name of your own, not {} or token<N> (in any case)",
+                        p.name,
+                        crate::actor::RESERVED.join(", ")
+                    ),
+                ));
             }
             if !names.insert(p.name.as_str()) {
                 return Err(invalid(format!("{key}.name"), format!("principal {:?} is defined twice", p.name)));

@@ -2,6 +2,9 @@
 //! turning of [`TaskEvent`]s into its stream (scrubbed of the session's secrets, streamed
 //! text through a [`StreamScrubber`] per stream), its status while approvals wait, and
 //! the signals that stop it. It never decides how a task ends; [`super::Engine`] does.
+//!
+//! Every event a task stores and streams — its plugin's, the tool host's, the gate's, the
+//! host's own — passes [`LiveTask::push`], which holds the task to its [`EventBudget`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,9 +18,111 @@ use crate::redact::{Redactor, StreamScrubber};
 use crate::store::{Store, TaskRecord, Write, now_ms};
 use crate::task_state::TaskState;
 
+/// What one task may store and stream (`server.max_events_per_task`,
+/// `server.max_event_bytes_per_task`). Past either limit its events are dropped and one
+/// `events_dropped` event says which limit; the `finish` event is always kept, so a task
+/// holds at most the budget plus those two events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventBudget {
+    pub max_events: u64,
+    /// Bytes of the events as JSON.
+    pub max_bytes: u64,
+}
+
+impl Default for EventBudget {
+    fn default() -> Self {
+        EventBudget {
+            max_events: crate::config::DEFAULT_MAX_EVENTS_PER_TASK,
+            max_bytes: crate::config::DEFAULT_MAX_EVENT_BYTES_PER_TASK,
+        }
+    }
+}
+
+/// The event type a task's stream always ends with: stored whatever the budget.
+const FINISH: &str = "finish";
+
+/// How much of its [`EventBudget`] a task has used.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct EventsStored {
+    count: u64,
+    bytes: u64,
+    /// The budget ran out (and the `events_dropped` marker was stored).
+    over: bool,
+}
+
+impl EventsStored {
+    /// What `events` (a task's events so far) use.
+    pub(super) fn of(events: &[Value]) -> Self {
+        EventsStored { count: events.len() as u64, bytes: events.iter().map(json_len).sum(), over: false }
+    }
+
+    /// Whether an event of `size` bytes fits; the first that does not yields the marker to
+    /// store in its place. A `finish` event always fits.
+    fn admit(&mut self, budget: &EventBudget, event: &Value, size: u64) -> Admit {
+        if event.get("type").and_then(Value::as_str) == Some(FINISH) {
+            return Admit::Store;
+        }
+        if self.over {
+            return Admit::Drop;
+        }
+        let limit = if self.count + 1 > budget.max_events {
+            Some(("server.max_events_per_task", budget.max_events, "events"))
+        } else if self.bytes.saturating_add(size) > budget.max_bytes {
+            Some(("server.max_event_bytes_per_task", budget.max_bytes, "bytes of events"))
+        } else {
+            None
+        };
+        match limit {
+            None => {
+                self.count += 1;
+                self.bytes += size;
+                Admit::Store
+            }
+            Some((key, value, what)) => {
+                self.over = true;
+                Admit::DropAfter(json!({
+                    "type": "events_dropped",
+                    "limit": key,
+                    "value": value,
+                    "message": format!(
+                        "this task reached its limit of {value} {what} ({key}); its later events are not stored or streamed"
+                    ),
+                }))
+            }
+        }
+    }
+}
+
+enum Admit {
+    Store,
+    Drop,
+    /// Drop the event; store this marker instead.
+    DropAfter(Value),
+}
+
+/// The length of `v` as JSON, without building the text.
+fn json_len(v: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` into a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, v);
+    count.0
+}
+
 pub(super) struct Inner {
     pub(super) record: TaskRecord,
     pub(super) events: Vec<Value>,
+    /// What `events` use of the task's [`EventBudget`].
+    pub(super) stored: EventsStored,
     pub(super) pending_approvals: usize,
     /// The running call's event channel: gate events travel through it too, so an
     /// `approval_request` always follows the `tool_call` it is about.
@@ -39,6 +144,8 @@ pub struct LiveTask {
     pub(super) streams: Mutex<BTreeMap<(String, String), StreamScrubber>>,
     /// The task's tool-call budget (`max_tool_iterations`); `None` = unlimited.
     pub(super) tool_budget: Option<Arc<crate::tools::ToolBudget>>,
+    /// What the task may store and stream.
+    pub(super) event_budget: EventBudget,
     pub(super) store: Store,
     /// The engine's feed of task record changes (live task lists).
     pub(super) changes: tokio::sync::broadcast::Sender<Arc<TaskRecord>>,
@@ -127,13 +234,24 @@ impl LiveTask {
         }
     }
 
-    /// Appends an event (scrubbed of secrets) and queues it for the store.
+    /// Appends an event (scrubbed of secrets) and queues it for the store: the one way into
+    /// a task's stream, where its [`EventBudget`] holds (past it, the event is dropped and
+    /// the first one dropped leaves an `events_dropped` marker).
     pub(super) fn push(&self, mut event: Value) {
         self.redactor().scrub_value(&mut event);
-        let (task_id, seq) = {
+        let size = json_len(&event);
+        let (task_id, seq, event) = {
             let mut inner = self.inner.lock().unwrap();
+            let event = match inner.stored.admit(&self.event_budget, &event, size) {
+                Admit::Store => event,
+                Admit::Drop => return,
+                Admit::DropAfter(marker) => {
+                    tracing::warn!(task_id = %inner.record.task_id, limit = %marker["limit"], "task event budget reached; later events dropped");
+                    marker
+                }
+            };
             inner.events.push(event.clone());
-            (inner.record.task_id.clone(), inner.events.len() as u64)
+            (inner.record.task_id.clone(), inner.events.len() as u64, event)
         };
         self.store.write(Write::Event { task_id, seq, event });
         self.bump();
@@ -261,4 +379,63 @@ pub(super) fn shared_if_followed(
     rec: &TaskRecord,
 ) -> Option<Arc<TaskRecord>> {
     (changes.receiver_count() > 0).then(|| Arc::new(rec.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What [`LiveTask::push`] keeps of `events` (type, text) under `budget`.
+    fn kept(budget: EventBudget, events: &[(String, String)]) -> Vec<Value> {
+        let mut stored = EventsStored::default();
+        let mut out = vec![];
+        for (kind, text) in events {
+            let event = json!({ "type": kind, "text": text });
+            let size = json_len(&event);
+            match stored.admit(&budget, &event, size) {
+                Admit::Store => out.push(event),
+                Admit::Drop => {}
+                Admit::DropAfter(marker) => out.push(marker),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// Regression: a task stored and streamed every event it was sent (a plugin's
+        /// per-call budget aside, host tool events and every call of a resumed task added
+        /// up without limit). Whatever the events, a task keeps at most its budget, one
+        /// marker naming the limit's key, and its `finish`.
+        #[test]
+        fn regression_a_task_keeps_at_most_its_event_budget(
+            max_events in 0u64..40,
+            max_bytes in 0u64..4000,
+            events in proptest::collection::vec(
+                (prop_oneof![Just("token"), Just("tool_result"), Just("status"), Just("progress")], ".{0,300}"),
+                0..120,
+            ),
+            finish in any::<bool>(),
+        ) {
+            let budget = EventBudget { max_events, max_bytes };
+            let mut events: Vec<(String, String)> = events.into_iter().map(|(k, t)| (k.to_owned(), t)).collect();
+            if finish {
+                events.push(("finish".into(), "done".into()));
+            }
+            let out = kept(budget, &events);
+            let markers: Vec<&Value> = out.iter().filter(|e| e["type"] == "events_dropped").collect();
+            let ordinary: Vec<&Value> =
+                out.iter().filter(|e| e["type"] != "events_dropped" && e["type"] != FINISH).collect();
+            prop_assert!(ordinary.len() as u64 <= max_events);
+            prop_assert!(ordinary.iter().map(|e| json_len(e)).sum::<u64>() <= max_bytes);
+            prop_assert!(markers.len() <= 1);
+            if ordinary.len() + usize::from(finish) < events.len() {
+                prop_assert_eq!(markers.len(), 1, "events were dropped without a marker");
+                let key = markers[0]["limit"].as_str().unwrap();
+                prop_assert!(key == "server.max_events_per_task" || key == "server.max_event_bytes_per_task");
+                prop_assert!(markers[0]["message"].as_str().unwrap().contains(key));
+            }
+            prop_assert_eq!(out.last().map(|e| e["type"] == FINISH).unwrap_or(false), finish, "finish is always kept, last");
+        }
+    }
 }

@@ -40,7 +40,7 @@ mod resume;
 mod tool_schema;
 
 use live::Inner;
-pub use live::LiveTask;
+pub use live::{EventBudget, LiveTask};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use replica::{CLAIM_POLL, CONTROL_POLL, REMOTE_POLL, ReplicaOptions};
 use replica::{QueuedSubmission, RemoteDecision, Replica};
@@ -76,6 +76,9 @@ pub struct EngineOptions {
     /// `subagents.max_depth`: a task below this depth may start subagents (the `Agent`
     /// tool); 1 = no nesting.
     pub max_subagent_depth: usize,
+    /// What one task may store and stream (`server.max_events_per_task`,
+    /// `server.max_event_bytes_per_task`).
+    pub event_budget: live::EventBudget,
 }
 
 impl Default for EngineOptions {
@@ -88,6 +91,7 @@ impl Default for EngineOptions {
             retention: crate::store::DEFAULT_RETENTION,
             replica: None,
             max_subagent_depth: crate::config::DEFAULT_SUBAGENT_MAX_DEPTH as usize,
+            event_budget: live::EventBudget::default(),
         }
     }
 }
@@ -105,6 +109,10 @@ impl EngineOptions {
                 lease: c.server.task_lease,
             }),
             max_subagent_depth: c.subagents.max_depth as usize,
+            event_budget: live::EventBudget {
+                max_events: c.server.max_events_per_task,
+                max_bytes: c.server.max_event_bytes_per_task,
+            },
         }
     }
 }
@@ -139,7 +147,7 @@ impl std::fmt::Debug for Asker {
 }
 
 /// The user id of API tasks that name none.
-pub const DEFAULT_USER: &str = "default";
+pub const DEFAULT_USER: &str = crate::actor::DEFAULT_USER;
 
 /// Why a submission was refused.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -615,9 +623,11 @@ impl Engine {
         tool_budget: Option<Arc<crate::tools::ToolBudget>>,
         events: Vec<Value>,
     ) -> Arc<LiveTask> {
+        let stored = live::EventsStored::of(&events);
         Arc::new(LiveTask {
             session: (record.user_id.clone(), record.session_id.clone()),
-            inner: Mutex::new(Inner { record, events, pending_approvals: 0, sink: None, closed: false }),
+            inner: Mutex::new(Inner { record, events, stored, pending_approvals: 0, sink: None, closed: false }),
+            event_budget: self.options.event_budget,
             version: watch::channel(0).0,
             canceled: watch::channel(false).0,
             streams: Mutex::new(BTreeMap::new()),
@@ -1053,14 +1063,15 @@ impl Engine {
     pub async fn decide_elsewhere(
         &self,
         request_id: &str,
-        decision: warden_approval::Resolution,
+        answer: warden_approval::UserDecision,
         scope: warden_approval::Scope,
-        decided_by: String,
     ) -> Result<bool, crate::store::StoreError> {
         if self.replica.is_none() {
             return Ok(false);
         }
-        let d = serde_json::to_value(RemoteDecision { decision, scope, decided_by }).expect("a decision serialises");
+        let d =
+            RemoteDecision { decision: answer.resolution, scope, decided_by: answer.who, authority: answer.authority };
+        let d = serde_json::to_value(d).expect("a decision serialises");
         self.store.decide_remote(request_id, &d).await
     }
 }

@@ -60,6 +60,9 @@ pub(super) struct RemoteDecision {
     #[serde(default)]
     pub scope: warden_approval::Scope,
     pub decided_by: String,
+    /// What the decision may change; absent (a replica of an earlier version) is a user's.
+    #[serde(default)]
+    pub authority: warden_approval::Authority,
 }
 
 /// This replica's state.
@@ -222,9 +225,11 @@ impl Engine {
             }
         }
         for (request_id, decision) in msgs.decisions {
-            let applied = serde_json::from_value::<RemoteDecision>(decision)
-                .ok()
-                .and_then(|d| self.gate().resolve_scoped(&request_id, d.decision, d.scope, d.decided_by).ok());
+            let applied = serde_json::from_value::<RemoteDecision>(decision).ok().and_then(|d| {
+                let answer =
+                    warden_approval::UserDecision { resolution: d.decision, who: d.decided_by, authority: d.authority };
+                self.gate().resolve_scoped(&request_id, answer, d.scope).ok()
+            });
             if applied.is_none() {
                 // Already resolved here (timed out, its task ended) or unreadable: gone.
                 self.store.write(crate::store::Write::ApprovalWithdrawn { request_id });

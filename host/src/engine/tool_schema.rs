@@ -26,7 +26,7 @@ pub fn tool_schema(snapshot: &crate::registry::Snapshot) -> Value {
             "input_schema": {
                 "type": "object",
                 "properties": {
-                    "description": { "type": "string", "description": "A short (3-5 word) description of the task" },
+                    "description": { "type": "string", "maxLength": crate::task::MAX_DESCRIPTION_BYTES, "description": "A short (3-5 word) description of the task" },
                     "prompt": { "type": "string", "description": "The task for the subagent to perform" },
                     "subagent_type": { "type": "string", "enum": names, "description": "The type of subagent to use" },
                     "model": { "type": "string", "description": "Optional model alias or provider/model for the subagent" },

@@ -556,16 +556,22 @@ impl Runtime {
             .run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
                 Box::pin(async move { b.execute(store, &ctx, &call, &def).await })
             })
-            .await?
-            .map_err(CallError::Guest)?;
-        if out.len() as u64 > plugin.limits.max_output {
+            .await?;
+        // The task's output: its result, or the question it waits on (`input-required`),
+        // both stored and streamed as the task's `output`. (A WIT string is UTF-8 by the
+        // canonical ABI; control characters are escaped by JSON and by every printer.)
+        let text = match &out {
+            Ok(text) | Err(GuestError::InputRequired(text)) => text.len() as u64,
+            Err(_) => 0,
+        };
+        if text > plugin.limits.max_output {
             return Err(CallError::OutputTooLarge {
                 plugin: plugin.id.clone(),
-                size: out.len() as u64,
+                size: text,
                 limit: plugin.limits.max_output,
             });
         }
-        Ok(out)
+        out.map_err(CallError::Guest)
     }
 
     /// Instantiates `pre` in a fresh store and runs `f` under the limits.

@@ -97,6 +97,12 @@ impl Principal {
         self.role == Role::Admin
     }
 
+    /// What this principal's approvals may change: only an admin's may hold `always` (a
+    /// rule for every user, [`warden_approval::Authority::may_grant`]).
+    pub fn authority(&self) -> warden_approval::Authority {
+        if self.is_admin() { warden_approval::Authority::Admin } else { warden_approval::Authority::User }
+    }
+
     /// Whether the tasks, events, files and sessions of `user_id` are this principal's to see.
     pub fn owns(&self, user_id: &str) -> bool {
         self.is_admin() || user_id == self.default_user
@@ -145,7 +151,7 @@ pub fn credentials_from(
         }
     }
     for (i, t) in split_tokens(env(&server.tokens_env)).into_iter().enumerate() {
-        out.push((t, Principal::admin(&format!("token{}", i + 1))));
+        out.push((t, Principal::admin(&format!("{}{}", crate::actor::TOKEN_PREFIX, i + 1))));
     }
     for (i, (t, p)) in out.iter().enumerate() {
         if let Some((_, q)) = out[..i].iter().find(|(u, _)| u == t) {
@@ -204,7 +210,7 @@ pub async fn require_token(State(state): State<AppState>, mut req: Request, next
         if let Some(why) = open_api_refusal(&req) {
             return ApiError::new(StatusCode::FORBIDDEN, "forbidden_origin", why).into_response();
         }
-        req.extensions_mut().insert(Principal::admin("api"));
+        req.extensions_mut().insert(Principal::admin(crate::actor::OPEN_API));
         return next.run(req).await;
     }
     // The console's static page and assets; every API call it makes carries the token.

@@ -88,6 +88,9 @@ impl From<SubmitError> for ApiError {
         let message = e.to_string();
         match e {
             SubmitError::Invalid(TaskError::MissingField(_)) => ApiError::bad_request("missing_field", message),
+            SubmitError::Invalid(TaskError::DescriptionTooLong { .. }) => {
+                ApiError::bad_request("invalid_field", message)
+            }
             SubmitError::Invalid(TaskError::UnknownSubagent { .. }) => {
                 ApiError::bad_request("unknown_subagent", message)
             }

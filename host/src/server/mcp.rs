@@ -382,9 +382,10 @@ impl McpFront {
         scope: warden_approval::Scope,
     ) {
         let mut result = super::resolve_approval(&self.state, who, id, decision, scope).await;
-        if matches!(&result, Err(e) if e.code == "scope_not_allowed") {
-            // A scope the request did not offer holds once (never dropped: the call
-            // would wait for an answer already given).
+        if matches!(&result, Err(e) if e.code == "scope_not_allowed" || e.code == "admin_required") {
+            // A scope the request did not offer, or `always` from a principal that is not
+            // an admin, holds once (never dropped: the call would wait for an answer
+            // already given).
             result = super::resolve_approval(&self.state, who, id, decision, warden_approval::Scope::Once).await;
         }
         // Decided elsewhere first (the API, a timeout): nothing left to do.

@@ -60,8 +60,11 @@ pub type AppState = Arc<ServerState>;
 impl ServerState {
     /// A server whose tokens are all admins (`token<N>`), as `server.tokens_env` gives them.
     pub fn new(engine: Arc<Engine>, tokens: Vec<String>) -> Self {
-        let credentials =
-            tokens.into_iter().enumerate().map(|(i, t)| (t, Principal::admin(&format!("token{}", i + 1)))).collect();
+        let credentials = tokens
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (t, Principal::admin(&format!("{}{}", crate::actor::TOKEN_PREFIX, i + 1))))
+            .collect();
         Self::with_credentials(engine, credentials)
     }
 
@@ -498,34 +501,30 @@ pub(crate) async fn resolve_approval(
     decision: warden_approval::Resolution,
     scope: warden_approval::Scope,
 ) -> Result<(), ApiError> {
+    use warden_approval::GateError;
     let not_found = || ApiError::not_found("approval_not_found", format!("no pending approval `{id}`"));
     let gate = s.engine.gate();
     let visible = visible_approvals(s, who).await;
     let Some((pending, _)) = visible.iter().find(|(p, _)| p.id == id) else {
         return Err(not_found());
     };
+    let answer =
+        warden_approval::UserDecision { resolution: decision, who: who.name.clone(), authority: who.authority() };
+    let refused = |e: GateError| match e {
+        GateError::UnknownRequest(_) => ApiError::not_found("approval_not_found", e.to_string()),
+        GateError::ScopeNotAllowed { .. } => ApiError::bad_request("scope_not_allowed", e.to_string()),
+        GateError::AdminRequired { .. } => ApiError::new(StatusCode::FORBIDDEN, "admin_required", e.to_string()),
+    };
     if !gate.pending().iter().any(|p| p.id == id) {
-        // Waiting on another replica: it applies the decision (within CONTROL_POLL).
-        // The same scope rule as the gate's own (`resolve_scoped`).
-        let approve = decision == warden_approval::Resolution::Approve;
-        if scope != warden_approval::Scope::Once && !(approve && pending.scopes.contains(&scope)) {
-            let offered = if approve { pending.scopes.clone() } else { vec![warden_approval::Scope::Once] };
-            let offered: Vec<&str> = offered.iter().map(|s| s.as_str()).collect();
-            return Err(ApiError::bad_request(
-                "scope_not_allowed",
-                warden_approval::GateError::ScopeNotAllowed { scope: scope.as_str(), offered: offered.join(", ") }
-                    .to_string(),
-            ));
-        }
-        return match s.engine.decide_elsewhere(id, decision, scope, who.name.clone()).await? {
+        // Waiting on another replica: it applies the decision (within CONTROL_POLL), with
+        // the same rule as the gate's own, checked here first for a clear answer.
+        warden_approval::check_scope(&pending.scopes, &answer, scope).map_err(refused)?;
+        return match s.engine.decide_elsewhere(id, answer, scope).await? {
             true => Ok(()),
             false => Err(not_found()),
         };
     }
-    gate.resolve_scoped(id, decision, scope, who.name.clone()).map_err(|e| match e {
-        warden_approval::GateError::UnknownRequest(_) => ApiError::not_found("approval_not_found", e.to_string()),
-        warden_approval::GateError::ScopeNotAllowed { .. } => ApiError::bad_request("scope_not_allowed", e.to_string()),
-    })
+    gate.resolve_scoped(id, answer, scope).map_err(refused)
 }
 
 #[derive(Debug, Deserialize)]

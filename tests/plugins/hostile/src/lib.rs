@@ -20,6 +20,7 @@
 //! | `memory:write:<m>` | keeps `<m>` in a static and fills 4 MiB of freed heap with a pattern made from `<m>` |
 //! | `memory:read:<m>` | `static=<kept>;leaked=<bool>`: the static's value and whether the pattern of `<m>` is anywhere in linear memory |
 //! | `memory:both:<m>` | write then read in one call (proves the probe finds what is there) |
+//! | `fail:<variant>:<n>` | returns the error `<variant>` (`input-required`, anything else: `internal`) with a message of `<n>` bytes, `\u{1b}[2J` first |
 //! | `sleep:<ms>:<text>` | emits `progress` `{"message": "<text>"}`, sleeps `<ms>` (`clock::sleep`: ends early when canceled), returns `<text>` (a task that takes a while and has a known output) |
 //! | anything else | returns the prompt |
 
@@ -108,6 +109,8 @@ impl executor::Guest for Hostile {
                     script::run(text)
                 } else if let Some(probe) = prompt.strip_prefix("memory:") {
                     Ok(memory_probe(probe))
+                } else if let Some(rest) = prompt.strip_prefix("fail:") {
+                    Err(fail(rest))
                 } else if let Some(rest) = prompt.strip_prefix("sleep:") {
                     sleep_then(rest)
                 } else if let Some(uri) = prompt.strip_prefix("resource:") {
@@ -128,6 +131,18 @@ fn sleep_then(rest: &str) -> Result<String, Error> {
     events::emit("progress", &serde_json::json!({ "message": text }).to_string())?;
     clock::sleep(ms)?;
     Ok(text.to_string())
+}
+
+/// `fail:<variant>:<n>`: an error value whose message is `<n>` bytes, starting with a
+/// terminal escape sequence.
+fn fail(rest: &str) -> Error {
+    let (variant, n) = rest.split_once(':').unwrap_or((rest, "0"));
+    let mut message = "\u{1b}[2J".to_string();
+    message.push_str(&"e".repeat(n.parse::<usize>().unwrap_or(0).saturating_sub(message.len())));
+    match variant {
+        "input-required" => Error::InputRequired(message),
+        _ => Error::Internal(message),
+    }
 }
 
 /// Loops forever; `black_box` keeps the optimizer from reasoning the loop away.

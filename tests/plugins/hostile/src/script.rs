@@ -15,7 +15,7 @@
 //! | `http` | `http::send` or, with `stream: true`, `http::send_streaming` (streams stay open until the script ends, or with `read: true` are read to the end); the result is the status, the body and the `x-…` response headers | `method`, `url`, `headers` ([[k, v]]), `extra_headers` (n copies of `x-h: v`), `body_len`, `timeout_ms`, `auth_secret` |
 //! | `resource` | `resources::read` | `uri` |
 //! | `model` | `model::complete` | `model`, `role`, `messages` (count), `content`, `arguments`, `tools` (count) |
-//! | `tools_list` / `tools_call` | `tools::list` / `tools::call` | `calls` (count), `name`, `arguments` |
+//! | `tools_list` / `tools_call` | `tools::list` / `tools::call`; `tools_call` gives `ok:[{"is_error", "content"}]` (content cut at 4 KiB) | `calls` (count), `name`, `arguments` |
 //! | `sleep` | `clock::sleep`; `ok:<ms slept>` | `ms` |
 //! | `now` / `remaining` | `clock::now_ms` / `clock::remaining_ms`; `ok:<ms>` | |
 //! | `canceled` | `cancel::is_canceled`; `ok:<bool>` | |
@@ -181,7 +181,17 @@ fn call(op: &Value, index: u64, streams: &mut Vec<http::BodyStream>) -> Result<S
                     arguments: text(op.get("arguments")),
                 })
                 .collect::<Vec<_>>();
-            tools::call(&calls).map(|r| r.len().to_string())
+            tools::call(&calls).map(|results| {
+                let shown: Vec<Value> = results
+                    .iter()
+                    .map(|r| {
+                        let mut content = r.content.clone();
+                        content.truncate(content.floor_char_boundary(4096));
+                        json!({ "is_error": r.is_error, "content": content })
+                    })
+                    .collect();
+                Value::Array(shown).to_string()
+            })
         }
         other => Err(Error::InvalidInput(format!("unknown script op {other:?}"))),
     }
