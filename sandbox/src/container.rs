@@ -959,6 +959,71 @@ mod tests {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// Whatever an operator writes, a configuration that validates gives a container
+        /// every hardening setting: no capabilities but the agents' two, no new privileges,
+        /// a read-only root, a pids, memory (without swap) and CPU limit, no host or borrowed
+        /// network, never privileged, sandboxed code as a non-root user. (Each field is
+        /// mostly valid, so that many whole configurations are.)
+        #[test]
+        fn a_valid_config_never_weakens_the_container(
+            network in prop_oneof![3 => "(none|bridge|[a-z]{1,6})", 1 => "(host|container:|Host|c)[a-z:0-9]{0,6}"],
+            memory in prop_oneof![
+                4 => crate::config::MIN_MEMORY..(1 << 40),
+                1 => prop_oneof![Just(0u64), Just(u64::MAX), Just(i64::MAX as u64 + 1), 0..crate::config::MIN_MEMORY],
+            ],
+            cpus in prop_oneof![
+                4 => 0.01f64..64.0,
+                1 => prop_oneof![Just(0.0), Just(1e-12), Just(0.004), Just(f64::NAN), Just(f64::INFINITY), Just(1e300), -2.0f64..0.01],
+            ],
+            pids in prop_oneof![4 => 16i64..100_000, 1 => prop_oneof![Just(-1i64), Just(0), Just(i64::MAX), -5i64..16]],
+            user in prop_oneof![
+                3 => "[1-9][0-9]{0,4}(:[1-9][0-9]{0,4})?",
+                1 => "(0|00|\\+0|1000|65534|root)?(:(0|1000|\\+0)?)?",
+            ],
+        ) {
+            let cfg = SandboxConfig {
+                network: network.clone(),
+                memory: crate::config::ByteSize(memory),
+                cpus,
+                pids,
+                user: user.clone(),
+                ..SandboxConfig::default()
+            };
+            if cfg.validate().is_ok() {
+                let body = container_body(&cfg, HashMap::new(), "v", None);
+                let h = body.host_config.expect("host config");
+                prop_assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+                prop_assert_eq!(h.cap_add, Some(AGENT_CAPS.iter().map(|c| c.to_string()).collect::<Vec<_>>()));
+                prop_assert_eq!(h.security_opt, Some(vec!["no-new-privileges:true".to_string()]));
+                prop_assert_eq!(h.readonly_rootfs, Some(true));
+                prop_assert_eq!(h.privileged, Some(false));
+                prop_assert!(h.pids_limit.is_some_and(|p| p >= 16), "{:?}", h.pids_limit);
+                prop_assert!(h.memory.is_some_and(|m| m >= crate::config::MIN_MEMORY as i64), "{:?}", h.memory);
+                prop_assert_eq!(h.memory_swap, h.memory);
+                prop_assert!(h.nano_cpus.is_some_and(|n| n >= 10_000_000), "{:?} from {}", h.nano_cpus, cpus);
+                let mode = h.network_mode.expect("network mode");
+                prop_assert!(mode != "host" && !mode.starts_with("container:"), "{}", mode);
+                prop_assert!(cfg.uid_gid().is_some_and(|(u, g)| u != 0 && g != 0), "{}", user);
+                prop_assert!(h.mounts.is_some_and(|m| m.len() == 1), "only the workspace");
+            }
+        }
+    }
+
+    #[test]
+    fn regression_a_tiny_cpu_limit_or_a_borrowed_network_weakened_the_container_silently() {
+        // 0.0001 cores rounded to 0 nano-CPUs, which Docker reads as no limit at all.
+        let tiny = SandboxConfig { cpus: 0.0001, ..SandboxConfig::default() };
+        assert!(matches!(tiny.validate(), Err(SandboxError::Config(m)) if m.contains("cpus")));
+        // `container:<name>` joined another container's network namespace.
+        let borrowed = SandboxConfig { network: "container:warden-other".into(), ..SandboxConfig::default() };
+        assert!(matches!(borrowed.validate(), Err(SandboxError::Config(m)) if m.contains("network")));
+        // A limit past i64::MAX wrapped to a negative one.
+        let huge = SandboxConfig { memory: crate::config::ByteSize(u64::MAX), ..SandboxConfig::default() };
+        assert!(matches!(huge.validate(), Err(SandboxError::Config(m)) if m.contains("memory")));
+    }
+
     #[test]
     fn regression_ids_sharing_a_long_prefix_named_one_container() {
         // Before: the first 24 characters of each id (others replaced by `_`) plus a 64-bit

@@ -398,6 +398,8 @@ mod limits {
         assert_eq!(h["NetworkMode"], json!("none"));
         assert_eq!(h["PidsLimit"], json!(256));
         assert_eq!(h["Memory"], json!(512 * 1024 * 1024));
+        assert_eq!(h["MemorySwap"], h["Memory"], "no swap: the memory limit is real");
+        assert_eq!(h["IpcMode"], json!("private"));
         assert_eq!(h["NanoCpus"], json!(1_000_000_000));
         assert_eq!(h["Init"], json!(true));
         assert_eq!(h["Privileged"], json!(false));
