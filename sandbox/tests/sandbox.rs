@@ -379,6 +379,40 @@ mod confinement {
     }
 }
 
+mod file_bounds {
+    use super::*;
+
+    /// The file tools read nothing without bound into the host: a link to a device or to
+    /// /proc is outside the workspace, a FIFO is no regular file (and never blocks), and a
+    /// sparse file far over the limits is refused by its size before a byte is read.
+    pub async fn devices_fifos_and_huge_files_are_never_read_unbounded(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let k = key("bounds");
+        bash_ok(&sb, &k, "ln -s /dev/zero zero && ln -s /proc/self/environ env && mkfifo pipe && truncate -s 100G big")
+            .await;
+        for link in ["zero", "env"] {
+            let r = sb.call_tool(&k, "Read", json!({"file_path": link}), &[]).await;
+            assert!(matches!(r, Err(SandboxError::PathOutsideWorkspace { .. })), "{link}: {r:?}");
+            let r = sb.download_file(&k, link).await;
+            assert!(matches!(r, Err(SandboxError::PathOutsideWorkspace { .. })), "{link}: {r:?}");
+        }
+        let started = Instant::now();
+        let r = tool(&sb, &k, "Read", json!({"file_path": "pipe"})).await;
+        assert!(r.is_error && r.content.contains("fifo"), "{}", r.content);
+        assert!(matches!(sb.download_file(&k, "pipe").await, Err(SandboxError::File { .. })));
+        assert!(started.elapsed() < Duration::from_secs(30), "a FIFO blocked the call");
+        let r = tool(&sb, &k, "Read", json!({"file_path": "big"})).await;
+        assert!(r.is_error && r.content.contains("limit"), "{}", r.content);
+        let r = tool(&sb, &k, "Edit", json!({"file_path": "big", "old_string": "a", "new_string": "b"})).await;
+        assert!(r.is_error && r.content.contains("limit"), "{}", r.content);
+        match sb.download_file(&k, "big").await {
+            Err(SandboxError::File { message, .. }) => assert!(message.contains("larger than"), "{message}"),
+            other => panic!("a 100 GiB download was not refused: {:?}", other.map(|d| d.len())),
+        }
+        sb.shutdown().await.unwrap();
+    }
+}
+
 mod limits {
     use super::*;
 
@@ -2495,6 +2529,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         tools::output_is_capped,
         tools::errors_are_clear,
         confinement::escapes_are_refused,
+        file_bounds::devices_fifos_and_huge_files_are_never_read_unbounded,
         limits::hardening_is_applied,
         limits::timeout_kills_children,
         limits::a_dropped_call_kills_its_command,
