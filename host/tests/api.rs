@@ -208,6 +208,21 @@ impl Api {
         self.send(self.http.get(self.url(path))).await
     }
 
+    /// The status of `GET path` sent byte for byte, without a token: an HTTP client would
+    /// normalise dot segments and escapes before sending.
+    async fn raw_get_status(&self, path: &str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.base.trim_start_matches("http://");
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        tcp.read_to_end(&mut head).await.unwrap();
+        let head = String::from_utf8_lossy(&head);
+        let status = head.strip_prefix("HTTP/1.1 ").and_then(|h| h.get(..3)).and_then(|c| c.parse().ok());
+        status.unwrap_or_else(|| panic!("no HTTP status for {path:?}: {head}"))
+    }
+
     async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Reply {
         self.send(self.http.post(self.url(path)).header("content-type", "application/json").body(body)).await
     }
@@ -828,6 +843,49 @@ mod auth {
         assert_eq!(r.status, 200);
     }
 
+    /// Regression: every path under `/ui/` skipped the token, so a spelling of an API path
+    /// through the console's prefix (`/ui/../v1/tasks` sent as is, escaped dot segments,
+    /// backslashes) reached the router unauthenticated. Exactly the console's own paths and
+    /// the probes are exempt now; everything else, however spelled, needs a token.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_only_the_consoles_own_paths_and_the_probes_skip_the_token() {
+        let api = api_with(&[(test_plugin("echo"), "echo")], ECHO_AND_HOSTILE, vec!["s3cret".into()]).await;
+        for path in ["/ui", "/ui/", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg", "/healthz", "/readyz"] {
+            let status = api.raw_get_status(path).await;
+            assert!(status == 200 || (path == "/readyz" && status == 503), "{path}: {status}");
+        }
+        for path in [
+            "/ui/../v1/tasks",
+            "/ui/../v1/subagents",
+            "/ui/%2e%2e/v1/tasks",
+            "/ui/%2E%2E/v1/tasks",
+            "/ui/..%2fv1/tasks",
+            "/ui//../v1/tasks",
+            "/ui//..",
+            "/ui/./app.js",
+            "/ui//app.js",
+            "/ui/app.js/../../v1/tasks",
+            "/ui/nothing-here",
+            "/UI/app.js",
+            "/healthz/../v1/tasks",
+            "/healthz/",
+            "/readyz/..",
+            "//healthz",
+            "/metrics",
+            "/metrics/../healthz",
+            "/a2a/greeter/.well-known/agent-card.json",
+            "/a2a/greeter/.well-known/agent.json",
+            "/v1/tasks",
+        ] {
+            assert_eq!(api.raw_get_status(path).await, 401, "{path} without a token");
+        }
+        // Not even a valid request target: refused before routing, never served.
+        for path in ["/ui/..\\v1\\tasks", "/ui/\\..\\v1/tasks"] {
+            let status = api.raw_get_status(path).await;
+            assert!(status == 400 || status == 401, "{path}: {status}");
+        }
+    }
+
     #[test]
     fn an_open_api_binds_only_to_loopback() {
         let any: std::net::SocketAddr = "0.0.0.0:7878".parse().unwrap();
@@ -1267,11 +1325,9 @@ server:
             assert_eq!(r.headers["x-content-type-options"], "nosniff");
             assert!(r.headers.get("set-cookie").is_none(), "{path} sets a cookie");
         }
-        for path in ["/uix", "/ui/../v1/tasks", "/v1/me", "/v1/tasks"] {
+        for path in ["/uix", "/ui/nothing-here", "/v1/me", "/v1/tasks"] {
             assert_eq!(api.get(path).await.status, 401, "{path} without a token");
         }
-        let r = api.get("/ui/nothing-here").await;
-        assert_eq!(r.status, 404);
         let r = api.get_as("bob", "/v1/me").await;
         assert_eq!((r.body["name"].as_str(), r.body["role"].as_str()), (Some("bob"), Some("user")), "{}", r.text);
     }

@@ -64,12 +64,14 @@ pub struct SandboxConfig {
     /// (no registry is assumed); any image with bash and coreutils works (ripgrep for Glob/Grep).
     pub image: String,
     /// Docker network mode. Default `none`: sandboxed code gets no network unless the
-    /// operator opens it (`bridge` or a named network).
+    /// operator opens it (`bridge` or a named network); `host` and `container:<name>`
+    /// (another container's network stack) are refused.
     pub network: String,
     /// Memory limit (`512MiB`, `1GiB`, or bytes). Default 512 MiB; swap is disabled so the
     /// limit is real. A process exceeding it is OOM-killed inside the container only.
     pub memory: ByteSize,
-    /// CPU limit in cores. Default 1.0, so one session cannot starve the host.
+    /// CPU limit in cores. Default 1.0, so one session cannot starve the host; at least
+    /// [`MIN_CPUS`] (less would round to no limit).
     pub cpus: f64,
     /// Maximum number of processes in the container. Default 256: contains fork bombs.
     pub pids: i64,
@@ -275,6 +277,17 @@ impl Default for SandboxConfig {
 
 /// Smallest memory limit accepted: below this even bash fails to start reliably.
 pub const MIN_MEMORY: u64 = 16 * 1024 * 1024;
+/// Largest memory limit accepted: Docker takes it as a signed 64-bit byte count, and a
+/// larger value would wrap to a negative one.
+pub const MAX_MEMORY: u64 = i64::MAX as u64;
+/// Smallest CPU limit accepted (Docker's own minimum): below it the limit rounds to zero
+/// nano-CPUs, which Docker reads as no limit at all.
+pub const MIN_CPUS: f64 = 0.01;
+/// Largest CPU limit accepted: its nano-CPU count must fit Docker's signed 64-bit field
+/// (rounding past it would saturate silently); far above any machine's core count.
+pub const MAX_CPUS: f64 = 1e6;
+/// Prefix of Docker's network mode that joins another container's network namespace.
+pub const CONTAINER_NETWORK_PREFIX: &str = "container:";
 /// Smallest output cap accepted: room for a useful head, tail and the truncation notice.
 pub const MIN_MAX_OUTPUT: u64 = 1024;
 
@@ -291,11 +304,17 @@ impl SandboxConfig {
         if self.network == "host" {
             return bad("network", "anything but `host` (it would expose the host's network stack)");
         }
-        if self.memory.0 < MIN_MEMORY {
-            return bad("memory", "at least 16MiB");
+        if self.network.starts_with(CONTAINER_NETWORK_PREFIX) {
+            return bad(
+                "network",
+                "`none`, `bridge` or a network name, not `container:…` (it would share another container's network stack, and whatever it can reach)",
+            );
         }
-        if !(self.cpus > 0.0 && self.cpus.is_finite()) {
-            return bad("cpus", "a positive number of cores");
+        if !(MIN_MEMORY..=MAX_MEMORY).contains(&self.memory.0) {
+            return bad("memory", "at least 16MiB and below 8EiB");
+        }
+        if !(self.cpus >= MIN_CPUS && self.cpus <= MAX_CPUS) {
+            return bad("cpus", "a number of cores from 0.01 (Docker's smallest limit; less would mean none)");
         }
         if self.pids < 16 {
             return bad("pids", "at least 16 processes");

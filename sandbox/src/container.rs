@@ -11,7 +11,9 @@
 //! This module must never mount the Docker socket or any host path, never run a session
 //! container privileged or add capabilities (the one capable container is the disk helper
 //! of `disk.rs`, which never runs sandboxed code), and never touch containers or volumes without the
-//! `warden.managed=true` label.
+//! `warden.managed=true` label. Names are derived (and so predictable): an existing container
+//! or volume under one is reused, attached or removed only when its labels prove it the
+//! session's or the pool's (`Owner`); anything else is a [`SandboxError::NotOwned`].
 
 use std::collections::HashMap;
 
@@ -27,7 +29,7 @@ use bollard::query_parameters::{
 use crate::agent::USE_MARK;
 use crate::config::SandboxConfig;
 use crate::egress::{self, Egress};
-use crate::error::{SandboxError, docker_status};
+use crate::error::{DockerObject, SandboxError, docker_status};
 use crate::session_key::SessionKey;
 use crate::{disk, exec};
 
@@ -69,8 +71,6 @@ pub(crate) const POOL_PREFIX: &str = "warden-pool.";
 pub(crate) const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// HOME inside the container: on the /tmp tmpfs, because the root filesystem is read-only.
 pub(crate) const CONTAINER_HOME: &str = "/tmp";
-/// Longest slice of a user or session id used in Docker names (the rest is in the hash).
-const NAME_PART_MAX: usize = 24;
 /// Polls while waiting for a removal in progress elsewhere to finish.
 const REMOVAL_WAIT_POLLS: u32 = 50;
 /// Pause between those polls.
@@ -87,28 +87,46 @@ const WORKSPACE_SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 
 /// Deterministic Docker names of a session: its container, the workspace volume it gets
 /// when created cold, and the binding volume it has when its container came from the pool.
-#[derive(Debug, Clone)]
-pub(crate) struct Names {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// The session's container.
     pub container: String,
+    /// The workspace volume a cold container of the session mounts.
     pub volume: String,
+    /// The binding volume naming the session a pool container was handed to.
     pub binding: String,
 }
 
-/// Deterministic, Docker-safe names for a session in a scope.
-pub(crate) fn names(scope: &str, key: &SessionKey) -> Names {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
-            .take(NAME_PART_MAX)
-            .collect()
-    };
-    let hash = fnv1a(&[scope.as_bytes(), b"\0", key.user_id.as_bytes(), b"\0", key.session_id.as_bytes()]);
-    let stem = format!("{scope}-{}-{}-{hash:016x}", clean(&key.user_id), clean(&key.session_id));
+/// Domain tag of the session name digest: a new naming scheme gets a new tag, so no name of
+/// one scheme can ever equal a name of another.
+const NAME_DIGEST_DOMAIN: &[u8] = b"warden.sandbox.session-names.v2";
+
+/// Deterministic, Docker-safe names for a session in a scope: `warden-<scope>-<digest>`
+/// (`warden-ws-…`, `warden-bind-…`), the digest being SHA-256 over the length-prefixed
+/// (scope, user id, session id). Injective: no two different tuples share a name (ids are
+/// never truncated or rewritten, no separator can be forged), so no tenant's ids can name
+/// another's container or volume. The scope, validated to `[A-Za-z0-9_-]`, is repeated in
+/// clear for `docker ps`; the ids are in the labels.
+pub fn names(scope: &str, key: &SessionKey) -> Names {
+    let stem = format!("{scope}-{}", session_digest(scope, key));
     Names {
         container: format!("warden-{stem}"),
-        volume: format!("warden-ws-{stem}"),
+        volume: format!("{}{stem}", disk::WORKSPACE_PREFIX),
         binding: format!("{BINDING_PREFIX}{stem}"),
     }
+}
+
+/// SHA-256 (hex) of the length-prefixed (scope, user id, session id) under
+/// [`NAME_DIGEST_DOMAIN`].
+fn session_digest(scope: &str, key: &SessionKey) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(NAME_DIGEST_DOMAIN);
+    for part in [scope, key.user_id.as_str(), key.session_id.as_str()] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(h.finalize())
 }
 
 /// The binding volume name that goes with a session container name.
@@ -132,7 +150,7 @@ pub(crate) fn pool_name(scope: &str) -> String {
 /// The workspace volume name that goes with a session container name.
 pub(crate) fn volume_of(container_name: &str) -> String {
     match container_name.strip_prefix("warden-") {
-        Some(stem) => format!("warden-ws-{stem}"),
+        Some(stem) => format!("{}{stem}", disk::WORKSPACE_PREFIX),
         None => String::new(),
     }
 }
@@ -176,6 +194,87 @@ pub(crate) fn pool_labels(scope: &str, host: &str, replica: Option<&str>) -> Has
     l
 }
 
+/// Whose a container or volume must be before warden reuses, attaches to or removes one
+/// that already holds a name warden derived: names are predictable, so an object holding
+/// one may have been made by someone else (another warden on the engine, anyone with access
+/// to it) and only its labels can prove it is this scope's and session's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Owner<'a> {
+    /// A session of a scope: labelled with its key, or (a container from the warm pool and
+    /// its workspace, which keep the pool's labels) the scope's pool labels with the
+    /// session's binding volume carrying the key.
+    Session { scope: &'a str, key: &'a SessionKey },
+    /// The warm pool of a scope (a container not handed out yet, and its volumes).
+    Pool { scope: &'a str },
+}
+
+/// Whether `labels` alone prove `owner`: managed, of its scope, and of its session (no
+/// other) or of its pool.
+pub(crate) fn labels_prove(labels: Option<&HashMap<String, String>>, owner: Owner<'_>) -> bool {
+    let Some(l) = labels else { return false };
+    let is = |k: &str, v: &str| l.get(k).is_some_and(|x| x == v);
+    let scope = match owner {
+        Owner::Session { scope, .. } | Owner::Pool { scope } => scope,
+    };
+    is(LABEL_MANAGED, "true")
+        && is(LABEL_SCOPE, scope)
+        && match owner {
+            Owner::Session { key, .. } => is(LABEL_USER, &key.user_id) && is(LABEL_SESSION, &key.session_id),
+            Owner::Pool { .. } => {
+                is(LABEL_POOL, "true") && !l.contains_key(LABEL_USER) && !l.contains_key(LABEL_SESSION)
+            }
+        }
+}
+
+/// Checks that the existing `object` named `name`, labelled `labels`, is `owner`'s: by its
+/// labels, or, for a session, by the scope's pool labels and the session's binding volume.
+/// [`SandboxError::NotOwned`] otherwise.
+async fn check_owner(
+    docker: &Docker,
+    object: DockerObject,
+    name: &str,
+    labels: Option<&HashMap<String, String>>,
+    owner: Owner<'_>,
+) -> Result<(), SandboxError> {
+    if labels_prove(labels, owner) {
+        return Ok(());
+    }
+    if let Owner::Session { scope, key } = owner
+        && labels_prove(labels, Owner::Pool { scope })
+    {
+        let binding = names(scope, key).binding;
+        let bound = match docker.inspect_volume(&binding).await {
+            Ok(v) => labels_prove(Some(&v.labels), owner) && v.labels.get(LABEL_BINDING).is_some_and(|b| b == "true"),
+            Err(e) if docker_status(&e) == Some(404) => false,
+            Err(e) => return Err(SandboxError::from_docker("inspect session binding", e)),
+        };
+        if bound {
+            return Ok(());
+        }
+    }
+    Err(SandboxError::NotOwned { object, name: name.to_string() })
+}
+
+/// Checks that a listed container (holding the session's name) is the session's.
+pub(crate) async fn check_session_container(
+    docker: &Docker,
+    c: &ContainerSummary,
+    scope: &str,
+    key: &SessionKey,
+) -> Result<(), SandboxError> {
+    let name = container_name(c).unwrap_or_default();
+    check_owner(docker, DockerObject::Container, &name, c.labels.as_ref(), Owner::Session { scope, key }).await
+}
+
+/// Checks the volume `name`, when it exists, is `owner`'s (absent: `Ok(false)`).
+async fn check_volume(docker: &Docker, name: &str, owner: Owner<'_>) -> Result<bool, SandboxError> {
+    match docker.inspect_volume(name).await {
+        Ok(v) => check_owner(docker, DockerObject::Volume, name, Some(&v.labels), owner).await.map(|()| true),
+        Err(e) if docker_status(&e) == Some(404) => Ok(false),
+        Err(e) => Err(SandboxError::from_docker("inspect volume", e)),
+    }
+}
+
 /// What making a container does about another container that already holds its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NameTaken {
@@ -203,10 +302,14 @@ pub(crate) enum Made {
     Found { id: String, workspace: Option<String> },
 }
 
-/// The state of the container holding `name`, when one does.
-async fn holder(docker: &Docker, name: &str) -> Result<Option<(String, HolderState, Option<String>)>, SandboxError> {
+/// The container holding `name`, when one does: its id, state and the workspace volume
+/// it mounts. [`SandboxError::NotOwned`] when it is not `owner`'s: nothing calls for a
+/// container of someone else's, whatever its name.
+async fn holder(docker: &Docker, name: &str, owner: Owner<'_>) -> Result<Option<Holder>, SandboxError> {
     match docker.inspect_container(name, None::<InspectContainerOptions>).await {
         Ok(c) => {
+            let labels = c.config.as_ref().and_then(|c| c.labels.as_ref());
+            check_owner(docker, DockerObject::Container, name, labels, owner).await?;
             let state = match c.state.as_ref() {
                 Some(s) if s.running == Some(true) => HolderState::Running,
                 Some(s) if s.status == Some(bollard::models::ContainerStateStatusEnum::CREATED) => {
@@ -214,17 +317,31 @@ async fn holder(docker: &Docker, name: &str) -> Result<Option<(String, HolderSta
                 }
                 _ => HolderState::Stopped,
             };
-            Ok(Some((c.id.unwrap_or_default(), state, workspace_mount(c.mounts.as_deref()))))
+            Ok(Some(Holder { id: c.id.unwrap_or_default(), state, workspace: workspace_mount(c.mounts.as_deref()) }))
         }
         Err(e) if docker_status(&e) == Some(404) => Ok(None),
         Err(e) => Err(SandboxError::from_docker("inspect session container", e)),
     }
 }
 
-/// The container named `name`, when there is one: its id, whether it runs, and the
-/// workspace volume it mounts.
-pub(crate) async fn find(docker: &Docker, name: &str) -> Result<Option<(String, bool, Option<String>)>, SandboxError> {
-    Ok(holder(docker, name).await?.map(|(id, state, workspace)| (id, state == HolderState::Running, workspace)))
+/// An existing container holding a name, proven `Owner`'s.
+struct Holder {
+    id: String,
+    state: HolderState,
+    /// The volume it mounts at /workspace.
+    workspace: Option<String>,
+}
+
+/// The session's container, when there is one: its id, whether it runs, and the workspace
+/// volume it mounts; [`SandboxError::NotOwned`] when the container holding its name is not
+/// the session's.
+pub(crate) async fn find(
+    docker: &Docker,
+    scope: &str,
+    key: &SessionKey,
+) -> Result<Option<(String, bool, Option<String>)>, SandboxError> {
+    let held = holder(docker, &names(scope, key).container, Owner::Session { scope, key }).await?;
+    Ok(held.map(|h| (h.id, h.state == HolderState::Running, h.workspace)))
 }
 
 /// How a container holding a name stands.
@@ -236,27 +353,37 @@ enum HolderState {
     Stopped,
 }
 
-/// Clears `name` for a new container under `policy`: `Some` is a running container to use
-/// instead ([`NameTaken::Reuse`] only).
-async fn clear_name(docker: &Docker, name: &str, policy: NameTaken) -> Result<Option<Made>, SandboxError> {
-    if policy == NameTaken::Replace {
-        // A dead container of the same name (killed, engine restarted) is in the way.
-        remove_container(docker, name).await?;
-        return Ok(None);
-    }
+/// Clears `name` for a new container of `owner` under `policy`: `Some` is a running
+/// container to use instead ([`NameTaken::Reuse`] only). A holder that is not `owner`'s is
+/// neither used nor removed ([`SandboxError::NotOwned`]).
+async fn clear_name(
+    docker: &Docker,
+    name: &str,
+    policy: NameTaken,
+    owner: Owner<'_>,
+) -> Result<Option<Made>, SandboxError> {
     for _ in 0..REMOVAL_WAIT_POLLS {
-        match holder(docker, name).await? {
+        match holder(docker, name, owner).await? {
             None => return Ok(None),
-            Some((id, HolderState::Running, workspace)) => return Ok(Some(Made::Found { id, workspace })),
-            Some((_, HolderState::Unstarted, _)) => tokio::time::sleep(REMOVAL_WAIT_PAUSE).await,
-            Some((id, HolderState::Stopped, _)) => {
+            // A dead container of the same name (killed, engine restarted) is in the way.
+            Some(h) if policy == NameTaken::Replace => {
+                remove_container(docker, &h.id).await?;
+                return Ok(None);
+            }
+            Some(Holder { id, state: HolderState::Running, workspace }) => {
+                return Ok(Some(Made::Found { id, workspace }));
+            }
+            Some(Holder { state: HolderState::Unstarted, .. }) => tokio::time::sleep(REMOVAL_WAIT_PAUSE).await,
+            Some(Holder { id, state: HolderState::Stopped, .. }) => {
                 remove_container(docker, &id).await?;
                 return Ok(None);
             }
         }
     }
     // Never started within the wait: its creator died between creating and starting it.
-    remove_container(docker, name).await?;
+    if let Some(h) = holder(docker, name, owner).await? {
+        remove_container(docker, &h.id).await?;
+    }
     Ok(None)
 }
 
@@ -331,16 +458,17 @@ fn container_body(
 }
 
 /// Creates (or reuses) the workspace volume `volume`, creates and starts the container
-/// `name` on it with `labels` (a session's or the pool's), and opens /workspace to the
-/// session user. Returns the container id.
+/// `name` on it with `labels` (a session's or the pool's, `owner`), and opens /workspace to
+/// the session user. Returns the container id.
 /// With [`NameTaken::Reuse`], a running container already holding `name` (another
 /// replica's, made a moment earlier) is returned instead, with its workspace prepared.
+/// An existing container, workspace or disk volume is reused or replaced only when it is
+/// `owner`'s ([`SandboxError::NotOwned`] otherwise, nothing touched).
 pub(crate) async fn create_and_start(
     docker: &Docker,
     cfg: &SandboxConfig,
-    name: &str,
-    volume: &str,
-    labels: HashMap<String, String>,
+    (name, volume): (&str, &str),
+    (labels, owner): (HashMap<String, String>, Owner<'_>),
     egress: Option<&Egress>,
     policy: NameTaken,
 ) -> Result<Made, SandboxError> {
@@ -351,11 +479,21 @@ pub(crate) async fn create_and_start(
             _ => SandboxError::from_docker("inspect sandbox image", e),
         });
     }
-    // Another replica's running container is used before anything is made for this one.
-    if policy == NameTaken::Reuse
-        && let Some(found) = clear_name(docker, name, policy).await?
-    {
-        return reuse(docker, found).await;
+    match policy {
+        // Another replica's running container is used before anything is made for this one.
+        NameTaken::Reuse => {
+            if let Some(found) = clear_name(docker, name, policy, owner).await? {
+                return reuse(docker, found).await;
+            }
+        }
+        // A holder that is not `owner`'s is refused before anything is made.
+        NameTaken::Replace => {
+            holder(docker, name, owner).await?;
+        }
+    }
+    // A workspace (or its disk) that survived is attached again only when it is `owner`'s.
+    for v in std::iter::once(volume.to_string()).chain(disk::disk_of(volume)) {
+        check_volume(docker, &v, owner).await?;
     }
     // Idempotent for the local driver: an existing volume of this name is returned as is,
     // which is how a recreated container keeps a workspace that survived. With a disk
@@ -373,7 +511,7 @@ pub(crate) async fn create_and_start(
             Some(opts)
         }
     };
-    docker
+    let made = docker
         .create_volume(VolumeCreateOptions {
             name: Some(volume.to_string()),
             labels: Some(labels.clone()),
@@ -383,12 +521,14 @@ pub(crate) async fn create_and_start(
         })
         .await
         .map_err(|e| SandboxError::from_docker("create workspace volume", e))?;
+    // Idempotent creation returns a volume made meanwhile as it is: checked again.
+    check_owner(docker, DockerObject::Volume, volume, Some(&made.labels), owner).await?;
 
     let egress_dir = egress.map(|e| e.prepare_dir(name)).transpose()?;
     let mut attempt = 0;
     let created = loop {
         attempt += 1;
-        if let Some(found) = clear_name(docker, name, policy).await? {
+        if let Some(found) = clear_name(docker, name, policy, owner).await? {
             return reuse(docker, found).await;
         }
         let body = container_body(cfg, labels.clone(), volume, egress_dir.as_deref());
@@ -543,36 +683,75 @@ pub(crate) async fn remove_workspace(docker: &Docker, cfg: &SandboxConfig, volum
     }
 }
 
-/// Removes a session's container (by its deterministic name), its workspace (`workspace`,
-/// the volume its container mounts, which is a pool volume when the container came from the
-/// pool; and the deterministic one) and its binding volume.
+/// Removes the volume `name` when it is `owner`'s (absent: success; another's:
+/// [`SandboxError::NotOwned`], left alone).
+async fn remove_owned_volume(
+    docker: &Docker,
+    cfg: &SandboxConfig,
+    name: &str,
+    owner: Owner<'_>,
+) -> Result<(), SandboxError> {
+    if check_volume(docker, name, owner).await? {
+        remove_volume(docker, cfg, name).await?;
+    }
+    Ok(())
+}
+
+/// Removes the container holding `name`, the workspace volumes `workspaces` and the one it
+/// mounts, and their disks, each only when it is `owner`'s; one that is not is left alone
+/// and fails the removal ([`SandboxError::NotOwned`]) after the rest is gone.
+async fn remove_owned(
+    docker: &Docker,
+    cfg: &SandboxConfig,
+    name: &str,
+    workspaces: &[&str],
+    owner: Owner<'_>,
+) -> Result<(), SandboxError> {
+    let mut refused = None;
+    let mut volumes: Vec<String> = workspaces.iter().map(|w| w.to_string()).collect();
+    match holder(docker, name, owner).await {
+        Ok(Some(h)) => {
+            remove_container(docker, &h.id).await?;
+            volumes.extend(h.workspace);
+        }
+        Ok(None) => {}
+        Err(e @ SandboxError::NotOwned { .. }) => refused = Some(e),
+        Err(e) => return Err(e),
+    }
+    volumes.sort();
+    volumes.dedup();
+    for w in volumes.iter().flat_map(|w| std::iter::once(w.clone()).chain(disk::disk_of(w))) {
+        match remove_owned_volume(docker, cfg, &w, owner).await {
+            Err(e @ SandboxError::NotOwned { .. }) => refused = refused.or(Some(e)),
+            other => other?,
+        }
+    }
+    refused.map_or(Ok(()), Err)
+}
+
+/// Removes a session's container (by its deterministic name), its workspace (the
+/// deterministic one; `workspace`, the volume its container mounted, which is a pool volume
+/// when the container came from the pool; and the one it mounts now) and its binding
+/// volume — each only when it is the session's ([`SandboxError::NotOwned`] otherwise).
 pub(crate) async fn remove_session(
     docker: &Docker,
     cfg: &SandboxConfig,
-    names: &Names,
+    key: &SessionKey,
     workspace: Option<&str>,
 ) -> Result<(), SandboxError> {
-    remove_container(docker, &names.container).await?;
-    remove_workspace(docker, cfg, &names.volume).await?;
-    if let Some(w) = workspace.filter(|w| *w != names.volume) {
-        remove_workspace(docker, cfg, w).await?;
-    }
-    remove_volume(docker, cfg, &names.binding).await
+    let (scope, names) = (cfg.scope.as_str(), names(&cfg.scope, key));
+    let owner = Owner::Session { scope, key };
+    let workspaces: Vec<&str> = std::iter::once(names.volume.as_str()).chain(workspace).collect();
+    // The binding goes last: it is what proves a pool container (and its volume) the session's.
+    let removed = remove_owned(docker, cfg, &names.container, &workspaces, owner).await;
+    let binding = remove_owned_volume(docker, cfg, &names.binding, owner).await;
+    removed.and(binding)
 }
 
-/// Removes a pool container that was never handed out, and its workspace.
+/// Removes a pool container that was never handed out, and its workspace (each only when it
+/// is the pool's).
 pub(crate) async fn remove_pooled(docker: &Docker, cfg: &SandboxConfig, name: &str) -> Result<(), SandboxError> {
-    remove_container(docker, name).await?;
-    remove_workspace(docker, cfg, &volume_of(name)).await
-}
-
-/// The workspace volume a container mounts at /workspace (`None`: no such container).
-pub(crate) async fn workspace_of(docker: &Docker, id_or_name: &str) -> Result<Option<String>, SandboxError> {
-    match docker.inspect_container(id_or_name, None::<InspectContainerOptions>).await {
-        Ok(c) => Ok(workspace_mount(c.mounts.as_deref())),
-        Err(e) if docker_status(&e) == Some(404) => Ok(None),
-        Err(e) => Err(SandboxError::from_docker("inspect session container", e)),
-    }
+    remove_owned(docker, cfg, name, &[&volume_of(name)], Owner::Pool { scope: &cfg.scope }).await
 }
 
 /// The egress socket directory a container mounts, when it is a directory on this machine.
@@ -608,22 +787,34 @@ pub(crate) async fn create_binding(
 ) -> Result<(), SandboxError> {
     let mut l = labels(&cfg.scope, host, cfg.replica_id.as_deref(), key);
     l.insert(LABEL_BINDING.to_string(), "true".to_string());
-    docker
+    let made = docker
         .create_volume(VolumeCreateOptions { name: Some(names.binding.clone()), labels: Some(l), ..Default::default() })
         .await
-        .map(drop)
-        .map_err(|e| SandboxError::from_docker("create session binding", e))
+        .map_err(|e| SandboxError::from_docker("create session binding", e))?;
+    // Idempotent creation returns an existing volume as it is: only the session's own is one.
+    let owner = Owner::Session { scope: &cfg.scope, key };
+    if labels_prove(Some(&made.labels), owner) && made.labels.get(LABEL_BINDING).is_some_and(|b| b == "true") {
+        Ok(())
+    } else {
+        Err(SandboxError::NotOwned { object: DockerObject::Volume, name: names.binding.clone() })
+    }
 }
 
 /// Renames a container (a pool container becoming a session's). A container already
 /// holding the name (dead, or a leftover) is removed first, as creation does; under
 /// [`NameTaken::Reuse`] a running one (another replica's) fails the rename instead.
-pub(crate) async fn rename(docker: &Docker, id: &str, name: &str, policy: NameTaken) -> Result<(), SandboxError> {
-    let opts = RenameContainerOptions { name: name.to_string() };
+pub(crate) async fn rename(
+    docker: &Docker,
+    id: &str,
+    (scope, key): (&str, &SessionKey),
+    policy: NameTaken,
+) -> Result<(), SandboxError> {
+    let name = names(scope, key).container;
+    let opts = RenameContainerOptions { name: name.clone() };
     match docker.rename_container(id, opts.clone()).await {
         Ok(()) => Ok(()),
         Err(e) if docker_status(&e) == Some(409) => {
-            if clear_name(docker, name, policy).await?.is_some() {
+            if clear_name(docker, &name, policy, Owner::Session { scope, key }).await?.is_some() {
                 return Err(SandboxError::Docker {
                     action: "rename pool container".into(),
                     message: format!("{name} is another replica's running container"),
@@ -736,7 +927,147 @@ pub(crate) fn session_of(c: &ContainerSummary, bindings: &HashMap<String, (Sessi
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// A Docker object name as the engine accepts it.
+    fn docker_name_ok(n: &str) -> bool {
+        let mut chars = n.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    }
+
+    proptest! {
+        /// Names are injective over (scope, user, session): ids that agree on a long prefix,
+        /// differ only in characters a Docker name cannot hold, or move a separator from one
+        /// part to the next never share a container, workspace or binding name.
+        #[test]
+        fn session_names_are_injective(
+            a in ("[a_-]{1,3}", "[ab._ -]{0,30}", "[ab._ -]{0,30}"),
+            b in ("[a_-]{1,3}", "[ab._ -]{0,30}", "[ab._ -]{0,30}"),
+        ) {
+            let (na, nb) = (names(&a.0, &SessionKey::new(&a.1, &a.2)), names(&b.0, &SessionKey::new(&b.1, &b.2)));
+            prop_assert_eq!(a == b, na.container == nb.container, "{:?} {:?}", na, nb);
+            prop_assert_eq!(a == b, na.volume == nb.volume);
+            prop_assert_eq!(a == b, na.binding == nb.binding);
+            for n in [&na.container, &na.volume, &na.binding] {
+                prop_assert!(docker_name_ok(n) && !n.starts_with(POOL_PREFIX), "{}", n);
+            }
+            prop_assert_ne!(&na.container, &nb.volume);
+            prop_assert_ne!(&na.volume, &nb.binding);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// Whatever an operator writes, a configuration that validates gives a container
+        /// every hardening setting: no capabilities but the agents' two, no new privileges,
+        /// a read-only root, a pids, memory (without swap) and CPU limit, no host or borrowed
+        /// network, never privileged, sandboxed code as a non-root user. (Each field is
+        /// mostly valid, so that many whole configurations are.)
+        #[test]
+        fn a_valid_config_never_weakens_the_container(
+            network in prop_oneof![3 => "(none|bridge|[a-z]{1,6})", 1 => "(host|container:|Host|c)[a-z:0-9]{0,6}"],
+            memory in prop_oneof![
+                4 => crate::config::MIN_MEMORY..(1 << 40),
+                1 => prop_oneof![Just(0u64), Just(u64::MAX), Just(i64::MAX as u64 + 1), 0..crate::config::MIN_MEMORY],
+            ],
+            cpus in prop_oneof![
+                4 => 0.01f64..64.0,
+                1 => prop_oneof![Just(0.0), Just(1e-12), Just(0.004), Just(f64::NAN), Just(f64::INFINITY), Just(1e300), -2.0f64..0.01],
+            ],
+            pids in prop_oneof![4 => 16i64..100_000, 1 => prop_oneof![Just(-1i64), Just(0), Just(i64::MAX), -5i64..16]],
+            user in prop_oneof![
+                3 => "[1-9][0-9]{0,4}(:[1-9][0-9]{0,4})?",
+                1 => "(0|00|\\+0|1000|65534|root)?(:(0|1000|\\+0)?)?",
+            ],
+        ) {
+            let cfg = SandboxConfig {
+                network: network.clone(),
+                memory: crate::config::ByteSize(memory),
+                cpus,
+                pids,
+                user: user.clone(),
+                ..SandboxConfig::default()
+            };
+            if cfg.validate().is_ok() {
+                let body = container_body(&cfg, HashMap::new(), "v", None);
+                let h = body.host_config.expect("host config");
+                prop_assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+                prop_assert_eq!(h.cap_add, Some(AGENT_CAPS.iter().map(|c| c.to_string()).collect::<Vec<_>>()));
+                prop_assert_eq!(h.security_opt, Some(vec!["no-new-privileges:true".to_string()]));
+                prop_assert_eq!(h.readonly_rootfs, Some(true));
+                prop_assert_eq!(h.privileged, Some(false));
+                prop_assert!(h.pids_limit.is_some_and(|p| p >= 16), "{:?}", h.pids_limit);
+                prop_assert!(h.memory.is_some_and(|m| m >= crate::config::MIN_MEMORY as i64), "{:?}", h.memory);
+                prop_assert_eq!(h.memory_swap, h.memory);
+                prop_assert!(h.nano_cpus.is_some_and(|n| n >= 10_000_000), "{:?} from {}", h.nano_cpus, cpus);
+                let mode = h.network_mode.expect("network mode");
+                prop_assert!(mode != "host" && !mode.starts_with("container:"), "{}", mode);
+                prop_assert!(cfg.uid_gid().is_some_and(|(u, g)| u != 0 && g != 0), "{}", user);
+                prop_assert!(h.mounts.is_some_and(|m| m.len() == 1), "only the workspace");
+            }
+        }
+    }
+
+    #[test]
+    fn regression_a_tiny_cpu_limit_or_a_borrowed_network_weakened_the_container_silently() {
+        // 0.0001 cores rounded to 0 nano-CPUs, which Docker reads as no limit at all.
+        let tiny = SandboxConfig { cpus: 0.0001, ..SandboxConfig::default() };
+        assert!(matches!(tiny.validate(), Err(SandboxError::Config(m)) if m.contains("cpus")));
+        // `container:<name>` joined another container's network namespace.
+        let borrowed = SandboxConfig { network: "container:warden-other".into(), ..SandboxConfig::default() };
+        assert!(matches!(borrowed.validate(), Err(SandboxError::Config(m)) if m.contains("network")));
+        // A limit past i64::MAX wrapped to a negative one.
+        let huge = SandboxConfig { memory: crate::config::ByteSize(u64::MAX), ..SandboxConfig::default() };
+        assert!(matches!(huge.validate(), Err(SandboxError::Config(m)) if m.contains("memory")));
+    }
+
+    #[test]
+    fn regression_ids_sharing_a_long_prefix_named_one_container() {
+        // Before: the first 24 characters of each id (others replaced by `_`) plus a 64-bit
+        // FNV-1a hash; these two users of one scope and session collided (found by a rho
+        // search), so the second tenant's first call attached to the first one's container.
+        let (a, b) = (SessionKey::new(COLLIDING_USERS.0, "s"), SessionKey::new(COLLIDING_USERS.1, "s"));
+        assert_ne!(names("t", &a), names("t", &b));
+        // The ids moved between parts, or cleaned the way the old names did, stay apart too.
+        assert_ne!(names("t", &SessionKey::new("a-b", "c")), names("t", &SessionKey::new("a", "b-c")));
+        assert_ne!(names("t", &SessionKey::new("a.b", "c")), names("t", &SessionKey::new("a_b", "c")));
+        assert_ne!(names("t-a", &SessionKey::new("b", "c")), names("t", &SessionKey::new("a-b", "c")));
+    }
+
+    /// Two user ids whose old names (scope `t`, session `s`) were equal.
+    const COLLIDING_USERS: (&str, &str) =
+        ("tenant-aaaaaaaaaaaaaaaaa9e7a2e0a57f47f8c", "tenant-aaaaaaaaaaaaaaaaa60a3fe52f75f5632");
+
+    #[test]
+    fn only_matching_labels_prove_an_owner() {
+        let key = SessionKey::new("u", "s");
+        let session = Owner::Session { scope: "sc", key: &key };
+        let pool = Owner::Pool { scope: "sc" };
+        let mine = labels("sc", "unix:///x", None, &key);
+        assert!(labels_prove(Some(&mine), session));
+        assert!(!labels_prove(Some(&mine), pool), "a session's container is no pool container");
+        assert!(labels_prove(Some(&pool_labels("sc", "h", Some("r"))), pool));
+        assert!(!labels_prove(Some(&pool_labels("sc", "h", None)), session), "a pool container needs its binding");
+        assert!(!labels_prove(None, session));
+        for (k, v) in [
+            (LABEL_USER, "u2"),
+            (LABEL_SESSION, "s2"),
+            (LABEL_SCOPE, "other"),
+            (LABEL_MANAGED, "false"),
+            (LABEL_POOL, "true"),
+        ] {
+            let mut l = mine.clone();
+            l.insert(k.to_string(), v.to_string());
+            let proves = labels_prove(Some(&l), session);
+            assert_eq!(proves, k == LABEL_POOL, "{k}={v}");
+        }
+        let mut unmanaged = mine.clone();
+        unmanaged.remove(LABEL_MANAGED);
+        assert!(!labels_prove(Some(&unmanaged), session));
+    }
 
     #[test]
     fn pool_names_are_unique_and_never_a_sessions() {

@@ -86,6 +86,20 @@ pub enum SandboxError {
         message: String,
     },
 
+    /// A container or volume holds a name warden derives (a session's, or a pool
+    /// container's) but its labels do not prove it is that session's or pool's: made by
+    /// another warden on the engine, by hand, or planted. It is never reused, attached to or
+    /// removed.
+    #[error(
+        "Docker {object} `{name}` already exists but its labels do not make it this sandbox's (scope and session); refusing to reuse or remove it. Remove it yourself if it is stale (docker {object} rm {name})"
+    )]
+    NotOwned {
+        /// Container or volume.
+        object: DockerObject,
+        /// Its name.
+        name: String,
+    },
+
     /// Any other Docker API error.
     #[error("Docker API error during {action}: {message}")]
     Docker {
@@ -94,6 +108,24 @@ pub enum SandboxError {
         /// The engine's message.
         message: String,
     },
+}
+
+/// The kinds of Docker object warden makes for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DockerObject {
+    /// A container.
+    Container,
+    /// A volume.
+    Volume,
+}
+
+impl std::fmt::Display for DockerObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DockerObject::Container => "container",
+            DockerObject::Volume => "volume",
+        })
+    }
 }
 
 impl SandboxError {

@@ -45,7 +45,7 @@ mod workspace;
 
 pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
 pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy};
-pub use error::SandboxError;
+pub use error::{DockerObject, SandboxError};
 pub use metrics::MetricsSnapshot;
 pub use process::SessionProcess;
 pub use session::{HostStatus, PruneReport, Sandbox, SessionInfo, SessionKey};

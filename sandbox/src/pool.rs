@@ -424,8 +424,16 @@ async fn fill<H: PoolHost>(
     let made = async {
         // A pool name is unique: whatever holds it is a leftover of this pool.
         let replace = container::NameTaken::Replace;
-        let id = match container::create_and_start(&docker, &cfg, &name, &volume, labels, egress.as_deref(), replace)
-            .await?
+        let owner = container::Owner::Pool { scope: &cfg.scope };
+        let id = match container::create_and_start(
+            &docker,
+            &cfg,
+            (&name, &volume),
+            (labels, owner),
+            egress.as_deref(),
+            replace,
+        )
+        .await?
         {
             container::Made::Created(id) | container::Made::Found { id, .. } => id,
         };
@@ -557,7 +565,7 @@ async fn bind(
     warm: &Warm,
 ) -> Result<(), SandboxError> {
     container::create_binding(docker, cfg, host, names, key).await?;
-    if let Err(e) = container::rename(docker, &warm.id, &names.container, container::NameTaken::of(cfg)).await {
+    if let Err(e) = container::rename(docker, &warm.id, (&cfg.scope, key), container::NameTaken::of(cfg)).await {
         // The binding is the running holder's when another replica bound it first.
         if cfg.replica_id.is_none() || !container::is_running(docker, &names.container).await.unwrap_or(true) {
             let _ = container::remove_volume(docker, cfg, &names.binding).await;

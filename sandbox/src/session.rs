@@ -551,6 +551,9 @@ impl Sandbox {
             for c in listed.iter().filter(|c| hosts[at].owns(c.labels.as_ref(), hosts)) {
                 let Some(name) = container::container_name(c) else { continue };
                 if name == names.container {
+                    // The name is predictable: only a container the labels prove the session's is it.
+                    let docker = self.host_docker(at).await?;
+                    container::check_session_container(docker, c, scope, key).await?;
                     let running = matches!(c.state, Some(ContainerSummaryStateEnum::RUNNING));
                     tracing::info!(user = %key.user_id, session = %key.session_id, docker_host = hosts[at].endpoint(), running, "session container found");
                     return Ok(Placed {
@@ -671,7 +674,6 @@ impl Sandbox {
             }
         }
         // Not this sandbox's: its container may be on any host (made by another replica).
-        let names = container::names(&self.inner.config.scope, key);
         let mut errors = Vec::new();
         for at in 0..self.inner.hosts.len() {
             let docker = match self.host_docker(at).await {
@@ -682,12 +684,8 @@ impl Sandbox {
                 }
             };
             let _objects = self.inner.object_lock(key).lock().await;
-            // A container that came from the pool mounts a pool volume: ask it.
-            let removed = async {
-                let workspace = container::workspace_of(docker, &names.container).await?;
-                container::remove_session(docker, &self.inner.config, &names, workspace.as_deref()).await
-            };
-            if let Err(e) = removed.await {
+            // A container that came from the pool mounts a pool volume: removal asks it.
+            if let Err(e) = container::remove_session(docker, &self.inner.config, key, None).await {
                 errors.push(on_host(self.inner.hosts[at].endpoint(), e));
             }
         }
@@ -1063,7 +1061,7 @@ impl Inner {
         }
         let removed = {
             let _objects = self.object_lock(&slot.key).lock().await;
-            container::remove_session(docker, &self.config, &slot.names, slot.workspace().as_deref()).await
+            container::remove_session(docker, &self.config, &slot.key, slot.workspace().as_deref()).await
         };
         // Room under `max_sessions` for the pools again.
         for h in &self.hosts {
@@ -1189,8 +1187,7 @@ impl Inner {
                 };
                 tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "session no replica used within the ttl; removing");
                 let workspace = container::workspace_mount(c.mounts.as_deref());
-                let names = container::names(scope, &key);
-                if let Err(e) = container::remove_session(docker, &self.config, &names, workspace.as_deref()).await {
+                if let Err(e) = container::remove_session(docker, &self.config, &key, workspace.as_deref()).await {
                     tracing::warn!(user = %key.user_id, session = %key.session_id, error = %e, "removing an idle session of another replica failed");
                 }
             }
@@ -1220,7 +1217,7 @@ impl<'a> SessionCtx<'a> {
             let found = {
                 // Never overlaps this sandbox's removal of the same session's objects.
                 let _objects = self.inner.object_lock(&slot.key).lock().await;
-                container::find(self.docker, &slot.names.container).await?
+                container::find(self.docker, &self.inner.config.scope, &slot.key).await?
             };
             match found {
                 Some((id, true, found)) => {
@@ -1265,9 +1262,8 @@ impl<'a> SessionCtx<'a> {
                     container::create_and_start(
                         self.docker,
                         cfg,
-                        &slot.names.container,
-                        &volume,
-                        labels,
+                        (&slot.names.container, &volume),
+                        (labels, container::Owner::Session { scope: &cfg.scope, key: &slot.key }),
                         self.inner.egress.as_deref(),
                         container::NameTaken::of(cfg),
                     )

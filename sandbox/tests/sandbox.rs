@@ -379,6 +379,40 @@ mod confinement {
     }
 }
 
+mod file_bounds {
+    use super::*;
+
+    /// The file tools read nothing without bound into the host: a link to a device or to
+    /// /proc is outside the workspace, a FIFO is no regular file (and never blocks), and a
+    /// sparse file far over the limits is refused by its size before a byte is read.
+    pub async fn devices_fifos_and_huge_files_are_never_read_unbounded(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let k = key("bounds");
+        bash_ok(&sb, &k, "ln -s /dev/zero zero && ln -s /proc/self/environ env && mkfifo pipe && truncate -s 100G big")
+            .await;
+        for link in ["zero", "env"] {
+            let r = sb.call_tool(&k, "Read", json!({"file_path": link}), &[]).await;
+            assert!(matches!(r, Err(SandboxError::PathOutsideWorkspace { .. })), "{link}: {r:?}");
+            let r = sb.download_file(&k, link).await;
+            assert!(matches!(r, Err(SandboxError::PathOutsideWorkspace { .. })), "{link}: {r:?}");
+        }
+        let started = Instant::now();
+        let r = tool(&sb, &k, "Read", json!({"file_path": "pipe"})).await;
+        assert!(r.is_error && r.content.contains("fifo"), "{}", r.content);
+        assert!(matches!(sb.download_file(&k, "pipe").await, Err(SandboxError::File { .. })));
+        assert!(started.elapsed() < Duration::from_secs(30), "a FIFO blocked the call");
+        let r = tool(&sb, &k, "Read", json!({"file_path": "big"})).await;
+        assert!(r.is_error && r.content.contains("limit"), "{}", r.content);
+        let r = tool(&sb, &k, "Edit", json!({"file_path": "big", "old_string": "a", "new_string": "b"})).await;
+        assert!(r.is_error && r.content.contains("limit"), "{}", r.content);
+        match sb.download_file(&k, "big").await {
+            Err(SandboxError::File { message, .. }) => assert!(message.contains("larger than"), "{message}"),
+            other => panic!("a 100 GiB download was not refused: {:?}", other.map(|d| d.len())),
+        }
+        sb.shutdown().await.unwrap();
+    }
+}
+
 mod limits {
     use super::*;
 
@@ -398,6 +432,8 @@ mod limits {
         assert_eq!(h["NetworkMode"], json!("none"));
         assert_eq!(h["PidsLimit"], json!(256));
         assert_eq!(h["Memory"], json!(512 * 1024 * 1024));
+        assert_eq!(h["MemorySwap"], h["Memory"], "no swap: the memory limit is real");
+        assert_eq!(h["IpcMode"], json!("private"));
         assert_eq!(h["NanoCpus"], json!(1_000_000_000));
         assert_eq!(h["Init"], json!(true));
         assert_eq!(h["Privileged"], json!(false));
@@ -436,8 +472,8 @@ mod limits {
         assert_eq!(labels["warden.session"], Value::Null);
         let name = |j: &Value| j[0]["Name"].as_str().unwrap().trim_start_matches('/').to_string();
         // Renamed to the session's own name, the form a cold container has.
-        assert!(name(&cold).starts_with(&format!("warden-{}-tester-hard-", cold_ctx.scope)), "{}", name(&cold));
-        assert!(name(&warm).starts_with(&format!("warden-{}-tester-hard-", c.scope)), "{}", name(&warm));
+        assert_eq!(name(&cold), warden_sandbox::container::names(&cold_ctx.scope, &k).container);
+        assert_eq!(name(&warm), warden_sandbox::container::names(&c.scope, &k).container);
         let binding = docker(&[
             "volume",
             "ls",
@@ -678,6 +714,108 @@ mod sessions {
         let label = format!("label=warden.scope={}", c.scope);
         assert_eq!(docker(&["ps", "-aq", "--filter", &label]).trim(), "");
         assert_eq!(docker(&["volume", "ls", "-q", "--filter", &label]).trim(), "");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Regression: a container or volume planted under a session's (predictable) names —
+    /// another warden's on the engine (another scope), or made by hand — was adopted as the
+    /// session's (the volume attached as its workspace) or removed to make room. Now its
+    /// labels must prove it this scope's and this session's: anything else is refused and
+    /// left as it was, by a cold start, by a pool hand-out and by ending the session.
+    pub async fn regression_planted_objects_under_a_sessions_names_are_never_adopted(c: Ctx) {
+        let names = |k: &SessionKey| warden_sandbox::container::names(&c.scope, k);
+        let elsewhere = format!("warden.scope={}x", c.scope);
+        // Labelled as the same session of another warden (scope), or not labelled at all.
+        let foreign = |k: &SessionKey| -> Vec<String> {
+            let (user, session) = (format!("warden.user={}", k.user_id), format!("warden.session={}", k.session_id));
+            ["warden.managed=true", &elsewhere, &user, &session]
+                .iter()
+                .flat_map(|l| ["--label".into(), l.to_string()])
+                .collect()
+        };
+        let not_owned = |r: Result<ToolOutput, SandboxError>, object: warden_sandbox::DockerObject, name: &str| match r
+        {
+            Err(e @ SandboxError::NotOwned { .. }) => {
+                assert!(
+                    matches!(&e, SandboxError::NotOwned { object: o, name: n } if *o == object && n == name),
+                    "{e}"
+                );
+                assert!(e.to_string().contains(name), "{e}");
+            }
+            other => panic!("a planted {object} {name} was not refused: {other:?}"),
+        };
+        let run = |args: Vec<String>| docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let cold = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let pooled = c.sandbox();
+
+        // A container holding the session's name.
+        for labelled in [true, false] {
+            let k = key(&format!("planted-container-{labelled}"));
+            let name = names(&k).container;
+            let labels = if labelled { foreign(&k) } else { Vec::new() };
+            let create = ["create".to_string(), "--name".into(), name.clone()].into_iter().chain(labels);
+            let planted = run(create.chain(["warden-sandbox:bookworm".into(), "true".into()]).collect());
+            let planted = planted.trim();
+            for sb in [&cold, &pooled] {
+                let r = sb.call_tool(&k, "Bash", json!({"command": "echo hi"}), &[]).await;
+                not_owned(r, warden_sandbox::DockerObject::Container, &name);
+                assert!(container_exists(planted), "the planted container was removed");
+            }
+            assert!(matches!(cold.end_session(&k).await, Err(SandboxError::NotOwned { .. })));
+            assert!(container_exists(planted), "ending the session removed the planted container");
+            docker(&["rm", "-f", planted]);
+        }
+
+        // A workspace volume holding the session's name.
+        for labelled in [true, false] {
+            let k = key(&format!("planted-volume-{labelled}"));
+            let volume = names(&k).volume;
+            let labels = if labelled { foreign(&k) } else { Vec::new() };
+            run(["volume".to_string(), "create".into()].into_iter().chain(labels).chain([volume.clone()]).collect());
+            let r = cold.call_tool(&k, "Bash", json!({"command": "echo hi"}), &[]).await;
+            not_owned(r, warden_sandbox::DockerObject::Volume, &volume);
+            assert!(matches!(cold.end_session(&k).await, Err(SandboxError::NotOwned { .. })));
+            assert_eq!(docker(&["volume", "inspect", "--format", "{{.Name}}", &volume]).trim(), volume, "removed");
+            docker(&["volume", "rm", &volume]);
+        }
+
+        // A binding volume claiming the session for another warden: no pool container is
+        // handed out under it (the session starts cold instead; never bound).
+        let k = key("planted-binding");
+        let binding = names(&k).binding;
+        let args = ["volume".to_string(), "create".into(), "--label".into(), "warden.binding=true".into()];
+        run(args.into_iter().chain(foreign(&k)).chain([binding.clone()]).collect());
+        pool_ready(&pooled, 2).await;
+        assert_eq!(bash_ok(&pooled, &k, "echo hi").await, "hi\n");
+        assert_eq!(pooled.metrics().warm_pool_hits_total, 0, "handed out under a foreign binding");
+        let labels = docker(&["volume", "inspect", "--format", "{{json .Labels}}", &binding]);
+        assert!(
+            labels.contains(&elsewhere[elsewhere.find('=').unwrap() + 1..]),
+            "the planted binding changed: {labels}"
+        );
+        assert!(matches!(pooled.end_session(&k).await, Err(SandboxError::NotOwned { .. })));
+        docker(&["volume", "rm", &binding]);
+
+        // Nothing planted was needed for an ordinary session meanwhile.
+        bash_ok(&cold, &key("ordinary"), "true").await;
+        cold.shutdown().await.unwrap();
+        pooled.shutdown().await.unwrap();
+    }
+
+    /// Regression: container names were the first 24 characters of each id plus a 64-bit
+    /// FNV-1a hash, so these two users (found by a rho search) of one session id got one
+    /// name in scope `t`: the second tenant's calls ran in the first one's container and
+    /// read its files. Names are a SHA-256 of the whole (scope, user, session) now.
+    /// The collision holds in scope `t` only (the scope was hashed too), so this test uses
+    /// that scope rather than its own; it removes everything it made (and a leftover of an
+    /// aborted run is adopted or removed by the next).
+    pub async fn regression_two_tenants_whose_old_names_collided_get_two_containers(_: Ctx) {
+        let sb = Ctx { scope: "t".into() }.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let a = SessionKey::new("tenant-aaaaaaaaaaaaaaaaa9e7a2e0a57f47f8c", "s");
+        let b = SessionKey::new("tenant-aaaaaaaaaaaaaaaaa60a3fe52f75f5632", "s");
+        bash_ok(&sb, &a, "echo secret-of-a > mine.txt").await;
+        assert_eq!(bash_ok(&sb, &b, "cat mine.txt 2>/dev/null || echo none").await, "none\n");
+        assert_ne!(container_of(&sb, &a).await, container_of(&sb, &b).await);
         sb.shutdown().await.unwrap();
     }
 
@@ -2391,6 +2529,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         tools::output_is_capped,
         tools::errors_are_clear,
         confinement::escapes_are_refused,
+        file_bounds::devices_fifos_and_huge_files_are_never_read_unbounded,
         limits::hardening_is_applied,
         limits::timeout_kills_children,
         limits::a_dropped_call_kills_its_command,
@@ -2402,6 +2541,8 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         sessions::max_sessions_is_enforced,
         sessions::idle_sessions_are_reaped,
         sessions::end_session_removes_everything,
+        sessions::regression_planted_objects_under_a_sessions_names_are_never_adopted,
+        sessions::regression_two_tenants_whose_old_names_collided_get_two_containers,
         sessions::killed_container_is_recreated,
         sessions::orphans_are_adopted_or_removed,
         sessions::prune_removes_leftovers,

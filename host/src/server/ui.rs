@@ -1,5 +1,6 @@
 //! The operator console at `/ui`: one HTML page, one script and one stylesheet embedded in
-//! the binary (no build step, no CDN), served without a token. Everything it shows comes
+//! the binary (no build step, no CDN), served without a token (exactly its own paths,
+//! [`is_ui_path`]; this module must never exempt a path by prefix). Everything it shows comes
 //! from the API with the token the person signs in with, which the page keeps in
 //! `sessionStorage` of this origin and sends as `Authorization: Bearer` — never in a
 //! cookie, so the browser never attaches it on its own and no other site can make a
@@ -13,9 +14,6 @@ use axum::routing::get;
 
 use super::AppState;
 
-/// Where the console lives; every path under it is served without a token.
-pub const UI_PREFIX: &str = "/ui";
-
 /// The console's Content-Security-Policy: this origin's script, style, images and API
 /// only; nothing inline, nothing framed, no `<base>`, no form posts elsewhere.
 pub const UI_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -26,19 +24,29 @@ const APP_JS: &str = include_str!("ui/app.js");
 const APP_CSS: &str = include_str!("ui/app.css");
 const FAVICON_SVG: &str = include_str!("ui/favicon.svg");
 
+/// Every path of the console with its content type and body: the routes, and the only
+/// paths served without a token (exactly these, byte for byte: nothing under `/ui/` that
+/// is not listed, and no spelling of another path with dot segments, doubled slashes,
+/// backslashes or percent-escapes, is exempt).
+const ASSETS: [(&str, &str, &str); 5] = [
+    ("/ui", "text/html; charset=utf-8", INDEX_HTML),
+    ("/ui/", "text/html; charset=utf-8", INDEX_HTML),
+    ("/ui/app.js", "text/javascript; charset=utf-8", APP_JS),
+    ("/ui/app.css", "text/css; charset=utf-8", APP_CSS),
+    ("/ui/favicon.svg", "image/svg+xml", FAVICON_SVG),
+];
+
 /// The console's routes, merged into [`super::app`].
 pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/ui", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
-        .route("/ui/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
-        .route("/ui/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
-        .route("/ui/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
-        .route("/ui/favicon.svg", get(|| async { asset("image/svg+xml", FAVICON_SVG) }))
+    ASSETS.iter().fold(Router::new(), |router, &(path, content_type, body)| {
+        router.route(path, get(move || async move { asset(content_type, body) }))
+    })
 }
 
-/// Whether `path` is the console's (served without a token; the API calls it makes carry one).
+/// Whether `path` is one of the console's own (served without a token; the API calls the
+/// page makes carry one).
 pub fn is_ui_path(path: &str) -> bool {
-    path == UI_PREFIX || path.strip_prefix(UI_PREFIX).is_some_and(|rest| rest.starts_with('/'))
+    ASSETS.iter().any(|(p, _, _)| *p == path)
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -60,10 +68,22 @@ mod tests {
 
     #[test]
     fn only_the_console_paths_are_public() {
-        for p in ["/ui", "/ui/", "/ui/app.js"] {
+        for p in ["/ui", "/ui/", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"] {
             assert!(is_ui_path(p), "{p}");
         }
-        for p in ["/uix", "/v1/ui", "/", "/ui.js"] {
+        for p in [
+            "/uix",
+            "/v1/ui",
+            "/",
+            "/ui.js",
+            "/ui/nothing-here",
+            "/ui/../v1/tasks",
+            "/ui/%2e%2e/v1/tasks",
+            "/ui//..",
+            "/ui/..\\v1\\tasks",
+            "/ui/app.js/../../v1/tasks",
+            "/UI/app.js",
+        ] {
             assert!(!is_ui_path(p), "{p}");
         }
     }
