@@ -11,6 +11,9 @@
 //!   session's sandbox** ([`warden_sandbox::Sandbox::spawn_process`]), one process per
 //!   session and server, started on the session's first use, restarted on the next use
 //!   after it died, gone with the session's container; one JSON-RPC message per line.
+//!   Its tool list is the session's own: what that process answered, never remembered
+//!   for another session (the program runs in the session's sandbox, where the session's
+//!   own files and tool calls may change what it offers).
 //!
 //! It never decides whether a call may run — [`crate::tools::ToolHost`] asks the approval
 //! gate first — and MCP annotations such as `destructiveHint` are passed on as hints, never
@@ -73,11 +76,10 @@ fn expand_env(
 
 struct Server {
     config: McpServerConfig,
-    /// HTTP: the negotiated session and the tool list, discovered on first use.
+    /// HTTP: the negotiated session and the tool list, discovered on first use (one
+    /// server outside every sandbox, the same for every session). A stdio server keeps
+    /// nothing here: its tools are its session's process's ([`StdioConn::tools`]).
     state: Mutex<Option<(Session, Vec<Tool>)>>,
-    /// stdio: the tool list from the first session that started the server (the same
-    /// program everywhere), so listing tools starts no process in later sessions.
-    tools: Mutex<Option<Vec<Tool>>>,
 }
 
 /// One stdio server process of one session and the MCP session over its streams.
@@ -121,9 +123,7 @@ impl McpTools {
     pub fn new(config: &BTreeMap<String, McpServerConfig>) -> Self {
         let servers = config
             .iter()
-            .map(|(name, c)| {
-                (name.clone(), Server { config: c.clone(), state: Mutex::new(None), tools: Mutex::new(None) })
-            })
+            .map(|(name, c)| (name.clone(), Server { config: c.clone(), state: Mutex::new(None) }))
             .collect();
         McpTools { servers, http: reqwest::Client::new(), stdio: Default::default() }
     }
@@ -142,7 +142,8 @@ impl McpTools {
 
     /// Tools of the visible servers, named `mcp__<server>__<tool>`. A server that cannot
     /// be reached is skipped with a warning: the subagent still gets its other tools.
-    /// `site` is where a stdio server whose tools are not known yet is started.
+    /// `site` is the session whose stdio servers are listed (each started there if it does
+    /// not run yet); without one a stdio server is skipped.
     pub async fn list(&self, requested: &[String], site: Option<&SessionSite<'_>>) -> Vec<McpToolSpec> {
         let mut out = vec![];
         for name in self.visible(requested).collect::<Vec<_>>() {
@@ -192,17 +193,13 @@ impl McpTools {
     async fn tools_of(&self, name: &str, site: Option<&SessionSite<'_>>) -> Result<Vec<Tool>, String> {
         let s = &self.servers[name];
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
-            let mut known = s.tools.lock().await;
-            if let Some(tools) = known.as_ref() {
-                return Ok(tools.clone());
-            }
+            // The list of the process in this session (started now if need be), never
+            // one another session's process gave.
             let site =
                 site.ok_or_else(|| format!("MCP server {name:?} runs in a sandbox session, and there is none"))?;
             let slot = self.stdio_conn(name, &s.config, site).await?;
             let guard = slot.lock().await;
-            let tools = guard.as_ref().ok_or("the MCP server is not running")?.tools.clone();
-            *known = Some(tools.clone());
-            return Ok(tools);
+            return Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone());
         }
         let mut guard = s.state.lock().await;
         if guard.is_none() {
