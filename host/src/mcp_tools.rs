@@ -11,6 +11,9 @@
 //!   session's sandbox** ([`warden_sandbox::Sandbox::spawn_process`]), one process per
 //!   session and server, started on the session's first use, restarted on the next use
 //!   after it died, gone with the session's container; one JSON-RPC message per line.
+//!   Its tool list is the session's own: what that process answered, never remembered
+//!   for another session (the program runs in the session's sandbox, where the session's
+//!   own files and tool calls may change what it offers).
 //!
 //! It never decides whether a call may run — [`crate::tools::ToolHost`] asks the approval
 //! gate first — and MCP annotations such as `destructiveHint` are passed on as hints, never
@@ -75,12 +78,11 @@ fn expand_env(
 /// slow server keeps nobody else from listing its tools or calling it.
 struct Server {
     config: McpServerConfig,
-    /// HTTP: the negotiated session and the tool list, discovered on first use (taken
-    /// briefly to read the tools or number a request; the exchange runs without it).
+    /// HTTP: the negotiated session and the tool list, discovered on first use (one
+    /// server outside every sandbox, the same for every session; taken briefly to read the
+    /// tools or number a request, the exchange runs without it). A stdio server keeps
+    /// nothing here: its tools are its session's process's ([`StdioConn::tools`]).
     state: std::sync::Mutex<Option<(Session, Vec<Tool>)>>,
-    /// stdio: the tool list from the first session that started the server (the same
-    /// program everywhere), so listing tools starts no process in later sessions.
-    tools: std::sync::Mutex<Option<Vec<Tool>>>,
 }
 
 impl Server {
@@ -131,9 +133,7 @@ impl McpTools {
     pub fn new(config: &BTreeMap<String, McpServerConfig>) -> Self {
         let servers = config
             .iter()
-            .map(|(name, c)| {
-                (name.clone(), Server { config: c.clone(), state: Default::default(), tools: Default::default() })
-            })
+            .map(|(name, c)| (name.clone(), Server { config: c.clone(), state: Default::default() }))
             .collect();
         // No redirects (a server could send the bearer token's request elsewhere), no
         // environment proxy: the shared hardening of every outbound client.
@@ -155,7 +155,8 @@ impl McpTools {
 
     /// Tools of the visible servers, named `mcp__<server>__<tool>`. A server that cannot
     /// be reached is skipped with a warning: the subagent still gets its other tools.
-    /// `site` is where a stdio server whose tools are not known yet is started.
+    /// `site` is the session whose stdio servers are listed (each started there if it does
+    /// not run yet); without one a stdio server is skipped.
     pub async fn list(&self, requested: &[String], site: Option<&SessionSite<'_>>) -> Vec<McpToolSpec> {
         let mut out = vec![];
         // Asked together: a slow server delays nobody's listing beyond its own timeout.
@@ -222,15 +223,13 @@ impl McpTools {
     async fn tools_of(&self, name: &str, site: Option<&SessionSite<'_>>) -> Result<Vec<Tool>, String> {
         let s = &self.servers[name];
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
-            if let Some(tools) = s.tools.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-                return Ok(tools);
-            }
+            // The list of the process in this session (started now if need be), never
+            // one another session's process gave.
             let site =
                 site.ok_or_else(|| format!("MCP server {name:?} runs in a sandbox session, and there is none"))?;
             let slot = self.stdio_conn(name, &s.config, site).await?;
-            let tools = slot.lock().await.as_ref().ok_or("the MCP server is not running")?.tools.clone();
-            *s.tools.lock().unwrap_or_else(|e| e.into_inner()) = Some(tools.clone());
-            return Ok(tools);
+            let guard = slot.lock().await;
+            return Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone());
         }
         self.ensure_connected(s).await?;
         s.known_tools().ok_or_else(|| "the MCP server is not connected".into())

@@ -52,7 +52,7 @@ pub const MAX_TOOL_ARGUMENT_BYTES: usize = 1024 * 1024;
 /// Longest identifier (tool name, call id, model name, role) a plugin may pass.
 pub const MAX_NAME_BYTES: usize = 1024;
 
-pub use crate::plugin_state::{StateBudgetExceeded, StateError, StateStore};
+pub use crate::plugin_state::{StateBudgetExceeded, StateError, StateNamespace, StateStore};
 
 /// DNS for one plugin's HTTP client of one [`Reach`]: resolves the name, then keeps only
 /// the addresses the reach allows ([`Grants::check_address`]: no loopback, private or

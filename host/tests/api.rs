@@ -993,12 +993,13 @@ mod secrets {
         // Plugin state (a transcript that quotes the prompt) reaches the file scrubbed too.
         let quoted = format!("{{\"prompt\":{}}}", serde_json::to_string(&format!("use {SECRET}")).unwrap());
         api.engine.store().write(warden::store::Write::StateSet {
-            plugin: "claude".into(),
+            namespace: "claude/default".into(),
             key: "t".into(),
             value: quoted.into_bytes(),
+            written_at_ms: warden::store::now_ms(),
         });
         api.engine.store().flush().await.unwrap();
-        let kept = api.engine.store().state_get("claude", "t").await.unwrap().unwrap();
+        let kept = api.engine.store().state_get("claude/default", "t").await.unwrap().unwrap();
         assert_eq!(String::from_utf8(kept).unwrap(), "{\"prompt\":\"use [redacted]\"}");
         assert_absent(
             "the task store's plugin state",

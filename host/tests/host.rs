@@ -1282,7 +1282,8 @@ mod imports {
             events += 1;
         }
         assert_eq!(events, 10, "exactly the budgeted events reach the task");
-        assert!(rt.services().state.bytes_held("hostile").await.unwrap() <= 1000);
+        let ns = warden::services::StateNamespace::new("hostile", ctx().user_id);
+        assert!(rt.services().state.bytes_held(&ns).await.unwrap() <= 1000);
         // Budgets are per call: the next call may emit again.
         let again = script(&rt, &p, &json!([{ "op": "emit", "kind": "progress", "data": "{}" }])).await;
         assert_eq!(again, vec!["ok"]);
@@ -1563,6 +1564,41 @@ mod imports {
         .await;
         assert_eq!(r[..2], ["ok:200".to_string(), "ok".to_string()]);
         assert!(err_naming(&r[2], "denied", "plugins.budgets.max_state_bytes_per_plugin"), "{r:?}");
+    }
+
+    /// Regression (second-tenant attack on main): the `state` import was keyed by plugin
+    /// only, so a task of user B read what user A's task of the same plugin stored (its
+    /// remote context ids, transcripts), and A filling the plugin's byte budget left B
+    /// unable to write. Through the real import: state is per plugin per user.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_tenants_task_read_another_tenants_plugin_state() {
+        async fn script_as(rt: &Runtime, p: &LoadedPlugin, user: &str, ops: &Value) -> Vec<String> {
+            let def = rt.resolve(p, &reference(&p.info.kinds[0], "test://x")).await.expect("resolve");
+            let call =
+                TaskCall { prompt: format!("script:{ops}"), subagent_type: def.name.clone(), ..Default::default() };
+            let out = rt.execute(p, TaskContext { user_id: user.into(), ..ctx() }, &call, &def, None).await.unwrap();
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+        }
+        let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
+        let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        let alice = json!([
+            { "op": "state_set", "key": "context", "value_len": 10 },
+            { "op": "state_set", "key": "fill", "value_len": 270 },
+            { "op": "state_set", "key": "more", "value_len": 20 },
+        ]);
+        let r = script_as(&rt, &p, "alice", &alice).await;
+        assert_eq!(r[..2], ["ok".to_string(), "ok".to_string()]);
+        assert!(err_naming(&r[2], "denied", "plugins.budgets.max_state_bytes_per_plugin"), "{r:?}");
+        let bob = json!([
+            { "op": "state_get", "key": "context" },
+            { "op": "state_set", "key": "context", "value_len": 250 },
+            { "op": "state_delete", "key": "fill" },
+        ]);
+        assert_eq!(script_as(&rt, &p, "bob", &bob).await, ["ok", "ok", "ok"], "B sees none of A's state and has room");
+        let again = json!([{ "op": "state_get", "key": "context" }, { "op": "state_get", "key": "fill" }]);
+        assert_eq!(script_as(&rt, &p, "alice", &again).await, ["ok:10", "ok:270"], "A's state is as A left it");
+        assert_eq!(script_as(&rt, &p, "bob", &again).await, ["ok:250", "ok"]);
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -22,6 +22,8 @@
 //!     last_tool_result_contains: "README"             # content of the last `tool` message
 //!     last_user_contains: "list"                      # content of the last `user` message
 //!     system_contains: "You list files"               # content of the (last) `system` message
+//!     tools_offered: [Read, mcp__git__git_log]        # tool names the request must offer
+//!     tools_not_offered: [Bash]                       # tool names it must not offer
 //!   text: "There is a README."                        # no tool calls → finish_reason stop
 //! - error: "simulated 503 from the provider"          # this turn fails with ScriptedFailure
 //! ```
@@ -64,6 +66,12 @@ pub struct Expect {
     /// Text the system prompt (the last `system` message) must contain.
     #[serde(default)]
     pub system_contains: Option<String>,
+    /// Tool names the request must offer (its `tools`), each exactly.
+    #[serde(default)]
+    pub tools_offered: Vec<String>,
+    /// Tool names the request must not offer.
+    #[serde(default)]
+    pub tools_not_offered: Vec<String>,
 }
 
 /// One turn of a script.
@@ -183,15 +191,27 @@ impl ScriptedProvider {
                         Some(t) => format!("it is {:?}", crate::http::excerpt(t.as_bytes())),
                         None => "there is none".to_owned(),
                     };
-                    return Err(ModelError::ScriptMismatch {
-                        provider: self.name.clone(),
-                        turn,
-                        detail: format!("expected the {what} to contain {needle:?}, but {found}"),
-                    });
+                    return Err(self.mismatch(turn, format!("expected the {what} to contain {needle:?}, but {found}")));
                 }
             }
         }
+        let offered = |name: &String| req.tools.iter().any(|t| t.name == *name);
+        let listed = || req.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
+        if let Some(name) = expect.tools_offered.iter().find(|n| !offered(n)) {
+            return Err(
+                self.mismatch(turn, format!("expected the tool {name:?} to be offered; offered: [{}]", listed()))
+            );
+        }
+        if let Some(name) = expect.tools_not_offered.iter().find(|n| offered(n)) {
+            return Err(
+                self.mismatch(turn, format!("expected the tool {name:?} not to be offered; offered: [{}]", listed()))
+            );
+        }
         Ok(())
+    }
+
+    fn mismatch(&self, turn: usize, detail: String) -> ModelError {
+        ModelError::ScriptMismatch { provider: self.name.clone(), turn, detail }
     }
 }
 

@@ -1108,7 +1108,26 @@ mod scripted_provider {
         };
         assert!(detail.contains("expected the system prompt to contain"), "{detail}");
         let with = vec![Message::system("You help.\n\n## MEMORY.md\n- x"), Message::user("u")];
-        assert_eq!(p.complete(ChatRequest::new("m", with), None).await.unwrap().message.content, "ok");
+        assert_eq!(p.complete(ChatRequest::new("m", with), None).await.unwrap().message.content, "ok"); // The tools a request offers: each named one must be there, each refused one not.
+        let p =
+            scripted("- expect: { tools_offered: [Read, mcp__s__a], tools_not_offered: [mcp__s__b] }\n  text: ok\n");
+        let tool = |name: &str| ToolSpec { name: name.into(), description: String::new(), input_schema: json!({}) };
+        let offering = |names: &[&str]| {
+            let mut r = ChatRequest::new("m", vec![Message::user("u")]);
+            r.tools = names.iter().map(|n| tool(n)).collect();
+            r
+        };
+        let ok = p.complete(offering(&["Read", "mcp__s__a", "Bash"]), None).await.unwrap();
+        assert_eq!(ok.message.content, "ok");
+        for (names, want) in [
+            (&["Read"][..], "expected the tool \"mcp__s__a\" to be offered; offered: [Read]"),
+            (&["Read", "mcp__s__a", "mcp__s__b"][..], "expected the tool \"mcp__s__b\" not to be offered"),
+        ] {
+            match p.complete(offering(names), None).await {
+                Err(ModelError::ScriptMismatch { turn: 0, detail, .. }) => assert!(detail.contains(want), "{detail}"),
+                other => panic!("expected ScriptMismatch, got {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(15 * 60);
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 /// Concurrent sessions per host by default: bounds containers (and memory) one host can create.
 pub const DEFAULT_MAX_SESSIONS: usize = 32;
+/// Concurrent sessions of one user by default: room for a parent agent fanning out to a
+/// dozen parallel subagents (each in a session of its own), while one user can take at most
+/// half of the default `max_sessions` and the other users keep the rest.
+pub const DEFAULT_MAX_SESSIONS_PER_USER: usize = 16;
 /// Tool output cap by default (256 KiB): a model cannot use more, and the host must not buffer more.
 pub const DEFAULT_MAX_OUTPUT: ByteSize = ByteSize(256 * 1024);
 /// Container user by default: an unprivileged numeric uid:gid that needs no /etc/passwd entry.
@@ -89,6 +93,10 @@ pub struct SandboxConfig {
     /// Maximum concurrent sessions for this host. Default 32; past it, a new session fails
     /// with a clear error instead of exhausting the machine.
     pub max_sessions: usize,
+    /// Maximum concurrent sessions of one user (`user_id`). Default 16; past it, that user's
+    /// new session fails (`TooManyUserSessions`) while other users still get theirs, so one
+    /// tenant cannot take every session of `max_sessions`.
+    pub max_sessions_per_user: usize,
     /// Maximum bytes of one tool result (head and tail kept, truncation stated). Default 256 KiB.
     pub max_output: ByteSize,
     /// Numeric `uid:gid` the tools run as. Default `1000:1000`: never root, and numeric so it
@@ -260,6 +268,7 @@ impl Default for SandboxConfig {
             exec_timeout: DEFAULT_EXEC_TIMEOUT,
             runtime: None,
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_sessions_per_user: DEFAULT_MAX_SESSIONS_PER_USER,
             max_output: DEFAULT_MAX_OUTPUT,
             user: DEFAULT_USER.to_string(),
             tmp_size: DEFAULT_TMP_SIZE,
@@ -327,6 +336,9 @@ impl SandboxConfig {
         }
         if self.max_sessions == 0 {
             return bad("max_sessions", "at least 1");
+        }
+        if self.max_sessions_per_user == 0 {
+            return bad("max_sessions_per_user", "at least 1");
         }
         if self.max_output.0 < MIN_MAX_OUTPUT {
             return bad("max_output", "at least 1KiB");

@@ -34,6 +34,18 @@ pub enum SandboxError {
         max: usize,
     },
 
+    /// One user already has the most sessions one user may have
+    /// (`sandbox.max_sessions_per_user`), so other users still get sessions.
+    #[error(
+        "too many sandbox sessions for user `{user}`: one user may have {max} at once (sandbox.max_sessions_per_user); end one of them or raise the limit"
+    )]
+    TooManyUserSessions {
+        /// The user whose sessions are at the limit.
+        user: String,
+        /// The configured maximum.
+        max: usize,
+    },
+
     /// A path names something outside /workspace (lexically, or after resolving symlinks).
     #[error("path `{path}` resolves to `{resolved}`, which is outside the workspace /workspace; refused")]
     PathOutsideWorkspace {

@@ -48,5 +48,5 @@ pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressO
 pub use error::{DockerObject, SandboxError};
 pub use metrics::MetricsSnapshot;
 pub use process::SessionProcess;
-pub use session::{HostStatus, PruneReport, Sandbox, SessionInfo, SessionKey};
+pub use session::{HostStatus, MAX_CONCURRENT_DOWNLOADS, PruneReport, Sandbox, SessionInfo, SessionKey};
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

@@ -42,7 +42,7 @@
 //! host without Docker still starts and its text-only subagents keep working.
 //! This module must never remove a container or volume that lacks warden's labels, never
 //! remove a session that has a call in flight (except on explicit end or shutdown), and never
-//! let the number of sessions exceed `max_sessions`. With replicas it must never sweep
+//! let the number of sessions exceed `max_sessions`, nor one user's `max_sessions_per_user`. With replicas it must never sweep
 //! another replica's agents or commands, and never reap a session another replica used
 //! within `idle_ttl`.
 
@@ -85,6 +85,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long placing a new session waits for one host's container list: a slow host is
 /// passed over for this session rather than making it wait.
 const PLACEMENT_LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// File downloads (`Sandbox::download_file`) one sandbox runs at once; more wait. Each
+/// holds the whole file in host memory (up to `tools::files::MAX_TRANSFER_BYTES`, 256 MiB),
+/// so two bound what downloads can take to 512 MiB however many sessions or tenants ask at
+/// once, while two users (or a console and an API client) are still served side by side.
+pub const MAX_CONCURRENT_DOWNLOADS: usize = 2;
 
 /// One Docker host sessions are placed on (`sandbox.hosts`, or the one `docker_host`
 /// names): its connection, made lazily, and its warm pool.
@@ -203,6 +208,8 @@ pub(crate) struct Inner {
     tag: Option<Arc<exec::AgentTag>>,
     /// With `replica_id`: when the reaper last looked for sessions no replica holds.
     last_stray_sweep: Mutex<Option<Instant>>,
+    /// Permits for file downloads into host memory ([`MAX_CONCURRENT_DOWNLOADS`]).
+    pub(crate) downloads: tokio::sync::Semaphore,
 }
 
 struct Slot {
@@ -359,6 +366,7 @@ impl Sandbox {
                 egress,
                 tag,
                 last_stray_sweep: Mutex::new(None),
+                downloads: tokio::sync::Semaphore::new(MAX_CONCURRENT_DOWNLOADS),
             }),
         })
     }
@@ -602,9 +610,7 @@ impl Sandbox {
             let (slot, reached) = match map.get(key) {
                 Some(s) => (s.clone(), false),
                 None => {
-                    if map.len() >= self.inner.config.max_sessions {
-                        return Err(SandboxError::TooManySessions { max: self.inner.config.max_sessions });
-                    }
+                    room_for_session(&map, key, &self.inner.config)?;
                     let reached = placed.container.is_some();
                     let slot =
                         Arc::new(Slot::new(&self.inner, key.clone(), placed.host, placed.container, placed.workspace));
@@ -1024,6 +1030,25 @@ fn new_life() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos();
     format!("{:x}-{now:x}-{n:x}", std::process::id())
+}
+
+/// Whether `sessions` has room for a new session of `key`: fewer than `max_sessions` in
+/// all, and fewer than `max_sessions_per_user` of its user, so no user can take every
+/// session of the host from the others. The one check every session this sandbox starts
+/// holding (created, reached or adopted) passes, under the sessions lock.
+fn room_for_session(
+    sessions: &HashMap<SessionKey, Arc<Slot>>,
+    key: &SessionKey,
+    config: &SandboxConfig,
+) -> Result<(), SandboxError> {
+    if sessions.len() >= config.max_sessions {
+        return Err(SandboxError::TooManySessions { max: config.max_sessions });
+    }
+    let of_user = sessions.keys().filter(|k| k.user_id == key.user_id).count();
+    if of_user >= config.max_sessions_per_user {
+        return Err(SandboxError::TooManyUserSessions { user: key.user_id.clone(), max: config.max_sessions_per_user });
+    }
+    Ok(())
 }
 
 impl Inner {
@@ -1469,7 +1494,7 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
                 (Some(key), Some(workspace))
                     if running
                         && egress_ok
-                        && map.len() < inner.config.max_sessions
+                        && room_for_session(&map, &key, &inner.config).is_ok()
                         && name.as_deref() == Some(container::names(scope, &key).container.as_str())
                         && !map.contains_key(&key) =>
                 {

@@ -675,6 +675,35 @@ mod sessions {
         sb.shutdown().await.unwrap();
     }
 
+    /// Regression (second-tenant attack on main): one user could take every session of
+    /// `max_sessions`, so no other user got a sandbox. Past `max_sessions_per_user` that
+    /// user's new session fails with an error naming the key; another user's still starts,
+    /// and the user's existing sessions keep working.
+    pub async fn one_user_cannot_take_every_session(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.max_sessions = 4;
+            cfg.max_sessions_per_user = 2;
+            cfg.warm_pool = 0;
+        });
+        let greedy = |s: &str| SessionKey::new("greedy", s);
+        bash_ok(&sb, &greedy("g1"), "true").await;
+        bash_ok(&sb, &greedy("g2"), "true").await;
+        match sb.call_tool(&greedy("g3"), "Bash", json!({"command": "true"}), &[]).await {
+            Err(e @ SandboxError::TooManyUserSessions { max: 2, .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("sandbox.max_sessions_per_user") && text.contains("greedy"), "{text}");
+            }
+            other => panic!("expected TooManyUserSessions, got {other:?}"),
+        }
+        assert!(sb.upload_file(&greedy("g4"), "f", b"x").await.is_err(), "no path around the limit");
+        bash_ok(&sb, &key("other"), "true").await;
+        bash_ok(&sb, &greedy("g1"), "true").await;
+        assert_eq!(sb.metrics().sessions_active, 3);
+        assert!(sb.end_session(&greedy("g1")).await.unwrap());
+        bash_ok(&sb, &greedy("g3"), "true").await;
+        sb.shutdown().await.unwrap();
+    }
+
     /// With the warm pool on (the default), so the reaped container is a pooled one.
     pub async fn idle_sessions_are_reaped(c: Ctx) {
         let sb = c.sandbox_with(|cfg| cfg.idle_ttl = Duration::from_secs(2));
@@ -2539,6 +2568,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         sessions::reuse_and_concurrent_first_use,
         sessions::twenty_sessions_are_isolated,
         sessions::max_sessions_is_enforced,
+        sessions::one_user_cannot_take_every_session,
         sessions::idle_sessions_are_reaped,
         sessions::end_session_removes_everything,
         sessions::regression_planted_objects_under_a_sessions_names_are_never_adopted,

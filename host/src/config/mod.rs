@@ -146,7 +146,8 @@ pub const DEFAULT_MAX_EVENT_BYTES_PER_CALL: u64 = 16 * 1024 * 1024;
 pub const DEFAULT_MAX_STATE_KEY: usize = 1024;
 /// Default largest state value: a long transcript fits, a memory bomb does not.
 pub const DEFAULT_MAX_STATE_VALUE: u64 = 4 * 1024 * 1024;
-/// Default bytes (keys + values) one plugin may hold in the state store at once.
+/// Default bytes (keys + values) one plugin may hold in the state store for one user at
+/// once: room for many long transcripts, while one tenant cannot fill the store.
 pub const DEFAULT_MAX_STATE_BYTES_PER_PLUGIN: u64 = 64 * 1024 * 1024;
 /// Default log lines one call may write; later ones are refused with an error value.
 pub const DEFAULT_MAX_LOG_LINES_PER_CALL: u32 = 1000;
@@ -172,7 +173,8 @@ pub struct Budgets {
     /// Largest `state` value (`4MiB`, or bytes).
     #[serde(with = "size_text")]
     pub max_state_value: u64,
-    /// Bytes (keys + values) one plugin may hold in the state store.
+    /// Bytes (keys + values) one plugin may hold in the state store for one user (state
+    /// is per plugin per user, so is this budget).
     #[serde(with = "size_text")]
     pub max_state_bytes_per_plugin: u64,
     /// `log.write` calls one call may make.
@@ -543,7 +545,8 @@ pub struct StoreConfig {
     /// errors, logs and `warden config check` show the URL with `***` in its place.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// How long finished tasks (record, output, events) are kept (default 7d).
+    /// How long finished tasks (record, output, events) are kept, and plugin state that
+    /// is not written again (default 7d).
     #[serde(with = "duration_text")]
     pub retention: Duration,
 }

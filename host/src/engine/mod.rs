@@ -58,7 +58,7 @@ const CANCEL_WAIT: Duration = Duration::from_secs(10);
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
 /// What a scrubbed secret reads as.
 pub use crate::redact::REDACTED;
-/// How often finished tasks past their retention are purged.
+/// How often finished tasks and plugin state past their retention are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Engine settings (from `server:` and `store:`).
@@ -255,6 +255,23 @@ pub struct Engine {
 /// that while a burst of submissions costs a stalled console one resync.
 pub const TASK_CHANGES_BUFFER: usize = 256;
 
+/// The retention sweep, at start and every [`PURGE_INTERVAL`]: finished tasks that ended
+/// more than `retention` ago, and plugin state not written within `retention`
+/// ([`crate::plugin_state::StateStore::expire`]). A failure is logged; the next sweep
+/// tries again.
+async fn sweep(store: &Store, state: &crate::services::StateStore, retention: Duration) {
+    match store.purge(retention).await {
+        Ok(n) if n > 0 => tracing::info!(purged = n, "finished tasks past retention removed"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "retention purge failed"),
+    }
+    match state.expire(retention).await {
+        Ok(n) if n > 0 => tracing::info!(expired = n, "plugin state not written within retention removed"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "plugin state expiry failed"),
+    }
+}
+
 impl Engine {
     /// Opens the engine over `store`: tasks the previous host left running are marked
     /// failed ("host restarted"), finished tasks past retention are purged, and gate
@@ -268,11 +285,7 @@ impl Engine {
                 tracing::warn!(count = recovered.len(), tasks = ?recovered, "tasks interrupted by a restart marked failed");
             }
         }
-        match store.purge(options.retention).await {
-            Ok(n) if n > 0 => tracing::info!(purged = n, "finished tasks past retention removed"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "retention purge failed"),
-        }
+        sweep(&store, &host.services.state, options.retention).await;
         let engine = Arc::new(Engine {
             slots: Arc::new(Semaphore::new(options.max_concurrent_tasks)),
             registry: host.registry.clone(),
@@ -303,16 +316,15 @@ impl Engine {
         engine.join_cluster().await?;
         {
             let weak = Arc::downgrade(&engine);
+            let services = Arc::downgrade(&host.services);
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(PURGE_INTERVAL).await;
-                    let Some(engine) = weak.upgrade() else { return };
+                    let (Some(engine), Some(services)) = (weak.upgrade(), services.upgrade()) else { return };
                     let store = engine.store.clone();
                     let retention = engine.options.retention;
                     drop(engine);
-                    if let Err(e) = store.purge(retention).await {
-                        tracing::warn!(error = %e, "retention purge failed");
-                    }
+                    sweep(&store, &services.state, retention).await;
                 }
             });
         }

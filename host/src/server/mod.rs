@@ -618,6 +618,9 @@ pub(crate) async fn session_file(
         E::DockerUnavailable(_) | E::ImageMissing { .. } | E::TooManySessions { .. } | E::ShutDown => {
             unavailable(e.to_string())
         }
+        E::TooManyUserSessions { .. } => {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_user_sessions", e.to_string())
+        }
         other => ApiError::new(StatusCode::BAD_GATEWAY, "sandbox_error", other.to_string()),
     })?;
     // A file is a way out too: the session's secrets never leave in one.

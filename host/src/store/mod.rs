@@ -14,7 +14,8 @@
 //! - **Secret scrubbing of plugin state** in [`Store::write`]: what the engine hands over
 //!   (records, events) it has already redacted of `tool_context` secrets; plugin state is
 //!   opaque to it, so it is scrubbed here of every secret the host knows.
-//! - **Recovery and retention**: [`Store::recover_interrupted`] and [`Store::purge`].
+//! - **Recovery and retention**: [`Store::recover_interrupted`], [`Store::purge`] (finished
+//!   tasks) and [`Store::state_expire`] (plugin state not written within the retention).
 //! - **Naming the backend in errors** ([`StoreError`]) without the password of a URL.
 //!
 //! It never interprets events or decides a task's outcome (the engine does), never logs
@@ -210,13 +211,17 @@ pub enum Write {
         seq: u64,
         event: serde_json::Value,
     },
+    /// Plugin state `key` = `value` in `namespace` (a
+    /// [`crate::plugin_state::StateNamespace::store_key`]), written at `written_at_ms`
+    /// (ms since the Unix epoch; expiry counts from it, [`Store::state_expire`]).
     StateSet {
-        plugin: String,
+        namespace: String,
         key: String,
         value: Vec<u8>,
+        written_at_ms: u64,
     },
     StateDelete {
-        plugin: String,
+        namespace: String,
         key: String,
     },
     /// Replicas only (a shared store; the embedded one ignores it): `owner` holds the task
@@ -379,10 +384,13 @@ impl Store {
         // state (a transcript quoting a prompt) is opaque to it, so it is scrubbed here of
         // every secret the host knows, key and value, before it reaches any backend.
         let w = match w {
-            Write::StateSet { plugin, key, value } => {
-                Write::StateSet { plugin, key: state_key(&key), value: state_value(&value).into_owned() }
-            }
-            Write::StateDelete { plugin, key } => Write::StateDelete { plugin, key: state_key(&key) },
+            Write::StateSet { namespace, key, value, written_at_ms } => Write::StateSet {
+                namespace,
+                key: state_key(&key),
+                value: state_value(&value).into_owned(),
+                written_at_ms,
+            },
+            Write::StateDelete { namespace, key } => Write::StateDelete { namespace, key: state_key(&key) },
             other => other,
         };
         if self.inner.tx.send(Msg::Write(Box::new(w))).is_err() {
@@ -457,67 +465,86 @@ impl Store {
         .map_err(|e| self.err(e))
     }
 
-    /// Plugin state value (the `state` capability when backed by this store).
-    pub async fn state_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    /// Plugin state value of `key` in `namespace` (a
+    /// [`crate::plugin_state::StateNamespace::store_key`]; the `state` capability when
+    /// backed by this store).
+    pub async fn state_get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         match &self.inner.backend {
-            Backend::Redb(b) => b.state_get(plugin, key),
-            Backend::Postgres(b) => b.state_get(plugin, key).await,
+            Backend::Redb(b) => b.state_get(namespace, key),
+            Backend::Postgres(b) => b.state_get(namespace, key).await,
         }
         .map_err(|e| self.err(e))
     }
 
-    /// Stores plugin state `key` = `value` at once (not through the queue) unless the plugin
-    /// would then hold more than `max_plugin_bytes` (keys + values, as stored): one
-    /// transaction that counts what the plugin holds, checks and writes, so writers in
-    /// several processes at once cannot together pass the limit (PostgreSQL: under a
-    /// per-plugin advisory lock; redb: its write transactions are serial). Committed when
-    /// it returns. Key and value are scrubbed of secrets as [`Store::write`] does. Not
-    /// ordered with queued writes of the same key: flush those first.
+    /// Stores plugin state `key` = `value` in `namespace`, written at `written_at_ms`, at
+    /// once (not through the queue) unless the namespace would then hold more than
+    /// `max_namespace_bytes` (keys + values, as stored): one transaction that counts what
+    /// the namespace holds, checks and writes, so writers in several processes at once
+    /// cannot together pass the limit (PostgreSQL: under a per-namespace advisory lock;
+    /// redb: its write transactions are serial). Committed when it returns. Key and value
+    /// are scrubbed of secrets as [`Store::write`] does. Not ordered with queued writes of
+    /// the same key: flush those first.
     pub async fn state_put(
         &self,
-        plugin: &str,
+        namespace: &str,
         key: &str,
         value: &[u8],
-        max_plugin_bytes: u64,
+        written_at_ms: u64,
+        max_namespace_bytes: u64,
     ) -> Result<StatePut, StoreError> {
         let (key, value) = (state_key(key), state_value(value).into_owned());
         match &self.inner.backend {
             Backend::Redb(b) => {
-                let (b, plugin) = (b.clone(), plugin.to_owned());
-                blocking(move || b.state_put(&plugin, &key, &value, max_plugin_bytes)).await
+                let (b, namespace) = (b.clone(), namespace.to_owned());
+                blocking(move || b.state_put(&namespace, &key, &value, written_at_ms, max_namespace_bytes)).await
             }
-            Backend::Postgres(b) => b.state_put(plugin, &key, &value, max_plugin_bytes).await,
+            Backend::Postgres(b) => b.state_put(namespace, &key, &value, written_at_ms, max_namespace_bytes).await,
         }
         .map_err(|e| self.err(e))
     }
 
-    /// Deletes plugin state `key` (scrubbed as [`Store::write`] does); committed when it
-    /// returns.
-    pub async fn state_delete(&self, plugin: &str, key: &str) -> Result<(), StoreError> {
-        self.write(Write::StateDelete { plugin: plugin.to_owned(), key: key.to_owned() });
+    /// Deletes plugin state `key` of `namespace` (scrubbed as [`Store::write`] does);
+    /// committed when it returns.
+    pub async fn state_delete(&self, namespace: &str, key: &str) -> Result<(), StoreError> {
+        self.write(Write::StateDelete { namespace: namespace.to_owned(), key: key.to_owned() });
         self.flush().await
     }
 
-    /// Bytes (keys + values, as stored) plugin `plugin` holds.
-    pub async fn state_bytes(&self, plugin: &str) -> Result<u64, StoreError> {
+    /// Bytes (keys + values, as stored) `namespace` holds.
+    pub async fn state_bytes(&self, namespace: &str) -> Result<u64, StoreError> {
         match &self.inner.backend {
             Backend::Redb(b) => {
-                let (b, plugin) = (b.clone(), plugin.to_owned());
-                blocking(move || b.state_bytes(&plugin)).await
+                let (b, namespace) = (b.clone(), namespace.to_owned());
+                blocking(move || b.state_bytes(&namespace)).await
             }
-            Backend::Postgres(b) => b.state_bytes(plugin).await,
+            Backend::Postgres(b) => b.state_bytes(namespace).await,
         }
         .map_err(|e| self.err(e))
     }
 
-    /// Every plugin state entry: (plugin, key, value), for loading at start.
-    pub async fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, StoreError> {
+    /// Every plugin state entry, ordered by namespace and key, for loading at start.
+    pub async fn state_all(&self) -> Result<Vec<StateEntry>, StoreError> {
         match &self.inner.backend {
             Backend::Redb(b) => {
                 let b = b.clone();
                 blocking(move || b.state_all()).await
             }
             Backend::Postgres(b) => b.state_all().await,
+        }
+        .map_err(|e| self.err(e))
+    }
+
+    /// Deletes every plugin state entry last written before `cutoff` (ms since the Unix
+    /// epoch), in one transaction; an entry stored before write times were kept counts as
+    /// written at 0. Returns how many went. Called by [`crate::plugin_state::StateStore::expire`],
+    /// the retention sweep of plugin state.
+    pub async fn state_expire(&self, cutoff: u64) -> Result<usize, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => {
+                let b = b.clone();
+                blocking(move || b.state_expire(cutoff)).await
+            }
+            Backend::Postgres(b) => b.state_expire(cutoff).await,
         }
         .map_err(|e| self.err(e))
     }
@@ -554,12 +581,24 @@ impl Store {
     }
 }
 
+/// One plugin state entry as stored ([`Store::state_all`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateEntry {
+    /// A [`crate::plugin_state::StateNamespace::store_key`].
+    pub namespace: String,
+    pub key: String,
+    pub value: Vec<u8>,
+    /// When it was last written (ms since the Unix epoch); 0 when the store did not
+    /// record it (entries from before write times were kept).
+    pub written_at_ms: u64,
+}
+
 /// What [`Store::state_put`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatePut {
-    /// Committed; the plugin now holds `total` bytes (keys + values).
+    /// Committed; the namespace now holds `total` bytes (keys + values).
     Stored { total: u64 },
-    /// Nothing written: the plugin would have held `total` bytes, over the limit.
+    /// Nothing written: the namespace would have held `total` bytes, over the limit.
     OverLimit { total: u64 },
 }
 

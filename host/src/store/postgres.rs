@@ -38,6 +38,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "tasks", include_str!("../../migrations/0001_tasks.sql")),
     (2, "replicas", include_str!("../../migrations/0002_replicas.sql")),
     (3, "task_listing", include_str!("../../migrations/0003_task_listing.sql")),
+    (4, "state_expiry", include_str!("../../migrations/0004_state_expiry.sql")),
 ];
 
 /// The advisory lock key under which migrations run, so two hosts opening one new
@@ -110,12 +111,12 @@ pub(super) struct PgBackend {
 /// cluster-wide `server.max_queued_tasks` holds exactly ("warden" in ASCII, then 2).
 const QUEUE_LOCK: i64 = 0x7761_7264_656e_0002;
 
-/// The first key of the two-key advisory lock under which a plugin's state is counted
-/// and written ([`PgBackend::state_put`]; the second key is `hashtext(plugin)`): "wa" "rd"
+/// The first key of the two-key advisory lock under which a state namespace is counted
+/// and written ([`PgBackend::state_put`]; the second key is `hashtext(namespace)`): "wa" "rd"
 /// in ASCII. Two-key locks never conflict with the one-key locks above.
 const STATE_LOCK: i32 = 0x7761_7264;
 
-/// Bytes (keys + values) plugin `$1` holds, and of those the entry `$2`'s.
+/// Bytes (keys + values) state namespace `$1` holds, and of those the entry `$2`'s.
 const STATE_USAGE: &str = "SELECT COALESCE(SUM(octet_length(key) + octet_length(value)), 0)::bigint, \
      COALESCE(SUM(octet_length(key) + octet_length(value)) FILTER (WHERE key = $2), 0)::bigint \
      FROM plugin_state WHERE plugin = $1";
@@ -277,12 +278,12 @@ impl PgBackend {
         Ok(row.get::<_, i64>(0) as usize)
     }
 
-    pub(super) async fn state_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
+    pub(super) async fn state_get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
         let row = self
             .read(|c| async move {
                 c.query_opt(
                     "SELECT value FROM plugin_state WHERE plugin = $1 AND key = $2",
-                    &[&plugin, &key.as_bytes()],
+                    &[&namespace, &key.as_bytes()],
                 )
                 .await
             })
@@ -290,29 +291,30 @@ impl PgBackend {
         Ok(row.map(|r| r.get(0)))
     }
 
-    /// See [`super::Store::state_put`]: one transaction under [`STATE_LOCK`] for the plugin.
+    /// See [`super::Store::state_put`]: one transaction under [`STATE_LOCK`] for the namespace.
     pub(super) async fn state_put(
         &self,
-        plugin: &str,
+        namespace: &str,
         key: &str,
         value: &[u8],
-        max_plugin_bytes: u64,
+        written_at_ms: u64,
+        max_namespace_bytes: u64,
     ) -> Result<super::StatePut, String> {
         let mut guard = self.transaction_connection().await?;
         let client = guard.as_mut().expect("connected by transaction_connection");
         let work = async {
             let tx = client.transaction().await?;
-            tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&STATE_LOCK, &plugin]).await?;
-            let row = tx.query_one(STATE_USAGE, &[&plugin, &key.as_bytes()]).await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&STATE_LOCK, &namespace]).await?;
+            let row = tx.query_one(STATE_USAGE, &[&namespace, &key.as_bytes()]).await?;
             let (held, old) = (row.get::<_, i64>(0).max(0) as u64, row.get::<_, i64>(1).max(0) as u64);
             let total = held.saturating_sub(old) + (key.len() + value.len()) as u64;
-            if total > max_plugin_bytes {
+            if total > max_namespace_bytes {
                 return Ok(super::StatePut::OverLimit { total });
             }
             tx.execute(
-                "INSERT INTO plugin_state (plugin, key, value) VALUES ($1, $2, $3) \
-                 ON CONFLICT (plugin, key) DO UPDATE SET value = EXCLUDED.value",
-                &[&plugin, &key.as_bytes(), &value],
+                "INSERT INTO plugin_state (plugin, key, value, written_at_ms) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (plugin, key) DO UPDATE SET value = EXCLUDED.value, written_at_ms = EXCLUDED.written_at_ms",
+                &[&namespace, &key.as_bytes(), &value, &ms(written_at_ms)],
             )
             .await?;
             tx.commit().await?;
@@ -322,9 +324,25 @@ impl PgBackend {
         settle_transaction(outcome, &mut guard)
     }
 
-    pub(super) async fn state_bytes(&self, plugin: &str) -> Result<u64, String> {
-        let row = self.read(|c| async move { c.query_one(STATE_USAGE, &[&plugin, &&b""[..]]).await }).await?;
+    pub(super) async fn state_bytes(&self, namespace: &str) -> Result<u64, String> {
+        let row = self.read(|c| async move { c.query_one(STATE_USAGE, &[&namespace, &&b""[..]]).await }).await?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// See [`super::Store::state_expire`]: one statement.
+    pub(super) async fn state_expire(&self, cutoff: u64) -> Result<usize, String> {
+        let cutoff = ms(cutoff);
+        let row = self
+            .read(|c| async move {
+                c.query_one(
+                    "WITH gone AS (DELETE FROM plugin_state WHERE written_at_ms < $1 RETURNING 1) \
+                     SELECT count(*) FROM gone",
+                    &[&cutoff],
+                )
+                .await
+            })
+            .await?;
+        Ok(row.get::<_, i64>(0) as usize)
     }
 
     /// The transaction connection, (re)opened when it is closed; held until the guard drops.
@@ -640,17 +658,22 @@ impl PgBackend {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    pub(super) async fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, String> {
-        let rows =
-            self.read(|c| async move {
-                c.query("SELECT plugin, key, value FROM plugin_state ORDER BY plugin, key", &[]).await
+    pub(super) async fn state_all(&self) -> Result<Vec<super::StateEntry>, String> {
+        let rows = self
+            .read(|c| async move {
+                c.query("SELECT plugin, key, value, written_at_ms FROM plugin_state ORDER BY plugin, key", &[]).await
             })
             .await?;
         rows.iter()
             .map(|row| {
                 let key =
                     String::from_utf8(row.get(1)).map_err(|_| "corrupt plugin state key (not UTF-8)".to_owned())?;
-                Ok((row.get(0), key, row.get(2)))
+                Ok(super::StateEntry {
+                    namespace: row.get(0),
+                    key,
+                    value: row.get(2),
+                    written_at_ms: row.get::<_, i64>(3).max(0) as u64,
+                })
             })
             .collect()
     }
@@ -750,6 +773,9 @@ async fn commit_retrying(
     Err("the connection was lost twice in a row".into())
 }
 
+/// A plugin state value to write: (value, written at, ms since the Unix epoch).
+type StateValue<'a> = (&'a [u8], u64);
+
 /// A published approval request: (task id, owner replica, the pending request).
 type PublishedApproval<'a> = (Option<&'a str>, &'a str, &'a serde_json::Value);
 
@@ -759,7 +785,7 @@ struct Latest<'a> {
     tasks: BTreeMap<&'a str, &'a TaskRecord>,
     events: BTreeMap<(&'a str, u64), &'a serde_json::Value>,
     /// `None`: delete.
-    state: BTreeMap<(&'a str, &'a str), Option<&'a [u8]>>,
+    state: BTreeMap<(&'a str, &'a str), Option<StateValue<'a>>>,
     /// Task → (owner, lease end); `None`: released.
     queue: BTreeMap<&'a str, Option<(&'a str, u64)>>,
     /// Request id → (task id, owner, pending request); `None`: withdrawn.
@@ -777,11 +803,11 @@ impl<'a> Latest<'a> {
                 Write::Event { task_id, seq, event } => {
                     l.events.insert((task_id.as_str(), *seq), event);
                 }
-                Write::StateSet { plugin, key, value } => {
-                    l.state.insert((plugin.as_str(), key.as_str()), Some(value.as_slice()));
+                Write::StateSet { namespace, key, value, written_at_ms } => {
+                    l.state.insert((namespace.as_str(), key.as_str()), Some((value.as_slice(), *written_at_ms)));
                 }
-                Write::StateDelete { plugin, key } => {
-                    l.state.insert((plugin.as_str(), key.as_str()), None);
+                Write::StateDelete { namespace, key } => {
+                    l.state.insert((namespace.as_str(), key.as_str()), None);
                 }
                 Write::Claim { task_id, owner, lease_until_ms } => {
                     l.queue.insert(task_id.as_str(), Some((owner.as_str(), *lease_until_ms)));
@@ -911,23 +937,24 @@ async fn commit(client: &mut Client, l: &Latest<'_>) -> Result<(), tokio_postgre
     }
     let (sets, deletes): (Vec<_>, Vec<_>) = l.state.iter().partition(|(_, v)| v.is_some());
     if !sets.is_empty() {
-        let plugins: Vec<&str> = sets.iter().map(|((p, _), _)| *p).collect();
+        let namespaces: Vec<&str> = sets.iter().map(|((n, _), _)| *n).collect();
         let keys: Vec<&[u8]> = sets.iter().map(|((_, k), _)| k.as_bytes()).collect();
-        let values: Vec<&[u8]> = sets.iter().map(|(_, v)| v.unwrap_or_default()).collect();
+        let values: Vec<&[u8]> = sets.iter().map(|(_, v)| v.map(|v| v.0).unwrap_or_default()).collect();
+        let written: Vec<i64> = sets.iter().map(|(_, v)| ms(v.map(|v| v.1).unwrap_or_default())).collect();
         tx.execute(
-            "INSERT INTO plugin_state (plugin, key, value) \
-             SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::bytea[]) \
-             ON CONFLICT (plugin, key) DO UPDATE SET value = EXCLUDED.value",
-            &[&plugins, &keys, &values],
+            "INSERT INTO plugin_state (plugin, key, value, written_at_ms) \
+             SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::bytea[], $4::bigint[]) \
+             ON CONFLICT (plugin, key) DO UPDATE SET value = EXCLUDED.value, written_at_ms = EXCLUDED.written_at_ms",
+            &[&namespaces, &keys, &values, &written],
         )
         .await?;
     }
     if !deletes.is_empty() {
-        let plugins: Vec<&str> = deletes.iter().map(|((p, _), _)| *p).collect();
+        let namespaces: Vec<&str> = deletes.iter().map(|((n, _), _)| *n).collect();
         let keys: Vec<&[u8]> = deletes.iter().map(|((_, k), _)| k.as_bytes()).collect();
         tx.execute(
             "DELETE FROM plugin_state WHERE (plugin, key) IN (SELECT * FROM UNNEST($1::text[], $2::bytea[]))",
-            &[&plugins, &keys],
+            &[&namespaces, &keys],
         )
         .await?;
     }

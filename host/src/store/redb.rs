@@ -21,11 +21,15 @@ use super::{Msg, TaskRecord, Write};
 
 const TASKS: TableDefinition<&str, &[u8]> = TableDefinition::new("tasks");
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
+/// Plugin state: (namespace, key) → value.
 const STATE: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugin_state");
 /// Task listings (every user's): `(created_at_ms, task_id)`, kept with [`TASKS`].
 const TASKS_BY_CREATED: TableDefinition<(u64, &str), ()> = TableDefinition::new("tasks_by_created");
 /// A user's task listing: `(user_id, created_at_ms, task_id)`, kept with [`TASKS`].
 const TASKS_BY_USER: TableDefinition<(&str, u64, &str), ()> = TableDefinition::new("tasks_by_user");
+/// When each plugin state entry was last written (ms since the Unix epoch), for expiry; an
+/// entry without a row here (written before this table existed) counts as written at 0.
+const STATE_WRITTEN: TableDefinition<(&str, &str), u64> = TableDefinition::new("plugin_state_written");
 
 /// The open file. Cheap to clone (scans run on a blocking thread with their own clone).
 #[derive(Clone)]
@@ -58,6 +62,7 @@ impl RedbBackend {
             w.open_table(EVENTS).map_err(|e| e.to_string())?;
             w.open_table(STATE).map_err(|e| e.to_string())?;
             index_tasks(&w).map_err(|e| e.to_string())?;
+            w.open_table(STATE_WRITTEN).map_err(|e| e.to_string())?;
             w.commit().map_err(|e| e.to_string())?;
         }
         let db = Arc::new(db);
@@ -173,29 +178,32 @@ impl RedbBackend {
         Ok(old.len())
     }
 
-    pub(super) fn state_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
+    pub(super) fn state_get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
         let r = self.db.begin_read().map_err(|e| e.to_string())?;
         let t = r.open_table(STATE).map_err(|e| e.to_string())?;
-        Ok(t.get((plugin, key)).map_err(|e| e.to_string())?.map(|v| v.value().to_vec()))
+        Ok(t.get((namespace, key)).map_err(|e| e.to_string())?.map(|v| v.value().to_vec()))
     }
 
     /// See [`super::Store::state_put`]: one write transaction (redb's are serial).
     pub(super) fn state_put(
         &self,
-        plugin: &str,
+        namespace: &str,
         key: &str,
         value: &[u8],
-        max_plugin_bytes: u64,
+        written_at_ms: u64,
+        max_namespace_bytes: u64,
     ) -> Result<super::StatePut, String> {
         let w = self.db.begin_write().map_err(|e| e.to_string())?;
         let outcome = {
             let mut t = w.open_table(STATE).map_err(|e| e.to_string())?;
-            let (held, old) = usage(&t, plugin, Some(key))?;
+            let (held, old) = usage(&t, namespace, Some(key))?;
             let total = held - old + (key.len() + value.len()) as u64;
-            if total > max_plugin_bytes {
+            if total > max_namespace_bytes {
                 super::StatePut::OverLimit { total }
             } else {
-                t.insert((plugin, key), value).map_err(|e| e.to_string())?;
+                t.insert((namespace, key), value).map_err(|e| e.to_string())?;
+                let mut written = w.open_table(STATE_WRITTEN).map_err(|e| e.to_string())?;
+                written.insert((namespace, key), written_at_ms).map_err(|e| e.to_string())?;
                 super::StatePut::Stored { total }
             }
         };
@@ -206,36 +214,68 @@ impl RedbBackend {
         Ok(outcome)
     }
 
-    pub(super) fn state_bytes(&self, plugin: &str) -> Result<u64, String> {
+    pub(super) fn state_bytes(&self, namespace: &str) -> Result<u64, String> {
         let r = self.db.begin_read().map_err(|e| e.to_string())?;
         let t = r.open_table(STATE).map_err(|e| e.to_string())?;
-        Ok(usage(&t, plugin, None)?.0)
+        Ok(usage(&t, namespace, None)?.0)
     }
 
-    pub(super) fn state_all(&self) -> Result<Vec<(String, String, Vec<u8>)>, String> {
+    pub(super) fn state_all(&self) -> Result<Vec<super::StateEntry>, String> {
         let r = self.db.begin_read().map_err(|e| e.to_string())?;
         let t = r.open_table(STATE).map_err(|e| e.to_string())?;
+        let written = r.open_table(STATE_WRITTEN).map_err(|e| e.to_string())?;
         let mut out = vec![];
         for entry in t.iter().map_err(|e| e.to_string())? {
             let (k, v) = entry.map_err(|e| e.to_string())?;
-            let (plugin, key) = k.value();
-            out.push((plugin.to_owned(), key.to_owned(), v.value().to_vec()));
+            let (namespace, key) = k.value();
+            let written_at_ms = written.get((namespace, key)).map_err(|e| e.to_string())?.map(|t| t.value());
+            out.push(super::StateEntry {
+                namespace: namespace.to_owned(),
+                key: key.to_owned(),
+                value: v.value().to_vec(),
+                written_at_ms: written_at_ms.unwrap_or(0),
+            });
         }
         Ok(out)
     }
+
+    /// See [`super::Store::state_expire`]: one write transaction.
+    pub(super) fn state_expire(&self, cutoff: u64) -> Result<usize, String> {
+        let w = self.db.begin_write().map_err(|e| e.to_string())?;
+        let gone = {
+            let mut t = w.open_table(STATE).map_err(|e| e.to_string())?;
+            let mut written = w.open_table(STATE_WRITTEN).map_err(|e| e.to_string())?;
+            let mut old: Vec<(String, String)> = vec![];
+            for entry in t.iter().map_err(|e| e.to_string())? {
+                let (k, _) = entry.map_err(|e| e.to_string())?;
+                let (namespace, key) = k.value();
+                let at = written.get((namespace, key)).map_err(|e| e.to_string())?.map(|t| t.value()).unwrap_or(0);
+                if at < cutoff {
+                    old.push((namespace.to_owned(), key.to_owned()));
+                }
+            }
+            for (namespace, key) in &old {
+                t.remove((namespace.as_str(), key.as_str())).map_err(|e| e.to_string())?;
+                written.remove((namespace.as_str(), key.as_str())).map_err(|e| e.to_string())?;
+            }
+            old.len()
+        };
+        w.commit().map_err(|e| e.to_string())?;
+        Ok(gone)
+    }
 }
 
-/// Bytes (keys + values) `plugin` holds in `t`, and of those the entry `key`'s.
+/// Bytes (keys + values) `namespace` holds in `t`, and of those the entry `key`'s.
 fn usage(
     t: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-    plugin: &str,
+    namespace: &str,
     key: Option<&str>,
 ) -> Result<(u64, u64), String> {
     let (mut held, mut old) = (0u64, 0u64);
-    for entry in t.range((plugin, "")..).map_err(|e| e.to_string())? {
+    for entry in t.range((namespace, "")..).map_err(|e| e.to_string())? {
         let (k, v) = entry.map_err(|e| e.to_string())?;
         let (p, k) = k.value();
-        if p != plugin {
+        if p != namespace {
             break;
         }
         let size = (k.len() + v.value().len()) as u64;
@@ -268,6 +308,7 @@ fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<::redb::Error>> {
         let mut state = w.open_table(STATE).map_err(::redb::Error::from)?;
         let mut by_created = w.open_table(TASKS_BY_CREATED).map_err(::redb::Error::from)?;
         let mut by_user = w.open_table(TASKS_BY_USER).map_err(::redb::Error::from)?;
+        let mut written = w.open_table(STATE_WRITTEN).map_err(::redb::Error::from)?;
         for write in super::writes(batch) {
             match write {
                 Write::Task(rec) => {
@@ -282,11 +323,15 @@ fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<::redb::Error>> {
                     let bytes = serde_json::to_vec(event).expect("JSON always serialises");
                     events.insert((task_id.as_str(), *seq), bytes.as_slice()).map_err(::redb::Error::from)?;
                 }
-                Write::StateSet { plugin, key, value } => {
-                    state.insert((plugin.as_str(), key.as_str()), value.as_slice()).map_err(::redb::Error::from)?;
+                Write::StateSet { namespace, key, value, written_at_ms } => {
+                    let k = (namespace.as_str(), key.as_str());
+                    state.insert(k, value.as_slice()).map_err(::redb::Error::from)?;
+                    written.insert(k, *written_at_ms).map_err(::redb::Error::from)?;
                 }
-                Write::StateDelete { plugin, key } => {
-                    state.remove((plugin.as_str(), key.as_str())).map_err(::redb::Error::from)?;
+                Write::StateDelete { namespace, key } => {
+                    let k = (namespace.as_str(), key.as_str());
+                    state.remove(k).map_err(::redb::Error::from)?;
+                    written.remove(k).map_err(::redb::Error::from)?;
                 }
                 // One process owns an embedded store: there is no other replica to tell.
                 Write::Claim { .. }

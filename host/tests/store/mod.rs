@@ -11,7 +11,7 @@ use crate::records::record;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use warden::store::{FinishReason, Store, TaskState, Write};
+use warden::store::{FinishReason, StateEntry, Store, TaskState, Write, now_ms};
 
 use crate::postgres::{TestDatabase, admin_client};
 
@@ -92,7 +92,19 @@ on_both_backends!(
     a_state_put_is_committed_within_the_plugin_budget,
     a_state_store_on_a_task_store_is_durable_and_budgeted,
     regression_task_listings_are_keyset_pages_of_one_tenant,
+    regression_one_tenant_filled_the_plugin_state_of_every_tenant,
+    plugin_state_unwritten_past_retention_expires,
 );
+
+/// A queued plugin state write, written now.
+fn state_set(namespace: &str, key: &str, value: impl Into<Vec<u8>>) -> Write {
+    Write::StateSet { namespace: namespace.into(), key: key.into(), value: value.into(), written_at_ms: now_ms() }
+}
+
+/// Plugin state entries as (namespace, key, value), without their write times.
+fn triples(entries: Vec<StateEntry>) -> Vec<(String, String, Vec<u8>)> {
+    entries.into_iter().map(|e| (e.namespace, e.key, e.value)).collect()
+}
 
 /// PostgreSQL only (a file has no connection to lose): the server ending the store's
 /// sessions, as a restart or a failover does, costs no read and no write; both are retried
@@ -174,7 +186,7 @@ async fn postgres_refuses_a_database_from_a_newer_warden() {
         .await
         .unwrap();
     let e = Store::connect(&db.url).await.unwrap_err().to_string();
-    assert!(e.contains("schema version 999, newer than this warden knows (3)"), "{e}");
+    assert!(e.contains("schema version 999, newer than this warden knows (4)"), "{e}");
     assert!(e.starts_with(&format!("task store {}", db.url)), "the error names the database: {e}");
     drop(client);
     b.finish().await;
@@ -239,13 +251,9 @@ async fn plugin_state_is_kept_scrubbed_of_secrets(b: &Backend) {
     warden::redact::registry().remember("store-tests", "s", &[secret.as_str()]).unwrap();
     let store = b.open().await;
     assert!(store.state_get("p", "k").await.unwrap().is_none());
-    store.write(Write::StateSet { plugin: "p".into(), key: "k".into(), value: b"one".to_vec() });
-    store.write(Write::StateSet { plugin: "p".into(), key: "nul\0key".into(), value: vec![0, 1, 2, 255] });
-    store.write(Write::StateSet {
-        plugin: "q".into(),
-        key: format!("about {secret}"),
-        value: format!("{{\"prompt\":\"use {secret}\"}}").into_bytes(),
-    });
+    store.write(state_set("p", "k", b"one".to_vec()));
+    store.write(state_set("p", "nul\0key", vec![0, 1, 2, 255]));
+    store.write(state_set("q", &format!("about {secret}"), format!("{{\"prompt\":\"use {secret}\"}}").into_bytes()));
     store.flush().await.unwrap();
     assert_eq!(store.state_get("p", "k").await.unwrap().as_deref(), Some(&b"one"[..]));
     assert_eq!(store.state_get("p", "nul\0key").await.unwrap().as_deref(), Some(&[0u8, 1, 2, 255][..]));
@@ -255,13 +263,13 @@ async fn plugin_state_is_kept_scrubbed_of_secrets(b: &Backend) {
         store.state_get("q", "about [redacted]").await.unwrap().as_deref(),
         Some(&b"{\"prompt\":\"use [redacted]\"}"[..])
     );
-    store.write(Write::StateSet { plugin: "p".into(), key: "k".into(), value: b"two".to_vec() });
+    store.write(state_set("p", "k", b"two".to_vec()));
     store.flush().await.unwrap();
     assert_eq!(store.state_get("p", "k").await.unwrap().as_deref(), Some(&b"two"[..]));
-    store.write(Write::StateDelete { plugin: "p".into(), key: "nul\0key".into() });
+    store.write(Write::StateDelete { namespace: "p".into(), key: "nul\0key".into() });
     store.flush().await.unwrap();
     assert!(store.state_get("p", "nul\0key").await.unwrap().is_none());
-    let all = store.state_all().await.unwrap();
+    let all = triples(store.state_all().await.unwrap());
     assert_eq!(
         all,
         vec![
@@ -283,10 +291,10 @@ async fn the_last_write_of_a_batch_wins(b: &Backend) {
     store.write(Write::Task(rec.clone()));
     store.write(Write::Event { task_id: "task_w".into(), seq: 1, event: json!({ "v": "first" }) });
     store.write(Write::Event { task_id: "task_w".into(), seq: 1, event: json!({ "v": "second" }) });
-    store.write(Write::StateSet { plugin: "p".into(), key: "set-then-deleted".into(), value: b"x".to_vec() });
-    store.write(Write::StateDelete { plugin: "p".into(), key: "set-then-deleted".into() });
-    store.write(Write::StateDelete { plugin: "p".into(), key: "deleted-then-set".into() });
-    store.write(Write::StateSet { plugin: "p".into(), key: "deleted-then-set".into(), value: b"y".to_vec() });
+    store.write(state_set("p", "set-then-deleted", b"x".to_vec()));
+    store.write(Write::StateDelete { namespace: "p".into(), key: "set-then-deleted".into() });
+    store.write(Write::StateDelete { namespace: "p".into(), key: "deleted-then-set".into() });
+    store.write(state_set("p", "deleted-then-set", b"y".to_vec()));
     store.flush().await.unwrap();
     assert_eq!(store.task("task_w").await.unwrap().as_ref(), Some(&rec));
     assert_eq!(store.events_after("task_w", 0).await.unwrap(), vec![(1, json!({ "v": "second" }))]);
@@ -389,13 +397,13 @@ async fn a_reopened_store_keeps_everything(b: &Backend) {
         // record is finished its events are final (replicas: a late writer adds nothing).
         store.write(Write::Event { task_id: "task_kept".into(), seq: 1, event: json!({ "type": "finish" }) });
         store.write(Write::Task(rec.clone()));
-        store.write(Write::StateSet { plugin: "p".into(), key: "k".into(), value: b"v".to_vec() });
+        store.write(state_set("p", "k", b"v".to_vec()));
         store.flush().await.unwrap();
     }
     let store = b.open().await;
     assert_eq!(store.task("task_kept").await.unwrap().as_ref(), Some(&rec));
     assert_eq!(store.events_after("task_kept", 0).await.unwrap(), vec![(1, json!({ "type": "finish" }))]);
-    assert_eq!(store.state_all().await.unwrap(), vec![("p".to_string(), "k".to_string(), b"v".to_vec())]);
+    assert_eq!(triples(store.state_all().await.unwrap()), vec![("p".to_string(), "k".to_string(), b"v".to_vec())]);
     // Opening once more (PostgreSQL: no migration applied twice) loses nothing.
     drop(store);
     let again = b.open().await;
@@ -410,21 +418,24 @@ async fn a_state_put_is_committed_within_the_plugin_budget(b: &Backend) {
     let secret = format!("put-secret-{}", uuid::Uuid::new_v4().simple());
     warden::redact::registry().remember("store-tests", "put", &[secret.as_str()]).unwrap();
     let store = b.open().await;
-    assert_eq!(store.state_put("p", "k1", &[1; 40], 100).await.unwrap(), StatePut::Stored { total: 42 });
+    assert_eq!(store.state_put("p", "k1", &[1; 40], now_ms(), 100).await.unwrap(), StatePut::Stored { total: 42 });
     assert_eq!(store.state_get("p", "k1").await.unwrap(), Some(vec![1; 40]));
-    assert_eq!(store.state_put("p", "k2", &[2; 40], 100).await.unwrap(), StatePut::Stored { total: 84 });
+    assert_eq!(store.state_put("p", "k2", &[2; 40], now_ms(), 100).await.unwrap(), StatePut::Stored { total: 84 });
     // Replacing k1 with a bigger value: 84 - 42 + 62 = 104 is over; nothing changes.
-    assert_eq!(store.state_put("p", "k1", &[3; 60], 100).await.unwrap(), StatePut::OverLimit { total: 104 });
+    assert_eq!(store.state_put("p", "k1", &[3; 60], now_ms(), 100).await.unwrap(), StatePut::OverLimit { total: 104 });
     assert_eq!(store.state_get("p", "k1").await.unwrap(), Some(vec![1; 40]));
-    assert_eq!(store.state_put("p", "k1", &[3; 50], 100).await.unwrap(), StatePut::Stored { total: 94 });
+    assert_eq!(store.state_put("p", "k1", &[3; 50], now_ms(), 100).await.unwrap(), StatePut::Stored { total: 94 });
     // Another plugin's bytes are its own.
-    assert_eq!(store.state_put("q", "k1", &[4; 90], 100).await.unwrap(), StatePut::Stored { total: 92 });
+    assert_eq!(store.state_put("q", "k1", &[4; 90], now_ms(), 100).await.unwrap(), StatePut::Stored { total: 92 });
     assert_eq!((store.state_bytes("p").await.unwrap(), store.state_bytes("q").await.unwrap()), (94, 92));
     store.state_delete("p", "k2").await.unwrap();
     assert!(store.state_get("p", "k2").await.unwrap().is_none());
     assert_eq!(store.state_bytes("p").await.unwrap(), 52);
     let value = format!("use {secret}");
-    assert!(matches!(store.state_put("p", &secret, value.as_bytes(), 1000).await.unwrap(), StatePut::Stored { .. }));
+    assert!(matches!(
+        store.state_put("p", &secret, value.as_bytes(), now_ms(), 1000).await.unwrap(),
+        StatePut::Stored { .. }
+    ));
     assert_eq!(store.state_get("p", "[redacted]").await.unwrap().as_deref(), Some(&b"use [redacted]"[..]));
     assert!(!format!("{:?}", store.state_all().await.unwrap()).contains(&secret));
 }
@@ -434,33 +445,34 @@ async fn a_state_put_is_committed_within_the_plugin_budget(b: &Backend) {
 /// store holds, and a delete is committed too.
 async fn a_state_store_on_a_task_store_is_durable_and_budgeted(b: &Backend) {
     use warden::config::Budgets;
-    use warden::services::{StateError, StateStore};
+    use warden::services::{StateError, StateNamespace, StateStore};
     let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
+    let claude = StateNamespace::new("claude", "alice");
     {
         let store = b.open().await;
         let state = StateStore::default();
         state.attach(store.clone()).await.unwrap();
-        state.set("claude", "transcript/t1", vec![b'a'; 200], &budgets).await.unwrap();
-        state.set("claude", "gone", b"x".to_vec(), &budgets).await.unwrap();
+        state.set(&claude, "transcript/t1", vec![b'a'; 200], &budgets).await.unwrap();
+        state.set(&claude, "gone", b"x".to_vec(), &budgets).await.unwrap();
         // Committed already: read straight from the backend, nothing flushed.
-        assert_eq!(store.state_get("claude", "transcript/t1").await.unwrap(), Some(vec![b'a'; 200]));
-        state.delete("claude", "gone").await.unwrap();
-        assert!(store.state_get("claude", "gone").await.unwrap().is_none());
-        let over = state.set("claude", "more", vec![0; 100], &budgets).await.unwrap_err();
+        assert_eq!(store.state_get(&claude.store_key(), "transcript/t1").await.unwrap(), Some(vec![b'a'; 200]));
+        state.delete(&claude, "gone").await.unwrap();
+        assert!(store.state_get(&claude.store_key(), "gone").await.unwrap().is_none());
+        let over = state.set(&claude, "more", vec![0; 100], &budgets).await.unwrap_err();
         assert!(
             matches!(&over, StateError::Budget(e) if e.key == "max_state_bytes_per_plugin" && e.got == 317),
             "{over:?}"
         );
-        assert_eq!(state.bytes_held("claude").await.unwrap(), 213);
+        assert_eq!(state.bytes_held(&claude).await.unwrap(), 213);
     }
     let store = b.open().await;
     let state = StateStore::default();
     state.attach(store).await.unwrap();
-    assert_eq!(state.get("claude", "transcript/t1").await.unwrap(), Some(vec![b'a'; 200]));
-    assert!(state.get("claude", "gone").await.unwrap().is_none());
-    assert_eq!(state.bytes_held("claude").await.unwrap(), 213);
-    assert!(matches!(state.set("claude", "more", vec![0; 100], &budgets).await, Err(StateError::Budget(_))));
-    state.set("claude", "more", vec![0; 80], &budgets).await.unwrap();
+    assert_eq!(state.get(&claude, "transcript/t1").await.unwrap(), Some(vec![b'a'; 200]));
+    assert!(state.get(&claude, "gone").await.unwrap().is_none());
+    assert_eq!(state.bytes_held(&claude).await.unwrap(), 213);
+    assert!(matches!(state.set(&claude, "more", vec![0; 100], &budgets).await, Err(StateError::Budget(_))));
+    state.set(&claude, "more", vec![0; 80], &budgets).await.unwrap();
 }
 
 /// Replicas: plugin state written through one replica's [`StateStore`] is what another
@@ -469,40 +481,41 @@ async fn a_state_store_on_a_task_store_is_durable_and_budgeted(b: &Backend) {
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_plugin_state_is_the_same_on_every_replica() {
     use warden::config::Budgets;
-    use warden::services::{StateError, StateStore};
+    use warden::services::{StateError, StateNamespace, StateStore};
+    let (claude, race) = (StateNamespace::new("claude", "alice"), StateNamespace::new("race", "alice"));
     let b = Backend::postgres().await;
     let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
     let (a, replica_b) = (StateStore::default(), StateStore::default());
     a.attach(b.open().await).await.unwrap();
     replica_b.attach(b.open().await).await.unwrap();
     // B read the key before A wrote it: B must not answer from what it saw then.
-    assert!(replica_b.get("claude", "transcript/t1").await.unwrap().is_none());
-    a.set("claude", "transcript/t1", b"turn 1".to_vec(), &budgets).await.unwrap();
-    assert_eq!(replica_b.get("claude", "transcript/t1").await.unwrap().as_deref(), Some(&b"turn 1"[..]));
-    replica_b.set("claude", "transcript/t1", b"turn 2".to_vec(), &budgets).await.unwrap();
-    assert_eq!(a.get("claude", "transcript/t1").await.unwrap().as_deref(), Some(&b"turn 2"[..]));
+    assert!(replica_b.get(&claude, "transcript/t1").await.unwrap().is_none());
+    a.set(&claude, "transcript/t1", b"turn 1".to_vec(), &budgets).await.unwrap();
+    assert_eq!(replica_b.get(&claude, "transcript/t1").await.unwrap().as_deref(), Some(&b"turn 1"[..]));
+    replica_b.set(&claude, "transcript/t1", b"turn 2".to_vec(), &budgets).await.unwrap();
+    assert_eq!(a.get(&claude, "transcript/t1").await.unwrap().as_deref(), Some(&b"turn 2"[..]));
     // One budget for the plugin across replicas: A's 200 bytes count against B's write.
-    a.set("claude", "big", vec![0; 197], &budgets).await.unwrap();
-    let over = replica_b.set("claude", "more", vec![0; 100], &budgets).await.unwrap_err();
+    a.set(&claude, "big", vec![0; 197], &budgets).await.unwrap();
+    let over = replica_b.set(&claude, "more", vec![0; 100], &budgets).await.unwrap_err();
     assert!(matches!(&over, StateError::Budget(e) if e.key == "max_state_bytes_per_plugin"), "{over:?}");
-    assert_eq!(replica_b.bytes_held("claude").await.unwrap(), a.bytes_held("claude").await.unwrap());
-    a.delete("claude", "big").await.unwrap();
-    replica_b.set("claude", "more", vec![0; 100], &budgets).await.unwrap();
+    assert_eq!(replica_b.bytes_held(&claude).await.unwrap(), a.bytes_held(&claude).await.unwrap());
+    a.delete(&claude, "big").await.unwrap();
+    replica_b.set(&claude, "more", vec![0; 100], &budgets).await.unwrap();
     // Concurrent writers on both replicas cannot pass the budget together.
     let budgets = Budgets { max_state_bytes_per_plugin: 1000, ..budgets };
     let keys: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
     let writes = keys.iter().enumerate().map(|(i, key)| {
         let state = if i % 2 == 0 { &a } else { &replica_b };
-        state.set("race", key, vec![0; 97], &budgets)
+        state.set(&race, key, vec![0; 97], &budgets)
     });
     let done = futures_util::future::join_all(writes).await;
     assert_eq!(done.iter().filter(|r| r.is_ok()).count(), 10, "{done:?}");
-    assert_eq!(a.bytes_held("race").await.unwrap(), 1000);
+    assert_eq!(a.bytes_held(&race).await.unwrap(), 1000);
     // The database fails the read: an error value, not the last value seen.
     let Backend::Postgres(db) = &b else { unreachable!() };
     admin_client(&db.url).await.batch_execute("ALTER TABLE plugin_state RENAME TO plugin_state_gone").await.unwrap();
-    assert!(matches!(replica_b.get("claude", "transcript/t1").await, Err(StateError::Store(_))));
-    assert!(matches!(a.set("claude", "k", b"v".to_vec(), &budgets).await, Err(StateError::Store(_))));
+    assert!(matches!(replica_b.get(&claude, "transcript/t1").await, Err(StateError::Store(_))));
+    assert!(matches!(a.set(&claude, "k", b"v".to_vec(), &budgets).await, Err(StateError::Store(_))));
     b.finish().await;
 }
 
@@ -575,4 +588,90 @@ async fn regression_task_listings_are_keyset_pages_of_one_tenant(b: &Backend) {
     let store = b.open().await;
     assert_eq!(store.list_tasks(&q).await.unwrap(), left);
     assert_eq!(TaskCursor::from_token("nope"), None);
+}
+
+/// Regression (second-tenant attack on main): plugin state was keyed by plugin only, so a
+/// task of user B read and overwrote what user A's task of the same plugin had stored
+/// (transcripts, remote context ids), and one user filling the plugin's byte budget left
+/// no room for any other. State is per plugin per user: A's writes are invisible to B,
+/// B's cannot touch A's, and each user has a budget of its own — on a store, after a
+/// restart too.
+async fn regression_one_tenant_filled_the_plugin_state_of_every_tenant(b: &Backend) {
+    use warden::config::Budgets;
+    use warden::services::{StateError, StateNamespace, StateStore};
+    let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
+    let (alice, bob) = (StateNamespace::new("a2a", "alice"), StateNamespace::new("a2a", "bob"));
+    {
+        let state = StateStore::default();
+        state.attach(b.open().await).await.unwrap();
+        state.set(&alice, "context/t1", b"alice-remote-context".to_vec(), &budgets).await.unwrap();
+        assert!(state.get(&bob, "context/t1").await.unwrap().is_none(), "B reads nothing of A's");
+        state.set(&bob, "context/t1", b"bob's".to_vec(), &budgets).await.unwrap();
+        state.delete(&bob, "context/t1").await.unwrap();
+        assert_eq!(state.get(&alice, "context/t1").await.unwrap().as_deref(), Some(&b"alice-remote-context"[..]));
+        // A fills its budget: A is refused, B still writes.
+        state.set(&alice, "fill", vec![0; 260], &budgets).await.unwrap();
+        let over = state.set(&alice, "more", vec![0; 10], &budgets).await.unwrap_err();
+        assert!(matches!(&over, StateError::Budget(e) if e.key == "max_state_bytes_per_plugin"), "{over:?}");
+        state.set(&bob, "context/t2", vec![1; 250], &budgets).await.unwrap();
+        assert_eq!(state.bytes_held(&bob).await.unwrap(), 260);
+    }
+    // After a restart each namespace is still its own, with its own budget.
+    let state = StateStore::default();
+    state.attach(b.open().await).await.unwrap();
+    assert_eq!(state.get(&alice, "context/t1").await.unwrap().as_deref(), Some(&b"alice-remote-context"[..]));
+    assert!(state.get(&bob, "context/t1").await.unwrap().is_none());
+    assert_eq!(state.get(&bob, "context/t2").await.unwrap(), Some(vec![1; 250]));
+    assert!(matches!(state.set(&alice, "more", vec![0; 10], &budgets).await, Err(StateError::Budget(_))));
+    state.set(&bob, "more", vec![0; 10], &budgets).await.unwrap();
+}
+
+/// Plugin state not written for the retention expires with the retention sweep; what was
+/// written since stays, and write times survive a restart (expiry counts from the write,
+/// not from when the store was opened). An entry from before write times were kept (no
+/// time) goes with the first sweep.
+async fn plugin_state_unwritten_past_retention_expires(b: &Backend) {
+    use warden::config::Budgets;
+    use warden::services::{StateNamespace, StateStore};
+    let budgets = Budgets::default();
+    let ns = StateNamespace::new("claude", "alice");
+    let retention = Duration::from_millis(700);
+    {
+        let store = b.open().await;
+        let state = StateStore::default();
+        state.attach(store.clone()).await.unwrap();
+        state.set(&ns, "transcript/old", b"old".to_vec(), &budgets).await.unwrap();
+        state.set(&ns, "transcript/rewritten", b"v1".to_vec(), &budgets).await.unwrap();
+        // Stored by a warden from before write times: counts as written at 0.
+        store.write(Write::StateSet {
+            namespace: "claude".into(),
+            key: "legacy".into(),
+            value: b"x".to_vec(),
+            written_at_ms: 0,
+        });
+        store.flush().await.unwrap();
+        tokio::time::sleep(retention + Duration::from_millis(300)).await;
+        state.set(&ns, "transcript/rewritten", b"v2".to_vec(), &budgets).await.unwrap();
+        state.set(&ns, "transcript/new", b"new".to_vec(), &budgets).await.unwrap();
+        let bytes_before = state.bytes_held(&ns).await.unwrap();
+        state.expire(retention).await.unwrap();
+        assert!(state.get(&ns, "transcript/old").await.unwrap().is_none(), "not written within the retention");
+        assert_eq!(state.get(&ns, "transcript/rewritten").await.unwrap().as_deref(), Some(&b"v2"[..]));
+        assert_eq!(state.get(&ns, "transcript/new").await.unwrap().as_deref(), Some(&b"new"[..]));
+        assert_eq!(state.bytes_held(&ns).await.unwrap(), bytes_before - ("transcript/old".len() + 3) as u64);
+        let kept: Vec<String> = store.state_all().await.unwrap().into_iter().map(|e| e.key).collect();
+        assert_eq!(kept, ["transcript/new", "transcript/rewritten"], "the store lost the same entries");
+    }
+    // Restarted: the kept entries keep their write times, so they expire one retention
+    // after they were written, not after the restart.
+    tokio::time::sleep(retention + Duration::from_millis(300)).await;
+    let state = StateStore::default();
+    state.attach(b.open().await).await.unwrap();
+    assert_eq!(state.get(&ns, "transcript/new").await.unwrap().as_deref(), Some(&b"new"[..]), "kept until the sweep");
+    state.set(&ns, "transcript/fresh", b"f".to_vec(), &budgets).await.unwrap();
+    state.expire(retention).await.unwrap();
+    assert!(state.get(&ns, "transcript/new").await.unwrap().is_none());
+    assert!(state.get(&ns, "transcript/rewritten").await.unwrap().is_none());
+    assert_eq!(state.get(&ns, "transcript/fresh").await.unwrap().as_deref(), Some(&b"f"[..]));
+    assert_eq!(state.bytes_held(&ns).await.unwrap(), ("transcript/fresh".len() + 1) as u64);
 }

@@ -245,8 +245,11 @@ impl Sandbox {
         }
     }
 
-    /// Reads raw bytes from a confined path in the session workspace (binary-safe).
+    /// Reads raw bytes from a confined path in the session workspace (binary-safe). At most
+    /// [`crate::MAX_CONCURRENT_DOWNLOADS`] run at once in this sandbox; others wait.
     pub async fn download_file(&self, key: &SessionKey, path: &str) -> Result<Vec<u8>, SandboxError> {
+        // Never closed: the semaphore lives as long as the sandbox.
+        let _permit = self.inner.downloads.acquire().await.map_err(|_| SandboxError::ShutDown)?;
         let ctx = self.session(key, &[]).await?;
         let t = workspace::resolve(&ctx, path, Purpose::Read).await?;
         match &t.kind {

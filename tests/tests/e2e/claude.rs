@@ -85,6 +85,19 @@ impl ClaudeHost {
         model: Option<&str>,
         resume: Option<&str>,
     ) -> TaskOutcome {
+        self.run_as("tester", agent, prompt, session, model, resume).await
+    }
+
+    /// [`ClaudeHost::run`] as `user` (a tenant of its own).
+    async fn run_as(
+        &self,
+        user: &str,
+        agent: &str,
+        prompt: &str,
+        session: &str,
+        model: Option<&str>,
+        resume: Option<&str>,
+    ) -> TaskOutcome {
         let call = TaskCall {
             description: "test".into(),
             prompt: prompt.into(),
@@ -93,7 +106,7 @@ impl ClaudeHost {
             resume: resume.map(str::to_owned),
             run_in_background: false,
         };
-        let scope = TaskScope { session_id: session.into(), user_id: "tester".into(), ..TaskScope::default() };
+        let scope = TaskScope { session_id: session.into(), user_id: user.into(), ..TaskScope::default() };
         task::run(&self.registry, task::new_task_id(), &call, scope).await.expect("task starts")
     }
 
@@ -121,11 +134,22 @@ impl ClaudeHost {
 
     /// A tool call in `session` as the parent agent (or the operator) would make it.
     async fn parent_tool(&self, session: &str, tool: &str, input: serde_json::Value) -> warden::tools::ToolResult {
+        self.parent_tool_as("tester", session, tool, input).await
+    }
+
+    /// [`ClaudeHost::parent_tool`] in `user`'s session.
+    async fn parent_tool_as(
+        &self,
+        user: &str,
+        session: &str,
+        tool: &str,
+        input: serde_json::Value,
+    ) -> warden::tools::ToolResult {
         let tools = self.host.tools.clone();
         let scope = warden::scope::TaskScope {
             task_id: "parent".into(),
             session_id: session.into(),
-            user_id: "tester".into(),
+            user_id: user.into(),
             subagent: "parent".into(),
             plugin: "test".into(),
             ..Default::default()
@@ -469,6 +493,57 @@ async fn stdio_mcp_servers_run_in_the_session_sandbox_behind_the_gate() {
     h.end(&s).await;
     let gone = std::process::Command::new("docker").args(["inspect", &container]).output().unwrap();
     assert!(!gone.status.success(), "the session's container (and its servers) is gone");
+}
+
+/// Regression (second-tenant attack on main): a stdio MCP server's tool list was cached
+/// across sessions — the list the first session's process answered was offered in every
+/// other session. That process runs in its session's sandbox, where the session's files
+/// decide what it offers, so one tenant decided the tools another tenant's model saw. The
+/// probe server names its one tool after `/workspace/probe-name` (`plain` without it):
+/// alice's session has the file, bob's does not, and each model is offered its own
+/// session's list (the scripted provider checks the request's tools).
+#[tokio::test(flavor = "multi_thread")]
+async fn regression_a_stdio_mcp_servers_tool_list_was_shared_across_sessions() {
+    let agent = "---\nname: prober\ndescription: Uses the probe server\nmcpServers: [probe]\n---\nProbe.\n";
+    let alice = r#"
+- expect: { tools_offered: [mcp__probe__tool_evil], tools_not_offered: [mcp__probe__tool_plain] }
+  tool_calls: [{ name: mcp__probe__tool_evil }]
+- expect: { last_tool_result_contains: "served evil" }
+  text: "alice done"
+"#;
+    let bob = r#"
+- expect: { tools_offered: [mcp__probe__tool_plain], tools_not_offered: [mcp__probe__tool_evil] }
+  tool_calls: [{ name: mcp__probe__tool_plain }]
+- expect: { last_tool_result_contains: "served plain" }
+  text: "bob done"
+"#;
+    let server = "import os\n\
+                  from mcp.server.mcpserver import MCPServer\n\
+                  p = '/workspace/probe-name'\n\
+                  n = open(p).read().strip() if os.path.exists(p) else 'plain'\n\
+                  s = MCPServer('probe')\n\
+                  def probe() -> str:\n    return 'served ' + n\n\
+                  s.add_tool(probe, name='tool_' + n)\n\
+                  s.run()\n";
+    let tail = format!(
+        "approval:\n  default: deny\n  allow: [Write, \"mcp__probe__*\"]\n\
+         mcp_servers:\n  probe: {{ command: /opt/warden/venv/bin/python, args: [\"-c\", {}] }}\n",
+        serde_json::to_string(server).unwrap()
+    );
+    let h = claude_host_with(agent, &[("alice", alice), ("bob", bob)], "", &tail).await;
+    let (session_a, session_b) = (session(), session());
+    let named = h
+        .parent_tool_as("alice", &session_a, "Write", serde_json::json!({"file_path": "probe-name", "content": "evil"}))
+        .await;
+    assert!(!named.is_error, "{named:?}");
+    let a = h.run_as("alice", "prober", "probe", &session_a, Some("alice/scripted"), None).await;
+    assert_eq!(completed(&a), "alice done");
+    // Another tenant's session, after alice's process answered its list.
+    let b = h.run_as("bob", "prober", "probe", &session_b, Some("bob/scripted"), None).await;
+    assert_eq!(completed(&b), "bob done", "bob's model was offered alice's session's tools");
+    // And alice's session still gets its own list (nothing cached from bob's either).
+    let again = h.run_as("alice", "prober", "probe", &session_a, Some("alice/scripted"), None).await;
+    assert_eq!(completed(&again), "alice done");
 }
 
 /// An HTTP server on 127.0.0.1 (a free port, returned) answering every request with a

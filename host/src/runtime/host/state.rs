@@ -1,34 +1,42 @@
-//! `state`: the key/value store scoped to the plugin ([`crate::plugin_state`]).
+//! `state`: the key/value store scoped to the plugin and the task's user
+//! ([`crate::plugin_state`]).
 
 use super::super::bindings::latest::state;
 use super::{Error, HostState};
 use crate::capability::Capability;
-use crate::services::{StateError, StateStore};
+use crate::services::{StateError, StateNamespace, StateStore};
 
 impl state::Host for HostState {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, Error> {
         self.check(Capability::State)?;
         StateStore::check_key(&key, &self.scope.services.budgets).map_err(|e| Error::InvalidInput(e.to_string()))?;
-        let got = self.scope.services.state.get(&self.scope.plugin, &key).await;
+        let got = self.scope.services.state.get(&self.state_namespace(), &key).await;
         got.map_err(|e| self.state_error("get", e))
     }
 
     async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), Error> {
         self.check(Capability::State)?;
         let services = &self.scope.services;
-        let done = services.state.set(&self.scope.plugin, &key, value, &services.budgets).await;
+        let done = services.state.set(&self.state_namespace(), &key, value, &services.budgets).await;
         done.map_err(|e| self.state_error("set", e))
     }
 
     async fn delete(&mut self, key: String) -> Result<(), Error> {
         self.check(Capability::State)?;
         StateStore::check_key(&key, &self.scope.services.budgets).map_err(|e| Error::InvalidInput(e.to_string()))?;
-        let done = self.scope.services.state.delete(&self.scope.plugin, &key).await;
+        let done = self.scope.services.state.delete(&self.state_namespace(), &key).await;
         done.map_err(|e| self.state_error("delete", e))
     }
 }
 
 impl HostState {
+    /// The state this call reaches: its plugin's, for its task's user (a call outside any
+    /// task, such as `resolve`, reaches the plugin's own, which no task reaches).
+    fn state_namespace(&self) -> StateNamespace {
+        let user = self.scope.task.as_ref().map(|t| t.user_id.as_str()).unwrap_or("");
+        StateNamespace::new(&*self.scope.plugin, user)
+    }
+
     /// A state failure as the plugin sees it: a budget is `denied` (naming its key); a
     /// task store failure is `unavailable`, logged here with its cause (the plugin is not
     /// told where the store is or what the database said).
