@@ -249,6 +249,11 @@ mod fake {
     fn reason(status: u16) -> &'static str {
         match status {
             200 => "OK",
+            301 => "Moved Permanently",
+            302 => "Found",
+            303 => "See Other",
+            307 => "Temporary Redirect",
+            308 => "Permanent Redirect",
             400 => "Bad Request",
             401 => "Unauthorized",
             404 => "Not Found",
@@ -974,6 +979,79 @@ mod anthropic {
         assert!(matches!(e, ModelError::Http { status: 401, .. }), "{e:?}");
         assert_no_key(&e);
         assert_eq!(server.only_request().header("x-api-key"), Some(ANTHROPIC_KEY));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Redirects: never followed, so the API key never reaches the new location
+// ---------------------------------------------------------------------------------------
+
+mod redirects {
+    use super::*;
+
+    /// The redirect statuses a client could follow (303 turns the POST into a GET).
+    const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
+
+    fn redirect_to(status: u16, location: &str) -> Reply {
+        Reply::Body {
+            status,
+            headers: vec![("Location", location.to_owned())],
+            content_type: "text/plain",
+            body: String::new(),
+        }
+    }
+
+    /// `origin` answered every request with a redirect to `target`: the error names the
+    /// status and location, the origin got the key, and `target` was never contacted.
+    fn assert_not_followed(e: &ModelError, status: u16, target: &str, target_server: &fake::FakeServer) {
+        match e {
+            ModelError::Redirect { status: s, location, .. } => {
+                assert_eq!((*s, location.as_deref()), (status, Some(target)), "{e:?}");
+            }
+            other => panic!("HTTP {status}: expected Redirect, got {other:?}"),
+        }
+        assert!(e.to_string().contains(&format!("HTTP {status}")) && e.to_string().contains(target), "{e}");
+        assert!(!e.is_transient(), "a redirect is configuration, not a transient failure");
+        assert_no_key(e);
+        let seen = target_server.requests();
+        assert!(seen.is_empty(), "HTTP {status}: the redirect was followed; the target received {seen:?}");
+    }
+
+    #[tokio::test]
+    async fn regression_anthropic_redirect_does_not_carry_the_x_api_key() {
+        for status in REDIRECTS {
+            for stream in [false, true] {
+                let target_server = fake_anthropic(vec![fake::json(200, json!({}))]).await;
+                let target = format!("{}/v1/messages", target_server.base_url);
+                let origin = fake_anthropic(vec![redirect_to(status, &target)]).await;
+                let sink = stream.then(|| collect_sink().0);
+                let e = anthropic_at(&origin.base_url, Duration::from_secs(10))
+                    .complete(ChatRequest::new("c", vec![Message::user("hi")]), sink)
+                    .await
+                    .unwrap_err();
+                assert_not_followed(&e, status, &target, &target_server);
+                assert_eq!(origin.only_request().header("x-api-key"), Some(ANTHROPIC_KEY));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn regression_openai_redirect_does_not_carry_the_authorization() {
+        for status in REDIRECTS {
+            for stream in [false, true] {
+                let target_server = fake_openai(vec![fake::json(200, openai_text_body("followed"))]).await;
+                let target = format!("{}/chat/completions", target_server.base_url);
+                let origin = fake_openai(vec![redirect_to(status, &target)]).await;
+                let sink = stream.then(|| collect_sink().0);
+                let e = openai_at(&origin.base_url, Duration::from_secs(10))
+                    .complete(ChatRequest::new("m", vec![Message::user("hi")]), sink)
+                    .await
+                    .unwrap_err();
+                assert_not_followed(&e, status, &target, &target_server);
+                let auth = origin.only_request().header("authorization").map(str::to_owned);
+                assert_eq!(auth, Some(format!("Bearer {OPENAI_KEY}")));
+            }
+        }
     }
 }
 
