@@ -171,22 +171,22 @@ plugins:
                 "server.tokens_env",
             ]
         );
-        let env = |name: &str| {
-            Some(
-                match name {
-                    "MCP_TOKEN" => "mcp-bearer-token-1",
-                    "PARTNER_KEY" => "partner-secret-2",
-                    "ANTHROPIC_API_KEY" => "sk-ant-default-3",
-                    "LOCAL_KEY" => " local-key-4\n",
-                    _ => return None,
-                }
-                .to_owned(),
-            )
-        };
-        let registry = redact::SecretRegistry::default();
-        register_host_credentials(&config, &registry, env);
+        let vars = [
+            ("MCP_TOKEN", "mcp-bearer-token-1"),
+            ("PARTNER_KEY", "partner-secret-2"),
+            ("ANTHROPIC_API_KEY", "sk-ant-default-3"),
+            ("LOCAL_KEY", " local-key-4\n"),
+        ];
         let line = "mcp-bearer-token-1 partner-secret-2 sk-ant-default-3 local-key-4";
-        let want = "[redacted] [redacted] [redacted] [redacted]";
+        assert_scrubbed(&config, &vars, line, "[redacted] [redacted] [redacted] [redacted]");
+    }
+
+    /// Registers `config`'s credentials with `vars` as the environment; `line` must come out
+    /// as `want` in logs, in events and outputs of any session, and in tool results.
+    fn assert_scrubbed(config: &Config, vars: &[(&str, &str)], line: &str, want: &str) {
+        let env = |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
+        let registry = redact::SecretRegistry::default();
+        register_host_credentials(config, &registry, env);
         assert_eq!(registry.all().scrub(line), want, "logs");
         assert_eq!(registry.session("u", "s").scrub(line), want, "events and outputs of any session");
         assert_eq!(registry.host().scrub(line), want, "tool results");
@@ -212,25 +212,14 @@ server:
                 pair("server.tokens_env", "ADMIN_TOKENS"),
             ]
         );
-        let env = |name: &str| {
-            Some(
-                match name {
-                    // Comma-separated (rotation): each token is used, so scrubbed, alone.
-                    "ALICE_TOKEN" => " alice-old-token-1 , alice-new-token-2",
-                    "OPS_TOKEN" => "ops-token-3\n",
-                    "ADMIN_TOKENS" => "admin-token-4,admin-token-5",
-                    _ => return None,
-                }
-                .to_owned(),
-            )
-        };
-        let registry = redact::SecretRegistry::default();
-        register_host_credentials(&config, &registry, env);
+        let vars = [
+            // Comma-separated (rotation): each token is used, so scrubbed, alone.
+            ("ALICE_TOKEN", " alice-old-token-1 , alice-new-token-2"),
+            ("OPS_TOKEN", "ops-token-3\n"),
+            ("ADMIN_TOKENS", "admin-token-4,admin-token-5"),
+        ];
         // A token pasted into a prompt, echoed by a tool, logged in an error.
         let line = "prompt: alice-new-token-2; echo alice-old-token-1 ops-token-3 admin-token-5 admin-token-4";
-        let want = "prompt: [redacted]; echo [redacted] [redacted] [redacted] [redacted]";
-        assert_eq!(registry.all().scrub(line), want, "logs");
-        assert_eq!(registry.session("u", "s").scrub(line), want, "events and outputs of any session");
-        assert_eq!(registry.host().scrub(line), want, "tool results");
+        assert_scrubbed(&config, &vars, line, "prompt: [redacted]; echo [redacted] [redacted] [redacted] [redacted]");
     }
 }

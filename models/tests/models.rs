@@ -1017,41 +1017,72 @@ mod redirects {
         assert!(seen.is_empty(), "HTTP {status}: the redirect was followed; the target received {seen:?}");
     }
 
-    #[tokio::test]
-    async fn regression_anthropic_redirect_does_not_carry_the_x_api_key() {
+    /// The provider API under test, with its fake and how it sends the key.
+    #[derive(Clone, Copy)]
+    enum Api {
+        Anthropic,
+        Openai,
+    }
+
+    impl Api {
+        async fn serve(self, replies: Vec<Reply>) -> fake::FakeServer {
+            match self {
+                Api::Anthropic => fake_anthropic(replies).await,
+                Api::Openai => fake_openai(replies).await,
+            }
+        }
+
+        fn endpoint(self, server: &fake::FakeServer) -> String {
+            match self {
+                Api::Anthropic => format!("{}/v1/messages", server.base_url),
+                Api::Openai => format!("{}/chat/completions", server.base_url),
+            }
+        }
+
+        fn provider(self, base_url: &str) -> Box<dyn Provider> {
+            match self {
+                Api::Anthropic => Box::new(anthropic_at(base_url, Duration::from_secs(10))),
+                Api::Openai => Box::new(openai_at(base_url, Duration::from_secs(10))),
+            }
+        }
+
+        /// The header carrying the key, and its value.
+        fn key_header(self) -> (&'static str, String) {
+            match self {
+                Api::Anthropic => ("x-api-key", ANTHROPIC_KEY.to_owned()),
+                Api::Openai => ("authorization", format!("Bearer {OPENAI_KEY}")),
+            }
+        }
+    }
+
+    /// Every redirect status, streamed or not: the origin gets the key, the location nothing.
+    async fn redirects_are_not_followed(api: Api) {
         for status in REDIRECTS {
             for stream in [false, true] {
-                let target_server = fake_anthropic(vec![fake::json(200, json!({}))]).await;
-                let target = format!("{}/v1/messages", target_server.base_url);
-                let origin = fake_anthropic(vec![redirect_to(status, &target)]).await;
+                let target_server = api.serve(vec![fake::json(200, openai_text_body("followed"))]).await;
+                let target = api.endpoint(&target_server);
+                let origin = api.serve(vec![redirect_to(status, &target)]).await;
                 let sink = stream.then(|| collect_sink().0);
-                let e = anthropic_at(&origin.base_url, Duration::from_secs(10))
-                    .complete(ChatRequest::new("c", vec![Message::user("hi")]), sink)
+                let e = api
+                    .provider(&origin.base_url)
+                    .complete(ChatRequest::new("m", vec![Message::user("hi")]), sink)
                     .await
                     .unwrap_err();
                 assert_not_followed(&e, status, &target, &target_server);
-                assert_eq!(origin.only_request().header("x-api-key"), Some(ANTHROPIC_KEY));
+                let (header, key) = api.key_header();
+                assert_eq!(origin.only_request().header(header), Some(key.as_str()));
             }
         }
     }
 
     #[tokio::test]
+    async fn regression_anthropic_redirect_does_not_carry_the_x_api_key() {
+        redirects_are_not_followed(Api::Anthropic).await;
+    }
+
+    #[tokio::test]
     async fn regression_openai_redirect_does_not_carry_the_authorization() {
-        for status in REDIRECTS {
-            for stream in [false, true] {
-                let target_server = fake_openai(vec![fake::json(200, openai_text_body("followed"))]).await;
-                let target = format!("{}/chat/completions", target_server.base_url);
-                let origin = fake_openai(vec![redirect_to(status, &target)]).await;
-                let sink = stream.then(|| collect_sink().0);
-                let e = openai_at(&origin.base_url, Duration::from_secs(10))
-                    .complete(ChatRequest::new("m", vec![Message::user("hi")]), sink)
-                    .await
-                    .unwrap_err();
-                assert_not_followed(&e, status, &target, &target_server);
-                let auth = origin.only_request().header("authorization").map(str::to_owned);
-                assert_eq!(auth, Some(format!("Bearer {OPENAI_KEY}")));
-            }
-        }
+        redirects_are_not_followed(Api::Openai).await;
     }
 }
 
