@@ -121,11 +121,10 @@ pub fn register_host_credentials(
     registry: &redact::SecretRegistry,
     env: impl Fn(&str) -> Option<String>,
 ) {
-    for (key, var) in config.credential_envs() {
+    for crate::config::CredentialEnv { key, var, format } in config.credential_envs() {
         let Some(value) = env(&var).filter(|v| !v.is_empty()) else { continue };
-        // Also the value as read after trimming (model keys are trimmed before use).
-        let values = [value.as_str(), value.trim()];
-        if let Err(e) = registry.remember_host(&values) {
+        // Every text the host uses: the value as read, trimmed, and each item of a list.
+        if let Err(e) = registry.remember_host(&format.values(&value)) {
             tracing::error!(key, variable = %var, error = %e, "a host credential cannot be registered for scrubbing");
         }
     }
@@ -161,7 +160,7 @@ plugins:
             ("off".to_string(), provider(ProviderKind::Anthropic, ApiKeyEnv::None)),
         ]
         .into();
-        let keys: Vec<String> = config.credential_envs().into_iter().map(|(k, _)| k).collect();
+        let keys: Vec<String> = config.credential_envs().into_iter().map(|c| c.key).collect();
         assert_eq!(
             keys,
             [
@@ -169,26 +168,58 @@ plugins:
                 "plugins.grants.p.secrets.key.env",
                 "models.providers.claude.api_key_env",
                 "models.providers.local.api_key_env",
+                "server.tokens_env",
             ]
         );
-        let env = |name: &str| {
-            Some(
-                match name {
-                    "MCP_TOKEN" => "mcp-bearer-token-1",
-                    "PARTNER_KEY" => "partner-secret-2",
-                    "ANTHROPIC_API_KEY" => "sk-ant-default-3",
-                    "LOCAL_KEY" => " local-key-4\n",
-                    _ => return None,
-                }
-                .to_owned(),
-            )
-        };
-        let registry = redact::SecretRegistry::default();
-        register_host_credentials(&config, &registry, env);
+        let vars = [
+            ("MCP_TOKEN", "mcp-bearer-token-1"),
+            ("PARTNER_KEY", "partner-secret-2"),
+            ("ANTHROPIC_API_KEY", "sk-ant-default-3"),
+            ("LOCAL_KEY", " local-key-4\n"),
+        ];
         let line = "mcp-bearer-token-1 partner-secret-2 sk-ant-default-3 local-key-4";
-        let want = "[redacted] [redacted] [redacted] [redacted]";
+        assert_scrubbed(&config, &vars, line, "[redacted] [redacted] [redacted] [redacted]");
+    }
+
+    /// Registers `config`'s credentials with `vars` as the environment; `line` must come out
+    /// as `want` in logs, in events and outputs of any session, and in tool results.
+    fn assert_scrubbed(config: &Config, vars: &[(&str, &str)], line: &str, want: &str) {
+        let env = |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
+        let registry = redact::SecretRegistry::default();
+        register_host_credentials(config, &registry, env);
         assert_eq!(registry.all().scrub(line), want, "logs");
         assert_eq!(registry.session("u", "s").scrub(line), want, "events and outputs of any session");
         assert_eq!(registry.host().scrub(line), want, "tool results");
+    }
+
+    #[test]
+    fn regression_api_bearer_tokens_were_not_scrubbed_from_events_and_logs() {
+        let yaml = "
+server:
+  tokens_env: ADMIN_TOKENS
+  principals:
+    - { name: alice, token_env: ALICE_TOKEN, role: user }
+    - { name: ops, token_env: OPS_TOKEN, role: approver, approves: [alice] }
+";
+        let config = Config::from_yaml(yaml, std::path::Path::new("w.yaml")).unwrap();
+        let envs: Vec<(String, String)> = config.credential_envs().into_iter().map(|c| (c.key, c.var)).collect();
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(
+            envs,
+            [
+                pair("server.principals[0].token_env", "ALICE_TOKEN"),
+                pair("server.principals[1].token_env", "OPS_TOKEN"),
+                pair("server.tokens_env", "ADMIN_TOKENS"),
+            ]
+        );
+        let vars = [
+            // Comma-separated (rotation): each token is used, so scrubbed, alone.
+            ("ALICE_TOKEN", " alice-old-token-1 , alice-new-token-2"),
+            ("OPS_TOKEN", "ops-token-3\n"),
+            ("ADMIN_TOKENS", "admin-token-4,admin-token-5"),
+        ];
+        // A token pasted into a prompt, echoed by a tool, logged in an error.
+        let line = "prompt: alice-new-token-2; echo alice-old-token-1 ops-token-3 admin-token-5 admin-token-4";
+        assert_scrubbed(&config, &vars, line, "prompt: [redacted]; echo [redacted] [redacted] [redacted] [redacted]");
     }
 }

@@ -1,13 +1,16 @@
-//! The one builder of the host's outbound HTTP clients to servers it does not control
-//! (plugin requests, remote MCP servers): every such client is built here, so the
-//! hardening is the same everywhere and cannot be forgotten at a new call site.
+//! The one builder of the host's outbound HTTP clients: [`builder`] for servers it does
+//! not control (plugin requests, remote MCP servers), [`operator_builder`] for an endpoint
+//! the operator named (the CLI's `--url`). Every client is built here, so the hardening is
+//! the same everywhere and cannot be forgotten at a new call site.
 //!
 //! - **No automatic redirects.** A redirect is a new request to a URL the server chose:
 //!   followed blindly it reaches an address no check saw (SSRF) and carries the request's
 //!   credentials to another origin. Callers that follow redirects do it by hand, checking
 //!   each hop (the `http` capability); the others treat a redirect as the answer.
-//! - **No proxy from the environment** (`HTTP_PROXY`, `ALL_PROXY`…): a proxy would
-//!   resolve names where the address check cannot see, and would receive the credentials.
+//! - **No proxy from the environment** (`HTTP_PROXY`, `ALL_PROXY`…) for servers the host
+//!   does not control: a proxy would resolve names where the address check cannot see, and
+//!   would receive the credentials. An operator-named endpoint has no address check and the
+//!   operator may only reach it through their proxy, so [`operator_builder`] keeps them.
 //! - **A connect timeout**, whatever the caller's deadline.
 //!
 //! This module only builds clients; it decides nothing about where they may go.
@@ -18,12 +21,18 @@ use std::time::Duration;
 /// is down, whatever the call's deadline.
 pub const HTTP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A client builder with the host's hardening (see the module docs). Add a resolver or
-/// timeouts, then build.
+/// A client builder with the host's hardening for servers it does not control (see the
+/// module docs). Add a resolver or timeouts, then build.
 pub fn builder() -> reqwest::ClientBuilder {
+    operator_builder().no_proxy()
+}
+
+/// A client builder for an endpoint the operator named (a running `warden serve`): no
+/// automatic redirects (the request's token must not follow one) and a connect timeout,
+/// but the environment's proxy settings apply. Add timeouts, then build.
+pub fn operator_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
         .connect_timeout(HTTP_CONNECT_TIMEOUT)
         .user_agent(concat!("warden/", env!("CARGO_PKG_VERSION")))
 }

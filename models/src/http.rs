@@ -3,13 +3,23 @@
 
 use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 
 use crate::{DEFAULT_CONNECT_TIMEOUT, MAX_ERROR_EXCERPT_CHARS, MAX_RESPONSE_BYTES, ModelError};
 
 /// One HTTP client per provider (connection pooling across calls).
+///
+/// - **No automatic redirects.** Every request carries the API key (`x-api-key`,
+///   `Authorization`); a redirect followed by the client would send it to whatever location
+///   the server (or a man in the middle of a plain-HTTP `base_url`) names — reqwest drops
+///   `Authorization` across hosts but not custom headers such as `x-api-key`. A redirect is
+///   [`ModelError::Redirect`], naming the status and the location: fix `base_url` instead.
+/// - **Environment proxies are honoured** (`HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`…): unlike
+///   the host's clients to servers it does not choose, a provider is an operator-chosen
+///   endpoint and a site may only reach it through its proxy. The proxy is the operator's.
 pub(crate) fn client(provider: &str) -> Result<reqwest::Client, ModelError> {
     reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(DEFAULT_CONNECT_TIMEOUT)
         .user_agent(concat!("warden-models/", env!("CARGO_PKG_VERSION")))
         .build()
@@ -132,6 +142,11 @@ pub(crate) async fn post_json(
     let status = resp.status();
     if status.is_success() {
         return Ok(resp);
+    }
+    if status.is_redirection() {
+        // Never followed (see [`client`]): the key must not travel to the new location.
+        let location = resp.headers().get(LOCATION).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        return Err(ModelError::Redirect { provider: provider.to_owned(), status: status.as_u16(), location });
     }
     let retry_after = resp
         .headers()

@@ -25,6 +25,8 @@
 //!   header marked sensitive. They are never logged (tracing fields carry provider, model
 //!   and URL only), never part of a [`ModelError`] text (errors are scrubbed of the key even
 //!   if a server echoes it back), and never returned to a caller — so never to a plugin.
+//!   Redirects are never followed, so the key never goes to a location a server chose
+//!   ([`ModelError::Redirect`]).
 //! - **Hang or grow without bound.** Every request has a deadline ([`DEFAULT_REQUEST_TIMEOUT`]
 //!   unless configured) and response bodies are capped ([`MAX_RESPONSE_BYTES`]).
 //! - **Guess.** A body that does not have the documented shape is a
@@ -317,6 +319,19 @@ pub enum ModelError {
         /// The start of the response body (at most [`MAX_ERROR_EXCERPT_CHARS`]).
         body_excerpt: String,
     },
+    /// The provider answered with a redirect (3xx). Redirects are never followed: the
+    /// request carries the API key, which must not travel to a location the server chose.
+    #[error(
+        "model provider `{provider}`: HTTP {status} redirect to {}; redirects are not followed \
+         (the API key would go with it): set `base_url` to the final address",
+        location.as_deref().unwrap_or("(no Location header)")
+    )]
+    Redirect {
+        provider: String,
+        status: u16,
+        /// The `Location` header, as sent (lossily decoded), when present.
+        location: Option<String>,
+    },
     /// The response was not what the API documents: bad JSON, a missing field, a
     /// stream that ended early. `detail` says which.
     #[error("model provider `{provider}`: malformed response: {detail}")]
@@ -382,6 +397,9 @@ impl ModelError {
         match self {
             ModelError::Http { provider, status, retry_after, body_excerpt } => {
                 ModelError::Http { provider, status, retry_after, body_excerpt: r(body_excerpt) }
+            }
+            ModelError::Redirect { provider, status, location } => {
+                ModelError::Redirect { provider, status, location: location.map(r) }
             }
             ModelError::Malformed { provider, detail } => ModelError::Malformed { provider, detail: r(detail) },
             ModelError::Connect { provider, url, detail } => {

@@ -249,6 +249,11 @@ mod fake {
     fn reason(status: u16) -> &'static str {
         match status {
             200 => "OK",
+            301 => "Moved Permanently",
+            302 => "Found",
+            303 => "See Other",
+            307 => "Temporary Redirect",
+            308 => "Permanent Redirect",
             400 => "Bad Request",
             401 => "Unauthorized",
             404 => "Not Found",
@@ -974,6 +979,110 @@ mod anthropic {
         assert!(matches!(e, ModelError::Http { status: 401, .. }), "{e:?}");
         assert_no_key(&e);
         assert_eq!(server.only_request().header("x-api-key"), Some(ANTHROPIC_KEY));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Redirects: never followed, so the API key never reaches the new location
+// ---------------------------------------------------------------------------------------
+
+mod redirects {
+    use super::*;
+
+    /// The redirect statuses a client could follow (303 turns the POST into a GET).
+    const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
+
+    fn redirect_to(status: u16, location: &str) -> Reply {
+        Reply::Body {
+            status,
+            headers: vec![("Location", location.to_owned())],
+            content_type: "text/plain",
+            body: String::new(),
+        }
+    }
+
+    /// `origin` answered every request with a redirect to `target`: the error names the
+    /// status and location, the origin got the key, and `target` was never contacted.
+    fn assert_not_followed(e: &ModelError, status: u16, target: &str, target_server: &fake::FakeServer) {
+        match e {
+            ModelError::Redirect { status: s, location, .. } => {
+                assert_eq!((*s, location.as_deref()), (status, Some(target)), "{e:?}");
+            }
+            other => panic!("HTTP {status}: expected Redirect, got {other:?}"),
+        }
+        assert!(e.to_string().contains(&format!("HTTP {status}")) && e.to_string().contains(target), "{e}");
+        assert!(!e.is_transient(), "a redirect is configuration, not a transient failure");
+        assert_no_key(e);
+        let seen = target_server.requests();
+        assert!(seen.is_empty(), "HTTP {status}: the redirect was followed; the target received {seen:?}");
+    }
+
+    /// The provider API under test, with its fake and how it sends the key.
+    #[derive(Clone, Copy)]
+    enum Api {
+        Anthropic,
+        Openai,
+    }
+
+    impl Api {
+        async fn serve(self, replies: Vec<Reply>) -> fake::FakeServer {
+            match self {
+                Api::Anthropic => fake_anthropic(replies).await,
+                Api::Openai => fake_openai(replies).await,
+            }
+        }
+
+        fn endpoint(self, server: &fake::FakeServer) -> String {
+            match self {
+                Api::Anthropic => format!("{}/v1/messages", server.base_url),
+                Api::Openai => format!("{}/chat/completions", server.base_url),
+            }
+        }
+
+        fn provider(self, base_url: &str) -> Box<dyn Provider> {
+            match self {
+                Api::Anthropic => Box::new(anthropic_at(base_url, Duration::from_secs(10))),
+                Api::Openai => Box::new(openai_at(base_url, Duration::from_secs(10))),
+            }
+        }
+
+        /// The header carrying the key, and its value.
+        fn key_header(self) -> (&'static str, String) {
+            match self {
+                Api::Anthropic => ("x-api-key", ANTHROPIC_KEY.to_owned()),
+                Api::Openai => ("authorization", format!("Bearer {OPENAI_KEY}")),
+            }
+        }
+    }
+
+    /// Every redirect status, streamed or not: the origin gets the key, the location nothing.
+    async fn redirects_are_not_followed(api: Api) {
+        for status in REDIRECTS {
+            for stream in [false, true] {
+                let target_server = api.serve(vec![fake::json(200, openai_text_body("followed"))]).await;
+                let target = api.endpoint(&target_server);
+                let origin = api.serve(vec![redirect_to(status, &target)]).await;
+                let sink = stream.then(|| collect_sink().0);
+                let e = api
+                    .provider(&origin.base_url)
+                    .complete(ChatRequest::new("m", vec![Message::user("hi")]), sink)
+                    .await
+                    .unwrap_err();
+                assert_not_followed(&e, status, &target, &target_server);
+                let (header, key) = api.key_header();
+                assert_eq!(origin.only_request().header(header), Some(key.as_str()));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn regression_anthropic_redirect_does_not_carry_the_x_api_key() {
+        redirects_are_not_followed(Api::Anthropic).await;
+    }
+
+    #[tokio::test]
+    async fn regression_openai_redirect_does_not_carry_the_authorization() {
+        redirects_are_not_followed(Api::Openai).await;
     }
 }
 

@@ -881,7 +881,76 @@ mod tests {
         cfg("api.example.com", "Authorization", "MISSING", "{}").validate().unwrap();
     }
 
+    /// Internal addresses the property test draws from: loopback, private, shared (CGNAT),
+    /// link-local (the cloud metadata address) and unique-local, IPv4 and IPv6.
+    const INTERNAL: [&str; 10] = [
+        "127.0.0.1",
+        "127.1.2.3",
+        "10.0.0.1",
+        "172.16.0.5",
+        "192.168.1.10",
+        "100.64.0.1",
+        "169.254.169.254",
+        "::1",
+        "fd00::1",
+        "fe80::1",
+    ];
+
+    /// An allow entry for `INTERNAL[i]`: no port (80 and 443), `:*` (`Some(None)`) or one port.
+    fn internal_entry(i: usize, port: Option<Option<u16>>) -> String {
+        let ip: IpAddr = INTERNAL[i].parse().unwrap();
+        let host = if ip.is_ipv6() { format!("[{ip}]") } else { ip.to_string() };
+        match port {
+            None => host,
+            Some(None) => format!("{host}:*"),
+            Some(Some(p)) => format!("{host}:{p}"),
+        }
+    }
+
     proptest! {
+        /// The class fixed in the host's plugin HTTP check (an internal address allowed by
+        /// one entry was reachable through every entry): here an internal address is reached
+        /// only as the IP literal an entry names with that port — never through a name
+        /// (`localhost`, a wildcard, a public name) and never as another literal — whatever
+        /// else the list allows.
+        #[test]
+        fn an_internal_address_is_reached_only_through_the_entry_naming_it(
+            literals in proptest::collection::vec(
+                (0..INTERNAL.len(), prop_oneof![Just(None), Just(Some(None)), Just(Some(Some(8080u16)))]),
+                0..4,
+            ),
+            names in proptest::collection::vec(
+                prop_oneof![Just("localhost:*"), Just("*.corp.test:*"), Just("metadata.test"), Just("pypi.org")],
+                0..4,
+            ),
+            via_name in prop_oneof![Just("localhost"), Just("db.corp.test"), Just("metadata.test"), Just("pypi.org")],
+            target in 0..INTERNAL.len(),
+            port in prop_oneof![Just(80u16), Just(443u16), Just(8080u16), Just(9000u16)],
+        ) {
+            let mut allow: Vec<String> = literals.iter().map(|&(i, p)| internal_entry(i, p)).collect();
+            allow.extend(names.iter().map(|n| n.to_string()));
+            let allow: Vec<&str> = allow.iter().map(String::as_str).collect();
+            let p = policy(&allow, &[]);
+            let ip: IpAddr = INTERNAL[target].parse().unwrap();
+            let reaches = |target: &Target, ip: IpAddr| p.admit(target).is_ok() && p.check_address(target, ip).is_ok();
+
+            prop_assert!(!reaches(&t(via_name, port), ip), "{via_name}:{port} resolving to {ip} with {allow:?}");
+            let literal = t(INTERNAL[target], port);
+            let named = literals.iter().any(|&(i, entry_port)| {
+                INTERNAL[i] == INTERNAL[target]
+                    && match entry_port {
+                        None => DEFAULT_ALLOW_PORTS.contains(&port),
+                        Some(None) => true,
+                        Some(Some(p)) => p == port,
+                    }
+            });
+            prop_assert_eq!(reaches(&literal, ip), named, "{} with {:?}", literal, allow);
+            for other in INTERNAL.iter().filter(|o| **o != INTERNAL[target]) {
+                let other: IpAddr = other.parse().unwrap();
+                prop_assert!(p.check_address(&literal, other).is_err(), "{literal} connecting to {other}");
+            }
+        }
+
         #[test]
         fn a_suffix_pattern_matches_exactly_the_names_below_it(
             labels in proptest::collection::vec("[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?", 1..4),

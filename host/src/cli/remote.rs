@@ -58,7 +58,8 @@ impl Api {
             anyhow::bail!("--url must start with http:// or https://, got {base:?}");
         }
         let token = std::env::var(TOKEN_ENV).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
-        let client = reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().context("HTTP client")?;
+        // No redirects: the bearer token must never travel to a location the server chose.
+        let client = crate::http_client::operator_builder().timeout(REQUEST_TIMEOUT).build().context("HTTP client")?;
         Ok(Api { base, token, client })
     }
 
@@ -76,6 +77,18 @@ impl Api {
             message: format!("no answer from warden serve at {} (--url, WARDEN_URL): {e}", self.base),
         })?;
         let status = resp.status();
+        if status.is_redirection() {
+            let location = resp.headers().get(reqwest::header::LOCATION);
+            let location = location.map_or("(no Location header)".into(), |l| String::from_utf8_lossy(l.as_bytes()));
+            return Err(Failure {
+                code: EXIT_USAGE,
+                message: format!(
+                    "warden serve at {} answered HTTP {status} redirecting to {location}; redirects are not \
+                     followed (the token would go with it): pass the final address as --url (or WARDEN_URL)",
+                    self.base
+                ),
+            });
+        }
         let text = resp.text().await.unwrap_or_default();
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status.is_success() {
@@ -244,4 +257,75 @@ pub async fn sandbox_end(
         }
     }
     Ok(if failed { ExitCode::from(EXIT_TASK_FAILED) } else { ExitCode::SUCCESS })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A server that records the `Authorization` header of every request it gets.
+    async fn recording_server() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let record = record.clone();
+            async move {
+                let auth = headers.get("authorization").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                record.lock().unwrap().push(auth);
+                axum::Json(json!({"approvals": []}))
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, seen)
+    }
+
+    /// A server answering every request with `status` and `Location: location`.
+    async fn redirecting_server(status: u16, location: String) -> String {
+        let app = axum::Router::new().fallback(move || {
+            let location = location.clone();
+            async move {
+                let status = axum::http::StatusCode::from_u16(status).unwrap();
+                (status, [(axum::http::header::LOCATION, location)])
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    fn api(base: &str) -> Api {
+        let args = ApiArgs { url: Some(base.to_owned()) };
+        let mut api = Api::new(&Config::default(), &args).unwrap();
+        api.token = Some("operator-token-SECRET".into());
+        api
+    }
+
+    #[tokio::test]
+    async fn regression_the_token_never_follows_a_redirect() {
+        let (target, seen) = recording_server().await;
+        // The recorder does see the token when it is the server asked.
+        api(&target).call(reqwest::Method::GET, "/v1/approvals", None).await.map_err(|f| f.message).unwrap();
+        assert_eq!(seen.lock().unwrap().as_slice(), [Some("Bearer operator-token-SECRET".to_owned())]);
+        seen.lock().unwrap().clear();
+        for status in [301, 302, 303, 307, 308] {
+            let location = format!("{target}/v1/approvals");
+            let origin = redirecting_server(status, location.clone()).await;
+            let failure = match api(&origin).call(reqwest::Method::GET, "/v1/approvals", None).await {
+                Ok(v) => panic!("HTTP {status}: the redirect was followed: {v}"),
+                Err(f) => f,
+            };
+            assert_eq!(failure.code, EXIT_USAGE);
+            assert!(
+                failure.message.contains(&status.to_string()) && failure.message.contains(&location),
+                "{}",
+                failure.message
+            );
+            assert!(!failure.message.contains("SECRET"), "{}", failure.message);
+            assert!(seen.lock().unwrap().is_empty(), "HTTP {status}: the target was asked: {:?}", seen.lock().unwrap());
+        }
+    }
 }

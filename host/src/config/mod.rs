@@ -458,6 +458,44 @@ pub enum Role {
     Admin,
 }
 
+/// An environment variable holding a credential of the host ([`Config::credential_envs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialEnv {
+    /// The configuration key naming the variable, for messages (never the value).
+    pub key: String,
+    /// The variable's name.
+    pub var: String,
+    /// How the variable holds its value(s).
+    pub format: CredentialFormat,
+}
+
+/// How a credential variable holds its value(s): what the host uses, and so what must be
+/// scrubbed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialFormat {
+    /// One value, used whole or trimmed.
+    Single,
+    /// Comma-separated values, each trimmed, blanks ignored ([`split_list`]): bearer tokens,
+    /// several at once for rotation.
+    List,
+}
+
+impl CredentialFormat {
+    /// The texts of `raw` the host may use, so the texts to scrub.
+    pub fn values(self, raw: &str) -> Vec<&str> {
+        let mut out = vec![raw, raw.trim()];
+        if self == CredentialFormat::List {
+            out.extend(split_list(raw));
+        }
+        out
+    }
+}
+
+/// The items of a comma-separated variable ([`CredentialFormat::List`]): trimmed, blanks ignored.
+pub fn split_list(raw: &str) -> impl Iterator<Item = &str> {
+    raw.split(',').map(str::trim).filter(|t| !t.is_empty())
+}
+
 /// `server.principals[]`: who the holder of a bearer token is.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -840,23 +878,34 @@ impl Config {
 
     /// Every environment variable holding a credential the host itself uses, with the
     /// configuration key that names it: MCP servers' `auth_env`, plugin-granted secrets'
-    /// `env`, model providers' API keys ([`warden_models::ProviderConfig::key_env`]). Their
+    /// `env`, model providers' API keys ([`warden_models::ProviderConfig::key_env`]), and the
+    /// API's bearer tokens (`server.principals[].token_env`, `server.tokens_env`). Their
     /// values are registered with the scrubber at start ([`crate::app`]), so they never
     /// appear in events, outputs or logs. (`sandbox.egress` credentials are registered by
     /// the tool host, with the header values they are sent as.)
-    pub fn credential_envs(&self) -> Vec<(String, String)> {
+    pub fn credential_envs(&self) -> Vec<CredentialEnv> {
+        let one = |key: String, var: &str| CredentialEnv { key, var: var.to_owned(), format: CredentialFormat::Single };
+        let list = |key: String, var: &str| CredentialEnv { key, var: var.to_owned(), format: CredentialFormat::List };
         let mcp = self
             .mcp_servers
             .iter()
-            .filter_map(|(name, s)| s.auth_env.as_ref().map(|v| (format!("mcp_servers.{name}.auth_env"), v.clone())));
+            .filter_map(|(name, s)| s.auth_env.as_ref().map(|v| one(format!("mcp_servers.{name}.auth_env"), v)));
         let grants = self.plugins.grants.iter().flat_map(|(id, g)| {
-            g.secrets.iter().map(move |(name, s)| (format!("plugins.grants.{id}.secrets.{name}.env"), s.env.clone()))
+            g.secrets.iter().map(move |(name, s)| one(format!("plugins.grants.{id}.secrets.{name}.env"), &s.env))
         });
-        let models =
-            self.models.providers.iter().filter_map(|(key, p)| {
-                p.key_env().map(|v| (format!("models.providers.{key}.api_key_env"), v.to_owned()))
-            });
-        mcp.chain(grants).chain(models).collect()
+        let models = self
+            .models
+            .providers
+            .iter()
+            .filter_map(|(key, p)| p.key_env().map(|v| one(format!("models.providers.{key}.api_key_env"), v)));
+        let principals = self
+            .server
+            .principals
+            .iter()
+            .enumerate()
+            .map(|(i, p)| list(format!("server.principals[{i}].token_env"), &p.token_env));
+        let admins = std::iter::once(list("server.tokens_env".into(), &self.server.tokens_env));
+        mcp.chain(grants).chain(models).chain(principals).chain(admins).collect()
     }
 
     /// Resolves a configured path against the config file's directory.

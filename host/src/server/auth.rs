@@ -28,9 +28,7 @@ pub fn tokens_from_env(var: &str) -> Vec<String> {
 }
 
 fn split_tokens(value: Option<String>) -> Vec<String> {
-    value
-        .map(|v| v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect())
-        .unwrap_or_default()
+    value.map(|v| crate::config::split_list(&v).map(str::to_owned).collect()).unwrap_or_default()
 }
 
 /// An open API (no tokens) may only listen on loopback.
