@@ -49,6 +49,44 @@ impl BashPattern {
     }
 }
 
+impl BashPattern {
+    /// Could the pattern match some command whose match key starts with `fixed` and
+    /// continues with anything (the part of a command computed at run time)? Used for
+    /// deny and ask rules only, so erring towards `true` is the safe side.
+    pub fn could_match_after(&self, fixed: &str) -> bool {
+        match self {
+            BashPattern::Exact(p) => p.starts_with(fixed),
+            BashPattern::Prefix(p) => {
+                p.starts_with(fixed) || fixed.strip_prefix(p.as_str()).is_some_and(|rest| rest.starts_with(WORD_BREAK))
+            }
+            BashPattern::Glob(p) => wildcard_prefix_match(p.as_bytes(), fixed.as_bytes()),
+        }
+    }
+}
+
+/// Whether `p` (with `*` wildcards) matches some text that starts with `t`: the whole of
+/// `t` is consumed by the pattern and its rest can always be completed.
+fn wildcard_prefix_match(p: &[u8], t: &[u8]) -> bool {
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
 /// A word break then `*`: the optional last word of a glob (`Bash(ls *)`).
 const OPTIONAL_TAIL: &str = "\u{1f}*";
 

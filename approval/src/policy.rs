@@ -410,6 +410,22 @@ impl Policy {
                 d = Decision::Ask;
                 why = format!("the command word of `{text}` is computed at run time");
             }
+            // Words computed at run time (`$x`, `$(...)`, an undecoded `$'\x65'`) could be
+            // whatever a deny or ask rule names: such a rule that the rest of the command
+            // could still match is not decided by the policy but by a person.
+            if d < Decision::Ask
+                && let Some(at) = part.dynamic_at
+                && let key = part.match_key()
+                && let Some(r) = self
+                    .deny
+                    .iter()
+                    .chain(&self.ask)
+                    .find(|r| r.could_match_bash_after(key.get(..at).unwrap_or_default()))
+            {
+                d = Decision::Ask;
+                why =
+                    format!("`{text}` has words computed at run time that could make it match the rule `{}`", r.text());
+            }
             consider(d, r, why);
         }
         let (mut decision, matched_rule, mut reason) = worst.unwrap_or((self.config.default, None, String::new()));

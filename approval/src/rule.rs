@@ -162,6 +162,17 @@ impl Rule {
         }
     }
 
+    /// Could this Bash rule match a command whose match key starts with `fixed` and goes
+    /// on with words known only at run time? (A rule for every Bash command always could.)
+    pub(crate) fn could_match_bash_after(&self, fixed: &str) -> bool {
+        self.covers_tool("Bash")
+            && match &self.spec {
+                Spec::Any => true,
+                Spec::Bash(p) => p.could_match_after(fixed),
+                _ => false,
+            }
+    }
+
     /// Does the rule name this tool (ignoring the specifier)?
     pub fn covers_tool(&self, tool: &str) -> bool {
         match (&self.tool, &self.spec) {

@@ -264,12 +264,35 @@ pub struct SimpleCommand {
     /// An output redirection writes to a file (anything but `/dev/null` and
     /// fd duplication).
     pub writes_file: bool,
+    /// Byte offset in [`Self::match_key`] where the first expansion of any word begins
+    /// (`$x`, `"$(...)"`, backticks, an undecoded `$'...'`): from there on, the words
+    /// that run are known only at run time, so a deny or ask rule that the rest could
+    /// still match must be assumed to match ([`crate::matcher::BashPattern::could_match_after`]).
+    pub dynamic_at: Option<usize>,
 }
 
 /// Separates words in [`SimpleCommand::match_key`]: a control character, which no word of
 /// an understood command holds (any such byte makes the command not understood), so a
 /// space inside a quoted word (`npm 'test evil'`) never reads as a word boundary.
 pub const WORD_BREAK: char = '\u{1f}';
+
+/// Where the first expansion begins in the match key of `words` (see
+/// [`SimpleCommand::dynamic_at`]); counted on the same lossy text the key is made of.
+fn dynamic_offset(words: &[Word]) -> Option<usize> {
+    let mut offset = 0;
+    for (i, w) in words.iter().enumerate() {
+        if i > 0 {
+            offset += WORD_BREAK.len_utf8();
+        }
+        if let Some(from) = w.dynamic_from {
+            let fixed = w.text.get(..from).unwrap_or_default();
+            // A cut inside a character reads as U+FFFD: never past the real boundary.
+            return Some(offset + String::from_utf8_lossy(fixed).trim_end_matches('\u{fffd}').len());
+        }
+        offset += String::from_utf8_lossy(&w.text).len();
+    }
+    None
+}
 
 impl SimpleCommand {
     /// The canonical text shown to people: words joined by one space.
@@ -1041,10 +1064,12 @@ impl Parser<'_> {
             return;
         }
         let dynamic_command = words.iter().find(|w| !w.assignment && !w.redirect).is_some_and(|w| w.dynamic);
+        let dynamic_at = dynamic_offset(&words);
         self.out.push(SimpleCommand {
             words: words.into_iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect(),
             dynamic_command,
             writes_file: b.writes_file,
+            dynamic_at,
         });
     }
 

@@ -583,6 +583,53 @@ mod splitter_fuzz {
             prop_assert_ne!(decide(&compound), Decision::Allow, "{:?} under Bash({}:*)", compound, prefix);
         }
 
+        /// Regression: a word computed at run time was compared as its literal text, so
+        /// under `allow: Bash(git:*)`, `deny: Bash(git push --force:*)` the command `git push
+        /// $'--forc\x65' origin` (bash runs `--force`) was allowed without a question; `$x`,
+        /// `"$(...)"` and backticks slipped past deny and ask rules the same way. A deny or
+        /// ask rule the command could still match once its computed words are known is
+        /// never decided as an allow; a computed word after the words where the command
+        /// already differs from every such rule changes nothing.
+        #[test]
+        fn regression_words_computed_at_run_time_slipped_past_deny_rules(
+            denied in 0..3usize, at in 1..3usize, kind in 0..5usize, as_ask in any::<bool>(),
+        ) {
+            let (allow, deny, words): (&str, &str, &[&str]) = [
+                ("Bash(git:*)", "Bash(git push --force:*)", &["git", "push", "--force", "origin"][..]),
+                ("Bash(rm:*)", "Bash(rm -rf:*)", &["rm", "-rf", "/tmp/x"][..]),
+                ("Bash(curl:*)", "Bash(curl * evil.example)", &["curl", "-s", "evil.example"][..]),
+            ][denied];
+            let at = at.min(words.len() - 1);
+            let w = words[at];
+            let hidden = match kind {
+                0 => format!("$'{}\\x{:02x}'", &w[..w.len() - 1], w.as_bytes()[w.len() - 1]),
+                1 => "$ARG".to_owned(),
+                2 => "\"$(printf x)\"".to_owned(),
+                3 => "`printf x`".to_owned(),
+                _ => format!("{}$SUFFIX", &w[..1]),
+            };
+            let mut cmd: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+            cmd[at] = hidden;
+            let cmd = cmd.join(" ");
+            let p = if as_ask { policy(&[allow], &[deny], &[]) } else { policy(&[allow], &[], &[deny]) };
+            let ev = p.evaluate("Bash", &json!({ "command": cmd }), &ctx());
+            prop_assert_ne!(ev.decision, Decision::Allow, "{:?} => {}", cmd, ev.reason);
+            // Where the literal words already leave a prefix rule, computing the rest is harmless.
+            prop_assume!(denied < 2);
+            let other = format!("{} status $ARG", words[0]);
+            let ev = p.evaluate("Bash", &json!({ "command": other }), &ctx());
+            prop_assert_eq!(ev.decision, Decision::Allow, "{:?} => {}", other, ev.reason);
+        }
+
+        /// Regression check: a `NAME=value` prefix does not hide the command from deny rules.
+        #[test]
+        fn an_assignment_prefix_does_not_hide_a_denied_command(name in "[A-Z]{1,5}", value in "[a-z0-9]{0,5}") {
+            let p = policy(&["Bash"], &[], &["Bash(rm:*)"]);
+            let cmd = format!("{name}={value} rm -rf /");
+            let ev = p.evaluate("Bash", &json!({ "command": cmd }), &ctx());
+            prop_assert_ne!(ev.decision, Decision::Allow, "{:?} => {}", cmd, ev.reason);
+        }
+
         #[test]
         fn allowed_parts_joined_stay_allowed(
             a in 0..ALLOWED.len(), b in 0..ALLOWED.len(), sep in 0..SEPARATORS.len(),

@@ -150,7 +150,7 @@ pub enum GateChange {
 
 impl GateChange {
     /// The stream event's `type`.
-    pub fn kind(self) -> &'static str {
+    pub const fn kind(self) -> &'static str {
         match self {
             GateChange::Requested => "approval_request",
             GateChange::Resolved => "approval_resolved",

@@ -400,7 +400,7 @@ pub struct ServerConfig {
     pub task_lease: Duration,
     /// Most events one task stores and streams, whoever emits them (its plugin, the tool
     /// host, the approval gate, the host). Past it the task's events are dropped, with one
-    /// `events_dropped` event naming this key; its `finish` event is always kept.
+    /// `events_dropped` event naming this key; its `finish` and `approval_*` events are always kept.
     pub max_events_per_task: u64,
     /// Most bytes (JSON) of events one task stores and streams (`32MiB`, or bytes); as
     /// [`ServerConfig::max_events_per_task`].

@@ -41,6 +41,13 @@ impl Default for EventBudget {
 /// The event type a task's stream always ends with: stored whatever the budget.
 const FINISH: &str = "finish";
 
+/// Event types stored whatever the budget: the stream's end, and the approval requests and
+/// their resolutions, which a person, an MCP client's elicitation or an A2A client must see
+/// to answer (a task that filled its budget with tool output would otherwise hide every
+/// later question, and watchers would never be asked). They come at the gate's pace — each
+/// request waits on a person or its timeout, at most one per tool call — not a plugin's.
+const ALWAYS_STORED: [&str; 3] = [FINISH, GateChange::Requested.kind(), GateChange::Resolved.kind()];
+
 /// How much of its [`EventBudget`] a task has used.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct EventsStored {
@@ -57,9 +64,9 @@ impl EventsStored {
     }
 
     /// Whether an event of `size` bytes fits; the first that does not yields the marker to
-    /// store in its place. A `finish` event always fits.
+    /// store in its place. The [`ALWAYS_STORED`] types always fit.
     fn admit(&mut self, budget: &EventBudget, event: &Value, size: u64) -> Admit {
-        if event.get("type").and_then(Value::as_str) == Some(FINISH) {
+        if event.get("type").and_then(Value::as_str).is_some_and(|t| ALWAYS_STORED.contains(&t)) {
             return Admit::Store;
         }
         if self.over {
@@ -412,7 +419,17 @@ mod tests {
             max_events in 0u64..40,
             max_bytes in 0u64..4000,
             events in proptest::collection::vec(
-                (prop_oneof![Just("token"), Just("tool_result"), Just("status"), Just("progress")], ".{0,300}"),
+                (
+                    prop_oneof![
+                        Just("token"),
+                        Just("tool_result"),
+                        Just("status"),
+                        Just("progress"),
+                        Just("approval_request"),
+                        Just("approval_resolved"),
+                    ],
+                    ".{0,300}",
+                ),
                 0..120,
             ),
             finish in any::<bool>(),
@@ -424,12 +441,17 @@ mod tests {
             }
             let out = kept(budget, &events);
             let markers: Vec<&Value> = out.iter().filter(|e| e["type"] == "events_dropped").collect();
-            let ordinary: Vec<&Value> =
-                out.iter().filter(|e| e["type"] != "events_dropped" && e["type"] != FINISH).collect();
+            let always = |e: &Value| ALWAYS_STORED.iter().any(|t| e["type"] == *t);
+            let ordinary: Vec<&Value> = out.iter().filter(|e| e["type"] != "events_dropped" && !always(e)).collect();
+            // Regression: once tool output filled the budget, later approval requests were
+            // dropped, so watchers were never asked. Every one is kept, in order.
+            let questions = |v: Vec<&Value>| v.into_iter().filter(|e| e["type"] != FINISH && always(e)).cloned().collect::<Vec<_>>();
+            let sent: Vec<Value> = events.iter().map(|(k, t)| json!({ "type": k, "text": t })).collect();
+            prop_assert_eq!(questions(out.iter().collect()), questions(sent.iter().collect()));
             prop_assert!(ordinary.len() as u64 <= max_events);
             prop_assert!(ordinary.iter().map(|e| json_len(e)).sum::<u64>() <= max_bytes);
             prop_assert!(markers.len() <= 1);
-            if ordinary.len() + usize::from(finish) < events.len() {
+            if ordinary.len() + events.iter().filter(|(k, _)| ALWAYS_STORED.contains(&k.as_str())).count() < events.len() {
                 prop_assert_eq!(markers.len(), 1, "events were dropped without a marker");
                 let key = markers[0]["limit"].as_str().unwrap();
                 prop_assert!(key == "server.max_events_per_task" || key == "server.max_event_bytes_per_task");
