@@ -371,6 +371,13 @@ impl Policy {
         (self.config.default, None)
     }
 
+    /// The first deny, then ask, rule matching `t` (allow rules are not consulted).
+    fn restrictive_match<'a>(&'a self, t: &Target<'_>) -> Option<(Decision, &'a Rule)> {
+        [(&self.deny, Decision::Deny), (&self.ask, Decision::Ask)]
+            .into_iter()
+            .find_map(|(list, decision)| list.iter().find(|r| r.matches(t, false)).map(|r| (decision, r)))
+    }
+
     fn evaluate_bash(&self, input: &Value, ctx: &EvalContext) -> Evaluation {
         let command = input.get("command").and_then(Value::as_str);
         let recognition = shell::recognize(command.unwrap_or(""));
@@ -397,7 +404,21 @@ impl Policy {
         }
         for part in recognition.commands() {
             let text = part.text();
-            let (mut d, r) = target(Some(&part.match_key()));
+            let (mut d, mut r) = target(Some(&part.match_key()));
+            // Deny and ask rules also see the words that run, without the assignments and
+            // redirections in front (`A= rm -rf /`, `<in rm -rf /`).
+            let argv_key = part.argv_key();
+            if let Some((d2, r2)) = self.restrictive_match(&Target {
+                tool: "Bash",
+                input,
+                bash_part: Some(&argv_key),
+                path: None,
+                workspace_root: &ctx.workspace_root,
+                home: &ctx.home,
+            }) && d2 > d
+            {
+                (d, r) = (d2, Some(r2));
+            }
             let mut why = describe(d, r, Some(&text));
             if d == Decision::Allow
                 && part.writes_file
@@ -415,16 +436,17 @@ impl Policy {
             // could still match is not decided by the policy but by a person.
             if d < Decision::Ask
                 && let Some(at) = part.dynamic_at
-                && let key = part.match_key()
-                && let Some(r) = self
+                && let Some(rule) = self
                     .deny
                     .iter()
                     .chain(&self.ask)
-                    .find(|r| r.could_match_bash_after(key.get(..at).unwrap_or_default()))
+                    .find(|rule| rule.could_match_bash_after(argv_key.get(..at).unwrap_or_default()))
             {
-                d = Decision::Ask;
-                why =
-                    format!("`{text}` has words computed at run time that could make it match the rule `{}`", r.text());
+                (d, r) = (Decision::Ask, Some(rule));
+                why = format!(
+                    "`{text}` has words computed at run time that could make it match the rule `{}`",
+                    rule.text()
+                );
             }
             consider(d, r, why);
         }

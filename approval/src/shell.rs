@@ -264,10 +264,16 @@ pub struct SimpleCommand {
     /// An output redirection writes to a file (anything but `/dev/null` and
     /// fd duplication).
     pub writes_file: bool,
-    /// Byte offset in [`Self::match_key`] where the first expansion of any word begins
-    /// (`$x`, `"$(...)"`, backticks, an undecoded `$'...'`): from there on, the words
-    /// that run are known only at run time, so a deny or ask rule that the rest could
-    /// still match must be assumed to match ([`crate::matcher::BashPattern::could_match_after`]).
+    /// The words that run (argv): [`Self::words`] without `NAME=value` prefixes and
+    /// redirections. Deny and ask rules are matched against these too, so neither an
+    /// assignment nor a redirection in front (`A= rm -rf /`, `<in rm -rf /`) hides the
+    /// command from them.
+    pub argv: Vec<String>,
+    /// Byte offset in [`Self::argv_key`] where the first expansion of a word of
+    /// [`Self::argv`] begins (`$x`, `"$(...)"`, backticks, an undecoded `$'...'`): from
+    /// there on, the words that run are known only at run time, so a deny or ask rule that
+    /// the rest could still match must be assumed to match
+    /// ([`crate::matcher::BashPattern::could_match_after`]).
     pub dynamic_at: Option<usize>,
 }
 
@@ -276,9 +282,21 @@ pub struct SimpleCommand {
 /// space inside a quoted word (`npm 'test evil'`) never reads as a word boundary.
 pub const WORD_BREAK: char = '\u{1f}';
 
+/// `words` joined by [`WORD_BREAK`].
+fn key_of(words: &[String]) -> String {
+    let mut key = String::new();
+    for (i, w) in words.iter().enumerate() {
+        if i > 0 {
+            key.push(WORD_BREAK);
+        }
+        key.push_str(w);
+    }
+    key
+}
+
 /// Where the first expansion begins in the match key of `words` (see
 /// [`SimpleCommand::dynamic_at`]); counted on the same lossy text the key is made of.
-fn dynamic_offset(words: &[Word]) -> Option<usize> {
+fn dynamic_offset(words: &[&Word]) -> Option<usize> {
     let mut offset = 0;
     for (i, w) in words.iter().enumerate() {
         if i > 0 {
@@ -303,14 +321,12 @@ impl SimpleCommand {
     /// What permission rules match: the words joined by [`WORD_BREAK`], so that a rule's
     /// word boundaries are the command's (argv) word boundaries.
     pub fn match_key(&self) -> String {
-        let mut key = String::new();
-        for (i, w) in self.words.iter().enumerate() {
-            if i > 0 {
-                key.push(WORD_BREAK);
-            }
-            key.push_str(w);
-        }
-        key
+        key_of(&self.words)
+    }
+
+    /// [`Self::argv`] as a match key: what deny and ask rules are also matched against.
+    pub fn argv_key(&self) -> String {
+        key_of(&self.argv)
     }
 }
 
@@ -1064,8 +1080,11 @@ impl Parser<'_> {
             return;
         }
         let dynamic_command = words.iter().find(|w| !w.assignment && !w.redirect).is_some_and(|w| w.dynamic);
-        let dynamic_at = dynamic_offset(&words);
+        let argv: Vec<&Word> = words.iter().filter(|w| !w.assignment && !w.redirect).collect();
+        let dynamic_at = dynamic_offset(&argv);
+        let argv = argv.iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect();
         self.out.push(SimpleCommand {
+            argv,
             words: words.into_iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect(),
             dynamic_command,
             writes_file: b.writes_file,

@@ -621,13 +621,22 @@ mod splitter_fuzz {
             prop_assert_eq!(ev.decision, Decision::Allow, "{:?} => {}", other, ev.reason);
         }
 
-        /// Regression check: a `NAME=value` prefix does not hide the command from deny rules.
+        /// Regression: `NAME=value` prefixes and redirections are part of the matched text,
+        /// so under `allow: Bash`, `deny: Bash(rm:*)` the commands `A= rm -rf /` and `<in rm
+        /// -rf /` were allowed. Deny and ask rules also match the words that run.
         #[test]
-        fn an_assignment_prefix_does_not_hide_a_denied_command(name in "[A-Z]{1,5}", value in "[a-z0-9]{0,5}") {
-            let p = policy(&["Bash"], &[], &["Bash(rm:*)"]);
-            let cmd = format!("{name}={value} rm -rf /");
+        fn regression_an_assignment_or_redirection_in_front_hid_a_denied_command(
+            front in proptest::collection::vec(
+                prop_oneof!["[A-Z]{1,5}=[a-z0-9]{0,5}", "[A-Z]{1,3}=\\$[A-Z]{1,3}", "<[a-z]{1,5}", ">/tmp/[a-z]{1,5}", "2>&1"],
+                1..4,
+            ),
+            as_ask in any::<bool>(),
+        ) {
+            let p = if as_ask { policy(&["Bash"], &["Bash(rm:*)"], &[]) } else { policy(&["Bash"], &[], &["Bash(rm:*)"]) };
+            let cmd = format!("{} rm -rf /", front.join(" "));
             let ev = p.evaluate("Bash", &json!({ "command": cmd }), &ctx());
-            prop_assert_ne!(ev.decision, Decision::Allow, "{:?} => {}", cmd, ev.reason);
+            let want = if as_ask { Decision::Ask } else { Decision::Deny };
+            prop_assert_eq!(ev.decision, want, "{:?} => {}", cmd, ev.reason);
         }
 
         #[test]
