@@ -407,17 +407,19 @@ impl Policy {
             let (mut d, mut r) = target(Some(&part.match_key()));
             // Deny and ask rules also see the words that run, without the assignments and
             // redirections in front (`A= rm -rf /`, `<in rm -rf /`).
-            let argv_key = part.argv_key();
-            if let Some((d2, r2)) = self.restrictive_match(&Target {
-                tool: "Bash",
-                input,
-                bash_part: Some(&argv_key),
-                path: None,
-                workspace_root: &ctx.workspace_root,
-                home: &ctx.home,
-            }) && d2 > d
-            {
-                (d, r) = (d2, Some(r2));
+            let argv_keys = part.argv_keys();
+            for (key, _) in &argv_keys {
+                if let Some((d2, r2)) = self.restrictive_match(&Target {
+                    tool: "Bash",
+                    input,
+                    bash_part: Some(key),
+                    path: None,
+                    workspace_root: &ctx.workspace_root,
+                    home: &ctx.home,
+                }) && d2 > d
+                {
+                    (d, r) = (d2, Some(r2));
+                }
             }
             let mut why = describe(d, r, Some(&text));
             if d == Decision::Allow
@@ -435,12 +437,11 @@ impl Policy {
             // whatever a deny or ask rule names: such a rule that the rest of the command
             // could still match is not decided by the policy but by a person.
             if d < Decision::Ask
-                && let Some(at) = part.dynamic_at
-                && let Some(rule) = self
-                    .deny
-                    .iter()
-                    .chain(&self.ask)
-                    .find(|rule| rule.could_match_bash_after(argv_key.get(..at).unwrap_or_default()))
+                && let Some(rule) = self.deny.iter().chain(&self.ask).find(|rule| {
+                    argv_keys.iter().any(|(key, at)| {
+                        at.is_some_and(|at| rule.could_match_bash_after(key.get(..at).unwrap_or_default()))
+                    })
+                })
             {
                 (d, r) = (Decision::Ask, Some(rule));
                 why = format!(

@@ -324,9 +324,22 @@ impl SimpleCommand {
         key_of(&self.words)
     }
 
-    /// [`Self::argv`] as a match key: what deny and ask rules are also matched against.
-    pub fn argv_key(&self) -> String {
-        key_of(&self.argv)
+    /// What deny and ask rules are also matched against, each with where its computed
+    /// words begin ([`Self::dynamic_at`]): [`Self::argv`] as a match key, and, when the
+    /// command word is a path (`/bin/rm`, `./rm`), the same with the program's file name
+    /// (`rm`), so naming the program by its path does not slip past `Bash(rm:*)`.
+    pub fn argv_keys(&self) -> Vec<(String, Option<usize>)> {
+        let mut keys = vec![(key_of(&self.argv), self.dynamic_at)];
+        if let Some((program, rest)) = self.argv.split_first()
+            && let Some((dir, name)) = program.rsplit_once('/')
+            && !name.is_empty()
+        {
+            let shift = dir.len() + 1;
+            let dynamic_at = self.dynamic_at.map(|at| at.saturating_sub(shift));
+            let words: Vec<String> = std::iter::once(name.to_owned()).chain(rest.iter().cloned()).collect();
+            keys.push((key_of(&words), dynamic_at));
+        }
+        keys
     }
 }
 

@@ -623,7 +623,8 @@ mod splitter_fuzz {
 
         /// Regression: `NAME=value` prefixes and redirections are part of the matched text,
         /// so under `allow: Bash`, `deny: Bash(rm:*)` the commands `A= rm -rf /` and `<in rm
-        /// -rf /` were allowed. Deny and ask rules also match the words that run.
+        /// -rf /` were allowed, and so was `/bin/rm -rf /`. Deny and ask rules also match the
+        /// words that run, and the program by its file name.
         #[test]
         fn regression_an_assignment_or_redirection_in_front_hid_a_denied_command(
             front in proptest::collection::vec(
@@ -633,7 +634,8 @@ mod splitter_fuzz {
             as_ask in any::<bool>(),
         ) {
             let p = if as_ask { policy(&["Bash"], &["Bash(rm:*)"], &[]) } else { policy(&["Bash"], &[], &["Bash(rm:*)"]) };
-            let cmd = format!("{} rm -rf /", front.join(" "));
+            let program = ["rm", "/bin/rm", "/usr/bin/rm", "./rm"][front.len() % 4];
+            let cmd = format!("{} {program} -rf /", front.join(" "));
             let ev = p.evaluate("Bash", &json!({ "command": cmd }), &ctx());
             let want = if as_ask { Decision::Ask } else { Decision::Deny };
             prop_assert_eq!(ev.decision, want, "{:?} => {}", cmd, ev.reason);
