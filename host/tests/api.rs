@@ -1164,6 +1164,48 @@ server:
         assert!(root_saw.contains(&(bobs.clone(), "completed".into())), "an admin sees every task: {root_saw:?}");
     }
 
+    /// Regression: A2A `ListTasks` read every user's tasks and paged by offset (each page
+    /// scanned them all again). A tenant's listing now pages through its own tasks by
+    /// keyset: following `nextPageToken` yields exactly its tasks, newest first, each once.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a2a_list_tasks_pages_through_the_callers_own_tasks_by_cursor() {
+        let api = principals_api().await;
+        let rpc =
+            |method: &str, params: Value| json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+        let mut alices = vec![];
+        for n in 0..5 {
+            for who in ["alice", "bob"] {
+                let message =
+                    json!({ "messageId": format!("m-{who}-{n}"), "role": "ROLE_USER", "parts": [{ "text": "hi" }] });
+                let r = api.post_as(who, "/a2a/greeter", rpc("SendMessage", json!({ "message": message }))).await;
+                let id = r.body["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("{}", r.text)).to_owned();
+                if who == "alice" {
+                    alices.push(id);
+                }
+            }
+        }
+        let (mut listed, mut token, mut pages) = (vec![], String::new(), 0);
+        loop {
+            let params = json!({ "pageSize": 2, "pageToken": token });
+            let r = api.post_as("alice", "/a2a/greeter", rpc("ListTasks", params)).await;
+            let page = r.body["result"]["tasks"].as_array().unwrap_or_else(|| panic!("{}", r.text)).clone();
+            assert!(page.len() <= 2, "{}", r.text);
+            listed.extend(page.iter().map(|t| t["id"].as_str().unwrap().to_owned()));
+            assert_eq!(r.body["result"]["totalSize"], listed.len(), "{}", r.text);
+            token = r.body["result"]["nextPageToken"].as_str().unwrap().to_owned();
+            pages += 1;
+            if token.is_empty() {
+                break;
+            }
+            assert!(pages < 10, "the listing never ends: {listed:?}");
+        }
+        alices.reverse();
+        assert_eq!(listed, alices, "exactly alice's tasks, newest first, each once");
+        let r = api.post_as("alice", "/a2a/greeter", rpc("ListTasks", json!({ "pageToken": "7" }))).await;
+        assert_eq!(r.body["error"]["code"], -32602, "a made-up token: {}", r.text);
+        assert!(r.text.contains("pageToken"), "{}", r.text);
+    }
+
     /// The principals deployment: echo and the claude streamer with its script.
     async fn principals_api() -> Api {
         let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];

@@ -258,8 +258,9 @@ mod hostile {
         assert!(accepted.is_err(), "a denied request reached the network");
     }
 
-    #[tokio::test(flavor = "multi_thread")]
-    async fn granted_http_reaches_an_allowed_host() {
+    /// A local server that answers its first request with `answer`, and the hostile plugin
+    /// granted HTTP to it.
+    async fn one_answer_server(answer: String) -> (std::net::SocketAddr, Runtime, LoadedPlugin) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -267,12 +268,40 @@ mod hostile {
             let (mut s, _) = listener.accept().await.unwrap();
             let mut buf = [0u8; 1024];
             let _ = s.read(&mut buf).await;
-            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\npong!").await.unwrap();
+            s.write_all(answer.as_bytes()).await.unwrap();
         });
         let rt = runtime(None);
         let p = load(&rt, "hostile", Limits::default(), Some(all_grants(vec!["http://127.0.0.1:*".into()]))).await;
+        (addr, rt, p)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn granted_http_reaches_an_allowed_host() {
+        let pong = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\npong!";
+        let (addr, rt, p) = one_answer_server(pong.into()).await;
         let out = execute(&rt, &p, &format!("http:http://{addr}/ping")).await.unwrap();
         assert!(out.contains("200") && out.contains("pong!"), "{out}");
+    }
+
+    /// Regression: an import's error reached the plugin unscrubbed, so a server (or a
+    /// model provider) echoing a key in what the error quotes handed the plugin the key.
+    /// Every import error now passes the redactor where it becomes the WIT error.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_host_credential_inside_an_import_error_never_reaches_the_plugin() {
+        const KEY: &str = "sk-regression-import-error-0123456789abcdef";
+        warden::redact::registry().remember_host(&[KEY]).unwrap();
+        // A redirect the host cannot follow: its error quotes the location, key and all.
+        let answer = format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://[{KEY}]/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        let (addr, rt, p) = one_answer_server(answer).await;
+        match execute(&rt, &p, &format!("http:http://{addr}/")).await {
+            Err(CallError::Guest(GuestError::Remote(m))) => {
+                assert!(m.contains("invalid redirect location") && m.contains(warden::redact::REDACTED), "{m}");
+                assert!(!m.contains(KEY), "the plugin got the key: {m}");
+            }
+            other => panic!("expected a remote error, got {other:?}"),
+        }
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -43,7 +43,7 @@ use warden_approval::{PendingApproval, Resolution, Scope};
 use super::{ApiError, AppState, Principal, ServerState};
 use crate::engine::Submission;
 use crate::plugin::{SubagentDefinition, TaskCall};
-use crate::store::TaskRecord;
+use crate::store::{TaskCursor, TaskQuery, TaskRecord};
 use crate::task_state::TaskState;
 
 /// Longest `Host` value card URLs are built from: a DNS name is at most 253 bytes, plus
@@ -62,9 +62,18 @@ pub const DESCRIPTION_CHARS: usize = 80;
 pub const DEFAULT_PAGE_SIZE: usize = 50;
 /// Largest ListTasks page (A2A's maximum): every task of a page is rendered and scrubbed.
 pub const MAX_PAGE_SIZE: usize = 100;
-/// Contexts whose tasks are remembered for `resume`; past this the memory starts over
-/// and forgotten contexts are found in the task store.
+/// Contexts whose tasks are remembered for `resume`, per user; past this that user's
+/// memory starts over (another user's is untouched) and forgotten contexts are found in
+/// the task store.
 pub const MAX_REMEMBERED_CONTEXTS: usize = 10_000;
+/// Most stored tasks one `ListTasks` call reads to fill its page: the caller's own,
+/// newest first (tasks of another subagent, context or state are skipped within this
+/// budget). A page that runs out of it comes back short, with a `nextPageToken` that
+/// continues after the last task read, so no call costs more however the tasks lie.
+pub const MAX_LIST_SCAN: usize = 1_000;
+/// Most of a user's newest stored tasks searched for the task a message in a context
+/// the process does not remember resumes (after a restart): one page of the store.
+pub const MAX_CONTEXT_SCAN: usize = crate::store::MAX_TASK_PAGE;
 /// Tasks remembered per context (newest kept): resume needs the latest finished one.
 pub const MAX_TASKS_PER_CONTEXT: usize = 16;
 /// Stream events buffered per client before the producer waits for it.
@@ -618,8 +627,30 @@ pub struct ListParams {
     pub context_id: Option<String>,
     pub state: Option<A2aState>,
     pub page_size: usize,
-    pub offset: usize,
+    /// Where the previous page ended (`pageToken`); `None` for the first page.
+    pub after: Option<PageToken>,
     pub include_artifacts: bool,
+}
+
+/// A `ListTasks` page token: how many tasks the pages before listed, and the store
+/// cursor after the last task they read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageToken {
+    pub listed: u64,
+    pub cursor: TaskCursor,
+}
+
+impl PageToken {
+    /// The token as sent (`<listed>.<store cursor>`).
+    pub fn token(&self) -> String {
+        format!("{}.{}", self.listed, self.cursor.token())
+    }
+
+    /// A token read back; `None` for text this server never gave out.
+    pub fn parse(token: &str) -> Option<PageToken> {
+        let (listed, cursor) = token.split_once('.')?;
+        Some(PageToken { listed: listed.parse().ok()?, cursor: TaskCursor::from_token(cursor)? })
+    }
 }
 
 pub fn parse_list(params: &Value) -> Result<ListParams, RpcError> {
@@ -638,14 +669,14 @@ pub fn parse_list(params: &Value) -> Result<ListParams, RpcError> {
             }
         },
     };
-    let offset = match opt_str(params, "pageToken")? {
-        None => 0,
-        Some(t) => {
-            t.parse::<usize>().map_err(|_| RpcError::invalid_params("`pageToken` is not one this server gave"))?
-        }
+    let after = match opt_str(params, "pageToken")? {
+        None | Some("") => None,
+        Some(t) => Some(
+            PageToken::parse(t).ok_or_else(|| RpcError::invalid_params("`pageToken` is not one this server gave"))?,
+        ),
     };
     let include_artifacts = opt_bool(params, "includeArtifacts")?.unwrap_or(false);
-    Ok(ListParams { context_id, state, page_size, offset, include_artifacts })
+    Ok(ListParams { context_id, state, page_size, after, include_artifacts })
 }
 
 /// An answer to an approval question.
@@ -947,25 +978,41 @@ fn send_result(d: Dialect, task: Value) -> Value {
 // ---------------------------------------------------------------------------------
 // Contexts: which task a follow-up message resumes
 
-type ContextKey = (String, String, String);
+/// A context of one user: (session, subagent).
+type ContextKey = (String, String);
+/// One user's remembered contexts.
+type UserContexts = HashMap<ContextKey, Vec<String>>;
 
-/// The tasks A2A messages started per (user, session, subagent), newest last: hints for
-/// `resume`, always checked against the engine. Per process; bounded.
-fn contexts() -> &'static Mutex<HashMap<ContextKey, Vec<String>>> {
-    static CONTEXTS: OnceLock<Mutex<HashMap<ContextKey, Vec<String>>>> = OnceLock::new();
+/// The tasks A2A messages started per user, then per (session, subagent), newest last:
+/// hints for `resume`, always checked against the engine. Per process; bounded per user
+/// (users are the configured principals' own), so one user's churn never evicts
+/// another's contexts.
+fn contexts() -> &'static Mutex<HashMap<String, UserContexts>> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<String, UserContexts>>> = OnceLock::new();
     CONTEXTS.get_or_init(Default::default)
 }
 
-fn remember(key: ContextKey, task_id: &str) {
-    let mut map = contexts().lock().unwrap();
-    if map.len() >= MAX_REMEMBERED_CONTEXTS && !map.contains_key(&key) {
-        map.clear();
+/// `user`'s contexts, made room in for `key` ([`MAX_REMEMBERED_CONTEXTS`] per user).
+fn room_for<'a>(map: &'a mut HashMap<String, UserContexts>, user: &str, key: &ContextKey) -> &'a mut UserContexts {
+    let mine = map.entry(user.to_owned()).or_default();
+    if mine.len() >= MAX_REMEMBERED_CONTEXTS && !mine.contains_key(key) {
+        mine.clear();
     }
-    let ids = map.entry(key).or_default();
+    mine
+}
+
+fn remember(user: &str, key: ContextKey, task_id: &str) {
+    let mut map = contexts().lock().unwrap();
+    let ids = room_for(&mut map, user, &key).entry(key).or_default();
     ids.push(task_id.to_owned());
     if ids.len() > MAX_TASKS_PER_CONTEXT {
         ids.remove(0);
     }
+}
+
+/// The tasks remembered for `user`'s context `key`, newest last.
+fn remembered(user: &str, key: &ContextKey) -> Option<Vec<String>> {
+    contexts().lock().unwrap().get(user).and_then(|mine| mine.get(key)).cloned()
 }
 
 /// Whether a finished task of `kind` in `status` can be continued with `resume`: an
@@ -982,8 +1029,8 @@ pub fn resumable(kind: &str, status: TaskState) -> bool {
 /// The task a new message in context `session` resumes: the newest finished, resumable
 /// task `user` ran there with this subagent.
 async fn previous_task(s: &ServerState, user: &str, session: &str, def: &SubagentDefinition) -> Option<String> {
-    let key: ContextKey = (user.to_owned(), session.to_owned(), def.name.clone());
-    let hinted = contexts().lock().unwrap().get(&key).cloned();
+    let key: ContextKey = (session.to_owned(), def.name.clone());
+    let hinted = remembered(user, &key);
     let mut candidates: Vec<TaskRecord> = match hinted {
         Some(ids) => {
             let mut found = vec![];
@@ -995,22 +1042,23 @@ async fn previous_task(s: &ServerState, user: &str, session: &str, def: &Subagen
             found
         }
         None => {
-            // Not started here since this process began: the store knows.
+            // Not started here since this process began: the store knows, among this
+            // user's newest tasks (never another user's).
             let store = s.engine.store().clone();
             if let Err(e) = store.flush().await {
                 tracing::warn!(session_id = %session, error = %e, "store flush before a context lookup failed");
             }
-            let all = store.tasks().await.ok()?;
-            let mut mine: Vec<TaskRecord> = all
+            let query =
+                TaskQuery { user_id: Some(user.to_owned()), before: TaskCursor::START, limit: MAX_CONTEXT_SCAN };
+            let newest = store.list_tasks(&query).await.ok()?.tasks;
+            let mine: Vec<TaskRecord> = newest
                 .into_iter()
                 .filter(|r| r.user_id == user && r.session_id == session && r.subagent_type == def.name)
+                .take(MAX_TASKS_PER_CONTEXT)
                 .collect();
-            mine.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.task_id.cmp(&a.task_id)));
-            mine.truncate(MAX_TASKS_PER_CONTEXT);
+            let ids = mine.iter().rev().map(|r| r.task_id.clone()).collect();
             let mut map = contexts().lock().unwrap();
-            if map.len() < MAX_REMEMBERED_CONTEXTS {
-                map.insert(key, mine.iter().rev().map(|r| r.task_id.clone()).collect());
-            }
+            room_for(&mut map, user, &key).insert(key, ids);
             mine
         }
     };
@@ -1150,7 +1198,7 @@ async fn accept_message(
         ..Default::default()
     };
     let rec = s.engine.submit(sub).await.map_err(submit_error)?.record;
-    remember((user, rec.session_id.clone(), def.name.clone()), &rec.task_id);
+    remember(&user, (rec.session_id.clone(), def.name.clone()), &rec.task_id);
     tracing::info!(task_id = %rec.task_id, session_id = %rec.session_id, subagent = %def.name, resume = ?resume, "A2A message started a task");
     if !p.blocking {
         // An accepted task survives a crash: its record is committed before the answer.
@@ -1334,6 +1382,12 @@ async fn cancel(
     }
 }
 
+/// `ListTasks`: the caller's tasks of this subagent, newest first, a page at a time. Reads
+/// only the caller's user's tasks from the store (an admin's span every user), by keyset
+/// from where the previous page ended, at most [`MAX_LIST_SCAN`] of them per call.
+/// `totalSize` counts the tasks this page and the ones before it listed (the page token
+/// carries the count): exact on the last page (empty `nextPageToken`), a lower bound
+/// before it — counting every match up front would read all of the caller's tasks.
 async fn list(s: &ServerState, who: &Principal, def: &SubagentDefinition, params: &Value) -> Result<Value, RpcError> {
     let p = parse_list(params)?;
     let d = Dialect::V1;
@@ -1341,28 +1395,45 @@ async fn list(s: &ServerState, who: &Principal, def: &SubagentDefinition, params
     if let Err(e) = store.flush().await {
         tracing::warn!(error = %e, "store flush before ListTasks failed");
     }
-    let all = store.tasks().await.map_err(|e| {
-        tracing::error!(error = %e, "listing tasks failed");
-        RpcError::internal("the task store could not be read")
-    })?;
-    let mut views: Vec<View> = all
-        .into_iter()
-        .filter(|r| r.subagent_type == def.name && who.owns(&r.user_id))
-        .filter(|r| p.context_id.as_deref().is_none_or(|c| c == r.session_id))
-        // A running task's record in the store may lag behind the live one.
-        .map(|r| s.engine.live(&r.task_id).map(|l| l.record()).unwrap_or(r))
-        .map(|r| view(s, r, &[]))
-        .collect();
-    if let Some(st) = p.state {
-        views.retain(|v| v.state() == st);
+    let (listed, mut before) = match p.after {
+        Some(t) => (t.listed, t.cursor),
+        None => (0, TaskCursor::START),
+    };
+    let user_id = who.listing_user();
+    let mut page: Vec<Value> = vec![];
+    let (mut scanned, mut more) = (0, true);
+    while more && page.len() < p.page_size && scanned < MAX_LIST_SCAN {
+        let query = TaskQuery { user_id: user_id.clone(), before: before.clone(), limit: MAX_LIST_SCAN - scanned };
+        let got = store.list_tasks(&query).await.map_err(|e| {
+            tracing::error!(error = %e, "listing tasks failed");
+            RpcError::internal("the task store could not be read")
+        })?;
+        more = got.next.is_some();
+        let read = got.tasks.len();
+        for (i, r) in got.tasks.into_iter().enumerate() {
+            scanned += 1;
+            before = TaskCursor::of(&r);
+            if r.subagent_type != def.name
+                || !who.owns(&r.user_id)
+                || p.context_id.as_deref().is_some_and(|c| c != r.session_id)
+            {
+                continue;
+            }
+            // A running task's record in the store may lag behind the live one.
+            let v = view(s, s.engine.live(&r.task_id).map(|l| l.record()).unwrap_or(r), &[]);
+            if p.state.is_some_and(|st| v.state() != st) {
+                continue;
+            }
+            page.push(v.task(d, p.include_artifacts));
+            if page.len() == p.page_size {
+                more |= i + 1 < read;
+                break;
+            }
+        }
     }
-    views.sort_by(|a, b| b.rec.created_at_ms.cmp(&a.rec.created_at_ms).then_with(|| b.rec.task_id.cmp(&a.rec.task_id)));
-    let total = views.len();
-    let page: Vec<Value> =
-        views.iter().skip(p.offset).take(p.page_size).map(|v| v.task(d, p.include_artifacts)).collect();
-    let next = p.offset.saturating_add(page.len());
-    let next_token = if next < total { next.to_string() } else { String::new() };
-    Ok(json!({ "tasks": page, "nextPageToken": next_token, "pageSize": p.page_size, "totalSize": total }))
+    let listed = listed.saturating_add(page.len() as u64);
+    let next_token = if more { PageToken { listed, cursor: before }.token() } else { String::new() };
+    Ok(json!({ "tasks": page, "nextPageToken": next_token, "pageSize": p.page_size, "totalSize": listed }))
 }
 
 async fn stream_send(
@@ -1820,5 +1891,40 @@ mod tests {
                 && !resumable("CLAUDE", TaskState::Canceled)
                 && !resumable("CLAUDE", TaskState::Working)
         );
+    }
+
+    /// Regression: the remembered contexts were one map for every user, cleared whole when
+    /// it filled, so one tenant opening many contexts pushed every other tenant's lookups
+    /// onto a scan of the task store. Each user's contexts are bounded on their own.
+    #[test]
+    fn regression_one_users_context_churn_never_evicts_anothers() {
+        let (alice, bob) = ("regression-churn-alice", "regression-churn-bob");
+        let key = |n: usize| (format!("ctx-{n}"), "greeter".to_owned());
+        remember(alice, key(0), "task_alice");
+        for n in 0..=MAX_REMEMBERED_CONTEXTS {
+            remember(bob, key(n), &format!("task_bob_{n}"));
+        }
+        assert_eq!(remembered(alice, &key(0)), Some(vec!["task_alice".to_owned()]));
+        // Bob's own memory started over when it filled, and holds his newest context.
+        assert_eq!(remembered(bob, &key(0)), None);
+        let newest = key(MAX_REMEMBERED_CONTEXTS);
+        assert_eq!(remembered(bob, &newest), Some(vec![format!("task_bob_{MAX_REMEMBERED_CONTEXTS}")]));
+    }
+
+    proptest! {
+        /// A page token reads back as given; text it never gave out is refused.
+        #[test]
+        fn page_tokens_read_back(listed in any::<u64>(), created in 0..=i64::MAX as u64, id in "[a-z0-9_]{1,40}") {
+            let t = PageToken { listed, cursor: TaskCursor { created_at_ms: created, task_id: id } };
+            prop_assert_eq!(PageToken::parse(&t.token()), Some(t));
+        }
+    }
+
+    #[test]
+    fn made_up_page_tokens_are_invalid_params() {
+        for junk in ["50", "x.1.task_a", "1.x.task_a", "1.2.", "-1.2.task_a", "1.2"] {
+            let e = parse_list(&json!({ "pageToken": junk })).unwrap_err();
+            assert_eq!(e.code, RpcError::INVALID_PARAMS, "{junk}");
+        }
     }
 }

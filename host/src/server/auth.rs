@@ -101,6 +101,12 @@ impl Principal {
         if self.is_admin() { warden_approval::Authority::Admin } else { warden_approval::Authority::User }
     }
 
+    /// The user whose tasks a listing of this principal asks the store for: its own
+    /// user's alone, or every user's (`None`) for an admin.
+    pub fn listing_user(&self) -> Option<String> {
+        if self.is_admin() { None } else { Some(self.default_user.clone()) }
+    }
+
     /// Whether the tasks, events, files and sessions of `user_id` are this principal's to see.
     pub fn owns(&self, user_id: &str) -> bool {
         self.is_admin() || user_id == self.default_user

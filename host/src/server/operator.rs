@@ -81,7 +81,7 @@ pub(super) async fn list_tasks(
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "`cursor` is not a next_cursor of this listing")
         })?,
     };
-    let user_id = if who.is_admin() { None } else { Some(who.default_user.clone()) };
+    let user_id = who.listing_user();
     let store = s.engine.store();
     if let Err(e) = store.flush().await {
         tracing::warn!(error = %e, "store flush before a task listing failed");

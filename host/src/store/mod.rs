@@ -163,7 +163,8 @@ impl TaskCursor {
             .then(|| TaskCursor { created_at_ms, task_id: id.to_owned() })
     }
 
-    fn of(rec: &TaskRecord) -> TaskCursor {
+    /// The cursor just after `rec` in a listing (the next page starts after it).
+    pub fn of(rec: &TaskRecord) -> TaskCursor {
         TaskCursor { created_at_ms: rec.created_at_ms, task_id: rec.task_id.clone() }
     }
 }

@@ -12,15 +12,19 @@ use wasmtime::component::Resource;
 
 use super::latest;
 use crate::plugin::{GuestError, SubagentDefinition};
+use crate::runtime::host::ImportError;
 use crate::runtime::host_state::{BodyStream, HostState};
 
 wasmtime::component::bindgen!({
     path: "../wit/0.1.0",
     world: "plugin",
-    imports: { default: async },
+    imports: { default: async | trappable },
     exports: { default: async },
     with: {
         "warden:plugin/http.body-stream": crate::runtime::host_state::BodyStream,
+    },
+    trappable_error_type: {
+        "warden:plugin/types.error" => crate::runtime::host::ImportError,
     },
 });
 
@@ -123,28 +127,36 @@ same_record!(model::CompletionRequest, latest::model::CompletionRequest { model,
 same_record!(model::Completion, latest::model::Completion { finish_reason, reasoning } into { message });
 same_record!(tools::ToolResult, latest::tools::ToolResult { id, content, is_error });
 
-impl types::Host for HostState {}
+impl types::Host for HostState {
+    /// The one conversion of 0.1.0 imports' errors: the latest's (scrubbed), then mapped.
+    fn convert_error(&mut self, e: ImportError) -> wasmtime::Result<Error> {
+        latest::types::Host::convert_error(self, e).map(Error::from)
+    }
+}
 
 impl log::Host for HostState {
-    async fn write(&mut self, level: log::Level, message: String) -> Result<(), Error> {
-        latest::log::Host::write(self, level.into(), message).await.map_err(Error::from)
+    async fn write(&mut self, level: log::Level, message: String) -> Result<(), ImportError> {
+        latest::log::Host::write(self, level.into(), message).await
     }
 }
 
 impl http::Host for HostState {
-    async fn send(&mut self, req: http::Request) -> Result<http::Response, Error> {
-        latest::http::Host::send(self, req.into()).await.map(Into::into).map_err(Error::from)
+    async fn send(&mut self, req: http::Request) -> Result<http::Response, ImportError> {
+        latest::http::Host::send(self, req.into()).await.map(Into::into)
     }
 
-    async fn send_streaming(&mut self, req: http::Request) -> Result<(http::StreamHead, Resource<BodyStream>), Error> {
-        let (head, body) = latest::http::Host::send_streaming(self, req.into()).await.map_err(Error::from)?;
+    async fn send_streaming(
+        &mut self,
+        req: http::Request,
+    ) -> Result<(http::StreamHead, Resource<BodyStream>), ImportError> {
+        let (head, body) = latest::http::Host::send_streaming(self, req.into()).await?;
         Ok((head.into(), body))
     }
 }
 
 impl http::HostBodyStream for HostState {
-    async fn next(&mut self, stream: Resource<BodyStream>) -> Result<Option<Vec<u8>>, Error> {
-        latest::http::HostBodyStream::next(self, stream).await.map_err(Error::from)
+    async fn next(&mut self, stream: Resource<BodyStream>) -> Result<Option<Vec<u8>>, ImportError> {
+        latest::http::HostBodyStream::next(self, stream).await
     }
 
     async fn drop(&mut self, stream: Resource<BodyStream>) -> wasmtime::Result<()> {
@@ -153,47 +165,47 @@ impl http::HostBodyStream for HostState {
 }
 
 impl model::Host for HostState {
-    async fn complete(&mut self, req: model::CompletionRequest) -> Result<model::Completion, Error> {
-        latest::model::Host::complete(self, req.into()).await.map(Into::into).map_err(Error::from)
+    async fn complete(&mut self, req: model::CompletionRequest) -> Result<model::Completion, ImportError> {
+        latest::model::Host::complete(self, req.into()).await.map(Into::into)
     }
 }
 
 impl tools::Host for HostState {
-    async fn list(&mut self) -> Result<Vec<model::ToolSpec>, Error> {
-        let specs = latest::tools::Host::list(self).await.map_err(Error::from)?;
+    async fn list(&mut self) -> Result<Vec<model::ToolSpec>, ImportError> {
+        let specs = latest::tools::Host::list(self).await?;
         Ok(specs.into_iter().map(Into::into).collect())
     }
 
-    async fn call(&mut self, calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, Error> {
+    async fn call(&mut self, calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, ImportError> {
         let calls = calls.into_iter().map(Into::into).collect();
-        let results = latest::tools::Host::call(self, calls).await.map_err(Error::from)?;
+        let results = latest::tools::Host::call(self, calls).await?;
         Ok(results.into_iter().map(Into::into).collect())
     }
 }
 
 impl events::Host for HostState {
-    async fn emit(&mut self, kind: String, data: String) -> Result<(), Error> {
-        latest::events::Host::emit(self, kind, data).await.map_err(Error::from)
+    async fn emit(&mut self, kind: String, data: String) -> Result<(), ImportError> {
+        latest::events::Host::emit(self, kind, data).await
     }
 }
 
 impl state::Host for HostState {
-    async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, Error> {
-        latest::state::Host::get(self, key).await.map_err(Error::from)
+    async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, ImportError> {
+        latest::state::Host::get(self, key).await
     }
 
-    async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), Error> {
-        latest::state::Host::set(self, key, value).await.map_err(Error::from)
+    async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), ImportError> {
+        latest::state::Host::set(self, key, value).await
     }
 
-    async fn delete(&mut self, key: String) -> Result<(), Error> {
-        latest::state::Host::delete(self, key).await.map_err(Error::from)
+    async fn delete(&mut self, key: String) -> Result<(), ImportError> {
+        latest::state::Host::delete(self, key).await
     }
 }
 
 impl resources::Host for HostState {
-    async fn read(&mut self, uri: String) -> Result<Vec<u8>, Error> {
-        latest::resources::Host::read(self, uri).await.map_err(Error::from)
+    async fn read(&mut self, uri: String) -> Result<Vec<u8>, ImportError> {
+        latest::resources::Host::read(self, uri).await
     }
 }
 

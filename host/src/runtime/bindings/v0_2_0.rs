@@ -8,10 +8,21 @@ use crate::plugin::{GuestError, PluginInfo, SubagentDefinition, SubagentReferenc
 wasmtime::component::bindgen!({
     path: "../wit/0.2.0",
     world: "plugin",
-    imports: { default: async },
+    // Fallible imports return `Result<_, ImportError>` (`trappable_error_type` below); the
+    // infallible ones (`clock` readings, `cancel`) stay plain.
+    imports: {
+        default: async | trappable,
+        "warden:plugin/clock.now-ms": async,
+        "warden:plugin/clock.remaining-ms": async,
+        "warden:plugin/cancel": async,
+    },
     exports: { default: async },
     with: {
         "warden:plugin/http.body-stream": crate::runtime::host_state::BodyStream,
+    },
+    // Every import's error reaches the plugin through `convert_error` (scrubbed).
+    trappable_error_type: {
+        "warden:plugin/types.error" => crate::runtime::host::ImportError,
     },
 });
 

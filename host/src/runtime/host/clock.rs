@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::super::bindings::latest::clock;
-use super::{Error, HostState, interruptible};
+use super::{Error, HostState, ImportError, interruptible};
 
 /// The origin of `clock.now-ms`: fixed at the first reading for the host's lifetime, so
 /// readings from different calls compare.
@@ -19,16 +19,9 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-impl clock::Host for HostState {
-    async fn now_ms(&mut self) -> u64 {
-        millis(origin().elapsed())
-    }
-
-    async fn remaining_ms(&mut self) -> u64 {
-        millis(self.scope.remaining())
-    }
-
-    async fn sleep(&mut self, ms: u64) -> Result<(), Error> {
+impl HostState {
+    /// `clock.sleep` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn clock_sleep(&mut self, ms: u64) -> Result<(), Error> {
         let left = self.scope.remaining();
         let asked = Duration::from_millis(ms);
         if asked >= left {
@@ -43,5 +36,19 @@ impl clock::Host for HostState {
             Ok(())
         })
         .await
+    }
+}
+
+impl clock::Host for HostState {
+    async fn now_ms(&mut self) -> u64 {
+        millis(origin().elapsed())
+    }
+
+    async fn remaining_ms(&mut self) -> u64 {
+        millis(self.scope.remaining())
+    }
+
+    async fn sleep(&mut self, ms: u64) -> Result<(), ImportError> {
+        Ok(self.clock_sleep(ms).await?)
     }
 }

@@ -1,14 +1,15 @@
 //! `events`: progress events into the task's stream; host kinds refused, budgeted per call.
 
 use super::super::bindings::latest::events;
-use super::{Error, HostState, bounded, floor_char_boundary, over_budget};
+use super::{Error, HostState, ImportError, bounded, floor_char_boundary, over_budget};
 use crate::capability::Capability;
 use crate::event::TaskEvent;
 use crate::plugin::PluginEvent;
 use crate::services::{MAX_EVENT_BYTES, MAX_EVENT_KIND_BYTES};
 
-impl events::Host for HostState {
-    async fn emit(&mut self, kind: String, data: String) -> Result<(), Error> {
+impl HostState {
+    /// `events.emit` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn events_emit(&mut self, kind: String, data: String) -> Result<(), Error> {
         self.check(Capability::Events)?;
         bounded("event data (bytes)", data.len(), MAX_EVENT_BYTES)?;
         if kind.is_empty()
@@ -45,5 +46,11 @@ impl events::Host for HostState {
         let Some(sink) = self.scope.events() else { return Ok(()) };
         let event = TaskEvent::Plugin(PluginEvent { plugin: self.scope.plugin.to_string(), kind, data });
         sink.send(event).await.map_err(|_| Error::Unavailable("the task's event stream is closed".into()))
+    }
+}
+
+impl events::Host for HostState {
+    async fn emit(&mut self, kind: String, data: String) -> Result<(), ImportError> {
+        Ok(self.events_emit(kind, data).await?)
     }
 }

@@ -8,7 +8,7 @@ use wasmtime::component::Resource;
 
 use super::super::bindings::latest::http;
 use super::super::host_state::BodyStream;
-use super::{Error, HostState, bounded, interruptible, over_budget};
+use super::{Error, HostState, ImportError, bounded, interruptible, over_budget};
 use crate::capability::{Denied, Grants, Reach};
 use crate::redact::{ByteStreamScrubber, Redactor};
 use crate::services::PluginHttp;
@@ -299,8 +299,9 @@ fn response_headers(resp: &reqwest::Response, secret: Option<&Redactor>) -> Vec<
         .collect()
 }
 
-impl http::Host for HostState {
-    async fn send(&mut self, req: http::Request) -> Result<http::Response, Error> {
+impl HostState {
+    /// `http.send` (the WIT error is made of its error by [`super::to_plugin`]).
+    pub(super) async fn http_send(&mut self, req: http::Request) -> Result<http::Response, Error> {
         let out = self.prepare(req)?;
         let timeout = out.timeout;
         let cancel = self.cancel_watch();
@@ -336,7 +337,11 @@ impl http::Host for HostState {
         Ok(http::Response { status, headers, body })
     }
 
-    async fn send_streaming(&mut self, req: http::Request) -> Result<(http::StreamHead, Resource<BodyStream>), Error> {
+    /// `http.send-streaming` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn http_send_streaming(
+        &mut self,
+        req: http::Request,
+    ) -> Result<(http::StreamHead, Resource<BodyStream>), Error> {
         let budgets = self.scope.services.budgets;
         if self.usage.open_streams >= budgets.max_http_streams_per_call {
             return Err(over_budget(
@@ -361,8 +366,22 @@ impl http::Host for HostState {
     }
 }
 
-impl http::HostBodyStream for HostState {
-    async fn next(&mut self, stream: Resource<BodyStream>) -> Result<Option<Vec<u8>>, Error> {
+impl http::Host for HostState {
+    async fn send(&mut self, req: http::Request) -> Result<http::Response, ImportError> {
+        Ok(self.http_send(req).await?)
+    }
+
+    async fn send_streaming(
+        &mut self,
+        req: http::Request,
+    ) -> Result<(http::StreamHead, Resource<BodyStream>), ImportError> {
+        Ok(self.http_send_streaming(req).await?)
+    }
+}
+
+impl HostState {
+    /// `http.body-stream.next` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn http_body_next(&mut self, stream: Resource<BodyStream>) -> Result<Option<Vec<u8>>, Error> {
         let timeout = self.io_timeout(None)?;
         let cancel = self.cancel_watch();
         let body = self.table.get_mut(&stream).map_err(|e| Error::InvalidInput(format!("unknown body stream: {e}")))?;
@@ -390,6 +409,12 @@ impl http::HostBodyStream for HostState {
             Some((r, s)) => s.push(r, &chunk),
             None => chunk.to_vec(),
         }))
+    }
+}
+
+impl http::HostBodyStream for HostState {
+    async fn next(&mut self, stream: Resource<BodyStream>) -> Result<Option<Vec<u8>>, ImportError> {
+        Ok(self.http_body_next(stream).await?)
     }
 
     async fn drop(&mut self, stream: Resource<BodyStream>) -> wasmtime::Result<()> {

@@ -1,7 +1,7 @@
 //! `log`: one line per write, tagged with plugin, task and session; budgeted per call.
 
 use super::super::bindings::latest::log;
-use super::{Error, HostState, floor_char_boundary, over_budget};
+use super::{Error, HostState, ImportError, floor_char_boundary, over_budget};
 use crate::capability::Capability;
 use crate::services::MAX_LOG_LINE;
 
@@ -11,8 +11,9 @@ pub const MAX_RESOLVE_WARNINGS: usize = 20;
 /// Longest warning kept as a problem, in bytes (after escaping); longer ones are cut.
 pub const MAX_RESOLVE_WARNING_CHARS: usize = 512;
 
-impl log::Host for HostState {
-    async fn write(&mut self, level: log::Level, message: String) -> Result<(), Error> {
+impl HostState {
+    /// `log.write` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn log_write(&mut self, level: log::Level, message: String) -> Result<(), Error> {
         self.check(Capability::Log)?;
         let budgets = self.scope.services.budgets;
         let usage = &mut self.usage;
@@ -53,5 +54,11 @@ impl log::Host for HostState {
             log::Level::Error => tracing::error!(plugin, task_id = task, session, "{message}"),
         }
         Ok(())
+    }
+}
+
+impl log::Host for HostState {
+    async fn write(&mut self, level: log::Level, message: String) -> Result<(), ImportError> {
+        Ok(self.log_write(level, message).await?)
     }
 }

@@ -96,7 +96,51 @@ async fn interruptible<T>(
     }
 }
 
-impl types::Host for HostState {}
+/// A host import's failure on its way to the plugin. Every fallible import returns it
+/// and bindgen turns it into the WIT `error` at one place ([`types::Host::convert_error`],
+/// `trappable_error_type` in [`super::bindings`]), which scrubs every secret this process
+/// holds from its text ([`to_plugin`]): an error that quotes a model provider's or a
+/// server's answer (which may echo the key it rejected) never hands the plugin a credential.
+#[derive(Debug)]
+pub struct ImportError(pub Error);
+
+impl From<Error> for ImportError {
+    fn from(e: Error) -> Self {
+        ImportError(e)
+    }
+}
+
+impl std::fmt::Display for ImportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl std::error::Error for ImportError {}
+
+/// The WIT error an import's failure reaches the plugin as: its text scrubbed of every
+/// secret the process was given (host credentials — model API keys, egress and MCP
+/// credentials, API tokens — and every session's), as error messages are elsewhere.
+pub(crate) fn to_plugin(e: ImportError) -> Error {
+    let scrub = |m: String| crate::redact::registry().all().scrub(&m).into_owned();
+    match e.0 {
+        Error::NotFound(m) => Error::NotFound(scrub(m)),
+        Error::InvalidInput(m) => Error::InvalidInput(scrub(m)),
+        Error::Denied(m) => Error::Denied(scrub(m)),
+        Error::Timeout(m) => Error::Timeout(scrub(m)),
+        Error::Remote(m) => Error::Remote(scrub(m)),
+        Error::Unavailable(m) => Error::Unavailable(scrub(m)),
+        Error::InputRequired(m) => Error::InputRequired(scrub(m)),
+        Error::Internal(m) => Error::Internal(scrub(m)),
+        Error::Canceled(m) => Error::Canceled(scrub(m)),
+    }
+}
+
+impl types::Host for HostState {
+    fn convert_error(&mut self, e: ImportError) -> wasmtime::Result<Error> {
+        Ok(to_plugin(e))
+    }
+}
 
 /// The largest index `<= at` on a char boundary of `s`.
 fn floor_char_boundary(s: &str, at: usize) -> usize {
@@ -119,4 +163,32 @@ fn parse_arguments(tool: &str, text: &str) -> Result<serde_json::Value, Error> {
     }
     serde_json::from_str(text)
         .map_err(|e| Error::InvalidInput(format!("arguments of tool call {tool:?} are not JSON: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant's text is scrubbed of a registered credential on its way out.
+    #[test]
+    fn regression_every_import_error_variant_is_scrubbed_for_the_plugin() {
+        const KEY: &str = "sk-unit-import-error-fedcba9876543210";
+        crate::redact::registry().remember_host(&[KEY]).unwrap();
+        let text = || format!("HTTP 401: {{\"error\": \"invalid api key {KEY}\"}}");
+        let all = [
+            Error::NotFound(text()),
+            Error::InvalidInput(text()),
+            Error::Denied(text()),
+            Error::Timeout(text()),
+            Error::Remote(text()),
+            Error::Unavailable(text()),
+            Error::InputRequired(text()),
+            Error::Internal(text()),
+            Error::Canceled(text()),
+        ];
+        for e in all {
+            let out = format!("{:?}", to_plugin(ImportError(e)));
+            assert!(!out.contains(KEY) && out.contains(crate::redact::REDACTED), "{out}");
+        }
+    }
 }

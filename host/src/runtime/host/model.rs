@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::super::bindings::latest::model;
-use super::{Error, HostState, bounded, check_tool_call, interruptible, parse_arguments};
+use super::{Error, HostState, ImportError, bounded, check_tool_call, interruptible, parse_arguments};
 use crate::capability::Capability;
 use crate::event::{ModelStream, TaskEvent};
 use crate::services::{
@@ -80,8 +80,9 @@ fn from_model_message(m: warden_models::Message) -> model::Message {
     }
 }
 
-impl model::Host for HostState {
-    async fn complete(&mut self, req: model::CompletionRequest) -> Result<model::Completion, Error> {
+impl HostState {
+    /// `model.complete` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn model_complete(&mut self, req: model::CompletionRequest) -> Result<model::Completion, Error> {
         self.check(Capability::Model)?;
         check_model_request(&req)?;
         let router = self.scope.services.models.clone().map_err(Error::Unavailable)?;
@@ -143,5 +144,11 @@ impl model::Host for HostState {
             },
             reasoning: response.reasoning,
         })
+    }
+}
+
+impl model::Host for HostState {
+    async fn complete(&mut self, req: model::CompletionRequest) -> Result<model::Completion, ImportError> {
+        Ok(self.model_complete(req).await?)
     }
 }

@@ -1,12 +1,13 @@
 //! `resources`: definition files under the agent directories, allowed URLs, built-ins.
 
 use super::super::bindings::latest::{http, resources};
-use super::{Error, HostState, bounded};
+use super::{Error, HostState, ImportError, bounded};
 use crate::capability::Capability;
 use crate::services::{MAX_RESOURCE_BYTES, MAX_URL_BYTES};
 
-impl resources::Host for HostState {
-    async fn read(&mut self, uri: String) -> Result<Vec<u8>, Error> {
+impl HostState {
+    /// `resources.read` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn resources_read(&mut self, uri: String) -> Result<Vec<u8>, Error> {
         self.check(Capability::Resources)?;
         bounded("the resource URI (bytes)", uri.len(), MAX_URL_BYTES)?;
         if uri.contains('\0') {
@@ -21,7 +22,7 @@ impl resources::Host for HostState {
                 timeout_ms: None,
                 auth_secret: None,
             };
-            let resp = http::Host::send(self, req).await?;
+            let resp = self.http_send(req).await?;
             if !(200..300).contains(&resp.status) {
                 return Err(Error::Remote(format!("resource fetch returned HTTP {}", resp.status)));
             }
@@ -40,6 +41,12 @@ impl resources::Host for HostState {
             Ok(Err(e)) => Err(Error::Internal(format!("reading the resource failed: {e}"))),
             Err(_) => Err(Error::Timeout("reading the resource timed out".into())),
         }
+    }
+}
+
+impl resources::Host for HostState {
+    async fn read(&mut self, uri: String) -> Result<Vec<u8>, ImportError> {
+        Ok(self.resources_read(uri).await?)
     }
 }
 

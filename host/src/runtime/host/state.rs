@@ -2,30 +2,47 @@
 //! ([`crate::plugin_state`]).
 
 use super::super::bindings::latest::state;
-use super::{Error, HostState};
+use super::{Error, HostState, ImportError};
 use crate::capability::Capability;
 use crate::services::{StateError, StateNamespace, StateStore};
 
-impl state::Host for HostState {
-    async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, Error> {
+impl HostState {
+    /// `state.get` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn state_get(&mut self, key: String) -> Result<Option<Vec<u8>>, Error> {
         self.check(Capability::State)?;
         StateStore::check_key(&key, &self.scope.services.budgets).map_err(|e| Error::InvalidInput(e.to_string()))?;
         let got = self.scope.services.state.get(&self.state_namespace(), &key).await;
         got.map_err(|e| self.state_error("get", e))
     }
 
-    async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), Error> {
+    /// `state.set` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn state_set(&mut self, key: String, value: Vec<u8>) -> Result<(), Error> {
         self.check(Capability::State)?;
         let services = &self.scope.services;
         let done = services.state.set(&self.state_namespace(), &key, value, &services.budgets).await;
         done.map_err(|e| self.state_error("set", e))
     }
 
-    async fn delete(&mut self, key: String) -> Result<(), Error> {
+    /// `state.delete` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn state_delete(&mut self, key: String) -> Result<(), Error> {
         self.check(Capability::State)?;
         StateStore::check_key(&key, &self.scope.services.budgets).map_err(|e| Error::InvalidInput(e.to_string()))?;
         let done = self.scope.services.state.delete(&self.state_namespace(), &key).await;
         done.map_err(|e| self.state_error("delete", e))
+    }
+}
+
+impl state::Host for HostState {
+    async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, ImportError> {
+        Ok(self.state_get(key).await?)
+    }
+
+    async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), ImportError> {
+        Ok(self.state_set(key, value).await?)
+    }
+
+    async fn delete(&mut self, key: String) -> Result<(), ImportError> {
+        Ok(self.state_delete(key).await?)
     }
 }
 

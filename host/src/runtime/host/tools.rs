@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::super::bindings::latest::{model, tools};
-use super::{Error, HostState, bounded, check_tool_call, interruptible, parse_arguments};
+use super::{Error, HostState, ImportError, bounded, check_tool_call, interruptible, parse_arguments};
 use crate::capability::Capability;
 use crate::services::MAX_TOOL_CALLS_PER_BATCH;
 
@@ -32,8 +32,9 @@ fn may_use(scope: &crate::scope::TaskScope, name: &str) -> bool {
     crate::nesting::tools_allow(scope.allowed_tools.as_deref(), &scope.inherited_tools, name)
 }
 
-impl tools::Host for HostState {
-    async fn list(&mut self) -> Result<Vec<model::ToolSpec>, Error> {
+impl HostState {
+    /// `tools.list` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn tools_list(&mut self) -> Result<Vec<model::ToolSpec>, Error> {
         let (host, scope) = self.tool_host()?;
         Ok(host
             .list(&scope)
@@ -48,7 +49,8 @@ impl tools::Host for HostState {
             .collect())
     }
 
-    async fn call(&mut self, calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, Error> {
+    /// `tools.call` (the WIT error is made of its error by [`super::to_plugin`]).
+    async fn tools_call(&mut self, calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, Error> {
         let (host, scope) = self.tool_host()?;
         bounded("the number of tool calls in one batch", calls.len(), MAX_TOOL_CALLS_PER_BATCH)?;
         for c in &calls {
@@ -81,5 +83,15 @@ impl tools::Host for HostState {
             results[i] = Some(tools::ToolResult { id: c.id, content, is_error: true });
         }
         Ok(results.into_iter().flatten().collect())
+    }
+}
+
+impl tools::Host for HostState {
+    async fn list(&mut self) -> Result<Vec<model::ToolSpec>, ImportError> {
+        Ok(self.tools_list().await?)
+    }
+
+    async fn call(&mut self, calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, ImportError> {
+        Ok(self.tools_call(calls).await?)
     }
 }
