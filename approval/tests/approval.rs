@@ -566,7 +566,10 @@ mod splitter_fuzz {
         ) {
             let prefix = words.join(" ");
             let rule = format!("Bash({prefix}:*)");
-            let p = policy(&[rule.as_str()], &[], &[]);
+            // A reserved word alone (`if:*`) is no command pattern: such a rule is refused.
+            let p = Policy::from_config(PolicyConfig { allow: vec![rule.clone()], ..Default::default() });
+            prop_assume!(p.is_ok(), "{} is refused", rule);
+            let p = p.unwrap();
             let decide = |cmd: &str| p.evaluate("Bash", &json!({ "command": cmd }), &ctx()).decision;
             let rest = if args.is_empty() { String::new() } else { format!(" {}", args.join(" ")) };
             // Keywords the recognizer strips (`if`, `do`, ...) or refuses are not commands.
