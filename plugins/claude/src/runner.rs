@@ -360,9 +360,12 @@ fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<Tool
         }
         Err(e) => return Err(e.context("listing the session's tools")),
     };
-    let selection = toolset::select(available, protocol.tools.as_deref(), &protocol.disallowed_tools);
+    let mut selection = toolset::select(available, protocol.tools.as_deref(), &protocol.disallowed_tools);
     for warning in &selection.warnings {
         host.log(Level::Warn, warning);
+    }
+    if !protocol.hooks.is_empty() && toolset::drop_nesting_tool(&mut selection.tools) {
+        host.log(Level::Warn, toolset::HOOKS_STOP_NESTING);
     }
     Ok(selection.tools)
 }

@@ -42,6 +42,20 @@ pub fn base_name(entry: &str) -> (&str, bool) {
     }
 }
 
+/// Why an agent with hooks is not offered the nesting tool: its hooks run only for its own
+/// calls (they are its agent file's, run by this plugin), so a subagent it started would
+/// make the calls its hooks forbid, unchecked (regression: delegating a call to a child
+/// bypassed the parent's `PreToolUse` hooks).
+pub const HOOKS_STOP_NESTING: &str =
+    "tool `Agent` not offered: this agent has hooks, which would not apply to the calls of the subagents it starts";
+
+/// Removes the host's nesting tool from `tools`; whether it was there.
+pub fn drop_nesting_tool(tools: &mut Vec<ToolSpec>) -> bool {
+    let before = tools.len();
+    tools.retain(|t| t.name != HOST_NESTING_TOOL);
+    tools.len() != before
+}
+
 pub fn select(available: Vec<ToolSpec>, allow: Option<&[String]>, deny: &[String]) -> Selection {
     let mut warnings = Vec::new();
     let known = |name: &str| available.iter().any(|t| t.name == name);

@@ -452,6 +452,24 @@ fn hooks_run_as_bash_calls_and_only_narrow() {
     assert_eq!(host.tool_names_offered(0), ["Read", "Write"]);
 }
 
+/// Regression: a parent's `PreToolUse` hooks did not apply to the subagents it started, so
+/// delegating a forbidden call to a child (`Agent`) ran it unchecked. An agent with hooks is
+/// not offered the nesting tool; the same agent without hooks is.
+#[test]
+fn regression_an_agent_with_hooks_could_delegate_past_them() {
+    let hooked = agent_from(
+        "tools: Bash, Agent(helper)\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ command: ./guard.sh }]\n",
+        "You help.",
+    );
+    let plain = agent_from("tools: Bash, Agent(helper)\n", "You help.");
+    for (agent, offered) in [(&hooked, vec!["Bash"]), (&plain, vec!["Bash", "Agent"])] {
+        let mut host = FakeHost::new(vec![text("done")]);
+        host.tools = Ok(vec![spec("Bash"), spec("Agent"), spec("Read")]);
+        assert_eq!(run(&mut host, &task("t1", "go"), agent).unwrap(), "done");
+        assert_eq!(host.tool_names_offered(0), offered);
+    }
+}
+
 #[test]
 fn a_hook_that_asks_or_cannot_run_declines_the_call() {
     let agent =
