@@ -59,40 +59,23 @@ impl BashPattern {
             BashPattern::Prefix(p) => {
                 p.starts_with(fixed) || fixed.strip_prefix(p.as_str()).is_some_and(|rest| rest.starts_with(WORD_BREAK))
             }
-            BashPattern::Glob(p) => wildcard_prefix_match(p.as_bytes(), fixed.as_bytes()),
+            // The whole of `fixed` consumed, the rest of the pattern can always be completed.
+            BashPattern::Glob(p) => wildcard_consume(p.as_bytes(), fixed.as_bytes()).is_some(),
         }
     }
-}
-
-/// Whether `p` (with `*` wildcards) matches some text that starts with `t`: the whole of
-/// `t` is consumed by the pattern and its rest can always be completed.
-fn wildcard_prefix_match(p: &[u8], t: &[u8]) -> bool {
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    true
 }
 
 /// A word break then `*`: the optional last word of a glob (`Bash(ls *)`).
 const OPTIONAL_TAIL: &str = "\u{1f}*";
 
 /// `*` matches any byte sequence; every other byte matches itself.
-/// Iterative with single-star backtracking: O(pattern × text), no recursion.
 fn wildcard_match(p: &[u8], t: &[u8]) -> bool {
+    wildcard_consume(p, t).is_some_and(|pi| p[pi..].iter().all(|&c| c == b'*'))
+}
+
+/// Matches all of `t` against a start of `p`; where in `p` the match ended, if it can.
+/// Iterative with single-star backtracking: O(pattern × text), no recursion.
+fn wildcard_consume(p: &[u8], t: &[u8]) -> Option<usize> {
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
@@ -107,10 +90,10 @@ fn wildcard_match(p: &[u8], t: &[u8]) -> bool {
             ti = st + 1;
             star = Some((sp, st + 1));
         } else {
-            return false;
+            return None;
         }
     }
-    p[pi..].iter().all(|&c| c == b'*')
+    Some(pi)
 }
 
 /// Lexically normalise `path` against `base` (used when `path` is relative):
