@@ -232,6 +232,10 @@ def run(argv, env, timeout, grace, out, err, pass_fds=(), state=None):
     """Runs argv in its own session with stdout/stderr to the anonymous files out/err
     (and, for Bash, the state file as fd 3); returns (code, timed_out)."""
     STARTED[0] += 1
+    # Orphans (reparented to init) belong to no live call: killed before this command
+    # starts, so nothing a session process (a stdio MCP server) left running, nor a call
+    # whose sweep did not run, ever runs beside it and reads its environment.
+    sweep(False)
     if state is not None:
         pass_fds = tuple(pass_fds) + (state.fileno(),)
     try:

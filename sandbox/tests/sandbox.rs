@@ -1627,6 +1627,26 @@ mod boundary {
         sb.shutdown().await.unwrap();
     }
 
+    /// Regression (second review): a program left running by a session process (an MCP
+    /// server running git, whose `core.fsmonitor` the model wrote) was orphaned to init and
+    /// ran until some command ended, beside that command, able to read its environment.
+    /// Orphans are killed before every command starts; the session process lives on.
+    pub async fn an_orphan_of_a_session_process_never_runs_beside_a_later_command(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("session-orphan");
+        let argv: Vec<String> =
+            ["sh", "-c", "(sleep 1007 &); (setsid sleep 1008 &); exec cat"].map(String::from).into();
+        let process = sb.spawn_process(&k, &argv, &[]).await.expect("session process");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let ps = processes(&sb, &k).await;
+        for orphan in ["sleep 1007", "sleep 1008"] {
+            assert!(!ps.contains(orphan), "`{orphan}` ran beside a later command:\n{ps}");
+        }
+        assert!(ps.lines().any(|l| l.trim() == "cat"), "the session process itself lives on:\n{ps}");
+        drop(process);
+        sb.shutdown().await.unwrap();
+    }
+
     /// Regression (egress review): a command that SIGKILLs its own agent (`kill -9 $PPID`)
     /// skipped the agent's sweep, so a `setsid` child outlived the call (and its egress
     /// narrowing) until some later command's sweep.
@@ -2602,6 +2622,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         egress::the_proxy_is_the_only_way_out,
         egress::a_held_narrowing_only_takes_away,
         boundary::a_command_that_kills_its_agent_leaves_nothing_behind,
+        boundary::an_orphan_of_a_session_process_never_runs_beside_a_later_command,
         egress::an_adopted_session_gets_its_proxy_back,
         egress::a_pool_container_has_no_socket_until_bound_and_sees_only_its_own,
         hosts::placement_spreads_sessions_and_a_replica_reaches_them,
