@@ -314,10 +314,15 @@ fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<::redb::Error>> {
                 Write::Task(rec) => {
                     let bytes = serde_json::to_vec(rec).expect("a task record always serialises");
                     let id = rec.task_id.as_str();
-                    tasks.insert(id, bytes.as_slice()).map_err(::redb::Error::from)?;
-                    // A task's creation time and user never change: re-inserting is a no-op.
-                    by_created.insert((rec.created_at_ms, id), ()).map_err(::redb::Error::from)?;
-                    by_user.insert((rec.user_id.as_str(), rec.created_at_ms, id), ()).map_err(::redb::Error::from)?;
+                    let earlier = tasks.insert(id, bytes.as_slice()).map_err(::redb::Error::from)?;
+                    // A task's creation time and user never change: its index rows are
+                    // written with its first record only, not with every update.
+                    if earlier.is_none() {
+                        by_created.insert((rec.created_at_ms, id), ()).map_err(::redb::Error::from)?;
+                        by_user
+                            .insert((rec.user_id.as_str(), rec.created_at_ms, id), ())
+                            .map_err(::redb::Error::from)?;
+                    }
                 }
                 Write::Event { task_id, seq, event } => {
                     let bytes = serde_json::to_vec(event).expect("JSON always serialises");
