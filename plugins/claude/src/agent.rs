@@ -142,8 +142,10 @@ pub const MEMORY_TOOLS: &[&str] = &["Read", "Write", "Edit"];
 /// Where an agent's memory lives: a directory of the session's workspace, one per scope and
 /// agent, named as Claude Code names them under a project (`user` gets its own name since
 /// the sandbox has no home directory). A sandbox session belongs to one principal, so each
-/// directory is per (principal, session, agent); it lasts as long as the session's
-/// workspace. The agent's name is kept to `[A-Za-z0-9._-]` (anything else becomes `-`).
+/// directory is per (principal, session, agent) and lasts as long as the session's
+/// workspace; `user` memory is also saved per (principal, agent) and put back in the
+/// principal's new sessions ([`crate::memory`]). The agent's name is kept to
+/// `[A-Za-z0-9._-]` (anything else becomes `-`).
 pub fn memory_dir(scope: &str, agent: &str) -> String {
     let dir = match scope {
         "user" => "agent-memory-user",
@@ -159,14 +161,19 @@ pub fn memory_dir(scope: &str, agent: &str) -> String {
 }
 
 /// The tools the host lets the agent's tasks call (the definition's typed `tools`): its
-/// `tools` list, plus `Bash` when it has hooks, which run as Bash commands. The plugin still
-/// offers the model only the `tools` list ([`crate::toolset`]), so a hook's Bash is never
+/// `tools` list, plus `Bash` when it has hooks, which run as Bash commands, and `Glob` with
+/// `memory: user`, which lists the memory directory to save it ([`crate::memory`]). The
+/// plugin still offers the model only the `tools` list ([`crate::toolset`]), so neither is
 /// the model's.
 pub fn host_tools(protocol: &ProtocolData) -> Option<Vec<String>> {
     let mut tools = protocol.tools.clone()?;
-    let has_bash = tools.iter().any(|t| t == "*" || crate::toolset::base_name(t) == ("Bash", false));
-    if !protocol.hooks.is_empty() && !has_bash {
+    let has =
+        |tools: &[String], name: &str| tools.iter().any(|t| t == "*" || crate::toolset::base_name(t) == (name, false));
+    if !protocol.hooks.is_empty() && !has(&tools, "Bash") {
         tools.push("Bash".into());
+    }
+    if protocol.memory.as_deref() == Some("user") && !has(&tools, crate::memory::LIST_TOOL) {
+        tools.push(crate::memory::LIST_TOOL.into());
     }
     Some(tools)
 }

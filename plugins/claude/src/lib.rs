@@ -11,6 +11,8 @@
 //!   never a nesting tool).
 //! - [`hooks`]: an agent's `PreToolUse` / `PostToolUse` hooks: parsing, matching, the Bash
 //!   call that runs one in the sandbox and the verdict read from it.
+//! - [`memory`]: `memory: user` across sessions: the memory directory saved in `state`
+//!   when a task ends and restored into a new session's workspace.
 //! - [`runner`]: the agent loop as a state machine over a [`runner::Host`] trait (model,
 //!   tools, state, events, log, resources), with transcripts for `resume`.
 //! - `wasm` (only on `wasm32`): the WIT exports over the real host imports.
@@ -18,6 +20,7 @@
 pub mod agent;
 pub mod frontmatter;
 pub mod hooks;
+pub mod memory;
 pub mod runner;
 pub mod toolset;
 

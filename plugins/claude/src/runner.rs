@@ -18,7 +18,10 @@
 //!    each result ([`crate::hooks`]). After every turn the transcript is stored under
 //!    `transcript/<task-id>`, and before a turn's tool calls run too (a resumed task whose
 //!    host stopped during the calls finds them answered with [`INTERRUPTED_CALL`]); a
-//!    `progress` event says which turn is running.
+//!    `progress` event says which turn is running;
+//! 5. with `memory: user`, saves the memory directory in `state` when the loop ends,
+//!    whatever its outcome ([`crate::memory`]; a fresh task restored it in step 3 when its
+//!    session's directory had no `MEMORY.md`).
 //!
 //! Outcomes: the final assistant text (the parent sees nothing else); `Ok` with an
 //! `error: …` text when the turn limit is hit (tool calls of the last turn are then not run
@@ -33,6 +36,7 @@ use warden_guest::{Completion, CompletionRequest, Error, Message, ToolCall, Tool
 use crate::agent::{ProtocolData, memory_dir, skill_uri};
 use crate::frontmatter;
 use crate::hooks::{self, HookCommand, Hooks, Verdict};
+use crate::memory::{self, INDEX, Restored, UserMemory};
 use crate::toolset;
 
 /// `maxTurns` when the agent does not set it.
@@ -113,7 +117,6 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
         return Err(Error::InvalidInput("task-call prompt is empty: a subagent needs a prompt".into()));
     }
     let protocol = ProtocolData::from_json(&agent.protocol_data)?;
-    let max_turns = protocol.max_turns.filter(|&t| t > 0).unwrap_or(DEFAULT_MAX_TURNS);
     let model = task
         .model
         .as_deref()
@@ -123,18 +126,23 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
         .unwrap_or("")
         .to_string();
 
-    let tools = select_tools(host, &protocol)?;
+    let (tools, available) = select_tools(host, &protocol)?;
+    let mut user_memory = (protocol.memory.as_deref() == Some(USER_SCOPE))
+        .then(|| UserMemory::load(host, &agent.name, &tools, &available));
 
     let messages = match task.resume.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
         Some(earlier) => {
             let mut messages = load_transcript(host, earlier, &agent.name)?;
             messages.push(Message::new("user", task.prompt.clone()));
+            if let Some(memory) = user_memory.as_mut() {
+                memory.list_at_start(host);
+            }
             messages
         }
         None => {
             let mut system = system_prompt(host, agent, &protocol);
             if let Some(scope) = protocol.memory.as_deref() {
-                let memory = memory_prompt(host, &tools, scope, &agent.name);
+                let memory = memory_prompt(host, &tools, scope, &agent.name, user_memory.as_mut());
                 if !system.is_empty() {
                     system.push_str("\n\n");
                 }
@@ -148,23 +156,41 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
             messages
         }
     };
-    let mut transcript = Transcript {
+    let transcript = Transcript {
         version: TRANSCRIPT_VERSION,
         agent: agent.name.clone(),
         task_id: task.task_id.clone(),
         resumed_from: task.resume.clone().filter(|r| !r.trim().is_empty()),
-        model: model.clone(),
+        model,
         turns: 0,
         status: "running".into(),
         messages,
     };
+    let outcome = converse(host, task, agent, &protocol, &tools, transcript);
+    // Whatever the outcome: what the agent noted before a failure is worth keeping.
+    if let Some(memory) = user_memory.as_mut() {
+        memory.save(host);
+    }
+    outcome
+}
 
+/// The loop itself (step 4 of the module docs), from the first model call.
+fn converse(
+    host: &mut dyn Host,
+    task: &TaskInput,
+    agent: &AgentInput,
+    protocol: &ProtocolData,
+    tools: &[ToolSpec],
+    mut transcript: Transcript,
+) -> Result<String, Error> {
+    let max_turns = protocol.max_turns.filter(|&t| t > 0).unwrap_or(DEFAULT_MAX_TURNS);
+    let model = transcript.model.clone();
     for turn in 1..=max_turns {
         host.emit("progress", &serde_json::json!({ "message": format!("turn {turn}") }).to_string());
         let request = CompletionRequest {
             model: model.clone(),
             messages: transcript.messages.clone(),
-            tools: tools.clone(),
+            tools: tools.to_vec(),
             max_tokens: None,
         };
         let completion = host
@@ -204,7 +230,7 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
             // Kept before the calls run: a task that dies meanwhile (a host killed, a
             // deadline) is resumed knowing what it had asked for.
             save(host, &transcript);
-            run_tools(host, &tools, &calls, turn, &protocol.hooks, &task.session_id)?
+            run_tools(host, tools, &calls, turn, &protocol.hooks, &task.session_id)?
         };
         transcript.messages.extend(results);
         save(host, &transcript);
@@ -348,9 +374,11 @@ fn run_hook(
     }
 }
 
-fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<ToolSpec>, Error> {
+/// The tools the agent's model is offered, and the names of every tool the host lets the
+/// task call (the plugin's own calls, such as the memory listing, may use those too).
+fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<(Vec<ToolSpec>, Vec<String>), Error> {
     if protocol.tools.as_ref().is_some_and(|t| t.is_empty()) {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let available = match host.list_tools() {
         Ok(tools) => tools,
@@ -360,6 +388,7 @@ fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<Tool
         }
         Err(e) => return Err(e.context("listing the session's tools")),
     };
+    let names = available.iter().map(|t| t.name.clone()).collect();
     let mut selection = toolset::select(available, protocol.tools.as_deref(), &protocol.disallowed_tools);
     for warning in &selection.warnings {
         host.log(Level::Warn, warning);
@@ -367,7 +396,7 @@ fn select_tools(host: &mut dyn Host, protocol: &ProtocolData) -> Result<Vec<Tool
     if !protocol.hooks.is_empty() && toolset::drop_nesting_tool(&mut selection.tools) {
         host.log(Level::Warn, toolset::HOOKS_STOP_NESTING);
     }
-    Ok(selection.tools)
+    Ok((selection.tools, names))
 }
 
 /// A fresh task's first user message: the agent's `initialPrompt`, a blank line, then the
@@ -416,41 +445,160 @@ fn system_prompt(host: &mut dyn Host, agent: &AgentInput, protocol: &ProtocolDat
 /// lines of its `MEMORY.md`, read with the session's `Read` tool (the call passes the
 /// approval gate like any other; without `Read` the agent is told it could not be read).
 /// The directory comes into being when the agent first writes to it.
-pub fn memory_prompt(host: &mut dyn Host, tools: &[ToolSpec], scope: &str, agent: &str) -> String {
+///
+/// With `user` memory (`user`: its state, see [`crate::memory`]) the directory is listed in
+/// the same batch, and a directory without `MEMORY.md` gets the saved files back; when they
+/// cannot be written (or `MEMORY.md` cannot be read) the saved `MEMORY.md` is shown, saying so.
+pub fn memory_prompt(
+    host: &mut dyn Host,
+    tools: &[ToolSpec],
+    scope: &str,
+    agent: &str,
+    user: Option<&mut UserMemory>,
+) -> String {
     let dir = memory_dir(scope, agent);
-    let file = format!("{dir}/MEMORY.md");
-    let contents = if tools.iter().any(|t| t.name == "Read") {
-        let call = ToolCall {
+    let file = format!("{dir}/{INDEX}");
+    let has_read = tools.iter().any(|t| t.name == "Read");
+    let mut calls = Vec::new();
+    if has_read {
+        calls.push(ToolCall {
             id: MEMORY_READ_ID.into(),
             name: "Read".into(),
             arguments: serde_json::json!({ "file_path": file, "limit": MEMORY_PROMPT_LINES }).to_string(),
-        };
-        match host.call_tools(std::slice::from_ref(&call)).map(|mut r| r.pop()) {
-            Ok(Some(r)) if !r.is_error => strip_line_numbers(&r.content),
-            Ok(Some(r)) if r.content.contains("does not exist") => {
-                "(empty: MEMORY.md does not exist yet; create it when you learn something worth keeping)".into()
-            }
-            Ok(Some(r)) => format!("(MEMORY.md could not be read: {})", r.content.trim()),
-            Ok(None) => "(MEMORY.md could not be read: the host returned no result)".into(),
-            Err(e) => {
-                host.log(Level::Warn, &format!("memory of subagent `{agent}` not read: {e}"));
-                format!("(MEMORY.md could not be read: {e})")
+        });
+    }
+    let list = user.as_deref().and_then(|u| u.list_call(memory::LIST_ID));
+    let listing_at = list.is_some().then_some(calls.len());
+    calls.extend(list);
+    let results = match calls.is_empty() {
+        true => Ok(Vec::new()),
+        false => host.call_tools(&calls),
+    };
+    let index = match (&results, has_read) {
+        (_, false) => Index::Failed("this subagent has no Read tool in this session".into()),
+        (Ok(results), true) => match results.first() {
+            Some(r) if !r.is_error => Index::Text(strip_line_numbers(&r.content)),
+            Some(r) if r.content.contains("does not exist") => Index::Missing,
+            Some(r) => Index::Failed(r.content.trim().to_string()),
+            None => Index::Failed("the host returned no result".into()),
+        },
+        (Err(e), true) => {
+            host.log(Level::Warn, &format!("memory of subagent `{agent}` not read: {e}"));
+            Index::Failed(e.to_string())
+        }
+    };
+    let mut note = String::new();
+    let contents = match user {
+        None => index.describe(),
+        Some(user) => {
+            let listed = listing_at.and_then(|i| results.as_ref().ok()?.get(i));
+            let present = user.started(host, listed, matches!(index, Index::Text(_)));
+            match index {
+                Index::Missing => match user.restore(host, present.as_deref()) {
+                    Some(restored) => {
+                        let (contents, said) = restored_prompt(&restored);
+                        note = said;
+                        contents
+                    }
+                    None => index.describe(),
+                },
+                Index::Failed(_) => match user.stored().and_then(|s| s.file(INDEX)) {
+                    Some(saved) => format!(
+                        "{} The copy saved from an earlier session follows; it may be older than the directory's.\n\n{}",
+                        index.describe(),
+                        first_lines(&saved.content)
+                    ),
+                    None => index.describe(),
+                },
+                Index::Text(_) => index.describe(),
             }
         }
-    } else {
-        "(MEMORY.md could not be read: this subagent has no Read tool in this session)".into()
+    };
+    let kept = match scope {
+        USER_SCOPE => format!(
+            "is kept for your later tasks, in this session and in your later ones: it is saved for you \
+             when a task ends and put back in a new session (at most {} files, {} KiB of text)",
+            memory::MAX_FILES,
+            memory::MAX_BYTES / 1024
+        ),
+        _ => "is kept for your later tasks in this session".to_string(),
     };
     format!(
         "# Persistent agent memory\n\n\
          You have a persistent memory directory at `{dir}/` ({scope} scope). What you save there \
-         is kept for your later tasks in this session. Before you start, consult it; as you work, \
+         {kept}. Before you start, consult it; as you work, \
          record what would help next time (patterns, conventions, decisions, recurring problems and \
          their fixes) and correct notes that turn out wrong. `MEMORY.md` is the index: its first \
          {MEMORY_PROMPT_LINES} lines are shown below at the start of every task, so keep it short \
          and put details in other files of the directory, read when needed.\n\n\
-         ## MEMORY.md\n\n{}",
+         {note}## MEMORY.md\n\n{}",
         contents.trim_end()
     )
+}
+
+/// The `scope` whose memory outlives the session ([`crate::memory`]).
+pub const USER_SCOPE: &str = "user";
+
+/// What the prompt's read of `MEMORY.md` found.
+enum Index {
+    /// Its first lines.
+    Text(String),
+    Missing,
+    /// Why it could not be read.
+    Failed(String),
+}
+
+impl Index {
+    /// The text shown under `## MEMORY.md`.
+    fn describe(&self) -> String {
+        match self {
+            Index::Text(text) => text.clone(),
+            Index::Missing => {
+                "(empty: MEMORY.md does not exist yet; create it when you learn something worth keeping)".into()
+            }
+            Index::Failed(why) => format!("(MEMORY.md could not be read: {why})"),
+        }
+    }
+}
+
+/// The first [`MEMORY_PROMPT_LINES`] lines of `text`.
+fn first_lines(text: &str) -> String {
+    text.lines().take(MEMORY_PROMPT_LINES as usize).collect::<Vec<_>>().join("\n")
+}
+
+/// After a restore: what goes under `## MEMORY.md` (the saved index, which is now the
+/// directory's unless its write failed) and the paragraph put before it.
+fn restored_prompt(restored: &Restored) -> (String, String) {
+    let index_written = restored.written.iter().any(|f| f == INDEX);
+    let mut note = String::new();
+    if !restored.written.is_empty() {
+        note.push_str(&format!(
+            "Your notes were put back in the directory from an earlier session ({} files).",
+            restored.written.len()
+        ));
+    }
+    if !restored.failed.is_empty() {
+        if !note.is_empty() {
+            note.push(' ');
+        }
+        let names: Vec<&str> = restored.failed.iter().map(|(f, _)| f.as_str()).collect();
+        note.push_str(&format!(
+            "These notes from an earlier session could not be restored into the directory: {} ({}).",
+            names.join(", "),
+            restored.failed[0].1
+        ));
+        if restored.index.is_some() && !index_written {
+            note.push_str(" MEMORY.md below is the saved copy.");
+        }
+    }
+    if !note.is_empty() {
+        note.push_str("\n\n");
+    }
+    let contents = match &restored.index {
+        Some(index) => first_lines(index),
+        None => Index::Missing.describe(),
+    };
+    (contents, note)
 }
 
 /// The `Read` tool's `cat -n` numbering taken off each line (`     3\tline` → `line`).

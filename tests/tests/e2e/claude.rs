@@ -1029,6 +1029,59 @@ async fn memory_persists_across_tasks_of_a_session_and_reaches_the_system_prompt
     h.end(&other).await;
 }
 
+/// Issue 20: `memory: user` follows its user into new sessions. What a task writes in its
+/// memory directory in session A is saved in the plugin's state (per user) when the task
+/// ends, through the gate (listed with Glob, which the plugin adds to the host's tools,
+/// read with Read); a task in a NEW session B of the same user, after A's sandbox is gone,
+/// starts with the files back in its directory and MEMORY.md in its system prompt; a session
+/// of another user starts empty. (Before: every scope ended with its session.)
+#[tokio::test(flavor = "multi_thread")]
+async fn user_memory_follows_its_user_into_new_sessions() {
+    let agent = "---\nname: keeper\ndescription: Remembers\ntools: Grep\nmemory: user\n---\nYou keep notes.\n";
+    let first = r#"
+- expect: { system_contains: "MEMORY.md does not exist yet" }
+  tool_calls:
+    - { name: Write, arguments: { file_path: "/workspace/.claude/agent-memory-user/keeper/MEMORY.md", content: "- the build uses make\n- details: notes/build.md\n" } }
+    - { name: Write, arguments: { file_path: "/workspace/.claude/agent-memory-user/keeper/notes/build.md", content: "make -j4 all\n" } }
+- text: "saved"
+"#;
+    let second = r###"
+- expect: { system_contains: "## MEMORY.md\n\n- the build uses make\n- details: notes/build.md" }
+  tool_calls: [{ name: Read, arguments: { file_path: "/workspace/.claude/agent-memory-user/keeper/notes/build.md" } }]
+- expect: { system_contains: "put back in the directory from an earlier session (2 files)" }
+  text: "remembered"
+"###;
+    let third = r#"
+- expect: { system_contains: "MEMORY.md does not exist yet" }
+  text: "fresh"
+"#;
+    let h = claude_host(agent, &[("first", first), ("second", second), ("third", third)], "").await;
+    let (a, b, c) = (session(), session(), session());
+    let (out, events) = h.run_with_events("keeper", "learn", &a).await;
+    assert_eq!(completed(&out), "saved");
+    let calls: Vec<_> = tool_results(&events).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(calls, ["Read", "Glob", "Write", "Write", "Glob", "Read", "Read"], "{events:?}");
+    h.end(&a).await;
+
+    assert_eq!(completed(&h.run("keeper", "recall", &b, Some("second/scripted"), None).await), "remembered");
+    let read = h
+        .parent_tool(&b, "Read", serde_json::json!({ "file_path": ".claude/agent-memory-user/keeper/notes/build.md" }))
+        .await;
+    assert!(!read.is_error && read.content.contains("make -j4 all"), "{read:?}");
+
+    assert_eq!(completed(&h.run_as("other", "keeper", "learn", &c, Some("third/scripted"), None).await), "fresh");
+    let read = h
+        .parent_tool_as(
+            "other",
+            &c,
+            "Read",
+            serde_json::json!({ "file_path": ".claude/agent-memory-user/keeper/MEMORY.md" }),
+        )
+        .await;
+    assert!(read.is_error, "{read:?}");
+    h.end(&b).await;
+}
+
 /// Issue 20: an agent's hooks run in the session's sandbox as Bash calls through the gate.
 /// A PreToolUse hook's exit code 2 keeps a Write from running and tells the model why, a
 /// PostToolUse hook's `block` reaches the model with the result, and a hook's `allow` never

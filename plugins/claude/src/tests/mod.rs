@@ -4,4 +4,5 @@
 mod builtin;
 mod fake;
 mod fixtures;
+mod memory;
 mod runner;
