@@ -15,6 +15,13 @@
 //!   for another session (the program runs in the session's sandbox, where the session's
 //!   own files and tool calls may change what it offers).
 //!
+//! Servers a subagent defines itself (WIT 0.3.0 `agent-mcp-servers`, admitted by the
+//! registry only when the operator allows them) are stdio servers like the operator's,
+//! per session, under a process slot named by a hash of their whole definition (two
+//! subagents' different definitions under one name never share a process). Starting one
+//! is a command the approval gate judges first: [`crate::tools::ToolHost`] asks it with
+//! [`agent_server_command`] before the process starts (see [`McpTools::agent_server_running`]).
+//!
 //! It never decides whether a call may run — [`crate::tools::ToolHost`] asks the approval
 //! gate first — and MCP annotations such as `destructiveHint` are passed on as hints, never
 //! as policy. It never logs a stdio server's environment (it may hold the task's secrets).
@@ -31,6 +38,7 @@ use warden_mcp_protocol::{ClientInfo, HttpRequest, McpError, Pending, Session, T
 use warden_sandbox::{Sandbox, SessionKey};
 
 use crate::config::mcp::{McpServerConfig, McpTransport};
+use crate::plugin::AgentMcpServer;
 
 /// Time allowed for one MCP exchange (connect, list or call) when the task gives none.
 pub const MCP_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -103,8 +111,43 @@ struct StdioConn {
     dead: bool,
 }
 
-/// (user id, session id, server name): one session's process of one server.
+/// (user id, session id, server slot): one session's process of one server. The slot is
+/// an operator server's name, or [`agent_slot`] for an agent-defined one.
 type StdioKey = (String, String, String);
+
+/// The process slot of an agent-defined server: its name and a SHA-256 of its whole
+/// definition, so a slot's process always runs exactly the definition that was approved.
+/// (Operator server names never contain `:`.)
+fn agent_slot(s: &AgentMcpServer) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for word in std::iter::once(&s.command).chain(&s.args) {
+        h.update((word.len() as u64).to_le_bytes());
+        h.update(word.as_bytes());
+    }
+    for (k, v) in &s.env {
+        h.update((k.len() as u64).to_le_bytes());
+        h.update(k.as_bytes());
+        h.update((v.len() as u64).to_le_bytes());
+        h.update(v.as_bytes());
+    }
+    format!("agent:{}:{}", s.name, hex::encode(h.finalize()))
+}
+
+/// The command line that starting an agent-defined server amounts to, as the approval gate
+/// judges it (`Bash`): its environment as `NAME=value` assignments, then the program and
+/// its arguments, each word shell-quoted so the gate's parser reads back exactly the argv
+/// that runs. `None` when a word cannot be quoted (a NUL byte; the registry refuses those).
+pub fn agent_server_command(s: &AgentMcpServer) -> Option<String> {
+    let mut words = Vec::with_capacity(s.env.len() + 1 + s.args.len());
+    for (k, v) in &s.env {
+        words.push(format!("{k}={}", shlex::try_quote(v).ok()?));
+    }
+    for word in std::iter::once(&s.command).chain(&s.args) {
+        words.push(shlex::try_quote(word).ok()?.into_owned());
+    }
+    Some(words.join(" "))
+}
 
 /// The configured MCP servers, connected lazily.
 pub struct McpTools {
@@ -120,6 +163,17 @@ pub struct McpToolSpec {
     pub name: String,
     pub description: String,
     pub input_schema: Value,
+}
+
+/// Whether a stdio server that does not run in the session may be started by this use.
+/// The operator's servers always may (configuring one is the operator's approval); a
+/// subagent's own server only when the approval gate allowed its command for this use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentStart {
+    /// Start it if it does not run.
+    MayStart,
+    /// Use it only if it already runs in the session.
+    NotApproved,
 }
 
 /// Where a stdio server of a call runs: the session's sandbox, with the task's secrets.
@@ -153,16 +207,25 @@ impl McpTools {
             .map(|(n, _)| n.as_str())
     }
 
-    /// Tools of the visible servers, named `mcp__<server>__<tool>`. A server that cannot
-    /// be reached is skipped with a warning: the subagent still gets its other tools.
-    /// `site` is the session whose stdio servers are listed (each started there if it does
-    /// not run yet); without one a stdio server is skipped.
-    pub async fn list(&self, requested: &[String], site: Option<&SessionSite<'_>>) -> Vec<McpToolSpec> {
+    /// Tools of the visible servers and of `agent` (the subagent's own servers, each with
+    /// whether it may be started: see [`AgentStart`]), named `mcp__<server>__<tool>`. A
+    /// server that cannot be reached is skipped with a warning: the subagent still gets its
+    /// other tools. `site` is the session whose stdio servers are listed (each started there
+    /// if it does not run yet and may start); without one a stdio server is skipped.
+    pub async fn list(
+        &self,
+        requested: &[String],
+        agent: &[(&AgentMcpServer, AgentStart)],
+        site: Option<&SessionSite<'_>>,
+    ) -> Vec<McpToolSpec> {
         let mut out = vec![];
         // Asked together: a slow server delays nobody's listing beyond its own timeout.
         let names: Vec<&str> = self.visible(requested).collect();
-        let lists = futures_util::future::join_all(names.iter().map(|name| self.tools_of(name, site))).await;
-        for (name, listed) in names.into_iter().zip(lists) {
+        let operator = futures_util::future::join_all(names.iter().map(|name| self.tools_of(name, site)));
+        let own = futures_util::future::join_all(agent.iter().map(|(s, start)| self.agent_tools_of(s, *start, site)));
+        let (operator, own) = tokio::join!(operator, own);
+        let listed = names.into_iter().zip(operator).chain(agent.iter().map(|(s, _)| s.name.as_str()).zip(own));
+        for (name, listed) in listed {
             match listed {
                 Ok(tools) => out.extend(tools.into_iter().filter_map(|t| {
                     // The name the gate and the operator's rules see is exactly the server
@@ -207,7 +270,7 @@ impl McpTools {
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
             let site =
                 site.ok_or_else(|| format!("MCP server {server:?} runs in a sandbox session, and this call has none"))?;
-            return self.call_stdio(server, &s.config, tool, arguments, site).await;
+            return self.call_stdio(server, server, &s.config, AgentStart::MayStart, tool, arguments, site).await;
         }
         self.ensure_connected(s).await?;
         let (req, pending) = {
@@ -220,6 +283,46 @@ impl McpTools {
         ToolResult::from_result(result).map_err(|e| e.to_string())
     }
 
+    /// Calls `tool` of the subagent's own server `s` at `site`, starting it only when
+    /// `start` allows (the caller has already passed the gate for the call).
+    pub async fn call_agent_server(
+        &self,
+        s: &AgentMcpServer,
+        start: AgentStart,
+        tool: &str,
+        arguments: Value,
+        site: Option<&SessionSite<'_>>,
+    ) -> Result<ToolResult, String> {
+        warden_mcp_protocol::checked_tool_name(&s.name, tool).map_err(|e| format!("tool {tool:?}: {e}"))?;
+        let config = crate::config::mcp::agent_server_config(s)?;
+        let site =
+            site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and this call has none", s.name))?;
+        self.call_stdio(&s.name, &agent_slot(s), &config, start, tool, arguments, site).await
+    }
+
+    /// Whether the subagent's own server `s` runs in `site`'s session now (started there
+    /// before, not seen to have ended): using it then needs no start.
+    pub fn agent_server_running(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
+        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s));
+        let map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
+        // A slot in use (locked) is starting or serving a call: it was allowed to start.
+        map.get(&key).is_some_and(|slot| slot.try_lock().map(|c| c.as_ref().is_some_and(|c| !c.dead)).unwrap_or(true))
+    }
+
+    async fn agent_tools_of(
+        &self,
+        s: &AgentMcpServer,
+        start: AgentStart,
+        site: Option<&SessionSite<'_>>,
+    ) -> Result<Vec<Tool>, String> {
+        let config = crate::config::mcp::agent_server_config(s)?;
+        let site =
+            site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and there is none", s.name))?;
+        let slot = self.stdio_conn(&s.name, &agent_slot(s), &config, start, site).await?;
+        let guard = slot.lock().await;
+        Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone())
+    }
+
     async fn tools_of(&self, name: &str, site: Option<&SessionSite<'_>>) -> Result<Vec<Tool>, String> {
         let s = &self.servers[name];
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
@@ -227,7 +330,7 @@ impl McpTools {
             // one another session's process gave.
             let site =
                 site.ok_or_else(|| format!("MCP server {name:?} runs in a sandbox session, and there is none"))?;
-            let slot = self.stdio_conn(name, &s.config, site).await?;
+            let slot = self.stdio_conn(name, name, &s.config, AgentStart::MayStart, site).await?;
             let guard = slot.lock().await;
             return Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone());
         }
@@ -246,12 +349,14 @@ impl McpTools {
         Ok(())
     }
 
-    /// The live process of `server` in `site`'s session, started if there is none or the
-    /// last one died.
+    /// The live process of `server` (in process slot `slot`) in `site`'s session, started
+    /// if there is none or the last one died and `start` allows it.
     async fn stdio_conn(
         &self,
         server: &str,
+        slot_name: &str,
         config: &McpServerConfig,
+        start: AgentStart,
         site: &SessionSite<'_>,
     ) -> Result<Arc<Mutex<Option<StdioConn>>>, String> {
         let slot = {
@@ -259,7 +364,7 @@ impl McpTools {
             // Dead processes (their session ended, or they died) leave the table; a slot
             // in use (locked) stays.
             map.retain(|_, conn| conn.try_lock().map(|c| c.as_ref().is_some_and(|c| !c.dead)).unwrap_or(true));
-            let key = (site.key.user_id.clone(), site.key.session_id.clone(), server.to_owned());
+            let key = (site.key.user_id.clone(), site.key.session_id.clone(), slot_name.to_owned());
             map.entry(key).or_default().clone()
         };
         let mut guard = slot.lock().await;
@@ -273,6 +378,12 @@ impl McpTools {
             *guard = None;
         }
         if guard.is_none() {
+            if start == AgentStart::NotApproved {
+                return Err(format!(
+                    "MCP server {server:?} does not run in this session (it ended or never started), and starting it \
+                     was not approved for this use; it is asked about again when the subagent next lists its tools"
+                ));
+            }
             *guard = Some(self.start_stdio(server, config, site).await?);
         }
         drop(guard);
@@ -313,15 +424,18 @@ impl McpTools {
         Ok(conn)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn call_stdio(
         &self,
         server: &str,
+        slot_name: &str,
         config: &McpServerConfig,
+        start: AgentStart,
         tool: &str,
         arguments: Value,
         site: &SessionSite<'_>,
     ) -> Result<ToolResult, String> {
-        let slot = self.stdio_conn(server, config, site).await?;
+        let slot = self.stdio_conn(server, slot_name, config, start, site).await?;
         let mut guard = slot.lock().await;
         let conn = guard.as_mut().ok_or("the MCP server is not running")?;
         let (req, pending) = conn.session.call_tool(tool, arguments, None).map_err(|e| e.to_string())?;
@@ -567,7 +681,7 @@ mod tests {
         let (fast, _) = mcp_server(Duration::ZERO, None).await;
         let mcp =
             Arc::new(http_servers(&[("slow", format!("http://{slow}/mcp")), ("fast", format!("http://{fast}/mcp"))]));
-        assert_eq!(mcp.list(&[], None).await.len(), 2, "both servers listed");
+        assert_eq!(mcp.list(&[], &[], None).await.len(), 2, "both servers listed");
         let call = tokio::spawn({
             let mcp = mcp.clone();
             async move { mcp.call("slow", "slow", serde_json::json!({}), None).await }
@@ -575,7 +689,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         // While the call waits on the slow server, its tools (and the other server's) list
         // at once, and the other server answers calls.
-        let listed = tokio::time::timeout(Duration::from_secs(5), mcp.list(&[], None)).await;
+        let listed = tokio::time::timeout(Duration::from_secs(5), mcp.list(&[], &[], None)).await;
         assert_eq!(listed.expect("listing does not wait for the slow call").len(), 2);
         let other = tokio::time::timeout(Duration::from_secs(5), mcp.call("fast", "slow", serde_json::json!({}), None));
         assert_eq!(other.await.expect("the other server answers").unwrap().text, "done");
@@ -612,7 +726,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let mcp = http_servers(&[("srv", format!("http://{addr}/mcp"))]);
-        let names: Vec<String> = mcp.list(&[], None).await.into_iter().map(|t| t.name).collect();
+        let names: Vec<String> = mcp.list(&[], &[], None).await.into_iter().map(|t| t.name).collect();
         assert_eq!(names, ["mcp__srv__ok"]);
         assert_eq!(mcp.call("srv", "ok", serde_json::json!({}), None).await.unwrap().text, "ran");
         for bad in ["a.b", "x__y", "a_b_"] {
@@ -625,7 +739,56 @@ mod tests {
         proptest::string::string_regex("[a-c_.-]{0,6}|mcp__[a-c_]{0,4}").unwrap()
     }
 
+    #[test]
+    fn an_ordinary_agent_server_command_is_one_the_gate_understands() {
+        let s = AgentMcpServer {
+            name: "x".into(),
+            command: "/opt/venv/bin/python".into(),
+            args: vec!["/workspace/server.py".into(), "--name".into(), "it's $HOME; rm -rf /".into()],
+            env: vec![("TICK".into(), "tock tock".into())],
+        };
+        let line = agent_server_command(&s).unwrap();
+        let warden_approval::shell::Recognition::Understood(cmds) = warden_approval::shell::recognize(&line) else {
+            panic!("{line:?} not understood");
+        };
+        assert_eq!(cmds.len(), 1, "{line}");
+        assert_eq!(cmds[0].argv, ["/opt/venv/bin/python", "/workspace/server.py", "--name", "it's $HOME; rm -rf /"]);
+        assert_eq!(cmds[0].words[0], "TICK=tock tock", "the environment is part of what an allow rule must name");
+    }
+
+    /// Words an agent file could write: shell syntax, quotes, blanks, newlines, non-ASCII.
+    fn word() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::string::string_regex("[a-z0-9 $'\"`;|&<>()*?~#=%!{}\\\\\n\t\\[\\]é-]{0,8}").unwrap()
+    }
+
     proptest::proptest! {
+        /// The command line the gate judges for an agent-defined server's start is read back
+        /// by the gate's own shell parser as exactly the argv that runs (the program is
+        /// started with that argv, no shell): never another program or other arguments. A
+        /// line the parser does not understand (a blank in the program's name, say) is one
+        /// no allow rule matches: the gate asks, or declines.
+        #[test]
+        fn the_gate_reads_back_exactly_the_argv_an_agent_server_runs(
+            program in "[a-z/._-]{1,6}",
+            first in word(),
+            args in proptest::collection::vec(word(), 0..4),
+            env in proptest::collection::vec(("[A-Z_][A-Z0-9_]{0,4}", word()), 0..3),
+        ) {
+            use proptest::prelude::*;
+            let command = format!("{program}{first}");
+            let s = AgentMcpServer { name: "x".into(), command: command.clone(), args: args.clone(), env };
+            let line = agent_server_command(&s).unwrap();
+            let argv: Vec<String> = std::iter::once(command).chain(args).collect();
+            match warden_approval::shell::recognize(&line) {
+                warden_approval::shell::Recognition::Understood(cmds) => {
+                    prop_assert_eq!(cmds.len(), 1, "{}", line);
+                    prop_assert_eq!(&cmds[0].argv, &argv, "{}", line);
+                    prop_assert_eq!(cmds[0].dynamic_at, None, "{}", line);
+                }
+                warden_approval::shell::Recognition::NotUnderstood { .. } => {}
+            }
+        }
+
         /// Every name offered maps back to exactly its server and tool, never falls under
         /// another server's `mcp__<server>` rules and never is a built-in tool's name.
         #[test]
@@ -651,7 +814,7 @@ mod tests {
         let (elsewhere, hits) = mcp_server(Duration::ZERO, None).await;
         let (origin, _) = mcp_server(Duration::ZERO, Some(elsewhere)).await;
         let mcp = http_servers(&[("moved", format!("http://{origin}/moved"))]);
-        assert!(mcp.list(&[], None).await.is_empty(), "a redirect is an error, not followed");
+        assert!(mcp.list(&[], &[], None).await.is_empty(), "a redirect is an error, not followed");
         assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the other server was never reached");
     }
 

@@ -37,12 +37,33 @@ pub struct SubagentDefinition {
     /// Operator-configured MCP servers whose tools the subagent may use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<String>,
+    /// MCP servers the subagent defines itself (WIT 0.3.0). The registry keeps them only
+    /// when the operator allows agent-defined servers, and validated
+    /// ([`crate::registry`]); a task reaches them through [`crate::mcp_tools`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_mcp_servers: Vec<AgentMcpServer>,
     /// `sandbox.egress.allow` patterns narrowing where its tool calls may reach; `None` =
     /// no narrowing (validated when the definition is registered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Vec<String>>,
     /// Protocol-specific data (JSON text; `{}` when none), opaque to the host.
     pub protocol_data: String,
+}
+
+/// An MCP server a subagent defines itself (a Claude agent file's inline `mcpServers`
+/// entry): a stdio program run in the calling session's sandbox. Plugin data: validated
+/// by the registry before any task sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AgentMcpServer {
+    /// Its name in tool names (`mcp__<name>__<tool>`).
+    pub name: String,
+    /// The program.
+    pub command: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Its environment, literal values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
 }
 
 /// Longest subagent name a plugin may define: names are tool-schema enum values, CLI
@@ -58,7 +79,12 @@ pub const MAX_PROTOCOL_DATA_BYTES: usize = 4 * 1024 * 1024;
 /// `sandbox.egress.allow` takes): each list is copied into every task and scanned per
 /// tool call.
 pub const MAX_DEFINITION_LIST: usize = 256;
-/// Longest entry of those lists (a tool name with its pattern, a server name, a host).
+/// Most MCP servers one subagent may define itself: each may become a process in every
+/// session that runs the subagent.
+pub const MAX_AGENT_MCP_SERVERS: usize = 16;
+/// Longest entry of those lists (a tool name with its pattern, a server name, a host),
+/// and of an agent-defined server's name, command, arguments and environment entries
+/// (each of which has at most [`MAX_DEFINITION_LIST`] words).
 pub const MAX_DEFINITION_ENTRY_BYTES: usize = 1024;
 
 impl SubagentDefinition {
@@ -77,11 +103,27 @@ impl SubagentDefinition {
                 return Err(format!("the definition's {field} is {} bytes; at most {max}", value.len()));
             }
         }
+        if self.agent_mcp_servers.len() > MAX_AGENT_MCP_SERVERS {
+            return Err(format!(
+                "the definition's agent-mcp-servers has {} entries; at most {MAX_AGENT_MCP_SERVERS}",
+                self.agent_mcp_servers.len()
+            ));
+        }
+        let server_words: Vec<Vec<String>> = self
+            .agent_mcp_servers
+            .iter()
+            .map(|s| {
+                let env = s.env.iter().flat_map(|(k, v)| [k.clone(), v.clone()]);
+                [s.name.clone(), s.command.clone()].into_iter().chain(s.args.iter().cloned()).chain(env).collect()
+            })
+            .collect();
         let lists = [
             ("tools", self.tools.as_deref().unwrap_or_default()),
             ("mcp-servers", self.mcp_servers.as_slice()),
             ("egress", self.egress.as_deref().unwrap_or_default()),
-        ];
+        ]
+        .into_iter()
+        .chain(server_words.iter().map(|words| ("agent-mcp-servers", words.as_slice())));
         for (field, list) in lists {
             if list.len() > MAX_DEFINITION_LIST {
                 return Err(format!(
@@ -106,6 +148,7 @@ impl SubagentDefinition {
             tools: None,
             permission_mode: None,
             mcp_servers: vec![],
+            agent_mcp_servers: vec![],
             egress: None,
             protocol_data,
         }
@@ -278,6 +321,8 @@ mod bounds_tests {
             servers in 0..MAX_DEFINITION_LIST * 2,
             egress in 0..MAX_DEFINITION_LIST * 2,
             entry in 1..MAX_DEFINITION_ENTRY_BYTES * 2,
+            agent_servers in 0..MAX_AGENT_MCP_SERVERS * 2,
+            agent_args in 0..MAX_DEFINITION_LIST * 2,
         ) {
             let mut d = definition();
             d.name = "n".repeat(name);
@@ -285,12 +330,24 @@ mod bounds_tests {
             d.tools = Some(vec!["t".repeat(entry); tools]);
             d.mcp_servers = vec!["s".into(); servers];
             d.egress = Some(vec!["e".into(); egress]);
+            let server = AgentMcpServer {
+                name: "m".into(),
+                command: "c".into(),
+                args: vec!["a".repeat(entry); agent_args],
+                env: vec![],
+            };
+            d.agent_mcp_servers = vec![server; agent_servers];
+            // A server's words: its name, command and arguments.
+            let server_words = agent_args + 2;
             let within = name <= MAX_DEFINITION_NAME_BYTES
                 && description <= MAX_DEFINITION_DESCRIPTION_BYTES
                 && tools <= MAX_DEFINITION_LIST
                 && servers <= MAX_DEFINITION_LIST
                 && egress <= MAX_DEFINITION_LIST
-                && (tools == 0 || entry <= MAX_DEFINITION_ENTRY_BYTES);
+                && (tools == 0 || entry <= MAX_DEFINITION_ENTRY_BYTES)
+                && agent_servers <= MAX_AGENT_MCP_SERVERS
+                && (agent_servers == 0
+                    || (server_words <= MAX_DEFINITION_LIST && (agent_args == 0 || entry <= MAX_DEFINITION_ENTRY_BYTES)));
             prop_assert_eq!(d.check_bounds().is_ok(), within, "{:?}", d.check_bounds());
         }
     }

@@ -135,6 +135,43 @@ fn definition_egress(def: &SubagentDefinition) -> Result<Option<Arc<warden_sandb
     warden_sandbox::EgressNarrowing::parse(list, format!("subagent {:?} (egress)", def.name)).map(|n| Some(Arc::new(n)))
 }
 
+/// The MCP servers a subagent defines itself that it may use, and one problem per server
+/// it may not: all of them while the operator has not allowed agent-defined servers
+/// (`subagents.allow_agent_mcp_servers`), else each that is not a valid stdio entry
+/// ([`crate::config::mcp::agent_server_config`]), takes an operator server's name (whose
+/// rules and `mcpServers` references mean the operator's server), or repeats a name.
+fn admit_agent_mcp_servers(
+    config: &Config,
+    servers: Vec<crate::plugin::AgentMcpServer>,
+) -> (Vec<crate::plugin::AgentMcpServer>, Vec<String>) {
+    let (mut admitted, mut refused) = (Vec::new(), Vec::new());
+    for server in servers {
+        let name = crate::text::escape_control(&server.name).into_owned();
+        let why = if !config.subagents.allow_agent_mcp_servers {
+            Some(
+                "agent-defined servers are off (`subagents.allow_agent_mcp_servers`); warden runs only the operator's \
+                 servers (`mcp_servers` in warden.yaml), so configure it there and name it in `mcpServers`"
+                    .to_owned(),
+            )
+        } else if config.mcp_servers.contains_key(&server.name) {
+            Some(
+                "an operator-configured server has this name; name the operator's server in `mcpServers` instead"
+                    .into(),
+            )
+        } else if admitted.iter().any(|a: &crate::plugin::AgentMcpServer| a.name == server.name) {
+            Some("the name is defined twice".into())
+        } else {
+            crate::config::mcp::agent_server_config(&server).err()
+        };
+        match why {
+            None => admitted.push(server),
+            // The problem's source is the subagent's file: the text names the entry.
+            Some(why) => refused.push(format!("inline MCP server `{name}` in `mcpServers` refused: {why}")),
+        }
+    }
+    (admitted, refused)
+}
+
 /// One problem found while building definitions, for `warden agents` and logs.
 #[derive(Debug, Clone, Serialize)]
 pub struct RegistryProblem {
@@ -655,6 +692,11 @@ impl Registry {
                             continue;
                         }
                     };
+                    let servers = std::mem::take(&mut def.agent_mcp_servers);
+                    let (admitted, refused) = admit_agent_mcp_servers(&self.config, servers);
+                    def.agent_mcp_servers = admitted;
+                    next.problems
+                        .extend(refused.into_iter().map(|e| RegistryProblem::warning(reference.uri.clone(), e)));
                     let sources = defined_by.entry(def.name.clone()).or_default();
                     sources.push(reference.uri.clone());
                     if sources.len() > 1 {
@@ -787,9 +829,55 @@ mod tests {
             tools: None,
             permission_mode: None,
             mcp_servers: vec![],
+            agent_mcp_servers: vec![],
             egress: None,
             protocol_data: "{}".into(),
         }
+    }
+
+    fn server(name: &str, command: &str, env: &[(&str, &str)]) -> crate::plugin::AgentMcpServer {
+        crate::plugin::AgentMcpServer {
+            name: name.into(),
+            command: command.into(),
+            args: vec!["--flag".into()],
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn agent_defined_mcp_servers_are_refused_unless_allowed_and_valid() {
+        let servers = vec![server("local", "python3", &[]), server("other", "node", &[("A", "1")])];
+        let off = Config::default();
+        let (admitted, refused) = admit_agent_mcp_servers(&off, servers.clone());
+        assert!(admitted.is_empty());
+        assert_eq!(refused.len(), 2);
+        assert!(
+            refused[0].contains("`local`") && refused[0].contains("subagents.allow_agent_mcp_servers"),
+            "{refused:?}"
+        );
+
+        let mut on = Config::default();
+        on.subagents.allow_agent_mcp_servers = true;
+        on.mcp_servers.insert("github".into(), Default::default());
+        assert_eq!(admit_agent_mcp_servers(&on, servers.clone()), (servers, vec![]));
+        let hostile = vec![
+            server("github", "x", &[]),                      // the operator's name
+            server("a__b", "x", &[]),                        // would read as server `a`
+            server("ok", "", &[]),                           // no program
+            server("env", "x", &[("T", "${GITHUB_TOKEN}")]), // names a secret
+            server("dup-env", "x", &[("A", "1"), ("A", "2")]),
+            server("bad-env", "x", &[("A-B", "1")]),
+            server("nul", "x\0y", &[]),
+            server("fine", "x", &[]),
+            server("fine", "y", &[]), // the same name again
+        ];
+        let (admitted, refused) = admit_agent_mcp_servers(&on, hostile);
+        assert_eq!(admitted.iter().map(|s| s.command.as_str()).collect::<Vec<_>>(), ["x"], "{refused:?}");
+        assert_eq!(refused.len(), 8, "{refused:?}");
+        assert!(refused.iter().all(|e| e.starts_with("inline MCP server `")), "{refused:?}");
+        assert!(refused.iter().any(|e| e.contains("operator-configured")));
+        assert!(refused.iter().any(|e| e.contains("not expanded")));
+        assert!(refused.iter().any(|e| e.contains("defined twice")));
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct TaskScope {
     pub permission_mode: Option<PermissionMode>,
     /// MCP servers the definition names (operator-configured ones only are offered).
     pub mcp_servers: Vec<String>,
+    /// MCP servers the definition defines itself, as the registry admitted them (none
+    /// unless the operator allows agent-defined servers).
+    pub agent_mcp_servers: Vec<crate::plugin::AgentMcpServer>,
     /// The definition's `tools` list (`None` = every tool): what the tools import offers.
     pub allowed_tools: Option<Vec<String>>,
     /// The definition's reasoning effort, handed to every model call of the task.

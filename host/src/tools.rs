@@ -20,7 +20,7 @@ use warden_approval::{ApprovalGate, ApprovalRequest, Policy};
 use warden_sandbox::{Sandbox, SessionKey};
 
 use crate::event::{EventSink, TaskEvent, ToolEvent};
-use crate::mcp_tools::McpTools;
+use crate::mcp_tools::{AgentStart, McpTools};
 pub use crate::scope::{TaskScope, ToolBudget};
 
 /// A tool as a model sees it.
@@ -200,7 +200,17 @@ impl ToolHost {
             key: &key,
             secrets: &scope.tool_env,
         });
-        let mcp = self.mcp.list(&scope.mcp_servers, site.as_ref()).await.into_iter().map(|t| ToolSpec {
+        let mut own = Vec::with_capacity(scope.agent_mcp_servers.len());
+        for server in &scope.agent_mcp_servers {
+            match self.agent_server_start(scope, server, site.as_ref()).await {
+                Ok(start) => own.push((server, start)),
+                Err(declined) => {
+                    tracing::warn!(task_id = %scope.task_id, session = %scope.session_id, plugin = %scope.plugin,
+                        server = %server.name, "agent-defined MCP server not started: {declined}");
+                }
+            }
+        }
+        let mcp = self.mcp.list(&scope.mcp_servers, &own, site.as_ref()).await.into_iter().map(|t| ToolSpec {
             name: t.name,
             description: t.description,
             input_schema: t.input_schema,
@@ -217,17 +227,35 @@ impl ToolHost {
         approved_path: Option<&str>,
     ) -> (String, bool) {
         if let Some((server, tool)) = warden_mcp_protocol::parse_claude_tool_name(&call.name) {
+            let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
+                sandbox,
+                key,
+                secrets: &scope.tool_env,
+            });
+            if let Some(own) = scope.agent_mcp_servers.iter().find(|s| s.name == server) {
+                let start = match self.agent_server_start(scope, own, site.as_ref()).await {
+                    Ok(start) => start,
+                    Err(declined) => {
+                        return (
+                            format!(
+                                "The {} call was not run: MCP server {server:?} was not started: {declined}",
+                                call.name
+                            ),
+                            true,
+                        );
+                    }
+                };
+                return match self.mcp.call_agent_server(own, start, tool, call.input.clone(), site.as_ref()).await {
+                    Ok(r) => (r.text, r.is_error),
+                    Err(e) => (format!("The {} call failed: {e}", call.name), true),
+                };
+            }
             if !self.mcp.visible(&scope.mcp_servers).any(|s| s == server) {
                 return (
                     format!("The {} call failed: MCP server {server:?} is not available to this subagent", call.name),
                     true,
                 );
             }
-            let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
-                sandbox,
-                key,
-                secrets: &scope.tool_env,
-            });
             return match self.mcp.call(server, tool, call.input.clone(), site.as_ref()).await {
                 Ok(r) => (r.text, r.is_error),
                 Err(e) => (format!("The {} call failed: {e}", call.name), true),
@@ -244,6 +272,36 @@ impl ToolHost {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
                 }
             }
+        }
+    }
+
+    /// Whether the subagent's own MCP server `server` may be started for this use: not
+    /// needed when it already runs in the session; otherwise its command line is put to the
+    /// approval gate as the `Bash` call it amounts to (policy, mode, then a person), so the
+    /// operator's Bash rules and the subagent's permission mode hold for what it starts.
+    /// `Err` with the reason when the gate declines.
+    async fn agent_server_start(
+        &self,
+        scope: &TaskScope,
+        server: &crate::plugin::AgentMcpServer,
+        site: Option<&crate::mcp_tools::SessionSite<'_>>,
+    ) -> Result<AgentStart, String> {
+        let Some(site) = site else { return Ok(AgentStart::NotApproved) };
+        if self.mcp.agent_server_running(server, site) {
+            return Ok(AgentStart::NotApproved);
+        }
+        let command = crate::mcp_tools::agent_server_command(server)
+            .ok_or_else(|| "its command line cannot be written as a shell command".to_owned())?;
+        let description = format!(
+            "start the MCP server `{}` that subagent `{}` defines (its tools: mcp__{}__*)",
+            server.name, scope.subagent, server.name
+        );
+        let request = approval_request(scope, BASH_TOOL, json!({ "command": command, "description": description }));
+        let verdict = self.gate.decide_batch_with(vec![request], scope.decider.clone()).await.pop();
+        match verdict.map(|v| v.declined_message(BASH_TOOL)) {
+            Some(None) => Ok(AgentStart::MayStart),
+            Some(Some(declined)) => Err(declined),
+            None => Err("the approval gate gave no verdict".into()),
         }
     }
 
@@ -303,13 +361,7 @@ impl ToolHost {
             .zip(&refusals)
             .filter(|(_, refused)| refused.is_none())
             .map(|((c, path), _)| {
-                let mut r = ApprovalRequest::new(c.name.clone(), c.input.clone(), scope.subagent.clone());
-                r.task_id = Some(scope.task_id.clone());
-                r.session_id = Some(scope.session_id.clone());
-                r.user_id = Some(scope.user_id.clone());
-                r.plugin = Some(scope.plugin.clone());
-                r.mode = scope.permission_mode;
-                r.chain.clone_from(&scope.chain);
+                let mut r = approval_request(scope, &c.name, c.input.clone());
                 if let Ok(Some(p)) = path {
                     r.resolved_path = Some(p.path.clone());
                     r.hard_linked = p.other_names;
@@ -352,6 +404,21 @@ impl ToolHost {
         }
         results
     }
+}
+
+/// The tool an agent-defined MCP server's start is judged as: the command it runs.
+const BASH_TOOL: &str = "Bash";
+
+/// A request to the gate for a call `name(input)` of `scope`'s task.
+fn approval_request(scope: &TaskScope, name: &str, input: Value) -> ApprovalRequest {
+    let mut r = ApprovalRequest::new(name.to_owned(), input, scope.subagent.clone());
+    r.task_id = Some(scope.task_id.clone());
+    r.session_id = Some(scope.session_id.clone());
+    r.user_id = Some(scope.user_id.clone());
+    r.plugin = Some(scope.plugin.clone());
+    r.mode = scope.permission_mode;
+    r.chain.clone_from(&scope.chain);
+    r
 }
 
 /// The Agent tool, when the task may start subagents: the engine gave it a starter (its

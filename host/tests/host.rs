@@ -1725,7 +1725,7 @@ mod wit_versions {
             Err(e) => {
                 let text = e.to_string();
                 assert!(text.contains("unsupported WIT version"), "{text}");
-                assert!(text.contains("warden:plugin@9.1.0") && text.contains("0.1.0–0.2.0"), "{text}");
+                assert!(text.contains("warden:plugin@9.1.0") && text.contains("0.1.0–0.3.0"), "{text}");
             }
             Ok(_) => panic!("a plugin of an unknown WIT version loaded"),
         }

@@ -26,11 +26,11 @@ impl Layout {
         Ok(Self { root, target })
     }
 
-    /// The current WIT version of the package (`wit/0.2.0/`), which every bundled plugin,
+    /// The current WIT version of the package (`wit/0.3.0/`), which every bundled plugin,
     /// SDK and template is built against (`wit/0.1.0/` is frozen; only the `echo` test
     /// plugin still builds against it).
     pub fn wit(&self) -> PathBuf {
-        self.root.join("wit/0.2.0")
+        self.root.join("wit/0.3.0")
     }
 
     /// The Rust guest SDK crate (`warden-guest`) every bundled plugin depends on.

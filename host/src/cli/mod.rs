@@ -660,7 +660,7 @@ struct Inspection {
     #[serde(skip_serializing_if = "Option::is_none")]
     wit_version: Option<crate::runtime::WitVersion>,
     /// The versions this warden loads.
-    supported_wit: [crate::runtime::WitVersion; 2],
+    supported_wit: [crate::runtime::WitVersion; crate::runtime::WitVersion::SUPPORTED.len()],
     imports: Vec<String>,
     exports: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -10,12 +10,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use warden_guest_build::{COMPONENTIZE_PY, DEBIAN_PACKAGES, WASM_TARGET};
 
-/// The current WIT version this binary hosts (`wit/0.2.0`), vendored into every new project.
+/// The current WIT version this binary hosts (`wit/0.3.0`), vendored into every new project.
 const WIT: &[(&str, &str)] = &[
-    ("world.wit", include_str!("../../../wit/0.2.0/world.wit")),
-    ("types.wit", include_str!("../../../wit/0.2.0/types.wit")),
-    ("imports.wit", include_str!("../../../wit/0.2.0/imports.wit")),
-    ("exports.wit", include_str!("../../../wit/0.2.0/exports.wit")),
+    ("world.wit", include_str!("../../../wit/0.3.0/world.wit")),
+    ("types.wit", include_str!("../../../wit/0.3.0/types.wit")),
+    ("imports.wit", include_str!("../../../wit/0.3.0/imports.wit")),
+    ("exports.wit", include_str!("../../../wit/0.3.0/exports.wit")),
 ];
 /// Embeds files of a folder of this repository under their names relative to it.
 macro_rules! embed {

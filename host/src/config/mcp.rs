@@ -109,6 +109,33 @@ pub fn check_server_name(name: &str) -> Result<(), String> {
         .map_err(|e| format!("server name {:?}: {e}", crate::text::escape_control(name)))
 }
 
+/// An agent-defined server (a Claude agent file's inline `mcpServers` entry) as a stdio
+/// server entry, or why it cannot be one: its name as [`check_server_name`] requires, a
+/// `command` as an operator's entry requires, each env name once, and literal env values —
+/// `${NAME}` in an operator's entry names the task's secret, which an agent file (plugin
+/// data) never reads, so such a value is refused rather than passed on as text.
+pub fn agent_server_config(s: &crate::plugin::AgentMcpServer) -> Result<McpServerConfig, String> {
+    check_server_name(&s.name)?;
+    let mut env = BTreeMap::new();
+    for (name, value) in &s.env {
+        if value.contains("${") {
+            return Err(format!(
+                "env {:?}: `${{…}}` is not expanded in an agent-defined server (it would name a secret); give a literal value",
+                crate::text::escape_control(name)
+            ));
+        }
+        if value.contains('\0') {
+            return Err(format!("env {:?}: the value holds a NUL byte", crate::text::escape_control(name)));
+        }
+        if env.insert(name.clone(), value.clone()).is_some() {
+            return Err(format!("env {:?} is given twice", crate::text::escape_control(name)));
+        }
+    }
+    let config = McpServerConfig { command: Some(s.command.clone()), args: s.args.clone(), env, ..Default::default() };
+    config.transport().map_err(|e| crate::text::escape_control(&e).into_owned())?;
+    Ok(config)
+}
+
 /// The servers of an `.mcp.json` file (`{"mcpServers": {name: {command, args, env} | {url}}}`),
 /// each checked; errors name the file, the server and the field.
 pub fn read_mcp_json(path: &Path) -> Result<BTreeMap<String, McpServerConfig>, String> {

@@ -304,10 +304,14 @@ pub struct SubagentsConfig {
     /// Register the built-in general-purpose / Explore / Plan / Bash agents.
     /// Default false: operators opt in to what runs on their machines.
     pub builtin: bool,
-    /// Let agent files define their own MCP servers (inline `mcpServers` entries). Only
-    /// `false` is accepted for now: an inline definition is refused with a problem naming
-    /// this setting, and only the operator's `mcp_servers` ever run. Reserved so an
-    /// operator's intent is explicit once agent-defined servers are supported.
+    /// Let agent files define their own MCP servers (inline `mcpServers` entries, which
+    /// plugins built against WIT 0.3.0 pass as `agent-mcp-servers`). Default `false`: such
+    /// an entry is refused with a problem naming this setting, and only the operator's
+    /// `mcp_servers` run. With `true`, a valid stdio entry runs inside the calling session's
+    /// sandbox like an operator's stdio server, each start judged first by the approval
+    /// gate as the `Bash` command it amounts to (so `Bash` rules, the permission mode and a
+    /// person decide); HTTP entries are always refused (the host would reach an address
+    /// an agent file chose).
     pub allow_agent_mcp_servers: bool,
     /// How deep subagents may nest: a task the parent agent submits is at depth 1, a
     /// subagent it starts with the `Agent` tool at depth 2, and so on. A task at this depth
@@ -721,14 +725,6 @@ impl Config {
                 format!("expected at least {}", humantime::format_duration(MIN_TASK_LEASE)),
             ));
         }
-        if self.subagents.allow_agent_mcp_servers {
-            return Err(invalid(
-                "subagents.allow_agent_mcp_servers".into(),
-                "agent-defined MCP servers are not supported yet: only `false` is accepted (an agent file's inline \
-                 `mcpServers` entries are refused); configure the server under `mcp_servers` and name it in the file"
-                    .into(),
-            ));
-        }
         if !(1..=MAX_SUBAGENT_DEPTH).contains(&self.subagents.max_depth) {
             return Err(invalid(
                 "subagents.max_depth".into(),
@@ -1096,14 +1092,10 @@ mod tests {
     /// Issue 20: agent-defined MCP servers stay off; the setting exists so asking for them
     /// is an error that says so, not an unknown key.
     #[test]
-    fn agent_defined_mcp_servers_cannot_be_allowed_yet() {
+    fn agent_defined_mcp_servers_are_off_unless_allowed() {
         assert!(!parse("").unwrap().subagents.allow_agent_mcp_servers);
         assert!(!parse("subagents:\n  allow_agent_mcp_servers: false\n").unwrap().subagents.allow_agent_mcp_servers);
-        let e = parse("subagents:\n  allow_agent_mcp_servers: true\n").unwrap_err().to_string();
-        assert!(
-            e.starts_with("w.yaml: subagents.allow_agent_mcp_servers: agent-defined MCP servers are not supported yet"),
-            "{e}"
-        );
+        assert!(parse("subagents:\n  allow_agent_mcp_servers: true\n").unwrap().subagents.allow_agent_mcp_servers);
     }
 
     #[test]

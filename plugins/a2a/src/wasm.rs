@@ -1,4 +1,4 @@
-//! The component side: binds [`crate::exec`] to the warden plugin world (WIT 0.2.0)
+//! The component side: binds [`crate::exec`] to the warden plugin world (WIT 0.3.0)
 //! through the `warden-guest` SDK, whose `clock` paces the backoff and keeps the deadline
 //! reserve and whose `cancel` tells the executor the warden task was canceled.
 
@@ -91,6 +91,7 @@ impl Plugin for A2a {
             tools: None,
             permission_mode: None,
             mcp_servers: vec![],
+            agent_mcp_servers: vec![],
             egress: None,
             protocol_data: exec::protocol_data(&info, &card_url),
             reference,

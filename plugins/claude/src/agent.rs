@@ -26,9 +26,10 @@
 //! ```
 //!
 //! The host never reads `protocol-data`: what it acts on — `tools`, the permission mode,
-//! the MCP server names and `egress` — is also handed over as the definition's typed fields
-//! (WIT 0.2.0), and `background: true` and `effort` as the reference metadata entries
-//! `background=true` and `effort=<level>` (WIT 0.2.0 has no typed fields for them; the host
+//! the MCP server names, the inline (agent-defined) MCP servers and `egress` — is also
+//! handed over as the definition's typed fields (WIT 0.3.0), and `background: true` and
+//! `effort` as the reference metadata entries `background=true` and `effort=<level>` (the
+//! WIT has no typed fields for them; the host
 //! reads those keys of any definition, the operator's reference metadata winning). The host
 //! hands the effort to every model call of the agent's tasks, as the provider's reasoning
 //! setting where it has one (`reasoning_effort` of OpenAI-compatible servers).
@@ -187,6 +188,54 @@ pub const INFORMATIONAL_KEYS: &[&str] = &["version", "author", "tags"];
 /// for every four-letter word.
 pub const SUGGESTION_DISTANCE: usize = 2;
 
+/// An inline `mcpServers` entry as the host's `agent-mcp-server` (WIT 0.3.0): a stdio
+/// program, its arguments and its literal environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlineMcpServer {
+    pub name: String,
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// The keys an inline entry may have (`.mcp.json`'s stdio shape); anything else would be a
+/// setting warden does not apply, so the entry is refused rather than run differently.
+const INLINE_SERVER_KEYS: &[&str] = &["name", "type", "command", "args", "env"];
+
+impl InlineMcpServer {
+    fn from_entry(name: String, body: &Value) -> Result<Self, String> {
+        let Value::Object(o) = body else {
+            return Err("expected a map with `command` (and `args`, `env`)".into());
+        };
+        if o.contains_key("url") || !matches!(o.get("type").and_then(Value::as_str), None | Some("stdio")) {
+            return Err("only a stdio server (`command`) can be agent-defined: warden never reaches an address an \
+                        agent file names, so configure an HTTP server under the operator's `mcp_servers` and name it here"
+                .into());
+        }
+        if let Some(key) = o.keys().find(|k| !INLINE_SERVER_KEYS.contains(&k.as_str())) {
+            return Err(format!("unknown key `{key}` (expected {})", INLINE_SERVER_KEYS.join(", ")));
+        }
+        let command = o.get("command").and_then(Value::as_str).ok_or("it has no `command` text")?.to_owned();
+        let args = match o.get("args") {
+            None | Some(Value::Null) => vec![],
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|a| a.as_str().map(str::to_owned).ok_or("`args` must be a list of text"))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("`args` must be a list of text".into()),
+        };
+        let env = match o.get("env") {
+            None | Some(Value::Null) => vec![],
+            Some(Value::Object(env)) => env
+                .iter()
+                .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())).ok_or("`env` values must be text"))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("`env` must be a map of text".into()),
+        };
+        Ok(InlineMcpServer { name, command, args, env })
+    }
+}
+
 /// A Claude agent file's `permissionMode` (the host's typed `permission-mode`, WIT 0.2.0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PermissionMode {
@@ -237,7 +286,7 @@ impl ProtocolData {
 
     /// The names of operator-configured MCP servers in `mcpServers`: a list of names or
     /// comma-separated text. Inline definitions (`{server: {command: …}}`, a map keyed by
-    /// name, `{name: …, url: …}`) are refused: see [`Self::inline_mcp_servers`].
+    /// name) are the agent's own servers: see [`Self::inline_mcp_servers`].
     pub fn mcp_server_names(&self) -> Vec<String> {
         match &self.mcp_servers {
             Some(Value::Array(items)) => items.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect(),
@@ -246,28 +295,40 @@ impl ProtocolData {
         }
     }
 
-    /// The names of inline MCP server definitions in `mcpServers` (`?` when one has none).
-    /// warden never starts a server an agent file defines: only the operator's
-    /// `mcp_servers` run (`subagents.allow_agent_mcp_servers` only takes `false` for now),
-    /// so these are refused with a warning naming that setting.
-    pub fn inline_mcp_servers(&self) -> Vec<String> {
-        let name_of = |o: &Map<String, Value>| match o.len() {
-            1 => o.keys().next().cloned(),
-            _ => o.get("name").and_then(Value::as_str).map(str::to_owned),
-        };
-        match &self.mcp_servers {
+    /// The inline MCP server definitions in `mcpServers` (`{server: {command: …}}` list
+    /// items, a map keyed by name, `{name: …, command: …}`), as the host's typed
+    /// `agent-mcp-servers` (WIT 0.3.0), and a warning for each entry that cannot be one.
+    /// The host runs them only when the operator allows agent-defined servers
+    /// (`subagents.allow_agent_mcp_servers`, its problem otherwise). Only stdio servers:
+    /// an entry with a `url` (or another `type`) is refused here, since the host never
+    /// reaches an address an agent file names.
+    pub fn inline_mcp_servers(&self) -> (Vec<InlineMcpServer>, Vec<String>) {
+        let entries: Vec<(Option<String>, &Value)> = match &self.mcp_servers {
             Some(Value::Array(items)) => items
                 .iter()
-                .filter_map(|i| match i {
-                    Value::String(_) => None,
-                    Value::Object(o) => Some(name_of(o).unwrap_or_else(|| "?".into())),
-                    _ => Some("?".into()),
+                .filter(|i| !i.is_string())
+                .map(|i| match i {
+                    Value::Object(o) if o.len() == 1 && o.values().all(Value::is_object) => {
+                        let (name, body) = o.iter().next().expect("one entry");
+                        (Some(name.clone()), body)
+                    }
+                    Value::Object(o) => (o.get("name").and_then(Value::as_str).map(str::to_owned), i),
+                    other => (None, other),
                 })
                 .collect(),
-            Some(Value::Object(map)) => map.keys().cloned().collect(),
+            Some(Value::Object(map)) => map.iter().map(|(k, v)| (Some(k.clone()), v)).collect(),
             Some(Value::String(_)) | None | Some(Value::Null) => vec![],
-            Some(_) => vec!["?".into()],
+            Some(other) => vec![(None, other)],
+        };
+        let (mut servers, mut warnings) = (vec![], vec![]);
+        for (name, body) in entries {
+            let shown = name.clone().unwrap_or_else(|| "?".into());
+            match name.ok_or_else(|| "it has no name".to_owned()).and_then(|n| InlineMcpServer::from_entry(n, body)) {
+                Ok(server) => servers.push(server),
+                Err(why) => warnings.push(format!("inline MCP server `{shown}` in `mcpServers` refused: {why}")),
+            }
         }
+        (servers, warnings)
     }
 
     /// Reads a definition's `protocol-data` (`{}` and missing fields give the defaults).
@@ -438,11 +499,8 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
     if protocol.system_prompt.is_empty() {
         warnings.push("the body (the system prompt) is empty".into());
     }
-    for server in protocol.inline_mcp_servers() {
-        warnings.push(format!(
-            "inline MCP server `{server}` in `mcpServers` refused: agent-defined servers are off (`subagents.allow_agent_mcp_servers`, which only takes `false` for now); warden runs only the operator's servers (`mcp_servers` in warden.yaml), so list a configured server by name"
-        ));
-    }
+    // Valid entries go to the host, which runs them only when the operator allows it.
+    warnings.extend(protocol.inline_mcp_servers().1);
     if let (_, Some(warning)) = protocol.permission_mode() {
         warnings.push(warning);
     }
@@ -736,17 +794,41 @@ mod typed_fields {
     use serde_json::json;
 
     #[test]
-    fn mcp_servers_give_names_and_inline_definitions_are_refused() {
+    fn mcp_servers_give_names_and_inline_stdio_definitions() {
         let data = |v: Value| ProtocolData { mcp_servers: Some(v), ..ProtocolData::default() };
-        let mixed = data(json!([{"github": {"x": 1}}, {"name": "docs", "url": "u"}, "fs", {}]));
+        let mixed = data(json!([
+            {"github": {"command": "gh-mcp", "args": ["--ro"], "env": {"A": "1"}}},
+            {"name": "docs", "url": "u"},
+            "fs",
+            {},
+            {"local": {"type": "http", "command": "x"}},
+            {"odd": {"command": "x", "cwd": "/"}},
+            {"bad-args": {"command": "x", "args": "y"}},
+            {"name": "named", "command": "srv"},
+        ]));
         assert_eq!(mixed.mcp_server_names(), ["fs"]);
-        assert_eq!(mixed.inline_mcp_servers(), ["github", "docs", "?"]);
+        let (servers, warnings) = mixed.inline_mcp_servers();
+        let github = InlineMcpServer {
+            name: "github".into(),
+            command: "gh-mcp".into(),
+            args: vec!["--ro".into()],
+            env: vec![("A".into(), "1".into())],
+        };
+        let named = InlineMcpServer { name: "named".into(), command: "srv".into(), args: vec![], env: vec![] };
+        assert_eq!(servers, [github, named]);
+        assert_eq!(warnings.len(), 5, "{warnings:?}");
+        assert!(warnings[0].starts_with("inline MCP server `docs` in `mcpServers` refused: only a stdio server"));
+        assert!(warnings[1].starts_with("inline MCP server `?` in `mcpServers` refused: it has no name"));
+        assert!(warnings[2].contains("`local`") && warnings[2].contains("only a stdio server"));
+        assert!(warnings[3].contains("`odd`") && warnings[3].contains("unknown key `cwd`"));
+        assert!(warnings[4].contains("`bad-args`") && warnings[4].contains("`args` must be a list of text"));
+        let (servers, warnings) = data(json!({"a": {"command": "x"}, "b": {"command": 1}})).inline_mcp_servers();
+        assert_eq!((servers.len(), warnings.len()), (1, 1));
         assert!(data(json!({"a": {}, "b": {}})).mcp_server_names().is_empty());
-        assert_eq!(data(json!({"a": {}, "b": {}})).inline_mcp_servers(), ["a", "b"]);
         assert_eq!(data(json!("a, b,")).mcp_server_names(), ["a", "b"]);
-        assert!(data(json!("a, b,")).inline_mcp_servers().is_empty());
+        assert!(data(json!("a, b,")).inline_mcp_servers().0.is_empty());
         assert!(ProtocolData::default().mcp_server_names().is_empty());
-        assert!(ProtocolData::default().inline_mcp_servers().is_empty());
+        assert_eq!(ProtocolData::default().inline_mcp_servers(), (vec![], vec![]));
     }
 
     #[test]
@@ -923,16 +1005,17 @@ mod field_meanings {
     }
 
     #[test]
-    fn inline_mcp_servers_are_accepted_with_a_warning() {
-        let a = parse("mcpServers:\n  - github\n  - local:\n      command: ./server\n").unwrap();
+    fn inline_stdio_mcp_servers_go_to_the_host_and_others_are_warned_about() {
+        let a = parse("mcpServers:\n  - github\n  - local:\n      command: ./server\n  - remote:\n      url: https://x\n")
+            .unwrap();
         assert_eq!(a.protocol.mcp_server_names(), ["github"]);
+        assert_eq!(a.protocol.inline_mcp_servers().0.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["local"]);
         assert!(
-            a.warnings
-                .iter()
-                .any(|w| w.contains("inline MCP server `local`") && w.contains("subagents.allow_agent_mcp_servers")),
+            a.warnings.iter().any(|w| w.contains("inline MCP server `remote`") && w.contains("only a stdio server")),
             "{:?}",
             a.warnings
         );
+        assert!(!a.warnings.iter().any(|w| w.contains("`local`")), "{:?}", a.warnings);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 
 use warden_guest::log::Level;
 use warden_guest::{
-    Capability, Completion, CompletionRequest, Error, PermissionMode, Plugin, PluginInfo, SubagentDefinition,
+    AgentMcpServer, Capability, Completion, CompletionRequest, Error, PermissionMode, Plugin, PluginInfo,
+    SubagentDefinition,
     SubagentReference, TaskCall, TaskContext, ToolCall, ToolResult, ToolSpec, events, log, model, resources, state,
 };
 
@@ -44,7 +45,7 @@ impl Plugin for Claude {
         let (mode, _) = parsed.protocol.permission_mode();
         let mut reference = reference;
         if parsed.protocol.background && !reference.metadata.iter().any(|(k, _)| k == agent::BACKGROUND_METADATA) {
-            // WIT 0.2.0 has no typed fields for these: the host reads the metadata keys.
+            // WIT (0.2.0, 0.3.0) has no typed fields for these: the host reads the metadata keys.
             reference.metadata.push((agent::BACKGROUND_METADATA.into(), "true".into()));
         }
         if let Some(effort) = &parsed.protocol.effort
@@ -65,6 +66,13 @@ impl Plugin for Claude {
                 agent::PermissionMode::BypassPermissions => PermissionMode::BypassPermissions,
             }),
             mcp_servers: parsed.protocol.mcp_server_names(),
+            agent_mcp_servers: parsed
+                .protocol
+                .inline_mcp_servers()
+                .0
+                .into_iter()
+                .map(|s| AgentMcpServer { name: s.name, command: s.command, args: s.args, env: s.env })
+                .collect(),
             egress: parsed.protocol.egress.clone(),
             protocol_data: parsed.protocol.to_json(),
             reference,

@@ -33,6 +33,7 @@ impl Plugin for Http {
             tools: None,
             permission_mode: None,
             mcp_servers: vec![],
+            agent_mcp_servers: vec![],
             egress: None,
             protocol_data: serde_json::json!({
                 "method": endpoint.method,

@@ -122,6 +122,7 @@ impl Plugin for Mcp {
                 permission_mode: None,
                 // The operator's server this subagent runs on: the host lets its calls through.
                 mcp_servers: vec![server.clone()],
+                agent_mcp_servers: vec![],
                 egress: None,
                 protocol_data: serde_json::to_string(&data).map_err(|e| Error::Internal(e.to_string()))?,
                 reference,
@@ -155,6 +156,7 @@ impl Plugin for Mcp {
             tools: None,
             permission_mode: None,
             mcp_servers: vec![],
+            agent_mcp_servers: vec![],
             egress: None,
             protocol_data: serde_json::to_string(&data).map_err(|e| Error::Internal(e.to_string()))?,
             reference,

@@ -34,9 +34,10 @@ def definition(name: str, description: str, reference, protocol_data: str = "{}"
     """A `types.SubagentDefinition` of `reference`'s kind. The typed host fields default to
     none set (every tool, the default permission mode, no MCP servers, no egress
     narrowing); pass `tools=[...]`, `permission_mode=types.PermissionMode.PLAN`,
-    `mcp_servers=[...]` or `egress=[...]` to set them."""
+    `mcp_servers=[...]`, `agent_mcp_servers=[types.AgentMcpServer(...)]` (WIT 0.3.0) or
+    `egress=[...]` to set them."""
     types = _wit.require(_wit.types, "definition")
-    fields = {"tools": None, "permission_mode": None, "mcp_servers": [], "egress": None}
+    fields = {"tools": None, "permission_mode": None, "mcp_servers": [], "agent_mcp_servers": [], "egress": None}
     unknown = set(typed) - set(fields)
     if unknown:
         raise TypeError(f"unknown definition fields: {', '.join(sorted(unknown))}")

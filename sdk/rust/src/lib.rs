@@ -1,7 +1,7 @@
 //! `warden-guest`: the Rust SDK for warden protocol plugins.
 //!
 //! A plugin is a WebAssembly component of the world `plugin` in the WIT package
-//! `warden:plugin@0.2.0` (`wit/`). This crate generates the bindings once and adds what every
+//! `warden:plugin@0.3.0` (`wit/`). This crate generates the bindings once and adds what every
 //! plugin needs on top of them:
 //!
 //! - [`Error`]: the one error type, case for case the WIT `error` (the bindings use it as
@@ -82,7 +82,7 @@ pub use model::{Completion, CompletionRequest, Message, ToolCall, ToolResult, To
 
 #[cfg(feature = "bindings")]
 pub use bindings::warden::plugin::types::{
-    Capability, PermissionMode, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+    AgentMcpServer, Capability, PermissionMode, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
 };
 #[cfg(feature = "bindings")]
 pub use plugin::definition;

@@ -71,6 +71,7 @@ pub fn definition(
         tools: None,
         permission_mode: None,
         mcp_servers: Vec::new(),
+        agent_mcp_servers: Vec::new(),
         egress: None,
         protocol_data,
     }

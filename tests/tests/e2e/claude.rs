@@ -27,16 +27,17 @@ async fn claude_host(agent: &str, scripts: &[(&str, &str)], extra_models: &str) 
 
 /// Like [`claude_host`] with the tail of the config (`approval:`, `mcp_servers:` ...) given.
 async fn claude_host_with(agent: &str, scripts: &[(&str, &str)], extra_models: &str, tail: &str) -> ClaudeHost {
-    claude_host_providers(agent, scripts, extra_models, "", tail).await
+    claude_host_providers(agent, scripts, extra_models, "", "", tail).await
 }
 
 /// Like [`claude_host_with`] with more `models.providers` entries (indented lines) besides
-/// the scripted ones.
+/// the scripted ones, and more `subagents` settings (indented lines).
 async fn claude_host_providers(
     agent: &str,
     scripts: &[(&str, &str)],
     extra_models: &str,
     extra_providers: &str,
+    extra_subagents: &str,
     tail: &str,
 ) -> ClaudeHost {
     let dir = tempfile::tempdir().unwrap();
@@ -53,7 +54,7 @@ async fn claude_host_providers(
     providers.push_str(extra_providers);
     let yaml = format!(
         "plugins:\n  dir: ./plugins\n  cache_dir: ./cache\n  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
-         subagents:\n  agent_dirs: [./agents]\nmodels:\n  default: {}/scripted\n{extra_models}  providers:\n{providers}\
+         subagents:\n  agent_dirs: [./agents]\n{extra_subagents}models:\n  default: {}/scripted\n{extra_models}  providers:\n{providers}\
          sandbox:\n  scope: e2e{}\n{tail}",
         scripts[0].0,
         // Hosts of one scope adopt (and sweep) each other's containers on start: tests
@@ -546,6 +547,86 @@ async fn regression_a_stdio_mcp_servers_tool_list_was_shared_across_sessions() {
     assert_eq!(completed(&again), "alice done");
 }
 
+/// Issue 20: an agent file's own (inline) MCP servers run only when the operator allows
+/// them, and each start is judged by the gate as the command it is: the server whose command
+/// line an allow rule names starts and serves, the other one (same program, another
+/// argument) is declined by the default and never offered, nor started by a direct call.
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_defined_mcp_servers_start_only_when_the_gate_allows_their_command() {
+    let python = "/opt/warden/venv/bin/python";
+    let agent = format!(
+        "---\nname: timer\ndescription: Uses its own servers\nmcpServers:\n  - clock:\n      command: {python}\n      \
+         args: [/workspace/clock.py]\n      env: {{ TICK: tock }}\n  - stray:\n      command: {python}\n      \
+         args: [/workspace/clock.py, --stray]\n---\nTell the time.\n"
+    );
+    let script = r#"
+- expect: { tools_offered: [mcp__clock__now], tools_not_offered: [mcp__stray__now] }
+  tool_calls: [{ name: mcp__clock__now }, { name: mcp__stray__now }]
+- expect: { last_tool_result_contains: "not available to this subagent" }
+  text: "timed"
+"#;
+    let server = "import os, sys\n\
+                  from mcp.server.mcpserver import MCPServer\n\
+                  s = MCPServer('clock')\n\
+                  def now() -> str:\n    return 'tick ' + os.environ.get('TICK', '?') + ' ' + ' '.join(sys.argv[1:])\n\
+                  s.add_tool(now, name='now')\n\
+                  s.run()\n";
+    let tail = format!(
+        // An allow rule names the whole command line, the server's environment included.
+        "approval:\n  default: deny\n  allow: [Write, \"mcp__clock__*\", \"mcp__stray__*\", \"Bash(TICK=tock {python} /workspace/clock.py)\"]\n"
+    );
+    let h =
+        claude_host_providers(&agent, &[("main", script)], "", "", "  allow_agent_mcp_servers: true\n", &tail).await;
+    let problems = h.registry.snapshot().problems.iter().map(|p| p.message.clone()).collect::<Vec<_>>();
+    assert!(problems.is_empty(), "both inline servers are valid: {problems:?}");
+    let s = session();
+    let written = h.parent_tool(&s, "Write", serde_json::json!({"file_path": "clock.py", "content": server})).await;
+    assert!(!written.is_error, "{written:?}");
+    let (outcome, events) = h.run_with_events("timer", "what time is it", &s).await;
+    assert_eq!(completed(&outcome), "timed");
+    let results: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| (e["name"].as_str().unwrap_or("").to_owned(), e["content"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    let of = |name: &str| results.iter().find(|(n, _)| n == name).map(|(_, c)| c.clone()).unwrap_or_default();
+    assert_eq!(of("mcp__clock__now").trim(), "tick tock", "{results:?}");
+    assert!(!results.iter().any(|(_, c)| c.contains("--stray")), "the declined server ran: {results:?}");
+    // A plugin calling the declined server's tool itself, past its model: the call passes
+    // the gate (`mcp__stray__*`), the start does not, so nothing runs; the started one still serves.
+    let definition = h.registry.snapshot().definitions["timer"].definition.clone();
+    let scope = warden::scope::TaskScope {
+        task_id: "direct".into(),
+        session_id: s.clone(),
+        user_id: "tester".into(),
+        subagent: "timer".into(),
+        plugin: "claude".into(),
+        agent_mcp_servers: definition.agent_mcp_servers,
+        ..Default::default()
+    };
+    let call =
+        |name: &str| warden::tools::ToolCall { id: name.into(), name: name.into(), input: serde_json::json!({}) };
+    let results = h.host.tools.call_batch(&scope, vec![call("mcp__stray__now"), call("mcp__clock__now")]).await;
+    assert!(results[0].is_error && results[0].content.contains("MCP server \"stray\" was not started"), "{results:?}");
+    assert_eq!(results[1].content.trim(), "tick tock", "{results:?}");
+
+    // Off (the default): the same file's servers are problems naming the setting, and the
+    // subagent is offered neither.
+    let off = r#"
+- expect: { tools_not_offered: [mcp__clock__now, mcp__stray__now] }
+  text: "no servers"
+"#;
+    let h = claude_host_providers(&agent, &[("main", off)], "", "", "", &tail).await;
+    let problems = h.registry.snapshot().problems.iter().map(|p| p.message.clone()).collect::<Vec<_>>();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems.iter().all(|p| p.contains("subagents.allow_agent_mcp_servers")), "{problems:?}");
+    let s = session();
+    let written = h.parent_tool(&s, "Write", serde_json::json!({"file_path": "clock.py", "content": server})).await;
+    assert!(!written.is_error, "{written:?}");
+    let (outcome, _) = h.run_with_events("timer", "what time is it", &s).await;
+    assert_eq!(completed(&outcome), "no servers");
+}
+
 /// An HTTP server on 127.0.0.1 (a free port, returned) answering every request with a
 /// four-byte `body`: the test machine's host the sandbox reaches through its egress proxy.
 fn four_byte_server(body: &'static [u8; 4]) -> u16 {
@@ -975,8 +1056,8 @@ async fn effort_reaches_an_openai_provider_as_reasoning_effort() {
     for (effort, sent) in [("effort: high\n", Some("high")), ("effort: max\n", Some("xhigh")), ("", None)] {
         let agent =
             format!("---\nname: thinker\ndescription: Thinks\ntools: []\nmodel: local/gpt-test\n{effort}---\nThink.\n");
-        let h =
-            claude_host_providers(&agent, &[("main", "- text: scripted\n")], "", &server.provider("local"), "").await;
+        let h = claude_host_providers(&agent, &[("main", "- text: scripted\n")], "", &server.provider("local"), "", "")
+            .await;
         let before = server.bodies().len();
         assert_eq!(completed(&h.run("thinker", "how hard?", &session(), None, None).await), "thought hard");
         let bodies = server.bodies();

@@ -130,10 +130,13 @@ fn plugin_inspect_shows_world_and_capabilities() {
     assert_eq!(v["valid"], true);
     assert_eq!(v["wit_versions"], serde_json::json!(["0.2.0"]));
     assert_eq!(v["wit_version"], "0.2.0");
-    assert_eq!(v["supported_wit"], serde_json::json!(["0.1.0", "0.2.0"]));
+    assert_eq!(v["supported_wit"], serde_json::json!(["0.1.0", "0.2.0", "0.3.0"]));
     assert!(v["exports"].as_array().unwrap().iter().any(|e| e == "warden:plugin/executor@0.2.0"));
     assert!(v["imports"].as_array().unwrap().iter().any(|e| e == "warden:plugin/http@0.2.0"));
     assert_eq!(v["info"]["capabilities"].as_array().unwrap().len(), 7);
+    // The bundled plugins are built against the current 0.3.0.
+    let current = json(&d.warden(&["plugin", "inspect", bundled_plugin("claude").to_str().unwrap(), "--json"]));
+    assert_eq!(current["wit_version"], "0.3.0", "{current}");
     // A plugin built against the frozen 0.1.0 is served as 0.1.0; the text form says the range.
     let old = json(&d.warden(&["plugin", "inspect", test_plugin("echo").to_str().unwrap(), "--json"]));
     assert_eq!(
@@ -141,7 +144,7 @@ fn plugin_inspect_shows_world_and_capabilities() {
         (&serde_json::json!(["0.1.0"]), &serde_json::json!("0.1.0"))
     );
     let text = stdout(&d.warden(&["plugin", "inspect", test_plugin("echo").to_str().unwrap()]));
-    assert!(text.contains("wit:      0.1.0 (this warden supports 0.1.0–0.2.0)"), "{text}");
+    assert!(text.contains("wit:      0.1.0 (this warden supports 0.1.0–0.3.0)"), "{text}");
     // Inspecting writes nothing: no compile cache next to the config (regression: 35 MB).
     assert!(!d.dir.path().join("cache").exists() && !d.dir.path().join(".warden").exists());
 
