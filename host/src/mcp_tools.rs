@@ -109,16 +109,24 @@ struct StdioConn {
     stderr: warden_sandbox::process::StderrTail,
     /// Its stream ended or broke: the next use starts a new process.
     dead: bool,
+    /// An agent-defined server's process: who it is (ended with its task, see
+    /// [`McpTools::end_task`]) and the task's egress narrowing, held for its whole life
+    /// (between calls too), so it reaches no more than the task that started it.
+    owned: Option<(warden_sandbox::ProcessId, warden_sandbox::EgressHold)>,
 }
 
 /// (user id, session id, server slot): one session's process of one server. The slot is
 /// an operator server's name, or [`agent_slot`] for an agent-defined one.
 type StdioKey = (String, String, String);
 
-/// The process slot of an agent-defined server: its name and a SHA-256 of its whole
-/// definition, so a slot's process always runs exactly the definition that was approved.
+/// How every agent-defined server's slot begins ([`agent_slot`]).
+const AGENT_SLOT_PREFIX: &str = "agent:";
+
+/// The process slot of an agent-defined server in one task: its name, a SHA-256 of its
+/// whole definition (a slot's process always runs exactly the definition that was
+/// approved) and the task (its process lives only as long as the task that started it).
 /// (Operator server names never contain `:`.)
-fn agent_slot(s: &AgentMcpServer) -> String {
+fn agent_slot(s: &AgentMcpServer, task_id: &str) -> String {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     for word in std::iter::once(&s.command).chain(&s.args) {
@@ -131,7 +139,7 @@ fn agent_slot(s: &AgentMcpServer) -> String {
         h.update((v.len() as u64).to_le_bytes());
         h.update(v.as_bytes());
     }
-    format!("agent:{}:{}", s.name, hex::encode(h.finalize()))
+    format!("{AGENT_SLOT_PREFIX}{}:{}:{task_id}", s.name, hex::encode(h.finalize()))
 }
 
 /// The command line that starting an agent-defined server amounts to, as the approval gate
@@ -156,6 +164,9 @@ pub struct McpTools {
     /// Stdio processes by session; a dead one is replaced on its next use, and entries
     /// of dead processes are dropped whenever a session starts one.
     stdio: std::sync::Mutex<HashMap<StdioKey, Arc<Mutex<Option<StdioConn>>>>>,
+    /// Agent-defined servers whose start the gate declined, per task (cleared when the
+    /// task ends): a plugin listing its tools again is not a new question.
+    declined: std::sync::Mutex<std::collections::HashSet<StdioKey>>,
 }
 
 /// A tool offered to a subagent.
@@ -176,11 +187,14 @@ pub enum AgentStart {
     NotApproved,
 }
 
-/// Where a stdio server of a call runs: the session's sandbox, with the task's secrets.
+/// Where a stdio server of a call runs: the session's sandbox, with the task's secrets;
+/// the task (its id and egress narrowing) an agent-defined server belongs to.
 pub struct SessionSite<'a> {
     pub sandbox: &'a Arc<Sandbox>,
     pub key: &'a SessionKey,
     pub secrets: &'a [(String, String)],
+    pub task_id: &'a str,
+    pub egress: &'a [Arc<warden_sandbox::EgressNarrowing>],
 }
 
 impl McpTools {
@@ -192,7 +206,7 @@ impl McpTools {
         // No redirects (a server could send the bearer token's request elsewhere), no
         // environment proxy: the shared hardening of every outbound client.
         let http = crate::http_client::builder().build().expect("an HTTP client without a resolver always builds");
-        McpTools { servers, http, stdio: Default::default() }
+        McpTools { servers, http, stdio: Default::default(), declined: Default::default() }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -297,13 +311,62 @@ impl McpTools {
         let config = crate::config::mcp::agent_server_config(s)?;
         let site =
             site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and this call has none", s.name))?;
-        self.call_stdio(&s.name, &agent_slot(s), &config, start, tool, arguments, site).await
+        self.call_stdio(&s.name, &agent_slot(s, site.task_id), &config, start, tool, arguments, site).await
+    }
+
+    /// Ends the agent-defined servers `task_id` started in `key`'s session, each with every
+    /// process it started, and forgets its declined starts: nothing a task's own servers
+    /// do outlives the task (they would otherwise run beside later tasks' commands).
+    pub async fn end_task(&self, sandbox: &Sandbox, key: &SessionKey, task_id: &str) {
+        let suffix = format!(":{task_id}");
+        let ended: Vec<Arc<Mutex<Option<StdioConn>>>> = {
+            let mut map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
+            let keys: Vec<StdioKey> = map
+                .keys()
+                .filter(|(u, s, slot)| {
+                    *u == key.user_id
+                        && *s == key.session_id
+                        && slot.starts_with(AGENT_SLOT_PREFIX)
+                        && slot.ends_with(&suffix)
+                })
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| map.remove(k)).collect()
+        };
+        self.declined
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(u, s, slot)| !(*u == key.user_id && *s == key.session_id && slot.ends_with(&suffix)));
+        for slot in ended {
+            let Some(conn) = slot.lock().await.take() else { continue };
+            let Some((id, _hold)) = conn.owned else { continue };
+            match sandbox.end_process(key, &id).await {
+                Ok(true) => {
+                    tracing::debug!(task_id, session = %key.session_id, "agent-defined MCP server ended with its task")
+                }
+                other => tracing::warn!(task_id, session = %key.session_id, result = ?other.map_err(|e| e.to_string()),
+                    "agent-defined MCP server could not be ended with its task; it ends with the session"),
+            }
+        }
+    }
+
+    /// Whether starting the subagent's own server `s` was declined earlier in this task
+    /// (it is not asked about again until the task ends).
+    pub fn agent_server_declined(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
+        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
+        self.declined.lock().unwrap_or_else(|e| e.into_inner()).contains(&key)
+    }
+
+    /// Remembers that starting `s` was declined for this task.
+    pub fn decline_agent_server(&self, s: &AgentMcpServer, site: &SessionSite<'_>) {
+        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
+        self.declined.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
     }
 
     /// Whether the subagent's own server `s` runs in `site`'s session now (started there
     /// before, not seen to have ended): using it then needs no start.
     pub fn agent_server_running(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
-        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s));
+        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
         let map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
         // A slot in use (locked) is starting or serving a call: it was allowed to start.
         map.get(&key).is_some_and(|slot| slot.try_lock().map(|c| c.as_ref().is_some_and(|c| !c.dead)).unwrap_or(true))
@@ -318,7 +381,7 @@ impl McpTools {
         let config = crate::config::mcp::agent_server_config(s)?;
         let site =
             site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and there is none", s.name))?;
-        let slot = self.stdio_conn(&s.name, &agent_slot(s), &config, start, site).await?;
+        let slot = self.stdio_conn(&s.name, &agent_slot(s, site.task_id), &config, start, site).await?;
         let guard = slot.lock().await;
         Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone())
     }
@@ -363,7 +426,17 @@ impl McpTools {
             let mut map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
             // Dead processes (their session ended, or they died) leave the table; a slot
             // in use (locked) stays.
-            map.retain(|_, conn| conn.try_lock().map(|c| c.as_ref().is_some_and(|c| !c.dead)).unwrap_or(true));
+            map.retain(|_, conn| {
+                conn.try_lock()
+                    .map(|mut c| match c.as_mut() {
+                        Some(c) => {
+                            c.notice_exit();
+                            !c.dead
+                        }
+                        None => false,
+                    })
+                    .unwrap_or(true)
+            });
             let key = (site.key.user_id.clone(), site.key.session_id.clone(), slot_name.to_owned());
             map.entry(key).or_default().clone()
         };
@@ -384,25 +457,37 @@ impl McpTools {
                      was not approved for this use; it is asked about again when the subagent next lists its tools"
                 ));
             }
-            *guard = Some(self.start_stdio(server, config, site).await?);
+            let owned = slot_name.starts_with(AGENT_SLOT_PREFIX);
+            *guard = Some(self.start_stdio(server, config, site, owned).await?);
         }
         drop(guard);
         Ok(slot)
     }
 
+    /// Starts `server`'s process; `owned`: an agent-defined one, ended with its task.
     async fn start_stdio(
         &self,
         server: &str,
         config: &McpServerConfig,
         site: &SessionSite<'_>,
+        owned: bool,
     ) -> Result<StdioConn, String> {
         let Ok(McpTransport::Stdio { command, args, env }) = config.transport() else {
             return Err(format!("MCP server {server:?} is not a stdio server"));
         };
         let env = expand_env(server, env, site.secrets)?;
         let argv: Vec<String> = std::iter::once(command.to_owned()).chain(args.iter().cloned()).collect();
-        let process = site.sandbox.spawn_process(site.key, &argv, &env).await.map_err(|e| e.to_string())?;
+        let (process, owned) = if owned {
+            // Held before it starts: it never runs wider than its task, not even at start.
+            let hold = site.sandbox.hold_egress(site.key, site.egress);
+            let (process, id) =
+                site.sandbox.spawn_owned_process(site.key, &argv, &env).await.map_err(|e| e.to_string())?;
+            (process, Some((id, hold)))
+        } else {
+            (site.sandbox.spawn_process(site.key, &argv, &env).await.map_err(|e| e.to_string())?, None)
+        };
         let mut conn = StdioConn {
+            owned,
             session: Session::new(ClientInfo { name: "warden".into(), version: env!("CARGO_PKG_VERSION").into() }),
             tools: vec![],
             stderr: process.stderr_handle(),

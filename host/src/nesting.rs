@@ -58,6 +58,26 @@ pub fn tool_allowed(allowed: Option<&[String]>, name: &str) -> bool {
     })
 }
 
+/// Whether one definition's `tools` list could let its subagent use a tool of MCP server
+/// `server` (`None`, `*`, or an entry `mcp__<server>__…`).
+fn server_allowed(allowed: Option<&[String]>, server: &str) -> bool {
+    let Some(allowed) = allowed else { return true };
+    allowed.iter().any(|entry| {
+        let (base, _) = base_name(entry);
+        base == "*"
+            || base
+                .strip_prefix("mcp__")
+                .and_then(|rest| rest.strip_prefix(server))
+                .is_some_and(|rest| rest.starts_with("__"))
+    })
+}
+
+/// Whether a task's list and every ancestor's could let it use some tool of MCP server
+/// `server`: when none can, the server is not even started for it.
+pub fn tools_allow_server(own: Option<&[String]>, inherited: &[Vec<String>], server: &str) -> bool {
+    server_allowed(own, server) && inherited.iter().all(|list| server_allowed(Some(list), server))
+}
+
 /// Whether a task may use `name`: its definition's list and every ancestor's allow it.
 pub fn tools_allow(own: Option<&[String]>, inherited: &[Vec<String>], name: &str) -> bool {
     tool_allowed(own, name) && inherited.iter().all(|list| tool_allowed(Some(list), name))
@@ -182,6 +202,19 @@ impl AgentCall {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_server_is_usable_only_when_every_list_could_let_a_tool_of_it_through() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(tools_allow_server(None, &[], "clock"));
+        assert!(tools_allow_server(Some(&list(&["*"])), &[], "clock"));
+        assert!(tools_allow_server(Some(&list(&["Read", "mcp__clock__now"])), &[], "clock"));
+        assert!(!tools_allow_server(Some(&list(&["Read"])), &[], "clock"));
+        assert!(!tools_allow_server(Some(&list(&["mcp__clockwork__now"])), &[], "clock"), "a prefix of another server");
+        assert!(!tools_allow_server(Some(&list(&["mcp__clock"])), &[], "clock"));
+        assert!(!tools_allow_server(None, &[list(&["Read"])], "clock"), "an ancestor's list holds too");
+        assert!(tools_allow_server(None, &[list(&["mcp__clock__now"]), list(&["*"])], "clock"));
+    }
 
     fn list(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()

@@ -199,9 +199,16 @@ impl ToolHost {
             sandbox,
             key: &key,
             secrets: &scope.tool_env,
+            task_id: &scope.task_id,
+            egress: &scope.egress,
         });
         let mut own = Vec::with_capacity(scope.agent_mcp_servers.len());
-        for server in &scope.agent_mcp_servers {
+        // Only servers whose tools the task's `tools` lists (its own and its ancestors')
+        // let it use are started at all.
+        let usable = scope.agent_mcp_servers.iter().filter(|s| {
+            crate::nesting::tools_allow_server(scope.allowed_tools.as_deref(), &scope.inherited_tools, &s.name)
+        });
+        for server in usable {
             match self.agent_server_start(scope, server, site.as_ref()).await {
                 Ok(start) => own.push((server, start)),
                 Err(declined) => {
@@ -231,6 +238,8 @@ impl ToolHost {
                 sandbox,
                 key,
                 secrets: &scope.tool_env,
+                task_id: &scope.task_id,
+                egress: &scope.egress,
             });
             if let Some(own) = scope.agent_mcp_servers.iter().find(|s| s.name == server) {
                 let start = match self.agent_server_start(scope, own, site.as_ref()).await {
@@ -290,6 +299,13 @@ impl ToolHost {
         if self.mcp.agent_server_running(server, site) {
             return Ok(AgentStart::NotApproved);
         }
+        if self.mcp.agent_server_declined(server, site) {
+            return Err("starting it was declined earlier in this task".into());
+        }
+        // A start is a command run for the task: it counts against its tool-call limit.
+        if scope.tool_budget.as_ref().is_some_and(|b| !b.take()) {
+            return Err("the task reached its tool-call limit".into());
+        }
         let command = crate::mcp_tools::agent_server_command(server)
             .ok_or_else(|| "its command line cannot be written as a shell command".to_owned())?;
         let description = format!(
@@ -298,10 +314,24 @@ impl ToolHost {
         );
         let request = approval_request(scope, BASH_TOOL, json!({ "command": command, "description": description }));
         let verdict = self.gate.decide_batch_with(vec![request], scope.decider.clone()).await.pop();
-        match verdict.map(|v| v.declined_message(BASH_TOOL)) {
-            Some(None) => Ok(AgentStart::MayStart),
-            Some(Some(declined)) => Err(declined),
-            None => Err("the approval gate gave no verdict".into()),
+        let declined = match verdict.map(|v| v.declined_message(BASH_TOOL)) {
+            Some(None) => return Ok(AgentStart::MayStart),
+            Some(Some(declined)) => declined,
+            None => "the approval gate gave no verdict".into(),
+        };
+        self.mcp.decline_agent_server(server, site);
+        Err(declined)
+    }
+
+    /// The task of `scope` is over: the MCP servers it defined and started end now, with
+    /// every process they started.
+    pub async fn end_task(&self, scope: &TaskScope) {
+        if scope.agent_mcp_servers.is_empty() {
+            return;
+        }
+        if let Ok(sandbox) = &self.sandbox {
+            let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
+            self.mcp.end_task(sandbox, &key, &scope.task_id).await;
         }
     }
 

@@ -6,7 +6,8 @@
 # control data. Also run once-off as the sandbox user: `sweep-all` (adopting a container
 # after a host crash), `sweep-lives <replica> <life>` (a replica adopting its own container:
 # only the agents of its earlier lives and their trees) and `kill-agent <pid> <starttime>`
-# (a call overran its deadline); and as root: `use-hold <seconds>` (may an idle session be
+# (a call overran its deadline), `exec-owned <argv...>` (say pid and start time on stdout,
+# then become argv: a session process the host ends on purpose); and as root: `use-hold <seconds>` (may an idle session be
 # removed: no call running, and the use mark untouched for that long; if so, no call starts
 # until the host is done removing it).
 #
@@ -721,6 +722,19 @@ def kill_agent(pid, starttime):
     return sweep(False)
 
 
+def exec_owned(argv):
+    """Becomes `argv` (same pid, same start time) after telling the host who it is: one
+    line `<pid> <starttime>` on stdout, so the host can end it and its tree on purpose
+    (`kill-agent`) when what started it is over. Runs as the sandbox user."""
+    me = os.getpid()
+    os.write(1, b"%d %d\n" % (me, start_time(me)))
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        os.write(2, ("cannot run %r: %s\n" % (argv[0], e.strerror)).encode())
+        os._exit(127)
+
+
 def agent_tag(pid):
     """(replica, life) from the command line of a tagged agent
     (`python3 -I -S -c CODE serve UID GID REPLICA LIFE`), else None."""
@@ -770,5 +784,7 @@ if __name__ == "__main__":
         use_hold(int(sys.argv[2]))
     elif mode == "kill-agent":
         kill_agent(int(sys.argv[2]), int(sys.argv[3]))
+    elif mode == "exec-owned" and len(sys.argv) > 2:
+        exec_owned(sys.argv[2:])
     else:
         sys.exit(2)

@@ -688,7 +688,7 @@ async fn create(
 
 /// Kills an agent, its command and every orphan of the sandbox user from a second exec
 /// (the agent's `kill-agent` mode); false when that failed.
-async fn kill_sweep(docker: &Docker, container: &str, user: &str, agent: (u64, u64)) -> bool {
+pub(crate) async fn kill_sweep(docker: &Docker, container: &str, user: &str, agent: (u64, u64)) -> bool {
     let mut argv = agent_argv("kill-agent", Some(&agent.0.to_string()));
     argv.push(agent.1.to_string());
     match run_housekeeping(docker, container, user, argv, KILL_SWEEP_TIMEOUT).await {

@@ -47,6 +47,6 @@ pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
 pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy};
 pub use error::{DockerObject, SandboxError};
 pub use metrics::MetricsSnapshot;
-pub use process::SessionProcess;
+pub use process::{ProcessId, SessionProcess};
 pub use session::{HostStatus, MAX_CONCURRENT_DOWNLOADS, PruneReport, Sandbox, SessionInfo, SessionKey};
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

@@ -87,7 +87,62 @@ fn validate_argv(argv: &[String]) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Who an owned session process is in its container: its pid and start time there (a
+/// reused pid never names it), and the container. [`Sandbox::end_process`] ends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessId {
+    container: String,
+    pid: u64,
+    start_time: u64,
+}
+
+/// Longest wait for an owned process's first line (its pid and start time).
+const OWNED_HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Longest first line of an owned process (two decimal numbers).
+const OWNED_HELLO_BYTES: u64 = 64;
+
 impl Sandbox {
+    /// Like [`Sandbox::spawn_process`], for a process the host must be able to end on
+    /// purpose, with every process it started, before its session ends (e.g. one a task
+    /// started, ended with the task): the in-container agent's `exec-owned` mode says the
+    /// process's pid and start time, then becomes `argv` (same process, no shell between).
+    pub async fn spawn_owned_process(
+        &self,
+        key: &SessionKey,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<(SessionProcess, ProcessId), SandboxError> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+        validate_argv(argv)?;
+        let mut cmd = crate::exec::agent_argv("exec-owned", None);
+        cmd.extend(argv.iter().cloned());
+        let (process, container) = self.spawn_argv(key, cmd, &argv[0], env).await?;
+        let mut stdout = tokio::io::BufReader::new(process.stdout);
+        let mut hello = String::new();
+        let failed = |message: String| SandboxError::Docker { action: "start owned session process".into(), message };
+        let mut first_line = (&mut stdout).take(OWNED_HELLO_BYTES);
+        match tokio::time::timeout(OWNED_HELLO_TIMEOUT, first_line.read_line(&mut hello)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(failed(e.to_string())),
+            Err(_) => return Err(failed(format!("no pid within {OWNED_HELLO_TIMEOUT:?}"))),
+        }
+        let mut numbers = hello.split_ascii_whitespace().map(str::parse::<u64>);
+        let (Some(Ok(pid)), Some(Ok(start_time)), None) = (numbers.next(), numbers.next(), numbers.next()) else {
+            let stderr = StderrTail(process.stderr.clone()).text();
+            return Err(failed(format!("it did not say its pid ({:?}); stderr: {stderr}", hello.trim())));
+        };
+        let process = SessionProcess { stdin: process.stdin, stdout: Box::pin(stdout), stderr: process.stderr };
+        Ok((process, ProcessId { container, pid, start_time }))
+    }
+
+    /// Ends an owned process (see [`Sandbox::spawn_owned_process`]) and every process it
+    /// started, then the session's orphans; nothing when it already ended (its pid now
+    /// names another process or none). Returns whether the kill ran.
+    pub async fn end_process(&self, key: &SessionKey, id: &ProcessId) -> Result<bool, SandboxError> {
+        let ctx = self.session(key, &[]).await?;
+        Ok(crate::exec::kill_sweep(ctx.docker, &id.container, ctx.user(), (id.pid, id.start_time)).await)
+    }
+
     /// Starts `argv` in `key`'s container (creating the session's container if needed) as
     /// the sandbox user, in /workspace, with `env` added to the container's environment.
     pub async fn spawn_process(
@@ -97,6 +152,18 @@ impl Sandbox {
         env: &[(String, String)],
     ) -> Result<SessionProcess, SandboxError> {
         validate_argv(argv)?;
+        Ok(self.spawn_argv(key, argv.to_vec(), &argv[0], env).await?.0)
+    }
+
+    /// Starts `cmd` (checked by the caller; `program` names it in logs) in `key`'s
+    /// container; also returns the container's id.
+    async fn spawn_argv(
+        &self,
+        key: &SessionKey,
+        cmd: Vec<String>,
+        program: &str,
+        env: &[(String, String)],
+    ) -> Result<(SessionProcess, String), SandboxError> {
         crate::tools::validate_env(env)?;
         let ctx = self.session(key, &[]).await?;
         let container = ctx.container().await?;
@@ -107,7 +174,7 @@ impl Sandbox {
             attach_stderr: Some(true),
             attach_stdin: Some(true),
             tty: Some(false),
-            cmd: Some(argv.to_vec()),
+            cmd: Some(cmd),
             env: Some(environment),
             user: Some(ctx.user().to_string()),
             working_dir: Some(crate::container::WORKSPACE.to_string()),
@@ -149,8 +216,10 @@ impl Sandbox {
                 }
             }
         });
-        tracing::debug!(session = %key.session_id, program = %argv[0], "session process started");
-        Ok(SessionProcess { stdin: input, stdout: Box::pin(tokio_util::io::StreamReader::new(stdout)), stderr })
+        tracing::debug!(session = %key.session_id, program, "session process started");
+        let process =
+            SessionProcess { stdin: input, stdout: Box::pin(tokio_util::io::StreamReader::new(stdout)), stderr };
+        Ok((process, container))
     }
 }
 

@@ -548,16 +548,22 @@ impl Runtime {
         task_scope.mcp_servers.clone_from(&definition.mcp_servers);
         task_scope.agent_mcp_servers.clone_from(&definition.agent_mcp_servers);
         task_scope.allowed_tools.clone_from(&definition.tools);
+        let task_scope = Arc::new(task_scope);
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), timeout);
         scope.task = Some(task);
-        scope.task_scope = Some(Arc::new(task_scope));
+        scope.task_scope = Some(task_scope.clone());
         scope.http = plugin.http.clone();
         let (pre, call, def) = (plugin.build.pre(), call.clone(), definition.clone());
         let out = self
             .run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
                 Box::pin(async move { b.execute(store, &ctx, &call, &def).await })
             })
-            .await?;
+            .await;
+        // However the call ended: what the task started for itself ends with it.
+        if let Some(tools) = &self.services.tools {
+            tools.end_task(&task_scope).await;
+        }
+        let out = out?;
         // The task's output: its result, or the question it waits on (`input-required`),
         // both stored and streamed as the task's `output`. (A WIT string is UTF-8 by the
         // canonical ABI; control characters are escaped by JSON and by every printer.)

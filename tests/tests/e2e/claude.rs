@@ -547,6 +547,11 @@ async fn regression_a_stdio_mcp_servers_tool_list_was_shared_across_sessions() {
     assert_eq!(completed(&again), "alice done");
 }
 
+/// The command lines of the processes in `session`'s container.
+async fn processes(h: &ClaudeHost, session: &str) -> String {
+    h.parent_tool(session, "Bash", serde_json::json!({"command": "ps -eo args"})).await.content
+}
+
 /// Issue 20: an agent file's own (inline) MCP servers run only when the operator allows
 /// them, and each start is judged by the gate as the command it is: the server whose command
 /// line an allow rule names starts and serves, the other one (same program, another
@@ -573,7 +578,7 @@ async fn agent_defined_mcp_servers_start_only_when_the_gate_allows_their_command
                   s.run()\n";
     let tail = format!(
         // An allow rule names the whole command line, the server's environment included.
-        "approval:\n  default: deny\n  allow: [Write, \"mcp__clock__*\", \"mcp__stray__*\", \"Bash(TICK=tock {python} /workspace/clock.py)\"]\n"
+        "approval:\n  default: deny\n  allow: [Write, \"mcp__clock__*\", \"mcp__stray__*\", \"Bash(TICK=tock {python} /workspace/clock.py)\", \"Bash(ps -eo args)\"]\n"
     );
     let h =
         claude_host_providers(&agent, &[("main", script)], "", "", "  allow_agent_mcp_servers: true\n", &tail).await;
@@ -592,6 +597,10 @@ async fn agent_defined_mcp_servers_start_only_when_the_gate_allows_their_command
     let of = |name: &str| results.iter().find(|(n, _)| n == name).map(|(_, c)| c.clone()).unwrap_or_default();
     assert_eq!(of("mcp__clock__now").trim(), "tick tock", "{results:?}");
     assert!(!results.iter().any(|(_, c)| c.contains("--stray")), "the declined server ran: {results:?}");
+    // The task is over, and so is the server it started (it would run beside later tasks'
+    // commands, able to read their environment).
+    let after = processes(&h, &s).await;
+    assert!(after.contains("ps -eo args") && !after.contains("clock.py"), "the task's server outlived it: {after}");
     // A plugin calling the declined server's tool itself, past its model: the call passes
     // the gate (`mcp__stray__*`), the start does not, so nothing runs; the started one still serves.
     let definition = h.registry.snapshot().definitions["timer"].definition.clone();
@@ -609,6 +618,13 @@ async fn agent_defined_mcp_servers_start_only_when_the_gate_allows_their_command
     let results = h.host.tools.call_batch(&scope, vec![call("mcp__stray__now"), call("mcp__clock__now")]).await;
     assert!(results[0].is_error && results[0].content.contains("MCP server \"stray\" was not started"), "{results:?}");
     assert_eq!(results[1].content.trim(), "tick tock", "{results:?}");
+    // Declined once in a task is declined for the task: no second question.
+    let again = h.host.tools.call_batch(&scope, vec![call("mcp__stray__now")]).await;
+    assert!(again[0].content.contains("declined earlier in this task"), "{again:?}");
+    assert!(processes(&h, &s).await.contains("clock.py"), "the direct task's server runs while it does");
+    h.host.tools.end_task(&scope).await;
+    let after = processes(&h, &s).await;
+    assert!(!after.contains("clock.py"), "ending the task ended its server: {after}");
 
     // Off (the default): the same file's servers are problems naming the setting, and the
     // subagent is offered neither.
