@@ -154,7 +154,9 @@ pub struct PendingApproval {
     pub expires_at: String,
     /// How long an approval may hold ([`Scope`]): always `once`; `session` and `always`
     /// when an exact rule describes the call (and, for `always`, an overlay file is
-    /// configured and no deny rule names the tool).
+    /// configured and no deny rule names the tool). The gate's list offers what the
+    /// request allows; a front shows a reader [`PendingApproval::offered_to`] its
+    /// authority (`always` to an admin only).
     pub scopes: Vec<Scope>,
 }
 
@@ -187,6 +189,27 @@ impl Authority {
     /// every session from then on: a change of policy, so an administrator's alone.
     pub fn may_grant(self, scope: Scope) -> bool {
         scope != Scope::Always || self == Authority::Admin
+    }
+
+    /// The scopes of `offered` (a request's [`PendingApproval::scopes`]) an answer by this
+    /// authority may choose, in their order: the one rule every front that lists answer
+    /// options applies for its reader, so none offers a scope the gate then refuses
+    /// ([`check_scope`]). `once` is always choosable.
+    pub fn choosable(self, offered: &[Scope]) -> Vec<Scope> {
+        let mut scopes: Vec<Scope> = offered.iter().copied().filter(|s| self.may_grant(*s)).collect();
+        if !scopes.contains(&Scope::Once) {
+            scopes.insert(0, Scope::Once);
+        }
+        scopes
+    }
+}
+
+impl PendingApproval {
+    /// This request as a reader with `authority` is offered it: its
+    /// [`PendingApproval::scopes`] cut to those [`Authority::choosable`].
+    pub fn offered_to(mut self, authority: Authority) -> Self {
+        self.scopes = authority.choosable(&self.scopes);
+        self
     }
 }
 

@@ -485,6 +485,36 @@ mod modes {
     }
 }
 
+/// What a front offers a reader is what the gate then accepts from them: every scope
+/// [`Authority::choosable`] lists passes [`check_scope`] for an approval by that authority,
+/// and every offered scope it leaves out is refused — for any offer and authority.
+mod offered_scopes {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn scope() -> impl Strategy<Value = Scope> {
+        prop_oneof![Just(Scope::Once), Just(Scope::Session), Just(Scope::Always)]
+    }
+
+    proptest! {
+        #[test]
+        fn a_reader_is_offered_exactly_the_scopes_its_answer_may_hold(
+            offered in proptest::collection::vec(scope(), 0..5),
+            admin in any::<bool>(),
+        ) {
+            let authority = if admin { Authority::Admin } else { Authority::User };
+            let choosable = authority.choosable(&offered);
+            prop_assert!(choosable.contains(&Scope::Once));
+            prop_assert_eq!(choosable.contains(&Scope::Always), admin && offered.contains(&Scope::Always));
+            let answer = UserDecision { resolution: Resolution::Approve, who: "p".into(), authority };
+            for s in [Scope::Once, Scope::Session, Scope::Always] {
+                let accepted = check_scope(&offered, &answer, s).is_ok();
+                prop_assert_eq!(accepted, choosable.contains(&s), "scope {:?} offered {:?}", s, offered);
+            }
+        }
+    }
+}
+
 mod splitter_fuzz {
     use super::*;
     use proptest::prelude::*;

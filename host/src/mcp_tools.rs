@@ -11,6 +11,9 @@
 //!   session's sandbox** ([`warden_sandbox::Sandbox::spawn_process`]), one process per
 //!   session and server, started on the session's first use, restarted on the next use
 //!   after it died, gone with the session's container; one JSON-RPC message per line.
+//!   Once it answered its handshake and first listing it is settled
+//!   ([`warden_sandbox::Settler`]): anything it starts after that (for a tool
+//!   call) is killed before the session's next command starts.
 //!   Its tool list is the session's own: what that process answered, never remembered
 //!   for another session (the program runs in the session's sandbox, where the session's
 //!   own files and tool calls may change what it offers).
@@ -486,6 +489,7 @@ impl McpTools {
         } else {
             (site.sandbox.spawn_process(site.key, &argv, &env).await.map_err(|e| e.to_string())?, None)
         };
+        let settler = process.settler();
         let mut conn = StdioConn {
             owned,
             session: Session::new(ClientInfo { name: "warden".into(), version: env!("CARGO_PKG_VERSION").into() }),
@@ -505,6 +509,13 @@ impl McpTools {
             }
             Err(_) => return Err(format!("MCP server {server:?} did not answer within {STDIO_START_TIMEOUT:?}")),
         }
+        // Its steady state, before any tool call: what it starts from now on is killed before
+        // every command of the session starts. Not contained, it is not used (dropped: its
+        // stdin closes).
+        settler
+            .settle()
+            .await
+            .map_err(|e| format!("MCP server {server:?} could not be settled in the sandbox: {e}"))?;
         tracing::info!(server, session = %site.key.session_id, tools = conn.tools.len(), "MCP stdio server started in the session's sandbox");
         Ok(conn)
     }

@@ -1246,6 +1246,74 @@ server:
         assert!(overlay().contains("Write(//workspace/a.txt)"), "kept once the call went on: {}", overlay());
     }
 
+    /// Regression: the approval listing (and so the console's scope menu), the task's
+    /// event stream and A2A's input-required question offered `always` to every principal
+    /// who could decide the approval, though only an admin's `always` is accepted (403
+    /// `admin_required`). Each now offers the scopes the reader's own answer may hold.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_always_is_offered_to_admin_principals_only() {
+        let yaml =
+            YAML.replace("  audit_log: ./audit.jsonl\n", "  audit_log: ./audit.jsonl\n  overlay: ./overlay.rules\n");
+        let files = [("script.yaml", SCRIPT), ("agents/streamer.md", super::secrets::STREAMER)];
+        let plugins = [(test_plugin("echo"), "echo"), (bundled_plugin("claude"), "claude")];
+        let api = api_with_files(&plugins, &yaml, vec![], &files).await;
+        let (task, id) = api.pending_of("alice").await;
+        let strs = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .unwrap_or_else(|| panic!("no scopes: {v}"))
+                .iter()
+                .map(|s| s.as_str().unwrap().into())
+                .collect()
+        };
+        let rpc = json!({ "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": { "id": task } });
+        for (who, admin) in [("alice", false), ("ops", false), ("root", true), ("token1", true)] {
+            // The approvals listing, as the console reads it.
+            let list = api.get_as(who, "/v1/approvals").await;
+            let listed = list.body["approvals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["id"] == id.as_str())
+                .unwrap_or_else(|| panic!("{who} does not see {id}: {}", list.text));
+            let scopes = strs(&listed["scopes"]);
+            assert!(scopes.contains(&"once".into()) && scopes.contains(&"session".into()), "{who}: {scopes:?}");
+            assert_eq!(scopes.contains(&"always".into()), admin, "{who}: listed {scopes:?}");
+
+            if who == "ops" {
+                continue; // an approver decides alice's approvals but does not read her tasks
+            }
+            // The task's event stream (the console's task page, MCP elicitation: one follower).
+            {
+                let resp = api
+                    .http
+                    .get(api.url(&format!("/v1/tasks/{task}/events")))
+                    .bearer_auth(token(who))
+                    .header("accept", "text/event-stream")
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status().as_u16(), 200, "{who}: stream refused");
+                let mut sse = Sse { inner: Box::pin(resp.bytes_stream()), buf: String::new(), task_id: None };
+                let asked = sse.until_approval(&mut vec![]).await;
+                assert_eq!(asked["id"], id.as_str());
+                assert_eq!(strs(&asked["scopes"]).contains(&"always".into()), admin, "{who}: streamed {asked}");
+            }
+
+            // A2A's input-required question.
+            let r = api.post_as(who, "/a2a/streamer", rpc.clone()).await;
+            let parts = r.body["result"]["status"]["message"]["parts"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{who}: no question: {}", r.text));
+            let data = parts
+                .iter()
+                .find(|p| p["data"]["type"] == "approval_request")
+                .unwrap_or_else(|| panic!("{who}: no approval data part: {}", r.text));
+            assert_eq!(strs(&data["data"]["scopes"]).contains(&"always".into()), admin, "{who}: A2A {data}");
+        }
+        let r = api.post_as("root", &format!("/v1/approvals/{id}"), json!({ "decision": "approve" })).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn every_endpoint_answers_each_role_for_each_owner() {
         let api = principals_api().await;

@@ -9,7 +9,26 @@
 # (a call overran its deadline), `exec-owned <argv...>` (say pid and start time on stdout,
 # then become argv: a session process the host ends on purpose); and as root: `use-hold <seconds>` (may an idle session be
 # removed: no call running, and the use mark untouched for that long; if so, no call starts
-# until the host is done removing it).
+# until the host is done removing it) and `settle <uid> <gid> <tag>` (record a session
+# process's steady state, below).
+#
+# Session processes (stdio MCP servers, sandbox/src/process.rs) are exec roots of their
+# own, so the sweeps leave their trees alone; a program such a server starts while it
+# serves a tool call (git running a hook the model wrote) is its descendant, not an orphan,
+# and would run beside later commands, able to read their environment. So the host
+# *settles* each session process once it is in its steady state (after the MCP handshake
+# and first tool listing): `settle` finds the exec root whose environment carries the
+# host's tag (WARDEN_SESSION_PROCESS) and records it with every descendant it has then
+# (wrappers such as `uvx` or `npx` legitimately keep their server as a child) — each as
+# (pid, starttime), so a reused pid is never taken for a recorded process — in SETTLED, a
+# directory of root's (mode 0755: the sandbox user reads it, never writes it; the host's
+# workspace setup makes it before any sandboxed code runs, and a directory that is not
+# root's is not believed), one file per session process, written once and never widened.
+# Before every command starts, the agent kills every descendant of a settled session
+# process that is not in its record (then the orphans). So nothing a tool call left behind
+# runs beside a later command, while the server itself and its recorded helpers run on.
+# A child a server starts during a call that is still running when a command starts is
+# killed too (that call fails): the server is trusted, what it runs for a call is not.
 #
 # Use mark: USE_MARK, created empty by the host's workspace setup (root, mode 0600, so no
 # sandboxed process can open, touch or lock it). A serving agent opens it before it drops
@@ -34,6 +53,8 @@
 # - After every command: kill its process group, then every process of this user that is
 #   not the container's init, its main process, an exec root (another agent, housekeeping)
 #   or inside another exec root's tree. Nothing a call starts outlives it.
+# - Before every command: the same sweep of orphans, after killing every descendant of a
+#   settled session process that is not in its record (SETTLED, above).
 # - No named files: captures are anonymous (O_TMPFILE) and the session shell state travels
 #   in the protocol (the host keeps and filters it), so nothing a command writes under /tmp
 #   can redirect, read or wedge the agent.
@@ -52,6 +73,15 @@ import time
 WS = "/workspace"
 # The use mark (sandbox/src/agent.rs: USE_MARK).
 USE_MARK = "/tmp/.warden-used"
+# Records of settled session processes (sandbox/src/agent.rs: SETTLED_DIR).
+SETTLED = "/tmp/.warden-settled"
+# The variable whose value names a session process (sandbox/src/process.rs: PROCESS_TAG_VAR).
+TAG_VAR = b"WARDEN_SESSION_PROCESS"
+# Largest record read: a session process with this many bytes of descendants is not believed.
+MAX_RECORD_BYTES = 1024 * 1024
+# `settle` exit codes (sandbox/src/exec.rs: settle).
+SETTLE_NOT_FOUND = 3
+SETTLE_UNTRUSTED = 5
 MAX_FIELD = 512 * 1024 * 1024
 MAX_FIELDS = 100000
 CHUNK = 64 * 1024
@@ -198,6 +228,162 @@ def sweep(everything):
     return killed
 
 
+def settled_dir_trusted(st):
+    """Whether SETTLED's lstat says it is root's own directory that nobody else may write."""
+    return st.st_uid == 0 and stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o022
+
+
+def parse_record(raw):
+    """A record's (pid, starttime) pairs, one per line, the session process first; None
+    when it is not one."""
+    pairs = []
+    for line in raw.split(b"\n"):
+        if not line:
+            continue
+        parts = line.split(b" ")
+        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+            return None
+        pairs.append((int(parts[0]), int(parts[1])))
+    return pairs or None
+
+
+def settled_records():
+    """[(session process (pid, starttime), set of recorded (pid, starttime))] from SETTLED;
+    nothing when it is missing or not root's."""
+    try:
+        if not settled_dir_trusted(os.lstat(SETTLED)):
+            return []
+        names = os.listdir(SETTLED)
+    except OSError:
+        return []
+    records = []
+    for name in names:
+        if name.startswith("."):
+            continue  # a record being written
+        try:
+            fd = os.open(SETTLED + "/" + name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            if os.fstat(f.fileno()).st_uid != 0:
+                continue
+            raw = f.read(MAX_RECORD_BYTES + 1)
+        pairs = parse_record(raw) if len(raw) <= MAX_RECORD_BYTES else None
+        if pairs is not None:
+            records.append((pairs[0], set(pairs)))
+    return records
+
+
+def descends_from(pid, ancestor, table):
+    seen = 0
+    while pid in table and seen < 4096:
+        pid, seen = table[pid][0], seen + 1
+        if pid == ancestor:
+            return True
+    return False
+
+
+def contain_session_processes():
+    """Kills this user's descendants of settled session processes that their records do
+    not hold (then their orphans are the sweep's); returns how many."""
+    records = settled_records()
+    if not records:
+        return 0
+    uid, killed = os.getuid(), 0
+    for _ in range(SWEEP_ROUNDS):
+        table = proc_table()
+        victims = []
+        for (root, root_start), kept in records:
+            if root not in table or table[root][2] != root_start:
+                continue  # ended (its pid may be another process's now)
+            for pid, (_, puid, start, state) in table.items():
+                if puid == uid and state != b"Z" and (pid, start) not in kept and descends_from(pid, root, table):
+                    victims.append(pid)
+        if not victims:
+            break
+        killed += stop_then_kill(victims)
+        reap()
+    return killed
+
+
+def tagged_root(tag, table):
+    """The exec root of this user whose environment holds TAG_VAR=tag, or None."""
+    uid, want = os.getuid(), TAG_VAR + b"=" + tag
+    for pid, (ppid, puid, _, state) in table.items():
+        if ppid != 0 or puid != uid or state == b"Z":
+            continue
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read(MAX_RECORD_BYTES)
+        except OSError:
+            continue
+        if want in env.split(b"\0"):
+            return pid
+    return None
+
+
+def settle(uid, gid, tag):
+    """Root: records the session process tagged `tag` with its descendants in SETTLED (see
+    the top of this file); an earlier record of the same process is kept as it was. The
+    process is found by a child that drops to the sandbox user (root here may not read
+    that user's /proc/<pid>/environ); records of ended processes are removed."""
+    try:
+        os.mkdir(SETTLED, 0o755)
+    except FileExistsError:
+        pass
+    dfd = os.open(SETTLED, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if os.fstat(dfd).st_uid != 0:
+        return SETTLE_UNTRUSTED
+    os.fchmod(dfd, 0o755)  # whatever the umask: every agent must read it
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            os.close(r)
+            os.close(dfd)
+            drop_privileges(uid, gid)
+            table = proc_table()
+            root = tagged_root(tag, table)
+            if root is not None:
+                tree = [root] + sorted(p for p in table if table[p][3] != b"Z" and descends_from(p, root, table))
+                os.write(w, b"".join(b"%d %d\n" % (p, table[p][2]) for p in tree))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        raw = f.read(MAX_RECORD_BYTES + 1)
+    _, status = os.waitpid(child, 0)
+    if status != 0:
+        return 1
+    pairs = parse_record(raw) if len(raw) <= MAX_RECORD_BYTES else None
+    if pairs is None:
+        return SETTLE_NOT_FOUND
+    table = proc_table()
+    for name in os.listdir(dfd):
+        # `<pid>-<starttime>`, or `.<pid>-<starttime>` while being written.
+        parts = name[1:].split("-") if name.startswith(".") else name.split("-")
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            pid, start = int(parts[0]), int(parts[1])
+            if pid in table and table[pid][2] == start:
+                continue
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass  # another settle pruned it
+    name = "%d-%d" % pairs[0]
+    if name in os.listdir(dfd):
+        return 0
+    tmp = "." + name
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), 0o644)
+        f.write(raw)
+    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    return 0
+
+
 def stop_then_kill(pids):
     """SIGSTOP every victim first, so none can fork away between the kills."""
     for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -233,9 +419,11 @@ def run(argv, env, timeout, grace, out, err, pass_fds=(), state=None):
     """Runs argv in its own session with stdout/stderr to the anonymous files out/err
     (and, for Bash, the state file as fd 3); returns (code, timed_out)."""
     STARTED[0] += 1
-    # Orphans (reparented to init) belong to no live call: killed before this command
-    # starts, so nothing a session process (a stdio MCP server) left running, nor a call
-    # whose sweep did not run, ever runs beside it and reads its environment.
+    # What a session process (a stdio MCP server) started after it settled, and orphans
+    # (reparented to init, belonging to no live call): killed before this command starts,
+    # so nothing a tool call left running, nor a call whose sweep did not run, ever runs
+    # beside it and reads its environment.
+    contain_session_processes()
     sweep(False)
     if state is not None:
         pass_fds = tuple(pass_fds) + (state.fileno(),)
@@ -786,5 +974,7 @@ if __name__ == "__main__":
         kill_agent(int(sys.argv[2]), int(sys.argv[3]))
     elif mode == "exec-owned" and len(sys.argv) > 2:
         exec_owned(sys.argv[2:])
+    elif mode == "settle":
+        sys.exit(settle(int(sys.argv[2]), int(sys.argv[3]), os.fsencode(sys.argv[4])))
     else:
         sys.exit(2)

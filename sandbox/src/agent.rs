@@ -35,6 +35,18 @@ pub const WORKSPACE: &str = "/workspace";
 /// with the container.
 pub(crate) const USE_MARK: &str = "/tmp/.warden-used";
 
+/// Where the agent records settled session processes (`agent.py`'s `SETTLED`, which must
+/// match): a directory of root's, mode 0755, made by the host's workspace setup before any
+/// sandboxed code runs, so the sandbox user reads the records but can never write one. One
+/// file per session process: it and the descendants it had once settled, the only ones
+/// that may run beside a command (see `agent.py`). On /tmp, like the use mark.
+pub(crate) const SETTLED_DIR: &str = "/tmp/.warden-settled";
+
+/// The variable in a session process's environment whose value (the host's random tag)
+/// names it to the agent's `settle` (`agent.py`'s `TAG_VAR`, which must match). Only the
+/// host starts exec roots, so an exec root carrying a tag is the process given it.
+pub(crate) const PROCESS_TAG_VAR: &str = "WARDEN_SESSION_PROCESS";
+
 /// Largest payload of one response frame the host accepts (the agent sends 64 KiB chunks).
 pub(crate) const MAX_FRAME: usize = 1024 * 1024;
 /// Frame header: kind byte + u32 length.
@@ -333,6 +345,12 @@ mod tests {
     #[test]
     fn the_agent_uses_the_same_use_mark() {
         assert!(AGENT_SOURCE.contains(&format!("USE_MARK = \"{USE_MARK}\"")));
+    }
+
+    #[test]
+    fn the_agent_uses_the_same_settled_records_and_tag() {
+        assert!(AGENT_SOURCE.contains(&format!("SETTLED = \"{SETTLED_DIR}\"")));
+        assert!(AGENT_SOURCE.contains(&format!("TAG_VAR = b\"{}\"", PROCESS_TAG_VAR)));
     }
 
     proptest! {

@@ -29,7 +29,7 @@ use bollard::query_parameters::InspectContainerOptions;
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::agent::{AGENT_SOURCE, Frame, FrameReader, Op, Outcome, WORKSPACE};
+use crate::agent::{AGENT_SOURCE, Frame, FrameReader, Op, Outcome, SETTLED_DIR, WORKSPACE};
 use crate::error::{SandboxError, docker_status};
 
 /// Seconds between the TERM sent to a timed-out process group and the KILL that follows.
@@ -714,6 +714,36 @@ pub(crate) async fn sweep_earlier_lives(docker: &Docker, container: &str, user: 
     let mut argv = agent_argv("sweep-lives", Some(&tag.replica));
     argv.push(tag.life.clone());
     matches!(run_housekeeping(docker, container, user, argv, KILL_SWEEP_TIMEOUT).await, Ok(0))
+}
+
+/// `agent.py`'s `settle` exit status when no exec root carries the tag (the process ended,
+/// or cleared its environment).
+const SETTLE_NOT_FOUND: i64 = 3;
+/// `agent.py`'s `settle` exit status when the record directory is not root's own.
+const SETTLE_UNTRUSTED: i64 = 5;
+/// Host-side limit for the settle exec: an interpreter start, one scan of /proc and a small
+/// file write, on a busy machine.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Records the session process tagged `tag` in `container` with the descendants it has now
+/// as its steady state (the agent's `settle`, one root exec): from then on, every command
+/// of the session starts only after whatever else that process started is killed.
+pub(crate) async fn settle(docker: &Docker, container: &str, user: &str, tag: &str) -> Result<(), SandboxError> {
+    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    let mut argv = agent_argv("settle", Some(uid));
+    argv.extend([gid.to_string(), tag.to_string()]);
+    let why = match run_housekeeping(docker, container, AGENT_EXEC_USER, argv, SETTLE_TIMEOUT).await {
+        Ok(0) => return Ok(()),
+        Ok(SETTLE_NOT_FOUND) => "the process is gone or cleared its environment".to_string(),
+        Ok(SETTLE_UNTRUSTED) => format!("{SETTLED_DIR} is not root's own directory"),
+        Ok(code) => format!("the agent's settle exited with {code}"),
+        Err(ExecFailure::Failed(e)) => e.to_string(),
+        Err(ExecFailure::ContainerGone(m) | ExecFailure::ContainerWedged(m) | ExecFailure::Broken(m)) => m,
+    };
+    Err(SandboxError::Exec {
+        session: container.to_string(),
+        message: format!("could not settle a session process: {why}"),
+    })
 }
 
 /// What the use mark of a session container says (`agent.py`'s `use-hold`).

@@ -12,7 +12,8 @@
 //! session keeps one container whichever of them serves it (see `session`).
 //!
 //! Long-running session processes (stdio MCP servers, [`Sandbox::spawn_process`]) run in
-//! the same container and live no longer than it.
+//! the same container and live no longer than it; once settled ([`Settler`]), whatever
+//! they start later is killed before the session's next command starts.
 //!
 //! The modules are layered, each using only those below it (no import cycle; `cargo xtask
 //! test` checks): errors, counters and plain data at the bottom (`error`, `metrics`,
@@ -47,6 +48,6 @@ pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
 pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy};
 pub use error::{DockerObject, SandboxError};
 pub use metrics::MetricsSnapshot;
-pub use process::{ProcessId, SessionProcess};
+pub use process::{ProcessId, SessionProcess, Settler};
 pub use session::{HostStatus, MAX_CONCURRENT_DOWNLOADS, PruneReport, Sandbox, SessionInfo, SessionKey};
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

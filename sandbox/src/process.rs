@@ -9,6 +9,16 @@
 //! cannot kill an exec: dropping the [`SessionProcess`] closes its stdin, which ends a
 //! well-behaved server, and the container's end ends any other.
 //!
+//! What such a process starts while it serves (a tool call running git, which runs a hook
+//! the model wrote) is its descendant, not an orphan, so the sweeps would leave that too.
+//! Once the process is in its steady state (an MCP server: after its handshake and first
+//! tool listing) its owner *settles* it ([`Settler::settle`]): the agent records it and the
+//! descendants it has then (a `uvx` or `npx` wrapper keeps the real server as a child), and
+//! before every command of the session starts kills every other descendant. Until it is
+//! settled, nothing of the session may rely on it: its owner settles it before its first
+//! use, or drops it. Each process carries a random tag in its environment
+//! ([`crate::agent::PROCESS_TAG_VAR`]) by which the agent finds it.
+//!
 //! This module must never log the environment it passes (it may carry secrets), and
 //! never keeps more than [`STDERR_TAIL`] bytes of a process's stderr.
 
@@ -22,6 +32,7 @@ use bollard::exec::{CreateExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::agent::PROCESS_TAG_VAR;
 use crate::error::SandboxError;
 use crate::session::{Sandbox, SessionKey};
 
@@ -40,6 +51,7 @@ pub struct SessionProcess {
     /// ends when the program or its container does.
     pub stdout: Pin<Box<dyn AsyncRead + Send>>,
     stderr: Arc<Mutex<VecDeque<u8>>>,
+    settler: Settler,
 }
 
 impl SessionProcess {
@@ -53,6 +65,54 @@ impl SessionProcess {
     pub fn stderr_handle(&self) -> StderrTail {
         StderrTail(self.stderr.clone())
     }
+
+    /// The handle that settles this process ([`Settler::settle`]), usable after its streams
+    /// moved elsewhere.
+    pub fn settler(&self) -> Settler {
+        self.settler.clone()
+    }
+}
+
+/// Settles one session process: records its steady state in its container.
+#[derive(Clone)]
+pub struct Settler {
+    docker: bollard::Docker,
+    container: String,
+    user: String,
+    tag: String,
+}
+
+impl Settler {
+    /// Records the process and the descendants it has now as its steady state: from then
+    /// on, before every command of its session starts, every other descendant of it is
+    /// killed (see the module docs). Call it once the process is ready for use and before
+    /// its first use; a process already settled keeps its first record. An error means the
+    /// process is not contained: its owner must not use it.
+    pub async fn settle(&self) -> Result<(), SandboxError> {
+        crate::exec::settle(&self.docker, &self.container, &self.user, &self.tag).await
+    }
+}
+
+impl std::fmt::Debug for Settler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settler").field("container", &self.container).finish_non_exhaustive()
+    }
+}
+
+/// A fresh tag for a session process ([`PROCESS_TAG_VAR`]): unique among the processes of
+/// a container (it names, it guards nothing: only the host starts exec roots).
+fn process_tag() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SPAWNED: AtomicU64 = AtomicU64::new(0);
+    let mut tag = String::new();
+    for _ in 0..2 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(SPAWNED.fetch_add(1, Ordering::Relaxed));
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+        tag.push_str(&format!("{:016x}", h.finish()));
+    }
+    tag
 }
 
 /// A session process's kept stderr, readable after its streams moved elsewhere.
@@ -131,7 +191,12 @@ impl Sandbox {
             let stderr = StderrTail(process.stderr.clone()).text();
             return Err(failed(format!("it did not say its pid ({:?}); stderr: {stderr}", hello.trim())));
         };
-        let process = SessionProcess { stdin: process.stdin, stdout: Box::pin(stdout), stderr: process.stderr };
+        let process = SessionProcess {
+            stdin: process.stdin,
+            stdout: Box::pin(stdout),
+            stderr: process.stderr,
+            settler: process.settler,
+        };
         Ok((process, ProcessId { container, pid, start_time }))
     }
 
@@ -167,8 +232,10 @@ impl Sandbox {
         crate::tools::validate_env(env)?;
         let ctx = self.session(key, &[]).await?;
         let container = ctx.container().await?;
+        let tag = process_tag();
         let mut environment = vec![format!("PATH={}", crate::container::CONTAINER_PATH)];
-        environment.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+        environment.extend(env.iter().filter(|(k, _)| k != PROCESS_TAG_VAR).map(|(k, v)| format!("{k}={v}")));
+        environment.push(format!("{PROCESS_TAG_VAR}={tag}"));
         let opts = CreateExecOptions::<String> {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
@@ -181,6 +248,8 @@ impl Sandbox {
             ..Default::default()
         };
         let docker = ctx.docker;
+        let settler =
+            Settler { docker: docker.clone(), container: container.clone(), user: ctx.user().to_string(), tag };
         let exec = docker
             .create_exec(&container, opts)
             .await
@@ -217,8 +286,12 @@ impl Sandbox {
             }
         });
         tracing::debug!(session = %key.session_id, program, "session process started");
-        let process =
-            SessionProcess { stdin: input, stdout: Box::pin(tokio_util::io::StreamReader::new(stdout)), stderr };
+        let process = SessionProcess {
+            stdin: input,
+            stdout: Box::pin(tokio_util::io::StreamReader::new(stdout)),
+            stderr,
+            settler,
+        };
         Ok((process, container))
     }
 }

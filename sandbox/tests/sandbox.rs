@@ -1647,6 +1647,52 @@ mod boundary {
         sb.shutdown().await.unwrap();
     }
 
+    /// Regression (third review): a program a session process started while serving (an
+    /// MCP server's tool call running git, which ran a hook the model wrote) and kept alive
+    /// was its descendant, not an orphan, so no sweep touched it: it ran beside every later
+    /// command, able to read its environment. Once settled, everything a session process
+    /// starts is killed before the next command starts; the process itself and the helpers
+    /// it had when it settled (a `uvx`/`npx` wrapper's server) run on and keep answering.
+    pub async fn what_a_settled_session_process_starts_never_runs_beside_a_later_command(c: Ctx) {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let sb = c.sandbox();
+        let k = key("session-leftover");
+        // A line-per-request "server": `spawn` starts a child and a grandchild that stay.
+        let script = "sleep 1011 & while read line; do \
+                      if [ \"$line\" = spawn ]; then sleep 1012 & sh -c 'sleep 1013 & wait' & fi; \
+                      echo \"ok $line\"; done";
+        let argv: Vec<String> = ["sh", "-c", script].map(String::from).into();
+        let process = sb.spawn_process(&k, &argv, &[]).await.expect("session process");
+        let settler = process.settler();
+        let mut stdin = process.stdin;
+        let mut stdout = tokio::io::BufReader::new(process.stdout);
+        let mut ask = async |line: &str| {
+            stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+            stdin.flush().await.unwrap();
+            let mut answer = String::new();
+            tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut answer)).await.unwrap().unwrap();
+            assert_eq!(answer.trim_end(), format!("ok {line}"), "the session process answers");
+        };
+        ask("hello").await;
+        settler.settle().await.expect("settled");
+        ask("spawn").await;
+        // Settling again never widens the record: the first one holds.
+        settler.settle().await.expect("settled again");
+        let line = |ps: &str, cmd: &str| ps.lines().any(|l| l.trim() == cmd);
+        let ps = processes(&sb, &k).await;
+        for leftover in ["sleep 1012", "sleep 1013", "sh -c sleep 1013 & wait"] {
+            assert!(!line(&ps, leftover), "`{leftover}` ran beside a later command:\n{ps}");
+        }
+        assert!(line(&ps, "sleep 1011"), "a helper it had when it settled lives on:\n{ps}");
+        assert!(ps.contains("while read line"), "the session process itself lives on:\n{ps}");
+        ask("ping").await;
+        // The records are root's: no sandboxed command can add to them.
+        let forged = bash(&sb, &k, "echo 1 1 > /tmp/.warden-settled/1-1").await;
+        assert!(forged.is_error, "a command wrote a record: {}", forged.content);
+        drop(stdin);
+        sb.shutdown().await.unwrap();
+    }
+
     /// Regression (egress review): a command that SIGKILLs its own agent (`kill -9 $PPID`)
     /// skipped the agent's sweep, so a `setsid` child outlived the call (and its egress
     /// narrowing) until some later command's sweep.
@@ -2623,6 +2669,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         egress::a_held_narrowing_only_takes_away,
         boundary::a_command_that_kills_its_agent_leaves_nothing_behind,
         boundary::an_orphan_of_a_session_process_never_runs_beside_a_later_command,
+        boundary::what_a_settled_session_process_starts_never_runs_beside_a_later_command,
         egress::an_adopted_session_gets_its_proxy_back,
         egress::a_pool_container_has_no_socket_until_bound_and_sees_only_its_own,
         hosts::placement_spreads_sessions_and_a_replica_reaches_them,

@@ -38,7 +38,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
-use warden_approval::{PendingApproval, Resolution, Scope};
+use warden_approval::{Authority, PendingApproval, Resolution, Scope};
 
 use super::{ApiError, AppState, Principal, ServerState};
 use crate::engine::Submission;
@@ -781,7 +781,8 @@ fn description_of(prompt: &str) -> String {
 // ---------------------------------------------------------------------------------
 // Rendering
 
-/// A task as a reply shows it: its record and the approvals it waits for.
+/// A task as a reply shows it: its record and the approvals it waits for, each offering
+/// the scopes its reader may choose ([`PendingApproval::offered_to`]).
 struct View {
     rec: TaskRecord,
     waiting: Vec<PendingApproval>,
@@ -1079,9 +1080,10 @@ fn waiting_for(s: &ServerState, id: &str, answered: &[String]) -> Vec<PendingApp
     gate.pending().into_iter().filter(|p| of_task(p) && !answered.contains(&p.id)).collect()
 }
 
-fn view(s: &ServerState, rec: TaskRecord, answered: &[String]) -> View {
+/// Task `rec` as a reader with `authority` is shown it.
+fn view(s: &ServerState, rec: TaskRecord, answered: &[String], authority: Authority) -> View {
     let waiting = if rec.is_finished() { vec![] } else { waiting_for(s, &rec.task_id, answered) };
-    View { rec, waiting }
+    View { rec, waiting: waiting.into_iter().map(|p| p.offered_to(authority)).collect() }
 }
 
 /// The task `id` if `who` may see it and it ran `subagent`; otherwise "not found".
@@ -1307,11 +1309,11 @@ async fn rpc(
         Method::Cancel => cancel(&s, &who, &def, &req.params, d).await,
         Method::List => list(&s, &who, &def, &req.params).await,
         Method::Stream => match stream_send(&s, &who, &def, &req.params).await {
-            Ok(sent) => return stream(s.clone(), req.id, d, sent).into_response(),
+            Ok(sent) => return stream(s.clone(), req.id, d, sent, who.authority()).into_response(),
             Err(e) => Err(e),
         },
         Method::Subscribe => match subscribe(&s, &who, &def, &req.params).await {
-            Ok(sent) => return stream(s.clone(), req.id, d, sent).into_response(),
+            Ok(sent) => return stream(s.clone(), req.id, d, sent, who.authority()).into_response(),
             Err(e) => Err(e),
         },
     };
@@ -1340,7 +1342,7 @@ async fn send(
     } else {
         s.engine.get(&sent.task_id).await.ok().flatten().ok_or_else(|| RpcError::task_not_found(&sent.task_id))?
     };
-    Ok(send_result(d, view(s, rec, &sent.answered).task(d, true)))
+    Ok(send_result(d, view(s, rec, &sent.answered, who.authority()).task(d, true)))
 }
 
 async fn get_task(
@@ -1352,7 +1354,7 @@ async fn get_task(
 ) -> Result<Value, RpcError> {
     let id = parse_task_id(params)?;
     let rec = task_of(s, who, &def.name, &id).await?;
-    Ok(view(s, rec, &[]).task(d, true))
+    Ok(view(s, rec, &[], who.authority()).task(d, true))
 }
 
 async fn cancel(
@@ -1372,7 +1374,7 @@ async fn cancel(
     match out {
         CancelOutcome::Canceled(rec) => {
             tracing::info!(task_id = %id, principal = %who.name, "task canceled over A2A");
-            Ok(view(s, rec, &[]).task(d, true))
+            Ok(view(s, rec, &[], who.authority()).task(d, true))
         }
         CancelOutcome::AlreadyFinished(rec) => Err(RpcError::new(
             RpcError::TASK_NOT_CANCELABLE,
@@ -1420,7 +1422,7 @@ async fn list(s: &ServerState, who: &Principal, def: &SubagentDefinition, params
                 continue;
             }
             // A running task's record in the store may lag behind the live one.
-            let v = view(s, s.engine.live(&r.task_id).map(|l| l.record()).unwrap_or(r), &[]);
+            let v = view(s, s.engine.live(&r.task_id).map(|l| l.record()).unwrap_or(r), &[], who.authority());
             if p.state.is_some_and(|st| v.state() != st) {
                 continue;
             }
@@ -1458,16 +1460,18 @@ async fn subscribe(
 }
 
 /// The SSE answer to a stream or subscribe: the task as it is now, then its status and
-/// artifact updates as they happen, ending when the task finishes or waits for the client.
+/// artifact updates as they happen, ending when the task finishes or waits for the client;
+/// shown to a reader with `authority`.
 fn stream(
     s: AppState,
     rpc_id: Value,
     d: Dialect,
     sent: Sent,
+    authority: Authority,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::channel::<Value>(STREAM_BUFFER);
     let heartbeat = s.heartbeat;
-    tokio::spawn(async move { produce(s, d, sent, rpc_id, tx).await });
+    tokio::spawn(async move { produce(s, d, sent, rpc_id, tx, authority).await });
     let events = futures_util::stream::unfold(rx, |mut rx| async move {
         let v = rx.recv().await?;
         let mut ev = Event::default().data(v.to_string());
@@ -1479,7 +1483,7 @@ fn stream(
     Sse::new(events).keep_alive(KeepAlive::new().interval(heartbeat))
 }
 
-async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::Sender<Value>) {
+async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::Sender<Value>, authority: Authority) {
     let send = |v: Value| {
         let tx = tx.clone();
         let id = rpc_id.clone();
@@ -1493,17 +1497,17 @@ async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::S
         let _ = tx.send(rpc_error(&rpc_id, &RpcError::task_not_found(&sent.task_id))).await;
         return;
     };
-    let first = view(&s, rec.clone(), &sent.answered);
+    let first = view(&s, rec.clone(), &sent.answered, authority);
     let mut last = first.state();
     if !send(send_result(d, first.task(d, true))).await || last.is_settled() {
         return;
     }
     let session = (rec.user_id.clone(), rec.session_id.clone());
-    let mut events = super::follow::follow(s.engine.clone(), rec.task_id.clone(), session, after);
+    let mut events = super::follow::follow(s.engine.clone(), rec.task_id.clone(), session, after, authority);
     while let Some((_, ev)) = events.recv().await {
         // Each update says what the event says, not what the record says by now (a fast
         // task is finished before its `working` event is read).
-        let Some(v) = at_event(&s, &rec, &ev, &sent.answered) else { continue };
+        let Some(v) = at_event(&s, &rec, &ev, &sent.answered, authority) else { continue };
         let state = v.state();
         if ev.get("type").and_then(Value::as_str) == Some("tool_call") {
             if state == A2aState::Working && last == A2aState::Working && !send(v.tool_update(d, &ev)).await {
@@ -1530,7 +1534,7 @@ async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::S
     // The events ended without the task settling in them (it ended elsewhere): the
     // stream still ends with where the task stands.
     if let Ok(Some(rec)) = s.engine.get(&sent.task_id).await {
-        let v = view(&s, rec, &sent.answered);
+        let v = view(&s, rec, &sent.answered, authority);
         if v.state() != last {
             if let Some(a) = v.artifact_update(d)
                 && !send(a).await
@@ -1544,8 +1548,9 @@ async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::S
 
 /// The task as one of its events leaves it, for the events a stream reports: `status`
 /// (submitted, working), `approval_request` (while it is still pending and not just
-/// answered), `tool_call` (progress) and `finish`; `None` for every other event.
-fn at_event(s: &ServerState, rec: &TaskRecord, ev: &Value, answered: &[String]) -> Option<View> {
+/// answered), `tool_call` (progress) and `finish`; `None` for every other event. Shown to
+/// a reader with `authority`.
+fn at_event(s: &ServerState, rec: &TaskRecord, ev: &Value, answered: &[String], authority: Authority) -> Option<View> {
     let mut rec = rec.clone();
     let field = |f: &str| ev.get(f).and_then(Value::as_str);
     match field("type")? {
@@ -1560,8 +1565,11 @@ fn at_event(s: &ServerState, rec: &TaskRecord, ev: &Value, answered: &[String]) 
         }
         "approval_request" => {
             let id = field("id")?;
-            let waiting: Vec<PendingApproval> =
-                waiting_for(s, &rec.task_id, answered).into_iter().filter(|p| p.id == id).collect();
+            let waiting: Vec<PendingApproval> = waiting_for(s, &rec.task_id, answered)
+                .into_iter()
+                .filter(|p| p.id == id)
+                .map(|p| p.offered_to(authority))
+                .collect();
             if waiting.is_empty() {
                 return None; // already decided: later events tell how it went on
             }

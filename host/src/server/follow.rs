@@ -3,12 +3,16 @@
 //! session secrets as they are at the moment of sending. The channel closes after the
 //! task's last event. A task running on another replica is read from the store, every
 //! [`crate::engine::REMOTE_POLL`]. The SSE stream, MCP progress and A2A streaming all read
-//! a task through this one follower; it never changes a task.
+//! a task through this one follower; it never changes a task. Each follower reads for one
+//! reader: an `approval_request` event offers the `scopes` that reader's authority may
+//! choose ([`warden_approval::Authority::choosable`]: `always` to an admin only), not every
+//! scope the gate offered.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
+use warden_approval::{Authority, Scope};
 
 use crate::engine::Engine;
 
@@ -23,13 +27,24 @@ const MAX_READ_FAILURES: u32 = 25;
 /// One event of a task: its sequence number (1-based) and the scrubbed event.
 pub type Followed = (u64, Value);
 
-/// The events of `task_id` with sequence numbers above `after`; `session` is the task's
-/// (user id, session id). The receiver yields `None` once the finished task's last
-/// event was sent (or the task is unknown), and the producer stops when it is dropped.
-pub fn follow(engine: Arc<Engine>, task_id: String, session: (String, String), after: u64) -> mpsc::Receiver<Followed> {
+/// The events of `task_id` with sequence numbers above `after`, as a reader with
+/// `authority` is offered them; `session` is the task's (user id, session id). The receiver
+/// yields `None` once the finished task's last event was sent (or the task is unknown), and
+/// the producer stops when it is dropped.
+pub fn follow(
+    engine: Arc<Engine>,
+    task_id: String,
+    session: (String, String),
+    after: u64,
+    authority: Authority,
+) -> mpsc::Receiver<Followed> {
     let (tx, rx) = mpsc::channel::<Followed>(FOLLOWER_BUFFER);
     tokio::spawn(async move {
-        let scrubbed = |ev: &Value| crate::redact::registry().session(&session.0, &session.1).scrubbed(ev);
+        let scrubbed = |ev: &Value| {
+            let mut ev = crate::redact::registry().session(&session.0, &session.1).scrubbed(ev);
+            offer_to(authority, &mut ev);
+            ev
+        };
         let mut next = after;
         if let Some(live) = engine.live(&task_id) {
             let mut changed = live.watch();
@@ -102,4 +117,40 @@ pub fn follow(engine: Arc<Engine>, task_id: String, session: (String, String), a
         }
     });
     rx
+}
+
+/// `ev` as a reader with `authority` is offered it: an `approval_request`'s `scopes` cut to
+/// those [`Authority::choosable`] (a list that does not read as scopes offers `once`);
+/// every other event unchanged.
+fn offer_to(authority: Authority, ev: &mut Value) {
+    if ev["type"] != "approval_request" {
+        return;
+    }
+    let offered: Vec<Scope> = serde_json::from_value(ev["scopes"].take()).unwrap_or_default();
+    ev["scopes"] = serde_json::to_value(authority.choosable(&offered)).unwrap_or(Value::Null);
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_approval_request_offers_always_to_an_admin_only() {
+        let ev = json!({ "type": "approval_request", "id": "apr_1", "scopes": ["once", "session", "always"] });
+        let mut user = ev.clone();
+        offer_to(Authority::User, &mut user);
+        assert_eq!(user["scopes"], json!(["once", "session"]));
+        assert_eq!(user["id"], "apr_1");
+        let mut admin = ev.clone();
+        offer_to(Authority::Admin, &mut admin);
+        assert_eq!(admin, ev);
+        let mut odd = json!({ "type": "approval_request", "scopes": "always" });
+        offer_to(Authority::User, &mut odd);
+        assert_eq!(odd["scopes"], json!(["once"]));
+        let mut other = json!({ "type": "tool_call", "scopes": ["always"] });
+        offer_to(Authority::User, &mut other);
+        assert_eq!(other["scopes"], json!(["always"]), "only approval requests are read");
+    }
 }

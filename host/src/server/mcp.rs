@@ -267,8 +267,14 @@ impl McpFront {
     ) -> Result<CallToolResponse, ErrorData> {
         let rec = super::visible_task(&self.state, who, task_id).await.map_err(api_error)?;
         let engine = self.state.engine.clone();
-        let mut events =
-            super::follow::follow(engine.clone(), task_id.to_owned(), (rec.user_id, rec.session_id), after);
+        // An approval's elicitation offers the scopes `who` may choose (the follower's rule).
+        let mut events = super::follow::follow(
+            engine.clone(),
+            task_id.to_owned(),
+            (rec.user_id, rec.session_id),
+            after,
+            who.authority(),
+        );
         let progress = ctx.meta.get_progress_token();
         // Followed from the start: every event passes here, so the result needs no re-read.
         let mut seen: Option<Vec<Value>> = (after == 0).then(Vec::new);
@@ -791,7 +797,8 @@ fn progress_message(ev: &Value) -> String {
 const APPROVAL_INPUT: &str = "approval";
 
 /// The elicitation asking a person about the gated call of `ev` (an `approval_request`
-/// event, already scrubbed of the session's secrets), or `None` when its arguments are
+/// event as the follower reads it for the principal: scrubbed of the session's secrets, its
+/// `scopes` those the principal may choose), or `None` when its arguments are
 /// too long to show whole (the person would approve what they did not see: the request
 /// stays with the approvals API). Every field quoted from the event is one escaped line,
 /// so text the subagent chose cannot add lines that look like warden's.

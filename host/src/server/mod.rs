@@ -315,8 +315,16 @@ async fn create_task(
     if wants_event_stream(&headers) {
         let rec = submitted;
         let session = (rec.user_id, rec.session_id);
-        let mut resp = sse::task_events(s.engine.clone(), task_id.clone(), session, 0, s.heartbeat, s.shutdown.clone())
-            .into_response();
+        let mut resp = sse::task_events(
+            s.engine.clone(),
+            task_id.clone(),
+            session,
+            0,
+            who.authority(),
+            s.heartbeat,
+            s.shutdown.clone(),
+        )
+        .into_response();
         if let Ok(v) = HeaderValue::from_str(&task_id) {
             resp.headers_mut().insert("x-task-id", v);
         }
@@ -387,8 +395,16 @@ async fn task_events(
         })?,
     };
     let rec = visible_task(&s, &who, &id).await?;
-    Ok(sse::task_events(s.engine.clone(), id, (rec.user_id, rec.session_id), after, s.heartbeat, s.shutdown.clone())
-        .into_response())
+    Ok(sse::task_events(
+        s.engine.clone(),
+        id,
+        (rec.user_id, rec.session_id),
+        after,
+        who.authority(),
+        s.heartbeat,
+        s.shutdown.clone(),
+    )
+    .into_response())
 }
 
 async fn cancel_task(
@@ -435,13 +451,15 @@ pub(crate) async fn visible_approvals(
 
 async fn approvals(State(s): State<AppState>, Extension(who): Extension<Principal>) -> Json<Value> {
     // A pending call's input is the model's text: scrubbed with its task's session's
-    // secrets (with every secret when the task is not known here).
+    // secrets (with every secret when the task is not known here). Each offers the scopes
+    // this principal may choose: `always` to an admin only.
+    let authority = who.authority();
     let pending: Vec<Value> = visible_approvals(&s, &who)
         .await
-        .iter()
+        .into_iter()
         .map(|(p, rec)| {
-            let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
-            if let Some(r) = rec {
+            let mut v = serde_json::to_value(p.offered_to(authority)).unwrap_or(Value::Null);
+            if let Some(r) = &rec {
                 v["user_id"] = Value::String(r.user_id.clone());
                 if let Some(by) = &r.principal {
                     v["principal"] = Value::String(by.clone());

@@ -20,17 +20,19 @@ fn heartbeat() -> Event {
     Event::default().data(r#"{"type":"heartbeat"}"#)
 }
 
-/// The stream of `task_id`'s events with sequence numbers above `after`; `session` is
-/// the task's (user id, session id); it ends when `shutdown` is cancelled.
+/// The stream of `task_id`'s events with sequence numbers above `after`, as a reader with
+/// `authority` is offered them ([`super::follow::follow`]); `session` is the task's (user
+/// id, session id); it ends when `shutdown` is cancelled.
 pub fn task_events(
     engine: Arc<Engine>,
     task_id: String,
     session: (String, String),
     after: u64,
+    authority: warden_approval::Authority,
     heartbeat_every: Duration,
     shutdown: CancellationToken,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let events = super::follow::follow(engine, task_id, session, after);
+    let events = super::follow::follow(engine, task_id, session, after, authority);
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat_every, heartbeat_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let stream = futures_util::stream::unfold((events, ticker), move |(mut events, mut ticker)| {
