@@ -210,22 +210,29 @@ def root_of(pid, table):
     return 1
 
 
-def sweep(everything):
-    """Kills this user's processes that no other live call owns; returns how many."""
-    me, uid, killed = os.getpid(), os.getuid(), 0
+def kill_in_rounds(victims_of):
+    """Kills the processes `victims_of(table)` names in a fresh process table, round after
+    round (one may start another while the last round is killed), until a round names none
+    or SWEEP_ROUNDS pass; returns how many were killed."""
+    killed = 0
     for _ in range(SWEEP_ROUNDS):
-        table = proc_table()
-        victims = []
-        for pid, (ppid, puid, _, state) in table.items():
-            if puid != uid or pid in (1, me) or state == b"Z" or (ppid == 0 and not everything):
-                continue
-            if everything or root_of(pid, table) in (1, me):
-                victims.append(pid)
+        victims = victims_of(proc_table())
         if not victims:
             break
         killed += stop_then_kill(victims)
         reap()
     return killed
+
+
+def sweep(everything):
+    """Kills this user's processes that no other live call owns; returns how many."""
+    me, uid = os.getpid(), os.getuid()
+
+    def victims(table):
+        return [pid for pid, (ppid, puid, _, state) in table.items()
+                if puid == uid and pid not in (1, me) and state != b"Z" and (everything or ppid != 0)
+                and (everything or root_of(pid, table) in (1, me))]
+    return kill_in_rounds(victims)
 
 
 def settled_dir_trusted(st):
@@ -289,21 +296,18 @@ def contain_session_processes():
     records = settled_records()
     if not records:
         return 0
-    uid, killed = os.getuid(), 0
-    for _ in range(SWEEP_ROUNDS):
-        table = proc_table()
-        victims = []
+    uid = os.getuid()
+
+    def victims(table):
+        found = []
         for (root, root_start), kept in records:
             if root not in table or table[root][2] != root_start:
                 continue  # ended (its pid may be another process's now)
             for pid, (_, puid, start, state) in table.items():
                 if puid == uid and state != b"Z" and (pid, start) not in kept and descends_from(pid, root, table):
-                    victims.append(pid)
-        if not victims:
-            break
-        killed += stop_then_kill(victims)
-        reap()
-    return killed
+                    found.append(pid)
+        return found
+    return kill_in_rounds(victims)
 
 
 def tagged_root(tag, table):
@@ -940,23 +944,19 @@ def sweep_lives(replica, life):
     """Kills the agents of `replica`'s earlier lives (same replica, another life) and their
     trees; other replicas' agents and calls, and orphans (swept by whichever command ends
     next), are left. Returns how many were killed."""
-    me, uid, killed = os.getpid(), os.getuid(), 0
+    me, uid = os.getpid(), os.getuid()
     replica, life = os.fsencode(replica), os.fsencode(life)
-    for _ in range(SWEEP_ROUNDS):
-        table = proc_table()
+
+    def victims(table):
         dead = set()
         for pid, (ppid, puid, _, _) in table.items():
             if ppid == 0 and puid == uid and pid != me:
                 tag = agent_tag(pid)
                 if tag is not None and tag[0] == replica and tag[1] != life:
                     dead.add(pid)
-        victims = [pid for pid, (_, puid, _, state) in table.items()
-                   if puid == uid and pid not in (1, me) and state != b"Z" and root_of(pid, table) in dead]
-        if not victims:
-            break
-        killed += stop_then_kill(victims)
-        reap()
-    return killed
+        return [pid for pid, (_, puid, _, state) in table.items()
+                if puid == uid and pid not in (1, me) and state != b"Z" and root_of(pid, table) in dead]
+    return kill_in_rounds(victims)
 
 
 if __name__ == "__main__":

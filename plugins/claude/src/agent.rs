@@ -1006,8 +1006,9 @@ mod field_meanings {
 
     #[test]
     fn inline_stdio_mcp_servers_go_to_the_host_and_others_are_warned_about() {
-        let a = parse("mcpServers:\n  - github\n  - local:\n      command: ./server\n  - remote:\n      url: https://x\n")
-            .unwrap();
+        let a =
+            parse("mcpServers:\n  - github\n  - local:\n      command: ./server\n  - remote:\n      url: https://x\n")
+                .unwrap();
         assert_eq!(a.protocol.mcp_server_names(), ["github"]);
         assert_eq!(a.protocol.inline_mcp_servers().0.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["local"]);
         assert!(

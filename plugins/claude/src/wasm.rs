@@ -4,8 +4,8 @@
 use warden_guest::log::Level;
 use warden_guest::{
     AgentMcpServer, Capability, Completion, CompletionRequest, Error, PermissionMode, Plugin, PluginInfo,
-    SubagentDefinition,
-    SubagentReference, TaskCall, TaskContext, ToolCall, ToolResult, ToolSpec, events, log, model, resources, state,
+    SubagentDefinition, SubagentReference, TaskCall, TaskContext, ToolCall, ToolResult, ToolSpec, events, log, model,
+    resources, state,
 };
 
 use crate::{KIND, agent, runner};

@@ -82,7 +82,8 @@ pub use model::{Completion, CompletionRequest, Message, ToolCall, ToolResult, To
 
 #[cfg(feature = "bindings")]
 pub use bindings::warden::plugin::types::{
-    AgentMcpServer, Capability, PermissionMode, PluginInfo, SubagentDefinition, SubagentReference, TaskCall, TaskContext,
+    AgentMcpServer, Capability, PermissionMode, PluginInfo, SubagentDefinition, SubagentReference, TaskCall,
+    TaskContext,
 };
 #[cfg(feature = "bindings")]
 pub use plugin::definition;

@@ -8,6 +8,33 @@
 //! that changed. [`Bindings`] is one instantiated plugin of whichever version; its calls
 //! take and return [`crate::plugin`] types, so the rest of the host sees one API.
 
+/// The bindings of the `plugin` world of a version from 0.2.0 on, in `$path` (the frozen
+/// 0.2.0 and the current one share every option).
+macro_rules! bindgen_plugin_world {
+    ($path:literal) => {
+        wasmtime::component::bindgen!({
+            path: $path,
+            world: "plugin",
+            // Fallible imports return `Result<_, ImportError>` (`trappable_error_type`
+            // below); the infallible ones (`clock` readings, `cancel`) stay plain.
+            imports: {
+                default: async | trappable,
+                "warden:plugin/clock.now-ms": async,
+                "warden:plugin/clock.remaining-ms": async,
+                "warden:plugin/cancel": async,
+            },
+            exports: { default: async },
+            with: {
+                "warden:plugin/http.body-stream": crate::runtime::host_state::BodyStream,
+            },
+            // Every import's error reaches the plugin through `convert_error` (scrubbed).
+            trappable_error_type: {
+                "warden:plugin/types.error" => crate::runtime::host::ImportError,
+            },
+        });
+    };
+}
+
 /// `From` both ways between a record of an older version and the latest's identical record: `plain`
 /// fields move as they are, `into` fields convert, `vec` fields convert element-wise.
 macro_rules! same_record {

@@ -11,23 +11,7 @@ use crate::plugin::{GuestError, SubagentDefinition};
 use crate::runtime::host::ImportError;
 use crate::runtime::host_state::{BodyStream, HostState};
 
-wasmtime::component::bindgen!({
-    path: "../wit/0.2.0",
-    world: "plugin",
-    imports: {
-        default: async | trappable,
-        "warden:plugin/clock.now-ms": async,
-        "warden:plugin/clock.remaining-ms": async,
-        "warden:plugin/cancel": async,
-    },
-    exports: { default: async },
-    with: {
-        "warden:plugin/http.body-stream": crate::runtime::host_state::BodyStream,
-    },
-    trappable_error_type: {
-        "warden:plugin/types.error" => crate::runtime::host::ImportError,
-    },
-});
+bindgen_plugin_world!("../wit/0.2.0");
 
 pub(crate) use warden::plugin::types;
 use warden::plugin::{cancel, clock, events, http, log, model, resources, state, tools};

@@ -5,26 +5,7 @@
 use crate::capability::Capability;
 use crate::plugin::{AgentMcpServer, GuestError, PluginInfo, SubagentDefinition, SubagentReference, TaskCall};
 
-wasmtime::component::bindgen!({
-    path: "../wit/0.3.0",
-    world: "plugin",
-    // Fallible imports return `Result<_, ImportError>` (`trappable_error_type` below); the
-    // infallible ones (`clock` readings, `cancel`) stay plain.
-    imports: {
-        default: async | trappable,
-        "warden:plugin/clock.now-ms": async,
-        "warden:plugin/clock.remaining-ms": async,
-        "warden:plugin/cancel": async,
-    },
-    exports: { default: async },
-    with: {
-        "warden:plugin/http.body-stream": crate::runtime::host_state::BodyStream,
-    },
-    // Every import's error reaches the plugin through `convert_error` (scrubbed).
-    trappable_error_type: {
-        "warden:plugin/types.error" => crate::runtime::host::ImportError,
-    },
-});
+bindgen_plugin_world!("../wit/0.3.0");
 
 pub(crate) use warden::plugin::types;
 pub(crate) use warden::plugin::{cancel, clock, events, http, log, model, resources, state, tools};
