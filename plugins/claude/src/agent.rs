@@ -145,20 +145,42 @@ pub const MEMORY_TOOLS: &[&str] = &["Read", "Write", "Edit"];
 /// the sandbox has no home directory). A sandbox session belongs to one principal, so each
 /// directory is per (principal, session, agent) and lasts as long as the session's
 /// workspace; `user` memory is also saved per (principal, agent) and put back in the
-/// principal's new sessions ([`crate::memory`]). The agent's name is kept to
-/// `[A-Za-z0-9._-]` (anything else becomes `-`).
+/// principal's new sessions ([`crate::memory`]). The last part is [`memory_dir_name`].
 pub fn memory_dir(scope: &str, agent: &str) -> String {
     let dir = match scope {
         "user" => "agent-memory-user",
         "local" => "agent-memory-local",
         _ => "agent-memory",
     };
-    let name: String = agent
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' })
-        .collect();
-    let name = if name.is_empty() || name.chars().all(|c| c == '.') { "-".to_string() } else { name };
-    format!("/workspace/.claude/{dir}/{name}")
+    format!("/workspace/.claude/{dir}/{}", memory_dir_name(agent))
+}
+
+/// What [`memory_dir_name`] puts for every byte it does not keep: `%` and two upper-case hex
+/// digits, as in a URL.
+const NAME_ESCAPE: char = '%';
+
+/// The name of an agent's memory directory (and of its `user` memory's state key): the
+/// agent's exact name, readable and **injective**, so two agents never share notes (a
+/// hostile file named `code reviewer` must not get the trusted `code-reviewer`'s). Letters,
+/// digits, `_`, `-` and a `.` that is not first are kept; every other byte of the UTF-8 name
+/// (`%` itself, `/`, spaces, control and invisible characters, a leading `.`) becomes
+/// `%XX`. Percent-decoding gives the name back, so distinct names get distinct directories;
+/// the result is one plain path part (never empty, `.` or `..`, no `/` or control
+/// character). The empty name (the resolver refuses it) is `%`, which no other name gives:
+/// every other `%` is followed by two hex digits.
+pub fn memory_dir_name(agent: &str) -> String {
+    if agent.is_empty() {
+        return NAME_ESCAPE.to_string();
+    }
+    let mut name = String::with_capacity(agent.len());
+    for (i, b) in agent.bytes().enumerate() {
+        let kept = b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0);
+        match kept {
+            true => name.push(char::from(b)),
+            false => name.push_str(&format!("{NAME_ESCAPE}{b:02X}")),
+        }
+    }
+    name
 }
 
 /// The tools the host lets the agent's tasks call (the definition's typed `tools`): its
@@ -999,9 +1021,62 @@ mod field_meanings {
         assert_eq!(memory_dir("project", "code-reviewer"), "/workspace/.claude/agent-memory/code-reviewer");
         assert_eq!(memory_dir("local", "a"), "/workspace/.claude/agent-memory-local/a");
         assert_eq!(memory_dir("user", "a"), "/workspace/.claude/agent-memory-user/a");
-        assert_eq!(memory_dir("project", "../../etc x"), "/workspace/.claude/agent-memory/..-..-etc-x");
-        assert_eq!(memory_dir("project", ".."), "/workspace/.claude/agent-memory/-");
-        assert_eq!(memory_dir("project", ""), "/workspace/.claude/agent-memory/-");
+        assert_eq!(memory_dir("project", "../../etc x"), "/workspace/.claude/agent-memory/%2E.%2F..%2Fetc%20x");
+        assert_eq!(memory_dir("project", ".."), "/workspace/.claude/agent-memory/%2E.");
+        assert_eq!(memory_dir("project", ""), "/workspace/.claude/agent-memory/%");
+        assert_eq!(memory_dir("user", "v1.2_x-Y"), "/workspace/.claude/agent-memory-user/v1.2_x-Y");
+        assert_eq!(memory_dir_name("100%"), "100%25");
+        assert_eq!(memory_dir_name("r\u{e9}sum\u{e9}\u{202e}"), "r%C3%A9sum%C3%A9%E2%80%AE");
+    }
+
+    /// Property (exhaustive over names of up to four characters from an alphabet of the
+    /// characters that matter: kept ones, ones that used to become `-`, the escape itself and
+    /// hex digits that could fake one): distinct names get distinct directory names, each a
+    /// plain path part that percent-decodes back to the name. The names that collided before
+    /// (`code reviewer`, `code/reviewer`, `code-reviewer`) are told apart.
+    #[test]
+    fn memory_dir_names_are_injective_and_plain() {
+        let alphabet = ['a', '-', '.', '_', ' ', '/', '%', '2', '0', 'F', '\u{e9}', '\n'];
+        let mut names = vec![String::new()];
+        let mut frontier = names.clone();
+        for _ in 0..4 {
+            frontier = frontier.iter().flat_map(|p| alphabet.iter().map(move |c| format!("{p}{c}"))).collect();
+            names.extend(frontier.iter().cloned());
+        }
+        let mut seen = std::collections::HashMap::new();
+        for name in &names {
+            let dir = memory_dir_name(name);
+            if let Some(other) = seen.insert(dir.clone(), name.clone()) {
+                panic!("{other:?} and {name:?} share the directory {dir:?}");
+            }
+            assert!(crate::memory::safe_relative_path(&dir) && !dir.contains('/'), "{name:?} -> {dir:?}");
+            assert!(dir.chars().all(|c| c.is_ascii_graphic()), "{name:?} -> {dir:?}");
+            if !name.is_empty() {
+                assert_eq!(percent_decode(&dir), *name, "{dir:?} decodes back");
+            }
+        }
+        assert_eq!(seen.len(), names.len());
+        let dirs: Vec<String> = ["code reviewer", "code/reviewer", "code-reviewer"].map(memory_dir_name).into();
+        assert_eq!(dirs, ["code%20reviewer", "code%2Freviewer", "code-reviewer"]);
+    }
+
+    fn percent_decode(s: &str) -> String {
+        let mut bytes = Vec::new();
+        let mut rest = s.as_bytes();
+        while let Some((&b, tail)) = rest.split_first() {
+            match b {
+                b'%' => {
+                    let hex = std::str::from_utf8(&tail[..2]).unwrap();
+                    bytes.push(u8::from_str_radix(hex, 16).unwrap());
+                    rest = &tail[2..];
+                }
+                _ => {
+                    bytes.push(b);
+                    rest = tail;
+                }
+            }
+        }
+        String::from_utf8(bytes).unwrap()
     }
 
     #[test]

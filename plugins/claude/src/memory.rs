@@ -18,8 +18,12 @@
 //!   [`crate::agent::host_tools`]) in the same batch as the prompt's `MEMORY.md` read. A
 //!   fresh task whose directory has no `MEMORY.md` while state holds a [`Snapshot`] gets the
 //!   saved files back with `Write` (ids `memory_restore_<n>`), except those the listing shows
-//!   are there already (never overwritten). A declined or failed write is said in the prompt
-//!   and the log; the prompt then shows the saved `MEMORY.md` itself.
+//!   are there already (never overwritten); without a listing (no `Glob`, or it was declined
+//!   or failed) nothing is written, since any file may be there. A write the approval gate
+//!   declines is said in the prompt and the log, and its note is not shown either (a person
+//!   or the policy said no to it); when the writes fail otherwise, or nothing was written
+//!   for want of a listing, the prompt shows the saved `MEMORY.md` itself. Text from a
+//!   snapshot in the prompt is framed as notes from earlier sessions, not instructions.
 //! - **End** (whatever the outcome, as long as the tools answer): the directory is listed
 //!   again (id [`SAVE_LIST_ID`]) and every file is read with `Read` (ids `memory_save_<n>`,
 //!   one batch), within [`MAX_FILES`], [`MAX_FILE_BYTES`] and [`MAX_BYTES`]; what is past a
@@ -32,8 +36,11 @@
 //! The saved value is hostile input when it comes back (a corrupt store, another plugin
 //! version): a value that does not parse or has another [`SNAPSHOT_VERSION`] is ignored
 //! with a warning, and each file must have a [`safe_relative_path`] under the agent's
-//! directory (whose name is sanitised by [`memory_dir`]) and text within the bounds, else it
-//! is dropped with a warning. Paths the listing shows pass the same check.
+//! directory and text within the bounds, else it is dropped with a warning. Paths the
+//! listing shows pass the same check. The key and the directory are per exact agent name
+//! ([`memory_dir_name`] is injective) and the snapshot names its agent exactly, so an agent
+//! file whose name differs from a trusted one's only in spelling (`code reviewer`,
+//! `code-reviewer`) never reads or plants the other's notes.
 //!
 //! Concurrent tasks of one user and agent in different sessions: the last to end wins.
 
@@ -43,12 +50,14 @@ use serde::{Deserialize, Serialize};
 use warden_guest::log::Level;
 use warden_guest::{ToolCall, ToolResult, ToolSpec};
 
-use crate::agent::memory_dir;
+use crate::agent::{memory_dir, memory_dir_name};
 use crate::runner::Host;
 
 /// Format version of the [`Snapshot`] stored in `state`; a value of another version is
-/// ignored (with a warning) rather than misread.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// ignored (with a warning) rather than misread. Version 1 keyed and named snapshots by a
+/// lossy sanitised agent name that several agents could share, so its values are not
+/// trusted (2: the exact name, under [`state_key`]'s injective key).
+pub const SNAPSHOT_VERSION: u32 = 2;
 
 /// Most files kept in a snapshot (the index first, then the newest): notes, not a file
 /// store. Also the host's limit on calls in one batch, so the reads and the restore each
@@ -95,11 +104,37 @@ const NO_FILES: &str = "No files found";
 /// Longest excerpt of a tool's error text quoted in a warning or the prompt.
 const REASON_CHARS: usize = 200;
 
+/// How the host answers a call its approval gate did not let run (mirrors
+/// warden-approval's `Verdict::declined_message`): `The <tool> call was not run: ` and then
+/// one of [`GATE_DECLINED_REASONS`].
+const GATE_NOT_RUN: &str = " call was not run: ";
+
+/// The reasons [`GATE_NOT_RUN`] gives when a policy or a person said no (or nobody said yes
+/// in time), as opposed to a call the host could not run at all (a canceled task, the
+/// tool-call limit).
+const GATE_DECLINED_REASONS: &[&str] = &["denied by the approval policy", "declined"];
+
+/// Whether `result` says the approval gate declined the `tool` call: a person or the policy
+/// said no, so what the call carried must not reach the agent another way.
+pub fn declined_by_gate(result: &ToolResult, tool: &str) -> bool {
+    result.is_error
+        && result
+            .content
+            .strip_prefix("The ")
+            .and_then(|rest| rest.strip_prefix(tool))
+            .and_then(|rest| rest.strip_prefix(GATE_NOT_RUN))
+            .is_some_and(|why| GATE_DECLINED_REASONS.iter().any(|r| why.starts_with(r)))
+}
+
+/// Why nothing is restored when the directory could not be listed: what it holds is
+/// unknown, and a restore never writes over a file that is there.
+const UNLISTED: &str = "the memory directory could not be listed, so nothing was written over what it may hold";
+
 /// What is stored under [`state_key`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub version: u32,
-    /// The agent's directory name ([`memory_dir`]'s last part).
+    /// The agent's exact name (compared exactly when the value is loaded).
     pub agent: String,
     pub files: Vec<SavedFile>,
 }
@@ -117,15 +152,10 @@ impl Snapshot {
     }
 }
 
-/// The `state` key of an agent's user memory: `memory/user/<directory name>`.
+/// The `state` key of an agent's user memory: `memory/user/<directory name>`, with the
+/// injective [`memory_dir_name`], so no two agents share a key.
 pub fn state_key(agent: &str) -> String {
-    format!("memory/user/{}", dir_name(agent))
-}
-
-/// The agent's directory name, sanitised as [`memory_dir`] does.
-fn dir_name(agent: &str) -> String {
-    let dir = memory_dir("user", agent);
-    dir.rsplit('/').next().unwrap_or("-").to_string()
+    format!("memory/user/{}", memory_dir_name(agent))
 }
 
 /// Whether `path` may name a file under the memory directory: `/`-separated parts, none
@@ -174,8 +204,7 @@ pub fn parse_snapshot(bytes: &[u8], agent: &str) -> (Option<Snapshot>, Vec<Strin
             return (None, warnings);
         }
     };
-    let name = dir_name(agent);
-    if snapshot.agent != name {
+    if snapshot.agent != agent {
         warnings.push(format!(
             "saved memory of subagent `{agent}` ignored: it was saved for `{}`",
             excerpt(&snapshot.agent)
@@ -194,7 +223,7 @@ pub fn parse_snapshot(bytes: &[u8], agent: &str) -> (Option<Snapshot>, Vec<Strin
             warnings.push(format!("saved memory file {} dropped: {why}", file.path));
         }
     }
-    (Some(Snapshot { version: SNAPSHOT_VERSION, agent: name, files: kept.files }), warnings)
+    (Some(Snapshot { version: SNAPSHOT_VERSION, agent: agent.to_string(), files: kept.files }), warnings)
 }
 
 /// Files gathered within [`MAX_FILES`], [`MAX_FILE_BYTES`] and [`MAX_BYTES`].
@@ -337,7 +366,10 @@ fn read_call(id: String, file_path: String, limit: usize) -> ToolCall {
 pub struct Restored {
     /// Files written back.
     pub written: Vec<String>,
-    /// Files not written back, with why.
+    /// Files whose write the approval gate declined, with why: a person or the policy
+    /// said no to these notes, so they are not shown to the agent either.
+    pub declined: Vec<(String, String)>,
+    /// Files not written back for another reason, with why.
     pub failed: Vec<(String, String)>,
     /// The saved `MEMORY.md`, when there is one.
     pub index: Option<String>,
@@ -439,7 +471,8 @@ impl UserMemory {
     }
 
     /// Writes the saved files back into a directory without `MEMORY.md` (all but those
-    /// `present`, which are never overwritten); `None` when nothing is saved.
+    /// `present`, which are never overwritten; with no listing, `None`, nothing is written,
+    /// since any file may be there); `None` when nothing is saved.
     pub fn restore(&mut self, host: &mut dyn Host, present: Option<&[String]>) -> Option<Restored> {
         let snapshot = self.stored.clone().filter(|s| !s.files.is_empty())?;
         let mut restored = Restored { index: snapshot.file(INDEX).map(|f| f.content.clone()), ..Restored::default() };
@@ -448,9 +481,13 @@ impl UserMemory {
         if wanted.is_empty() {
             return Some(restored);
         }
-        if !self.can_write {
-            let why = "this subagent has no Write tool in this session".to_string();
-            restored.failed = wanted.iter().map(|f| (f.path.clone(), why.clone())).collect();
+        let unwritten = match (self.can_write, present) {
+            (false, _) => Some("this subagent has no Write tool in this session"),
+            (true, None) => Some(UNLISTED),
+            (true, Some(_)) => None,
+        };
+        if let Some(why) = unwritten {
+            restored.failed = wanted.iter().map(|f| (f.path.clone(), why.to_string())).collect();
             host.log(Level::Warn, &format!("memory of subagent `{}` not restored: {why}", self.agent));
             return Some(restored);
         }
@@ -469,6 +506,9 @@ impl UserMemory {
                 for (i, file) in wanted.iter().enumerate() {
                     match results.get(i) {
                         Some(r) if !r.is_error => restored.written.push(file.path.clone()),
+                        Some(r) if declined_by_gate(r, "Write") => {
+                            restored.declined.push((file.path.clone(), excerpt(&r.content)))
+                        }
                         Some(r) => restored.failed.push((file.path.clone(), excerpt(&r.content))),
                         None => restored.failed.push((file.path.clone(), "the host returned no result".into())),
                     }
@@ -489,7 +529,7 @@ impl UserMemory {
                 ),
             );
         }
-        for (path, why) in &restored.failed {
+        for (path, why) in restored.declined.iter().chain(&restored.failed) {
             host.log(Level::Warn, &format!("memory file {path} of subagent `{}` not restored: {why}", self.agent));
         }
         Some(restored)
@@ -632,7 +672,7 @@ impl UserMemory {
         if kept.files.is_empty() && self.stored.is_none() {
             return;
         }
-        let snapshot = Snapshot { version: SNAPSHOT_VERSION, agent: dir_name(&agent), files: kept.files };
+        let snapshot = Snapshot { version: SNAPSHOT_VERSION, agent: agent.clone(), files: kept.files };
         let json = serde_json::to_vec(&snapshot).expect("a snapshot serialises");
         match host.state_set(&self.key, &json) {
             Ok(()) => host.log(

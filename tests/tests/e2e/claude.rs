@@ -1179,6 +1179,40 @@ async fn user_memory_follows_its_user_into_new_sessions() {
     h.end(&b).await;
 }
 
+/// `memory: user` notes whose restore the approval gate declines reach the agent neither in
+/// its directory nor in its system prompt: the person or policy that said no to writing
+/// them back said no to them (the plugin recognises the host's own decline answer). Here
+/// the policy allows no Write: session A keeps its note with Bash, session B's restore is
+/// denied, and its prompt says so and shows an empty MEMORY.md section. (Before: the
+/// prompt showed the declined MEMORY.md anyway.)
+#[tokio::test(flavor = "multi_thread")]
+async fn user_memory_whose_restore_is_declined_is_not_shown() {
+    let agent = "---\nname: keeper\ndescription: Remembers\ntools: Bash\nmemory: user\n---\nYou keep notes.\n";
+    let first = r#"
+- tool_calls:
+    - { name: Bash, arguments: { command: "mkdir -p /workspace/.claude/agent-memory-user/keeper && echo '- planted note' > /workspace/.claude/agent-memory-user/keeper/MEMORY.md" } }
+- text: "saved"
+"#;
+    let second = r###"
+- expect: { system_contains: "shown here: MEMORY.md (The Write call was not run: denied by the approval policy" }
+  tool_calls: [{ name: Bash, arguments: { command: "true" } }]
+- expect: { system_contains: "## MEMORY.md\n\n(empty: MEMORY.md does not exist yet" }
+  text: "declined"
+"###;
+    let policy = "approval:\n  default: deny\n  allow: [Read, Glob, Bash]\n";
+    let h = claude_host_with(agent, &[("first", first), ("second", second)], "", policy).await;
+    let (a, b) = (session(), session());
+    assert_eq!(completed(&h.run("keeper", "learn", &a, None, None).await), "saved");
+    h.end(&a).await;
+    // The script's expectations check B's system prompt (the host's own decline answer).
+    assert_eq!(completed(&h.run("keeper", "recall", &b, Some("second/scripted"), None).await), "declined");
+    let read = h
+        .parent_tool(&b, "Read", serde_json::json!({ "file_path": ".claude/agent-memory-user/keeper/MEMORY.md" }))
+        .await;
+    assert!(read.is_error, "{read:?}");
+    h.end(&b).await;
+}
+
 /// Issue 20: an agent's hooks run in the session's sandbox as Bash calls through the gate.
 /// A PreToolUse hook's exit code 2 keeps a Write from running and tells the model why, a
 /// PostToolUse hook's `block` reaches the model with the result, and a hook's `allow` never
