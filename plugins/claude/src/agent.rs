@@ -140,12 +140,16 @@ pub const MEMORY_SCOPES: &[&str] = &["user", "project", "local"];
 /// its notes (Claude Code enables the same three); the approval policy still judges each call.
 pub const MEMORY_TOOLS: &[&str] = &["Read", "Write", "Edit"];
 
+/// The tool the host must let an agent with `memory: user` use besides those, to list its
+/// memory directory when a task ends (the model is not offered it for that).
+pub const MEMORY_LIST_TOOL: &str = "Glob";
+
 /// Where an agent's memory lives: a directory of the session's workspace, one per scope and
 /// agent, named as Claude Code names them under a project (`user` gets its own name since
 /// the sandbox has no home directory). A sandbox session belongs to one principal, so each
 /// directory is per (principal, session, agent) and lasts as long as the session's
 /// workspace; `user` memory is also saved per (principal, agent) and put back in the
-/// principal's new sessions ([`crate::memory`]). The last part is [`memory_dir_name`].
+/// principal's new sessions (`memory.rs`). The last part is [`memory_dir_name`].
 pub fn memory_dir(scope: &str, agent: &str) -> String {
     let dir = match scope {
         "user" => "agent-memory-user",
@@ -185,7 +189,7 @@ pub fn memory_dir_name(agent: &str) -> String {
 
 /// The tools the host lets the agent's tasks call (the definition's typed `tools`): its
 /// `tools` list, plus `Bash` when it has hooks, which run as Bash commands, and `Glob` with
-/// `memory: user`, which lists the memory directory to save it ([`crate::memory`]). The
+/// `memory: user`, which lists the memory directory to save it (`memory.rs`). The
 /// plugin still offers the model only the `tools` list ([`crate::toolset`]), so neither is
 /// the model's.
 pub fn host_tools(protocol: &ProtocolData) -> Option<Vec<String>> {
@@ -195,8 +199,8 @@ pub fn host_tools(protocol: &ProtocolData) -> Option<Vec<String>> {
     if !protocol.hooks.is_empty() && !has(&tools, "Bash") {
         tools.push("Bash".into());
     }
-    if protocol.memory.as_deref() == Some("user") && !has(&tools, crate::memory::LIST_TOOL) {
-        tools.push(crate::memory::LIST_TOOL.into());
+    if protocol.memory.as_deref() == Some("user") && !has(&tools, MEMORY_LIST_TOOL) {
+        tools.push(MEMORY_LIST_TOOL.into());
     }
     Some(tools)
 }
@@ -1049,7 +1053,7 @@ mod field_meanings {
             if let Some(other) = seen.insert(dir.clone(), name.clone()) {
                 panic!("{other:?} and {name:?} share the directory {dir:?}");
             }
-            assert!(crate::memory::safe_relative_path(&dir) && !dir.contains('/'), "{name:?} -> {dir:?}");
+            assert!(!matches!(dir.as_str(), "" | "." | "..") && !dir.contains('/'), "{name:?} -> {dir:?}");
             assert!(dir.chars().all(|c| c.is_ascii_graphic()), "{name:?} -> {dir:?}");
             if !name.is_empty() {
                 assert_eq!(percent_decode(&dir), *name, "{dir:?} decodes back");

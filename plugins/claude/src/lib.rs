@@ -20,6 +20,7 @@
 pub mod agent;
 pub mod frontmatter;
 pub mod hooks;
+pub mod host;
 pub mod memory;
 pub mod runner;
 pub mod toolset;

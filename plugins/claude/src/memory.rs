@@ -51,7 +51,7 @@ use warden_guest::log::Level;
 use warden_guest::{ToolCall, ToolResult, ToolSpec};
 
 use crate::agent::{memory_dir, memory_dir_name};
-use crate::runner::Host;
+use crate::host::Host;
 
 /// Format version of the [`Snapshot`] stored in `state`; a value of another version is
 /// ignored (with a warning) rather than misread. Version 1 keyed and named snapshots by a
@@ -83,8 +83,8 @@ pub const LIST_ID: &str = "memory_list";
 /// Id of the `Glob` call that lists the directory when a task ends.
 pub const SAVE_LIST_ID: &str = "memory_save_list";
 
-/// The tool that lists the directory.
-pub const LIST_TOOL: &str = "Glob";
+/// The tool that lists the directory ([`crate::agent::MEMORY_LIST_TOOL`]).
+pub const LIST_TOOL: &str = crate::agent::MEMORY_LIST_TOOL;
 
 /// What the sandbox's `Read` answers for an empty file, after the path (mirrors
 /// warden-sandbox's `tools/files.rs`).

@@ -39,6 +39,10 @@ use crate::hooks::{self, HookCommand, Hooks, Verdict};
 use crate::memory::{self, INDEX, Restored, UserMemory};
 use crate::toolset;
 
+/// The host capabilities the loop uses (defined apart so [`crate::memory`] can use them
+/// without depending on the loop).
+pub use crate::host::Host;
+
 /// `maxTurns` when the agent does not set it.
 pub const DEFAULT_MAX_TURNS: u32 = 10;
 
@@ -51,20 +55,6 @@ pub const MEMORY_READ_ID: &str = "memory_read";
 
 /// Transcript format version stored in `state`.
 pub const TRANSCRIPT_VERSION: u32 = 1;
-
-/// The host capabilities the loop uses.
-pub trait Host {
-    fn complete(&mut self, request: &CompletionRequest) -> Result<Completion, Error>;
-    fn list_tools(&mut self) -> Result<Vec<ToolSpec>, Error>;
-    fn call_tools(&mut self, calls: &[ToolCall]) -> Result<Vec<ToolResult>, Error>;
-    fn state_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, Error>;
-    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), Error>;
-    /// Best effort: failures are the host's to report.
-    fn emit(&mut self, kind: &str, data: &str);
-    /// Best effort.
-    fn log(&mut self, level: Level, message: &str);
-    fn read_resource(&mut self, uri: &str) -> Result<Vec<u8>, Error>;
-}
 
 /// The task, as far as the loop cares.
 #[derive(Debug, Clone, Default)]
