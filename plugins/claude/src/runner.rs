@@ -31,7 +31,7 @@
 use serde::{Deserialize, Serialize};
 
 use warden_guest::log::Level;
-use warden_guest::{Completion, CompletionRequest, Error, Message, ToolCall, ToolResult, ToolSpec};
+use warden_guest::{CompletionRequest, Error, Message, ToolCall, ToolSpec};
 
 use crate::agent::{ProtocolData, memory_dir, skill_uri};
 use crate::frontmatter;

@@ -37,8 +37,8 @@ def _install_fake_bindings():
     wt.SubagentReference = dataclasses.make_dataclass("SubagentReference", ["uri", "kind", "metadata"])
     wt.SubagentDefinition = dataclasses.make_dataclass(
         "SubagentDefinition",
-        ["name", "description", "kind", "reference", "tools", "permission_mode", "mcp_servers", "egress",
-         "protocol_data"],
+        ["name", "description", "kind", "reference", "tools", "permission_mode", "mcp_servers",
+         "agent_mcp_servers", "egress", "protocol_data"],
     )
 
     http = pytypes.ModuleType("wit_world.imports.http")
@@ -335,8 +335,9 @@ class Definitions(unittest.TestCase):
     def test_typed_fields_default_to_unset_and_can_be_given(self):
         ref = imports.types.SubagentReference(uri="u", kind="K", metadata=[])
         d = wg.definition("n", "d", ref)
-        self.assertEqual((d.kind, d.tools, d.permission_mode, d.mcp_servers, d.egress, d.protocol_data),
-                         ("K", None, None, [], None, "{}"))
+        self.assertEqual(
+            (d.kind, d.tools, d.permission_mode, d.mcp_servers, d.agent_mcp_servers, d.egress, d.protocol_data),
+            ("K", None, None, [], [], None, "{}"))
         d = wg.definition("n", "d", ref, '{"x": 1}', tools=["Read"], egress=["pypi.org"])
         self.assertEqual((d.tools, d.egress, d.protocol_data), (["Read"], ["pypi.org"], '{"x": 1}'))
         with self.assertRaises(TypeError):
