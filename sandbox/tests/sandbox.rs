@@ -1647,6 +1647,24 @@ mod boundary {
         sb.shutdown().await.unwrap();
     }
 
+    /// What a containment failure is judged by (the agent's inputs, read as root after the
+    /// fact): the settled-record directory and its records, and every process's pid, ppid,
+    /// state (T: stopped), start time, owner and command line.
+    fn settled_evidence(container: &str) -> String {
+        const SCRIPT: &str = "ls -lan /tmp/.warden-settled; for f in /tmp/.warden-settled/*; do echo \"record $f:\"; cat \"$f\"; done; \
+                              echo 'pid ppid state starttime uid cmdline'; for p in /proc/[0-9]*; do \
+                              echo \"${p#/proc/} $(cut -d' ' -f3,4,22 $p/stat 2>/dev/null | awk '{print $2, $1, $3}') $(stat -c %u $p) $(tr '\\0\\n' '  ' < $p/cmdline | head -c 80)\"; done";
+        let out = Command::new("docker").args(["exec", "-u", "0", container, "sh", "-c", SCRIPT]).output();
+        match out {
+            Ok(o) => format!(
+                "settled evidence:\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => format!("settled evidence unavailable: {e}"),
+        }
+    }
+
     /// Regression (third review): a program a session process started while serving (an
     /// MCP server's tool call running git, which ran a hook the model wrote) and kept alive
     /// was its descendant, not an orphan, so no sweep touched it: it ran beside every later
@@ -1680,8 +1698,11 @@ mod boundary {
         settler.settle().await.expect("settled again");
         let line = |ps: &str, cmd: &str| ps.lines().any(|l| l.trim() == cmd);
         let ps = processes(&sb, &k).await;
-        for leftover in ["sleep 1012", "sleep 1013", "sh -c sleep 1013 & wait"] {
-            assert!(!line(&ps, leftover), "`{leftover}` ran beside a later command:\n{ps}");
+        if let Some(leftover) =
+            ["sleep 1012", "sleep 1013", "sh -c sleep 1013 & wait"].into_iter().find(|l| line(&ps, l))
+        {
+            let evidence = settled_evidence(&container_of(&sb, &k).await);
+            panic!("`{leftover}` ran beside a later command:\n{ps}\n{evidence}");
         }
         assert!(line(&ps, "sleep 1011"), "a helper it had when it settled lives on:\n{ps}");
         assert!(ps.contains("while read line"), "the session process itself lives on:\n{ps}");
