@@ -1634,10 +1634,16 @@ mod boundary {
     pub async fn an_orphan_of_a_session_process_never_runs_beside_a_later_command(c: Ctx) {
         let sb = c.sandbox();
         let k = key("session-orphan");
+        use tokio::io::AsyncBufReadExt;
+        // `ready` once both orphans exist (a fixed wait let a loaded machine start them
+        // after the command below had already swept).
         let argv: Vec<String> =
-            ["sh", "-c", "(sleep 1007 &); (setsid sleep 1008 &); exec cat"].map(String::from).into();
-        let process = sb.spawn_process(&k, &argv, &[]).await.expect("session process");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+            ["sh", "-c", "(sleep 1007 &); (setsid sleep 1008 &); echo ready; exec cat"].map(String::from).into();
+        let mut process = sb.spawn_process(&k, &argv, &[]).await.expect("session process");
+        let mut ready = String::new();
+        let mut stdout = tokio::io::BufReader::new(&mut process.stdout);
+        tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut ready)).await.unwrap().unwrap();
+        assert_eq!(ready.trim_end(), "ready");
         let ps = processes(&sb, &k).await;
         for orphan in ["sleep 1007", "sleep 1008"] {
             assert!(!ps.contains(orphan), "`{orphan}` ran beside a later command:\n{ps}");
