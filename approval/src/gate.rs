@@ -782,6 +782,7 @@ impl Inner {
                 request_id: verdict.request_id.clone(),
                 task_id: req.task_id.clone(),
                 session_id: req.session_id.clone(),
+                user_id: req.user_id.clone(),
                 subagent: req.subagent.clone(),
                 plugin: req.plugin.clone(),
                 tool: req.tool.clone(),
