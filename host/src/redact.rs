@@ -15,10 +15,12 @@
 //! and HTTP bodies (again on the way out, so a secret learned later is scrubbed from
 //! older records too), pending approvals, downloaded files, tool results before a
 //! plugin (and its model) reads them, the errors imports return to a plugin, plugin state
-//! (key and value, at the `state` import) and the audit log's free-text fields. Streamed text (`token`, `reasoning`) goes through a
-//! [`StreamScrubber`], which always holds back the last (longest secret − 1) bytes, so a
-//! secret split over chunks is caught — always, not only when the tail could still grow
-//! into a secret: where a stream's events end must not tell which text starts a secret.
+//! (key and value, at the `state` import) and the audit log's free-text fields.
+//!
+//! Streamed text (`token`, `reasoning`) goes through a [`StreamScrubber`], which always
+//! holds back the last (longest secret − 1) bytes, so a secret split over chunks is
+//! caught — always, not only when the tail could still grow into a secret: where a
+//! stream's events end must not tell which text starts a secret.
 //!
 //! What a secret is matched as: its exact bytes, its JSON-escaped form and its Rust
 //! `Debug`-escaped form (how `tracing` prints `?` fields). Encodings (base64, hex,
