@@ -409,6 +409,11 @@ impl ApprovalGate {
         Self::with_heartbeat(policy, ctx, audit, HEARTBEAT_INTERVAL)
     }
 
+    /// What paths are resolved against (the workspace root and home of the sandbox).
+    pub fn context(&self) -> &EvalContext {
+        &self.inner.ctx
+    }
+
     /// Like [`ApprovalGate::new`] with another heartbeat interval (tests).
     pub fn with_heartbeat(
         policy: Arc<Policy>,
