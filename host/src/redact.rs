@@ -72,6 +72,7 @@ pub const MAX_TOTAL_SECRET_BYTES: usize = 4 * 1024 * 1024;
 /// one tenant can fill [`MAX_TOTAL_SECRET_BYTES`] (which only a restart empties) and
 /// refuse every other tenant's secrets.
 pub const MAX_USER_SECRET_BYTES: usize = MAX_TOTAL_SECRET_BYTES / 8;
+const _: () = assert!(MAX_USER_SECRET_BYTES < MAX_TOTAL_SECRET_BYTES / 2, "one user must not fill the host's budget");
 /// Scrub passes over one text: a replacement next to other text can, in theory, form a
 /// secret again; after this many passes the whole text is withheld.
 const MAX_PASSES: usize = 4;
@@ -681,7 +682,13 @@ mod tests {
         reg.remember("bob", "b", &["bob-secret-1"]).unwrap();
         let text = "host-credential-1 bob-secret-1";
         assert_eq!(reg.owner(Some("bob"), Some("b")).scrub(text), "[redacted] [redacted]");
-        let others = [(Some("alice"), Some("b")), (Some("bob"), Some("c")), (None, Some("b")), (Some("bob"), None), (None, None)];
+        let others = [
+            (Some("alice"), Some("b")),
+            (Some("bob"), Some("c")),
+            (None, Some("b")),
+            (Some("bob"), None),
+            (None, None),
+        ];
         for (user, session) in others {
             assert_eq!(reg.owner(user, session).scrub(text), "[redacted] bob-secret-1", "{user:?} {session:?}");
         }
@@ -704,7 +711,6 @@ mod tests {
         };
         assert_eq!(refused, SecretError::UserFull);
         assert_eq!(held, MAX_USER_SECRET_BYTES / MAX_SECRET_BYTES);
-        assert!(MAX_USER_SECRET_BYTES < MAX_TOTAL_SECRET_BYTES / 2);
         reg.remember("alice", "s", &["alice-secret-value"]).expect("another tenant's secrets are held");
     }
 

@@ -1653,7 +1653,8 @@ mod imports {
             { "op": "state_get", "key": "k [redacted]", "show": true },
             { "op": "http", "url": format!("not a url {bobs}") },
         ]);
-        let task = |user: &str, session: &str| TaskContext { user_id: user.into(), session_id: session.into(), ..ctx() };
+        let task =
+            |user: &str, session: &str| TaskContext { user_id: user.into(), session_id: session.into(), ..ctx() };
         // Alice's text is hers: bob's secret is only text in it, kept as she wrote it.
         let r = script_in(&rt, &p, task("alice", "alice-session"), &ops).await;
         assert_eq!(r[..3], ["ok".to_string(), format!("ok:v {bobs}"), "ok".to_string()]);

@@ -52,8 +52,7 @@ impl CallScope {
     /// session's, the host's for a call outside any task.
     pub fn redactor(&self) -> Arc<crate::redact::Redactor> {
         let task = self.task.as_ref();
-        crate::redact::registry()
-            .owner(task.map(|t| t.user_id.as_str()), task.map(|t| t.session_id.as_str()))
+        crate::redact::registry().owner(task.map(|t| t.user_id.as_str()), task.map(|t| t.session_id.as_str()))
     }
 
     /// The task's cancellation (`execute` calls run by a task).
