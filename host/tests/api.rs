@@ -152,6 +152,8 @@ async fn api_on(
     let options = EngineOptions::from_config(&config);
     let server_config = config.server.clone();
     let host = warden::Host::start(config).await.unwrap();
+    // As `warden serve` does: plugin state persists with the tasks.
+    host.services.state.attach(store.clone()).await.unwrap();
     let engine = Engine::start(&host, store, options).await.unwrap();
     let state = if server_config.principals.is_empty() {
         Arc::new(ServerState::new(engine.clone(), tokens))
