@@ -55,6 +55,9 @@ pub struct AuditRecord {
     pub task_id: Option<String>,
     /// Session (sandbox) the call belongs to.
     pub session_id: Option<String>,
+    /// The user whose task made the call.
+    #[serde(default)]
+    pub user_id: Option<String>,
     /// Subagent that made the call.
     pub subagent: String,
     /// Plugin that made the call.
@@ -167,14 +170,58 @@ pub struct AuditError {
     pub source: std::io::Error,
 }
 
-/// Rewrites each audit line before it is written (the host's secret scrubber).
-pub type LineFilter = std::sync::Arc<dyn Fn(&str) -> String + Send + Sync>;
+/// Whose a record is: the user and session of the call it records (`None` when the call
+/// belongs to no task), so a scrubber uses that session's secrets and nobody else's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordOwner<'a> {
+    pub user_id: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+}
+
+/// Rewrites one free-text field of a record before it is written (the host's secret
+/// scrubber): names and rules come from plugins, models and grants. Only those fields
+/// pass through it, never ids, the decision or who decided, and never the serialised
+/// line, so whatever a scrubber replaces, each line stays one JSON object whose outcome
+/// and identities are as recorded.
+pub type TextFilter = std::sync::Arc<dyn Fn(RecordOwner<'_>, &str) -> String + Send + Sync>;
+
+/// A record the log writes: its owner and its free-text fields.
+pub trait Record: Serialize {
+    fn owner(&self) -> RecordOwner<'_>;
+    /// Each free-text field, for [`TextFilter`].
+    fn free_text(&mut self) -> Vec<&mut String>;
+}
+
+impl Record for AuditRecord {
+    fn owner(&self) -> RecordOwner<'_> {
+        RecordOwner { user_id: self.user_id.as_deref(), session_id: self.session_id.as_deref() }
+    }
+
+    fn free_text(&mut self) -> Vec<&mut String> {
+        let mut fields = vec![&mut self.subagent, &mut self.tool];
+        fields.extend(self.plugin.as_mut());
+        fields.extend(self.rule.as_mut());
+        fields
+    }
+}
+
+impl Record for EgressRecord {
+    fn owner(&self) -> RecordOwner<'_> {
+        RecordOwner { user_id: Some(&self.user_id), session_id: Some(&self.session_id) }
+    }
+
+    fn free_text(&mut self) -> Vec<&mut String> {
+        let mut fields = vec![&mut self.kind, &mut self.host, &mut self.rule];
+        fields.extend(self.credential.as_mut());
+        fields
+    }
+}
 
 /// The audit log file.
 pub struct AuditLog {
     path: PathBuf,
     file: Mutex<File>,
-    filter: Option<LineFilter>,
+    filter: Option<TextFilter>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -195,9 +242,9 @@ impl AuditLog {
         Ok(AuditLog { path, file: Mutex::new(file), filter: None })
     }
 
-    /// Passes every line through `filter` before it is written (names and rules come
-    /// from plugins and models, so the host scrubs them of secrets).
-    pub fn with_filter(mut self, filter: LineFilter) -> Self {
+    /// Passes every free-text field through `filter` before a record is written (names
+    /// and rules come from plugins and models, so the host scrubs them of secrets).
+    pub fn with_filter(mut self, filter: TextFilter) -> Self {
         self.filter = Some(filter);
         self
     }
@@ -209,20 +256,27 @@ impl AuditLog {
 
     /// Append one record as one line and flush it.
     pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        self.append_line(record)
+        self.append_line(record.clone())
     }
 
     /// Append one egress decision as one line and flush it.
     pub fn append_egress(&self, record: &EgressRecord) -> Result<(), AuditError> {
-        self.append_line(record)
+        self.append_line(record.clone())
     }
 
-    fn append_line(&self, record: &impl Serialize) -> Result<(), AuditError> {
-        let mut line = serde_json::to_string(record)
-            .map_err(|e| AuditError { path: self.path.clone(), source: std::io::Error::other(e) })?;
+    fn append_line(&self, mut record: impl Record) -> Result<(), AuditError> {
         if let Some(f) = &self.filter {
-            line = f(&line);
+            let (user, session) = {
+                let o = record.owner();
+                (o.user_id.map(str::to_owned), o.session_id.map(str::to_owned))
+            };
+            let owner = RecordOwner { user_id: user.as_deref(), session_id: session.as_deref() };
+            for field in record.free_text() {
+                *field = f(owner, field);
+            }
         }
+        let mut line = serde_json::to_string(&record)
+            .map_err(|e| AuditError { path: self.path.clone(), source: std::io::Error::other(e) })?;
         line.push('\n');
         // A poisoned lock only means another writer panicked mid-call; the file
         // handle itself is still fine to append to.

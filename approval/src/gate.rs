@@ -409,6 +409,11 @@ impl ApprovalGate {
         Self::with_heartbeat(policy, ctx, audit, HEARTBEAT_INTERVAL)
     }
 
+    /// What paths are resolved against (the workspace root and home of the sandbox).
+    pub fn context(&self) -> &EvalContext {
+        &self.inner.ctx
+    }
+
     /// Like [`ApprovalGate::new`] with another heartbeat interval (tests).
     pub fn with_heartbeat(
         policy: Arc<Policy>,
@@ -782,6 +787,7 @@ impl Inner {
                 request_id: verdict.request_id.clone(),
                 task_id: req.task_id.clone(),
                 session_id: req.session_id.clone(),
+                user_id: req.user_id.clone(),
                 subagent: req.subagent.clone(),
                 plugin: req.plugin.clone(),
                 tool: req.tool.clone(),

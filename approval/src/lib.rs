@@ -25,7 +25,9 @@ pub mod policy;
 pub mod rule;
 pub mod shell;
 
-pub use audit::{AuditDecision, AuditError, AuditLog, AuditRecord, EgressRecord, args_digest};
+pub use audit::{
+    AuditDecision, AuditError, AuditLog, AuditRecord, EgressRecord, Record, RecordOwner, TextFilter, args_digest,
+};
 pub use gate::{
     ApprovalGate, ApprovalRequest, Authority, BoxFuture, ChainLink, Decider, GateError, GateEvent, Observer,
     PendingApproval, Resolution, UserDecision, Verdict, check_scope,

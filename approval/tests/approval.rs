@@ -1246,6 +1246,7 @@ mod audit {
             request_id: None,
             task_id: None,
             session_id: None,
+            user_id: None,
             subagent: "s".into(),
             plugin: None,
             tool: "Read".into(),
@@ -1261,6 +1262,83 @@ mod audit {
         assert_eq!(text.lines().count(), 3);
         assert!(text.starts_with("{\"old\":true}\n"));
         assert!(AuditLog::open(dir.path().join("missing/dir/a.jsonl")).is_err());
+    }
+
+    proptest::proptest! {
+        /// Regression (attacker review): the host's scrubber rewrote each serialised line,
+        /// so a tenant's `tool_context` value such as `"decision":"` made every audit line
+        /// invalid JSON (dropped from `/v1/audit`) and `user:bob` hid who decided. The
+        /// filter now gets free-text fields only, with their record's owner: whatever it
+        /// returns, each line is one JSON object whose ids, outcome and decider are as
+        /// recorded.
+        #[test]
+        fn regression_audit_lines_stay_json_whatever_the_scrubber_returns(
+            replacement in "(\"decision\":\"|user:bob|\\|\n|\\u0000|[\"{}:,a-z])*",
+            user in proptest::option::of("[a-z]{1,8}"),
+            session in proptest::option::of("[a-z]{1,8}"),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("audit.jsonl");
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let filter: TextFilter = {
+                let (seen, replacement) = (seen.clone(), replacement.clone());
+                Arc::new(move |owner: RecordOwner<'_>, text: &str| {
+                    seen.lock().unwrap().push((owner.user_id.map(str::to_owned), owner.session_id.map(str::to_owned), text.to_owned()));
+                    replacement.clone()
+                })
+            };
+            let log = AuditLog::open(&path).unwrap().with_filter(filter);
+            let rec = AuditRecord {
+                ts: AuditRecord::now(),
+                request_id: Some("apr_1".into()),
+                task_id: Some("task_1".into()),
+                session_id: session.clone(),
+                user_id: user.clone(),
+                subagent: "coder".into(),
+                plugin: Some("claude".into()),
+                tool: "Bash".into(),
+                args_sha256: args_digest(&json!({})),
+                rule: Some("Bash(ls:*)".into()),
+                decision: AuditDecision::Approve,
+                decided_by: "user:alice".into(),
+                waited_ms: 7,
+            };
+            log.append(&rec).unwrap();
+            let egress = EgressRecord {
+                ts: AuditRecord::now(),
+                event: "egress".into(),
+                session_id: "sess".into(),
+                user_id: "carol".into(),
+                kind: "connect".into(),
+                host: "example.com".into(),
+                port: 443,
+                decision: AuditDecision::Deny,
+                rule: "default".into(),
+                bytes_sent: 1,
+                bytes_received: 2,
+                credential: None,
+            };
+            log.append_egress(&egress).unwrap();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            proptest::prop_assert_eq!(lines.len(), 2, "{}", text);
+            let l = &lines[0];
+            let kept = [("request_id", "apr_1"), ("task_id", "task_1"), ("decision", "approve"), ("decided_by", "user:alice")];
+            for (key, want) in kept {
+                proptest::prop_assert_eq!(&l[key], want);
+            }
+            proptest::prop_assert_eq!(&l["user_id"], &json!(user));
+            proptest::prop_assert_eq!(&l["session_id"], &json!(session));
+            for key in ["subagent", "plugin", "tool", "rule"] {
+                proptest::prop_assert_eq!(&l[key], replacement.as_str());
+            }
+            proptest::prop_assert_eq!(&lines[1]["decision"], "deny");
+            proptest::prop_assert_eq!(&lines[1]["user_id"], "carol");
+            proptest::prop_assert_eq!(&lines[1]["host"], replacement.as_str());
+            let seen = seen.lock().unwrap();
+            proptest::prop_assert!(seen.iter().take(4).all(|(u, s, _)| *u == user && *s == session), "{:?}", seen);
+            proptest::prop_assert!(seen.iter().skip(4).all(|(u, s, _)| u.as_deref() == Some("carol") && s.as_deref() == Some("sess")));
+        }
     }
 }
 

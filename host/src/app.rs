@@ -51,7 +51,9 @@ impl Host {
                 Some(Arc::new(
                     warden_approval::AuditLog::open(&path)
                         .with_context(|| format!("cannot open audit log {}", path.display()))?
-                        .with_filter(Arc::new(|line: &str| redact::registry().all().scrub(line).into_owned())),
+                        .with_filter(Arc::new(|owner: warden_approval::RecordOwner<'_>, text: &str| {
+                            redact::registry().owner(owner.user_id, owner.session_id).scrub(text).into_owned()
+                        })),
                 ))
             }
             None => None,

@@ -48,14 +48,64 @@ pub fn is_agent_tool(name: &str) -> bool {
 }
 
 /// Whether one definition's `tools` list (`None` = every tool) lets its subagent use
-/// `name`: an entry names a tool, `*` all of them, and `Bash(git:*)` its tool (the
-/// argument pattern is the approval policy's business). `Task` entries name the Agent tool.
+/// `name`: an entry names a tool, `*` all of them, and `Bash(git:*)` its tool (which calls
+/// of it: [`call_refusal`]). `Task` entries name the Agent tool.
 pub fn tool_allowed(allowed: Option<&[String]>, name: &str) -> bool {
     let Some(allowed) = allowed else { return true };
     allowed.iter().any(|entry| {
         let (base, _) = base_name(entry);
         base == "*" || base == name || (is_agent_tool(base) && is_agent_tool(name))
     })
+}
+
+/// The entries of one definition's `tools` list that narrow `name` to the calls they
+/// match (`Bash(git status:*)`, `Read(./src/**)`); `None` when the list leaves the tool
+/// whole (no list, `*`, the bare name) or does not name it (then [`tool_allowed`] refuses
+/// it). The Agent tool's arguments name subagents ([`SubagentTypes`]), not calls.
+fn narrowing_patterns(allowed: Option<&[String]>, name: &str) -> Option<Vec<String>> {
+    if is_agent_tool(name) {
+        return None;
+    }
+    let mut patterns = Vec::new();
+    for entry in allowed? {
+        match base_name(entry) {
+            ("*", _) => return None,
+            (base, None) if base == name => return None,
+            (base, Some(_)) if base == name => patterns.push(entry.trim().to_owned()),
+            _ => {}
+        }
+    }
+    (!patterns.is_empty()).then_some(patterns)
+}
+
+/// Why a call is refused before the gate by the `Tool(pattern)` entries of the task's
+/// `tools` list or an ancestor's, `None` when each list that narrows the tool has an
+/// entry matching the call. An entry is read as an allow rule of the approval policy
+/// (the same recognizer: a Bash command must be understood and every part match; a path
+/// is judged as given and with symlinks resolved); an entry that is not a valid rule
+/// matches nothing. Without this, `tools: [Bash(git status:*)]` gave its subagent all
+/// of Bash whenever the operator's policy allowed more.
+pub fn call_refusal(
+    own: Option<&[String]>,
+    inherited: &[Vec<String>],
+    name: &str,
+    input: &Value,
+    resolved_path: Option<&str>,
+    ctx: &warden_approval::EvalContext,
+) -> Option<String> {
+    use warden_approval::{Decision, EffectiveMode, Policy, PolicyConfig};
+    let lists = std::iter::once(own).chain(inherited.iter().map(|l| Some(l.as_slice())));
+    for patterns in lists.filter_map(|list| narrowing_patterns(list, name)) {
+        let config = PolicyConfig { default: Decision::Deny, allow: patterns.clone(), ..PolicyConfig::default() };
+        let allowed = Policy::from_config(config).is_ok_and(|policy| {
+            let ev = policy.decide_resolved(name, input, resolved_path, ctx, EffectiveMode::default());
+            ev.decision == Decision::Allow
+        });
+        if !allowed {
+            return Some(format!("this subagent's `tools` allow {name} only as {}", patterns.join(", ")));
+        }
+    }
+    None
 }
 
 /// Whether one definition's `tools` list could let its subagent use a tool of MCP server
@@ -202,6 +252,41 @@ impl AgentCall {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Regression (attacker review): `tools: [Bash(git status:*)]` gave its subagent all
+    /// of Bash whenever the operator's policy allowed more (the pattern was dropped).
+    #[test]
+    fn regression_a_tools_pattern_gave_its_subagent_the_whole_tool() {
+        let ctx = warden_approval::EvalContext { workspace_root: "/workspace".into(), home: "/workspace".into() };
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let own = list(&["Read", "Bash(git status:*)"]);
+        let bash = |own: &[String], inherited: &[Vec<String>], cmd: &str| {
+            call_refusal(Some(own), inherited, "Bash", &json!({ "command": cmd }), None, &ctx)
+        };
+        assert_eq!(bash(&own, &[], "git status"), None);
+        assert_eq!(bash(&own, &[], "git status --short"), None);
+        for refused in ["git push", "git status; rm -rf /workspace", "git status && curl x", "$(git status)"] {
+            let why = bash(&own, &[], refused).unwrap_or_else(|| panic!("{refused} ran"));
+            assert!(why.contains("Bash(git status:*)"), "{why}");
+        }
+        // A bare entry, `*` or no list leaves the tool whole; other tools are not narrowed.
+        assert_eq!(bash(&list(&["Bash(git status:*)", "Bash"]), &[], "git push"), None);
+        assert_eq!(bash(&list(&["*"]), &[], "git push"), None);
+        assert_eq!(call_refusal(None, &[], "Bash", &json!({ "command": "git push" }), None, &ctx), None);
+        assert_eq!(call_refusal(Some(&own), &[], "Read", &json!({ "file_path": "a" }), None, &ctx), None);
+        // An ancestor's narrowing holds for a child whose own list names Bash bare.
+        assert!(bash(&list(&["Bash"]), std::slice::from_ref(&own), "git push").is_some());
+        // Paths are judged as given and as they resolve.
+        let reads = list(&["Read(./src/**)"]);
+        let read = |path: &str, resolved: Option<&str>| {
+            call_refusal(Some(&reads), &[], "Read", &json!({ "file_path": path }), resolved, &ctx)
+        };
+        assert_eq!(read("src/a.rs", Some("/workspace/src/a.rs")), None);
+        assert!(read("secrets/key", None).is_some());
+        assert!(read("src/link", Some("/workspace/secrets/key")).is_some());
+        // An Agent entry's arguments name subagents, never calls.
+        assert_eq!(call_refusal(Some(&list(&["Agent(a)"])), &[], "Agent", &json!({}), None, &ctx), None);
+    }
 
     #[test]
     fn a_server_is_usable_only_when_every_list_could_let_a_tool_of_it_through() {

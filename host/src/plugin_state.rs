@@ -31,9 +31,9 @@
 //! With a store, a write returns once it is committed: what a plugin stored before a
 //! crash (`kill -9`) is there after the restart, on every replica, with the time it was
 //! written (expiry counts from it). A failed store read or write is a
-//! [`StateError::Store`] value for the plugin — never a panic, never a stale value. Values
-//! are scrubbed of every known secret on their way into the store
-//! ([`crate::store::state_key`]).
+//! [`StateError::Store`] value for the plugin — never a panic, never a stale value. Keys
+//! and values arrive scrubbed of the calling task's session secrets and the host's (the
+//! `state` import does it: only it knows whose they are).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -139,7 +139,7 @@ impl StateStore {
     pub async fn get(&self, ns: &StateNamespace, key: &str) -> Result<Option<Vec<u8>>, StateError> {
         let namespace = ns.store_key();
         match self.backing.get() {
-            Some(Backing::Shared(store)) => Ok(store.state_get(&namespace, &crate::store::state_key(key)).await?),
+            Some(Backing::Shared(store)) => Ok(store.state_get(&namespace, key).await?),
             None | Some(Backing::Exclusive(_)) => {
                 Ok(self.memory.lock().unwrap().get(&namespace).and_then(|m| m.values.get(key).map(|e| e.value.clone())))
             }

@@ -5,16 +5,22 @@
 //! variables and nothing else. [`SecretRegistry::remember`] records them for the task's
 //! session (user id + session id) — a session remembers every secret given to any of its
 //! tasks, so a later task of the session is scrubbed of them too — and in one
-//! process-wide union that scrubs what is not tied to a session: log lines at every level
-//! ([`ScrubbingMakeWriter`]), the audit log and API error messages.
+//! process-wide union that scrubs the operator's log lines at every level
+//! ([`ScrubbingMakeWriter`]), which no tenant reads. Everything else is scrubbed with the
+//! secrets of whose text it is ([`SecretRegistry::owner`]): a session's with the session's
+//! secrets and the host's, text of no session with the host's only.
 //!
 //! Where text leaves, it is scrubbed with the session's [`Redactor`]: task events (the
 //! engine, before they are kept or stored), outputs, errors and task records, SSE frames
 //! and HTTP bodies (again on the way out, so a secret learned later is scrubbed from
-//! older records too), pending approvals, downloaded files and tool results before a
-//! plugin (and its model) reads them. Streamed text (`token`, `reasoning`) goes through a
-//! [`StreamScrubber`], which holds back only a tail that could still become a secret, at
-//! most (longest secret − 1) bytes, so a secret split over chunks is caught.
+//! older records too), pending approvals, downloaded files, tool results before a
+//! plugin (and its model) reads them, the errors imports return to a plugin, plugin state
+//! (key and value, at the `state` import) and the audit log's free-text fields.
+//!
+//! Streamed text (`token`, `reasoning`) goes through a [`StreamScrubber`], which always
+//! holds back the last (longest secret − 1) bytes, so a secret split over chunks is
+//! caught — always, not only when the tail could still grow into a secret: where a
+//! stream's events end must not tell which text starts a secret.
 //!
 //! What a secret is matched as: its exact bytes, its JSON-escaped form and its Rust
 //! `Debug`-escaped form (how `tracing` prints `?` fields). Encodings (base64, hex,
@@ -28,7 +34,6 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
-use std::ops::Bound;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use aho_corasick::{AhoCorasick, MatchKind};
@@ -63,6 +68,11 @@ pub const MAX_SESSION_SECRETS: usize = 256;
 /// host restarts (secrets are never forgotten while the host runs: forgetting one would
 /// let it out).
 pub const MAX_TOTAL_SECRET_BYTES: usize = 4 * 1024 * 1024;
+/// Most secret bytes one user's sessions hold together: an eighth of the host's, so no
+/// one tenant can fill [`MAX_TOTAL_SECRET_BYTES`] (which only a restart empties) and
+/// refuse every other tenant's secrets.
+pub const MAX_USER_SECRET_BYTES: usize = MAX_TOTAL_SECRET_BYTES / 8;
+const _: () = assert!(MAX_USER_SECRET_BYTES < MAX_TOTAL_SECRET_BYTES / 2, "one user must not fill the host's budget");
 /// Scrub passes over one text: a replacement next to other text can, in theory, form a
 /// secret again; after this many passes the whole text is withheld.
 const MAX_PASSES: usize = 4;
@@ -80,6 +90,10 @@ pub enum SecretError {
         "this host holds the maximum of {MAX_TOTAL_SECRET_BYTES} bytes of secrets; it forgets them only on restart"
     )]
     HostFull,
+    #[error(
+        "this user's sessions hold the maximum of {MAX_USER_SECRET_BYTES} bytes of secrets; the host forgets them only on restart"
+    )]
+    UserFull,
     #[error("secrets cannot be compiled for scrubbing: {0}")]
     Build(String),
 }
@@ -97,9 +111,9 @@ fn forms(secret: &str) -> impl Iterator<Item = String> {
 #[derive(Default)]
 struct Matcher {
     ac: Option<AhoCorasick>,
-    /// Every pattern, sorted: the prefix test of streamed text.
-    patterns: BTreeSet<Vec<u8>>,
     longest: usize,
+    /// Whether a pattern holds a newline (a PEM key): if none does, no secret spans one.
+    newline_in_a_secret: bool,
 }
 
 impl Matcher {
@@ -113,7 +127,8 @@ impl Matcher {
             .build(&patterns)
             .map_err(|e| SecretError::Build(e.to_string()))?;
         let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
-        Ok(Matcher { ac: Some(ac), patterns, longest })
+        let newline_in_a_secret = patterns.iter().any(|p| p.contains(&b'\n'));
+        Ok(Matcher { ac: Some(ac), longest, newline_in_a_secret })
     }
 
     fn scrub<'t>(&self, text: &'t [u8]) -> Cow<'t, [u8]> {
@@ -139,44 +154,39 @@ impl Matcher {
         Cow::Owned(REDACTED.as_bytes().to_vec())
     }
 
-    /// Whether `s` is a proper prefix of some pattern (the start of a secret that more
-    /// text could complete).
-    fn starts_a_secret(&self, s: &[u8]) -> bool {
-        self.patterns
-            .range::<[u8], _>((Bound::Included(s), Bound::Unbounded))
-            .take(2)
-            .any(|p| p.len() > s.len() && p.starts_with(s))
-    }
-
-    /// The first position of the tail of `text` at or after `from` that could still
-    /// become a secret (`text.len()` when none could).
-    fn hold_from(&self, text: &[u8], from: usize) -> usize {
-        let lo = text.len().saturating_sub(self.longest.saturating_sub(1)).max(from);
-        (lo..text.len()).find(|&i| self.starts_a_secret(&text[i..])).unwrap_or(text.len())
-    }
-
     /// Where streamed `text` may be cut: everything before can be emitted (scrubbed)
-    /// now, the rest must wait for more text. The cut is moved back to the nearest
+    /// now, the rest must wait for more text. The cut is moved forward to the nearest
     /// position `boundary` accepts (a character boundary of text; any byte of a body).
+    ///
+    /// Where it falls depends on the text's length and on complete matches only, never
+    /// on whether the text *starts* a secret: a cut that held back exactly the tails that
+    /// could still grow into a secret would tell a reader of the stream (a tenant asking
+    /// its model to echo guesses, a plugin reading a server that echoes its request)
+    /// which guesses are prefixes of a secret, one character at a time. So the last
+    /// (longest form − 1) bytes are always held: every position before the cut has at
+    /// least `longest` bytes after it, so whether a secret starts there is already
+    /// decided, and a complete match straddling the cut is emitted whole (it reads as
+    /// [`REDACTED`] anyway). When no secret holds a newline, everything up to the last
+    /// newline is decided too (no match spans one), so a line — an SSE event, a line of
+    /// model text — is never held waiting for the next; that tells a reader one bit per
+    /// secret set (whether some secret holds a newline), never which text starts one.
     fn stream_cut(&self, text: &[u8], boundary: impl Fn(usize) -> bool) -> usize {
-        let cut = self.raw_stream_cut(text);
-        (0..=cut).rev().find(|&i| boundary(i)).unwrap_or(0)
-    }
-
-    fn raw_stream_cut(&self, text: &[u8]) -> usize {
         let Some(ac) = &self.ac else { return text.len() };
-        let mut cut = self.hold_from(text, 0);
-        // A complete secret straddling the cut is emitted whole.
+        let mut cut = text.len().saturating_sub(self.longest.saturating_sub(1));
+        if !self.newline_in_a_secret
+            && let Some(newline) = text.iter().rposition(|&b| b == b'\n')
+        {
+            cut = cut.max(newline + 1);
+        }
         for m in ac.find_iter(text) {
             if m.start() >= cut {
                 break;
             }
-            if m.end() > cut {
-                cut = self.hold_from(text, m.end());
-                break;
-            }
+            cut = cut.max(m.end());
         }
-        cut
+        // No pattern starts inside a character (patterns are whole UTF-8 strings), so
+        // the bytes up to the next character boundary are decided too.
+        (cut..=text.len()).find(|&i| boundary(i)).unwrap_or(text.len())
     }
 }
 
@@ -327,8 +337,8 @@ fn scrub_value_with(m: &Matcher, v: &mut Value) {
 
 /// Scrubs one stream of text that arrives in chunks (a model's `token` events): a
 /// secret split over chunks is caught. Each [`StreamScrubber::push`] returns what may be
-/// shown now; only a tail that could still grow into a secret is held back (at most the
-/// longest secret's length − 1 bytes). [`StreamScrubber::finish`] returns the rest.
+/// shown now; the last (longest secret's length − 1) bytes are held back whatever they
+/// are ([`Matcher::stream_cut`]). [`StreamScrubber::finish`] returns the rest.
 #[derive(Debug, Default)]
 pub struct StreamScrubber {
     held: String,
@@ -343,7 +353,6 @@ impl StreamScrubber {
     pub fn push(&mut self, redactor: &Redactor, chunk: &str) -> String {
         self.held.push_str(chunk);
         let m = redactor.matcher();
-        // Cuts fall where a pattern starts or a match ends: character boundaries.
         let cut = m.stream_cut(self.held.as_bytes(), |i| self.held.is_char_boundary(i));
         let rest = self.held.split_off(cut);
         let ready = std::mem::replace(&mut self.held, rest);
@@ -407,7 +416,14 @@ pub struct SecretRegistry {
     /// scrubbed from every session's events, outputs and tool results, and from logs.
     host: Arc<Redactor>,
     all: Redactor,
-    total_bytes: Mutex<usize>,
+    held: Mutex<HeldBytes>,
+}
+
+/// Secret bytes held, in all and per user (the budgets' counts).
+#[derive(Default)]
+struct HeldBytes {
+    total: usize,
+    per_user: HashMap<String, usize>,
 }
 
 /// The process-wide registry (log lines are written by code that knows no session,
@@ -435,10 +451,14 @@ impl SecretRegistry {
     /// of this process's life.
     pub fn remember(&self, user_id: &str, session_id: &str, values: &[&str]) -> Result<(), SecretError> {
         Self::check(values.iter().copied())?;
-        let mut total = self.total_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let incoming: usize = values.iter().map(|v| v.len()).sum();
-        if *total + incoming > MAX_TOTAL_SECRET_BYTES {
+        if held.total + incoming > MAX_TOTAL_SECRET_BYTES {
             return Err(SecretError::HostFull);
+        }
+        let user_held = held.per_user.get(user_id).copied().unwrap_or(0);
+        if user_held + incoming > MAX_USER_SECRET_BYTES {
+            return Err(SecretError::UserFull);
         }
         if values.iter().all(|v| v.len() < MIN_SECRET_BYTES) {
             return Ok(());
@@ -451,8 +471,9 @@ impl SecretRegistry {
             .entry((user_id.to_owned(), session_id.to_owned()))
             .or_insert_with(|| Arc::new(Redactor::with_secrets(host.iter().map(String::as_str))))
             .clone();
-        session.add_counting(values, MAX_SESSION_SECRETS, host.len())?;
-        *total += self.all.add(values, usize::MAX)?;
+        let new_bytes = session.add_counting(values, MAX_SESSION_SECRETS, host.len())?;
+        *held.per_user.entry(user_id.to_owned()).or_default() += new_bytes;
+        held.total += self.all.add(values, usize::MAX)?;
         Ok(())
     }
 
@@ -470,18 +491,19 @@ impl SecretRegistry {
     /// secret, from logs, the audit log, stored events and error messages.
     pub fn remember_host(&self, values: &[&str]) -> Result<(), SecretError> {
         Self::check(values.iter().copied())?;
-        let mut total = self.total_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         self.host.add(values, usize::MAX)?;
         for session in self.sessions.lock().unwrap_or_else(|p| p.into_inner()).values() {
             session.add(values, usize::MAX)?;
         }
-        *total += self.all.add(values, usize::MAX)?;
+        held.total += self.all.add(values, usize::MAX)?;
         Ok(())
     }
 
-    /// The host's own secrets (see [`SecretRegistry::remember_host`]).
-    pub fn host(&self) -> &Redactor {
-        &self.host
+    /// The host's own secrets (see [`SecretRegistry::remember_host`]): the redactor of
+    /// text that belongs to no session.
+    pub fn host(&self) -> Arc<Redactor> {
+        self.host.clone()
     }
 
     /// The session's redactor as it is now: the session's secrets and the host's (only
@@ -496,7 +518,22 @@ impl SecretRegistry {
             .unwrap_or_else(|| self.host.clone())
     }
 
-    /// The union of every secret of every session (logs, audit log, error messages).
+    /// The redactor of text owned by `(user_id, session_id)`: the session's when both
+    /// are known, else the host's. Text is scrubbed with the secrets of whose it is — a
+    /// tenant's `tool_context` value never rewrites another tenant's text, and its
+    /// [`REDACTED`] marks never tell one tenant another's secrets.
+    pub fn owner(&self, user_id: Option<&str>, session_id: Option<&str>) -> Arc<Redactor> {
+        match (user_id, session_id) {
+            (Some(user), Some(session)) => self.session(user, session),
+            _ => self.host(),
+        }
+    }
+
+    /// The union of every secret of every session and the host's: for the operator's
+    /// log lines only ([`ScrubbingMakeWriter`]), written by code that knows no session
+    /// and read by no tenant. Never for text a tenant or a plugin reads or that is
+    /// parsed again (a tenant's value would rewrite other tenants' text, and where it
+    /// reads [`REDACTED`] would tell that tenant another's secret).
     pub fn all(&self) -> &Redactor {
         &self.all
     }
@@ -568,6 +605,11 @@ mod tests {
         assert_eq!(stream(&r, &["h", "u", "nter t", "wo"]), "[redacted]");
         // Text that only starts like the secret is not held for ever.
         assert_eq!(stream(&r, &["hunter", " three"]), "hunter three");
+        // No secret holds a newline, so a whole line is never held for the next one.
+        assert_eq!(StreamScrubber::new().push(&r, "data: hunter\n\n"), "data: hunter\n\n");
+        assert_eq!(StreamScrubber::new().push(&r, "ab\ncd"), "ab\n");
+        let pem = Redactor::with_secrets(["-----BEGIN KEY-----\nabc"]);
+        assert_eq!(StreamScrubber::new().push(&pem, "ab\ncd"), "", "a secret may span this newline");
     }
 
     #[test]
@@ -631,6 +673,47 @@ mod tests {
         assert!(!reg.sessions.lock().unwrap().contains_key(&("u".into(), "s2".into())), "no entry without secrets");
     }
 
+    /// Regression (attacker review): a tenant's `tool_context` values were added to the
+    /// one scrubber of every tenant's plugin state, import errors and audit lines.
+    #[test]
+    fn text_is_scrubbed_with_its_owners_secrets_only() {
+        let reg = SecretRegistry::default();
+        reg.remember_host(&["host-credential-1"]).unwrap();
+        reg.remember("bob", "b", &["bob-secret-1"]).unwrap();
+        let text = "host-credential-1 bob-secret-1";
+        assert_eq!(reg.owner(Some("bob"), Some("b")).scrub(text), "[redacted] [redacted]");
+        let others = [
+            (Some("alice"), Some("b")),
+            (Some("bob"), Some("c")),
+            (None, Some("b")),
+            (Some("bob"), None),
+            (None, None),
+        ];
+        for (user, session) in others {
+            assert_eq!(reg.owner(user, session).scrub(text), "[redacted] bob-secret-1", "{user:?} {session:?}");
+        }
+    }
+
+    /// Regression (attacker review): the host-wide secret budget, which only a restart
+    /// empties, could be filled by one user through many sessions, and every other
+    /// tenant's secrets were then refused.
+    #[test]
+    fn regression_one_user_cannot_fill_the_secret_budget() {
+        let reg = SecretRegistry::default();
+        let mut held = 0;
+        let refused = loop {
+            // A new session every 100 values: the session cap is not what stops it.
+            let value = format!("{held:08}{}", "x".repeat(MAX_SECRET_BYTES - 8));
+            match reg.remember("mallory", &format!("s{}", held / 100), &[value.as_str()]) {
+                Ok(()) => held += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(refused, SecretError::UserFull);
+        assert_eq!(held, MAX_USER_SECRET_BYTES / MAX_SECRET_BYTES);
+        reg.remember("alice", "s", &["alice-secret-value"]).expect("another tenant's secrets are held");
+    }
+
     /// Secrets as real ones look and worse: spaces, unicode, regex metacharacters.
     fn secret() -> impl Strategy<Value = String> {
         prop::string::string_regex(r"[a-fA-Z0-9 .*+?()\[\]{}|^$\\/\x22'é日本🔑-]{4,24}")
@@ -641,7 +724,7 @@ mod tests {
     /// Text that cannot be part of a secret: none of its characters is in the secrets'
     /// alphabet.
     fn plain() -> impl Strategy<Value = String> {
-        prop::string::string_regex("[ghkmnpqwxz,;:!~]{0,12}").unwrap()
+        prop::string::string_regex("[ghkmnpqwxz,;:!~\n]{0,12}").unwrap()
     }
 
     /// Splits `text` at character boundaries into chunks, as providers do (1-byte
@@ -717,6 +800,40 @@ mod tests {
             let text = String::from_utf8(out).expect("cuts inside a character are joined again");
             prop_assert!(!text.contains(secret.as_str()), "{text:?}");
             prop_assert_eq!(text.replace(REDACTED, "").into_bytes(), expected_plain);
+        }
+
+        /// Regression (attacker review): a stream held back exactly the tails that could
+        /// still grow into a secret, so where its events ended told a reader (a tenant
+        /// asking its model to echo guesses, a plugin reading a server that echoes its
+        /// request) which text starts a secret: a prefix oracle, one character per try.
+        /// Now two secret sets of the same lengths cut a text holding neither secret at
+        /// the same places, whatever prefixes of one of them it holds.
+        #[test]
+        fn regression_where_a_stream_is_cut_tells_nothing_of_a_secrets_prefix(
+            secret in "[a-z0-9]{4,24}",
+            parts in prop::collection::vec((plain(), any::<prop::sample::Index>()), 1..8),
+            cuts in prop::collection::vec(any::<usize>(), 0..40),
+        ) {
+            let mut text = String::new();
+            for (p, k) in &parts {
+                text.push_str(p);
+                text.push_str(&secret[..k.index(secret.len())]);
+            }
+            prop_assume!(!text.contains(secret.as_str()));
+            let known = Redactor::with_secrets([secret.as_str()]);
+            let unrelated_secret = "Z".repeat(secret.len());
+            let unrelated = Redactor::with_secrets([unrelated_secret.as_str()]);
+            let chunks = chunk(&text, &cuts);
+            let events = |r: &Redactor| {
+                let mut s = StreamScrubber::new();
+                chunks.iter().map(|c| s.push(r, c)).collect::<Vec<_>>()
+            };
+            let body = |r: &Redactor| {
+                let mut s = ByteStreamScrubber::new();
+                chunks.iter().map(|c| s.push(r, c.as_bytes())).collect::<Vec<_>>()
+            };
+            prop_assert_eq!(events(&known), events(&unrelated), "chunks {:?}", chunks);
+            prop_assert_eq!(body(&known), body(&unrelated), "chunks {:?}", chunks);
         }
 
         #[test]

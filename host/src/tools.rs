@@ -385,6 +385,25 @@ impl ToolHost {
         for (c, refused) in calls.iter().zip(&refusals) {
             resolved.push(if refused.is_some() { Ok(None) } else { self.resolve_for_policy(&key, c).await });
         }
+        // A `Tool(pattern)` entry of the task's `tools` (or an ancestor's) narrows the tool
+        // to the calls it matches: any other call of it is refused, never put to the gate.
+        let refusals: Vec<Option<String>> = refusals
+            .into_iter()
+            .zip(calls.iter().zip(&resolved))
+            .map(|(refused, (c, path))| {
+                refused.or_else(|| {
+                    let resolved_path = path.as_ref().ok().and_then(|p| p.as_ref()).map(|p| p.path.as_str());
+                    crate::nesting::call_refusal(
+                        scope.allowed_tools.as_deref(),
+                        &scope.inherited_tools,
+                        &c.name,
+                        &c.input,
+                        resolved_path,
+                        self.gate.context(),
+                    )
+                })
+            })
+            .collect();
         let requests = calls
             .iter()
             .zip(&resolved)

@@ -152,6 +152,8 @@ async fn api_on(
     let options = EngineOptions::from_config(&config);
     let server_config = config.server.clone();
     let host = warden::Host::start(config).await.unwrap();
+    // As `warden serve` does: plugin state persists with the tasks.
+    host.services.state.attach(store.clone()).await.unwrap();
     let engine = Engine::start(&host, store, options).await.unwrap();
     let state = if server_config.principals.is_empty() {
         Arc::new(ServerState::new(engine.clone(), tokens))
@@ -990,22 +992,11 @@ mod secrets {
         assert_absent("GET /v1/tasks/{id}", task.text.as_bytes(), SECRET);
         api.engine.store().flush().await.unwrap();
         assert_absent("the task store", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
-        // Plugin state (a transcript that quotes the prompt) reaches the file scrubbed too.
-        let quoted = format!("{{\"prompt\":{}}}", serde_json::to_string(&format!("use {SECRET}")).unwrap());
-        api.engine.store().write(warden::store::Write::StateSet {
-            namespace: "claude/default".into(),
-            key: "t".into(),
-            value: quoted.into_bytes(),
-            written_at_ms: warden::store::now_ms(),
-        });
-        api.engine.store().flush().await.unwrap();
-        let kept = api.engine.store().state_get("claude/default", "t").await.unwrap().unwrap();
-        assert_eq!(String::from_utf8(kept).unwrap(), "{\"prompt\":\"use [redacted]\"}");
-        assert_absent(
-            "the task store's plugin state",
-            &std::fs::read(api.dir.path().join("state.db")).unwrap(),
-            SECRET,
-        );
+        // Plugin state (the plugin's transcript quotes the prompt) is scrubbed at the
+        // `state` import, with the task's session secrets, before any store sees it.
+        let kept = api.engine.store().state_get("claude/default", &format!("transcript/{task_id}")).await.unwrap();
+        let kept = String::from_utf8(kept.expect("the plugin's transcript")).unwrap();
+        assert!(kept.contains("use [redacted]") && !kept.contains(SECRET), "{kept}");
         // A refused request does not echo the secret it carried either.
         let r = api
             .post(

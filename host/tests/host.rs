@@ -75,6 +75,11 @@ fn ctx() -> TaskContext {
 }
 
 async fn execute(rt: &Runtime, p: &LoadedPlugin, prompt: &str) -> Result<String, CallError> {
+    execute_in(rt, p, ctx(), prompt).await
+}
+
+/// [`execute`] as a task of `task` (its user and session).
+async fn execute_in(rt: &Runtime, p: &LoadedPlugin, task: TaskContext, prompt: &str) -> Result<String, CallError> {
     let def = rt.resolve(p, &reference(&p.info.kinds[0], "test://x")).await.expect("resolve");
     let call = TaskCall {
         description: "d".into(),
@@ -82,7 +87,7 @@ async fn execute(rt: &Runtime, p: &LoadedPlugin, prompt: &str) -> Result<String,
         subagent_type: def.name.clone(),
         ..Default::default()
     };
-    rt.execute(p, ctx(), &call, &def, None).await
+    rt.execute(p, task, &call, &def, None).await
 }
 
 fn all_grants(http: Vec<String>) -> GrantConfig {
@@ -979,7 +984,12 @@ mod imports {
 
     /// Runs a script; the per-op results.
     async fn script(rt: &Runtime, p: &LoadedPlugin, ops: &Value) -> Vec<String> {
-        let out = execute(rt, p, &format!("script:{ops}")).await.unwrap_or_else(|e| panic!("{ops}: {e:?}"));
+        script_in(rt, p, ctx(), ops).await
+    }
+
+    /// [`script`] as a task of `task` (its user and session).
+    async fn script_in(rt: &Runtime, p: &LoadedPlugin, task: TaskContext, ops: &Value) -> Vec<String> {
+        let out = execute_in(rt, p, task, &format!("script:{ops}")).await.unwrap_or_else(|e| panic!("{ops}: {e:?}"));
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
     }
 
@@ -1602,11 +1612,7 @@ mod imports {
     #[tokio::test(flavor = "multi_thread")]
     async fn regression_a_tenants_task_read_another_tenants_plugin_state() {
         async fn script_as(rt: &Runtime, p: &LoadedPlugin, user: &str, ops: &Value) -> Vec<String> {
-            let def = rt.resolve(p, &reference(&p.info.kinds[0], "test://x")).await.expect("resolve");
-            let call =
-                TaskCall { prompt: format!("script:{ops}"), subagent_type: def.name.clone(), ..Default::default() };
-            let out = rt.execute(p, TaskContext { user_id: user.into(), ..ctx() }, &call, &def, None).await.unwrap();
-            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+            script_in(rt, p, TaskContext { user_id: user.into(), ..ctx() }, ops).await
         }
         let budgets = Budgets { max_state_bytes_per_plugin: 300, ..Budgets::default() };
         let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
@@ -1630,6 +1636,35 @@ mod imports {
         assert_eq!(script_as(&rt, &p, "bob", &again).await, ["ok:250", "ok"]);
     }
 
+    /// Regression (attacker review): a tenant's `tool_context` values scrubbed every
+    /// tenant's plugin state and every plugin's import errors (the union of all secrets
+    /// was used): one tenant's value rewrote other tenants' transcripts, and where an
+    /// error quoting guesses read `[redacted]` it told that tenant another's secret. A
+    /// call's text is now scrubbed with its own session's secrets (and the host's) only.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_tenants_secret_rewrote_other_tenants_state_and_errors() {
+        let bobs = format!("bob-secret-{}", uuid::Uuid::new_v4().simple());
+        warden::redact::registry().remember("bob", "bob-session", &[bobs.as_str()]).unwrap();
+        let rt = runtime(None);
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        let ops = json!([
+            { "op": "state_set", "key": format!("k {bobs}"), "value": format!("v {bobs}") },
+            { "op": "state_get", "key": format!("k {bobs}"), "show": true },
+            { "op": "state_get", "key": "k [redacted]", "show": true },
+            { "op": "http", "url": format!("not a url {bobs}") },
+        ]);
+        let task =
+            |user: &str, session: &str| TaskContext { user_id: user.into(), session_id: session.into(), ..ctx() };
+        // Alice's text is hers: bob's secret is only text in it, kept as she wrote it.
+        let r = script_in(&rt, &p, task("alice", "alice-session"), &ops).await;
+        assert_eq!(r[..3], ["ok".to_string(), format!("ok:v {bobs}"), "ok".to_string()]);
+        assert!(err_naming(&r[3], "invalid-input", &bobs), "{r:?}");
+        // Bob's own text is scrubbed of his secret: state key and value, and errors.
+        let r = script_in(&rt, &p, task("bob", "bob-session"), &ops).await;
+        assert_eq!(r[..3], ["ok", "ok:v [redacted]", "ok:v [redacted]"]);
+        assert!(err_naming(&r[3], "invalid-input", "[redacted]") && !r[3].contains(&bobs), "{r:?}");
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn plugins_cannot_emit_host_event_kinds() {
         let rt = runtime(None);
@@ -1642,6 +1677,38 @@ mod imports {
         assert_eq!(r, vec!["ok"]);
     }
 
+    /// Regression (attacker review): `resources.read` read any regular file under an
+    /// agent directory, so with one pointed at a project a plugin read its `.env`, the
+    /// config or the task store. Only definition files (`.md`) are read, judged on the
+    /// path with symlinks resolved.
+    #[cfg(unix)]
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_resources_read_any_file_under_an_agent_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".env"), "API_KEY=k").unwrap();
+        std::fs::write(dir.path().join("warden.yaml"), "server: {}").unwrap();
+        std::fs::write(dir.path().join("agent.md"), "hello").unwrap();
+        std::os::unix::fs::symlink(dir.path().join(".env"), dir.path().join("env.md")).unwrap();
+        let rt = runtime_with(None, HostServices::new(vec![dir.path().canonicalize().unwrap()]));
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        let uri = |name: &str| dir.path().join(name).display().to_string();
+        let r = script(
+            &rt,
+            &p,
+            &json!([
+                { "op": "resource", "uri": uri(".env") },
+                { "op": "resource", "uri": uri("warden.yaml") },
+                { "op": "resource", "uri": uri("env.md") },
+                { "op": "resource", "uri": uri("agent.md") },
+            ]),
+        )
+        .await;
+        for denied in &r[..3] {
+            assert!(err_naming(denied, "denied", "not a definition file"), "{r:?}");
+        }
+        assert!(r[3].starts_with("ok"), "{r:?}");
+    }
+
     #[cfg(unix)]
     #[tokio::test(flavor = "multi_thread")]
     async fn regression_a_fifo_in_an_agent_dir_blocked_a_thread_per_read() {
@@ -1650,6 +1717,7 @@ mod imports {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(made.success());
         std::fs::write(dir.path().join("real.md"), "hello").unwrap();
+        std::fs::create_dir(dir.path().join("notes.md")).unwrap();
         let rt = runtime_with(None, HostServices::new(vec![dir.path().to_owned()]));
         let p = load(&rt, "hostile", short(20_000), Some(granted())).await;
         let r = script(
@@ -1657,7 +1725,7 @@ mod imports {
             &p,
             &json!([
                 { "op": "resource", "uri": fifo.display().to_string() },
-                { "op": "resource", "uri": dir.path().display().to_string() },
+                { "op": "resource", "uri": dir.path().join("notes.md").display().to_string() },
                 { "op": "resource", "uri": dir.path().join("real.md").display().to_string() },
             ]),
         )

@@ -424,7 +424,7 @@ impl Engine {
                     let mut pending = serde_json::to_value(p).unwrap_or(Value::Null);
                     match live {
                         Some(live) => live.redactor().scrub_value(&mut pending),
-                        None => crate::redact::registry().all().scrub_value(&mut pending),
+                        None => crate::redact::registry().host().scrub_value(&mut pending),
                     }
                     self.store.write(Write::ApprovalPublished {
                         request_id: p.id.clone(),

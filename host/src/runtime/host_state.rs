@@ -48,6 +48,13 @@ impl CallScope {
         self.task_scope.as_ref()?.events.as_ref()
     }
 
+    /// The redactor of this call's text (import errors, plugin state): its task's
+    /// session's, the host's for a call outside any task.
+    pub fn redactor(&self) -> Arc<crate::redact::Redactor> {
+        let task = self.task.as_ref();
+        crate::redact::registry().owner(task.map(|t| t.user_id.as_str()), task.map(|t| t.session_id.as_str()))
+    }
+
     /// The task's cancellation (`execute` calls run by a task).
     pub fn cancel(&self) -> Option<&CancelSignal> {
         self.task_scope.as_ref()?.cancel.as_ref()

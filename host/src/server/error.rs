@@ -104,6 +104,9 @@ impl From<SubmitError> for ApiError {
             SubmitError::Secrets(crate::redact::SecretError::HostFull) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "secrets_full", message)
             }
+            SubmitError::Secrets(crate::redact::SecretError::UserFull) => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "secrets_quota", message)
+            }
             SubmitError::Secrets(_) => ApiError::bad_request("invalid_field", message),
             SubmitError::Unavailable(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", message),
         }

@@ -467,7 +467,7 @@ async fn approvals(State(s): State<AppState>, Extension(who): Extension<Principa
             }
             match rec {
                 Some(r) => crate::redact::registry().session(&r.user_id, &r.session_id).scrubbed(&v),
-                None => crate::redact::registry().all().scrubbed(&v),
+                None => crate::redact::registry().host().scrubbed(&v),
             }
         })
         .collect();

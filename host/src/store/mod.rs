@@ -380,20 +380,11 @@ impl Store {
     }
 
     /// Queues a write; it is committed with the next batch.
+    ///
+    /// What is handed over is already scrubbed by whoever knows whose it is: the engine
+    /// with the task's session secrets, plugin state at the `state` import with the
+    /// calling task's ([`crate::runtime`]'s `CallScope::redactor`).
     pub fn write(&self, w: Write) {
-        // The engine scrubs what it hands over with the task's session secrets; plugin
-        // state (a transcript quoting a prompt) is opaque to it, so it is scrubbed here of
-        // every secret the host knows, key and value, before it reaches any backend.
-        let w = match w {
-            Write::StateSet { namespace, key, value, written_at_ms } => Write::StateSet {
-                namespace,
-                key: state_key(&key),
-                value: state_value(&value).into_owned(),
-                written_at_ms,
-            },
-            Write::StateDelete { namespace, key } => Write::StateDelete { namespace, key: state_key(&key) },
-            other => other,
-        };
         if self.inner.tx.send(Msg::Write(Box::new(w))).is_err() {
             tracing::error!(store = %self.inner.location, "task store writer is gone; write dropped");
         }
@@ -483,7 +474,7 @@ impl Store {
     /// the namespace holds, checks and writes, so writers in several processes at once
     /// cannot together pass the limit (PostgreSQL: under a per-namespace advisory lock;
     /// redb: its write transactions are serial). Committed when it returns. Key and value
-    /// are scrubbed of secrets as [`Store::write`] does. Not ordered with queued writes of
+    /// come scrubbed, as for [`Store::write`]. Not ordered with queued writes of
     /// the same key: flush those first.
     pub async fn state_put(
         &self,
@@ -493,19 +484,17 @@ impl Store {
         written_at_ms: u64,
         max_namespace_bytes: u64,
     ) -> Result<StatePut, StoreError> {
-        let (key, value) = (state_key(key), state_value(value).into_owned());
         match &self.inner.backend {
             Backend::Redb(b) => {
-                let (b, namespace) = (b.clone(), namespace.to_owned());
+                let (b, namespace, key, value) = (b.clone(), namespace.to_owned(), key.to_owned(), value.to_vec());
                 blocking(move || b.state_put(&namespace, &key, &value, written_at_ms, max_namespace_bytes)).await
             }
-            Backend::Postgres(b) => b.state_put(namespace, &key, &value, written_at_ms, max_namespace_bytes).await,
+            Backend::Postgres(b) => b.state_put(namespace, key, value, written_at_ms, max_namespace_bytes).await,
         }
         .map_err(|e| self.err(e))
     }
 
-    /// Deletes plugin state `key` of `namespace` (scrubbed as [`Store::write`] does);
-    /// committed when it returns.
+    /// Deletes plugin state `key` of `namespace`; committed when it returns.
     pub async fn state_delete(&self, namespace: &str, key: &str) -> Result<(), StoreError> {
         self.write(Write::StateDelete { namespace: namespace.to_owned(), key: key.to_owned() });
         self.flush().await
@@ -601,17 +590,6 @@ pub enum StatePut {
     Stored { total: u64 },
     /// Nothing written: the namespace would have held `total` bytes, over the limit.
     OverLimit { total: u64 },
-}
-
-/// The key plugin state `key` is stored under: scrubbed of every secret the host knows
-/// (plugin state is opaque to the engine, so no session redactor has seen it).
-pub fn state_key(key: &str) -> String {
-    crate::redact::registry().all().scrub(key).into_owned()
-}
-
-/// A plugin state value as stored: scrubbed like [`state_key`].
-fn state_value(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    crate::redact::registry().all().scrub_bytes(value)
 }
 
 /// The error text of a task the host was running when it stopped.

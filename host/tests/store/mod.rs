@@ -83,7 +83,7 @@ macro_rules! on_both_backends {
 on_both_backends!(
     a_task_is_read_back_as_written,
     events_come_in_order_after_any_last_event_id,
-    plugin_state_is_kept_scrubbed_of_secrets,
+    plugin_state_is_kept_as_written,
     the_last_write_of_a_batch_wins,
     a_restart_fails_interrupted_tasks_and_keeps_the_rest,
     purge_removes_only_tasks_finished_before_retention,
@@ -246,23 +246,18 @@ async fn events_come_in_order_after_any_last_event_id(b: &Backend) {
     assert_eq!(store.event_count().await.unwrap(), 11);
 }
 
-async fn plugin_state_is_kept_scrubbed_of_secrets(b: &Backend) {
-    let secret = format!("store-secret-{}", uuid::Uuid::new_v4().simple());
-    warden::redact::registry().remember("store-tests", "s", &[secret.as_str()]).unwrap();
+/// Plugin state is stored byte for byte (NUL in keys, any bytes in values): the store
+/// scrubs nothing, as what it is handed was scrubbed by whoever knew whose it is (the
+/// `state` import, with the calling task's session secrets).
+async fn plugin_state_is_kept_as_written(b: &Backend) {
     let store = b.open().await;
     assert!(store.state_get("p", "k").await.unwrap().is_none());
     store.write(state_set("p", "k", b"one".to_vec()));
     store.write(state_set("p", "nul\0key", vec![0, 1, 2, 255]));
-    store.write(state_set("q", &format!("about {secret}"), format!("{{\"prompt\":\"use {secret}\"}}").into_bytes()));
+    store.write(state_set("q", "about [redacted]", b"{\"prompt\":\"use [redacted]\"}".to_vec()));
     store.flush().await.unwrap();
     assert_eq!(store.state_get("p", "k").await.unwrap().as_deref(), Some(&b"one"[..]));
     assert_eq!(store.state_get("p", "nul\0key").await.unwrap().as_deref(), Some(&[0u8, 1, 2, 255][..]));
-    // Key and value reach the backend scrubbed: the secret is nowhere, the marker is.
-    assert!(store.state_get("q", &format!("about {secret}")).await.unwrap().is_none());
-    assert_eq!(
-        store.state_get("q", "about [redacted]").await.unwrap().as_deref(),
-        Some(&b"{\"prompt\":\"use [redacted]\"}"[..])
-    );
     store.write(state_set("p", "k", b"two".to_vec()));
     store.flush().await.unwrap();
     assert_eq!(store.state_get("p", "k").await.unwrap().as_deref(), Some(&b"two"[..]));
@@ -277,8 +272,6 @@ async fn plugin_state_is_kept_scrubbed_of_secrets(b: &Backend) {
             ("q".to_string(), "about [redacted]".to_string(), b"{\"prompt\":\"use [redacted]\"}".to_vec()),
         ]
     );
-    let dump = format!("{all:?}");
-    assert!(!dump.contains(&secret), "{dump}");
 }
 
 async fn the_last_write_of_a_batch_wins(b: &Backend) {
@@ -415,12 +408,9 @@ async fn a_reopened_store_keeps_everything(b: &Backend) {
 }
 
 /// `state_put`: committed when it returns (readable at once, no flush), the plugin's bytes
-/// counted as stored (a replaced value counts once), nothing written past the limit,
-/// scrubbed like a queued write.
+/// counted as stored (a replaced value counts once), nothing written past the limit.
 async fn a_state_put_is_committed_within_the_plugin_budget(b: &Backend) {
     use warden::store::StatePut;
-    let secret = format!("put-secret-{}", uuid::Uuid::new_v4().simple());
-    warden::redact::registry().remember("store-tests", "put", &[secret.as_str()]).unwrap();
     let store = b.open().await;
     assert_eq!(store.state_put("p", "k1", &[1; 40], now_ms(), 100).await.unwrap(), StatePut::Stored { total: 42 });
     assert_eq!(store.state_get("p", "k1").await.unwrap(), Some(vec![1; 40]));
@@ -435,13 +425,6 @@ async fn a_state_put_is_committed_within_the_plugin_budget(b: &Backend) {
     store.state_delete("p", "k2").await.unwrap();
     assert!(store.state_get("p", "k2").await.unwrap().is_none());
     assert_eq!(store.state_bytes("p").await.unwrap(), 52);
-    let value = format!("use {secret}");
-    assert!(matches!(
-        store.state_put("p", &secret, value.as_bytes(), now_ms(), 1000).await.unwrap(),
-        StatePut::Stored { .. }
-    ));
-    assert_eq!(store.state_get("p", "[redacted]").await.unwrap().as_deref(), Some(&b"use [redacted]"[..]));
-    assert!(!format!("{:?}", store.state_all().await.unwrap()).contains(&secret));
 }
 
 /// A [`StateStore`] attached to a task store: every write is committed when `set` returns

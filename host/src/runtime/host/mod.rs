@@ -118,11 +118,15 @@ impl std::fmt::Display for ImportError {
 
 impl std::error::Error for ImportError {}
 
-/// The WIT error an import's failure reaches the plugin as: its text scrubbed of every
-/// secret the process was given (host credentials — model API keys, egress and MCP
-/// credentials, API tokens — and every session's), as error messages are elsewhere.
-pub(crate) fn to_plugin(e: ImportError) -> Error {
-    let scrub = |m: String| crate::redact::registry().all().scrub(&m).into_owned();
+/// The WIT error an import's failure reaches the plugin as: its text scrubbed with the
+/// call's redactor ([`super::host_state::CallScope::redactor`]: the host's credentials —
+/// model API keys, egress and MCP credentials, API tokens — and the task's session's
+/// secrets), never with other sessions' (where their secrets read [`REDACTED`] would
+/// tell this task's tenant what they are).
+///
+/// [`REDACTED`]: crate::redact::REDACTED
+pub(crate) fn to_plugin(e: ImportError, redactor: &crate::redact::Redactor) -> Error {
+    let scrub = |m: String| redactor.scrub(&m).into_owned();
     match e.0 {
         Error::NotFound(m) => Error::NotFound(scrub(m)),
         Error::InvalidInput(m) => Error::InvalidInput(scrub(m)),
@@ -138,7 +142,7 @@ pub(crate) fn to_plugin(e: ImportError) -> Error {
 
 impl types::Host for HostState {
     fn convert_error(&mut self, e: ImportError) -> wasmtime::Result<Error> {
-        Ok(to_plugin(e))
+        Ok(to_plugin(e, &self.scope.redactor()))
     }
 }
 
@@ -187,7 +191,7 @@ mod tests {
             Error::Canceled(text()),
         ];
         for e in all {
-            let out = format!("{:?}", to_plugin(ImportError(e)));
+            let out = format!("{:?}", to_plugin(ImportError(e), &crate::redact::registry().host()));
             assert!(!out.contains(KEY) && out.contains(crate::redact::REDACTED), "{out}");
         }
     }

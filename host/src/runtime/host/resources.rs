@@ -1,4 +1,5 @@
-//! `resources`: definition files under the agent directories, allowed URLs, built-ins.
+//! `resources`: definition files (`.md`) under the agent directories, allowed URLs,
+//! built-ins.
 
 use super::super::bindings::latest::{http, resources};
 use super::{Error, HostState, ImportError, bounded};
@@ -50,14 +51,26 @@ impl resources::Host for HostState {
     }
 }
 
-/// Reads a regular file under one of `roots`, at most [`MAX_RESOURCE_BYTES`] (through
-/// [`crate::bounded_read`]: no FIFO or device ever blocks a thread).
+/// The extension of the files `resources.read` reads: definition files (agents, skills),
+/// as the registry lists them. An agent directory may hold other files (an operator may
+/// point one at a project holding `.env`, `warden.yaml` or the task store); those are not
+/// a plugin's to read.
+const RESOURCE_EXTENSION: &str = "md";
+
+/// Reads a regular `.md` file under one of `roots` (both checked on the path with every
+/// symlink resolved), at most [`MAX_RESOURCE_BYTES`] (through [`crate::bounded_read`]: no
+/// FIFO or device ever blocks a thread).
 fn read_resource_file(path: &str, roots: &[std::path::PathBuf]) -> Result<Vec<u8>, Error> {
     let shown = crate::text::escape_control(path).into_owned();
     let canonical = std::fs::canonicalize(path).map_err(|e| Error::NotFound(format!("{shown}: {e}")))?;
     if !roots.iter().any(|r| canonical.starts_with(r)) {
         return Err(Error::Denied(format!(
             "capability `resources` denied: {shown} is outside the configured agent directories"
+        )));
+    }
+    if canonical.extension().and_then(|e| e.to_str()) != Some(RESOURCE_EXTENSION) {
+        return Err(Error::Denied(format!(
+            "capability `resources` denied: {shown} is not a definition file (`.{RESOURCE_EXTENSION}`)"
         )));
     }
     use crate::bounded_read::{ReadError, read_regular};

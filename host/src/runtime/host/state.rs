@@ -10,6 +10,7 @@ impl HostState {
     /// `state.get` (the WIT error is made of its error by [`super::to_plugin`]).
     async fn state_get(&mut self, key: String) -> Result<Option<Vec<u8>>, Error> {
         self.check(Capability::State)?;
+        let key = self.stored_key(&key);
         StateStore::check_key(&key, &self.scope.services.budgets).map_err(|e| Error::InvalidInput(e.to_string()))?;
         let got = self.scope.services.state.get(&self.state_namespace(), &key).await;
         got.map_err(|e| self.state_error("get", e))
@@ -18,6 +19,8 @@ impl HostState {
     /// `state.set` (the WIT error is made of its error by [`super::to_plugin`]).
     async fn state_set(&mut self, key: String, value: Vec<u8>) -> Result<(), Error> {
         self.check(Capability::State)?;
+        let redactor = self.scope.redactor();
+        let (key, value) = (redactor.scrub(&key).into_owned(), redactor.scrub_bytes(&value).into_owned());
         let services = &self.scope.services;
         let done = services.state.set(&self.state_namespace(), &key, value, &services.budgets).await;
         done.map_err(|e| self.state_error("set", e))
@@ -26,6 +29,7 @@ impl HostState {
     /// `state.delete` (the WIT error is made of its error by [`super::to_plugin`]).
     async fn state_delete(&mut self, key: String) -> Result<(), Error> {
         self.check(Capability::State)?;
+        let key = self.stored_key(&key);
         StateStore::check_key(&key, &self.scope.services.budgets).map_err(|e| Error::InvalidInput(e.to_string()))?;
         let done = self.scope.services.state.delete(&self.state_namespace(), &key).await;
         done.map_err(|e| self.state_error("delete", e))
@@ -52,6 +56,14 @@ impl HostState {
     fn state_namespace(&self) -> StateNamespace {
         let user = self.scope.task.as_ref().map(|t| t.user_id.as_str()).unwrap_or("");
         StateNamespace::new(&*self.scope.plugin, user)
+    }
+
+    /// The key `key` is stored under: scrubbed, as its value is, with the call's redactor
+    /// (its task's session's secrets and the host's, never another tenant's: plugin state
+    /// is opaque to the engine, and a value scrubbed with every tenant's secrets would be
+    /// rewritten by any tenant's `tool_context`).
+    fn stored_key(&self, key: &str) -> String {
+        self.scope.redactor().scrub(key).into_owned()
     }
 
     /// A state failure as the plugin sees it: a budget is `denied` (naming its key); a

@@ -10,8 +10,8 @@
 //! | `log` | `log::write` | `level` (trace..error), `message` |
 //! | `log_bad_utf8` | `log::write` with bytes that are not UTF-8 | |
 //! | `emit` | `events::emit` | `kind`, `data` |
-//! | `state_set` | `state::set` | `key`, `value_len` (bytes of 0xA5), `distinct` (key + index per repeat) |
-//! | `state_get` / `state_delete` | `state::get` / `state::delete` | `key` |
+//! | `state_set` | `state::set` | `key`, `value` (text) or `value_len` (bytes of 0xA5), `distinct` (key + index per repeat) |
+//! | `state_get` / `state_delete` | `state::get` / `state::delete`; `state_get` gives `ok:<length>`, or with `show: true` `ok:<the value as text>` | `key` |
 //! | `http` | `http::send` or, with `stream: true`, `http::send_streaming` (streams stay open until the script ends, or with `read: true` are read to the end); the result is the status, the body and the `x-…` response headers | `method`, `url`, `headers` ([[k, v]]), `extra_headers` (n copies of `x-h: v`), `body_len`, `timeout_ms`, `auth_secret` |
 //! | `resource` | `resources::read` | `uri` |
 //! | `model` | `model::complete` | `model`, `role`, `messages` (count), `content`, `arguments`, `tools` (count) |
@@ -109,10 +109,20 @@ fn call(op: &Value, index: u64, streams: &mut Vec<http::BodyStream>) -> Result<S
             if op.get("distinct").and_then(Value::as_bool).unwrap_or(false) {
                 key.push_str(&index.to_string());
             }
-            let value = vec![0xA5u8; num(op, "value_len").unwrap_or(0) as usize];
+            let value = match op.get("value") {
+                Some(v) => text(Some(v)).into_bytes(),
+                None => vec![0xA5u8; num(op, "value_len").unwrap_or(0) as usize],
+            };
             state::set(&key, &value).map(|_| String::new())
         }
-        "state_get" => state::get(&text(op.get("key"))).map(|v| v.map(|v| v.len().to_string()).unwrap_or_default()),
+        "state_get" => {
+            let show = op.get("show").and_then(Value::as_bool).unwrap_or(false);
+            state::get(&text(op.get("key"))).map(|v| match v {
+                Some(v) if show => String::from_utf8_lossy(&v).into_owned(),
+                Some(v) => v.len().to_string(),
+                None => String::new(),
+            })
+        }
         "state_delete" => state::delete(&text(op.get("key"))).map(|_| String::new()),
         "http" => {
             let req = request(op);
