@@ -681,6 +681,20 @@ impl Registry {
                     if let Some(d) = reference.metadata.get("description") {
                         def.description = d.clone();
                     }
+                    // The one admission point of a name, whoever chose it (the plugin, its
+                    // peer or the operator's metadata).
+                    if let Err(e) = crate::plugin::check_subagent_name(&def.name) {
+                        let fix = if reference.metadata.contains_key("name") {
+                            "change its metadata `name`"
+                        } else {
+                            "give the reference a metadata `name`"
+                        };
+                        next.problems.push(RegistryProblem::warning(
+                            reference.uri.clone(),
+                            format!("subagent not registered: {e}; {fix}"),
+                        ));
+                        continue;
+                    }
                     // An egress list that cannot be read never runs wider: the subagent is left out.
                     let egress = match definition_egress(&def) {
                         Ok(e) => e,
