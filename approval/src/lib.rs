@@ -33,6 +33,6 @@ pub use gate::{
     PendingApproval, Resolution, UserDecision, Verdict, check_scope,
 };
 pub use grants::Scope;
-pub use mode::{AskHandling, EffectiveMode, PermissionMode, effective_mode};
+pub use mode::{AskHandling, EffectiveMode, PermissionMode, READ_ONLY_TOOLS, effective_mode};
 pub use policy::{Decision, EvalContext, Evaluation, Policy, PolicyConfig, PolicyError};
 pub use rule::{Rule, RuleError};

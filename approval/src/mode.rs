@@ -1,7 +1,8 @@
 //! Permission modes (an agent file's `permissionMode`) and the operator's cap.
 //!
 //! A mode is split into two independent effects, so that capping is exact:
-//! - **read-only** (`plan`): tools that change files or run commands are denied;
+//! - **read-only** (`plan`): only the tools of [`READ_ONLY_TOOLS`] pass; every other
+//!   name (Write, Bash, an MCP server's `mcp__*` tool, a name no one knows yet) is denied;
 //! - **what an `ask` becomes** ([`AskHandling`]): denied (`dontAsk`), asked
 //!   (`default`, `plan`), allowed for file edits inside the workspace
 //!   (`acceptEdits`), or allowed for everything (`bypassPermissions`).
@@ -26,7 +27,7 @@ pub enum PermissionMode {
     /// `ask` becomes allow for file edits (Edit, Write, MultiEdit,
     /// NotebookEdit) inside the workspace; never for Bash.
     AcceptEdits,
-    /// Read-only: Write/Edit/MultiEdit/NotebookEdit/Bash are denied.
+    /// Read-only: only [`READ_ONLY_TOOLS`] are allowed; every other tool is denied.
     Plan,
     /// Never prompt: `ask` becomes deny.
     DontAsk,
@@ -51,7 +52,7 @@ pub enum AskHandling {
 /// The mode actually applied to a subagent's calls (see [`effective_mode`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct EffectiveMode {
-    /// Mutating tools are denied.
+    /// Only [`READ_ONLY_TOOLS`] pass; every other tool is denied.
     pub read_only: bool,
     /// What an `ask` becomes.
     pub on_ask: AskHandling,
@@ -83,8 +84,21 @@ impl From<PermissionMode> for EffectiveMode {
     }
 }
 
-/// Tools a read-only (`plan`) mode denies.
-pub const MUTATING_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"];
+/// The only tools a read-only (`plan`) mode lets through; every other name is denied.
+///
+/// An allow-list, not a list of mutating tools: a name nobody listed (an MCP server's
+/// `mcp__fs__write_file`, a tool added later) could write or run anything, and MCP
+/// annotations such as `readOnlyHint` are the server's own claim, so none is trusted.
+/// `Read`, `Glob`, `Grep` and `LS` only read the workspace. `Agent` (and its older name
+/// `Task`) starts a subagent, whose calls are judged under the strictest mode of its
+/// chain ([`EffectiveMode::stricter`]): the child of a read-only parent is read-only too.
+pub const READ_ONLY_TOOLS: &[&str] = &["Read", "Glob", "Grep", "LS", "Agent", "Task"];
+
+/// Whether a read-only (`plan`) mode lets `tool` through (an exact name of
+/// [`READ_ONLY_TOOLS`]; the comparison is case-sensitive, as tool names are).
+pub fn allowed_when_read_only(tool: &str) -> bool {
+    READ_ONLY_TOOLS.contains(&tool)
+}
 
 /// The mode applied to a subagent: on each axis the stricter of what the agent
 /// requested (`None` = `default`) and the operator's `max_mode`; bypass is

@@ -12,7 +12,7 @@
 //!    command word is computed at run time are at least `ask`.
 //! 2. **Deny is final**: an explicit deny rule or a `default: deny` is never
 //!    relaxed by any mode, bypass included.
-//! 3. **Read-only** (`plan`): Write/Edit/MultiEdit/NotebookEdit/Bash → deny.
+//! 3. **Read-only** (`plan`): any tool but the read tools of [`mode::READ_ONLY_TOOLS`] → deny.
 //! 4. **Ask handling**: `dontAsk` → deny; `acceptEdits` → allow for file edit
 //!    tools whose path is inside the workspace; `bypassPermissions` → allow,
 //!    flagged as a bypass; otherwise the call is asked.
@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::matcher::normalize_path;
-use crate::mode::{self, AskHandling, EffectiveMode, MUTATING_TOOLS, PermissionMode};
+use crate::mode::{self, AskHandling, EffectiveMode, PermissionMode};
 use crate::rule::{self, EDIT_TOOLS, Rule, RuleError, Target};
 use crate::shell;
 
@@ -328,7 +328,7 @@ impl Policy {
         if ev.decision == Decision::Deny {
             return ev;
         }
-        if mode.read_only && MUTATING_TOOLS.contains(&tool) {
+        if mode.read_only && !mode::allowed_when_read_only(tool) {
             ev.decision = Decision::Deny;
             ev.reason = format!("plan mode is read-only: {tool} is not available");
             return ev;

@@ -449,6 +449,75 @@ mod modes {
         assert_eq!(d(file("Read", "a")), Decision::Allow);
     }
 
+    /// An MCP tool (or any name outside the read tools) slipped through `plan`: the mode
+    /// denied a fixed list of mutating built-ins, so `mcp__fs__write_file` with an operator
+    /// allow rule ran in a read-only subagent.
+    #[test]
+    fn regression_plan_mode_let_mcp_tools_run() {
+        let p = with_mode(Default, false, &["mcp__fs__*", "mcp__github__delete_repo", "WebFetch", "Read"], &[], &[]);
+        let m = p.effective_mode(Some(Plan));
+        for tool in ["mcp__fs__write_file", "mcp__github__delete_repo", "WebFetch", "read", "TodoWrite"] {
+            let ev = p.decide(tool, &json!({}), &ctx(), m);
+            assert_eq!(ev.decision, Decision::Deny, "{tool}");
+            assert!(ev.reason.contains("plan mode is read-only"), "{tool}: {}", ev.reason);
+        }
+        // The operator's cap works the same way.
+        let capped = with_mode(Plan, false, &["mcp__fs__*"], &[], &[]);
+        let m = capped.effective_mode(None);
+        assert_eq!(capped.decide("mcp__fs__read_file", &json!({}), &ctx(), m).decision, Decision::Deny);
+        // Outside plan the allow rule still applies.
+        let m = p.effective_mode(None);
+        assert_eq!(p.decide("mcp__fs__write_file", &json!({}), &ctx(), m).decision, Decision::Allow);
+    }
+
+    mod read_only_names {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn tool_name() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[A-Za-z_]{1,16}",
+                "mcp__[a-z0-9_-]{1,8}__[a-z0-9_-]{1,12}",
+                proptest::sample::select(READ_ONLY_TOOLS.to_vec()).prop_map(|t| format!("{t} ")),
+                proptest::sample::select(READ_ONLY_TOOLS.to_vec()).prop_map(str::to_lowercase),
+                ".{0,20}",
+            ]
+        }
+
+        proptest! {
+            /// Under `plan`, with every tool allowed by the policy, a call passes exactly
+            /// when its name is one of the read tools: any other name (MCP tools,
+            /// near-misses of a read tool's name, unknown names) is denied.
+            #[test]
+            fn plan_passes_only_the_read_tools(tool in tool_name()) {
+                let p = Policy::from_config(PolicyConfig { default: Decision::Allow, ..PolicyConfig::default() }).unwrap();
+                let plan = p.effective_mode(Some(Plan));
+                let ev = p.decide(&tool, &json!({ "file_path": "a", "path": "." }), &ctx(), plan);
+                if READ_ONLY_TOOLS.contains(&tool.as_str()) {
+                    prop_assert_ne!(ev.decision, Decision::Deny, "{}: {}", tool, ev.reason);
+                } else {
+                    prop_assert_eq!(ev.decision, Decision::Deny, "{}: {}", tool, ev.reason);
+                }
+                // And a read-only parent makes any child read-only whatever it asks for.
+                let child = p.effective_mode(Some(BypassPermissions)).stricter(plan);
+                prop_assert!(child.read_only);
+            }
+        }
+
+        #[test]
+        fn the_read_tools_are_allowed_in_plan() {
+            let p = with_mode(Default, false, &["Read", "Glob", "Grep", "LS", "Agent", "Task"], &[], &[]);
+            let m = p.effective_mode(Some(Plan));
+            for tool in READ_ONLY_TOOLS {
+                assert_eq!(
+                    p.decide(tool, &json!({ "file_path": "a", "path": "." }), &ctx(), m).decision,
+                    Decision::Allow,
+                    "{tool}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn dont_ask() {
         let p = with_mode(Default, false, &["Bash(ls:*)"], &[], &[]);

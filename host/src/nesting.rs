@@ -193,7 +193,10 @@ pub fn agent_tool_spec(available: &[(String, String)]) -> (String, Value) {
          Available subagents:\n",
     );
     for (name, about) in available {
-        description.push_str(&format!("- {name}: {}\n", crate::text::escape_control(about)));
+        // Names are checked at admission ([`crate::plugin::check_subagent_name`]); escaped
+        // here too, so that no name or description adds a line to this list.
+        let (name, about) = (crate::text::escape_control(name), crate::text::escape_control(about));
+        description.push_str(&format!("- {name}: {about}\n"));
     }
     let names: Vec<&str> = available.iter().map(|(n, _)| n.as_str()).collect();
     let schema = json!({
@@ -286,6 +289,21 @@ mod tests {
         assert!(read("src/link", Some("/workspace/secrets/key")).is_some());
         // An Agent entry's arguments name subagents, never calls.
         assert_eq!(call_refusal(Some(&list(&["Agent(a)"])), &[], "Agent", &json!({}), None, &ctx), None);
+    }
+
+    proptest! {
+        /// Whatever the subagents' names and descriptions hold, the Agent tool's
+        /// description has one line per subagent: none can add a line of its own.
+        #[test]
+        fn regression_a_subagent_name_added_lines_to_the_agent_tool_description(
+            available in prop::collection::vec((any::<String>(), any::<String>()), 0..5),
+        ) {
+            let (description, _) = agent_tool_spec(&available);
+            prop_assert_eq!(description.lines().count(), 1 + available.len(), "{}", description);
+            for line in description.lines().skip(1) {
+                prop_assert!(line.starts_with("- ") && !line.chars().any(char::is_control), "{:?}", line);
+            }
+        }
     }
 
     #[test]

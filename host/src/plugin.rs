@@ -87,6 +87,31 @@ pub const MAX_AGENT_MCP_SERVERS: usize = 16;
 /// (each of which has at most [`MAX_DEFINITION_LIST`] words).
 pub const MAX_DEFINITION_ENTRY_BYTES: usize = 1024;
 
+/// Whether `name` may name a subagent: what the registry admits, whichever plugin
+/// defined it and whether the name came from an agent file, a remote peer (an A2A card, an
+/// MCP server's `serverInfo`) or the operator's reference metadata. A name is shown to the
+/// parent agent in the Agent tool's description and schema, printed by the CLI, written in
+/// log fields and used in paths (memory directories), so it is one line of plain ASCII:
+/// a letter or digit, then letters, digits, spaces, `.`, `_` and `-`, not ending in a space,
+/// at most [`MAX_DEFINITION_NAME_BYTES`]. No control character (a forged log line, a line
+/// injected into a prompt), no look-alike Unicode letter (a peer posing as a local agent).
+/// `Err` says why, with the name escaped and cut.
+pub fn check_subagent_name(name: &str) -> Result<(), String> {
+    let shown = || format!("\"{}\"", crate::text::escape_control(&crate::text::excerpt(name, 64)));
+    let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | '-'));
+    if name.len() > MAX_DEFINITION_NAME_BYTES {
+        Err(format!("the subagent name {} is {} bytes; at most {MAX_DEFINITION_NAME_BYTES}", shown(), name.len()))
+    } else if !first_ok || !rest_ok || name.ends_with(' ') {
+        Err(format!(
+            "the subagent name {} is not a name: it must start with an ASCII letter or digit and hold only those, spaces, `.`, `_` and `-` (not ending in a space)",
+            shown()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 impl SubagentDefinition {
     /// Checks what a plugin returned from `resolve` against the bounds above (a hostile
     /// plugin's definition lives in the registry and in every task): the first field over
@@ -349,6 +374,40 @@ mod bounds_tests {
                 && (agent_servers == 0
                     || (server_words <= MAX_DEFINITION_LIST && (agent_args == 0 || entry <= MAX_DEFINITION_ENTRY_BYTES)));
             prop_assert_eq!(d.check_bounds().is_ok(), within, "{:?}", d.check_bounds());
+        }
+    }
+
+    proptest! {
+        /// Whatever a plugin or its peer calls a subagent, an admitted name is one line of
+        /// plain ASCII within its bound; names made of the allowed characters pass.
+        #[test]
+        fn an_admitted_subagent_name_is_one_plain_line(name in prop_oneof![any::<String>(), ".{0,300}", "[A-Za-z0-9][A-Za-z0-9 ._-]{0,300}"]) {
+            match check_subagent_name(&name) {
+                Ok(()) => {
+                    prop_assert!(!name.is_empty() && name.len() <= MAX_DEFINITION_NAME_BYTES);
+                    prop_assert!(name.chars().all(|c| c.is_ascii_graphic() || c == ' '), "{:?}", name);
+                    prop_assert!(!name.starts_with(' ') && !name.ends_with(' '));
+                }
+                Err(e) => {
+                    prop_assert!(!e.chars().any(char::is_control), "{:?}", e);
+                    prop_assert!(e.len() < 1024, "{}", e.len());
+                }
+            }
+        }
+
+        #[test]
+        fn plain_names_are_admitted(name in "[A-Za-z0-9]([A-Za-z0-9 ._-]{0,200}[A-Za-z0-9._-])?") {
+            prop_assert!(check_subagent_name(&name).is_ok(), "{:?}", name);
+        }
+    }
+
+    #[test]
+    fn subagent_names_of_the_bundled_kinds_are_admitted() {
+        for name in ["general-purpose", "code-reviewer", "Explore", "Currency Agent", "mcp_tool.v2", "a"] {
+            assert!(check_subagent_name(name).is_ok(), "{name}");
+        }
+        for name in ["", " a", "a ", "a\nb", "-x", "général", "a/b", "helper: x", "a\u{202e}b"] {
+            assert!(check_subagent_name(name).is_err(), "{name:?}");
         }
     }
 

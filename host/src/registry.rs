@@ -182,12 +182,29 @@ pub struct RegistryProblem {
     pub error: bool,
 }
 
+/// Longest message of a [`RegistryProblem`] (and of its source): a problem quotes what a
+/// plugin, its peer or an agent file said, which has no bound of its own here; a
+/// screenful is enough to say what is wrong.
+pub const MAX_PROBLEM_MESSAGE_BYTES: usize = 4096;
+
 impl RegistryProblem {
     fn warning(source: impl Into<String>, message: impl Into<String>) -> Self {
-        RegistryProblem { source: source.into(), message: message.into(), error: false }
+        Self::new(source.into(), message.into(), false)
     }
     fn error(source: impl Into<String>, message: impl Into<String>) -> Self {
-        RegistryProblem { source: source.into(), message: message.into(), error: true }
+        Self::new(source.into(), message.into(), true)
+    }
+
+    /// The one place text becomes a problem: a guest's error or warning, a peer's
+    /// answer quoted in it, an agent file's path. Each is made one line (control
+    /// characters, CR and LF escaped: no forged log line or `warden agents` row) and cut
+    /// to [`MAX_PROBLEM_MESSAGE_BYTES`].
+    fn new(source: String, message: String, error: bool) -> Self {
+        let line = |t: String| {
+            let cut = crate::text::excerpt(&t, MAX_PROBLEM_MESSAGE_BYTES);
+            crate::text::escape_control(&cut).into_owned()
+        };
+        RegistryProblem { source: line(source), message: line(message), error }
     }
 }
 
@@ -671,8 +688,10 @@ impl Registry {
                     format!("no plugin of kind {} accepts this reference", reference.kind),
                 )),
                 Some((_, Err(e))) => {
-                    tracing::warn!(reference = %reference.uri, error = %e, "reference not resolved");
-                    next.problems.push(RegistryProblem::warning(reference.uri.clone(), e.to_string()))
+                    // The guest's text (and its peer's, quoted in it) is logged as the problem has it.
+                    let problem = RegistryProblem::warning(reference.uri.clone(), e.to_string());
+                    tracing::warn!(reference = %problem.source, error = %problem.message, "reference not resolved");
+                    next.problems.push(problem)
                 }
                 Some((plugin, Ok(mut def))) => {
                     if let Some(n) = reference.metadata.get("name") {
@@ -680,6 +699,20 @@ impl Registry {
                     }
                     if let Some(d) = reference.metadata.get("description") {
                         def.description = d.clone();
+                    }
+                    // The one admission point of a name, whoever chose it (the plugin, its
+                    // peer or the operator's metadata).
+                    if let Err(e) = crate::plugin::check_subagent_name(&def.name) {
+                        let fix = if reference.metadata.contains_key("name") {
+                            "change its metadata `name`"
+                        } else {
+                            "give the reference a metadata `name`"
+                        };
+                        next.problems.push(RegistryProblem::warning(
+                            reference.uri.clone(),
+                            format!("subagent not registered: {e}; {fix}"),
+                        ));
+                        continue;
                     }
                     // An egress list that cannot be read never runs wider: the subagent is left out.
                     let egress = match definition_egress(&def) {
@@ -815,6 +848,23 @@ fn collect_markdown(root: &Path, dir: &Path, out: &mut Vec<PathBuf>, problems: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A guest's resolve error (quoting its peer: an A2A card's error body, an MCP
+    /// server's message) went into the registry's log field and problem list as it was:
+    /// `\r\n` in it started a forged log line. A problem is one bounded line.
+    #[test]
+    fn regression_a_guest_error_forged_registry_log_lines() {
+        let forged = "card fetch failed: 500\r\n2026-01-01T00:00:00Z ERROR warden: approval granted\u{1b}[2K";
+        let p =
+            RegistryProblem::warning("a2a://peer\nx", format!("{forged}{}", "x".repeat(3 * MAX_PROBLEM_MESSAGE_BYTES)));
+        assert!(!p.message.chars().any(char::is_control), "{:?}", &p.message[..120]);
+        assert!(!p.source.chars().any(char::is_control), "{:?}", p.source);
+        assert!(p.message.starts_with("card fetch failed: 500\\r\\n2026-01-01"), "{:?}", &p.message[..120]);
+        assert!(p.message.len() <= MAX_PROBLEM_MESSAGE_BYTES * 2, "{}", p.message.len());
+        assert!(p.message.ends_with(&format!("[{} bytes]", forged.len() + 3 * MAX_PROBLEM_MESSAGE_BYTES)));
+        // Plain text is kept as it is.
+        assert_eq!(RegistryProblem::error("s", "a \"plain\" line").message, "a \"plain\" line");
+    }
 
     fn definition(metadata: &[(&str, &str)]) -> SubagentDefinition {
         SubagentDefinition {

@@ -24,6 +24,19 @@ pub fn escape_control(s: &str) -> Cow<'_, str> {
     escape(s, false)
 }
 
+/// `s` cut to at most `max` bytes (at a character boundary), followed by `… [N bytes]`
+/// when it was cut: for a peer's or plugin's text quoted in a one-line message.
+pub fn excerpt(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Cow::Owned(format!("{}… [{} bytes]", &s[..cut], s.len()))
+}
+
 /// Words of a prompt that describe a task whose caller gave no description.
 pub const DESCRIPTION_WORDS: usize = 5;
 
@@ -126,6 +139,17 @@ mod tests {
             let s: String = chars.into_iter().collect();
             for e in [escape_control(&s), escape_multiline(&s)] {
                 prop_assert!(!e.chars().any(|c| INVISIBLE.contains(&c)), "{e:?}");
+            }
+        }
+
+        #[test]
+        fn an_excerpt_is_bounded_and_keeps_short_text(s in any::<String>(), max in 0usize..64) {
+            let e = excerpt(&s, max);
+            if s.len() <= max {
+                prop_assert_eq!(e.as_ref(), s.as_str());
+            } else {
+                prop_assert!(e.len() <= max + 32, "{}", e.len());
+                prop_assert!(e.ends_with(&format!("… [{} bytes]", s.len())), "{}", e);
             }
         }
 

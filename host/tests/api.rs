@@ -1034,6 +1034,36 @@ mod secrets {
     }
 }
 
+/// What a model provider returns, as the bundled `claude` plugin gets it.
+mod model_replies {
+    use super::*;
+
+    /// One reply of 70 tool calls, one with a 2 KiB id, one with 1.5 MiB of arguments
+    /// and two sharing an id, failed the task: the plugin got them as they were and
+    /// `tools.call` refused the whole batch (and the saved transcript made every resumed
+    /// completion fail). The host now holds the reply to the bounds it holds requests to,
+    /// so the task goes on and finishes.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_reply_with_too_many_or_too_large_tool_calls_failed_the_task() {
+        let mut calls: Vec<Value> = (0..70)
+            .map(|i| json!({ "name": "Bash", "id": format!("c{i}"), "arguments": { "command": "true" } }))
+            .collect();
+        calls[0]["id"] = json!("x".repeat(2048));
+        calls[1]["arguments"] = json!({ "command": "a".repeat(1536 * 1024) });
+        calls[3]["id"] = json!("c4");
+        let script = serde_json::to_string(&json!([{ "tool_calls": calls }, { "text": "done" }])).unwrap();
+        let yaml = claude_scripted("approval:\n  default: deny\n");
+        let files = [("script.yaml", script.as_str()), ("agents/streamer.md", super::secrets::STREAMER)];
+        let api = api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await;
+        let body =
+            json!({ "description": "d", "prompt": "p", "subagent_type": "streamer", "session_id": "sess-calls" });
+        let events = api.stream("/v1/tasks", Some(body), None).await.rest().await;
+        let fin = &events.last().unwrap().data;
+        assert_eq!(fin["status"], "completed", "{fin}");
+        assert_eq!(fin["output"], "done", "{fin}");
+    }
+}
+
 /// Principals and roles (issue 13): every endpoint × role × owner, one table.
 mod principals {
     use super::*;

@@ -401,6 +401,13 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
     let invalid = |what: &str| Error::InvalidInput(format!("{uri}: {what}"));
     let text = std::str::from_utf8(bytes).map_err(|e| invalid(&format!("not UTF-8 text ({e})")))?;
     let (frontmatter, body) = frontmatter::split(text).map_err(|e| invalid(e.describe()))?;
+    if frontmatter.len() > frontmatter::MAX_FRONTMATTER_BYTES {
+        return Err(invalid(&format!(
+            "the YAML frontmatter is {} bytes; at most {} bytes",
+            frontmatter.len(),
+            frontmatter::MAX_FRONTMATTER_BYTES
+        )));
+    }
     let fields = frontmatter::parse_fields(&frontmatter);
     let mut warnings = fields.warnings;
     let mut map = fields.map;
@@ -699,6 +706,18 @@ mod tests {
 
     fn agent(text: &str) -> Agent {
         parse_agent("agents/sample-agent.md", text.as_bytes(), &[]).unwrap()
+    }
+
+    /// A frontmatter of a few MiB was handed whole to the YAML reader (with aliases, an
+    /// amplification; without, still a 64 MiB guest's memory): it is bounded.
+    #[test]
+    fn regression_an_agent_file_s_frontmatter_had_no_size_bound() {
+        let pad = "x".repeat(crate::frontmatter::MAX_FRONTMATTER_BYTES);
+        let text = format!("---\nname: a\ndescription: d\nnote: {pad}\n---\nBody.\n");
+        let e = parse_agent("agents/a.md", text.as_bytes(), &[]).unwrap_err();
+        assert!(e.to_string().contains("the YAML frontmatter is"), "{e}");
+        let text = format!("---\nname: a\ndescription: d\nnote: {}\n---\nBody.\n", &pad[..1000]);
+        assert!(parse_agent("agents/a.md", text.as_bytes(), &[]).is_ok());
     }
 
     #[test]

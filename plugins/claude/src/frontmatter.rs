@@ -10,8 +10,18 @@
 //!    every other line continues the current entry. Each entry's value is read as YAML on
 //!    its own when that works (so `tools: [a, b]` and `maxTurns: 5` keep their types) and as
 //!    text otherwise (so `description: Use this: for that` stays whole).
+//!
+//! YAML anchors and aliases are never expanded: a frontmatter (or an entry) that may hold
+//! one ([`may_hold_alias`]) is not given to the YAML parser at all, since a few hundred KiB
+//! of aliases to a large anchor expand to billions of nodes (serde_yaml bounds alias jumps
+//! only relative to the document's size). No agent file needs them. The frontmatter's size
+//! is bounded by [`MAX_FRONTMATTER_BYTES`], checked by the caller before reading it.
 
 use serde_json::{Map, Value};
+
+/// Largest frontmatter an agent file may have: Claude Code's longest descriptions (with
+/// examples) are a few KiB; the bound keeps the YAML reader's work small in a 64 MiB guest.
+pub const MAX_FRONTMATTER_BYTES: usize = 256 * 1024;
 
 /// How the frontmatter was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,9 +137,41 @@ fn is_dialogue(key: &str) -> bool {
     DIALOGUE_WORDS.iter().any(|w| w.eq_ignore_ascii_case(key))
 }
 
+/// Whether `text` may hold a YAML anchor (`&a`) or alias (`*a`): a `&` or `*` that starts
+/// a node (at the start of a line's content, or after `: `, `- `, `? `, `[`, `{` or `,`)
+/// and is followed by a name. Quotes are not tracked, so a quoted `: *x` counts too: a
+/// false alarm only means the text is read without the YAML parser.
+pub fn may_hold_alias(text: &str) -> bool {
+    text.lines().any(|line| {
+        let bytes = line.as_bytes();
+        bytes.iter().enumerate().any(|(i, &b)| {
+            if b != b'&' && b != b'*' {
+                return false;
+            }
+            let named = bytes.get(i + 1).is_some_and(|n| !n.is_ascii_whitespace());
+            let before = bytes[..i].iter().rposition(|c| !matches!(c, b' ' | b'\t'));
+            let starts_node = match before {
+                None => true,
+                Some(j) => {
+                    matches!(bytes[j], b'[' | b'{' | b',') || (j < i - 1 && matches!(bytes[j], b':' | b'-' | b'?'))
+                }
+            };
+            named && starts_node
+        })
+    })
+}
+
+/// The YAML value of `text`, unless it may hold an anchor or alias ([`may_hold_alias`]).
+fn yaml_value(text: &str) -> Result<serde_yaml::Value, String> {
+    if may_hold_alias(text) {
+        return Err("it may use YAML anchors or aliases, which agent files may not".into());
+    }
+    serde_yaml::from_str::<serde_yaml::Value>(text).map_err(|e| format!("it is not valid YAML ({e})"))
+}
+
 /// Reads the frontmatter's fields (see the module docs for the rules).
 pub fn parse_fields(frontmatter: &str) -> Fields {
-    match serde_yaml::from_str::<serde_yaml::Value>(frontmatter) {
+    match yaml_value(frontmatter) {
         Ok(serde_yaml::Value::Null) if frontmatter.trim().is_empty() => {
             Fields { map: Map::new(), mode: ParseMode::Yaml, warnings: Vec::new() }
         }
@@ -145,7 +187,7 @@ pub fn parse_fields(frontmatter: &str) -> Fields {
             }
         }
         Ok(_) => tolerant(frontmatter, "it is not a mapping"),
-        Err(err) => tolerant(frontmatter, &format!("it is not valid YAML ({err})")),
+        Err(why) => tolerant(frontmatter, &why),
     }
 }
 
@@ -203,7 +245,7 @@ fn example_state_after(line: &str, open: bool) -> bool {
 /// One entry's value: YAML when the entry parses on its own, text otherwise.
 fn entry_value(key: &str, lines: &[&str]) -> Value {
     let snippet = lines.join("\n");
-    if let Ok(serde_yaml::Value::Mapping(mapping)) = serde_yaml::from_str::<serde_yaml::Value>(&snippet)
+    if let Ok(serde_yaml::Value::Mapping(mapping)) = yaml_value(&snippet)
         && mapping.len() == 1
         && let Some((_, value)) = mapping.into_iter().next()
     {
@@ -234,12 +276,20 @@ fn is_block_indicator(s: &str) -> bool {
     matches!(chars.next(), Some('|' | '>')) && chars.all(|c| matches!(c, '-' | '+' | '0'..='9'))
 }
 
+/// A line's indentation: its leading ASCII spaces and tabs, in bytes (YAML indents with
+/// those only; other Unicode white space is content, and counting it in bytes would cut a
+/// character in two).
+fn indentation(line: &str) -> usize {
+    line.bytes().take_while(|b| matches!(b, b' ' | b'\t')).count()
+}
+
 /// A `|` or `>` block scalar, read leniently: the continuation lines dedented by their
 /// smallest indentation; `>` folds lines into spaces (blank lines stay line breaks).
 fn block_scalar(indicator: &str, lines: &[&str]) -> String {
-    let indent =
-        lines.iter().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
-    let dedented: Vec<&str> = lines.iter().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim() }).collect();
+    let indent = lines.iter().filter(|l| !l.trim().is_empty()).map(|l| indentation(l)).min().unwrap_or(0);
+    // At most `indent` bytes of indentation come off each line, and only ASCII ones: the
+    // cut is always on a character boundary.
+    let dedented: Vec<&str> = lines.iter().map(|l| &l[indentation(l).min(indent)..]).collect();
     let text = if indicator.starts_with('|') {
         dedented.join("\n")
     } else {
@@ -441,6 +491,75 @@ mod tests {
         assert_eq!(fields.mode, ParseMode::Tolerant);
         assert_eq!(fields.map["name"], "b");
         assert!(fields.warnings.iter().any(|w| w.contains("more than once")));
+    }
+
+    /// A block scalar's indentation was measured in bytes of Unicode white space and the
+    /// lines cut there: a line of U+3000 (ideographic space) under a `|` entry read by the
+    /// tolerant reader panicked the guest ("byte index 2 is not a char boundary").
+    #[test]
+    fn regression_unicode_white_space_in_a_block_scalar_panicked() {
+        let fields = parse_fields("user: x\ndescription: |\n  a\n\u{3000}\n  b\n");
+        assert_eq!(fields.mode, ParseMode::Tolerant);
+        assert_eq!(fields.map["description"], "a\n\u{3000}\nb");
+        let fields = parse_fields("user: x\ndescription: >\n  \u{3000}\n\u{3000}\u{3000}a\n \u{a0}b\n");
+        assert!(fields.map["description"].as_str().unwrap().ends_with("a  \u{a0}b"), "{:?}", fields.map);
+    }
+
+    /// `a: &x [0, 0, …]` and `b: [*x, *x, …]` in a few MiB stayed under serde_yaml's alias
+    /// limit and expanded to ~10^11 nodes: the guest trapped after burning its CPU. Anchors
+    /// and aliases never reach the YAML parser, in the whole frontmatter or in one entry.
+    #[test]
+    fn regression_yaml_aliases_amplified_a_small_frontmatter() {
+        let anchor = vec!["0"; 2000].join(", ");
+        let aliases = vec!["*x"; 2000].join(", ");
+        for fm in [
+            format!("name: a\nbig: &x [{anchor}]\nmany: [{aliases}]\n"),
+            format!("name: a\nuser: x\nbig: {{a: &x [{anchor}], b: [{aliases}]}}\n"),
+            format!("name: a\nbig: &x\n  - 0\nmany:\n  - *x\n"),
+        ] {
+            let fields = parse_fields(&fm);
+            assert_eq!(fields.mode, ParseMode::Tolerant, "{}", &fm[..40]);
+            assert!(fields.warnings[0].contains("anchors or aliases"), "{:?}", fields.warnings);
+            for v in fields.map.values() {
+                assert!(v.is_string() || v.is_null(), "an entry was read as YAML: {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn anchor_and_alias_detection() {
+        for yes in ["a: &x 1", "a: *x", "- *x", "[*x]", "{a: *x}", "a: [1,*x]", "&x a: 1", "  *x", "? *x"] {
+            assert!(may_hold_alias(yes), "{yes}");
+        }
+        for no in ["a: R&D", "a: 2*3", "- * item", "a: b & c", "a: \"x\"", "a:*x", "tools: Read, Grep"] {
+            assert!(!may_hold_alias(no), "{no}");
+        }
+    }
+
+    mod arbitrary {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever the frontmatter holds (any Unicode, block scalars, white space of
+            /// every kind), reading it never panics.
+            #[test]
+            fn reading_any_frontmatter_never_panics(
+                lines in prop::collection::vec(
+                    prop_oneof![
+                        any::<String>(),
+                        "[ \t\u{a0}\u{3000}\u{2028}\u{85}]{0,4}[a-z|>:&*\u{3000}é-]{0,6}",
+                        prop::sample::select(vec!["description: |", "description: >-", "user: x", "  a", "\u{3000}"])
+                            .prop_map(str::to_string),
+                    ],
+                    0..12,
+                ),
+            ) {
+                let fm = lines.join("\n");
+                let _ = parse_fields(&fm);
+                let _ = split(&format!("---\n{fm}\n---\nbody"));
+            }
+        }
     }
 
     #[test]

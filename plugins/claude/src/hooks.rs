@@ -27,7 +27,11 @@
 //!   The input rides in the Bash command, so a call whose arguments are near the host's
 //!   1 MiB argument limit leaves its hook without a verdict, and is declined.
 //! - `PostToolUse` runs after the call; `decision: block` or exit code 2 add the reason to
-//!   the result the model reads.
+//!   the result the model reads. The result rides in the Bash command too, so the hook
+//!   gets at most [`MAX_HOOK_TOOL_RESPONSE_BYTES`] of it, and its input says so
+//!   (`tool_response_truncated`, with the result's whole size): a large result never keeps
+//!   the hook from running. A hook that still gives no verdict has that said in the result
+//!   the model reads: the call has run, but its check did not.
 //!
 //! What this module never does: run a hook of another event (the resolver refuses files
 //! with them), guess at a matcher it cannot read exactly (refused too), or let a hook's
@@ -43,6 +47,12 @@ pub const DEFAULT_HOOK_TIMEOUT_SECS: u64 = 60;
 
 /// Longest `timeout` a hook may ask for: the Bash tool's own ceiling (10 minutes).
 pub const MAX_HOOK_TIMEOUT_SECS: u64 = 600;
+
+/// Most bytes of a tool's result a `PostToolUse` hook gets in `tool_response`. The hook's
+/// input rides in its Bash command, whose arguments the host bounds at 1 MiB; escaped for
+/// JSON, for the shell and for JSON again, a byte of the result may take up to 7, so the
+/// result is cut well below that (the input says it was: see [`input`]).
+pub const MAX_HOOK_TOOL_RESPONSE_BYTES: usize = 96 * 1024;
 
 /// Where hook commands run (and Claude Code's `CLAUDE_PROJECT_DIR` for them).
 pub const HOOK_CWD: &str = "/workspace";
@@ -196,7 +206,9 @@ pub fn bash_call(id: String, hook: &HookCommand, input: &Value) -> ToolCall {
     }
 }
 
-/// The stdin of a hook for `call` (with `response` after it ran).
+/// The stdin of a hook for `call` (with `response` after it ran). A response longer than
+/// [`MAX_HOOK_TOOL_RESPONSE_BYTES`] is cut there (at a character boundary), and
+/// `tool_response_truncated` gives `{ "bytes": <whole size>, "kept_bytes": <kept> }`.
 pub fn input(event: &str, session_id: &str, call: &ToolCall, response: Option<&str>) -> Value {
     let tool_input: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
     let mut v = json!({
@@ -207,7 +219,14 @@ pub fn input(event: &str, session_id: &str, call: &ToolCall, response: Option<&s
         "tool_input": tool_input,
     });
     if let Some(response) = response {
-        v["tool_response"] = json!(response);
+        let mut kept = response.len().min(MAX_HOOK_TOOL_RESPONSE_BYTES);
+        while !response.is_char_boundary(kept) {
+            kept -= 1;
+        }
+        v["tool_response"] = json!(&response[..kept]);
+        if kept < response.len() {
+            v["tool_response_truncated"] = json!({ "bytes": response.len(), "kept_bytes": kept });
+        }
     }
     v
 }

@@ -320,7 +320,8 @@ fn pre_tool_use(
 }
 
 /// Runs the `PostToolUse` hooks matching `call`; a blocking one's reason is added to the
-/// result the model reads (the call has run: nothing is undone).
+/// result the model reads (the call has run: nothing is undone), and so is a hook that
+/// gave no verdict: the result was not checked, and the model is not left to think it was.
 fn post_tool_use(
     host: &mut dyn Host,
     hooks: &Hooks,
@@ -338,11 +339,29 @@ fn post_tool_use(
             }
             Verdict::NoVerdict(why) => {
                 host.log(Level::Warn, &format!("PostToolUse hook `{}` gave no verdict: {why}", hook.command));
+                content.push_str(&format!(
+                    "\n[PostToolUse hook `{}` gave no verdict, so this result was not checked by it: {}]",
+                    hook.command,
+                    excerpt(&why, MAX_NO_VERDICT_REASON_BYTES)
+                ));
             }
             Verdict::Pass => {}
         }
     }
     content
+}
+
+/// Most bytes of why a hook gave no verdict quoted in the result the model reads (the
+/// whole text is in the log).
+const MAX_NO_VERDICT_REASON_BYTES: usize = 512;
+
+/// `s` cut to at most `max` bytes at a character boundary, with `…` when cut.
+fn excerpt(s: &str, max: usize) -> String {
+    let mut cut = s.len().min(max);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    if cut < s.len() { format!("{}…", &s[..cut]) } else { s.to_string() }
 }
 
 /// One hook command, as a Bash call of its own through the host (the gate judges it).

@@ -48,6 +48,9 @@ pub fn tool_calls(content: &str, calls: Vec<ToolCall>) -> Result<Completion, Err
     Ok(Completion { message, finish_reason: "tool_calls".into(), reasoning: None })
 }
 
+/// The host's bound on one tool call's arguments (warden's `MAX_TOOL_ARGUMENT_BYTES`).
+pub const HOST_MAX_TOOL_ARGUMENT_BYTES: usize = 1024 * 1024;
+
 impl FakeHost {
     pub fn new(script: Vec<Result<Completion, Error>>) -> Self {
         Self {
@@ -91,6 +94,13 @@ impl Host for FakeHost {
         self.batches.push(calls.to_vec());
         if let Some(e) = &self.tools_fail {
             return Err(e.clone());
+        }
+        // The host refuses the whole batch when one call's arguments are over its bound.
+        if let Some(c) = calls.iter().find(|c| c.arguments.len() > HOST_MAX_TOOL_ARGUMENT_BYTES) {
+            return Err(Error::InvalidInput(format!(
+                "a tool call's arguments (bytes) is {}; the limit is {HOST_MAX_TOOL_ARGUMENT_BYTES}",
+                c.arguments.len()
+            )));
         }
         Ok(calls.iter().map(|c| (self.tool_fn)(c)).collect())
     }

@@ -470,6 +470,54 @@ fn regression_an_agent_with_hooks_could_delegate_past_them() {
     }
 }
 
+/// A `PostToolUse` hook got the whole result in its Bash command: a result over ~1 MiB (or
+/// less, once escaped) made the command too long for the host, the hook never ran and the
+/// model read the result unchecked, with no word of it. The hook now gets the result cut
+/// and is told so; a hook that still gives no verdict is said in the result.
+#[test]
+fn regression_a_post_tool_use_hook_did_not_run_on_a_large_result() {
+    let agent = agent_from(
+        "tools: Read\nhooks:\n  PostToolUse:\n    - matcher: Read\n      hooks: [{ command: ./scan.sh }]\n",
+        "You help.",
+    );
+    // Quotes and backslashes take the most room once escaped for JSON and the shell.
+    let big = "'\"\\é".repeat(400 * 1024);
+    let mut host = FakeHost::new(vec![tool_calls("", vec![call("r1", "Read", r#"{"file_path":"a"}"#)]), text("done")]);
+    let result = big.clone();
+    host.tool_fn = Box::new(move |c| match c.name.as_str() {
+        "Bash" => {
+            assert!(c.arguments.contains("tool_response_truncated"), "the hook is told its input was cut");
+            ToolResult {
+                id: c.id.clone(),
+                content: r#"{"decision": "block", "reason": "secret found"}"#.into(),
+                is_error: false,
+            }
+        }
+        _ => ToolResult { id: c.id.clone(), content: result.clone(), is_error: false },
+    });
+    assert_eq!(run(&mut host, &task("t1", "go"), &agent).unwrap(), "done");
+    let names: Vec<Vec<&str>> = host.batches.iter().map(|b| b.iter().map(|c| c.name.as_str()).collect()).collect();
+    assert_eq!(names, [vec!["Read"], vec!["Bash"]]);
+    assert!(host.batches[1][0].arguments.len() <= super::fake::HOST_MAX_TOOL_ARGUMENT_BYTES);
+    let read = host.requests[1].messages.iter().rfind(|m| m.role == "tool").unwrap();
+    assert!(read.content.starts_with(&big) && read.content.ends_with("\n[PostToolUse hook: secret found]"));
+
+    // A hook that gives no verdict after the call has run is said in the result.
+    let mut host = FakeHost::new(vec![tool_calls("", vec![call("r1", "Read", r#"{"file_path":"a"}"#)]), text("done")]);
+    host.tool_fn = Box::new(|c| match c.name.as_str() {
+        "Bash" => {
+            ToolResult { id: c.id.clone(), content: "declined: Bash is denied by the policy".into(), is_error: true }
+        }
+        _ => ToolResult { id: c.id.clone(), content: "file text".into(), is_error: false },
+    });
+    run(&mut host, &task("t1", "go"), &agent).unwrap();
+    let read = host.requests[1].messages.iter().rfind(|m| m.role == "tool").unwrap();
+    assert_eq!(
+        read.content,
+        "file text\n[PostToolUse hook `./scan.sh` gave no verdict, so this result was not checked by it: declined: Bash is denied by the policy]"
+    );
+}
+
 #[test]
 fn a_hook_that_asks_or_cannot_run_declines_the_call() {
     let agent =
