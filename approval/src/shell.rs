@@ -31,7 +31,10 @@
 //!   `/dev/stdout`, `/dev/stderr` are dropped from the matched text, every
 //!   other output redirection marks the command as writing a file;
 //! - `NAME=value` / `NAME+=value` prefix assignments (kept in the text);
-//! - arguments with globs, braces and tildes (they only produce arguments).
+//! - arguments with globs, braces and tildes (they only produce arguments, but
+//!   which ones is known only at run time: `{--force,origin}` is two words,
+//!   `--forc?` a file name, so such a word counts as computed for deny and ask
+//!   rules, [`SimpleCommand::dynamic_at`]).
 //!
 //! # What is not modelled (the command asks)
 //!
@@ -271,7 +274,8 @@ pub struct SimpleCommand {
     /// command from them.
     pub argv: Vec<String>,
     /// Byte offset in [`Self::argv_key`] where the first expansion of a word of
-    /// [`Self::argv`] begins (`$x`, `"$(...)"`, backticks, an undecoded `$'...'`): from
+    /// [`Self::argv`] begins (`$x`, `"$(...)"`, backticks, an undecoded `$'...'`, and an
+    /// unquoted brace, glob or tilde expansion point: `{a,b}`, `*`, `?`, `[...]`, `~`): from
     /// there on, the words that run are known only at run time, so a deny or ask rule that
     /// the rest could still match must be assumed to match
     /// ([`crate::matcher::BashPattern::could_match_after`]).
@@ -303,7 +307,7 @@ fn dynamic_offset(words: &[&Word]) -> Option<usize> {
         if i > 0 {
             offset += WORD_BREAK.len_utf8();
         }
-        if let Some(from) = w.dynamic_from {
+        if let Some(from) = w.expands_from() {
             let fixed = w.text.get(..from).unwrap_or_default();
             // A cut inside a character reads as U+FFFD: never past the real boundary.
             return Some(offset + String::from_utf8_lossy(fixed).trim_end_matches('\u{fffd}').len());
@@ -567,6 +571,10 @@ struct Word {
     ansi_c: bool,
     /// Contains an unquoted glob, brace or tilde character.
     pattern: bool,
+    /// Offsets in `text` of unquoted `*`, `?`, `[`, `{` and of a `~` where tilde
+    /// expansion happens: where brace, tilde or pathname expansion may begin
+    /// ([`Word::expands_from`]).
+    expansion_points: Vec<usize>,
     /// An unquoted `NAME=` / `NAME+=` prefix: an assignment word.
     assignment: bool,
     /// A redirection operator or its target.
@@ -579,6 +587,29 @@ impl Word {
     fn mark_dynamic(&mut self) {
         self.dynamic = true;
         self.dynamic_from.get_or_insert(self.text.len());
+    }
+
+    /// Where the words bash makes of this one stop being known from the text: the first
+    /// expansion ([`Word::dynamic_from`]), or the first brace, tilde or pathname
+    /// expansion point. Brace expansion makes several words of one (`{--force,origin}`
+    /// is `--force origin`), a glob becomes whatever file names exist (`--forc?`), a
+    /// tilde a home directory. A point counts when the rest of the word can complete it
+    /// (a `]` after `[`; a `}` and a `,` or `..` after `{`), counting quoted text too, so
+    /// the answer errs towards "computed" (`find -exec ... {} ;` and a lone `[` stay
+    /// literal, as in bash).
+    fn expands_from(&self) -> Option<usize> {
+        let point = self.expansion_points.iter().copied().find(|&at| {
+            let rest = self.text.get(at + 1..).unwrap_or_default();
+            match self.text.get(at) {
+                Some(b'[') => rest.contains(&b']'),
+                Some(b'{') => rest.contains(&b'}') && (rest.contains(&b',') || rest.windows(2).any(|p| p == b"..")),
+                _ => true,
+            }
+        });
+        match (self.dynamic_from, point) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -668,6 +699,12 @@ impl Parser<'_> {
         }
         if matches!(c, b'*' | b'?' | b'[' | b'{' | b'}' | b'~') {
             w.pattern = true;
+        }
+        // Tilde expansion happens at the start of a word and after the `=` or `:` of an
+        // assignment-like word (`a=~/x`, `PATH=x:~/bin`).
+        let tilde = c == b'~' && (w.text.is_empty() || matches!(w.text.last(), Some(b'=' | b':')));
+        if matches!(c, b'*' | b'?' | b'[' | b'{') || tilde {
+            w.expansion_points.push(w.text.len());
         }
         w.text.push(c);
     }
@@ -1247,7 +1284,14 @@ impl Parser<'_> {
             return;
         }
         let dynamic_command = words.iter().find(|w| !w.assignment && !w.redirect).is_some_and(|w| w.dynamic);
-        let argv: Vec<&Word> = words.iter().filter(|w| !w.assignment && !w.redirect).collect();
+        // Only words before the command word are assignments: `cp x a=~/y` runs `a=~/y`.
+        let command_at = words.iter().position(|w| !w.assignment && !w.redirect).unwrap_or(words.len());
+        let argv: Vec<&Word> = words
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| !w.redirect && (*i >= command_at || !w.assignment))
+            .map(|(_, w)| w)
+            .collect();
         let dynamic_at = dynamic_offset(&argv);
         let argv = argv.iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect();
         self.out.push(SimpleCommand {
@@ -1479,6 +1523,30 @@ mod tests {
         assert_eq!(texts("echo \\\n#b"), ["echo"]);
         // Offsets are the command's, not the joined text's.
         assert_eq!(recognize("echo \\\n$\\\n{x@P}").not_understood().map(|n| n.at), Some(7));
+    }
+
+    /// Regression: an unquoted brace, glob or tilde was matched as literal text, so under
+    /// `deny: Bash(git push --force:*)` the command `git push {--force,origin} main`
+    /// (which bash runs as `git push --force origin main`) was allowed. Such a word is
+    /// computed at run time from its first expansion point on.
+    #[test]
+    fn regression_a_brace_or_glob_expansion_in_an_argument_was_read_as_literal_text() {
+        let at = |cmd: &str| recognize(cmd).commands()[0].dynamic_at;
+        let key = |s: &str| s.replace(' ', &WORD_BREAK.to_string()).len();
+        assert_eq!(at("git push {--force,origin} main"), Some(key("git push ")));
+        assert_eq!(at("git push origin main --forc?"), Some(key("git push origin main --forc")));
+        assert_eq!(at("git push origin ma* x"), Some(key("git push origin ma")));
+        assert_eq!(at("git push origin --f[o]rce"), Some(key("git push origin --f")));
+        assert_eq!(at("echo a{1..3}"), Some(key("echo a")));
+        assert_eq!(at("rm -rf ~"), Some(key("rm -rf ")));
+        assert_eq!(at("cp x a=~/y"), Some(key("cp x a=")));
+        assert_eq!(at("echo $HOME {a,b}"), Some(key("echo ")));
+        // Literal in bash: quoted, no closing bracket or brace, no alternatives, `~` inside.
+        assert_eq!(at("echo '{a,b}' \"*\" \\? x\\*"), None);
+        assert_eq!(at("find . -name x -exec rm {} ;"), None);
+        assert_eq!(at("[ -f x ]"), None);
+        assert_eq!(at("git log HEAD~1 @{u}"), None);
+        assert_eq!(texts("{ ls; }"), ["ls"]);
     }
 
     #[test]

@@ -693,6 +693,7 @@ mod splitter_fuzz {
 /// items 1, 2 and 4): each regression test replays the finding's input through the policy.
 mod recognizer_review {
     use super::*;
+    use proptest::prelude::*;
 
     fn decide(p: &Policy, cmd: &str) -> Decision {
         p.evaluate("Bash", &json!({ "command": cmd }), &ctx()).decision
@@ -715,6 +716,107 @@ mod recognizer_review {
         // What bash keeps as text stays text.
         assert_eq!(decide(&p, "echo '$\\\n(curl x)'"), Decision::Allow);
         assert_eq!(decide(&p, "echo \"a\\\nb\" $\\\n{HOME}"), Decision::Allow);
+    }
+
+    /// Regression (review item 2): brace and glob expansion were matched as literal text,
+    /// so `git push {--force,origin} main` (bash: `git push --force origin main`) was
+    /// allowed under the crate's own example policy.
+    #[test]
+    fn regression_a_brace_expansion_hid_a_denied_argument() {
+        let p = policy(&["Bash(git:*)"], &["Bash(git push:*)"], &["Bash(git push --force:*)"]);
+        for cmd in [
+            "git push {--force,origin} main",
+            "git {push,--force} origin",
+            "git push origin main --forc?",
+            "git push --f[o]rce",
+            "git push --forc*",
+        ] {
+            assert_ne!(decide(&p, cmd), Decision::Allow, "{cmd:?}");
+        }
+        assert_eq!(decide(&p, "git pull origin {main,dev}"), Decision::Allow, "the rules differ before it");
+        assert_eq!(decide(&p, "git log HEAD~1 -- '*.rs'"), Decision::Allow, "quoted, or no expansion");
+        let home = policy(&["Bash(rm:*)"], &[], &["Bash(rm -rf /home/agent)"]);
+        assert_ne!(decide(&home, "rm -rf ~"), Decision::Allow, "tilde expansion");
+    }
+
+    /// Words the test's commands are made of: the deny and ask rules' words and others.
+    const VOCAB: &[&str] = &["push", "--force", "origin", "main", "pull", "status", "-f", "--tags", "log"];
+
+    /// One argument as written, and the words bash may make of it: a brace expansion is
+    /// both alternatives (two words); a glob is any name it matches (a file the agent
+    /// created) or, with no match, itself.
+    fn argument() -> impl Strategy<Value = (String, Vec<Vec<String>>)> {
+        let vocab = || proptest::sample::select(VOCAB);
+        prop_oneof![
+            3 => vocab().prop_map(|w| (w.to_owned(), vec![vec![w.to_owned()]])),
+            2 => (vocab(), vocab()).prop_map(|(a, b)| {
+                (format!("{{{a},{b}}}"), vec![vec![a.to_owned(), b.to_owned()]])
+            }),
+            2 => (vocab(), any::<prop::sample::Index>(), 0..3usize).prop_map(|(w, at, kind)| {
+                let chars: Vec<char> = w.chars().collect();
+                let i = at.index(chars.len());
+                let written = match kind {
+                    0 => format!("{}?{}", &w[..i], &w[i + 1..]),
+                    1 => format!("{}*", &w[..i]),
+                    _ => format!("{}[{}]{}", &w[..i], chars[i], &w[i + 1..]),
+                };
+                let mut names: Vec<Vec<String>> =
+                    VOCAB.iter().filter(|v| glob(&written, v)).map(|v| vec![v.to_string()]).collect();
+                names.push(vec![written.clone()]);
+                (written, names)
+            }),
+        ]
+    }
+
+    /// `*`, `?` and `[c]` (one character) over a whole word.
+    fn glob(pattern: &str, name: &str) -> bool {
+        let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+        fn go(p: &[char], t: &[char]) -> bool {
+            match p.first() {
+                None => t.is_empty(),
+                Some('*') => (0..=t.len()).any(|k| go(&p[1..], &t[k..])),
+                Some('?') => !t.is_empty() && go(&p[1..], &t[1..]),
+                Some('[') => {
+                    let close = p.iter().position(|&c| c == ']').unwrap_or(0);
+                    !t.is_empty() && p[1..close].contains(&t[0]) && go(&p[close + 1..], &t[1..])
+                }
+                Some(c) => t.first() == Some(c) && go(&p[1..], &t[1..]),
+            }
+        }
+        go(&p, &t)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// For every deny and ask rule R and every command C the policy allows, no
+        /// brace or glob expansion of C's words matches R: every command bash may run
+        /// for C is allowed too. (Fails on the recognizer that read `{a,b}` and `--forc?`
+        /// as literal words.)
+        #[test]
+        fn no_expansion_of_an_allowed_command_matches_a_deny_or_ask_rule(
+            args in proptest::collection::vec(argument(), 1..4),
+        ) {
+            let p = policy(
+                &["Bash(git:*)"],
+                &["Bash(git push:*)", "Bash(git * --tags)"],
+                &["Bash(git push --force:*)", "Bash(git -f:*)"],
+            );
+            let written = std::iter::once("git".to_owned()).chain(args.iter().map(|(w, _)| w.clone())).collect::<Vec<_>>().join(" ");
+            if decide(&p, &written) != Decision::Allow {
+                return Ok(());
+            }
+            // Every combination of the arguments' expansions.
+            let mut runs: Vec<Vec<String>> = vec![vec!["git".to_owned()]];
+            for (_, choices) in &args {
+                runs = runs.iter().flat_map(|r| choices.iter().map(move |c| [r.clone(), c.clone()].concat())).collect();
+            }
+            for run in runs {
+                // Quoted, so the expanded words are matched as the words they are.
+                let cmd = run.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(" ");
+                prop_assert_eq!(decide(&p, &cmd), Decision::Allow, "{:?} is allowed, bash may run {:?}", written, run);
+            }
+        }
     }
 }
 
