@@ -12,7 +12,7 @@
 //!   NUL, ESC, DEL, ...) is not understood;
 //! - lists and pipelines: `;`, `&`, `&&`, `||`, `|`, `|&`, newline;
 //! - subshells `( ... )` and groups `{ ...; }` at the start of a command;
-//!   the reserved words `!`, `time` (and `time -p`), `if`/`then`/`elif`/
+//!   the reserved words `!`, `time` (and `time -p`, `time --`, `time -p --`), `if`/`then`/`elif`/
 //!   `else`/`fi`, `while`/`until`/`do`/`done` at the start of a command;
 //! - comments: `#` at the start of a word, up to the newline;
 //! - quoting: `'...'`, `"..."`, backslash escapes, `\`-newline continuation
@@ -1263,9 +1263,13 @@ impl Parser<'_> {
                 break;
             }
             if b.words[start].text == b"time" {
-                // `time -p`
-                if b.words.get(start + 1).is_some_and(|w| w.text == b"-p" && !w.quoted) {
-                    start += 1;
+                // `time -p`, `time --`, `time -p --`: bash reads an unquoted `-p` and then an
+                // unquoted `--` after `time` as part of the reserved word, never as the
+                // command (`time -- rm x` runs `rm x`).
+                for option in [b"-p".as_slice(), b"--"] {
+                    if b.words.get(start + 1).is_some_and(|w| w.text == option && !w.quoted && !w.dynamic) {
+                        start += 1;
+                    }
                 }
             }
             start += 1;
@@ -1452,6 +1456,12 @@ mod tests {
         assert_eq!(texts("{ ls; }"), ["ls"]);
         assert_eq!(texts("echo hi # ; rm -rf /"), ["echo hi"]);
         assert_eq!(texts("time -p ! ls"), ["ls"]);
+        // `time --` and `time -p --` (bash 5): the `--` belongs to `time`.
+        assert_eq!(texts("time -- rm -rf /"), ["rm -rf /"]);
+        assert_eq!(texts("time -p -- curl x"), ["curl x"]);
+        assert_eq!(texts("time -- -p ls"), ["-p ls"]);
+        assert_eq!(texts("time \"--\" ls"), ["-- ls"]);
+        assert_eq!(texts("time -p -p ls"), ["-p ls"]);
         // Found by the differential test: `time` after `|` is /usr/bin/time.
         assert_eq!(texts("echo | time echo"), ["echo", "time echo"]);
         assert_eq!(texts("echo || time echo"), ["echo", "echo"]);
@@ -1512,6 +1522,7 @@ mod tests {
         assert_eq!(texts("echo hi &\\\n> f"), ["echo hi &> f"]);
         assert_eq!(texts("ls 2>\\\n&1"), ["ls"]);
         assert_eq!(texts("a |\\\n& b"), ["a", "b"]);
+        assert_eq!(texts("tim\\\ne -\\\n- rm x"), ["rm x"]);
         // In double quotes and backticks it goes too; an escaped backslash stays.
         assert_eq!(texts("echo \"a\\\nb\""), ["echo ab"]);
         assert_eq!(texts("echo \\\\\necho"), ["echo \\", "echo"]);

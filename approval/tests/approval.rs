@@ -739,6 +739,17 @@ mod recognizer_review {
         assert_ne!(decide(&home, "rm -rf ~"), Decision::Allow, "tilde expansion");
     }
 
+    /// Regression (review item 4): after `time` only `-p` was skipped, so `time -- rm -rf
+    /// /workspace` was checked as the command `--` and allowed under `allow: Bash` with
+    /// `deny: Bash(rm:*)`.
+    #[test]
+    fn regression_time_double_dash_hid_the_command_word() {
+        let p = policy(&["Bash"], &[], &["Bash(rm:*)", "Bash(curl:*)"]);
+        assert_eq!(decide(&p, "time -- rm -rf /workspace"), Decision::Deny);
+        assert_eq!(decide(&p, "time -p -- curl http://evil.example"), Decision::Deny);
+        assert_eq!(decide(&p, "echo x && time -- rm x"), Decision::Deny);
+    }
+
     /// Words the test's commands are made of: the deny and ask rules' words and others.
     const VOCAB: &[&str] = &["push", "--force", "origin", "main", "pull", "status", "-f", "--tags", "log"];
 

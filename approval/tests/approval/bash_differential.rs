@@ -129,6 +129,7 @@ const CORPUS: &[&str] = &[
     "cat <<-EOF\n\ttouch h\n\tEOF\n",
     "echo \"$\\\n(touch c)\" $\\\n'\\x41' \"$\\\n{x}\" $\\\n((1+2))",
     "cat <\\\n(touch p); echo hi &\\\n>f; echo 2>\\\n&1",
+    "time -- touch t; time -p -- echo hi; time -- echo hi",
     "$\\\n'\\x74ouch' t; echo 'a\\\nb' \"a\\\nb\" # c\\\ntouch d",
 ];
 
@@ -137,7 +138,7 @@ const TOKENS: &[&str] = &[
     "\r", "\0", "\t", "\n", "\u{7f}", "\u{1b}", " ", ";", "&", "|", "(", ")", "{", "}", "<", ">", ">&", "<&", "&>",
     "<<", "<<<", "$", "${", "}", "$(", "$((", "))", "`", "'", "\"", "\\", "#", "!", "*", "?", "[", "]", "~", "=", ":",
     "@P", ":=", "1name", "touch t", "rm x", "eval ", "exec ", "echo ", "EOF", "-", "%", "^", ",", "a[", "]=", "\\\n",
-    "$\\\n(", "$\\\n'", "$\\\n{", "$\\\n((", "$\\\n\"", "<\\\n(", ">\\\n(", "&\\\n>",
+    "$\\\n(", "$\\\n'", "$\\\n{", "$\\\n((", "$\\\n\"", "<\\\n(", ">\\\n(", "&\\\n>", "time -- ",
 ];
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -325,7 +326,7 @@ fn command_word() -> BoxedStrategy<String> {
             "{ echo", "} echo", "if echo", "then echo", "else echo", "fi; echo", "do echo",
             "done; echo", "while false; do echo", "! time echo", "time ! echo", "echo\\\n",
             "\\\necho", "2>&1 echo", ">/dev/null echo", "{ time echo", "( time echo )",
-            "$\\\n'echo'", "$\\\n'\\x65cho'",
+            "time -- echo", "time -p -- echo", "time -- -p echo", "$\\\n'echo'", "$\\\n'\\x65cho'",
         ]),
         2 => pick(&[
             "rm", "touch", "cat", "true", "eval", "exec", "source", ".", "alias", "command",
