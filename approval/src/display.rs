@@ -1,5 +1,6 @@
 //! A tool call as a person reads it when asked to approve it: the command for Bash, the
-//! path and a diff for Write and Edit, the pattern for searches — not raw JSON.
+//! path and a diff for Write and Edit, the pattern and every option for searches — not
+//! raw JSON.
 //!
 //! Everything shown comes from a model: control characters (terminal escape sequences
 //! included) and invisible format characters ([`is_hidden_or_control`]) are shown as
@@ -169,6 +170,14 @@ pub fn describe_call(tool: &str, input: &Value) -> String {
             let path = text(input, "path");
             let at = if path.is_empty() { String::new() } else { format!(" in {}", whole_inline(path, "     ")) };
             out.push(format!("  {} {}{at}", tool.to_lowercase(), whole_inline(text(input, "pattern"), "     ")));
+            // Every other option changes what the search reads and shows (`glob`, `type`,
+            // `output_mode`, `-A`/`-B`/`-C`, `-i`, `multiline`, `head_limit`, ...).
+            if let Some(map) = input.as_object() {
+                for (key, value) in map.iter().filter(|(k, _)| !matches!(k.as_str(), "pattern" | "path")) {
+                    let value = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+                    out.push(format!("    {}: {}", whole_inline(key, "      "), whole_inline(&value, "      ")));
+                }
+            }
         }
         _ => {
             // Another tool's arguments are the whole call: every line is shown.
@@ -252,6 +261,19 @@ mod tests {
                 if c == '\n' { expected.push('\n') } else { push_shown(&mut expected, c) }
             }
             proptest::prop_assert_eq!(unwrap_shown(&lines), expected);
+        }
+    }
+
+    /// Regression (review item 3): Grep showed only its pattern and path, so a person
+    /// approved `grep .` without seeing `glob: secrets/**` and `output_mode: content`.
+    #[test]
+    fn regression_grep_options_were_not_shown() {
+        let shown = describe_call(
+            "Grep",
+            &json!({ "pattern": ".", "glob": "secrets/**", "type": "py", "output_mode": "content", "-C": 3 }),
+        );
+        for part in ["grep .", "glob: secrets/**", "type: py", "output_mode: content", "-C: 3"] {
+            assert!(shown.contains(part), "{part:?} in {shown}");
         }
     }
 

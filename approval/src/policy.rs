@@ -276,6 +276,15 @@ impl Policy {
         };
         let (decision, rule) = self.first_match(&target);
         let reason = match rule {
+            Some(r) if decision != Decision::Allow && r.is_path_rule() && rule::DIRECTORY_TOOLS.contains(&tool) => {
+                let root = resolved.as_ref().map(|(p, _)| p.display().to_string()).unwrap_or_default();
+                format!(
+                    "{} rule `{}`: a search from {root} could read what it names (search a directory it does \
+                     not cover)",
+                    decision.as_str(),
+                    r.text()
+                )
+            }
             Some(r) => format!("{} rule `{}`", decision.as_str(), r.text()),
             None => format!("no rule matches; default is {}", decision.as_str()),
         };

@@ -831,6 +831,85 @@ mod recognizer_review {
     }
 }
 
+/// Review item 3: the directory tools (Grep, Glob, LS) read a whole tree below their root.
+mod directory_tools {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn decide(p: &Policy, tool: &str, input: Value) -> Decision {
+        p.evaluate(tool, &input, &ctx()).decision
+    }
+
+    /// Regression (review item 3): a `Read(...)` deny rule matched the search root or an
+    /// ancestor of it, never what lies below, so `Grep {"glob": "secrets/**"}` over the
+    /// workspace printed every secret the rule denies (and `Glob **/*` listed them).
+    #[test]
+    fn regression_a_grep_over_an_ancestor_read_what_a_read_deny_rule_protects() {
+        let p = policy(&["Read", "Glob", "Grep", "LS"], &[], &["Read(./secrets/**)"]);
+        let grep = json!({"pattern": ".", "glob": "secrets/**", "output_mode": "content"});
+        assert_eq!(decide(&p, "Grep", grep.clone()), Decision::Deny);
+        let ev = p.evaluate("Grep", &grep, &ctx());
+        assert!(ev.reason.contains("a search from /workspace"), "{}", ev.reason);
+        assert_eq!(decide(&p, "Glob", json!({"pattern": "**/*"})), Decision::Deny);
+        assert_eq!(decide(&p, "LS", json!({"path": "/workspace"})), Decision::Deny);
+        assert_eq!(decide(&p, "Grep", json!({"pattern": "x", "path": "/"})), Decision::Deny);
+        // A search that cannot reach the denied tree is untouched.
+        assert_eq!(decide(&p, "Grep", json!({"pattern": "x", "path": "src"})), Decision::Allow);
+        assert_eq!(decide(&p, "Glob", json!({"pattern": "src/**/*.rs"})), Decision::Allow);
+        assert_eq!(decide(&p, "Read", json!({"file_path": "README.md"})), Decision::Allow);
+        // A name denied at any depth is below every directory.
+        let env = policy(&["Grep"], &[], &["Read(.env)"]);
+        assert_eq!(decide(&env, "Grep", json!({"pattern": "=", "glob": "**/.env"})), Decision::Deny);
+        assert_eq!(decide(&env, "Grep", json!({"pattern": "=", "path": "src"})), Decision::Deny);
+        // An ask rule asks.
+        let asked = policy(&["Grep"], &["Read(./secrets/**)"], &[]);
+        assert_eq!(decide(&asked, "Grep", json!({"pattern": "x"})), Decision::Ask);
+        // Allow rules still cover only their own tree.
+        let narrow = policy(&["Grep(./src/**)"], &[], &[]);
+        assert_eq!(decide(&narrow, "Grep", json!({"pattern": "x"})), Decision::Ask);
+        assert_eq!(decide(&narrow, "Grep", json!({"pattern": "x", "path": "src/a"})), Decision::Allow);
+    }
+
+    fn segment() -> impl Strategy<Value = &'static str> {
+        proptest::sample::select(&["secrets", "src", "a", "*", "**", ".env", "s*", "?", "[sa]*"][..])
+    }
+
+    fn name() -> impl Strategy<Value = &'static str> {
+        proptest::sample::select(&["secrets", "src", "a", ".env", "key", "b"][..])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// For every `Read(...)` deny rule and every search root: if some file below the
+        /// root is denied to Read, the search is not allowed (one checker for the class,
+        /// whatever the rule's shape: literal, `*`, `?`, classes, `**`, any-depth names).
+        #[test]
+        fn a_search_never_reaches_a_file_read_denies(
+            rule in proptest::collection::vec(segment(), 1..4),
+            root in proptest::collection::vec(name(), 0..3),
+            below in proptest::collection::vec(name(), 1..4),
+            relative in any::<bool>(),
+        ) {
+            let rule = format!("Read({}{})", if relative { "" } else { "./" }, rule.join("/"));
+            prop_assume!(Rule::parse(&rule).is_ok());
+            let p = policy(&["Read", "Glob", "Grep", "LS"], &[], &[rule.as_str()]);
+            let root = format!("/workspace/{}", root.join("/"));
+            let file = format!("{}/{}", root.trim_end_matches('/'), below.join("/"));
+            if decide(&p, "Read", json!({"file_path": file})) != Decision::Deny {
+                return Ok(());
+            }
+            for (tool, input) in [
+                ("Grep", json!({"pattern": "x", "path": root})),
+                ("Glob", json!({"pattern": "**/*", "path": root})),
+                ("LS", json!({"path": root})),
+            ] {
+                prop_assert_eq!(decide(&p, tool, input), Decision::Deny, "{} over {} reaches {} ({})", tool, root, file, rule);
+            }
+        }
+    }
+}
+
 mod gate {
     use super::*;
     use std::time::Duration;
