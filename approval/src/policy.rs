@@ -485,7 +485,7 @@ fn describe(d: Decision, rule: Option<&Rule>, part: Option<&str>) -> String {
 /// Normalise a tool path against the workspace root. The flag is true when
 /// the path uses `..` and ends up outside the workspace (such a path never
 /// matches an allow rule).
-fn resolve_path(root: &Path, path: &Path) -> (PathBuf, bool) {
+pub(crate) fn resolve_path(root: &Path, path: &Path) -> (PathBuf, bool) {
     let normalised = normalize_path(root, path);
     let root_norm = normalize_path(Path::new("/"), root);
     let uses_parent = path.components().any(|c| c == Component::ParentDir);
