@@ -16,7 +16,8 @@
 //! `ask` into an allow: deny rules, `default: deny` and read-only modes are decided before
 //! grants are consulted, and `always` is refused for a tool any deny rule names. A call
 //! that no exact rule can describe (a command with a wildcard or a line break, a path with
-//! glob characters, a compound command the recognizer splits) can only be approved `once`.
+//! glob characters, a compound command the recognizer splits) or that edits executable
+//! configuration ([`crate::policy::EXECUTABLE_CONFIG`]) can only be approved `once`.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -26,7 +27,7 @@ use std::sync::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::policy::{Decision, EvalContext, Policy, PolicyConfig, resolve_path};
+use crate::policy::{Decision, EvalContext, Policy, PolicyConfig, is_executable_config, resolve_path};
 use crate::rule::{self, Rule};
 
 /// Most grants one session may hold: each is checked on every asked call of the session.
@@ -77,7 +78,14 @@ pub fn rule_for(tool: &str, input: &Value, ctx: &EvalContext) -> Result<String, 
         }
         vec![format!("Bash({cmd})")]
     } else if let Some(path) = grant_path(tool, input, ctx) {
-        vec![exact_rule(tool, &path?)?]
+        let path = path?;
+        if is_executable_config(&path) {
+            return Err(format!(
+                "{} is executable configuration (other programs run what it holds): it can only be approved once",
+                path.display()
+            ));
+        }
+        vec![exact_rule(tool, &path)?]
     } else {
         return Err(format!("{tool} calls can only be approved once"));
     };
@@ -159,7 +167,8 @@ impl Grants {
     /// The grant that covers this call, if any: (scope, rule). For a file tool, the path as
     /// given and `resolved` (the sandbox's resolution, if it differs) must each be covered
     /// — by the exact rule of that path, or by an operator's allow rule in the overlay —
-    /// and no grant covers a `hard_linked` file (its other names were never checked).
+    /// and no grant covers a `hard_linked` file (its other names were never checked) or
+    /// executable configuration ([`is_executable_config`]).
     pub(crate) fn matching(
         &self,
         tool: &str,
@@ -183,7 +192,7 @@ impl Grants {
                 }
                 named.push((other, normalised(Path::new(r), ctx).ok()?));
             }
-            if hard_linked {
+            if hard_linked || named.iter().any(|(_, p)| is_executable_config(p)) {
                 return None;
             }
             let covers = |rule: &String, (input, path): &(Value, PathBuf)| {
@@ -382,5 +391,25 @@ mod tests {
         let key = rule_for("Read", &json!({ "file_path": "secrets/key" }), &c).unwrap();
         g.add(Scope::Session, Some("s"), &key, "alice", "apr_2").unwrap();
         assert!(m(Some("/workspace/secrets/key"), false).is_some());
+    }
+
+    /// Review item 7: executable configuration is never granted, nor covered by a grant
+    /// (an older overlay line included), given or resolved.
+    #[test]
+    fn executable_configuration_is_never_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("overlay.rules");
+        std::fs::write(&path, "Write(//workspace/.git/config)\nWrite(hook)\nWrite(//workspace/notes)\n").unwrap();
+        let c = ctx();
+        let g = Grants::load(Some(path)).unwrap();
+        for p in [".git/config", ".git/hooks/pre-commit", "sub/.git", ".envrc", "web/.npmrc", ".cargo/config.toml"] {
+            assert!(rule_for("Write", &write(p), &c).is_err(), "{p}");
+        }
+        assert!(g.matching("Write", &write(".git/config"), None, false, None, &c).is_none());
+        assert!(g.matching("Write", &write(".git/hooks/hook"), None, false, None, &c).is_none());
+        assert!(g.matching("Write", &write("src/hook"), None, false, None, &c).is_some(), "an operator's rule");
+        let notes = write("notes");
+        assert!(g.matching("Write", &notes, None, false, None, &c).is_some());
+        assert!(g.matching("Write", &notes, Some("/workspace/.git/config"), false, None, &c).is_none());
     }
 }

@@ -420,6 +420,33 @@ mod modes {
         assert!("root".parse::<PermissionMode>().is_err());
     }
 
+    /// Regression (review item 7): `acceptEdits` allowed every edit in the workspace,
+    /// `.git/config` included, so an edit setting `core.fsmonitor` made the next allowed
+    /// `git status` run any command. Executable configuration is asked, given or resolved.
+    #[test]
+    fn regression_accept_edits_allowed_editing_git_config_which_git_status_runs() {
+        let p = with_mode(AcceptEdits, false, &["Bash(git status)"], &[], &[]);
+        let m = p.effective_mode(Some(AcceptEdits));
+        let edit = json!({"file_path": ".git/config", "old_string": "[core]", "new_string": "[core]\n\tfsmonitor = x"});
+        let ev = p.decide("Edit", &edit, &ctx(), m);
+        assert_eq!(ev.decision, Decision::Ask, "{}", ev.reason);
+        assert!(ev.reason.contains("other programs run"), "{}", ev.reason);
+        for path in
+            [".git/hooks/pre-commit", "/workspace/sub/.git", ".gitmodules", ".envrc", "web/.npmrc", ".husky/pre-push"]
+        {
+            assert_eq!(p.decide("Write", &json!({"file_path": path}), &ctx(), m).decision, Decision::Ask, "{path}");
+        }
+        assert_eq!(p.decide("Write", &json!({"file_path": "src/git.rs"}), &ctx(), m).decision, Decision::Allow);
+        assert_eq!(p.decide("Write", &json!({"file_path": ".github/ci.yml"}), &ctx(), m).decision, Decision::Allow);
+        // A link to executable configuration is asked too.
+        let link = json!({"file_path": "notes/cfg"});
+        let ev = p.decide_resolved("Write", &link, Some("/workspace/.git/config"), &ctx(), m);
+        assert_eq!(ev.decision, Decision::Ask, "{}", ev.reason);
+        // An operator's explicit allow rule still decides.
+        let explicit = with_mode(AcceptEdits, false, &["Edit(./.git/config)"], &[], &[]);
+        assert_eq!(explicit.decide("Edit", &edit, &ctx(), m).decision, Decision::Allow);
+    }
+
     #[test]
     fn accept_edits() {
         let p = with_mode(AcceptEdits, false, &[], &[], &["Edit(./secrets/**)"]);
