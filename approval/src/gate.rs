@@ -541,7 +541,9 @@ impl ApprovalGate {
         let (decision, decided_by) = match ev.decision {
             // An approval a person gave for the session or for always covers this ask.
             Decision::Ask => {
-                match inner.grants.matching(&req.tool, &req.input, req.grant_session().as_deref(), &inner.ctx) {
+                let session = req.grant_session();
+                let (resolved, linked) = (req.resolved_path.as_deref(), req.hard_linked);
+                match inner.grants.matching(&req.tool, &req.input, resolved, linked, session.as_deref(), &inner.ctx) {
                     Some((scope, rule)) => {
                         let verdict = Verdict {
                             request_id: None,

@@ -141,19 +141,64 @@ impl PathGlob {
     /// Does the glob match `path` (absolute, normalised) or one of its
     /// ancestors?
     pub fn matches(&self, path: &Path) -> bool {
-        let segs: Vec<String> = path
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
-                _ => None,
-            })
-            .collect();
+        let segs = path_segments(path);
         let pat: Vec<&str> = self.segments.iter().map(String::as_str).collect();
         (0..=segs.len()).any(|n| {
             let prefix: Vec<&str> = segs[..n].iter().map(String::as_str).collect();
             match_segments(&pat, &prefix)
         })
     }
+
+    /// Could the glob match `root` (absolute, normalised), an ancestor of it, or any path
+    /// below it? A tool that reads a whole tree (Grep, Glob, LS) reads what such a glob
+    /// names when it starts at `root`: `/w/secrets/**` may match below `/w`, `/w/**/.env`
+    /// below any directory of `/w`. Errs towards `true`: every segment pattern left over
+    /// once `root` is consumed is assumed to match some name.
+    pub fn may_match_below(&self, root: &Path) -> bool {
+        if self.matches(root) {
+            return true;
+        }
+        let pat: Vec<&str> = self.segments.iter().map(String::as_str).collect();
+        // The pattern positions `root`'s segments can lead to (an NFA run; `**` takes
+        // any number of segments, zero included).
+        let mut states = vec![false; pat.len() + 1];
+        states[0] = true;
+        let close = |states: &mut Vec<bool>| {
+            for i in 0..pat.len() {
+                if states[i] && pat[i] == "**" {
+                    states[i + 1] = true;
+                }
+            }
+        };
+        close(&mut states);
+        for seg in path_segments(root) {
+            let mut next = vec![false; pat.len() + 1];
+            for i in (0..pat.len()).filter(|&i| states[i]) {
+                if pat[i] == "**" {
+                    next[i] = true;
+                } else if segment_match(pat[i], &seg) {
+                    next[i + 1] = true;
+                }
+            }
+            close(&mut next);
+            if !next.contains(&true) {
+                return false;
+            }
+            states = next;
+        }
+        // Part of the pattern is left: some path below `root` can complete it.
+        states[..pat.len()].contains(&true)
+    }
+}
+
+/// The normal components of `path`, as text.
+fn path_segments(path: &Path) -> Vec<String> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn match_segments(pat: &[&str], path: &[&str]) -> bool {
@@ -290,6 +335,21 @@ mod tests {
         assert!(PathGlob::new("/w/se[c]rets").matches(Path::new("/w/secrets/k")));
         assert!(PathGlob::new("/w/?.txt").matches(Path::new("/w/a.txt")));
         assert!(!PathGlob::new("/w/[!a].txt").matches(Path::new("/w/a.txt")));
+    }
+
+    #[test]
+    fn may_match_below() {
+        let below = |g: &str, root: &str| PathGlob::new(g).may_match_below(Path::new(root));
+        assert!(below("/w/secrets/**", "/w"));
+        assert!(below("/w/secrets/**", "/"));
+        assert!(below("/w/secrets/**", "/w/secrets"));
+        assert!(below("/w/secrets/**", "/w/secrets/a/b"), "inside: matches as before");
+        assert!(!below("/w/secrets/**", "/w/src"));
+        assert!(below("/w/**/.env", "/w/src/deep"));
+        assert!(below("/w/s*/key", "/w"));
+        assert!(below("/w/s*/key", "/w/src"));
+        assert!(!below("/w/s*/key", "/w/docs"));
+        assert!(!below("/w/a/key", "/x"));
     }
 
     #[test]

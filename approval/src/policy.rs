@@ -14,7 +14,8 @@
 //!    relaxed by any mode, bypass included.
 //! 3. **Read-only** (`plan`): any tool but the read tools of [`mode::READ_ONLY_TOOLS`] → deny.
 //! 4. **Ask handling**: `dontAsk` → deny; `acceptEdits` → allow for file edit
-//!    tools whose path is inside the workspace; `bypassPermissions` → allow,
+//!    tools whose path is inside the workspace and not executable configuration
+//!    ([`EXECUTABLE_CONFIG`]); `bypassPermissions` → allow,
 //!    flagged as a bypass; otherwise the call is asked.
 //!
 //! This module must never do I/O or block; it must never produce `allow` for a
@@ -35,6 +36,49 @@ use crate::shell;
 /// two minutes is long enough to read a command and short enough that an
 /// unattended task does not hang (the call is declined at the end).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Files and directories whose contents other programs run as commands: editing one turns
+/// the next allowed command into an arbitrary one (`git status` runs `core.fsmonitor`, a
+/// commit runs `.git/hooks/pre-commit`). Neither `acceptEdits` nor a `session`/`always`
+/// grant ever allows an edit of these without asking ([`is_executable_config`], checked
+/// on the path as given and as resolved); only an explicit allow rule of the operator does.
+/// Absolute globs (a matched directory covers everything in it), so they hold at any depth:
+/// - `.git` (a directory, or a `gitdir:` file): `config` (`core.fsmonitor`,
+///   `core.hooksPath`, `core.sshCommand`, aliases, filter and diff drivers) and `hooks/*`,
+///   run by ordinary git commands;
+/// - `.gitconfig`: the same keys, when a home directory is inside the workspace;
+/// - `.gitmodules`: the repositories and URLs (`ext::` transports) submodule commands use;
+/// - `.husky`: hook scripts git runs once `core.hooksPath` points there;
+/// - `.pre-commit-config.yaml`: the commands pre-commit's git hooks run;
+/// - `.envrc`: a shell script direnv runs on entering the directory;
+/// - `.npmrc`: npm's `script-shell`, `node-options` (`--require`), `git`, run by every npm
+///   command; `.yarnrc`, `.yarnrc.yml` (`yarnPath`: a script every yarn command runs);
+///   `.pnpmfile.cjs` (hooks pnpm runs on install);
+/// - `.cargo/config.toml`, `.cargo/config`: `target.*.runner`, `build.rustc-wrapper`,
+///   aliases, run by cargo.
+///
+/// Project files that define what a command is for (`package.json` scripts, `Makefile`,
+/// tests) are not here: an operator who allows `npm run test` with `acceptEdits` accepts
+/// that edited tests run.
+pub const EXECUTABLE_CONFIG: &[&str] = &[
+    "/**/.git",
+    "/**/.gitconfig",
+    "/**/.gitmodules",
+    "/**/.husky",
+    "/**/.pre-commit-config.yaml",
+    "/**/.envrc",
+    "/**/.npmrc",
+    "/**/.yarnrc",
+    "/**/.yarnrc.yml",
+    "/**/.pnpmfile.cjs",
+    "/**/.cargo/config.toml",
+    "/**/.cargo/config",
+];
+
+/// Is `path` (absolute, normalised) one of the [`EXECUTABLE_CONFIG`] paths or inside one?
+pub fn is_executable_config(path: &Path) -> bool {
+    EXECUTABLE_CONFIG.iter().any(|p| crate::matcher::PathGlob::new(p).matches(path))
+}
 
 /// Longest `timeout` accepted: a day. Anything longer is almost certainly a
 /// unit mistake and would keep tasks and their sandboxes alive indefinitely.
@@ -276,6 +320,15 @@ impl Policy {
         };
         let (decision, rule) = self.first_match(&target);
         let reason = match rule {
+            Some(r) if decision != Decision::Allow && r.is_path_rule() && rule::DIRECTORY_TOOLS.contains(&tool) => {
+                let root = resolved.as_ref().map(|(p, _)| p.display().to_string()).unwrap_or_default();
+                format!(
+                    "{} rule `{}`: a search from {root} could read what it names (search a directory it does \
+                     not cover)",
+                    decision.as_str(),
+                    r.text()
+                )
+            }
             Some(r) => format!("{} rule `{}`", decision.as_str(), r.text()),
             None => format!("no rule matches; default is {}", decision.as_str()),
         };
@@ -343,12 +396,22 @@ impl Policy {
                 ev.reason = format!("{}; dontAsk mode declines instead of asking", ev.reason);
             }
             AskHandling::AcceptEdits => {
-                let inside = rule::tool_path(tool, input)
-                    .map(|p| resolve_path(&ctx.workspace_root, &p))
-                    .is_some_and(|(p, escaped)| !escaped && p.starts_with(&ctx.workspace_root));
+                let path = rule::tool_path(tool, input).map(|p| resolve_path(&ctx.workspace_root, &p));
+                let inside = path.as_ref().is_some_and(|(p, escaped)| !escaped && p.starts_with(&ctx.workspace_root));
                 if EDIT_TOOLS.contains(&tool) && inside {
-                    ev.decision = Decision::Allow;
-                    ev.reason = format!("{}; acceptEdits mode allows edits in the workspace", ev.reason);
+                    match path.as_ref().map(|(p, _)| p).filter(|p| is_executable_config(p)) {
+                        Some(p) => {
+                            ev.reason = format!(
+                                "{}; acceptEdits mode does not allow editing {}: other programs run what it holds",
+                                ev.reason,
+                                p.display()
+                            );
+                        }
+                        None => {
+                            ev.decision = Decision::Allow;
+                            ev.reason = format!("{}; acceptEdits mode allows edits in the workspace", ev.reason);
+                        }
+                    }
                 }
             }
             AskHandling::Bypass => {
@@ -476,7 +539,7 @@ fn describe(d: Decision, rule: Option<&Rule>, part: Option<&str>) -> String {
 /// Normalise a tool path against the workspace root. The flag is true when
 /// the path uses `..` and ends up outside the workspace (such a path never
 /// matches an allow rule).
-fn resolve_path(root: &Path, path: &Path) -> (PathBuf, bool) {
+pub(crate) fn resolve_path(root: &Path, path: &Path) -> (PathBuf, bool) {
     let normalised = normalize_path(root, path);
     let root_norm = normalize_path(Path::new("/"), root);
     let uses_parent = path.components().any(|c| c == Component::ParentDir);

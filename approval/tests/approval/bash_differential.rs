@@ -18,6 +18,12 @@
 //! every file that appears in any directory the unprivileged user can write
 //! (the root file system is read-only; `--network none`).
 //!
+//! Line continuations (backslash-newline, which bash removes before it tokenizes)
+//! are generated right after the `$` of expansions and substitutions, inside
+//! redirection and list operators (their lookahead) and anywhere in a token
+//! ([`continued`]), since a recognizer that reads them at the wrong time sees a
+//! literal `$` where bash runs `$(...)`.
+//!
 //! Before the property, the known bad commands (the issue's examples) run in
 //! the same container and must fire a tripwire or create a file, and the
 //! policy must ASK for each: so the test would have caught the old splitter,
@@ -75,6 +81,9 @@ const KNOWN_BAD: &[&str] = &[
     "echo data >&1name",
     "echo hi >&2name 2>&1",
     "echo $((a[$(touch s)]))",
+    // Review item 1: bash joins `$\<nl>(` into `$(` before it tokenizes.
+    "echo \"$\\\n(touch c)\"",
+    "echo \"$\\\n\\\n(touch c)\" x",
     "echo ${x:='a[$(touch i)]'} ${!x}",
     "echo `echo \\`touch b\\``",
     "echo() { touch f; }; echo x",
@@ -118,13 +127,18 @@ const CORPUS: &[&str] = &[
     "a=(1 2); a[0]=1 echo",
     "echo $\"hi\"",
     "cat <<-EOF\n\ttouch h\n\tEOF\n",
+    "echo \"$\\\n(touch c)\" $\\\n'\\x41' \"$\\\n{x}\" $\\\n((1+2))",
+    "cat <\\\n(touch p); echo hi &\\\n>f; echo 2>\\\n&1",
+    "time -- touch t; time -p -- echo hi; time -- echo hi",
+    "$\\\n'\\x74ouch' t; echo 'a\\\nb' \"a\\\nb\" # c\\\ntouch d",
 ];
 
 /// One interesting token per line: inserted by mutations.
 const TOKENS: &[&str] = &[
     "\r", "\0", "\t", "\n", "\u{7f}", "\u{1b}", " ", ";", "&", "|", "(", ")", "{", "}", "<", ">", ">&", "<&", "&>",
     "<<", "<<<", "$", "${", "}", "$(", "$((", "))", "`", "'", "\"", "\\", "#", "!", "*", "?", "[", "]", "~", "=", ":",
-    "@P", ":=", "1name", "touch t", "rm x", "eval ", "exec ", "echo ", "EOF", "-", "%", "^", ",", "a[", "]=",
+    "@P", ":=", "1name", "touch t", "rm x", "eval ", "exec ", "echo ", "EOF", "-", "%", "^", ",", "a[", "]=", "\\\n",
+    "$\\\n(", "$\\\n'", "$\\\n{", "$\\\n((", "$\\\n\"", "<\\\n(", ">\\\n(", "&\\\n>", "time -- ",
 ];
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -146,6 +160,21 @@ fn mostly(benign: &'static [&'static str], risky: &'static [&'static str]) -> Bo
     prop_oneof![6 => pick(benign), 1 => pick(risky)].boxed()
 }
 
+/// A line continuation (a backslash, then a newline), which bash removes before
+/// anything else: inserted after the first character of what `s` generates (right after the `$`
+/// of an expansion, the `<` of `<(`, the first character of an operator), or anywhere.
+fn continued(s: BoxedStrategy<String>) -> BoxedStrategy<String> {
+    let inserted = (s.clone(), any::<bool>(), any::<prop::sample::Index>()).prop_map(|(s, after_first, at)| {
+        let chars: Vec<char> = s.chars().collect();
+        let i = if after_first { chars.len().min(1) } else { at.index(chars.len() + 1) };
+        let mut out: String = chars[..i].iter().collect();
+        out.push_str("\\\n");
+        out.extend(&chars[i..]);
+        out
+    });
+    prop_oneof![4 => s, 1 => inserted].boxed()
+}
+
 fn plain_word() -> BoxedStrategy<String> {
     mostly(
         &[
@@ -158,6 +187,10 @@ fn plain_word() -> BoxedStrategy<String> {
 }
 
 fn expansion() -> BoxedStrategy<String> {
+    continued(expansion_written())
+}
+
+fn expansion_written() -> BoxedStrategy<String> {
     mostly(
         &[
             "$x",
@@ -211,6 +244,10 @@ fn expansion() -> BoxedStrategy<String> {
 }
 
 fn redirect() -> BoxedStrategy<String> {
+    continued(redirect_written())
+}
+
+fn redirect_written() -> BoxedStrategy<String> {
     mostly(
         &["2>&1", ">&2", ">/dev/null", "2>/dev/null", "&>/dev/null", "<<<w", ">&-", "1>&2", "<&0", "</dev/null"],
         &[
@@ -255,17 +292,19 @@ fn quoted(depth: u32) -> BoxedStrategy<String> {
 
 fn subst(depth: u32) -> BoxedStrategy<String> {
     if depth == 0 {
-        return mostly(&["$(echo s)", "`echo b`", "<(echo p)"], &["$(touch s)"]);
+        return continued(mostly(&["$(echo s)", "`echo b`", "<(echo p)"], &["$(touch s)", ">(touch s)"]));
     }
     let l = list(depth - 1);
-    (0..4usize, l)
-        .prop_map(|(k, l)| match k {
-            0 => format!("$({l})"),
-            1 => format!("`{l}`"),
-            2 => format!("<({l})"),
-            _ => format!(">({l})"),
-        })
-        .boxed()
+    continued(
+        (0..4usize, l)
+            .prop_map(|(k, l)| match k {
+                0 => format!("$({l})"),
+                1 => format!("`{l}`"),
+                2 => format!("<({l})"),
+                _ => format!(">({l})"),
+            })
+            .boxed(),
+    )
 }
 
 fn word(depth: u32) -> BoxedStrategy<String> {
@@ -287,6 +326,7 @@ fn command_word() -> BoxedStrategy<String> {
             "{ echo", "} echo", "if echo", "then echo", "else echo", "fi; echo", "do echo",
             "done; echo", "while false; do echo", "! time echo", "time ! echo", "echo\\\n",
             "\\\necho", "2>&1 echo", ">/dev/null echo", "{ time echo", "( time echo )",
+            "time -- echo", "time -p -- echo", "time -- -p echo", "$\\\n'echo'", "$\\\n'\\x65cho'",
         ]),
         2 => pick(&[
             "rm", "touch", "cat", "true", "eval", "exec", "source", ".", "alias", "command",
@@ -335,10 +375,10 @@ fn compound(depth: u32) -> BoxedStrategy<String> {
 }
 
 fn list(depth: u32) -> BoxedStrategy<String> {
-    let op = mostly(
-        &[";", " && ", " || ", " | ", " & ", "\n", " |& ", "; ", "|", "&", " #c\n", "\n\n"],
+    let op = continued(mostly(
+        &[";", " && ", " || ", " | ", " & ", "\n", " |& ", "; ", "|", "&", " #c\n", "\n\n", "&&", "||", "|&"],
         &[";;", "\r", "\r\n", "\0", "\u{1b}"],
-    );
+    ));
     (compound(depth), proptest::collection::vec((op, compound(depth)), 0..3))
         .prop_map(|(first, rest)| {
             let mut s = first;

@@ -85,8 +85,10 @@ fn tty_question(r: &PendingApproval) -> String {
     let subagent =
         r.chain.iter().map(|link| link.subagent.as_str()).chain([r.subagent.as_str()]).collect::<Vec<_>>().join(" › ");
     let subagent = crate::text::escape_control(&subagent);
+    // The model's words about its call come after warden's, labelled as the model's.
+    let note = warden_approval::display::model_note(&r.tool, &r.input).map(|n| format!("\n{n}")).unwrap_or_default();
     format!(
-        "\n? {subagent} ({whose}) wants to run {}:\n{call}\n  because: {reason}\n  approve? {} ",
+        "\n? {subagent} ({whose}) wants to run {}:\n{call}\n  because: {reason}{note}\n  approve? {} ",
         crate::text::escape_control(&r.tool),
         options.join(" / ")
     )
@@ -162,6 +164,12 @@ mod tests {
         let q = tty_question(&r);
         assert!(q.contains("worker (task task_1, session s1) wants to run Bash:\n  $ make test\n"), "{q}");
         assert!(q.contains("[y]es once / [s]ession / [N]o"), "{q}");
+        let described = PendingApproval {
+            input: serde_json::json!({ "command": "make test", "description": "read-only" }),
+            ..r.clone()
+        };
+        let q = tty_question(&described);
+        assert!(q.contains("  because: no rule matches; default is ask\n  model says: read-only\n"), "{q}");
         assert_eq!(tty_answer("s\n", &r.scopes), (Resolution::Approve, Scope::Session));
         assert_eq!(tty_answer("a", &r.scopes), (Resolution::Decline, Scope::Once), "always was not offered");
         assert_eq!(tty_answer("y", &r.scopes), (Resolution::Approve, Scope::Once));
