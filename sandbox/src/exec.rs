@@ -836,4 +836,10 @@ mod tests {
         assert!(out.len() <= 200 + 8, "{}", out.len());
         assert!(out.contains("bytes truncated"));
     }
+
+    #[test]
+    fn the_agent_uses_the_same_settle_exit_codes() {
+        assert!(AGENT_SOURCE.contains(&format!("\nSETTLE_NOT_FOUND = {SETTLE_NOT_FOUND}\n")));
+        assert!(AGENT_SOURCE.contains(&format!("\nSETTLE_UNTRUSTED = {SETTLE_UNTRUSTED}\n")));
+    }
 }
