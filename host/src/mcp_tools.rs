@@ -20,8 +20,10 @@
 //!
 //! Servers a subagent defines itself (WIT 0.3.0 `agent-mcp-servers`, admitted by the
 //! registry only when the operator allows them) are stdio servers like the operator's,
-//! per session, under a process slot named by a hash of their whole definition (two
-//! subagents' different definitions under one name never share a process). Starting one
+//! but one process per task, under a process slot named by a hash of their whole
+//! definition and the task (`agent_slot`: two subagents' different definitions under one
+//! name never share a process), ended with every process it started when the task ends
+//! ([`McpTools::end_task`]) and held to the task's egress narrowing for its whole life. Starting one
 //! is a command the approval gate judges first: [`crate::tools::ToolHost`] asks it with
 //! [`agent_server_command`] before the process starts (see [`McpTools::agent_server_running`]).
 //!
@@ -145,6 +147,11 @@ fn agent_slot(s: &AgentMcpServer, task_id: &str) -> String {
     format!("{AGENT_SLOT_PREFIX}{}:{}:{task_id}", s.name, hex::encode(h.finalize()))
 }
 
+/// The [`StdioKey`] of agent-defined server `s` in `site`'s session and task.
+fn agent_key(s: &AgentMcpServer, site: &SessionSite<'_>) -> StdioKey {
+    (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id))
+}
+
 /// The command line that starting an agent-defined server amounts to, as the approval gate
 /// judges it (`Bash`): its environment as `NAME=value` assignments, then the program and
 /// its arguments, each word shell-quoted so the gate's parser reads back exactly the argv
@@ -186,8 +193,9 @@ pub struct McpToolSpec {
 pub enum AgentStart {
     /// Start it if it does not run.
     MayStart,
-    /// Use it only if it already runs in the session.
-    NotApproved,
+    /// Use it only if it already runs in the session (no start was approved for this use,
+    /// or none was needed: it runs).
+    IfRunning,
 }
 
 /// Where a stdio server of a call runs: the session's sandbox, with the task's secrets;
@@ -356,20 +364,20 @@ impl McpTools {
     /// Whether starting the subagent's own server `s` was declined earlier in this task
     /// (it is not asked about again until the task ends).
     pub fn agent_server_declined(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
-        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
+        let key = agent_key(s, site);
         self.declined.lock().unwrap_or_else(|e| e.into_inner()).contains(&key)
     }
 
     /// Remembers that starting `s` was declined for this task.
     pub fn decline_agent_server(&self, s: &AgentMcpServer, site: &SessionSite<'_>) {
-        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
+        let key = agent_key(s, site);
         self.declined.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
     }
 
     /// Whether the subagent's own server `s` runs in `site`'s session now (started there
     /// before, not seen to have ended): using it then needs no start.
     pub fn agent_server_running(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
-        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
+        let key = agent_key(s, site);
         let map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
         // A slot in use (locked) is starting or serving a call: it was allowed to start.
         map.get(&key).is_some_and(|slot| slot.try_lock().map(|c| c.as_ref().is_some_and(|c| !c.dead)).unwrap_or(true))
@@ -454,7 +462,7 @@ impl McpTools {
             *guard = None;
         }
         if guard.is_none() {
-            if start == AgentStart::NotApproved {
+            if start == AgentStart::IfRunning {
                 return Err(format!(
                     "MCP server {server:?} does not run in this session (it ended or never started), and starting it \
                      was not approved for this use; it is asked about again when the subagent next lists its tools"
