@@ -7,7 +7,11 @@
 //! it alone; it lives until its stdin closes, it exits, or the session's container stops
 //! or is removed (idle reaping, `end_session`, shutdown), whichever comes first. Docker
 //! cannot kill an exec: dropping the [`SessionProcess`] closes its stdin, which ends a
-//! well-behaved server, and the container's end ends any other.
+//! well-behaved server, and the container's end ends any other. A process the host must
+//! end sooner on purpose (an agent-defined MCP server, ended with its task) is started
+//! *owned* ([`Sandbox::spawn_owned_process`]: the agent's `exec-owned` says its pid and
+//! start time, then becomes it) and ended with its whole tree by
+//! [`Sandbox::end_process`].
 //!
 //! What such a process starts while it serves (a tool call running git, which runs a hook
 //! the model wrote) is its descendant, not an orphan, so the sweeps would leave that too.
