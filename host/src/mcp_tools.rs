@@ -152,6 +152,29 @@ fn agent_key(s: &AgentMcpServer, site: &SessionSite<'_>) -> StdioKey {
     (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id))
 }
 
+/// One use of a stdio server: the server (its name in tool names and its entry), the
+/// session's process slot that runs it, whether this use may start it, and whether it is
+/// agent-defined (then started owned and ended with its task, see [`McpTools::end_task`]).
+struct StdioUse<'a> {
+    name: &'a str,
+    config: &'a McpServerConfig,
+    slot: String,
+    start: AgentStart,
+    agent_defined: bool,
+}
+
+impl<'a> StdioUse<'a> {
+    /// An operator's server: its slot is its name, and any use may start it.
+    fn operator(name: &'a str, config: &'a McpServerConfig) -> Self {
+        StdioUse { name, config, slot: name.to_owned(), start: AgentStart::MayStart, agent_defined: false }
+    }
+
+    /// The subagent's own server `s` (as the entry `config`) in `site`'s task.
+    fn agent(s: &'a AgentMcpServer, config: &'a McpServerConfig, start: AgentStart, site: &SessionSite<'_>) -> Self {
+        StdioUse { name: &s.name, config, slot: agent_slot(s, site.task_id), start, agent_defined: true }
+    }
+}
+
 /// The command line that starting an agent-defined server amounts to, as the approval gate
 /// judges it (`Bash`): its environment as `NAME=value` assignments, then the program and
 /// its arguments, each word shell-quoted so the gate's parser reads back exactly the argv
@@ -295,7 +318,7 @@ impl McpTools {
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
             let site =
                 site.ok_or_else(|| format!("MCP server {server:?} runs in a sandbox session, and this call has none"))?;
-            return self.call_stdio(server, server, &s.config, AgentStart::MayStart, tool, arguments, site).await;
+            return self.call_stdio(&StdioUse::operator(server, &s.config), tool, arguments, site).await;
         }
         self.ensure_connected(s).await?;
         let (req, pending) = {
@@ -322,7 +345,7 @@ impl McpTools {
         let config = crate::config::mcp::agent_server_config(s)?;
         let site =
             site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and this call has none", s.name))?;
-        self.call_stdio(&s.name, &agent_slot(s, site.task_id), &config, start, tool, arguments, site).await
+        self.call_stdio(&StdioUse::agent(s, &config, start, site), tool, arguments, site).await
     }
 
     /// Ends the agent-defined servers `task_id` started in `key`'s session, each with every
@@ -392,7 +415,7 @@ impl McpTools {
         let config = crate::config::mcp::agent_server_config(s)?;
         let site =
             site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and there is none", s.name))?;
-        let slot = self.stdio_conn(&s.name, &agent_slot(s, site.task_id), &config, start, site).await?;
+        let slot = self.stdio_conn(&StdioUse::agent(s, &config, start, site), site).await?;
         let guard = slot.lock().await;
         Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone())
     }
@@ -404,7 +427,7 @@ impl McpTools {
             // one another session's process gave.
             let site =
                 site.ok_or_else(|| format!("MCP server {name:?} runs in a sandbox session, and there is none"))?;
-            let slot = self.stdio_conn(name, name, &s.config, AgentStart::MayStart, site).await?;
+            let slot = self.stdio_conn(&StdioUse::operator(name, &s.config), site).await?;
             let guard = slot.lock().await;
             return Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone());
         }
@@ -423,14 +446,11 @@ impl McpTools {
         Ok(())
     }
 
-    /// The live process of `server` (in process slot `slot`) in `site`'s session, started
-    /// if there is none or the last one died and `start` allows it.
+    /// The live process of `server` (in its process slot) in `site`'s session, started if
+    /// there is none or the last one died and the use allows it.
     async fn stdio_conn(
         &self,
-        server: &str,
-        slot_name: &str,
-        config: &McpServerConfig,
-        start: AgentStart,
+        server: &StdioUse<'_>,
         site: &SessionSite<'_>,
     ) -> Result<Arc<Mutex<Option<StdioConn>>>, String> {
         let slot = {
@@ -448,7 +468,7 @@ impl McpTools {
                     })
                     .unwrap_or(true)
             });
-            let key = (site.key.user_id.clone(), site.key.session_id.clone(), slot_name.to_owned());
+            let key = (site.key.user_id.clone(), site.key.session_id.clone(), server.slot.clone());
             map.entry(key).or_default().clone()
         };
         let mut guard = slot.lock().await;
@@ -458,37 +478,32 @@ impl McpTools {
         if let Some(conn) = guard.as_ref()
             && conn.dead
         {
-            tracing::info!(server, session = %site.key.session_id, stderr = %last_line(&conn.stderr.text()), "MCP stdio server ended; starting it again");
+            tracing::info!(server = server.name, session = %site.key.session_id, stderr = %last_line(&conn.stderr.text()), "MCP stdio server ended; starting it again");
             *guard = None;
         }
         if guard.is_none() {
-            if start == AgentStart::IfRunning {
+            if server.start == AgentStart::IfRunning {
                 return Err(format!(
-                    "MCP server {server:?} does not run in this session (it ended or never started), and starting it \
-                     was not approved for this use; it is asked about again when the subagent next lists its tools"
+                    "MCP server {:?} does not run in this session (it ended or never started), and starting it \
+                     was not approved for this use; it is asked about again when the subagent next lists its tools",
+                    server.name
                 ));
             }
-            let owned = slot_name.starts_with(AGENT_SLOT_PREFIX);
-            *guard = Some(self.start_stdio(server, config, site, owned).await?);
+            *guard = Some(self.start_stdio(server, site).await?);
         }
         drop(guard);
         Ok(slot)
     }
 
-    /// Starts `server`'s process; `owned`: an agent-defined one, ended with its task.
-    async fn start_stdio(
-        &self,
-        server: &str,
-        config: &McpServerConfig,
-        site: &SessionSite<'_>,
-        owned: bool,
-    ) -> Result<StdioConn, String> {
+    /// Starts `server`'s process (an agent-defined one owned: ended with its task).
+    async fn start_stdio(&self, server: &StdioUse<'_>, site: &SessionSite<'_>) -> Result<StdioConn, String> {
+        let (agent_defined, config, server) = (server.agent_defined, server.config, server.name);
         let Ok(McpTransport::Stdio { command, args, env }) = config.transport() else {
             return Err(format!("MCP server {server:?} is not a stdio server"));
         };
         let env = expand_env(server, env, site.secrets)?;
         let argv: Vec<String> = std::iter::once(command.to_owned()).chain(args.iter().cloned()).collect();
-        let (process, owned) = if owned {
+        let (process, owned) = if agent_defined {
             // Held before it starts: it never runs wider than its task, not even at start.
             let hold = site.sandbox.hold_egress(site.key, site.egress);
             let (process, id) =
@@ -528,18 +543,15 @@ impl McpTools {
         Ok(conn)
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn call_stdio(
         &self,
-        server: &str,
-        slot_name: &str,
-        config: &McpServerConfig,
-        start: AgentStart,
+        server: &StdioUse<'_>,
         tool: &str,
         arguments: Value,
         site: &SessionSite<'_>,
     ) -> Result<ToolResult, String> {
-        let slot = self.stdio_conn(server, slot_name, config, start, site).await?;
+        let slot = self.stdio_conn(server, site).await?;
+        let server = server.name;
         let mut guard = slot.lock().await;
         let conn = guard.as_mut().ok_or("the MCP server is not running")?;
         let (req, pending) = conn.session.call_tool(tool, arguments, None).map_err(|e| e.to_string())?;
