@@ -20,8 +20,10 @@
 //!
 //! Servers a subagent defines itself (WIT 0.3.0 `agent-mcp-servers`, admitted by the
 //! registry only when the operator allows them) are stdio servers like the operator's,
-//! per session, under a process slot named by a hash of their whole definition (two
-//! subagents' different definitions under one name never share a process). Starting one
+//! but one process per task, under a process slot named by a hash of their whole
+//! definition and the task (`agent_slot`: two subagents' different definitions under one
+//! name never share a process), ended with every process it started when the task ends
+//! ([`McpTools::end_task`]) and held to the task's egress narrowing for its whole life. Starting one
 //! is a command the approval gate judges first: [`crate::tools::ToolHost`] asks it with
 //! [`agent_server_command`] before the process starts (see [`McpTools::agent_server_running`]).
 //!
@@ -145,6 +147,34 @@ fn agent_slot(s: &AgentMcpServer, task_id: &str) -> String {
     format!("{AGENT_SLOT_PREFIX}{}:{}:{task_id}", s.name, hex::encode(h.finalize()))
 }
 
+/// The [`StdioKey`] of agent-defined server `s` in `site`'s session and task.
+fn agent_key(s: &AgentMcpServer, site: &SessionSite<'_>) -> StdioKey {
+    (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id))
+}
+
+/// One use of a stdio server: the server (its name in tool names and its entry), the
+/// session's process slot that runs it, whether this use may start it, and whether it is
+/// agent-defined (then started owned and ended with its task, see [`McpTools::end_task`]).
+struct StdioUse<'a> {
+    name: &'a str,
+    config: &'a McpServerConfig,
+    slot: String,
+    start: AgentStart,
+    agent_defined: bool,
+}
+
+impl<'a> StdioUse<'a> {
+    /// An operator's server: its slot is its name, and any use may start it.
+    fn operator(name: &'a str, config: &'a McpServerConfig) -> Self {
+        StdioUse { name, config, slot: name.to_owned(), start: AgentStart::MayStart, agent_defined: false }
+    }
+
+    /// The subagent's own server `s` (as the entry `config`) in `site`'s task.
+    fn agent(s: &'a AgentMcpServer, config: &'a McpServerConfig, start: AgentStart, site: &SessionSite<'_>) -> Self {
+        StdioUse { name: &s.name, config, slot: agent_slot(s, site.task_id), start, agent_defined: true }
+    }
+}
+
 /// The command line that starting an agent-defined server amounts to, as the approval gate
 /// judges it (`Bash`): its environment as `NAME=value` assignments, then the program and
 /// its arguments, each word shell-quoted so the gate's parser reads back exactly the argv
@@ -186,8 +216,9 @@ pub struct McpToolSpec {
 pub enum AgentStart {
     /// Start it if it does not run.
     MayStart,
-    /// Use it only if it already runs in the session.
-    NotApproved,
+    /// Use it only if it already runs in the session (no start was approved for this use,
+    /// or none was needed: it runs).
+    IfRunning,
 }
 
 /// Where a stdio server of a call runs: the session's sandbox, with the task's secrets;
@@ -287,7 +318,7 @@ impl McpTools {
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
             let site =
                 site.ok_or_else(|| format!("MCP server {server:?} runs in a sandbox session, and this call has none"))?;
-            return self.call_stdio(server, server, &s.config, AgentStart::MayStart, tool, arguments, site).await;
+            return self.call_stdio(&StdioUse::operator(server, &s.config), tool, arguments, site).await;
         }
         self.ensure_connected(s).await?;
         let (req, pending) = {
@@ -314,7 +345,7 @@ impl McpTools {
         let config = crate::config::mcp::agent_server_config(s)?;
         let site =
             site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and this call has none", s.name))?;
-        self.call_stdio(&s.name, &agent_slot(s, site.task_id), &config, start, tool, arguments, site).await
+        self.call_stdio(&StdioUse::agent(s, &config, start, site), tool, arguments, site).await
     }
 
     /// Ends the agent-defined servers `task_id` started in `key`'s session, each with every
@@ -356,20 +387,20 @@ impl McpTools {
     /// Whether starting the subagent's own server `s` was declined earlier in this task
     /// (it is not asked about again until the task ends).
     pub fn agent_server_declined(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
-        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
+        let key = agent_key(s, site);
         self.declined.lock().unwrap_or_else(|e| e.into_inner()).contains(&key)
     }
 
     /// Remembers that starting `s` was declined for this task.
     pub fn decline_agent_server(&self, s: &AgentMcpServer, site: &SessionSite<'_>) {
-        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
+        let key = agent_key(s, site);
         self.declined.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
     }
 
     /// Whether the subagent's own server `s` runs in `site`'s session now (started there
     /// before, not seen to have ended): using it then needs no start.
     pub fn agent_server_running(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
-        let key = (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id));
+        let key = agent_key(s, site);
         let map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
         // A slot in use (locked) is starting or serving a call: it was allowed to start.
         map.get(&key).is_some_and(|slot| slot.try_lock().map(|c| c.as_ref().is_some_and(|c| !c.dead)).unwrap_or(true))
@@ -384,7 +415,7 @@ impl McpTools {
         let config = crate::config::mcp::agent_server_config(s)?;
         let site =
             site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and there is none", s.name))?;
-        let slot = self.stdio_conn(&s.name, &agent_slot(s, site.task_id), &config, start, site).await?;
+        let slot = self.stdio_conn(&StdioUse::agent(s, &config, start, site), site).await?;
         let guard = slot.lock().await;
         Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone())
     }
@@ -396,7 +427,7 @@ impl McpTools {
             // one another session's process gave.
             let site =
                 site.ok_or_else(|| format!("MCP server {name:?} runs in a sandbox session, and there is none"))?;
-            let slot = self.stdio_conn(name, name, &s.config, AgentStart::MayStart, site).await?;
+            let slot = self.stdio_conn(&StdioUse::operator(name, &s.config), site).await?;
             let guard = slot.lock().await;
             return Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone());
         }
@@ -415,14 +446,11 @@ impl McpTools {
         Ok(())
     }
 
-    /// The live process of `server` (in process slot `slot`) in `site`'s session, started
-    /// if there is none or the last one died and `start` allows it.
+    /// The live process of `server` (in its process slot) in `site`'s session, started if
+    /// there is none or the last one died and the use allows it.
     async fn stdio_conn(
         &self,
-        server: &str,
-        slot_name: &str,
-        config: &McpServerConfig,
-        start: AgentStart,
+        server: &StdioUse<'_>,
         site: &SessionSite<'_>,
     ) -> Result<Arc<Mutex<Option<StdioConn>>>, String> {
         let slot = {
@@ -440,7 +468,7 @@ impl McpTools {
                     })
                     .unwrap_or(true)
             });
-            let key = (site.key.user_id.clone(), site.key.session_id.clone(), slot_name.to_owned());
+            let key = (site.key.user_id.clone(), site.key.session_id.clone(), server.slot.clone());
             map.entry(key).or_default().clone()
         };
         let mut guard = slot.lock().await;
@@ -450,37 +478,32 @@ impl McpTools {
         if let Some(conn) = guard.as_ref()
             && conn.dead
         {
-            tracing::info!(server, session = %site.key.session_id, stderr = %last_line(&conn.stderr.text()), "MCP stdio server ended; starting it again");
+            tracing::info!(server = server.name, session = %site.key.session_id, stderr = %last_line(&conn.stderr.text()), "MCP stdio server ended; starting it again");
             *guard = None;
         }
         if guard.is_none() {
-            if start == AgentStart::NotApproved {
+            if server.start == AgentStart::IfRunning {
                 return Err(format!(
-                    "MCP server {server:?} does not run in this session (it ended or never started), and starting it \
-                     was not approved for this use; it is asked about again when the subagent next lists its tools"
+                    "MCP server {:?} does not run in this session (it ended or never started), and starting it \
+                     was not approved for this use; it is asked about again when the subagent next lists its tools",
+                    server.name
                 ));
             }
-            let owned = slot_name.starts_with(AGENT_SLOT_PREFIX);
-            *guard = Some(self.start_stdio(server, config, site, owned).await?);
+            *guard = Some(self.start_stdio(server, site).await?);
         }
         drop(guard);
         Ok(slot)
     }
 
-    /// Starts `server`'s process; `owned`: an agent-defined one, ended with its task.
-    async fn start_stdio(
-        &self,
-        server: &str,
-        config: &McpServerConfig,
-        site: &SessionSite<'_>,
-        owned: bool,
-    ) -> Result<StdioConn, String> {
+    /// Starts `server`'s process (an agent-defined one owned: ended with its task).
+    async fn start_stdio(&self, server: &StdioUse<'_>, site: &SessionSite<'_>) -> Result<StdioConn, String> {
+        let (agent_defined, config, server) = (server.agent_defined, server.config, server.name);
         let Ok(McpTransport::Stdio { command, args, env }) = config.transport() else {
             return Err(format!("MCP server {server:?} is not a stdio server"));
         };
         let env = expand_env(server, env, site.secrets)?;
         let argv: Vec<String> = std::iter::once(command.to_owned()).chain(args.iter().cloned()).collect();
-        let (process, owned) = if owned {
+        let (process, owned) = if agent_defined {
             // Held before it starts: it never runs wider than its task, not even at start.
             let hold = site.sandbox.hold_egress(site.key, site.egress);
             let (process, id) =
@@ -520,18 +543,15 @@ impl McpTools {
         Ok(conn)
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn call_stdio(
         &self,
-        server: &str,
-        slot_name: &str,
-        config: &McpServerConfig,
-        start: AgentStart,
+        server: &StdioUse<'_>,
         tool: &str,
         arguments: Value,
         site: &SessionSite<'_>,
     ) -> Result<ToolResult, String> {
-        let slot = self.stdio_conn(server, slot_name, config, start, site).await?;
+        let slot = self.stdio_conn(server, site).await?;
+        let server = server.name;
         let mut guard = slot.lock().await;
         let conn = guard.as_mut().ok_or("the MCP server is not running")?;
         let (req, pending) = conn.session.call_tool(tool, arguments, None).map_err(|e| e.to_string())?;

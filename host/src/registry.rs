@@ -56,7 +56,7 @@ pub struct Registered {
 /// The reference metadata key by which a definition's tasks run in the background when the
 /// caller does not say (`run_in_background` absent): `true` or `false`. The operator's
 /// reference sets it, or the plugin in the definition it returns (a Claude agent file's
-/// `background: true`); WIT 0.2.0 has no typed field for it. The operator's value wins.
+/// `background: true`); the WIT has no typed field for it. The operator's value wins.
 pub const BACKGROUND_METADATA: &str = "background";
 
 /// Whether `def`'s tasks run in the background by default (see [`BACKGROUND_METADATA`]);
@@ -76,7 +76,7 @@ fn runs_in_background(operator: &BTreeMap<String, String>, def: &SubagentDefinit
 /// The reference metadata key by which a definition asks for a reasoning effort for its
 /// model calls: `low`, `medium`, `high`, `xhigh` or `max` (a Claude agent file's `effort`).
 /// Like [`BACKGROUND_METADATA`], the operator's reference or the plugin's definition sets
-/// it (WIT 0.2.0 has no typed field for it) and the operator's value wins. The host hands it
+/// it (the WIT has no typed field for it) and the operator's value wins. The host hands it
 /// to every model call of the definition's tasks; a provider without a reasoning setting
 /// ignores it (`warden agents` notes which).
 pub const EFFORT_METADATA: &str = "effort";

@@ -295,9 +295,9 @@ impl ToolHost {
         server: &crate::plugin::AgentMcpServer,
         site: Option<&crate::mcp_tools::SessionSite<'_>>,
     ) -> Result<AgentStart, String> {
-        let Some(site) = site else { return Ok(AgentStart::NotApproved) };
+        let Some(site) = site else { return Ok(AgentStart::IfRunning) };
         if self.mcp.agent_server_running(server, site) {
-            return Ok(AgentStart::NotApproved);
+            return Ok(AgentStart::IfRunning);
         }
         if self.mcp.agent_server_declined(server, site) {
             return Err("starting it was declined earlier in this task".into());

@@ -5,12 +5,12 @@
 # stdin/stdout with length-prefixed frames, so tool arguments never share a channel with
 # control data. Also run once-off as the sandbox user: `sweep-all` (adopting a container
 # after a host crash), `sweep-lives <replica> <life>` (a replica adopting its own container:
-# only the agents of its earlier lives and their trees) and `kill-agent <pid> <starttime>`
-# (a call overran its deadline), `exec-owned <argv...>` (say pid and start time on stdout,
-# then become argv: a session process the host ends on purpose); and as root: `use-hold <seconds>` (may an idle session be
-# removed: no call running, and the use mark untouched for that long; if so, no call starts
-# until the host is done removing it) and `settle <uid> <gid> <tag>` (record a session
-# process's steady state, below).
+# only the agents of its earlier lives and their trees), `kill-agent <pid> <starttime>`
+# (a call overran its deadline) and `exec-owned <argv...>` (say pid and start time on
+# stdout, then become argv: a session process the host ends on purpose); and as root:
+# `use-hold <seconds>` (may an idle session be removed: no call running, and the use mark
+# untouched for that long; if so, no call starts until the host is done removing it) and
+# `settle <uid> <gid> <tag>` (record a session process's steady state, below).
 #
 # Session processes (stdio MCP servers, sandbox/src/process.rs) are exec roots of their
 # own, so the sweeps leave their trees alone; a program such a server starts while it
@@ -79,6 +79,12 @@ SETTLED = "/tmp/.warden-settled"
 TAG_VAR = b"WARDEN_SESSION_PROCESS"
 # Largest record read: a session process with this many bytes of descendants is not believed.
 MAX_RECORD_BYTES = 1024 * 1024
+# Most of a process's environment `settle` reads looking for TAG_VAR (the host puts it
+# last): a bigger environment hides the tag, so the process is not settled and not used.
+MAX_ENVIRON_BYTES = 1024 * 1024
+# Most parent links followed from one process: /proc is read while processes come and go,
+# so a walk must end even if the table it has holds a cycle of reused pids.
+MAX_ANCESTRY = 4096
 # `settle` exit codes (sandbox/src/exec.rs: settle).
 SETTLE_NOT_FOUND = 3
 SETTLE_UNTRUSTED = 5
@@ -200,7 +206,7 @@ def proc_table():
 def root_of(pid, table):
     """The exec root (a process whose parent is outside the container, ppid 0) or 1."""
     seen = 0
-    while pid in table and seen < 4096:
+    while pid in table and seen < MAX_ANCESTRY:
         ppid = table[pid][0]
         if ppid == 0:
             return pid
@@ -282,8 +288,9 @@ def settled_records():
 
 
 def descends_from(pid, ancestor, table):
+    """Whether `ancestor` is among `pid`'s parents in `table`."""
     seen = 0
-    while pid in table and seen < 4096:
+    while pid in table and seen < MAX_ANCESTRY:
         pid, seen = table[pid][0], seen + 1
         if pid == ancestor:
             return True
@@ -318,7 +325,7 @@ def tagged_root(tag, table):
             continue
         try:
             with open("/proc/%d/environ" % pid, "rb") as f:
-                env = f.read(MAX_RECORD_BYTES)
+                env = f.read(MAX_ENVIRON_BYTES)
         except OSError:
             continue
         if want in env.split(b"\0"):

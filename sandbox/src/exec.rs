@@ -60,6 +60,12 @@ fn agent_code() -> &'static str {
     })
 }
 
+/// The uid and gid parts of a `uid[:gid]` user (the gid is the uid when not given), as the
+/// agent's root modes take them.
+fn uid_and_gid(user: &str) -> (&str, &str) {
+    user.split_once(':').unwrap_or((user, user))
+}
+
 /// The interpreter command line that starts the agent source in `mode`.
 pub(crate) fn agent_argv(mode: &str, arg: Option<&str>) -> Vec<String> {
     let mut v: Vec<String> =
@@ -322,7 +328,7 @@ async fn spawn_agent(
     user: &str,
     tag: Option<&AgentTag>,
 ) -> Result<Agent, ExecFailure> {
-    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    let (uid, gid) = uid_and_gid(user);
     let argv = {
         let mut v = agent_argv("serve", Some(uid));
         v.push(gid.to_string());
@@ -729,7 +735,7 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// as its steady state (the agent's `settle`, one root exec): from then on, every command
 /// of the session starts only after whatever else that process started is killed.
 pub(crate) async fn settle(docker: &Docker, container: &str, user: &str, tag: &str) -> Result<(), SandboxError> {
-    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    let (uid, gid) = uid_and_gid(user);
     let mut argv = agent_argv("settle", Some(uid));
     argv.extend([gid.to_string(), tag.to_string()]);
     let why = match run_housekeeping(docker, container, AGENT_EXEC_USER, argv, SETTLE_TIMEOUT).await {
@@ -835,5 +841,11 @@ mod tests {
         let out = cap_text(s, 200);
         assert!(out.len() <= 200 + 8, "{}", out.len());
         assert!(out.contains("bytes truncated"));
+    }
+
+    #[test]
+    fn the_agent_uses_the_same_settle_exit_codes() {
+        assert!(AGENT_SOURCE.contains(&format!("\nSETTLE_NOT_FOUND = {SETTLE_NOT_FOUND}\n")));
+        assert!(AGENT_SOURCE.contains(&format!("\nSETTLE_UNTRUSTED = {SETTLE_UNTRUSTED}\n")));
     }
 }

@@ -12,8 +12,10 @@
 //! session keeps one container whichever of them serves it (see `session`).
 //!
 //! Long-running session processes (stdio MCP servers, [`Sandbox::spawn_process`]) run in
-//! the same container and live no longer than it; once settled ([`Settler`]), whatever
-//! they start later is killed before the session's next command starts.
+//! the same container and live no longer than it (an owned one,
+//! [`Sandbox::spawn_owned_process`], ends sooner when the host ends it); once settled
+//! ([`Settler`]), whatever they start later is killed before the session's next command
+//! starts.
 //!
 //! The modules are layered, each using only those below it (no import cycle; `cargo xtask
 //! test` checks): errors, counters and plain data at the bottom (`error`, `metrics`,

@@ -7,7 +7,11 @@
 //! it alone; it lives until its stdin closes, it exits, or the session's container stops
 //! or is removed (idle reaping, `end_session`, shutdown), whichever comes first. Docker
 //! cannot kill an exec: dropping the [`SessionProcess`] closes its stdin, which ends a
-//! well-behaved server, and the container's end ends any other.
+//! well-behaved server, and the container's end ends any other. A process the host must
+//! end sooner on purpose (an agent-defined MCP server, ended with its task) is started
+//! *owned* ([`Sandbox::spawn_owned_process`]: the agent's `exec-owned` says its pid and
+//! start time, then becomes it) and ended with its whole tree by
+//! [`Sandbox::end_process`].
 //!
 //! What such a process starts while it serves (a tool call running git, which runs a hook
 //! the model wrote) is its descendant, not an orphan, so the sweeps would leave that too.
@@ -99,20 +103,11 @@ impl std::fmt::Debug for Settler {
     }
 }
 
-/// A fresh tag for a session process ([`PROCESS_TAG_VAR`]): unique among the processes of
-/// a container (it names, it guards nothing: only the host starts exec roots).
+/// A fresh tag for a session process ([`PROCESS_TAG_VAR`]): a random UUID's 32 hex digits,
+/// unique among the processes of a container (it names, it guards nothing: only the host
+/// starts exec roots).
 fn process_tag() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SPAWNED: AtomicU64 = AtomicU64::new(0);
-    let mut tag = String::new();
-    for _ in 0..2 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(SPAWNED.fetch_add(1, Ordering::Relaxed));
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-        tag.push_str(&format!("{:016x}", h.finish()));
-    }
-    tag
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// A session process's kept stderr, readable after its streams moved elsewhere.
@@ -307,5 +302,13 @@ mod tests {
         assert!(validate_argv(&["a\0b".into()]).is_err());
         assert!(validate_argv(&vec!["x".to_string(); MAX_ARGS + 1]).is_err());
         assert!(validate_argv(&["mcp-server-time".into(), "--local-timezone".into(), "UTC".into()]).is_ok());
+    }
+
+    #[test]
+    fn process_tags_are_distinct_hex_words() {
+        let (a, b) = (process_tag(), process_tag());
+        assert_ne!(a, b);
+        // One word of an environment entry, which `agent.py`'s `settle` compares bytewise.
+        assert!(a.len() == 32 && a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
     }
 }

@@ -1089,8 +1089,8 @@ mod tests {
         }
     }
 
-    /// Issue 20: agent-defined MCP servers stay off; the setting exists so asking for them
-    /// is an error that says so, not an unknown key.
+    /// Issue 20: agent-defined MCP servers are off by default and on only when the operator
+    /// says `true` (what the registry then admits: `registry.rs`).
     #[test]
     fn agent_defined_mcp_servers_are_off_unless_allowed() {
         assert!(!parse("").unwrap().subagents.allow_agent_mcp_servers);

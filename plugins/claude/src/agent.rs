@@ -134,7 +134,10 @@ pub const EFFORT_METADATA: &str = "effort";
 pub const EFFORT_LEVELS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
 
 /// The values of `memory`, as Claude Code names them.
-pub const MEMORY_SCOPES: &[&str] = &["user", "project", "local"];
+pub const MEMORY_SCOPES: &[&str] = &[USER_SCOPE, "project", "local"];
+
+/// The `memory` scope whose notes outlive the session ([`crate::memory`]).
+pub const USER_SCOPE: &str = "user";
 
 /// The tools an agent with `memory` gets besides its `tools` list, so it can read and keep
 /// its notes (Claude Code enables the same three); the approval policy still judges each call.
@@ -152,7 +155,7 @@ pub const MEMORY_LIST_TOOL: &str = "Glob";
 /// principal's new sessions (`memory.rs`). The last part is [`memory_dir_name`].
 pub fn memory_dir(scope: &str, agent: &str) -> String {
     let dir = match scope {
-        "user" => "agent-memory-user",
+        USER_SCOPE => "agent-memory-user",
         "local" => "agent-memory-local",
         _ => "agent-memory",
     };
@@ -199,7 +202,7 @@ pub fn host_tools(protocol: &ProtocolData) -> Option<Vec<String>> {
     if !protocol.hooks.is_empty() && !has(&tools, "Bash") {
         tools.push("Bash".into());
     }
-    if protocol.memory.as_deref() == Some("user") && !has(&tools, MEMORY_LIST_TOOL) {
+    if protocol.memory.as_deref() == Some(USER_SCOPE) && !has(&tools, MEMORY_LIST_TOOL) {
         tools.push(MEMORY_LIST_TOOL.into());
     }
     Some(tools)

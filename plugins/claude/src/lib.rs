@@ -13,8 +13,10 @@
 //!   call that runs one in the sandbox and the verdict read from it.
 //! - [`memory`]: `memory: user` across sessions: the memory directory saved in `state`
 //!   when a task ends and restored into a new session's workspace.
-//! - [`runner`]: the agent loop as a state machine over a [`runner::Host`] trait (model,
-//!   tools, state, events, log, resources), with transcripts for `resume`.
+//! - [`host`]: the [`host::Host`] trait, the host capabilities the loop and the memory use
+//!   (model, tools, state, events, log, resources): the WIT imports, or fakes in tests.
+//! - [`runner`]: the agent loop as a state machine over [`host::Host`], with transcripts
+//!   for `resume`.
 //! - `wasm` (only on `wasm32`): the WIT exports over the real host imports.
 
 pub mod agent;

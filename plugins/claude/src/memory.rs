@@ -50,7 +50,7 @@ use serde::{Deserialize, Serialize};
 use warden_guest::log::Level;
 use warden_guest::{ToolCall, ToolResult, ToolSpec};
 
-use crate::agent::{memory_dir, memory_dir_name};
+use crate::agent::{MEMORY_LIST_TOOL, USER_SCOPE, memory_dir, memory_dir_name};
 use crate::host::Host;
 
 /// Format version of the [`Snapshot`] stored in `state`; a value of another version is
@@ -82,9 +82,6 @@ pub const LIST_ID: &str = "memory_list";
 
 /// Id of the `Glob` call that lists the directory when a task ends.
 pub const SAVE_LIST_ID: &str = "memory_save_list";
-
-/// The tool that lists the directory ([`crate::agent::MEMORY_LIST_TOOL`]).
-pub const LIST_TOOL: &str = crate::agent::MEMORY_LIST_TOOL;
 
 /// What the sandbox's `Read` answers for an empty file, after the path (mirrors
 /// warden-sandbox's `tools/files.rs`).
@@ -414,13 +411,13 @@ impl UserMemory {
         let offers = |name: &str| offered.iter().any(|t| t.name == name);
         UserMemory {
             agent: agent.to_string(),
-            dir: memory_dir("user", agent),
+            dir: memory_dir(USER_SCOPE, agent),
             key,
             stored,
             seen: BTreeSet::new(),
             can_read: offers("Read"),
             can_write: offers("Write"),
-            can_list: available.iter().any(|t| t == LIST_TOOL),
+            can_list: available.iter().any(|t| t == MEMORY_LIST_TOOL),
         }
     }
 
@@ -433,7 +430,7 @@ impl UserMemory {
     pub fn list_call(&self, id: &str) -> Option<ToolCall> {
         (self.can_list && self.can_read).then(|| ToolCall {
             id: id.into(),
-            name: LIST_TOOL.into(),
+            name: MEMORY_LIST_TOOL.into(),
             arguments: serde_json::json!({ "pattern": "**", "path": self.dir }).to_string(),
         })
     }

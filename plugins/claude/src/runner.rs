@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use warden_guest::log::Level;
 use warden_guest::{CompletionRequest, Error, Message, ToolCall, ToolSpec};
 
-use crate::agent::{ProtocolData, memory_dir, skill_uri};
+use crate::agent::{ProtocolData, USER_SCOPE, memory_dir, skill_uri};
 use crate::frontmatter;
 use crate::hooks::{self, HookCommand, Hooks, Verdict};
 use crate::memory::{self, INDEX, Restored, UserMemory};
@@ -550,9 +550,6 @@ pub fn memory_prompt(
         contents.trim_end()
     )
 }
-
-/// The `scope` whose memory outlives the session ([`crate::memory`]).
-pub const USER_SCOPE: &str = "user";
 
 /// What the prompt's read of `MEMORY.md` found.
 enum Index {

@@ -1,7 +1,7 @@
 //! Generated bindings, one module per WIT version of `warden:plugin` (Zed's
 //! `extension_host` layout): [`v0_1_0`] and [`v0_2_0`] frozen, [`v0_3_0`] current
-//! ([`latest`]). Private
-//! to the runtime: callers see [`crate::plugin`] types, never bindgen output.
+//! ([`latest`]). Private to the runtime: callers see [`crate::plugin`] types, never
+//! bindgen output.
 //!
 //! Every host import is implemented once, against [`latest`] (`runtime/host/*.rs`); an
 //! older version's module holds thin adapters onto it and the conversions of the records

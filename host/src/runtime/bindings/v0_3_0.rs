@@ -72,7 +72,7 @@ pub(crate) fn to_wit_call(c: &TaskCall) -> types::TaskCall {
     }
 }
 
-pub(crate) fn to_wit_mode(m: warden_approval::PermissionMode) -> types::PermissionMode {
+fn to_wit_mode(m: warden_approval::PermissionMode) -> types::PermissionMode {
     use warden_approval::PermissionMode as M;
     match m {
         M::Default => types::PermissionMode::Default,
@@ -83,7 +83,7 @@ pub(crate) fn to_wit_mode(m: warden_approval::PermissionMode) -> types::Permissi
     }
 }
 
-pub(crate) fn from_wit_mode(m: types::PermissionMode) -> warden_approval::PermissionMode {
+fn from_wit_mode(m: types::PermissionMode) -> warden_approval::PermissionMode {
     use warden_approval::PermissionMode as M;
     match m {
         types::PermissionMode::Default => M::Default,
