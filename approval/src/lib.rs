@@ -28,7 +28,7 @@ pub mod shell;
 pub use audit::{AuditDecision, AuditError, AuditLog, AuditRecord, EgressRecord, args_digest};
 pub use gate::{
     ApprovalGate, ApprovalRequest, Authority, BoxFuture, ChainLink, Decider, GateError, GateEvent, Observer,
-    PendingApproval, Resolution, UserDecision, Verdict, check_scope,
+    PendingApproval, PendingLimit, Resolution, UserDecision, Verdict, check_scope,
 };
 pub use grants::Scope;
 pub use mode::{AskHandling, EffectiveMode, PermissionMode, effective_mode};
