@@ -147,6 +147,9 @@ pub struct LiveTask {
     pub(super) canceled: watch::Sender<bool>,
     /// (user id, session id): whose secrets scrub this task's text.
     pub(super) session: (String, String),
+    /// Whether the task takes one of its user's `server.max_tasks_per_user` (every task but
+    /// a nested subagent, which runs inside its root task's).
+    pub(super) counts_for_user: bool,
     /// Held tails of streamed text, per (plugin, kind).
     pub(super) streams: Mutex<BTreeMap<(String, String), StreamScrubber>>,
     /// The task's tool-call budget (`max_tool_iterations`); `None` = unlimited.
