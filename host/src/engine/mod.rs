@@ -47,7 +47,7 @@ mod resume;
 mod tool_schema;
 
 use live::Inner;
-pub use live::{EventBudget, LiveTask};
+pub use live::{APPROVALS_PAST_BUDGET, EventBudget, LiveTask, MAX_APPROVAL_EVENT_INPUT};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use replica::{CLAIM_POLL, CONTROL_POLL, REMOTE_POLL, ReplicaOptions};
 use replica::{QueuedSubmission, RemoteDecision, Replica};
