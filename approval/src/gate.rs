@@ -13,6 +13,11 @@
 //! - the waiting future being dropped (client gone, task canceled) → decline
 //!   (`disconnect`), recorded from the drop guard.
 //!
+//! An ask that would take more than its share of waiting requests — its task's
+//! ([`MAX_PENDING_PER_TASK`]), its user's ([`MAX_PENDING_PER_USER`]) or the host's
+//! ([`MAX_PENDING`]) — is declined at once, its reason naming the bound ([`PendingLimit`]):
+//! one tenant cannot fill the gate and have every other tenant's asks declined.
+//!
 //! Every outcome is written to the audit log exactly once and published as
 //! [`GateEvent::Resolved`] (asks only).
 //!
@@ -45,6 +50,90 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
 /// Most requests waiting at once. Beyond this a new ask is declined at once
 /// (`error`) instead of growing memory without bound.
 pub const MAX_PENDING: usize = 1024;
+
+/// Most requests of one user waiting at once: an eighth of [`MAX_PENDING`]. The host-wide
+/// bound alone let one tenant (its tasks each waiting on a full batch of asking calls)
+/// fill the gate for the approval timeout, again and again, so that every other tenant's
+/// gated calls were declined at once; with this share eight users must be waiting to fill
+/// it. 128 requests are still more than a person answers at a time. Requests naming no
+/// user share one share.
+pub const MAX_PENDING_PER_USER: usize = MAX_PENDING / 8;
+
+/// Most requests of one task waiting at once. A task waits on one tool-call batch at a
+/// time, and the host takes at most 64 calls per batch (its `MAX_TOOL_CALLS_PER_BATCH`,
+/// checked against this at compile time there), so an honest task never reaches it; it
+/// keeps one task from taking its user's whole share.
+pub const MAX_PENDING_PER_TASK: usize = 64;
+
+/// Which bound on waiting requests declined an ask at once (the verdict's reason names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PendingLimit {
+    /// [`MAX_PENDING_PER_TASK`]: the call's task has that many requests waiting.
+    Task,
+    /// [`MAX_PENDING_PER_USER`]: the call's user has that many requests waiting.
+    User,
+    /// [`MAX_PENDING`]: the host has that many requests waiting.
+    Host,
+}
+
+impl PendingLimit {
+    /// The bound's value.
+    pub const fn max(self) -> usize {
+        match self {
+            PendingLimit::Task => MAX_PENDING_PER_TASK,
+            PendingLimit::User => MAX_PENDING_PER_USER,
+            PendingLimit::Host => MAX_PENDING,
+        }
+    }
+
+    /// The bound's name, as the verdict's reason gives it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PendingLimit::Task => "MAX_PENDING_PER_TASK",
+            PendingLimit::User => "MAX_PENDING_PER_USER",
+            PendingLimit::Host => "MAX_PENDING",
+        }
+    }
+
+    /// Whose requests the bound counts.
+    const fn whose(self) -> &'static str {
+        match self {
+            PendingLimit::Task => "this task",
+            PendingLimit::User => "this user",
+            PendingLimit::Host => "the host",
+        }
+    }
+
+    /// Why an ask was declined at once: the bound it met, by name.
+    pub fn reason(self) -> String {
+        format!(
+            "{} approval requests of {} are waiting already, the most allowed ({}); declined without asking",
+            self.max(),
+            self.whose(),
+            self.name()
+        )
+    }
+
+    /// The bound a new request of `user` and `task` would exceed among `waiting` (the
+    /// requests waiting now, as (user, task) pairs), the narrowest first; `None` when it
+    /// may wait.
+    fn reached<'a>(
+        user: Option<&str>,
+        task: Option<&str>,
+        waiting: impl ExactSizeIterator<Item = (Option<&'a str>, Option<&'a str>)>,
+    ) -> Option<PendingLimit> {
+        let total = waiting.len();
+        let (mut of_user, mut of_task) = (0, 0);
+        for (u, t) in waiting {
+            of_user += usize::from(u == user);
+            of_task += usize::from(task.is_some() && t == task);
+        }
+        [(PendingLimit::Task, of_task), (PendingLimit::User, of_user), (PendingLimit::Host, total)]
+            .into_iter()
+            .find(|(limit, n)| *n >= limit.max())
+            .map(|(limit, _)| limit)
+    }
+}
 
 /// Capacity of the event channel; a subscriber that lags by more than this
 /// misses events (it sees `RecvError::Lagged`) rather than blocking the gate.
@@ -373,6 +462,9 @@ enum Answer {
 
 struct Pending {
     info: PendingApproval,
+    /// The user the call acts for ([`ApprovalRequest::user_id`]): whose share
+    /// ([`MAX_PENDING_PER_USER`]) the request takes.
+    user: Option<String>,
     tx: oneshot::Sender<Answer>,
 }
 
@@ -665,16 +757,19 @@ impl ApprovalGate {
         let (tx, mut rx) = oneshot::channel();
         {
             let mut map = inner.lock_pending();
-            if map.len() >= MAX_PENDING {
+            let waiting = map.values().map(|p| (p.user.as_deref(), p.info.task_id.as_deref()));
+            if let Some(limit) = PendingLimit::reached(req.user_id.as_deref(), req.task_id.as_deref(), waiting) {
                 drop(map);
-                let v = Verdict {
-                    reason: format!("more than {MAX_PENDING} approvals pending"),
-                    waited: started.elapsed(),
-                    ..base
-                };
+                tracing::warn!(
+                    user = req.user_id.as_deref().unwrap_or_default(),
+                    task_id = req.task_id.as_deref().unwrap_or_default(),
+                    limit = limit.name(),
+                    "approval request declined: too many waiting"
+                );
+                let v = Verdict { reason: limit.reason(), waited: started.elapsed(), ..base };
                 return inner.record(&req, v);
             }
-            map.insert(id.clone(), Pending { info: info.clone(), tx });
+            map.insert(id.clone(), Pending { info: info.clone(), user: req.user_id.clone(), tx });
         }
         let req_session = req.grant_session();
         let mut guard = WaitGuard { inner: Arc::clone(inner), req, verdict: Some(base), started };

@@ -30,7 +30,7 @@ pub use audit::{
 };
 pub use gate::{
     ApprovalGate, ApprovalRequest, Authority, BoxFuture, ChainLink, Decider, GateError, GateEvent, Observer,
-    PendingApproval, Resolution, UserDecision, Verdict, check_scope,
+    PendingApproval, PendingLimit, Resolution, UserDecision, Verdict, check_scope,
 };
 pub use grants::Scope;
 pub use mode::{AskHandling, EffectiveMode, PermissionMode, READ_ONLY_TOOLS, effective_mode};

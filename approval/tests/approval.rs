@@ -1488,6 +1488,175 @@ mod gate {
     }
 }
 
+/// The gate's bounds on requests waiting at once: per task, per user, per host.
+mod pending_shares {
+    use super::*;
+    use std::collections::HashMap;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use warden_approval::gate::{MAX_PENDING, MAX_PENDING_PER_TASK, MAX_PENDING_PER_USER};
+
+    /// A gate whose asks wait ten minutes (nobody decides in a test unless it says so).
+    fn gate() -> ApprovalGate {
+        let cfg = PolicyConfig { allow: vec!["Read".into()], timeout: Duration::from_secs(600), ..Default::default() };
+        ApprovalGate::new(Arc::new(Policy::from_config(cfg).unwrap()), ctx(), None)
+    }
+
+    /// An asking call of `user` (none for `None`) in `task`.
+    fn ask(user: Option<&str>, task: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            task_id: Some(task.into()),
+            session_id: Some("s1".into()),
+            user_id: user.map(str::to_owned),
+            ..ApprovalRequest::new("Bash", json!({"command": "make build"}), "coder")
+        }
+    }
+
+    /// Puts `req` to the gate and polls it once (inside a runtime): `Some(verdict)` when the
+    /// gate answered at once, `None` when the request waits — its future is kept in
+    /// `waiting` (dropping it would decline the call).
+    fn start(
+        gate: &ApprovalGate,
+        req: ApprovalRequest,
+        waiting: &mut Vec<BoxFuture<'static, Verdict>>,
+    ) -> Option<Verdict> {
+        let gate = gate.clone();
+        let mut fut: BoxFuture<'static, Verdict> = Box::pin(async move { gate.request(req).await });
+        match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(v) => Some(v),
+            Poll::Pending => {
+                waiting.push(fut);
+                None
+            }
+        }
+    }
+
+    fn declined_for(v: &Verdict, limit: PendingLimit) -> bool {
+        v.decision == AuditDecision::Decline && v.reason.contains(limit.name()) && !v.allowed()
+    }
+
+    /// Regression: the only bound on waiting requests was the host's (`MAX_PENDING`): one
+    /// user whose tasks asked about full batches filled it, and every other user's gated
+    /// calls were declined at once for as long as the approval timeout, again and again.
+    /// Now that user's asks past its share are declined at once, naming the bound, and
+    /// another user is still asked.
+    #[tokio::test]
+    async fn regression_one_user_cannot_fill_the_pending_approvals() {
+        let gate = gate();
+        let mut waiting = vec![];
+        let mut declined = vec![];
+        // As many asks as the host holds, in full batches of tasks of one user.
+        for i in 0..MAX_PENDING {
+            let task = format!("mallory-{}", i / MAX_PENDING_PER_TASK);
+            declined.extend(start(&gate, ask(Some("mallory"), &task), &mut waiting));
+        }
+        assert_eq!(waiting.len(), MAX_PENDING_PER_USER, "one user waits on its share");
+        assert_eq!(declined.len(), MAX_PENDING - MAX_PENDING_PER_USER);
+        assert!(declined.iter().all(|v| declined_for(v, PendingLimit::User)), "{:?}", declined[0]);
+        let other = start(&gate, ask(Some("alice"), "alice-1"), &mut waiting);
+        assert!(other.is_none(), "another user's ask is declined: {other:?}");
+        assert_eq!(gate.pending().len(), MAX_PENDING_PER_USER + 1);
+        assert_eq!(gate.pending().iter().filter(|p| p.task_id.as_deref() == Some("alice-1")).count(), 1);
+    }
+
+    /// One task waits on at most [`MAX_PENDING_PER_TASK`] requests (a full batch); past it
+    /// its asks are declined at once while its user's other task is still asked.
+    #[tokio::test]
+    async fn one_task_waits_on_at_most_a_batch_of_requests() {
+        let gate = gate();
+        let mut waiting = vec![];
+        for _ in 0..MAX_PENDING_PER_TASK {
+            assert!(start(&gate, ask(Some("bob"), "bob-1"), &mut waiting).is_none());
+        }
+        let v = start(&gate, ask(Some("bob"), "bob-1"), &mut waiting).expect("declined at once");
+        assert!(declined_for(&v, PendingLimit::Task), "{v:?}");
+        assert!(v.reason.contains(&MAX_PENDING_PER_TASK.to_string()), "{}", v.reason);
+        assert!(start(&gate, ask(Some("bob"), "bob-2"), &mut waiting).is_none());
+        // A decision makes room again.
+        let first = gate.pending().into_iter().find(|p| p.task_id.as_deref() == Some("bob-1")).unwrap();
+        gate.resolve(&first.id, Resolution::Decline, "bob").unwrap();
+        assert!(start(&gate, ask(Some("bob"), "bob-1"), &mut waiting).is_none());
+    }
+
+    /// What a test does next: ask `n` times as user `user` (2: no user) in its task `task`,
+    /// or decide the `k`-th waiting request (modulo how many wait).
+    #[derive(Debug, Clone)]
+    enum Step {
+        Ask { user: u8, task: u8, n: usize },
+        Decide { k: usize },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => (0u8..3, 0u8..3, 1usize..90).prop_map(|(user, task, n)| Step::Ask { user, task, n }),
+            1 => (0usize..1000).prop_map(|k| Step::Decide { k }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever the users, tasks and decisions, an ask waits exactly when its task,
+        /// its user and the host are all below their bounds; otherwise it is declined at
+        /// once naming the narrowest bound reached. So no user ever holds more than its
+        /// share, and no task more than a batch.
+        #[test]
+        fn an_ask_waits_exactly_while_its_task_its_user_and_the_host_have_room(
+            steps in proptest::collection::vec(step(), 0..12),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            let _in_runtime = rt.enter();
+            let gate = gate();
+            let mut waiting = vec![];
+            // The model: (user, task) of every waiting request, by task id.
+            let mut model: HashMap<String, (Option<String>, String)> = HashMap::new();
+            let user_of = |u: u8| (u < 2).then(|| format!("u{u}"));
+            for step in steps {
+                match step {
+                    Step::Ask { user, task, n } => {
+                        let user = user_of(user);
+                        let task = format!("{}-t{task}", user.as_deref().unwrap_or("anon"));
+                        for _ in 0..n {
+                            let of_task = model.values().filter(|(_, t)| *t == task).count();
+                            let of_user = model.values().filter(|(u, _)| *u == user).count();
+                            let want = if of_task >= MAX_PENDING_PER_TASK {
+                                Some(PendingLimit::Task)
+                            } else if of_user >= MAX_PENDING_PER_USER {
+                                Some(PendingLimit::User)
+                            } else if model.len() >= MAX_PENDING {
+                                Some(PendingLimit::Host)
+                            } else {
+                                None
+                            };
+                            let got = start(&gate, ask(user.as_deref(), &task), &mut waiting);
+                            match (want, got) {
+                                (None, None) => {
+                                    let new = gate.pending().into_iter().find(|p| !model.contains_key(&p.id)).unwrap();
+                                    model.insert(new.id, (user.clone(), task.clone()));
+                                }
+                                (Some(limit), Some(v)) => prop_assert!(declined_for(&v, limit), "{:?} {:?}", limit, v),
+                                (want, got) => prop_assert!(false, "expected {:?}, got {:?}", want, got),
+                            }
+                        }
+                    }
+                    Step::Decide { k } => {
+                        let pending = gate.pending();
+                        if !pending.is_empty() {
+                            let id = &pending[k % pending.len()].id;
+                            gate.resolve(id, Resolution::Approve, "op").unwrap();
+                            model.remove(id);
+                        }
+                    }
+                }
+                prop_assert_eq!(gate.pending().len(), model.len());
+            }
+            drop(waiting);
+        }
+    }
+}
+
 mod audit {
     use super::*;
 

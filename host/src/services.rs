@@ -47,6 +47,9 @@ pub const MAX_MODEL_TOOLS: usize = 512;
 pub const MAX_MODEL_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 /// Tool calls in one `tools.call` batch (a model asks for a handful at a time).
 pub const MAX_TOOL_CALLS_PER_BATCH: usize = 64;
+// A task waits on one batch at a time: a whole batch of asking calls must be able to wait
+// at once, within the gate's share of one task.
+const _: () = assert!(MAX_TOOL_CALLS_PER_BATCH <= warden_approval::gate::MAX_PENDING_PER_TASK);
 /// Bytes of one tool call's JSON arguments.
 pub const MAX_TOOL_ARGUMENT_BYTES: usize = 1024 * 1024;
 /// Longest identifier (tool name, call id, model name, role) a plugin may pass.

@@ -696,6 +696,70 @@ mod cancel {
     }
 }
 
+/// Per-user shares of the host's pools.
+mod quotas {
+    use super::*;
+
+    /// A background task of `user` that sleeps 40 s (under the hostile plugin's 60 s limit).
+    async fn sleeper_of(api: &Api, user: &str) -> Reply {
+        let body = json!({ "description": "sleep", "prompt": r#"script:[{"op":"sleep","ms":40000}]"#,
+            "subagent_type": "hostile", "run_in_background": true, "user_id": user });
+        api.post("/v1/tasks", body).await
+    }
+
+    /// Regression: `server.max_concurrent_tasks` and `server.max_queued_tasks` were the
+    /// only bounds on tasks: one user submitting a burst took the slot and the whole queue,
+    /// and every other user got `503 queue_full`. Now a user's tasks past
+    /// `server.max_tasks_per_user` are refused (429 naming the key) and another user's
+    /// task is still taken.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_one_user_cannot_fill_the_task_queue() {
+        let yaml = format!(
+            "{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_concurrent_tasks: 1\n  max_queued_tasks: 4\n  max_tasks_per_user: 2\n"
+        );
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        // As many tasks as the host takes (its slot and its queue), all of one user.
+        let mut accepted = vec![];
+        let mut refused = vec![];
+        for _ in 0..5 {
+            let r = sleeper_of(&api, "mallory").await;
+            match r.status {
+                202 => accepted.push(r.body["task_id"].as_str().unwrap().to_owned()),
+                _ => refused.push(r),
+            }
+        }
+        assert_eq!(accepted.len(), 2, "one user holds its share of the host, no more");
+        for r in &refused {
+            assert_eq!((r.status, r.body["error"]["code"].as_str()), (429, Some("too_many_user_tasks")), "{}", r.text);
+            let message = r.body["error"]["message"].as_str().unwrap();
+            assert!(message.contains("server.max_tasks_per_user") && message.contains("mallory"), "{message}");
+        }
+        // Another user's task is taken (it waits for the slot).
+        let other = sleeper_of(&api, "alice").await;
+        assert_eq!(other.status, 202, "{}", other.text);
+        let other = other.body["task_id"].as_str().unwrap().to_owned();
+        // A finished task makes room for its user again.
+        let r = api.post(&format!("/v1/tasks/{}/cancel", accepted[0]), json!({})).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let again = sleeper_of(&api, "mallory").await;
+        assert_eq!(again.status, 202, "{}", again.text);
+        accepted[0] = again.body["task_id"].as_str().unwrap().to_owned();
+        for id in accepted.iter().chain([&other]) {
+            api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+        }
+    }
+
+    #[test]
+    fn max_tasks_per_user_is_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("w.yaml");
+        std::fs::write(&file, "server:\n  max_tasks_per_user: 0\n").unwrap();
+        let e = Config::from_file(&file).unwrap_err().to_string();
+        assert!(e.contains("server.max_tasks_per_user") && e.contains("at least 1"), "{e}");
+        assert_eq!(Config::default().server.max_tasks_per_user, warden::config::DEFAULT_MAX_TASKS_PER_USER);
+    }
+}
+
 mod streams {
     use super::*;
 
@@ -1873,7 +1937,41 @@ mod replicas {
         db.drop_database().await;
     }
 
-    /// Regression guard for the lease: a task whose replica stopped renewing (simulated by
+    /// The user share across replicas: a task that goes to the shared queue is counted with
+    /// every task of its user queued or held by any replica, in the enqueue transaction.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_one_user_cannot_fill_the_shared_queue() {
+        let db = super::postgres::TestDatabase::create().await;
+        let (a, b) = pair(&db, "  max_queued_tasks: 10\n  max_tasks_per_user: 2\n").await;
+        async fn submit(api: &Api, user: &str) -> Reply {
+            let body = json!({ "description": "sleep", "prompt": SLEEP_40_S, "subagent_type": "hostile",
+                "run_in_background": true, "user_id": user });
+            api.post("/v1/tasks", body).await
+        }
+        // One task of mallory runs on each replica (each has one slot).
+        let mut ids = vec![];
+        for api in [&a, &b] {
+            let r = submit(api, "mallory").await;
+            assert_eq!(r.status, 202, "{}", r.text);
+            ids.push(r.body["task_id"].as_str().unwrap().to_owned());
+            api.engine.store().flush().await.unwrap();
+        }
+        // Both slots are hers: a third task would go to the shared queue, where her two
+        // held tasks count.
+        let r = submit(&a, "mallory").await;
+        assert_eq!((r.status, r.body["error"]["code"].as_str()), (429, Some("too_many_user_tasks")), "{}", r.text);
+        assert!(r.text.contains("server.max_tasks_per_user"), "{}", r.text);
+        let r = submit(&b, "alice").await;
+        assert_eq!(r.status, 202, "another user's task is queued: {}", r.text);
+        ids.push(r.body["task_id"].as_str().unwrap().to_owned());
+        for id in &ids {
+            a.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+        }
+        drop((a, b));
+        db.drop_database().await;
+    }
+
+    /// Regression guard for the lease: a task whose replica stopped renewing    /// Regression guard for the lease: a task whose replica stopped renewing (simulated by
     /// handing its lease to a replica that does not exist and letting it lapse) ends
     /// `failed` "replica lost", once, and the replica still running it stops it.
     #[tokio::test(flavor = "multi_thread")]
@@ -1924,7 +2022,11 @@ mod load {
     #[tokio::test(flavor = "multi_thread")]
     async fn two_hundred_concurrent_echo_tasks() {
         let n: usize = std::env::var("WARDEN_LOAD_TASKS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-        let api = api().await;
+        // One principal sends every task: its share (`server.max_tasks_per_user`, a bound
+        // for hosts of several tenants, default 128) is raised to the whole load, which
+        // measures the engine, not the share.
+        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_tasks_per_user: {}\n", n.max(1));
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
         api.task("greeter", "warm-up", false).await;
         let started = Instant::now();
         let mut handles = vec![];

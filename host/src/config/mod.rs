@@ -289,6 +289,13 @@ pub const DEFAULT_MAX_CONCURRENT_TASKS: usize = 32;
 /// Default number of tasks waiting for a slot before new ones are refused (503): a
 /// queue deeper than this would only time out its callers.
 pub const DEFAULT_MAX_QUEUED_TASKS: usize = 1000;
+/// Default `server.max_tasks_per_user`: tasks one user may have queued or running at once.
+/// The slots and the queue are the host's; without a share one tenant submitting a burst
+/// took every slot and the whole queue, and every other tenant got `503 queue_full`. 128
+/// is an eighth of the default queue with its slots (eight users must be busy to fill the
+/// host), still four times the default slots for one user's fan-out; a single-tenant host
+/// submitting bigger bursts raises it.
+pub const DEFAULT_MAX_TASKS_PER_USER: usize = 128;
 /// Default wall-clock deadline of one task once it runs: longer than any single plugin
 /// call limit an operator is likely to set, so it only stops tasks that are stuck.
 pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -372,6 +379,12 @@ pub struct ServerConfig {
     pub max_concurrent_tasks: usize,
     /// Tasks waiting for a slot before new ones are refused with 503.
     pub max_queued_tasks: usize,
+    /// Tasks one `user_id` may have queued or running at once (nested subagents, which
+    /// run inside their root's, not counted); more are refused with 429 naming this key,
+    /// so one tenant cannot take every slot and the whole queue (see
+    /// [`DEFAULT_MAX_TASKS_PER_USER`]). With replicas: each replica's own tasks, and the
+    /// user's tasks across the cluster when a task goes to the shared queue.
+    pub max_tasks_per_user: usize,
     /// Wall-clock deadline of one task once it runs (all its plugin calls and tools).
     #[serde(with = "duration_text")]
     pub task_timeout: Duration,
@@ -534,6 +547,7 @@ impl Default for ServerConfig {
             principals: vec![],
             max_concurrent_tasks: DEFAULT_MAX_CONCURRENT_TASKS,
             max_queued_tasks: DEFAULT_MAX_QUEUED_TASKS,
+            max_tasks_per_user: DEFAULT_MAX_TASKS_PER_USER,
             task_timeout: DEFAULT_TASK_TIMEOUT,
             max_tool_iterations: None,
             max_body: DEFAULT_MAX_BODY,
@@ -717,6 +731,12 @@ impl Config {
             return Err(invalid(
                 "server.replica_id".into(),
                 format!("expected 1-64 characters of [A-Za-z0-9_.-], got {:?}", crate::text::escape_control(id)),
+            ));
+        }
+        if self.server.max_tasks_per_user == 0 {
+            return Err(invalid(
+                "server.max_tasks_per_user".into(),
+                "expected at least 1 (a user with no share could run nothing)".into(),
             ));
         }
         if self.server.task_lease < MIN_TASK_LEASE {

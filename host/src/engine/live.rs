@@ -5,6 +5,9 @@
 //!
 //! Every event a task stores and streams — its plugin's, the tool host's, the gate's, the
 //! host's own — passes [`LiveTask::push`], which holds the task to its [`EventBudget`].
+//! Approval events are kept past the budget (watchers must see a question to answer it),
+//! but bounded all the same: a request's `input` is cut to [`MAX_APPROVAL_EVENT_INPUT`],
+//! and past the budget they are kept within [`APPROVALS_PAST_BUDGET`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -44,9 +47,52 @@ const FINISH: &str = "finish";
 /// Event types stored whatever the budget: the stream's end, and the approval requests and
 /// their resolutions, which a person, an MCP client's elicitation or an A2A client must see
 /// to answer (a task that filled its budget with tool output would otherwise hide every
-/// later question, and watchers would never be asked). They come at the gate's pace — each
-/// request waits on a person or its timeout, at most one per tool call — not a plugin's.
+/// later question, and watchers would never be asked).
+///
+/// Regression: they were exempt from the budget altogether, on the assumption that they
+/// come at the gate's pace. But a request carried its call's whole `input` (up to 1 MiB,
+/// 64 calls a batch), and a decider that answers at once (`warden mcp` declining when
+/// nobody can be asked) lets a plugin loop: gigabytes of events per task. So approval
+/// events count against the budget like any other; past it they are still stored, within
+/// [`APPROVALS_PAST_BUDGET`], and a request's `input` is cut to [`MAX_APPROVAL_EVENT_INPUT`].
 const ALWAYS_STORED: [&str; 3] = [FINISH, GateChange::Requested.kind(), GateChange::Resolved.kind()];
+
+/// Longest `input` an `approval_request` event carries, in characters of its JSON text.
+/// Equal to the longest arguments an approval question shows whole (the server's
+/// `MAX_QUESTION_ARGUMENTS`, which asserts it at compile time), so every input a front could
+/// ask a person about from the event is carried whole; a longer one is cut to this many
+/// characters (a JSON string then), marked `input_cut: true` with its whole length in
+/// `input_length`, and never put to a person from the event: the gate keeps the whole
+/// input, which `GET /v1/approvals` lists and the decision is made on.
+pub const MAX_APPROVAL_EVENT_INPUT: usize = 16 * 1024;
+
+/// What approval events a task may store past its [`EventBudget`]: 512 events (256
+/// questions and their answers — far more than a person answers once a task has filled
+/// its budget) and 4 MiB (about a whole batch, 64 requests, of the longest input even in
+/// 4-byte characters). Past these, approval events are dropped too (one `events_dropped` marker
+/// names this bound; `GET /v1/approvals` still lists every waiting request), so a task's
+/// events never exceed its budget by more than this.
+pub const APPROVALS_PAST_BUDGET: EventBudget = EventBudget { max_events: 512, max_bytes: 4 * 1024 * 1024 };
+
+/// The name an `events_dropped` marker gives [`APPROVALS_PAST_BUDGET`].
+const APPROVALS_PAST_BUDGET_NAME: &str = "APPROVALS_PAST_BUDGET";
+
+/// Cuts the `input` of an `approval_request` event to [`MAX_APPROVAL_EVENT_INPUT`]
+/// characters of its JSON text, marked as cut; any other event is left as it is.
+fn bound_approval_input(event: &mut Value) {
+    if event.get("type").and_then(Value::as_str) != Some(GateChange::Requested.kind()) {
+        return;
+    }
+    let Some(input) = event.get_mut("input") else { return };
+    let text = input.to_string();
+    let length = text.chars().count();
+    if length <= MAX_APPROVAL_EVENT_INPUT {
+        return;
+    }
+    *input = Value::String(text.chars().take(MAX_APPROVAL_EVENT_INPUT).collect());
+    event["input_cut"] = Value::Bool(true);
+    event["input_length"] = json!(length);
+}
 
 /// How much of its [`EventBudget`] a task has used.
 #[derive(Debug, Clone, Copy, Default)]
@@ -55,56 +101,111 @@ pub(super) struct EventsStored {
     bytes: u64,
     /// The budget ran out (and the `events_dropped` marker was stored).
     over: bool,
+    /// Approval events stored past the budget, of [`APPROVALS_PAST_BUDGET`].
+    past_count: u64,
+    past_bytes: u64,
+    /// [`APPROVALS_PAST_BUDGET`] ran out too (and its marker was stored).
+    past_over: bool,
+}
+
+/// The bound an event of `size` bytes would exceed after `count` events of `bytes`: its
+/// (name, value, what it counts), or `None` when it fits.
+fn exceeded(
+    budget: &EventBudget,
+    count: u64,
+    bytes: u64,
+    size: u64,
+    names: [&'static str; 2],
+) -> Option<(&'static str, u64, &'static str)> {
+    if count + 1 > budget.max_events {
+        Some((names[0], budget.max_events, "events"))
+    } else if bytes.saturating_add(size) > budget.max_bytes {
+        Some((names[1], budget.max_bytes, "bytes of events"))
+    } else {
+        None
+    }
 }
 
 impl EventsStored {
     /// What `events` (a task's events so far) use.
     pub(super) fn of(events: &[Value]) -> Self {
-        EventsStored { count: events.len() as u64, bytes: events.iter().map(json_len).sum(), over: false }
+        EventsStored { count: events.len() as u64, bytes: events.iter().map(json_len).sum(), ..Default::default() }
     }
 
-    /// Whether an event of `size` bytes fits; the first that does not yields the marker to
-    /// store in its place. The [`ALWAYS_STORED`] types always fit.
+    /// Whether an event of `size` bytes is kept, and the `events_dropped` markers to store
+    /// before it (or in its place): one for the first event past the budget, one for the
+    /// first approval event past [`APPROVALS_PAST_BUDGET`]. `finish` is always kept;
+    /// approval events ([`ALWAYS_STORED`]) count against the budget and, past it, are kept
+    /// within [`APPROVALS_PAST_BUDGET`].
     fn admit(&mut self, budget: &EventBudget, event: &Value, size: u64) -> Admit {
-        if event.get("type").and_then(Value::as_str).is_some_and(|t| ALWAYS_STORED.contains(&t)) {
-            return Admit::Store;
+        let kind = event.get("type").and_then(Value::as_str);
+        if kind == Some(FINISH) {
+            return Admit::keep();
         }
-        if self.over {
-            return Admit::Drop;
+        let mut markers = vec![];
+        if !self.over {
+            let names = ["server.max_events_per_task", "server.max_event_bytes_per_task"];
+            match exceeded(budget, self.count, self.bytes, size, names) {
+                None => {
+                    self.count += 1;
+                    self.bytes += size;
+                    return Admit::keep();
+                }
+                Some((key, value, what)) => {
+                    self.over = true;
+                    markers.push(json!({
+                        "type": "events_dropped",
+                        "limit": key,
+                        "value": value,
+                        "message": format!(
+                            "this task reached its limit of {value} {what} ({key}); its later events are not stored or \
+                             streamed, except approval requests and their decisions (up to {} events and {} bytes more)",
+                            APPROVALS_PAST_BUDGET.max_events, APPROVALS_PAST_BUDGET.max_bytes
+                        ),
+                    }));
+                }
+            }
         }
-        let limit = if self.count + 1 > budget.max_events {
-            Some(("server.max_events_per_task", budget.max_events, "events"))
-        } else if self.bytes.saturating_add(size) > budget.max_bytes {
-            Some(("server.max_event_bytes_per_task", budget.max_bytes, "bytes of events"))
-        } else {
-            None
-        };
-        match limit {
+        let approval = kind.is_some_and(|t| ALWAYS_STORED.contains(&t));
+        if !approval || self.past_over {
+            return Admit { markers, keep: false };
+        }
+        let names = [APPROVALS_PAST_BUDGET_NAME, APPROVALS_PAST_BUDGET_NAME];
+        match exceeded(&APPROVALS_PAST_BUDGET, self.past_count, self.past_bytes, size, names) {
             None => {
-                self.count += 1;
-                self.bytes += size;
-                Admit::Store
+                self.past_count += 1;
+                self.past_bytes += size;
+                Admit { markers, keep: true }
             }
             Some((key, value, what)) => {
-                self.over = true;
-                Admit::DropAfter(json!({
+                self.past_over = true;
+                markers.push(json!({
                     "type": "events_dropped",
                     "limit": key,
                     "value": value,
                     "message": format!(
-                        "this task reached its limit of {value} {what} ({key}); its later events are not stored or streamed"
+                        "this task stored {value} {what} of approval requests and decisions past its event budget \
+                         ({key}); later ones are not stored or streamed (GET /v1/approvals lists every waiting request)"
                     ),
-                }))
+                }));
+                Admit { markers, keep: false }
             }
         }
     }
 }
 
-enum Admit {
-    Store,
-    Drop,
-    /// Drop the event; store this marker instead.
-    DropAfter(Value),
+/// What [`EventsStored::admit`] decided for one event.
+struct Admit {
+    /// `events_dropped` markers to store first.
+    markers: Vec<Value>,
+    /// Whether the event itself is stored.
+    keep: bool,
+}
+
+impl Admit {
+    fn keep() -> Self {
+        Admit { markers: vec![], keep: true }
+    }
 }
 
 /// The length of `v` as JSON, without building the text.
@@ -147,6 +248,9 @@ pub struct LiveTask {
     pub(super) canceled: watch::Sender<bool>,
     /// (user id, session id): whose secrets scrub this task's text.
     pub(super) session: (String, String),
+    /// Whether the task takes one of its user's `server.max_tasks_per_user` (every task but
+    /// a nested subagent, which runs inside its root task's).
+    pub(super) counts_for_user: bool,
     /// Held tails of streamed text, per (plugin, kind).
     pub(super) streams: Mutex<BTreeMap<(String, String), StreamScrubber>>,
     /// The task's tool-call budget (`max_tool_iterations`); `None` = unlimited.
@@ -246,21 +350,30 @@ impl LiveTask {
     /// the first one dropped leaves an `events_dropped` marker).
     pub(super) fn push(&self, mut event: Value) {
         self.redactor().scrub_value(&mut event);
+        bound_approval_input(&mut event);
         let size = json_len(&event);
-        let (task_id, seq, event) = {
+        let (task_id, appended) = {
             let mut inner = self.inner.lock().unwrap();
-            let event = match inner.stored.admit(&self.event_budget, &event, size) {
-                Admit::Store => event,
-                Admit::Drop => return,
-                Admit::DropAfter(marker) => {
-                    tracing::warn!(task_id = %inner.record.task_id, limit = %marker["limit"], "task event budget reached; later events dropped");
-                    marker
-                }
-            };
-            inner.events.push(event.clone());
-            (inner.record.task_id.clone(), inner.events.len() as u64, event)
+            let Admit { markers, keep } = inner.stored.admit(&self.event_budget, &event, size);
+            for marker in &markers {
+                tracing::warn!(task_id = %inner.record.task_id, limit = %marker["limit"], "task event budget reached; later events dropped");
+            }
+            let appended: Vec<(u64, Value)> = markers
+                .into_iter()
+                .chain(keep.then_some(event))
+                .map(|event| {
+                    inner.events.push(event.clone());
+                    (inner.events.len() as u64, event)
+                })
+                .collect();
+            (inner.record.task_id.clone(), appended)
         };
-        self.store.write(Write::Event { task_id, seq, event });
+        if appended.is_empty() {
+            return;
+        }
+        for (seq, event) in appended {
+            self.store.write(Write::Event { task_id: task_id.clone(), seq, event });
+        }
         self.bump();
     }
 
@@ -400,13 +513,145 @@ mod tests {
         for (kind, text) in events {
             let event = json!({ "type": kind, "text": text });
             let size = json_len(&event);
-            match stored.admit(&budget, &event, size) {
-                Admit::Store => out.push(event),
-                Admit::Drop => {}
-                Admit::DropAfter(marker) => out.push(marker),
+            let Admit { markers, keep } = stored.admit(&budget, &event, size);
+            out.extend(markers);
+            if keep {
+                out.push(event);
             }
         }
         out
+    }
+
+    /// A live task of its own (not run by an engine) holding to `budget`.
+    fn live_task(budget: EventBudget) -> Arc<LiveTask> {
+        let record = TaskRecord::submitted(
+            "task_live_test".into(),
+            &crate::plugin::TaskCall::default(),
+            "s1".into(),
+            "u1".into(),
+            None,
+            now_ms(),
+        );
+        Arc::new(LiveTask {
+            session: (record.user_id.clone(), record.session_id.clone()),
+            counts_for_user: true,
+            inner: Mutex::new(Inner {
+                record,
+                events: vec![],
+                stored: EventsStored::default(),
+                pending_approvals: 0,
+                sink: None,
+                closed: false,
+            }),
+            version: watch::channel(0).0,
+            canceled: watch::channel(false).0,
+            streams: Mutex::new(BTreeMap::new()),
+            tool_budget: None,
+            event_budget: budget,
+            store: Store::in_memory().unwrap(),
+            changes: tokio::sync::broadcast::channel(1).0,
+            finishing: std::sync::atomic::AtomicBool::new(false),
+            driver: Mutex::new(None),
+        })
+    }
+
+    /// An `approval_request` event of the gate for a call with `input`.
+    fn approval_request(n: usize, input: Value) -> Value {
+        json!({
+            "type": "approval_request", "id": format!("apr_{n}"), "tool": "Bash", "input": input,
+            "subagent": "worker", "task_id": "task_live_test", "reason": "asked", "scopes": ["once"],
+        })
+    }
+
+    /// Regression: approval events were stored whatever the budget, each request with its
+    /// call's whole input (up to 1 MiB, 64 calls a batch). A plugin whose calls were
+    /// declined at once looped: a task's events grew by gigabytes. Now every stored request
+    /// carries at most [`MAX_APPROVAL_EVENT_INPUT`] characters of input, marked as cut, and
+    /// all of a task's events stay within its budget plus [`APPROVALS_PAST_BUDGET`].
+    #[tokio::test]
+    async fn regression_approval_events_cannot_exceed_the_event_budget_by_their_input() {
+        let budget = EventBudget { max_events: 1_000, max_bytes: 256 * 1024 };
+        let live = live_task(budget);
+        let big = json!({ "command": format!("echo {}", "x".repeat(64 * 1024)) });
+        // Ten batches of 64 asking calls, each declined at once.
+        for round in 0..10 {
+            for i in 0..64 {
+                let n = round * 64 + i;
+                live.record_gate_event(approval_request(n, big.clone()), GateChange::Requested);
+                let resolved = json!({ "type": "approval_resolved", "request_id": format!("apr_{n}"),
+                    "task_id": "task_live_test", "decision": "decline", "decided_by": "disconnect" });
+                live.record_gate_event(resolved, GateChange::Resolved);
+            }
+        }
+        let events: Vec<Value> = live.events_after(0).into_iter().map(|(_, e)| e).collect();
+        let requests: Vec<&Value> = events.iter().filter(|e| e["type"] == "approval_request").collect();
+        assert!(!requests.is_empty());
+        for r in &requests {
+            let input = r["input"].as_str().expect("a long input is cut to a string");
+            assert_eq!(input.chars().count(), MAX_APPROVAL_EVENT_INPUT);
+            assert!(big.to_string().starts_with(input));
+            assert_eq!((&r["input_cut"], &r["input_length"]), (&json!(true), &json!(big.to_string().len())));
+        }
+        let markers: Vec<&Value> = events.iter().filter(|e| e["type"] == "events_dropped").collect();
+        let marked: u64 = markers.iter().map(|m| json_len(m)).sum();
+        let total: u64 = events.iter().map(json_len).sum();
+        assert!(
+            total <= budget.max_bytes + APPROVALS_PAST_BUDGET.max_bytes + marked,
+            "{total} bytes of events stored for a budget of {} bytes",
+            budget.max_bytes
+        );
+        assert!(events.len() as u64 <= budget.max_events + APPROVALS_PAST_BUDGET.max_events + markers.len() as u64);
+        let limits: Vec<&str> = markers.iter().map(|m| m["limit"].as_str().unwrap()).collect();
+        assert_eq!(limits, ["server.max_event_bytes_per_task", APPROVALS_PAST_BUDGET_NAME]);
+        // What the store has is what the stream had.
+        live.store.flush().await.unwrap();
+        let stored = live.store.events_after("task_live_test", 0).await.unwrap();
+        assert_eq!(stored.len(), events.len());
+    }
+
+    /// Characters to build inputs of: ASCII, a quote and a backslash (escaped in JSON), a
+    /// control character (escaped by questions), 2- and 4-byte characters.
+    fn input_text() -> impl Strategy<Value = String> {
+        (
+            proptest::collection::vec(
+                prop_oneof![Just('a'), Just('"'), Just('\\'), Just('\u{1}'), Just('é'), Just('😀')],
+                1..6,
+            ),
+            0usize..7000,
+        )
+            .prop_map(|(pattern, n)| pattern.iter().cycle().take(pattern.len() * n).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the input: a request event carries it whole exactly when its JSON text
+        /// has at most [`MAX_APPROVAL_EVENT_INPUT`] characters — so every input an approval
+        /// question could show whole ([`crate::server::question_arguments`]) — and otherwise
+        /// the text's first that many characters, marked as cut with the whole length.
+        #[test]
+        fn an_approval_event_carries_its_input_whole_or_marked_as_cut(text in input_text(), nested in any::<bool>()) {
+            let input = if nested { json!({ "command": text, "n": [1, 2] }) } else { Value::String(text) };
+            let mut event = approval_request(1, input.clone());
+            bound_approval_input(&mut event);
+            let whole = input.to_string();
+            let length = whole.chars().count();
+            if length <= MAX_APPROVAL_EVENT_INPUT {
+                prop_assert_eq!(&event["input"], &input);
+                prop_assert!(event.get("input_cut").is_none());
+            } else {
+                let cut = event["input"].as_str().unwrap();
+                prop_assert_eq!(cut.chars().count(), MAX_APPROVAL_EVENT_INPUT);
+                prop_assert!(whole.starts_with(cut));
+                prop_assert_eq!(&event["input_cut"], &json!(true));
+                prop_assert_eq!(&event["input_length"], &json!(length));
+                prop_assert!(crate::server::question_arguments(&input).is_err(), "a showable input was cut");
+            }
+            // The other events are left as they are.
+            let mut other = json!({ "type": "tool_call", "input": input.clone() });
+            bound_approval_input(&mut other);
+            prop_assert_eq!(&other["input"], &input);
+        }
     }
 
     proptest! {

@@ -2,6 +2,11 @@
 //! under a concurrency limit with a queue and a per-task deadline, records every task
 //! and its events in the [`crate::store`], cancels, and answers TaskOutput.
 //!
+//! Admission holds each user to a share of the host (`server.max_tasks_per_user`: tasks
+//! queued or running, nested subagents not counted), checked where a task joins this
+//! process's tasks and, for the replicas' shared queue, by the store in the transaction
+//! that queues it ([`crate::store::QueueLimits`]).
+//!
 //! Each task has one driver (a spawned future). The plugin call runs inside it; cancel,
 //! the deadline and the tool-call limit stop the driver's `select!`, which drops the
 //! plugin call (the wasm instance is interrupted at its next await or epoch tick) and
@@ -23,7 +28,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, broadcast, watch};
 
-use crate::config::{DEFAULT_MAX_CONCURRENT_TASKS, DEFAULT_MAX_QUEUED_TASKS, DEFAULT_TASK_TIMEOUT};
+use crate::config::{
+    DEFAULT_MAX_CONCURRENT_TASKS, DEFAULT_MAX_QUEUED_TASKS, DEFAULT_MAX_TASKS_PER_USER, DEFAULT_TASK_TIMEOUT,
+};
 use crate::event::{GateChange, TaskEvent};
 use crate::plugin::TaskCall;
 use crate::redact::{SecretError, env_name};
@@ -40,7 +47,7 @@ mod resume;
 mod tool_schema;
 
 use live::Inner;
-pub use live::{EventBudget, LiveTask};
+pub use live::{APPROVALS_PAST_BUDGET, EventBudget, LiveTask, MAX_APPROVAL_EVENT_INPUT};
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use replica::{CLAIM_POLL, CONTROL_POLL, REMOTE_POLL, ReplicaOptions};
 use replica::{QueuedSubmission, RemoteDecision, Replica};
@@ -66,6 +73,9 @@ const PURGE_INTERVAL: Duration = Duration::from_secs(3600);
 pub struct EngineOptions {
     pub max_concurrent_tasks: usize,
     pub max_queued_tasks: usize,
+    /// `server.max_tasks_per_user`: a user's tasks queued or running at once (nested
+    /// subagents run inside their root's and are not counted).
+    pub max_tasks_per_user: usize,
     pub task_timeout: Duration,
     /// Most tool calls one task may make; `None` = unlimited. A request may lower it.
     pub max_tool_iterations: Option<u32>,
@@ -86,6 +96,7 @@ impl Default for EngineOptions {
         EngineOptions {
             max_concurrent_tasks: DEFAULT_MAX_CONCURRENT_TASKS,
             max_queued_tasks: DEFAULT_MAX_QUEUED_TASKS,
+            max_tasks_per_user: DEFAULT_MAX_TASKS_PER_USER,
             task_timeout: DEFAULT_TASK_TIMEOUT,
             max_tool_iterations: None,
             retention: crate::store::DEFAULT_RETENTION,
@@ -101,6 +112,7 @@ impl EngineOptions {
         EngineOptions {
             max_concurrent_tasks: c.server.max_concurrent_tasks.max(1),
             max_queued_tasks: c.server.max_queued_tasks,
+            max_tasks_per_user: c.server.max_tasks_per_user.max(1),
             task_timeout: c.server.task_timeout,
             max_tool_iterations: c.server.max_tool_iterations,
             retention: c.store.retention,
@@ -158,6 +170,13 @@ pub enum SubmitError {
     InvalidField { field: &'static str, message: String },
     #[error("too many tasks waiting ({0} queued); try again later")]
     QueueFull(usize),
+    /// The user has `server.max_tasks_per_user` tasks queued or running already: one user
+    /// cannot take every slot and the whole queue from the others.
+    #[error(
+        "too many tasks of user `{user}`: one user may have {max} queued or running at once \
+         (server.max_tasks_per_user); wait for some to finish, or raise the limit"
+    )]
+    UserTasksFull { user: String, max: usize },
     /// The server is shutting down: it finishes its tasks and takes no new ones.
     #[error("this server is shutting down and takes no new tasks; send it to another replica or retry later")]
     Draining,
@@ -170,6 +189,13 @@ pub enum SubmitError {
     /// The shared queue could not take the task (the database failed).
     #[error("the task could not be queued: {0}")]
     Unavailable(String),
+}
+
+/// How many of `user`'s tasks among `tasks` (the ones this process runs or queues) take a
+/// share of `server.max_tasks_per_user`: every task but nested subagents, which run inside
+/// their root task's.
+fn tasks_of_user(tasks: &HashMap<String, Arc<LiveTask>>, user: &str) -> usize {
+    tasks.values().filter(|t| t.counts_for_user && t.session.0 == user).count()
 }
 
 /// Session and user ids name sandbox containers and volumes: keep them plain.
@@ -532,6 +558,13 @@ impl Engine {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(SubmitError::Draining);
         }
+        // Before anything of the task is kept (its secrets, its claim); checked again where
+        // it joins the tasks of this process, and by the store for the shared queue.
+        let user = sub.user_id.clone().unwrap_or_else(|| DEFAULT_USER.into());
+        if let Err(e) = self.user_share(&self.live.lock().unwrap(), &user) {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
         let permit = match &self.replica {
             Some(_) => self.slots.clone().try_acquire_owned().ok(),
             None => None,
@@ -590,13 +623,16 @@ impl Engine {
         {
             // Checked again under the lock `drain` counts under: a submission racing the
             // start of a drain is either counted by it or refused, never left unwaited.
+            // So is the user's share: concurrent submissions of one user cannot all pass.
             let mut running = self.live.lock().unwrap();
-            if self.is_draining() {
+            let refused =
+                if self.is_draining() { Err(SubmitError::Draining) } else { self.user_share(&running, &user) };
+            if let Err(e) = refused {
                 self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
                 if self.replica.is_some() {
                     self.store.write(Write::Release { task_id: task_id.clone() });
                 }
-                return Err(SubmitError::Draining);
+                return Err(e);
             }
             running.insert(task_id.clone(), live.clone());
         }
@@ -614,6 +650,17 @@ impl Engine {
         };
         self.launch(live.clone(), start);
         Ok(Submitted { record, live: Some(live) })
+    }
+
+    /// Whether `user` may have one more task here (`server.max_tasks_per_user`), given
+    /// `tasks`, the tasks this process runs or queues.
+    fn user_share(&self, tasks: &HashMap<String, Arc<LiveTask>>, user: &str) -> Result<(), SubmitError> {
+        let max = self.options.max_tasks_per_user;
+        if tasks_of_user(tasks, user) >= max {
+            tracing::warn!(user, max, "task refused: the user has server.max_tasks_per_user tasks queued or running");
+            return Err(SubmitError::UserTasksFull { user: user.to_owned(), max });
+        }
+        Ok(())
     }
 
     /// A task's tool-call budget: the submission's cap lowered to the server's
@@ -638,6 +685,7 @@ impl Engine {
         let stored = live::EventsStored::of(&events);
         Arc::new(LiveTask {
             session: (record.user_id.clone(), record.session_id.clone()),
+            counts_for_user: record.parent_task_id.is_none(),
             inner: Mutex::new(Inner { record, events, stored, pending_approvals: 0, sink: None, closed: false }),
             event_budget: self.options.event_budget,
             version: watch::channel(0).0,
@@ -666,8 +714,12 @@ impl Engine {
         let queued =
             QueuedSubmission { call: sub.call, max_tool_iterations: sub.max_tool_iterations, egress: sub.egress };
         let submission = serde_json::to_value(&queued).expect("a submission always serialises");
-        match self.store.enqueue(&record, &first, &submission, self.options.max_queued_tasks).await {
-            Ok(true) => {
+        let limits = crate::store::QueueLimits {
+            max_queued: self.options.max_queued_tasks,
+            max_per_user: self.options.max_tasks_per_user,
+        };
+        match self.store.enqueue(&record, &first, &submission, limits).await {
+            Ok(crate::store::Enqueued::Queued) => {
                 self.metrics.submitted.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(task_id = %record.task_id, subagent = %record.subagent_type, "task queued for the replicas");
                 if let Some(change) = live::shared_if_followed(&self.task_changes, &record) {
@@ -675,9 +727,13 @@ impl Engine {
                 }
                 Ok(Submitted { record, live: None })
             }
-            Ok(false) => {
+            Ok(crate::store::Enqueued::QueueFull) => {
                 self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
                 Err(SubmitError::QueueFull(self.options.max_queued_tasks))
+            }
+            Ok(crate::store::Enqueued::UserFull) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                Err(SubmitError::UserTasksFull { user: record.user_id, max: self.options.max_tasks_per_user })
             }
             Err(e) => {
                 self.metrics.rejected.fetch_add(1, Ordering::Relaxed);

@@ -1133,9 +1133,10 @@ fn submit_error(e: crate::engine::SubmitError) -> RpcError {
     use crate::task::TaskError as T;
     match e {
         E::Invalid(T::MissingField("prompt")) => RpcError::invalid_params("the message has no text"),
-        E::Invalid(T::NoPlugin { .. }) | E::QueueFull(_) | E::Secrets(crate::redact::SecretError::HostFull) => {
-            RpcError::new(RpcError::INTERNAL, e.to_string())
-        }
+        E::Invalid(T::NoPlugin { .. })
+        | E::QueueFull(_)
+        | E::UserTasksFull { .. }
+        | E::Secrets(crate::redact::SecretError::HostFull) => RpcError::new(RpcError::INTERNAL, e.to_string()),
         other => RpcError::invalid_params(other.to_string()),
     }
 }

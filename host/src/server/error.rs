@@ -99,6 +99,9 @@ impl From<SubmitError> for ApiError {
             }
             SubmitError::InvalidField { .. } => ApiError::bad_request("invalid_field", message),
             SubmitError::QueueFull(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message),
+            SubmitError::UserTasksFull { .. } => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_user_tasks", message)
+            }
             SubmitError::Draining => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "draining", message),
             SubmitError::UnknownResume(_) => ApiError::bad_request("invalid_resume", message),
             SubmitError::Secrets(crate::redact::SecretError::HostFull) => {

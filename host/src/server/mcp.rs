@@ -804,6 +804,10 @@ const APPROVAL_INPUT: &str = "approval";
 /// so text the subagent chose cannot add lines that look like warden's.
 fn elicitation(ev: &Value) -> Option<ElicitRequestParams> {
     let line = |v: &Value| crate::text::escape_control(v.as_str().unwrap_or_default()).into_owned();
+    if ev["input_cut"] == true {
+        // The event carries the head of arguments too long to show whole anyway.
+        return None;
+    }
     let input = super::question_arguments(&ev["input"]).ok()?;
     let rule =
         ev["matched_rule"].as_str().map(|_| format!(" (rule `{}`)", line(&ev["matched_rule"]))).unwrap_or_default();
@@ -964,6 +968,9 @@ mod tests {
         assert!(!message.contains('\u{1b}') && !message.contains('\u{202e}') && !message.contains('\r'), "{message}");
         let long = json!({"id": "apr_2", "tool": "Bash", "input": {"command": format!("touch a{}&& touch hidden", " ".repeat(super::super::MAX_QUESTION_ARGUMENTS))}});
         assert!(elicitation(&long).is_none());
+        // An event whose input was cut is never put to a person, however short its head.
+        let cut = json!({"id": "apr_3", "tool": "Bash", "input": "{\"command\":\"touch a", "input_cut": true, "input_length": 40_000});
+        assert!(elicitation(&cut).is_none());
     }
 
     #[test]

@@ -498,6 +498,10 @@ async fn decide(
 /// Longest rendering of a gated call's arguments in an approval question (MCP
 /// elicitation, A2A input-required): a long script still fits a scrollable dialog.
 pub(crate) const MAX_QUESTION_ARGUMENTS: usize = 16 * 1024;
+// An `approval_request` event carries whole every input a question can show whole (it cuts
+// only longer ones, marked `input_cut`): a question built from an event is never built from
+// a cut input.
+const _: () = assert!(MAX_QUESTION_ARGUMENTS <= crate::engine::MAX_APPROVAL_EVENT_INPUT);
 
 /// A gated call's arguments for an approval question: one escaped line (text the
 /// subagent chose cannot add lines that look like warden's), whole — or `Err(length)`

@@ -425,26 +425,43 @@ impl PgBackend {
     }
 
     /// Adds a task nobody runs yet to the shared queue, with its first record, unless
-    /// `max_queued` tasks already wait there (then `false`). One transaction under
-    /// [`QUEUE_LOCK`] on a connection of its own.
+    /// `limits.max_queued` tasks already wait there or its user has `limits.max_per_user`
+    /// tasks queued or held by a replica. One transaction under [`QUEUE_LOCK`] on a
+    /// connection of its own, so concurrent enqueues on any replicas agree on both counts.
     pub(super) async fn enqueue(
         &self,
         rec: &TaskRecord,
         first_event: &serde_json::Value,
         submission: &str,
-        max_queued: usize,
-    ) -> Result<bool, String> {
+        limits: super::QueueLimits,
+    ) -> Result<super::Enqueued, String> {
+        use super::Enqueued;
         let mut guard = self.transaction_connection().await?;
         let client = guard.as_mut().expect("connected by transaction_connection");
         let record = serde_json::to_string(rec).expect("a task record always serialises");
         let event = serde_json::to_string(first_event).expect("JSON always serialises");
-        let max = i64::try_from(max_queued).unwrap_or(i64::MAX);
+        let max = i64::try_from(limits.max_queued).unwrap_or(i64::MAX);
+        let max_per_user = i64::try_from(limits.max_per_user).unwrap_or(i64::MAX);
+        let user = column(&rec.user_id);
         let work = async {
             let tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&QUEUE_LOCK]).await?;
             let waiting: i64 = tx.query_one("SELECT count(*) FROM task_queue WHERE owner IS NULL", &[]).await?.get(0);
             if waiting >= max {
-                return Ok(false);
+                return Ok(Enqueued::QueueFull);
+            }
+            // Queued or held by any replica (a held task's row is written by its replica's
+            // writer a moment after it was admitted there); nested subagents not counted.
+            let of_user: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM task_queue q JOIN tasks t ON t.task_id = q.task_id \
+                     WHERE t.user_id = $1 AND (t.record->>'parent_task_id') IS NULL",
+                    &[&user],
+                )
+                .await?
+                .get(0);
+            if of_user >= max_per_user {
+                return Ok(Enqueued::UserFull);
             }
             tx.execute(
                 "INSERT INTO tasks (task_id, principal, user_id, session_id, status, created_at_ms, updated_at_ms, record) \
@@ -471,7 +488,7 @@ impl PgBackend {
             )
             .await?;
             tx.commit().await?;
-            Ok::<bool, tokio_postgres::Error>(true)
+            Ok::<Enqueued, tokio_postgres::Error>(Enqueued::Queued)
         };
         let outcome = tokio::time::timeout(OPERATION_TIMEOUT, work).await;
         settle_transaction(outcome, &mut guard)

@@ -5,7 +5,8 @@
 //! - **Membership**: [`Store::register_replica`] at start, renewed with the leases.
 //! - **Queue and leases**: a task runs on the replica that holds it (`owner`) until its
 //!   lease ends; [`Store::enqueue`] adds a task no replica runs yet (under the
-//!   cluster-wide `max_queued_tasks`), [`Store::claim`] takes waiting tasks for a replica
+//!   cluster-wide `max_queued_tasks`, and its user's share `max_tasks_per_user` of the
+//!   tasks queued or held cluster-wide), [`Store::claim`] takes waiting tasks for a replica
 //!   with free slots (`FOR UPDATE SKIP LOCKED`), [`Store::renew`] extends what a replica
 //!   holds, [`Store::take_expired`] takes the tasks of a replica that stopped renewing so
 //!   that they can be ended "replica lost".
@@ -19,6 +20,28 @@
 use serde_json::Value;
 
 use super::{Backend, FinishReason, Store, StoreError, TaskRecord, TaskState, Write, now_ms};
+
+/// The bounds [`Store::enqueue`] holds, each counted cluster-wide in the same transaction
+/// as the task is added, so replicas agree on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// `server.max_queued_tasks`: tasks no replica runs yet.
+    pub max_queued: usize,
+    /// `server.max_tasks_per_user`: tasks of the task's user queued or held by a replica
+    /// (nested subagents, which run inside their root's, not counted).
+    pub max_per_user: usize,
+}
+
+/// What [`Store::enqueue`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// The task waits in the queue.
+    Queued,
+    /// Not added: [`QueueLimits::max_queued`] tasks wait already.
+    QueueFull,
+    /// Not added: the task's user has [`QueueLimits::max_per_user`] tasks queued or held.
+    UserFull,
+}
 
 /// A task this replica took from the queue: its stored record and submission.
 #[derive(Debug)]
@@ -90,16 +113,16 @@ impl Store {
     }
 
     /// Adds `rec` (its first event `first_event`) to the shared queue for any replica to
-    /// claim; `false` when `max_queued` tasks already wait there.
+    /// claim, unless that would exceed one of `limits`.
     pub async fn enqueue(
         &self,
         rec: &TaskRecord,
         first_event: &Value,
         submission: &Value,
-        max_queued: usize,
-    ) -> Result<bool, StoreError> {
+        limits: QueueLimits,
+    ) -> Result<Enqueued, StoreError> {
         let Some(pg) = self.pg() else { return Err(self.err("the embedded store has no shared queue")) };
-        pg.enqueue(rec, first_event, &submission.to_string(), max_queued).await.map_err(|e| self.err(e))
+        pg.enqueue(rec, first_event, &submission.to_string(), limits).await.map_err(|e| self.err(e))
     }
 
     /// Takes up to `n` waiting tasks for `replica` until `lease_until`.

@@ -50,6 +50,9 @@ const TOUCHER_SCRIPT: &str = r##"
 /// toucher agent, a sandbox scope of its own and the database; with the guard that removes
 /// the scope's containers and volumes (drop it after the replicas: each leaves its
 /// sessions to the others when it stops, so the last one leaves them behind).
+///
+/// One user sends the whole load: its share of the cluster (`server.max_tasks_per_user`, a
+/// bound for several tenants) is raised to it.
 fn cluster_deployment(db: &TestDatabase) -> (Deployment, ScopeCleanup) {
     let scope = format!("rep{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let d = Deployment::new(&format!(
@@ -60,7 +63,7 @@ fn cluster_deployment(db: &TestDatabase) -> (Deployment, ScopeCleanup) {
          models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
          sandbox:\n  scope: {scope}\n\
          approval:\n  default: deny\n  allow: [Read, \"Bash(echo *)\"]\n  ask: [\"Bash(touch *)\"]\n  timeout: 5m\n\
-         server:\n  max_concurrent_tasks: {SLOTS_PER_REPLICA}\n  max_queued_tasks: 1000\n  task_lease: {}s\n\
+         server:\n  max_concurrent_tasks: {SLOTS_PER_REPLICA}\n  max_queued_tasks: 1000\n  max_tasks_per_user: 1000\n  task_lease: {}s\n\
          store:\n  url: {}\n",
         LEASE.as_secs(),
         db.url

@@ -621,11 +621,16 @@ function renderEvent(ctx, ev) {
     case 'approval_request': {
       ctx.current = null;
       const pending = state.approvals.some((a) => a.id === ev.id) || !ev.expires_at || Date.parse(ev.expires_at) > Date.now();
+      // A long input comes cut in the event (`input_cut`): the whole call is in the
+      // approvals list, and only a call seen whole is offered for a decision.
+      const whole = state.approvals.find((a) => a.id === ev.id);
+      const shown = ev.input_cut ? (whole ? pretty(whole.input) : pretty(ev.input) + '\n… cut: ' + ev.input_length
+        + ' characters in all; the Approvals page shows the whole call') : pretty(ev.input);
       const card = el('div', { class: 'approval', 'data-approval': ev.id },
         el('div', {}, 'Waiting for approval: ', el('strong', {}, ev.tool)),
-        el('pre', {}, pretty(ev.input)),
+        el('pre', {}, shown),
         el('div', { class: 'meta' }, 'rule: ', ev.matched_rule || 'default', ' · ', ev.reason || ''));
-      const controls = pending ? decisionControls(ev, null) : null;
+      const controls = pending && (!ev.input_cut || whole) ? decisionControls(ev, null) : null;
       if (controls) card.append(controls);
       card.controls = controls;
       ctx.approvals.set(ev.id, card);
