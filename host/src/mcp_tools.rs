@@ -82,12 +82,9 @@ pub const MCP_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// [`warden_mcp_protocol::limits::MAX_LIST_TOOLS`] on its own). Half of
 /// [`crate::services::MAX_MODEL_TOOLS`], the most tools one model request may carry: the
 /// rest is room for the sandbox tools, the Agent tool and a plugin's own tools, so MCP
-/// servers can never make every model request of a subagent too large to send.
-pub const MAX_MCP_TOOLS: usize = crate::services::MAX_MODEL_TOOLS / 2;
-const _: () = assert!(
-    MAX_MCP_TOOLS + warden_sandbox::TOOL_NAMES.len() + 1 < crate::services::MAX_MODEL_TOOLS,
-    "MCP tools, sandbox tools and the Agent tool must fit one model request"
-);
+/// servers can never make every model request of a subagent too large to send (checked at
+/// compile time beside `MAX_MODEL_TOOLS`).
+pub const MAX_MCP_TOOLS: usize = 256;
 
 /// A stdio server's `env` with every `${NAME}` filled from the task's secrets (`secrets`,
 /// names as [`crate::redact::env_name`] gives them).

@@ -25,10 +25,6 @@ pub trait Transport {
     fn send(&mut self, request: &HttpRequest) -> Result<(u16, Headers, Self::Body), McpError>;
 }
 
-/// Most pages of one server's `tools/list` read ([`crate::Listing`]): a server answering
-/// every page with a new cursor is not followed forever.
-pub const MAX_TOOL_PAGES: usize = 50;
-
 pub struct Client<T: Transport> {
     transport: T,
     session: Session,

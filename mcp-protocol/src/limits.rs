@@ -17,6 +17,9 @@ use serde_json::Value;
 use crate::error::McpError;
 use crate::tools::{Tool, ToolsPage};
 
+/// Most pages of one server's `tools/list` read ([`Listing`]): a server answering
+/// every page with a new cursor is not followed forever.
+pub const MAX_TOOL_PAGES: usize = 50;
 /// Largest reply to a request that is neither a listing nor a tool call (negotiation,
 /// notifications): far above any real `initialize` or `server/discover` answer.
 pub const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
@@ -106,7 +109,7 @@ impl Default for ListLimits {
         ListLimits {
             max_tools: MAX_LIST_TOOLS,
             max_bytes: MAX_LIST_BYTES,
-            max_pages: crate::client::MAX_TOOL_PAGES,
+            max_pages: MAX_TOOL_PAGES,
             max_description: MAX_TOOL_DESCRIPTION,
             max_schema: MAX_TOOL_SCHEMA,
             max_annotations: MAX_TOOL_ANNOTATIONS,
