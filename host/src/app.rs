@@ -74,7 +74,10 @@ impl Host {
                 .with_context(|| format!("{}: sandbox.egress", config.source_name()))?;
         }
         let sandbox = warden_sandbox::Sandbox::new(config.sandbox.clone()).map(Arc::new).map_err(|e| e.to_string());
-        let tools = Arc::new(ToolHost::new(sandbox, gate).with_mcp(mcp_tools::McpTools::new(&config.mcp_servers)));
+        let tools = Arc::new(
+            ToolHost::new(sandbox, gate)
+                .with_mcp(mcp_tools::McpTools::new(&config.mcp_servers).with_max_output(config.sandbox.max_output.0)),
+        );
         let models = warden_models::ModelRouter::from_config(&config.models, &config.base_dir)
             .map(Arc::new)
             .map_err(|e| e.to_string());

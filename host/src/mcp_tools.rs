@@ -27,6 +27,16 @@
 //! is a command the approval gate judges first: [`crate::tools::ToolHost`] asks it with
 //! [`agent_server_command`] before the process starts (see [`McpTools::agent_server_running`]).
 //!
+//! Every reply is held to one set of bounds before it is parsed or kept
+//! ([`warden_mcp_protocol::limits`]: bytes and estimated parsed size of a reply, a server's
+//! whole listing in bytes, tools and pages, each tool's description, schema and
+//! annotations, duplicate names dropped), all MCP tools together to [`MAX_MCP_TOOLS`], and
+//! a result's text to the output bound every tool has (`sandbox.max_output`). An HTTP
+//! server's whole listing (negotiation and every page) has [`MCP_LIST_DEADLINE`]; one that
+//! failed is not asked again until its backoff ([`MCP_RETRY_BACKOFF`]) passes, so a stalled
+//! server costs one deadline per backoff, not one per task. A session the server forgot
+//! (`SessionExpired`) is negotiated again once and the call retried.
+//!
 //! It never decides whether a call may run — [`crate::tools::ToolHost`] asks the approval
 //! gate first — and MCP annotations such as `destructiveHint` are passed on as hints, never
 //! as policy. It never logs a stdio server's environment (it may hold the task's secrets).
@@ -34,12 +44,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::Mutex;
-use warden_mcp_protocol::{ClientInfo, HttpRequest, McpError, Pending, Session, Tool, ToolResult, ToolsPage, Update};
+use warden_mcp_protocol::{
+    ClientInfo, HttpRequest, ListLimits, Listing, McpError, Pending, Session, Tool, ToolResult, Update,
+};
 use warden_sandbox::{Sandbox, SessionKey};
 
 use crate::config::mcp::{McpServerConfig, McpTransport};
@@ -47,13 +60,33 @@ use crate::plugin::AgentMcpServer;
 
 /// Time allowed for one MCP exchange (connect, list or call) when the task gives none.
 pub const MCP_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Largest MCP response body read; a tool result bigger than this is a fault.
+/// Largest HTTP response body read, notifications included. The reply itself is held to
+/// the smaller bound of its request ([`warden_mcp_protocol::limits`]: a listing page, a
+/// result); this bounds what a chatty event stream may send beside it.
 pub const MAX_MCP_RESPONSE: usize = 16 * 1024 * 1024;
 /// Longest wait for a stdio server to start and answer its negotiation (an interpreter
-/// starting in a fresh container on a busy machine).
+/// starting in a fresh container on a busy machine). It covers the whole listing too.
 pub const STDIO_START_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest line (one JSON-RPC message) read from a stdio server.
-const MAX_STDIO_MESSAGE: usize = MAX_MCP_RESPONSE;
+/// Longest wait for an HTTP server's whole listing: negotiation and every page together.
+/// Each exchange has its own [`MCP_REQUEST_TIMEOUT`], but a server answering each of
+/// [`warden_mcp_protocol::MAX_TOOL_PAGES`] pages just in time would otherwise hold every
+/// task that lists its tools for most of an hour. A real server lists in well under a second.
+pub const MCP_LIST_DEADLINE: Duration = Duration::from_secs(15);
+/// How long an HTTP server whose connection or listing failed is left alone before it is
+/// tried again (doubling per consecutive failure up to [`MCP_RETRY_BACKOFF_MAX`]):
+/// meanwhile listings skip it with a warning and calls fail at once, instead of every task
+/// waiting [`MCP_LIST_DEADLINE`] on it again.
+pub const MCP_RETRY_BACKOFF: Duration = Duration::from_secs(10);
+/// Longest backoff of a server that keeps failing: one that comes back is used again
+/// within five minutes.
+pub const MCP_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Most MCP tools offered to one subagent, all servers together (each server is held to
+/// [`warden_mcp_protocol::limits::MAX_LIST_TOOLS`] on its own). Half of
+/// [`crate::services::MAX_MODEL_TOOLS`], the most tools one model request may carry: the
+/// rest is room for the sandbox tools, the Agent tool and a plugin's own tools, so MCP
+/// servers can never make every model request of a subagent too large to send (checked at
+/// compile time beside `MAX_MODEL_TOOLS`).
+pub const MAX_MCP_TOOLS: usize = 256;
 
 /// A stdio server's `env` with every `${NAME}` filled from the task's secrets (`secrets`,
 /// names as [`crate::redact::env_name`] gives them).
@@ -90,25 +123,65 @@ fn expand_env(
 /// One configured server. No lock here is held across an await: a call that waits on a
 /// slow server keeps nobody else from listing its tools or calling it.
 struct Server {
+    name: String,
     config: McpServerConfig,
     /// HTTP: the negotiated session and the tool list, discovered on first use (one
     /// server outside every sandbox, the same for every session; taken briefly to read the
     /// tools or number a request, the exchange runs without it). A stdio server keeps
     /// nothing here: its tools are its session's process's ([`StdioConn::tools`]).
-    state: std::sync::Mutex<Option<(Session, Vec<Tool>)>>,
+    state: std::sync::Mutex<Option<Connected>>,
+    /// HTTP: the last failures to connect, while they are backed off.
+    failed: std::sync::Mutex<Option<Failure>>,
 }
+
+/// An HTTP server's negotiated session and its (bounded) tool list.
+struct Connected {
+    session: Session,
+    /// Shared with every listing: never copied per task.
+    tools: Arc<[Tool]>,
+    /// Which connection this is: a call that finds its session expired clears only the
+    /// session it used, never a newer one another call has negotiated since.
+    epoch: u64,
+}
+
+/// Consecutive failures to connect to an HTTP server, and until when it is left alone.
+struct Failure {
+    count: u32,
+    until: Instant,
+    error: String,
+}
+
+/// Numbers HTTP connections ([`Connected::epoch`]).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 impl Server {
     /// The connected session's tools, if connected.
-    fn known_tools(&self) -> Option<Vec<Tool>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, tools)| tools.clone())
+    fn known_tools(&self) -> Option<Arc<[Tool]>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|c| c.tools.clone())
+    }
+
+    /// Why the server is not tried now, while a failure is backed off.
+    fn backed_off(&self) -> Option<String> {
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        let f = failed.as_ref()?;
+        let left = f.until.checked_duration_since(Instant::now())?;
+        Some(format!("{} (not retried for another {}s)", f.error, left.as_secs() + 1))
+    }
+
+    /// Remembers a failure to connect: the server is left alone for a backoff that doubles
+    /// with each consecutive failure.
+    fn record_failure(&self, error: &str) {
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        let count = failed.as_ref().map_or(1, |f| f.count.saturating_add(1));
+        let backoff = MCP_RETRY_BACKOFF.saturating_mul(1 << (count - 1).min(16)).min(MCP_RETRY_BACKOFF_MAX);
+        *failed = Some(Failure { count, until: Instant::now() + backoff, error: error.to_owned() });
     }
 }
 
 /// One stdio server process of one session and the MCP session over its streams.
 struct StdioConn {
     session: Session,
-    tools: Vec<Tool>,
+    tools: Arc<[Tool]>,
     stdin: Pin<Box<dyn AsyncWrite + Send>>,
     stdout: BufReader<Pin<Box<dyn AsyncRead + Send>>>,
     stderr: warden_sandbox::process::StderrTail,
@@ -200,6 +273,10 @@ pub struct McpTools {
     /// Agent-defined servers whose start the gate declined, per task (cleared when the
     /// task ends): a plugin listing its tools again is not a new question.
     declined: std::sync::Mutex<std::collections::HashSet<StdioKey>>,
+    /// Bound on a result's text: `sandbox.max_output`, as for every other tool's output.
+    max_output: usize,
+    /// [`MCP_LIST_DEADLINE`] (shorter in tests).
+    list_deadline: Duration,
 }
 
 /// A tool offered to a subagent.
@@ -235,12 +312,39 @@ impl McpTools {
     pub fn new(config: &BTreeMap<String, McpServerConfig>) -> Self {
         let servers = config
             .iter()
-            .map(|(name, c)| (name.clone(), Server { config: c.clone(), state: Default::default() }))
+            .map(|(name, c)| {
+                let server = Server {
+                    name: name.clone(),
+                    config: c.clone(),
+                    state: Default::default(),
+                    failed: Default::default(),
+                };
+                (name.clone(), server)
+            })
             .collect();
         // No redirects (a server could send the bearer token's request elsewhere), no
         // environment proxy: the shared hardening of every outbound client.
         let http = crate::http_client::builder().build().expect("an HTTP client without a resolver always builds");
-        McpTools { servers, http, stdio: Default::default(), declined: Default::default() }
+        McpTools {
+            servers,
+            http,
+            stdio: Default::default(),
+            declined: Default::default(),
+            max_output: warden_sandbox::config::DEFAULT_MAX_OUTPUT.0 as usize,
+            list_deadline: MCP_LIST_DEADLINE,
+        }
+    }
+
+    /// Cuts every result's text to `max_output` bytes (the operator's `sandbox.max_output`).
+    pub fn with_max_output(mut self, max_output: u64) -> Self {
+        self.max_output = usize::try_from(max_output).unwrap_or(usize::MAX);
+        self
+    }
+
+    /// A result as a subagent gets it: its text cut to the output bound of every tool.
+    fn bounded(&self, mut result: ToolResult) -> ToolResult {
+        result.text = warden_sandbox::cap_text(std::mem::take(&mut result.text), self.max_output);
+        result
     }
 
     pub fn is_empty(&self) -> bool {
@@ -266,8 +370,9 @@ impl McpTools {
         agent: &[(&AgentMcpServer, AgentStart)],
         site: Option<&SessionSite<'_>>,
     ) -> Vec<McpToolSpec> {
-        let mut out = vec![];
-        // Asked together: a slow server delays nobody's listing beyond its own timeout.
+        let mut out: Vec<McpToolSpec> = vec![];
+        // Asked together: a slow server delays nobody's listing beyond its own deadline
+        // (MCP_LIST_DEADLINE for an HTTP server, STDIO_START_TIMEOUT for a stdio one).
         let names: Vec<&str> = self.visible(requested).collect();
         let operator = futures_util::future::join_all(names.iter().map(|name| self.tools_of(name, site)));
         let own = futures_util::future::join_all(agent.iter().map(|(s, start)| self.agent_tools_of(s, *start, site)));
@@ -275,7 +380,15 @@ impl McpTools {
         let listed = names.into_iter().zip(operator).chain(agent.iter().map(|(s, _)| s.name.as_str()).zip(own));
         for (name, listed) in listed {
             match listed {
-                Ok(tools) => out.extend(tools.into_iter().filter_map(|t| {
+                Ok(tools) if out.len() + tools.len() > MAX_MCP_TOOLS => {
+                    tracing::warn!(
+                        server = name,
+                        tools = tools.len(),
+                        offered = out.len(),
+                        "MCP server's tools not offered: with them a subagent would get more than {MAX_MCP_TOOLS} MCP tools"
+                    );
+                }
+                Ok(tools) => out.extend(tools.iter().filter_map(|t| {
                     // The name the gate and the operator's rules see is exactly the server
                     // and tool a call reaches: a tool whose name would have to be rewritten
                     // (or would read as another server's) is not offered.
@@ -288,10 +401,11 @@ impl McpTools {
                             return None;
                         }
                     };
+                    // Annotations are bounded by the listing (MAX_TOOL_ANNOTATIONS).
                     let hints = t.annotations.as_ref().map(|a| format!(" [server hints: {a}]")).unwrap_or_default();
                     Some(McpToolSpec {
                         name: full,
-                        description: format!("{}{hints}", t.description.clone().unwrap_or_default()),
+                        description: format!("{}{hints}", t.description.as_deref().unwrap_or_default()),
                         input_schema: t.input_schema.clone(),
                     })
                 })),
@@ -321,14 +435,36 @@ impl McpTools {
             return self.call_stdio(&StdioUse::operator(server, &s.config), tool, arguments, site).await;
         }
         self.ensure_connected(s).await?;
-        let (req, pending) = {
-            let mut guard = s.state.lock().unwrap_or_else(|e| e.into_inner());
-            let (session, _) = guard.as_mut().ok_or("the MCP server is not connected")?;
-            session.call_tool(tool, arguments, None).map_err(|e| e.to_string())?
+        let result = match self.call_http(s, tool, arguments.clone()).await {
+            // The server forgot the session (it restarted): negotiate again, once, and retry.
+            Err((McpError::SessionExpired, epoch)) => {
+                {
+                    let mut state = s.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if state.as_ref().is_some_and(|c| Some(c.epoch) == epoch) {
+                        *state = None;
+                    }
+                }
+                tracing::info!(server, "MCP session expired; negotiating a new one");
+                self.ensure_connected(s).await?;
+                self.call_http(s, tool, arguments).await.map_err(|(e, _)| e)
+            }
+            other => other.map_err(|(e, _)| e),
         };
-        let mut p = self.exchange(&s.config, req, pending).await.map_err(|e| e.to_string())?;
-        let result = p.result().map_err(|e| e.to_string())?;
-        ToolResult::from_result(result).map_err(|e| e.to_string())
+        Ok(self.bounded(result.map_err(|e| e.to_string())?))
+    }
+
+    /// One `tools/call` on the connected HTTP session; an error comes with the epoch of
+    /// the session it used.
+    async fn call_http(&self, s: &Server, tool: &str, arguments: Value) -> Result<ToolResult, (McpError, Option<u64>)> {
+        let (req, pending, epoch) = {
+            let mut guard = s.state.lock().unwrap_or_else(|e| e.into_inner());
+            let c = guard.as_mut().ok_or((McpError::Transport("the MCP server is not connected".into()), None))?;
+            let (req, pending) = c.session.call_tool(tool, arguments, None).map_err(|e| (e, Some(c.epoch)))?;
+            (req, pending, c.epoch)
+        };
+        let with_epoch = |e| (e, Some(epoch));
+        let mut p = self.exchange(&s.config, req, pending).await.map_err(with_epoch)?;
+        ToolResult::from_result(p.result().map_err(with_epoch)?).map_err(with_epoch)
     }
 
     /// Calls `tool` of the subagent's own server `s` at `site`, starting it only when
@@ -411,7 +547,7 @@ impl McpTools {
         s: &AgentMcpServer,
         start: AgentStart,
         site: Option<&SessionSite<'_>>,
-    ) -> Result<Vec<Tool>, String> {
+    ) -> Result<Arc<[Tool]>, String> {
         let config = crate::config::mcp::agent_server_config(s)?;
         let site =
             site.ok_or_else(|| format!("MCP server {:?} runs in a sandbox session, and there is none", s.name))?;
@@ -420,7 +556,7 @@ impl McpTools {
         Ok(guard.as_ref().ok_or("the MCP server is not running")?.tools.clone())
     }
 
-    async fn tools_of(&self, name: &str, site: Option<&SessionSite<'_>>) -> Result<Vec<Tool>, String> {
+    async fn tools_of(&self, name: &str, site: Option<&SessionSite<'_>>) -> Result<Arc<[Tool]>, String> {
         let s = &self.servers[name];
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
             // The list of the process in this session (started now if need be), never
@@ -435,13 +571,31 @@ impl McpTools {
         s.known_tools().ok_or_else(|| "the MCP server is not connected".into())
     }
 
-    /// Connects `s` unless it is connected. Concurrent first uses may each negotiate (the
+    /// Connects `s` unless it is connected: negotiation and the whole listing within
+    /// [`MCP_LIST_DEADLINE`]. A failure is remembered and backed off: until it passes, this
+    /// fails at once with the last error. Concurrent first uses may each negotiate (the
     /// last one is kept): no caller waits on another's exchange.
     async fn ensure_connected(&self, s: &Server) -> Result<(), String> {
         if s.known_tools().is_some() {
             return Ok(());
         }
-        let connected = self.connect(s).await.map_err(|e| e.to_string())?;
+        if let Some(why) = s.backed_off() {
+            return Err(why);
+        }
+        let connected = match tokio::time::timeout(self.list_deadline, self.connect(s)).await {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(e)) => {
+                let e = e.to_string();
+                s.record_failure(&e);
+                return Err(e);
+            }
+            Err(_) => {
+                let e = format!("the server did not negotiate and list its tools within {:?}", self.list_deadline);
+                s.record_failure(&e);
+                return Err(e);
+            }
+        };
+        *s.failed.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *s.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(connected);
         Ok(())
     }
@@ -516,13 +670,13 @@ impl McpTools {
         let mut conn = StdioConn {
             owned,
             session: Session::new(ClientInfo { name: "warden".into(), version: env!("CARGO_PKG_VERSION").into() }),
-            tools: vec![],
+            tools: Arc::new([]),
             stderr: process.stderr_handle(),
             stdin: process.stdin,
             stdout: BufReader::new(process.stdout),
             dead: false,
         };
-        match tokio::time::timeout(STDIO_START_TIMEOUT, conn.start()).await {
+        match tokio::time::timeout(STDIO_START_TIMEOUT, conn.start(server)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 return Err(format!(
@@ -566,29 +720,29 @@ impl McpTools {
         };
         let result =
             result.map_err(|e| format!("MCP server {server:?}: {e} (stderr: {})", last_line(&conn.stderr.text())))?;
-        ToolResult::from_result(result).map_err(|e| e.to_string())
+        Ok(self.bounded(ToolResult::from_result(result).map_err(|e| e.to_string())?))
     }
 
-    async fn connect(&self, s: &Server) -> Result<(Session, Vec<Tool>), McpError> {
+    async fn connect(&self, s: &Server) -> Result<Connected, McpError> {
         let mut session = Session::new(ClientInfo { name: "warden".into(), version: env!("CARGO_PKG_VERSION").into() });
         let mut next = Some(session.connect());
         while let Some((req, pending)) = next {
             let p = self.exchange(&s.config, req, pending).await?;
             next = session.advance(p)?;
         }
-        let mut tools = vec![];
+        let mut listing = Listing::new(ListLimits::default());
         let mut cursor: Option<String> = None;
-        for _ in 0..warden_mcp_protocol::MAX_TOOL_PAGES {
-            let (req, pending) = session.list_tools(cursor.as_deref())?;
+        loop {
+            let (req, mut pending) = session.list_tools(cursor.as_deref())?;
+            pending.limit_bytes(listing.remaining_bytes());
             let mut p = self.exchange(&s.config, req, pending).await?;
-            let (page, _skipped) = ToolsPage::from_result(p.result()?)?;
-            tools.extend(page.tools);
-            cursor = page.next_cursor;
+            cursor = listing.add(p.body_bytes(), p.result()?)?;
             if cursor.is_none() {
                 break;
             }
         }
-        Ok((session, tools))
+        let tools = listed(&s.name, listing);
+        Ok(Connected { session, tools, epoch: EPOCH.fetch_add(1, Ordering::Relaxed) })
     }
 
     /// Sends one request and feeds the response into `pending` until it is complete.
@@ -650,23 +804,24 @@ impl StdioConn {
 
     /// Negotiates the revision (2026-07-28 `server/discover`, else the handshake) and
     /// lists the tools.
-    async fn start(&mut self) -> Result<(), McpError> {
+    async fn start(&mut self, server: &str) -> Result<(), McpError> {
         let mut next = Some(self.session.connect());
         while let Some((req, pending)) = next {
             let p = self.exchange(req, pending).await?;
             next = self.session.advance(p)?;
         }
+        let mut listing = Listing::new(ListLimits::default());
         let mut cursor: Option<String> = None;
-        for _ in 0..warden_mcp_protocol::MAX_TOOL_PAGES {
-            let (req, pending) = self.session.list_tools(cursor.as_deref())?;
+        loop {
+            let (req, mut pending) = self.session.list_tools(cursor.as_deref())?;
+            pending.limit_bytes(listing.remaining_bytes());
             let mut p = self.exchange(req, pending).await?;
-            let (page, _skipped) = ToolsPage::from_result(p.result()?)?;
-            self.tools.extend(page.tools);
-            cursor = page.next_cursor;
+            cursor = listing.add(p.body_bytes(), p.result()?)?;
             if cursor.is_none() {
                 break;
             }
         }
+        self.tools = listed(server, listing);
         Ok(())
     }
 
@@ -681,22 +836,25 @@ impl StdioConn {
             return Err(McpError::Transport(format!("cannot write to the server: {e}")));
         }
         pending.begin_messages();
+        // One message (a line) is held to the request's reply bound (a listing page, a result).
+        let max = pending.max_bytes();
         let mut line = Vec::new();
         while !pending.is_done() {
             line.clear();
-            match (&mut self.stdout).take(MAX_STDIO_MESSAGE as u64 + 1).read_until(b'\n', &mut line).await {
+            match (&mut self.stdout).take(max as u64 + 2).read_until(b'\n', &mut line).await {
                 Ok(0) | Err(_) => {
                     self.dead = true;
                     pending.finish();
                     break;
                 }
-                Ok(_) if line.len() > MAX_STDIO_MESSAGE => {
+                Ok(_) if line.strip_suffix(b"\n").unwrap_or(&line).len() > max => {
+                    // The rest of the line is still unread: the stream cannot be used again.
                     self.dead = true;
-                    return Err(McpError::Transport(format!("a message exceeds {MAX_STDIO_MESSAGE} bytes")));
+                    return Err(McpError::TooLarge { what: "message".into(), limit: max });
                 }
                 Ok(_) => {}
             }
-            for update in pending.feed(&line) {
+            for update in pending.feed(line.strip_suffix(b"\n").unwrap_or(&line)) {
                 if let Update::ServerRequest { id, method } = update {
                     let reply = if method == "ping" {
                         serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}})
@@ -725,6 +883,15 @@ impl StdioConn {
         }
         r
     }
+}
+
+/// A finished listing's tools; what it left out is logged (names escaped by the listing).
+fn listed(server: &str, listing: Listing) -> Arc<[Tool]> {
+    let (tools, warnings) = listing.finish();
+    for warning in warnings {
+        tracing::warn!(server, "MCP listing: {warning}");
+    }
+    tools.into()
 }
 
 /// The last non-empty line of a process's stderr (its usual last words), bounded and escaped.
@@ -778,6 +945,216 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         (addr, hits)
+    }
+
+    /// A streamable-HTTP MCP server (handshake era) whose `tools/list` and `tools/call`
+    /// results are the JSON text `answer` gives for (method, params), sent as is (a hostile
+    /// body need not be built as a `Value` first); each page of `tools/list` after
+    /// `list_delay`. Counts the requests it got.
+    async fn scripted(
+        list_delay: Duration,
+        answer: impl Fn(&str, &Value) -> String + Clone + Send + Sync + 'static,
+    ) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use axum::http::{StatusCode, header};
+        use axum::response::IntoResponse;
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        let handler = move |axum::Json(m): axum::Json<Value>| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = answer.clone();
+            async move {
+                let Some(id) = m.get("id").cloned() else { return StatusCode::ACCEPTED.into_response() };
+                let method = m["method"].as_str().unwrap_or("").to_owned();
+                let result = match method.as_str() {
+                    "initialize" => serde_json::json!({"protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}}, "serverInfo": {"name": "t", "version": "1"}})
+                    .to_string(),
+                    "tools/list" => {
+                        tokio::time::sleep(list_delay).await;
+                        answer(&method, &m["params"])
+                    }
+                    "tools/call" => answer(&method, &m["params"]),
+                    _ => {
+                        let e = serde_json::json!({"code": -32601, "message": "no such method"});
+                        return axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": id, "error": e})).into_response();
+                    }
+                };
+                let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
+                ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+            }
+        };
+        let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (addr, hits)
+    }
+
+    fn names(specs: &[McpToolSpec]) -> Vec<&str> {
+        specs.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_an_mcp_tools_page_of_small_objects_exhausted_host_memory() {
+        // 2 MiB of `{"":0}` objects: within every byte bound, but ~200 MiB once parsed into
+        // a `Value` (then cloned twice). Refused unparsed; the other server is unaffected.
+        let objects = vec![r#"{"":0}"#; 300_000].join(",");
+        let bomb = format!(r#"{{"tools":[{{"name":"t","inputSchema":{{"type":"object","x":[{objects}]}}}}]}}"#);
+        let result = format!(r#"{{"content":[{{"type":"text","text":"x"}}],"structuredContent":{{"x":[{objects}]}}}}"#);
+        let (hostile, _) = scripted(Duration::ZERO, move |method, _| match method {
+            "tools/list" => bomb.clone(),
+            _ => result.clone(),
+        })
+        .await;
+        let (fine, _) = mcp_server(Duration::ZERO, None).await;
+        let mcp = http_servers(&[("hostile", format!("http://{hostile}/mcp")), ("fine", format!("http://{fine}/mcp"))]);
+        assert_eq!(names(&mcp.list(&[], &[], None).await), ["mcp__fine__slow"]);
+        // The same page in a tool result is refused too (the listing of this server failed,
+        // so a second one that lists fine answers the call with the bomb).
+        let (caller, _) = scripted(Duration::ZERO, {
+            let result = format!(r#"{{"content":[],"structuredContent":{{"x":[{objects}]}}}}"#);
+            move |method, _| match method {
+                "tools/list" => r#"{"tools":[{"name":"t"}]}"#.to_owned(),
+                _ => result.clone(),
+            }
+        })
+        .await;
+        let mcp = http_servers(&[("caller", format!("http://{caller}/mcp"))]);
+        let e = mcp.call("caller", "t", serde_json::json!({}), None).await.unwrap_err();
+        assert!(e.contains("memory parsed"), "{e}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_mcp_tool_listings_were_unbounded_in_count_size_and_names() {
+        // Server `a`: 200 tools, `t0` twice, a 10 KiB description, a 100 KiB schema, 1 KiB
+        // of annotations; `b`: 200 plain tools; `c`: 5 tools. Before: all 405 offered (over
+        // the 512 a model request takes once two more such servers were added; Anthropic
+        // refuses a duplicate name).
+        let tool = |name: &str| serde_json::json!({"name": name, "inputSchema": {"type": "object"}});
+        let mut a: Vec<Value> = vec![tool("t0"), tool("t0")];
+        a.push(serde_json::json!({"name": "t1", "description": "d".repeat(10 * 1024)}));
+        a.push(
+            serde_json::json!({"name": "t2", "inputSchema": {"type": "object", "description": "s".repeat(100 * 1024)}}),
+        );
+        a.push(serde_json::json!({"name": "t3", "annotations": {"readOnlyHint": true, "x": "a".repeat(1024)}}));
+        a.extend((4..200).map(|i| tool(&format!("t{i}"))));
+        let b: Vec<Value> = (0..200).map(|i| tool(&format!("b{i}"))).collect();
+        let c: Vec<Value> = (0..5).map(|i| tool(&format!("c{i}"))).collect();
+        let mut servers = vec![];
+        for (name, tools) in [("a", a), ("b", b), ("c", c)] {
+            let page = serde_json::json!({ "tools": tools }).to_string();
+            let (addr, _) = scripted(Duration::ZERO, move |_, _| page.clone()).await;
+            servers.push((name, format!("http://{addr}/mcp")));
+        }
+        let mcp = http_servers(&servers);
+        let listed = mcp.list(&[], &[], None).await;
+        let of = |server: &str| listed.iter().filter(|t| t.name.starts_with(&format!("mcp__{server}__"))).count();
+        let per_server = warden_mcp_protocol::limits::MAX_LIST_TOOLS;
+        assert_eq!((of("a"), of("b"), of("c")), (per_server, per_server, 0), "c would pass MAX_MCP_TOOLS");
+        assert_eq!(listed.len(), MAX_MCP_TOOLS);
+        let unique: std::collections::HashSet<&str> = names(&listed).into_iter().collect();
+        assert_eq!(unique.len(), listed.len(), "no name offered twice");
+        let find = |name: &str| listed.iter().find(|t| t.name == name);
+        assert!(find("mcp__a__t2").is_none(), "a schema over the bound is not offered");
+        let t1 = find("mcp__a__t1").expect("a long description is cut, the tool kept");
+        assert!(t1.description.len() <= warden_mcp_protocol::limits::MAX_TOOL_DESCRIPTION, "{}", t1.description.len());
+        let t3 = find("mcp__a__t3").expect("oversized annotations are dropped, the tool kept");
+        assert!(!t3.description.contains("server hints"), "{}", t3.description);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_an_mcp_result_bypassed_the_output_bound() {
+        let text = "y".repeat(1024 * 1024);
+        let (addr, _) = scripted(Duration::ZERO, move |method, _| match method {
+            "tools/list" => r#"{"tools":[{"name":"big"}]}"#.to_owned(),
+            _ => serde_json::json!({"content": [{"type": "text", "text": text}]}).to_string(),
+        })
+        .await;
+        let mcp = http_servers(&[("s", format!("http://{addr}/mcp"))]).with_max_output(4096);
+        let r = mcp.call("s", "big", serde_json::json!({}), None).await.unwrap();
+        assert!(r.text.len() <= 4096, "{}", r.text.len());
+        assert!(r.text.contains("bytes truncated"), "the cut is stated");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_one_stalled_mcp_server_failed_every_task() {
+        // Every page comes just in time with a fresh cursor: each exchange is within its own
+        // timeout, the listing as a whole never ends (50 pages × the delay).
+        let page = std::sync::atomic::AtomicUsize::new(0);
+        let page = Arc::new(page);
+        let (stalled, hits) = scripted(Duration::from_millis(400), move |_, _| {
+            let n = page.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            format!(r#"{{"tools":[{{"name":"t{n}"}}],"nextCursor":"c{n}"}}"#)
+        })
+        .await;
+        let (fine, _) = mcp_server(Duration::ZERO, None).await;
+        let mut mcp =
+            http_servers(&[("stalled", format!("http://{stalled}/mcp")), ("fine", format!("http://{fine}/mcp"))]);
+        mcp.list_deadline = Duration::from_secs(2);
+        let first = tokio::time::timeout(Duration::from_secs(10), mcp.list(&[], &[], None))
+            .await
+            .expect("the listing ends at the server's deadline, not after all its pages");
+        assert_eq!(names(&first), ["mcp__fine__slow"]);
+        // The failure is remembered: the next task's listing does not ask the server again.
+        let asked = hits.load(std::sync::atomic::Ordering::SeqCst);
+        let second = tokio::time::timeout(Duration::from_secs(1), mcp.list(&[], &[], None))
+            .await
+            .expect("a backed-off server costs a listing nothing");
+        assert_eq!(names(&second), ["mcp__fine__slow"]);
+        let e = mcp.call("stalled", "t0", serde_json::json!({}), None).await.unwrap_err();
+        assert!(e.contains("not retried"), "{e}");
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), asked, "nothing sent while backed off");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_an_expired_mcp_session_failed_every_later_call() {
+        // A handshake-era server that forgets its sessions when it restarts (`generation`
+        // moves on): a request with an old `Mcp-Session-Id` gets 404.
+        use axum::http::{HeaderMap, StatusCode};
+        use axum::response::IntoResponse;
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let generation = Arc::new(AtomicUsize::new(0));
+        let initialized = Arc::new(AtomicUsize::new(0));
+        let (g, inits) = (generation.clone(), initialized.clone());
+        let handler = move |headers: HeaderMap, axum::Json(m): axum::Json<Value>| {
+            let (g, inits) = (g.clone(), inits.clone());
+            async move {
+                let current = format!("s{}", g.load(SeqCst));
+                let method = m["method"].as_str().unwrap_or("").to_owned();
+                if method == "initialize" {
+                    inits.fetch_add(1, SeqCst);
+                    let result = serde_json::json!({"protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}}, "serverInfo": {"name": "t", "version": "1"}});
+                    let body = serde_json::json!({"jsonrpc": "2.0", "id": m["id"], "result": result});
+                    return ([("mcp-session-id", current)], axum::Json(body)).into_response();
+                }
+                if method == "server/discover" {
+                    let e = serde_json::json!({"code": -32601, "message": "no such method"});
+                    return axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": m["id"], "error": e}))
+                        .into_response();
+                }
+                if headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) != Some(current.as_str()) {
+                    return StatusCode::NOT_FOUND.into_response();
+                }
+                let result = match method.as_str() {
+                    "tools/list" => serde_json::json!({"tools": [{"name": "echo"}]}),
+                    "tools/call" => serde_json::json!({"content": [{"type": "text", "text": current}]}),
+                    _ => return StatusCode::ACCEPTED.into_response(),
+                };
+                axum::Json(serde_json::json!({"jsonrpc": "2.0", "id": m["id"], "result": result})).into_response()
+            }
+        };
+        let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let mcp = http_servers(&[("s", format!("http://{addr}/mcp"))]);
+        let call = || mcp.call("s", "echo", serde_json::json!({}), None);
+        assert_eq!(call().await.unwrap().text, "s0");
+        generation.store(1, SeqCst); // the server restarted
+        assert_eq!(call().await.expect("a new session is negotiated and the call retried").text, "s1");
+        assert_eq!(call().await.unwrap().text, "s1");
+        assert_eq!(initialized.load(SeqCst), 2, "one negotiation per session");
     }
 
     fn http_servers(servers: &[(&str, String)]) -> McpTools {

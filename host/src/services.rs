@@ -42,6 +42,13 @@ pub const MAX_EVENT_KIND_BYTES: usize = 64;
 pub const MAX_MODEL_MESSAGES: usize = 10_000;
 /// Tool specs in one `model.complete` request.
 pub const MAX_MODEL_TOOLS: usize = 512;
+// The MCP tools a subagent may be offered leave room for the sandbox tools, the Agent tool
+// and a plugin's own tools in every model request (see `MAX_MCP_TOOLS`).
+const _: () = assert!(
+    crate::mcp_tools::MAX_MCP_TOOLS * 2 <= MAX_MODEL_TOOLS
+        && crate::mcp_tools::MAX_MCP_TOOLS + warden_sandbox::TOOL_NAMES.len() + 1 < MAX_MODEL_TOOLS,
+    "MCP tools, sandbox tools and the Agent tool must fit one model request"
+);
 /// Bytes of text (contents, arguments, schemas) in one `model.complete` request: above
 /// every provider's context window, so only a flood is refused.
 pub const MAX_MODEL_REQUEST_BYTES: usize = 32 * 1024 * 1024;

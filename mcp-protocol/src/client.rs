@@ -6,8 +6,9 @@ use serde_json::Value;
 
 use crate::error::McpError;
 use crate::exchange::{HttpRequest, Pending, Update};
+use crate::limits::{ListLimits, Listing};
 use crate::session::{ClientInfo, Era, Preference, ServerInfo, Session};
-use crate::tools::{Tool, ToolResult, ToolsPage};
+use crate::tools::{Tool, ToolResult};
 
 /// A streamed HTTP reply body.
 pub trait Body {
@@ -23,9 +24,6 @@ pub trait Transport {
     type Body: Body;
     fn send(&mut self, request: &HttpRequest) -> Result<(u16, Headers, Self::Body), McpError>;
 }
-
-/// Most pages of `tools/list` read by [`Client::list_all_tools`].
-pub const MAX_TOOL_PAGES: usize = 50;
 
 pub struct Client<T: Transport> {
     transport: T,
@@ -55,21 +53,20 @@ impl<T: Transport> Client<T> {
         self.session.server().ok_or_else(|| McpError::Protocol("negotiation ended without a server".into()))
     }
 
-    /// Every tool, following `nextCursor`.
+    /// Every tool, following `nextCursor`, held to the listing bounds ([`ListLimits`]
+    /// defaults; tools over them are left out).
     pub fn list_all_tools(&mut self) -> Result<Vec<Tool>, McpError> {
-        let mut tools = Vec::new();
+        let mut listing = Listing::new(ListLimits::default());
         let mut cursor: Option<String> = None;
-        for _ in 0..MAX_TOOL_PAGES {
+        loop {
             let (request, mut pending) = self.session.list_tools(cursor.as_deref())?;
+            pending.limit_bytes(listing.remaining_bytes());
             self.exchange(&request, &mut pending, &mut |_| {})?;
-            let (page, _skipped) = ToolsPage::from_result(pending.result()?)?;
-            tools.extend(page.tools);
-            match page.next_cursor {
-                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
-                _ => return Ok(tools),
+            cursor = listing.add(pending.body_bytes(), pending.result()?)?;
+            if cursor.is_none() {
+                return Ok(listing.finish().0);
             }
         }
-        Ok(tools)
     }
 
     /// `tools/call`; `on_update` sees progress and other notifications as they arrive.

@@ -33,6 +33,9 @@ pub enum McpError {
     Timeout(String),
     /// The transport failed (connection, policy, limits).
     Transport(String),
+    /// A reply (or a whole tool listing) over one of the bounds of [`crate::limits`]: `what`
+    /// says which, `limit` is the bound in bytes. Refused before it is parsed or kept.
+    TooLarge { what: String, limit: usize },
 }
 
 impl McpError {
@@ -69,6 +72,7 @@ impl std::fmt::Display for McpError {
             McpError::Unsupported(m) => write!(f, "unsupported: {m}"),
             McpError::Timeout(m) => write!(f, "timed out: {m}"),
             McpError::Transport(m) => write!(f, "transport error: {m}"),
+            McpError::TooLarge { what, limit } => write!(f, "the server's {what}: over the bound of {limit} bytes"),
         }
     }
 }

@@ -2,9 +2,11 @@
 
 use serde_json::Value;
 
+use warden_sse::SseParser;
+
 use crate::error::{McpError, codes};
 use crate::headers;
-use crate::sse::SseParser;
+use crate::limits::{MAX_ERROR_BODY_BYTES, MAX_REPLY_BYTES, parse_bounded};
 
 /// An HTTP request for the MCP endpoint (the caller knows the URL).
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +81,10 @@ pub struct Pending {
     body: Body,
     outcome: Option<Result<Value, McpError>>,
     expect_session: bool,
+    /// Bound on the reply: the whole body over HTTP, each message over stdio.
+    max_bytes: usize,
+    /// Body bytes fed so far.
+    bytes: usize,
 }
 
 impl Pending {
@@ -97,7 +103,33 @@ impl Pending {
             body: Body::Unknown,
             outcome: None,
             expect_session,
+            max_bytes: MAX_REPLY_BYTES,
+            bytes: 0,
         }
+    }
+
+    /// Bounds the reply to `max_bytes` (lowering the bound the request was made with:
+    /// [`crate::limits`]): the whole body over HTTP, each message over stdio. A reply over
+    /// it ends the exchange with [`McpError::TooLarge`], unparsed. Call before
+    /// [`Pending::begin`].
+    pub fn limit_bytes(&mut self, max_bytes: usize) {
+        self.max_bytes = self.max_bytes.min(max_bytes);
+    }
+
+    /// The bound on the reply ([`Pending::limit_bytes`]); a stdio reader reads no longer
+    /// message than this.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    /// Body bytes fed so far (every message, over stdio).
+    pub fn body_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn too_large(&mut self) {
+        self.body = Body::Unknown;
+        self.outcome.get_or_insert(Err(McpError::TooLarge { what: "reply".into(), limit: self.max_bytes }));
     }
 
     pub fn purpose(&self) -> Purpose {
@@ -139,7 +171,7 @@ impl Pending {
         self.body = if !(200..300).contains(&status) {
             Body::Error(Vec::new())
         } else if content_type.starts_with("text/event-stream") {
-            Body::Sse(SseParser::new())
+            Body::Sse(SseParser::with_limits(self.max_bytes, self.max_bytes))
         } else {
             Body::Json(Vec::new())
         };
@@ -147,46 +179,62 @@ impl Pending {
 
     /// A body chunk; returns the notifications it completed.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<Update> {
+        self.bytes = self.bytes.saturating_add(chunk.len());
+        let over = match self.body {
+            Body::Messages => chunk.len() > self.max_bytes,
+            Body::Error(_) | Body::Unknown => false,
+            Body::Json(_) | Body::Sse(_) => self.bytes > self.max_bytes,
+        };
+        if over {
+            self.too_large();
+            return Vec::new();
+        }
         let events = match &mut self.body {
-            Body::Json(buf) | Body::Error(buf) => {
-                if buf.len() < MAX_BUFFERED {
-                    buf.extend_from_slice(chunk);
-                }
+            Body::Json(buf) => {
+                buf.extend_from_slice(chunk);
                 return Vec::new();
             }
-            Body::Sse(parser) => parser.feed(chunk),
+            Body::Error(buf) => {
+                let room = MAX_ERROR_BODY_BYTES.saturating_sub(buf.len());
+                buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                return Vec::new();
+            }
+            Body::Sse(parser) => match parser.feed(chunk) {
+                Ok(events) => events,
+                Err(e) => {
+                    self.body = Body::Unknown;
+                    self.outcome.get_or_insert(Err(McpError::Protocol(e.to_string())));
+                    return Vec::new();
+                }
+            },
             Body::Messages => {
                 let mut updates = Vec::new();
                 if chunk.iter().all(u8::is_ascii_whitespace) {
                     return updates;
                 }
-                match serde_json::from_slice::<Value>(chunk) {
-                    Ok(v) => self.message(v, &mut updates),
-                    Err(e) => {
-                        if self.outcome.is_none() {
-                            self.outcome = Some(Err(McpError::Protocol(format!("a message is not JSON: {e}"))));
-                        }
-                    }
-                }
+                self.parsed(parse_bounded(chunk, "a message"), &mut updates);
                 return updates;
             }
             Body::Unknown => return Vec::new(),
         };
         let mut updates = Vec::new();
         for ev in events {
-            if ev.event != "message" || ev.data.trim().is_empty() {
+            if ev.kind() != "message" || ev.data.trim().is_empty() {
                 continue;
             }
-            match serde_json::from_str::<Value>(&ev.data) {
-                Ok(v) => self.message(v, &mut updates),
-                Err(e) => {
-                    if self.outcome.is_none() {
-                        self.outcome = Some(Err(McpError::Protocol(format!("an SSE event is not JSON: {e}"))));
-                    }
-                }
-            }
+            self.parsed(parse_bounded(ev.data.as_bytes(), "an SSE event"), &mut updates);
         }
         updates
+    }
+
+    /// A parsed message, or why it could not be: the first failure is the outcome.
+    fn parsed(&mut self, v: Result<Value, McpError>, updates: &mut Vec<Update>) {
+        match v {
+            Ok(v) => self.message(v, updates),
+            Err(e) => {
+                self.outcome.get_or_insert(Err(e));
+            }
+        }
     }
 
     /// True once the response to our request has been read: the rest of the body
@@ -207,10 +255,14 @@ impl Pending {
                 }
             }
             Body::Sse(mut parser) => {
-                if let Some(ev) = parser.finish()
-                    && let Ok(v) = serde_json::from_str::<Value>(&ev.data)
-                {
-                    self.message(v, &mut updates);
+                match parser.finish() {
+                    Ok(Some(ev)) if ev.kind() == "message" && !ev.data.trim().is_empty() => {
+                        self.parsed(parse_bounded(ev.data.as_bytes(), "an SSE event"), &mut updates)
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.outcome.get_or_insert(Err(McpError::Protocol(e.to_string())));
+                    }
                 }
                 if self.outcome.is_none() && self.id.is_some() {
                     self.outcome = Some(Err(McpError::Protocol(
@@ -225,16 +277,14 @@ impl Pending {
                 } else if buf.iter().all(u8::is_ascii_whitespace) {
                     self.outcome = Some(Err(McpError::Protocol(format!("HTTP {} with an empty body", self.status))));
                 } else {
-                    match serde_json::from_slice::<Value>(&buf) {
+                    match parse_bounded(&buf, "the response") {
                         Ok(Value::Array(batch)) => {
                             for v in batch {
                                 self.message(v, &mut updates);
                             }
                         }
                         Ok(v) => self.message(v, &mut updates),
-                        Err(e) => {
-                            self.outcome = Some(Err(McpError::Protocol(format!("the response is not JSON: {e}"))))
-                        }
+                        Err(e) => self.outcome = Some(Err(e)),
                     }
                     if self.outcome.is_none() {
                         self.outcome = Some(Err(McpError::Protocol("the response does not answer the request".into())));
@@ -242,7 +292,7 @@ impl Pending {
                 }
             }
             Body::Error(buf) => {
-                let rpc = serde_json::from_slice::<Value>(&buf).ok().and_then(|v| rpc_error(&v, self.status));
+                let rpc = parse_bounded(&buf, "the error body").ok().and_then(|v| rpc_error(&v, self.status));
                 self.outcome = Some(Err(match rpc {
                     Some(e) => e,
                     None if self.status == 404 && self.expect_session => McpError::SessionExpired,
@@ -266,32 +316,36 @@ impl Pending {
         updates
     }
 
-    fn message(&mut self, v: Value, updates: &mut Vec<Update>) {
+    /// One JSON-RPC message, taken apart by value (a result is moved out, never copied).
+    fn message(&mut self, mut v: Value, updates: &mut Vec<Update>) {
         let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
-        match (method, v.get("id")) {
-            (Some(method), Some(id)) => updates.push(Update::ServerRequest { id: id.clone(), method }),
+        match (method, v.get_mut("id").map(Value::take)) {
+            (Some(method), Some(id)) => updates.push(Update::ServerRequest { id, method }),
             (Some(method), None) => {
-                let params = v.get("params").cloned().unwrap_or(Value::Null);
+                let params = v.get_mut("params").map(Value::take).unwrap_or(Value::Null);
                 updates.push(match method.as_str() {
                     "notifications/progress" => match progress(&params) {
                         Some(p) if self.progress_token.as_ref().is_none_or(|t| *t == p.token) => Update::Progress(p),
                         _ => Update::Notification { method, params },
                     },
-                    "notifications/message" => Update::Log {
-                        level: params.get("level").and_then(Value::as_str).unwrap_or("info").to_owned(),
-                        data: params.get("data").cloned().unwrap_or(Value::Null),
-                    },
+                    "notifications/message" => {
+                        let mut params = params;
+                        Update::Log {
+                            level: params.get("level").and_then(Value::as_str).unwrap_or("info").to_owned(),
+                            data: params.get_mut("data").map(Value::take).unwrap_or(Value::Null),
+                        }
+                    }
                     _ => Update::Notification { method, params },
                 });
             }
             (None, Some(id)) => {
-                if self.id.as_ref() != Some(id) || self.outcome.is_some() {
+                if self.id.as_ref() != Some(&id) || self.outcome.is_some() {
                     return; // a response to something else
                 }
                 self.outcome = Some(match rpc_error(&v, self.status) {
                     Some(e) => Err(e),
-                    None => match v.get("result") {
-                        Some(r) => Ok(r.clone()),
+                    None => match v.get_mut("result").map(Value::take) {
+                        Some(r) => Ok(r),
                         None => Err(McpError::Protocol("a response without `result` or `error`".into())),
                     },
                 });
@@ -305,9 +359,6 @@ impl Pending {
         }
     }
 }
-
-/// Bodies that are only kept whole (JSON, errors) are capped here.
-const MAX_BUFFERED: usize = 16 << 20;
 
 fn progress(params: &Value) -> Option<Progress> {
     Some(Progress {

@@ -32,13 +32,17 @@ mod client;
 mod error;
 mod exchange;
 pub mod headers;
+pub mod limits;
 mod session;
-pub mod sse;
 mod tools;
 
-pub use client::{Body, Client, Headers, MAX_TOOL_PAGES, Transport};
+/// The `text/event-stream` parser replies are read with (the shared `warden-sse` crate).
+pub use warden_sse as sse;
+
+pub use client::{Body, Client, Headers, Transport};
 pub use error::{McpError, codes, excerpt};
 pub use exchange::{HttpRequest, Pending, Progress, Purpose, Update};
+pub use limits::{ListLimits, Listing, MAX_TOOL_PAGES, parsed_size};
 pub use session::{
     ClientInfo, Era, HANDSHAKE_VERSIONS, LATEST_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
     META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSIONS, Preference, ServerInfo, Session,

@@ -298,7 +298,9 @@ impl Session {
             Some(c) => json!({"cursor": c}),
             None => json!({}),
         };
-        self.request("tools/list", params, None)
+        let (request, mut pending) = self.request("tools/list", params, None)?;
+        pending.limit_bytes(crate::limits::MAX_LIST_BYTES);
+        Ok((request, pending))
     }
 
     /// `tools/call`; progress notifications for it carry `progress_token`.
@@ -308,7 +310,10 @@ impl Session {
         arguments: Value,
         progress_token: Option<Value>,
     ) -> Result<(HttpRequest, Pending), McpError> {
-        self.request("tools/call", json!({"name": name, "arguments": arguments}), progress_token)
+        let (request, mut pending) =
+            self.request("tools/call", json!({"name": name, "arguments": arguments}), progress_token)?;
+        pending.limit_bytes(crate::limits::MAX_RESULT_BYTES);
+        Ok((request, pending))
     }
 
     /// Ends a handshake-era session (`DELETE` with its id); `None` when there is

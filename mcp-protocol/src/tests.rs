@@ -344,3 +344,104 @@ fn mcp_name_header_is_encoded_and_pagination_is_followed() {
     assert_eq!(body(&sent[2])["params"]["cursor"], "c2");
     assert_eq!(header(&sent[3], "mcp-name"), Some("=?base64?d2V0dGVyLcOkcGZlbA==?="));
 }
+
+// ------------------------------------------------------------------ limits
+
+fn tools_reply(id: u64, tools: &[Value], next: Option<&str>) -> Result<Reply, McpError> {
+    let mut result = json!({ "tools": tools });
+    if let Some(c) = next {
+        result["nextCursor"] = json!(c);
+    }
+    json_reply(200, &json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
+}
+
+#[test]
+fn parsed_size_counts_what_a_value_costs_not_what_the_text_weighs() {
+    let text = format!(r#"{{"a":"{}"}}"#, "x".repeat(10_000));
+    assert!(parsed_size(text.as_bytes()) < text.len() + 2_000, "text costs about its length");
+    let bomb = format!("[{}]", vec![r#"{"":0}"#; 1000].join(","));
+    assert!(parsed_size(bomb.as_bytes()) > 100 * bomb.len(), "one-entry objects cost a B-tree leaf each");
+    // Structure inside strings (escaped quotes included) is text, not structure.
+    assert!(parsed_size(br#"["{{{{[[[,,,\"{{{{{{"]"#) < 300);
+}
+
+#[test]
+fn a_page_of_small_objects_is_refused_unparsed() {
+    // 1 MiB of `{"":0}`: within the listing's byte bound, ~100 MiB as a Value.
+    let objects = vec![r#"{"":0}"#; 150_000].join(",");
+    let page = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"result":{{"tools":[{{"name":"t","inputSchema":{{"x":[{objects}]}}}}]}}}}"#
+    );
+    for reply in [json_reply(200, &page), sse_reply(None, &[&page])] {
+        let mut c = client(vec![json_reply(200, DISCOVER_OK), reply], Preference::Auto);
+        c.transport_mut().chunk = 4096;
+        c.connect().unwrap();
+        let e = c.list_all_tools().unwrap_err();
+        assert!(matches!(&e, McpError::TooLarge { what, .. } if what.contains("memory parsed")), "{e:?}");
+    }
+}
+
+#[test]
+fn a_reply_over_its_byte_bound_is_not_read_to_the_end() {
+    // A newline-free event stream (or JSON body) larger than the listing bound.
+    let huge = "x".repeat(limits::MAX_LIST_BYTES + 1);
+    let sse: Reply = (200, vec![("content-type".into(), "text/event-stream".into())], format!("data: {huge}").into());
+    for reply in [Ok(sse), json_reply(200, &huge)] {
+        let mut c = client(vec![json_reply(200, DISCOVER_OK), reply], Preference::Auto);
+        c.transport_mut().chunk = 64 * 1024;
+        c.connect().unwrap();
+        match c.list_all_tools().unwrap_err() {
+            McpError::TooLarge { limit, .. } => assert_eq!(limit, limits::MAX_LIST_BYTES),
+            McpError::Protocol(m) => assert!(m.contains("exceeds"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_listing_is_held_to_its_bounds_across_pages() {
+    let limits =
+        ListLimits { max_tools: 5, max_description: 16, max_schema: 64, max_annotations: 32, ..ListLimits::default() };
+    let mut listing = Listing::new(limits);
+    let tool = |n: &str| json!({"name": n});
+    let page1 = json!({"tools": [
+        tool("a"), tool("a"),
+        {"name": "long", "description": "é".repeat(40), "title": "t".repeat(40)},
+        {"name": "schema", "inputSchema": {"type": "object", "description": "s".repeat(100)}},
+        {"name": "hints", "annotations": {"readOnlyHint": true, "x": "y".repeat(100)}},
+        {"name": 7},
+    ], "nextCursor": "c1"});
+    assert_eq!(listing.add(100, page1).unwrap().as_deref(), Some("c1"));
+    // The same cursor again ends the listing (a server looping on one page).
+    let page2 = json!({"tools": [tool("b"), tool("a")], "nextCursor": "c1"});
+    assert_eq!(listing.add(100, page2).unwrap(), None);
+    let (tools, warnings) = listing.finish();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["a", "long", "hints", "b"]);
+    assert!(tools[1].description.as_ref().unwrap().len() <= 16);
+    assert!(tools[1].title.as_ref().unwrap().ends_with('…'));
+    assert_eq!(tools[2].annotations, None);
+    assert_eq!(warnings.len(), 5, "{warnings:#?}"); // duplicate ×2, schema, annotations, unparsable
+    // The tool bound ends the listing; so does the byte bound, counted across pages.
+    let mut listing = Listing::new(ListLimits { max_tools: 2, ..ListLimits::default() });
+    let page = json!({"tools": [tool("a"), tool("b"), tool("c")], "nextCursor": "more"});
+    assert_eq!(listing.add(10, page).unwrap(), None);
+    assert_eq!(listing.finish().0.len(), 2);
+    let mut listing = Listing::new(ListLimits { max_bytes: 150, ..ListLimits::default() });
+    assert!(listing.add(100, json!({"tools": [], "nextCursor": "x"})).unwrap().is_some());
+    assert_eq!(listing.remaining_bytes(), 50);
+    assert!(matches!(listing.add(100, json!({"tools": []})), Err(McpError::TooLarge { .. })));
+}
+
+#[test]
+fn a_listing_stops_after_its_last_page() {
+    let tools: Vec<Value> = vec![json!({"name": "t"})];
+    let mut replies = vec![json_reply(200, DISCOVER_OK)];
+    for page in 0..=MAX_TOOL_PAGES {
+        replies.push(tools_reply(page as u64 + 2, &tools, Some(&format!("c{page}"))));
+    }
+    let mut c = client(replies, Preference::Auto);
+    c.connect().unwrap();
+    c.list_all_tools().unwrap();
+    assert_eq!(c.transport_mut().sent.len(), 1 + MAX_TOOL_PAGES, "no page past the bound is asked for");
+}

@@ -63,18 +63,20 @@ pub struct ToolsPage {
 }
 
 impl ToolsPage {
-    /// Reads a `tools/list` result. Tools that do not parse are skipped (named in `skipped`).
-    pub fn from_result(result: Value) -> Result<(ToolsPage, Vec<String>), McpError> {
-        let list = result
-            .get("tools")
-            .and_then(Value::as_array)
-            .ok_or_else(|| McpError::Protocol("tools/list result without a `tools` array".into()))?;
+    /// Reads a `tools/list` result, taking it apart by value (nothing is copied). Tools
+    /// that do not parse are skipped (named in `skipped`). The listing's bounds are
+    /// [`crate::Listing`]'s.
+    pub fn from_result(mut result: Value) -> Result<(ToolsPage, Vec<String>), McpError> {
+        let Some(Value::Array(list)) = result.get_mut("tools").map(Value::take) else {
+            return Err(McpError::Protocol("tools/list result without a `tools` array".into()));
+        };
         let mut tools = Vec::new();
         let mut skipped = Vec::new();
         for t in list {
-            match serde_json::from_value::<Tool>(t.clone()) {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("?").chars().take(100).collect::<String>();
+            match serde_json::from_value::<Tool>(t) {
                 Ok(tool) => tools.push(tool),
-                Err(e) => skipped.push(format!("{}: {e}", t.get("name").and_then(Value::as_str).unwrap_or("?"))),
+                Err(e) => skipped.push(format!("{name:?}: {e}")),
             }
         }
         let next_cursor = result.get("nextCursor").and_then(Value::as_str).filter(|c| !c.is_empty()).map(str::to_owned);
@@ -171,7 +173,7 @@ pub struct ToolResult {
 impl ToolResult {
     /// Reads a `tools/call` result (either era). A 2026-07-28 `input_required`
     /// result is [`McpError::Unsupported`].
-    pub fn from_result(result: Value) -> Result<ToolResult, McpError> {
+    pub fn from_result(mut result: Value) -> Result<ToolResult, McpError> {
         if let Some(kind) = result.get("resultType").and_then(Value::as_str)
             && kind != "complete"
         {
@@ -179,12 +181,13 @@ impl ToolResult {
                 "the server answered with resultType {kind:?}, which this client does not handle"
             )));
         }
-        let content = match result.get("content") {
-            Some(Value::Array(c)) => c.clone(),
+        // Taken apart by value: a large result is never copied.
+        let content = match result.get_mut("content").map(Value::take) {
+            Some(Value::Array(c)) => c,
             None | Some(Value::Null) => Vec::new(),
             Some(_) => return Err(McpError::Protocol("tools/call `content` is not an array".into())),
         };
-        let structured = result.get("structuredContent").filter(|v| !v.is_null()).cloned();
+        let structured = result.get_mut("structuredContent").map(Value::take).filter(|v| !v.is_null());
         let mut parts = Vec::new();
         for block in &content {
             match block.get("type").and_then(Value::as_str).unwrap_or("") {

@@ -1,9 +1,12 @@
 //! HTTP plumbing shared by the remote providers: client, key lookup, deadline, status
-//! and size checks, error mapping, and an incremental SSE parser.
+//! and size checks, error mapping, and reading event streams (with the shared `warden-sse`
+//! parser: linear in the stream, lines and events bounded).
 
 use std::time::Duration;
 
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
+
+use warden_sse::{SseEvent, SseParser};
 
 use crate::{DEFAULT_CONNECT_TIMEOUT, MAX_ERROR_EXCERPT_CHARS, MAX_RESPONSE_BYTES, ModelError};
 
@@ -230,92 +233,6 @@ pub(crate) fn header(map: &mut HeaderMap, name: &'static str, value: &'static st
     map.insert(HeaderName::from_static(name), HeaderValue::from_static(value));
 }
 
-/// One server-sent event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
-    /// The `event:` field, if any.
-    pub event: Option<String>,
-    /// The `data:` lines joined with `\n`.
-    pub data: String,
-}
-
-/// Incremental SSE parser (the `text/event-stream` format): feed it arbitrary byte
-/// chunks — split anywhere, even inside a UTF-8 character — and it yields complete events.
-#[derive(Debug, Default)]
-pub(crate) struct SseParser {
-    buf: Vec<u8>,
-    event: Option<String>,
-    data: Vec<String>,
-    has_data: bool,
-}
-
-impl SseParser {
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
-        self.buf.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        let mut start = 0;
-        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let end = start + pos;
-            let mut line = &self.buf[start..end];
-            if line.last() == Some(&b'\r') {
-                line = &line[..line.len() - 1];
-            }
-            let line = String::from_utf8_lossy(line).into_owned();
-            self.line(&line, &mut out);
-            start = end + 1;
-        }
-        self.buf.drain(..start);
-        out
-    }
-
-    /// End of stream: a final event not followed by a blank line still counts.
-    pub fn finish(&mut self) -> Option<SseEvent> {
-        if !self.buf.is_empty() {
-            let rest = std::mem::take(&mut self.buf);
-            let line = String::from_utf8_lossy(&rest).trim_end_matches('\r').to_owned();
-            let mut out = Vec::new();
-            self.line(&line, &mut out);
-            if let Some(ev) = out.pop() {
-                return Some(ev);
-            }
-        }
-        self.dispatch()
-    }
-
-    fn line(&mut self, line: &str, out: &mut Vec<SseEvent>) {
-        if line.is_empty() {
-            if let Some(ev) = self.dispatch() {
-                out.push(ev);
-            }
-            return;
-        }
-        if line.starts_with(':') {
-            return; // comment / keep-alive
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line, ""),
-        };
-        match field {
-            "event" => self.event = Some(value.to_owned()),
-            "data" => {
-                self.data.push(value.to_owned());
-                self.has_data = true;
-            }
-            _ => {} // id, retry, unknown: ignored
-        }
-    }
-
-    fn dispatch(&mut self) -> Option<SseEvent> {
-        let event = self.event.take();
-        if !self.has_data {
-            return None;
-        }
-        self.has_data = false;
-        Some(SseEvent { event, data: std::mem::take(&mut self.data).join("\n") })
-    }
-}
-
 /// Read an SSE response to the end (or until `on_event` returns `Ok(true)` = done),
 /// enforcing [`MAX_RESPONSE_BYTES`].
 pub(crate) async fn read_sse(
@@ -323,20 +240,22 @@ pub(crate) async fn read_sse(
     mut resp: reqwest::Response,
     mut on_event: impl FnMut(SseEvent) -> Result<bool, ModelError>,
 ) -> Result<(), ModelError> {
-    let mut parser = SseParser::default();
+    let mut parser = SseParser::new();
+    let malformed =
+        |e: warden_sse::SseError| ModelError::Malformed { provider: provider.to_owned(), detail: e.to_string() };
     let mut total = 0usize;
     while let Some(chunk) = resp.chunk().await.map_err(|e| map_reqwest(provider, "", e))? {
         total += chunk.len();
         if total > MAX_RESPONSE_BYTES {
             return Err(too_large(provider));
         }
-        for ev in parser.push(&chunk) {
+        for ev in parser.feed(&chunk).map_err(malformed)? {
             if on_event(ev)? {
                 return Ok(());
             }
         }
     }
-    if let Some(ev) = parser.finish() {
+    if let Some(ev) = parser.finish().map_err(malformed)? {
         on_event(ev)?;
     }
     Ok(())
@@ -377,29 +296,6 @@ pub(crate) fn redacted<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sse_parser_handles_any_split() {
-        let text = "event: a\ndata: {\"x\":\"é\"}\n\n: ping\n\ndata: one\r\ndata: two\r\n\r\ndata: last";
-        let bytes = text.as_bytes();
-        for size in 1..=bytes.len() {
-            let mut p = SseParser::default();
-            let mut evs = Vec::new();
-            for c in bytes.chunks(size) {
-                evs.extend(p.push(c));
-            }
-            evs.extend(p.finish());
-            assert_eq!(
-                evs,
-                vec![
-                    SseEvent { event: Some("a".into()), data: "{\"x\":\"é\"}".into() },
-                    SseEvent { event: None, data: "one\ntwo".into() },
-                    SseEvent { event: None, data: "last".into() },
-                ],
-                "chunk size {size}"
-            );
-        }
-    }
 
     #[test]
     fn excerpt_is_capped() {

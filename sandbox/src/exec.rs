@@ -213,8 +213,9 @@ impl Captured {
     }
 }
 
-/// Cuts text to at most `max` bytes, keeping head and tail and stating what was dropped.
-pub(crate) fn cap_text(text: String, max: usize) -> String {
+/// Cuts text to at most `max` bytes, keeping head and tail and stating what was dropped
+/// (every tool output's bound: the sandbox tools' here, MCP tool results in the host).
+pub fn cap_text(text: String, max: usize) -> String {
     if text.len() <= max {
         return text;
     }

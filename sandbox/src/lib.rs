@@ -49,6 +49,7 @@ mod workspace;
 pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
 pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy};
 pub use error::{DockerObject, SandboxError};
+pub use exec::cap_text;
 pub use metrics::MetricsSnapshot;
 pub use process::{ProcessId, SessionProcess, Settler};
 pub use session::{HostStatus, MAX_CONCURRENT_DOWNLOADS, PruneReport, Sandbox, SessionInfo, SessionKey};

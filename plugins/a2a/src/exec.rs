@@ -316,10 +316,11 @@ impl<H: Host> Session<'_, H> {
             };
             let events = match &chunk {
                 Some(c) => parser.feed(c),
-                None => parser.finish(),
-            };
-            for data in events {
-                let result = proto::parse_response(data.as_bytes()).map_err(|e| Error::Remote(e.to_string()))?;
+                None => parser.finish().map(Vec::from_iter),
+            }
+            .map_err(|e| Error::Remote(format!("A2A endpoint {}: {e}", self.plan.endpoint)))?;
+            for event in events {
+                let result = proto::parse_response(event.data.as_bytes()).map_err(|e| Error::Remote(e.to_string()))?;
                 self.apply(&result)?;
             }
             if chunk.is_none() || self.tracker.state.is_some_and(State::is_settled) {

@@ -3,7 +3,7 @@
 //! (`message/send`, `kind`-tagged parts, card `url`/`preferredTransport`).
 //!
 //! Layout: [`card`] (agent cards → endpoint and protocol version), [`proto`] (JSON-RPC
-//! requests and responses of both versions, normalised), [`sse`] (server-sent events),
+//! requests and responses of both versions, normalised), [`sse`] (server-sent events: the shared `warden-sse` parser),
 //! [`exec`] (the task flow: send or stream, poll, resume, cancel at the deadline) — all
 //! pure and tested natively against a fake [`exec::Host`]. `wasm` binds them to the
 //! warden:plugin world; every byte of network goes through the host's `http` capability.
@@ -11,7 +11,7 @@
 pub mod card;
 pub mod exec;
 pub mod proto;
-pub mod sse;
+pub use warden_sse as sse;
 
 #[cfg(target_arch = "wasm32")]
 mod wasm;

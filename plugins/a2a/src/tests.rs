@@ -230,10 +230,28 @@ fn sse_events_across_chunk_boundaries() {
     let mut p = SseParser::new();
     let mut got = Vec::new();
     for chunk in ["data: {\"a\"", ":1}\r", "\n\r\n: comment\nevent: x\ndata: l1\ndata: l2\n", "\n", "data: tail"] {
-        got.extend(p.feed(chunk.as_bytes()));
+        got.extend(p.feed(chunk.as_bytes()).unwrap().into_iter().map(|e| e.data));
     }
-    got.extend(p.finish());
+    got.extend(p.finish().unwrap().map(|e| e.data));
     assert_eq!(got, vec!["{\"a\":1}", "l1\nl2", "tail"]);
+}
+
+/// The guest's own parser rescanned the unfinished line on every chunk and drained its
+/// buffer once per line: a trickled line (or a chunk of blank lines) burnt the task's
+/// deadline in CPU. The shared parser examines each byte once.
+#[test]
+fn regression_a2a_sse_parsing_was_quadratic_in_a_trickled_line() {
+    let mut p = SseParser::new();
+    let n = 100_000;
+    for _ in 0..n {
+        assert!(p.feed(b"x").unwrap().is_empty());
+    }
+    assert!(p.feed(&vec![b'\n'; n]).unwrap().is_empty(), "a line without a field is no event");
+    assert_eq!(p.scanned(), 2 * n as u64);
+    // A newline-free stream is refused at the line bound instead of growing to the body cap.
+    let mut p = SseParser::new();
+    let big = vec![b'x'; crate::sse::MAX_SSE_LINE + 1];
+    assert!(p.feed(&big).is_err());
 }
 
 // ------------------------------------------------------------------ exec
