@@ -6,9 +6,9 @@
 //! secrets while a command of A runs. A session's [`Lanes`] owns the one rule that keeps
 //! them apart: **Bash commands of a session run at the same time only when their secret
 //! fingerprint is equal** (`shell_state::writer_of`: a keyed hash of the call's secret
-//! names and values, [`NO_SECRETS`] for none). Calls with the same secrets, or with none,
-//! have nothing to take from each other and run side by side; a call of another
-//! fingerprint waits until every running one has ended — by then the agent has killed
+//! names and values, `shell_state::NO_SECRETS` for none). Calls with the same secrets,
+//! or with none, have nothing to take from each other and run side by side; a call of
+//! another fingerprint waits until every running one has ended — by then the agent has killed
 //! everything they started — for at most its own timeout. A command's lane is held until
 //! its agent has swept its processes, also when the call is dropped mid-command
 //! (`exec::run` keeps the [`LanePass`] until that kill has run).
@@ -37,9 +37,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::shell_state::Writer;
-
-/// The lane of calls without secrets (`shell_state::writer_of` of an empty list).
-pub(crate) const NO_SECRETS: Writer = 0;
 
 /// One session's lanes (see the module docs).
 #[derive(Debug, Default)]
@@ -160,6 +157,7 @@ impl Lanes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shell_state::NO_SECRETS;
 
     const A: Writer = 11;
     const B: Writer = 22;
