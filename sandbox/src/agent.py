@@ -24,8 +24,9 @@
 # directory of root's (mode 0755: the sandbox user reads it, never writes it; the host's
 # workspace setup makes it before any sandboxed code runs, and a directory that is not
 # root's is not believed), one file per session process, written once and never widened.
-# Before every command starts, the agent kills every descendant of a settled session
-# process that is not in its record (then the orphans). So nothing a tool call left behind
+# Before every command starts, and when the host asks after each call of a session process
+# (`contain`), the agent kills every descendant of a settled session process that is not in
+# its record (then the orphans). So nothing a tool call left behind outlives that call or
 # runs beside a later command, while the server itself and its recorded helpers run on.
 # A child a server starts during a call that is still running when a command starts is
 # killed too (that call fails): the server is trusted, what it runs for a call is not.
@@ -54,7 +55,9 @@
 #   not the container's init, its main process, an exec root (another agent, housekeeping)
 #   or inside another exec root's tree. Nothing a call starts outlives it.
 # - Before every command: the same sweep of orphans, after killing every descendant of a
-#   settled session process that is not in its record (SETTLED, above).
+#   settled session process that is not in its record (SETTLED, above). The host asks for
+#   the same after every call of a session process (`contain`), so nothing such a call
+#   starts outlives it either; before every file operation, the sweep of orphans.
 # - No named files: captures are anonymous (O_TMPFILE) and the session shell state travels
 #   in the protocol (the host keeps and filters it), so nothing a command writes under /tmp
 #   can redirect, read or wedge the agent.
@@ -94,6 +97,10 @@ CHUNK = 64 * 1024
 MAX_SYMLINK_HOPS = 40
 SWEEP_ROUNDS = 200
 MAX_STATE_BYTES = 1024 * 1024
+# Requests that only touch files: before each the agent kills the orphans (not what settled
+# session processes run: one of their calls may be running now, and a file op has no
+# environment to steal; `contain` and every command start take care of those).
+FILE_OPS = ("stat", "read", "write")
 # Free bytes below which a failed command is told that the workspace is full.
 FULL_BELOW = 64 * 1024
 # Runs the user's command ($1), then writes cwd and exported variables (NUL-separated) to
@@ -793,6 +800,14 @@ def op_bash(f):
     result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
 
 
+def op_contain(f):
+    """After a session process's call (the host's `Sandbox::contain`): what settled session
+    processes started and their records do not hold, then the orphans, are killed, so
+    nothing the call started outlives it."""
+    killed = contain_session_processes() + sweep(False)
+    return result(status="ok", killed=killed)
+
+
 def workspace_full():
     try:
         st = os.statvfs(WS)
@@ -880,7 +895,8 @@ def serve(uid, gid):
     me = os.getpid()
     frame(b"h", fields_bytes(["pid", me, "starttime", start_time(me)]))
     OUT.flush()
-    ops = {"stat": op_stat, "read": op_read, "write": op_write, "exec": op_exec, "bash": op_bash}
+    ops = {"stat": op_stat, "read": op_read, "write": op_write, "exec": op_exec, "bash": op_bash,
+           "contain": op_contain}
     while True:
         fields = read_request()
         if fields is None:
@@ -889,12 +905,17 @@ def serve(uid, gid):
             raise SystemExit(3)
         NONCE[0] = fields[1]
         fields = [fields[0]] + fields[2:]
-        op = ops.get(fields[0].decode("ascii", "replace"))
+        name = fields[0].decode("ascii", "replace")
+        op = ops.get(name)
         mark_use(mark, True)
         try:
             if op is None:
                 result(status="error", message="unknown operation")
             else:
+                if name in FILE_OPS:
+                    # Orphans belong to no live call: whatever one left running (a daemon
+                    # a session process's call double-forked) ends before this file op.
+                    sweep(False)
                 op(fields)
         except Refused as r:
             result(status="refused", message=str(r))

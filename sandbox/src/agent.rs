@@ -107,6 +107,9 @@ pub(crate) enum Op<'a> {
     Read { path: &'a str, max: u64 },
     /// Replace a resolved file with `data`, following no link (parents created).
     Write { path: &'a str, data: &'a [u8] },
+    /// Kill what settled session processes started that their records do not hold, then
+    /// the orphans (after a session process's call: `Sandbox::contain`).
+    Contain,
 }
 
 impl Op<'_> {
@@ -120,6 +123,7 @@ impl Op<'_> {
             Op::Stat { .. } => "stat",
             Op::Read { .. } => "read",
             Op::Write { .. } => "write",
+            Op::Contain => "contain",
         };
         f.text(op);
         f.text(nonce);
@@ -165,6 +169,7 @@ impl Op<'_> {
                 f.text(path);
                 f.bytes(data);
             }
+            Op::Contain => {}
         }
         f.finish()
     }

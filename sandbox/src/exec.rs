@@ -31,6 +31,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::agent::{AGENT_SOURCE, Frame, FrameReader, Op, Outcome, SETTLED_DIR, WORKSPACE};
 use crate::error::{SandboxError, docker_status};
+use crate::lanes::LanePass;
 
 /// Seconds between the TERM sent to a timed-out process group and the KILL that follows.
 pub(crate) const KILL_GRACE_SECS: u64 = 2;
@@ -493,14 +494,17 @@ impl Replies {
 
 /// Kills a command's process group when the call waiting for it is dropped (the task
 /// was canceled or its deadline passed): Docker cannot kill an exec, and without this
-/// the command would run on until its own timeout.
-struct CancelSweep {
+/// the command would run on until its own timeout. The command's lane (`lanes`) goes with
+/// the kill and is let go only after it: no command of another fingerprint starts while the
+/// dropped one may still run.
+struct CancelSweep<'h> {
     armed: Option<(Docker, String, String, (u64, u64))>,
+    lane: &'h mut Option<LanePass>,
 }
 
-impl CancelSweep {
-    fn arm(docker: &Docker, container: &str, user: &str, agent: (u64, u64)) -> Self {
-        CancelSweep { armed: Some((docker.clone(), container.to_owned(), user.to_owned(), agent)) }
+impl<'h> CancelSweep<'h> {
+    fn arm(docker: &Docker, container: &str, user: &str, agent: (u64, u64), lane: &'h mut Option<LanePass>) -> Self {
+        CancelSweep { armed: Some((docker.clone(), container.to_owned(), user.to_owned(), agent)), lane }
     }
 
     fn disarm(&mut self) {
@@ -508,24 +512,29 @@ impl CancelSweep {
     }
 }
 
-impl Drop for CancelSweep {
+impl Drop for CancelSweep<'_> {
     fn drop(&mut self) {
         let Some((docker, container, user, agent)) = self.armed.take() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         tracing::info!(container = %container, agent_pid = agent.0, "call dropped mid-exec; killing its agent and command");
+        let lane = self.lane.take();
         runtime.spawn(async move {
             kill_sweep(&docker, &container, &user, agent).await;
+            drop(lane);
         });
     }
 }
 
-/// Runs `req` in `container` as `user` on a pooled agent.
+/// Runs `req` in `container` as `user` on a pooled agent. `lane`: the command's lane
+/// (`lanes`), which this keeps until the command's processes are gone if the call is
+/// dropped midway (otherwise the caller lets go of it when this returns).
 pub(crate) async fn run(
     docker: &Docker,
     pool: &AgentPool,
     container: &str,
     user: &str,
     req: ExecRequest<'_>,
+    lane: &mut Option<LanePass>,
 ) -> Result<ExecResult, ExecFailure> {
     loop {
         let (mut agent, reused) = match pool.take(container) {
@@ -534,9 +543,10 @@ pub(crate) async fn run(
         };
         let started_before = agent.started;
         let mut replies = Replies::new(req.capture_limit);
-        let mut on_cancel = CancelSweep::arm(docker, container, user, agent.pid);
+        let mut on_cancel = CancelSweep::arm(docker, container, user, agent.pid, lane);
         let outcome = agent.request(&req, &mut replies).await;
         on_cancel.disarm();
+        drop(on_cancel);
         let Replies { mut stdout, mut stderr, data, state, agent_stderr } = replies;
         let killed = |stdout, stderr, timed_out| ExecResult {
             stdout,

@@ -14,15 +14,19 @@
 //! Long-running session processes (stdio MCP servers, [`Sandbox::spawn_process`]) run in
 //! the same container and live no longer than it (an owned one,
 //! [`Sandbox::spawn_owned_process`], ends sooner when the host ends it); once settled
-//! ([`Settler`]), whatever they start later is killed before the session's next command
-//! starts.
+//! ([`Settler`]), whatever they start later is killed when the call that started it ends
+//! ([`Sandbox::contain`], which their owner calls after each of their calls) and before the
+//! session's next command starts. A session's Bash commands run at the same time only when
+//! they carry the same secrets (`lanes`): they run as one user and could read each other's
+//! environment.
 //!
 //! The modules are layered, each using only those below it (no import cycle; `cargo xtask
 //! test` checks): errors, counters and plain data at the bottom (`error`, `metrics`,
 //! `session_key`, `egress_policy`, `config`); the agent protocol and running requests on it
 //! (`agent`, `exec`) and workspace disks (`disk`); the egress proxy (`egress`); making,
 //! finding and removing containers (`container`); a session's shell state (`shell_state`)
-//! and the warm pool (`pool`); sessions (`session`); and on top the tools (`workspace`,
+//! and the warm pool (`pool`); which commands of a session may run at once (`lanes`);
+//! sessions (`session`); and on top the tools (`workspace`,
 //! `tools`) and session processes (`process`).
 //!
 //! This crate must never give sandboxed code a way out: no Docker socket, no host paths,
@@ -37,6 +41,7 @@ pub mod egress;
 pub mod egress_policy;
 pub mod error;
 mod exec;
+mod lanes;
 pub mod metrics;
 mod pool;
 pub mod process;

@@ -18,7 +18,9 @@
 //! Once the process is in its steady state (an MCP server: after its handshake and first
 //! tool listing) its owner *settles* it ([`Settler::settle`]): the agent records it and the
 //! descendants it has then (a `uvx` or `npx` wrapper keeps the real server as a child), and
-//! before every command of the session starts kills every other descendant. Until it is
+//! kills every other descendant, then the orphans, before every command of the session
+//! starts and whenever the owner asks after a call of the process ([`Sandbox::contain`]):
+//! nothing such a call starts outlives it. Until it is
 //! settled, nothing of the session may rely on it: its owner settles it before its first
 //! use, or drops it. Each process carries a random tag in its environment
 //! ([`crate::agent::PROCESS_TAG_VAR`]) by which the agent finds it.
@@ -157,6 +159,38 @@ const OWNED_HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 const OWNED_HELLO_BYTES: u64 = 64;
 
 impl Sandbox {
+    /// Ends whatever the settled session processes of `key`'s session started and their
+    /// records do not hold, then the session's orphans (processes no live call owns);
+    /// returns how many processes it killed. Call it after every tool call of a session
+    /// process (an MCP server's `tools/call`), when its reply is in: nothing the call
+    /// started — a git hook the model wrote, a daemon it double-forked — outlives the call,
+    /// and so nothing it left runs on under the session's un-narrowed egress (a held
+    /// narrowing ends with its call). Cheap: one request on a pooled agent, no exec. A
+    /// session this sandbox does not hold has nothing to contain here (`Ok(0)`, no
+    /// container is made). What another session process is running for a call at this
+    /// moment is killed too (that call fails), as at every command's start.
+    pub async fn contain(&self, key: &SessionKey) -> Result<u64, SandboxError> {
+        if !self.holds_session(key) {
+            return Ok(0);
+        }
+        let ctx = self.session(key, &[]).await?;
+        let r = ctx.call(crate::agent::Op::Contain, crate::exec::FILE_OP_TIMEOUT).await?;
+        match r.outcome.status() {
+            crate::agent::Status::Ok => {}
+            other => {
+                return Err(SandboxError::Exec {
+                    session: key.to_string(),
+                    message: format!("could not contain the session's processes: {other:?}"),
+                });
+            }
+        }
+        let killed = r.outcome.num("killed").max(0) as u64;
+        if killed > 0 {
+            tracing::info!(session = %key.session_id, killed, "killed what a session process's call left running");
+        }
+        Ok(killed)
+    }
+
     /// Like [`Sandbox::spawn_process`], for a process the host must be able to end on
     /// purpose, with every process it started, before its session ends (e.g. one a task
     /// started, ended with the task): the in-container agent's `exec-owned` mode says the

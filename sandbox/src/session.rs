@@ -63,6 +63,7 @@ use crate::container::{self, Names};
 use crate::egress::{self, Egress, EgressObserver, EgressPolicy};
 use crate::error::SandboxError;
 use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
+use crate::lanes::{LanePass, LaneTimeout, Lanes};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::pool::{self, PoolHost, WarmPool};
 /// The session key, at its former path (`session::SessionKey`).
@@ -230,6 +231,8 @@ struct Slot {
     agents: exec::AgentPool,
     /// The session's Bash state (cwd, exported variables), filtered; in memory only.
     shell: Mutex<ShellState>,
+    /// Which of the session's Bash commands may run at the same time (`lanes`).
+    lanes: Arc<Lanes>,
     /// The session's egress proxy listener, on the socket of the live container (none
     /// without `sandbox.egress`, or before the first container).
     egress: Mutex<Option<egress::Listener>>,
@@ -247,6 +250,7 @@ impl Slot {
             in_flight: AtomicUsize::new(0),
             agents: exec::AgentPool::new(inner.tag.clone()),
             shell: Mutex::new(ShellState::default()),
+            lanes: Arc::default(),
             egress: Mutex::new(None),
         }
     }
@@ -586,6 +590,12 @@ impl Sandbox {
             return Err(SandboxError::DockerUnavailable(format!("no Docker host answers: {}", errors.join("; "))));
         };
         Ok(Placed { host, container: None, workspace: None })
+    }
+
+    /// Whether this sandbox holds `key`'s session now (has used or adopted it, and not
+    /// ended, reaped or let go of it).
+    pub(crate) fn holds_session(&self, key: &SessionKey) -> bool {
+        self.inner.sessions.lock().expect("sessions lock").contains_key(key)
     }
 
     /// Takes a lease on the session (creating its slot, not yet its container).
@@ -1377,16 +1387,38 @@ impl<'a> SessionCtx<'a> {
         self
     }
 
+    /// Waits, at most `within`, until a Bash command with `secrets` may run beside the
+    /// session's running ones (`lanes`: only commands with the same secrets run at once).
+    pub(crate) async fn secret_lane(
+        &self,
+        secrets: &[(String, String)],
+        within: Duration,
+    ) -> Result<LanePass, LaneTimeout> {
+        self.lease.slot.lanes.enter(crate::shell_state::writer_of(secrets), within).await
+    }
+
     /// Runs one agent request (a command under its timeout, or a file operation); recreates
     /// the container once if it vanished (the request had not started then, so the retry is
     /// safe).
     pub(crate) async fn call(&self, op: Op<'_>, timeout: Duration) -> Result<ExecResult, SandboxError> {
+        self.call_in_lane(op, timeout, &mut None).await
+    }
+
+    /// [`SessionCtx::call`] for a command that runs in a lane: `lane` is kept until the
+    /// command's processes are gone, also when this call is dropped midway (it then goes
+    /// with the kill that `exec::run` starts).
+    pub(crate) async fn call_in_lane(
+        &self,
+        op: Op<'_>,
+        timeout: Duration,
+        lane: &mut Option<LanePass>,
+    ) -> Result<ExecResult, SandboxError> {
         let mut last = String::new();
         for _ in 0..2 {
             let id = self.container().await?;
             let req = ExecRequest { op, timeout, capture_limit: self.inner.config.max_output.0 as usize };
             let started = Instant::now();
-            match exec::run(self.docker, &self.lease.slot.agents, &id, self.user(), req).await {
+            match exec::run(self.docker, &self.lease.slot.agents, &id, self.user(), req, lane).await {
                 Ok(r) => {
                     self.inner.metrics.exec_done(started.elapsed(), r.timed_out);
                     self.inner.metrics.commands_started.fetch_add(r.new_commands, Ordering::Relaxed);

@@ -118,12 +118,14 @@ pub(crate) fn is_unsafe_name(name: &str) -> bool {
 /// Which calls' secrets wrote a variable: a keyed hash of the secret names and values
 /// (0 for calls without secrets); the key is random per host process.
 pub(crate) type Writer = u64;
+/// The fingerprint of a call without secrets (also the lane those calls share: `lanes`).
+pub(crate) const NO_SECRETS: Writer = 0;
 
 /// The fingerprint of a call's secrets.
 pub(crate) fn writer_of(secrets: &[(String, String)]) -> Writer {
     static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
     if secrets.is_empty() {
-        return 0;
+        return NO_SECRETS;
     }
     let mut sorted: Vec<&(String, String)> = secrets.iter().collect();
     sorted.sort();

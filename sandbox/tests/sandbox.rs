@@ -1720,6 +1720,136 @@ mod boundary {
         sb.shutdown().await.unwrap();
     }
 
+    /// Regression (attacker review, finding 8): the agent contained settled session
+    /// processes and swept orphans only when a command (Bash, Glob, Grep) started, so what a
+    /// session process's call left running (an MCP server's git running a hook the model
+    /// wrote: a child kept alive, a double-forked daemon) ran on through every later file
+    /// or MCP call until some command started, its egress judged by the operator's full
+    /// list. The host contains the session after each such call (`Sandbox::contain`): both
+    /// end then, with no command in between; every file operation ends orphans too. The
+    /// server itself lives on and answers.
+    pub async fn regression_a_session_process_calls_leftover_outlived_it(c: Ctx) {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let sb = c.sandbox();
+        let k = key("process-call-leftover");
+        // A line-per-request "server": `call` leaves a child and a double-forked daemon.
+        let script = "while read line; do \
+                      if [ \"$line\" = call ]; then sleep 1021 & (setsid sleep 1022 &); fi; \
+                      echo \"ok $line\"; done";
+        let argv: Vec<String> = ["sh", "-c", script].map(String::from).into();
+        let process = sb.spawn_process(&k, &argv, &[]).await.expect("session process");
+        let settler = process.settler();
+        let mut stdin = process.stdin;
+        let mut stdout = tokio::io::BufReader::new(process.stdout);
+        let mut ask = async |line: &str| {
+            stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+            stdin.flush().await.unwrap();
+            let mut answer = String::new();
+            tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut answer)).await.unwrap().unwrap();
+            assert_eq!(answer.trim_end(), format!("ok {line}"), "the session process answers");
+        };
+        ask("hello").await;
+        settler.settle().await.expect("settled");
+        let id = container_of(&sb, &k).await;
+        // Seen from outside: no command runs in between (a command's start would contain).
+        let top = || docker(&["top", &id, "-eo", "pid,args"]);
+        let running = |ps: &str, cmd: &str| ps.lines().any(|l| l.trim_end().ends_with(cmd));
+
+        ask("call").await;
+        let killed = sb.contain(&k).await.expect("contained");
+        let ps = top();
+        if let Some(left) = ["sleep 1021", "sleep 1022"].into_iter().find(|l| running(&ps, l)) {
+            panic!("`{left}` outlived the call that started it:\n{ps}\n{}", settled_evidence(&id));
+        }
+        assert!(killed >= 2, "contain says what it killed: {killed}\n{ps}");
+        assert!(ps.contains("while read line"), "the session process itself lives on:\n{ps}");
+        ask("ping").await;
+
+        // A file tool alone ends the daemon (an orphan: no live call owns it).
+        ask("call").await;
+        let w = tool(&sb, &k, "Write", json!({"file_path": "/workspace/after-call", "content": "x"})).await;
+        assert!(!w.is_error, "{}", w.content);
+        let ps = top();
+        assert!(!running(&ps, "sleep 1022"), "a daemon of the call ran on through a file tool:\n{ps}");
+        sb.contain(&k).await.expect("contained");
+        let ps = top();
+        assert!(!running(&ps, "sleep 1021"), "contain ended the call's child:\n{ps}");
+
+        // A session this sandbox does not hold has nothing to contain, and gets no container.
+        assert_eq!(sb.contain(&key("never-used")).await.expect("nothing to contain"), 0);
+        assert!(!sb.list_sessions().await.unwrap().iter().any(|s| s.key == key("never-used")), "no container made");
+        drop(stdin);
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Waits until the session's workspace holds `name` (a command says it runs), through
+    /// Read, which takes no lane.
+    async fn wait_for_workspace_file(sb: &Sandbox, k: &SessionKey, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let read = sb.call_tool(k, "Read", json!({"file_path": format!("/workspace/{name}")}), &[]).await;
+            if matches!(read, Ok(ToolOutput { is_error: false, .. })) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{name} never appeared: {read:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Regression (attacker review, finding 6): every command of a session runs as one uid,
+    /// so task B's command (no secrets, prompt-injected) read `/proc/<pid>/environ` of task
+    /// A's command running at the same time with `tool_context` secrets. Commands with
+    /// different secrets never run at the same time (secret lanes): whichever starts
+    /// second waits for the first, B never sees the secret, and both calls complete.
+    pub async fn regression_a_concurrent_call_read_another_tasks_secrets_from_proc(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("secret-lanes");
+        const SECRET: &str = "tok-4e1d2b9a07c3f865";
+        let env = vec![("API_TOKEN".to_string(), SECRET.to_string())];
+        // B reads every environment it can, for about 3 s, in a loop.
+        let steal = |tag: &str| {
+            format!(
+                "touch /workspace/{tag}; for i in $(seq 30); do \
+                 cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a '^API_TOKEN='; sleep 0.1; done; echo b-done"
+            )
+        };
+        let spawn_call = |command: String, env: Vec<(String, String)>| {
+            let (sb, k) = (sb.clone(), k.clone());
+            tokio::spawn(async move { sb.call_tool(&k, "Bash", json!({ "command": command }), &env).await })
+        };
+        bash_ok(&sb, &k, "true").await;
+
+        // B first; A (with the secret) arrives while B reads.
+        let b = spawn_call(steal("b-runs"), vec![]);
+        wait_for_workspace_file(&sb, &k, "b-runs").await;
+        let a = sb.call_tool(&k, "Bash", json!({"command": "sleep 2; echo a-done"}), &env).await.unwrap();
+        let b = b.await.unwrap().unwrap();
+        assert!(!b.content.contains(SECRET), "B read A's secret: {}", b.content);
+        assert!(!b.is_error && b.content.ends_with("b-done\n"), "B completes: {}", b.content);
+        assert_eq!(a.content, "a-done\n", "A completes");
+
+        // A first; B arrives while A runs.
+        let a = spawn_call("touch /workspace/a-runs; sleep 3; echo a-done".into(), env.clone());
+        wait_for_workspace_file(&sb, &k, "a-runs").await;
+        let b = sb.call_tool(&k, "Bash", json!({ "command": steal("b-again") }), &[]).await.unwrap();
+        let a = a.await.unwrap().unwrap();
+        assert!(!b.content.contains(SECRET), "B read A's secret: {}", b.content);
+        assert!(!b.is_error && b.content.ends_with("b-done\n"), "B completes: {}", b.content);
+        assert_eq!(a.content, "a-done\n", "A completes");
+
+        // Calls with the same secrets (or none) still run side by side.
+        let started = Instant::now();
+        let both = futures_util::future::join(
+            sb.call_tool(&k, "Bash", json!({"command": "sleep 4"}), &env),
+            sb.call_tool(&k, "Bash", json!({"command": "sleep 4"}), &env),
+        )
+        .await;
+        assert!(both.0.is_ok() && both.1.is_ok(), "{both:?}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(7500), "one fingerprint waited for itself: {took:?}");
+        sb.shutdown().await.unwrap();
+    }
+
     /// Regression (egress review): a command that SIGKILLs its own agent (`kill -9 $PPID`)
     /// skipped the agent's sweep, so a `setsid` child outlived the call (and its egress
     /// narrowing) until some later command's sweep.
@@ -1728,7 +1858,7 @@ mod boundary {
         let k = key("agent-killer");
         let out = bash(&sb, &k, "setsid sleep 1005 & setsid -f sleep 1006; sleep 0.5; kill -9 $PPID; sleep 5").await;
         assert!(out.is_error, "the call reports the kill: {}", out.content);
-        // Only file tools from here on: they never sweep, so the call above must have.
+        // Checked from outside (no tool runs from here on), so the call above must have swept.
         let ps = sb
             .list_sessions()
             .await
@@ -2697,6 +2827,8 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::a_command_that_kills_its_agent_leaves_nothing_behind,
         boundary::an_orphan_of_a_session_process_never_runs_beside_a_later_command,
         boundary::what_a_settled_session_process_starts_never_runs_beside_a_later_command,
+        boundary::regression_a_session_process_calls_leftover_outlived_it,
+        boundary::regression_a_concurrent_call_read_another_tasks_secrets_from_proc,
         egress::an_adopted_session_gets_its_proxy_back,
         egress::a_pool_container_has_no_socket_until_bound_and_sees_only_its_own,
         hosts::placement_spreads_sessions_and_a_replica_reaches_them,

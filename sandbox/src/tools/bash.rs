@@ -4,12 +4,14 @@
 //! the working directory and exported variables, the host keeps what `shell_state` lets
 //! carry over, and the next call starts with it in its environment. Nothing from the state
 //! is ever sourced, so no earlier call can run code while a later task's secrets are in
-//! the environment. Processes the command
-//! starts (also `&` jobs, `setsid` and double-forked daemons) are killed when it ends — a
-//! call is the unit of work; nothing runs on unobserved. This module must never log the
+//! the environment. Processes the command starts (also `&` jobs, `setsid` and
+//! double-forked daemons) are killed when it ends — a call is the unit of work; nothing
+//! runs on unobserved. Commands of one session can read each other's environment, so a
+//! command runs beside the session's others only when they carry the same secrets
+//! (`lanes`; otherwise it waits, within its timeout). This module must never log the
 //! command's environment, never persist a secret, and never run a command outside the agent.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -17,12 +19,26 @@ use super::ToolOutput;
 use crate::agent::Op;
 use crate::error::SandboxError;
 use crate::exec::{Captured, EXIT_SIGKILL, cap_text};
+use crate::lanes::LaneTimeout;
 use crate::session::SessionCtx;
 
 /// Longest timeout a Bash call may ask for, milliseconds (Claude Code's maximum, 10 min).
 pub const MAX_TIMEOUT_MS: u64 = 600_000;
 /// Room kept in the output cap for the notes (stderr label, truncation, exit code).
 const NOTE_ROOM: usize = 256;
+/// A wait for the session's lanes at least this long is named in a timeout note: the
+/// model should know its command had less time than it asked for, and why.
+const WAIT_WORTH_SAYING: Duration = Duration::from_secs(1);
+
+/// What a call that never got its lane says (`lanes`).
+fn lane_timeout_text(timeout: Duration) -> String {
+    format!(
+        "[not run: for its whole timeout of {} ms, commands of other tasks of this session (with other secrets) \
+         were running, and commands with different secrets never run at the same time; retry later or with a \
+         longer timeout]",
+        timeout.as_millis()
+    )
+}
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct BashInput {
@@ -63,8 +79,22 @@ pub(crate) async fn run(
     if input.command.trim().is_empty() {
         return Err(SandboxError::InvalidInput { tool: "Bash".into(), message: "command must not be empty".into() });
     }
+    // Only commands with the same secrets run at once (`lanes`); the wait is part of the
+    // call's timeout.
+    let waiting = Instant::now();
+    let mut lane = match ctx.secret_lane(ctx.env, timeout).await {
+        Ok(pass) => Some(pass),
+        Err(LaneTimeout) => return Ok(ToolOutput::error(lane_timeout_text(timeout))),
+    };
+    let waited = waiting.elapsed();
+    let Some(left) = timeout.checked_sub(waited).filter(|left| !left.is_zero()) else {
+        return Ok(ToolOutput::error(lane_timeout_text(timeout)));
+    };
+    // Read after the wait: the state the commands that ran meanwhile left.
     let (cwd, vars) = ctx.shell_for_call(ctx.env);
-    let r = ctx.call(Op::Bash { command: &input.command, secrets: ctx.env, vars: &vars, cwd: &cwd }, timeout).await?;
+    let op = Op::Bash { command: &input.command, secrets: ctx.env, vars: &vars, cwd: &cwd };
+    let r = ctx.call_in_lane(op, left, &mut lane).await?;
+    drop(lane);
     if let crate::agent::Status::Refused(why) = r.outcome.status() {
         return Err(SandboxError::InvalidInput { tool: "Bash".into(), message: why });
     }
@@ -77,8 +107,13 @@ pub(crate) async fn run(
         if !content.is_empty() && !content.ends_with('\n') {
             content.push('\n');
         }
+        let queued = if waited >= WAIT_WORTH_SAYING {
+            format!(", {} ms of it waiting for other tasks' commands in this session", waited.as_millis())
+        } else {
+            String::new()
+        };
         content.push_str(&format!(
-            "[timed out after {} ms: the command and all its child processes were killed]",
+            "[timed out after {} ms{queued}: the command and all its child processes were killed]",
             timeout.as_millis()
         ));
     } else if r.exit_code != 0 {

@@ -285,6 +285,9 @@ impl Sandbox {
                 let ctx = self.session(key, env).await?.pinned(approved);
                 files::edit(&ctx, i).await
             }
+            // Glob and Grep take no lane (`lanes`): ripgrep runs with no secrets in its
+            // environment and no code the model chose, so it has nothing to steal and
+            // steals nothing; it runs beside any command.
             "Glob" => {
                 let i = parse::<search::GlobInput>(tool, input)?;
                 let ctx = self.session(key, env).await?.pinned(approved);
@@ -295,6 +298,7 @@ impl Sandbox {
                 let ctx = self.session(key, env).await?.pinned(approved);
                 search::grep(&ctx, i, cap).await
             }
+            // Waits for its secret lane (`lanes`) inside `bash::run`.
             "Bash" => {
                 let i = parse::<bash::BashInput>(tool, input)?;
                 validate_env(env)?;
