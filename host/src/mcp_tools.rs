@@ -709,7 +709,13 @@ impl McpTools {
         let mut guard = slot.lock().await;
         let conn = guard.as_mut().ok_or("the MCP server is not running")?;
         let (req, pending) = conn.session.call_tool(tool, arguments, None).map_err(|e| e.to_string())?;
-        let result = match tokio::time::timeout(MCP_REQUEST_TIMEOUT, conn.exchange(req, pending)).await {
+        let answered = tokio::time::timeout(MCP_REQUEST_TIMEOUT, conn.exchange(req, pending)).await;
+        // Nothing a call starts outlives it: what the server started for this call (and
+        // left running) is killed now, not at the session's next command.
+        if let Err(e) = site.sandbox.contain(site.key).await {
+            tracing::warn!(server, error = %e, "could not end what the MCP call started");
+        }
+        let result = match answered {
             Ok(Ok(mut p)) => p.result(),
             Ok(Err(e)) => Err(e),
             Err(_) => {
