@@ -42,7 +42,7 @@ pub use warden_sse as sse;
 pub use client::{Body, Client, Headers, Transport};
 pub use error::{McpError, codes, excerpt};
 pub use exchange::{HttpRequest, Pending, Progress, Purpose, Update};
-pub use limits::{ListLimits, Listing, MAX_TOOL_PAGES, parsed_size};
+pub use limits::{ListLimits, Listing, MAX_TOOL_PAGES, json_len, parsed_size};
 pub use session::{
     ClientInfo, Era, HANDSHAKE_VERSIONS, LATEST_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
     META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_VERSIONS, Preference, ServerInfo, Session,

@@ -247,8 +247,9 @@ fn cut(text: &mut String, max: usize) {
     text.push('…');
 }
 
-/// The length of `v` as JSON text, without building the text.
-fn json_len(v: &Value) -> usize {
+/// The length of `v` as JSON text, without building the text (also what the host's event
+/// budgets count).
+pub fn json_len(v: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

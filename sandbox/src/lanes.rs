@@ -6,7 +6,7 @@
 //! secrets while a command of A runs. A session's [`Lanes`] owns the one rule that keeps
 //! them apart: **Bash commands of a session run at the same time only when their secret
 //! fingerprint is equal** (`shell_state::writer_of`: a keyed hash of the call's secret
-//! names and values, `shell_state::NO_SECRETS` for none). Calls with the same secrets,
+//! names and values, [`NO_SECRETS`] for none). Calls with the same secrets,
 //! or with none, have nothing to take from each other and run side by side; a call of
 //! another fingerprint waits until every running one has ended — by then the agent has killed
 //! everything they started — for at most its own timeout. A command's lane is held until
@@ -36,7 +36,13 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::shell_state::Writer;
+/// The fingerprint of a call's secrets (`shell_state::writer_of`): a keyed hash of the
+/// secret names and values, [`NO_SECRETS`] for calls without secrets; the key is random
+/// per host process. Which lane a command runs in, and which calls' secrets wrote a
+/// persisted shell variable.
+pub(crate) type Writer = u64;
+/// The fingerprint of a call without secrets (also the lane those calls share).
+pub(crate) const NO_SECRETS: Writer = 0;
 
 /// One session's lanes (see the module docs).
 #[derive(Debug, Default)]
@@ -157,7 +163,6 @@ impl Lanes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shell_state::NO_SECRETS;
 
     const A: Writer = 11;
     const B: Writer = 22;

@@ -115,11 +115,9 @@ pub(crate) fn is_unsafe_name(name: &str) -> bool {
     !ident || UNSAFE_NAMES.contains(&name) || UNSAFE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// Which calls' secrets wrote a variable: a keyed hash of the secret names and values
-/// (0 for calls without secrets); the key is random per host process.
-pub(crate) type Writer = u64;
-/// The fingerprint of a call without secrets (also the lane those calls share: `lanes`).
-pub(crate) const NO_SECRETS: Writer = 0;
+/// Which calls' secrets wrote a variable ([`Writer`], defined with the lanes that also
+/// key on it, below this module).
+pub(crate) use crate::lanes::{NO_SECRETS, Writer};
 
 /// The fingerprint of a call's secrets.
 pub(crate) fn writer_of(secrets: &[(String, String)]) -> Writer {

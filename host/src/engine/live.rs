@@ -208,22 +208,9 @@ impl Admit {
     }
 }
 
-/// The length of `v` as JSON, without building the text.
+/// The length of `v` as JSON text, as the event budgets count it.
 fn json_len(v: &Value) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len() as u64;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing a `Value` into a sink that never fails cannot fail.
-    let _ = serde_json::to_writer(&mut count, v);
-    count.0
+    warden_mcp_protocol::json_len(v) as u64
 }
 
 pub(super) struct Inner {
