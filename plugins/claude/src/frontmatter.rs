@@ -515,7 +515,7 @@ mod tests {
         for fm in [
             format!("name: a\nbig: &x [{anchor}]\nmany: [{aliases}]\n"),
             format!("name: a\nuser: x\nbig: {{a: &x [{anchor}], b: [{aliases}]}}\n"),
-            format!("name: a\nbig: &x\n  - 0\nmany:\n  - *x\n"),
+            "name: a\nbig: &x\n  - 0\nmany:\n  - *x\n".to_string(),
         ] {
             let fields = parse_fields(&fm);
             assert_eq!(fields.mode, ParseMode::Tolerant, "{}", &fm[..40]);
