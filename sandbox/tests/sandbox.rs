@@ -1603,6 +1603,32 @@ mod boundary {
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
     /// Command lines of every process in the session container (as the sandbox user sees).
+    /// A line-per-request session process (`sh -c script`), asked over its stdio: each
+    /// request line is answered `ok <line>`.
+    struct LineServer {
+        stdin: Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+        stdout: tokio::io::BufReader<Pin<Box<dyn tokio::io::AsyncRead + Send>>>,
+        settler: warden_sandbox::Settler,
+    }
+
+    impl LineServer {
+        async fn start(sb: &Sandbox, k: &SessionKey, script: &str) -> LineServer {
+            let argv: Vec<String> = ["sh", "-c", script].map(String::from).into();
+            let process = sb.spawn_process(k, &argv, &[]).await.expect("session process");
+            let settler = process.settler();
+            LineServer { stdin: process.stdin, stdout: tokio::io::BufReader::new(process.stdout), settler }
+        }
+
+        async fn ask(&mut self, line: &str) {
+            use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+            self.stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+            self.stdin.flush().await.unwrap();
+            let mut answer = String::new();
+            tokio::time::timeout(Duration::from_secs(30), self.stdout.read_line(&mut answer)).await.unwrap().unwrap();
+            assert_eq!(answer.trim_end(), format!("ok {line}"), "the session process answers");
+        }
+    }
+
     async fn processes(sb: &Sandbox, k: &SessionKey) -> String {
         bash_ok(sb, k, "for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr '\\0' ' ' < $p/cmdline && echo; done").await
     }
@@ -1678,30 +1704,18 @@ mod boundary {
     /// starts is killed before the next command starts; the process itself and the helpers
     /// it had when it settled (a `uvx`/`npx` wrapper's server) run on and keep answering.
     pub async fn what_a_settled_session_process_starts_never_runs_beside_a_later_command(c: Ctx) {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let sb = c.sandbox();
         let k = key("session-leftover");
         // A line-per-request "server": `spawn` starts a child and a grandchild that stay.
         let script = "sleep 1011 & while read line; do \
                       if [ \"$line\" = spawn ]; then sleep 1012 & sh -c 'sleep 1013 & wait' & fi; \
                       echo \"ok $line\"; done";
-        let argv: Vec<String> = ["sh", "-c", script].map(String::from).into();
-        let process = sb.spawn_process(&k, &argv, &[]).await.expect("session process");
-        let settler = process.settler();
-        let mut stdin = process.stdin;
-        let mut stdout = tokio::io::BufReader::new(process.stdout);
-        let mut ask = async |line: &str| {
-            stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-            stdin.flush().await.unwrap();
-            let mut answer = String::new();
-            tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut answer)).await.unwrap().unwrap();
-            assert_eq!(answer.trim_end(), format!("ok {line}"), "the session process answers");
-        };
-        ask("hello").await;
-        settler.settle().await.expect("settled");
-        ask("spawn").await;
+        let mut server = LineServer::start(&sb, &k, script).await;
+        server.ask("hello").await;
+        server.settler.settle().await.expect("settled");
+        server.ask("spawn").await;
         // Settling again never widens the record: the first one holds.
-        settler.settle().await.expect("settled again");
+        server.settler.settle().await.expect("settled again");
         let line = |ps: &str, cmd: &str| ps.lines().any(|l| l.trim() == cmd);
         let ps = processes(&sb, &k).await;
         if let Some(leftover) =
@@ -1712,11 +1726,11 @@ mod boundary {
         }
         assert!(line(&ps, "sleep 1011"), "a helper it had when it settled lives on:\n{ps}");
         assert!(ps.contains("while read line"), "the session process itself lives on:\n{ps}");
-        ask("ping").await;
+        server.ask("ping").await;
         // The records are root's: no sandboxed command can add to them.
         let forged = bash(&sb, &k, "echo 1 1 > /tmp/.warden-settled/1-1").await;
         assert!(forged.is_error, "a command wrote a record: {}", forged.content);
-        drop(stdin);
+        drop(server);
         sb.shutdown().await.unwrap();
     }
 
@@ -1729,33 +1743,21 @@ mod boundary {
     /// end then, with no command in between; every file operation ends orphans too. The
     /// server itself lives on and answers.
     pub async fn regression_a_session_process_calls_leftover_outlived_it(c: Ctx) {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let sb = c.sandbox();
         let k = key("process-call-leftover");
         // A line-per-request "server": `call` leaves a child and a double-forked daemon.
         let script = "while read line; do \
                       if [ \"$line\" = call ]; then sleep 1021 & (setsid sleep 1022 &); fi; \
                       echo \"ok $line\"; done";
-        let argv: Vec<String> = ["sh", "-c", script].map(String::from).into();
-        let process = sb.spawn_process(&k, &argv, &[]).await.expect("session process");
-        let settler = process.settler();
-        let mut stdin = process.stdin;
-        let mut stdout = tokio::io::BufReader::new(process.stdout);
-        let mut ask = async |line: &str| {
-            stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-            stdin.flush().await.unwrap();
-            let mut answer = String::new();
-            tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut answer)).await.unwrap().unwrap();
-            assert_eq!(answer.trim_end(), format!("ok {line}"), "the session process answers");
-        };
-        ask("hello").await;
-        settler.settle().await.expect("settled");
+        let mut server = LineServer::start(&sb, &k, script).await;
+        server.ask("hello").await;
+        server.settler.settle().await.expect("settled");
         let id = container_of(&sb, &k).await;
         // Seen from outside: no command runs in between (a command's start would contain).
         let top = || docker(&["top", &id, "-eo", "pid,args"]);
         let running = |ps: &str, cmd: &str| ps.lines().any(|l| l.trim_end().ends_with(cmd));
 
-        ask("call").await;
+        server.ask("call").await;
         let killed = sb.contain(&k).await.expect("contained");
         let ps = top();
         if let Some(left) = ["sleep 1021", "sleep 1022"].into_iter().find(|l| running(&ps, l)) {
@@ -1763,10 +1765,10 @@ mod boundary {
         }
         assert!(killed >= 2, "contain says what it killed: {killed}\n{ps}");
         assert!(ps.contains("while read line"), "the session process itself lives on:\n{ps}");
-        ask("ping").await;
+        server.ask("ping").await;
 
         // A file tool alone ends the daemon (an orphan: no live call owns it).
-        ask("call").await;
+        server.ask("call").await;
         let w = tool(&sb, &k, "Write", json!({"file_path": "/workspace/after-call", "content": "x"})).await;
         assert!(!w.is_error, "{}", w.content);
         let ps = top();
@@ -1778,7 +1780,7 @@ mod boundary {
         // A session this sandbox does not hold has nothing to contain, and gets no container.
         assert_eq!(sb.contain(&key("never-used")).await.expect("nothing to contain"), 0);
         assert!(!sb.list_sessions().await.unwrap().iter().any(|s| s.key == key("never-used")), "no container made");
-        drop(stdin);
+        drop(server);
         sb.shutdown().await.unwrap();
     }
 
