@@ -489,6 +489,43 @@ pub(super) fn shared_if_followed(
 }
 
 #[cfg(test)]
+impl LiveTask {
+    /// A live task of its own (not run by an engine): `user`'s, taking a share of the
+    /// user's tasks when `counts_for_user`, holding to `budget`, recording into `store`.
+    pub(super) fn detached(user: &str, counts_for_user: bool, budget: EventBudget, store: Store) -> Arc<LiveTask> {
+        let record = TaskRecord::submitted(
+            "task_live_test".into(),
+            &crate::plugin::TaskCall::default(),
+            "s1".into(),
+            user.into(),
+            None,
+            now_ms(),
+        );
+        Arc::new(LiveTask {
+            session: (record.user_id.clone(), record.session_id.clone()),
+            counts_for_user,
+            inner: Mutex::new(Inner {
+                record,
+                events: vec![],
+                stored: EventsStored::default(),
+                pending_approvals: 0,
+                sink: None,
+                closed: false,
+            }),
+            version: watch::channel(0).0,
+            canceled: watch::channel(false).0,
+            streams: Mutex::new(BTreeMap::new()),
+            tool_budget: None,
+            event_budget: budget,
+            store,
+            changes: tokio::sync::broadcast::channel(1).0,
+            finishing: std::sync::atomic::AtomicBool::new(false),
+            driver: Mutex::new(None),
+        })
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -511,35 +548,7 @@ mod tests {
 
     /// A live task of its own (not run by an engine) holding to `budget`.
     fn live_task(budget: EventBudget) -> Arc<LiveTask> {
-        let record = TaskRecord::submitted(
-            "task_live_test".into(),
-            &crate::plugin::TaskCall::default(),
-            "s1".into(),
-            "u1".into(),
-            None,
-            now_ms(),
-        );
-        Arc::new(LiveTask {
-            session: (record.user_id.clone(), record.session_id.clone()),
-            counts_for_user: true,
-            inner: Mutex::new(Inner {
-                record,
-                events: vec![],
-                stored: EventsStored::default(),
-                pending_approvals: 0,
-                sink: None,
-                closed: false,
-            }),
-            version: watch::channel(0).0,
-            canceled: watch::channel(false).0,
-            streams: Mutex::new(BTreeMap::new()),
-            tool_budget: None,
-            event_budget: budget,
-            store: Store::in_memory().unwrap(),
-            changes: tokio::sync::broadcast::channel(1).0,
-            finishing: std::sync::atomic::AtomicBool::new(false),
-            driver: Mutex::new(None),
-        })
+        LiveTask::detached("u1", true, budget, Store::in_memory().unwrap())
     }
 
     /// An `approval_request` event of the gate for a call with `input`.

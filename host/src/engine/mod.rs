@@ -20,7 +20,7 @@
 //! stream, so a secret split over chunks is caught.
 //! This module never speaks HTTP; [`crate::server`] presents it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,6 +44,7 @@ mod live;
 mod metrics;
 mod replica;
 mod resume;
+mod running;
 mod tool_schema;
 
 use live::Inner;
@@ -51,6 +52,7 @@ pub use live::{APPROVALS_PAST_BUDGET, EventBudget, LiveTask, MAX_APPROVAL_EVENT_
 pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use replica::{CLAIM_POLL, CONTROL_POLL, REMOTE_POLL, ReplicaOptions};
 use replica::{QueuedSubmission, RemoteDecision, Replica};
+use running::LiveTasks;
 pub use tool_schema::tool_schema;
 
 /// Default TaskOutput wait when `block` is true.
@@ -191,13 +193,6 @@ pub enum SubmitError {
     Unavailable(String),
 }
 
-/// How many of `user`'s tasks among `tasks` (the ones this process runs or queues) take a
-/// share of `server.max_tasks_per_user`: every task but nested subagents, which run inside
-/// their root task's.
-fn tasks_of_user(tasks: &HashMap<String, Arc<LiveTask>>, user: &str) -> usize {
-    tasks.values().filter(|t| t.counts_for_user && t.session.0 == user).count()
-}
-
 /// Session and user ids name sandbox containers and volumes: keep them plain.
 fn valid_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -262,7 +257,7 @@ pub struct Engine {
     store: Store,
     options: EngineOptions,
     slots: Arc<Semaphore>,
-    live: Mutex<HashMap<String, Arc<LiveTask>>>,
+    live: Mutex<LiveTasks>,
     /// Every task record as it changes (submitted, status, plugin build, finished).
     task_changes: broadcast::Sender<Arc<TaskRecord>>,
     /// Set by [`Engine::drain`]: new submissions are refused.
@@ -318,7 +313,7 @@ impl Engine {
             tools: host.tools.clone(),
             store,
             options,
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::new(LiveTasks::default()),
             task_changes: broadcast::channel(TASK_CHANGES_BUFFER).0,
             draining: std::sync::atomic::AtomicBool::new(false),
             task_left: tokio::sync::Notify::new(),
@@ -654,9 +649,9 @@ impl Engine {
 
     /// Whether `user` may have one more task here (`server.max_tasks_per_user`), given
     /// `tasks`, the tasks this process runs or queues.
-    fn user_share(&self, tasks: &HashMap<String, Arc<LiveTask>>, user: &str) -> Result<(), SubmitError> {
+    fn user_share(&self, tasks: &LiveTasks, user: &str) -> Result<(), SubmitError> {
         let max = self.options.max_tasks_per_user;
-        if tasks_of_user(tasks, user) >= max {
+        if tasks.of_user(user) >= max {
             tracing::warn!(user, max, "task refused: the user has server.max_tasks_per_user tasks queued or running");
             return Err(SubmitError::UserTasksFull { user: user.to_owned(), max });
         }

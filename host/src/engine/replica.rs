@@ -155,7 +155,7 @@ impl Engine {
     /// held whose record is not finished was submitted a moment ago: its hold is still
     /// on its way to the store.)
     async fn renew_leases(&self, replica: &Replica) {
-        let running: Vec<String> = self.live.lock().unwrap().keys().cloned().collect();
+        let running: Vec<String> = self.live.lock().unwrap().ids().cloned().collect();
         let held = match self.store.renew(replica.id(), &replica.instance, &running, replica.lease_until()).await {
             Ok(Some(held)) => held.into_iter().collect::<HashSet<_>>(),
             Ok(None) => {
