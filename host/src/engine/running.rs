@@ -51,6 +51,11 @@ impl LiveTasks {
         self.by_id.keys()
     }
 
+    /// Every task with its id.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Arc<LiveTask>)> {
+        self.by_id.iter()
+    }
+
     /// How many of `user`'s tasks take a share of `server.max_tasks_per_user`.
     pub(super) fn of_user(&self, user: &str) -> usize {
         self.per_user.get(user).copied().unwrap_or(0)
