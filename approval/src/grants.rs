@@ -35,6 +35,16 @@ pub const MAX_SESSION_GRANTS: usize = 256;
 /// Most sessions holding grants at once; beyond it, `session` approvals are refused
 /// (approve `once`) rather than memory growing without bound.
 pub const MAX_GRANT_SESSIONS: usize = 10_000;
+/// Most of those sessions one user's may be: an eighth, as for the host's other pools
+/// shared by tenants (pending approvals, secrets). Without a share one tenant approving
+/// `session` scope in 10,000 sessions made every other tenant's `session` approvals hold
+/// `once` until a restart.
+pub const MAX_GRANT_SESSIONS_PER_USER: usize = MAX_GRANT_SESSIONS / 8;
+
+/// The user a grant-session key (`user/session`, see the gate) belongs to.
+fn user_of(session: &str) -> &str {
+    session.split_once('/').map_or(session, |(user, _)| user)
+}
 
 /// How long a person's approval holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -236,8 +246,16 @@ impl Grants {
             Scope::Session => {
                 let session = session.ok_or("the call belongs to no session")?;
                 let mut map = self.session.lock().unwrap_or_else(|p| p.into_inner());
-                if !map.contains_key(session) && map.len() >= MAX_GRANT_SESSIONS {
-                    return Err(format!("more than {MAX_GRANT_SESSIONS} sessions hold approvals"));
+                if !map.contains_key(session) {
+                    if map.len() >= MAX_GRANT_SESSIONS {
+                        return Err(format!("more than {MAX_GRANT_SESSIONS} sessions hold approvals"));
+                    }
+                    let user = user_of(session);
+                    if map.keys().filter(|k| user_of(k) == user).count() >= MAX_GRANT_SESSIONS_PER_USER {
+                        return Err(format!(
+                            "the user's sessions already hold approvals in {MAX_GRANT_SESSIONS_PER_USER} sessions"
+                        ));
+                    }
                 }
                 let rules = map.entry(session.to_owned()).or_default();
                 if rules.len() >= MAX_SESSION_GRANTS {
@@ -276,6 +294,24 @@ mod tests {
 
     fn ctx() -> EvalContext {
         EvalContext { workspace_root: "/workspace".into(), home: "/workspace".into() }
+    }
+
+    /// Regression: the host's 10,000 sessions holding `session` approvals had no per-user
+    /// share: one tenant approving in that many sessions made every other tenant's
+    /// `session` approvals hold `once`. Now one user's sessions stop at their share while
+    /// another user's are still kept, and a session already holding grants takes more.
+    #[test]
+    fn regression_one_user_cannot_fill_the_session_grants() {
+        let g = Grants::load(None).unwrap();
+        for n in 0..MAX_GRANT_SESSIONS_PER_USER {
+            g.add(Scope::Session, Some(&format!("mallory/s{n}")), "Bash(ls)", "mallory", "apr").unwrap();
+        }
+        let e = g.add(Scope::Session, Some("mallory/one-more"), "Bash(ls)", "mallory", "apr").unwrap_err();
+        assert!(e.contains(&MAX_GRANT_SESSIONS_PER_USER.to_string()), "{e}");
+        g.add(Scope::Session, Some("mallory/s0"), "Bash(pwd)", "mallory", "apr").unwrap();
+        g.add(Scope::Session, Some("alice/s0"), "Bash(ls)", "alice", "apr").unwrap();
+        // A user id that is a prefix of another's is a user of its own.
+        g.add(Scope::Session, Some("mal/s0"), "Bash(ls)", "mal", "apr").unwrap();
     }
 
     #[test]

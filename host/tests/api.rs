@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use warden::config::Config;
 use warden::engine::{Engine, EngineOptions};
-use warden::server::{ServerState, app};
+use warden::server::ServerState;
 use warden::store::Store;
 
 #[path = "support/postgres.rs"]
@@ -164,10 +164,8 @@ async fn api_on(
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = app(state);
-    let server = tokio::spawn(async move {
-        axum::serve(listener, router).await.unwrap();
-    });
+    // As `warden serve` serves: its accept loop, with the connection limits.
+    let server = tokio::spawn(warden::server::serve_on(listener, state, std::future::pending()));
     Api { base: format!("http://{addr}"), http: reqwest::Client::new(), engine, dir, server }
 }
 
@@ -757,6 +755,116 @@ mod quotas {
         let e = Config::from_file(&file).unwrap_err().to_string();
         assert!(e.contains("server.max_tasks_per_user") && e.contains("at least 1"), "{e}");
         assert_eq!(Config::default().server.max_tasks_per_user, warden::config::DEFAULT_MAX_TASKS_PER_USER);
+    }
+}
+
+/// What a client may hold open: connections before authentication (`server.max_connections`,
+/// `server.header_read_timeout`) and, per principal, streams and long polls
+/// (`server.max_streams_per_principal`).
+mod holds {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A connection that sends part of a request head and never the rest.
+    async fn stalled(api: &Api) -> tokio::net::TcpStream {
+        let addr = api.base.trim_start_matches("http://");
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ").await.unwrap();
+        tcp
+    }
+
+    /// Regression: `axum::serve` set no timer and no connection limit, so a client that
+    /// never finished its request head (no token needed: authentication runs on a whole
+    /// head) held its connection forever, and a few thousand took every file descriptor.
+    /// Now such a connection is closed after `server.header_read_timeout`, and past
+    /// `server.max_connections` new connections wait until one closes.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_client_that_never_finishes_its_request_head_holds_no_connection() {
+        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  header_read_timeout: 300ms\n");
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        let mut tcp = stalled(&api).await;
+        let mut buf = [0u8; 1024];
+        let read = tokio::time::timeout(Duration::from_secs(20), tcp.read(&mut buf)).await;
+        let n = read.expect("the server still holds a connection whose head never came").unwrap_or(0);
+        // Closed, with at most hyper's `408`-free close (no response to a request never made).
+        assert!(n == 0 || !String::from_utf8_lossy(&buf[..n]).contains("200 OK"), "{:?}", &buf[..n]);
+        assert_eq!(api.get("/healthz").await.status, 200);
+
+        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_connections: 2\n");
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        let first = stalled(&api).await;
+        let _second = stalled(&api).await;
+        let http = reqwest::Client::new();
+        let health = {
+            let url = api.url("/healthz");
+            tokio::spawn(async move { http.get(url).send().await.map(|r| r.status().as_u16()) })
+        };
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(!health.is_finished(), "a third connection was served while two stalled ones held the limit");
+        drop(first);
+        let status = tokio::time::timeout(Duration::from_secs(20), health).await;
+        assert_eq!(status.expect("a freed connection was never given to the waiting client").unwrap().unwrap(), 200);
+    }
+
+    /// Regression: nothing bounded the streams and long polls of one principal: its stalled
+    /// event streams took every connection (and, with whole-log replays, gigabytes) of
+    /// every tenant. Now past `server.max_streams_per_principal` they are refused with 429
+    /// naming the key, whichever kind; another principal still gets its own, and a closed
+    /// stream makes room again.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_one_principal_cannot_hold_every_stream() {
+        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_streams_per_principal: 2\n");
+        let tokens = vec!["tok-one".to_owned(), "tok-two".to_owned()];
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, tokens).await;
+        let as_one = |req: reqwest::RequestBuilder| req.bearer_auth("tok-one");
+        let body =
+            json!({ "description": "d", "prompt": "loop", "subagent_type": "hostile", "run_in_background": true });
+        let r = api.send(as_one(api.http.post(api.url("/v1/tasks")).json(&body))).await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        let id = r.body["task_id"].as_str().unwrap().to_owned();
+        let events = format!("/v1/tasks/{id}/events");
+        let open = |token: &'static str| {
+            let req = api.http.get(api.url(&events)).header("accept", "text/event-stream").bearer_auth(token);
+            async move { req.send().await.unwrap() }
+        };
+        let first = open("tok-one").await;
+        let second = open("tok-one").await;
+        assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
+        // Every kind of hold is refused past the share: a stream, a long poll, the task list
+        // feed, a task started with a stream.
+        let refused = [
+            api.send(as_one(api.http.get(api.url(&events)))).await,
+            api.send(as_one(api.http.get(api.url(&format!("/v1/tasks/{id}?block=true&timeout_ms=100"))))).await,
+            api.send(as_one(api.http.get(api.url("/v1/tasks/changes")))).await,
+            api.send(as_one(api.http.post(api.url("/v1/tasks")).header("accept", "text/event-stream").json(&body)))
+                .await,
+        ];
+        for r in &refused {
+            assert_eq!((r.status, r.body["error"]["code"].as_str()), (429, Some("too_many_streams")), "{}", r.text);
+            assert!(r.text.contains("server.max_streams_per_principal"), "{}", r.text);
+        }
+        let listed = api.send(as_one(api.http.get(api.url("/v1/tasks?limit=50")))).await;
+        let tasks = listed.body["tasks"].as_array().map(Vec::len);
+        assert_eq!(tasks, Some(1), "a refused streamed submission started no task: {}", listed.text);
+        // Not a long poll: answered.
+        let r = api.send(as_one(api.http.get(api.url(&format!("/v1/tasks/{id}?block=false"))))).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        // Another principal has its own share.
+        assert_eq!(open("tok-two").await.status().as_u16(), 200);
+        // A closed stream makes room (once its follower sees the reader gone).
+        drop(first);
+        let t = Instant::now();
+        loop {
+            let r = open("tok-one").await;
+            if r.status().as_u16() == 200 {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "a closed stream never gave its place back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(second);
+        let r = api.send(as_one(api.http.post(api.url(&format!("/v1/tasks/{id}/cancel"))))).await;
+        assert_eq!(r.status, 200, "{}", r.text);
     }
 }
 

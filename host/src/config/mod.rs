@@ -397,6 +397,18 @@ pub struct ServerConfig {
     /// Interval of `heartbeat` events on idle event streams, so proxies flush.
     #[serde(with = "duration_text")]
     pub heartbeat: Duration,
+    /// Connections the API holds open at once, whoever holds them (authentication runs
+    /// only on a complete request); more wait in the kernel's backlog until one closes
+    /// (see [`DEFAULT_MAX_CONNECTIONS`]).
+    pub max_connections: usize,
+    /// How long a client has to send a request head in full, and how long a keep-alive
+    /// connection may sit idle, before the API closes it (see [`DEFAULT_HEADER_READ_TIMEOUT`]).
+    #[serde(with = "duration_text")]
+    pub header_read_timeout: Duration,
+    /// Event streams, task-list feeds and long polls (`block=true`, TaskOutput, A2A
+    /// blocking sends) one principal may hold open at once; more are refused with 429
+    /// `too_many_streams` naming this key (see [`DEFAULT_MAX_STREAMS_PER_PRINCIPAL`]).
+    pub max_streams_per_principal: usize,
     /// On SIGTERM or Ctrl-C: how long `warden serve` keeps running (refusing new tasks
     /// with 503 `draining`, `/readyz` answering 503) for its queued and running tasks to
     /// finish before it exits. Tasks still running then end `failed` ("host restarted")
@@ -531,6 +543,18 @@ pub struct PrincipalConfig {
 
 /// Default largest API request body: a long prompt with context fits, a memory bomb does not.
 pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
+/// Default `server.max_connections`: half of the usual 1,024 file descriptors a process
+/// starts with, so open connections alone can never take the ones the task store, the
+/// Docker client and the egress proxies need. A host with a raised `ulimit -n` and many
+/// parent agents raises it.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Default `server.header_read_timeout`: hyper's own default, which `axum::serve` never
+/// enforced; a client that has not sent a whole request head in 30 s is not a client.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `server.max_streams_per_principal`: a parent agent follows a few tasks at once
+/// (a console, a CLI `--follow`, an MCP client's tool calls); 32 leaves room for fan-out,
+/// while sixteen principals together still stay within [`DEFAULT_MAX_CONNECTIONS`].
+pub const DEFAULT_MAX_STREAMS_PER_PRINCIPAL: usize = 32;
 /// Default heartbeat interval on event streams: under the 30-60 s idle timeouts of
 /// common proxies and load balancers.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(15);
@@ -552,6 +576,9 @@ impl Default for ServerConfig {
             max_tool_iterations: None,
             max_body: DEFAULT_MAX_BODY,
             heartbeat: DEFAULT_HEARTBEAT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            max_streams_per_principal: DEFAULT_MAX_STREAMS_PER_PRINCIPAL,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             replica_id: None,
             task_lease: DEFAULT_TASK_LEASE,
@@ -732,6 +759,17 @@ impl Config {
                 "server.replica_id".into(),
                 format!("expected 1-64 characters of [A-Za-z0-9_.-], got {:?}", crate::text::escape_control(id)),
             ));
+        }
+        for (key, value) in [
+            ("server.max_connections", self.server.max_connections),
+            ("server.max_streams_per_principal", self.server.max_streams_per_principal),
+        ] {
+            if value == 0 {
+                return Err(invalid(key.into(), "expected at least 1 (the API could serve nothing)".into()));
+            }
+        }
+        if self.server.header_read_timeout.is_zero() {
+            return Err(invalid("server.header_read_timeout".into(), "expected a duration above 0 (e.g. 30s)".into()));
         }
         if self.server.max_tasks_per_user == 0 {
             return Err(invalid(

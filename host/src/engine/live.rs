@@ -249,6 +249,8 @@ pub struct LiveTask {
     pub(super) changes: tokio::sync::broadcast::Sender<Arc<TaskRecord>>,
     /// Set by the first [`Engine::finish`] of this task: a task ends once.
     pub(super) finishing: std::sync::atomic::AtomicBool,
+    /// Approval requests the task and the nested subagents it started have made so far.
+    pub(super) questions: std::sync::atomic::AtomicU64,
     /// Aborts the task's driver (cancel uses it when the driver does not wind down).
     pub(super) driver: Mutex<Option<tokio::task::AbortHandle>>,
 }
@@ -264,8 +266,27 @@ impl LiveTask {
 
     /// Events with a sequence number above `after` (sequence = index + 1).
     pub fn events_after(&self, after: u64) -> Vec<(u64, Value)> {
+        self.events_page(after, usize::MAX)
+    }
+
+    /// At most `limit` of the task's events after sequence number `after`: a follower
+    /// copies one page at a time, not the whole log (up to the event budget) at once.
+    pub fn events_page(&self, after: u64, limit: usize) -> Vec<(u64, Value)> {
         let inner = self.inner.lock().unwrap();
-        inner.events.iter().enumerate().skip(after as usize).map(|(i, e)| (i as u64 + 1, e.clone())).collect()
+        let from = usize::try_from(after).unwrap_or(usize::MAX).min(inner.events.len());
+        inner.events[from..].iter().take(limit).enumerate().map(|(i, e)| ((from + i) as u64 + 1, e.clone())).collect()
+    }
+
+    /// How many approval requests the task and every nested subagent below it have made:
+    /// a client answering without naming a request answers the only question ever asked
+    /// in the chain, never one it was not shown.
+    pub fn questions_asked(&self) -> u64 {
+        self.questions.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many events the task has (the sequence number of its last one).
+    pub fn event_count(&self) -> u64 {
+        self.inner.lock().unwrap().events.len() as u64
     }
 
     /// A receiver that changes whenever the task does.
@@ -520,6 +541,7 @@ impl LiveTask {
             store,
             changes: tokio::sync::broadcast::channel(1).0,
             finishing: std::sync::atomic::AtomicBool::new(false),
+            questions: std::sync::atomic::AtomicU64::new(0),
             driver: Mutex::new(None),
         })
     }
@@ -620,6 +642,35 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Read page by page from any sequence number, a task's events are every event after
+        /// it, once each, in order, with their sequence numbers — whatever the page size.
+        #[test]
+        fn pages_of_events_are_the_events_after(n in 0usize..40, after in 0u64..45, page in 1usize..9) {
+            let live = live_task(EventBudget::default());
+            live.inner.lock().unwrap().events = (0..n).map(|i| json!({ "type": "progress", "n": i })).collect();
+            let mut read = vec![];
+            let mut next = after;
+            loop {
+                let got = live.events_page(next, page);
+                prop_assert!(got.len() <= page);
+                let more = got.len() == page;
+                if let Some((seq, _)) = got.last() {
+                    next = *seq;
+                }
+                read.extend(got);
+                if !more {
+                    break;
+                }
+            }
+            prop_assert_eq!(&read, &live.events_after(after));
+            let expected: Vec<u64> = ((after + 1)..=(n as u64)).collect();
+            prop_assert_eq!(read.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), expected);
+            for (seq, ev) in &read {
+                prop_assert_eq!(&ev["n"], &json!(*seq - 1));
+            }
+            prop_assert_eq!(live.event_count(), n as u64);
+        }
 
         /// Whatever the input: a request event carries it whole exactly when its JSON text
         /// has at most [`MAX_APPROVAL_EVENT_INPUT`] characters — so every input an approval

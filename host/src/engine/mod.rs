@@ -460,6 +460,15 @@ impl Engine {
                 GateEvent::Heartbeat { .. } => {}
             }
         }
+        if let GateEvent::Requested(p) = &ev {
+            // Counted for the asking task and every task above it in its chain.
+            let chain = p.task_id.iter().map(String::as_str).chain(p.chain.iter().map(|l| l.task_id.as_str()));
+            for id in chain {
+                if let Some(t) = self.live_task(id) {
+                    t.questions.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
         let Some(live) = task_id.and_then(|id| self.live_task(&id)) else { return };
         let Ok(mut value) = serde_json::to_value(&ev) else { return };
         if change == GateChange::Requested {
@@ -690,6 +699,7 @@ impl Engine {
             store: self.store.clone(),
             changes: self.task_changes.clone(),
             finishing: std::sync::atomic::AtomicBool::new(false),
+            questions: std::sync::atomic::AtomicU64::new(0),
             driver: Mutex::new(None),
         })
     }

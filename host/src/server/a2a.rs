@@ -40,6 +40,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use warden_approval::{Authority, PendingApproval, Resolution, Scope};
 
+use super::streams::StreamPermit;
 use super::{ApiError, AppState, Principal, ServerState};
 use crate::engine::Submission;
 use crate::plugin::{SubagentDefinition, TaskCall};
@@ -1212,13 +1213,17 @@ async fn accept_message(
     Ok(Sent { task_id: rec.task_id, answered: vec![] })
 }
 
-/// How many approval requests `task_id` has made so far.
-async fn questions_asked(s: &ServerState, task_id: &str) -> usize {
-    let events = match s.engine.live(task_id) {
-        Some(live) => live.events_after(0),
-        None => s.engine.store().events_after(task_id, 0).await.unwrap_or_default(),
-    };
-    events.iter().filter(|(_, e)| e["type"] == "approval_request").count()
+/// How many approval requests `task_id` and the nested subagents it started have made so
+/// far (its record on another replica: the ones in its own stream).
+///
+/// Regression: only the task's own stream was counted, so a nested subagent's expired
+/// question followed by a new one let a bare `approve` answer the new one unseen.
+async fn questions_asked(s: &ServerState, task_id: &str) -> u64 {
+    if let Some(live) = s.engine.live(task_id) {
+        return live.questions_asked();
+    }
+    let events = s.engine.store().events_after(task_id, 0).await.unwrap_or_default();
+    events.iter().filter(|(_, e)| e["type"] == "approval_request").count() as u64
 }
 
 /// A message on a running task: the answer to the approval it waits for.
@@ -1309,12 +1314,19 @@ async fn rpc(
         Method::Get => get_task(&s, &who, &def, &req.params, d).await,
         Method::Cancel => cancel(&s, &who, &def, &req.params, d).await,
         Method::List => list(&s, &who, &def, &req.params).await,
-        Method::Stream => match stream_send(&s, &who, &def, &req.params).await {
-            Ok(sent) => return stream(s.clone(), req.id, d, sent, who.authority()).into_response(),
+        // Admitted before anything starts: a refused stream leaves no task running.
+        Method::Stream => match admit_stream(&s, &who) {
+            Ok(permit) => match stream_send(&s, &who, &def, &req.params).await {
+                Ok(sent) => return stream(permit, s.clone(), req.id, d, sent, who.authority()).into_response(),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         },
-        Method::Subscribe => match subscribe(&s, &who, &def, &req.params).await {
-            Ok(sent) => return stream(s.clone(), req.id, d, sent, who.authority()).into_response(),
+        Method::Subscribe => match admit_stream(&s, &who) {
+            Ok(permit) => match subscribe(&s, &who, &def, &req.params).await {
+                Ok(sent) => return stream(permit, s.clone(), req.id, d, sent, who.authority()).into_response(),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         },
     };
@@ -1337,6 +1349,8 @@ async fn send(
     d: Dialect,
 ) -> Result<Value, RpcError> {
     let p = parse_send(params)?;
+    // A blocking send is a long poll: admitted before its task starts.
+    let _long_poll = if p.blocking { Some(admit_stream(s, who)?) } else { None };
     let sent = accept_message(s, who, def, &p).await?;
     let rec = if p.blocking {
         settle(s, &sent.task_id, &sent.answered).await?
@@ -1439,6 +1453,12 @@ async fn list(s: &ServerState, who: &Principal, def: &SubagentDefinition, params
     Ok(json!({ "tasks": page, "nextPageToken": next_token, "pageSize": p.page_size, "totalSize": listed }))
 }
 
+/// One more stream or long poll of `who` ([`super::streams::Streams::admit`]), refused as an
+/// invalid request naming `server.max_streams_per_principal`.
+fn admit_stream(s: &ServerState, who: &Principal) -> Result<StreamPermit, RpcError> {
+    s.streams.admit(who).map_err(|e| RpcError::invalid_request(e.message))
+}
+
 async fn stream_send(
     s: &ServerState,
     who: &Principal,
@@ -1464,6 +1484,7 @@ async fn subscribe(
 /// artifact updates as they happen, ending when the task finishes or waits for the client;
 /// shown to a reader with `authority`.
 fn stream(
+    permit: StreamPermit,
     s: AppState,
     rpc_id: Value,
     d: Dialect,
@@ -1472,7 +1493,7 @@ fn stream(
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::channel::<Value>(STREAM_BUFFER);
     let heartbeat = s.heartbeat;
-    tokio::spawn(async move { produce(s, d, sent, rpc_id, tx, authority).await });
+    tokio::spawn(async move { produce(permit, s, d, sent, rpc_id, tx, authority).await });
     let events = futures_util::stream::unfold(rx, |mut rx| async move {
         let v = rx.recv().await?;
         let mut ev = Event::default().data(v.to_string());
@@ -1484,7 +1505,16 @@ fn stream(
     Sse::new(events).keep_alive(KeepAlive::new().interval(heartbeat))
 }
 
-async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::Sender<Value>, authority: Authority) {
+/// Holds `permit` (the stream's admission) until the stream ends.
+async fn produce(
+    permit: StreamPermit,
+    s: AppState,
+    d: Dialect,
+    sent: Sent,
+    rpc_id: Value,
+    tx: mpsc::Sender<Value>,
+    authority: Authority,
+) {
     let send = |v: Value| {
         let tx = tx.clone();
         let id = rpc_id.clone();
@@ -1493,7 +1523,7 @@ async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::S
     // The stream starts with the task as it is, then follows the events after it: the
     // events are counted before the record is read, so the record is at least as new as
     // every event left out (later events that repeat its state are not sent again).
-    let after = s.engine.live(&sent.task_id).map(|l| l.events_after(0).len() as u64).unwrap_or(0);
+    let after = s.engine.live(&sent.task_id).map(|l| l.event_count()).unwrap_or(0);
     let Ok(Some(rec)) = s.engine.get(&sent.task_id).await else {
         let _ = tx.send(rpc_error(&rpc_id, &RpcError::task_not_found(&sent.task_id))).await;
         return;
@@ -1504,7 +1534,7 @@ async fn produce(s: AppState, d: Dialect, sent: Sent, rpc_id: Value, tx: mpsc::S
         return;
     }
     let session = (rec.user_id.clone(), rec.session_id.clone());
-    let mut events = super::follow::follow(s.engine.clone(), rec.task_id.clone(), session, after, authority);
+    let mut events = super::follow::follow(permit, s.engine.clone(), rec.task_id.clone(), session, after, authority);
     while let Some((_, ev)) = events.recv().await {
         // Each update says what the event says, not what the record says by now (a fast
         // task is finished before its `working` event is read).

@@ -19,6 +19,14 @@ use crate::engine::Engine;
 /// Events buffered per follower before the producer waits for its reader.
 const FOLLOWER_BUFFER: usize = 64;
 
+/// Events a follower reads at once (from memory or the store). A follower holds at most
+/// this page and its buffer, whatever the length of the log (up to the task's event
+/// budget, 100,000 events / 32 MiB by default).
+///
+/// Regression: a replay read the whole log at once and held it while its reader did not
+/// read: fifty stalled `GET /v1/tasks/{id}/events` of one long task held gigabytes.
+pub const REPLAY_PAGE: usize = 64;
+
 /// Store reads in a row that may fail while following a task on another replica before the
 /// stream ends (about 5 s of a database that does not answer, at one read per
 /// [`crate::engine::REMOTE_POLL`]).
@@ -30,8 +38,10 @@ pub type Followed = (u64, Value);
 /// The events of `task_id` with sequence numbers above `after`, as a reader with
 /// `authority` is offered them; `session` is the task's (user id, session id). The receiver
 /// yields `None` once the finished task's last event was sent (or the task is unknown), and
-/// the producer stops when it is dropped.
+/// the producer stops when it is dropped. The follower holds `permit` (its reader's
+/// admission, [`super::streams::Streams::admit`]) until it stops.
 pub fn follow(
+    permit: super::streams::StreamPermit,
     engine: Arc<Engine>,
     task_id: String,
     session: (String, String),
@@ -40,6 +50,7 @@ pub fn follow(
 ) -> mpsc::Receiver<Followed> {
     let (tx, rx) = mpsc::channel::<Followed>(FOLLOWER_BUFFER);
     tokio::spawn(async move {
+        let _permit = permit;
         let scrubbed = |ev: &Value| {
             let mut ev = crate::redact::registry().session(&session.0, &session.1).scrubbed(ev);
             offer_to(authority, &mut ev);
@@ -51,11 +62,18 @@ pub fn follow(
             loop {
                 changed.borrow_and_update();
                 let finished = live.record().is_finished();
-                for (seq, ev) in live.events_after(next) {
-                    if tx.send((seq, scrubbed(&ev))).await.is_err() {
-                        return; // reader gone
+                loop {
+                    let page = live.events_page(next, REPLAY_PAGE);
+                    let more = page.len() == REPLAY_PAGE;
+                    for (seq, ev) in page {
+                        if tx.send((seq, scrubbed(&ev))).await.is_err() {
+                            return; // reader gone
+                        }
+                        next = seq;
                     }
-                    next = seq;
+                    if !more {
+                        break;
+                    }
                 }
                 if finished {
                     return;
@@ -70,7 +88,7 @@ pub fn follow(
         // REMOTE_POLL until the task's `finish` event.
         let mut failures = 0;
         loop {
-            let events = match engine.store().events_after(&task_id, next).await {
+            let events = match engine.store().events_page(&task_id, next, REPLAY_PAGE).await {
                 Ok(events) => {
                     failures = 0;
                     events
@@ -84,6 +102,7 @@ pub fn follow(
                 }
                 Err(e) => return tracing::error!(task_id = %task_id, error = %e, "event replay failed"),
             };
+            let more = events.len() == REPLAY_PAGE;
             let mut finished = false;
             for (seq, ev) in events {
                 finished |= ev["type"] == "finish";
@@ -92,22 +111,28 @@ pub fn follow(
                 }
                 next = seq;
             }
+            if more && !finished {
+                continue; // the next page at once
+            }
             if finished || engine.replica_id().is_none() {
                 return;
             }
             match engine.store().task(&task_id).await {
                 Ok(Some(rec)) if !rec.is_finished() => {}
-                // Finished meanwhile: one more read for its last events.
-                Ok(Some(_)) => {
-                    if let Ok(events) = engine.store().events_after(&task_id, next).await {
-                        for (seq, ev) in events {
-                            if tx.send((seq, scrubbed(&ev))).await.is_err() {
-                                return;
-                            }
+                // Finished meanwhile: its last events, page by page.
+                Ok(Some(_)) => loop {
+                    let Ok(events) = engine.store().events_page(&task_id, next, REPLAY_PAGE).await else { return };
+                    let more = events.len() == REPLAY_PAGE;
+                    for (seq, ev) in events {
+                        if tx.send((seq, scrubbed(&ev))).await.is_err() {
+                            return;
                         }
+                        next = seq;
                     }
-                    return;
-                }
+                    if !more {
+                        return;
+                    }
+                },
                 _ => return,
             }
             tokio::select! {

@@ -245,12 +245,9 @@ impl McpFront {
             .map(Duration::from_millis)
             .unwrap_or(crate::engine::DEFAULT_OUTPUT_TIMEOUT)
             .min(crate::engine::MAX_OUTPUT_TIMEOUT);
-        let rec = self
-            .state
-            .engine
-            .output(&a.task_id, a.block.unwrap_or(true), timeout)
-            .await
-            .map_err(|e| api_error(e.into()))?;
+        let block = a.block.unwrap_or(true);
+        let _long_poll = if block { Some(self.state.streams.admit(who).map_err(api_error)?) } else { None };
+        let rec = self.state.engine.output(&a.task_id, block, timeout).await.map_err(|e| api_error(e.into()))?;
         let Some(rec) = rec else { return Err(api_error(ApiError::task_not_found(&a.task_id))) };
         Ok(CallToolResult::success(vec![ContentBlock::text(super::task_json(&rec).to_string())]).into())
     }
@@ -268,7 +265,9 @@ impl McpFront {
         let rec = super::visible_task(&self.state, who, task_id).await.map_err(api_error)?;
         let engine = self.state.engine.clone();
         // An approval's elicitation offers the scopes `who` may choose (the follower's rule).
+        let permit = self.state.streams.admit(who).map_err(api_error)?;
         let mut events = super::follow::follow(
+            permit,
             engine.clone(),
             task_id.to_owned(),
             (rec.user_id, rec.session_id),

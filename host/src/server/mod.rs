@@ -7,10 +7,12 @@ pub mod a2a;
 mod auth;
 mod error;
 pub mod follow;
+mod listen;
 pub mod mcp;
 mod metrics;
 mod operator;
 mod sse;
+mod streams;
 mod ui;
 
 use std::collections::BTreeMap;
@@ -47,6 +49,9 @@ pub struct ServerState {
     pub heartbeat: Duration,
     /// Largest request body.
     pub max_body: usize,
+    /// Event streams and long polls open per principal (`server.max_streams_per_principal`):
+    /// every path that holds a connection open takes a permit here first.
+    pub streams: Arc<streams::Streams>,
     /// Cancelled when the server shuts down: ends open MCP and SSE streams, which would
     /// otherwise hold graceful shutdown open.
     pub shutdown: tokio_util::sync::CancellationToken,
@@ -75,6 +80,7 @@ impl ServerState {
         ServerState {
             heartbeat: server.heartbeat,
             max_body: server.max_body as usize,
+            streams: streams::Streams::new(server.max_streams_per_principal),
             engine,
             tokens,
             credentials,
@@ -126,20 +132,29 @@ pub async fn serve(
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, auth = !state.tokens.is_empty(), "warden API listening");
     eprintln!("warden API listening on http://{local}");
+    serve_on(listener, state, shutdown).await;
+    Ok(())
+}
+
+/// Serves the API on `listener` (bound already) until `shutdown` resolves, every
+/// connection within `server.max_connections` and `server.header_read_timeout`
+/// ([`listen`]); then ends open streams and returns once every connection closed.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     let token = state.shutdown.clone();
     let shutdown = async move {
         shutdown.await;
         token.cancel();
     };
-    // Event streams and MCP/SSE replies are written in small pieces: without NODELAY,
-    // Nagle's algorithm held each behind the peer's delayed ACK (~40 ms per MCP call).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
-    Ok(())
+    let server = &state.engine.registry().config().server;
+    let limits = listen::ConnectionLimits {
+        max_connections: server.max_connections,
+        header_read_timeout: server.header_read_timeout,
+    };
+    listen::serve(listener, app(state), limits, shutdown).await;
 }
 
 async fn not_found() -> ApiError {
@@ -304,6 +319,8 @@ async fn create_task(
         egress: req.egress,
     };
     let background = sub.call.run_in_background;
+    // Admitted before the task starts: a refused stream must not leave a task running.
+    let stream = if wants_event_stream(&headers) { Some(s.streams.admit(&who)?) } else { None };
     // A refusal may quote the request: scrubbed of the secrets it carried.
     let own_secrets = crate::redact::Redactor::with_secrets(sub.tool_context.values().map(String::as_str));
     let submitted = s.engine.submit(sub).await.map_err(|e| {
@@ -312,19 +329,10 @@ async fn create_task(
     })?;
     let submitted = submitted.record;
     let task_id = submitted.task_id.clone();
-    if wants_event_stream(&headers) {
+    if let Some(stream) = stream {
         let rec = submitted;
         let session = (rec.user_id, rec.session_id);
-        let mut resp = sse::task_events(
-            s.engine.clone(),
-            task_id.clone(),
-            session,
-            0,
-            who.authority(),
-            s.heartbeat,
-            s.shutdown.clone(),
-        )
-        .into_response();
+        let mut resp = sse::task_events(stream, &s, task_id.clone(), session, 0, who.authority()).into_response();
         if let Ok(v) = HeaderValue::from_str(&task_id) {
             resp.headers_mut().insert("x-task-id", v);
         }
@@ -375,7 +383,9 @@ async fn task_output(
     let Query(q) = q?;
     visible_task(&s, &who, &id).await?;
     let timeout = q.timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_OUTPUT_TIMEOUT);
-    match s.engine.output(&id, q.block.unwrap_or(true), timeout).await? {
+    let block = q.block.unwrap_or(true);
+    let _long_poll = if block { Some(s.streams.admit(&who)?) } else { None };
+    match s.engine.output(&id, block, timeout).await? {
         Some(rec) => Ok(Json(task_json(&rec))),
         None => Err(ApiError::task_not_found(&id)),
     }
@@ -395,16 +405,8 @@ async fn task_events(
         })?,
     };
     let rec = visible_task(&s, &who, &id).await?;
-    Ok(sse::task_events(
-        s.engine.clone(),
-        id,
-        (rec.user_id, rec.session_id),
-        after,
-        who.authority(),
-        s.heartbeat,
-        s.shutdown.clone(),
-    )
-    .into_response())
+    let permit = s.streams.admit(&who)?;
+    Ok(sse::task_events(permit, &s, id, (rec.user_id, rec.session_id), after, who.authority()).into_response())
 }
 
 async fn cancel_task(

@@ -37,10 +37,14 @@ pub fn routes() -> Router<AppState> {
 
 /// `GET /v1/tasks/changes`: Server-Sent Events of every change to a task `who` may see,
 /// so a list read from `GET /v1/tasks` stays current (see [`super::sse::task_changes`]).
-async fn task_changes(State(s): State<AppState>, Extension(who): Extension<Principal>) -> axum::response::Response {
+async fn task_changes(
+    State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
+) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
-    super::sse::task_changes(&s.engine, move |rec| who.owns(&rec.user_id), s.heartbeat, s.shutdown.clone())
-        .into_response()
+    let permit = s.streams.admit(&who)?;
+    Ok(super::sse::task_changes(permit, &s.engine, move |rec| who.owns(&rec.user_id), s.heartbeat, s.shutdown.clone())
+        .into_response())
 }
 
 /// `GET /v1/me`: who the token is (the console shows what the role may use).

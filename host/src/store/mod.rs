@@ -400,17 +400,37 @@ impl Store {
     /// The task `id`, if stored.
     pub async fn task(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
         match &self.inner.backend {
-            Backend::Redb(b) => b.task(id),
+            Backend::Redb(b) => {
+                let (b, id) = (b.clone(), id.to_owned());
+                blocking(move || b.task(&id)).await
+            }
             Backend::Postgres(b) => b.task(id).await,
         }
         .map_err(|e| self.err(e))
     }
 
-    /// Events of `task_id` with a sequence number greater than `after`, in order.
+    /// Every event of `task_id` with a sequence number greater than `after`, in order (a
+    /// task's events are bounded by its event budget). Readers that follow a task for a
+    /// client read it in pages ([`Store::events_page`]) instead.
     pub async fn events_after(&self, task_id: &str, after: u64) -> Result<Vec<(u64, serde_json::Value)>, StoreError> {
+        self.events_page(task_id, after, usize::MAX).await
+    }
+
+    /// At most `limit` events of `task_id` with a sequence number greater than `after`, in
+    /// order, read off the async threads: a client's replay of a long log costs one page
+    /// of memory at a time, and no reader stalls the server's other requests.
+    pub async fn events_page(
+        &self,
+        task_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, serde_json::Value)>, StoreError> {
         match &self.inner.backend {
-            Backend::Redb(b) => b.events_after(task_id, after),
-            Backend::Postgres(b) => b.events_after(task_id, after).await,
+            Backend::Redb(b) => {
+                let (b, task_id) = (b.clone(), task_id.to_owned());
+                blocking(move || b.events_after(&task_id, after, limit)).await
+            }
+            Backend::Postgres(b) => b.events_after(task_id, after, limit).await,
         }
         .map_err(|e| self.err(e))
     }
@@ -462,7 +482,10 @@ impl Store {
     /// backed by this store).
     pub async fn state_get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         match &self.inner.backend {
-            Backend::Redb(b) => b.state_get(namespace, key),
+            Backend::Redb(b) => {
+                let (b, namespace, key) = (b.clone(), namespace.to_owned(), key.to_owned());
+                blocking(move || b.state_get(&namespace, &key)).await
+            }
             Backend::Postgres(b) => b.state_get(namespace, key).await,
         }
         .map_err(|e| self.err(e))
@@ -595,7 +618,8 @@ pub enum StatePut {
 /// The error text of a task the host was running when it stopped.
 pub const HOST_RESTARTED: &str = "host restarted";
 
-/// Runs a redb scan off the async threads (it reads the whole table).
+/// Runs a redb read off the async threads: a read may scan a table or parse a long
+/// log, and must not stall the requests and heartbeats that share those threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
     tokio::task::spawn_blocking(f).await.map_err(|e| format!("the read was interrupted: {e}"))?
 }

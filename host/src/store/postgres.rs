@@ -194,14 +194,16 @@ impl PgBackend {
         &self,
         task_id: &str,
         after: u64,
+        limit: usize,
     ) -> Result<Vec<(u64, serde_json::Value)>, String> {
         // Sequence numbers are stored as bigint: none is above i64::MAX, so nothing follows it.
         let Ok(after) = i64::try_from(after) else { return Ok(vec![]) };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self
             .read(|c| async move {
                 c.query(
-                    "SELECT seq, event::text FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq",
-                    &[&task_id, &after],
+                    "SELECT seq, event::text FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    &[&task_id, &after, &limit],
                 )
                 .await
             })

@@ -85,12 +85,17 @@ impl RedbBackend {
         }
     }
 
-    pub(super) fn events_after(&self, task_id: &str, after: u64) -> Result<Vec<(u64, serde_json::Value)>, String> {
+    pub(super) fn events_after(
+        &self,
+        task_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, serde_json::Value)>, String> {
         let r = self.db.begin_read().map_err(|e| e.to_string())?;
         let t = r.open_table(EVENTS).map_err(|e| e.to_string())?;
         let mut out = vec![];
         let Some(start) = after.checked_add(1) else { return Ok(out) };
-        for item in t.range((task_id, start)..=(task_id, u64::MAX)).map_err(|e| e.to_string())? {
+        for item in t.range((task_id, start)..=(task_id, u64::MAX)).map_err(|e| e.to_string())?.take(limit) {
             let (k, v) = item.map_err(|e| e.to_string())?;
             let ev = serde_json::from_slice(v.value()).map_err(|e| format!("corrupt event: {e}"))?;
             out.push((k.value().1, ev));

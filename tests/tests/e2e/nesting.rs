@@ -211,3 +211,61 @@ fn approvals_name_the_chain_and_cancel_reaches_every_level() {
     let (_, list) = json_of(port, "GET", "/v1/approvals", None);
     assert_eq!(list["approvals"], json!([]), "the leaf's request is withdrawn");
 }
+
+/// Regression: an A2A client's bare `approve` (no `request_id`) answers a task only when
+/// the task has asked one question in all, so it never approves a question the client was
+/// not shown — but only the root task's own questions were counted. A nested subagent's
+/// first question was declined elsewhere (the HTTP API, or its timeout), it asked a second
+/// one, and a late bare `approve` over A2A approved that second one unseen. Now questions
+/// are counted over the whole chain, and the bare answer is refused.
+#[test]
+fn regression_a_bare_a2a_answer_never_approves_a_nested_question_it_was_not_shown() {
+    let boss = "- tool_calls: [{ name: Agent, arguments: { description: \"delegate\", prompt: \"go on\", subagent_type: leaf } }]\n- text: \"done\"\n";
+    let leaf = "- tool_calls: [{ name: Bash, arguments: { command: \"make first\" } }]\n\
+                - tool_calls: [{ name: Bash, arguments: { command: \"make second\" } }]\n- text: \"never\"\n";
+    let d = nesting_deployment(
+        2,
+        "approval:\n  default: deny\n  allow: [Agent]\n  ask: [Bash]\n  timeout: 10m\n",
+        &[("boss", "tools: Bash, Agent(leaf)\n", boss), ("leaf", "tools: Bash\n", leaf)],
+    );
+    let server = Server::start(&d);
+    let port = server.port;
+    let (status, started) = json_of(
+        port,
+        "POST",
+        "/v1/tasks",
+        Some(&json!({ "description": "boss", "prompt": "go", "subagent_type": "boss", "run_in_background": true })),
+    );
+    assert_eq!(status, 202, "{started}");
+    let root = started["task_id"].as_str().unwrap().to_owned();
+    let pending_command = |command: &str| {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, list) = json_of(port, "GET", "/v1/approvals", None);
+            if let Some(p) = list["approvals"].as_array().and_then(|a| a.first())
+                && p["input"]["command"] == command
+            {
+                return p["id"].as_str().unwrap().to_owned();
+            }
+            assert!(Instant::now() < until, "no request for `{command}` within 60 s: {list}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The first question, declined over the HTTP API.
+    let first = pending_command("make first");
+    let (status, decided) =
+        json_of(port, "POST", &format!("/v1/approvals/{first}"), Some(&json!({ "decision": "decline" })));
+    assert_eq!(status, 200, "{decided}");
+    let second = pending_command("make second");
+    // A late bare answer over A2A, for the root task.
+    let send = json!({ "jsonrpc": "2.0", "id": 1, "method": "message/send", "params": { "message": {
+        "role": "user", "messageId": "m-late", "taskId": root, "parts": [{ "kind": "text", "text": "approve" }] } } });
+    let (status, reply) = json_of(port, "POST", "/a2a/boss", Some(&send));
+    assert_eq!(status, 200, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("more than one question"), "a bare answer was taken: {reply}");
+    let (_, list) = json_of(port, "GET", "/v1/approvals", None);
+    assert_eq!(list["approvals"][0]["id"], second.as_str(), "the unseen question is still pending: {list}");
+    let (status, _) = json_of(port, "POST", &format!("/v1/tasks/{root}/cancel"), None);
+    assert_eq!(status, 200);
+}
