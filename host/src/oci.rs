@@ -13,13 +13,17 @@
 //! whose value is the text of the `.sig` file `warden plugin sign` wrote. A second layer
 //! would break wkg's one-layer rule, and the referrers API is missing from common
 //! registries (Distribution 2.8); an annotation is fetched with the manifest, so the
-//! component and its signature cannot be pulled apart. The signature covers the
-//! component's bytes, so changing the annotation cannot make other bytes verify.
+//! component and its signature cannot be pulled apart. The signature states the
+//! component's SHA-256, plugin id and version ([`crate::provenance::Statement`]), so
+//! changing the annotation cannot make other bytes verify, nor the artifact install as
+//! another plugin.
 //!
-//! Pulling verifies, before a byte is written: the manifest's layout, the layer's size
-//! ([`crate::config::PluginsConfig::max_plugin_size`]) and SHA-256 digest, that it is a
-//! component, and then the pin, trust and signature rules of loading, through the same
-//! [`crate::provenance::check_bytes`]. Only then is the file installed, atomically: the
+//! Pulling verifies, before a byte is written: the manifest (read by warden itself within
+//! [`MAX_MANIFEST_BYTES`], and its digest when pulled by digest), its layout, the layer's
+//! size ([`crate::config::PluginsConfig::max_plugin_size`]) and SHA-256 digest, that it is
+//! a component, then the pin, trust and signature rules of loading, through the same
+//! [`crate::provenance::check_bytes`], and that it is no rollback of the installed plugin
+//! ([`crate::provenance::check_upgrade`]). Only then is the file installed, atomically: the
 //! component and its signature are written to hidden temporary files in the plugin
 //! directory (names the hot-reload watcher ignores), flushed, and renamed into place.
 
@@ -31,7 +35,7 @@ use futures_util::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol, Config as OciConfig, ImageLayer};
 use oci_client::manifest::{OciImageManifest, OciManifest};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 use sha2::{Digest, Sha256};
 
 use crate::config::PluginsConfig;
@@ -50,7 +54,22 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.warden.plugin.signature";
 /// The layer annotation that names the file (`<id>.wasm`), as wkg sets it.
 pub const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
 /// Longest plugin id taken from an artifact: a file name, not a path.
-pub const MAX_ID_LEN: usize = 128;
+pub const MAX_ID_LEN: usize = provenance::MAX_ID_LEN;
+/// Largest manifest `pull` reads. A plugin artifact's manifest is about a kilobyte plus
+/// the signature annotation (at most [`provenance::MAX_SIG_FILE`]); 4 MiB is the limit
+/// common registries (Distribution, Docker Hub) put on a manifest, so anything larger is
+/// not one, and a registry streaming gigabytes as a "manifest" is cut off here instead of
+/// exhausting the memory of the machine that also runs `warden serve`.
+pub const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+/// Bytes of a registry's error body quoted in an error.
+const MAX_QUOTED_ERROR: usize = 512;
+/// The manifest media types `pull` asks for (an image index too, to refuse it by name).
+const MANIFEST_ACCEPT: [&str; 4] = [
+    MANIFEST_MEDIA_TYPE,
+    oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+    oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
+    oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+];
 /// Time to connect to a registry before giving up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest silence while reading from a registry before giving up (a stalled transfer).
@@ -95,6 +114,13 @@ pub enum OciError {
     NotAComponent(String),
     #[error("the layer is {size} bytes, more than the limit of {limit} bytes (plugins.max_plugin_size)")]
     TooLarge { size: u64, limit: u64 },
+    #[error("the manifest of {reference} is more than {limit} bytes (MAX_MANIFEST_BYTES): not a plugin artifact")]
+    ManifestTooLarge { reference: String, limit: u64 },
+    #[error(
+        "the manifest does not match the digest it was pulled by: expected {expected}, got {actual} (altered in the \
+         registry or in transit)"
+    )]
+    ManifestDigestMismatch { expected: String, actual: String },
     #[error(
         "the layer's content does not match its digest: expected {expected}, got {actual} (altered in the registry or in transit)"
     )]
@@ -123,7 +149,8 @@ pub struct Installed {
     pub path: PathBuf,
     /// SHA-256 (hex) of the component: what `plugins.pins` takes.
     pub sha256: String,
-    pub signed_by: Option<String>,
+    /// What its signature stated, and by which trusted key.
+    pub signed: Option<provenance::Signed>,
     /// Whether a plugin file of this id was there before.
     pub replaced: bool,
 }
@@ -179,9 +206,18 @@ pub fn credentials_from_env() -> Result<Credentials, OciError> {
     }
 }
 
+/// A registry to talk to: the parsed reference, the OCI client, and warden's own HTTP
+/// client with the same transport rules for what the OCI client would read unbounded.
+struct Remote {
+    reference: Reference,
+    client: Client,
+    http: reqwest::Client,
+    insecure: bool,
+}
+
 /// Parses `oci://REGISTRY/REPO:TAG` and makes a client for it; plain HTTP only with
 /// `insecure` and only to a loopback registry.
-fn connect(target: &str, insecure: bool) -> Result<(Reference, Client), OciError> {
+fn connect(target: &str, insecure: bool) -> Result<Remote, OciError> {
     let bad = || OciError::BadReference(target.to_owned());
     let rest = target.strip_prefix(SCHEME).ok_or_else(bad)?;
     let reference: Reference = rest.parse().map_err(|_| bad())?;
@@ -218,7 +254,14 @@ fn connect(target: &str, insecure: bool) -> Result<(Reference, Client), OciError
         platform_resolver: None,
         ..ClientConfig::default()
     };
-    Ok((reference, Client::new(config)))
+    // The same rules for warden's own requests: HTTPS only unless `insecure` (then to this
+    // machine's registry only, never through a proxy), the same timeouts, no redirects.
+    let mut http = crate::http_client::operator_builder().read_timeout(READ_TIMEOUT).https_only(!insecure);
+    if insecure {
+        http = http.no_proxy();
+    }
+    let http = http.build().map_err(|e| OciError::Registry(format!("cannot make an HTTP client: {}", chain(&e))))?;
+    Ok(Remote { reference, client: Client::new(config), http, insecure })
 }
 
 /// Mode of an installed plugin file and its signature: a plugin is not a secret, and the
@@ -270,19 +313,30 @@ pub async fn push(
     max_size: u64,
 ) -> Result<Pushed, OciError> {
     bounded(format!("pushing to {target}"), async {
-        let (reference, client) = connect(target, insecure)?;
+        let Remote { reference, client, .. } = connect(target, insecure)?;
         let auth = &credentials.for_registry(reference.resolve_registry());
         let bytes = crate::registry::read_plugin_file(file, max_size).await.map_err(OciError::Io)?;
         let shown = file.display().to_string();
         if !is_component(&bytes) {
             return Err(OciError::NotAComponent(shown));
         }
+        let id = crate::registry::plugin_id(file).filter(|id| valid_id(id)).ok_or(OciError::BadId(shown))?;
         let sig = provenance::read_sig_file(file)?;
         let signed_by = match &sig {
-            Some(text) => Some(provenance::signer(&bytes, text, &provenance::sig_path(file).display().to_string())?),
+            Some(text) => {
+                let shown = provenance::sig_path(file).display().to_string();
+                let signed = provenance::signer(&bytes, text, &shown)?;
+                // The layer is titled `<id>.wasm`; a signature for another id would be
+                // refused by every pull of it.
+                if signed.statement.id != id {
+                    return Err(
+                        provenance::ProvenanceError::WrongId { sig: shown, signed: signed.statement.id, id }.into()
+                    );
+                }
+                Some(signed.key)
+            }
             None => None,
         };
-        let id = crate::registry::plugin_id(file).filter(|id| valid_id(id)).ok_or(OciError::BadId(shown))?;
         let digest = format!("sha256:{}", sha256_hex(&bytes));
         let config = serde_json::json!({
             "created": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
@@ -322,16 +376,72 @@ async fn bounded<T>(what: String, work: impl Future<Output = Result<T, OciError>
     tokio::time::timeout(TRANSFER_TIMEOUT, work).await.unwrap_or_else(|_| Err(OciError::TimedOut(what)))
 }
 
-/// A plugin id that is a plain file name: letters, digits, `.`, `_`, `-`, not hidden.
+/// A plugin id that is a plain file name: letters, digits, `.`, `_`, `-`, not hidden (the
+/// ids a signature can name).
 fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_ID_LEN
-        && !id.starts_with('.')
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    provenance::valid_id(id)
+}
+
+/// The manifest of `remote`'s reference, read by warden within [`MAX_MANIFEST_BYTES`]
+/// (oci-client reads a manifest whole, however large) and checked against the reference's
+/// digest when it has one. Authentication is the OCI client's (a bearer token where the
+/// registry's challenge asks for one, else the credentials as HTTP Basic).
+async fn fetch_manifest(remote: &Remote, auth: &RegistryAuth, target: &str) -> Result<OciManifest, OciError> {
+    let Remote { reference, client, http, insecure } = remote;
+    let registry = reference.resolve_registry();
+    let failed = |what: &str, e: &dyn std::error::Error| OciError::Registry(format!("{what} {target}: {}", chain(e)));
+    let token = client
+        .auth(reference, auth, RegistryOperation::Pull)
+        .await
+        .map_err(|e| failed("authenticating to the registry of", &e))?;
+    let scheme = if *insecure { "http" } else { "https" };
+    let named = reference.digest().or(reference.tag()).unwrap_or("latest");
+    let mut url = format!("{scheme}://{registry}/v2/{}/manifests/{named}", reference.repository());
+    if let Some(ns) = reference.namespace() {
+        url.push_str(&format!("?ns={ns}"));
+    }
+    let mut request = http.get(&url).header(reqwest::header::ACCEPT, MANIFEST_ACCEPT.join(", "));
+    request = match (token, auth) {
+        (Some(token), _) => request.bearer_auth(token),
+        (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+        (None, _) => request,
+    };
+    let mut response = request.send().await.map_err(|e| failed("fetching the manifest of", &e))?;
+    let status = response.status();
+    let too_large = || OciError::ManifestTooLarge { reference: target.to_owned(), limit: MAX_MANIFEST_BYTES };
+    if response.content_length().is_some_and(|n| n > MAX_MANIFEST_BYTES) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| failed("reading the manifest of", &e))? {
+        if (body.len() + chunk.len()) as u64 > MAX_MANIFEST_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if !status.is_success() {
+        let quoted =
+            crate::text::escape_control(&crate::text::excerpt(&String::from_utf8_lossy(&body), MAX_QUOTED_ERROR))
+                .into_owned();
+        let redirect = if status.is_redirection() { " (a manifest is not fetched through a redirect)" } else { "" };
+        return Err(OciError::Registry(format!("fetching the manifest of {target}: {status}{redirect}: {quoted}")));
+    }
+    // Pulled by digest: the manifest must be the one named (the registry could serve any).
+    let actual = format!("sha256:{}", sha256_hex(&body));
+    if let Some(expected) = reference.digest()
+        && !expected.eq_ignore_ascii_case(&actual)
+    {
+        return Err(OciError::ManifestDigestMismatch { expected: expected.to_owned(), actual });
+    }
+    serde_json::from_slice::<OciManifest>(&body).map_err(|e| OciError::NotWasm {
+        reference: target.to_owned(),
+        reason: format!("the manifest is not an OCI manifest: {e}"),
+    })
 }
 
 /// Fetches the artifact at `target`, verifies it (layout, size, digest, component, then
-/// the pin, trust and signature rules of `plugins`), and installs it atomically into `dir`
+/// the pin, trust and signature rules of `plugins`, then that it does not roll the
+/// installed plugin back unless `allow_downgrade`), and installs it atomically into `dir`
 /// as `ID.wasm` (`id`, else the repository's last segment; a layer titled otherwise needs
 /// `id`).
 pub async fn pull(
@@ -341,15 +451,16 @@ pub async fn pull(
     id: Option<&str>,
     dir: &Path,
     plugins: &PluginsConfig,
+    allow_downgrade: bool,
 ) -> Result<Installed, OciError> {
     bounded(format!("pulling {target}"), async {
-        let (reference, client) = connect(target, insecure)?;
+        let remote = connect(target, insecure)?;
+        let (reference, client) = (&remote.reference, &remote.client);
         let auth = &credentials.for_registry(reference.resolve_registry());
         let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| {
             OciError::Registry(format!("{what} {target}: {}", chain(&e)))
         };
-        let (manifest, _) =
-            client.pull_manifest(&reference, auth).await.map_err(|e| registry_err("fetching the manifest of", e))?;
+        let manifest = fetch_manifest(&remote, auth, target).await?;
         let not_wasm = |reason: String| OciError::NotWasm { reference: target.to_owned(), reason };
         let OciManifest::Image(manifest) = manifest else {
             return Err(not_wasm("an image index, not one artifact manifest".into()));
@@ -408,7 +519,7 @@ pub async fn pull(
         // whatever addresses the manifest's author wrote.
         let layer = &oci_client::manifest::OciDescriptor { urls: None, ..layer.clone() };
         let mut stream =
-            client.pull_blob_stream(&reference, layer).await.map_err(|e| registry_err("fetching the layer of", e))?;
+            client.pull_blob_stream(reference, layer).await.map_err(|e| registry_err("fetching the layer of", e))?;
         let mut bytes = Vec::new();
         while let Some(chunk) = stream.next().await {
             let chunk = match chunk {
@@ -447,14 +558,21 @@ pub async fn pull(
             pin: plugins.pins.get(&id).map(String::as_str),
         };
         let shown = format!("signature annotation {SIGNATURE_ANNOTATION} of {target}");
-        let signed_by = provenance::check_bytes(&bytes, sig.as_deref(), &shown, &rules)?;
+        let signed = provenance::check_bytes(&bytes, sig.as_deref(), &shown, &rules)?;
 
         let path = dir.join(format!("{id}.wasm"));
         let replaced = path.exists();
+        if replaced {
+            // The installed version is the floor: an older signed build (a moved tag, a
+            // registry serving what it once had) or a stripped signature is a rollback.
+            let installed = provenance::read_sig_file(&path)?;
+            provenance::check_upgrade(&id, installed.as_deref(), signed.as_ref(), allow_downgrade)?;
+        }
         install(dir, &id, &bytes, sig.as_deref())
             .map_err(|e| OciError::Io(format!("installing {}: {e}", path.display())))?;
-        tracing::info!(%target, plugin = %id, %sha256, signed = signed_by.is_some(), replaced, "plugin pulled");
-        Ok(Installed { id, path, sha256, signed_by, replaced })
+        let version = signed.as_ref().map(|s| s.statement.version.as_str()).unwrap_or("");
+        tracing::info!(%target, plugin = %id, %sha256, signed = signed.is_some(), version, replaced, "plugin pulled");
+        Ok(Installed { id, path, sha256, signed, replaced })
     })
     .await
 }
@@ -528,6 +646,69 @@ mod tests {
         assert!(is_component(b"\0asm\x0d\x00\x01\x00rest"));
         assert!(!is_component(b"\0asm\x01\x00\x00\x00rest"));
         assert!(!is_component(b"\0as"));
+    }
+
+    /// A registry on this machine serving `app`; its port.
+    async fn serve(app: axum::Router) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        port
+    }
+
+    async fn pull_from(port: u16, repo: &str) -> Result<Installed, OciError> {
+        let dir = tempfile::tempdir().unwrap();
+        let target = format!("oci://127.0.0.1:{port}/{repo}");
+        pull(&target, true, &Credentials::anonymous(), None, dir.path(), &PluginsConfig::default(), false).await
+    }
+
+    /// `pull` read the manifest through oci-client, which reads a response whole: a
+    /// registry named on the command line could stream gigabytes as a "manifest".
+    #[tokio::test]
+    async fn regression_a_manifest_is_read_within_max_manifest_bytes() {
+        use axum::routing::get;
+        // 8 MiB of JSON whitespace, streamed without a length in 64 KiB pieces ...
+        let streamed = || async {
+            let piece = |_| Ok::<_, std::io::Error>(vec![b' '; 64 * 1024]);
+            axum::body::Body::from_stream(futures_util::stream::iter((0..128).map(piece)))
+        };
+        let app = axum::Router::new()
+            .route("/v2/", get(|| async { "{}" }))
+            .route("/v2/x/streamed/manifests/1", get(streamed))
+            // ... or with a length past the limit, refused before reading.
+            .route("/v2/x/declared/manifests/1", get(|| async { vec![b' '; (MAX_MANIFEST_BYTES + 1) as usize] }));
+        let port = serve(app).await;
+        for repo in ["x/streamed:1", "x/declared:1"] {
+            match pull_from(port, repo).await {
+                Err(e @ OciError::ManifestTooLarge { .. }) => {
+                    assert!(e.to_string().contains(&format!("more than {MAX_MANIFEST_BYTES} bytes")), "{e}")
+                }
+                other => panic!("{repo}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_manifest_pulled_by_digest_is_that_digest_and_errors_quote_the_registry_escaped() {
+        use axum::routing::get;
+        let app = axum::Router::new()
+            .route("/v2/", get(|| async { "{}" }))
+            .route("/v2/x/echo/manifests/{reference}", get(|| async { r#"{"schemaVersion":2}"# }))
+            .route(
+                "/v2/x/gone/manifests/1",
+                get(|| async { (axum::http::StatusCode::NOT_FOUND, "no such manifest\n\u{1b}[2Jforged") }),
+            );
+        let port = serve(app).await;
+        let named = format!("sha256:{}", "0".repeat(64));
+        match pull_from(port, &format!("x/echo@{named}")).await {
+            Err(OciError::ManifestDigestMismatch { expected, actual }) => {
+                assert_eq!(expected, named);
+                assert_eq!(actual, format!("sha256:{}", sha256_hex(br#"{"schemaVersion":2}"#)));
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = pull_from(port, "x/gone:1").await.unwrap_err().to_string();
+        assert!(e.contains("404") && e.contains("no such manifest\\n\\u{1b}[2Jforged"), "{e}");
     }
 
     #[test]

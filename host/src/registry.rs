@@ -469,16 +469,18 @@ impl Registry {
                 require_signature: plugins.require_signature,
                 pin: plugins.pins.get(id).map(String::as_str),
             };
-            let signed_by = crate::provenance::check(path, &bytes, &rules).map_err(|e| e.to_string())?;
-            if let Some(key) = &signed_by {
-                tracing::info!(plugin = %id, %key, "signature verified");
-            }
+            let signed = crate::provenance::check(path, &bytes, &rules).map_err(|e| e.to_string())?;
             let mut loaded = self
                 .runtime
                 .load(id, path.to_owned(), &bytes, self.config.limits_for(id), self.config.plugins.grants.get(id))
                 .await
                 .map_err(|e| e.to_string())?;
-            loaded.signed_by = signed_by;
+            if let Some(s) = &signed {
+                let shown = crate::provenance::sig_path(path).display().to_string();
+                crate::provenance::check_version(s, &loaded.info.version, &shown).map_err(|e| e.to_string())?;
+                tracing::info!(plugin = %id, key = %s.key, version = %s.statement.version, "signature verified");
+            }
+            loaded.signed_by = signed.map(|s| s.key);
             Ok::<_, String>(loaded)
         };
         let p = tokio::time::timeout(timeout, load).await.map_err(|_| {
@@ -510,10 +512,16 @@ impl Registry {
                 tracing::info!(plugin = %id, "plugin removed");
             }
         } else {
-            let unchanged = old.plugins.get(&id).is_some_and(|p| {
-                std::fs::read(path)
-                    .is_ok_and(|b| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&b)) == p.content_hash)
-            });
+            // Through the one bounded, regular-files-only reader: a FIFO or a device put in
+            // the file's place must neither block this writer (and every later reload) nor
+            // be read without end. A file that cannot be read this way is not "unchanged"; its
+            // load below says why.
+            let unchanged = match old.plugins.get(&id) {
+                Some(p) => read_plugin_file(path, self.config.plugins.max_plugin_size)
+                    .await
+                    .is_ok_and(|b| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&b)) == p.content_hash),
+                None => false,
+            };
             if unchanged {
                 return;
             }
@@ -772,14 +780,10 @@ impl Registry {
     }
 }
 
-/// Collects the `.md` files under `dir` (inside the canonical agent directory `root`).
-/// Entries that cannot be agent files are skipped and reported: names with control
-/// characters, symlinks that lead out of the agent directory, FIFOs, sockets and
-/// devices (reading one could block), and unreadable files and directories.
-/// Reads a plugin file of at most `limit` bytes (checked before reading, and while
-/// reading in case the file grows).
-/// Reads a plugin file of at most `limit` bytes (`plugins.max_plugin_size`): regular files
-/// only, never blocking on a FIFO (see [`crate::bounded_read`]), on a blocking thread.
+/// Reads a plugin file of at most `limit` bytes (`plugins.max_plugin_size`; checked before
+/// reading, and while reading in case the file grows): regular files only, never blocking
+/// on a FIFO (see [`crate::bounded_read`]), on a blocking thread. The one reader of plugin
+/// files: loads, the hot reload's "unchanged?" check, and the `warden plugin` commands.
 pub(crate) async fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     use crate::bounded_read::{ReadError, read_regular};
     let owned = path.to_owned();
@@ -796,6 +800,10 @@ pub(crate) async fn read_plugin_file(path: &Path, limit: u64) -> Result<Vec<u8>,
     }
 }
 
+/// Collects the `.md` files under `dir` (inside the canonical agent directory `root`).
+/// Entries that cannot be agent files are skipped and reported: names with control
+/// characters, symlinks that lead out of the agent directory, FIFOs, sockets and
+/// devices (reading one could block), and unreadable files and directories.
 fn collect_markdown(root: &Path, dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<RegistryProblem>) {
     let shown = |p: &Path| crate::text::escape_control(&p.display().to_string()).into_owned();
     let rd = match std::fs::read_dir(dir) {

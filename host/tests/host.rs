@@ -882,13 +882,18 @@ mod registry {
         let _watch = warden::plugin_dir::watch(f.registry.clone()).unwrap();
         let echo_path = f.plugins.join("echo.wasm");
         // Signed by a key nobody trusts: still invalid, and says why.
-        std::fs::write(provenance::sig_path(&echo_path), provenance::sign(&other_private, &echo).unwrap()).unwrap();
+        std::fs::write(
+            provenance::sig_path(&echo_path),
+            provenance::sign(&other_private, "echo", "0.1.0", &echo).unwrap(),
+        )
+        .unwrap();
         wait_for("an untrusted-key error", || {
             f.registry.snapshot().invalid.get("echo").is_some_and(|i| i.error.contains("not in plugins.trust"))
         })
         .await;
         // The trusted signature arriving after the file loads the plugin.
-        std::fs::write(provenance::sig_path(&echo_path), provenance::sign(&private, &echo).unwrap()).unwrap();
+        std::fs::write(provenance::sig_path(&echo_path), provenance::sign(&private, "echo", "0.1.0", &echo).unwrap())
+            .unwrap();
         wait_for("echo to load once signed", || f.registry.snapshot().plugin_for_kind("ECHO").is_some()).await;
         // A replacement whose signature does not match is rejected; the signed version keeps serving.
         let tmp = f.plugins.join("echo.wasm.part");
@@ -899,6 +904,81 @@ mod registry {
         })
         .await;
         assert_eq!(f.registry.snapshot().plugin_for_kind("ECHO").unwrap().info.version, "0.1.0");
+    }
+
+    /// A signature covered the bytes only: a signed file renamed to another id (with its
+    /// `.sig`) loaded as that id, with that id's grants, secrets, state and priority.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_signed_plugin_loads_only_as_the_id_and_version_it_was_signed_for() {
+        use warden::provenance;
+        let (private, public) = provenance::generate().unwrap();
+        let (scoped_private, scoped_public) = provenance::generate().unwrap();
+        let echo = plugin_bytes("echo");
+        let yaml = format!(
+            "  trust: [{public}, {{ key: {scoped_public}, ids: [weather] }}]\n  require_signature: true\n{ECHO_REF}"
+        );
+        let f =
+            fixture(&yaml, &[("echo", "github"), ("echo", "stale"), ("echo", "billing"), ("echo", "weather")]).await;
+        let sign = |key: &str, id: &str, version: &str, file: &str| {
+            let sig = provenance::sign(key, id, version, &echo).unwrap();
+            std::fs::write(provenance::sig_path(&f.plugins.join(format!("{file}.wasm"))), sig).unwrap();
+        };
+        // echo's signature beside a file named github.wasm ...
+        sign(&private, "echo", "0.1.0", "github");
+        // ... a signature naming a version the component does not report ...
+        sign(&private, "stale", "0.0.9", "stale");
+        // ... a key trusted for weather only, signing for billing ...
+        sign(&scoped_private, "billing", "0.1.0", "billing");
+        // ... and that key for its own id, which loads.
+        sign(&scoped_private, "weather", "0.1.0", "weather");
+        f.registry.load_all().await;
+        let snap = f.registry.snapshot();
+        let error = |id: &str| snap.invalid.get(id).map(|i| i.error.clone()).unwrap_or_default();
+        assert!(error("github").contains("signed for plugin id echo, not github"), "{}", error("github"));
+        assert!(error("stale").contains("signed as version 0.0.9"), "{}", error("stale"));
+        assert!(error("billing").contains("only for plugin ids weather, not for billing"), "{}", error("billing"));
+        assert!(!snap.plugins.contains_key("github") && !snap.plugins.contains_key("billing"));
+        assert_eq!(snap.plugins["weather"].signed_by.as_deref(), Some(scoped_public.as_str()));
+    }
+
+    /// The hot reload's "unchanged?" check read the plugin path with `std::fs::read`: a
+    /// FIFO in a loaded plugin's place blocked the registry writer (and every later
+    /// reload) forever; `/dev/zero` would have grown memory without end.
+    #[cfg(unix)]
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_reload_never_blocks_on_a_fifo_or_reads_a_device_in_a_plugins_place() {
+        let f = fixture(ECHO_REF, &[("echo", "echo")]).await;
+        let path = f.plugins.join("echo.wasm");
+        std::fs::remove_file(&path).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+        let registry = f.registry.clone();
+        let reload = tokio::spawn({
+            let path = path.clone();
+            async move { registry.apply_change(&path).await }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let watched = tokio::spawn(async move {
+            let _ = reload.await;
+            let _ = tx.send(());
+        });
+        let done = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(20)).is_ok()).await.unwrap();
+        if !done {
+            // Old behaviour: a reader is stuck opening the FIFO; a writer that opens and
+            // closes it lets that reader finish, so the test ends (failing) instead of hanging.
+            let _ = std::fs::OpenOptions::new().write(true).open(&path);
+            let _ = watched.await;
+        }
+        assert!(done, "reloading a FIFO in a plugin's place did not finish within 20 s");
+        let snap = f.registry.snapshot();
+        let error = snap.replace_errors.get("echo").cloned().unwrap_or_default();
+        assert!(error.contains("not a regular file") && error.contains("still serving version 0.1.0"), "{error}");
+        assert!(snap.plugin_for_kind("ECHO").is_some(), "the loaded version keeps serving");
+        // A symbolic link to a device is refused the same way, without reading it.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), f.registry.apply_change(&path)).await.expect("no endless read");
+        let error = f.registry.snapshot().replace_errors.get("echo").cloned().unwrap_or_default();
+        assert!(error.contains("not a regular file"), "{error}");
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -257,15 +257,20 @@ pub enum PluginCommand {
         #[arg(long, value_name = "NAME")]
         out: PathBuf,
     },
-    /// Sign a plugin file: writes FILE.sig beside it.
+    /// Sign a plugin file: writes FILE.sig beside it, stating the file's SHA-256, its
+    /// plugin id and the version the component reports (loaded as `inspect` loads it).
     Sign {
         file: PathBuf,
         /// The private key file from `warden plugin keygen`.
         #[arg(long, value_name = "KEYFILE")]
         key: PathBuf,
+        /// The plugin id the signature is for (default: the file's name without .wasm);
+        /// the signature holds only for a plugin installed under this id.
+        #[arg(long, value_name = "ID")]
+        id: Option<String>,
     },
-    /// Check a plugin file's signature against `plugins.trust` (and `--trust` keys) and
-    /// its pin, as loading would with `require_signature: true`.
+    /// Check a plugin file's signature against `plugins.trust` (and `--trust` keys), its
+    /// id, version and pin, as loading would with `require_signature: true`.
     Verify {
         file: PathBuf,
         /// Another trusted public key (64 hex digits; repeatable).
@@ -289,13 +294,17 @@ pub enum PluginCommand {
     Pull {
         /// oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST)
         source: String,
-        /// The plugin id to install as (default: the artifact's file title, else the
-        /// repository's last segment).
+        /// The plugin id to install as (default: the repository's last segment). A signed
+        /// artifact installs only as the id its signature names.
         #[arg(long = "as", value_name = "ID")]
         id: Option<String>,
         /// Plain HTTP, for a registry on this machine (127.0.0.1, localhost) only.
         #[arg(long)]
         insecure: bool,
+        /// Install even when the artifact is an older version than the installed plugin of
+        /// this id, or unsigned where the installed one is signed (a deliberate rollback).
+        #[arg(long)]
+        allow_downgrade: bool,
     },
 }
 
@@ -492,13 +501,17 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             scaffold::new(&name, &kind, lang, dir)
         }
         Command::Plugin { command: PluginCommand::Keygen { out } } => signing::keygen(&out),
-        Command::Plugin { command: PluginCommand::Sign { file, key } } => signing::sign(&file, &key),
-        Command::Plugin { command: PluginCommand::Verify { file, trust } } => signing::verify(&config, &file, &trust),
+        Command::Plugin { command: PluginCommand::Sign { file, key, id } } => {
+            signing::sign(&config, &file, &key, id.as_deref()).await
+        }
+        Command::Plugin { command: PluginCommand::Verify { file, trust } } => {
+            signing::verify(&config, &file, &trust).await
+        }
         Command::Plugin { command: PluginCommand::Push { file, target, insecure } } => {
             signing::push(&config, &file, &target, insecure).await
         }
-        Command::Plugin { command: PluginCommand::Pull { source, id, insecure } } => {
-            signing::pull(&config, &source, id.as_deref(), insecure).await
+        Command::Plugin { command: PluginCommand::Pull { source, id, insecure, allow_downgrade } } => {
+            signing::pull(&config, &source, id.as_deref(), insecure, allow_downgrade).await
         }
         Command::Tool { tool, args, session, json } => sandbox::tool(config, &tool, &args, session, json).await,
         Command::Sandbox { command: SandboxCommand::Ls { json } } => sandbox::ls(config, json).await,

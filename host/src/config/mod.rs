@@ -116,9 +116,11 @@ pub struct PluginsConfig {
     /// the optimised Cranelift build when it is ready. Default true.
     pub tiered_compilation: bool,
     /// Ed25519 public keys (64 hex digits, from `warden plugin keygen`) whose signatures
-    /// (`x.wasm.sig` beside `x.wasm`) are trusted. A signature by any other key, or one
-    /// that does not match its file, makes the plugin invalid.
-    pub trust: Vec<String>,
+    /// (`x.wasm.sig` beside `x.wasm`) are trusted: a bare key for every plugin id, or
+    /// `{ key: <hex>, ids: [github] }` for the listed ids only. A signature by any other key,
+    /// by a key not trusted for the file's id, or one that does not state this file's
+    /// content and id, makes the plugin invalid.
+    pub trust: Vec<crate::provenance::TrustedKey>,
     /// Refuse plugin files without a trusted signature. Default false (unsigned files load;
     /// signed ones must still verify).
     pub require_signature: bool,
@@ -839,11 +841,30 @@ impl Config {
                 .map(|(id, o)| (format!("plugins.limit_overrides.{id}"), self.plugins.limits.with_override(Some(o)))),
         );
         let hex64 = |v: &str| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit());
-        for (i, key) in self.plugins.trust.iter().enumerate() {
-            if !hex64(key.trim()) {
+        for (i, entry) in self.plugins.trust.iter().enumerate() {
+            let at = match entry.ids() {
+                None => format!("plugins.trust[{i}]"),
+                Some(_) => format!("plugins.trust[{i}].key"),
+            };
+            if !hex64(entry.key().trim()) {
+                return Err(invalid(at, "expected an Ed25519 public key: 64 hex digits (warden plugin keygen)".into()));
+            }
+            let ids = entry.ids().unwrap_or_default();
+            if entry.ids().is_some() && ids.is_empty() {
                 return Err(invalid(
-                    format!("plugins.trust[{i}]"),
-                    "expected an Ed25519 public key: 64 hex digits (warden plugin keygen)".into(),
+                    format!("plugins.trust[{i}].ids"),
+                    "expected the plugin ids this key is trusted for (a bare key is trusted for every id)".into(),
+                ));
+            }
+            if let Some((j, id)) = ids.iter().enumerate().find(|(_, id)| !crate::provenance::valid_id(id.trim())) {
+                return Err(invalid(
+                    format!("plugins.trust[{i}].ids[{j}]"),
+                    format!(
+                        "{:?} is not a plugin id (a file name without .wasm: letters, digits, `.`, `_`, `-`)",
+                        crate::text::escape_control(
+                            &id.chars().take(crate::provenance::MAX_ID_LEN).collect::<String>()
+                        )
+                    ),
                 ));
             }
         }

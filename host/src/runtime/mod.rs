@@ -642,12 +642,8 @@ impl Runtime {
             let bindings = Bindings::new(version, &mut store, &instance)
                 .map_err(|e| CallError::Instantiate { plugin: plugin.into(), message: root_cause(&e) })?;
             let r = f(&bindings, &mut store).await.map_err(classify);
-            for (stream, pipe) in [("stdout", &store.data().stdout), ("stderr", &store.data().stderr)] {
-                let text = pipe.contents();
-                if !text.is_empty() {
-                    tracing::info!(plugin, stream, output = %String::from_utf8_lossy(&text), "plugin output");
-                }
-            }
+            // Plugin text reaches the log only as `log` writes do (grant, budgets, escaping).
+            store.data_mut().log_captured_stdio();
             r
         };
         // A panic in host code serving this call (an import, a binding) ends this call
@@ -771,10 +767,30 @@ fn root_cause(e: &wasmtime::Error) -> String {
     parts.join(": ")
 }
 
+/// Longest `plugin-info` name: a name, shown in `warden plugins` and logs.
+pub const MAX_INFO_NAME_LEN: usize = 128;
+/// Longest `plugin-info` version: a semantic version with pre-release and build parts fits.
+pub const MAX_INFO_VERSION_LEN: usize = 64;
+
+/// Whether `text` is what a plugin may call itself: printable ASCII and spaces only, so its
+/// self-reported name and version reach logs, terminals (`warden plugins`, `warden demo`)
+/// and task events as they are, never as line breaks or terminal controls.
+fn printable(text: &str) -> bool {
+    text.chars().all(|c| c.is_ascii_graphic() || c == ' ')
+}
+
 fn validate_info(info: &PluginInfo) -> Result<(), LoadError> {
     let bad = |m: String| Err(LoadError::InvalidInfo(m));
     if info.name.trim().is_empty() {
         return bad("name is empty".into());
+    }
+    for (field, text, max) in
+        [("name", &info.name, MAX_INFO_NAME_LEN), ("version", &info.version, MAX_INFO_VERSION_LEN)]
+    {
+        if text.len() > max || !printable(text) {
+            let shown = crate::text::escape_control(&text.chars().take(max).collect::<String>()).into_owned();
+            return bad(format!("{field} \"{shown}\" must be at most {max} printable ASCII characters"));
+        }
     }
     if info.kinds.is_empty() {
         return bad("kinds is empty: a plugin must serve at least one kind".into());
@@ -785,4 +801,112 @@ fn validate_info(info: &PluginInfo) -> Result<(), LoadError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+    use crate::capability::Capability;
+    use crate::config::{Budgets, GrantConfig};
+
+    /// Log output captured by a test subscriber.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A call's state for plugin `p` (which asks for `log`) with the `log` grant or not,
+    /// after the plugin wrote `stdout` and `stderr`; and the log lines that state's
+    /// end-of-call handling of its stdio wrote.
+    async fn stdio_logged(log: bool, budgets: Budgets, stdout: &[u8], stderr: &[u8]) -> Vec<String> {
+        let mut services = HostServices::new(vec![]);
+        services.budgets = budgets;
+        let rt = Runtime::new(RuntimeOptions::uncached(), Arc::new(services)).unwrap();
+        let grant = GrantConfig { log, ..Default::default() };
+        let grants = Arc::new(Grants::new("p", &[Capability::Log], Some(&grant)).unwrap());
+        let mut state = HostState::new(rt.scope("p", grants, Duration::from_secs(5)), u64::MAX);
+        state.stdout.clone().write_all(stdout).await.unwrap();
+        state.stderr.clone().write_all(stderr).await.unwrap();
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || state.log_captured_stdio());
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    /// WASI stdout/stderr went to the operator log unescaped (a plugin could forge whole
+    /// records of the host's), with no `log` grant and outside the per-call log budgets.
+    #[tokio::test]
+    async fn regression_plugin_stdio_reaches_the_log_only_as_log_writes_do() {
+        let forged = b"ok\n2026-05-01T10:00:00Z  INFO warden::tools: tool call decision=Allow\x1b[2J\n";
+        // No `log` grant: nothing of it is logged (its size is noted at debug only).
+        let lines = stdio_logged(false, Budgets::default(), forged, b"panicked at x\n").await;
+        assert!(lines.is_empty(), "{lines:?}");
+        // Granted: each line is one record of the plugin's, escaped, tagged with its stream.
+        let lines = stdio_logged(true, Budgets::default(), forged, b"panicked at x\n").await;
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines.iter().all(|l| l.contains("plugin=\"p\"")), "{lines:?}");
+        assert!(lines[0].contains(" INFO ") && lines[0].contains(": ok plugin="), "{lines:?}");
+        assert!(lines[0].contains("stream=\"stdout\""), "{lines:?}");
+        assert!(
+            lines[1].contains("stream=\"stdout\"") && lines[1].contains("decision=Allow\\u{1b}[2J plugin="),
+            "{lines:?}"
+        );
+        assert!(!lines.iter().any(|l| l.contains('\u{1b}')), "{lines:?}");
+        assert!(lines[2].contains(" WARN ") && lines[2].contains(": panicked at x plugin="), "{lines:?}");
+        assert!(lines[2].contains("stream=\"stderr\""), "{lines:?}");
+        // The per-call budget counts these lines: past it, the rest is dropped with one note.
+        let two = Budgets { max_log_lines_per_call: 2, ..Budgets::default() };
+        let lines = stdio_logged(true, two, b"1\n2\n3\n4\n", b"5\n").await;
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].contains(": 1 plugin=") && lines[1].contains(": 2 plugin="), "{lines:?}");
+        assert!(lines[2].contains("the rest of the plugin's output dropped"), "{lines:?}");
+        assert!(lines[2].contains("max_log_lines_per_call"), "{lines:?}");
+        let small = Budgets { max_log_bytes_per_call: 4, ..Budgets::default() };
+        let lines = stdio_logged(true, small, b"abc\ndefgh\n", b"").await;
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[1].contains("max_log_bytes_per_call"), "{lines:?}");
+    }
+
+    fn info(name: &str, version: &str) -> PluginInfo {
+        PluginInfo { name: name.into(), version: version.into(), kinds: vec!["K".into()], capabilities: vec![] }
+    }
+
+    /// A plugin's self-reported name and version reached logs and terminals as they were.
+    #[test]
+    fn regression_plugin_info_names_and_versions_are_short_printable_text() {
+        assert!(validate_info(&info("my plugin", "1.0.0-rc.1+build")).is_ok());
+        for (name, version) in [
+            ("p\nforged", "1.0.0"),
+            ("p", "1.0.0\r\n2026 INFO forged"),
+            ("p\u{1b}[2J", "1"),
+            ("p", "1\u{202e}"),
+            (&"n".repeat(MAX_INFO_NAME_LEN + 1), "1"),
+            ("p", &"1".repeat(MAX_INFO_VERSION_LEN + 1)),
+        ] {
+            match validate_info(&info(name, version)) {
+                Err(LoadError::InvalidInfo(m)) => {
+                    assert!(m.contains("printable ASCII") && !m.contains('\n') && !m.contains('\u{1b}'), "{m}")
+                }
+                other => panic!("{name:?} {version:?}: {other:?}"),
+            }
+        }
+    }
 }

@@ -320,6 +320,54 @@ fn plugin_keygen_sign_verify_and_a_tampered_file_is_refused() {
     let o = bad.warden(&["config", "check"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("plugins.trust[0]"), "{o:?}");
+    let bad = Deployment::new(&format!("  trust: [{{ key: {public}, ids: [\"../x\"] }}]\n"));
+    let o = bad.warden(&["config", "check"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("plugins.trust[0].ids[0]"), "{o:?}");
+}
+
+/// A signature covered the file's bytes only: `github.wasm` beside a copy of another
+/// plugin's signed file and `.sig` verified (and loaded, with github's grants).
+#[test]
+fn regression_a_signature_verifies_only_for_the_plugin_id_and_version_it_names() {
+    let d = Deployment::new("");
+    let dir = d.dir.path();
+    std::fs::copy(test_plugin("echo"), dir.join("weather.wasm")).unwrap();
+    let o = d.warden(&["plugin", "keygen", "--out", dir.join("vendor").to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    let public = stdout(&o).trim().to_owned();
+    let key = dir.join("vendor.key");
+    let o = d.warden(&["plugin", "sign", dir.join("weather.wasm").to_str().unwrap(), "--key", key.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("signed: plugin weather version 0.1.0"), "{o:?}");
+    let verify =
+        |file: &str, trust: &str| d.warden(&["plugin", "verify", dir.join(file).to_str().unwrap(), "--trust", trust]);
+    let o = verify("weather.wasm", &public);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains(&format!("ok: plugin weather version 0.1.0, signed by {public}")), "{o:?}");
+    // The same file and signature under another id are refused, saying which id they are for.
+    std::fs::copy(dir.join("weather.wasm"), dir.join("github.wasm")).unwrap();
+    std::fs::copy(dir.join("weather.wasm.sig"), dir.join("github.wasm.sig")).unwrap();
+    let o = verify("github.wasm", &public);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("signed for plugin id weather, not github"), "{o:?}");
+    // Signed for github on purpose (`--id`), it verifies as github.
+    let o = d.warden(&[
+        "plugin",
+        "sign",
+        dir.join("github.wasm").to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--id",
+        "github",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(verify("github.wasm", &public).status.success());
+    // Another component (version 0.2.0) under a signature for 0.1.0's content is refused.
+    std::fs::copy(test_plugin("echo-v2"), dir.join("github.wasm")).unwrap();
+    let o = verify("github.wasm", &public);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not match the file"), "{o:?}");
 }
 
 /// `warden` in `cwd`, finding the test virtualenv's componentize-py on `PATH` and building

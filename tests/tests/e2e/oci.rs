@@ -10,6 +10,10 @@ use serde_json::json;
 
 use crate::common::{Deployment, Server, bin, free_port, http, http_with, json_of, python, stdout, test_plugin};
 
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
 /// Default location of Debian's registry binary.
 const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 
@@ -213,12 +217,97 @@ fn a_signed_plugin_is_pushed_in_the_wasm_layout_pulled_into_a_running_server_and
     let echo = list["plugins"].as_array().unwrap().iter().find(|p| p["id"] == "echo").cloned().unwrap();
     assert_eq!(echo["signature"], json!({ "state": "signed", "key": public }), "{echo}");
 
-    // Pulling by digest, under another id, replaces nothing and loads as well.
-    let o = d.warden(&["plugin", "pull", &pushed, "--insecure", "--as", "echo2"]);
+    // Pulling by digest works as well (the same version again: no rollback) ...
+    let o = d.warden(&["plugin", "pull", &pushed, "--insecure"]);
     assert!(o.status.success(), "{o:?}");
-    let o = d.warden(&["plugin", "inspect", plugins.join("echo2.wasm").to_str().unwrap()]);
+    assert!(stderr(&o).contains("(plugin echo version 0.1.0)") && stderr(&o).contains("replaced"), "{o:?}");
+    let o = d.warden(&["plugin", "inspect", plugins.join("echo.wasm").to_str().unwrap()]);
     assert!(o.status.success(), "{o:?}");
     assert!(stdout(&o).contains("valid:    yes"), "{o:?}");
+    // ... but a signed artifact installs only as the id its signature names.
+    let o = d.warden(&["plugin", "pull", &pushed, "--insecure", "--as", "echo2"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("signed for plugin id echo, not echo2"), "{o:?}");
+    assert_eq!(listing(&plugins), ["echo.wasm", "echo.wasm.sig"]);
+}
+
+/// `dir/ID.wasm` (a copy of the test plugin `plugin`) signed for `ID` with `key.key` (made
+/// when missing); returns the public key.
+fn signed_as(dir: &Path, plugin: &str, id: &str, key: &str) -> String {
+    std::fs::copy(test_plugin(plugin), dir.join(format!("{id}.wasm"))).unwrap();
+    if !dir.join(format!("{key}.key")).exists() {
+        let o = warden(dir, &["plugin", "keygen", "--out", key]);
+        assert!(o.status.success(), "{o:?}");
+    }
+    let o = warden(dir, &["plugin", "sign", &format!("{id}.wasm"), "--key", &format!("{key}.key")]);
+    assert!(o.status.success(), "{o:?}");
+    std::fs::read_to_string(dir.join(format!("{key}.pub"))).unwrap().trim().to_owned()
+}
+
+/// Signatures and `plugins.trust` covered keys, not ids: any trusted publisher's artifact
+/// could be installed as (and replace) another publisher's plugin and take its grants,
+/// secrets, state and priority, and any older signed build could be pulled over a newer one.
+#[test]
+fn regression_an_artifact_cannot_take_over_another_publishers_plugin_or_roll_it_back() {
+    let registry = Registry::start();
+    // Vendor A publishes `weather`, and also a hostile `github`; vendor B publishes `github`
+    // 0.2.0 and once published 0.1.0; the last one is unsigned.
+    let (a, b1, b2, unsigned) = (tempdir(), tempdir(), tempdir(), tempdir());
+    let vendor_a = signed_as(a.path(), "echo", "github", "a");
+    signed_as(a.path(), "echo", "weather", "a");
+    let vendor_b = signed_as(b2.path(), "echo-v2", "github", "b");
+    std::fs::copy(b2.path().join("b.key"), b1.path().join("b.key")).unwrap();
+    std::fs::copy(b2.path().join("b.pub"), b1.path().join("b.pub")).unwrap();
+    signed_as(b1.path(), "echo", "github", "b");
+    std::fs::copy(test_plugin("echo"), unsigned.path().join("github.wasm")).unwrap();
+    for (dir, file, repo) in [
+        (a.path(), "github.wasm", "a/github:1"),
+        (a.path(), "weather.wasm", "a/weather:1"),
+        (b1.path(), "github.wasm", "b/github:1"),
+        (b2.path(), "github.wasm", "b/github:2"),
+        (unsigned.path(), "github.wasm", "b/github:3"),
+    ] {
+        let o = push(dir, file, &registry.url(repo));
+        assert!(o.status.success(), "{repo}: {o:?}");
+    }
+    // Each key is trusted for its publisher's ids only.
+    let d = Deployment::new(&format!(
+        "  trust:\n    - {{ key: {vendor_a}, ids: [weather] }}\n    - {{ key: {vendor_b}, ids: [github] }}\n"
+    ));
+    let plugins = d.dir.path().join("plugins");
+    let pull = |repo: &str, extra: &[&str]| {
+        let url = registry.url(repo);
+        let mut args = vec!["plugin", "pull", url.as_str(), "--insecure"];
+        args.extend_from_slice(extra);
+        d.warden(&args)
+    };
+    let refused = |o: Output, reason: &str| {
+        assert_eq!(o.status.code(), Some(2), "expected {reason:?}: {o:?}");
+        assert!(stderr(&o).contains(reason), "expected {reason:?} in {o:?}");
+    };
+    let installed = || std::fs::read(plugins.join("github.wasm")).unwrap();
+
+    // B's github 0.2.0 installs.
+    let o = pull("b/github:2", &[]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stderr(&o).contains("(plugin github version 0.2.0)"), "{o:?}");
+    assert_eq!(installed(), std::fs::read(test_plugin("echo-v2")).unwrap());
+    // A's key signs `github`, but it is trusted for `weather` only: refused, nothing replaced.
+    refused(pull("a/github:1", &[]), "allows only for plugin ids weather, not for github");
+    // A's weather artifact, installed as github, is refused for the same reason.
+    refused(pull("a/weather:1", &["--as", "github"]), "allows only for plugin ids weather, not for github");
+    // B's own older build is a rollback, and so is an unsigned artifact over a signed plugin.
+    refused(pull("b/github:1", &[]), "version 0.1.0 is older than the installed version 0.2.0");
+    refused(pull("b/github:3", &[]), "the installed plugin is signed (version 0.2.0) and this one is not");
+    assert_eq!(installed(), std::fs::read(test_plugin("echo-v2")).unwrap(), "nothing replaced github");
+    assert_eq!(listing(&plugins), ["github.wasm", "github.wasm.sig"]);
+    // A deliberate rollback says so.
+    let o = pull("b/github:1", &["--allow-downgrade"]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(installed(), std::fs::read(test_plugin("echo")).unwrap());
+    // And A's weather installs as weather.
+    let o = pull("a/weather:1", &[]);
+    assert!(o.status.success(), "{o:?}");
 }
 
 #[test]
