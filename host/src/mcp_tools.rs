@@ -1,6 +1,9 @@
 //! MCP servers as tool sources for subagents: the operator's `mcp_servers` appear in a
-//! subagent's tool list as `mcp__<server>__<tool>` (Claude Code's names) when the agent
-//! file's `mcpServers` names them (or the server is configured for all agents).
+//! subagent's tool list as `mcp__<server>__<tool>` (Claude Code's names) when the
+//! definition names them (an agent file's `mcpServers`) or the server is configured for all
+//! agents — and, either way, only when the operator granted the subagent's plugin that
+//! server (`plugins.grants.<id>.mcp_servers`, [`McpTools::visible`]: the one gate of listing
+//! and calling, since the plugin writes the definition).
 //!
 //! Two transports, one protocol implementation (the shared I/O-free `warden-mcp-protocol`
 //! crate: revision negotiation, results); this module only moves its messages:
@@ -9,8 +12,10 @@
 //! - **stdio** (`command`, `args`, `env`: the `.mcp.json` shape). Such a server is
 //!   third-party code with file and network access, so it runs **inside the calling
 //!   session's sandbox** ([`warden_sandbox::Sandbox::spawn_process`]), one process per
-//!   session and server, started on the session's first use, restarted on the next use
-//!   after it died, gone with the session's container; one JSON-RPC message per line.
+//!   session, server and secret fingerprint ([`StdioKey`]: tasks whose secrets differ never
+//!   share a process, so none acts with another's token), started on the first use,
+//!   restarted on the next use after it died, gone with the session's container; one
+//!   JSON-RPC message per line.
 //!   Once it answered its handshake and first listing it is settled
 //!   ([`warden_sandbox::Settler`]): anything it starts after that (for a tool
 //!   call) is killed before the session's next command starts.
@@ -55,6 +60,7 @@ use warden_mcp_protocol::{
 };
 use warden_sandbox::{Sandbox, SessionKey};
 
+use crate::capability::Grants;
 use crate::config::mcp::{McpServerConfig, McpTransport};
 use crate::plugin::AgentMcpServer;
 
@@ -89,13 +95,18 @@ pub const MCP_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(300);
 pub const MAX_MCP_TOOLS: usize = 256;
 
 /// A stdio server's `env` with every `${NAME}` filled from the task's secrets (`secrets`,
-/// names as [`crate::redact::env_name`] gives them).
+/// names as [`crate::redact::env_name`] gives them), and the fingerprint of exactly the
+/// secrets it took ([`warden_sandbox::writer_of`], the lanes' one;
+/// [`warden_sandbox::NO_SECRETS`] when it takes none): what a process started with this
+/// environment holds, so the part of its [`StdioKey`] that keeps tasks with other secrets
+/// off it.
 fn expand_env(
     server: &str,
     env: &BTreeMap<String, String>,
     secrets: &[(String, String)],
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<(Vec<(String, String)>, warden_sandbox::Writer), String> {
     let mut out = vec![];
+    let mut taken: Vec<(String, String)> = vec![];
     for (name, template) in env {
         let mut value = String::new();
         let mut rest = template.as_str();
@@ -106,18 +117,21 @@ fn expand_env(
             };
             let secret = &rest[start + 2..start + len];
             let key = crate::redact::env_name(secret);
-            let Some((_, v)) = secrets.iter().find(|(k, _)| *k == key) else {
+            let Some(pair) = secrets.iter().find(|(k, _)| *k == key) else {
                 return Err(format!(
                     "mcp_servers.{server}.env.{name} names the secret {secret:?}, which this task's tool_context does not give"
                 ));
             };
-            value.push_str(v);
+            value.push_str(&pair.1);
+            if !taken.contains(pair) {
+                taken.push(pair.clone());
+            }
             rest = &rest[start + len + 1..];
         }
         value.push_str(rest);
         out.push((name.clone(), value));
     }
-    Ok(out)
+    Ok((out, warden_sandbox::writer_of(&taken)))
 }
 
 /// One configured server. No lock here is held across an await: a call that waits on a
@@ -193,9 +207,20 @@ struct StdioConn {
     owned: Option<(warden_sandbox::ProcessId, warden_sandbox::EgressHold)>,
 }
 
-/// (user id, session id, server slot): one session's process of one server. The slot is
-/// an operator server's name, or [`agent_slot`] for an agent-defined one.
-type StdioKey = (String, String, String);
+/// One session's process of one server for one set of secrets. Its environment was
+/// expanded from the secrets of the task that started it, so a task may use it only when
+/// the secrets its own expansion takes are the same ones (an equal fingerprint): a task
+/// without the secret, or with another token, starts a process of its own (or fails to,
+/// naming the missing secret) instead of acting with another task's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct StdioKey {
+    user: String,
+    session: String,
+    /// An operator server's name, or [`agent_slot`] for an agent-defined one.
+    slot: String,
+    /// The fingerprint of the secrets the server's `env` took ([`expand_env`]).
+    secrets: warden_sandbox::Writer,
+}
 
 /// How every agent-defined server's slot begins ([`agent_slot`]).
 const AGENT_SLOT_PREFIX: &str = "agent:";
@@ -220,9 +245,11 @@ fn agent_slot(s: &AgentMcpServer, task_id: &str) -> String {
     format!("{AGENT_SLOT_PREFIX}{}:{}:{task_id}", s.name, hex::encode(h.finalize()))
 }
 
-/// The [`StdioKey`] of agent-defined server `s` in `site`'s session and task.
-fn agent_key(s: &AgentMcpServer, site: &SessionSite<'_>) -> StdioKey {
-    (site.key.user_id.clone(), site.key.session_id.clone(), agent_slot(s, site.task_id))
+/// The [`StdioKey`] of agent-defined server `s` in `site`'s session and task (as
+/// [`StdioUse::key`] gives it), or why its entry cannot run.
+fn agent_key(s: &AgentMcpServer, site: &SessionSite<'_>) -> Result<StdioKey, String> {
+    let config = crate::config::mcp::agent_server_config(s)?;
+    Ok(StdioUse::agent(s, &config, AgentStart::IfRunning, site).key(site)?.0)
 }
 
 /// One use of a stdio server: the server (its name in tool names and its entry), the
@@ -245,6 +272,23 @@ impl<'a> StdioUse<'a> {
     /// The subagent's own server `s` (as the entry `config`) in `site`'s task.
     fn agent(s: &'a AgentMcpServer, config: &'a McpServerConfig, start: AgentStart, site: &SessionSite<'_>) -> Self {
         StdioUse { name: &s.name, config, slot: agent_slot(s, site.task_id), start, agent_defined: true }
+    }
+
+    /// The process this use may use at `site` ([`StdioKey`]: its slot and the fingerprint
+    /// of the task's secrets its `env` takes), and the environment a new one starts with;
+    /// `Err` when the task lacks a secret the `env` names.
+    fn key(&self, site: &SessionSite<'_>) -> Result<(StdioKey, Vec<(String, String)>), String> {
+        let Ok(McpTransport::Stdio { env, .. }) = self.config.transport() else {
+            return Err(format!("MCP server {:?} is not a stdio server", self.name));
+        };
+        let (env, secrets) = expand_env(self.name, env, site.secrets)?;
+        let key = StdioKey {
+            user: site.key.user_id.clone(),
+            session: site.key.session_id.clone(),
+            slot: self.slot.clone(),
+            secrets,
+        };
+        Ok((key, env))
     }
 }
 
@@ -351,15 +395,21 @@ impl McpTools {
         self.servers.is_empty()
     }
 
-    /// Servers visible to an agent that names `requested` in its `mcpServers`.
-    pub fn visible<'a>(&'a self, requested: &'a [String]) -> impl Iterator<Item = &'a str> + 'a {
+    /// Servers visible to a subagent whose definition names `requested` (an agent file's
+    /// `mcpServers`) and whose plugin has `grants`: those it names or that are configured
+    /// for all agents, and of them only those the plugin is granted
+    /// ([`Grants::check_mcp_server`]). The one gate of both listing and calling: the plugin
+    /// writes `requested`, so the name alone never reaches a server.
+    pub fn visible<'a>(&'a self, requested: &'a [String], grants: &'a Grants) -> impl Iterator<Item = &'a str> + 'a {
         self.servers
             .iter()
             .filter(move |(name, s)| s.config.all_agents || requested.iter().any(|r| r == *name))
+            .filter(move |(name, _)| grants.check_mcp_server(name).is_ok())
             .map(|(n, _)| n.as_str())
     }
 
-    /// Tools of the visible servers and of `agent` (the subagent's own servers, each with
+    /// Tools of the servers [`Self::visible`] to a definition naming `requested` of a plugin
+    /// with `grants`, and of `agent` (the subagent's own servers, each with
     /// whether it may be started: see [`AgentStart`]), named `mcp__<server>__<tool>`. A
     /// server that cannot be reached is skipped with a warning: the subagent still gets its
     /// other tools. `site` is the session whose stdio servers are listed (each started there
@@ -367,13 +417,14 @@ impl McpTools {
     pub async fn list(
         &self,
         requested: &[String],
+        grants: &Grants,
         agent: &[(&AgentMcpServer, AgentStart)],
         site: Option<&SessionSite<'_>>,
     ) -> Vec<McpToolSpec> {
         let mut out: Vec<McpToolSpec> = vec![];
         // Asked together: a slow server delays nobody's listing beyond its own deadline
         // (MCP_LIST_DEADLINE for an HTTP server, STDIO_START_TIMEOUT for a stdio one).
-        let names: Vec<&str> = self.visible(requested).collect();
+        let names: Vec<&str> = self.visible(requested, grants).collect();
         let operator = futures_util::future::join_all(names.iter().map(|name| self.tools_of(name, site)));
         let own = futures_util::future::join_all(agent.iter().map(|(s, start)| self.agent_tools_of(s, *start, site)));
         let (operator, own) = tokio::join!(operator, own);
@@ -417,16 +468,27 @@ impl McpTools {
         out
     }
 
-    /// Calls `mcp__<server>__<tool>` with `arguments`; the caller has already passed the
-    /// gate. A stdio server runs at `site` (started, or restarted after it died, as needed).
+    /// Calls `mcp__<server>__<tool>` with `arguments` for a definition naming `requested`
+    /// of a plugin with `grants`: only a server [`Self::visible`] to it. The caller has
+    /// already passed the gate. A stdio server runs at `site` (started, or restarted after
+    /// it died, as needed).
     pub async fn call(
         &self,
         server: &str,
         tool: &str,
         arguments: Value,
+        requested: &[String],
+        grants: &Grants,
         site: Option<&SessionSite<'_>>,
     ) -> Result<ToolResult, String> {
         let s = self.servers.get(server).ok_or_else(|| format!("no MCP server named {server:?} is configured"))?;
+        if !self.visible(requested, grants).any(|v| v == server) {
+            let why = match grants.check_mcp_server(server) {
+                Err(denied) => denied.to_string(),
+                Ok(()) => "the subagent's definition does not name it".into(),
+            };
+            return Err(format!("MCP server {server:?} is not available to this subagent: {why}"));
+        }
         // Only names the gate could have judged as this server's tool (see `list`).
         warden_mcp_protocol::checked_tool_name(server, tool).map_err(|e| format!("tool {tool:?}: {e}"))?;
         if let Ok(McpTransport::Stdio { .. }) = s.config.transport() {
@@ -493,11 +555,11 @@ impl McpTools {
             let mut map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
             let keys: Vec<StdioKey> = map
                 .keys()
-                .filter(|(u, s, slot)| {
-                    *u == key.user_id
-                        && *s == key.session_id
-                        && slot.starts_with(AGENT_SLOT_PREFIX)
-                        && slot.ends_with(&suffix)
+                .filter(|k| {
+                    k.user == key.user_id
+                        && k.session == key.session_id
+                        && k.slot.starts_with(AGENT_SLOT_PREFIX)
+                        && k.slot.ends_with(&suffix)
                 })
                 .cloned()
                 .collect();
@@ -506,7 +568,7 @@ impl McpTools {
         self.declined
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|(u, s, slot)| !(*u == key.user_id && *s == key.session_id && slot.ends_with(&suffix)));
+            .retain(|k| !(k.user == key.user_id && k.session == key.session_id && k.slot.ends_with(&suffix)));
         for slot in ended {
             let Some(conn) = slot.lock().await.take() else { continue };
             let Some((id, _hold)) = conn.owned else { continue };
@@ -523,20 +585,22 @@ impl McpTools {
     /// Whether starting the subagent's own server `s` was declined earlier in this task
     /// (it is not asked about again until the task ends).
     pub fn agent_server_declined(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
-        let key = agent_key(s, site);
+        let Ok(key) = agent_key(s, site) else { return false };
         self.declined.lock().unwrap_or_else(|e| e.into_inner()).contains(&key)
     }
 
     /// Remembers that starting `s` was declined for this task.
     pub fn decline_agent_server(&self, s: &AgentMcpServer, site: &SessionSite<'_>) {
-        let key = agent_key(s, site);
-        self.declined.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+        // An entry without a key cannot start either (its start fails with the reason).
+        if let Ok(key) = agent_key(s, site) {
+            self.declined.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+        }
     }
 
     /// Whether the subagent's own server `s` runs in `site`'s session now (started there
     /// before, not seen to have ended): using it then needs no start.
     pub fn agent_server_running(&self, s: &AgentMcpServer, site: &SessionSite<'_>) -> bool {
-        let key = agent_key(s, site);
+        let Ok(key) = agent_key(s, site) else { return false };
         let map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
         // A slot in use (locked) is starting or serving a call: it was allowed to start.
         map.get(&key).is_some_and(|slot| slot.try_lock().map(|c| c.as_ref().is_some_and(|c| !c.dead)).unwrap_or(true))
@@ -600,13 +664,15 @@ impl McpTools {
         Ok(())
     }
 
-    /// The live process of `server` (in its process slot) in `site`'s session, started if
-    /// there is none or the last one died and the use allows it.
+    /// The live process of `server` (in its process slot, for the task's secrets: see
+    /// [`StdioKey`]) in `site`'s session, started if there is none or the last one died and
+    /// the use allows it.
     async fn stdio_conn(
         &self,
         server: &StdioUse<'_>,
         site: &SessionSite<'_>,
     ) -> Result<Arc<Mutex<Option<StdioConn>>>, String> {
+        let (key, env) = server.key(site)?;
         let slot = {
             let mut map = self.stdio.lock().unwrap_or_else(|e| e.into_inner());
             // Dead processes (their session ended, or they died) leave the table; a slot
@@ -622,7 +688,6 @@ impl McpTools {
                     })
                     .unwrap_or(true)
             });
-            let key = (site.key.user_id.clone(), site.key.session_id.clone(), server.slot.clone());
             map.entry(key).or_default().clone()
         };
         let mut guard = slot.lock().await;
@@ -643,28 +708,33 @@ impl McpTools {
                     server.name
                 ));
             }
-            *guard = Some(self.start_stdio(server, site).await?);
+            *guard = Some(self.start_stdio(server, &env, site).await?);
         }
         drop(guard);
         Ok(slot)
     }
 
-    /// Starts `server`'s process (an agent-defined one owned: ended with its task).
-    async fn start_stdio(&self, server: &StdioUse<'_>, site: &SessionSite<'_>) -> Result<StdioConn, String> {
+    /// Starts `server`'s process with the environment `env` (its `env` expanded for the
+    /// task: [`StdioUse::key`]); an agent-defined one owned: ended with its task.
+    async fn start_stdio(
+        &self,
+        server: &StdioUse<'_>,
+        env: &[(String, String)],
+        site: &SessionSite<'_>,
+    ) -> Result<StdioConn, String> {
         let (agent_defined, config, server) = (server.agent_defined, server.config, server.name);
-        let Ok(McpTransport::Stdio { command, args, env }) = config.transport() else {
+        let Ok(McpTransport::Stdio { command, args, .. }) = config.transport() else {
             return Err(format!("MCP server {server:?} is not a stdio server"));
         };
-        let env = expand_env(server, env, site.secrets)?;
         let argv: Vec<String> = std::iter::once(command.to_owned()).chain(args.iter().cloned()).collect();
         let (process, owned) = if agent_defined {
             // Held before it starts: it never runs wider than its task, not even at start.
             let hold = site.sandbox.hold_egress(site.key, site.egress);
             let (process, id) =
-                site.sandbox.spawn_owned_process(site.key, &argv, &env).await.map_err(|e| e.to_string())?;
+                site.sandbox.spawn_owned_process(site.key, &argv, env).await.map_err(|e| e.to_string())?;
             (process, Some((id, hold)))
         } else {
-            (site.sandbox.spawn_process(site.key, &argv, &env).await.map_err(|e| e.to_string())?, None)
+            (site.sandbox.spawn_process(site.key, &argv, env).await.map_err(|e| e.to_string())?, None)
         };
         let settler = process.settler();
         let mut conn = StdioConn {
@@ -910,6 +980,27 @@ fn last_line(stderr: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Every configured server granted: what the tests of the client itself use (the grant
+    /// has its own tests below).
+    fn every_server(mcp: &McpTools) -> Grants {
+        let grant =
+            crate::capability::GrantConfig { mcp_servers: mcp.servers.keys().cloned().collect(), ..Default::default() };
+        Grants::new("test", &[], Some(&grant)).unwrap()
+    }
+
+    impl McpTools {
+        /// [`McpTools::list`] of every server (`all_agents`, all granted), outside any session.
+        async fn list_all(&self) -> Vec<McpToolSpec> {
+            self.list(&[], &every_server(self), &[], None).await
+        }
+
+        /// [`McpTools::call`] with every server granted, outside any session.
+        async fn call_any(&self, server: &str, tool: &str, arguments: Value) -> Result<ToolResult, String> {
+            let grants = every_server(self);
+            self.call(server, tool, arguments, &[], &grants, None).await
+        }
+    }
+
     /// A streamable-HTTP MCP server (handshake era) with one tool, `slow`, that answers
     /// after `delay`; `/moved` redirects to `/mcp` of `target`. Counts the requests it got.
     async fn mcp_server(
@@ -1014,7 +1105,7 @@ mod tests {
         .await;
         let (fine, _) = mcp_server(Duration::ZERO, None).await;
         let mcp = http_servers(&[("hostile", format!("http://{hostile}/mcp")), ("fine", format!("http://{fine}/mcp"))]);
-        assert_eq!(names(&mcp.list(&[], &[], None).await), ["mcp__fine__slow"]);
+        assert_eq!(names(&mcp.list_all().await), ["mcp__fine__slow"]);
         // The same page in a tool result is refused too (the listing of this server failed,
         // so a second one that lists fine answers the call with the bomb).
         let (caller, _) = scripted(Duration::ZERO, {
@@ -1026,7 +1117,7 @@ mod tests {
         })
         .await;
         let mcp = http_servers(&[("caller", format!("http://{caller}/mcp"))]);
-        let e = mcp.call("caller", "t", serde_json::json!({}), None).await.unwrap_err();
+        let e = mcp.call_any("caller", "t", serde_json::json!({})).await.unwrap_err();
         assert!(e.contains("memory parsed"), "{e}");
     }
 
@@ -1053,7 +1144,7 @@ mod tests {
             servers.push((name, format!("http://{addr}/mcp")));
         }
         let mcp = http_servers(&servers);
-        let listed = mcp.list(&[], &[], None).await;
+        let listed = mcp.list_all().await;
         let of = |server: &str| listed.iter().filter(|t| t.name.starts_with(&format!("mcp__{server}__"))).count();
         let per_server = warden_mcp_protocol::limits::MAX_LIST_TOOLS;
         assert_eq!((of("a"), of("b"), of("c")), (per_server, per_server, 0), "c would pass MAX_MCP_TOOLS");
@@ -1077,7 +1168,7 @@ mod tests {
         })
         .await;
         let mcp = http_servers(&[("s", format!("http://{addr}/mcp"))]).with_max_output(4096);
-        let r = mcp.call("s", "big", serde_json::json!({}), None).await.unwrap();
+        let r = mcp.call_any("s", "big", serde_json::json!({})).await.unwrap();
         assert!(r.text.len() <= 4096, "{}", r.text.len());
         assert!(r.text.contains("bytes truncated"), "the cut is stated");
     }
@@ -1097,17 +1188,17 @@ mod tests {
         let mut mcp =
             http_servers(&[("stalled", format!("http://{stalled}/mcp")), ("fine", format!("http://{fine}/mcp"))]);
         mcp.list_deadline = Duration::from_secs(2);
-        let first = tokio::time::timeout(Duration::from_secs(10), mcp.list(&[], &[], None))
+        let first = tokio::time::timeout(Duration::from_secs(10), mcp.list_all())
             .await
             .expect("the listing ends at the server's deadline, not after all its pages");
         assert_eq!(names(&first), ["mcp__fine__slow"]);
         // The failure is remembered: the next task's listing does not ask the server again.
         let asked = hits.load(std::sync::atomic::Ordering::SeqCst);
-        let second = tokio::time::timeout(Duration::from_secs(1), mcp.list(&[], &[], None))
+        let second = tokio::time::timeout(Duration::from_secs(1), mcp.list_all())
             .await
             .expect("a backed-off server costs a listing nothing");
         assert_eq!(names(&second), ["mcp__fine__slow"]);
-        let e = mcp.call("stalled", "t0", serde_json::json!({}), None).await.unwrap_err();
+        let e = mcp.call_any("stalled", "t0", serde_json::json!({})).await.unwrap_err();
         assert!(e.contains("not retried"), "{e}");
         assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), asked, "nothing sent while backed off");
     }
@@ -1155,7 +1246,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let mcp = http_servers(&[("s", format!("http://{addr}/mcp"))]);
-        let call = || mcp.call("s", "echo", serde_json::json!({}), None);
+        let call = || mcp.call_any("s", "echo", serde_json::json!({}));
         assert_eq!(call().await.unwrap().text, "s0");
         generation.store(1, SeqCst); // the server restarted
         assert_eq!(call().await.expect("a new session is negotiated and the call retried").text, "s1");
@@ -1180,17 +1271,17 @@ mod tests {
         let (fast, _) = mcp_server(Duration::ZERO, None).await;
         let mcp =
             Arc::new(http_servers(&[("slow", format!("http://{slow}/mcp")), ("fast", format!("http://{fast}/mcp"))]));
-        assert_eq!(mcp.list(&[], &[], None).await.len(), 2, "both servers listed");
+        assert_eq!(mcp.list_all().await.len(), 2, "both servers listed");
         let call = tokio::spawn({
             let mcp = mcp.clone();
-            async move { mcp.call("slow", "slow", serde_json::json!({}), None).await }
+            async move { mcp.call_any("slow", "slow", serde_json::json!({})).await }
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
         // While the call waits on the slow server, its tools (and the other server's) list
         // at once, and the other server answers calls.
-        let listed = tokio::time::timeout(Duration::from_secs(5), mcp.list(&[], &[], None)).await;
+        let listed = tokio::time::timeout(Duration::from_secs(5), mcp.list_all()).await;
         assert_eq!(listed.expect("listing does not wait for the slow call").len(), 2);
-        let other = tokio::time::timeout(Duration::from_secs(5), mcp.call("fast", "slow", serde_json::json!({}), None));
+        let other = tokio::time::timeout(Duration::from_secs(5), mcp.call_any("fast", "slow", serde_json::json!({})));
         assert_eq!(other.await.expect("the other server answers").unwrap().text, "done");
         call.abort();
     }
@@ -1225,11 +1316,11 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let mcp = http_servers(&[("srv", format!("http://{addr}/mcp"))]);
-        let names: Vec<String> = mcp.list(&[], &[], None).await.into_iter().map(|t| t.name).collect();
+        let names: Vec<String> = mcp.list_all().await.into_iter().map(|t| t.name).collect();
         assert_eq!(names, ["mcp__srv__ok"]);
-        assert_eq!(mcp.call("srv", "ok", serde_json::json!({}), None).await.unwrap().text, "ran");
+        assert_eq!(mcp.call_any("srv", "ok", serde_json::json!({})).await.unwrap().text, "ran");
         for bad in ["a.b", "x__y", "a_b_"] {
-            assert!(mcp.call("srv", bad, serde_json::json!({}), None).await.is_err(), "{bad}");
+            assert!(mcp.call_any("srv", bad, serde_json::json!({})).await.is_err(), "{bad}");
         }
     }
 
@@ -1313,7 +1404,7 @@ mod tests {
         let (elsewhere, hits) = mcp_server(Duration::ZERO, None).await;
         let (origin, _) = mcp_server(Duration::ZERO, Some(elsewhere)).await;
         let mcp = http_servers(&[("moved", format!("http://{origin}/moved"))]);
-        assert!(mcp.list(&[], &[], None).await.is_empty(), "a redirect is an error, not followed");
+        assert!(mcp.list_all().await.is_empty(), "a redirect is an error, not followed");
         assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the other server was never reached");
     }
 
@@ -1326,7 +1417,8 @@ mod tests {
         ]
         .into();
         let secrets = vec![("GH_TOKEN".to_string(), "s3cret".to_string())];
-        let got = expand_env("git", &env, &secrets).unwrap();
+        let (got, fingerprint) = expand_env("git", &env, &secrets).unwrap();
+        assert_eq!(fingerprint, warden_sandbox::writer_of(&secrets), "the secret taken, once");
         let want: Vec<(String, String)> = vec![
             ("AUTH".into(), "Bearer s3cret!".into()),
             ("PLAIN".into(), "x".into()),
@@ -1337,5 +1429,114 @@ mod tests {
         assert!(expand_env("git", &missing, &secrets).unwrap_err().contains("NOPE"));
         let unclosed: BTreeMap<String, String> = [("T".into(), "${NOPE".into())].into();
         assert!(expand_env("git", &unclosed, &secrets).is_err());
+    }
+
+    /// A session site without Docker (the sandbox contacts it at first use only).
+    fn site_of<'a>(sandbox: &'a Arc<Sandbox>, key: &'a SessionKey, secrets: &'a [(String, String)]) -> SessionSite<'a> {
+        SessionSite { sandbox, key, secrets, task_id: "t", egress: &[] }
+    }
+
+    /// Finding 3 of the supply-chain review: a stdio server's process was keyed by user,
+    /// session and server only, so a task without the secret (or with another token) used
+    /// the process another task had started with its token. Now the key carries the
+    /// fingerprint of exactly the secrets the server's `env` takes.
+    #[test]
+    fn a_stdio_process_is_shared_only_by_tasks_with_the_same_secrets() {
+        let sandbox = Arc::new(Sandbox::new(Default::default()).unwrap());
+        let session = SessionKey::new("u", "s");
+        let config = McpServerConfig {
+            command: Some("github-mcp-server".into()),
+            env: [("GITHUB_TOKEN".to_string(), "${GITHUB_TOKEN}".to_string())].into(),
+            ..Default::default()
+        };
+        let use_ = StdioUse::operator("github", &config);
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let a = [pair("GITHUB_TOKEN", "token-a")];
+        let a_and_more = [pair("OTHER", "x"), pair("GITHUB_TOKEN", "token-a")];
+        let b = [pair("GITHUB_TOKEN", "token-b")];
+        let key = |secrets: &[(String, String)]| use_.key(&site_of(&sandbox, &session, secrets)).map(|(k, _)| k);
+        let (ka, env_a) = use_.key(&site_of(&sandbox, &session, &a)).unwrap();
+        assert_eq!(env_a, [pair("GITHUB_TOKEN", "token-a")]);
+        assert_ne!(key(&b).unwrap(), ka, "another token: another process");
+        let e = key(&[]).unwrap_err();
+        assert!(e.contains("GITHUB_TOKEN") && e.contains("does not give"), "without the secret, no process: {e}");
+        assert_eq!(key(&a_and_more).unwrap(), ka, "secrets the server does not take do not matter");
+        // A server whose env takes no secret is one process for every task of the session.
+        let plain = McpServerConfig { command: Some("mcp-server-time".into()), ..Default::default() };
+        let plain = StdioUse::operator("time", &plain);
+        let pk = |secrets: &[(String, String)]| plain.key(&site_of(&sandbox, &session, secrets)).unwrap().0;
+        assert_eq!(pk(&a), pk(&b));
+        assert_eq!(pk(&[]).secrets, warden_sandbox::NO_SECRETS);
+    }
+
+    proptest::proptest! {
+        /// Two tasks of a session use one process of a stdio server exactly when every
+        /// secret its `env` names has the same value in both (a task lacking one gets none);
+        /// the secrets it does not name never matter.
+        #[test]
+        fn tasks_share_a_stdio_process_exactly_when_the_secrets_it_takes_are_equal(
+            named in proptest::collection::btree_set("[A-C]", 0..3),
+            first in proptest::collection::btree_map("[A-D]", "[xy]", 0..4),
+            second in proptest::collection::btree_map("[A-D]", "[xy]", 0..4),
+        ) {
+            let sandbox = Arc::new(Sandbox::new(Default::default()).unwrap());
+            let session = SessionKey::new("u", "s");
+            let env: BTreeMap<String, String> = named.iter().map(|n| (format!("V{n}"), format!("${{{n}}}"))).collect();
+            let config = McpServerConfig { command: Some("server".into()), env, ..Default::default() };
+            let use_ = StdioUse::operator("srv", &config);
+            let secrets = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>();
+            let (s1, s2) = (secrets(&first), secrets(&second));
+            let k1 = use_.key(&site_of(&sandbox, &session, &s1)).map(|(k, _)| k);
+            let k2 = use_.key(&site_of(&sandbox, &session, &s2)).map(|(k, _)| k);
+            proptest::prop_assert_eq!(k1.is_ok(), named.iter().all(|n| first.contains_key(n)));
+            proptest::prop_assert_eq!(k2.is_ok(), named.iter().all(|n| second.contains_key(n)));
+            if let (Ok(k1), Ok(k2)) = (k1, k2) {
+                let same = named.iter().all(|n| first.get(n) == second.get(n));
+                proptest::prop_assert_eq!(k1 == k2, same);
+            }
+        }
+    }
+
+    /// Finding 1 of the supply-chain review: the servers a subagent reached were whatever
+    /// its plugin's definition named (and every `all_agents` one). Now only those the
+    /// plugin is granted are listed or called, and an ungranted one is never contacted.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn only_servers_granted_to_the_plugin_are_listed_or_called() {
+        let (granted, _) = mcp_server(Duration::ZERO, None).await;
+        let (named, named_hits) = mcp_server(Duration::ZERO, None).await;
+        let (everyone, everyone_hits) = mcp_server(Duration::ZERO, None).await;
+        let http = |addr: std::net::SocketAddr, all_agents| McpServerConfig {
+            url: Some(format!("http://{addr}/mcp")),
+            all_agents,
+            ..Default::default()
+        };
+        let config: BTreeMap<String, McpServerConfig> = [
+            ("granted".to_string(), http(granted, false)),
+            ("named".to_string(), http(named, false)),
+            ("everyone".to_string(), http(everyone, true)),
+        ]
+        .into();
+        let mcp = McpTools::new(&config);
+        let grant =
+            crate::capability::GrantConfig { tools: true, mcp_servers: vec!["granted".into()], ..Default::default() };
+        let grants = Grants::new("plug", &[crate::capability::Capability::Tools], Some(&grant)).unwrap();
+        let requested = vec!["granted".to_string(), "named".to_string()];
+        assert_eq!(mcp.visible(&requested, &grants).collect::<Vec<_>>(), ["granted"]);
+        assert_eq!(names(&mcp.list(&requested, &grants, &[], None).await), ["mcp__granted__slow"]);
+        for server in ["named", "everyone"] {
+            let e = mcp.call(server, "slow", serde_json::json!({}), &requested, &grants, None).await.unwrap_err();
+            assert!(e.contains("plugins.grants.plug.mcp_servers") && e.contains(server), "{e}");
+        }
+        let r = mcp.call("granted", "slow", serde_json::json!({}), &requested, &grants, None).await.unwrap();
+        assert_eq!(r.text, "done");
+        let e = mcp.call("granted", "slow", serde_json::json!({}), &[], &grants, None).await.unwrap_err();
+        assert!(e.contains("does not name it"), "granted but not named: {e}");
+        let untouched = named_hits.load(std::sync::atomic::Ordering::SeqCst)
+            + everyone_hits.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(untouched, 0, "an ungranted server is never contacted");
+        // Granted, an `all_agents` server is offered without being named.
+        let grant = crate::capability::GrantConfig { mcp_servers: vec!["everyone".into()], ..grant };
+        let grants = Grants::new("plug", &[], Some(&grant)).unwrap();
+        assert_eq!(mcp.visible(&[], &grants).collect::<Vec<_>>(), ["everyone"]);
     }
 }

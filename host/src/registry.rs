@@ -8,7 +8,9 @@
 //! name or arrival order never decides. Losers are reported as "shadowed". References from
 //! `subagents.references` (and agent files as `CLAUDE` references) are resolved by the
 //! first plugin of their kind whose `can-resolve` accepts; definitions are keyed by
-//! name and the first one wins a name collision (reported).
+//! name and the first one wins a name collision (reported). A definition keeps only the
+//! operator MCP servers its plugin is granted (`plugins.grants.<id>.mcp_servers`); each
+//! other name it gives is a problem.
 //!
 //! The registry publishes immutable snapshots: readers never wait on a reload, and a
 //! call in flight keeps the plugin version it started with. It must never run a task.
@@ -170,6 +172,28 @@ fn admit_agent_mcp_servers(
         }
     }
     (admitted, refused)
+}
+
+/// The operator's MCP servers a definition names that its plugin may reach, in order and
+/// each once, and one problem per name it may not
+/// ([`crate::capability::Grants::check_mcp_server`]): the plugin wrote the list, whatever
+/// its agent file says, so a name is a request the operator's grant decides.
+fn granted_mcp_servers(
+    grants: &crate::capability::Grants,
+    subagent: &str,
+    named: Vec<String>,
+) -> (Vec<String>, Vec<String>) {
+    let (mut granted, mut refused): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for server in named {
+        if granted.contains(&server) {
+            continue;
+        }
+        match grants.check_mcp_server(&server) {
+            Ok(()) => granted.push(server),
+            Err(denied) => refused.push(format!("subagent {subagent:?}: {denied}; its tools are not offered")),
+        }
+    }
+    (granted, refused)
 }
 
 /// One problem found while building definitions, for `warden agents` and logs.
@@ -733,6 +757,11 @@ impl Registry {
                             continue;
                         }
                     };
+                    let named = std::mem::take(&mut def.mcp_servers);
+                    let (granted, refused) = granted_mcp_servers(&plugin.grants, &def.name, named);
+                    def.mcp_servers = granted;
+                    next.problems
+                        .extend(refused.into_iter().map(|e| RegistryProblem::warning(reference.uri.clone(), e)));
                     let servers = std::mem::take(&mut def.agent_mcp_servers);
                     let (admitted, refused) = admit_agent_mcp_servers(&self.config, servers);
                     def.agent_mcp_servers = admitted;

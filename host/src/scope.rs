@@ -30,8 +30,13 @@ pub struct TaskScope {
     pub plugin: String,
     /// The definition's permission mode; capped by the operator's `max_mode` in the gate.
     pub permission_mode: Option<PermissionMode>,
-    /// MCP servers the definition names (operator-configured ones only are offered).
+    /// MCP servers the definition names (operator-configured ones only are offered, and
+    /// only those `plugin_grants` grants).
     pub mcp_servers: Vec<String>,
+    /// The effective grants of the plugin that executes the task: which of the operator's
+    /// MCP servers its tools may reach is checked against them at every listing and call
+    /// ([`crate::capability::Grants::check_mcp_server`]). The default grants nothing.
+    pub plugin_grants: Arc<crate::capability::Grants>,
     /// MCP servers the definition defines itself, as the registry admitted them (none
     /// unless the operator allows agent-defined servers).
     pub agent_mcp_servers: Vec<crate::plugin::AgentMcpServer>,

@@ -186,8 +186,8 @@ impl ToolHost {
         self.sandbox.as_ref().map_err(String::as_str)
     }
 
-    /// Tools a subagent may see: the sandbox tools and its MCP servers' tools, minus
-    /// those a bare-name deny removes.
+    /// Tools a subagent may see: the sandbox tools and its MCP servers' tools (those its
+    /// definition names that its plugin is granted), minus those a bare-name deny removes.
     pub async fn list(&self, scope: &TaskScope) -> Vec<ToolSpec> {
         let sandbox = warden_sandbox::tool_specs().into_iter().map(|t| ToolSpec {
             name: t.name.to_string(),
@@ -217,7 +217,8 @@ impl ToolHost {
                 }
             }
         }
-        let mcp = self.mcp.list(&scope.mcp_servers, &own, site.as_ref()).await.into_iter().map(|t| ToolSpec {
+        let mcp = self.mcp.list(&scope.mcp_servers, &scope.plugin_grants, &own, site.as_ref()).await;
+        let mcp = mcp.into_iter().map(|t| ToolSpec {
             name: t.name,
             description: t.description,
             input_schema: t.input_schema,
@@ -259,13 +260,13 @@ impl ToolHost {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
                 };
             }
-            if !self.mcp.visible(&scope.mcp_servers).any(|s| s == server) {
-                return (
-                    format!("The {} call failed: MCP server {server:?} is not available to this subagent", call.name),
-                    true,
-                );
-            }
-            return match self.mcp.call(server, tool, call.input.clone(), site.as_ref()).await {
+            // Only a server the definition names and the plugin is granted (McpTools::visible).
+            let input = call.input.clone();
+            return match self
+                .mcp
+                .call(server, tool, input, &scope.mcp_servers, &scope.plugin_grants, site.as_ref())
+                .await
+            {
                 Ok(r) => (r.text, r.is_error),
                 Err(e) => (format!("The {} call failed: {e}", call.name), true),
             };

@@ -38,11 +38,12 @@ use tokio::sync::Notify;
 
 /// The fingerprint of a call's secrets (`shell_state::writer_of`): a keyed hash of the
 /// secret names and values, [`NO_SECRETS`] for calls without secrets; the key is random
-/// per host process. Which lane a command runs in, and which calls' secrets wrote a
-/// persisted shell variable.
-pub(crate) type Writer = u64;
+/// per host process. Which lane a command runs in, which calls' secrets wrote a
+/// persisted shell variable, and (in the host) which stdio MCP server process a task may
+/// use: one started with exactly its secrets.
+pub type Writer = u64;
 /// The fingerprint of a call without secrets (also the lane those calls share).
-pub(crate) const NO_SECRETS: Writer = 0;
+pub const NO_SECRETS: Writer = 0;
 
 /// One session's lanes (see the module docs).
 #[derive(Debug, Default)]

@@ -55,7 +55,11 @@ pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
 pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy};
 pub use error::{DockerObject, SandboxError};
 pub use exec::cap_text;
+/// The one fingerprint of a set of secrets: the lanes', the shell state's, and the host's
+/// key for stdio MCP server processes.
+pub use lanes::{NO_SECRETS, Writer};
 pub use metrics::MetricsSnapshot;
 pub use process::{ProcessId, SessionProcess, Settler};
 pub use session::{HostStatus, MAX_CONCURRENT_DOWNLOADS, PruneReport, Sandbox, SessionInfo, SessionKey};
+pub use shell_state::writer_of;
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

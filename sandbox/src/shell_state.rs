@@ -119,8 +119,8 @@ pub(crate) fn is_unsafe_name(name: &str) -> bool {
 /// key on it, below this module).
 pub(crate) use crate::lanes::{NO_SECRETS, Writer};
 
-/// The fingerprint of a call's secrets.
-pub(crate) fn writer_of(secrets: &[(String, String)]) -> Writer {
+/// The fingerprint of a call's secrets (the order of the pairs does not matter).
+pub fn writer_of(secrets: &[(String, String)]) -> Writer {
     static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
     if secrets.is_empty() {
         return NO_SECRETS;

@@ -22,6 +22,12 @@ pub struct GrantConfig {
     /// Secrets the host may inject into this plugin's HTTP requests, by name. The plugin
     /// only ever sees the name; the value goes only to the secret's `origins`.
     pub secrets: BTreeMap<String, SecretGrant>,
+    /// The operator's MCP servers (keys of `mcp_servers`) this plugin's subagents may use
+    /// as `mcp__<server>__<tool>`, through `tools`. The plugin writes its definitions (an
+    /// agent file's `mcpServers` is only what the plugin says it is), so a definition
+    /// naming a server not listed here is a registry problem and never reaches the server;
+    /// an `all_agents` server too is offered only to plugins listed here. Empty = none.
+    pub mcp_servers: Vec<String>,
 }
 
 /// Header a secret is sent in unless `header` says otherwise.

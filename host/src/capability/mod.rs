@@ -3,13 +3,16 @@
 //! A plugin *requests* capabilities in its `plugin-info`; the operator *grants* them in
 //! `plugins.grants.<id>`. The effective set is the intersection. Every host import
 //! calls [`Grants::check`] before doing anything, and a denial is an error value naming
-//! the capability — never a trap, never a silent success. This module must never
-//! perform the capability itself.
+//! the capability — never a trap, never a silent success. Which of the operator's MCP
+//! servers a plugin's subagents may reach is part of its grant too
+//! ([`Grants::check_mcp_server`]), checked when a definition is registered and again
+//! whenever MCP tools are listed or called. This module must never perform the
+//! capability itself.
 
 pub mod grant;
 pub mod http;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Serialize;
@@ -84,6 +87,8 @@ pub enum Denied {
         "capability `http` denied: {host} resolves to the non-public address {ip}, which no entry of the allow-list of plugin `{plugin}` allowing this URL names (plugins.grants.{plugin}.http)"
     )]
     InternalAddress { plugin: String, host: String, ip: std::net::IpAddr },
+    #[error("MCP server `{server}` denied: not granted to plugin `{plugin}` (plugins.grants.{plugin}.mcp_servers)")]
+    McpServerNotGranted { plugin: String, server: String },
 }
 
 /// A granted secret: where its value lives, where it may go and how it is sent.
@@ -108,6 +113,8 @@ pub struct Grants {
     granted: Vec<Capability>,
     http: AllowList,
     secrets: BTreeMap<String, SecretRule>,
+    /// `plugins.grants.<id>.mcp_servers`: the operator's MCP servers its subagents may use.
+    mcp_servers: BTreeSet<String>,
 }
 
 impl Grants {
@@ -140,7 +147,8 @@ impl Grants {
                 Ok((name.clone(), SecretRule { grant: grant.clone(), origins: AllowList::parse(&grant.origins)? }))
             })
             .collect::<Result<_, http::PatternError>>()?;
-        Ok(Grants { plugin: plugin.to_owned(), requested, granted, http, secrets })
+        let mcp_servers = g.mcp_servers.iter().cloned().collect();
+        Ok(Grants { plugin: plugin.to_owned(), requested, granted, http, secrets, mcp_servers })
     }
 
     /// The single gate every host import passes through.
@@ -178,6 +186,19 @@ impl Grants {
             });
         }
         Ok(rule)
+    }
+
+    /// May this plugin's subagents use the operator's MCP server `server`? The one check of
+    /// MCP reach: the registry asks it for every server a definition names (a name it
+    /// denies is a problem and is dropped from the definition), and the tool host asks it
+    /// again for every server whose tools it lists or calls, so a definition that did not
+    /// come through the registry reaches no more. Deny by default: only names in
+    /// `plugins.grants.<id>.mcp_servers` pass.
+    pub fn check_mcp_server(&self, server: &str) -> Result<(), Denied> {
+        if self.mcp_servers.contains(server) {
+            return Ok(());
+        }
+        Err(Denied::McpServerNotGranted { plugin: self.plugin.clone(), server: server.to_owned() })
     }
 
     /// Which internal addresses a request to `url` may reach: decided by the allow-list
@@ -234,6 +255,38 @@ mod tests {
         let g = Grants::new("p", &Capability::ALL, None).unwrap();
         for c in Capability::ALL {
             assert!(g.check(c).is_err(), "{c}");
+        }
+        assert!(g.check_mcp_server("github").is_err(), "no MCP server without a grant naming it");
+        // `tools` alone reaches no MCP server.
+        let tools = GrantConfig { tools: true, ..Default::default() };
+        let g = Grants::new("p", &Capability::ALL, Some(&tools)).unwrap();
+        let e = g.check_mcp_server("github").unwrap_err().to_string();
+        assert_eq!(e, "MCP server `github` denied: not granted to plugin `p` (plugins.grants.p.mcp_servers)");
+    }
+
+    proptest::proptest! {
+        /// A plugin reaches exactly the MCP servers its grant names: whatever the other
+        /// capabilities, whatever the plugin requested, and a denial names the plugin, the
+        /// server and the key that would grant it.
+        #[test]
+        fn an_mcp_server_is_reachable_exactly_when_the_grant_names_it(
+            granted in proptest::collection::vec("[a-c]{1,2}", 0..4),
+            asked in "[a-c]{1,2}",
+            tools in proptest::bool::ANY,
+            requested in proptest::sample::subsequence(Capability::ALL.to_vec(), 0..=Capability::ALL.len()),
+        ) {
+            let grant = GrantConfig { tools, mcp_servers: granted.clone(), ..Default::default() };
+            let g = Grants::new("plug", &requested, Some(&grant)).unwrap();
+            match g.check_mcp_server(&asked) {
+                Ok(()) => proptest::prop_assert!(granted.contains(&asked)),
+                Err(e) => {
+                    proptest::prop_assert!(!granted.contains(&asked));
+                    proptest::prop_assert_eq!(
+                        e,
+                        Denied::McpServerNotGranted { plugin: "plug".into(), server: asked.clone() }
+                    );
+                }
+            }
         }
     }
 }

@@ -727,8 +727,31 @@ impl Config {
                 }
                 config.mcp_servers.insert(name, server);
             }
+            config.check_granted_mcp_servers().map_err(|(key, message)| ConfigError::Invalid {
+                file: path.to_owned(),
+                key,
+                message,
+            })?;
         }
         Ok(config)
+    }
+
+    /// Every MCP server a grant names (`plugins.grants.<id>.mcp_servers`) is one of
+    /// `mcp_servers` (with those of `mcp_servers_file`, so checked once that file is read):
+    /// a name that is not grants nothing and is most likely a typo.
+    fn check_granted_mcp_servers(&self) -> Result<(), (String, String)> {
+        for (id, grant) in &self.plugins.grants {
+            for (i, name) in grant.mcp_servers.iter().enumerate() {
+                if !self.mcp_servers.contains_key(name) {
+                    let known = self.mcp_servers.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
+                    return Err((
+                        format!("plugins.grants.{id}.mcp_servers[{i}]"),
+                        format!("no MCP server named {name:?} in mcp_servers (configured: {known})"),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Parses YAML text; `file` is only used in error messages.
@@ -900,6 +923,10 @@ impl Config {
         for (name, server) in &self.mcp_servers {
             mcp::check_server_name(name).map_err(|e| invalid("mcp_servers".into(), e))?;
             server.transport().map_err(|e| invalid(format!("mcp_servers.{name}"), e))?;
+        }
+        // With an `mcp_servers_file`, granted names are checked once its servers are read.
+        if self.mcp_servers_file.is_none() {
+            self.check_granted_mcp_servers().map_err(|(key, message)| invalid(key, message))?;
         }
         let base = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         warden_models::ModelRouter::from_config(&self.models, base)
@@ -1175,6 +1202,33 @@ mod tests {
         assert!(!parse("").unwrap().subagents.allow_agent_mcp_servers);
         assert!(!parse("subagents:\n  allow_agent_mcp_servers: false\n").unwrap().subagents.allow_agent_mcp_servers);
         assert!(parse("subagents:\n  allow_agent_mcp_servers: true\n").unwrap().subagents.allow_agent_mcp_servers);
+    }
+
+    /// A grant names configured MCP servers only (from `mcp_servers` or, once read, the
+    /// `mcp_servers_file`): a typo is an error naming the key, not a grant of nothing.
+    #[test]
+    fn granted_mcp_servers_must_be_configured() {
+        let servers = "mcp_servers:\n  github: { url: \"https://mcp.example.com/mcp\" }\n";
+        let ok =
+            parse(&format!("plugins:\n  grants:\n    claude: {{ tools: true, mcp_servers: [github] }}\n{servers}"));
+        assert_eq!(ok.unwrap().plugins.grants["claude"].mcp_servers, ["github"]);
+        assert!(!parse("").unwrap().plugins.grants.contains_key("claude"), "nothing granted by default");
+        let e = parse(&format!("plugins:\n  grants:\n    claude: {{ mcp_servers: [github, gihub] }}\n{servers}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plugins.grants.claude.mcp_servers[1]") && e.contains("\"gihub\""), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".mcp.json"), r#"{"mcpServers": {"fs": {"url": "http://127.0.0.1:9/mcp"}}}"#)
+            .unwrap();
+        let file = dir.path().join("warden.yaml");
+        let grant = |name: &str| {
+            format!("mcp_servers_file: ./.mcp.json\nplugins:\n  grants:\n    claude: {{ mcp_servers: [{name}] }}\n")
+        };
+        std::fs::write(&file, grant("fs")).unwrap();
+        assert!(Config::from_file(&file).is_ok(), "a server of the mcp_servers_file may be granted");
+        std::fs::write(&file, grant("gh")).unwrap();
+        let e = Config::from_file(&file).unwrap_err().to_string();
+        assert!(e.contains("plugins.grants.claude.mcp_servers[0]") && e.contains("\"gh\""), "{e}");
     }
 
     #[test]

@@ -546,6 +546,7 @@ impl Runtime {
         task_scope.plugin.clone_from(&plugin.id);
         task_scope.permission_mode = definition.permission_mode;
         task_scope.mcp_servers.clone_from(&definition.mcp_servers);
+        task_scope.plugin_grants = plugin.grants.clone();
         task_scope.agent_mcp_servers.clone_from(&definition.agent_mcp_servers);
         task_scope.allowed_tools.clone_from(&definition.tools);
         let task_scope = Arc::new(task_scope);

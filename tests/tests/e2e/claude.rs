@@ -62,7 +62,11 @@ async fn claude_host_providers(
         &uuid::Uuid::new_v4().simple().to_string()[..12],
     );
     std::fs::write(root.join("warden.yaml"), yaml).unwrap();
-    let config = warden::Config::from_file(&root.join("warden.yaml")).unwrap();
+    let mut config = warden::Config::from_file(&root.join("warden.yaml")).unwrap();
+    // The claude plugin is granted every MCP server the tail configures
+    // (`plugins.grants.claude.mcp_servers`), as an operator deploying them for it would.
+    let servers = config.mcp_servers.keys().cloned().collect();
+    config.plugins.grants.get_mut("claude").expect("the claude grant").mcp_servers = servers;
     let host = warden::Host::start(config).await.unwrap();
     ClaudeHost { _dir: dir, registry: host.registry.clone(), host }
 }
@@ -547,6 +551,69 @@ async fn regression_a_stdio_mcp_servers_tool_list_was_shared_across_sessions() {
     assert_eq!(completed(&again), "alice done");
 }
 
+/// Supply-chain review finding 3: a stdio MCP server's process was shared by every task of
+/// its session, whatever secrets each task carried: a task without the token (or with
+/// another one) called the server another task had started with its token. The server here
+/// answers with the length of the token its environment holds (`env: { TOKEN: "${TOKEN}" }`;
+/// the value itself would be scrubbed) and its pid: each token gets a process of its own, a
+/// task without the secret gets none, and a task with the same token (and other secrets the
+/// server does not take) uses the running one.
+#[tokio::test(flavor = "multi_thread")]
+async fn regression_a_stdio_mcp_server_started_with_one_tasks_token_served_another_task() {
+    let server = "import os\n\
+                  from mcp.server.mcpserver import MCPServer\n\
+                  s = MCPServer('tok')\n\
+                  def token() -> str:\n    return 'len=%d pid=%d' % (len(os.environ.get('TOKEN', '')), os.getpid())\n\
+                  s.add_tool(token, name='token')\n\
+                  s.run()\n";
+    let tail = format!(
+        "approval:\n  default: deny\n  allow: [\"mcp__tok__*\"]\n\
+         mcp_servers:\n  tok: {{ command: /opt/warden/venv/bin/python, args: [\"-c\", {}], env: {{ TOKEN: \"${{TOKEN}}\" }} }}\n",
+        serde_json::to_string(server).unwrap()
+    );
+    let h = claude_host_with(AGENT, &[("main", "- text: unused\n")], "", &tail).await;
+    let s = session();
+    let grant = warden::config::GrantConfig { tools: true, mcp_servers: vec!["tok".into()], ..Default::default() };
+    let grants = Arc::new(
+        warden::capability::Grants::new("claude", &[warden::capability::Capability::Tools], Some(&grant)).unwrap(),
+    );
+    let call = |task: &str, secrets: &[(&str, &str)]| {
+        let scope = warden::scope::TaskScope {
+            task_id: task.into(),
+            session_id: s.clone(),
+            user_id: "tester".into(),
+            subagent: "helper".into(),
+            plugin: "claude".into(),
+            mcp_servers: vec!["tok".into()],
+            plugin_grants: grants.clone(),
+            tool_env: secrets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Default::default()
+        };
+        let tools = h.host.tools.clone();
+        async move {
+            let call = warden::tools::ToolCall {
+                id: "c".into(),
+                name: "mcp__tok__token".into(),
+                input: serde_json::json!({}),
+            };
+            tools.call_batch(&scope, vec![call]).await.pop().unwrap()
+        }
+    };
+    let pid = |r: &warden::tools::ToolResult| r.content.split("pid=").nth(1).unwrap_or_default().trim().to_owned();
+    let a = call("task-a", &[("TOKEN", "alpha-token-1")]).await;
+    assert!(!a.is_error && a.content.contains("len=13"), "{a:?}");
+    let b = call("task-b", &[("TOKEN", "b-tok")]).await;
+    assert!(!b.is_error && b.content.contains("len=5"), "task B acted with task A's token: {b:?}");
+    assert_ne!(pid(&a), pid(&b), "another token, another process");
+    let none = call("task-c", &[]).await;
+    assert!(none.is_error && !none.content.contains("len="), "a task without the token used a server: {none:?}");
+    assert!(none.content.contains("TOKEN") && none.content.contains("does not give"), "{none:?}");
+    let again = call("task-d", &[("OTHER", "unrelated"), ("TOKEN", "alpha-token-1")]).await;
+    assert!(!again.is_error && again.content.contains("len=13"), "{again:?}");
+    assert_eq!(pid(&again), pid(&a), "the same token (other secrets aside) uses the running process");
+    h.end(&s).await;
+}
+
 /// The command lines of the processes in `session`'s container.
 async fn processes(h: &ClaudeHost, session: &str) -> String {
     h.parent_tool(session, "Bash", serde_json::json!({"command": "ps -eo args"})).await.content
@@ -788,9 +855,10 @@ async fn egress_decisions_are_audited_and_streamed() {
 #[test]
 fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     let d = Deployment::new(
-        "  grants:\n    claude: { resources: true, log: true }\nsubagents:\n  agent_dirs: [./agents]\n\
+        "  grants:\n    claude: { resources: true, log: true, mcp_servers: [github] }\nsubagents:\n  agent_dirs: [./agents]\n\
          models:\n  default: main/scripted\n  providers:\n    main: { type: scripted, script: ./main.yaml }\n\
-         \x20   local: { type: openai, base_url: \"http://127.0.0.1:9/v1\" }\n",
+         \x20   local: { type: openai, base_url: \"http://127.0.0.1:9/v1\" }\n\
+         mcp_servers:\n  github: { url: \"http://127.0.0.1:9/mcp\" }\n",
     );
     std::fs::write(d.dir.path().join("main.yaml"), "- text: unused\n").unwrap();
     std::fs::copy(bundled_plugin("claude"), d.dir.path().join("plugins/claude.wasm")).unwrap();

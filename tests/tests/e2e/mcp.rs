@@ -2,7 +2,9 @@
 //! (`tests/peers/mcp_server.py`, PyPI `mcp` 2.3.0) over streamable HTTP: the current
 //! revision (2026-07-28: `server/discover`, no session) and an earlier one (the
 //! `initialize` handshake with `Mcp-Session-Id`). Each: resolve, call (with progress
-//! events), a tool error, and a slow tool past its deadline.
+//! events), a tool error, and a slow tool past its deadline. Also the operator's MCP
+//! servers as tools: a stdio one as a subagent of its own, and only the servers a plugin is
+//! granted reaching its subagents, whatever its definitions name.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -130,7 +132,7 @@ fn a_stdio_reference_server_is_itself_a_subagent() {
     let scope = format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let config = |allow: &str| {
         format!(
-            "  grants:\n    mcp: {{ events: true, log: true, tools: true }}\n\
+            "  grants:\n    mcp: {{ events: true, log: true, tools: true, mcp_servers: [time] }}\n\
              subagents:\n  references:\n\
              \x20   - {{ uri: \"mcp-stdio:time\", kind: MCP, metadata: {{ tool: get_current_time, name: clock }} }}\n\
              mcp_servers:\n  time: {{ command: mcp-server-time }}\n\
@@ -162,4 +164,65 @@ fn a_stdio_reference_server_is_itself_a_subagent() {
     let v = json(&d.warden(&["run", "clock", "UTC", "--json"]));
     assert_ne!(v["status"], "completed", "{v}");
     assert!(v.to_string().contains("not run") || v.to_string().contains("denied"), "{v}");
+}
+
+/// Supply-chain review finding 1: the operator's MCP servers a subagent reached were
+/// whatever its plugin's definition named, so any plugin granted `tools` reached every
+/// configured server (and with an operator rule such as `allow: [mcp__github__*]`, written
+/// for another plugin's agents, called it unasked). The hostile test plugin's definition
+/// names two servers (its own choice: metadata `mcp_servers`); the operator granted it one.
+/// The other is a problem naming the plugin, the server and the key that grants it, and it
+/// is neither offered nor called, though an allow rule names its tool.
+#[test]
+fn regression_a_plugin_reached_every_mcp_server_its_definition_named() {
+    let (calc, github) = (Peer::start("mcp_server.py", &[]), Peer::start("mcp_server.py", &[]));
+    let d = Deployment::new(&format!(
+        "  grants:\n    hostile: {{ tools: true, mcp_servers: [calc] }}\n\
+         subagents:\n  references:\n\
+         \x20   - {{ uri: \"h://picker\", kind: HOSTILE, metadata: {{ mcp_servers: \"calc, github\" }} }}\n\
+         mcp_servers:\n  calc: {{ url: \"{}/mcp\" }}\n  github: {{ url: \"{}/mcp\" }}\n\
+         approval:\n  default: deny\n  allow: [\"mcp__calc__add\", \"mcp__github__add\"]\n",
+        calc.url(),
+        github.url()
+    ));
+    d.add("hostile", "hostile");
+    let agents = json(&d.warden(&["agents", "--json"]));
+    let picker = agents["agents"].as_array().unwrap().iter().find(|a| a["name"] == "picker").cloned();
+    let picker = picker.unwrap_or_else(|| panic!("{agents}"));
+    assert_eq!(picker["mcp_servers"], serde_json::json!(["calc"]), "{picker}");
+    let problems: Vec<&str> = agents["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["source"] == "h://picker")
+        .filter_map(|p| p["message"].as_str())
+        .collect();
+    assert_eq!(
+        problems,
+        ["subagent \"picker\": MCP server `github` denied: not granted to plugin `hostile` \
+             (plugins.grants.hostile.mcp_servers); its tools are not offered"]
+    );
+    // Offered: the granted server's tools only.
+    let listed = json(&d.warden(&["run", "picker", "tools", "--json"]));
+    assert_eq!(listed["status"], "completed", "{listed}");
+    let names = listed["output"].as_str().unwrap();
+    assert!(names.lines().any(|n| n == "mcp__calc__add"), "{names}");
+    assert!(!names.contains("mcp__github__"), "{names}");
+    // Called past the listing: the allow rule passes the gate, the grant does not.
+    let call = |tool: &str| {
+        let script = serde_json::json!([{ "op": "tools_call", "name": tool, "arguments": r#"{"a": 20, "b": 22}"# }]);
+        let out = json(&d.warden(&["run", "picker", &format!("script:{script}"), "--json"]));
+        assert_eq!(out["status"], "completed", "{out}");
+        let results: Vec<String> = serde_json::from_str(out["output"].as_str().unwrap()).unwrap();
+        let detail = results[0].strip_prefix("ok:").unwrap_or_else(|| panic!("{results:?}"));
+        serde_json::from_str::<serde_json::Value>(detail).unwrap()[0].clone()
+    };
+    let granted = call("mcp__calc__add");
+    assert_eq!(granted["is_error"], false, "{granted}");
+    assert!(granted["content"].as_str().unwrap().contains("42"), "{granted}");
+    let refused = call("mcp__github__add");
+    let content = refused["content"].as_str().unwrap();
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert!(!content.contains("42"), "the ungranted server ran the call: {content}");
+    assert!(content.contains("not granted to plugin `hostile` (plugins.grants.hostile.mcp_servers)"), "{content}");
 }

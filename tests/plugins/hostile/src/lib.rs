@@ -2,7 +2,9 @@
 //!
 //! Built against WIT 0.2.0 (the `echo` test plugin keeps 0.1.0). kinds `["HOSTILE"]`,
 //! requests all seven capabilities; reference metadata `tools` (comma-separated) becomes
-//! the definition's typed `tools`. `can-resolve` spins
+//! the definition's typed `tools`, and `mcp_servers` (comma-separated) its `mcp_servers`
+//! (a plugin naming the operator's MCP servers it wants, whatever any agent file says).
+//! `can-resolve` spins
 //! forever for a reference whose uri is `loop`. `execute` dispatches on the prompt:
 //!
 //! | prompt | behaviour |
@@ -73,7 +75,9 @@ impl resolver::Guest for Hostile {
             uri.rsplit(['/', ':']).next().unwrap_or(uri).to_string()
         });
         let description = meta("description").unwrap_or_else(|| "Misbehaves on request".into());
-        let tools = meta("tools").map(|t| t.split(',').map(|s| s.trim().to_string()).collect());
+        let list = |t: String| t.split(',').map(|s| s.trim().to_string()).collect();
+        let tools = meta("tools").map(list);
+        let mcp_servers = meta("mcp_servers").map(list).unwrap_or_default();
         Ok(SubagentDefinition {
             name,
             description,
@@ -81,7 +85,7 @@ impl resolver::Guest for Hostile {
             reference,
             tools,
             permission_mode: None,
-            mcp_servers: vec![],
+            mcp_servers,
             egress: None,
             protocol_data: "{}".into(),
         })
