@@ -19,11 +19,13 @@
 //! one tenant cannot fill the gate and have every other tenant's asks declined.
 //!
 //! Every outcome is written to the audit log exactly once and published as
-//! [`GateEvent::Resolved`] (asks only).
+//! [`GateEvent::Resolved`] (asks only). The log's own thread writes it: the gate
+//! only queues the record, and waits (asynchronously, never blocking a runtime
+//! worker) until an outcome that lets the call run is on disk.
 //!
 //! This module must never let a call run without an explicit `allow` or
 //! approval: every path that is not one of those ends in a decline, including
-//! audit-log write failures.
+//! an audit record that could not be queued or written.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::audit::{AuditDecision, AuditLog, AuditRecord, args_digest};
+use crate::audit::{AuditDecision, AuditLog, AuditRecord, Written, args_digest};
 use crate::grants::{Grants, Scope};
 use crate::mode::PermissionMode;
 use crate::policy::{Decision, EvalContext, Policy};
@@ -648,7 +650,7 @@ impl ApprovalGate {
                             ),
                             waited: started.elapsed(),
                         };
-                        return inner.record(&req, verdict);
+                        return inner.record_confirmed(&req, verdict).await;
                     }
                     None => {
                         return self.ask(req, ev.matched_rule, ev.reason, decider, started).await;
@@ -667,7 +669,7 @@ impl ApprovalGate {
             reason: ev.reason,
             waited: started.elapsed(),
         };
-        inner.record(&req, verdict)
+        inner.record_confirmed(&req, verdict).await
     }
 
     /// Decide several calls; asks wait concurrently. Verdicts come back in
@@ -688,7 +690,8 @@ impl ApprovalGate {
         for (i, req) in requests.into_iter().enumerate() {
             let gate = self.clone();
             let decider = decider.clone();
-            set.spawn(async move { (i, gate.request_with(req, decider).await) });
+            // In the caller's span: the host's log knows whose task's lines these are.
+            set.spawn(tracing::Instrument::in_current_span(async move { (i, gate.request_with(req, decider).await) }));
         }
         let mut out: Vec<Option<Verdict>> = vec![None; n];
         while let Some(joined) = set.join_next().await {
@@ -767,12 +770,12 @@ impl ApprovalGate {
                     "approval request declined: too many waiting"
                 );
                 let v = Verdict { reason: limit.reason(), waited: started.elapsed(), ..base };
-                return inner.record(&req, v);
+                return inner.record(&req, v).0;
             }
             map.insert(id.clone(), Pending { info: info.clone(), user: req.user_id.clone(), tx });
         }
         let req_session = req.grant_session();
-        let mut guard = WaitGuard { inner: Arc::clone(inner), req, verdict: Some(base), started };
+        let mut guard = WaitGuard { inner: Arc::clone(inner), req, verdict: Some(base), recorded: None, started };
         inner.publish(GateEvent::Requested(info.clone()));
         inner.publish(GateEvent::Heartbeat { request_id: id.clone(), task_id: info.task_id.clone() });
 
@@ -848,7 +851,7 @@ impl ApprovalGate {
             Err("timeout") => (AuditDecision::Timeout, "timeout".to_owned()),
             Err(other) => (AuditDecision::Decline, other.to_owned()),
         };
-        guard.finish(decision, decided_by)
+        guard.finish(decision, decided_by).await
     }
 }
 
@@ -876,34 +879,64 @@ impl Inner {
         let _ = self.events.send(event);
     }
 
-    /// Audit `verdict`; if that fails, the call is declined instead.
-    fn record(&self, req: &ApprovalRequest, mut verdict: Verdict) -> Verdict {
-        if let Some(log) = &self.audit {
-            let rec = AuditRecord {
-                ts: AuditRecord::now(),
-                request_id: verdict.request_id.clone(),
-                task_id: req.task_id.clone(),
-                session_id: req.session_id.clone(),
-                user_id: req.user_id.clone(),
-                subagent: req.subagent.clone(),
-                plugin: req.plugin.clone(),
-                tool: req.tool.clone(),
-                args_sha256: args_digest(&req.input),
-                rule: verdict.matched_rule.clone(),
-                decision: verdict.decision,
-                decided_by: verdict.decided_by.clone(),
-                waited_ms: AuditRecord::millis(verdict.waited),
-            };
-            if let Err(e) = log.append(&rec) {
+    /// Queues `verdict`'s audit record; if it cannot be queued, the call is declined
+    /// instead. An allowing verdict's record must then be confirmed on disk
+    /// ([`confirmed`]) before the call runs.
+    fn record(&self, req: &ApprovalRequest, mut verdict: Verdict) -> (Verdict, Option<Written>) {
+        let Some(log) = &self.audit else { return (verdict, None) };
+        let rec = AuditRecord {
+            ts: AuditRecord::now(),
+            request_id: verdict.request_id.clone(),
+            task_id: req.task_id.clone(),
+            session_id: req.session_id.clone(),
+            user_id: req.user_id.clone(),
+            subagent: req.subagent.clone(),
+            plugin: req.plugin.clone(),
+            tool: req.tool.clone(),
+            args_sha256: args_digest(&req.input),
+            rule: verdict.matched_rule.clone(),
+            decision: verdict.decision,
+            decided_by: verdict.decided_by.clone(),
+            waited_ms: AuditRecord::millis(verdict.waited),
+        };
+        match log.append(&rec) {
+            Ok(written) => (verdict, Some(written)),
+            Err(e) => {
                 tracing::error!(error = %e, tool = %req.tool, "audit write failed; declining the call");
-                if verdict.allowed() {
-                    verdict.decision = AuditDecision::Decline;
-                    verdict.decided_by = "error".into();
-                    verdict.reason = format!("audit log write failed: {e}");
-                }
+                decline_unaudited(&mut verdict, &e);
+                (verdict, None)
             }
         }
-        verdict
+    }
+
+    /// Queues `verdict`'s record and, when it lets the call run, waits until the record is
+    /// on disk (without blocking a thread): a call never runs unaudited.
+    async fn record_confirmed(&self, req: &ApprovalRequest, verdict: Verdict) -> Verdict {
+        let (verdict, written) = self.record(req, verdict);
+        confirmed(verdict, written, &req.tool).await
+    }
+}
+
+/// `verdict` once its record is on disk: an allowing verdict whose record could not be
+/// written becomes a decline. A decline runs nothing, so it is not waited for.
+async fn confirmed(mut verdict: Verdict, written: Option<Written>, tool: &str) -> Verdict {
+    let Some(written) = written else { return verdict };
+    if !verdict.allowed() {
+        return verdict;
+    }
+    if let Err(e) = written.wait().await {
+        tracing::error!(error = %e, tool, "audit write failed; declining the call");
+        decline_unaudited(&mut verdict, &e);
+    }
+    verdict
+}
+
+/// Turns an allowing `verdict` whose record was not written into a decline.
+fn decline_unaudited(verdict: &mut Verdict, e: &crate::audit::AuditError) {
+    if verdict.allowed() {
+        verdict.decision = AuditDecision::Decline;
+        verdict.decided_by = "error".into();
+        verdict.reason = format!("audit log write failed: {e}");
     }
 }
 
@@ -913,27 +946,40 @@ struct WaitGuard {
     req: ApprovalRequest,
     /// `Some` until the wait ends; holds the base verdict.
     verdict: Option<Verdict>,
+    /// The outcome while its record is being confirmed on disk (published from the drop
+    /// guard if the wait is dropped meanwhile).
+    recorded: Option<Verdict>,
     started: Instant,
 }
 
 impl WaitGuard {
-    fn finish(&mut self, decision: AuditDecision, decided_by: String) -> Verdict {
+    /// Records the outcome (an approval only once its record is on disk) and publishes it.
+    async fn finish(&mut self, decision: AuditDecision, decided_by: String) -> Verdict {
         let base = self.verdict.take().expect("finish is called once");
         let v = Verdict { decision, decided_by, waited: self.started.elapsed(), ..base };
-        self.complete(v)
+        self.inner.lock_pending().remove(v.request_id.as_deref().unwrap_or_default());
+        let (v, written) = self.inner.record(&self.req, v);
+        self.recorded = Some(v.clone());
+        let v = confirmed(v, written, &self.req.tool).await;
+        self.recorded = None;
+        self.publish(&v);
+        v
     }
 
-    fn complete(&self, v: Verdict) -> Verdict {
-        let id = v.request_id.clone().unwrap_or_default();
-        self.inner.lock_pending().remove(&id);
-        let v = self.inner.record(&self.req, v);
+    /// Records a decline from the drop guard (nothing runs, so nothing waits) and publishes it.
+    fn complete_declined(&self, v: Verdict) {
+        self.inner.lock_pending().remove(v.request_id.as_deref().unwrap_or_default());
+        let (v, _) = self.inner.record(&self.req, v);
+        self.publish(&v);
+    }
+
+    fn publish(&self, v: &Verdict) {
         self.inner.publish(GateEvent::Resolved {
-            request_id: id,
+            request_id: v.request_id.clone().unwrap_or_default(),
             task_id: self.req.task_id.clone(),
             decision: v.decision,
             decided_by: v.decided_by.clone(),
         });
-        v
     }
 }
 
@@ -946,7 +992,11 @@ impl Drop for WaitGuard {
                 waited: self.started.elapsed(),
                 ..base
             };
-            self.complete(v);
+            self.complete_declined(v);
+        } else if let Some(v) = self.recorded.take() {
+            // Dropped while its record was being confirmed: the call never ran, but the
+            // request was resolved as recorded.
+            self.publish(&v);
         }
     }
 }

@@ -26,7 +26,8 @@ pub mod rule;
 pub mod shell;
 
 pub use audit::{
-    AuditDecision, AuditError, AuditLog, AuditRecord, EgressRecord, Record, RecordOwner, TextFilter, args_digest,
+    AuditDecision, AuditError, AuditLog, AuditRecord, EgressRecord, EgressSuppressedRecord, GapRecord, Record,
+    RecordOwner, TextFilter, Written, args_digest, sync_open_logs,
 };
 pub use gate::{
     ApprovalGate, ApprovalRequest, Authority, BoxFuture, ChainLink, Decider, GateError, GateEvent, Observer,

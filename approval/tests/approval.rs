@@ -1034,7 +1034,9 @@ mod gate {
         Fixture { gate, events, audit_path, _dir: dir }
     }
 
-    fn audit_lines(path: &PathBuf) -> Vec<Value> {
+    /// The lines of `gate`'s audit log at `path`, once its writer has caught up.
+    fn audit_lines(gate: &ApprovalGate, path: &PathBuf) -> Vec<Value> {
+        gate.audit_log().expect("an audit log").sync().unwrap();
         std::fs::read_to_string(path)
             .unwrap_or_default()
             .lines()
@@ -1198,7 +1200,7 @@ mod gate {
         let v = f.gate.request(req("rm -rf /", "t1")).await;
         assert_eq!(v.decision, AuditDecision::Deny);
         assert!(v.declined_message("Bash").unwrap().contains("not run"));
-        let lines = audit_lines(&f.audit_path);
+        let lines = audit_lines(&f.gate, &f.audit_path);
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[1]["rule"], "Bash(rm:*)");
     }
@@ -1269,7 +1271,7 @@ mod gate {
         assert!(f.gate.pending().is_empty());
         // Late answers are a typed error.
         assert_eq!(f.gate.resolve(&p.id, Resolution::Approve, "alice"), Err(GateError::UnknownRequest(p.id.clone())));
-        let lines = audit_lines(&f.audit_path);
+        let lines = audit_lines(&f.gate, &f.audit_path);
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0]["decision"], "timeout");
         assert_eq!(lines[0]["request_id"], p.id.as_str());
@@ -1309,7 +1311,7 @@ mod gate {
         assert!(h.await.unwrap_err().is_cancelled());
         assert!(f.gate.pending().is_empty());
         assert!(f.gate.resolve(&p.id, Resolution::Approve, "late").is_err());
-        let lines = audit_lines(&f.audit_path);
+        let lines = audit_lines(&f.gate, &f.audit_path);
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0]["decision"], "decline");
         assert_eq!(lines[0]["decided_by"], "disconnect");
@@ -1349,7 +1351,7 @@ mod gate {
         cancel_tx.send(()).unwrap();
         h.await.unwrap();
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
-        let lines = audit_lines(&f.audit_path);
+        let lines = audit_lines(&f.gate, &f.audit_path);
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[1]["decided_by"], "disconnect");
     }
@@ -1381,7 +1383,7 @@ mod gate {
             assert_eq!(v.decision, want, "call {i}");
             assert_eq!(v.decided_by, format!("user:op{i}"));
         }
-        assert_eq!(audit_lines(&f.audit_path).len(), 10);
+        assert_eq!(audit_lines(&f.gate, &f.audit_path).len(), 10);
     }
 
     #[tokio::test]
@@ -1413,7 +1415,7 @@ mod gate {
         let got: Vec<AuditDecision> = h.await.unwrap().iter().map(|v| v.decision).collect();
         use AuditDecision::*;
         assert_eq!(got, [Approve, Allow, Decline, Deny, Approve, Decline]);
-        assert_eq!(audit_lines(&f.audit_path).len(), 6);
+        assert_eq!(audit_lines(&f.gate, &f.audit_path).len(), 6);
     }
 
     struct Tty(Result<Resolution, String>);
@@ -1466,7 +1468,7 @@ mod gate {
         assert_eq!((v.decision, v.decided_by.as_str()), (AuditDecision::Bypass, "bypass"));
         r.input = json!({"command": "rm -rf /"});
         assert_eq!(gate.request(r).await.decision, AuditDecision::Deny);
-        let lines = audit_lines(&path);
+        let lines = audit_lines(&gate, &path);
         assert_eq!(lines[0]["decision"], "bypass");
         assert_eq!(lines[0]["decided_by"], "bypass");
     }
@@ -1686,6 +1688,7 @@ mod audit {
         r2.input = json!({"file_path": format!("secrets/{secret}")});
         assert!(!gate.request(r2).await.allowed());
 
+        gate.audit_log().unwrap().sync().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains(secret), "arguments leaked into the audit log");
         assert!(!text.contains("Authorization") && !text.contains("https://x"), "argument text in the audit log");
@@ -1742,8 +1745,9 @@ mod audit {
             decided_by: "policy".into(),
             waited_ms: 0,
         };
-        log.append(&rec).unwrap();
-        log.append(&rec).unwrap();
+        let _ = log.append(&rec).unwrap();
+        let _ = log.append(&rec).unwrap();
+        log.sync().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 3);
         assert!(text.starts_with("{\"old\":true}\n"));
@@ -1789,7 +1793,7 @@ mod audit {
                 decided_by: "user:alice".into(),
                 waited_ms: 7,
             };
-            log.append(&rec).unwrap();
+            let _ = log.append(&rec).unwrap();
             let egress = EgressRecord {
                 ts: AuditRecord::now(),
                 event: "egress".into(),
@@ -1805,6 +1809,7 @@ mod audit {
                 credential: None,
             };
             log.append_egress(&egress).unwrap();
+            log.sync().unwrap();
             let text = std::fs::read_to_string(&path).unwrap();
             let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
             proptest::prop_assert_eq!(lines.len(), 2, "{}", text);

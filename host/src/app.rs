@@ -51,8 +51,11 @@ impl Host {
                 Some(Arc::new(
                     warden_approval::AuditLog::open(&path)
                         .with_context(|| format!("cannot open audit log {}", path.display()))?
+                        // Operator text: a record's free-text fields (tool, subagent, plugin,
+                        // rule, host) are rewritten only by its own session's values that
+                        // could be secrets, never by a tenant's words (`Bash`, a name).
                         .with_filter(Arc::new(|owner: warden_approval::RecordOwner<'_>, text: &str| {
-                            redact::registry().owner(owner.user_id, owner.session_id).scrub(text).into_owned()
+                            redact::registry().operator(owner.user_id, owner.session_id).scrub(text).into_owned()
                         })),
                 ))
             }
@@ -192,7 +195,8 @@ plugins:
         let env = |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
         let registry = redact::SecretRegistry::default();
         register_host_credentials(config, &registry, env);
-        assert_eq!(registry.all().scrub(line), want, "logs");
+        assert_eq!(registry.operator_union().scrub(line), want, "logs of no session");
+        assert_eq!(registry.operator(Some("u"), Some("s")).scrub(line), want, "logs and audit lines of a session");
         assert_eq!(registry.session("u", "s").scrub(line), want, "events and outputs of any session");
         assert_eq!(registry.host().scrub(line), want, "tool results");
     }

@@ -13,7 +13,8 @@
 //!   tool's rules);
 //! - [`config`] (warden.yaml, plain validated data), [`actor`] (the host's own names);
 //! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`event`]
-//!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task), [`store`], [`redact`], [`builtin`], [`text`],
+//!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task), [`store`],
+//!   [`logging`] (the operator's log, scrubbed per owner) over [`redact`], [`builtin`], [`text`],
 //!   [`bounded_read`], [`http_client`] (the one hardened outbound HTTP client builder).
 //!
 //! This file only declares modules and re-exports; it holds nothing other modules import.
@@ -28,6 +29,7 @@ pub mod config;
 pub mod engine;
 pub mod event;
 pub mod http_client;
+pub mod logging;
 pub mod mcp_tools;
 pub mod nesting;
 pub mod oci;

@@ -4,11 +4,21 @@
 //! A task's `tool_context` values are secrets: they reach sandbox execs as environment
 //! variables and nothing else. [`SecretRegistry::remember`] records them for the task's
 //! session (user id + session id) — a session remembers every secret given to any of its
-//! tasks, so a later task of the session is scrubbed of them too — and in one
-//! process-wide union that scrubs the operator's log lines at every level
-//! ([`ScrubbingMakeWriter`]), which no tenant reads. Everything else is scrubbed with the
-//! secrets of whose text it is ([`SecretRegistry::owner`]): a session's with the session's
+//! tasks, so a later task of the session is scrubbed of them too. Text is scrubbed with
+//! the secrets of whose it is ([`SecretRegistry::owner`]): a session's with the session's
 //! secrets and the host's, text of no session with the host's only.
+//!
+//! The operator's text — log lines (`crate::logging`) and the audit log's free-text
+//! fields — is the host's, not a tenant's: a tenant value may rewrite it only where it
+//! could be a secret and never where it is a word. So it is scrubbed with
+//! [`SecretRegistry::operator`]: the host's secrets and, of its owner session, only the
+//! values [`fit_for_operator_text`] (at least [`MIN_OPERATOR_SECRET_BYTES`], not made of
+//! letters, `_` and `-` alone, not part of the session's own user or session id); text
+//! of no known session with [`SecretRegistry::operator_union`], the host's secrets and
+//! every session's fit values. A tenant that passes `task_`, `session`, `Bash` or its own
+//! name as a `tool_context` value therefore blanks none of them from any operator's line,
+//! its own included; those values are still scrubbed from everything the tenant, its
+//! plugins and its models read.
 //!
 //! Where text leaves, it is scrubbed with the session's [`Redactor`]: task events (the
 //! engine, before they are kept or stored), outputs, errors and task records, SSE frames
@@ -33,7 +43,6 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use aho_corasick::{AhoCorasick, MatchKind};
@@ -58,6 +67,10 @@ pub const REDACTED: &str = "[redacted]";
 /// Secrets shorter than this are not scrubbed: they would match everywhere, and
 /// `tool_context` values are tokens and keys, far longer.
 pub const MIN_SECRET_BYTES: usize = 4;
+/// Tenant values shorter than this never rewrite operator text (log lines, audit fields):
+/// short values match words and ids of the host's own text (`task_`, `Bash`, a user
+/// name), while tokens, keys and passwords are longer.
+pub const MIN_OPERATOR_SECRET_BYTES: usize = 8;
 /// Longest `tool_context` value accepted: a PEM private key fits; longer values would
 /// make every stream hold back that much text.
 pub const MAX_SECRET_BYTES: usize = 4096;
@@ -96,6 +109,19 @@ pub enum SecretError {
     UserFull,
     #[error("secrets cannot be compiled for scrubbing: {0}")]
     Build(String),
+}
+
+/// Whether a `tool_context` value of the session `(user_id, session_id)` may rewrite
+/// operator text (see the module documentation): at least [`MIN_OPERATOR_SECRET_BYTES`],
+/// with a character other than an ASCII letter, `_` or `-` (a digit, punctuation, a
+/// space, anything non-ASCII: every token and key has one, an identifier or a word has
+/// none), and not part of the session's own user id or session id (a tenant must not
+/// blank its own name out of the lines about it).
+pub fn fit_for_operator_text(value: &str, user_id: &str, session_id: &str) -> bool {
+    value.len() >= MIN_OPERATOR_SECRET_BYTES
+        && value.chars().any(|c| !(c.is_ascii_alphabetic() || c == '_' || c == '-'))
+        && !user_id.contains(value)
+        && !session_id.contains(value)
 }
 
 /// The forms a secret is matched in: raw, JSON-escaped and `Debug`-escaped.
@@ -406,16 +432,22 @@ impl ByteStreamScrubber {
     }
 }
 
-/// Every secret this process was given, per session and in one union.
+/// Every secret this process was given, per session, and what of them scrubs operator
+/// text.
 #[derive(Default)]
 pub struct SecretRegistry {
     /// Each session's redactor: its own secrets and the host's.
     sessions: Mutex<HashMap<(String, String), Arc<Redactor>>>,
+    /// Each session's redactor of operator text: its values [`fit_for_operator_text`]
+    /// and the host's secrets.
+    operator_sessions: Mutex<HashMap<(String, String), Arc<Redactor>>>,
     /// Secrets of the host itself, not of any session (the credentials it holds: egress
     /// proxy credentials, MCP server tokens, plugin-granted secrets, model API keys):
     /// scrubbed from every session's events, outputs and tool results, and from logs.
     host: Arc<Redactor>,
-    all: Redactor,
+    /// The host's secrets and every session's values fit for operator text: for operator
+    /// text of no known session.
+    operator_union: Redactor,
     held: Mutex<HeldBytes>,
 }
 
@@ -473,7 +505,19 @@ impl SecretRegistry {
             .clone();
         let new_bytes = session.add_counting(values, MAX_SESSION_SECRETS, host.len())?;
         *held.per_user.entry(user_id.to_owned()).or_default() += new_bytes;
-        held.total += self.all.add(values, usize::MAX)?;
+        held.total += new_bytes;
+        let fit: Vec<&str> = values.iter().copied().filter(|v| fit_for_operator_text(v, user_id, session_id)).collect();
+        if !fit.is_empty() {
+            let operator = self
+                .operator_sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry((user_id.to_owned(), session_id.to_owned()))
+                .or_insert_with(|| Arc::new(Redactor::with_secrets(host.iter().map(String::as_str))))
+                .clone();
+            operator.add(&fit, usize::MAX)?;
+            self.operator_union.add(&fit, usize::MAX)?;
+        }
         Ok(())
     }
 
@@ -492,11 +536,14 @@ impl SecretRegistry {
     pub fn remember_host(&self, values: &[&str]) -> Result<(), SecretError> {
         Self::check(values.iter().copied())?;
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        self.host.add(values, usize::MAX)?;
+        held.total += self.host.add(values, usize::MAX)?;
         for session in self.sessions.lock().unwrap_or_else(|p| p.into_inner()).values() {
             session.add(values, usize::MAX)?;
         }
-        held.total += self.all.add(values, usize::MAX)?;
+        for operator in self.operator_sessions.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            operator.add(values, usize::MAX)?;
+        }
+        self.operator_union.add(values, usize::MAX)?;
         Ok(())
     }
 
@@ -529,57 +576,27 @@ impl SecretRegistry {
         }
     }
 
-    /// The union of every secret of every session and the host's: for the operator's
-    /// log lines only ([`ScrubbingMakeWriter`]), written by code that knows no session
-    /// and read by no tenant. Never for text a tenant or a plugin reads or that is
-    /// parsed again (a tenant's value would rewrite other tenants' text, and where it
-    /// reads [`REDACTED`] would tell that tenant another's secret).
-    pub fn all(&self) -> &Redactor {
-        &self.all
-    }
-}
-
-/// A `tracing_subscriber` writer factory whose writers scrub each log record of every
-/// known secret before it reaches `inner`: the log path of every module and plugin.
-#[derive(Debug, Clone)]
-pub struct ScrubbingMakeWriter<M>(pub M);
-
-impl<'a, M> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbingMakeWriter<M>
-where
-    M: tracing_subscriber::fmt::MakeWriter<'a>,
-{
-    type Writer = ScrubbingWriter<M::Writer>;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        ScrubbingWriter { inner: self.0.make_writer(), buf: Vec::new() }
-    }
-}
-
-/// Collects one log record and writes it scrubbed when dropped.
-pub struct ScrubbingWriter<W: Write> {
-    inner: W,
-    buf: Vec<u8>,
-}
-
-impl<W: Write> Write for ScrubbingWriter<W> {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(b);
-        Ok(b.len())
+    /// The redactor of operator text (log lines, audit fields) owned by
+    /// `(user_id, session_id)`: the host's secrets and that session's values
+    /// [`fit_for_operator_text`]; the host's only when the owner is not a known session.
+    /// Never for text a tenant or a plugin reads (it misses the session's other values).
+    pub fn operator(&self, user_id: Option<&str>, session_id: Option<&str>) -> Arc<Redactor> {
+        let (Some(user), Some(session)) = (user_id, session_id) else { return self.host() };
+        self.operator_sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(user.to_owned(), session.to_owned()))
+            .cloned()
+            .unwrap_or_else(|| self.host.clone())
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<W: Write> Drop for ScrubbingWriter<W> {
-    fn drop(&mut self) {
-        if self.buf.is_empty() {
-            return;
-        }
-        let out = registry().all().scrub_bytes(&self.buf);
-        let _ = self.inner.write_all(&out);
-        let _ = self.inner.flush();
+    /// The host's secrets and every session's values [`fit_for_operator_text`]: for
+    /// operator log lines that name no session (`crate::logging`), which any tenant's
+    /// secret could be in. Never for text a tenant or a plugin reads or that is parsed
+    /// again (a tenant's value would rewrite other tenants' text, and where it reads
+    /// [`REDACTED`] would tell that tenant another's secret).
+    pub fn operator_union(&self) -> &Redactor {
+        &self.operator_union
     }
 }
 
@@ -639,7 +656,8 @@ mod tests {
         let reg = SecretRegistry::default();
         reg.remember_host(&["egress-credential-value"]).unwrap();
         assert_eq!(reg.host().scrub("echo: egress-credential-value"), "echo: [redacted]");
-        assert_eq!(reg.all().scrub("log egress-credential-value"), "log [redacted]");
+        assert_eq!(reg.operator_union().scrub("log egress-credential-value"), "log [redacted]");
+        assert_eq!(reg.operator(Some("u"), Some("s")).scrub("log egress-credential-value"), "log [redacted]");
         assert!(!reg.has_session_secrets("u", "s"), "not a session's secret");
         // Every session's events and outputs are scrubbed of it, sessions started before
         // and after it was registered, and it never counts against a session's limit.
@@ -663,7 +681,10 @@ mod tests {
         let s1 = reg.session("u", "s1");
         assert_eq!(s1.scrub("first-secret second-secret"), "[redacted] [redacted]");
         assert_eq!(reg.session("u", "s2").scrub("first-secret"), "first-secret", "other sessions keep their text");
-        assert_eq!(reg.all().scrub("first-secret"), "[redacted]");
+        // A word-like value never rewrites operator text; one that could be a key does.
+        assert_eq!(reg.operator_union().scrub("first-secret"), "first-secret");
+        reg.remember("u", "s1", &["third-secret-3"]).unwrap();
+        assert_eq!(reg.operator_union().scrub("third-secret-3"), "[redacted]");
         let long = "x".repeat(MAX_SECRET_BYTES + 1);
         assert_eq!(reg.remember("u", "s1", &[&long]), Err(SecretError::TooLong(long.len())));
         assert_eq!(reg.remember("u", "s1", &["redacted"]), Err(SecretError::LooksLikeMarker));
@@ -692,6 +713,27 @@ mod tests {
         for (user, session) in others {
             assert_eq!(reg.owner(user, session).scrub(text), "[redacted] bob-secret-1", "{user:?} {session:?}");
         }
+    }
+
+    /// Regression (attack review F7): every tenant's `tool_context` values (4 bytes and
+    /// up) scrubbed every operator log line and its own audit fields, so a tenant passing
+    /// `task_`, `session`, `Bash` or its own name blanked those words host-wide. Words and
+    /// short values now never rewrite operator text, whoever's it is.
+    #[test]
+    fn regression_a_tenants_words_rewrote_operator_text() {
+        let reg = SecretRegistry::default();
+        let words = ["task_", "session", "Bash", "alice", "mallory", "tool_call", "user_id", "INFO"];
+        reg.remember("mallory", "m1", &words).unwrap();
+        let line = "INFO task{user=alice session=s1 task_id=task_9b1c}: warden::engine: tool Bash user_id=mallory";
+        assert_eq!(reg.operator_union().scrub(line), line);
+        for (user, session) in [(Some("mallory"), Some("m1")), (Some("alice"), Some("s1")), (None, None)] {
+            assert_eq!(reg.operator(user, session).scrub(line), line, "{user:?} {session:?}");
+        }
+        // Still scrubbed from what the tenant and its plugins read.
+        assert_eq!(reg.session("mallory", "m1").scrub("Bash"), "[redacted]");
+        // Nor may a value that could be a key blank the tenant's own ids.
+        reg.remember("mallory.2024", "m1", &["mallory.2024"]).unwrap();
+        assert_eq!(reg.operator(Some("mallory.2024"), Some("m1")).scrub("user=mallory.2024"), "user=mallory.2024");
     }
 
     /// Regression (attacker review): the host-wide secret budget, which only a restart
@@ -846,6 +888,81 @@ mod tests {
             let chunks = chunk(&text, &cuts);
             let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
             prop_assert_eq!(stream(&r, &chunks), r.scrub(&text).into_owned());
+        }
+    }
+
+    /// Any text made of what a tenant value may not rewrite in operator text with: ASCII
+    /// letters, `_`, `-`, and short values of anything.
+    fn unfit_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::string::string_regex("[A-Za-z_-]{4,16}").unwrap(),
+            prop::string::string_regex("[a-z0-9 .:=]{4,7}").unwrap(),
+        ]
+        .prop_filter("not part of the marker", |s| !REDACTED.contains(s.as_str()))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Whatever values other sessions (and the owner) registered, an operator line of
+        /// the owner holding none of the owner's values and no host secret is unchanged;
+        /// the owner's own fit values never survive in it.
+        #[test]
+        fn an_owners_operator_line_is_rewritten_by_its_own_secrets_only(
+            others in prop::collection::vec(("[a-c]{1,2}", "[a-c]{1,2}", secret()), 0..8),
+            own in prop::collection::vec(secret(), 0..3),
+            parts in prop::collection::vec((plain(), any::<bool>(), any::<prop::sample::Index>()), 1..8),
+            words in prop::collection::vec(unfit_value(), 0..6),
+        ) {
+            let reg = SecretRegistry::default();
+            for (user, session, value) in &others {
+                // Another session's value: the owner's line may quote it freely.
+                let _ = reg.remember(&format!("other-{user}"), session, &[value.as_str()]);
+            }
+            let own: Vec<&str> = own.iter().map(String::as_str).collect();
+            reg.remember("owner", "sess", &own).unwrap();
+            let _ = reg.remember("owner", "sess", &words.iter().map(String::as_str).collect::<Vec<_>>());
+            let fit: Vec<&str> = own.iter().copied().filter(|v| fit_for_operator_text(v, "owner", "sess")).collect();
+            // A line of plain text, other sessions' values and the owner's words.
+            let mut line = String::new();
+            for (p, quote, i) in &parts {
+                line.push_str(p);
+                if *quote && !others.is_empty() {
+                    line.push_str(&others[i.index(others.len())].2);
+                } else if *quote && !words.is_empty() {
+                    line.push_str(&words[i.index(words.len())]);
+                }
+            }
+            prop_assume!(!own.iter().any(|v| forms(v).any(|f| line.contains(&f))));
+            let r = reg.operator(Some("owner"), Some("sess"));
+            prop_assert_eq!(r.scrub(&line).into_owned(), line.clone());
+            // The owner's fit values are scrubbed from its own lines.
+            for v in &fit {
+                let with = format!("{line}{v}");
+                prop_assert!(!r.scrub(&with).contains(v), "{v:?} in {:?}", r.scrub(&with));
+            }
+        }
+
+        /// Values unfit for operator text — words, identifiers, short values — never
+        /// rewrite an operator line, attributed or not, whoever registered them.
+        #[test]
+        fn unfit_values_never_rewrite_an_operator_line(
+            values in prop::collection::vec(("[a-c]{1,2}", "[a-c]{1,2}", unfit_value()), 1..10),
+            line in prop::string::string_regex(r"[A-Za-z_ :=.{}0-9-]{0,80}").unwrap(),
+            quoted in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+        ) {
+            let reg = SecretRegistry::default();
+            for (user, session, value) in &values {
+                reg.remember(user, session, &[value.as_str()]).unwrap();
+            }
+            let mut line = line;
+            for i in &quoted {
+                line.push_str(&values[i.index(values.len())].2);
+            }
+            prop_assert_eq!(reg.operator_union().scrub(&line).into_owned(), line.clone());
+            for (user, session, _) in &values {
+                prop_assert_eq!(reg.operator(Some(user), Some(session)).scrub(&line).into_owned(), line.clone());
+            }
         }
     }
 }

@@ -86,42 +86,79 @@ impl Drop for FlightGuard<'_> {
     }
 }
 
-/// An egress decision of a session's proxy: one audit line, and an `egress` event in the
-/// stream of every task with a call running in that session's sandbox (the proxy sees
-/// connections, not calls: concurrent calls of one session all get it).
-fn egress_observed(ev: &warden_sandbox::EgressEvent, audit: Option<&warden_approval::AuditLog>, in_flight: &InFlight) {
-    if let Some(log) = audit {
-        let rec = warden_approval::EgressRecord {
-            ts: warden_approval::AuditRecord::now(),
-            event: "egress".into(),
-            session_id: ev.session.session_id.clone(),
-            user_id: ev.session.user_id.clone(),
-            kind: ev.kind.clone(),
-            host: ev.host.clone(),
-            port: ev.port,
-            decision: if ev.allowed {
-                warden_approval::AuditDecision::Allow
-            } else {
-                warden_approval::AuditDecision::Deny
-            },
-            rule: ev.rule.clone(),
-            bytes_sent: ev.bytes_sent,
-            bytes_received: ev.bytes_received,
-            credential: ev.credential.clone(),
-        };
-        if let Err(e) = log.append_egress(&rec) {
-            tracing::error!(error = %e, host = %ev.host, "audit write of an egress decision failed");
+/// What a session's egress recorder reports (each decision within the session's record
+/// budget, a count of those past it): one audit line, and an `egress` event in the stream
+/// of every task with a call running in that session's sandbox (the proxy sees
+/// connections, not calls: concurrent calls of one session all get it). The audit line is
+/// only queued ([`warden_approval::AuditLog`] writes on a thread of its own): the proxy
+/// never waits for the disk.
+fn egress_observed(
+    report: &warden_sandbox::EgressReport,
+    audit: Option<&warden_approval::AuditLog>,
+    in_flight: &InFlight,
+) {
+    use warden_sandbox::EgressReport;
+    let (session, data) = match report {
+        EgressReport::Decision(ev) => {
+            if let Some(log) = audit {
+                // A full queue is counted by the log itself (an `audit_gap` line).
+                let _ = log.append_egress(&egress_record(ev));
+            }
+            let data = json!({
+                "host": ev.host, "port": ev.port, "kind": ev.kind, "allowed": ev.allowed, "rule": ev.rule,
+                "bytes_sent": ev.bytes_sent, "bytes_received": ev.bytes_received, "credential": ev.credential,
+            });
+            (&ev.session, data)
         }
-    }
+        EgressReport::Suppressed(c) => {
+            if let Some(log) = audit {
+                let _ = log.append_egress_suppressed(&warden_approval::EgressSuppressedRecord {
+                    ts: warden_approval::AuditRecord::now(),
+                    event: "egress_suppressed".into(),
+                    session_id: c.session.session_id.clone(),
+                    user_id: c.session.user_id.clone(),
+                    refused: c.refused,
+                    allowed: c.allowed,
+                    connections_closed: c.connections_closed,
+                    bytes_sent: c.bytes_sent,
+                    bytes_received: c.bytes_received,
+                    hosts: c.hosts.clone(),
+                    seconds: c.seconds,
+                });
+            }
+            let data = json!({
+                "suppressed": true, "refused": c.refused, "allowed": c.allowed,
+                "connections_closed": c.connections_closed, "bytes_sent": c.bytes_sent,
+                "bytes_received": c.bytes_received, "hosts": c.hosts, "seconds": c.seconds,
+            });
+            (&c.session, data)
+        }
+    };
     let map = in_flight.lock().unwrap_or_else(|e| e.into_inner());
-    for f in map.get(&ev.session).into_iter().flatten() {
-        let data = json!({
-            "host": ev.host, "port": ev.port, "kind": ev.kind, "allowed": ev.allowed, "rule": ev.rule,
-            "bytes_sent": ev.bytes_sent, "bytes_received": ev.bytes_received, "credential": ev.credential,
-            "subagent": f.subagent, "task_id": f.task_id,
-        });
+    for f in map.get(session).into_iter().flatten() {
+        let mut data = data.clone();
+        data["subagent"] = json!(f.subagent);
+        data["task_id"] = json!(f.task_id);
         // Never blocks the proxy: a full stream loses this event (the audit line stays).
         let _ = f.events.try_send(TaskEvent::Tool { plugin: f.plugin.clone(), event: ToolEvent::Egress(data) });
+    }
+}
+
+/// An egress decision as its audit line.
+fn egress_record(ev: &warden_sandbox::EgressEvent) -> warden_approval::EgressRecord {
+    warden_approval::EgressRecord {
+        ts: warden_approval::AuditRecord::now(),
+        event: "egress".into(),
+        session_id: ev.session.session_id.clone(),
+        user_id: ev.session.user_id.clone(),
+        kind: ev.kind.clone(),
+        host: ev.host.clone(),
+        port: ev.port,
+        decision: if ev.allowed { warden_approval::AuditDecision::Allow } else { warden_approval::AuditDecision::Deny },
+        rule: ev.rule.clone(),
+        bytes_sent: ev.bytes_sent,
+        bytes_received: ev.bytes_received,
+        credential: ev.credential.clone(),
     }
 }
 
@@ -144,8 +181,8 @@ impl ToolHost {
             let audit = gate.audit_log().cloned();
             let flights = InFlight::default();
             in_flight = Some(flights.clone());
-            sb.on_egress(Arc::new(move |ev: &warden_sandbox::EgressEvent| {
-                egress_observed(ev, audit.as_deref(), &flights)
+            sb.on_egress(Arc::new(move |report: &warden_sandbox::EgressReport| {
+                egress_observed(report, audit.as_deref(), &flights)
             }));
         }
         ToolHost { sandbox, gate, mcp: McpTools::new(&Default::default()), in_flight }

@@ -45,12 +45,12 @@ fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
     LOGS.get_or_init(|| {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let sink = buf.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(
+        warden::logging::init(
+            tracing_subscriber::EnvFilter::new(
                 "warden=debug,warden_sandbox=debug,warden_approval=debug,warden_models=debug",
-            ))
-            .with_writer(warden::redact::ScrubbingMakeWriter(move || LogWriter(sink.clone())))
-            .try_init();
+            ),
+            move || LogWriter(sink.clone()),
+        );
         buf
     })
 }
@@ -86,6 +86,14 @@ struct Api {
     engine: Arc<Engine>,
     dir: tempfile::TempDir,
     server: tokio::task::JoinHandle<()>,
+}
+
+impl Api {
+    /// The deployment's audit log (`./audit.jsonl`), once its writer has caught up.
+    fn audit_text(&self) -> String {
+        self.engine.gate().audit_log().expect("an audit log").sync().unwrap();
+        std::fs::read_to_string(self.dir.path().join("audit.jsonl")).unwrap()
+    }
 }
 
 impl Drop for Api {
@@ -1601,7 +1609,7 @@ server:
                 "{owner}'s request was decided"
             );
         }
-        let audit = std::fs::read_to_string(api.dir.path().join("audit.jsonl")).unwrap();
+        let audit = api.audit_text();
         for who in ["alice", "ops", "root", "token1", "bob"] {
             assert!(audit.contains(&format!("\"decided_by\":\"user:{who}\"")), "{who} not in the audit log:\n{audit}");
         }
@@ -1819,7 +1827,7 @@ mod scopes {
         assert!(overlay.lines().any(|l| l == "Write(//workspace/a.txt)"), "an exact absolute-path rule: {overlay}");
         assert!(overlay.contains("# approved always by user:api"), "{overlay}");
         assert_eq!(asked(&run(&api, "s3", None).await), 0, "always holds in every session");
-        let audit = std::fs::read_to_string(api.dir.path().join("audit.jsonl")).unwrap();
+        let audit = api.audit_text();
         assert!(audit.contains("\"decided_by\":\"grant:session\""), "{audit}");
         assert!(audit.contains("\"decided_by\":\"grant:always\""), "{audit}");
 
@@ -1829,7 +1837,7 @@ mod scopes {
         let events = run(&api2, "s4", None).await;
         assert_eq!(asked(&events), 1);
         assert_eq!(api2.get("/v1/approvals").await.body["approvals"], json!([]));
-        let audit = std::fs::read_to_string(api2.dir.path().join("audit.jsonl")).unwrap();
+        let audit = api2.audit_text();
         // Declined as the task ended: by the cancel, or by the dropped call, whichever came first.
         let declined = audit.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).any(|r| {
             r["session_id"] == "s4"
@@ -2381,7 +2389,7 @@ mod sandboxed {
         assert_absent("HTTP responses and SSE", &wrote, SECRET);
         api.engine.store().flush().await.unwrap();
         assert_absent("the task store", &std::fs::read(api.dir.path().join("state.db")).unwrap(), SECRET);
-        let audit = std::fs::read(api.dir.path().join("audit.jsonl")).unwrap();
+        let audit = api.audit_text().into_bytes();
         assert!(!audit.is_empty(), "the audit log records the decisions");
         assert_absent("the audit log", &audit, SECRET);
         let logs = logs().lock().unwrap().clone();

@@ -52,7 +52,10 @@ pub mod tools;
 mod workspace;
 
 pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
-pub use egress::{EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy};
+pub use egress::{
+    EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy, EgressReport,
+    EgressSuppressed,
+};
 pub use error::{DockerObject, SandboxError};
 pub use exec::cap_text;
 /// The one fingerprint of a set of secrets: the lanes', the shell state's, and the host's

@@ -442,8 +442,9 @@ impl Sandbox {
         self.inner.hosts.iter().map(|h| h.endpoint().to_string()).collect()
     }
 
-    /// Adds a receiver of every egress decision (the host's audit log and task streams);
-    /// without `sandbox.egress` there are none to receive.
+    /// Adds a receiver of every session's egress reports — each decision within the
+    /// session's record budget, and counts of those past it (the host's audit log and task
+    /// streams); without `sandbox.egress` there are none to receive.
     pub fn on_egress(&self, observer: EgressObserver) {
         if let Some(e) = &self.inner.egress {
             e.observe(observer);

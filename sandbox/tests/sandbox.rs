@@ -1310,7 +1310,7 @@ mod egress {
     use std::sync::Mutex;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use warden_sandbox::egress::CredentialConfig;
-    use warden_sandbox::{EgressConfig, EgressEvent};
+    use warden_sandbox::{EgressConfig, EgressEvent, EgressReport};
 
     /// The test's credential: only in this process's environment (the proxy reads it).
     const TOKEN_ENV: &str = "WARDEN_SANDBOX_TEST_EGRESS_TOKEN";
@@ -1385,7 +1385,7 @@ mod egress {
         });
         let events = Arc::new(Mutex::new(Vec::new()));
         let log = events.clone();
-        sb.on_egress(Arc::new(move |e: &EgressEvent| log.lock().unwrap().push(e.clone())));
+        sb.on_egress(Arc::new(move |r: &EgressReport| log.lock().unwrap().extend(r.decision().cloned())));
         (sb, events)
     }
 
@@ -1467,6 +1467,66 @@ mod egress {
         assert!(ev.iter().any(|e| e.allowed && e.kind == "connect" && e.bytes_sent > 0), "{ev:?}");
         assert!(ev.iter().filter(|e| !e.allowed).count() >= 5, "{ev:?}");
         assert!(!format!("{ev:?}").contains(&t));
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Regression (attack review, "egress decisions can be flooded"): a command in the
+    /// sandbox looping refused CONNECTs straight at its proxy socket made one log line,
+    /// audit line and task event each, unbounded. Now the session records its refusal
+    /// budget's worth and counts the rest, reported when its proxy ends.
+    pub async fn regression_a_refusal_flood_from_the_sandbox_is_counted_not_recorded(c: Ctx) {
+        use warden_sandbox::egress::recorder::REFUSALS;
+        const FLOOD: u64 = 600;
+        let dir = tempfile::tempdir().unwrap();
+        let sb = c.sandbox_with(|cfg| {
+            cfg.egress_socket_dir = Some(dir.path().join("egress"));
+            cfg.egress = Some(EgressConfig { allow: vec!["pypi.org".into()], ..EgressConfig::default() });
+        });
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let log = reports.clone();
+        sb.on_egress(Arc::new(move |r: &EgressReport| log.lock().unwrap().push(r.clone())));
+        let k = key("egress-flood");
+        bash_ok(&sb, &k, "true").await;
+        let started = std::time::Instant::now();
+        let flood = format!(
+            r#"python3 - <<'PY'
+import socket
+n = 0
+for i in range({FLOOD}):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect('/run/warden-egress/proxy.sock')
+    s.sendall(b'CONNECT x%d.example:1 HTTP/1.1\r\n\r\n' % i)
+    r = b''
+    while True:
+        b = s.recv(4096)
+        if not b:
+            break
+        r += b
+    s.close()
+    n += r.startswith(b'HTTP/1.1 403')
+print(n)
+PY"#
+        );
+        assert_eq!(bash_ok(&sb, &k, &flood).await.trim(), FLOOD.to_string(), "every CONNECT was refused");
+        let elapsed = started.elapsed();
+        assert!(sb.end_session(&k).await.unwrap());
+        for _ in 0..200 {
+            if reports.lock().unwrap().iter().any(|r| matches!(r, EgressReport::Suppressed(_))) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let reports = reports.lock().unwrap().clone();
+        let recorded = reports.iter().filter(|r| r.decision().is_some_and(|d| !d.allowed)).count() as u64;
+        let counted: u64 = reports
+            .iter()
+            .filter_map(|r| match r {
+                EgressReport::Suppressed(c) => Some(c.refused),
+                EgressReport::Decision(_) => None,
+            })
+            .sum();
+        assert!(recorded <= REFUSALS.most_over(elapsed), "{recorded} recorded in {elapsed:?}");
+        assert_eq!(recorded + counted, FLOOD, "every refusal is recorded or counted: {reports:?}");
         sb.shutdown().await.unwrap();
     }
 
@@ -2826,6 +2886,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::oversized_writes_and_edits_are_refused,
         egress::the_proxy_is_the_only_way_out,
         egress::a_held_narrowing_only_takes_away,
+        egress::regression_a_refusal_flood_from_the_sandbox_is_counted_not_recorded,
         boundary::a_command_that_kills_its_agent_leaves_nothing_behind,
         boundary::an_orphan_of_a_session_process_never_runs_beside_a_later_command,
         boundary::what_a_settled_session_process_starts_never_runs_beside_a_later_command,

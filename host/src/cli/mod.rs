@@ -360,14 +360,18 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    match rt.block_on(dispatch(cli.command, config)) {
+    let code = match rt.block_on(dispatch(cli.command, config)) {
         Ok(code) => code,
         Err(e) => {
             // The chain may quote what a plugin, a project or a peer wrote: escaped.
             eprintln!("error: {}", esc_lines(&format!("{e:#}")));
             ExitCode::from(EXIT_USAGE)
         }
-    }
+    };
+    // Audit lines are written by a thread of each log, which does not outlive the process.
+    drop(rt);
+    warden_approval::sync_open_logs();
+    code
 }
 
 /// Runs one task from this terminal through the engine, as the server runs its tasks
@@ -464,9 +468,9 @@ fn log_filter(spec: Option<&str>) -> tracing_subscriber::EnvFilter {
 
 fn init_tracing() {
     let filter = log_filter(std::env::var("WARDEN_LOG").ok().as_deref());
-    // Every log line, at every level and from every module and plugin, is scrubbed of secrets.
-    let writer = crate::redact::ScrubbingMakeWriter(std::io::stderr);
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).try_init();
+    // Every log line, at every level and from every module and plugin, is scrubbed of the
+    // secrets of whose it is.
+    crate::logging::init(filter, std::io::stderr);
 }
 
 async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCode> {

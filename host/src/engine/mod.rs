@@ -661,7 +661,7 @@ impl Engine {
     fn user_share(&self, tasks: &LiveTasks, user: &str) -> Result<(), SubmitError> {
         let max = self.options.max_tasks_per_user;
         if tasks.of_user(user) >= max {
-            tracing::warn!(user, max, "task refused: the user has server.max_tasks_per_user tasks queued or running");
+            tracing::debug!(user, max, "task refused: the user has server.max_tasks_per_user tasks queued or running");
             return Err(SubmitError::UserTasksFull { user: user.to_owned(), max });
         }
         Ok(())
@@ -705,12 +705,16 @@ impl Engine {
     }
 
     /// Starts `live`'s driver and its supervisor.
+    /// Everything the task runs is in its [`crate::logging::task_span`], so its log lines
+    /// are scrubbed with its session's secrets and no other tenant's.
     fn launch(self: &Arc<Self>, live: Arc<LiveTask>, start: TaskStart) {
+        use tracing::Instrument;
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         let engine = self.clone();
         let driver_live = live.clone();
-        let driver = tokio::spawn(async move { engine.drive(driver_live, start).await });
-        self.supervise(live, driver);
+        let span = crate::logging::task_span(&live.session.0, &live.session.1, &live.id());
+        let driver = tokio::spawn(async move { engine.drive(driver_live, start).await }.instrument(span.clone()));
+        self.supervise(live, driver, span);
     }
 
     /// Puts a task in the shared queue (a replica with no free slot).
@@ -809,31 +813,35 @@ impl Engine {
     /// Watches a task's driver: if it dies before finishing the task (a panic anywhere
     /// in it, or an abort by [`Engine::cancel`]), the task still ends — `failed` with the
     /// reason, or `canceled` — instead of staying `working` forever.
-    fn supervise(self: &Arc<Self>, live: Arc<LiveTask>, driver: tokio::task::JoinHandle<()>) {
+    fn supervise(self: &Arc<Self>, live: Arc<LiveTask>, driver: tokio::task::JoinHandle<()>, span: tracing::Span) {
+        use tracing::Instrument;
         *live.driver.lock().unwrap() = Some(driver.abort_handle());
         let engine = self.clone();
-        tokio::spawn(async move {
-            let Err(e) = driver.await else { return };
-            if live.record().is_finished() {
-                return;
+        tokio::spawn(
+            async move {
+                let Err(e) = driver.await else { return };
+                if live.record().is_finished() {
+                    return;
+                }
+                let finish = if e.is_panic() {
+                    let message = crate::runtime::panic_message(&*e.into_panic());
+                    tracing::error!(task_id = %live.id(), %message, "task driver panicked");
+                    Finish::failed(FinishReason::Error, format!("host fault: {message}"))
+                } else {
+                    Finish::canceled()
+                };
+                {
+                    let mut inner = live.inner.lock().unwrap();
+                    inner.sink = None;
+                    inner.closed = true;
+                }
+                engine.gate().cancel_task(&live.id());
+                // The dead driver may have begun finishing; nobody else will complete it.
+                live.finishing.store(false, Ordering::SeqCst);
+                engine.finish(&live, finish, Duration::ZERO).await;
             }
-            let finish = if e.is_panic() {
-                let message = crate::runtime::panic_message(&*e.into_panic());
-                tracing::error!(task_id = %live.id(), %message, "task driver panicked");
-                Finish::failed(FinishReason::Error, format!("host fault: {message}"))
-            } else {
-                Finish::canceled()
-            };
-            {
-                let mut inner = live.inner.lock().unwrap();
-                inner.sink = None;
-                inner.closed = true;
-            }
-            engine.gate().cancel_task(&live.id());
-            // The dead driver may have begun finishing; nobody else will complete it.
-            live.finishing.store(false, Ordering::SeqCst);
-            engine.finish(&live, finish, Duration::ZERO).await;
-        });
+            .instrument(span),
+        );
     }
 
     async fn drive(self: Arc<Self>, live: Arc<LiveTask>, start: TaskStart) {

@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 use warden_approval::{Authority, PendingApproval, Resolution, Scope};
 
 use super::streams::StreamPermit;
-use super::{ApiError, AppState, Principal, ServerState};
+use super::{ApiError, AppState, Fault, Principal, ServerState};
 use crate::engine::Submission;
 use crate::plugin::{SubagentDefinition, TaskCall};
 use crate::store::{TaskCursor, TaskQuery, TaskRecord};
@@ -342,6 +342,9 @@ impl RpcError {
     pub const UNSUPPORTED_OPERATION: i64 = -32004;
     pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
     pub const VERSION_NOT_SUPPORTED: i64 = -32009;
+    /// The server refused to admit the work for now (a full queue, draining, the user's
+    /// share of tasks or secrets): worth retrying later, unlike -32602 and -32603.
+    pub const REFUSED: i64 = -32050;
 
     fn new(code: i64, message: impl Into<String>) -> Self {
         RpcError { code, message: message.into() }
@@ -359,8 +362,17 @@ impl RpcError {
         Self::new(Self::TASK_NOT_FOUND, format!("no task `{}` for this agent", truncate(id, MAX_ID_LEN)))
     }
 
-    fn internal(what: &str) -> Self {
-        Self::new(Self::INTERNAL, format!("internal error: {what}"))
+    /// An API failure through the one edge ([`ApiError::client`]): the client's mistakes
+    /// are -32602 with their message, refusals -32050 naming the bound, host faults
+    /// -32603 with fixed text and the error id their detail is logged under.
+    fn edge(e: ApiError) -> Self {
+        let c = e.client();
+        let code = match c.fault {
+            Fault::Client => Self::INVALID_PARAMS,
+            Fault::Refusal => Self::REFUSED,
+            Fault::Host(_) => Self::INTERNAL,
+        };
+        Self::new(code, c.message)
     }
 }
 
@@ -1096,10 +1108,7 @@ async fn task_of(s: &ServerState, who: &Principal, subagent: &str, id: &str) -> 
         Ok(r) if r.subagent_type == subagent => Ok(r),
         Ok(_) => Err(RpcError::task_not_found(id)),
         Err(e) if e.code == "task_not_found" => Err(RpcError::task_not_found(id)),
-        Err(e) => {
-            tracing::error!(task_id = %truncate(id, MAX_ID_LEN), error = %e.message, "task lookup failed");
-            Err(RpcError::internal("the task store could not be read"))
-        }
+        Err(e) => Err(RpcError::edge(e)),
     }
 }
 
@@ -1122,10 +1131,7 @@ async fn settle(s: &ServerState, id: &str, answered: &[String]) -> Result<TaskRe
     match s.engine.get(id).await {
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err(RpcError::task_not_found(id)),
-        Err(e) => {
-            tracing::error!(task_id = %id, error = %e, "task lookup failed");
-            Err(RpcError::internal("the task store could not be read"))
-        }
+        Err(e) => Err(RpcError::edge(e.into())),
     }
 }
 
@@ -1134,11 +1140,7 @@ fn submit_error(e: crate::engine::SubmitError) -> RpcError {
     use crate::task::TaskError as T;
     match e {
         E::Invalid(T::MissingField("prompt")) => RpcError::invalid_params("the message has no text"),
-        E::Invalid(T::NoPlugin { .. })
-        | E::QueueFull(_)
-        | E::UserTasksFull { .. }
-        | E::Secrets(crate::redact::SecretError::HostFull) => RpcError::new(RpcError::INTERNAL, e.to_string()),
-        other => RpcError::invalid_params(other.to_string()),
+        other => RpcError::edge(other.into()),
     }
 }
 
@@ -1332,12 +1334,9 @@ async fn rpc(
     };
     match out {
         Ok(result) => Json(rpc_result(&req.id, result)).into_response(),
-        Err(e) => {
-            if e.code == RpcError::INTERNAL {
-                tracing::error!(subagent = %def.name, code = e.code, message = %e.message, "A2A request failed");
-            }
-            Json(rpc_error(&req.id, &e)).into_response()
-        }
+        // Logged where it was made, by the edge (`RpcError::edge`): a host fault at
+        // `error` under its id, a refusal at `warn`.
+        Err(e) => Json(rpc_error(&req.id, &e)).into_response(),
     }
 }
 
@@ -1382,10 +1381,7 @@ async fn cancel(
     use crate::engine::CancelOutcome;
     let id = parse_task_id(params)?;
     task_of(s, who, &def.name, &id).await?;
-    let out = s.engine.cancel(&id).await.map_err(|e| {
-        tracing::error!(task_id = %id, error = %e, "cancel failed");
-        RpcError::internal("the task store could not be read")
-    })?;
+    let out = s.engine.cancel(&id).await.map_err(|e| RpcError::edge(e.into()))?;
     match out {
         CancelOutcome::Canceled(rec) => {
             tracing::info!(task_id = %id, principal = %who.name, "task canceled over A2A");
@@ -1421,10 +1417,7 @@ async fn list(s: &ServerState, who: &Principal, def: &SubagentDefinition, params
     let (mut scanned, mut more) = (0, true);
     while more && page.len() < p.page_size && scanned < MAX_LIST_SCAN {
         let query = TaskQuery { user_id: user_id.clone(), before: before.clone(), limit: MAX_LIST_SCAN - scanned };
-        let got = store.list_tasks(&query).await.map_err(|e| {
-            tracing::error!(error = %e, "listing tasks failed");
-            RpcError::internal("the task store could not be read")
-        })?;
+        let got = store.list_tasks(&query).await.map_err(|e| RpcError::edge(e.into()))?;
         more = got.next.is_some();
         let read = got.tasks.len();
         for (i, r) in got.tasks.into_iter().enumerate() {

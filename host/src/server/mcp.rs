@@ -219,7 +219,9 @@ impl McpFront {
         let rec = match self.state.engine.submit(sub).await {
             Ok(submitted) => submitted.record,
             // A refusal the model can act on (unknown subagent, missing field): a tool error.
-            Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(ApiError::from(e).message)]).into()),
+            Err(e) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(ApiError::from(e).client().message)]).into());
+            }
         };
         let task_id = rec.task_id.clone();
         if background {
@@ -734,11 +736,18 @@ fn parse_args<T: serde::de::DeserializeOwned>(tool: &str, args: Value) -> Result
         .map_err(|e| ErrorData::invalid_params(format!("invalid arguments for `{}`: {e}", short(tool)), None))
 }
 
+/// An API failure as an MCP error, through the one edge ([`ApiError::client`]): a host
+/// fault's detail is logged, never sent; `data` carries the code (and the error id).
 fn api_error(e: ApiError) -> ErrorData {
-    if e.status == http::StatusCode::NOT_FOUND || e.status.is_client_error() {
-        ErrorData::invalid_params(e.message, None)
+    let c = e.client();
+    let mut data = json!({ "code": c.code });
+    if let Some(id) = &c.error_id {
+        data["error_id"] = json!(id);
+    }
+    if c.status.is_client_error() {
+        ErrorData::invalid_params(c.message, Some(data))
     } else {
-        ErrorData::internal_error(e.message, None)
+        ErrorData::internal_error(c.message, Some(data))
     }
 }
 

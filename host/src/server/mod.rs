@@ -32,7 +32,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use auth::{Principal, check_bind, credentials, credentials_from, match_token, tokens_from_env};
-pub use error::{ApiError, parse_json};
+pub use error::{ApiError, ClientError, Fault, parse_json};
 
 use crate::engine::{CancelOutcome, DEFAULT_OUTPUT_TIMEOUT, Engine, Submission};
 use crate::plugin::TaskCall;
@@ -622,7 +622,9 @@ pub(crate) async fn session_file(
         return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
     }
     let tools = s.engine.tools().clone();
-    let unavailable = |m: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", m);
+    let unavailable = |m: String| {
+        ApiError::host(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", error::SANDBOX_UNAVAILABLE, m)
+    };
     let sandbox = tools.sandbox().map_err(|e| unavailable(e.to_string()))?;
     let redactor = crate::redact::registry().session(&user, session);
     let key = warden_sandbox::SessionKey::new(user, session.to_owned());
@@ -639,13 +641,14 @@ pub(crate) async fn session_file(
         E::File { .. } | E::InvalidSessionKey(_) | E::InvalidInput { .. } => {
             ApiError::bad_request("invalid_file", e.to_string())
         }
-        E::DockerUnavailable(_) | E::ImageMissing { .. } | E::TooManySessions { .. } | E::ShutDown => {
-            unavailable(e.to_string())
+        E::DockerUnavailable(_) | E::ImageMissing { .. } => unavailable(e.to_string()),
+        E::TooManySessions { .. } | E::ShutDown => {
+            ApiError::refusal(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", e.to_string())
         }
         E::TooManyUserSessions { .. } => {
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_user_sessions", e.to_string())
+            ApiError::refusal(StatusCode::TOO_MANY_REQUESTS, "too_many_user_sessions", e.to_string())
         }
-        other => ApiError::new(StatusCode::BAD_GATEWAY, "sandbox_error", other.to_string()),
+        other => ApiError::host(StatusCode::BAD_GATEWAY, "sandbox_error", error::SANDBOX_FAULT, other.to_string()),
     })?;
     // A file is a way out too: the session's secrets never leave in one.
     Ok(redactor.scrub_bytes(&bytes).into_owned())

@@ -109,15 +109,18 @@ fn ms(t: SystemTime) -> u64 {
 
 /// The sandbox of this server, or 503.
 fn sandbox(s: &AppState) -> Result<std::sync::Arc<warden_sandbox::Sandbox>, ApiError> {
-    s.engine
-        .tools()
-        .sandbox()
-        .cloned()
-        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", e.to_owned()))
+    s.engine.tools().sandbox().cloned().map_err(|e| {
+        ApiError::host(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", super::error::SANDBOX_UNAVAILABLE, e)
+    })
 }
 
 fn unavailable(e: warden_sandbox::SandboxError) -> ApiError {
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable", e.to_string())
+    ApiError::host(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "sandbox_unavailable",
+        super::error::SANDBOX_UNAVAILABLE,
+        e.to_string(),
+    )
 }
 
 /// `GET /v1/sessions` (admin): the session containers of this deployment (its
@@ -189,7 +192,7 @@ async fn end_session(
         e @ (warden_sandbox::SandboxError::DockerUnavailable(_) | warden_sandbox::SandboxError::ShutDown) => {
             unavailable(e)
         }
-        e => ApiError::new(StatusCode::BAD_GATEWAY, "sandbox_error", e.to_string()),
+        e => ApiError::host(StatusCode::BAD_GATEWAY, "sandbox_error", super::error::SANDBOX_FAULT, e.to_string()),
     })?;
     tracing::info!(user = %user, session = %id, by = %who.name, "session ended over the API");
     Ok(Json(json!({ "session_id": id, "user_id": user, "ended": true })))
@@ -199,13 +202,20 @@ async fn end_session(
 /// newest first, as JSON objects; `{"configured": false}` without one.
 async fn audit(State(s): State<AppState>, Extension(who): Extension<Principal>) -> Result<Json<Value>, ApiError> {
     require_admin(&who)?;
-    let Some(path) = s.engine.gate().audit_log().map(|a| a.path().to_owned()) else {
+    let Some(log) = s.engine.gate().audit_log().cloned() else {
         return Ok(Json(json!({ "configured": false, "records": [] })));
     };
-    let records = tokio::task::spawn_blocking(move || read_tail(&path))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::internal(format!("cannot read the audit log: {e}")))?;
+    let records = tokio::task::spawn_blocking(move || {
+        // What was decided before this request is in the answer (the log's own thread
+        // writes it); a writer that does not catch up in time leaves the tail as it is.
+        if let Err(e) = log.sync() {
+            tracing::warn!(error = %e, "the audit view may miss the newest records");
+        }
+        read_tail(log.path())
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(format!("cannot read the audit log: {e}")))?;
     Ok(Json(json!({ "configured": true, "records": records })))
 }
 

@@ -16,16 +16,20 @@
 //! checked address (never a second resolution). A tunnel must start with a
 //! TLS ClientHello whose server name is the CONNECT host (`sni.rs`); anything else is cut.
 //! Credentials are added to plain-HTTP requests to their host only; their values live in
-//! this process only. Every decision is logged (`tracing`, fields only) and reported to
-//! the observers ([`crate::Sandbox::on_egress`]) with the bytes moved.
+//! this process only. Every decision passes the session's bounded recorder
+//! (`recorder.rs`): within its budget it is logged (`tracing`, fields only) and reported
+//! to the observers ([`crate::Sandbox::on_egress`]) with the bytes moved; past it, it is
+//! counted and the count reported.
 //!
 //! This module must never place a credential in a container, never connect to an address
-//! it did not check, never serve a connection on a socket of another session, and never
-//! hold more than its named bounds (connections, header bytes, idle time).
+//! it did not check, never serve a connection on a socket of another session, never
+//! report a decision but through the session's recorder, and never hold more than its
+//! named bounds (connections, header bytes, idle time, records).
 //!
 //! It sits below the containers (`container.rs` mounts a container's directory and starts
 //! its forwarder with what this module names) and knows a session by its key only.
 
+pub mod recorder;
 pub mod sni;
 
 use std::collections::HashMap;
@@ -49,6 +53,8 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
+use self::recorder::Recorder;
+pub use self::recorder::{EgressReport, EgressSuppressed};
 /// The forwarder's `uid:gid`, defined with the settings (which keep `sandbox.user` off it).
 pub use crate::config::FORWARDER_USER;
 /// The egress policy under its former path (`egress::policy`).
@@ -136,9 +142,9 @@ pub struct EgressEvent {
     pub credential: Option<String>,
 }
 
-/// Receives every egress decision (audit log, task streams). Called on proxy tasks: must
-/// not block.
-pub type EgressObserver = Arc<dyn Fn(&EgressEvent) + Send + Sync>;
+/// Receives what each session's recorder reports: decisions within its budget, and counts
+/// of those past it (audit log, task streams). Called on proxy tasks: must not block.
+pub type EgressObserver = Arc<dyn Fn(&EgressReport) + Send + Sync>;
 
 /// One call's hold on a narrowing: the hold's id (so it removes only its own entry) and
 /// the list.
@@ -281,15 +287,25 @@ impl Egress {
         self.observers.lock().unwrap_or_else(|e| e.into_inner()).push(observer);
     }
 
-    fn report(&self, ev: &EgressEvent) {
-        tracing::info!(
-            user = %ev.session.user_id, session = %ev.session.session_id, kind = %ev.kind, host = %ev.host, port = ev.port,
-            allowed = ev.allowed, rule = %ev.rule, bytes_sent = ev.bytes_sent, bytes_received = ev.bytes_received,
-            credential = ev.credential.as_deref().unwrap_or(""), "egress"
-        );
+    /// Logs and hands `report` to every observer. Only a session's recorder calls it
+    /// ([`SessionProxy::report`]).
+    fn emit(&self, report: &EgressReport) {
+        match report {
+            EgressReport::Decision(ev) => tracing::info!(
+                user = %ev.session.user_id, session = %ev.session.session_id, kind = %ev.kind, host = %ev.host, port = ev.port,
+                allowed = ev.allowed, rule = %ev.rule, bytes_sent = ev.bytes_sent, bytes_received = ev.bytes_received,
+                credential = ev.credential.as_deref().unwrap_or(""), "egress"
+            ),
+            EgressReport::Suppressed(c) => tracing::warn!(
+                user = %c.session.user_id, session = %c.session.session_id, refused = c.refused, allowed = c.allowed,
+                connections_closed = c.connections_closed, bytes_sent = c.bytes_sent, bytes_received = c.bytes_received,
+                hosts = ?c.hosts, seconds = c.seconds,
+                "egress: decisions past the session's record budget were counted, not recorded one by one"
+            ),
+        }
         let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for o in observers {
-            o(ev);
+            o(report);
         }
     }
 
@@ -312,6 +328,7 @@ impl Egress {
             key: key.clone(),
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_SESSION)),
             closed,
+            recorder: Mutex::new(Recorder::new(key.clone(), Instant::now())),
         });
         let task = tokio::spawn(accept_loop(listener, session));
         Ok(Listener { task, dir: dir.to_path_buf(), _closing: closing })
@@ -425,6 +442,45 @@ struct SessionProxy {
     slots: Arc<Semaphore>,
     /// Changes (errs) when the session's listener drops: its tunnels end.
     closed: tokio::sync::watch::Receiver<()>,
+    /// The session's record budget: every decision passes it ([`SessionProxy::report`]).
+    recorder: Mutex<Recorder>,
+}
+
+impl SessionProxy {
+    fn recorder(&self) -> std::sync::MutexGuard<'_, Recorder> {
+        self.recorder.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reports `ev` through the session's recorder: itself within the budget, counted
+    /// past it (and a count that came due first).
+    fn report(&self, ev: EgressEvent) {
+        let reports = self.recorder().decide(ev, Instant::now());
+        self.emit(reports.suppressed, reports.decision);
+    }
+
+    /// Reports the count if it is due (the accept loop's tick).
+    fn report_due(&self) {
+        let due = self.recorder().due(Instant::now());
+        self.emit(due, None);
+    }
+
+    fn emit(&self, suppressed: Option<EgressSuppressed>, decision: Option<EgressEvent>) {
+        if let Some(c) = suppressed {
+            self.egress.emit(&EgressReport::Suppressed(c));
+        }
+        if let Some(ev) = decision {
+            self.egress.emit(&EgressReport::Decision(ev));
+        }
+    }
+}
+
+impl Drop for SessionProxy {
+    /// The last connection, tunnel and the accept loop are gone: what is still counted is
+    /// reported now.
+    fn drop(&mut self) {
+        let last = self.recorder().flush(Instant::now());
+        self.emit(last, None);
+    }
 }
 
 /// A connection's slot among [`MAX_CONNECTIONS_PER_SESSION`]: held by the connection, and
@@ -433,12 +489,18 @@ type Slot = Arc<Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
 
 async fn accept_loop(listener: UnixListener, session: Arc<SessionProxy>) {
     let mut conns = JoinSet::new();
+    let mut tick = tokio::time::interval(recorder::SUPPRESSED_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let Ok(permit) = session.slots.clone().try_acquire_owned() else {
-                    tracing::warn!(user = %session.key.user_id, session = %session.key.session_id, max = MAX_CONNECTIONS_PER_SESSION, "egress: too many connections; closing one");
+                    let (log, due) = session.recorder().connection_closed(Instant::now());
+                    session.emit(due, None);
+                    if log {
+                        tracing::warn!(user = %session.key.user_id, session = %session.key.session_id, max = MAX_CONNECTIONS_PER_SESSION, "egress: too many connections; closing one");
+                    }
                     continue;
                 };
                 let s = session.clone();
@@ -448,6 +510,7 @@ async fn accept_loop(listener: UnixListener, session: Arc<SessionProxy>) {
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = tick.tick() => session.report_due(),
         }
     }
 }
@@ -575,20 +638,20 @@ async fn handle_connect(req: Request<Incoming>, s: Arc<SessionProxy>, slot: Slot
     let what = format!("CONNECT {host}:{port}");
     let Some(target) = Target::new(&host, port) else {
         let rule = format!("`{host}` is not a host name or IP literal");
-        s.egress.report(&s.event("connect", &host, port, false, &rule));
+        s.report(s.event("connect", &host, port, false, &rule));
         return refused(&what, &rule);
     };
     let (rule, addrs) = match s.decide(&target).await {
         Ok(d) => d,
         Err(rule) => {
-            s.egress.report(&s.event("connect", &host, port, false, &rule));
+            s.report(s.event("connect", &host, port, false, &rule));
             return refused(&what, &rule);
         }
     };
     let upstream = match connect(&addrs).await {
         Ok(u) => u,
         Err(e) => {
-            s.egress.report(&s.event("connect", &host, port, true, &format!("{rule}; connecting failed: {e}")));
+            s.report(s.event("connect", &host, port, true, &format!("{rule}; connecting failed: {e}")));
             return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
         }
     };
@@ -616,7 +679,7 @@ async fn handle_connect(req: Request<Incoming>, s: Arc<SessionProxy>, slot: Slot
         if s.closed.has_changed().is_err() {
             ev.rule = format!("{rule}; closed: the session ended");
         }
-        s.egress.report(&ev);
+        s.report(ev);
     });
     Response::new(Full::new(Bytes::new()).map_err(|never: Infallible| match never {}).boxed())
 }
@@ -748,13 +811,13 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
     let what = format!("{} http://{authority}", req.method());
     let Some(target) = Target::new(&host, port) else {
         let rule = format!("`{host}` is not a host name or IP literal");
-        s.egress.report(&s.event(&kind, &host, port, false, &rule));
+        s.report(s.event(&kind, &host, port, false, &rule));
         return refused(&what, &rule);
     };
     let (rule, addrs) = match s.decide(&target).await {
         Ok(d) => d,
         Err(rule) => {
-            s.egress.report(&s.event(&kind, &host, port, false, &rule));
+            s.report(s.event(&kind, &host, port, false, &rule));
             return refused(&what, &rule);
         }
     };
@@ -763,7 +826,7 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
         Ok(u) => u,
         Err(e) => {
             ev.rule = format!("{rule}; connecting failed: {e}");
-            s.egress.report(&ev);
+            s.report(ev);
             return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
         }
     };
@@ -771,7 +834,7 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
         Ok(x) => x,
         Err(e) => {
             ev.rule = format!("{rule}; HTTP handshake failed: {e}");
-            s.egress.report(&ev);
+            s.report(ev);
             return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
         }
     };
@@ -806,12 +869,12 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
         Ok(Err(e)) => {
             ev.rule = format!("{rule}; the server failed: {e}");
             ev.bytes_sent = sent.load(Ordering::Relaxed);
-            s.egress.report(&ev);
+            s.report(ev);
             return text_response(StatusCode::BAD_GATEWAY, None, format!("warden egress proxy: {what}: {e}"));
         }
         Err(_) => {
             ev.rule = format!("{rule}; no response within {}s", IDLE_TIMEOUT.as_secs());
-            s.egress.report(&ev);
+            s.report(ev);
             return text_response(
                 StatusCode::GATEWAY_TIMEOUT,
                 None,
@@ -821,11 +884,11 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
     };
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let egress = s.egress.clone();
+    let session = s.clone();
     let done: Box<dyn FnOnce(u64) + Send + Sync> = Box::new(move |received| {
         ev.bytes_sent = sent.load(Ordering::Relaxed);
         ev.bytes_received = received;
-        egress.report(&ev);
+        session.report(ev);
     });
     Response::from_parts(parts, Counted::new(body, Arc::new(AtomicU64::new(0)), Some(done)).boxed())
 }

@@ -59,7 +59,7 @@ fn proxy(allow: &[String], credentials: Vec<CredentialConfig>) -> Proxy {
     let egress = Arc::new(Egress::new(policy, dir.path().join("egress")).unwrap());
     let events = Arc::new(Mutex::new(Vec::new()));
     let log = events.clone();
-    egress.observe(Arc::new(move |e: &EgressEvent| log.lock().unwrap().push(e.clone())));
+    egress.observe(Arc::new(move |r: &EgressReport| log.lock().unwrap().extend(r.decision().cloned())));
     let cdir = egress.prepare_dir("c1").unwrap();
     let listener = egress.listen(&cdir, &SessionKey::new("u", "s")).unwrap();
     Proxy { sock: cdir.join(SOCKET_NAME), _dir: dir, events, _listener: listener }
@@ -190,4 +190,67 @@ fn the_ready_check_waits_for_the_forwarders_port_and_exits_with_its_status() {
     assert!(FORWARDER_READY_CHECK.contains(&format!("('127.0.0.1', {FORWARDER_PORT})")));
     assert!(FORWARDER_READY_CHECK.ends_with(&format!("SystemExit({FORWARDER_NOT_READY})")));
     assert_eq!(forwarder_argv()[5], FORWARDER_PORT.to_string());
+}
+
+/// Regression (attack review, "egress decisions can be flooded"): every refused CONNECT
+/// was a log line, an audit line and an event in each running task's stream, with no
+/// bound on how many a second — a looping client wrote the audit log full. Now a flood
+/// over 16 connections at once is recorded up to the session's refusal budget and
+/// counted past it: nothing is lost, and the records are bounded by the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_refusal_flood_writes_at_most_the_buckets_records() {
+    use recorder::REFUSALS;
+    const CLIENTS: u64 = 16;
+    const EACH: u64 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EgressConfig { allow: vec!["pypi.org".into()], deny: vec![], credentials: vec![] };
+    let egress = Arc::new(Egress::new(cfg.resolve(|_| None).unwrap(), dir.path().join("egress")).unwrap());
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let log = reports.clone();
+    egress.observe(Arc::new(move |r: &EgressReport| log.lock().unwrap().push(r.clone())));
+    let cdir = egress.prepare_dir("c1").unwrap();
+    let listener = egress.listen(&cdir, &SessionKey::new("u", "s")).unwrap();
+    let sock = cdir.join(SOCKET_NAME);
+    let started = Instant::now();
+    let mut clients = JoinSet::new();
+    for c in 0..CLIENTS {
+        let sock = sock.clone();
+        clients.spawn(async move {
+            for i in 0..EACH {
+                let mut s = UnixStream::connect(&sock).await.unwrap();
+                s.write_all(format!("CONNECT x{c}-{i}.example:1 HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+                let mut out = Vec::new();
+                let _ = s.read_to_end(&mut out).await;
+                assert!(out.starts_with(b"HTTP/1.1 403"), "{}", String::from_utf8_lossy(&out));
+            }
+        });
+    }
+    while let Some(r) = clients.join_next().await {
+        r.unwrap();
+    }
+    let elapsed = started.elapsed();
+    // The session's proxy ends: what it still counts is reported.
+    drop(listener);
+    for _ in 0..200 {
+        if reports.lock().unwrap().iter().any(|r| matches!(r, EgressReport::Suppressed(_))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let reports = reports.lock().unwrap().clone();
+    let recorded = reports.iter().filter(|r| r.decision().is_some_and(|d| !d.allowed)).count() as u64;
+    let counted: u64 = reports
+        .iter()
+        .filter_map(|r| match r {
+            EgressReport::Suppressed(c) => Some(c.refused),
+            EgressReport::Decision(_) => None,
+        })
+        .sum();
+    assert!(
+        recorded <= REFUSALS.most_over(elapsed),
+        "{recorded} refusals recorded in {elapsed:?}; the budget allows {}",
+        REFUSALS.most_over(elapsed)
+    );
+    assert_eq!(recorded + counted, CLIENTS * EACH, "every refusal is recorded or counted");
+    assert!(counted > 0, "the flood went past the budget");
 }

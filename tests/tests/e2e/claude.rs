@@ -830,6 +830,8 @@ async fn egress_decisions_are_audited_and_streamed() {
         "{egress:?}"
     );
     assert!(egress.iter().any(|d| d["allowed"] == false && d["host"] == "1.1.1.1"), "{egress:?}");
+    // The log's own thread writes its lines: wait until it has caught up.
+    h.host.tools.gate().audit_log().expect("an audit log").sync().unwrap();
     let audit = std::fs::read_to_string(h._dir.path().join("audit.jsonl")).unwrap();
     let lines: Vec<serde_json::Value> = audit
         .lines()
