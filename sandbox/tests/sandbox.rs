@@ -1527,6 +1527,7 @@ PY"#
             .sum();
         assert!(recorded <= REFUSALS.most_over(elapsed), "{recorded} recorded in {elapsed:?}");
         assert_eq!(recorded + counted, FLOOD, "every refusal is recorded or counted: {reports:?}");
+        assert!(counted > 0, "the flood went past the budget");
         sb.shutdown().await.unwrap();
     }
 
