@@ -2140,8 +2140,13 @@ mod load {
         let n: usize = std::env::var("WARDEN_LOAD_TASKS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
         // One principal sends every task: its share (`server.max_tasks_per_user`, a bound
         // for hosts of several tenants, default 128) is raised to the whole load, which
-        // measures the engine, not the share.
-        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_tasks_per_user: {}\n", n.max(1));
+        // measures the engine, not the share; so are the connections it opens at once
+        // (`server.max_connections`, default 512: past it, new connections wait for idle
+        // keep-alive ones to time out).
+        let yaml = format!(
+            "{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_tasks_per_user: {0}\n  max_connections: {0}\n",
+            n.max(1)
+        );
         let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
         api.task("greeter", "warm-up", false).await;
         let started = Instant::now();
