@@ -38,6 +38,33 @@ fn nesting_deployment(max_depth: u32, approval: &str, agents: &[(&str, &str, &st
     d
 }
 
+/// Starts the `boss` subagent in the background; its task id.
+fn start_boss(port: u16) -> String {
+    let (status, started) = json_of(
+        port,
+        "POST",
+        "/v1/tasks",
+        Some(&json!({ "description": "boss", "prompt": "go", "subagent_type": "boss", "run_in_background": true })),
+    );
+    assert_eq!(status, 202, "{started}");
+    started["task_id"].as_str().unwrap().to_owned()
+}
+
+/// The first pending approval once it is one `wanted` accepts (within 60 s).
+fn first_approval(port: u16, wanted: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, list) = json_of(port, "GET", "/v1/approvals", None);
+        if let Some(p) = list["approvals"].as_array().and_then(|a| a.first())
+            && wanted(p)
+        {
+            return p.clone();
+        }
+        assert!(Instant::now() < until, "no such approval request within 60 s: {list} {:?}", tasks_by_type(port));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Every task of the default user, by subagent type (one each in these tests).
 fn tasks_by_type(port: u16) -> std::collections::HashMap<String, Value> {
     let (status, list) = json_of(port, "GET", "/v1/tasks", None);
@@ -166,23 +193,8 @@ fn approvals_name_the_chain_and_cancel_reaches_every_level() {
     );
     let server = Server::start(&d);
     let port = server.port;
-    let (status, started) = json_of(
-        port,
-        "POST",
-        "/v1/tasks",
-        Some(&json!({ "description": "boss", "prompt": "go", "subagent_type": "boss", "run_in_background": true })),
-    );
-    assert_eq!(status, 202, "{started}");
-    let root = started["task_id"].as_str().unwrap().to_owned();
-    let until = Instant::now() + Duration::from_secs(60);
-    let pending = loop {
-        let (_, list) = json_of(port, "GET", "/v1/approvals", None);
-        if let Some(p) = list["approvals"].as_array().and_then(|a| a.first()) {
-            break p.clone();
-        }
-        assert!(Instant::now() < until, "no approval request within 60 s: {:?}", tasks_by_type(port));
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let root = start_boss(port);
+    let pending = first_approval(port, |_| true);
     let tasks = tasks_by_type(port);
     assert_eq!((pending["tool"].as_str(), pending["subagent"].as_str()), (Some("Bash"), Some("leaf")), "{pending}");
     assert_eq!(
@@ -230,27 +242,9 @@ fn regression_a_bare_a2a_answer_never_approves_a_nested_question_it_was_not_show
     );
     let server = Server::start(&d);
     let port = server.port;
-    let (status, started) = json_of(
-        port,
-        "POST",
-        "/v1/tasks",
-        Some(&json!({ "description": "boss", "prompt": "go", "subagent_type": "boss", "run_in_background": true })),
-    );
-    assert_eq!(status, 202, "{started}");
-    let root = started["task_id"].as_str().unwrap().to_owned();
-    let pending_command = |command: &str| {
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (_, list) = json_of(port, "GET", "/v1/approvals", None);
-            if let Some(p) = list["approvals"].as_array().and_then(|a| a.first())
-                && p["input"]["command"] == command
-            {
-                return p["id"].as_str().unwrap().to_owned();
-            }
-            assert!(Instant::now() < until, "no request for `{command}` within 60 s: {list}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let root = start_boss(port);
+    let pending_command =
+        |command: &str| first_approval(port, |p| p["input"]["command"] == command)["id"].as_str().unwrap().to_owned();
     // The first question, declined over the HTTP API.
     let first = pending_command("make first");
     let (status, decided) =
