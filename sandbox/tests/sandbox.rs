@@ -1486,8 +1486,10 @@ mod egress {
         let log = reports.clone();
         sb.on_egress(Arc::new(move |r: &EgressReport| log.lock().unwrap().push(r.clone())));
         let k = key("egress-flood");
-        bash_ok(&sb, &k, "true").await;
+        // The session's budget starts full when its proxy starts (with the session), so
+        // the bound is counted from before that, not from the flood's start.
         let started = std::time::Instant::now();
+        bash_ok(&sb, &k, "true").await;
         let flood = format!(
             r#"python3 - <<'PY'
 import socket
