@@ -105,6 +105,7 @@ impl Host {
                 compiler: runtime::compiler::Compiler::default_for_start(config.plugins.compile_memory),
                 tiered: config.plugins.tiered_compilation,
                 tier_up_min_size: runtime::tier::TIER_UP_MIN_SIZE,
+                ready_instances: config.plugins.ready_instances,
             },
             services.clone(),
         )?;

@@ -432,6 +432,112 @@ mod cache {
     }
 }
 
+/// Ready instances (`plugins.ready_instances`): instantiated before the call, still fresh.
+mod ready {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// A pooled runtime, as `warden serve` allocates instances, with `ready` ready instances.
+    fn ready_runtime(ready: u32) -> Runtime {
+        let pool = PoolOptions { instances: 8, max_memory: Limits::default().memory };
+        let options = RuntimeOptions { pool: Some(pool), ready_instances: ready, ..RuntimeOptions::uncached() };
+        let rt = Runtime::new(options, Arc::new(HostServices::new(vec![]))).unwrap();
+        assert!(rt.is_pooled(), "the instance pool could not be reserved on this machine");
+        rt
+    }
+
+    async fn until_waiting(p: &LoadedPlugin) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !p.instance_waiting() {
+            assert!(Instant::now() < until, "no ready instance was made for {}", p.id);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_ready_instance_is_fresh_and_bound_to_its_own_call() {
+        let rt = ready_runtime(4);
+        let p = load(&rt, "hostile", Limits::default(), Some(all_grants(vec![]))).await;
+        let def = rt.resolve(&p, &reference("HOSTILE", "test://x")).await.unwrap();
+        let run = |prompt: String, events| {
+            let call = TaskCall { prompt, ..Default::default() };
+            let (rt, p, def) = (&rt, &p, &def);
+            async move { rt.execute(p, ctx(), &call, def, events).await }
+        };
+        until_waiting(&p).await;
+        // The probe finds its pattern when it is there (the test can fail).
+        assert_eq!(run("memory:both:s3cr3t-one".into(), None).await.unwrap(), "static=s3cr3t-one;leaked=true");
+        let hits = rt.ready_counters().hits.load(Ordering::SeqCst);
+        assert!(hits >= 1, "the call took the waiting instance");
+        for i in 0..10 {
+            let marker = format!("s3cr3t-{i}");
+            until_waiting(&p).await;
+            assert_eq!(run(format!("memory:write:{marker}"), None).await.unwrap(), "");
+            until_waiting(&p).await;
+            let read = run(format!("memory:read:{marker}"), None).await.unwrap();
+            assert_eq!(read, "static=;leaked=false", "call {i} saw the previous call's memory");
+        }
+        // The call's scope, not the instantiation's: its events reach its own task, and
+        // the deadline an import sees is this call's (made long before, the instance's
+        // own would be seconds older).
+        until_waiting(&p).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let ops = serde_json::json!([{ "op": "emit", "kind": "progress", "data": "{}" }, { "op": "remaining" }]);
+        let out = run(format!("script:{ops}"), Some(tx)).await.unwrap();
+        let r: Vec<String> = serde_json::from_str(&out).unwrap();
+        assert_eq!(r[0], "ok");
+        let remaining: u64 = r[1].strip_prefix("ok:").unwrap().parse().unwrap();
+        let timeout = Limits::default().timeout.as_millis() as u64;
+        assert!(
+            remaining > timeout - 2000,
+            "the import saw the instantiation's deadline: {remaining} ms left of {timeout}"
+        );
+        assert!(rx.try_recv().is_ok(), "the event reached the calling task");
+        assert!(
+            rt.ready_counters().hits.load(Ordering::SeqCst) >= hits + 21,
+            "every call after a wait took a ready instance"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn limits_hold_in_ready_instances() {
+        let rt = ready_runtime(4);
+        let p = load(&rt, "hostile", Limits { timeout: Duration::from_millis(500), ..Limits::default() }, None).await;
+        let def = rt.resolve(&p, &reference("HOSTILE", "test://x")).await.unwrap();
+        for (prompt, expected) in
+            [("loop", "Timeout"), ("membomb", "MemoryLimit"), ("panic", "Trap"), ("oversize", "OutputTooLarge")]
+        {
+            until_waiting(&p).await;
+            let call = TaskCall { prompt: prompt.into(), ..Default::default() };
+            let e = rt.execute(&p, ctx(), &call, &def, None).await.unwrap_err();
+            assert!(format!("{e:?}").starts_with(expected), "{prompt}: {e:?}");
+        }
+        until_waiting(&p).await;
+        let call = TaskCall { prompt: "after".into(), ..Default::default() };
+        assert_eq!(rt.execute(&p, ctx(), &call, &def, None).await.unwrap(), "after");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn no_more_instances_wait_than_the_permits() {
+        let rt = ready_runtime(1);
+        let a = load(&rt, "hostile", Limits::default(), None).await;
+        let b = load(&rt, "echo", Limits::default(), None).await;
+        execute(&rt, &a, "x").await.unwrap();
+        until_waiting(&a).await;
+        execute(&rt, &b, "x").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(a.instance_waiting() && !b.instance_waiting(), "one permit: one waiting instance");
+        // Off: nothing is made ahead.
+        let rt = ready_runtime(0);
+        let c = load(&rt, "echo", Limits::default(), None).await;
+        execute(&rt, &c, "x").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!c.instance_waiting());
+        assert_eq!(rt.ready_counters().hits.load(Ordering::SeqCst), 0);
+    }
+}
+
 mod pool {
     use super::*;
 

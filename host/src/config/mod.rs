@@ -107,6 +107,12 @@ pub struct PluginsConfig {
     /// true: a fresh instance per call costs a few µs instead of fresh mappings; false
     /// allocates on demand (for machines that restrict address space, e.g. `ulimit -v`).
     pub pooled_instances: bool,
+    /// Instances made ahead of calls, across all plugins: after a plugin is called, its
+    /// next instance is instantiated in the background, so the next call starts at once
+    /// (still a fresh instance no call ran in; an instance no call takes within 30 s is
+    /// dropped). Each holds one pool slot beside the call slots and its plugin's initial
+    /// memory. Default 16; 0 turns it off.
+    pub ready_instances: u32,
     /// Address space the compiler process may use for one plugin (`2GiB`, or bytes):
     /// a compile bomb fails with an error naming this key instead of exhausting the host.
     #[serde(with = "size_text")]
@@ -217,6 +223,7 @@ impl Default for PluginsConfig {
             max_plugin_size: DEFAULT_MAX_PLUGIN_SIZE,
             load_timeout: DEFAULT_LOAD_TIMEOUT,
             pooled_instances: true,
+            ready_instances: DEFAULT_READY_INSTANCES,
             compile_memory: DEFAULT_COMPILE_MEMORY,
             tiered_compilation: true,
             trust: Vec::new(),
@@ -899,6 +906,12 @@ impl Config {
                 ));
             }
         }
+        if self.plugins.ready_instances > MAX_READY_INSTANCES {
+            return Err(invalid(
+                "plugins.ready_instances".into(),
+                format!("expected at most {MAX_READY_INSTANCES} (0 turns ready instances off)"),
+            ));
+        }
         if self.plugins.compile_memory < MIN_COMPILE_MEMORY {
             return Err(invalid(
                 "plugins.compile_memory".into(),
@@ -1054,6 +1067,13 @@ fn bare_message(text: &str) -> &str {
 
 /// Smallest memory limit accepted: one 64 KiB wasm page is not enough for any real guest.
 pub const MIN_MEMORY_LIMIT: u64 = 1024 * 1024;
+/// Default `plugins.ready_instances`: one each for the plugins a busy host calls
+/// (bundled protocols and a few third-party ones), a few MiB of slots in all.
+pub const DEFAULT_READY_INSTANCES: u32 = 16;
+/// Largest `plugins.ready_instances`: past this the slots cost address space and memory
+/// for no call that could use them (a host runs far fewer plugins).
+pub const MAX_READY_INSTANCES: u32 = 1024;
+
 /// Smallest `plugins.compile_memory`: the compiler process maps the `warden` binary and
 /// its threads' stacks before it compiles anything.
 pub const MIN_COMPILE_MEMORY: u64 = 128 * 1024 * 1024;

@@ -13,6 +13,7 @@ pub mod compiler;
 mod host;
 pub(crate) mod host_state;
 pub mod pool;
+pub mod ready;
 pub mod tier;
 
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, InstancePre, Linker};
-use wasmtime::{Config as EngineConfig, Engine, Store, Trap, UpdateDeadline};
+use wasmtime::{Config as EngineConfig, Engine, Store, Trap};
 
 use crate::capability::Grants;
 use crate::config::Limits;
@@ -143,6 +144,11 @@ impl LoadedPlugin {
         names_of(pre.component(), pre.engine())
     }
 
+    /// Whether a ready instance waits for this plugin's next call ([`ready`]).
+    pub fn instance_waiting(&self) -> bool {
+        self.build.ready().is_waiting()
+    }
+
     /// How the code calls run now was compiled.
     pub fn tier(&self) -> tier::Tier {
         self.build.tier()
@@ -164,6 +170,9 @@ pub struct Runtime {
     fuel_enabled: bool,
     /// Pool slot permits (unbounded when instances are allocated on demand).
     slots: pool::Slots,
+    /// Permits of ready instances across all plugins (`None`: off), beside `slots`.
+    ready_permits: Option<Arc<tokio::sync::Semaphore>>,
+    ready_counters: Arc<ready::ReadyCounters>,
     /// The baseline (Winch) engine for the first build of large components.
     baseline: Option<Baseline>,
     tier_up_min_size: usize,
@@ -207,6 +216,9 @@ pub struct RuntimeOptions {
     /// Smallest component compiled in two tiers when `tiered` (tests lower it to run
     /// small guests on the baseline compiler).
     pub tier_up_min_size: usize,
+    /// Instances made ahead of calls, across all plugins ([`ready`]); 0 turns it off.
+    /// A pool reserves this many slots beside the call slots.
+    pub ready_instances: u32,
 }
 
 impl RuntimeOptions {
@@ -219,6 +231,7 @@ impl RuntimeOptions {
             compiler: compiler::Compiler::InProcess,
             tiered: false,
             tier_up_min_size: tier::TIER_UP_MIN_SIZE,
+            ready_instances: 0,
         }
     }
 }
@@ -247,7 +260,9 @@ fn engine_config(options: &RuntimeOptions, tier: tier::Tier) -> EngineConfig {
 fn new_engine(options: &RuntimeOptions) -> anyhow::Result<(Engine, pool::Slots)> {
     if let Some(p) = options.pool {
         let mut cfg = engine_config(options, tier::Tier::Optimized);
-        p.apply(&mut cfg);
+        // Ready instances occupy slots of their own: calls never wait behind them.
+        let slots = pool::PoolOptions { instances: p.instances.saturating_add(options.ready_instances), ..p };
+        slots.apply(&mut cfg);
         match Engine::new(&cfg) {
             Ok(engine) => return Ok((engine, pool::Slots::pooled(p.instances))),
             Err(e) => tracing::warn!(
@@ -308,6 +323,9 @@ impl Runtime {
             services,
             fuel_enabled: options.fuel,
             slots,
+            ready_permits: (options.ready_instances > 0)
+                .then(|| Arc::new(tokio::sync::Semaphore::new(options.ready_instances as usize))),
+            ready_counters: Arc::default(),
             baseline,
             tier_up_min_size: options.tier_up_min_size,
             compiler: options.compiler,
@@ -333,6 +351,11 @@ impl Runtime {
         let compiled =
             self.compiler.compile(engine, self.fuel_enabled, tier, bytes).await.map_err(LoadError::Compile)?;
         Ok(names_of(&compiled.component, engine))
+    }
+
+    /// How calls got their instances: ready ones taken, instantiated in the call, dropped unused.
+    pub fn ready_counters(&self) -> &ready::ReadyCounters {
+        &self.ready_counters
     }
 
     /// Whether instances come from the pool (false: on demand, by choice or fallback).
@@ -389,7 +412,18 @@ impl Runtime {
         if info.name != id {
             tracing::warn!(plugin = id, claimed = %info.name, "plugin names itself differently from its file; grants use the file name");
         }
-        let build = tier::CurrentBuild::new(pre, tier);
+        let recipe = Arc::new(ready::Recipe {
+            plugin: id.into(),
+            version: wit_version,
+            limits,
+            fuel_enabled: self.fuel_enabled,
+            grants: grants.clone(),
+            http: http.clone(),
+            services: self.services.clone(),
+            permits: self.ready_permits.clone(),
+            counters: self.ready_counters.clone(),
+        });
+        let build = tier::CurrentBuild::new(pre, tier, recipe);
         let upgrade = upgrade.map(|()| self.spawn_upgrade(id, &build, bytes, &content_hash));
         Ok(LoadedPlugin {
             id: id.to_owned(),
@@ -464,7 +498,8 @@ impl Runtime {
     ) -> Result<PluginInfo, CallError> {
         let limits = Limits { timeout: INFO_CALL_TIMEOUT, ..Limits::default() };
         let scope = self.scope(id, Arc::new(Grants::default()), limits.timeout);
-        self.run(id, version, pre, limits, scope, |bindings, store| Box::pin(bindings.info(store))).await
+        self.run(id, version, Instances::Fresh(pre), limits, scope, |bindings, store| Box::pin(bindings.info(store)))
+            .await
     }
 
     fn scope(&self, plugin: &str, grants: Arc<Grants>, timeout: Duration) -> CallScope {
@@ -483,8 +518,8 @@ impl Runtime {
     pub async fn can_resolve(&self, plugin: &LoadedPlugin, reference: &SubagentReference) -> Result<bool, CallError> {
         let mut scope = self.scope(&plugin.id, plugin.grants.clone(), plugin.limits.timeout);
         scope.http = plugin.http.clone();
-        let (pre, r) = (plugin.build.pre(), reference.clone());
-        self.run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
+        let (source, r) = (Instances::Build(plugin.build.ready()), reference.clone());
+        self.run(&plugin.id, plugin.wit_version, source, plugin.limits, scope, move |b, store| {
             Box::pin(async move { b.can_resolve(store, &r).await })
         })
         .await
@@ -510,9 +545,9 @@ impl Runtime {
         scope.http = plugin.http.clone();
         let sink = host_state::WarningSink::default();
         scope.warnings = Some(sink.clone());
-        let (pre, r) = (plugin.build.pre(), reference.clone());
+        let (source, r) = (Instances::Build(plugin.build.ready()), reference.clone());
         let resolved = self
-            .run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
+            .run(&plugin.id, plugin.wit_version, source, plugin.limits, scope, move |b, store| {
                 Box::pin(async move { b.resolve(store, &r).await })
             })
             .await
@@ -554,9 +589,9 @@ impl Runtime {
         scope.task = Some(task);
         scope.task_scope = Some(task_scope.clone());
         scope.http = plugin.http.clone();
-        let (pre, call, def) = (plugin.build.pre(), call.clone(), definition.clone());
+        let (source, call, def) = (Instances::Build(plugin.build.ready()), call.clone(), definition.clone());
         let out = self
-            .run(&plugin.id, plugin.wit_version, &pre, plugin.limits, scope, move |b, store| {
+            .run(&plugin.id, plugin.wit_version, source, plugin.limits, scope, move |b, store| {
                 Box::pin(async move { b.execute(store, &ctx, &call, &def).await })
             })
             .await;
@@ -582,12 +617,13 @@ impl Runtime {
         out.map_err(CallError::Guest)
     }
 
-    /// Instantiates `pre` in a fresh store and runs `f` under the limits.
+    /// Runs `f` in a fresh instance under the limits: a ready one of the plugin's build
+    /// if one waits ([`ready`]), else one instantiated for this call.
     async fn run<R: Send + 'static>(
         &self,
         plugin: &str,
         version: WitVersion,
-        pre: &InstancePre<HostState>,
+        source: Instances<'_>,
         limits: Limits,
         scope: CallScope,
         f: impl for<'a> FnOnce(
@@ -598,53 +634,55 @@ impl Runtime {
     ) -> Result<R, CallError> {
         let deadline = scope.deadline;
         let cancel = scope.cancel().cloned();
-        // A pool slot for the whole call (released after the store below is dropped);
-        // waiting for one counts against the call's deadline.
-        let pooled = Engine::same(pre.engine(), &self.engine);
+        let (pre, ready) = match source {
+            Instances::Fresh(pre) => (pre.clone(), None),
+            Instances::Build(ready) => {
+                let mut taken = ready.take(&scope, &limits);
+                // The call runs on a call slot when one is free, so the ready permit goes
+                // back to make the next instance while this one runs.
+                if let Some(Ok(prepared)) = &mut taken
+                    && Engine::same(ready.pre().engine(), &self.engine)
+                    && let Some(slot) = self.slots.try_acquire()
+                {
+                    prepared.occupy(slot);
+                }
+                (ready.pre().clone(), taken)
+            }
+        };
+        // Instantiating here: a pool slot for the whole call (released after the store is
+        // dropped); waiting for one counts against the call's deadline. (A ready instance
+        // holds a slot of its own.)
+        let needs_slot = ready.is_none() && Engine::same(pre.engine(), &self.engine);
         let slot = async {
-            match pooled {
+            match needs_slot {
                 true => self.slots.acquire().await,
                 false => None,
             }
         };
-        let _slot = match tokio::time::timeout_at(deadline.into(), slot).await {
+        let slot = match tokio::time::timeout_at(deadline.into(), slot).await {
             Ok(slot) => slot,
             Err(_) => return Err(CallError::Timeout { plugin: plugin.into(), limit: limits.timeout }),
         };
-        let mut store = Store::new(pre.engine(), HostState::new(scope, limits.memory));
-        store.limiter(|s| &mut s.limiter);
-        let memory_hit = store.data().limiter.hit_flag();
         let fuel = limits.fuel;
-        if self.fuel_enabled {
-            store.set_fuel(fuel.unwrap_or(u64::MAX)).map_err(|e| trap(plugin, &e))?;
-        }
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if Instant::now() >= deadline { Ok(UpdateDeadline::Interrupt) } else { Ok(UpdateDeadline::Yield(1)) }
-        });
-        let classify = |e: wasmtime::Error| -> CallError {
-            if memory_hit.load(Ordering::SeqCst) {
-                return CallError::MemoryLimit { plugin: plugin.into(), limit: limits.memory };
-            }
-            match e.downcast_ref::<Trap>() {
-                Some(Trap::Interrupt) => CallError::Timeout { plugin: plugin.into(), limit: limits.timeout },
-                Some(Trap::OutOfFuel) => CallError::OutOfFuel { plugin: plugin.into(), fuel: fuel.unwrap_or(0) },
-                _ => trap(plugin, &e),
-            }
-        };
         let work = async {
-            let instance = pre.instantiate_async(&mut store).await.map_err(|e| {
+            let mut prepared = match ready {
+                Some(ready) => ready?,
+                None => ready::prepare(&pre, version, &limits, self.fuel_enabled, scope, slot).await?,
+            };
+            let memory_hit = prepared.memory_hit.clone();
+            let classify = |e: wasmtime::Error| -> CallError {
                 if memory_hit.load(Ordering::SeqCst) {
-                    CallError::MemoryLimit { plugin: plugin.into(), limit: limits.memory }
-                } else {
-                    CallError::Instantiate { plugin: plugin.into(), message: root_cause(&e) }
+                    return CallError::MemoryLimit { plugin: plugin.into(), limit: limits.memory };
                 }
-            })?;
-            let bindings = Bindings::new(version, &mut store, &instance)
-                .map_err(|e| CallError::Instantiate { plugin: plugin.into(), message: root_cause(&e) })?;
-            let r = f(&bindings, &mut store).await.map_err(classify);
+                match e.downcast_ref::<Trap>() {
+                    Some(Trap::Interrupt) => CallError::Timeout { plugin: plugin.into(), limit: limits.timeout },
+                    Some(Trap::OutOfFuel) => CallError::OutOfFuel { plugin: plugin.into(), fuel: fuel.unwrap_or(0) },
+                    _ => trap(plugin, &e),
+                }
+            };
+            let r = f(&prepared.bindings, &mut prepared.store).await.map_err(classify);
             // Plugin text reaches the log only as `log` writes do (grant, budgets, escaping).
-            store.data_mut().log_captured_stdio();
+            prepared.store.data_mut().log_captured_stdio();
             r
         };
         // A panic in host code serving this call (an import, a binding) ends this call
@@ -679,6 +717,14 @@ impl Runtime {
             Err(_) => Err(CallError::Timeout { plugin: plugin.into(), limit: limits.timeout }),
         }
     }
+}
+
+/// Where a call's instance comes from.
+enum Instances<'a> {
+    /// Instantiated for this call from a template (loading-time calls).
+    Fresh(&'a InstancePre<HostState>),
+    /// A plugin's current build: its ready instance if one waits, else instantiated.
+    Build(Arc<ready::Ready>),
 }
 
 /// Baselines for the benchmarks: the same generated bindings called with none of

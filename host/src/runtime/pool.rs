@@ -110,6 +110,11 @@ impl Slots {
         Slots(Some(Arc::new(Semaphore::new(instances as usize))))
     }
 
+    /// A free slot now, if there is one (never waits).
+    pub(super) fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.as_ref()?.clone().try_acquire_owned().ok()
+    }
+
     /// On-demand allocation: no pool, nothing to wait for.
     pub(super) fn unbounded() -> Self {
         Slots(None)

@@ -5,7 +5,8 @@
 //! This module owns which build a plugin's calls use and the background upgrade. A call
 //! takes the build current when it starts and keeps it to its end; the swap never
 //! changes what a plugin is (same bytes, same content hash, same info and grants), only
-//! how fast it runs. It must never share an instance between calls or builds.
+//! how fast it runs. It must never share an instance between calls or builds (each build
+//! has its own ready instance, [`super::ready`]).
 
 use std::sync::{Arc, RwLock};
 
@@ -13,6 +14,7 @@ use serde::Serialize;
 use wasmtime::component::InstancePre;
 
 use super::host_state::HostState;
+use super::ready::{Ready, Recipe};
 
 /// Smallest component compiled in two tiers. Smaller ones (every bundled Rust plugin is
 /// well under 1 MiB) compile optimised in well under a second; the two-tier path is for
@@ -30,7 +32,8 @@ pub enum Tier {
 }
 
 struct Build {
-    pre: InstancePre<HostState>,
+    /// The build's instance template and its ready instance.
+    ready: Arc<Ready>,
     tier: Tier,
 }
 
@@ -39,22 +42,32 @@ struct Build {
 pub struct CurrentBuild(Arc<RwLock<Build>>);
 
 impl CurrentBuild {
-    pub(super) fn new(pre: InstancePre<HostState>, tier: Tier) -> Self {
-        CurrentBuild(Arc::new(RwLock::new(Build { pre, tier })))
+    pub(super) fn new(pre: InstancePre<HostState>, tier: Tier, recipe: Arc<Recipe>) -> Self {
+        CurrentBuild(Arc::new(RwLock::new(Build { ready: Arc::new(Ready::new(pre, recipe)), tier })))
     }
 
     /// The instance template for a call starting now (cheap: reference-counted).
     pub(super) fn pre(&self) -> InstancePre<HostState> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).pre.clone()
+        self.ready().pre().clone()
+    }
+
+    /// The current build's instance template and ready instance, for a call starting now.
+    pub(super) fn ready(&self) -> Arc<Ready> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).ready.clone()
     }
 
     pub fn tier(&self) -> Tier {
         self.0.read().unwrap_or_else(|e| e.into_inner()).tier
     }
 
-    /// Installs the optimised build; calls starting from now on use it.
+    /// Installs the optimised build; calls starting from now on use it. The baseline
+    /// build's ready instance goes with it.
     pub(super) fn upgrade(&self, pre: InstancePre<HostState>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Build { pre, tier: Tier::Optimized };
+        let mut build = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let ready = Arc::new(Ready::new(pre, build.ready.recipe()));
+        let old = std::mem::replace(&mut *build, Build { ready, tier: Tier::Optimized });
+        drop(build);
+        drop(old);
     }
 
     /// A handle that does not keep the plugin alive: an upgrade finishing after the
