@@ -105,7 +105,8 @@ async fn main() {
     let ready = Runtime::new(
         RuntimeOptions {
             pool: Some(pool),
-            ready_instances: warden::config::DEFAULT_READY_INSTANCES,
+            // Off by default (`plugins.ready_instances`); the value an operator would try.
+            ready_instances: 16,
             ..RuntimeOptions::uncached()
         },
         Arc::new(warden::services::HostServices::new(vec![])),

@@ -503,7 +503,8 @@ mod ready {
     #[tokio::test(flavor = "multi_thread")]
     async fn limits_hold_in_ready_instances() {
         let rt = ready_runtime(4);
-        let p = load(&rt, "hostile", Limits { timeout: Duration::from_millis(500), ..Limits::default() }, None).await;
+        // Long enough that a 16 MiB output is made in time on a loaded machine.
+        let p = load(&rt, "hostile", Limits { timeout: Duration::from_secs(3), ..Limits::default() }, None).await;
         let def = rt.resolve(&p, &reference("HOSTILE", "test://x")).await.unwrap();
         for (prompt, expected) in
             [("loop", "Timeout"), ("membomb", "MemoryLimit"), ("panic", "Trap"), ("oversize", "OutputTooLarge")]

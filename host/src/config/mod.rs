@@ -107,11 +107,12 @@ pub struct PluginsConfig {
     /// true: a fresh instance per call costs a few µs instead of fresh mappings; false
     /// allocates on demand (for machines that restrict address space, e.g. `ulimit -v`).
     pub pooled_instances: bool,
-    /// Instances made ahead of calls, across all plugins: after a plugin is called, its
-    /// next instance is instantiated in the background, so the next call starts at once
-    /// (still a fresh instance no call ran in; an instance no call takes within 30 s is
-    /// dropped). Each holds one pool slot beside the call slots and its plugin's initial
-    /// memory. Default 16; 0 turns it off.
+    /// Instances made ahead of calls, across all plugins: after a plugin's call ends, its
+    /// next instance is instantiated in the background and the ended call's store is torn
+    /// down there, so a call that finds one skips both (still a fresh instance no call ran
+    /// in; one no call takes within 30 s is dropped). Each holds one pool slot beside the
+    /// call slots and its plugin's initial memory. Default 0 (off): see
+    /// [`DEFAULT_READY_INSTANCES`].
     pub ready_instances: u32,
     /// Address space the compiler process may use for one plugin (`2GiB`, or bytes):
     /// a compile bomb fails with an error naming this key instead of exhausting the host.
@@ -1067,9 +1068,12 @@ fn bare_message(text: &str) -> &str {
 
 /// Smallest memory limit accepted: one 64 KiB wasm page is not enough for any real guest.
 pub const MIN_MEMORY_LIMIT: u64 = 1024 * 1024;
-/// Default `plugins.ready_instances`: one each for the plugins a busy host calls
-/// (bundled protocols and a few third-party ones), a few MiB of slots in all.
-pub const DEFAULT_READY_INSTANCES: u32 = 16;
+/// Default `plugins.ready_instances`: off. Measured (BENCHMARKS.md, "Plugin runtime"), a
+/// call that finds a ready instance takes 12–20 µs instead of 32 µs, but calls of one
+/// plugin back to back took 0.92–1.48× as long (on 2 vCPUs the background instantiation
+/// and teardown compete with the calls), so it is for hosts whose plugin calls are
+/// latency-bound and sparse, chosen by the operator (16 is a good first value).
+pub const DEFAULT_READY_INSTANCES: u32 = 0;
 /// Largest `plugins.ready_instances`: past this the slots cost address space and memory
 /// for no call that could use them (a host runs far fewer plugins).
 pub const MAX_READY_INSTANCES: u32 = 1024;

@@ -634,6 +634,19 @@ impl Runtime {
     ) -> Result<R, CallError> {
         let deadline = scope.deadline;
         let cancel = scope.cancel().cloned();
+        // Whatever way the call ends, its build's filler makes the next ready instance.
+        struct CallEnded(Option<Arc<ready::Ready>>);
+        impl Drop for CallEnded {
+            fn drop(&mut self) {
+                if let Some(ready) = &self.0 {
+                    ready.call_ended();
+                }
+            }
+        }
+        let _ended = CallEnded(match &source {
+            Instances::Fresh(_) => None,
+            Instances::Build(ready) => Some(ready.clone()),
+        });
         let (pre, ready) = match source {
             Instances::Fresh(pre) => (pre.clone(), None),
             Instances::Build(ready) => {
@@ -683,6 +696,10 @@ impl Runtime {
             let r = f(&prepared.bindings, &mut prepared.store).await.map_err(classify);
             // Plugin text reaches the log only as `log` writes do (grant, budgets, escaping).
             prepared.store.data_mut().log_captured_stdio();
+            match &_ended.0 {
+                Some(ready) => ready.retire(prepared),
+                None => drop(prepared),
+            }
             r
         };
         // A panic in host code serving this call (an import, a binding) ends this call

@@ -34,6 +34,9 @@ use crate::services::{HostServices, PluginHttp};
 /// back: a plugin called at least this often keeps one ready; an idle one holds nothing
 /// (its next call instantiates as it would without ready instances, and starts the filler).
 pub const READY_IDLE: Duration = Duration::from_secs(30);
+/// Ended calls' stores waiting for the filler to drop them: each holds a pool slot, so
+/// few; a burst past this drops its stores in the calls themselves.
+pub const MAX_SPENT: usize = 8;
 
 /// A store with a fresh instance in it, not yet called.
 pub(super) struct Prepared {
@@ -160,6 +163,9 @@ pub(super) struct Ready {
     pre: InstancePre<HostState>,
     recipe: Arc<Recipe>,
     waiting: Mutex<Option<Prepared>>,
+    /// Stores of ended calls, dropped by the filler (a store's teardown resets its
+    /// memory: off the call's path). At most [`MAX_SPENT`]; past that a call drops its own.
+    spent: Mutex<Vec<Prepared>>,
     /// Wakes the filler: a call took (or missed) the instance, or this build is gone.
     wake: Arc<Notify>,
     filler_started: AtomicBool,
@@ -167,7 +173,14 @@ pub(super) struct Ready {
 
 impl Ready {
     pub(super) fn new(pre: InstancePre<HostState>, recipe: Arc<Recipe>) -> Self {
-        Ready { pre, recipe, waiting: Mutex::new(None), wake: Arc::new(Notify::new()), filler_started: false.into() }
+        Ready {
+            pre,
+            recipe,
+            waiting: Mutex::new(None),
+            spent: Mutex::new(Vec::new()),
+            wake: Arc::new(Notify::new()),
+            filler_started: false.into(),
+        }
     }
 
     /// What this build's instances are made with (kept by a tier upgrade).
@@ -180,20 +193,46 @@ impl Ready {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
+    /// Hands an ended call's store to the filler to drop (with its slot), or drops it here
+    /// when ready instances are off or [`MAX_SPENT`] already wait.
+    pub(super) fn retire(&self, prepared: Prepared) {
+        if self.recipe.permits.is_none() || !self.filler_started.load(Ordering::SeqCst) {
+            return drop(prepared);
+        }
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        if spent.len() < MAX_SPENT {
+            spent.push(prepared);
+        } else {
+            drop(spent);
+            drop(prepared);
+        }
+    }
+
+    /// Asks the filler for the next instance: called when a call of this build has ended,
+    /// so the instantiation does not compete with the call it would serve.
+    pub(super) fn call_ended(self: &Arc<Self>) {
+        if self.recipe.permits.is_none() {
+            return;
+        }
+        // A call dropped outside the runtime (at its shutdown) starts nothing.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        if !self.filler_started.swap(true, Ordering::SeqCst) {
+            runtime.spawn(fill(Arc::downgrade(self), self.wake.clone()));
+        }
+        self.wake.notify_one();
+    }
+
     /// The build's instance template (a call that finds no ready instance uses it).
     pub(super) fn pre(&self) -> &InstancePre<HostState> {
         &self.pre
     }
 
-    /// The waiting instance bound to `scope`, if there is one; either way the filler is
-    /// asked to make the next. `None` when ready instances are off or none waits.
+    /// The waiting instance bound to `scope`, if there is one (the caller tells
+    /// [`Ready::call_ended`] when the call is over). `None` when ready instances are off or
+    /// none waits.
     pub(super) fn take(self: &Arc<Self>, scope: &CallScope, limits: &Limits) -> Option<Result<Prepared, CallError>> {
         self.recipe.permits.as_ref()?;
         let taken = self.waiting.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if !self.filler_started.swap(true, Ordering::SeqCst) {
-            tokio::spawn(fill(Arc::downgrade(self), self.wake.clone()));
-        }
-        self.wake.notify_one();
         let counters = &self.recipe.counters;
         let Some(mut prepared) = taken else {
             counters.misses.fetch_add(1, Ordering::Relaxed);
@@ -231,6 +270,8 @@ async fn fill(ready: Weak<Ready>, wake: Arc<Notify>) {
             }
         };
         let Some(build) = ready.upgrade() else { return };
+        let spent = std::mem::take(&mut *build.spent.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(spent);
         if !woke {
             let stale = build.waiting.lock().unwrap_or_else(|e| e.into_inner()).take();
             if stale.is_some() {
