@@ -385,6 +385,33 @@ mod health {
     }
 }
 
+/// `plugins.ready_instances` through the whole server: tasks run on instances made ahead.
+mod ready_instances {
+    use super::*;
+
+    fn taken(metrics: &str) -> u64 {
+        let line = metrics.lines().find(|l| l.starts_with("warden_plugin_ready_instances_total{outcome=\"taken\"}"));
+        line.and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{metrics}"))
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn tasks_run_on_ready_instances_when_they_are_on() {
+        let plugins = [(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")];
+        let api = api_with(&plugins, &format!("  ready_instances: 4{ECHO_AND_HOSTILE}"), vec![]).await;
+        assert_eq!(taken(&api.get("/metrics").await.text), 0);
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        let mut i = 0;
+        while taken(&api.get("/metrics").await.text) == 0 {
+            assert!(std::time::Instant::now() < until, "no task found a ready instance");
+            i += 1;
+            let r = api.task("greeter", &format!("ready {i}"), false).await;
+            assert_eq!((r.status, r.body["status"].as_str()), (200, Some("completed")), "{:?}", r.body);
+            assert_eq!(r.body["output"], format!("ready {i}"), "each task answers its own prompt");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 mod catalog {
     use super::*;
 

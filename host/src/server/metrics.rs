@@ -88,6 +88,18 @@ pub fn render(state: &AppState) -> String {
         &[("", snap.invalid.len() as u64)],
     );
     series(&mut out, "warden_subagents", "gauge", "Resolved subagents.", &[("", snap.definitions.len() as u64)]);
+    let ready = engine.registry().runtime().ready_counters();
+    series(
+        &mut out,
+        "warden_plugin_ready_instances_total",
+        "counter",
+        "With plugins.ready_instances on: calls that found a ready instance (taken), calls that instantiated their own (missed), ready instances dropped unused (expired).",
+        &[
+            ("{outcome=\"taken\"}", get(&ready.hits)),
+            ("{outcome=\"missed\"}", get(&ready.misses)),
+            ("{outcome=\"expired\"}", get(&ready.expired)),
+        ],
+    );
     let total = get(&m.http_requests);
     let c4 = get(&m.http_client_errors);
     let c5 = get(&m.http_server_errors);
