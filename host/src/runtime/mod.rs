@@ -417,7 +417,6 @@ impl Runtime {
             version: wit_version,
             limits,
             fuel_enabled: self.fuel_enabled,
-            grants: grants.clone(),
             http: http.clone(),
             services: self.services.clone(),
             permits: self.ready_permits.clone(),

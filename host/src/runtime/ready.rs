@@ -5,8 +5,8 @@
 //! before, and the instance ends with its call (nothing a call leaves in memory reaches
 //! another). What changes is *when* the instance is made: after a plugin is called, one
 //! background filler per plugin build instantiates the next instance under the plugin's
-//! own grants, limits and deadline (with no task: an import that needs one is refused),
-//! and the next call binds its capability scope, fuel and deadline to it.
+//! limits and deadline with nothing granted (start code reaches no warden import), and
+//! the next call binds its capability scope, fuel and deadline to it.
 //!
 //! This module owns the waiting instance of each build, the filler that makes it, and
 //! [`prepare`], the one place a store and instance are made for a call (ready or not).
@@ -59,6 +59,8 @@ impl Prepared {
     fn bind(&mut self, scope: CallScope, limits: &Limits, fuel_enabled: bool) -> Result<(), CallError> {
         let (plugin, deadline) = (scope.plugin.clone(), scope.deadline);
         self.store.data_mut().scope = scope;
+        // The instantiation succeeded: a growth it was refused is not this call's.
+        self.memory_hit.store(false, Ordering::SeqCst);
         arm(&mut self.store, limits, fuel_enabled, deadline).map_err(|e| super::trap(&plugin, &e))
     }
 }
@@ -109,7 +111,6 @@ pub(super) struct Recipe {
     pub(super) version: WitVersion,
     pub(super) limits: Limits,
     pub(super) fuel_enabled: bool,
-    pub(super) grants: Arc<Grants>,
     pub(super) http: PluginHttp,
     pub(super) services: Arc<HostServices>,
     /// Instances ready at once across all plugins (`None`: ready instances are off).
@@ -118,11 +119,13 @@ pub(super) struct Recipe {
 }
 
 impl Recipe {
-    /// The scope an instantiation outside a call runs under: the plugin's grants, no task.
+    /// The scope an instantiation outside a call runs under: no task and **no grant**, so
+    /// start code reaches nothing through warden's imports (only WASI clocks and
+    /// randomness) — nothing it could read outside a call reaches the call it is bound to.
     fn scope(&self, deadline: Instant) -> CallScope {
         CallScope {
             plugin: self.plugin.clone(),
-            grants: self.grants.clone(),
+            grants: Arc::new(Grants::default()),
             task: None,
             deadline,
             task_scope: None,
@@ -166,6 +169,9 @@ pub(super) struct Ready {
     /// Stores of ended calls, dropped by the filler (a store's teardown resets its
     /// memory: off the call's path). At most [`MAX_SPENT`]; past that a call drops its own.
     spent: Mutex<Vec<Prepared>>,
+    /// The filler is instantiating (up to the plugin's timeout): ended calls drop their own
+    /// stores meanwhile, so their slots are never held for that long.
+    making: AtomicBool,
     /// Wakes the filler: a call took (or missed) the instance, or this build is gone.
     wake: Arc<Notify>,
     filler_started: AtomicBool,
@@ -178,6 +184,7 @@ impl Ready {
             recipe,
             waiting: Mutex::new(None),
             spent: Mutex::new(Vec::new()),
+            making: false.into(),
             wake: Arc::new(Notify::new()),
             filler_started: false.into(),
         }
@@ -196,7 +203,10 @@ impl Ready {
     /// Hands an ended call's store to the filler to drop (with its slot), or drops it here
     /// when ready instances are off or [`MAX_SPENT`] already wait.
     pub(super) fn retire(&self, prepared: Prepared) {
-        if self.recipe.permits.is_none() || !self.filler_started.load(Ordering::SeqCst) {
+        if self.recipe.permits.is_none()
+            || !self.filler_started.load(Ordering::SeqCst)
+            || self.making.load(Ordering::SeqCst)
+        {
             return drop(prepared);
         }
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
@@ -252,6 +262,20 @@ impl Drop for Ready {
     fn drop(&mut self) {
         // The filler holds only a weak reference: it wakes, finds the build gone, ends.
         self.wake.notify_one();
+        if self.waiting.get_mut().map(|w| w.is_some()).unwrap_or(false) {
+            self.recipe.counters.expired.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sets a build's `making` flag while it is alive (a build gone has no calls to tell).
+struct MakingFlag(Weak<Ready>);
+
+impl MakingFlag {
+    fn set(&self, on: bool) {
+        if let Some(build) = self.0.upgrade() {
+            build.making.store(on, Ordering::SeqCst);
+        }
     }
 }
 
@@ -286,6 +310,7 @@ async fn fill(ready: Weak<Ready>, wake: Arc<Notify>) {
         }
         let Some(permits) = build.recipe.permits.clone() else { return };
         let (pre, recipe) = (build.pre.clone(), build.recipe.clone());
+        let making = MakingFlag(Arc::downgrade(&build));
         // Not held while waiting or instantiating: a build replaced meanwhile goes at once.
         drop(build);
         let permit = match permits.clone().try_acquire_owned() {
@@ -307,7 +332,9 @@ async fn fill(ready: Weak<Ready>, wake: Arc<Notify>) {
                 }
             }
         };
+        making.set(true);
         let made = recipe.make(&pre, permit).await;
+        making.set(false);
         let Some(build) = ready.upgrade() else {
             recipe.counters.expired.fetch_add(1, Ordering::Relaxed);
             return;

@@ -1025,7 +1025,40 @@ fn pg(e: tokio_postgres::Error) -> String {
 mod tests {
     use std::time::Duration;
 
+    use serde_json::json;
+
     use super::*;
+
+    /// Within one batch (one transaction) the last write of each key is the one committed:
+    /// a repeated event number keeps the later event, a state key set then deleted is
+    /// deleted, deleted then set is set. (Across batches queue order gives the same, except
+    /// for events, which are append-only: the store's integration tests cover that.)
+    #[test]
+    fn the_last_write_of_a_batch_wins() {
+        let event =
+            |v: &str| Msg::Write(Box::new(Write::Event { task_id: "t".into(), seq: 1, event: json!({ "v": v }) }));
+        let set = |key: &str| {
+            Msg::Write(Box::new(Write::StateSet {
+                namespace: "p".into(),
+                key: key.into(),
+                value: b"x".to_vec(),
+                written_at_ms: 1,
+            }))
+        };
+        let delete = |key: &str| Msg::Write(Box::new(Write::StateDelete { namespace: "p".into(), key: key.into() }));
+        let batch = [
+            event("first"),
+            event("second"),
+            set("set-then-deleted"),
+            delete("set-then-deleted"),
+            delete("deleted-then-set"),
+            set("deleted-then-set"),
+        ];
+        let l = Latest::of(&batch);
+        assert_eq!(l.events.into_iter().collect::<Vec<_>>(), [(("t", 1), &json!({ "v": "second" }))]);
+        assert_eq!(l.state[&("p", "set-then-deleted")], None);
+        assert_eq!(l.state[&("p", "deleted-then-set")], Some((&b"x"[..], 1)));
+    }
 
     #[test]
     fn the_url_gets_timeouts_unless_it_sets_its_own() {

@@ -84,7 +84,7 @@ on_both_backends!(
     a_task_is_read_back_as_written,
     events_come_in_order_after_any_last_event_id,
     plugin_state_is_kept_as_written,
-    the_last_write_of_a_batch_wins,
+    queued_writes_commit_in_queue_order_whatever_the_batches,
     a_restart_fails_interrupted_tasks_and_keeps_the_rest,
     purge_removes_only_tasks_finished_before_retention,
     concurrent_writers_share_commits,
@@ -274,16 +274,19 @@ async fn plugin_state_is_kept_as_written(b: &Backend) {
     );
 }
 
-async fn the_last_write_of_a_batch_wins(b: &Backend) {
+/// Writes queued back to back, with no flush between, fall into one batch or several (the
+/// writer takes what is queued when it wakes): either way the last write of each key wins.
+/// (Regression: this test queued a task's final record before its events and a repeated
+/// event number, which only one batch commits as written; a split batch dropped the events
+/// of the already-finished task, as it must. Within one batch: the backends' unit tests.)
+async fn queued_writes_commit_in_queue_order_whatever_the_batches(b: &Backend) {
     let store = b.open().await;
-    // Queued back to back with no flush between: one batch, in queue order.
     let mut rec = record("task_w", TaskState::Working, None);
     store.write(Write::Task(rec.clone()));
+    store.write(Write::Event { task_id: "task_w".into(), seq: 1, event: json!({ "v": "second" }) });
     rec.status = TaskState::Completed;
     rec.finished_at_ms = Some(9);
     store.write(Write::Task(rec.clone()));
-    store.write(Write::Event { task_id: "task_w".into(), seq: 1, event: json!({ "v": "first" }) });
-    store.write(Write::Event { task_id: "task_w".into(), seq: 1, event: json!({ "v": "second" }) });
     store.write(state_set("p", "set-then-deleted", b"x".to_vec()));
     store.write(Write::StateDelete { namespace: "p".into(), key: "set-then-deleted".into() });
     store.write(Write::StateDelete { namespace: "p".into(), key: "deleted-then-set".into() });
