@@ -43,6 +43,21 @@ pub struct CallScope {
 pub type WarningSink = Arc<std::sync::Mutex<Vec<String>>>;
 
 impl CallScope {
+    /// A call outside any task (loading, resolving, instantiating ahead of a call): the
+    /// plugin's `grants`, the host's HTTP clients, until `deadline`.
+    pub fn outside_task(plugin: Arc<str>, grants: Arc<Grants>, deadline: Instant, services: Arc<HostServices>) -> Self {
+        CallScope {
+            plugin,
+            grants,
+            task: None,
+            deadline,
+            task_scope: None,
+            http: services.http.clone(),
+            services,
+            warnings: None,
+        }
+    }
+
     /// Where the task's events go (`execute` calls of a task that keeps events).
     pub fn events(&self) -> Option<&EventSink> {
         self.task_scope.as_ref()?.events.as_ref()

@@ -417,7 +417,6 @@ impl Runtime {
             version: wit_version,
             limits,
             fuel_enabled: self.fuel_enabled,
-            http: http.clone(),
             services: self.services.clone(),
             permits: self.ready_permits.clone(),
             counters: self.ready_counters.clone(),
@@ -502,16 +501,7 @@ impl Runtime {
     }
 
     fn scope(&self, plugin: &str, grants: Arc<Grants>, timeout: Duration) -> CallScope {
-        CallScope {
-            plugin: plugin.into(),
-            grants,
-            task: None,
-            deadline: Instant::now() + timeout,
-            task_scope: None,
-            http: self.services.http.clone(),
-            services: self.services.clone(),
-            warnings: None,
-        }
+        CallScope::outside_task(plugin.into(), grants, Instant::now() + timeout, self.services.clone())
     }
 
     pub async fn can_resolve(&self, plugin: &LoadedPlugin, reference: &SubagentReference) -> Result<bool, CallError> {

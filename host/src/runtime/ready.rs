@@ -28,7 +28,7 @@ use super::host_state::{CallScope, HostState};
 use super::{CallError, panic_message, root_cause};
 use crate::capability::Grants;
 use crate::config::Limits;
-use crate::services::{HostServices, PluginHttp};
+use crate::services::HostServices;
 
 /// How long a made instance waits for a call before it is dropped and its permit given
 /// back: a plugin called at least this often keeps one ready; an idle one holds nothing
@@ -111,7 +111,6 @@ pub(super) struct Recipe {
     pub(super) version: WitVersion,
     pub(super) limits: Limits,
     pub(super) fuel_enabled: bool,
-    pub(super) http: PluginHttp,
     pub(super) services: Arc<HostServices>,
     /// Instances ready at once across all plugins (`None`: ready instances are off).
     pub(super) permits: Option<Arc<Semaphore>>,
@@ -123,16 +122,7 @@ impl Recipe {
     /// start code reaches nothing through warden's imports (only WASI clocks and
     /// randomness) — nothing it could read outside a call reaches the call it is bound to.
     fn scope(&self, deadline: Instant) -> CallScope {
-        CallScope {
-            plugin: self.plugin.clone(),
-            grants: Arc::new(Grants::default()),
-            task: None,
-            deadline,
-            task_scope: None,
-            services: self.services.clone(),
-            http: self.http.clone(),
-            warnings: None,
-        }
+        CallScope::outside_task(self.plugin.clone(), Arc::new(Grants::default()), deadline, self.services.clone())
     }
 
     /// One instance made in the background, within the plugin's call timeout.
