@@ -592,6 +592,60 @@ mod pool {
     }
 }
 
+mod memory_growth {
+    use super::*;
+    use warden::config::Budgets;
+
+    /// The SDK's allocator serves a call from its arena: a plugin built with it answers
+    /// small calls without growing memory, so the pool changes no page protection for
+    /// them (each such change interrupts every core running the host).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn calls_of_a_plugin_built_with_the_sdk_do_not_grow_memory() {
+        let rt = pooled(2, Limits::default().memory);
+        let p = load(&rt, "hostile", Limits::default(), None).await;
+        for i in 0..20 {
+            let prompt = format!("ping {i} {}", "x".repeat(i * 1000));
+            assert_eq!(execute(&rt, &p, &prompt).await.unwrap(), prompt);
+        }
+        assert_eq!(p.memory_growth().grown_calls, 0, "small calls grew memory");
+        // The count can fail: a call that grows is counted.
+        assert_eq!(execute(&rt, &p, "grow").await.unwrap(), "grown");
+        assert_eq!(p.memory_growth().grown_calls, 1);
+    }
+
+    /// A plugin growing memory on every call is held to its growth budget: its calls wait
+    /// (all of them answer) and its growth is charged to it alone — another plugin's
+    /// bucket is untouched.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn growth_past_the_budget_waits_and_is_charged_to_its_own_plugin() {
+        let budgets = Budgets { memory_growth_per_second: 8 << 20, ..Budgets::default() };
+        let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
+        let grower = load(&rt, "hostile", Limits::default(), None).await;
+        let other = load(&rt, "echo", Limits::default(), None).await;
+        for _ in 0..8 {
+            assert_eq!(execute(&rt, &grower, "grow").await.unwrap(), "grown", "a paced call is slowed, not failed");
+        }
+        let grown = grower.memory_growth();
+        assert_eq!(grown.grown_calls, 8);
+        // An 8 MiB burst, each call charged 2 MiB + 64 KiB: from the fourth call on, each waits.
+        assert!(grown.paced >= 4, "{grown:?}");
+        assert_eq!(execute(&rt, &other, "still here").await.unwrap(), "still here");
+        assert_eq!(other.memory_growth().paced, 0, "another plugin paid for the growth: {:?}", other.memory_growth());
+    }
+
+    /// 0 turns pacing off.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_zero_budget_does_not_pace() {
+        let budgets = Budgets { memory_growth_per_second: 0, ..Budgets::default() };
+        let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
+        let grower = load(&rt, "hostile", Limits::default(), None).await;
+        for _ in 0..3 {
+            assert_eq!(execute(&rt, &grower, "grow").await.unwrap(), "grown");
+        }
+        assert_eq!(grower.memory_growth(), Default::default());
+    }
+}
+
 mod compiler {
     use super::*;
 
@@ -1493,6 +1547,7 @@ mod imports {
             max_log_lines_per_call: 5,
             max_log_bytes_per_call: 100,
             max_http_streams_per_call: 2,
+            ..Budgets::default()
         };
         let rt = runtime_with(None, HostServices::new(vec![]).with_budgets(budgets));
         let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;

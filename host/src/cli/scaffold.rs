@@ -28,7 +28,7 @@ macro_rules! embed {
 /// the WIT in `warden-guest/wit/`), so the project builds with no warden checkout.
 /// `embedded_sdk_lists_every_file` keeps this list complete.
 const SDK_RUST: &[(&str, &str)] = embed!("sdk/rust":
-    "Cargo.toml", "src/bindings.rs", "src/cancel.rs", "src/clock.rs", "src/error.rs", "src/events.rs", "src/http.rs",
+    "Cargo.toml", "src/alloc.rs", "src/bindings.rs", "src/cancel.rs", "src/clock.rs", "src/error.rs", "src/events.rs", "src/http.rs",
     "src/lib.rs", "src/log.rs", "src/metadata.rs", "src/model.rs", "src/plugin.rs", "src/resources.rs", "src/state.rs",
     "src/text.rs", "src/wire/http.rs", "src/wire/mod.rs", "src/wire/model.rs",
 );

@@ -135,6 +135,12 @@ pub struct PluginsConfig {
     pub pins: BTreeMap<String, String>,
 }
 
+/// Default `plugins.budgets.memory_growth_per_second`: 256 MiB/s per plugin, about 120
+/// growing calls a second — far above what a plugin built with the SDK does (its calls
+/// grow memory only past a 640 KiB arena); at 1 GiB/s a plugin growing memory on every
+/// call still made its neighbour's p99 3× slower (BENCHMARKS.md, "Isolation").
+pub const DEFAULT_MEMORY_GROWTH_PER_SECOND: u64 = 256 * 1024 * 1024;
+
 /// Default memory for compiling one plugin: an 18 MB Python component needs ~400 MB
 /// resident and about twice that in address space; a bomb stops at this bound.
 pub const DEFAULT_COMPILE_MEMORY: u64 = 2 * 1024 * 1024 * 1024;
@@ -193,6 +199,13 @@ pub struct Budgets {
     pub max_log_bytes_per_call: u64,
     /// Streamed HTTP responses (`http.send-streaming`) one call may hold open at once.
     pub max_http_streams_per_call: u32,
+    /// Linear-memory growth one plugin's calls may do per second, together (`256MiB`, or
+    /// bytes; 0 = unpaced). Past it a growing call waits (it is slowed, never failed): the
+    /// pool's taking a call's growth back interrupts every core running the host, so a
+    /// plugin growing memory on every call slowed every other plugin (BENCHMARKS.md,
+    /// "Isolation"). A call that grows at all is charged 2 MiB on top of its bytes.
+    #[serde(with = "size_text")]
+    pub memory_growth_per_second: u64,
 }
 
 impl Default for Budgets {
@@ -206,6 +219,7 @@ impl Default for Budgets {
             max_log_lines_per_call: DEFAULT_MAX_LOG_LINES_PER_CALL,
             max_log_bytes_per_call: DEFAULT_MAX_LOG_BYTES_PER_CALL,
             max_http_streams_per_call: DEFAULT_MAX_HTTP_STREAMS_PER_CALL,
+            memory_growth_per_second: DEFAULT_MEMORY_GROWTH_PER_SECOND,
         }
     }
 }

@@ -107,6 +107,10 @@ pub struct CallLimiter {
     /// Table elements granted so far in this store.
     table_elements: usize,
     hit: Arc<AtomicBool>,
+    /// The plugin's growth budget (`None`: not paced, as for load-time calls).
+    pacer: Option<Arc<super::growth::GrowthPacer>>,
+    /// Whether this call has grown a memory yet (charged [`super::growth::GROWN_CALL_CHARGE`] once).
+    grew: bool,
 }
 
 /// Table elements allowed per instance (all tables together): far above what real
@@ -123,10 +127,58 @@ impl CallLimiter {
             used: 0,
             table_elements: 0,
             hit: Arc::new(AtomicBool::new(false)),
+            pacer: None,
+            grew: false,
         }
+    }
+
+    /// Paces this store's memory growth by its plugin's budget (see [`super::growth`]).
+    pub fn paced_by(mut self, pacer: Option<Arc<super::growth::GrowthPacer>>) -> Self {
+        self.pacer = pacer;
+        self
+    }
+
+    /// How long a growth from `current` to `desired` bytes waits for the plugin's budget.
+    /// Instantiation (a memory's first allocation, from 0) is not growth the pool takes
+    /// back, so it is not charged.
+    fn growth_wait(&mut self, current: usize, desired: usize) -> std::time::Duration {
+        let Some(pacer) = self.pacer.as_ref().filter(|_| current > 0) else { return std::time::Duration::ZERO };
+        let first = !std::mem::replace(&mut self.grew, true);
+        pacer.charge_growth(desired.saturating_sub(current) as u64, first)
     }
     pub fn hit_flag(&self) -> Arc<AtomicBool> {
         self.hit.clone()
+    }
+}
+
+/// The limiter calls use (their stores are async): the same budget as
+/// [`wasmtime::ResourceLimiter`], and growth within it waits for the plugin's growth
+/// budget without holding a thread.
+#[async_trait::async_trait]
+impl wasmtime::ResourceLimiterAsync for CallLimiter {
+    async fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if !wasmtime::ResourceLimiter::memory_growing(self, current, desired, maximum)? {
+            return Ok(false);
+        }
+        let wait = self.growth_wait(current, desired);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        Ok(true)
+    }
+
+    async fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        wasmtime::ResourceLimiter::table_growing(self, current, desired, maximum)
     }
 }
 
@@ -194,7 +246,7 @@ pub struct CallUsage {
 }
 
 impl HostState {
-    pub fn new(scope: CallScope, memory_limit: u64) -> Self {
+    pub fn new(scope: CallScope, memory_limit: u64, pacer: Option<Arc<super::growth::GrowthPacer>>) -> Self {
         let stdout = MemoryOutputPipe::new(MAX_CAPTURED_STDIO);
         let stderr = MemoryOutputPipe::new(MAX_CAPTURED_STDIO);
         // Deny-all WASI: no preopened directories, no environment, no arguments,
@@ -204,7 +256,7 @@ impl HostState {
         b.stdout(stdout.clone()).stderr(stderr.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
         HostState {
             scope,
-            limiter: CallLimiter::new(memory_limit),
+            limiter: CallLimiter::new(memory_limit).paced_by(pacer),
             table: ResourceTable::new(),
             wasi: b.build(),
             stdout,

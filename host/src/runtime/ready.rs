@@ -24,6 +24,7 @@ use wasmtime::component::InstancePre;
 use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{Bindings, WitVersion};
+use super::growth::GrowthPacer;
 use super::host_state::{CallScope, HostState};
 use super::{CallError, panic_message, root_cause};
 use crate::capability::Grants;
@@ -87,10 +88,11 @@ pub(super) async fn prepare(
     fuel_enabled: bool,
     scope: CallScope,
     slot: Option<OwnedSemaphorePermit>,
+    pacer: Option<Arc<GrowthPacer>>,
 ) -> Result<Prepared, CallError> {
     let (plugin, deadline) = (scope.plugin.clone(), scope.deadline);
-    let mut store = Store::new(pre.engine(), HostState::new(scope, limits.memory));
-    store.limiter(|s| &mut s.limiter);
+    let mut store = Store::new(pre.engine(), HostState::new(scope, limits.memory, pacer));
+    store.limiter_async(|s| &mut s.limiter);
     let memory_hit = store.data().limiter.hit_flag();
     arm(&mut store, limits, fuel_enabled, deadline).map_err(|e| super::trap(&plugin, &e))?;
     let instance = pre.instantiate_async(&mut store).await.map_err(|e| {
@@ -115,6 +117,8 @@ pub(super) struct Recipe {
     /// Instances ready at once across all plugins (`None`: ready instances are off).
     pub(super) permits: Option<Arc<Semaphore>>,
     pub(super) counters: Arc<ReadyCounters>,
+    /// The plugin's memory-growth budget, shared by all its calls (`None`: not paced).
+    pub(super) pacer: Option<Arc<GrowthPacer>>,
 }
 
 impl Recipe {
@@ -128,7 +132,8 @@ impl Recipe {
     /// One instance made in the background, within the plugin's call timeout.
     async fn make(&self, pre: &InstancePre<HostState>, permit: OwnedSemaphorePermit) -> Result<Prepared, CallError> {
         let deadline = Instant::now() + self.limits.timeout;
-        let work = prepare(pre, self.version, &self.limits, self.fuel_enabled, self.scope(deadline), Some(permit));
+        let (scope, pacer) = (self.scope(deadline), self.pacer.clone());
+        let work = prepare(pre, self.version, &self.limits, self.fuel_enabled, scope, Some(permit), pacer);
         let work = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(work));
         match tokio::time::timeout_at(deadline.into(), work).await {
             Ok(Ok(made)) => made,

@@ -56,7 +56,9 @@
 //!
 //! Features: `bindings` (default) generates the bindings and enables everything that
 //! calls the host. Without it only the pure parts build — what a plugin's native unit
-//! tests need — so bundled plugins enable it for their wasm build only.
+//! tests need — so bundled plugins enable it for their wasm build only. `allocator`
+//! (default) makes [`alloc`]'s arena-first allocator the plugin's global allocator on wasm:
+//! calls that allocate little never grow memory (see that module for why it matters).
 
 pub mod cancel;
 pub mod clock;
@@ -71,6 +73,8 @@ pub mod state;
 pub mod text;
 pub mod wire;
 
+#[cfg(all(feature = "allocator", target_family = "wasm"))]
+pub mod alloc;
 #[cfg(feature = "bindings")]
 pub mod bindings;
 #[cfg(feature = "bindings")]

@@ -14,6 +14,7 @@
 //! | `panic` | `panic!("hostile panic")` (a trap) |
 //! | `oversize` | returns a 16 MiB string |
 //! | `stack` | unbounded recursion (stack overflow trap) |
+//! | `grow` | grows linear memory by one page and returns `grown` (what the SDK's allocator avoids: memory growth on every call) |
 //! | `http:<url>` | `http::send` GET; `Ok("<status>\n<body>")` or the error as is |
 //! | `model` | `model::complete` with one user message; the text or the error |
 //! | `tools` | `tools::list`; the tool names (one per line) or the error |
@@ -27,6 +28,9 @@
 //! | anything else | returns the prompt |
 
 use std::hint::black_box;
+
+// The SDK's global allocator (an arena before memory grows), as in every SDK-built plugin.
+use warden_guest as _;
 
 wit_bindgen::generate!({
     path: "../../../wit/0.2.0",
@@ -101,6 +105,10 @@ impl executor::Guest for Hostile {
             "panic" => panic!("hostile panic"),
             "oversize" => Ok("x".repeat(16 << 20)),
             "stack" => Ok(recurse(0).to_string()),
+            "grow" => {
+                core::arch::wasm32::memory_grow(0, 1);
+                Ok("grown".into())
+            }
             "model" => model_call(),
             "tools" => {
                 let specs = tools::list()?;
