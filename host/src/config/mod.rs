@@ -1083,10 +1083,12 @@ fn bare_message(text: &str) -> &str {
 /// Smallest memory limit accepted: one 64 KiB wasm page is not enough for any real guest.
 pub const MIN_MEMORY_LIMIT: u64 = 1024 * 1024;
 /// Default `plugins.ready_instances`: off. Measured (BENCHMARKS.md, "Plugin runtime"), a
-/// call that finds a ready instance takes 12–20 µs instead of 32 µs, but calls of one
-/// plugin back to back took 0.92–1.48× as long (on 2 vCPUs the background instantiation
-/// and teardown compete with the calls), so it is for hosts whose plugin calls are
-/// latency-bound and sparse, chosen by the operator (16 is a good first value).
+/// call that finds a ready instance took 12–20 µs instead of 32 µs on one VM, and nothing
+/// less than a pooled call (12.1 vs 11.4 µs) on another once SDK-built plugins stopped
+/// growing memory per call; calls of one plugin back to back took 0.92–2.24× as long (on
+/// 2 vCPUs the background instantiation and teardown compete with the calls), so it is
+/// for hosts whose plugin calls are latency-bound and sparse, chosen and measured by the
+/// operator (16 is a good first value).
 pub const DEFAULT_READY_INSTANCES: u32 = 0;
 /// Largest `plugins.ready_instances`: past this the slots cost address space and memory
 /// for no call that could use them (a host runs far fewer plugins).
