@@ -13,8 +13,8 @@
 //! This module owns the bucket arithmetic. It must never block a thread (the limiter
 //! awaits the wait it returns) and never charge one plugin's growth to another.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What a call that grows memory at all is charged on top of the bytes: the resets its
@@ -70,17 +70,32 @@ impl GrowthPacer {
         Some(GrowthPacer { rate, burst, bucket, grown_calls: AtomicU64::new(0), paced: AtomicU64::new(0) })
     }
 
-    /// Charges a call's growth: [`Self::charge`] plus [`GROWN_CALL_CHARGE`] for the call's
-    /// first growth, counted.
-    pub fn charge_growth(&self, bytes: u64, first_in_call: bool) -> Duration {
+    /// Charges a call's growth of `bytes` ([`GROWN_CALL_CHARGE`] more for the call's first)
+    /// and returns the charge, whose [`Charge::wait`] the growth must wait first. When that
+    /// wait would end after `deadline`, nothing is charged and the wait is the error: the
+    /// call cannot grow in time, and sleeping into its timeout would only hold its slot.
+    pub fn charge_growth(
+        self: &Arc<Self>,
+        bytes: u64,
+        first_in_call: bool,
+        deadline: Instant,
+    ) -> Result<Charge, Duration> {
+        let bytes = bytes.saturating_add(if first_in_call { GROWN_CALL_CHARGE } else { 0 });
+        let now = Instant::now();
+        let wait = self.charge_at(bytes, now, Some(deadline.saturating_duration_since(now)))?;
         if first_in_call {
             self.grown_calls.fetch_add(1, Ordering::Relaxed);
         }
-        let wait = self.charge(bytes.saturating_add(if first_in_call { GROWN_CALL_CHARGE } else { 0 }));
         if !wait.is_zero() {
             self.paced.fetch_add(1, Ordering::Relaxed);
         }
-        wait
+        Ok(Charge { pacer: self.clone(), bytes, wait, kept: false })
+    }
+
+    /// Gives `bytes` back (a growth that never happened).
+    fn refund(&self, bytes: u64) {
+        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        b.tokens = (b.tokens + bytes as f64).min(self.burst);
     }
 
     pub fn counts(&self) -> GrowthCounts {
@@ -90,18 +105,57 @@ impl GrowthPacer {
         }
     }
 
-    /// Charges `bytes` of growth now and returns how long the growth must wait first. The
-    /// charge is taken at once, so concurrent calls of the plugin queue behind each other.
-    pub fn charge(&self, bytes: u64) -> Duration {
-        self.charge_at(bytes, Instant::now())
+    /// Charges `bytes` at `now` and returns how long the growth must wait first; the charge
+    /// is taken at once, so concurrent calls of the plugin queue behind each other. With
+    /// `limit`, a wait longer than it is refused (the error) and nothing is charged.
+    fn charge_at(&self, bytes: u64, now: Instant, limit: Option<Duration>) -> Result<Duration, Duration> {
+        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        // Never backwards (a caller's `now` read before another took the lock).
+        let now = now.max(b.at);
+        let refill = now.saturating_duration_since(b.at).as_secs_f64() * self.rate;
+        let tokens = (b.tokens + refill).min(self.burst);
+        let after = tokens - bytes as f64;
+        let wait = match after >= 0.0 {
+            true => Duration::ZERO,
+            false => Duration::try_from_secs_f64(-after / self.rate).unwrap_or(Duration::MAX),
+        };
+        b.at = now;
+        if limit.is_some_and(|limit| wait > limit) {
+            b.tokens = tokens;
+            return Err(wait);
+        }
+        b.tokens = after;
+        Ok(wait)
+    }
+}
+
+/// A growth charged to its plugin's budget: given back when dropped before [`Charge::keep`]
+/// (the call ended while the growth waited).
+#[derive(Debug)]
+pub struct Charge {
+    pacer: Arc<GrowthPacer>,
+    bytes: u64,
+    wait: Duration,
+    kept: bool,
+}
+
+impl Charge {
+    /// How long the growth waits before it happens.
+    pub fn wait(&self) -> Duration {
+        self.wait
     }
 
-    fn charge_at(&self, bytes: u64, now: Instant) -> Duration {
-        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
-        let refill = now.saturating_duration_since(b.at).as_secs_f64() * self.rate;
-        b.tokens = (b.tokens + refill).min(self.burst) - bytes as f64;
-        b.at = now;
-        if b.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-b.tokens / self.rate) }
+    /// The growth happened: the charge stays.
+    pub fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.pacer.refund(self.bytes);
+        }
     }
 }
 
@@ -128,7 +182,7 @@ mod tests {
             let mut total = 0u64;
             for bytes in charges {
                 // The caller sleeps out each wait before its next growth.
-                waited += pacer.charge_at(bytes, start + waited);
+                waited += pacer.charge_at(bytes, start + waited, None).unwrap();
                 total += bytes;
                 let allowed = pacer.burst + rate as f64 * waited.as_secs_f64();
                 prop_assert!(total as f64 <= allowed + 1.0, "{total} bytes through in {waited:?}");
@@ -140,9 +194,33 @@ mod tests {
 
     #[test]
     fn an_idle_plugin_grows_its_burst_without_waiting_and_then_waits() {
-        let pacer = GrowthPacer::new(1 << 30).unwrap();
-        assert_eq!(pacer.charge(200 << 20), Duration::ZERO);
-        let wait = pacer.charge(200 << 20);
-        assert!(wait > Duration::from_millis(100), "{wait:?}");
+        let pacer = Arc::new(GrowthPacer::new(1 << 30).unwrap());
+        let far = Instant::now() + Duration::from_secs(60);
+        let first = pacer.charge_growth(200 << 20, true, far).unwrap();
+        assert_eq!(first.wait(), Duration::ZERO);
+        first.keep();
+        let second = pacer.charge_growth(200 << 20, false, far).unwrap();
+        assert!(second.wait() > Duration::from_millis(100), "{:?}", second.wait());
+        assert_eq!(pacer.counts(), GrowthCounts { grown_calls: 1, paced: 1 });
+    }
+
+    /// A growth that cannot happen before its call's deadline is refused without a charge,
+    /// and a charge dropped before it was kept (the call ended while waiting) is given
+    /// back: neither leaves debt that would slow the plugin's next calls.
+    #[test]
+    fn growth_past_the_deadline_and_abandoned_growth_cost_nothing() {
+        let pacer = Arc::new(GrowthPacer::new(8 << 20).unwrap());
+        let soon = Instant::now() + Duration::from_millis(100);
+        // The burst (8 MiB) goes, then 8 MiB more would wait ~1 s: past the deadline.
+        pacer.charge_growth(8 << 20, false, soon).unwrap().keep();
+        let refused = pacer.charge_growth(8 << 20, false, soon).unwrap_err();
+        assert!(refused > Duration::from_millis(900), "{refused:?}");
+        // Abandoned: charged, then dropped.
+        let far = Instant::now() + Duration::from_secs(60);
+        drop(pacer.charge_growth(4 << 20, false, far).unwrap());
+        // The bucket holds what it held after the burst (plus a little refill): 1 MiB now
+        // waits about 1/8 s, not the ~5/8 s it would with the abandoned or refused debt.
+        let next = pacer.charge_growth(1 << 20, false, far).unwrap();
+        assert!(next.wait() <= Duration::from_millis(130), "{:?}", next.wait());
     }
 }

@@ -109,6 +109,9 @@ pub struct CallLimiter {
     hit: Arc<AtomicBool>,
     /// The plugin's growth budget (`None`: not paced, as for load-time calls).
     pacer: Option<Arc<super::growth::GrowthPacer>>,
+    /// The deadline of the call this store serves, once instantiated: growth from then on
+    /// is the call's, paced; growth while instantiating (start code) is not.
+    armed: Option<std::time::Instant>,
     /// Whether this call has grown a memory yet (charged [`super::growth::GROWN_CALL_CHARGE`] once).
     grew: bool,
 }
@@ -128,8 +131,14 @@ impl CallLimiter {
             table_elements: 0,
             hit: Arc::new(AtomicBool::new(false)),
             pacer: None,
+            armed: None,
             grew: false,
         }
+    }
+
+    /// The instance is made: growth from now on belongs to the call ending at `deadline`.
+    pub fn arm(&mut self, deadline: std::time::Instant) {
+        self.armed = Some(deadline);
     }
 
     /// Paces this store's memory growth by its plugin's budget (see [`super::growth`]).
@@ -138,14 +147,23 @@ impl CallLimiter {
         self
     }
 
-    /// How long a growth from `current` to `desired` bytes waits for the plugin's budget.
-    /// Instantiation (a memory's first allocation, from 0) is not growth the pool takes
-    /// back, so it is not charged.
-    fn growth_wait(&mut self, current: usize, desired: usize) -> std::time::Duration {
-        let Some(pacer) = self.pacer.as_ref().filter(|_| current > 0) else { return std::time::Duration::ZERO };
-        let first = !std::mem::replace(&mut self.grew, true);
-        pacer.charge_growth(desired.saturating_sub(current) as u64, first)
+    /// The charge for a growth from `current` to `desired` bytes against the plugin's
+    /// budget (`None` when not paced, or still instantiating); an error when the growth
+    /// could not happen before the call's deadline.
+    fn growth_charge(&mut self, current: usize, desired: usize) -> wasmtime::Result<Option<super::growth::Charge>> {
+        let (Some(pacer), Some(deadline)) = (self.pacer.as_ref(), self.armed) else { return Ok(None) };
+        let bytes = desired.saturating_sub(current) as u64;
+        match pacer.charge_growth(bytes, !self.grew, deadline) {
+            Ok(charge) => {
+                self.grew = true;
+                Ok(Some(charge))
+            }
+            Err(wait) => Err(wasmtime::format_err!(
+                "memory growth budget exceeded: growing by {bytes} bytes would wait {wait:?}, past the call's deadline (plugins.budgets.memory_growth_per_second)"
+            )),
+        }
     }
+
     pub fn hit_flag(&self) -> Arc<AtomicBool> {
         self.hit.clone()
     }
@@ -165,9 +183,12 @@ impl wasmtime::ResourceLimiterAsync for CallLimiter {
         if !wasmtime::ResourceLimiter::memory_growing(self, current, desired, maximum)? {
             return Ok(false);
         }
-        let wait = self.growth_wait(current, desired);
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+        if let Some(charge) = self.growth_charge(current, desired)? {
+            // Dropped with the call while waiting: the charge is given back.
+            if !charge.wait().is_zero() {
+                tokio::time::sleep(charge.wait()).await;
+            }
+            charge.keep();
         }
         Ok(true)
     }
@@ -381,6 +402,26 @@ mod tests {
     fn regression_multi_memory_modules_are_refused() {
         let e = wasmtime::Module::new(&engine(), module_with_memory(1, true)).unwrap_err();
         assert!(format!("{e:?}").contains("multiple memories"), "{e:?}");
+    }
+
+    /// Growth is the call's from the moment the instance is made (a memory declared with 0
+    /// pages grown in the call included), never before it (start code); and a growth that
+    /// could not happen before the call's deadline fails at once, naming the budget's key.
+    #[tokio::test]
+    async fn growth_is_paced_from_instantiation_on_and_never_past_the_deadline() {
+        use crate::runtime::growth::GrowthPacer;
+        use wasmtime::ResourceLimiterAsync;
+        let pacer = Arc::new(GrowthPacer::new(64 << 20).unwrap());
+        let mut l = CallLimiter::new(1 << 31).paced_by(Some(pacer.clone()));
+        assert!(l.memory_growing(0, 1 << 20, None).await.unwrap());
+        assert!(l.memory_growing(1 << 20, 2 << 20, None).await.unwrap());
+        assert_eq!(pacer.counts().grown_calls, 0, "instantiation was charged");
+        l.arm(std::time::Instant::now() + std::time::Duration::from_secs(10));
+        assert!(l.memory_growing(0, 64 << 10, None).await.unwrap());
+        assert_eq!(pacer.counts().grown_calls, 1, "growth from an empty memory went unpaced");
+        // 1 GiB at 64 MiB/s waits ~16 s: past the 10 s deadline.
+        let e = l.memory_growing(64 << 10, 1 << 30, None).await.unwrap_err();
+        assert!(e.to_string().contains("plugins.budgets.memory_growth_per_second"), "{e}");
     }
 
     #[test]

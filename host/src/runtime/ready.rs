@@ -60,6 +60,8 @@ impl Prepared {
     fn bind(&mut self, scope: CallScope, limits: &Limits, fuel_enabled: bool) -> Result<(), CallError> {
         let (plugin, deadline) = (scope.plugin.clone(), scope.deadline);
         self.store.data_mut().scope = scope;
+        // Growth from here on is this call's, paced up to its deadline.
+        self.store.data_mut().limiter.arm(deadline);
         // The instantiation succeeded: a growth it was refused is not this call's.
         self.memory_hit.store(false, Ordering::SeqCst);
         arm(&mut self.store, limits, fuel_enabled, deadline).map_err(|e| super::trap(&plugin, &e))
@@ -104,6 +106,7 @@ pub(super) async fn prepare(
     })?;
     let bindings = Bindings::new(version, &mut store, &instance)
         .map_err(|e| CallError::Instantiate { plugin: plugin.to_string(), message: root_cause(&e) })?;
+    store.data_mut().limiter.arm(deadline);
     Ok(Prepared { store, bindings, memory_hit, _slot: slot })
 }
 

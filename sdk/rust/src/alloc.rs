@@ -74,7 +74,9 @@ unsafe impl Source for ArenaThenGrow {
         let previous_pages = grow(pages).ok_or(())?;
         let base = (previous_pages * PAGE_SIZE) as *mut u8;
         let bytes = pages * PAGE_SIZE;
-        let end = base.wrapping_add(bytes);
+        // Memory grown to the top of the address space ends at 0 when wrapped: end the heap
+        // a chunk short of it instead (as talc's own wasm source saturates).
+        let end = (base as usize).checked_add(bytes).unwrap_or(usize::MAX & !(TOP_GAP - 1)) as *mut u8;
         if let Some(old_end) = talc.source.grown_end.take() {
             if old_end.as_ptr() == base {
                 // SAFETY: `old_end` ends the heap grown last, and the memory after it up
@@ -89,17 +91,15 @@ unsafe impl Source for ArenaThenGrow {
     }
 }
 
-#[cfg(target_arch = "wasm32")]
+/// Bytes left unclaimed at the very top of a 4 GiB memory (talc's chunk alignment).
+const TOP_GAP: usize = 16;
+
+/// Grows memory 0 by `pages`; the previous size in pages, or `None` when refused.
 fn grow(pages: usize) -> Option<usize> {
     match core::arch::wasm32::memory_grow(0, pages) {
         usize::MAX => None,
         previous => Some(previous),
     }
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-fn grow(_pages: usize) -> Option<usize> {
-    None
 }
 
 /// The arena's memory: zero pages in the module's initial memory, never touched until

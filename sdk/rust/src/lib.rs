@@ -73,7 +73,7 @@ pub mod state;
 pub mod text;
 pub mod wire;
 
-#[cfg(all(feature = "allocator", target_family = "wasm"))]
+#[cfg(all(feature = "allocator", target_arch = "wasm32"))]
 pub mod alloc;
 #[cfg(feature = "bindings")]
 pub mod bindings;
