@@ -200,7 +200,8 @@ pub struct Budgets {
     /// Streamed HTTP responses (`http.send-streaming`) one call may hold open at once.
     pub max_http_streams_per_call: u32,
     /// Linear-memory growth one plugin's calls may do per second, together (`256MiB`, or
-    /// bytes; 0 = unpaced). Past it a growing call waits (it is slowed, never failed): the
+    /// bytes; 0 = unpaced). Past it a growing call waits (a growth that could not happen
+    /// before the call's deadline fails it at once, naming this key): the
     /// pool's taking a call's growth back interrupts every core running the host, so a
     /// plugin growing memory on every call slowed every other plugin (BENCHMARKS.md,
     /// "Isolation"). A call that grows at all is charged 2 MiB on top of its bytes.

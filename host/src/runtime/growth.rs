@@ -8,7 +8,8 @@
 //! call's memory budget that cost is not a matter of bytes but of how often it happens,
 //! so this module bounds the rate: growth is charged to its plugin's token bucket (a call
 //! that grows at all is charged [`GROWN_CALL_CHARGE`] on top), and a growth past the
-//! budget waits — the plugin's call is slowed, never failed, and nothing else is.
+//! budget waits — the plugin's call is slowed, and nothing else is; a growth that could not
+//! happen before its call's deadline fails that call at once instead of sleeping into it.
 //!
 //! This module owns the bucket arithmetic. It must never block a thread (the limiter
 //! awaits the wait it returns) and never charge one plugin's growth to another.
