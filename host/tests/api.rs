@@ -411,6 +411,31 @@ mod ready_instances {
     }
 }
 
+mod memory_growth {
+    use super::*;
+
+    fn sample(metrics: &str, name: &str, plugin: &str) -> u64 {
+        let prefix = format!("{name}{{plugin=\"{plugin}\"}} ");
+        let line = metrics.lines().find(|l| l.starts_with(&prefix));
+        line.and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{metrics}"))
+    }
+
+    /// `/metrics` says which plugins grow memory: the echo test plugin (Rust's default
+    /// allocator) grows at every call, the hostile one (the SDK's arena) at none.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn metrics_count_each_plugins_growing_calls() {
+        let api = api().await;
+        for (agent, prompt) in [("greeter", "grow?"), ("hostile", "ping")] {
+            let r = api.task(agent, prompt, false).await;
+            assert_eq!((r.status, r.body["status"].as_str()), (200, Some("completed")), "{:?}", r.body);
+        }
+        let m = api.get("/metrics").await.text;
+        assert!(sample(&m, "warden_plugin_grown_calls_total", "echo") >= 1, "{m}");
+        assert_eq!(sample(&m, "warden_plugin_grown_calls_total", "hostile"), 0, "{m}");
+        assert_eq!(sample(&m, "warden_plugin_paced_growths_total", "echo"), 0, "{m}");
+    }
+}
+
 mod catalog {
     use super::*;
 

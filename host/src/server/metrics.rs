@@ -100,6 +100,25 @@ pub fn render(state: &AppState) -> String {
             ("{outcome=\"expired\"}", get(&ready.expired)),
         ],
     );
+    // Per plugin (the operator's file stems, escaped): who grows memory, and who is paced.
+    let growth: Vec<(String, crate::runtime::growth::GrowthCounts)> =
+        snap.plugins.iter().map(|(id, p)| (format!("{{plugin=\"{}\"}}", label_value(id)), p.memory_growth())).collect();
+    let grown: Vec<(&str, u64)> = growth.iter().map(|(l, c)| (l.as_str(), c.grown_calls)).collect();
+    series(
+        &mut out,
+        "warden_plugin_grown_calls_total",
+        "counter",
+        "Calls of each plugin that grew linear memory (each costs the pool page-protection changes; plugins built with the Rust SDK grow only past its arena).",
+        &grown,
+    );
+    let paced: Vec<(&str, u64)> = growth.iter().map(|(l, c)| (l.as_str(), c.paced)).collect();
+    series(
+        &mut out,
+        "warden_plugin_paced_growths_total",
+        "counter",
+        "Memory growths of each plugin that waited for plugins.budgets.memory_growth_per_second.",
+        &paced,
+    );
     let total = get(&m.http_requests);
     let c4 = get(&m.http_client_errors);
     let c5 = get(&m.http_server_errors);
@@ -114,6 +133,12 @@ pub fn render(state: &AppState) -> String {
         Some(replica) => with_replica_label(&out, replica),
         None => out,
     }
+}
+
+/// `value` as a Prometheus label value: backslash, double quote and newline escaped (a
+/// plugin id is a file name, which may hold any of them).
+fn label_value(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// Every sample of `text` with a `replica` label, so that one Prometheus scraping several
@@ -138,6 +163,15 @@ fn with_replica_label(text: &str, replica: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A plugin file named to break out of its label cannot forge a sample.
+    #[test]
+    fn plugin_ids_are_escaped_in_labels() {
+        let id = "a\"} 1\nwarden_tasks_running 999\n\\";
+        let line = format!("x{{plugin=\"{}\"}} 0", super::label_value(id));
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert_eq!(line, r#"x{plugin="a\"} 1\nwarden_tasks_running 999\n\\"} 0"#);
+    }
+
     #[test]
     fn every_sample_gets_the_replica_label() {
         let text = "# HELP a A.\n# TYPE a gauge\na 1\nb{le=\"0.5\"} 2\n";
