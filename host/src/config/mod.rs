@@ -928,6 +928,15 @@ impl Config {
                 format!("expected at most {MAX_READY_INSTANCES} (0 turns ready instances off)"),
             ));
         }
+        let growth = self.plugins.budgets.memory_growth_per_second;
+        if growth != 0 && growth < MIN_MEMORY_GROWTH_PER_SECOND {
+            return Err(invalid(
+                "plugins.budgets.memory_growth_per_second".into(),
+                format!(
+                    "expected 0 (unpaced) or at least {MIN_MEMORY_GROWTH_PER_SECOND} bytes (1MiB) a second, got {growth}; below it a call that grows its memory once waits longer than any call may run"
+                ),
+            ));
+        }
         if self.plugins.compile_memory < MIN_COMPILE_MEMORY {
             return Err(invalid(
                 "plugins.compile_memory".into(),
@@ -1095,6 +1104,10 @@ pub const DEFAULT_READY_INSTANCES: u32 = 0;
 /// for no call that could use them (a host runs far fewer plugins).
 pub const MAX_READY_INSTANCES: u32 = 1024;
 
+/// Smallest `plugins.memory_growth_per_second` but 0: a call that grows at all is charged
+/// 2 MiB, so below 1 MiB/s the first growth of a busy plugin's calls would wait seconds.
+pub const MIN_MEMORY_GROWTH_PER_SECOND: u64 = 1024 * 1024;
+
 /// Smallest `plugins.compile_memory`: the compiler process maps the `warden` binary and
 /// its threads' stacks before it compiles anything.
 pub const MIN_COMPILE_MEMORY: u64 = 128 * 1024 * 1024;
@@ -1234,6 +1247,20 @@ mod tests {
             let e = parse(&format!("subagents:\n  max_depth: {bad}\n")).unwrap_err().to_string();
             assert!(e.starts_with("w.yaml: subagents.max_depth: expected 1 (no nesting) to 5"), "{e}");
         }
+    }
+
+    /// The growth budget is 0 (off) or a sane rate, in size text, with an error naming the key.
+    #[test]
+    fn memory_growth_budget_is_off_or_at_least_a_mebibyte_a_second() {
+        assert_eq!(parse("").unwrap().plugins.budgets.memory_growth_per_second, DEFAULT_MEMORY_GROWTH_PER_SECOND);
+        let budget = |v: &str| parse(&format!("plugins:\n  budgets:\n    memory_growth_per_second: {v}\n"));
+        assert_eq!(budget("0").unwrap().plugins.budgets.memory_growth_per_second, 0);
+        assert_eq!(budget("64MiB").unwrap().plugins.budgets.memory_growth_per_second, 64 << 20);
+        let e = budget("1000").unwrap_err().to_string();
+        assert!(
+            e.starts_with("w.yaml: plugins.budgets.memory_growth_per_second: expected 0 (unpaced) or at least"),
+            "{e}"
+        );
     }
 
     /// Issue 20: agent-defined MCP servers are off by default and on only when the operator
