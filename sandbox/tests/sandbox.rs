@@ -1733,11 +1733,22 @@ mod boundary {
         let mut stdout = tokio::io::BufReader::new(&mut process.stdout);
         tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut ready)).await.unwrap().unwrap();
         assert_eq!(ready.trim_end(), "ready");
-        let ps = processes(&sb, &k).await;
-        for orphan in ["sleep 1007", "sleep 1008"] {
-            assert!(!ps.contains(orphan), "`{orphan}` ran beside a later command:\n{ps}");
+        // Whole command lines: the session process's own (`sh -c (sleep 1007 &); …`) names
+        // the orphans until it has exec'd `cat`, which may come after `ready` on a loaded
+        // machine (a substring match failed on that). Every later command's listing must
+        // be free of orphans, until one shows the session process as `cat`.
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ps = processes(&sb, &k).await;
+            for orphan in ["sleep 1007", "sleep 1008"] {
+                assert!(!ps.lines().any(|l| l.trim() == orphan), "`{orphan}` ran beside a later command:\n{ps}");
+            }
+            if ps.lines().any(|l| l.trim() == "cat") {
+                break;
+            }
+            assert!(std::time::Instant::now() < until, "the session process itself lives on as `cat`:\n{ps}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(ps.lines().any(|l| l.trim() == "cat"), "the session process itself lives on:\n{ps}");
         drop(process);
         sb.shutdown().await.unwrap();
     }
