@@ -135,10 +135,12 @@ pub fn render(state: &AppState) -> String {
     }
 }
 
-/// `value` as a Prometheus label value: backslash, double quote and newline escaped (a
-/// plugin id is a file name, which may hold any of them).
+/// `value` as a Prometheus label value. A plugin id is a file name, which may hold any
+/// character: control and invisible ones go through the host's one escaper
+/// ([`crate::text::escape_control`]: no raw line break, NUL, CR or ESC reaches a scraper),
+/// then the exposition format's quoting (backslash and double quote).
 fn label_value(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    crate::text::escape_control(value).replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// Every sample of `text` with a `replica` label, so that one Prometheus scraping several
@@ -163,13 +165,17 @@ fn with_replica_label(text: &str, replica: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    /// A plugin file named to break out of its label cannot forge a sample.
+    /// A plugin file named to break out of its label cannot forge a sample, nor put a raw
+    /// control character (CR, NUL, ESC) in front of a scraper.
     #[test]
     fn plugin_ids_are_escaped_in_labels() {
         let id = "a\"} 1\nwarden_tasks_running 999\n\\";
         let line = format!("x{{plugin=\"{}\"}} 0", super::label_value(id));
         assert_eq!(line.lines().count(), 1, "{line}");
-        assert_eq!(line, r#"x{plugin="a\"} 1\nwarden_tasks_running 999\n\\"} 0"#);
+        assert_eq!(line, r#"x{plugin="a\"} 1\\nwarden_tasks_running 999\\n\\\\"} 0"#);
+        let controls = super::label_value("p\r\0\u{1b}[2J");
+        assert!(!controls.chars().any(|c| c.is_control()), "{controls:?}");
+        assert_eq!(controls, r"p\\r\\u{0}\\u{1b}[2J");
     }
 
     #[test]
