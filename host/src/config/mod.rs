@@ -135,12 +135,6 @@ pub struct PluginsConfig {
     pub pins: BTreeMap<String, String>,
 }
 
-/// Default `plugins.budgets.memory_growth_per_second`: 256 MiB/s per plugin, about 120
-/// growing calls a second — far above what a plugin built with the SDK does (its calls
-/// grow memory only past a 640 KiB arena); at 1 GiB/s a plugin growing memory on every
-/// call still made its neighbour's p99 3× slower (BENCHMARKS.md, "Isolation").
-pub const DEFAULT_MEMORY_GROWTH_PER_SECOND: u64 = 256 * 1024 * 1024;
-
 /// Default memory for compiling one plugin: an 18 MB Python component needs ~400 MB
 /// resident and about twice that in address space; a bomb stops at this bound.
 pub const DEFAULT_COMPILE_MEMORY: u64 = 2 * 1024 * 1024 * 1024;
@@ -171,6 +165,11 @@ pub const DEFAULT_MAX_LOG_BYTES_PER_CALL: u64 = 1024 * 1024;
 /// Default streamed HTTP responses one call may hold open at once: each holds a
 /// connection and a file descriptor of the host.
 pub const DEFAULT_MAX_HTTP_STREAMS_PER_CALL: u32 = 16;
+/// Default `plugins.budgets.memory_growth_per_second`: 256 MiB/s per plugin, about 120
+/// growing calls a second — far above what a plugin built with the SDK does (its calls
+/// grow memory only past a 640 KiB arena); at 1 GiB/s a plugin growing memory on every
+/// call still made its neighbour's p99 3× slower (BENCHMARKS.md, "Isolation").
+pub const DEFAULT_MEMORY_GROWTH_PER_SECOND: u64 = 256 * 1024 * 1024;
 
 /// `plugins.budgets:` — what one plugin call (or one plugin, for state) may consume
 /// through the host imports. Over a budget the import returns an error value naming

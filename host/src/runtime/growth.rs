@@ -83,7 +83,7 @@ impl GrowthPacer {
     ) -> Result<Charge, Duration> {
         let bytes = bytes.saturating_add(if first_in_call { GROWN_CALL_CHARGE } else { 0 });
         let now = Instant::now();
-        let wait = self.charge_at(bytes, now, Some(deadline.saturating_duration_since(now)))?;
+        let wait = self.charge_at(bytes, now, deadline.saturating_duration_since(now))?;
         if first_in_call {
             self.grown_calls.fetch_add(1, Ordering::Relaxed);
         }
@@ -107,9 +107,9 @@ impl GrowthPacer {
     }
 
     /// Charges `bytes` at `now` and returns how long the growth must wait first; the charge
-    /// is taken at once, so concurrent calls of the plugin queue behind each other. With
-    /// `limit`, a wait longer than it is refused (the error) and nothing is charged.
-    fn charge_at(&self, bytes: u64, now: Instant, limit: Option<Duration>) -> Result<Duration, Duration> {
+    /// is taken at once, so concurrent calls of the plugin queue behind each other. A wait
+    /// longer than `limit` is refused (the error) and nothing is charged.
+    fn charge_at(&self, bytes: u64, now: Instant, limit: Duration) -> Result<Duration, Duration> {
         let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
         // Never backwards (a caller's `now` read before another took the lock).
         let now = now.max(b.at);
@@ -121,7 +121,7 @@ impl GrowthPacer {
             false => Duration::try_from_secs_f64(-after / self.rate).unwrap_or(Duration::MAX),
         };
         b.at = now;
-        if limit.is_some_and(|limit| wait > limit) {
+        if wait > limit {
             b.tokens = tokens;
             return Err(wait);
         }
@@ -183,7 +183,7 @@ mod tests {
             let mut total = 0u64;
             for bytes in charges {
                 // The caller sleeps out each wait before its next growth.
-                waited += pacer.charge_at(bytes, start + waited, None).unwrap();
+                waited += pacer.charge_at(bytes, start + waited, Duration::MAX).unwrap();
                 total += bytes;
                 let allowed = pacer.burst + rate as f64 * waited.as_secs_f64();
                 prop_assert!(total as f64 <= allowed + 1.0, "{total} bytes through in {waited:?}");

@@ -137,7 +137,7 @@ impl CallLimiter {
     }
 
     /// The instance is made: growth from now on belongs to the call ending at `deadline`.
-    pub fn arm(&mut self, deadline: std::time::Instant) {
+    pub fn begin_call(&mut self, deadline: std::time::Instant) {
         self.armed = Some(deadline);
     }
 
@@ -416,7 +416,7 @@ mod tests {
         assert!(l.memory_growing(0, 1 << 20, None).await.unwrap());
         assert!(l.memory_growing(1 << 20, 2 << 20, None).await.unwrap());
         assert_eq!(pacer.counts().grown_calls, 0, "instantiation was charged");
-        l.arm(std::time::Instant::now() + std::time::Duration::from_secs(10));
+        l.begin_call(std::time::Instant::now() + std::time::Duration::from_secs(10));
         assert!(l.memory_growing(0, 64 << 10, None).await.unwrap());
         assert_eq!(pacer.counts().grown_calls, 1, "growth from an empty memory went unpaced");
         // 1 GiB at 64 MiB/s waits ~16 s: past the 10 s deadline.

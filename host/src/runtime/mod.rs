@@ -158,7 +158,7 @@ impl LoadedPlugin {
     /// How this plugin's calls have grown memory (zero when growth is not paced:
     /// `plugins.budgets.memory_growth_per_second` is 0).
     pub fn memory_growth(&self) -> growth::GrowthCounts {
-        self.build.ready().recipe().pacer.as_ref().map(|p| p.counts()).unwrap_or_default()
+        self.build.ready().pacer().map(|p| p.counts()).unwrap_or_default()
     }
 }
 
@@ -668,7 +668,7 @@ impl Runtime {
                 {
                     prepared.occupy(slot);
                 }
-                (ready.pre().clone(), taken, ready.recipe().pacer.clone())
+                (ready.pre().clone(), taken, ready.pacer().cloned())
             }
         };
         // Instantiating here: a pool slot for the whole call (released after the store is

@@ -61,7 +61,7 @@ impl Prepared {
         let (plugin, deadline) = (scope.plugin.clone(), scope.deadline);
         self.store.data_mut().scope = scope;
         // Growth from here on is this call's, paced up to its deadline.
-        self.store.data_mut().limiter.arm(deadline);
+        self.store.data_mut().limiter.begin_call(deadline);
         // The instantiation succeeded: a growth it was refused is not this call's.
         self.memory_hit.store(false, Ordering::SeqCst);
         arm(&mut self.store, limits, fuel_enabled, deadline).map_err(|e| super::trap(&plugin, &e))
@@ -106,7 +106,7 @@ pub(super) async fn prepare(
     })?;
     let bindings = Bindings::new(version, &mut store, &instance)
         .map_err(|e| CallError::Instantiate { plugin: plugin.to_string(), message: root_cause(&e) })?;
-    store.data_mut().limiter.arm(deadline);
+    store.data_mut().limiter.begin_call(deadline);
     Ok(Prepared { store, bindings, memory_hit, _slot: slot })
 }
 
@@ -228,6 +228,11 @@ impl Ready {
             runtime.spawn(fill(Arc::downgrade(self), self.wake.clone()));
         }
         self.wake.notify_one();
+    }
+
+    /// The plugin's memory-growth budget (`None`: not paced).
+    pub(super) fn pacer(&self) -> Option<&Arc<GrowthPacer>> {
+        self.recipe.pacer.as_ref()
     }
 
     /// The build's instance template (a call that finds no ready instance uses it).

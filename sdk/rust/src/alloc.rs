@@ -73,10 +73,12 @@ unsafe impl Source for ArenaThenGrow {
         let pages = pages_for(layout);
         let previous_pages = grow(pages).ok_or(())?;
         let base = (previous_pages * PAGE_SIZE) as *mut u8;
-        let bytes = pages * PAGE_SIZE;
         // Memory grown to the top of the address space ends at 0 when wrapped: end the heap
-        // a chunk short of it instead (as talc's own wasm source saturates).
-        let end = (base as usize).checked_add(bytes).unwrap_or(usize::MAX & !(TOP_GAP - 1)) as *mut u8;
+        // a chunk short of it instead (as talc's own wasm source saturates), for a claim
+        // as for an extension.
+        let end = (base as usize).checked_add(pages * PAGE_SIZE).unwrap_or(usize::MAX & !(TOP_GAP - 1));
+        let bytes = end - base as usize;
+        let end = end as *mut u8;
         if let Some(old_end) = talc.source.grown_end.take() {
             if old_end.as_ptr() == base {
                 // SAFETY: `old_end` ends the heap grown last, and the memory after it up
