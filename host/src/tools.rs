@@ -269,7 +269,7 @@ impl ToolHost {
         scope: &TaskScope,
         key: &SessionKey,
         call: &ToolCall,
-        approved_path: Option<&str>,
+        approved_path: Option<&warden_sandbox::ResolvedPath>,
     ) -> (String, bool) {
         if let Some((server, tool)) = warden_mcp_protocol::parse_claude_tool_name(&call.name) {
             let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
@@ -472,7 +472,7 @@ impl ToolHost {
                         // The session's proxy judges this call's connections by the
                         // operator's list narrowed by the subagent's and the task's.
                         let _egress = self.sandbox.as_ref().ok().map(|sb| sb.hold_egress(&key, &scope.egress));
-                        self.run_allowed(scope, &key, &call, path.as_ref().map(|p| p.path.as_str())).await
+                        self.run_allowed(scope, &key, &call, path.as_ref()).await
                     }
                 },
             };

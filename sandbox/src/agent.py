@@ -41,8 +41,8 @@
 #   request  = len, fields...      with field = len, bytes;  fields: op, nonce, op's own
 #   response = frames...           with frame = kind (1 byte), len, payload
 #     kinds: b"h" hello (once, at start: pid, starttime), b"o" command stdout, b"e" command
-#     stderr, b"d" file data, b"s" shell state (cwd and exported variables, NUL-separated),
-#     b"r" the result (fields: key, value, ...; always echoes the request's nonce).
+#     stderr, b"d" file data, b"s" the Bash shell's physical working directory (read by the
+#     agent from /proc, never written by the command), b"r" the result (fields: key, value, ...; always echoes the request's nonce).
 #     `r` is always the last frame of a response.
 #
 # Rules this file must keep (see sandbox/src/agent.rs for the host side):
@@ -58,9 +58,12 @@
 #   settled session process that is not in its record (SETTLED, above). The host asks for
 #   the same after every call of a session process (`contain`), so nothing such a call
 #   starts outlives it either; before every file operation, the sweep of orphans.
-# - No named files: captures are anonymous (O_TMPFILE) and the session shell state travels
-#   in the protocol (the host keeps and filters it), so nothing a command writes under /tmp
-#   can redirect, read or wedge the agent.
+# - No named files: captures are anonymous (O_TMPFILE) and the session's working directory
+#   travels in the protocol (read from /proc by the agent; the host checks it again), so
+#   nothing a command writes under /tmp can redirect, read or wedge the agent.
+# - A command inherits descriptors 0-2 only (a search's pinned root as well for an exec).
+# - A zombie thread-group leader whose other threads run is alive (proc_table): no state in
+#   /proc hides a process from the sweeps.
 import errno
 import fcntl
 import os
@@ -96,19 +99,27 @@ MAX_FIELDS = 100000
 CHUNK = 64 * 1024
 MAX_SYMLINK_HOPS = 40
 SWEEP_ROUNDS = 200
-MAX_STATE_BYTES = 1024 * 1024
+# Process states of a task that has ended (zombie, dead): nothing of it runs.
+DEAD_STATES = (b"Z", b"X", b"x")
+# The state proc_table gives a zombie leader whose other threads still run.
+LIVE = b"R"
 # Requests that only touch files: before each the agent kills the orphans (not what settled
 # session processes run: one of their calls may be running now, and a file op has no
 # environment to steal; `contain` and every command start take care of those).
 FILE_OPS = ("stat", "read", "write")
 # Free bytes below which a failed command is told that the workspace is full.
 FULL_BELOW = 64 * 1024
-# Runs the user's command ($1), then writes cwd and exported variables (NUL-separated) to
-# the inherited descriptor numbered $2 (an anonymous file of the agent).
-RUNNER = (
-    'trap \'__w_rc=$?; { printf "%s\\0" "$PWD"; env -0; } >&"$2" 2>/dev/null; exit $__w_rc\' EXIT\n'
-    'eval "$1"'
-)
+# Runs the user's command ($1); on its way out the shell stops itself, so the agent (its
+# parent, which waits for stops too) reads the shell's working directory from
+# /proc/<pid>/cwd and lets it go on. The command inherits fds 0-2 only: the session's state
+# travels on no channel a command can write, and a command that skips the stop (`exec`,
+# a kill of its own shell) only leaves the working directory as it was, or as the shell's
+# real one at its last stop.
+RUNNER = "trap 'kill -STOP $$' EXIT\neval \"$1\""
+# Hard-linked files a refused search names (it stops looking after one more).
+MAX_LINKED_SHOWN = 5
+# Longest working directory reported (the host refuses longer ones anyway).
+MAX_CWD_BYTES = 4096
 
 
 class Refused(Exception):
@@ -190,7 +201,10 @@ def text(b):
 # ---------------------------------------------------------------- processes
 
 def proc_table():
-    """pid -> (ppid, uid, starttime, state) for every process visible in /proc."""
+    """pid -> (ppid, uid, starttime, state) for every process visible in /proc. The state
+    is the process's, except that a zombie thread-group leader with a thread still running
+    reads LIVE: its threads run on (a raw `exit` of the leader while another thread runs),
+    so it is as alive as any process and must be swept like one."""
     table = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -204,10 +218,38 @@ def proc_table():
             continue
         rest = raw[raw.rfind(b")") + 2:].split()
         try:
-            table[pid] = (int(rest[1]), uid, int(rest[19]), rest[0])
+            state = rest[0]
+            if state in DEAD_STATES and threads_alive(pid):
+                state = LIVE
+            table[pid] = (int(rest[1]), uid, int(rest[19]), state)
         except (IndexError, ValueError):
             continue
     return table
+
+
+def threads_alive(pid):
+    """Whether a thread of process `pid` other than its leader is in a state other than
+    dead or zombie (an unreadable thread list counts as alive: kill rather than spare)."""
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    for tid in tids:
+        if tid == str(pid):
+            continue
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid), "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return True
+        tstate = raw[raw.rfind(b")") + 2:].split()[:1]
+        if not tstate or tstate[0] not in DEAD_STATES:
+            return True
+    return False
 
 
 def root_of(pid, table):
@@ -243,7 +285,7 @@ def sweep(everything):
 
     def victims(table):
         return [pid for pid, (ppid, puid, _, state) in table.items()
-                if puid == uid and pid not in (1, me) and state != b"Z" and (everything or ppid != 0)
+                if puid == uid and pid not in (1, me) and state not in DEAD_STATES and (everything or ppid != 0)
                 and (everything or root_of(pid, table) in (1, me))]
     return kill_in_rounds(victims)
 
@@ -318,7 +360,7 @@ def contain_session_processes():
             if root not in table or table[root][2] != root_start:
                 continue  # ended (its pid may be another process's now)
             for pid, (_, puid, start, state) in table.items():
-                if puid == uid and state != b"Z" and (pid, start) not in kept and descends_from(pid, root, table):
+                if puid == uid and state not in DEAD_STATES and (pid, start) not in kept and descends_from(pid, root, table):
                     found.append(pid)
         return found
     return kill_in_rounds(victims)
@@ -328,7 +370,7 @@ def tagged_root(tag, table):
     """The exec root of this user whose environment holds TAG_VAR=tag, or None."""
     uid, want = os.getuid(), TAG_VAR + b"=" + tag
     for pid, (ppid, puid, _, state) in table.items():
-        if ppid != 0 or puid != uid or state == b"Z":
+        if ppid != 0 or puid != uid or state in DEAD_STATES:
             continue
         try:
             with open("/proc/%d/environ" % pid, "rb") as f:
@@ -364,7 +406,7 @@ def settle(uid, gid, tag):
             table = proc_table()
             root = tagged_root(tag, table)
             if root is not None:
-                tree = [root] + sorted(p for p in table if table[p][3] != b"Z" and descends_from(p, root, table))
+                tree = [root] + sorted(p for p in table if table[p][3] not in DEAD_STATES and descends_from(p, root, table))
                 os.write(w, b"".join(b"%d %d\n" % (p, table[p][2]) for p in tree))
             code = 0
         finally:
@@ -433,9 +475,11 @@ def kill_group(pgid):
             return
 
 
-def run(argv, env, timeout, grace, out, err, pass_fds=(), state=None):
-    """Runs argv in its own session with stdout/stderr to the anonymous files out/err
-    (and, for Bash, the state file as fd 3); returns (code, timed_out)."""
+def run(argv, env, timeout, grace, out, err, pass_fds=()):
+    """Runs argv in its own session with stdout/stderr to the anonymous files out/err and
+    no other descriptor but `pass_fds`; returns (code, timed_out, cwd): cwd is the
+    physical working directory the process had the last time it stopped (see RUNNER), or
+    None when it never stopped inside /workspace."""
     STARTED[0] += 1
     # What a session process (a stdio MCP server) started after it settled, and orphans
     # (reparented to init, belonging to no live call): killed before this command starts,
@@ -443,32 +487,35 @@ def run(argv, env, timeout, grace, out, err, pass_fds=(), state=None):
     # beside it and reads its environment.
     contain_session_processes()
     sweep(False)
-    if state is not None:
-        pass_fds = tuple(pass_fds) + (state.fileno(),)
     try:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                              env=env, start_new_session=True, close_fds=True,
                              pass_fds=pass_fds)
     except FileNotFoundError:
         err.write(("%s: command not found\n" % argv[0]).encode())
-        return 127, False
+        return 127, False, None
     except PermissionError:
         err.write(("%s: permission denied\n" % argv[0]).encode())
-        return 126, False
-    timed_out = False
+        return 126, False, None
+    timed_out, watch = False, Watch(p.pid)
     try:
-        wait_for(p, timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
         try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except OSError:
-            pass
-        try:
-            wait_for(p, grace)
+            status = watch.wait(timeout)
         except subprocess.TimeoutExpired:
-            kill_group(p.pid)
-            p.wait()
+            timed_out = True
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except OSError:
+                pass
+            try:
+                status = watch.wait(grace)
+            except subprocess.TimeoutExpired:
+                kill_group(p.pid)
+                status = watch.wait(None)
+    finally:
+        watch.close()
+    # Popen must not wait for (or guess at) a child the watch has reaped.
+    p.returncode = os.waitstatus_to_exitcode(status)
     kill_group(p.pid)
     sweep(False)
     code = p.returncode
@@ -476,23 +523,72 @@ def run(argv, env, timeout, grace, out, err, pass_fds=(), state=None):
         code = 128 - code
     if timed_out and code not in (124, 137):
         code = 124
-    return code, timed_out
+    return code, timed_out, watch.cwd
 
 
-def wait_for(p, timeout):
-    """Popen.wait(timeout) without its polling sleeps: a pidfd wakes us when the child
-    exits (Popen's own loop sleeps up to 50 ms between checks)."""
+class Watch:
+    """Waits for one child to exit, waking at once on its exit and on each of its stops
+    (SIGCHLD through a wakeup pipe: no polling); at a stop it reads the child's working
+    directory and lets it continue."""
+
+    def __init__(self, pid):
+        self.pid, self.cwd = pid, None
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old_fd = signal.set_wakeup_fd(self.w)
+        self.old_handler = signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def close(self):
+        signal.signal(signal.SIGCHLD, self.old_handler)
+        signal.set_wakeup_fd(self.old_fd)
+        os.close(self.r)
+        os.close(self.w)
+
+    def wait(self, timeout):
+        """The child's wait status once it exits; TimeoutExpired after `timeout` seconds
+        (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
+            if pid == self.pid:
+                if not os.WIFSTOPPED(status):
+                    return status
+                self.cwd = cwd_of(self.pid) or self.cwd
+                try:
+                    os.kill(self.pid, signal.SIGCONT)
+                except OSError:
+                    pass
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("command", timeout)
+            select.select([self.r], [], [], left)
+            try:
+                while os.read(self.r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+
+
+def cwd_of(pid):
+    """The physical working directory of process `pid` if it is /workspace or a directory
+    beneath it that still exists, else None."""
     try:
-        fd = os.pidfd_open(p.pid)
-    except (AttributeError, OSError):
-        return p.wait(timeout)
+        cwd = os.readlink("/proc/%d/cwd" % pid)
+    except OSError:
+        return None
+    return cwd if physical_dir_inside(cwd) else None
+
+
+def physical_dir_inside(path):
+    """Whether `path` names /workspace or an existing directory beneath it with no `.`,
+    `..` or symbolic link on the way (its real path is itself)."""
+    inside = path == WS or path.startswith(WS + "/")
+    if not inside or len(path) > MAX_CWD_BYTES or "\0" in path:
+        return False
     try:
-        ready, _, _ = select.select([fd], [], [], timeout)
-    finally:
-        os.close(fd)
-    if not ready:
-        raise subprocess.TimeoutExpired(p.args, timeout)
-    return p.wait()
+        return os.path.realpath(path) == path and os.path.isdir(path)
+    except (OSError, ValueError):
+        return False
 
 
 def send_capture(kind, f, cap, rewrite):
@@ -645,7 +741,7 @@ def op_stat(f):
                 return result(status="error", message="cannot create its parent directory: " + os_message(e))
         return result(status="ok", resolved=resolved, kind="missing", size=0, mode=0o644)
     return result(status="ok", resolved=resolved, kind=kind_of(st.st_mode), size=st.st_size,
-                  mode=stat.S_IMODE(st.st_mode), links=st.st_nlink)
+                  mode=stat.S_IMODE(st.st_mode), links=st.st_nlink, dev=st.st_dev, ino=st.st_ino)
 
 
 def open_reported(path):
@@ -666,7 +762,7 @@ def open_reported(path):
 
 
 def op_read(f):
-    path, limit = text(f[1]), int(f[2])
+    path, limit, expect = text(f[1]), int(f[2]), text(f[3])
     fd = open_reported(path)
     if fd is None:
         return
@@ -674,6 +770,10 @@ def op_read(f):
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
             return result(status="error", message="not a regular file")
+        # One open per decision: what is read is the file that was judged (the host's
+        # `dev:ino` of it), not whatever was renamed or linked over its name since.
+        if expect and expect != "%d:%d" % (st.st_dev, st.st_ino):
+            return result(status="error", message="the file was replaced after it was checked; refused")
         if st.st_size > limit:
             return result(status="error", message="larger than %d bytes" % limit)
         left = limit
@@ -735,9 +835,10 @@ def op_exec(f):
     timeout, grace, cap = int(f[1]) / 1000.0, int(f[2]) / 1000.0, int(f[3])
     pin = text(f[4])
     pin_index = int(f[5])
-    argc = int(f[6])
-    argv = [text(x) for x in f[7:7 + argc]]
-    at = 7 + argc
+    refuse_linked = f[6] == b"refuse-linked"
+    argc = int(f[7])
+    argv = [text(x) for x in f[8:8 + argc]]
+    at = 8 + argc
     envc = int(f[at])
     env = dict(os.environ)
     for i in range(envc):
@@ -749,13 +850,19 @@ def op_exec(f):
         pin_fd = open_reported(pin)
         if pin_fd is None:
             return
+        linked = linked_files(pin_fd) if refuse_linked else []
+        if linked:
+            os.close(pin_fd)
+            shown = ", ".join(linked[:MAX_LINKED_SHOWN]) + (", ..." if len(linked) > MAX_LINKED_SHOWN else "")
+            return result(status="error", message="%s holds files with other hard links (%s), names no rule was "
+                          "checked against; search a directory without them, or Read them one by one" % (pin, shown))
         if pin_index >= 0:
             argv[pin_index] = "/proc/self/fd/%d" % pin_fd
             pass_fds = (pin_fd,)
             rewrite = (argv[pin_index].encode(), pin.encode())
     out, err = tempfile.TemporaryFile(dir="/tmp"), tempfile.TemporaryFile(dir="/tmp")
     try:
-        code, timed_out = run(argv, env, timeout, grace, out, err, pass_fds)
+        code, timed_out, _ = run(argv, env, timeout, grace, out, err, pass_fds)
     finally:
         if pin_fd is not None:
             os.close(pin_fd)
@@ -764,34 +871,51 @@ def op_exec(f):
     result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
 
 
+def linked_files(dir_fd):
+    """Paths (relative) of the regular files beneath the open directory `dir_fd`, `.git`
+    directories left out as the searches leave them out, that have more than one hard link;
+    a search stops listing after MAX_LINKED_SHOWN + 1. Nothing is followed."""
+    if not stat.S_ISDIR(os.fstat(dir_fd).st_mode):
+        return []
+    found = []
+    for top, dirs, files, fd in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in files:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                found.append(os.path.normpath(os.path.join(top, name)))
+                if len(found) > MAX_LINKED_SHOWN:
+                    return found
+    return found
+
+
 def op_bash(f):
     timeout, grace, cap = int(f[1]) / 1000.0, int(f[2]) / 1000.0, int(f[3])
     command = text(f[4])
-    at = 5
+    n = int(f[5])
+    # The container's environment (warden's fixed set), then the task's variables, which
+    # never replace one of the fixed set (the host refused such names already).
     env = dict(os.environ)
-    for _ in range(2):
-        # First the restored state (filtered by the host), then the secrets, which win.
-        n = int(f[at])
-        for i in range(n):
-            env[text(f[at + 1 + 2 * i])] = text(f[at + 2 + 2 * i])
-        at += 1 + 2 * n
-    cwd = text(f[at])
+    for i in range(n):
+        name, value = text(f[6 + 2 * i]), text(f[7 + 2 * i])
+        if name in os.environ:
+            raise Refused("the variable %s is warden's own" % name)
+        env[name] = value
+    cwd = text(f[6 + 2 * n])
     out, err = tempfile.TemporaryFile(dir="/tmp"), tempfile.TemporaryFile(dir="/tmp")
-    state = tempfile.TemporaryFile(dir="/tmp")
     try:
-        os.chdir(cwd if cwd == WS or cwd.startswith(WS + "/") else WS)
+        os.chdir(cwd if physical_dir_inside(cwd) else WS)
     except OSError:
         os.chdir(WS)
     try:
-        code, timed_out = run(["bash", "-c", RUNNER, "warden-bash", command, str(state.fileno())],
-                              env, timeout, grace, out, err, (), state)
+        code, timed_out, cwd = run(["bash", "-c", RUNNER, "warden-bash", command], env, timeout, grace, out, err)
     finally:
         os.chdir(WS)
-    state.seek(0)
-    raw = state.read(MAX_STATE_BYTES + 1)
-    state.close()
-    if 0 < len(raw) <= MAX_STATE_BYTES:
-        frame(b"s", raw)
+    if cwd is not None:
+        frame(b"s", os.fsencode(cwd))
     if workspace_full():
         err.seek(0, 2)
         err.write(b"[the session workspace is full: it reached its sandbox.disk limit]\n")
@@ -983,7 +1107,7 @@ def sweep_lives(replica, life):
                 if tag is not None and tag[0] == replica and tag[1] != life:
                     dead.add(pid)
         return [pid for pid, (_, puid, _, state) in table.items()
-                if puid == uid and pid not in (1, me) and state != b"Z" and root_of(pid, table) in dead]
+                if puid == uid and pid not in (1, me) and state not in DEAD_STATES and root_of(pid, table) in dead]
     return kill_in_rounds(victims)
 
 

@@ -91,20 +91,47 @@ fn is_invisible_format(c: char) -> bool {
     matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
 }
 
+/// Where a tool path leads, as `Sandbox::resolve_path` found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPath {
+    /// The path after symlink resolution beneath /workspace.
+    pub path: String,
+    /// A regular file with more than one hard link: it has names (perhaps a denied one)
+    /// that no check saw, so a policy should not allow it without asking.
+    pub other_names: bool,
+    /// Which file it named (none when missing): a call pinned to this path uses only
+    /// that file ([`FileIdentity`]).
+    pub identity: Option<FileIdentity>,
+}
+
+/// Which file a path named when it was checked: its device and inode. A file opened
+/// later is the checked one only if its identity is the same (a hard link of another file
+/// renamed over the name is not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileIdentity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
 /// What the host asks the agent to do.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Op<'a> {
     /// Run argv (no shell) with extra environment. `pin`: a resolved path under /workspace
     /// the agent opens without following links; argv[`pin_arg`] is replaced by that open
     /// file, and the open file's name in the output is replaced by the path.
-    Exec { argv: &'a [String], env: &'a [(String, String)], pin: Option<(&'a str, usize)> },
-    /// Run a Bash command in `cwd` with the session's restored variables and the per-task
-    /// secrets (which win); the agent reports what the command exported in a state frame.
-    Bash { command: &'a str, secrets: &'a [(String, String)], vars: &'a [(String, String)], cwd: &'a str },
+    /// `refuse_linked`: refuse to run when a regular file beneath the pinned directory
+    /// (outside `.git`) has more than one hard link — a search would read it under a name
+    /// no rule was checked against.
+    Exec { argv: &'a [String], env: &'a [(String, String)], pin: Option<(&'a str, usize)>, refuse_linked: bool },
+    /// Run a Bash command in `cwd` with the container's environment plus the task's
+    /// variables `env` (never one of the container's own); the agent reports the shell's
+    /// physical working directory at its end in a state frame.
+    Bash { command: &'a str, env: &'a [(String, String)], cwd: &'a str },
     /// Resolve a path beneath /workspace (symlinks followed, never out of it).
     Stat { path: &'a str, for_write: bool },
-    /// Read a resolved regular file of at most `max` bytes, following no link.
-    Read { path: &'a str, max: u64 },
+    /// Read a resolved regular file of at most `max` bytes, following no link; when
+    /// `expect` is given, only if the opened file is that one (device and inode).
+    Read { path: &'a str, max: u64, expect: Option<FileIdentity> },
     /// Replace a resolved file with `data`, following no link (parents created).
     Write { path: &'a str, data: &'a [u8] },
     /// Kill what settled session processes started that their records do not hold, then
@@ -133,10 +160,11 @@ impl Op<'_> {
             f.num(cap as u64);
         };
         match self {
-            Op::Exec { argv, env, pin } => {
+            Op::Exec { argv, env, pin, refuse_linked } => {
                 limits(&mut f);
                 f.text(pin.map(|p| p.0).unwrap_or(""));
                 f.text(&pin.map(|p| p.1 as i64).unwrap_or(-1).to_string());
+                f.text(if *refuse_linked { "refuse-linked" } else { "" });
                 f.num(argv.len() as u64);
                 argv.iter().for_each(|a| f.text(a));
                 f.num(env.len() as u64);
@@ -145,25 +173,24 @@ impl Op<'_> {
                     f.text(v)
                 });
             }
-            Op::Bash { command, secrets, vars, cwd } => {
+            Op::Bash { command, env, cwd } => {
                 limits(&mut f);
                 f.text(command);
-                for list in [vars, secrets] {
-                    f.num(list.len() as u64);
-                    list.iter().for_each(|(k, v)| {
-                        f.text(k);
-                        f.text(v)
-                    });
-                }
+                f.num(env.len() as u64);
+                env.iter().for_each(|(k, v)| {
+                    f.text(k);
+                    f.text(v)
+                });
                 f.text(cwd);
             }
             Op::Stat { path, for_write } => {
                 f.text(path);
                 f.text(if *for_write { "write" } else { "read" });
             }
-            Op::Read { path, max } => {
+            Op::Read { path, max, expect } => {
                 f.text(path);
                 f.num(*max);
+                f.text(&expect.map(|id| format!("{}:{}", id.dev, id.ino)).unwrap_or_default());
             }
             Op::Write { path, data } => {
                 f.text(path);

@@ -67,10 +67,6 @@ pub(crate) const BINDING_PREFIX: &str = "warden-bind-";
 /// Name prefix of pool containers; the `.` never occurs in a session's names, so a pool
 /// name can never be a session's.
 pub(crate) const POOL_PREFIX: &str = "warden-pool.";
-/// PATH inside the container (imported images carry no environment).
-pub(crate) const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-/// HOME inside the container: on the /tmp tmpfs, because the root filesystem is read-only.
-pub(crate) const CONTAINER_HOME: &str = "/tmp";
 /// Polls while waiting for a removal in progress elsewhere to finish.
 const REMOVAL_WAIT_POLLS: u32 = 50;
 /// Pause between those polls.
@@ -397,7 +393,7 @@ fn container_body(
 ) -> ContainerCreateBody {
     let tmpfs = HashMap::from([("/tmp".to_string(), format!("rw,nosuid,nodev,size={},mode=1777", cfg.tmp_size.0))]);
     let nano_cpus = (cfg.cpus * 1e9).round() as i64;
-    let mut env = vec![format!("PATH={CONTAINER_PATH}"), format!("HOME={CONTAINER_HOME}"), "LANG=C.UTF-8".into()];
+    let env = crate::environment::base_env(egress_dir.map(|_| egress::container_env()).unwrap_or_default());
     let mut mounts = vec![Mount {
         target: Some(WORKSPACE.into()),
         source: Some(volume.to_string()),
@@ -409,7 +405,6 @@ fn container_body(
     // (connecting to a socket needs no write access to its file system), and the proxy
     // variables every tool reads.
     if let Some(dir) = egress_dir {
-        env.extend(egress::container_env());
         mounts.push(Mount {
             target: Some(egress::EGRESS_MOUNT.into()),
             source: Some(dir.to_string_lossy().into_owned()),

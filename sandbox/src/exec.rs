@@ -94,7 +94,7 @@ pub(crate) struct ExecResult {
     pub stderr: Captured,
     /// File bytes (`read`).
     pub data: Vec<u8>,
-    /// What a Bash command exported (`cwd\0K=V\0…`), unfiltered.
+    /// The Bash shell's physical working directory at its end, as the agent read it.
     pub state: Option<Vec<u8>>,
     /// The agent's result fields.
     pub outcome: Outcome,

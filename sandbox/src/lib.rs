@@ -23,8 +23,8 @@
 //! The modules are layered, each using only those below it (no import cycle; `cargo xtask
 //! test` checks): errors, counters and plain data at the bottom (`error`, `metrics`,
 //! `session_key`, `egress_policy`, `config`); the agent protocol and running requests on it
-//! (`agent`, `exec`) and workspace disks (`disk`); the egress proxy (`egress`); making,
-//! finding and removing containers (`container`); a session's shell state (`shell_state`)
+//! (`agent`, `exec`) and the environment every call starts with (`environment`) and workspace disks (`disk`); the egress proxy (`egress`); making,
+//! finding and removing containers (`container`); a session's working directory (`shell_state`)
 //! and the warm pool (`pool`); which commands of a session may run at once (`lanes`);
 //! sessions (`session`); and on top the tools (`workspace`,
 //! `tools`) and session processes (`process`).
@@ -37,6 +37,7 @@ mod agent;
 pub mod config;
 pub mod container;
 mod disk;
+pub mod environment;
 pub mod egress;
 pub mod egress_policy;
 pub mod error;
@@ -65,4 +66,5 @@ pub use metrics::MetricsSnapshot;
 pub use process::{ProcessId, SessionProcess, Settler};
 pub use session::{HostStatus, MAX_CONCURRENT_DOWNLOADS, PruneReport, Sandbox, SessionInfo, SessionKey};
 pub use shell_state::writer_of;
+pub use agent::FileIdentity;
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

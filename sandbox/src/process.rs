@@ -262,7 +262,7 @@ impl Sandbox {
         let ctx = self.session(key, &[]).await?;
         let container = ctx.container().await?;
         let tag = process_tag();
-        let mut environment = vec![format!("PATH={}", crate::container::CONTAINER_PATH)];
+        let mut environment = vec![format!("PATH={}", crate::environment::CONTAINER_PATH)];
         environment.extend(env.iter().filter(|(k, _)| k != PROCESS_TAG_VAR).map(|(k, v)| format!("{k}={v}")));
         environment.push(format!("{PROCESS_TAG_VAR}={tag}"));
         let opts = CreateExecOptions::<String> {

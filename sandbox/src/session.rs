@@ -324,7 +324,7 @@ pub(crate) struct SessionCtx<'a> {
     /// Per-task environment for Bash (secrets); never logged.
     pub(crate) env: &'a [(String, String)],
     /// The resolved path the call was approved for; resolving to anything else is refused.
-    pub(crate) approved_path: Option<&'a str>,
+    pub(crate) approved_path: Option<&'a crate::agent::ResolvedPath>,
 }
 
 impl fmt::Debug for Sandbox {
@@ -1372,18 +1372,18 @@ impl<'a> SessionCtx<'a> {
         &self.inner.config.user
     }
 
-    /// The working directory and variables a Bash call with `secrets` starts from.
-    pub(crate) fn shell_for_call(&self, secrets: &[(String, String)]) -> (String, Vec<(String, String)>) {
-        self.lease.slot.shell.lock().expect("shell state lock").for_call(secrets)
+    /// The working directory the session's next Bash call starts in.
+    pub(crate) fn shell_cwd(&self) -> String {
+        self.lease.slot.shell.lock().expect("shell state lock").cwd()
     }
 
-    /// Records what a Bash call with `secrets` exported (the agent's raw report).
-    pub(crate) fn shell_update(&self, raw: &[u8], secrets: &[(String, String)]) {
-        self.lease.slot.shell.lock().expect("shell state lock").update(raw, secrets);
+    /// Records the working directory a Bash call ended in (the agent's report).
+    pub(crate) fn shell_update(&self, raw: &[u8]) {
+        self.lease.slot.shell.lock().expect("shell state lock").update(raw);
     }
 
     /// Pins the call to the resolved path it was approved for.
-    pub(crate) fn pinned(mut self, approved: Option<&'a str>) -> Self {
+    pub(crate) fn pinned(mut self, approved: Option<&'a crate::agent::ResolvedPath>) -> Self {
         self.approved_path = approved;
         self
     }

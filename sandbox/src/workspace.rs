@@ -8,7 +8,7 @@
 //! following any link, so a link planted after the check fails the call instead of leading
 //! elsewhere. This module must never hand a tool a path it has not checked both ways.
 
-use crate::agent::{Op, Status, TextClass, check_text};
+use crate::agent::{FileIdentity, Op, Status, TextClass, check_text};
 use crate::container::WORKSPACE;
 use crate::error::SandboxError;
 use crate::exec::FILE_OP_TIMEOUT;
@@ -44,6 +44,8 @@ pub(crate) struct Target {
     pub size: u64,
     /// Hard links to it (a regular file with more than one has names the checks never saw).
     pub links: u64,
+    /// Which file it is (none when missing): what a later open must find again.
+    pub identity: Option<FileIdentity>,
 }
 
 /// Lexical normalisation: absolute, no `.`/`..`, no control characters, under /workspace.
@@ -104,21 +106,36 @@ pub(crate) async fn resolve(ctx: &SessionCtx<'_>, path: &str, purpose: Purpose) 
     if !is_inside(&resolved) || lexical(&resolved).ok().as_deref() != Some(resolved.as_str()) {
         return Err(SandboxError::PathOutsideWorkspace { path: path.to_string(), resolved });
     }
-    if let Some(approved) = ctx.approved_path
-        && approved != resolved
-    {
-        return Err(SandboxError::File {
-            path: path.to_string(),
-            message: format!("now resolves to {resolved}, not {approved} as when the call was approved; refused"),
-        });
-    }
     let kind = match o.get("kind") {
         "missing" => Kind::Missing,
         "file" => Kind::File,
         "dir" => Kind::Dir,
         other => Kind::Other(other.strip_prefix("other:").unwrap_or(other).to_string()),
     };
-    Ok(Target { path: resolved, kind, size: o.num("size").max(0) as u64, links: o.num("links").max(0) as u64 })
+    let identity = match (o.get("dev").parse(), o.get("ino").parse()) {
+        (Ok(dev), Ok(ino)) if kind != Kind::Missing => Some(FileIdentity { dev, ino }),
+        _ => None,
+    };
+    // The file the gate judged is the file used: same resolved path, and the same file
+    // there (a hard link of a denied file renamed over an allowed name is another file).
+    if let Some(approved) = ctx.approved_path {
+        if approved.path != resolved {
+            return Err(SandboxError::File {
+                path: path.to_string(),
+                message: format!(
+                    "now resolves to {resolved}, not {} as when the call was approved; refused",
+                    approved.path
+                ),
+            });
+        }
+        if approved.identity.is_some() && approved.identity != identity {
+            return Err(SandboxError::File {
+                path: path.to_string(),
+                message: "was replaced by another file after the call was approved; refused".into(),
+            });
+        }
+    }
+    Ok(Target { path: resolved, kind, size: o.num("size").max(0) as u64, links: o.num("links").max(0) as u64, identity })
 }
 
 #[cfg(test)]

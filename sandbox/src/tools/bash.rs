@@ -1,10 +1,10 @@
-//! Bash: one shell command per call, with cwd and exported variables persisting per session.
+//! Bash: one shell command per call, with the working directory persisting per session.
 //!
-//! The session's shell state is data, not a script: after each command the agent reports
-//! the working directory and exported variables, the host keeps what `shell_state` lets
-//! carry over, and the next call starts with it in its environment. Nothing from the state
-//! is ever sourced, so no earlier call can run code while a later task's secrets are in
-//! the environment. Processes the command starts (also `&` jobs, `setsid` and
+//! The session's shell state is the working directory only: after each command the agent
+//! reports the shell's physical working directory (read from /proc, never from anything
+//! the command wrote), `shell_state` checks it, and the next call starts there. Variables
+//! do not carry over: every call starts with the same environment (`environment`) plus
+//! its task's variables, so nothing an earlier call exported steers a later one. Processes the command starts (also `&` jobs, `setsid` and
 //! double-forked daemons) are killed when it ends — a call is the unit of work; nothing
 //! runs on unobserved. Commands of one session can read each other's environment, so a
 //! command runs beside the session's others only when they carry the same secrets
@@ -90,16 +90,16 @@ pub(crate) async fn run(
     let Some(left) = timeout.checked_sub(waited).filter(|left| !left.is_zero()) else {
         return Ok(ToolOutput::error(lane_timeout_text(timeout)));
     };
-    // Read after the wait: the state the commands that ran meanwhile left.
-    let (cwd, vars) = ctx.shell_for_call(ctx.env);
-    let op = Op::Bash { command: &input.command, secrets: ctx.env, vars: &vars, cwd: &cwd };
+    // Read after the wait: the directory the commands that ran meanwhile left.
+    let cwd = ctx.shell_cwd();
+    let op = Op::Bash { command: &input.command, env: ctx.env, cwd: &cwd };
     let r = ctx.call_in_lane(op, left, &mut lane).await?;
     drop(lane);
     if let crate::agent::Status::Refused(why) = r.outcome.status() {
         return Err(SandboxError::InvalidInput { tool: "Bash".into(), message: why });
     }
     if let Some(state) = &r.state {
-        ctx.shell_update(state, ctx.env);
+        ctx.shell_update(state);
     }
     let mut content = streams_text(&r.stdout, &r.stderr, cap.saturating_sub(NOTE_ROOM).max(2));
     let is_error = r.timed_out || r.exit_code != 0;

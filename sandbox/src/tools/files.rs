@@ -89,7 +89,7 @@ fn not_a_file(path: &str, t: &Target) -> Option<ToolOutput> {
 
 /// Reads a confined file through the agent (no link followed; at most `max` bytes).
 async fn fetch(ctx: &SessionCtx<'_>, t: &Target, max: u64) -> Result<Vec<u8>, SandboxError> {
-    let r = ctx.call(Op::Read { path: &t.path, max }, FILE_OP_TIMEOUT).await?;
+    let r = ctx.call(Op::Read { path: &t.path, max, expect: t.identity }, FILE_OP_TIMEOUT).await?;
     r.outcome.ok_for(&t.path)?;
     Ok(r.data)
 }

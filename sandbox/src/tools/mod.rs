@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 
+pub use crate::agent::ResolvedPath;
 use crate::agent::{TextClass, check_text};
 use crate::error::SandboxError;
 use crate::session::{Sandbox, SessionKey};
@@ -183,15 +184,18 @@ pub(crate) fn validate_env(env: &[(String, String)]) -> Result<(), SandboxError>
     Ok(())
 }
 
-/// Where a tool path leads, as [`Sandbox::resolve_path`] found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolvedPath {
-    /// The path after symlink resolution beneath /workspace.
-    pub path: String,
-    /// A regular file with more than one hard link: it has names (perhaps a denied one)
-    /// that no check saw, so a policy should not allow it without asking.
-    pub other_names: bool,
+/// [`validate_env`] for a task's own variables, whose names must also pass the one
+/// validator of names from outside warden ([`crate::environment::check_name`]): the host
+/// checked them when the task was submitted, this is the second line.
+pub(crate) fn validate_task_env(env: &[(String, String)]) -> Result<(), SandboxError> {
+    validate_env(env)?;
+    for (name, _) in env {
+        crate::environment::check_name(name)
+            .map_err(|e| SandboxError::InvalidInput { tool: "Bash".into(), message: e.to_string() })?;
+    }
+    Ok(())
 }
+
 
 /// The path field a file tool reads or writes (Read/Write/Edit `file_path`, Glob/Grep
 /// `path`, default /workspace), or `None` for tools without one.
@@ -217,7 +221,7 @@ impl Sandbox {
         let ctx = self.session(key, &[]).await?;
         let t = crate::workspace::resolve(&ctx, path, crate::workspace::Purpose::Read).await?;
         let other_names = t.kind == crate::workspace::Kind::File && t.links > 1;
-        Ok(ResolvedPath { path: t.path, other_names })
+        Ok(ResolvedPath { path: t.path, other_names, identity: t.identity })
     }
 
     /// Runs one tool call in the session's sandbox (creating the container on first use).
@@ -237,7 +241,8 @@ impl Sandbox {
     }
 
     /// [`Sandbox::call_tool`], refusing the call when its path no longer resolves to
-    /// `approved` (a link swapped between the approval and the call).
+    /// `approved`, or to another file there (a link or a file swapped between the
+    /// approval and the call).
     #[tracing::instrument(skip(self, input, env, approved), fields(user = %key.user_id, session = %key.session_id))]
     pub async fn call_tool_pinned(
         &self,
@@ -245,7 +250,7 @@ impl Sandbox {
         tool: &str,
         input: Value,
         env: &[(String, String)],
-        approved: Option<&str>,
+        approved: Option<&ResolvedPath>,
     ) -> Result<ToolOutput, SandboxError> {
         self.inner.metrics.tool_calls.fetch_add(1, Ordering::Relaxed);
         let result = self.dispatch(key, tool, input, env, approved).await.map_err(|e| self.name_host(key, e));
@@ -265,7 +270,7 @@ impl Sandbox {
         tool: &str,
         input: Value,
         env: &[(String, String)],
-        approved: Option<&str>,
+        approved: Option<&ResolvedPath>,
     ) -> Result<ToolOutput, SandboxError> {
         // Validate before touching Docker, so bad calls fail the same way everywhere.
         let cap = self.inner.config.max_output.0 as usize;
@@ -301,7 +306,7 @@ impl Sandbox {
             // Waits for its secret lane (`lanes`) inside `bash::run`.
             "Bash" => {
                 let i = parse::<bash::BashInput>(tool, input)?;
-                validate_env(env)?;
+                validate_task_env(env)?;
                 let timeout = bash::timeout_of(&i, self.inner.config.exec_timeout)?;
                 let ctx = self.session(key, env).await?.pinned(approved);
                 bash::run(&ctx, i, timeout, cap).await

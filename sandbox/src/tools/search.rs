@@ -78,9 +78,12 @@ async fn search_root(
 /// Runs ripgrep with its last argument (the search root) pinned: the agent opens the
 /// resolved root without following links and hands ripgrep that open file, so a root
 /// swapped for a link after the check is never searched.
-async fn run_rg(ctx: &SessionCtx<'_>, argv: &[String], root: &str) -> Result<ExecResult, SandboxError> {
-    let r =
-        ctx.call(Op::Exec { argv, env: &[], pin: Some((root, argv.len() - 1)) }, ctx.inner.config.exec_timeout).await?;
+///
+/// `reads`: the search reads file contents (Grep), so a file beneath the root with other
+/// hard links — names no rule was checked against, a denied file's perhaps — refuses it.
+async fn run_rg(ctx: &SessionCtx<'_>, argv: &[String], root: &str, reads: bool) -> Result<ExecResult, SandboxError> {
+    let pin = Some((root, argv.len() - 1));
+    let r = ctx.call(Op::Exec { argv, env: &[], pin, refuse_linked: reads }, ctx.inner.config.exec_timeout).await?;
     r.outcome.ok_for(root)?;
     Ok(r)
 }
@@ -110,7 +113,7 @@ pub(crate) async fn glob(ctx: &SessionCtx<'_>, input: GlobInput, cap: usize) -> 
         "--".into(),
         root.clone(),
     ]);
-    let r = run_rg(ctx, &argv, &root).await?;
+    let r = run_rg(ctx, &argv, &root, false).await?;
     if r.timed_out {
         return Ok(ToolOutput::error("Glob timed out; narrow the path or pattern"));
     }
@@ -180,7 +183,7 @@ pub(crate) async fn grep(ctx: &SessionCtx<'_>, input: GrepInput, cap: usize) -> 
         argv.extend(["--type".into(), t]);
     }
     argv.extend(["--regexp".into(), input.pattern, "--".into(), root.clone()]);
-    let r = run_rg(ctx, &argv, &root).await?;
+    let r = run_rg(ctx, &argv, &root, true).await?;
     if r.timed_out {
         return Ok(ToolOutput::error("Grep timed out; narrow the path, glob or type"));
     }
