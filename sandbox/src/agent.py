@@ -115,7 +115,7 @@ FULL_BELOW = 64 * 1024
 # travels on no channel a command can write, and a command that skips the stop (`exec`,
 # a kill of its own shell) only leaves the working directory as it was, or as the shell's
 # real one at its last stop.
-RUNNER = "trap 'kill -STOP $$' EXIT\neval \"$1\""
+RUNNER = "trap '__w_rc=$?; kill -STOP $$; exit $__w_rc' EXIT\neval \"$1\""
 # Hard-linked files a refused search names (it stops looking after one more).
 MAX_LINKED_SHOWN = 5
 # Longest working directory reported (the host refuses longer ones anyway).
@@ -853,7 +853,8 @@ def op_exec(f):
         linked = linked_files(pin_fd) if refuse_linked else []
         if linked:
             os.close(pin_fd)
-            shown = ", ".join(linked[:MAX_LINKED_SHOWN]) + (", ..." if len(linked) > MAX_LINKED_SHOWN else "")
+            shown = ", ".join(pin + "/" + x for x in linked[:MAX_LINKED_SHOWN])
+            shown += ", ..." if len(linked) > MAX_LINKED_SHOWN else ""
             return result(status="error", message="%s holds files with other hard links (%s), names no rule was "
                           "checked against; search a directory without them, or Read them one by one" % (pin, shown))
         if pin_index >= 0:

@@ -229,7 +229,7 @@ struct Slot {
     in_flight: AtomicUsize,
     /// Idle in-container agents of the live container.
     agents: exec::AgentPool,
-    /// The session's Bash state (cwd, exported variables), filtered; in memory only.
+    /// The session's Bash working directory (checked); in memory only.
     shell: Mutex<ShellState>,
     /// Which of the session's Bash commands may run at the same time (`lanes`).
     lanes: Arc<Lanes>,

@@ -275,19 +275,18 @@ mod tools {
         let o = bash(&sb, &k, "echo out; echo err >&2; exit 3").await;
         assert!(o.is_error);
         assert_eq!(o.content, "out\n[stderr]\nerr\n[exit code: 3]");
+        // The working directory persists; variables do not (issue 40: state a command leaves
+        // behind must not steer a later one).
         bash_ok(&sb, &k, "mkdir -p deep/dir && cd deep/dir && export GREETING='hello world'").await;
-        assert_eq!(bash_ok(&sb, &k, "pwd; echo \"$GREETING\"").await, "/workspace/deep/dir\nhello world\n");
-        // Secrets: visible to the call, never persisted.
+        assert_eq!(bash_ok(&sb, &k, "pwd; echo \"[${GREETING:-unset}]\"").await, "/workspace/deep/dir\n[unset]\n");
+        // A task's variables: visible to the call, never persisted.
         let env = vec![("API_TOKEN".to_string(), "s3cr3t".to_string())];
         let o = sb.call_tool(&k, "Bash", json!({"command": "echo ${API_TOKEN}"}), &env).await.unwrap();
         assert_eq!(o.content, "s3cr3t\n");
         assert_eq!(bash_ok(&sb, &k, "echo \"[${API_TOKEN:-unset}]\"").await, "[unset]\n");
         let state = bash_ok(&sb, &k, "env").await;
-        assert!(!state.contains("s3cr3t") && state.contains("GREETING"), "{state}");
-        // A secret wins over a persisted variable of the same name.
-        bash_ok(&sb, &k, "export API_TOKEN=plain").await;
-        let o = sb.call_tool(&k, "Bash", json!({"command": "echo $API_TOKEN"}), &env).await.unwrap();
-        assert_eq!(o.content, "s3cr3t\n");
+        assert!(!state.contains("s3cr3t") && !state.contains("GREETING"), "{state}");
+        assert!(state.contains("HOME=/workspace\n"), "HOME is the workspace: {state}");
         let bad = sb.call_tool(&k, "Bash", json!({"command": "true"}), &[("BAD-NAME".into(), "x".into())]).await;
         assert!(matches!(bad, Err(SandboxError::InvalidInput { .. })), "{bad:?}");
         sb.shutdown().await.unwrap();
@@ -2839,6 +2838,226 @@ mod replicas {
     }
 }
 
+/// Issue 40: what a command inherits or leaves behind — processes, descriptors, variables,
+/// tool configuration, file names — must not change what a later allowed call runs or reads.
+mod state {
+    use super::*;
+
+    /// Every thread of the sandbox user in `container`, as root sees them (`pid tid state
+    /// ppid comm`), except the agents (exec roots: parent 0) and their threads.
+    fn sandbox_user_threads(container: &str) -> String {
+        const SCRIPT: &str = r#"for t in /proc/[0-9]*/task/[0-9]*; do
+              p=${t%/task/*}; [ "$(stat -c %u "$t" 2>/dev/null)" = 1000 ] || continue
+              pp=$(awk '/^PPid:/ {print $2}' "$p/status" 2>/dev/null); [ "$pp" = 0 ] && continue
+              echo "${p#/proc/} ${t##*/} $(awk '/^State:/ {print $2}' "$t/status" 2>/dev/null) $pp $(cat "$t/comm" 2>/dev/null)"
+            done; true"#;
+        docker(&["exec", "-u", "0", container, "sh", "-c", SCRIPT])
+    }
+
+    /// Issue 40, item 1 (and its "done when"): a thread-group leader that exits with a raw
+    /// `exit` syscall while another of its threads runs shows as `Z` and was skipped by the
+    /// sweep, so it ran on across calls. After a call that starts such a survivor, a
+    /// double-fork and a hopper (a process that keeps moving to a new pid), no thread of the
+    /// sandbox user remains but the agents'.
+    pub async fn the_process_rule_leaves_no_thread_of_the_sandbox_user(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("process-rule");
+        // Each survivor appends to its own file while it lives; the command returns once all
+        // three have written (the positive control: every technique really ran).
+        const START: &str = r#"rm -f /workspace/alive-*
+python3 - <<'PY'
+import ctypes, os, threading, time
+if os.fork() == 0:
+    def beat():
+        while True:
+            open("/workspace/alive-zombie-leader", "a").write("x")
+            time.sleep(0.1)
+    threading.Thread(target=beat).start()
+    time.sleep(0.3)
+    nr = {"x86_64": 60, "aarch64": 93}[os.uname().machine]
+    ctypes.CDLL(None).syscall(nr, 0)  # SYS_exit: this thread only
+PY
+(setsid sh -c 'while :; do echo x >> /workspace/alive-double-fork; sleep 0.1; done' &)
+hop() { echo x >> /workspace/alive-hopper; sleep 0.1; (hop &) ; }
+(hop &)
+for i in $(seq 100); do
+  [ -s /workspace/alive-zombie-leader ] && [ -s /workspace/alive-double-fork ] && [ -s /workspace/alive-hopper ] && break
+  sleep 0.1
+done
+zl=$(for p in /proc/[0-9]*; do [ "$(awk '/^State:/ {print $2}' $p/status 2>/dev/null)" = Z ] && ls $p/task | wc -l; done | sort -n | tail -1)
+echo "zombie leader threads: ${zl:-0}"
+ls /workspace/alive-*"#;
+        let out = bash_ok(&sb, &k, START).await;
+        for f in ["alive-zombie-leader", "alive-double-fork", "alive-hopper"] {
+            assert!(out.contains(f), "the {f} survivor never ran (positive control): {out}");
+        }
+        assert!(
+            out.lines()
+                .any(|l| l.strip_prefix("zombie leader threads: ").is_some_and(|n| n.trim() != "0" && n.trim() != "1")),
+            "the leader was a zombie with a live thread while the call ran (positive control): {out}"
+        );
+        let container = container_of(&sb, &k).await;
+        let left = sandbox_user_threads(&container);
+        assert!(left.trim().is_empty(), "threads of the sandbox user outlived their call:\n{left}");
+        // And nothing writes any more: the files stay as they are.
+        let sizes = || docker(&["exec", "-u", "0", &container, "sh", "-c", "wc -c /workspace/alive-* | sort"]);
+        let before = sizes();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(before, sizes(), "a survivor still writes");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Issue 40, item 3: the session-state descriptor was open in the command; writing
+    /// `/workspace/../etc` and a variable into it set the next call's working directory
+    /// and environment. A command inherits descriptors 0-2 only, and the state is read
+    /// from /proc.
+    pub async fn a_command_cannot_write_the_next_calls_state(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("state-fd");
+        let fds = bash_ok(&sb, &k, "ls /proc/$$/fd | sort -n | tr '\\n' ' '").await;
+        assert_eq!(fds.trim(), "0 1 2", "the shell of a command holds descriptors 0-2 only");
+        // Every descriptor a forger could try, with a state that would leave the workspace.
+        bash_ok(
+            &sb,
+            &k,
+            "mkdir -p /workspace/sub; for fd in 3 4 5 6 7 8 9 10 11 12; do \
+               printf '/workspace/../etc\\0XDG_CONFIG_HOME=/workspace/.cfg\\0' >&$fd; done 2>/dev/null; \
+             cd /workspace/sub; true",
+        )
+        .await;
+        assert_eq!(
+            bash_ok(&sb, &k, "pwd; echo \"[${XDG_CONFIG_HOME:-unset}]\"").await,
+            "/workspace/sub\n[unset]\n",
+            "the directory the shell really ended in, and no variable"
+        );
+        // A shell that stops itself early in one directory and ends in another: the last
+        // stop wins, and it is a real directory of the workspace.
+        let o = bash(&sb, &k, "cd /workspace; kill -STOP $$; cd /tmp; kill -KILL $$").await;
+        assert!(o.content.contains("exit code: 137"), "the shell killed itself: {}", o.content);
+        assert_eq!(bash_ok(&sb, &k, "pwd").await, "/workspace\n");
+        // A link out of the workspace is not a directory beneath it.
+        bash_ok(&sb, &k, "ln -sfn /etc /workspace/out; cd /workspace/out").await;
+        assert_eq!(bash_ok(&sb, &k, "pwd -P").await, "/workspace\n");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Issue 40, items 4-7: variables and configuration planted by an approved command (or
+    /// given as a task's variables) made an allowed `git status` run a planted
+    /// `core.fsmonitor` — from `.git/config`, `~/.gitconfig` and the XDG path — and a
+    /// task variable named `BASH_ENV`/`PS4`/`PATH` ran code in an allowed `echo hi`.
+    pub async fn planted_configuration_does_not_run_in_an_allowed_git_status(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("git-config");
+        // An approved command plants everything it can.
+        bash_ok(
+            &sb,
+            &k,
+            r#"set -e; cd /workspace; git init -q repo; cd repo; echo a > a; git add a
+               printf '#!/bin/sh
+touch /workspace/PWNED-$1
+' > /workspace/hook; chmod +x /workspace/hook
+               git config core.fsmonitor '/workspace/hook fsmonitor-local'
+               git config core.hooksPath /workspace/hooks; mkdir -p /workspace/hooks
+               cp /workspace/hook /workspace/hooks/post-index-change
+               printf '[core]
+	fsmonitor = /workspace/hook fsmonitor-home
+' > /workspace/.gitconfig
+               mkdir -p /workspace/.cfg/git /tmp/x; printf '[core]
+	fsmonitor = /workspace/hook fsmonitor-xdg
+' > /workspace/.cfg/git/config
+               cp /workspace/.gitconfig /tmp/.gitconfig
+               export XDG_CONFIG_HOME=/workspace/.cfg HOME=/tmp"#,
+        )
+        .await;
+        // The allowed command, in a later call.
+        let out =
+            bash_ok(&sb, &k, "cd /workspace/repo && git status --short; ls /workspace | grep -c PWNED || true").await;
+        assert!(out.trim_end().ends_with('0'), "a planted program ran in git status: {out}");
+        // Positive control: without warden's overrides, the planted monitor runs.
+        let control = bash_ok(
+            &sb,
+            &k,
+            "cd /workspace/repo && env -u GIT_CONFIG_COUNT git status --short >/dev/null 2>&1; ls /workspace | grep PWNED || true",
+        )
+        .await;
+        assert!(
+            control.contains("PWNED-fsmonitor-local"),
+            "the planted fsmonitor is live (positive control): {control}"
+        );
+        // Task variables that steer programs are refused before anything runs.
+        for name in
+            ["BASH_ENV", "PS4", "SHELLOPTS", "PATH", "GIT_CONFIG_COUNT", "XDG_CONFIG_HOME", "HOME", "LD_PRELOAD"]
+        {
+            let r = sb
+                .call_tool(
+                    &k,
+                    "Bash",
+                    json!({"command": "echo hi"}),
+                    &[(name.into(), "$(touch /workspace/pwn)".into())],
+                )
+                .await;
+            assert!(matches!(r, Err(SandboxError::InvalidInput { .. })), "{name}: {r:?}");
+        }
+        assert_eq!(bash_ok(&sb, &k, "ls /workspace/pwn 2>/dev/null; echo checked").await, "checked\n");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Issue 40, item 2: a hard link of `.env` swapped over `docs/a.md` between the gate's
+    /// check and the agent's open made an allowed Read return the secret. The call is pinned
+    /// to the identity of the file that was judged.
+    pub async fn a_file_swapped_after_the_check_is_not_read(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("read-identity");
+        bash_ok(&sb, &k, "mkdir -p docs; echo 'DOTENV-SECRET=1' > .env; echo 'just docs' > docs/a.md").await;
+        let judged = sb.resolve_path(&k, "docs/a.md").await.unwrap();
+        assert!(!judged.other_names && judged.identity.is_some(), "{judged:?}");
+        // The swap, after the check.
+        bash_ok(&sb, &k, "ln .env docs/tmp && mv docs/tmp docs/a.md").await;
+        let r = sb.call_tool_pinned(&k, "Read", json!({"file_path": "docs/a.md"}), &[], Some(&judged)).await;
+        match r {
+            Err(e) => assert!(e.to_string().contains("replaced"), "{e}"),
+            Ok(o) => panic!("the swapped file was read: {}", o.content),
+        }
+        // Positive control: the name now leads to the secret.
+        let o = tool(&sb, &k, "Read", json!({"file_path": "docs/a.md"})).await;
+        assert!(o.content.contains("DOTENV-SECRET=1"), "{}", o.content);
+        // An unchanged file is read as judged.
+        bash_ok(&sb, &k, "echo 'other docs' > docs/b.md").await;
+        let judged = sb.resolve_path(&k, "docs/b.md").await.unwrap();
+        let o = sb.call_tool_pinned(&k, "Read", json!({"file_path": "docs/b.md"}), &[], Some(&judged)).await.unwrap();
+        assert!(o.content.contains("other docs"), "{}", o.content);
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Issue 40, item 8: after `ln .env docs/h`, a Grep of `docs` in content mode printed
+    /// the secret (only the search root's link count was checked).
+    pub async fn a_search_never_reads_a_hard_link_of_another_name(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("grep-links");
+        bash_ok(&sb, &k, "mkdir -p docs; echo 'DOTENV-SECRET=1' > .env; echo 'docs text' > docs/a.md; ln .env docs/h")
+            .await;
+        // Positive control: the link holds the secret.
+        assert!(bash_ok(&sb, &k, "cat docs/h").await.contains("DOTENV-SECRET=1"));
+        let g = sb.call_tool(&k, "Grep", json!({"pattern": ".", "path": "docs", "output_mode": "content"}), &[]).await;
+        let refusal = match g {
+            Err(e) => e.to_string(),
+            Ok(o) => panic!("the search ran: {}", o.content),
+        };
+        assert!(!refusal.contains("DOTENV-SECRET"), "{refusal}");
+        assert!(
+            refusal.contains("/workspace/docs/h") && refusal.contains("hard link"),
+            "the refusal names the file: {refusal}"
+        );
+        // Glob lists names only, and a search without the link runs.
+        let gl = tool(&sb, &k, "Glob", json!({"pattern": "*", "path": "docs"})).await;
+        assert!(!gl.is_error && gl.content.contains("docs/h"), "{}", gl.content);
+        bash_ok(&sb, &k, "rm docs/h").await;
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "docs", "path": "docs", "output_mode": "content"})).await;
+        assert!(!g.is_error && g.content.contains("docs text"), "{}", g.content);
+        sb.shutdown().await.unwrap();
+    }
+}
+
 type TestFn = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 macro_rules! tests {
@@ -2889,6 +3108,11 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         pool::a_stopped_pool_container_is_never_handed_out,
         pool::an_idle_pool_container_that_stopped_is_replaced,
         boundary::detached_processes_end_with_their_call,
+        state::the_process_rule_leaves_no_thread_of_the_sandbox_user,
+        state::a_command_cannot_write_the_next_calls_state,
+        state::planted_configuration_does_not_run_in_an_allowed_git_status,
+        state::a_file_swapped_after_the_check_is_not_read,
+        state::a_search_never_reads_a_hard_link_of_another_name,
         boundary::commands_cannot_reach_their_agent,
         boundary::adoption_kills_commands_of_the_dead_host,
         boundary::planted_state_never_sees_a_later_tasks_secret,

@@ -117,7 +117,7 @@ pub fn tool_specs() -> Vec<ToolSpec> {
         ),
         spec(
             "Bash",
-            "Runs a bash command in the session sandbox (working directory and exported variables persist between calls; every process a call starts, including `&` jobs, `nohup`, `setsid` and daemons, ends with the call: nothing keeps running in the background; no network unless the operator allows it). Returns stdout, stderr and the exit code. timeout is in milliseconds (max 600000).",
+            "Runs a bash command in the session sandbox (the working directory persists between calls; exported variables do not, so set them in the same command that needs them; every process a call starts, including `&` jobs, `nohup`, `setsid` and daemons, ends with the call: nothing keeps running in the background; no network unless the operator allows it). Returns stdout, stderr and the exit code. timeout is in milliseconds (max 600000).",
             json!({"type":"object","properties":{
                 "command":{"type":"string","description":"The command to run"},
                 "timeout":{"type":"integer","minimum":1,"maximum":bash::MAX_TIMEOUT_MS,"description":"Timeout in milliseconds"},
@@ -195,7 +195,6 @@ pub(crate) fn validate_task_env(env: &[(String, String)]) -> Result<(), SandboxE
     }
     Ok(())
 }
-
 
 /// The path field a file tool reads or writes (Read/Write/Edit `file_path`, Glob/Grep
 /// `path`, default /workspace), or `None` for tools without one.
