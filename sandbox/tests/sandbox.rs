@@ -2868,6 +2868,7 @@ mod state {
 python3 - <<'PY'
 import ctypes, os, threading, time
 if os.fork() == 0:
+    os.setsid()  # out of the call's process group: only the sweep can find it
     def beat():
         while True:
             open("/workspace/alive-zombie-leader", "a").write("x")
@@ -2880,11 +2881,14 @@ PY
 (setsid sh -c 'while :; do echo x >> /workspace/alive-double-fork; sleep 0.1; done' &)
 hop() { echo x >> /workspace/alive-hopper; sleep 0.1; (hop &) ; }
 (hop &)
-for i in $(seq 100); do
-  [ -s /workspace/alive-zombie-leader ] && [ -s /workspace/alive-double-fork ] && [ -s /workspace/alive-hopper ] && break
+zombie_leader_threads() {
+  for p in /proc/[0-9]*; do [ "$(awk '/^State:/ {print $2}' $p/status 2>/dev/null)" = Z ] && ls $p/task | wc -l; done | sort -n | tail -1
+}
+for i in $(seq 300); do
+  zl=$(zombie_leader_threads)
+  [ -s /workspace/alive-zombie-leader ] && [ -s /workspace/alive-double-fork ] && [ -s /workspace/alive-hopper ] && [ "${zl:-0}" -ge 2 ] && break
   sleep 0.1
 done
-zl=$(for p in /proc/[0-9]*; do [ "$(awk '/^State:/ {print $2}' $p/status 2>/dev/null)" = Z ] && ls $p/task | wc -l; done | sort -n | tail -1)
 echo "zombie leader threads: ${zl:-0}"
 ls /workspace/alive-*"#;
         let out = bash_ok(&sb, &k, START).await;
