@@ -241,7 +241,8 @@ pub fn check_name(name: &str) -> Result<(), EnvNameError> {
 /// monitor, pagers and editors, external diff, ssh and proxy commands, credential and
 /// password helpers, signing programs, and the `ext::` transport. What git can still run
 /// from a repository's own `.git/config` (filter, textconv and merge drivers, which have
-/// names of the repository's choosing) is listed in docs/operators.md.
+/// names of the repository's choosing, and `diff.external`, which no value turns off: an
+/// empty one makes every `git diff` fail) is listed in docs/operators.md.
 pub const GIT_OVERRIDES: &[(&str, &str)] = &[
     ("core.fsmonitor", "false"),
     ("core.hooksPath", "/dev/null"),
@@ -254,7 +255,6 @@ pub const GIT_OVERRIDES: &[(&str, &str)] = &[
     ("core.attributesFile", "/dev/null"),
     ("core.excludesFile", "/dev/null"),
     ("credential.helper", ""),
-    ("diff.external", ""),
     ("diff.tool", ""),
     ("merge.tool", ""),
     ("gpg.program", "false"),

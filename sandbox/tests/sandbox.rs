@@ -2988,6 +2988,15 @@ touch /workspace/PWNED-$1
             control.contains("PWNED-fsmonitor-local"),
             "the planted fsmonitor is live (positive control): {control}"
         );
+        // The overrides leave git usable: commit, diff and log work as usual.
+        let usable = bash_ok(
+            &sb,
+            &k,
+            "cd /workspace && git init -q plain && cd plain && echo a > f && git add f && \
+             git -c user.email=a@b -c user.name=n commit -qm first && echo b > f && git diff --stat && git log --oneline",
+        )
+        .await;
+        assert!(usable.contains("f | 2") && usable.contains("first"), "{usable}");
         // Task variables that steer programs are refused before anything runs.
         for name in
             ["BASH_ENV", "PS4", "SHELLOPTS", "PATH", "GIT_CONFIG_COUNT", "XDG_CONFIG_HOME", "HOME", "LD_PRELOAD"]
