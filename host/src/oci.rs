@@ -43,8 +43,8 @@ use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
 
 mod fetch;
-pub use fetch::{MAX_BLOB_REDIRECTS, MAX_ERROR_BODY, MAX_TOKEN_BYTES};
 use fetch::{Auth, RegistryClient};
+pub use fetch::{MAX_BLOB_REDIRECTS, MAX_ERROR_BODY, MAX_TOKEN_BYTES};
 
 use crate::config::PluginsConfig;
 use crate::provenance;
@@ -592,11 +592,23 @@ mod tests {
         assert!(connect("oci://127.0.0.1:5000/warden/echo:1.0", true, &Credentials::anonymous()).is_ok());
         assert!(connect("oci://localhost:5000/echo:1", true, &Credentials::anonymous()).is_ok());
         assert!(connect("oci://ghcr.io/acme/echo:1", false, &Credentials::anonymous()).is_ok());
-        assert!(matches!(connect("oci://ghcr.io/acme/echo:1", true, &Credentials::anonymous()), Err(OciError::InsecureRemote(_))));
-        assert!(matches!(connect("oci://10.0.0.1:5000/echo:1", true, &Credentials::anonymous()), Err(OciError::InsecureRemote(_))));
-        assert!(matches!(connect("127.0.0.1:5000/echo:1", true, &Credentials::anonymous()), Err(OciError::BadReference(_))));
+        assert!(matches!(
+            connect("oci://ghcr.io/acme/echo:1", true, &Credentials::anonymous()),
+            Err(OciError::InsecureRemote(_))
+        ));
+        assert!(matches!(
+            connect("oci://10.0.0.1:5000/echo:1", true, &Credentials::anonymous()),
+            Err(OciError::InsecureRemote(_))
+        ));
+        assert!(matches!(
+            connect("127.0.0.1:5000/echo:1", true, &Credentials::anonymous()),
+            Err(OciError::BadReference(_))
+        ));
         // No registry: the parser would assume Docker Hub.
-        assert!(matches!(connect("oci://acme/echo:1", false, &Credentials::anonymous()), Err(OciError::BadReference(_))));
+        assert!(matches!(
+            connect("oci://acme/echo:1", false, &Credentials::anonymous()),
+            Err(OciError::BadReference(_))
+        ));
     }
 
     #[test]
@@ -712,7 +724,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (manifest, _) = artifact();
-        let challenge = realm.map(|r| format!("Bearer realm=\"{}\",service=\"test\"", r.replace("{port}", &port.to_string())));
+        let challenge =
+            realm.map(|r| format!("Bearer realm=\"{}\",service=\"test\"", r.replace("{port}", &port.to_string())));
         let app = axum::Router::new()
             .route(
                 "/v2/",
@@ -720,7 +733,9 @@ mod tests {
                     let challenge = challenge.clone();
                     async move {
                         match challenge {
-                            Some(c) => (axum::http::StatusCode::UNAUTHORIZED, [("www-authenticate", c)]).into_response(),
+                            Some(c) => {
+                                (axum::http::StatusCode::UNAUTHORIZED, [("www-authenticate", c)]).into_response()
+                            }
                             None => "{}".into_response(),
                         }
                     }

@@ -857,7 +857,8 @@ mod holds {
         // A third connection is served (a hang guard far below the 5 s first-request timeout,
         // which would otherwise free a place) ...
         let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
-        let health = http.get(api.url("/healthz")).send().await.expect("served while two stalled connections held the cap");
+        let health =
+            http.get(api.url("/healthz")).send().await.expect("served while two stalled connections held the cap");
         assert_eq!(health.status(), 200);
         // ... by closing the oldest stalled one; the second still waits for its head.
         let closed = tokio::time::timeout(Duration::from_secs(2), first.read(&mut buf)).await;
@@ -903,12 +904,19 @@ mod holds {
         let limit = raise_fd_limit(4 * FLOOD as u64);
         assert!(limit >= 3 * FLOOD as u64, "ulimit -n is {limit}: the flood needs both ends of {FLOOD} sockets");
         let tokens = vec!["tok-flood".to_owned()];
-        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], ECHO_AND_HOSTILE, tokens).await;
+        let api =
+            api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], ECHO_AND_HOSTILE, tokens)
+                .await;
         let flood = idle_sockets(&api, FLOOD).await;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(3)).build().unwrap();
         let health = http.get(api.url("/healthz")).send().await.expect("/healthz behind idle sockets");
         assert_eq!(health.status(), 200);
-        let tasks = http.get(api.url("/v1/tasks")).bearer_auth("tok-flood").send().await.expect("an authenticated request behind idle sockets");
+        let tasks = http
+            .get(api.url("/v1/tasks"))
+            .bearer_auth("tok-flood")
+            .send()
+            .await
+            .expect("an authenticated request behind idle sockets");
         assert_eq!(tasks.status(), 200);
         // Positive control: the flood went past the cap — the server closed the excess.
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -2331,15 +2339,20 @@ mod flood_bench {
         }
         assert!(lim.rlim_cur as usize > n + 2_000, "raise `ulimit -n` above {} (it is {})", n + 2_000, lim.rlim_cur);
         let tokens = vec!["tok-bench".to_owned()];
-        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], ECHO_AND_HOSTILE, tokens).await;
+        let api =
+            api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], ECHO_AND_HOSTILE, tokens)
+                .await;
         let opened = Instant::now();
         let flood = holds::idle_sockets(&api, n).await;
         let opened = opened.elapsed();
         // A new connection per request: the worst case (a pooled one is proven already).
-        let http = reqwest::Client::builder().pool_max_idle_per_host(0).timeout(Duration::from_secs(60)).build().unwrap();
+        let http =
+            reqwest::Client::builder().pool_max_idle_per_host(0).timeout(Duration::from_secs(60)).build().unwrap();
         const SAMPLES: usize = 200;
         let mut report = vec![];
-        for (name, path, token) in [("/healthz", "/healthz", None), ("GET /v1/tasks (authenticated)", "/v1/tasks", Some("tok-bench"))] {
+        for (name, path, token) in
+            [("/healthz", "/healthz", None), ("GET /v1/tasks (authenticated)", "/v1/tasks", Some("tok-bench"))]
+        {
             let mut took = vec![];
             for _ in 0..SAMPLES {
                 let mut req = http.get(api.url(path));

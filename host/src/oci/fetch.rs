@@ -168,7 +168,8 @@ impl RegistryClient {
         let v2 = self.url("v2/");
         let failed = |e: reqwest::Error| OciError::Registry(format!("reaching {v2}: {}", chain(&e)));
         let probe = self.direct.get(&v2).send().await.map_err(failed)?;
-        let challenge = probe.headers().get_all(WWW_AUTHENTICATE).iter().find_map(|v| bearer_challenge(v.to_str().ok()?));
+        let challenge =
+            probe.headers().get_all(WWW_AUTHENTICATE).iter().find_map(|v| bearer_challenge(v.to_str().ok()?));
         // The probe's body is not needed (and not read: dropping the response closes it).
         drop(probe);
         let Some((realm, service)) = challenge else { return Ok(Authorized { auth: basic(), withheld: None }) };
@@ -192,7 +193,8 @@ impl RegistryClient {
             None => None,
         };
         let what = format!("the token from {}", url.origin().ascii_serialization());
-        let response = request.send().await.map_err(|e| OciError::Registry(format!("fetching {what}: {}", chain(&e))))?;
+        let response =
+            request.send().await.map_err(|e| OciError::Registry(format!("fetching {what}: {}", chain(&e))))?;
         let (status, body) = read_bounded(response, MAX_TOKEN_BYTES, &what).await?;
         if !status.is_success() {
             return Err(refusal(&what, status, &body));
@@ -204,9 +206,11 @@ impl RegistryClient {
         }
         let parsed: TokenResponse = serde_json::from_slice(&body)
             .map_err(|e| OciError::Registry(format!("{what} is not a token response: {e}")))?;
-        let token = parsed.token.or(parsed.access_token).filter(|t| !t.is_empty()).ok_or_else(|| {
-            OciError::Registry(format!("{what}: the response has no token"))
-        })?;
+        let token = parsed
+            .token
+            .or(parsed.access_token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| OciError::Registry(format!("{what}: the response has no token")))?;
         // Sent back as a header: visible ASCII only (no line break can smuggle another header).
         if !token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(OciError::Registry(format!("{what}: the token is not a header value")));
@@ -227,7 +231,8 @@ impl RegistryClient {
         too_large: impl Fn(u64) -> OciError,
     ) -> Result<(StatusCode, Vec<u8>), OciError> {
         let request = authorized(self.direct.get(self.url(path)).header(ACCEPT, accept), auth);
-        let response = request.send().await.map_err(|e| OciError::Registry(format!("fetching {what}: {}", chain(&e))))?;
+        let response =
+            request.send().await.map_err(|e| OciError::Registry(format!("fetching {what}: {}", chain(&e))))?;
         read_bounded_with(response, limit, what, too_large).await
     }
 
@@ -295,25 +300,23 @@ fn bearer_challenge(header: &str) -> Option<(String, Option<String>)> {
         if !c.scheme.eq_ignore_ascii_case("Bearer") {
             return None;
         }
-        let param = |name: &str| c.params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.to_unescaped());
+        let param =
+            |name: &str| c.params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.to_unescaped());
         Some((param("realm")?, param("service")))
     })
 }
 
 /// An error for a registry's refusal, quoting its body escaped and cut.
 pub fn refusal(what: &str, status: StatusCode, body: &[u8]) -> OciError {
-    let quoted = crate::text::escape_control(&crate::text::excerpt(&String::from_utf8_lossy(body), super::MAX_QUOTED_ERROR))
-        .into_owned();
+    let quoted =
+        crate::text::escape_control(&crate::text::excerpt(&String::from_utf8_lossy(body), super::MAX_QUOTED_ERROR))
+            .into_owned();
     let redirect = if status.is_redirection() { " (not fetched through a redirect)" } else { "" };
     OciError::Registry(format!("fetching {what}: {status}{redirect}: {quoted}"))
 }
 
 /// The status and body of `response`, the body at most `limit` bytes.
-async fn read_bounded(
-    response: reqwest::Response,
-    limit: u64,
-    what: &str,
-) -> Result<(StatusCode, Vec<u8>), OciError> {
+async fn read_bounded(response: reqwest::Response, limit: u64, what: &str) -> Result<(StatusCode, Vec<u8>), OciError> {
     let too_large = |_| OciError::Registry(format!("{what}: the response is more than {limit} bytes"));
     read_bounded_with(response, limit, what, too_large).await
 }
@@ -349,8 +352,12 @@ mod tests {
     #[test]
     fn bearer_challenges_are_parsed_and_others_ignored() {
         let (realm, service) =
-            bearer_challenge(r#"Bearer realm="https://auth.example.com/token",service="registry.example.com""#).unwrap();
-        assert_eq!((realm.as_str(), service.as_deref()), ("https://auth.example.com/token", Some("registry.example.com")));
+            bearer_challenge(r#"Bearer realm="https://auth.example.com/token",service="registry.example.com""#)
+                .unwrap();
+        assert_eq!(
+            (realm.as_str(), service.as_deref()),
+            ("https://auth.example.com/token", Some("registry.example.com"))
+        );
         assert!(bearer_challenge(r#"Basic realm="registry""#).is_none());
         assert!(bearer_challenge("Bearer service=\"x\"").is_none(), "no realm, no token request");
     }

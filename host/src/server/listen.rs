@@ -103,7 +103,12 @@ struct Activity {
 impl Activity {
     fn new(epoch: Instant) -> Arc<Self> {
         let now = epoch.elapsed().as_nanos() as u64;
-        Arc::new(Activity { busy: AtomicUsize::new(0), proven: AtomicBool::new(false), idle_since: AtomicU64::new(now), epoch })
+        Arc::new(Activity {
+            busy: AtomicUsize::new(0),
+            proven: AtomicBool::new(false),
+            idle_since: AtomicU64::new(now),
+            epoch,
+        })
     }
 
     /// A request head arrived: busy until the guard is dropped (with the response body).
@@ -380,10 +385,13 @@ mod tests {
         drop(b_act.begin());
         let (_, _, _d_shed) = served(t.admit(LOCAL));
         assert!(c_shed.is_cancelled() && !a_shed.is_cancelled() && !b_shed.is_cancelled());
-        // The unproven d goes next (c is gone), then the proven b; never the busy a.
+        // The unproven d goes next (c is gone) ...
+        let (_, e_act, e_shed) = served(t.admit(LOCAL));
+        assert!(!b_shed.is_cancelled());
+        // ... and with none unproven left, the proven one idle longest (b, not e); never a.
+        drop(e_act.begin());
         served(t.admit(LOCAL));
-        served(t.admit(LOCAL));
-        assert!(b_shed.is_cancelled() && !a_shed.is_cancelled());
+        assert!(b_shed.is_cancelled() && !e_shed.is_cancelled() && !a_shed.is_cancelled());
         assert_eq!(t.open.len(), 3);
     }
 
