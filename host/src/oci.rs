@@ -18,6 +18,11 @@
 //! changing the annotation cannot make other bytes verify, nor the artifact install as
 //! another plugin.
 //!
+//! Every token, manifest and blob is fetched by warden's own registry client ([`fetch`]:
+//! every response bounded, credentials to the registry's origin only, redirects for blobs
+//! only and address-checked, never with credentials); oci-client only uploads a push, with
+//! the authorization warden's client got, never the credentials for a realm of its choosing.
+//!
 //! Pulling verifies, before a byte is written: the manifest (read by warden itself within
 //! [`MAX_MANIFEST_BYTES`], and its digest when pulled by digest), its layout, the layer's
 //! size ([`crate::config::PluginsConfig::max_plugin_size`]) and SHA-256 digest, that it is
@@ -31,12 +36,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol, Config as OciConfig, ImageLayer};
 use oci_client::manifest::{OciImageManifest, OciManifest};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference, RegistryOperation};
+use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
+
+mod fetch;
+use fetch::{Auth, RegistryClient};
+pub use fetch::{MAX_BLOB_REDIRECTS, MAX_ERROR_BODY, MAX_TOKEN_BYTES};
 
 use crate::config::PluginsConfig;
 use crate::provenance;
@@ -179,15 +187,14 @@ impl Credentials {
         Credentials(Some((host.to_owned(), user.to_owned(), password.to_owned())))
     }
 
-    /// What to send to `registry`: the credentials when they are for it, else nothing
-    /// (HTTP Basic, which the client also trades for a bearer token where the registry
-    /// asks for one).
-    fn for_registry(&self, registry: &str) -> RegistryAuth {
+    /// The user name and password for `registry` when they are for it, else none (the
+    /// registry client sends them to that registry's origin only, see [`fetch`]).
+    fn for_registry(&self, registry: &str) -> Option<(String, String)> {
         match &self.0 {
             Some((host, user, password)) if host.eq_ignore_ascii_case(registry) => {
-                RegistryAuth::Basic(user.clone(), password.clone())
+                Some((user.clone(), password.clone()))
             }
-            _ => RegistryAuth::Anonymous,
+            _ => None,
         }
     }
 }
@@ -206,18 +213,18 @@ pub fn credentials_from_env() -> Result<Credentials, OciError> {
     }
 }
 
-/// A registry to talk to: the parsed reference, the OCI client, and warden's own HTTP
-/// client with the same transport rules for what the OCI client would read unbounded.
+/// A registry to talk to: the parsed reference, warden's registry client (every token,
+/// manifest and blob, see [`fetch`]), and the OCI client that uploads a push with the
+/// authorization warden's client got.
 struct Remote {
     reference: Reference,
     client: Client,
-    http: reqwest::Client,
-    insecure: bool,
+    registry: RegistryClient,
 }
 
-/// Parses `oci://REGISTRY/REPO:TAG` and makes a client for it; plain HTTP only with
-/// `insecure` and only to a loopback registry.
-fn connect(target: &str, insecure: bool) -> Result<Remote, OciError> {
+/// Parses `oci://REGISTRY/REPO:TAG` and makes a client for it, with `credentials` if they
+/// are for its registry; plain HTTP only with `insecure` and only to a loopback registry.
+fn connect(target: &str, insecure: bool, credentials: &Credentials) -> Result<Remote, OciError> {
     let bad = || OciError::BadReference(target.to_owned());
     let rest = target.strip_prefix(SCHEME).ok_or_else(bad)?;
     let reference: Reference = rest.parse().map_err(|_| bad())?;
@@ -254,14 +261,8 @@ fn connect(target: &str, insecure: bool) -> Result<Remote, OciError> {
         platform_resolver: None,
         ..ClientConfig::default()
     };
-    // The same rules for warden's own requests: HTTPS only unless `insecure` (then to this
-    // machine's registry only, never through a proxy), the same timeouts, no redirects.
-    let mut http = crate::http_client::operator_builder().read_timeout(READ_TIMEOUT).https_only(!insecure);
-    if insecure {
-        http = http.no_proxy();
-    }
-    let http = http.build().map_err(|e| OciError::Registry(format!("cannot make an HTTP client: {}", chain(&e))))?;
-    Ok(Remote { reference, client: Client::new(config), http, insecure })
+    let registry_client = RegistryClient::new(&registry, insecure, credentials.for_registry(&registry))?;
+    Ok(Remote { reference, client: Client::new(config), registry: registry_client })
 }
 
 /// Mode of an installed plugin file and its signature: a plugin is not a secret, and the
@@ -313,8 +314,7 @@ pub async fn push(
     max_size: u64,
 ) -> Result<Pushed, OciError> {
     bounded(format!("pushing to {target}"), async {
-        let Remote { reference, client, .. } = connect(target, insecure)?;
-        let auth = &credentials.for_registry(reference.resolve_registry());
+        let Remote { reference, client, registry } = connect(target, insecure, credentials)?;
         let bytes = crate::registry::read_plugin_file(file, max_size).await.map_err(OciError::Io)?;
         let shown = file.display().to_string();
         if !is_component(&bytes) {
@@ -360,8 +360,17 @@ pub async fn push(
         let layers = [layer];
         let mut manifest = OciImageManifest::build(&layers, &config, annotations);
         manifest.media_type = Some(MANIFEST_MEDIA_TYPE.into());
+        // The token comes from warden's client (bounded, credentials to the registry's
+        // origin only); the OCI client is handed the result, never the credentials for a
+        // realm of its own choosing.
+        let scope = format!("repository:{}:pull,push", reference.repository());
+        let auth = match registry.authorize(&scope).await?.auth {
+            Auth::Anonymous => RegistryAuth::Anonymous,
+            Auth::Basic(user, password) => RegistryAuth::Basic(user, password),
+            Auth::Bearer(token) => RegistryAuth::Bearer(token),
+        };
         let pushed = client
-            .push(&reference, &layers, config, auth, Some(manifest))
+            .push(&reference, &layers, config, &auth, Some(manifest))
             .await
             .map_err(|e| OciError::Registry(format!("pushing to {target}: {}", chain(&e))))?;
         let digest = pushed.manifest_url.rsplit('/').next().unwrap_or_default().to_owned();
@@ -382,49 +391,35 @@ fn valid_id(id: &str) -> bool {
     provenance::valid_id(id)
 }
 
-/// The manifest of `remote`'s reference, read by warden within [`MAX_MANIFEST_BYTES`]
-/// (oci-client reads a manifest whole, however large) and checked against the reference's
-/// digest when it has one. Authentication is the OCI client's (a bearer token where the
-/// registry's challenge asks for one, else the credentials as HTTP Basic).
-async fn fetch_manifest(remote: &Remote, auth: &RegistryAuth, target: &str) -> Result<OciManifest, OciError> {
-    let Remote { reference, client, http, insecure } = remote;
-    let registry = reference.resolve_registry();
-    let failed = |what: &str, e: &dyn std::error::Error| OciError::Registry(format!("{what} {target}: {}", chain(e)));
-    let token = client
-        .auth(reference, auth, RegistryOperation::Pull)
-        .await
-        .map_err(|e| failed("authenticating to the registry of", &e))?;
-    let scheme = if *insecure { "http" } else { "https" };
+/// The manifest of `remote`'s reference, read by warden's registry client within
+/// [`MAX_MANIFEST_BYTES`] (oci-client reads a manifest whole, however large) with `auth`
+/// (`withheld`: the token realm the credentials were not sent to, for the error of a
+/// refusal), and checked against the reference's digest when it has one.
+async fn fetch_manifest(
+    remote: &Remote,
+    auth: &Auth,
+    withheld: Option<&str>,
+    target: &str,
+) -> Result<OciManifest, OciError> {
+    let Remote { reference, registry, .. } = remote;
     let named = reference.digest().or(reference.tag()).unwrap_or("latest");
-    let mut url = format!("{scheme}://{registry}/v2/{}/manifests/{named}", reference.repository());
+    let mut path = format!("v2/{}/manifests/{named}", reference.repository());
     if let Some(ns) = reference.namespace() {
-        url.push_str(&format!("?ns={ns}"));
+        path.push_str(&format!("?ns={ns}"));
     }
-    let mut request = http.get(&url).header(reqwest::header::ACCEPT, MANIFEST_ACCEPT.join(", "));
-    request = match (token, auth) {
-        (Some(token), _) => request.bearer_auth(token),
-        (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
-        (None, _) => request,
-    };
-    let mut response = request.send().await.map_err(|e| failed("fetching the manifest of", &e))?;
-    let status = response.status();
-    let too_large = || OciError::ManifestTooLarge { reference: target.to_owned(), limit: MAX_MANIFEST_BYTES };
-    if response.content_length().is_some_and(|n| n > MAX_MANIFEST_BYTES) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| failed("reading the manifest of", &e))? {
-        if (body.len() + chunk.len()) as u64 > MAX_MANIFEST_BYTES {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let too_large = |_| OciError::ManifestTooLarge { reference: target.to_owned(), limit: MAX_MANIFEST_BYTES };
+    let what = format!("the manifest of {target}");
+    let (status, body) =
+        registry.get(&path, auth, &MANIFEST_ACCEPT.join(", "), MAX_MANIFEST_BYTES, &what, too_large).await?;
     if !status.is_success() {
-        let quoted =
-            crate::text::escape_control(&crate::text::excerpt(&String::from_utf8_lossy(&body), MAX_QUOTED_ERROR))
-                .into_owned();
-        let redirect = if status.is_redirection() { " (a manifest is not fetched through a redirect)" } else { "" };
-        return Err(OciError::Registry(format!("fetching the manifest of {target}: {status}{redirect}: {quoted}")));
+        let refused = fetch::refusal(&what, status, &body);
+        return Err(match withheld {
+            Some(realm) if matches!(status.as_u16(), 401 | 403) => OciError::Registry(format!(
+                "{refused} (the registry's credentials were not sent to its token service {realm}: only the \
+                 registry's own origin gets them)"
+            )),
+            _ => refused,
+        });
     }
     // Pulled by digest: the manifest must be the one named (the registry could serve any).
     let actual = format!("sha256:{}", sha256_hex(&body));
@@ -454,13 +449,12 @@ pub async fn pull(
     allow_downgrade: bool,
 ) -> Result<Installed, OciError> {
     bounded(format!("pulling {target}"), async {
-        let remote = connect(target, insecure)?;
-        let (reference, client) = (&remote.reference, &remote.client);
-        let auth = &credentials.for_registry(reference.resolve_registry());
-        let registry_err = |what: &str, e: oci_client::errors::OciDistributionError| {
-            OciError::Registry(format!("{what} {target}: {}", chain(&e)))
-        };
-        let manifest = fetch_manifest(&remote, auth, target).await?;
+        let remote = connect(target, insecure, credentials)?;
+        let reference = &remote.reference;
+        let scope = format!("repository:{}:pull", reference.repository());
+        let authorized = remote.registry.authorize(&scope).await?;
+        let auth = &authorized.auth;
+        let manifest = fetch_manifest(&remote, auth, authorized.withheld.as_deref(), target).await?;
         let not_wasm = |reason: String| OciError::NotWasm { reference: target.to_owned(), reason };
         let OciManifest::Image(manifest) = manifest else {
             return Err(not_wasm("an image index, not one artifact manifest".into()));
@@ -514,39 +508,13 @@ pub async fn pull(
             )));
         }
 
-        // The blob, bounded, then its digest (the registry may be lying or altered).
-        // Only from the registry: a layer's `urls` (foreign layers) would have the client fetch
-        // whatever addresses the manifest's author wrote.
-        let layer = &oci_client::manifest::OciDescriptor { urls: None, ..layer.clone() };
-        let mut stream =
-            client.pull_blob_stream(reference, layer).await.map_err(|e| registry_err("fetching the layer of", e))?;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => {
-                    // oci-client checks the digest at the end of the stream too; say it our way.
-                    use oci_client::errors::DigestError;
-                    return Err(match e.get_ref().and_then(|inner| inner.downcast_ref::<DigestError>()) {
-                        Some(DigestError::VerificationError { expected, actual }) => {
-                            OciError::DigestMismatch { expected: expected.clone(), actual: actual.clone() }
-                        }
-                        _ => OciError::Registry(format!("reading the layer of {target}: {e}")),
-                    });
-                }
-            };
-            if (bytes.len() + chunk.len()) as u64 > limit {
-                return Err(OciError::TooLarge { size: (bytes.len() + chunk.len()) as u64, limit });
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+        // The blob, bounded, its digest verified (the registry may be lying or altered).
+        // Only from the registry (or where it redirects, checked): a layer's `urls`
+        // (foreign layers) are never fetched.
+        let what = format!("the layer of {target}");
+        let bytes = remote.registry.blob(reference.repository(), &layer.digest, auth, limit, &what).await?;
         let sha256 = sha256_hex(&bytes);
-        if sha256 != expected {
-            return Err(OciError::DigestMismatch {
-                expected: layer.digest.clone(),
-                actual: format!("sha256:{sha256}"),
-            });
-        }
+        debug_assert_eq!(sha256, expected);
         if !is_component(&bytes) {
             return Err(OciError::NotAComponent(target.to_owned()));
         }
@@ -621,14 +589,26 @@ mod tests {
 
     #[test]
     fn references_need_the_scheme_and_a_registry_and_plain_http_only_to_loopback() {
-        assert!(connect("oci://127.0.0.1:5000/warden/echo:1.0", true).is_ok());
-        assert!(connect("oci://localhost:5000/echo:1", true).is_ok());
-        assert!(connect("oci://ghcr.io/acme/echo:1", false).is_ok());
-        assert!(matches!(connect("oci://ghcr.io/acme/echo:1", true), Err(OciError::InsecureRemote(_))));
-        assert!(matches!(connect("oci://10.0.0.1:5000/echo:1", true), Err(OciError::InsecureRemote(_))));
-        assert!(matches!(connect("127.0.0.1:5000/echo:1", true), Err(OciError::BadReference(_))));
+        assert!(connect("oci://127.0.0.1:5000/warden/echo:1.0", true, &Credentials::anonymous()).is_ok());
+        assert!(connect("oci://localhost:5000/echo:1", true, &Credentials::anonymous()).is_ok());
+        assert!(connect("oci://ghcr.io/acme/echo:1", false, &Credentials::anonymous()).is_ok());
+        assert!(matches!(
+            connect("oci://ghcr.io/acme/echo:1", true, &Credentials::anonymous()),
+            Err(OciError::InsecureRemote(_))
+        ));
+        assert!(matches!(
+            connect("oci://10.0.0.1:5000/echo:1", true, &Credentials::anonymous()),
+            Err(OciError::InsecureRemote(_))
+        ));
+        assert!(matches!(
+            connect("127.0.0.1:5000/echo:1", true, &Credentials::anonymous()),
+            Err(OciError::BadReference(_))
+        ));
         // No registry: the parser would assume Docker Hub.
-        assert!(matches!(connect("oci://acme/echo:1", false), Err(OciError::BadReference(_))));
+        assert!(matches!(
+            connect("oci://acme/echo:1", false, &Credentials::anonymous()),
+            Err(OciError::BadReference(_))
+        ));
     }
 
     #[test]
@@ -709,6 +689,199 @@ mod tests {
         }
         let e = pull_from(port, "x/gone:1").await.unwrap_err().to_string();
         assert!(e.contains("404") && e.contains("no such manifest\\n\\u{1b}[2Jforged"), "{e}");
+    }
+
+    /// A plugin artifact: its manifest (JSON) and its one layer (a component header).
+    fn artifact() -> (String, Vec<u8>) {
+        let blob = b"\0asm\x0d\x00\x01\x00 a component".to_vec();
+        let digest = format!("sha256:{}", sha256_hex(&blob));
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "config": { "mediaType": WASM_CONFIG_MEDIA_TYPE, "digest": digest, "size": blob.len() },
+            "layers": [{ "mediaType": WASM_LAYER_MEDIA_TYPE, "digest": digest, "size": blob.len() }],
+        });
+        (manifest.to_string(), blob)
+    }
+
+    /// The `Authorization` headers (or `-` for none) requests to a route came with.
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+    fn record(seen: &Seen, headers: &axum::http::HeaderMap) {
+        let auth = headers.get("authorization").map(|v| v.to_str().unwrap_or("?").to_owned());
+        seen.lock().unwrap().push(auth.unwrap_or_else(|| "-".into()));
+    }
+
+    /// A registry serving [`artifact`] at `x/echo:1`, its blob through `blob` (given the
+    /// request's headers), with a Bearer challenge naming `realm` (`{port}` replaced by
+    /// the registry's port) when there is one, and the routes of `extra`.
+    async fn hostile_registry<F>(realm: Option<String>, blob: F, extra: axum::Router) -> u16
+    where
+        F: Fn(axum::http::HeaderMap) -> axum::response::Response + Clone + Send + Sync + 'static,
+    {
+        use axum::response::IntoResponse;
+        use axum::routing::get;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (manifest, _) = artifact();
+        let challenge =
+            realm.map(|r| format!("Bearer realm=\"{}\",service=\"test\"", r.replace("{port}", &port.to_string())));
+        let app = axum::Router::new()
+            .route(
+                "/v2/",
+                get(move || {
+                    let challenge = challenge.clone();
+                    async move {
+                        match challenge {
+                            Some(c) => {
+                                (axum::http::StatusCode::UNAUTHORIZED, [("www-authenticate", c)]).into_response()
+                            }
+                            None => "{}".into_response(),
+                        }
+                    }
+                }),
+            )
+            .route("/v2/x/echo/manifests/1", get(move || async move { manifest }))
+            .route("/v2/x/echo/blobs/{digest}", get(move |h: axum::http::HeaderMap| async move { blob(h) }))
+            .merge(extra);
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        port
+    }
+
+    async fn pull_with(port: u16, credentials: &Credentials) -> Result<Installed, OciError> {
+        let dir = tempfile::tempdir().unwrap();
+        let target = format!("oci://127.0.0.1:{port}/x/echo:1");
+        pull(&target, true, credentials, None, dir.path(), &PluginsConfig::default(), false).await
+    }
+
+    fn the_blob(_: axum::http::HeaderMap) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        artifact().1.into_response()
+    }
+
+    /// Regression: the token was read by oci-client, whole: a token service streaming
+    /// 300 MiB drove `warden plugin pull` past 1.2 GB of memory (and the "token" was sent
+    /// back as a header). Now a token response is cut at MAX_TOKEN_BYTES.
+    #[tokio::test]
+    async fn regression_a_token_endpoint_streaming_hundreds_of_megabytes_is_cut_at_max_token_bytes() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let served = std::sync::Arc::new(AtomicUsize::new(0));
+        let token = {
+            let served = served.clone();
+            move || {
+                let served = served.clone();
+                async move {
+                    // 64 MiB of a JSON string, without a length, in 64 KiB pieces.
+                    let piece = move |_| {
+                        served.fetch_add(64 * 1024, Ordering::Relaxed);
+                        Ok::<_, std::io::Error>(vec![b'a'; 64 * 1024])
+                    };
+                    let head = futures_util::stream::iter([Ok(b"{\"token\":\"".to_vec())]);
+                    axum::body::Body::from_stream(futures_util::StreamExt::chain(
+                        head,
+                        futures_util::stream::iter((0..1024).map(piece)),
+                    ))
+                }
+            }
+        };
+        let realm_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let realm = format!("http://127.0.0.1:{}/token", realm_listener.local_addr().unwrap().port());
+        let app = axum::Router::new().route("/token", axum::routing::get(token));
+        tokio::spawn(async move { axum::serve(realm_listener, app).await.unwrap() });
+        let port = hostile_registry(Some(realm), the_blob, axum::Router::new()).await;
+        let e = pull_with(port, &Credentials::anonymous()).await.unwrap_err().to_string();
+        assert!(e.contains(&format!("more than {MAX_TOKEN_BYTES} bytes")), "{e}");
+        let served = served.load(Ordering::Relaxed);
+        // The attack ran (the stream was served from), and stopped near the limit (socket
+        // buffers hold a few megabytes at most), far from its 64 MiB.
+        assert!(served > 0 && served < 16 * 1024 * 1024, "{served} bytes served");
+    }
+
+    /// A token service at `/token` recording the `Authorization` of each request.
+    fn token_route(seen: Seen) -> axum::Router {
+        axum::Router::new().route(
+            "/token",
+            axum::routing::get(move |h: axum::http::HeaderMap| async move {
+                record(&seen, &h);
+                r#"{"token":"from-the-realm"}"#
+            }),
+        )
+    }
+
+    /// Regression: oci-client sent the operator's registry credentials (HTTP Basic) to
+    /// whatever token realm the registry's challenge named — another host included. Now
+    /// only a realm on the registry's own origin gets them; another is asked anonymously.
+    #[tokio::test]
+    async fn regression_registry_credentials_are_not_sent_to_a_token_realm_on_another_host() {
+        // Another origin (another port of the registry's address, so it may be reached).
+        let elsewhere: Seen = Default::default();
+        let realm_port = hostile_registry(None, the_blob, token_route(elsewhere.clone())).await;
+        let realm = format!("http://127.0.0.1:{realm_port}/token");
+        let port = hostile_registry(Some(realm), the_blob, axum::Router::new()).await;
+        let credentials = Credentials::for_host(&format!("127.0.0.1:{port}"), "operator", "s3cret");
+        pull_with(port, &credentials).await.expect("an anonymous token pulls a public artifact");
+        let seen = elsewhere.lock().unwrap().clone();
+        assert!(!seen.is_empty(), "the realm elsewhere was asked for a token");
+        assert!(seen.iter().all(|a| a == "-"), "credentials reached another host: {seen:?}");
+
+        // Positive control: a realm on the registry's own origin gets them (the test sees
+        // credentials where they are sent).
+        let own: Seen = Default::default();
+        let realm = "http://127.0.0.1:{port}/token".to_owned();
+        let port = hostile_registry(Some(realm), the_blob, token_route(own.clone())).await;
+        let credentials = Credentials::for_host(&format!("127.0.0.1:{port}"), "operator", "s3cret");
+        pull_with(port, &credentials).await.unwrap();
+        use base64::Engine;
+        let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("operator:s3cret"));
+        assert_eq!(own.lock().unwrap().clone(), vec![basic]);
+    }
+
+    /// Regression: oci-client followed a blob's redirect anywhere — to an internal address
+    /// too — and fetched it. Now a redirect is followed only to the registry's origin or to
+    /// addresses the registry's own reach allows (public ones; here also 127.0.0.1, the
+    /// registry's), and never with credentials.
+    #[tokio::test]
+    async fn regression_a_blob_redirected_to_an_internal_address_is_not_fetched() {
+        use axum::response::{IntoResponse, Redirect};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // An internal service on another loopback address, serving the right bytes.
+        let hits = std::sync::Arc::new(AtomicUsize::new(0));
+        let internal = tokio::net::TcpListener::bind("127.0.0.2:0").await.expect("127.0.0.2 is a loopback address");
+        let internal_url = format!("http://127.0.0.2:{}/blob", internal.local_addr().unwrap().port());
+        let counted = hits.clone();
+        let app = axum::Router::new().route(
+            "/blob",
+            axum::routing::get(move || async move {
+                counted.fetch_add(1, Ordering::Relaxed);
+                artifact().1
+            }),
+        );
+        tokio::spawn(async move { axum::serve(internal, app).await.unwrap() });
+        for target in [internal_url.clone(), "http://169.254.169.254/latest/meta-data".to_owned()] {
+            let to = target.clone();
+            let redirect = move |_| Redirect::temporary(&to).into_response();
+            let port = hostile_registry(None, redirect, axum::Router::new()).await;
+            let e = pull_with(port, &Credentials::anonymous()).await.unwrap_err().to_string();
+            assert!(e.contains("refused") && e.contains("internal address"), "{target}: {e}");
+        }
+        assert_eq!(hits.load(Ordering::Relaxed), 0, "the internal address was fetched");
+        // Positive control: the internal service answers when asked directly ...
+        assert!(reqwest::get(&internal_url).await.unwrap().status().is_success());
+        // ... and a redirect to the registry's storage is followed, without the credentials
+        // the registry itself was sent.
+        let storage: Seen = Default::default();
+        let seen = storage.clone();
+        let stored = axum::Router::new().route(
+            "/storage/blob",
+            axum::routing::get(move |h: axum::http::HeaderMap| async move {
+                record(&seen, &h);
+                artifact().1
+            }),
+        );
+        let port = hostile_registry(None, |_| Redirect::temporary("/storage/blob").into_response(), stored).await;
+        let credentials = Credentials::for_host(&format!("127.0.0.1:{port}"), "operator", "s3cret");
+        pull_with(port, &credentials).await.unwrap();
+        assert_eq!(storage.lock().unwrap().clone(), vec!["-".to_owned()]);
     }
 
     #[test]

@@ -64,26 +64,38 @@ pub const MAX_NAME_BYTES: usize = 1024;
 
 pub use crate::plugin_state::{StateBudgetExceeded, StateError, StateNamespace, StateStore};
 
-/// DNS for one plugin's HTTP client of one [`Reach`]: resolves the name, then keeps only
-/// the addresses the reach allows ([`Grants::check_address`]: no loopback, private or
-/// link-local address unless the allow-list entry allowing the URL names it). The client
-/// connects only to the addresses returned here, so the checked address is the one
-/// connected to.
-struct CheckedResolver {
-    grants: Arc<Grants>,
-    reach: Reach,
+/// The address check a [`CheckedResolver`] applies to each address a name resolves to:
+/// `Ok` to connect, else the error the request fails with.
+pub type AddressCheck =
+    Arc<dyn Fn(&str, std::net::IpAddr) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
+
+/// DNS for an HTTP client whose destinations are checked: resolves the name, then keeps
+/// only the addresses `check` allows (for a plugin: [`Grants::check_address`], no
+/// loopback, private or link-local address unless the allow-list entry allowing the URL
+/// names it; for the registry client, [`Reach::allows`] of the registry's reach). The
+/// client connects only to the addresses returned here, so the checked address is the
+/// one connected to. (An address literal is never resolved: callers check it before
+/// sending.)
+pub struct CheckedResolver {
+    check: AddressCheck,
+}
+
+impl CheckedResolver {
+    pub fn new(check: AddressCheck) -> Arc<Self> {
+        Arc::new(CheckedResolver { check })
+    }
 }
 
 impl reqwest::dns::Resolve for CheckedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let (grants, reach) = (self.grants.clone(), self.reach);
+        let check = self.check.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let mut refused = None;
             let allowed: Vec<SocketAddr> = found
                 .into_iter()
-                .filter(|a| match grants.check_address(reach, &host, a.ip()) {
+                .filter(|a| match check(&host, a.ip()) {
                     Ok(()) => true,
                     Err(e) => {
                         refused = Some(e);
@@ -92,11 +104,7 @@ impl reqwest::dns::Resolve for CheckedResolver {
                 })
                 .collect();
             if allowed.is_empty() {
-                let e: Box<dyn std::error::Error + Send + Sync> = match refused {
-                    Some(denied) => Box::new(denied),
-                    None => format!("{host} has no address").into(),
-                };
-                return Err(e);
+                return Err(refused.unwrap_or_else(|| format!("{host} has no address").into()));
             }
             Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
         })
@@ -116,8 +124,12 @@ pub struct PluginHttp {
 impl PluginHttp {
     pub fn new(grants: Arc<Grants>) -> Self {
         let client = |reach| {
+            let grants = grants.clone();
+            let check: AddressCheck = Arc::new(move |host: &str, ip| {
+                grants.check_address(reach, host, ip).map_err(|denied| Box::new(denied) as Box<_>)
+            });
             crate::http_client::builder()
-                .dns_resolver(Arc::new(CheckedResolver { grants: grants.clone(), reach }))
+                .dns_resolver(CheckedResolver::new(check))
                 .build()
                 .expect("a reqwest client with a resolver always builds")
         };

@@ -238,14 +238,7 @@ impl AllowList {
         if !self.entries.iter().any(|e| e.allows(url) && e.exact_host() == Some(host.as_str())) {
             return Reach::PublicOnly;
         }
-        if host == LOCALHOST {
-            return Reach::Loopback;
-        }
-        match host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
-            Ok(ip) => Reach::Address(ip),
-            // Any other name is reached on public addresses only (DNS is not the operator's word).
-            Err(_) => Reach::PublicOnly,
-        }
+        Reach::named(&host)
     }
 }
 
@@ -265,6 +258,21 @@ pub enum Reach {
 }
 
 impl Reach {
+    /// The non-public addresses a host named exactly by someone trusted to name it (an
+    /// allow-list entry naming the URL's host, the registry of `warden plugin pull`) opens:
+    /// `localhost` its loopback addresses, an address literal that address, any other
+    /// name none (DNS is not the operator's word).
+    pub fn named(host: &str) -> Reach {
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        if host == LOCALHOST {
+            return Reach::Loopback;
+        }
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => Reach::Address(ip),
+            Err(_) => Reach::PublicOnly,
+        }
+    }
+
     /// May a connection to `ip`, reached through the URL host `host`, be made? Checked on
     /// the address actually connected to (after DNS resolution).
     pub fn allows(self, host: &str, ip: std::net::IpAddr) -> bool {

@@ -422,11 +422,22 @@ pub struct ServerConfig {
     #[serde(with = "duration_text")]
     pub heartbeat: Duration,
     /// Connections the API holds open at once, whoever holds them (authentication runs
-    /// only on a complete request); more wait in the kernel's backlog until one closes
-    /// (see [`DEFAULT_MAX_CONNECTIONS`]).
+    /// only on a complete request). A new connection past it closes the longest-idle one
+    /// (one that never sent a request first); only when every one is serving a request
+    /// does it wait in the kernel's backlog (see [`DEFAULT_MAX_CONNECTIONS`]).
     pub max_connections: usize,
-    /// How long a client has to send a request head in full, and how long a keep-alive
-    /// connection may sit idle, before the API closes it (see [`DEFAULT_HEADER_READ_TIMEOUT`]).
+    /// Connections one client address (an IPv6 /64) may hold open at once; past it the
+    /// address's own longest-idle connection is closed, or the new one refused when all of
+    /// them are serving requests. Loopback clients are not counted (see
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]).
+    pub max_connections_per_address: usize,
+    /// How long a new connection has to send its first request head in full before the
+    /// API closes it (see [`DEFAULT_FIRST_REQUEST_TIMEOUT`]).
+    #[serde(with = "duration_text")]
+    pub first_request_timeout: Duration,
+    /// How long a client has to send a later request head in full, and how long a
+    /// keep-alive connection may sit idle, before the API closes it (see
+    /// [`DEFAULT_HEADER_READ_TIMEOUT`]).
     #[serde(with = "duration_text")]
     pub header_read_timeout: Duration,
     /// Event streams, task-list feeds and long polls (`block=true`, TaskOutput, A2A
@@ -572,6 +583,17 @@ pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
 /// Docker client and the egress proxies need. A host with a raised `ulimit -n` and many
 /// parent agents raises it.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Default `server.max_connections_per_address`: a quarter of
+/// [`DEFAULT_MAX_CONNECTIONS`], so four addresses cannot hold every connection serving
+/// requests, while a remote parent agent's pool of 100 concurrent requests fits. Loopback
+/// is not counted: a reverse proxy or parent agent on this machine brings every client
+/// through one address, and a local user has easier ways to load the host.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 128;
+/// Default `server.first_request_timeout`: a client sends its first request head as soon
+/// as it has connected (milliseconds, even over a slow link); 5 s leaves room for a TLS
+/// terminator or a congested network, while a peer that connects and sends nothing holds
+/// its connection 5 s, not [`DEFAULT_HEADER_READ_TIMEOUT`].
+pub const DEFAULT_FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default `server.header_read_timeout`: hyper's own default, which `axum::serve` never
 /// enforced; a client that has not sent a whole request head in 30 s is not a client.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -601,6 +623,8 @@ impl Default for ServerConfig {
             max_body: DEFAULT_MAX_BODY,
             heartbeat: DEFAULT_HEARTBEAT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            first_request_timeout: DEFAULT_FIRST_REQUEST_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_streams_per_principal: DEFAULT_MAX_STREAMS_PER_PRINCIPAL,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
@@ -809,14 +833,20 @@ impl Config {
         }
         for (key, value) in [
             ("server.max_connections", self.server.max_connections),
+            ("server.max_connections_per_address", self.server.max_connections_per_address),
             ("server.max_streams_per_principal", self.server.max_streams_per_principal),
         ] {
             if value == 0 {
                 return Err(invalid(key.into(), "expected at least 1 (the API could serve nothing)".into()));
             }
         }
-        if self.server.header_read_timeout.is_zero() {
-            return Err(invalid("server.header_read_timeout".into(), "expected a duration above 0 (e.g. 30s)".into()));
+        for (key, value) in [
+            ("server.header_read_timeout", self.server.header_read_timeout),
+            ("server.first_request_timeout", self.server.first_request_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(key.into(), "expected a duration above 0 (e.g. 5s)".into()));
+            }
         }
         if self.server.max_tasks_per_user == 0 {
             return Err(invalid(

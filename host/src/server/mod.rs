@@ -137,8 +137,8 @@ pub async fn serve(
 }
 
 /// Serves the API on `listener` (bound already) until `shutdown` resolves, every
-/// connection within `server.max_connections` and `server.header_read_timeout`
-/// ([`listen`]); then ends open streams and returns once every connection closed.
+/// connection within the `server.` connection limits ([`listen`]: caps in total and per
+/// address, idle connections shed first, request-head timeouts); then ends open streams and returns once every connection closed.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -152,6 +152,8 @@ pub async fn serve_on(
     let server = &state.engine.registry().config().server;
     let limits = listen::ConnectionLimits {
         max_connections: server.max_connections,
+        max_connections_per_address: server.max_connections_per_address,
+        first_request_timeout: server.first_request_timeout,
         header_read_timeout: server.header_read_timeout,
     };
     listen::serve(listener, app(state), limits, shutdown).await;
