@@ -856,6 +856,10 @@ struct CommandBuilder {
     writes_file: bool,
     /// Files named by redirections.
     files: Vec<FileArg>,
+    /// A redirection came before any word, one that is dropped from the words (`<&0`,
+    /// `>/dev/null`) included: bash then reads no reserved word (`<&0 {` runs a command
+    /// named `{`, `>/dev/null time x` runs the program `time`).
+    redirect_first: bool,
     /// The command follows `|` / `|&`: `time` and `!` are reserved only at
     /// the start of a pipeline, so here they are ordinary command words.
     after_pipe: bool,
@@ -1491,6 +1495,7 @@ impl Parser<'_> {
             let delimited = self.src.get(end).is_none_or(|&d| is_delimiter(d));
             if end > start && delimited && matches!(bare, ">" | "<") {
                 self.pos = end;
+                b.redirect_first |= b.words.is_empty();
                 return; // harmless: dropped
             }
             self.fail_at(Unmodelled::FdDuplicationWord, at);
@@ -1513,6 +1518,7 @@ impl Parser<'_> {
             let output = op.contains('>');
             let target = String::from_utf8_lossy(&w.text);
             if output && !w.dynamic && HARMLESS_OUTPUT_TARGETS.contains(&target.as_ref()) {
+                b.redirect_first |= b.words.is_empty();
                 return;
             }
             if output {
@@ -1540,7 +1546,7 @@ impl Parser<'_> {
         }
         let mut b = std::mem::take(b);
         let mut start = 0;
-        while start < b.words.len() && is_leading_reserved(&b.words[start]) {
+        while start < b.words.len() && !b.redirect_first && is_leading_reserved(&b.words[start]) {
             if start == 0 && b.after_pipe && matches!(b.words[0].text.as_slice(), b"time" | b"!") {
                 break;
             }
@@ -1836,6 +1842,12 @@ mod tests {
         assert_eq!(texts("echo || time echo"), ["echo", "echo"]);
         assert_eq!(texts("echo |& ! echo"), ["echo", "! echo"]);
         assert_eq!(texts("echo | { time echo; }"), ["echo", "echo"]);
+        // Found by the differential test (issue 40): after a redirection, even one dropped
+        // from the words, bash reads no reserved word.
+        assert_eq!(why("<&0 { echo"), Unmodelled::CommandWordPattern);
+        assert_eq!(texts(">/dev/null time echo"), ["time echo"]);
+        assert_eq!(texts("2>&1 ! echo"), ["! echo"]);
+        assert_eq!(texts("{ 2>&1 echo; }"), ["echo"]);
         assert_eq!(why("for x in a; do echo; done"), Unmodelled::Keyword("for"));
         assert_eq!(why("f() { ls; }"), Unmodelled::FunctionDefinition);
         assert_eq!(why("a=(1 2)"), Unmodelled::ArrayAssignment);
