@@ -13,7 +13,7 @@
 //!
 //! Errs towards files: an option a table does not know is read as taking no argument, so
 //! the word after it is judged as a file (never skipped). A command not in
-//! [`FILE_COMMANDS`] has no file operands here (its redirections still do).
+//! [`FILE_COMMAND_NAMES`] has no file operands here (its redirections still do).
 //!
 //! This module must never do I/O: paths are as written; the policy resolves them against
 //! the shell's working directory, and the host resolves links.

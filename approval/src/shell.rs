@@ -61,7 +61,11 @@
 //! style flags, declaration builtins (`export`, `declare`, ...) with options
 //! or computed names, name-taking builtins (`read`, `unset`, `test -v`, ...)
 //! with computed or subscripted names, `printf` with options or a computed
-//! first argument, and input beyond the limits below.
+//! first argument, a value other than a decimal literal for an
+//! [`EVALUATED_VARIABLES`] name (or such a name as a `read`/`getopts`/`wait`/
+//! `unset` target), any command after a [`STEERING_VARIABLES`] change, a
+//! relative program path after `cd`/`pushd`/`popd`, and input beyond the
+//! limits below.
 //!
 //! The recognizer does not expand variables, globs or aliases (aliases are off
 //! in the non-interactive shell the sandbox runs), and it does not see through
