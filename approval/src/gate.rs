@@ -42,7 +42,7 @@ use tokio::sync::{broadcast, oneshot};
 use crate::audit::{AuditDecision, AuditLog, AuditRecord, Written, args_digest};
 use crate::grants::{Grants, Scope};
 use crate::mode::PermissionMode;
-use crate::policy::{Decision, EvalContext, Policy};
+use crate::policy::{CallFacts, Decision, EvalContext, Policy, ResolvedFile};
 
 /// Interval between heartbeats while a request waits, so SSE proxies flush
 /// and clients see the wait is alive. 15 s is below common proxy idle
@@ -171,6 +171,15 @@ pub struct ApprovalRequest {
     /// The file has other hard links (names no rule was checked against): an allow
     /// becomes an ask.
     pub hard_linked: bool,
+    /// Bash: the working directory the session's shell starts this call in (absolute);
+    /// relative file operands and redirections are judged from it. `None`: the workspace
+    /// root.
+    #[serde(default)]
+    pub shell_cwd: Option<String>,
+    /// Bash: every file of [`crate::shell::shell_files`] (for [`Self::shell_cwd`]) as the
+    /// sandbox resolved it; `None` when the host does not look them up ([`CallFacts`]).
+    #[serde(default)]
+    pub shell_files: Option<Vec<ResolvedFile>>,
     /// The subagents that started this one with the `Agent` tool, root first: a person
     /// asked about a nested subagent's call sees whose work it is. Empty for a task the
     /// parent agent submitted.
@@ -209,6 +218,8 @@ impl ApprovalRequest {
             mode: None,
             resolved_path: None,
             hard_linked: false,
+            shell_cwd: None,
+            shell_files: None,
             chain: Vec::new(),
         }
     }
@@ -625,8 +636,12 @@ impl ApprovalGate {
         let mode = req.chain.iter().fold(inner.policy.effective_mode(req.mode), |mode, link| {
             mode.stricter(inner.policy.effective_mode(link.mode))
         });
-        let mut ev =
-            inner.policy.decide_resolved(&req.tool, &req.input, req.resolved_path.as_deref(), &inner.ctx, mode);
+        let facts = CallFacts {
+            resolved_path: req.resolved_path.as_deref(),
+            shell_cwd: req.shell_cwd.as_deref(),
+            shell_files: req.shell_files.as_deref(),
+        };
+        let mut ev = inner.policy.decide_call(&req.tool, &req.input, &facts, &inner.ctx, mode);
         if req.hard_linked && ev.decision == Decision::Allow {
             ev.decision = Decision::Ask;
             ev.reason =

@@ -6,6 +6,7 @@
 //! - [`policy`]: `approval:` configuration, rule evaluation, modes applied;
 //! - [`rule`] / [`matcher`] / [`shell`]: rule syntax, matching, the
 //!   conservative Bash recognizer;
+//! - [`operands`]: which files the commands the recognizer knows read and write;
 //! - [`mode`]: permission modes and the operator's cap;
 //! - [`gate`]: asks, waits, timeouts, batches, events;
 //! - [`grants`]: approvals that hold for a session or always (the overlay file);
@@ -21,6 +22,7 @@ pub mod gate;
 pub mod grants;
 pub mod matcher;
 pub mod mode;
+pub mod operands;
 pub mod policy;
 pub mod rule;
 pub mod shell;
@@ -35,5 +37,7 @@ pub use gate::{
 };
 pub use grants::Scope;
 pub use mode::{AskHandling, EffectiveMode, PermissionMode, READ_ONLY_TOOLS, effective_mode};
-pub use policy::{Decision, EvalContext, Evaluation, Policy, PolicyConfig, PolicyError};
+pub use operands::Access;
+pub use policy::{CallFacts, Decision, EvalContext, Evaluation, Policy, PolicyConfig, PolicyError, ResolvedFile};
 pub use rule::{Rule, RuleError};
+pub use shell::{ShellFile, shell_files};

@@ -9,7 +9,13 @@
 //!    fully understand (deny rules still apply to every part it found),
 //!    a part writing a file through a redirection that its allow rule did not
 //!    mention, and (when specific Bash deny/ask rules exist) a part whose
-//!    command word is computed at run time are at least `ask`.
+//!    command word is computed at run time are at least `ask`. Every file a
+//!    part reads or writes that the recognizer can name (redirections, file
+//!    operands of [`crate::operands`]' commands) is judged like a Read or
+//!    Write tool's path, from the shell's working directory and where the host
+//!    resolved it ([`CallFacts`]): a deny path rule denies the whole command, an
+//!    ask rule asks; a path computed at run time, one the host did not resolve,
+//!    or a hard-linked file asks when some deny or ask path rule could apply.
 //! 2. **Deny is final**: an explicit deny rule or a `default: deny` is never
 //!    relaxed by any mode, bypass included.
 //! 3. **Read-only** (`plan`): any tool but the read tools of [`mode::READ_ONLY_TOOLS`] → deny.
@@ -29,6 +35,7 @@ use serde_json::Value;
 
 use crate::matcher::normalize_path;
 use crate::mode::{self, AskHandling, EffectiveMode, PermissionMode};
+use crate::operands::Access;
 use crate::rule::{self, EDIT_TOOLS, Rule, RuleError, Target};
 use crate::shell;
 
@@ -218,6 +225,35 @@ pub struct EvalContext {
     pub home: PathBuf,
 }
 
+/// A file a Bash command reads or writes ([`shell::shell_files`]), as the host found it in
+/// the sandbox: the policy judges the path it resolves to as well, with the same rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedFile {
+    /// The path exactly as [`shell::shell_files`] gave it.
+    pub path: String,
+    /// Where it leads once every link is followed (for a file that does not exist yet, its
+    /// deepest existing ancestor resolved and the rest appended); `None` when the host
+    /// could not tell (the call is then asked, never allowed).
+    pub resolved: Option<String>,
+    /// The file has other hard links, whose names no rule was checked against.
+    pub other_names: bool,
+}
+
+/// What the host knows about a call beyond its input ([`Policy::decide_call`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallFacts<'a> {
+    /// A path tool's path after symlink resolution in the sandbox, when it differs from
+    /// the path as given ([`Policy::decide_resolved`]).
+    pub resolved_path: Option<&'a str>,
+    /// Bash: the working directory the shell starts in (absolute); `None` (or a relative
+    /// path) is the workspace root.
+    pub shell_cwd: Option<&'a str>,
+    /// Bash: every file of [`shell::shell_files`] (for [`CallFacts::shell_cwd`]) as the
+    /// host found it. `None`: the host does not look files up, and paths are judged as
+    /// written only; `Some`: a file missing from the list makes the call ask.
+    pub shell_files: Option<&'a [ResolvedFile]>,
+}
+
 /// The outcome of evaluating one call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Evaluation {
@@ -306,8 +342,13 @@ impl Policy {
 
     /// Rules only (step 1 of the module docs), for the `default` mode.
     pub fn evaluate(&self, tool: &str, input: &Value, ctx: &EvalContext) -> Evaluation {
+        self.evaluate_in(tool, input, &CallFacts::default(), ctx)
+    }
+
+    /// [`Policy::evaluate`] with what the host knows about the call.
+    fn evaluate_in(&self, tool: &str, input: &Value, facts: &CallFacts<'_>, ctx: &EvalContext) -> Evaluation {
         if tool == "Bash" {
-            return self.evaluate_bash(input, ctx);
+            return self.evaluate_bash(input, facts, ctx);
         }
         let resolved = rule::tool_path(tool, input).map(|p| resolve_path(&ctx.workspace_root, &p));
         let target = Target {
@@ -317,6 +358,7 @@ impl Policy {
             path: resolved.as_ref().map(|(p, esc)| (p.as_path(), *esc)),
             workspace_root: &ctx.workspace_root,
             home: &ctx.home,
+            tree: false,
         };
         let (decision, rule) = self.first_match(&target);
         let reason = match rule {
@@ -352,6 +394,25 @@ impl Policy {
         ctx: &EvalContext,
         mode: EffectiveMode,
     ) -> Evaluation {
+        self.decide_call(tool, input, &CallFacts { resolved_path, ..CallFacts::default() }, ctx, mode)
+    }
+
+    /// [`Policy::decide`] with everything the host knows about the call ([`CallFacts`]):
+    /// for a path tool as [`Policy::decide_resolved`]; for Bash, file operands and
+    /// redirections are judged from the shell's working directory, and as the host
+    /// resolved them.
+    pub fn decide_call(
+        &self,
+        tool: &str,
+        input: &Value,
+        facts: &CallFacts<'_>,
+        ctx: &EvalContext,
+        mode: EffectiveMode,
+    ) -> Evaluation {
+        if tool == "Bash" {
+            return self.decide_in(tool, input, facts, ctx, mode);
+        }
+        let resolved_path = facts.resolved_path;
         let given = self.decide(tool, input, ctx, mode);
         let field = match tool {
             "Read" | "Write" | "Edit" | "NotebookEdit" => "file_path",
@@ -377,7 +438,18 @@ impl Policy {
 
     /// Rules, then the mode (all steps of the module docs).
     pub fn decide(&self, tool: &str, input: &Value, ctx: &EvalContext, mode: EffectiveMode) -> Evaluation {
-        let mut ev = self.evaluate(tool, input, ctx);
+        self.decide_in(tool, input, &CallFacts::default(), ctx, mode)
+    }
+
+    fn decide_in(
+        &self,
+        tool: &str,
+        input: &Value,
+        facts: &CallFacts<'_>,
+        ctx: &EvalContext,
+        mode: EffectiveMode,
+    ) -> Evaluation {
+        let mut ev = self.evaluate_in(tool, input, facts, ctx);
         if ev.decision == Decision::Deny {
             return ev;
         }
@@ -441,7 +513,122 @@ impl Policy {
             .find_map(|(list, decision)| list.iter().find(|r| r.matches(t, false)).map(|r| (decision, r)))
     }
 
-    fn evaluate_bash(&self, input: &Value, ctx: &EvalContext) -> Evaluation {
+    /// The first deny, then ask, path rule of the file tools that matches a shell command's
+    /// `access` of `path` (absolute; normalised here): `Read(...)` rules for reads,
+    /// `Edit(...)`/`Write(...)` rules for writes, the whole tree below `path` for a tree
+    /// access. The same matching as the Read, Write and Grep tools. The host may call it for
+    /// a path it resolved itself; [`Policy::decide_call`] calls it for every file a command
+    /// names.
+    pub fn judge_file(&self, access: Access, path: &Path, ctx: &EvalContext) -> Option<(Decision, &Rule)> {
+        let path = normalize_path(Path::new("/"), path);
+        let input = Value::Null;
+        let tools = [("Read", access.reads()), ("Write", access.writes())];
+        tools.into_iter().filter(|(_, applies)| *applies).find_map(|(tool, _)| {
+            let t = Target {
+                tool,
+                input: &input,
+                bash_part: None,
+                path: Some((&path, false)),
+                workspace_root: &ctx.workspace_root,
+                home: &ctx.home,
+                tree: access.tree(),
+            };
+            [(&self.deny, Decision::Deny), (&self.ask, Decision::Ask)]
+                .into_iter()
+                .find_map(|(list, d)| list.iter().find(|r| r.is_path_rule() && r.matches(&t, false)).map(|r| (d, r)))
+        })
+    }
+
+    /// A deny or ask path rule that could apply to some `access` of a file (one whose
+    /// path is not known from the text).
+    fn file_restriction(&self, access: Access) -> Option<&Rule> {
+        let tools = [("Read", access.reads()), ("Write", access.writes())];
+        self.deny
+            .iter()
+            .chain(&self.ask)
+            .find(|r| r.is_path_rule() && tools.iter().any(|(tool, applies)| *applies && r.covers_tool(tool)))
+    }
+
+    /// The file checks of one part of a Bash command (module docs, step 1): each file it
+    /// names, judged where the shell may be ([`shell::WorkingDirs`]) and where the host
+    /// found it. Calls `consider` with each decision stricter than allow.
+    fn judge_files(
+        &self,
+        part: &shell::SimpleCommand,
+        facts: &CallFacts<'_>,
+        ctx: &EvalContext,
+        consider: &mut dyn FnMut(Decision, Option<&Rule>, String),
+    ) {
+        let start = facts
+            .shell_cwd
+            .map(Path::new)
+            .filter(|p| p.is_absolute())
+            .map_or_else(|| normalize_path(Path::new("/"), &ctx.workspace_root), |p| normalize_path(Path::new("/"), p));
+        let text = part.text();
+        let verb = |a: Access| if a.reads() { "reads" } else { "writes" };
+        for f in &part.files {
+            let Some(paths) = f.paths(&part.dirs, &start) else {
+                if let Some(r) = self.file_restriction(f.access) {
+                    consider(
+                        Decision::Ask,
+                        Some(r),
+                        format!(
+                            "`{text}` {} a file whose path is known only at run time (`{}`), which the rule `{}`                              could name",
+                            verb(f.access),
+                            f.path,
+                            r.text()
+                        ),
+                    );
+                }
+                continue;
+            };
+            for p in paths {
+                let key = p.to_string_lossy();
+                let found = facts.shell_files.map(|list| list.iter().find(|r| r.path == key));
+                let resolved = found.flatten().and_then(|r| r.resolved.as_deref());
+                let mut judged = vec![(p.clone(), None)];
+                if let Some(real) = resolved.filter(|r| Path::new(r).is_absolute()) {
+                    judged.push((PathBuf::from(real), Some(real)));
+                }
+                for (path, via) in judged {
+                    if let Some((d, r)) = self.judge_file(f.access, &path, ctx) {
+                        let shown = normalize_path(Path::new("/"), &path);
+                        let via = via.map_or_else(String::new, |_| format!(" (`{}` resolves to it)", f.path));
+                        consider(
+                            d,
+                            Some(r),
+                            format!(
+                                "`{text}` {} {}{via}: {} rule `{}`",
+                                verb(f.access),
+                                shown.display(),
+                                d.as_str(),
+                                r.text()
+                            ),
+                        );
+                    }
+                }
+                let Some(restriction) = self.file_restriction(f.access) else { continue };
+                match found {
+                    None => {}
+                    Some(None) | Some(Some(ResolvedFile { resolved: None, .. })) => consider(
+                        Decision::Ask,
+                        Some(restriction),
+                        format!("`{text}` names {key}, which the sandbox did not resolve"),
+                    ),
+                    Some(Some(r)) if r.other_names => consider(
+                        Decision::Ask,
+                        Some(restriction),
+                        format!(
+                            "`{text}` names {key}, which has other hard links, whose names no rule was checked against"
+                        ),
+                    ),
+                    Some(Some(_)) => {}
+                }
+            }
+        }
+    }
+
+    fn evaluate_bash(&self, input: &Value, facts: &CallFacts<'_>, ctx: &EvalContext) -> Evaluation {
         let command = input.get("command").and_then(Value::as_str);
         let recognition = shell::recognize(command.unwrap_or(""));
         let target = |part: Option<&'_ str>| -> (Decision, Option<&Rule>) {
@@ -452,6 +639,7 @@ impl Policy {
                 path: None,
                 workspace_root: &ctx.workspace_root,
                 home: &ctx.home,
+                tree: false,
             })
         };
         // (decision, rule, reason) of the strictest part so far.
@@ -479,6 +667,7 @@ impl Policy {
                     path: None,
                     workspace_root: &ctx.workspace_root,
                     home: &ctx.home,
+                    tree: false,
                 }) && d2 > d
                 {
                     (d, r) = (d2, Some(r2));
@@ -513,6 +702,7 @@ impl Policy {
                 );
             }
             consider(d, r, why);
+            self.judge_files(part, facts, ctx, &mut consider);
         }
         let (mut decision, matched_rule, mut reason) = worst.unwrap_or((self.config.default, None, String::new()));
         if command.is_none() {

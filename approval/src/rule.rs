@@ -96,6 +96,10 @@ pub(crate) struct Target<'a> {
     pub path: Option<(&'a Path, bool)>,
     pub workspace_root: &'a Path,
     pub home: &'a Path,
+    /// The call reads or writes the whole tree below `path` (a Bash `grep -r`, `rm -r`):
+    /// deny and ask rules apply when they could match anything below it, as for
+    /// [`DIRECTORY_TOOLS`].
+    pub tree: bool,
 }
 
 impl Rule {
@@ -218,7 +222,7 @@ impl Rule {
                 };
                 // An allow rule must cover the whole search; a deny or ask rule applies to
                 // a directory tool that could reach what it names.
-                if !for_allow && DIRECTORY_TOOLS.contains(&t.tool) {
+                if !for_allow && (t.tree || DIRECTORY_TOOLS.contains(&t.tool)) {
                     glob.may_match_below(path)
                 } else {
                     glob.matches(path)

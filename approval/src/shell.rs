@@ -30,7 +30,16 @@
 //!   where `m` is only digits; fd duplication and output to `/dev/null`,
 //!   `/dev/stdout`, `/dev/stderr` are dropped from the matched text, every
 //!   other output redirection marks the command as writing a file;
-//! - `NAME=value` / `NAME+=value` prefix assignments (kept in the text);
+//! - `NAME=value` / `NAME+=value` prefix assignments (kept in the text), except
+//!   a value other than a decimal literal for a variable bash evaluates as
+//!   arithmetic ([`EVALUATED_VARIABLES`]; also through `export`, `declare`, ...
+//!   and as a `read`/`getopts`/`wait`/`unset` target);
+//! - state one command of the line leaves for a later one: after a change of a
+//!   [`STEERING_VARIABLES`] name (`PATH`, `LD_PRELOAD`, `GIT_*`, ...) no later
+//!   command is understood, after a `cd`/`pushd`/`popd` no relative program
+//!   path (`./x`, `bin/x`); `cd` is followed ([`WorkingDirs`]) so each
+//!   command's file operands ([`SimpleCommand::files`]) can be judged from
+//!   where it may run;
 //! - arguments with globs, braces and tildes (they only produce arguments, but
 //!   which ones is known only at run time: `{--force,origin}` is two words,
 //!   `--forc?` a file name, so such a word counts as computed for deny and ask
@@ -52,7 +61,11 @@
 //! style flags, declaration builtins (`export`, `declare`, ...) with options
 //! or computed names, name-taking builtins (`read`, `unset`, `test -v`, ...)
 //! with computed or subscripted names, `printf` with options or a computed
-//! first argument, and input beyond the limits below.
+//! first argument, a value other than a decimal literal for an
+//! [`EVALUATED_VARIABLES`] name (or such a name as a `read`/`getopts`/`wait`/
+//! `unset` target), any command after a [`STEERING_VARIABLES`] change, a
+//! relative program path after `cd`/`pushd`/`popd`, and input beyond the
+//! limits below.
 //!
 //! The recognizer does not expand variables, globs or aliases (aliases are off
 //! in the non-interactive shell the sandbox runs), and it does not see through
@@ -62,7 +75,11 @@
 //! much), so that deny rules keep winning: a denied part denies the whole
 //! command even when the rest is not understood. It never panics.
 
+use std::path::{Component, Path, PathBuf};
+
 use serde::Serialize;
+
+use crate::operands::{self, Access, Arg, FileArg};
 
 /// Longest command line (in bytes) the recognizer analyses. Longer input is
 /// not understood, so it is never allowed without asking. 64 KiB is far
@@ -123,6 +140,96 @@ const DECLARATION_BUILTINS: &[&str] = &["declare", "typeset", "local", "readonly
 /// evaluated as arithmetic): understood only when no argument is computed or
 /// contains `[`.
 const NAME_TAKING_BUILTINS: &[&str] = &["read", "unset", "getopts", "wait"];
+
+/// Variables bash evaluates as arithmetic when a value is assigned to them, read from
+/// bash 5.3's `variables.c`: `OPTIND`, `RANDOM`, `SRANDOM`, `BASHPID`, `HISTCMD`, `PPID`,
+/// `UID`, `EUID` and (interactive) `MAILCHECK` are created with the integer attribute, and
+/// `SECONDS` gets it when it is first read (`get_seconds` sets it); an assignment to an
+/// integer variable runs `evalexp` on the value, so `OPTIND='a[$(rm x)]'` runs `rm x`
+/// (the subscript is evaluated), and `RANDOM=a` evaluates whatever `a` holds. `LINENO`,
+/// `BASH_SUBSHELL` (parsed as numbers), `BASH_MONOSECONDS`, `EPOCHSECONDS` and
+/// `EPOCHREALTIME` (assignments ignored) are dynamic numeric variables that do not
+/// evaluate today; they are listed so that assigning them stays asked whatever a bash
+/// version does. An assignment of anything but a plain decimal literal to one of these —
+/// by `NAME=`, `export`/`declare`/`typeset`/`local`/`readonly`, or as the target of `read`,
+/// `getopts`, `wait -p`, `unset` — is not understood.
+pub const EVALUATED_VARIABLES: &[&str] = &[
+    "OPTIND",
+    "RANDOM",
+    "SRANDOM",
+    "SECONDS",
+    "BASHPID",
+    "HISTCMD",
+    "PPID",
+    "UID",
+    "EUID",
+    "MAILCHECK",
+    "LINENO",
+    "BASH_SUBSHELL",
+    "BASH_MONOSECONDS",
+    "EPOCHSECONDS",
+    "EPOCHREALTIME",
+];
+
+/// Variables that change which program a later command name finds, or what code a later
+/// program runs or loads: the search path (`PATH`, `EXECIGNORE`, `CDPATH` for `cd`), shell
+/// startup (`BASH_ENV`, `ENV`, `SHELLOPTS`, `BASHOPTS`), where tools read configuration
+/// that runs commands (`HOME`, `XDG_CONFIG_HOME`: git's `core.fsmonitor`), and interpreter
+/// and pager hooks. Changing one (an assignment, `export`, `declare`, ..., `read`, `unset`)
+/// and then running any later command in the same command line is not understood: the
+/// later command's rule was written for the program and behaviour it names, not for one
+/// the line itself redirected (`export PATH=/workspace/bin:$PATH; git status`). See also
+/// [`STEERING_PREFIXES`].
+pub const STEERING_VARIABLES: &[&str] = &[
+    "PATH",
+    "EXECIGNORE",
+    "CDPATH",
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_CONFIG_DIRS",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "PAGER",
+    "MANPAGER",
+    "EDITOR",
+    "VISUAL",
+    "BROWSER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "CLASSPATH",
+    "MAKEFLAGS",
+    "GCONV_PATH",
+];
+
+/// Prefixes of [`STEERING_VARIABLES`]-like names: the dynamic loader (`LD_PRELOAD`), git's
+/// own environment (`GIT_CONFIG_*`, `GIT_EXEC_PATH`, `GIT_SSH_COMMAND`, ...), npm, cargo,
+/// rustc wrappers and pip.
+pub const STEERING_PREFIXES: &[&str] = &["LD_", "GIT_", "npm_config_", "NPM_CONFIG_", "CARGO_", "RUSTC", "PIP_"];
+
+/// Builtins that change the shell's working directory: after one, a relative program path
+/// (`./x`, `bin/x`) is found from where it went, and relative file operands are judged
+/// against every directory the line may be in ([`WorkingDirs`]).
+const DIRECTORY_BUILTINS: &[&str] = &["cd", "pushd", "popd"];
+
+/// Most working directories followed for one command line ([`WorkingDirs::Known`]); past it
+/// the directory is unknown. Each `cd` can double the candidates (it may fail); 16 covers
+/// four `cd`s, more than real command lines hold.
+pub const MAX_WORKING_DIRS: usize = 16;
 
 /// `set` arguments that only change error handling.
 const SET_HARMLESS_WORDS: &[&str] = &["pipefail", "errexit", "nounset"];
@@ -188,6 +295,13 @@ pub enum Unmodelled {
     /// A builtin whose arguments could evaluate code (options, computed or
     /// subscripted names).
     BuiltinArguments(&'static str),
+    /// An assignment of anything but a decimal literal to a variable bash evaluates as
+    /// arithmetic ([`EVALUATED_VARIABLES`]), or such a variable as a `read`/`getopts`/...
+    /// target.
+    EvaluatedAssignment(&'static str),
+    /// A command after one that changed how names are found or what programs run: a
+    /// [`STEERING_VARIABLES`] variable, or (`cd`) a relative program path after a `cd`.
+    ResolutionChanged(&'static str),
 }
 
 impl std::fmt::Display for Unmodelled {
@@ -219,6 +333,18 @@ impl std::fmt::Display for Unmodelled {
             Unmodelled::Builtin(b) => write!(f, "the builtin `{b}`"),
             Unmodelled::BuiltinArguments(b) => {
                 write!(f, "arguments of `{b}` that could evaluate code")
+            }
+            Unmodelled::EvaluatedAssignment(v) => {
+                write!(f, "a value for `{v}`, which bash evaluates as arithmetic (only a decimal number is understood)")
+            }
+            Unmodelled::ResolutionChanged("cd") => {
+                f.write_str("a relative program path after a `cd` in the same command line")
+            }
+            Unmodelled::ResolutionChanged(v) => {
+                write!(
+                    f,
+                    "a command after `{v}` was changed in the same command line (it changes what later commands run)"
+                )
             }
         }
     }
@@ -280,6 +406,111 @@ pub struct SimpleCommand {
     /// the rest could still match must be assumed to match
     /// ([`crate::matcher::BashPattern::could_match_after`]).
     pub dynamic_at: Option<usize>,
+    /// The files the command reads or writes that the recognizer can name: its
+    /// redirections (`< f`, `> f`, `>> f`, `<> f`, `&> f`, ...) and, for a program of
+    /// [`operands::FILE_COMMAND_NAMES`], its file operands. Paths as written; relative ones
+    /// are relative to each of [`Self::dirs`].
+    pub files: Vec<FileArg>,
+    /// The working directories the command may run in.
+    pub dirs: WorkingDirs,
+}
+
+/// Where a command of a line may run, as far as the line's own `cd`s tell: the call starts
+/// in the session's working directory, and each `cd DIR` adds `DIR` from every directory
+/// so far (it may fail, or run in a subshell, and leave the directory as it was).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum WorkingDirs {
+    /// Directories relative to the call's working directory (the empty path: that
+    /// directory) or absolute, each as bash's logical `cd` makes it (`..` taken lexically).
+    Known(Vec<PathBuf>),
+    /// A `cd` the recognizer could not follow came before (a computed directory, `cd -`,
+    /// `popd`, no argument, `-P`, more than [`MAX_WORKING_DIRS`]).
+    Unknown,
+}
+
+impl WorkingDirs {
+    fn start() -> Self {
+        WorkingDirs::Known(vec![PathBuf::new()])
+    }
+
+    /// After `cd dir` (`None`: a `cd` that cannot be followed).
+    fn cd(&mut self, dir: Option<&str>) {
+        let WorkingDirs::Known(dirs) = self else { return };
+        // `..` after a name: when the lexical result does not exist bash's `cd` retries the
+        // path physically, through links (`link/..`), which text cannot follow.
+        let followable = dir.filter(|d| {
+            let mut named = false;
+            Path::new(d).components().all(|c| {
+                named |= matches!(c, Component::Normal(_));
+                !(named && c == Component::ParentDir)
+            })
+        });
+        let Some(dir) = followable else { return *self = WorkingDirs::Unknown };
+        let added: Vec<PathBuf> = dirs.iter().map(|d| d.join(dir)).collect();
+        for a in added {
+            if !dirs.contains(&a) {
+                dirs.push(a);
+            }
+        }
+        if dirs.len() > MAX_WORKING_DIRS {
+            *self = WorkingDirs::Unknown;
+        }
+    }
+
+    /// The absolute directories, given the call's working directory `start` (absolute);
+    /// `None` when unknown.
+    pub fn resolve(&self, start: &Path) -> Option<Vec<PathBuf>> {
+        match self {
+            WorkingDirs::Known(dirs) => Some(dirs.iter().map(|d| crate::matcher::normalize_path(start, d)).collect()),
+            WorkingDirs::Unknown => None,
+        }
+    }
+}
+
+/// One file a command line reads or writes, at a path the host can look up: what
+/// [`shell_files`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShellFile {
+    /// Absolute: the working directory (normalised, as bash's `cd` keeps it) joined with
+    /// the operand as written (not normalised: the kernel resolves its `..` through links).
+    pub path: String,
+    /// How the command uses it.
+    pub access: Access,
+}
+
+impl FileArg {
+    /// The paths this operand may name when the call starts in `start` (absolute), one per
+    /// working directory the command may be in ([`ShellFile::path`]); `None` when the path
+    /// is computed at run time or relative to an unknown directory.
+    pub fn paths(&self, dirs: &WorkingDirs, start: &Path) -> Option<Vec<PathBuf>> {
+        if self.computed {
+            return None;
+        }
+        let operand = Path::new(&self.path);
+        if operand.is_absolute() {
+            return Some(vec![operand.to_path_buf()]);
+        }
+        Some(dirs.resolve(start)?.into_iter().map(|d| d.join(operand)).collect())
+    }
+}
+
+/// Every file the recognised commands and redirections of `command` read or write whose
+/// path is known from the text, for a call starting in `cwd` (absolute): what the host
+/// looks up in the sandbox (links, hard links) before the gate judges the call (see
+/// [`crate::policy::ResolvedFile`]). Duplicates are dropped; order is the command's.
+pub fn shell_files(command: &str, cwd: &Path) -> Vec<ShellFile> {
+    let mut out: Vec<ShellFile> = Vec::new();
+    for part in recognize(command).commands() {
+        for f in &part.files {
+            for p in f.paths(&part.dirs, cwd).unwrap_or_default() {
+                let file = ShellFile { path: p.to_string_lossy().into_owned(), access: f.access };
+                if !out.contains(&file) {
+                    out.push(file);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Separates words in [`SimpleCommand::match_key`]: a control character, which no word of
@@ -397,6 +628,7 @@ pub fn recognize(command: &str) -> Recognition {
         problem = Some(NotUnderstood { reason: Unmodelled::ControlCharacter, at });
     }
     let joined = join_continuations(command.as_bytes());
+    let mut flow = Flow { dirs: WorkingDirs::start(), steered: None, moved: false };
     let mut p = Parser {
         src: &joined.text,
         origin: &joined.origin,
@@ -406,6 +638,7 @@ pub fn recognize(command: &str) -> Recognition {
         record: true,
         out: &mut out,
         problem: &mut problem,
+        flow: &mut flow,
     };
     p.parse_list(false);
     match problem {
@@ -584,6 +817,12 @@ struct Word {
 }
 
 impl Word {
+    /// What bash makes of the word is known only at run time (an expansion, an undecoded
+    /// `$'...'`, a glob, brace or tilde).
+    fn computed(&self) -> bool {
+        self.ansi_c || self.expands_from().is_some()
+    }
+
     fn mark_dynamic(&mut self) {
         self.dynamic = true;
         self.dynamic_from.get_or_insert(self.text.len());
@@ -619,6 +858,12 @@ struct CommandBuilder {
     cur: Option<Word>,
     pending_redirect: Option<(String, usize)>,
     writes_file: bool,
+    /// Files named by redirections.
+    files: Vec<FileArg>,
+    /// A redirection came before any word, one that is dropped from the words (`<&0`,
+    /// `>/dev/null`) included: bash then reads no reserved word (`<&0 {` runs a command
+    /// named `{`, `>/dev/null time x` runs the program `time`).
+    redirect_first: bool,
     /// The command follows `|` / `|&`: `time` and `!` are reserved only at
     /// the start of a pipeline, so here they are ordinary command words.
     after_pipe: bool,
@@ -640,6 +885,42 @@ struct Parser<'a> {
     record: bool,
     out: &'a mut Vec<SimpleCommand>,
     problem: &'a mut Option<NotUnderstood>,
+    flow: &'a mut Flow,
+}
+
+/// What earlier commands of the line changed that later ones depend on (one per line,
+/// shared by nested parsers; in source order, which over-approximates: a change inside a
+/// subshell counts for everything after it).
+struct Flow {
+    /// Where commands may run ([`WorkingDirs`]).
+    dirs: WorkingDirs,
+    /// A [`STEERING_VARIABLES`] name an earlier command changed.
+    steered: Option<&'static str>,
+    /// A `cd`, `pushd` or `popd` came before.
+    moved: bool,
+}
+
+/// The [`STEERING_VARIABLES`] or [`STEERING_PREFIXES`] entry `name` falls under.
+fn steering(name: &[u8]) -> Option<&'static str> {
+    STEERING_VARIABLES
+        .iter()
+        .chain(STEERING_PREFIXES)
+        .find(|v| if STEERING_PREFIXES.contains(v) { name.starts_with(v.as_bytes()) } else { name == v.as_bytes() })
+        .copied()
+}
+
+/// The [`EVALUATED_VARIABLES`] entry `name` is.
+fn evaluated(name: &[u8]) -> Option<&'static str> {
+    EVALUATED_VARIABLES.iter().find(|v| v.as_bytes() == name).copied()
+}
+
+/// The name and value of an assignment-like word (`NAME=value`, `NAME+=value`, `NAME`).
+fn split_assignment(w: &Word) -> (&[u8], Option<&[u8]>) {
+    let t = w.text.as_slice();
+    match t.iter().position(|&c| c == b'=') {
+        Some(eq) => (t[..eq].strip_suffix(b"+").unwrap_or(&t[..eq]), Some(&t[eq + 1..])),
+        None => (t, None),
+    }
 }
 
 fn is_name_start(c: u8) -> bool {
@@ -1140,6 +1421,7 @@ impl Parser<'_> {
                 record: true,
                 out: &mut *self.out,
                 problem: &mut *self.problem,
+                flow: &mut *self.flow,
             };
             sub.parse_list(false);
         }
@@ -1217,6 +1499,7 @@ impl Parser<'_> {
             let delimited = self.src.get(end).is_none_or(|&d| is_delimiter(d));
             if end > start && delimited && matches!(bare, ">" | "<") {
                 self.pos = end;
+                b.redirect_first |= b.words.is_empty();
                 return; // harmless: dropped
             }
             self.fail_at(Unmodelled::FdDuplicationWord, at);
@@ -1239,10 +1522,19 @@ impl Parser<'_> {
             let output = op.contains('>');
             let target = String::from_utf8_lossy(&w.text);
             if output && !w.dynamic && HARMLESS_OUTPUT_TARGETS.contains(&target.as_ref()) {
+                b.redirect_first |= b.words.is_empty();
                 return;
             }
             if output {
                 b.writes_file = true;
+            }
+            if !op.contains("<<") {
+                let access = match (op.contains('<'), output) {
+                    (true, true) => Access::ReadWrite,
+                    (false, _) => Access::Write,
+                    (true, false) => Access::Read,
+                };
+                b.files.push(FileArg { path: target.into_owned(), access, computed: w.computed() });
             }
             b.words.push(Word { text: op.into_bytes(), start: w.start, redirect: true, ..Word::default() });
             b.words.push(Word { assignment: false, redirect: true, ..w });
@@ -1258,7 +1550,7 @@ impl Parser<'_> {
         }
         let mut b = std::mem::take(b);
         let mut start = 0;
-        while start < b.words.len() && is_leading_reserved(&b.words[start]) {
+        while start < b.words.len() && !b.redirect_first && is_leading_reserved(&b.words[start]) {
             if start == 0 && b.after_pipe && matches!(b.words[0].text.as_slice(), b"time" | b"!") {
                 break;
             }
@@ -1297,6 +1589,17 @@ impl Parser<'_> {
             .map(|(_, w)| w)
             .collect();
         let dynamic_at = dynamic_offset(&argv);
+        let mut files = std::mem::take(&mut b.files);
+        if let Some((program, args)) = argv.split_first()
+            && !program.computed()
+        {
+            let texts: Vec<String> = args.iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect();
+            let args: Vec<Arg<'_>> =
+                args.iter().zip(&texts).map(|(w, text)| Arg { text, computed: w.computed() }).collect();
+            let program = String::from_utf8_lossy(&program.text);
+            let name = program.rsplit('/').next().unwrap_or_default();
+            files.extend(operands::operands(name, &args));
+        }
         let argv = argv.iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect();
         self.out.push(SimpleCommand {
             argv,
@@ -1304,12 +1607,88 @@ impl Parser<'_> {
             dynamic_command,
             writes_file: b.writes_file,
             dynamic_at,
+            files,
+            dirs: self.flow.dirs.clone(),
         });
+    }
+
+    /// An assignment-like word (`NAME=value`) of a [`EVALUATED_VARIABLES`] name whose value
+    /// is not a decimal literal fails; a [`STEERING_VARIABLES`] name is returned.
+    fn check_assignment(&mut self, w: &Word) -> Option<&'static str> {
+        let (name, value) = split_assignment(w);
+        if let (Some(v), Some(value)) = (evaluated(name), value) {
+            let literal = !w.dynamic && value.iter().all(u8::is_ascii_digit);
+            if !literal {
+                self.fail_at(Unmodelled::EvaluatedAssignment(v), w.start);
+            }
+        }
+        steering(name)
+    }
+
+    /// The checks of what a command depends on that an earlier one changed, and of what it
+    /// changes for later ones ([`Flow`]). `ci`: the command word's index.
+    fn check_flow(&mut self, words: &[Word], ci: Option<usize>) {
+        let mut steers = None;
+        for w in words[..ci.unwrap_or(words.len())].iter().filter(|w| w.assignment) {
+            steers = self.check_assignment(w).or(steers);
+        }
+        let Some(ci) = ci else {
+            self.flow.steered = self.flow.steered.or(steers);
+            return;
+        };
+        let cmd = &words[ci];
+        if let Some(v) = self.flow.steered.or(steers) {
+            return self.fail_at(Unmodelled::ResolutionChanged(v), cmd.start);
+        }
+        let relative_program = !cmd.text.starts_with(b"/") && cmd.text.contains(&b'/');
+        if self.flow.moved && relative_program {
+            return self.fail_at(Unmodelled::ResolutionChanged("cd"), cmd.start);
+        }
+        if cmd.dynamic {
+            return;
+        }
+        let args: Vec<&Word> = words[ci + 1..].iter().filter(|w| !w.redirect).collect();
+        let name = cmd.text.as_slice();
+        let names_taken = DECLARATION_BUILTINS.iter().chain(NAME_TAKING_BUILTINS).any(|b| b.as_bytes() == name);
+        if names_taken {
+            for w in &args {
+                let steered = self.check_assignment(w);
+                self.flow.steered = self.flow.steered.or(steered);
+                if let Some(v) =
+                    evaluated(&w.text).filter(|_| NAME_TAKING_BUILTINS.iter().any(|b| b.as_bytes() == name))
+                {
+                    self.fail_at(Unmodelled::EvaluatedAssignment(v), w.start);
+                }
+            }
+        }
+        if DIRECTORY_BUILTINS.iter().any(|b| b.as_bytes() == name) {
+            self.flow.moved = true;
+            let mut operands = args.iter().skip_while(|w| !w.dynamic && matches!(w.text.as_slice(), b"-L" | b"-e"));
+            let dir = match (name, operands.next(), operands.next()) {
+                (b"cd" | b"pushd", Some(w), None)
+                    if !w.computed()
+                        && !w.text.is_empty()
+                        && !w.text.starts_with(b"-")
+                        && !w.text.starts_with(b"+") =>
+                {
+                    std::str::from_utf8(&w.text).ok()
+                }
+                (b"cd" | b"pushd", Some(w), Some(d))
+                    if w.text == b"--" && !w.dynamic && !d.computed() && !d.text.is_empty() =>
+                {
+                    std::str::from_utf8(&d.text).ok().filter(|_| operands.next().is_none())
+                }
+                _ => None,
+            };
+            self.flow.dirs.cd(dir);
+        }
     }
 
     /// The command-word and builtin checks of the module docs.
     fn check_command(&mut self, words: &[Word]) {
-        let Some(ci) = words.iter().position(|w| !w.assignment && !w.redirect) else {
+        let ci = words.iter().position(|w| !w.assignment && !w.redirect);
+        self.check_flow(words, ci);
+        let Some(ci) = ci else {
             return; // assignments and redirections only
         };
         let cmd = &words[ci];
@@ -1467,6 +1846,12 @@ mod tests {
         assert_eq!(texts("echo || time echo"), ["echo", "echo"]);
         assert_eq!(texts("echo |& ! echo"), ["echo", "! echo"]);
         assert_eq!(texts("echo | { time echo; }"), ["echo", "echo"]);
+        // Found by the differential test (issue 40): after a redirection, even one dropped
+        // from the words, bash reads no reserved word.
+        assert_eq!(why("<&0 { echo"), Unmodelled::CommandWordPattern);
+        assert_eq!(texts(">/dev/null time echo"), ["time echo"]);
+        assert_eq!(texts("2>&1 ! echo"), ["! echo"]);
+        assert_eq!(texts("{ 2>&1 echo; }"), ["echo"]);
         assert_eq!(why("for x in a; do echo; done"), Unmodelled::Keyword("for"));
         assert_eq!(why("f() { ls; }"), Unmodelled::FunctionDefinition);
         assert_eq!(why("a=(1 2)"), Unmodelled::ArrayAssignment);

@@ -1864,3 +1864,371 @@ mod resolved_paths {
         assert_ne!(p.decide_resolved("Grep", &grep, Some("/workspace/.env"), &ctx(), mode).decision, Decision::Allow);
     }
 }
+
+/// Issue 40 item 5: the recognizer models what bash evaluates, not only its syntax —
+/// assignments bash evaluates as arithmetic, and commands whose name resolution an earlier
+/// part of the same line changed.
+mod evaluation {
+    use super::*;
+    use proptest::prelude::*;
+    use warden_approval::shell::{EVALUATED_VARIABLES, STEERING_VARIABLES};
+
+    fn decide(p: &Policy, cmd: &str) -> Decision {
+        p.evaluate("Bash", &json!({ "command": cmd }), &ctx()).decision
+    }
+
+    /// Every way a name is assigned: `{n}` the name, `{v}` the value (already quoted).
+    const ASSIGNING: &[&str] = &[
+        "{n}={v}",
+        "{n}={v} echo hi",
+        "export {n}={v}",
+        "declare {n}={v}",
+        "typeset {n}={v}",
+        "local {n}={v}",
+        "readonly {n}={v}",
+        "export A=1 {n}+={v}",
+    ];
+
+    /// Every builtin that assigns what it reads to a name it is given.
+    const TARGETS: &[&str] = &["read {n} <<< x", "read -r x {n}", "getopts ab {n}", "wait -p {n}", "unset {n}"];
+
+    fn open_policy() -> Policy {
+        let allow = [
+            "Bash(echo:*)",
+            "Bash(export:*)",
+            "Bash(declare:*)",
+            "Bash(typeset:*)",
+            "Bash(local:*)",
+            "Bash(readonly:*)",
+            "Bash(read:*)",
+            "Bash(getopts:*)",
+            "Bash(wait:*)",
+            "Bash(unset:*)",
+            "Bash(OPTIND=*)",
+            "Bash(RANDOM=*)",
+            "Bash(git status)",
+            "Bash(cd:*)",
+        ];
+        let allow: Vec<String> = allow.iter().map(|s| s.to_string()).collect();
+        let mut allow_all = allow.clone();
+        for v in EVALUATED_VARIABLES.iter().chain(STEERING_VARIABLES) {
+            allow_all.push(format!("Bash({v}=*)"));
+            allow_all.push(format!("Bash({v}+=*)"));
+        }
+        Policy::from_config(PolicyConfig { allow: allow_all, deny: vec!["Bash(rm:*)".into()], ..Default::default() })
+            .unwrap()
+    }
+
+    /// Regression (issue 40 item 2): `export OPTIND='a[$(rm -f /workspace/x)]'` under
+    /// `Bash(export:*)` ran `rm` (OPTIND has the integer attribute, so bash evaluates the
+    /// subscript) though `Bash(rm:*)` was denied; the audit said allowed by `Bash(export:*)`.
+    #[test]
+    fn regression_export_optind_with_a_subscript_ran_a_denied_command() {
+        let p = policy(&["Bash(export:*)", "Bash(echo:*)"], &[], &["Bash(rm:*)"]);
+        let ev = p.evaluate("Bash", &json!({"command": "export OPTIND='a[$(rm -f /workspace/x)]'"}), &ctx());
+        assert_eq!(ev.decision, Decision::Ask, "{}", ev.reason);
+        assert!(ev.reason.contains("OPTIND"), "{}", ev.reason);
+        assert_eq!(decide(&p, "export OPTIND=1"), Decision::Allow, "a decimal literal evaluates nothing");
+        assert_eq!(decide(&p, "export OPTIND"), Decision::Allow);
+        assert_eq!(decide(&p, "export NOT_SPECIAL='a[$(rm -f x)]'"), Decision::Allow, "a plain string stays text");
+    }
+
+    /// Every evaluated variable, through every way of assigning it, with a value that is not
+    /// a decimal literal, asks; a decimal literal is allowed where the rules allow it.
+    #[test]
+    fn assignments_bash_evaluates_ask_through_every_path() {
+        let p = open_policy();
+        for n in EVALUATED_VARIABLES {
+            for form in ASSIGNING {
+                for v in ["'a[$(touch p)]'", "a", "$x", "\"1+1\"", "'x[0]'"] {
+                    let cmd = form.replace("{n}", n).replace("{v}", v);
+                    assert_eq!(decide(&p, &cmd), Decision::Ask, "{cmd:?}");
+                }
+                let cmd = form.replace("{n}", n).replace("{v}", "42");
+                assert_eq!(decide(&p, &cmd), Decision::Allow, "{cmd:?}");
+            }
+            for form in TARGETS {
+                let cmd = form.replace("{n}", n);
+                assert_eq!(decide(&p, &cmd), Decision::Ask, "{cmd:?}");
+            }
+        }
+        // `declare -i` (the integer attribute set in the same line) and subscripts: asked.
+        for cmd in [
+            "declare -i x; x='a[$(touch p)]'",
+            "local -i x=1",
+            "typeset -i x",
+            "a[$(touch p)]=1",
+            "read 'a[$(touch p)]'",
+            "getopts ab 'a[0]'",
+            "unset 'a[$(touch p)]'",
+            "wait -p 'a[0]'",
+            "export 'a[0]=1'",
+            "printf -v 'a[0]' x",
+            "mapfile a",
+        ] {
+            assert_eq!(decide(&p, cmd), Decision::Ask, "{cmd:?}");
+        }
+    }
+
+    proptest! {
+        /// Any value but a decimal literal, under any quoting, asks for an evaluated
+        /// variable; any value at all is allowed for an ordinary name.
+        #[test]
+        fn evaluated_variables_take_only_decimal_literals(
+            n in proptest::sample::select(EVALUATED_VARIABLES),
+            form in proptest::sample::select(ASSIGNING),
+            value in "[a-z0-9\\[\\]+()$]{1,8}",
+        ) {
+            let p = open_policy();
+            let quoted = format!("'{value}'");
+            let cmd = form.replace("{n}", n).replace("{v}", &quoted);
+            let literal = value.bytes().all(|b| b.is_ascii_digit());
+            let want = if literal { Decision::Allow } else { Decision::Ask };
+            prop_assert_eq!(decide(&p, &cmd), want, "{}", cmd);
+            let plain = form.replace("{n}", "PLAIN").replace("{v}", &quoted);
+            let plain_allowed = !form.starts_with("{n}=");
+            if plain_allowed {
+                prop_assert_eq!(decide(&p, &plain), Decision::Allow, "{}", plain);
+            }
+        }
+    }
+
+    /// Regression (issue 40 item 6): `export PATH=/workspace/bin:$PATH; git status` (both
+    /// parts allowed) ran a planted `git`.
+    #[test]
+    fn regression_a_path_change_in_the_same_line_ran_a_planted_program() {
+        let p = open_policy();
+        let ev = p.evaluate("Bash", &json!({"command": "export PATH=/workspace/bin:$PATH; git status"}), &ctx());
+        assert_eq!(ev.decision, Decision::Ask, "{}", ev.reason);
+        assert!(ev.reason.contains("PATH"), "{}", ev.reason);
+        for cmd in [
+            "PATH=/workspace/bin; git status",
+            "PATH=/workspace/bin git status",
+            "export PATH=/workspace/bin && echo $(git status)",
+            "read PATH <<< /workspace/bin; git status",
+            "unset PATH; git status",
+            "declare PATH=/workspace/bin; git status",
+            "(export PATH=/workspace/bin); git status",
+            "export LD_PRELOAD=/workspace/x.so; git status",
+            "export GIT_CONFIG_GLOBAL=/workspace/.cfg; git status",
+            "export XDG_CONFIG_HOME=/workspace/.cfg; git status",
+            "export HOME=/workspace; git status",
+            "export BASH_ENV=/workspace/x; git status",
+            "cd bin && ./git status",
+            "cd /workspace; bin/git status",
+            "pushd bin; ./git",
+            // Already not understood before: `hash`, `enable`, `alias`, functions.
+            "hash -p /workspace/bin/git git; git status",
+            "enable -n echo; echo hi",
+            "alias git=id; git status",
+            "git() { id; }; git status",
+        ] {
+            assert_eq!(decide(&p, cmd), Decision::Ask, "{cmd:?}");
+        }
+        // Nothing changed how names are found: allowed as before.
+        for cmd in ["export FOO=1; git status", "cd docs && git status", "git status; export PATH=/x", "echo $PATH"] {
+            assert_eq!(decide(&p, cmd), Decision::Allow, "{cmd:?}");
+        }
+    }
+}
+
+/// Issue 40 item 9: Read and Edit deny rules reach the shell. A file operand of a
+/// recognised command, or a redirection, whose path a `Read(...)` (reads) or
+/// `Edit(...)`/`Write(...)` (writes) deny rule matches, denies the command.
+mod shell_files {
+    use super::*;
+    use proptest::prelude::*;
+    use warden_approval::shell::shell_files;
+
+    fn issue_policy() -> Policy {
+        policy(
+            &[
+                "Bash(echo:*)",
+                "Bash(git status)",
+                "Bash(cat:*)",
+                "Bash(grep:*)",
+                "Bash(cd:*)",
+                "Bash(cp:*)",
+                "Read(./docs/**)",
+            ],
+            &[],
+            &["Bash(rm:*)", "Read(./.env)", "Edit(./.git/**)"],
+        )
+    }
+
+    fn decide_in(p: &Policy, cmd: &str, cwd: Option<&str>, files: Option<&[ResolvedFile]>) -> Evaluation {
+        let facts = CallFacts { shell_cwd: cwd, shell_files: files, ..CallFacts::default() };
+        p.decide_call("Bash", &json!({ "command": cmd }), &facts, &ctx(), p.effective_mode(None))
+    }
+
+    fn decide(p: &Policy, cmd: &str) -> Decision {
+        decide_in(p, cmd, None, None).decision
+    }
+
+    /// Regression (issue 40 item 9): with `Read(./.env)` denied and `Bash(cat:*)` allowed,
+    /// `cat .env`, `cat < .env` and `cat docs/../.env` printed the secret without asking.
+    #[test]
+    fn regression_a_read_deny_did_not_cover_the_shell() {
+        let p = issue_policy();
+        for cmd in [
+            "cat .env",
+            "cat < .env",
+            "cat docs/../.env",
+            "cat ./docs/./../.env",
+            "cat /workspace/.env",
+            "cat -n -- .env",
+            "cd docs && cat ../.env",
+            "(cd docs); cat .env",
+            "cd docs; cd ..; cat .env",
+            "grep -r DOTENV .",
+            "grep -ri x",
+            "grep -e x .env",
+            "grep -f .env docs/a.md",
+            "echo $(cat .env)",
+            "cp .env docs/copy",
+            "echo x > .git/config",
+            "echo x >> .git/hooks/pre-commit",
+            "cat <> .env",
+            "cat docs/a.md &> .git/x",
+        ] {
+            let ev = decide_in(&p, cmd, None, None);
+            assert_eq!(ev.decision, Decision::Deny, "{cmd:?}: {}", ev.reason);
+        }
+        let ev = decide_in(&p, "cat docs/../.env", None, None);
+        assert!(ev.reason.contains("/workspace/.env") && ev.reason.contains("Read(./.env)"), "{}", ev.reason);
+        // What no rule names stays allowed.
+        for cmd in ["cat docs/a.md", "grep -r x docs", "cat docs/.env", "echo hi > /dev/null", "cd docs && cat a.md"] {
+            assert_eq!(decide(&p, cmd), Decision::Allow, "{cmd:?}");
+        }
+        // A path known only at run time could be the denied file: asked.
+        for cmd in ["cat $F", "cat *", "cat docs/*", "cat ~/x", "cd $D && cat .x", "cat < \"$F\""] {
+            assert_eq!(decide(&p, cmd), Decision::Ask, "{cmd:?}");
+        }
+    }
+
+    /// The shell's working directory comes from the host, not from the command.
+    #[test]
+    fn relative_paths_are_judged_from_the_shells_working_directory() {
+        let p = issue_policy();
+        assert_eq!(decide_in(&p, "cat ../.env", Some("/workspace/docs"), None).decision, Decision::Deny);
+        assert_eq!(decide_in(&p, "cat .env", Some("/workspace/docs"), None).decision, Decision::Allow);
+        assert_eq!(
+            decide_in(&p, "cat .env", Some("relative"), None).decision,
+            Decision::Deny,
+            "not absolute: the root"
+        );
+    }
+
+    /// Links cannot be seen from the text: the host resolves every file [`shell_files`]
+    /// lists and the policy judges where it leads, with the same rules.
+    #[test]
+    fn a_link_to_a_denied_file_is_judged_where_it_leads() {
+        let p = issue_policy();
+        let files = shell_files("cat docs/link-to-env > /dev/null", std::path::Path::new("/workspace"));
+        assert_eq!(files, [ShellFile { path: "/workspace/docs/link-to-env".into(), access: Access::Read }]);
+        let link = |resolved: Option<&str>, other_names| ResolvedFile {
+            path: "/workspace/docs/link-to-env".into(),
+            resolved: resolved.map(str::to_owned),
+            other_names,
+        };
+        let cmd = "cat docs/link-to-env";
+        assert_eq!(decide_in(&p, cmd, None, None).decision, Decision::Allow, "lexically allowed");
+        let ev = decide_in(&p, cmd, None, Some(&[link(Some("/workspace/.env"), false)]));
+        assert_eq!(ev.decision, Decision::Deny, "{}", ev.reason);
+        assert!(ev.reason.contains("resolves to it"), "{}", ev.reason);
+        assert_eq!(
+            decide_in(&p, cmd, None, Some(&[link(Some("/workspace/docs/a.md"), false)])).decision,
+            Decision::Allow
+        );
+        assert_eq!(decide_in(&p, cmd, None, Some(&[link(Some("/workspace/docs/a.md"), true)])).decision, Decision::Ask);
+        assert_eq!(decide_in(&p, cmd, None, Some(&[link(None, false)])).decision, Decision::Ask);
+        assert_eq!(decide_in(&p, cmd, None, Some(&[])).decision, Decision::Ask, "a file the host did not look up");
+        // The host can judge a path it resolved itself with the same function.
+        let (d, r) = p.judge_file(Access::Read, std::path::Path::new("/workspace/docs/../.env"), &ctx()).unwrap();
+        assert_eq!((d, r.text()), (Decision::Deny, "Read(./.env)"));
+        assert!(p.judge_file(Access::Write, std::path::Path::new("/workspace/.env"), &ctx()).is_none());
+        assert!(p.judge_file(Access::ReadTree, std::path::Path::new("/workspace"), &ctx()).is_some());
+    }
+
+    /// The gate passes what the host found to the policy.
+    #[tokio::test]
+    async fn the_gate_judges_the_files_the_host_resolved() {
+        let gate = ApprovalGate::new(Arc::new(issue_policy()), ctx(), None);
+        let mut req = ApprovalRequest::new("Bash", json!({"command": "cat ../.env"}), "coder");
+        assert_eq!(gate.request(req.clone()).await.decision, AuditDecision::Allow, "from the root it is /.env");
+        req.shell_cwd = Some("/workspace/docs".into());
+        assert_eq!(gate.request(req.clone()).await.decision, AuditDecision::Deny, "from docs it is .env");
+        req.input = json!({"command": "cat link"});
+        req.shell_files = Some(vec![ResolvedFile {
+            path: "/workspace/docs/link".into(),
+            resolved: Some("/workspace/.env".into()),
+            other_names: false,
+        }]);
+        let v = gate.request(req).await;
+        assert_eq!(v.decision, AuditDecision::Deny, "{}", v.reason);
+        assert_eq!(v.matched_rule.as_deref(), Some("Read(./.env)"));
+    }
+
+    /// Spellings of the denied file's path from the workspace root, and the working
+    /// directory changes that lead back to it.
+    const SPELLINGS: &[&str] = &[
+        ".env",
+        "./.env",
+        "docs/../.env",
+        "/workspace/.env",
+        "./docs/./../.env",
+        "docs//../.env",
+        "/workspace/docs/../.env",
+    ];
+
+    /// Every recognised reading command, with options that take arguments in front.
+    const READERS: &[&str] = &[
+        "cat",
+        "cat -n",
+        "tac",
+        "nl -b a",
+        "head -n 3",
+        "head -c5",
+        "tail -n 2",
+        "tail --lines 2",
+        "less",
+        "less -p x",
+        "more",
+        "grep x",
+        "grep -e x",
+        "egrep -C 2 x",
+        "fgrep --regexp x",
+        "sed -n p",
+        "sed -e p -n",
+        "cut -d = -f 1",
+        "wc -l",
+        "sort -k 1",
+        "uniq -c",
+        "base64 -w 0",
+        "od -A x",
+        "strings -n 3",
+        "diff docs/a.md",
+        "cmp",
+        "cp",
+        "ln",
+        "mv",
+    ];
+
+    proptest! {
+        /// Any reading command, any spelling of the denied path, any `cd` before it:
+        /// denied. Issue 40 item 9's class, not only its example.
+        #[test]
+        fn every_reader_of_the_denied_file_is_denied(
+            reader in proptest::sample::select(READERS),
+            path in proptest::sample::select(SPELLINGS),
+            cd in proptest::sample::select(&["", "cd docs; cd .. && ", "(cd docs) && ", "cd /tmp || "][..]),
+            redirect in any::<bool>(),
+        ) {
+            let p = issue_policy();
+            let tail = if reader.starts_with("cp") || reader.starts_with("ln") || reader.starts_with("mv") { " docs/x" } else { "" };
+            let cmd = if redirect { format!("{cd}{reader} < {path}") } else { format!("{cd}{reader} {path}{tail}") };
+            let ev = decide_in(&p, &cmd, None, None);
+            prop_assert_eq!(ev.decision, Decision::Deny, "{}: {}", cmd, ev.reason);
+        }
+    }
+}

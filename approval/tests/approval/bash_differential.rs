@@ -1,8 +1,13 @@
 //! Differential test of the Bash recognizer against real bash (issue 11).
 //!
-//! Property: every command that the policy ALLOWS under
-//! `allow: ["Bash(echo:*)"]` runs in real bash without executing anything but
-//! the `echo` builtin and without creating a file.
+//! Property: every command that the policy ALLOWS under [`ALLOW`] (`Bash(echo:*)`,
+//! the builtins that assign variables or change directory, `Bash(git status)` and
+//! assignments to a few variables bash evaluates or searches with) runs in real bash
+//! without executing anything but those builtins and `/usr/bin/git status`, and
+//! without creating a file — with state planted before every command the way earlier
+//! approved commands could have left it (issue 40; `tripwire/harness.py`): exported
+//! variables whose values run code once evaluated, a `BASH_ENV` file, a directory of
+//! programs named like common ones, git and XDG configuration under `HOME`.
 //!
 //! The commands come from a proptest generator with a fixed seed: a grammar of
 //! words, quotes, operators, redirections, expansions, substitutions,
@@ -91,6 +96,43 @@ const KNOWN_BAD: &[&str] = &[
     "echo ${x:-$(touch d)}",
     "echo hi > out",
     "echo <> rw",
+];
+
+/// Issue 40: assignments bash evaluates as arithmetic, `read`/`getopts` targets, and a
+/// change of how names are found followed by a command. Each must be ASKED and must fire
+/// a tripwire (the planted state makes `RANDOM=pv` evaluate `pv`, `getopts g RANDOM -g`
+/// evaluate `g`).
+const KNOWN_BAD_STATE: &[&str] = &[
+    "export OPTIND='a[$(touch o)]'",
+    "OPTIND='a[$(touch o)]'",
+    "declare RANDOM='a[$(touch o)]'",
+    "readonly SECONDS='a[$(touch o)]'",
+    "RANDOM=pv",
+    "export OPTIND=pv",
+    "read OPTIND <<< 'a[$(touch r)]'",
+    "getopts g RANDOM -g",
+    "export PATH=/work/.planted-bin:$PATH; git status",
+    "PATH=/work/.planted-bin; git status",
+    "cd /work/.planted-bin && ./git status",
+];
+
+/// What the property's policy allows: `echo`, builtins that assign or change directory
+/// (their evaluation is what is under test), one external program (`git status`, whose
+/// tripwire line at its real path the harness expects), and assignments to variables
+/// that bash evaluates (`OPTIND`, `RANDOM`, `SECONDS`) or searches with (`PATH`).
+const ALLOW: &[&str] = &[
+    "Bash(echo:*)",
+    "Bash(export:*)",
+    "Bash(declare:*)",
+    "Bash(readonly:*)",
+    "Bash(read:*)",
+    "Bash(getopts:*)",
+    "Bash(cd:*)",
+    "Bash(git status)",
+    "Bash(OPTIND=*)",
+    "Bash(RANDOM=*)",
+    "Bash(SECONDS=*)",
+    "Bash(PATH=*)",
 ];
 
 /// Seeds for the mutation half of the generator: every class the recognizer
@@ -423,9 +465,54 @@ fn mutated(base: BoxedStrategy<String>) -> BoxedStrategy<String> {
 }
 
 fn command() -> BoxedStrategy<String> {
-    let corpus: Vec<&'static str> = CORPUS.iter().chain(KNOWN_BAD).copied().collect();
+    let corpus: Vec<&'static str> = CORPUS.iter().chain(KNOWN_BAD).chain(KNOWN_BAD_STATE).copied().collect();
     let corpus = proptest::sample::select(corpus).prop_map(str::to_owned).boxed();
-    prop_oneof![4 => list(2), 1 => mutated(corpus), 2 => mutated(list(1))].boxed()
+    prop_oneof![4 => list(2), 1 => mutated(corpus), 2 => mutated(list(1)), 2 => stateful()].boxed()
+}
+
+/// Issue 40's constructs: an assignment (plain, `export`, `declare`, `readonly`, a `read` or
+/// `getopts` target) of a variable bash evaluates or searches with, or a `cd`, then maybe a
+/// later command (`git status`, a relative program, `echo`).
+fn stateful() -> BoxedStrategy<String> {
+    let change = pick(&[
+        "OPTIND={v}",
+        "export OPTIND={v}",
+        "RANDOM={v}",
+        "SECONDS={v}",
+        "declare RANDOM={v}",
+        "readonly SECONDS={v}",
+        "export OPTIND={v} x={v}",
+        "RANDOM={v} echo hi",
+        "export pv={v}",
+        "read OPTIND <<< {v}",
+        "read -r x RANDOM <<< {v}",
+        "getopts g {v} -g",
+        "getopts ab OPTIND -b",
+        "export PATH=/work/.planted-bin:$PATH",
+        "PATH=/work/.planted-bin",
+        "PATH={v}",
+        "cd /work/.planted-bin",
+        "cd /work",
+        "cd {v}",
+    ]);
+    let value = pick(&[
+        "1",
+        "42",
+        "007",
+        "pv",
+        "qv",
+        "'a[$(touch o)]'",
+        "\"$x\"",
+        "'$(touch o)'",
+        "a[1]",
+        "1+1",
+        "''",
+        "$pv",
+        "OPTIND",
+    ]);
+    let then =
+        pick(&["", "; git status", " && git status", "; ./git status", "; echo $((1))", "; echo hi", " && bin/git"]);
+    (change, value, then).prop_map(|(c, v, t)| format!("{}{t}", c.replace("{v}", &v))).boxed()
 }
 
 fn generate(n: usize, seed: u64) -> Vec<String> {
@@ -657,10 +744,11 @@ fn allowed_echo_commands_run_only_echo_in_real_bash() {
     let cases = env_or("WARDEN_BASH_DIFF_CASES", DEFAULT_CASES);
     let seed = env_or("WARDEN_BASH_DIFF_SEED", DEFAULT_SEED);
     let image = tripwire_image();
-    let policy = policy(&["Bash(echo:*)"], &[], &[]);
+    let policy = policy(ALLOW, &[], &[]);
+    let known_bad: Vec<&str> = KNOWN_BAD.iter().chain(KNOWN_BAD_STATE).copied().collect();
 
     // 1. The known bad commands are asked, and the sandbox sees them misbehave.
-    for bad in KNOWN_BAD {
+    for bad in &known_bad {
         assert_eq!(decide(&policy, bad), Decision::Ask, "{bad:?} must ask");
     }
     let generated = generate(cases, seed);
@@ -671,11 +759,11 @@ fn allowed_echo_commands_run_only_echo_in_real_bash() {
         "only {} of {cases} generated commands are allowed; the property would be vacuous",
         allowed.len()
     );
-    let mut batch: Vec<String> = KNOWN_BAD.iter().map(|s| s.to_string()).collect();
+    let mut batch: Vec<String> = known_bad.iter().map(|s| s.to_string()).collect();
     batch.extend(allowed.iter().cloned());
     let outcomes = run_all(&image, &batch);
-    let (bad_out, allowed_out) = outcomes.split_at(KNOWN_BAD.len());
-    for (cmd, o) in KNOWN_BAD.iter().zip(bad_out) {
+    let (bad_out, allowed_out) = outcomes.split_at(known_bad.len());
+    for (cmd, o) in known_bad.iter().zip(bad_out) {
         assert!(
             o.fired(),
             "the tripwire sandbox did not notice {cmd:?} (it must: the old splitter allowed it): \

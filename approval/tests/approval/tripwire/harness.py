@@ -1,9 +1,16 @@
 # Differential Bash test harness (runs inside the tripwire container as an
 # unprivileged user on a read-only root). Reads one hex-encoded command per line on
 # stdin, runs it the way the sandbox's Bash tool does (`bash -c ... eval "$1"`)
-# in an empty working directory, and prints one JSON line per command: what
-# the tripwires recorded, every file that appeared anywhere writable, the exit
-# status and whether it timed out. Cleans up between commands.
+# in a working directory holding only planted state, and prints one JSON line per
+# command: what the tripwires recorded, every file that appeared anywhere writable,
+# the exit status and whether it timed out. Cleans up between commands.
+#
+# Planted state (issue 40): what earlier approved commands of a session could have
+# left behind, so that an allowed command that reads it is caught: exported
+# variables whose values are code once evaluated (`pv`, `qv`, `g`: `getopts g NAME -g` assigns `g`), a `BASH_ENV` file, a
+# directory of programs named like common ones (`PLANTED_BIN`, for a command to put on `PATH`),
+# git and XDG configuration that runs a command (`core.fsmonitor`, hooks) under
+# `HOME`, and `SECONDS` read once (which gives it the integer attribute).
 import os, signal, subprocess, sys
 
 # The sandbox image has python3-minimal: no json, no shutil.
@@ -46,15 +53,57 @@ RUNNER = r"""command_not_found_handle() { printf 'not found: %q\n' "$1" >>/trip/
 __warden_debug() {
   local w=${__c%%[[:space:]]*}
   w=${w//\"/}; w=${w//\'/}; w=${w//\\/}
-  local redirect_only='^[0-9]*[<>&]'
+  local redirect_only='^[0-9]*[<>&]' assignment='^[A-Za-z_][A-Za-z0-9_]*[+]?='
+  case $w in echo|export|declare|typeset|local|readonly|read|getopts|cd) return ;; esac
+  [[ $__c == 'git status' || $w =~ $assignment ]] && return
   [[ $w == echo || $w =~ $redirect_only || $__c == 'eval "$1"' || $__c == __in=* ]] ||
     printf 'ran: %q\n' "$__c" >>/trip/log
 }
+: "$SECONDS"
+export BASH_ENV=/work/.planted-env
 set -T
 trap '[[ -n $__in ]] || { __in=1; __c=$BASH_COMMAND; __warden_debug; __in=; }' DEBUG
 eval "$1"
 """
-ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": WORK, "LANG": "C.UTF-8"}
+PLANTED_BIN = WORK + "/.planted-bin"
+# Programs an allowed rule runs (`Bash(git status)`): their tripwire line at their real
+# path is expected; the same name from anywhere else (the planted directory) is not.
+EXPECTED = {"exec /usr/bin/git status"}
+ENV = {
+    # Not the planted directory: the sandbox never carries PATH over (a PATH that led
+    # there would make every allowed program the planted one); commands put it first.
+    "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+    "HOME": WORK,
+    "LANG": "C.UTF-8",
+    "XDG_CONFIG_HOME": WORK + "/.config",
+    "pv": "x[$(touch /work/planted-pv)]",
+    "qv": "$(touch /work/planted-qv)",
+    "g": "x[$(touch /work/planted-g)]",
+}
+PLANTED_FILES = {
+    # Sourced by every bash a command starts; builtins only (a program here would be a
+    # tripwire whose own bash sources this file again). The tripwire itself is exempt:
+    # its run is logged already, and an allowed program's run is expected.
+    ".planted-env": "[[ $0 -ef /opt/.w/tripwire ]] || printf 'planted BASH_ENV ran: %q\\n' \"$0\" >>/trip/log\n",
+    ".gitconfig": "[core]\n\tfsmonitor = touch /work/planted-fsmonitor\n",
+    ".config/git/config": "[core]\n\tfsmonitor = touch /work/planted-xdg\n",
+    ".git/config": "[core]\n\tfsmonitor = touch /work/planted-git\n\thooksPath = /work/.git/hooks\n",
+    ".git/hooks/pre-commit": "#!/bin/sh\ntouch /work/planted-hook\n",
+    ".env": "DOTENV-SECRET=1\n",
+}
+PLANTED_PROGRAMS = ["git", "ls", "cat", "echo", "true", "rm", "touch", "sh", "bash"]
+
+
+def plant():
+    """Leaves the state an approved command could have left (see the module docs)."""
+    for rel, text in PLANTED_FILES.items():
+        path = os.path.join(WORK, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    os.makedirs(PLANTED_BIN, exist_ok=True)
+    for name in PLANTED_PROGRAMS:
+        os.symlink("/opt/.w/tripwire", os.path.join(PLANTED_BIN, name))
 
 
 def writable_dirs():
@@ -101,6 +150,7 @@ def reap():
 
 
 def main():
+    plant()
     dirs = writable_dirs()
     before = entries(dirs)
     print(js({"writable": dirs, "preexisting": before}), flush=True)
@@ -132,12 +182,13 @@ def main():
         trip = ""
         try:
             with open(LOG, encoding="utf-8", errors="replace") as f:
-                trip = f.read()[:2000]
+                lines = f.read().splitlines()
+            trip = "".join(l + "\n" for l in lines if l not in EXPECTED)[:2000]
         except OSError:
             pass
         res["trip"] = trip
-        res["files"] = found[:20]
-        clean(found)
+        res["files"] = [f for f in found if f != LOG][:20]
+        clean(found + [LOG])
         print(js(res), flush=True)
 
 
