@@ -388,6 +388,36 @@ impl ToolHost {
         sandbox.resolve_path(key, &path).await.map(Some).map_err(|e| e.to_string())
     }
 
+    /// What the gate needs to judge a Bash call's files: the working directory it starts
+    /// in, and every file its recognised commands and redirections name
+    /// ([`warden_approval::shell_files`]) as the sandbox resolves it for the shell (links
+    /// followed, `..` after links; a directory a command reads or writes whole says whether
+    /// files with other hard links are beneath it). `None` for other calls, or when the
+    /// sandbox is unavailable (the call then fails with that error when run). At most
+    /// [`MAX_SHELL_FILES_RESOLVED`] are looked up; the gate asks about a call whose files
+    /// are not all resolved.
+    async fn shell_facts(&self, key: &SessionKey, call: &ToolCall) -> Option<ShellFacts> {
+        if call.name != BASH_TOOL {
+            return None;
+        }
+        let (Ok(sandbox), Some(command)) = (&self.sandbox, call.input.get("command").and_then(Value::as_str)) else {
+            return None;
+        };
+        let cwd = sandbox.shell_cwd(key).await.ok()?;
+        let mut files = Vec::new();
+        for f in
+            warden_approval::shell_files(command, std::path::Path::new(&cwd)).into_iter().take(MAX_SHELL_FILES_RESOLVED)
+        {
+            let found = sandbox.resolve_shell_path(key, &f.path, f.access.tree()).await.ok();
+            files.push(warden_approval::ResolvedFile {
+                resolved: found.as_ref().map(|p| p.path.clone()),
+                other_names: found.is_some_and(|p| p.other_names),
+                path: f.path,
+            });
+        }
+        Some(ShellFacts { cwd, files })
+    }
+
     /// Runs a batch through the gate and the sandbox; results come back in call order.
     pub async fn call_batch(&self, scope: &TaskScope, calls: Vec<ToolCall>) -> Vec<ToolResult> {
         for c in &calls {
@@ -442,23 +472,39 @@ impl ToolHost {
                 })
             })
             .collect();
+        // Bash: the gate judges the files a command names from the directory it starts in,
+        // and the command runs in that directory (pinned like a path tool's path).
+        let mut shell: Vec<Option<ShellFacts>> = Vec::with_capacity(calls.len());
+        for (c, refused) in calls.iter().zip(&refusals) {
+            shell.push(if refused.is_some() { None } else { self.shell_facts(&key, c).await });
+        }
         let requests = calls
             .iter()
             .zip(&resolved)
+            .zip(&shell)
             .zip(&refusals)
             .filter(|(_, refused)| refused.is_none())
-            .map(|((c, path), _)| {
+            .map(|(((c, path), facts), _)| {
                 let mut r = approval_request(scope, &c.name, c.input.clone());
                 if let Ok(Some(p)) = path {
                     r.resolved_path = Some(p.path.clone());
                     r.hard_linked = p.other_names;
+                }
+                if let Some(facts) = facts {
+                    r.shell_cwd = Some(facts.cwd.clone());
+                    r.shell_files = Some(facts.files.clone());
                 }
                 r
             })
             .collect();
         let mut verdicts = self.gate.decide_batch_with(requests, scope.decider.clone()).await.into_iter();
         let mut results = Vec::with_capacity(calls.len());
-        for ((call, refused), path) in calls.into_iter().zip(refusals).zip(resolved) {
+        for (((call, refused), path), facts) in calls.into_iter().zip(refusals).zip(resolved).zip(shell) {
+            // A Bash call runs in the directory its files were judged from.
+            let path = match (path, facts) {
+                (Ok(None), Some(facts)) => Ok(Some(warden_sandbox::ResolvedPath::directory(facts.cwd))),
+                (path, _) => path,
+            };
             let verdict = if refused.is_none() { verdicts.next() } else { None };
             let (content, is_error) = match verdict.as_ref().map(|v| v.declined_message(&call.name)) {
                 None => (format!("The {} call was not run: {}.", call.name, refused.unwrap_or_default()), true),
@@ -495,6 +541,15 @@ impl ToolHost {
 
 /// The tool an agent-defined MCP server's start is judged as: the command it runs.
 const BASH_TOOL: &str = "Bash";
+/// Most files of one Bash command the gate has the sandbox resolve (one agent round trip
+/// each): a command naming more asks about the rest rather than wait on lookups.
+const MAX_SHELL_FILES_RESOLVED: usize = 32;
+
+/// What the gate knows about a Bash call beyond its input ([`ToolHost::shell_facts`]).
+struct ShellFacts {
+    cwd: String,
+    files: Vec<warden_approval::ResolvedFile>,
+}
 
 /// A request to the gate for a call `name(input)` of `scope`'s task.
 fn approval_request(scope: &TaskScope, name: &str, input: Value) -> ApprovalRequest {

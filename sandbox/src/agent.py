@@ -723,7 +723,7 @@ def os_message(e):
 
 
 def op_stat(f):
-    path, purpose = text(f[1]), text(f[2])
+    path, purpose, tree = text(f[1]), text(f[2]), f[3] == b"tree"
     try:
         resolved, st = resolve(path)
     except Refused as r:
@@ -740,8 +740,18 @@ def op_stat(f):
             except OSError as e:
                 return result(status="error", message="cannot create its parent directory: " + os_message(e))
         return result(status="ok", resolved=resolved, kind="missing", size=0, mode=0o644)
+    linked = 0
+    if tree and stat.S_ISDIR(st.st_mode):
+        fd = open_reported(resolved)
+        if fd is None:
+            return
+        try:
+            linked = len(linked_files(fd))
+        finally:
+            os.close(fd)
     return result(status="ok", resolved=resolved, kind=kind_of(st.st_mode), size=st.st_size,
-                  mode=stat.S_IMODE(st.st_mode), links=st.st_nlink, dev=st.st_dev, ino=st.st_ino)
+                  mode=stat.S_IMODE(st.st_mode), links=st.st_nlink, dev=st.st_dev, ino=st.st_ino,
+                  linked=linked)
 
 
 def open_reported(path):
@@ -906,11 +916,14 @@ def op_bash(f):
             raise Refused("the variable %s is warden's own" % name)
         env[name] = value
     cwd = text(f[6 + 2 * n])
+    # The directory the command's files were judged from, or nothing runs.
+    if not physical_dir_inside(cwd):
+        return result(status="error", message="the working directory %s no longer exists" % cwd)
     out, err = tempfile.TemporaryFile(dir="/tmp"), tempfile.TemporaryFile(dir="/tmp")
     try:
-        os.chdir(cwd if physical_dir_inside(cwd) else WS)
+        os.chdir(cwd)
     except OSError:
-        os.chdir(WS)
+        return result(status="error", message="the working directory %s cannot be entered" % cwd)
     try:
         code, timed_out, cwd = run(["bash", "-c", RUNNER, "warden-bash", command], env, timeout, grace, out, err)
     finally:

@@ -104,6 +104,13 @@ pub struct ResolvedPath {
     pub identity: Option<FileIdentity>,
 }
 
+impl ResolvedPath {
+    /// A working directory a Bash call is pinned to (it runs there or not at all).
+    pub fn directory(path: String) -> Self {
+        ResolvedPath { path, other_names: false, identity: None }
+    }
+}
+
 /// Which file a path named when it was checked: its device and inode. A file opened
 /// later is the checked one only if its identity is the same (a hard link of another file
 /// renamed over the name is not).
@@ -127,8 +134,10 @@ pub(crate) enum Op<'a> {
     /// variables `env` (never one of the container's own); the agent reports the shell's
     /// physical working directory at its end in a state frame.
     Bash { command: &'a str, env: &'a [(String, String)], cwd: &'a str },
-    /// Resolve a path beneath /workspace (symlinks followed, never out of it).
-    Stat { path: &'a str, for_write: bool },
+    /// Resolve a path beneath /workspace (symlinks followed, never out of it); `tree`: for
+    /// a directory, also count the regular files beneath it (outside `.git`) that have
+    /// other hard links (`linked`, at most a few).
+    Stat { path: &'a str, for_write: bool, tree: bool },
     /// Read a resolved regular file of at most `max` bytes, following no link; when
     /// `expect` is given, only if the opened file is that one (device and inode).
     Read { path: &'a str, max: u64, expect: Option<FileIdentity> },
@@ -183,9 +192,10 @@ impl Op<'_> {
                 });
                 f.text(cwd);
             }
-            Op::Stat { path, for_write } => {
+            Op::Stat { path, for_write, tree } => {
                 f.text(path);
                 f.text(if *for_write { "write" } else { "read" });
+                f.text(if *tree { "tree" } else { "" });
             }
             Op::Read { path, max, expect } => {
                 f.text(path);

@@ -1377,6 +1377,11 @@ impl<'a> SessionCtx<'a> {
         self.lease.slot.shell.lock().expect("shell state lock").cwd()
     }
 
+    /// Sends the session's next Bash call back to /workspace.
+    pub(crate) fn shell_reset(&self) {
+        *self.lease.slot.shell.lock().expect("shell state lock") = ShellState::default();
+    }
+
     /// Records the working directory a Bash call ended in (the agent's report).
     pub(crate) fn shell_update(&self, raw: &[u8]) {
         self.lease.slot.shell.lock().expect("shell state lock").update(raw);

@@ -46,6 +46,9 @@ pub(crate) struct Target {
     pub links: u64,
     /// Which file it is (none when missing): what a later open must find again.
     pub identity: Option<FileIdentity>,
+    /// For a directory resolved with `tree`: regular files beneath it with other hard
+    /// links (counted up to a few).
+    pub linked: u64,
 }
 
 /// Lexical normalisation: absolute, no `.`/`..`, no control characters, under /workspace.
@@ -87,7 +90,37 @@ pub(crate) fn is_inside(abs: &str) -> bool {
 /// Checks `path` lexically, then resolves it in the container and checks again.
 pub(crate) async fn resolve(ctx: &SessionCtx<'_>, path: &str, purpose: Purpose) -> Result<Target, SandboxError> {
     let normal = lexical(path)?;
-    let r = ctx.call(Op::Stat { path: &normal, for_write: purpose == Purpose::Write }, FILE_OP_TIMEOUT).await?;
+    resolve_checked(ctx, path, &normal, purpose, false).await
+}
+
+/// Resolves an absolute path beneath /workspace as the kernel does for a shell command:
+/// its `..` components are taken after the links before them (`a/link/../x` is the
+/// link's parent's `x`, not `a/x`), which the lexical normalisation of [`resolve`] would
+/// get wrong. `tree`: a directory also counts the hard-linked files beneath it
+/// ([`Target::linked`]).
+pub(crate) async fn resolve_as_kernel(ctx: &SessionCtx<'_>, path: &str, tree: bool) -> Result<Target, SandboxError> {
+    if path.len() > MAX_PATH_LEN {
+        return Err(SandboxError::InvalidInput {
+            tool: "path".into(),
+            message: format!("path longer than {MAX_PATH_LEN} bytes"),
+        });
+    }
+    check_text("path", "path", path, TextClass::Strict)?;
+    if !is_inside(path) {
+        return Err(SandboxError::PathOutsideWorkspace { path: path.to_string(), resolved: path.to_string() });
+    }
+    resolve_checked(ctx, path, path, Purpose::Read, tree).await
+}
+
+/// Resolves `normal` (what `path` was made into) in the container and checks the answer.
+async fn resolve_checked(
+    ctx: &SessionCtx<'_>,
+    path: &str,
+    normal: &str,
+    purpose: Purpose,
+    tree: bool,
+) -> Result<Target, SandboxError> {
+    let r = ctx.call(Op::Stat { path: normal, for_write: purpose == Purpose::Write, tree }, FILE_OP_TIMEOUT).await?;
     let o = &r.outcome;
     match o.status() {
         Status::Ok => {}
@@ -141,6 +174,7 @@ pub(crate) async fn resolve(ctx: &SessionCtx<'_>, path: &str, purpose: Purpose) 
         size: o.num("size").max(0) as u64,
         links: o.num("links").max(0) as u64,
         identity,
+        linked: o.num("linked").max(0) as u64,
     })
 }
 

@@ -90,13 +90,23 @@ pub(crate) async fn run(
     let Some(left) = timeout.checked_sub(waited).filter(|left| !left.is_zero()) else {
         return Ok(ToolOutput::error(lane_timeout_text(timeout)));
     };
-    // Read after the wait: the directory the commands that ran meanwhile left.
-    let cwd = ctx.shell_cwd();
+    // The directory the gate judged the command's files from (pinned), else the one the
+    // commands that ran meanwhile left (read after the wait).
+    let cwd = ctx.approved_path.map_or_else(|| ctx.shell_cwd(), |p| p.path.clone());
     let op = Op::Bash { command: &input.command, env: ctx.env, cwd: &cwd };
     let r = ctx.call_in_lane(op, left, &mut lane).await?;
     drop(lane);
-    if let crate::agent::Status::Refused(why) = r.outcome.status() {
-        return Err(SandboxError::InvalidInput { tool: "Bash".into(), message: why });
+    match r.outcome.status() {
+        crate::agent::Status::Refused(why) => {
+            return Err(SandboxError::InvalidInput { tool: "Bash".into(), message: why });
+        }
+        // The directory is gone (or is no longer a real directory of the workspace): the
+        // command did not run, and the shell goes back to /workspace.
+        crate::agent::Status::Error(why) => {
+            ctx.shell_reset();
+            return Ok(ToolOutput::error(format!("[not run: {why}; the shell is back in /workspace, run it again]")));
+        }
+        _ => {}
     }
     if let Some(state) = &r.state {
         ctx.shell_update(state);

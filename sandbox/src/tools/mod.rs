@@ -223,6 +223,29 @@ impl Sandbox {
         Ok(ResolvedPath { path: t.path, other_names, identity: t.identity })
     }
 
+    /// Where a file a shell command names leads (`path` absolute, beneath /workspace), as
+    /// the kernel resolves it for the command (`..` after links); `tree`: the command reads
+    /// or writes everything beneath it, so a directory holding files with other hard links
+    /// has [`ResolvedPath::other_names`] too. For the approval gate's judgement of a Bash
+    /// call's file operands (`warden_approval::shell_files`).
+    pub async fn resolve_shell_path(
+        &self,
+        key: &SessionKey,
+        path: &str,
+        tree: bool,
+    ) -> Result<ResolvedPath, SandboxError> {
+        let ctx = self.session(key, &[]).await?;
+        let t = crate::workspace::resolve_as_kernel(&ctx, path, tree).await?;
+        let other_names = (t.kind == crate::workspace::Kind::File && t.links > 1) || t.linked > 0;
+        Ok(ResolvedPath { path: t.path, other_names, identity: t.identity })
+    }
+
+    /// The working directory the session's next Bash call starts in (`/workspace` for a
+    /// new session): what the approval gate judges a command's relative paths from.
+    pub async fn shell_cwd(&self, key: &SessionKey) -> Result<String, SandboxError> {
+        Ok(self.session(key, &[]).await?.shell_cwd())
+    }
+
     /// Runs one tool call in the session's sandbox (creating the container on first use).
     ///
     /// `env` is extra environment for Bash (per-task secrets); it is never logged and not
