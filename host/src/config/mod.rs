@@ -422,7 +422,7 @@ pub struct ServerConfig {
     /// Tasks one `user_id` may run at once (nested subagents not counted); its other
     /// tasks wait queued while the other users' take the free slots. Unset:
     /// [`default_max_running_per_user`]; above `max_concurrent_tasks` it is that. With
-    /// replicas: on each replica, and across the cluster for the shared queue.
+    /// replicas: on each replica, which claims no more of a user from the shared queue.
     pub max_running_per_user: Option<usize>,
     /// Wall-clock deadline of one task once it runs (all its plugin calls and tools).
     #[serde(with = "duration_text")]

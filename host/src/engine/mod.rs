@@ -1046,14 +1046,14 @@ impl Engine {
         }
         self.replica.as_ref()?;
         let max_running = self.options.max_running_per_user;
-        match self.store.queue_position(&rec.task_id, max_running).await {
+        match self.store.queue_position(&rec.task_id).await {
             Ok(position) => position.map(|position| QueuePlace {
                 position,
                 reason: WaitReason::SharedQueue,
                 message: format!(
                     "in the replicas' shared queue: the first replica with a free slot takes it (slots go to the \
-                     users with the fewest running tasks first, at most {max_running} per user: \
-                     server.max_running_per_user)"
+                     users with the fewest running tasks first; a replica runs at most {max_running} of one user's \
+                     tasks: server.max_running_per_user)"
                 ),
             }),
             Err(e) => {

@@ -126,9 +126,9 @@ impl Store {
     }
 
     /// Takes up to `n` waiting tasks for `replica` until `lease_until`, by the fair-share
-    /// rule: the oldest task of the user with the fewest tasks held cluster-wide first,
-    /// none of a user holding `max_running_per_user` (the engine's `schedule` rule, on
-    /// the shared queue).
+    /// rule: the oldest task of the user with the fewest tasks held cluster-wide first, and
+    /// no more of a user than makes `max_running_per_user` held by `replica` (the engine's
+    /// `schedule` rule, on the shared queue).
     pub async fn claim(
         &self,
         replica: &str,
@@ -155,15 +155,11 @@ impl Store {
     }
 
     /// Where the unclaimed task `task_id` stands in the shared queue (1 = the next
-    /// claimed), by the order [`Store::claim`] takes tasks in if nothing else arrives;
-    /// `None` when it is not waiting there.
-    pub async fn queue_position(
-        &self,
-        task_id: &str,
-        max_running_per_user: usize,
-    ) -> Result<Option<usize>, StoreError> {
+    /// claimed), by the order [`Store::claim`] takes tasks in if nothing else arrives (the
+    /// per-replica caps left aside); `None` when it is not waiting there.
+    pub async fn queue_position(&self, task_id: &str) -> Result<Option<usize>, StoreError> {
         let Some(pg) = self.pg() else { return Ok(None) };
-        pg.queue_position(task_id, max_running_per_user).await.map_err(|e| self.err(e))
+        pg.queue_position(task_id).await.map_err(|e| self.err(e))
     }
 
     /// Cancels and decisions other replicas left for `replica`.

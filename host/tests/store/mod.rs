@@ -511,8 +511,9 @@ async fn postgres_plugin_state_is_the_same_on_every_replica() {
 
 /// Regression (issue 41): replicas claimed the shared queue oldest first, so one user's
 /// backlog held every other user's task until it had all run. The claim now takes the
-/// oldest task of the user holding the fewest tasks cluster-wide, none of a user at
-/// `max_running_per_user`, and a waiting task's place follows the same order.
+/// oldest task of the user holding the fewest tasks cluster-wide, no more of a user than
+/// `max_running_per_user` on the claiming replica, and a waiting task's place follows the
+/// same order.
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_regression_the_shared_queue_is_claimed_fairly_between_users() {
     use warden::store::{Enqueued, QueueLimits};
@@ -544,18 +545,21 @@ async fn postgres_regression_the_shared_queue_is_claimed_fairly_between_users() 
     };
     let lease = now_ms() + 60_000;
     // Two slots free: anna's oldest and ben's (fewest held, each), not anna's two oldest.
-    assert_eq!(store.queue_position("b000", 10).await.unwrap(), Some(2));
+    assert_eq!(store.queue_position("b000").await.unwrap(), Some(2));
     assert_eq!(ids(store.claim("r1", 2, 10, lease).await.unwrap()), ["a000", "b000"]);
     enqueue("ben", "b001").await;
     // anna and ben hold one each; ben's next is queued after anna's, so anna's comes first.
-    assert_eq!(store.queue_position("a001", 10).await.unwrap(), Some(1));
-    assert_eq!(store.queue_position("b001", 10).await.unwrap(), Some(2));
-    assert_eq!(store.queue_position("a000", 10).await.unwrap(), None, "claimed: not waiting");
+    assert_eq!(store.queue_position("a001").await.unwrap(), Some(1));
+    assert_eq!(store.queue_position("b001").await.unwrap(), Some(2));
+    assert_eq!(store.queue_position("a000").await.unwrap(), None, "claimed: not waiting");
     assert_eq!(ids(store.claim("r2", 3, 10, lease).await.unwrap()), ["a001", "a002", "b001"]);
-    // At the cap (3 held), anna's tasks wait however many slots are free; her place is last.
+    // The cap is per replica: r2 runs two of anna's tasks, so with max_running_per_user 2
+    // it takes none of hers however many slots it has; cleo's (holding none) comes first.
     enqueue("cleo", "c000").await;
-    assert_eq!(store.queue_position("a003", 3).await.unwrap(), Some(2));
-    assert_eq!(ids(store.claim("r1", 5, 3, lease).await.unwrap()), ["c000"]);
+    assert_eq!(store.queue_position("a003").await.unwrap(), Some(2));
+    assert_eq!(ids(store.claim("r2", 5, 2, lease).await.unwrap()), ["c000"]);
+    // r1 runs one of hers: it takes one more.
+    assert_eq!(ids(store.claim("r1", 5, 2, lease).await.unwrap()), ["a003"]);
     b.finish().await;
 }
 
