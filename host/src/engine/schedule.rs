@@ -274,7 +274,7 @@ impl Scheduler {
             self.start_queued(&mut queue)
         };
         self.grant(started);
-        let _dequeue = Dequeue { scheduler: &**self, user, task_id };
+        let _dequeue = Dequeue { scheduler: self, user, task_id };
         granted.await.ok()
     }
 
