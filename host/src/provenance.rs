@@ -5,10 +5,12 @@
 //! This module owns the key, signature and pin formats and the checks every plugin goes
 //! through: [`check`] / [`check_bytes`] before a single byte is compiled (a file in the
 //! plugin directory, an artifact `warden plugin pull` fetched), [`check_version`] once the
-//! component has said which version it is, and [`check_upgrade`] before `pull` replaces an
-//! installed plugin. It must never accept a signature it could not verify against a key
-//! trusted for the plugin's id, a signature that names another id or other content, and
-//! never read more than [`MAX_SIG_FILE`] of a signature file.
+//! component has said which version it is, and the one rollback rule [`check_not_older`]:
+//! before `pull` replaces an installed plugin ([`check_upgrade`]) and before the registry
+//! loads a file below the version it loaded for the id. It must never accept a signature
+//! it could not verify against a key trusted for the plugin's id, a signature that names
+//! another id or other content, and never read more than [`MAX_SIG_FILE`] of a signature
+//! file.
 //!
 //! A signature is over a statement, not over the bytes alone: "the content with this
 //! SHA-256 is version V of plugin ID" ([`Statement`]). So a signed file renamed to another
@@ -87,17 +89,48 @@ pub enum ProvenanceError {
     #[error("{sig}: signed as version {signed}, but the component reports version {reported:?}")]
     WrongVersion { sig: String, signed: String, reported: String },
     #[error(
-        "{id}: version {new} is older than the installed version {installed} (a rollback); pass --allow-downgrade \
-         to install it anyway"
+        "{id}: version {new} is older than the {} version {installed} (a rollback); {}",
+        .how.floor(), .how.remedy(.id)
     )]
-    Downgrade { id: String, installed: String, new: String },
+    Downgrade { id: String, installed: String, new: String, how: RollbackOverride },
     #[error(
-        "{id}: the installed plugin is signed (version {installed}) and this one is not; pass --allow-downgrade to \
-         install it anyway"
+        "{id}: the {} plugin is signed (version {installed}) and this one is not; {}",
+        .how.floor(), .how.remedy(.id)
     )]
-    UnsignedReplacement { id: String, installed: String },
+    UnsignedReplacement { id: String, installed: String, how: RollbackOverride },
     #[error("{0}")]
     Io(String),
+}
+
+/// How an operator lets a rollback through where [`check_not_older`] refuses one, and so
+/// what its refusal says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollbackOverride {
+    /// `warden plugin pull --allow-downgrade`, against the installed file's signature.
+    AllowDowngradeFlag,
+    /// `plugins.pins.<id>` naming the file's SHA-256, against the version loaded for the
+    /// id (a file dropped into `plugins.dir`).
+    Pin,
+}
+
+impl RollbackOverride {
+    /// What the version a replacement is compared with is.
+    fn floor(self) -> &'static str {
+        match self {
+            RollbackOverride::AllowDowngradeFlag => "installed",
+            RollbackOverride::Pin => "loaded",
+        }
+    }
+
+    /// How to let it through anyway.
+    fn remedy(self, id: &str) -> String {
+        match self {
+            RollbackOverride::AllowDowngradeFlag => "pass --allow-downgrade to install it anyway".into(),
+            RollbackOverride::Pin => {
+                format!("to load it anyway, pin its sha256 in plugins.pins.{id} (the operator's explicit choice)")
+            }
+        }
+    }
 }
 
 /// One entry of `plugins.trust`: a public key (64 hex digits) trusted for every plugin id
@@ -339,18 +372,38 @@ pub fn check_upgrade(
     let Some(old) = installed.and_then(|t| parse_sig(t, "").ok()).map(|(s, _, _)| s).filter(|s| s.id == id) else {
         return Ok(());
     };
-    if allow_downgrade {
+    check_not_older(id, Some(&old.version), new, allow_downgrade, RollbackOverride::AllowDowngradeFlag)
+}
+
+/// The one rollback rule, for `pull` ([`check_upgrade`]) and for files in the plugin
+/// directory (the registry, against the highest signed version it loaded for the id):
+/// with `floor` the signed version a replacement must not go below (`None`: no floor), a
+/// lower signed version, or an unsigned replacement, is refused unless `allowed` (the
+/// operator's override `how`, which the refusal names with both versions).
+pub fn check_not_older(
+    id: &str,
+    floor: Option<&str>,
+    new: Option<&Signed>,
+    allowed: bool,
+    how: RollbackOverride,
+) -> Result<(), ProvenanceError> {
+    let Some(floor) = floor else { return Ok(()) };
+    if allowed {
         return Ok(());
     }
     let Some(new) = new else {
-        return Err(ProvenanceError::UnsignedReplacement { id: id.into(), installed: old.version });
+        return Err(ProvenanceError::UnsignedReplacement { id: id.into(), installed: floor.into(), how });
     };
-    let parse = |v: &str| semver::Version::parse(v).expect("parse_sig admits semantic versions only");
-    if parse(&new.statement.version) < parse(&old.version) {
+    // Signed versions are semantic versions (`parse_sig`); anything else sets no floor.
+    let (Ok(old), Ok(newer)) = (semver::Version::parse(floor), semver::Version::parse(&new.statement.version)) else {
+        return Ok(());
+    };
+    if newer < old {
         return Err(ProvenanceError::Downgrade {
             id: id.into(),
-            installed: old.version,
+            installed: floor.into(),
             new: new.statement.version.clone(),
+            how,
         });
     }
     Ok(())
@@ -629,6 +682,29 @@ mod tests {
         assert!(check_upgrade("q", Some(&installed), Some(&signed("0.0.1")), false).is_ok());
         let old = format!("ed25519 {public} {}", "0".repeat(128));
         assert!(check_upgrade("p", Some(&old), None, false).is_ok());
+    }
+
+    /// The directory's rule is pull's: lower signed versions and unsigned replacements of a
+    /// signed plugin are refused (naming both versions and the pin that lets them in), a
+    /// pinned file passes, and without a floor anything passes.
+    #[test]
+    fn the_directory_refuses_rollbacks_unless_pinned() {
+        let (private, public) = generate().unwrap();
+        let rules = Rules { id: "echo", trust: &[TrustedKey::Any(public)], require_signature: true, pin: None };
+        let signed = |version: &str| {
+            let sig = sign(&private, "echo", version, b"x").unwrap();
+            check_bytes(b"x", Some(&sig), "echo.wasm.sig", &rules).unwrap().unwrap()
+        };
+        let pin = RollbackOverride::Pin;
+        let e = check_not_older("echo", Some("0.2.0"), Some(&signed("0.1.0")), false, pin).unwrap_err().to_string();
+        assert!(e.contains("version 0.1.0 is older than the loaded version 0.2.0"), "{e}");
+        assert!(e.contains("plugins.pins.echo") && !e.contains("--allow-downgrade"), "{e}");
+        let e = check_not_older("echo", Some("0.2.0"), None, false, pin).unwrap_err().to_string();
+        assert!(e.contains("signed (version 0.2.0) and this one is not") && e.contains("plugins.pins.echo"), "{e}");
+        assert!(check_not_older("echo", Some("0.2.0"), Some(&signed("0.1.0")), true, pin).is_ok(), "pinned");
+        assert!(check_not_older("echo", Some("0.2.0"), Some(&signed("0.2.0")), false, pin).is_ok());
+        assert!(check_not_older("echo", Some("0.2.0"), Some(&signed("0.10.0")), false, pin).is_ok(), "semver order");
+        assert!(check_not_older("echo", None, None, false, pin).is_ok(), "no floor");
     }
 
     fn id() -> impl Strategy<Value = String> {

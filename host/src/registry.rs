@@ -14,6 +14,12 @@
 //!
 //! The registry publishes immutable snapshots: readers never wait on a reload, and a
 //! call in flight keeps the plugin version it started with. It must never run a task.
+//!
+//! No rollback from the directory: a file whose signed version is lower than the highest
+//! signed version this process loaded for its id (or an unsigned file where a signed one
+//! was loaded) is refused unless `plugins.pins` pins it — the rule `warden plugin pull`
+//! applies, through the same [`crate::provenance::check_not_older`]. The floor lives in
+//! memory: a restart starts from what the directory holds then.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -396,6 +402,9 @@ pub struct Registry {
     current: RwLock<Arc<Snapshot>>,
     /// Serialises writers (loads, reloads); readers never take it.
     write: tokio::sync::Mutex<()>,
+    /// The highest signed version loaded for each plugin id since this process started
+    /// (kept when the file is removed): a file below it is a rollback.
+    floors: std::sync::Mutex<BTreeMap<String, semver::Version>>,
 }
 
 /// Why a reference's kind has no plugin, with what would serve: the loaded kinds, and
@@ -429,6 +438,7 @@ impl Registry {
             config,
             current: RwLock::new(Arc::new(Snapshot::default())),
             write: tokio::sync::Mutex::new(()),
+            floors: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -494,6 +504,16 @@ impl Registry {
                 pin: plugins.pins.get(id).map(String::as_str),
             };
             let signed = crate::provenance::check(path, &bytes, &rules).map_err(|e| e.to_string())?;
+            // No rollback (before compiling): a pinned file is the operator's explicit choice.
+            let floor = self.floors.lock().unwrap().get(id).map(ToString::to_string);
+            crate::provenance::check_not_older(
+                id,
+                floor.as_deref(),
+                signed.as_ref(),
+                rules.pin.is_some(),
+                crate::provenance::RollbackOverride::Pin,
+            )
+            .map_err(|e| e.to_string())?;
             let mut loaded = self
                 .runtime
                 .load(id, path.to_owned(), &bytes, self.config.limits_for(id), self.config.plugins.grants.get(id))
@@ -503,6 +523,13 @@ impl Registry {
                 let shown = crate::provenance::sig_path(path).display().to_string();
                 crate::provenance::check_version(s, &loaded.info.version, &shown).map_err(|e| e.to_string())?;
                 tracing::info!(plugin = %id, key = %s.key, version = %s.statement.version, "signature verified");
+            }
+            if let Some(version) = signed.as_ref().and_then(|s| semver::Version::parse(&s.statement.version).ok()) {
+                let mut floors = self.floors.lock().unwrap();
+                let floor = floors.entry(id.to_owned()).or_insert_with(|| version.clone());
+                if *floor < version {
+                    *floor = version;
+                }
             }
             loaded.signed_by = signed.map(|s| s.key);
             Ok::<_, String>(loaded)

@@ -806,6 +806,105 @@ mod quotas {
         }
     }
 
+    /// The task's status, and its `queue` place while it waits.
+    async fn status_of(api: &Api, id: &str) -> (String, Value) {
+        let r = api.get(&format!("/v1/tasks/{id}?block=false")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        (r.body["status"].as_str().unwrap().to_owned(), r.body["queue"].clone())
+    }
+
+    /// Regression (issue 41): slots went first come first served across users, so one
+    /// user's backlog of waiting tasks held every other user's task `submitted` until the
+    /// whole backlog had run (or was canceled). Now the next free slot goes to the user
+    /// with the fewest running tasks: with user A's 100 tasks waiting, user B's one task
+    /// starts at the first slot that frees, and shows meanwhile where it stands and why.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_users_backlog_does_not_starve_another_users_task() {
+        let yaml = format!("{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_concurrent_tasks: 2\n");
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        let mut backlog = vec![];
+        for _ in 0..100 {
+            let r = sleeper_of(&api, "anna").await;
+            assert_eq!(r.status, 202, "{}", r.text);
+            backlog.push(r.body["task_id"].as_str().unwrap().to_owned());
+        }
+        let wait_for = |id: String, status: &'static str| {
+            let api = &api;
+            async move {
+                let t = Instant::now();
+                loop {
+                    let (now, _) = status_of(api, &id).await;
+                    if now == status {
+                        return;
+                    }
+                    assert!(t.elapsed() < Duration::from_secs(30), "{id} is still {now}, not {status}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        wait_for(backlog[0].clone(), "working").await;
+        wait_for(backlog[1].clone(), "working").await;
+        let r = sleeper_of(&api, "ben").await;
+        assert_eq!(r.status, 202, "{}", r.text);
+        let ben = r.body["task_id"].as_str().unwrap().to_owned();
+        let (status, queue) = status_of(&api, &ben).await;
+        assert_eq!(status, "submitted");
+        assert_eq!((&queue["position"], &queue["reason"]), (&json!(1), &json!("slots_busy")), "{queue}");
+        assert!(queue["message"].as_str().unwrap().contains("server.max_concurrent_tasks"), "{queue}");
+        let (_, queue) = status_of(&api, &backlog[2]).await;
+        assert_eq!(queue["position"], 2, "anna's next task comes after ben's: {queue}");
+        // One slot frees: ben's task takes it, not anna's next one.
+        api.post(&format!("/v1/tasks/{}/cancel", backlog[0]), json!({})).await;
+        wait_for(ben.clone(), "working").await;
+        let (status, queue) = status_of(&api, &backlog[2]).await;
+        assert_eq!((status.as_str(), &queue["position"]), ("submitted", &json!(1)), "{queue}");
+        let (_, running) = status_of(&api, &ben).await;
+        assert!(running.is_null(), "a running task has no queue place: {running}");
+        for id in backlog.iter().rev().chain([&ben]) {
+            api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+        }
+    }
+
+    /// `server.max_running_per_user` keeps slots for other users: a user at it waits with
+    /// that reason while another user's task starts at once.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_user_runs_at_most_max_running_per_user_tasks() {
+        let yaml = format!(
+            "{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_concurrent_tasks: 3\n  max_running_per_user: 1\n"
+        );
+        let api = api_with(&[(test_plugin("echo"), "echo"), (test_plugin("hostile"), "hostile")], &yaml, vec![]).await;
+        let first = sleeper_of(&api, "anna").await.body["task_id"].as_str().unwrap().to_owned();
+        let second = sleeper_of(&api, "anna").await.body["task_id"].as_str().unwrap().to_owned();
+        let other = sleeper_of(&api, "ben").await.body["task_id"].as_str().unwrap().to_owned();
+        let t = Instant::now();
+        while status_of(&api, &other).await.0 != "working" || status_of(&api, &first).await.0 != "working" {
+            assert!(t.elapsed() < Duration::from_secs(30), "the first tasks of anna and ben did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (status, queue) = status_of(&api, &second).await;
+        assert_eq!(status, "submitted", "a slot is free, but anna runs her share");
+        assert_eq!((&queue["position"], &queue["reason"]), (&json!(1), &json!("user_running_limit")), "{queue}");
+        assert!(queue["message"].as_str().unwrap().contains("server.max_running_per_user"), "{queue}");
+        for id in [&second, &first, &other] {
+            api.post(&format!("/v1/tasks/{id}/cancel"), json!({})).await;
+        }
+    }
+
+    #[test]
+    fn max_running_per_user_is_validated_and_defaults_to_a_share_of_the_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("w.yaml");
+        std::fs::write(&file, "server:\n  max_running_per_user: 0\n").unwrap();
+        let e = Config::from_file(&file).unwrap_err().to_string();
+        assert!(e.contains("server.max_running_per_user") && e.contains("at least 1"), "{e}");
+        std::fs::write(&file, "server:\n  max_concurrent_tasks: 32\n").unwrap();
+        let options = EngineOptions::from_config(&Config::from_file(&file).unwrap());
+        assert_eq!(options.max_running_per_user, 24, "a quarter of the slots is kept for other users");
+        std::fs::write(&file, "server:\n  max_concurrent_tasks: 4\n  max_running_per_user: 9\n").unwrap();
+        let options = EngineOptions::from_config(&Config::from_file(&file).unwrap());
+        assert_eq!(options.max_running_per_user, 4, "at most every slot");
+    }
+
     #[test]
     fn max_tasks_per_user_is_validated() {
         let dir = tempfile::tempdir().unwrap();
@@ -1429,6 +1528,32 @@ server:
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+    }
+
+    /// Regression (issue 41): `/metrics` answered any token, and its figures are every
+    /// tenant's (tasks queued and running, pending approvals, plugins). Now it is an
+    /// admin's: a user's or an approver's token gets 403 in the standard error shape.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_metrics_are_for_admins_only() {
+        let api = principals_api().await;
+        for who in ["alice", "bob", "ops"] {
+            let r = api.get_as(who, "/metrics").await;
+            assert_eq!(
+                (r.status, r.body["error"]["code"].as_str()),
+                (403, Some("admin_required")),
+                "{who}: {}",
+                r.text
+            );
+            assert!(r.body["error"]["message"].as_str().unwrap().contains(who), "{}", r.text);
+            assert!(!r.text.contains("warden_tasks"), "{who} got figures: {}", r.text);
+        }
+        for who in ["root", "token1"] {
+            let r = api.get_as(who, "/metrics").await;
+            assert_eq!(r.status, 200, "{who}: {}", r.text);
+            assert!(r.text.contains("warden_tasks_submitted_total"), "{}", r.text);
+        }
+        let r = api.send(api.http.get(api.url("/metrics"))).await;
+        assert_eq!(r.status, 401, "no token: {}", r.text);
     }
 
     /// The live task list (`GET /v1/tasks/changes`) pushes each principal the changes of

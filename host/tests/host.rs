@@ -1067,6 +1067,56 @@ mod registry {
         assert_eq!(f.registry.snapshot().plugin_for_kind("ECHO").unwrap().info.version, "0.1.0");
     }
 
+    /// Regression (issue 41): with `require_signature: true`, a trusted-signed `echo` 0.1.0
+    /// dropped into the plugin directory replaced the running signed 0.2.0 — `warden
+    /// plugin pull` refused rollbacks, the directory did not. Now the directory holds the
+    /// same rule: refused (both versions named, in `warden plugins` and the log) and the
+    /// loaded version keeps serving; removing the file first does not lower the floor.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_signed_older_version_dropped_into_the_directory_does_not_roll_back() {
+        use warden::provenance;
+        let (private, public) = provenance::generate().unwrap();
+        let f = fixture(&format!("  trust: [{public}]\n  require_signature: true\n{ECHO_REF}"), &[]).await;
+        let path = f.plugins.join("echo.wasm");
+        let put = |bytes: &[u8], version: &str| {
+            std::fs::write(provenance::sig_path(&path), provenance::sign(&private, "echo", version, bytes).unwrap())
+                .unwrap();
+            std::fs::write(&path, bytes).unwrap();
+        };
+        put(&plugin_bytes("echo-v2"), "0.2.0");
+        f.registry.apply_change(&path).await;
+        assert_eq!(f.registry.snapshot().plugin_for_kind("ECHO").unwrap().info.version, "0.2.0");
+        // The attack: the older signed build, with its valid signature.
+        put(&plugin_bytes("echo"), "0.1.0");
+        f.registry.apply_change(&path).await;
+        let snap = f.registry.snapshot();
+        assert_eq!(snap.plugin_for_kind("ECHO").unwrap().info.version, "0.2.0", "the signed 0.2.0 keeps serving");
+        let status = snap.status();
+        let error = status.iter().find(|s| s.id == "echo").and_then(|s| s.error.clone()).unwrap_or_default();
+        assert!(
+            error.contains("version 0.1.0 is older than the loaded version 0.2.0")
+                && error.contains("plugins.pins.echo"),
+            "{error}"
+        );
+        // Removed, then put back: the floor stays.
+        std::fs::remove_file(&path).unwrap();
+        f.registry.apply_change(&path).await;
+        assert!(f.registry.snapshot().plugin_for_kind("ECHO").is_none());
+        put(&plugin_bytes("echo"), "0.1.0");
+        f.registry.apply_change(&path).await;
+        let snap = f.registry.snapshot();
+        assert!(snap.plugin_for_kind("ECHO").is_none());
+        assert!(
+            snap.invalid["echo"].error.contains("older than the loaded version 0.2.0"),
+            "{}",
+            snap.invalid["echo"].error
+        );
+        // The same version again (or a newer one) loads.
+        put(&plugin_bytes("echo-v2"), "0.2.0");
+        f.registry.apply_change(&path).await;
+        assert_eq!(f.registry.snapshot().plugin_for_kind("ECHO").unwrap().info.version, "0.2.0");
+    }
+
     /// A signature covered the bytes only: a signed file renamed to another id (with its
     /// `.sig`) loaded as that id, with that id's grants, secrets, state and priority.
     #[tokio::test(flavor = "multi_thread")]

@@ -320,6 +320,16 @@ pub const DEFAULT_MAX_QUEUED_TASKS: usize = 1000;
 /// host), still four times the default slots for one user's fan-out; a single-tenant host
 /// submitting bigger bursts raises it.
 pub const DEFAULT_MAX_TASKS_PER_USER: usize = 128;
+/// `server.max_running_per_user` when unset: `max_concurrent_tasks` less a quarter (at least
+/// one). Slots go to the users with the fewest running tasks first, but a slot is only
+/// handed out when one frees, and a task may hold its slot for `task_timeout` (30 min):
+/// a user who took every slot while the host was idle kept the others waiting that long.
+/// A quarter of the slots (8 of the default 32) is kept for the others; a lone user still
+/// runs three quarters of the host, and a single-tenant host sets it to
+/// `max_concurrent_tasks`.
+pub fn default_max_running_per_user(max_concurrent_tasks: usize) -> usize {
+    (max_concurrent_tasks - max_concurrent_tasks / 4).max(1)
+}
 /// Default wall-clock deadline of one task once it runs: longer than any single plugin
 /// call limit an operator is likely to set, so it only stops tasks that are stuck.
 pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -409,6 +419,11 @@ pub struct ServerConfig {
     /// [`DEFAULT_MAX_TASKS_PER_USER`]). With replicas: each replica's own tasks, and the
     /// user's tasks across the cluster when a task goes to the shared queue.
     pub max_tasks_per_user: usize,
+    /// Tasks one `user_id` may run at once (nested subagents not counted); its other
+    /// tasks wait queued while the other users' take the free slots. Unset:
+    /// [`default_max_running_per_user`]; above `max_concurrent_tasks` it is that. With
+    /// replicas: on each replica, which claims no more of a user from the shared queue.
+    pub max_running_per_user: Option<usize>,
     /// Wall-clock deadline of one task once it runs (all its plugin calls and tools).
     #[serde(with = "duration_text")]
     pub task_timeout: Duration,
@@ -618,6 +633,7 @@ impl Default for ServerConfig {
             max_concurrent_tasks: DEFAULT_MAX_CONCURRENT_TASKS,
             max_queued_tasks: DEFAULT_MAX_QUEUED_TASKS,
             max_tasks_per_user: DEFAULT_MAX_TASKS_PER_USER,
+            max_running_per_user: None,
             task_timeout: DEFAULT_TASK_TIMEOUT,
             max_tool_iterations: None,
             max_body: DEFAULT_MAX_BODY,
@@ -852,6 +868,12 @@ impl Config {
             return Err(invalid(
                 "server.max_tasks_per_user".into(),
                 "expected at least 1 (a user with no share could run nothing)".into(),
+            ));
+        }
+        if self.server.max_running_per_user == Some(0) {
+            return Err(invalid(
+                "server.max_running_per_user".into(),
+                "expected at least 1 (a user who may run nothing would wait for ever), or leave it unset".into(),
             ));
         }
         if self.server.task_lease < MIN_TASK_LEASE {

@@ -7,6 +7,10 @@
 //! process's tasks and, for the replicas' shared queue, by the store in the transaction
 //! that queues it ([`crate::store::QueueLimits`]).
 //!
+//! Run slots (`server.max_concurrent_tasks`) go to the users with the fewest running tasks
+//! first, each user running at most `server.max_running_per_user` ([`schedule`]); a queued
+//! task's place and why it waits are [`Engine::queue_place`].
+//!
 //! Each task has one driver (a spawned future). The plugin call runs inside it; cancel,
 //! the deadline and the tool-call limit stop the driver's `select!`, which drops the
 //! plugin call (the wasm instance is interrupted at its next await or epoch tick) and
@@ -26,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::sync::{broadcast, watch};
 
 use crate::config::{
     DEFAULT_MAX_CONCURRENT_TASKS, DEFAULT_MAX_QUEUED_TASKS, DEFAULT_MAX_TASKS_PER_USER, DEFAULT_TASK_TIMEOUT,
@@ -45,6 +49,7 @@ mod metrics;
 mod replica;
 mod resume;
 mod running;
+mod schedule;
 mod tool_schema;
 
 use live::Inner;
@@ -53,6 +58,8 @@ pub use metrics::{DURATION_BUCKETS, Metrics};
 pub use replica::{CLAIM_POLL, CONTROL_POLL, REMOTE_POLL, ReplicaOptions};
 use replica::{QueuedSubmission, RemoteDecision, Replica};
 use running::LiveTasks;
+pub use schedule::{QueuePlace, WaitReason};
+use schedule::{Scheduler, SlotPermit};
 pub use tool_schema::tool_schema;
 
 /// Default TaskOutput wait when `block` is true.
@@ -78,6 +85,9 @@ pub struct EngineOptions {
     /// `server.max_tasks_per_user`: a user's tasks queued or running at once (nested
     /// subagents run inside their root's and are not counted).
     pub max_tasks_per_user: usize,
+    /// `server.max_running_per_user`: a user's tasks running at once here (nested
+    /// subagents not counted).
+    pub max_running_per_user: usize,
     pub task_timeout: Duration,
     /// Most tool calls one task may make; `None` = unlimited. A request may lower it.
     pub max_tool_iterations: Option<u32>,
@@ -99,6 +109,7 @@ impl Default for EngineOptions {
             max_concurrent_tasks: DEFAULT_MAX_CONCURRENT_TASKS,
             max_queued_tasks: DEFAULT_MAX_QUEUED_TASKS,
             max_tasks_per_user: DEFAULT_MAX_TASKS_PER_USER,
+            max_running_per_user: crate::config::default_max_running_per_user(DEFAULT_MAX_CONCURRENT_TASKS),
             task_timeout: DEFAULT_TASK_TIMEOUT,
             max_tool_iterations: None,
             retention: crate::store::DEFAULT_RETENTION,
@@ -111,10 +122,16 @@ impl Default for EngineOptions {
 
 impl EngineOptions {
     pub fn from_config(c: &crate::config::Config) -> Self {
+        let max_concurrent_tasks = c.server.max_concurrent_tasks.max(1);
         EngineOptions {
-            max_concurrent_tasks: c.server.max_concurrent_tasks.max(1),
+            max_concurrent_tasks,
             max_queued_tasks: c.server.max_queued_tasks,
             max_tasks_per_user: c.server.max_tasks_per_user.max(1),
+            max_running_per_user: c
+                .server
+                .max_running_per_user
+                .unwrap_or_else(|| crate::config::default_max_running_per_user(max_concurrent_tasks))
+                .clamp(1, max_concurrent_tasks),
             task_timeout: c.server.task_timeout,
             max_tool_iterations: c.server.max_tool_iterations,
             retention: c.store.retention,
@@ -224,7 +241,7 @@ struct TaskStart {
 /// How a task gets its run slot (`server.max_concurrent_tasks`).
 enum Slot {
     /// Taken already (a slot was free at submission or claim).
-    Taken(tokio::sync::OwnedSemaphorePermit),
+    Taken(SlotPermit),
     /// Wait for one: the task is queued.
     Wait,
     /// None: a nested subagent runs within its root task's slot (taking one of its own
@@ -256,7 +273,8 @@ pub struct Engine {
     tools: Arc<crate::tools::ToolHost>,
     store: Store,
     options: EngineOptions,
-    slots: Arc<Semaphore>,
+    /// The run slots, shared fairly among users.
+    slots: Arc<Scheduler>,
     live: Mutex<LiveTasks>,
     /// Every task record as it changes (submitted, status, plugin build, finished).
     task_changes: broadcast::Sender<Arc<TaskRecord>>,
@@ -308,7 +326,7 @@ impl Engine {
         }
         sweep(&store, &host.services.state, options.retention).await;
         let engine = Arc::new(Engine {
-            slots: Arc::new(Semaphore::new(options.max_concurrent_tasks)),
+            slots: Scheduler::new(options.max_concurrent_tasks, options.max_running_per_user),
             registry: host.registry.clone(),
             tools: host.tools.clone(),
             store,
@@ -570,7 +588,7 @@ impl Engine {
             return Err(e);
         }
         let permit = match &self.replica {
-            Some(_) => self.slots.clone().try_acquire_owned().ok(),
+            Some(_) => self.slots.try_acquire(&user),
             None => None,
         };
         // Secrets live only in this process: a task that carries some, or whose session
@@ -587,7 +605,7 @@ impl Engine {
         if !to_shared_queue
             && permit.is_none()
             && self.metrics.queued.load(Ordering::Relaxed) as usize >= self.options.max_queued_tasks
-            && self.slots.available_permits() == 0
+            && !self.slots.has_room_for(&user)
         {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(SubmitError::QueueFull(self.options.max_queued_tasks));
@@ -755,11 +773,7 @@ impl Engine {
     /// Runs a task this replica took from the shared queue (with `permit` when a slot was
     /// free at once). A claim that cannot run (its submission no longer valid here) ends
     /// `failed` with the reason.
-    async fn start_claimed(
-        self: &Arc<Self>,
-        claimed: crate::store::Claimed,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) {
+    async fn start_claimed(self: &Arc<Self>, claimed: crate::store::Claimed, permit: Option<SlotPermit>) {
         let Some(replica) = &self.replica else { return };
         let mut record = claimed.record;
         let task_id = record.task_id.clone();
@@ -852,7 +866,7 @@ impl Engine {
             Slot::Taken(p) => Some(Some(p)),
             Slot::Parent => Some(None),
             Slot::Wait => tokio::select! {
-                p = self.slots.clone().acquire_owned() => p.ok().map(Some),
+                p = self.slots.acquire(&record.user_id, &task_id) => p.map(Some),
                 _ = live.canceled() => None,
             },
         };
@@ -1018,6 +1032,35 @@ impl Engine {
     /// The task's live handle if it is running or queued.
     pub fn live(&self, id: &str) -> Option<Arc<LiveTask>> {
         self.live_task(id)
+    }
+
+    /// Where a queued (`submitted`) task stands and why it waits: in this process's queue
+    /// ([`schedule`]), or in the replicas' shared queue. `None` once it runs or ended (or
+    /// when its place cannot be read).
+    pub async fn queue_place(&self, rec: &TaskRecord) -> Option<QueuePlace> {
+        if rec.status != TaskState::Submitted {
+            return None;
+        }
+        if self.live_task(&rec.task_id).is_some() {
+            return self.slots.place(&rec.user_id, &rec.task_id);
+        }
+        self.replica.as_ref()?;
+        let max_running = self.options.max_running_per_user;
+        match self.store.queue_position(&rec.task_id).await {
+            Ok(position) => position.map(|position| QueuePlace {
+                position,
+                reason: WaitReason::SharedQueue,
+                message: format!(
+                    "in the replicas' shared queue: the first replica with a free slot takes it (slots go to the \
+                     users with the fewest running tasks first; a replica runs at most {max_running} of one user's \
+                     tasks: server.max_running_per_user)"
+                ),
+            }),
+            Err(e) => {
+                tracing::warn!(task_id = %rec.task_id, error = %e, "reading a task's place in the shared queue failed");
+                None
+            }
+        }
     }
 
     /// The task's record, live or stored.

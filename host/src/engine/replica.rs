@@ -242,16 +242,17 @@ impl Engine {
         if self.is_draining() {
             return;
         }
-        let free = self.slots.available_permits();
+        let free = self.slots.free();
         if free == 0 {
             return;
         }
-        let claimed = match self.store.claim(replica.id(), free, replica.lease_until()).await {
+        let max_running = self.options.max_running_per_user;
+        let claimed = match self.store.claim(replica.id(), free, max_running, replica.lease_until()).await {
             Ok(c) => c,
             Err(e) => return tracing::warn!(error = %e, "claiming queued tasks failed"),
         };
         for c in claimed {
-            let permit = self.slots.clone().try_acquire_owned().ok();
+            let permit = self.slots.try_acquire(&c.record.user_id);
             self.start_claimed(c, permit).await;
         }
     }

@@ -232,8 +232,11 @@ async fn ready_check<E: std::fmt::Display>(what: &str, check: impl Future<Output
     }
 }
 
-async fn metrics_text(State(s): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::render(&s)).into_response()
+/// `GET /metrics`: admins only — its figures span every user (another tenant's pending
+/// approvals, tasks and plugins); a user's token gets 403 `admin_required`.
+async fn metrics_text(State(s): State<AppState>, Extension(who): Extension<Principal>) -> Result<Response, ApiError> {
+    operator::require_admin(&who)?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::render(&s)).into_response())
 }
 
 async fn subagents(State(s): State<AppState>) -> Json<Value> {
@@ -387,10 +390,13 @@ async fn task_output(
     let timeout = q.timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_OUTPUT_TIMEOUT);
     let block = q.block.unwrap_or(true);
     let _long_poll = if block { Some(s.streams.admit(&who)?) } else { None };
-    match s.engine.output(&id, block, timeout).await? {
-        Some(rec) => Ok(Json(task_json(&rec))),
-        None => Err(ApiError::task_not_found(&id)),
+    let Some(rec) = s.engine.output(&id, block, timeout).await? else { return Err(ApiError::task_not_found(&id)) };
+    let mut out = task_json(&rec);
+    // While it waits: where it stands in the queue and why.
+    if let Some(place) = s.engine.queue_place(&rec).await {
+        out["queue"] = json!(place);
     }
+    Ok(Json(out))
 }
 
 async fn task_events(

@@ -52,8 +52,8 @@ async fn me(Extension(who): Extension<Principal>) -> Json<Value> {
     Json(json!({ "name": who.name, "role": who.role, "user_id": who.default_user, "approves": who.approves }))
 }
 
-/// 403 unless `who` is an admin: sessions and the audit log span every user.
-fn require_admin(who: &Principal) -> Result<(), ApiError> {
+/// 403 unless `who` is an admin: sessions, the audit log and `/metrics` span every user.
+pub(super) fn require_admin(who: &Principal) -> Result<(), ApiError> {
     if who.is_admin() {
         Ok(())
     } else {

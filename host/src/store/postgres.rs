@@ -121,6 +121,23 @@ const STATE_USAGE: &str = "SELECT COALESCE(SUM(octet_length(key) + octet_length(
      COALESCE(SUM(octet_length(key) + octet_length(value)) FILTER (WHERE key = $2), 0)::bigint \
      FROM plugin_state WHERE plugin = $1";
 
+/// The fair-share order of the shared queue (the engine's `schedule` rule across replicas),
+/// as the common tables `held` (each user's tasks held by any replica, nested subagents not
+/// counted) and `ranked` (the waiting tasks): a task's `rank` is the number of its user's
+/// tasks queued before it, its `level` that plus what its user holds. Tasks are claimed by
+/// level, then age: the oldest task of the user holding the fewest first, first come first
+/// served within a user.
+const FAIR_ORDER: &str = "WITH held AS ( \
+       SELECT t.user_id, q.owner, count(*) AS n FROM task_queue q JOIN tasks t ON t.task_id = q.task_id \
+       WHERE q.owner IS NOT NULL AND (t.record->>'parent_task_id') IS NULL GROUP BY t.user_id, q.owner), \
+     ranked AS ( \
+       SELECT q.task_id, q.queued_at_ms, t.user_id, \
+              row_number() OVER (PARTITION BY t.user_id ORDER BY q.queued_at_ms, q.task_id) - 1 AS rank, \
+              coalesce((SELECT sum(h.n) FROM held h WHERE h.user_id = t.user_id), 0)::bigint \
+                + row_number() OVER (PARTITION BY t.user_id ORDER BY q.queued_at_ms, q.task_id) - 1 AS level \
+       FROM task_queue q JOIN tasks t ON t.task_id = q.task_id \
+       WHERE q.owner IS NULL)";
+
 /// A task a replica took from the queue: its record and its stored submission.
 pub(super) type ClaimedRow = (String, Option<String>, Option<String>);
 
@@ -496,27 +513,52 @@ impl PgBackend {
         settle_transaction(outcome, &mut guard)
     }
 
-    /// Takes up to `n` unclaimed tasks, oldest first, for `owner` until `lease_until`
-    /// (rows another replica is claiming at the same moment are skipped, not waited for).
+    /// Takes up to `n` unclaimed tasks for `owner` until `lease_until`, in the fair-share
+    /// order of [`FAIR_ORDER`], no more of a user than makes `max_running` held by `owner`
+    /// (the cap is per replica, as `server.max_concurrent_tasks` is; rows another replica
+    /// is claiming at the same moment are skipped, not waited for).
     /// Returns (task id, submission, record) of each.
-    pub(super) async fn claim(&self, owner: &str, n: usize, lease_until: u64) -> Result<Vec<ClaimedRow>, String> {
+    pub(super) async fn claim(
+        &self,
+        owner: &str,
+        n: usize,
+        max_running: usize,
+        lease_until: u64,
+    ) -> Result<Vec<ClaimedRow>, String> {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let max_running = i64::try_from(max_running).unwrap_or(i64::MAX);
         let lease = ms(lease_until);
-        let rows = self
-            .read(|c| async move {
-                c.query(
-                    "UPDATE task_queue q SET owner = $1, lease_until_ms = $2 \
-                     FROM (SELECT task_id FROM task_queue WHERE owner IS NULL ORDER BY queued_at_ms \
-                           LIMIT $3 FOR UPDATE SKIP LOCKED) c \
-                     WHERE q.task_id = c.task_id \
-                     RETURNING q.task_id, q.submission::text, \
-                               (SELECT t.record::text FROM tasks t WHERE t.task_id = q.task_id)",
-                    &[&owner, &lease, &n],
-                )
-                .await
-            })
-            .await?;
+        let sql = format!(
+            "{FAIR_ORDER} \
+             UPDATE task_queue q SET owner = $1, lease_until_ms = $2 \
+             FROM (SELECT w.task_id FROM task_queue w JOIN ranked r ON r.task_id = w.task_id \
+                   WHERE w.owner IS NULL \
+                     AND coalesce((SELECT h.n FROM held h WHERE h.user_id = r.user_id AND h.owner = $1), 0) \
+                         + r.rank < $4 \
+                   ORDER BY r.level, r.queued_at_ms, r.task_id \
+                   LIMIT $3 FOR UPDATE OF w SKIP LOCKED) c \
+             WHERE q.task_id = c.task_id \
+             RETURNING q.task_id, q.submission::text, \
+                       (SELECT t.record::text FROM tasks t WHERE t.task_id = q.task_id)"
+        );
+        let sql = &sql;
+        let rows =
+            self.read(|c| async move { c.query(sql.as_str(), &[&owner, &lease, &n, &max_running]).await }).await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    }
+
+    /// Where the unclaimed task `task_id` stands in [`FAIR_ORDER`] (1 = claimed next; the
+    /// per-replica caps left aside); `None` when it is not waiting.
+    pub(super) async fn queue_position(&self, task_id: &str) -> Result<Option<usize>, String> {
+        let sql = format!(
+            "{FAIR_ORDER} \
+             SELECT (SELECT 1 + count(*) FROM ranked r \
+                     WHERE (r.level, r.queued_at_ms, r.task_id) < (me.level, me.queued_at_ms, me.task_id)) \
+             FROM ranked me WHERE me.task_id = $1"
+        );
+        let sql = &sql;
+        let row = self.read(|c| async move { c.query_opt(sql.as_str(), &[&task_id]).await }).await?;
+        Ok(row.map(|r| usize::try_from(r.get::<_, i64>(0)).unwrap_or(usize::MAX)))
     }
 
     /// What other replicas asked of `owner`: the tasks it holds that someone canceled, and

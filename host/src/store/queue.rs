@@ -125,10 +125,19 @@ impl Store {
         pg.enqueue(rec, first_event, &submission.to_string(), limits).await.map_err(|e| self.err(e))
     }
 
-    /// Takes up to `n` waiting tasks for `replica` until `lease_until`.
-    pub async fn claim(&self, replica: &str, n: usize, lease_until: u64) -> Result<Vec<Claimed>, StoreError> {
+    /// Takes up to `n` waiting tasks for `replica` until `lease_until`, by the fair-share
+    /// rule: the oldest task of the user with the fewest tasks held cluster-wide first, and
+    /// no more of a user than makes `max_running_per_user` held by `replica` (the engine's
+    /// `schedule` rule, on the shared queue).
+    pub async fn claim(
+        &self,
+        replica: &str,
+        n: usize,
+        max_running_per_user: usize,
+        lease_until: u64,
+    ) -> Result<Vec<Claimed>, StoreError> {
         let Some(pg) = self.pg() else { return Ok(vec![]) };
-        let rows = pg.claim(replica, n, lease_until).await.map_err(|e| self.err(e))?;
+        let rows = pg.claim(replica, n, max_running_per_user, lease_until).await.map_err(|e| self.err(e))?;
         let mut claimed = vec![];
         for (task_id, submission, record) in rows {
             let parsed = record.as_deref().map(serde_json::from_str::<TaskRecord>);
@@ -143,6 +152,14 @@ impl Store {
             }
         }
         Ok(claimed)
+    }
+
+    /// Where the unclaimed task `task_id` stands in the shared queue (1 = the next
+    /// claimed), by the order [`Store::claim`] takes tasks in if nothing else arrives (the
+    /// per-replica caps left aside); `None` when it is not waiting there.
+    pub async fn queue_position(&self, task_id: &str) -> Result<Option<usize>, StoreError> {
+        let Some(pg) = self.pg() else { return Ok(None) };
+        pg.queue_position(task_id).await.map_err(|e| self.err(e))
     }
 
     /// Cancels and decisions other replicas left for `replica`.

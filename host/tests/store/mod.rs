@@ -509,6 +509,60 @@ async fn postgres_plugin_state_is_the_same_on_every_replica() {
     b.finish().await;
 }
 
+/// Regression (issue 41): replicas claimed the shared queue oldest first, so one user's
+/// backlog held every other user's task until it had all run. The claim now takes the
+/// oldest task of the user holding the fewest tasks cluster-wide, no more of a user than
+/// `max_running_per_user` on the claiming replica, and a waiting task's place follows the
+/// same order.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_regression_the_shared_queue_is_claimed_fairly_between_users() {
+    use warden::store::{Enqueued, QueueLimits};
+    let b = Backend::postgres().await;
+    let store = b.open().await;
+    let limits = QueueLimits { max_queued: 1000, max_per_user: 1000 };
+    let mut created = 10;
+    let mut enqueue = |user: &str, id: &str| {
+        created += 1;
+        let mut rec = record(id, TaskState::Submitted, None);
+        rec.user_id = user.into();
+        rec.created_at_ms = created;
+        let store = store.clone();
+        async move {
+            let first = json!({ "type": "status", "status": "submitted" });
+            let queued = store.enqueue(&rec, &first, &json!({}), limits).await.unwrap();
+            assert_eq!(queued, Enqueued::Queued);
+        }
+    };
+    for i in 0..100 {
+        enqueue("anna", &format!("a{i:03}")).await;
+    }
+    enqueue("ben", "b000").await;
+    // The claimed ids, sorted (an UPDATE returns its rows in no particular order).
+    let ids = |claimed: Vec<warden::store::Claimed>| {
+        let mut ids: Vec<String> = claimed.into_iter().map(|c| c.record.task_id).collect();
+        ids.sort();
+        ids
+    };
+    let lease = now_ms() + 60_000;
+    // Two slots free: anna's oldest and ben's (fewest held, each), not anna's two oldest.
+    assert_eq!(store.queue_position("b000").await.unwrap(), Some(2));
+    assert_eq!(ids(store.claim("r1", 2, 10, lease).await.unwrap()), ["a000", "b000"]);
+    enqueue("ben", "b001").await;
+    // anna and ben hold one each; ben's next is queued after anna's, so anna's comes first.
+    assert_eq!(store.queue_position("a001").await.unwrap(), Some(1));
+    assert_eq!(store.queue_position("b001").await.unwrap(), Some(2));
+    assert_eq!(store.queue_position("a000").await.unwrap(), None, "claimed: not waiting");
+    assert_eq!(ids(store.claim("r2", 3, 10, lease).await.unwrap()), ["a001", "a002", "b001"]);
+    // The cap is per replica: r2 runs two of anna's tasks, so with max_running_per_user 2
+    // it takes none of hers however many slots it has; cleo's (holding none) comes first.
+    enqueue("cleo", "c000").await;
+    assert_eq!(store.queue_position("a003").await.unwrap(), Some(2));
+    assert_eq!(ids(store.claim("r2", 5, 2, lease).await.unwrap()), ["c000"]);
+    // r1 runs one of hers: it takes one more.
+    assert_eq!(ids(store.claim("r1", 5, 2, lease).await.unwrap()), ["a003"]);
+    b.finish().await;
+}
+
 /// Regression: listings read every task and paged by offset. Pages now follow a keyset
 /// cursor on (created, id) through an index: newest first, no task twice or skipped even
 /// as tasks arrive between pages or are purged, and a tenant's pages hold only its tasks.
