@@ -347,7 +347,11 @@ mod tests {
     fn every_override_is_counted_and_home_is_the_workspace() {
         let env = base_env([]);
         assert!(env.contains(&format!("GIT_CONFIG_COUNT={}", GIT_OVERRIDES.len())));
-        assert!(env.contains(&format!("GIT_CONFIG_KEY_{}={}", GIT_OVERRIDES.len() - 1, GIT_OVERRIDES.last().unwrap().0)));
+        assert!(env.contains(&format!(
+            "GIT_CONFIG_KEY_{}={}",
+            GIT_OVERRIDES.len() - 1,
+            GIT_OVERRIDES.last().unwrap().0
+        )));
         assert!(env.contains(&"HOME=/workspace".to_owned()));
     }
 

@@ -37,9 +37,9 @@ mod agent;
 pub mod config;
 pub mod container;
 mod disk;
-pub mod environment;
 pub mod egress;
 pub mod egress_policy;
+pub mod environment;
 pub mod error;
 mod exec;
 mod lanes;
@@ -52,6 +52,7 @@ mod shell_state;
 pub mod tools;
 mod workspace;
 
+pub use agent::FileIdentity;
 pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
 pub use egress::{
     EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy, EgressReport,
@@ -66,5 +67,4 @@ pub use metrics::MetricsSnapshot;
 pub use process::{ProcessId, SessionProcess, Settler};
 pub use session::{HostStatus, MAX_CONCURRENT_DOWNLOADS, PruneReport, Sandbox, SessionInfo, SessionKey};
 pub use shell_state::writer_of;
-pub use agent::FileIdentity;
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

@@ -135,7 +135,13 @@ pub(crate) async fn resolve(ctx: &SessionCtx<'_>, path: &str, purpose: Purpose) 
             });
         }
     }
-    Ok(Target { path: resolved, kind, size: o.num("size").max(0) as u64, links: o.num("links").max(0) as u64, identity })
+    Ok(Target {
+        path: resolved,
+        kind,
+        size: o.num("size").max(0) as u64,
+        links: o.num("links").max(0) as u64,
+        identity,
+    })
 }
 
 #[cfg(test)]

@@ -196,7 +196,6 @@ pub(crate) fn validate_task_env(env: &[(String, String)]) -> Result<(), SandboxE
     Ok(())
 }
 
-
 /// The path field a file tool reads or writes (Read/Write/Edit `file_path`, Glob/Grep
 /// `path`, default /workspace), or `None` for tools without one.
 pub fn tool_path(tool: &str, input: &Value) -> Option<String> {
