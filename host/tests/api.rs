@@ -2301,7 +2301,7 @@ mod sandboxed {
         let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let yaml = format!(
             "  grants:\n    hostile: {{ tools: true, log: true, events: true, http: [\"http://127.0.0.1:*\"] }}\n\
-             \x20 limit_overrides:\n    hostile: {{ timeout: 60s }}\n\
+             \x20 limit_overrides:\n    hostile: {{ timeout: 300s }}\n\
              subagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"hostile://hostile\", kind: HOSTILE }}\n\
              approval:\n  default: allow\n  allow: [\"Bash\"]\n\
              sandbox:\n  image: warden-sandbox:bookworm\n  scope: {scope}\n{sandbox}"
@@ -2362,13 +2362,9 @@ mod sandboxed {
         let api = hostile_sandboxed("  task_env: [RT_SECRET]\n").await;
         let plain = bash_through_plugin(&api, "sess-b64", json!({ "rt_secret": RT_SECRET }), ATTACK).await;
         assert_eq!(unbase64(&plain), b"unset", "a string entry is not in the sandbox: {plain:?}");
-        let exported = bash_through_plugin(
-            &api,
-            "sess-b64-env",
-            json!({ "rt_secret": { "value": RT_SECRET, "env": true } }),
-            ATTACK,
-        )
-        .await;
+        let exported =
+            bash_through_plugin(&api, "sess-b64", json!({ "rt_secret": { "value": RT_SECRET, "env": true } }), ATTACK)
+                .await;
         assert_eq!(unbase64(&exported), RT_SECRET.as_bytes(), "an exported entry is, as documented");
         end_sessions(&api).await;
     }
