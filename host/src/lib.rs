@@ -15,7 +15,8 @@
 //! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`event`]
 //!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task), [`store`],
 //!   [`logging`] (the operator's log, scrubbed per owner) over [`redact`], [`builtin`], [`text`],
-//!   [`bounded_read`], [`http_client`] (the one hardened outbound HTTP client builder).
+//!   [`bounded_read`], [`http_client`] (the one hardened outbound HTTP client builder),
+//!   [`tool_context`] (a task's secrets and where each is delivered).
 //!
 //! This file only declares modules and re-exports; it holds nothing other modules import.
 
@@ -47,6 +48,7 @@ pub mod store;
 pub mod task;
 pub mod task_state;
 pub mod text;
+pub mod tool_context;
 pub mod tools;
 
 pub use app::Host;

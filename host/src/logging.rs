@@ -10,7 +10,8 @@
 //! scrubbed with [`SecretRegistry::operator_union`] (the host's secrets and every session's
 //! fit values), since any tenant's secret could be in it. So a tenant's `tool_context`
 //! value never rewrites a line about another tenant's session, and words (`task_`, `Bash`,
-//! a user name) never rewrite any line (see `crate::redact`).
+//! a user name) never rewrite any line (see `crate::redact`). A plugin's own lines reach
+//! this writer already scrubbed of every value of their task's session (the `log` import).
 //!
 //! [`init`] builds the one subscriber: the CLI and the tests use it, so what is tested is
 //! what runs.

@@ -281,7 +281,10 @@ impl<'a> StdioUse<'a> {
         let Ok(McpTransport::Stdio { env, .. }) = self.config.transport() else {
             return Err(format!("MCP server {:?} is not a stdio server", self.name));
         };
-        let (env, secrets) = expand_env(self.name, env, site.secrets)?;
+        // An operator's server may name any of the task's secrets; the subagent's own only
+        // those the task exports into the sandbox anyway (`tool_context` with `env`).
+        let taken = if self.agent_defined { site.exported } else { site.secrets };
+        let (env, secrets) = expand_env(self.name, env, taken)?;
         let key = StdioKey {
             user: site.key.user_id.clone(),
             session: site.key.session_id.clone(),
@@ -347,7 +350,10 @@ pub enum AgentStart {
 pub struct SessionSite<'a> {
     pub sandbox: &'a Arc<Sandbox>,
     pub key: &'a SessionKey,
+    /// Every `tool_context` entry by variable name (an operator's server's `${NAME}`).
     pub secrets: &'a [(String, String)],
+    /// The entries the task exports into the sandbox (an agent-defined server's `${NAME}`).
+    pub exported: &'a [(String, String)],
     pub task_id: &'a str,
     pub egress: &'a [Arc<warden_sandbox::EgressNarrowing>],
 }
@@ -1433,7 +1439,7 @@ mod tests {
 
     /// A session site without Docker (the sandbox contacts it at first use only).
     fn site_of<'a>(sandbox: &'a Arc<Sandbox>, key: &'a SessionKey, secrets: &'a [(String, String)]) -> SessionSite<'a> {
-        SessionSite { sandbox, key, secrets, task_id: "t", egress: &[] }
+        SessionSite { sandbox, key, secrets, exported: secrets, task_id: "t", egress: &[] }
     }
 
     /// Finding 3 of the supply-chain review: a stdio server's process was keyed by user,

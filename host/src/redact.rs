@@ -1,8 +1,8 @@
 //! The one scrubber: every way a `tool_context` secret could leave warden goes through
 //! a [`Redactor`].
 //!
-//! A task's `tool_context` values are secrets: they reach sandbox execs as environment
-//! variables and nothing else. [`SecretRegistry::remember`] records them for the task's
+//! A task's `tool_context` values are secrets: each goes only where its entry says
+//! (`crate::tool_context`), and nothing else. [`SecretRegistry::remember`] records them for the task's
 //! session (user id + session id) — a session remembers every secret given to any of its
 //! tasks, so a later task of the session is scrubbed of them too. Text is scrubbed with
 //! the secrets of whose it is ([`SecretRegistry::owner`]): a session's with the session's
@@ -18,14 +18,18 @@
 //! every session's fit values. A tenant that passes `task_`, `session`, `Bash` or its own
 //! name as a `tool_context` value therefore blanks none of them from any operator's line,
 //! its own included; those values are still scrubbed from everything the tenant, its
-//! plugins and its models read.
+//! plugins and its models read, and from every line a plugin writes to the log: plugin
+//! text is the task's, scrubbed with the session's whole [`Redactor`] at the `log`
+//! import before it becomes a record, whatever the values look like.
 //!
 //! Where text leaves, it is scrubbed with the session's [`Redactor`]: task events (the
 //! engine, before they are kept or stored), outputs, errors and task records, SSE frames
 //! and HTTP bodies (again on the way out, so a secret learned later is scrubbed from
 //! older records too), pending approvals, downloaded files, tool results before a
 //! plugin (and its model) reads them, the errors imports return to a plugin, plugin state
-//! (key and value, at the `state` import) and the audit log's free-text fields.
+//! (key and value, at the `state` import), a plugin's events and log lines (at their
+//! imports) and the audit log's free-text fields. A plugin's outgoing HTTP request that
+//! holds one ([`Redactor::finds`]) is refused rather than scrubbed.
 //!
 //! Streamed text (`token`, `reasoning`) goes through a [`StreamScrubber`], which always
 //! holds back the last (longest secret − 1) bytes, so a secret split over chunks is
@@ -308,6 +312,12 @@ impl Redactor {
                 Cow::Owned(String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
             }
         }
+    }
+
+    /// Whether `bytes` hold any secret, in any form matched ([`forms`]): what a plugin's
+    /// outgoing request is refused for.
+    pub fn finds(&self, bytes: &[u8]) -> bool {
+        self.matcher().ac.as_ref().is_some_and(|ac| ac.is_match(bytes))
     }
 
     /// Bytes with every secret replaced by [`REDACTED`] (files, log lines).

@@ -44,9 +44,16 @@ pub struct TaskScope {
     pub allowed_tools: Option<Vec<String>>,
     /// The definition's reasoning effort, handed to every model call of the task.
     pub reasoning_effort: Option<warden_models::ReasoningEffort>,
-    /// Per-task secrets for sandbox execs (`tool_context`), as environment variables;
-    /// never logged or stored.
+    /// The task's `tool_context` entries exported into every sandboxed command's
+    /// environment (`"env": true`, names the operator lists in `sandbox.task_env`); never
+    /// logged or stored.
     pub tool_env: Vec<(String, String)>,
+    /// Every `tool_context` entry by variable name: what `${NAME}` in an operator's MCP
+    /// server `env` may take (not exported otherwise).
+    pub tool_secrets: Vec<(String, String)>,
+    /// The `tool_context` entries the egress proxy adds to the session's requests to their
+    /// hosts while a call of this task runs (`inject`).
+    pub egress_credentials: Vec<Arc<warden_sandbox::egress::Credential>>,
     /// Where the task's events go.
     pub events: Option<EventSink>,
     /// How to ask a person (TTY prompt, MCP elicitation); `None` = only the approvals API.

@@ -235,7 +235,8 @@ impl ToolHost {
         let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
             sandbox,
             key: &key,
-            secrets: &scope.tool_env,
+            secrets: &scope.tool_secrets,
+            exported: &scope.tool_env,
             task_id: &scope.task_id,
             egress: &scope.egress,
         });
@@ -275,7 +276,8 @@ impl ToolHost {
             let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
                 sandbox,
                 key,
-                secrets: &scope.tool_env,
+                secrets: &scope.tool_secrets,
+                exported: &scope.tool_env,
                 task_id: &scope.task_id,
                 egress: &scope.egress,
             });
@@ -516,8 +518,13 @@ impl ToolHost {
                     Ok(path) => {
                         let _flight = self.fly(scope, &key);
                         // The session's proxy judges this call's connections by the
-                        // operator's list narrowed by the subagent's and the task's.
-                        let _egress = self.sandbox.as_ref().ok().map(|sb| sb.hold_egress(&key, &scope.egress));
+                        // operator's list narrowed by the subagent's and the task's, and
+                        // adds the task's injected secrets while the call runs.
+                        let _egress = self
+                            .sandbox
+                            .as_ref()
+                            .ok()
+                            .map(|sb| sb.hold_egress_with(&key, &scope.egress, &scope.egress_credentials));
                         self.run_allowed(scope, &key, &call, path.as_ref()).await
                     }
                 },

@@ -2532,7 +2532,7 @@ mod sandboxed {
         // Hosts of one scope reap each other's containers on start: one scope per test.
         let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let yaml = claude_scripted(&format!(
-            "sandbox:\n  image: warden-sandbox:bookworm\n  scope: {scope}\napproval:\n{approval}\n"
+            "sandbox:\n  image: warden-sandbox:bookworm\n  scope: {scope}\n  task_env: [API_TOKEN]\napproval:\n{approval}\n"
         ));
         let files = [("script.yaml", script), ("agents/worker.md", agent)];
         api_with_files(&[(bundled_plugin("claude"), "claude")], &yaml, vec![], &files).await
@@ -2542,6 +2542,157 @@ mod sandboxed {
         if let Ok(s) = api.engine.tools().sandbox() {
             let _ = s.shutdown().await;
         }
+    }
+
+    /// A sandboxed deployment of the `hostile` test plugin (its `script:` calls tools and
+    /// sends HTTP), every Bash call allowed; `sandbox` adds keys under `sandbox:`.
+    async fn hostile_sandboxed(sandbox: &str) -> Api {
+        let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let yaml = format!(
+            "  grants:\n    hostile: {{ tools: true, log: true, events: true, http: [\"http://127.0.0.1:*\"] }}\n\
+             \x20 limit_overrides:\n    hostile: {{ timeout: 300s }}\n\
+             subagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"hostile://hostile\", kind: HOSTILE }}\n\
+             approval:\n  default: allow\n  allow: [\"Bash\"]\n\
+             sandbox:\n  image: warden-sandbox:bookworm\n  scope: {scope}\n{sandbox}"
+        );
+        api_with(&[(test_plugin("hostile"), "hostile")], &yaml, vec![]).await
+    }
+
+    /// Runs one Bash command through the hostile plugin's `tools.call` as a task of
+    /// `session` with `tool_context`; the command's output.
+    async fn bash_through_plugin(api: &Api, session: &str, tool_context: Value, command: &str) -> String {
+        let args = json!({ "command": command }).to_string();
+        let ops = json!([{ "op": "tools_call", "name": "Bash", "arguments": args }]);
+        let r = api
+            .post(
+                "/v1/tasks",
+                json!({ "description": "d", "prompt": format!("script:{ops}"), "subagent_type": "hostile",
+                        "session_id": session, "tool_context": tool_context }),
+            )
+            .await;
+        assert_eq!((r.status, r.body["status"].as_str()), (200, Some("completed")), "{}", r.text);
+        let results: Vec<String> = serde_json::from_str(r.body["output"].as_str().unwrap()).unwrap();
+        let calls: Value =
+            serde_json::from_str(results[0].strip_prefix("ok:").unwrap_or_else(|| panic!("{results:?}"))).unwrap();
+        assert_eq!(calls[0]["is_error"], false, "{calls}");
+        calls[0]["content"].as_str().unwrap().to_owned()
+    }
+
+    /// Standard base64 (what the sandbox's `base64` writes), decoded.
+    fn unbase64(text: &str) -> Vec<u8> {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let (mut out, mut acc, mut bits) = (Vec::new(), 0u32, 0);
+        for c in text.bytes().filter(|c| !c.is_ascii_whitespace() && *c != b'=') {
+            let v = ALPHABET.iter().position(|a| *a == c).unwrap_or_else(|| panic!("not base64: {text:?}"));
+            acc = (acc << 6) | v as u32;
+            bits += 6;
+            if bits >= 8 {
+                bits -= 8;
+                out.push((acc >> bits) as u8);
+            }
+        }
+        out
+    }
+
+    /// Regression (issue 41, item 1): a task's `tool_context` string was exported into
+    /// its sandbox commands' environment, so its plugin ran `printf %s "$RT_SECRET" |
+    /// base64` through `tools.call`, decoded the answer (the scrubber does not know
+    /// base64) and had the secret. A string entry is no longer in the sandbox; exporting
+    /// is the caller's explicit choice (`"env": true`) of a name the operator lists in
+    /// `sandbox.task_env`, and then the same attack works — which is what that choice
+    /// documents (the positive control that the attack runs).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_plugin_recovered_a_string_secret_through_the_sandbox_in_base64() {
+        if !docker_ok() {
+            return;
+        }
+        const RT_SECRET: &str = "rt-secret-9c1e7b2d4c68";
+        const ATTACK: &str = "printf %s \"$RT_SECRET\" | base64";
+        let api = hostile_sandboxed("  task_env: [RT_SECRET]\n").await;
+        let plain = bash_through_plugin(&api, "sess-b64", json!({ "rt_secret": RT_SECRET }), ATTACK).await;
+        assert_eq!(unbase64(&plain), b"", "a string entry is not in the sandbox: {plain:?}");
+        let exported =
+            bash_through_plugin(&api, "sess-b64", json!({ "rt_secret": { "value": RT_SECRET, "env": true } }), ATTACK)
+                .await;
+        assert_eq!(unbase64(&exported), RT_SECRET.as_bytes(), "an exported entry is, as documented");
+        end_sessions(&api).await;
+    }
+
+    /// An entry is exported only under a name the operator lists in `sandbox.task_env`
+    /// (empty by default), and `inject` needs `sandbox.egress`: otherwise the task is
+    /// refused, naming `tool_context.<key>` and why.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_entry_is_exported_only_under_a_name_the_operator_lists() {
+        if !docker_ok() {
+            return;
+        }
+        let api = hostile_sandboxed("").await;
+        for (tool_context, why) in [
+            (json!({ "rt_secret": { "value": "v4lue-1", "env": true } }), "sandbox.task_env"),
+            (json!({ "bash-env": { "value": "v4lue-1", "env": true } }), "changes how the shell"),
+            (
+                json!({ "svc": { "value": "v4lue-1", "inject": { "host": "api.example.com", "header": "Authorization" } } }),
+                "sandbox.egress",
+            ),
+        ] {
+            let key = tool_context.as_object().unwrap().keys().next().unwrap().clone();
+            let r = api
+                .post(
+                    "/v1/tasks",
+                    json!({ "description": "d", "prompt": "script:[]", "subagent_type": "hostile", "tool_context": tool_context }),
+                )
+                .await;
+            assert_eq!((r.status, r.body["error"]["code"].as_str()), (400, Some("invalid_field")), "{}", r.text);
+            let message = r.body["error"]["message"].as_str().unwrap();
+            assert!(message.contains(&format!("tool_context.{key}")) && message.contains(why), "{message}");
+            assert!(!message.contains("v4lue-1"), "{message}");
+        }
+        end_sessions(&api).await;
+    }
+
+    /// Issue 41, item 1: an `inject` entry reaches the server it names through the
+    /// session's egress proxy — the header arrives — while the sandbox never holds it (not
+    /// in the command's environment, nor any process's), and only while a call of its task
+    /// runs: the same request from a later task of the session, without it, goes bare.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_injected_secret_reaches_its_host_through_the_proxy_and_never_the_sandbox() {
+        if !docker_ok() {
+            return;
+        }
+        const TOKEN: &str = "inj3cted-5f3a9c1e7b2d";
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let log = seen.clone();
+        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let log = log.clone();
+            async move {
+                let token = headers.get("x-task-token").and_then(|v| v.to_str().ok()).unwrap_or("none").to_owned();
+                log.lock().unwrap().push(token);
+                "reached"
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let api = hostile_sandboxed(&format!("  egress:\n    allow: [\"127.0.0.1:{port}\"]\n")).await;
+        let entry = json!({ "svc": { "value": TOKEN,
+            "inject": { "host": format!("127.0.0.1:{port}"), "header": "X-Task-Token", "format": "Token {}" } } });
+        // `--noproxy ''`: inside the sandbox 127.0.0.1 is the sandbox; the proxy reaches the host's.
+        let command = format!(
+            "curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/hello; echo; \
+             cat /proc/[0-9]*/environ 2>/dev/null | base64 -w0"
+        );
+        let out = bash_through_plugin(&api, "sess-inject", entry, &command).await;
+        let (reply, environ) = out.split_once('\n').unwrap_or_else(|| panic!("{out:?}"));
+        assert_eq!(reply, "reached", "{out}");
+        assert_eq!(*seen.lock().unwrap(), [format!("Token {TOKEN}")], "the header arrived");
+        let environ = unbase64(environ.trim());
+        assert!(environ.windows(8).any(|w| w == b"HOME=/wo"), "the environments were read: {environ:?}");
+        assert!(!environ.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes()), "the sandbox never holds it");
+        // Tied to the task's calls: the next task of the session has no such entry.
+        let out = bash_through_plugin(&api, "sess-inject", json!({}), &command).await;
+        assert!(out.starts_with("reached"), "{out}");
+        assert_eq!(seen.lock().unwrap()[1], "none", "no call of the owning task runs");
+        end_sessions(&api).await;
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -2560,7 +2711,8 @@ mod sandboxed {
         let api = deployment(script, "  default: ask\n  ask: [\"Bash\"]\n  allow: [\"Read\"]\n").await;
         let body = json!({
             "description": "store digest", "prompt": "store the token digest", "subagent_type": "worker",
-            "session_id": "sess-approval", "user_id": "alice", "tool_context": { "api-token": SECRET }
+            "session_id": "sess-approval", "user_id": "alice",
+            "tool_context": { "api-token": { "value": SECRET, "env": true } }
         });
         let mut s = api.stream("/v1/tasks", Some(body), None).await;
         let task_id = s.task_id.clone().unwrap();
@@ -2642,7 +2794,9 @@ mod sandboxed {
         let approval = "  default: ask\n  allow: [\"Bash\", \"Read\"]\n  audit_log: ./audit.jsonl";
         let api = deployment_with(&script, approval, agent).await;
         let mut wrote = Vec::<u8>::new();
-        for (n, tool_context) in [json!({ "api-token": SECRET }), json!({})].into_iter().enumerate() {
+        for (n, tool_context) in
+            [json!({ "api-token": { "value": SECRET, "env": true } }), json!({})].into_iter().enumerate()
+        {
             let body = json!({
                 "description": format!("uses {SECRET}"), "prompt": format!("use {SECRET}"), "subagent_type": "worker",
                 "session_id": "sess-secret", "user_id": "alice", "tool_context": tool_context

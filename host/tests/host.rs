@@ -2042,6 +2042,193 @@ mod imports {
         assert!(err_naming(&r[1], "invalid-input", "not a regular file"), "{r:?}");
         assert_eq!(r[2], "ok:5");
     }
+
+    /// Every log line of this test binary, written through warden's own log writer (as
+    /// `warden serve` installs it), for the tests that search the log.
+    fn logs() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
+        static LOGS: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+        LOGS.get_or_init(|| {
+            let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let sink = buf.clone();
+            warden::logging::init(tracing_subscriber::EnvFilter::new("info"), move || LogSink(sink.clone()));
+            buf
+        })
+    }
+
+    struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for LogSink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The log lines holding `needle`.
+    fn log_lines_with(needle: &str) -> Vec<String> {
+        let all = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+        all.lines().filter(|l| l.contains(needle)).map(str::to_owned).collect()
+    }
+
+    /// A server that records every byte it receives and answers each request `200 ok`.
+    async fn recording_server() -> (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let app = axum::Router::new().fallback(|| async { "ok" }).layer(axum::middleware::from_fn({
+            let seen = seen.clone();
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let seen = seen.clone();
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+                    let mut got = format!("{} {}\n", parts.method, parts.uri).into_bytes();
+                    for (k, v) in &parts.headers {
+                        got.extend_from_slice(format!("{k}: ").as_bytes());
+                        got.extend_from_slice(v.as_bytes());
+                        got.push(b'\n');
+                    }
+                    got.extend_from_slice(&body);
+                    got.extend_from_slice(b"\n--end of request--\n");
+                    seen.lock().unwrap().extend_from_slice(&got);
+                    next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(body))).await
+                }
+            }
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (addr, seen)
+    }
+
+    /// Runs `ops` as a task of (`user`, `session`); the per-op results and the events.
+    async fn script_with_events(
+        rt: &Runtime,
+        p: &LoadedPlugin,
+        user: &str,
+        session: &str,
+        ops: &Value,
+    ) -> (Vec<String>, Vec<warden::event::TaskEvent>) {
+        let def = rt.resolve(p, &reference(&p.info.kinds[0], "test://x")).await.expect("resolve");
+        let call = TaskCall { prompt: format!("script:{ops}"), subagent_type: def.name.clone(), ..Default::default() };
+        let (tx, mut rx) = tokio::sync::mpsc::channel(256);
+        let task = TaskContext { task_id: format!("task_{session}"), session_id: session.into(), user_id: user.into() };
+        let out = rt.execute(p, task, &call, &def, Some(tx)).await.unwrap_or_else(|e| panic!("{ops}: {e:?}"));
+        let mut events = vec![];
+        while let Ok(e) = rx.try_recv() {
+            events.push(e);
+        }
+        (serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")), events)
+    }
+
+    /// A secret as real ones look and worse: spaces, quotes, backslashes, unicode, regex
+    /// metacharacters (JSON- and `Debug`-escaped forms differ from the raw one).
+    fn any_secret() -> impl Strategy<Value = String> {
+        prop::string::string_regex(r#"[a-fA-Z0-9 .*+?()\[\]{}|^$\\/"'é日本🔑-]{4,24}"#)
+            .unwrap()
+            .prop_filter("not part of the marker", |s| !warden::redact::REDACTED.contains(s.as_str()))
+    }
+
+    /// Issue 41, item 1 (property): whatever a task's secret is, and wherever its plugin
+    /// puts it, raw or JSON-escaped — the URL, a header name or value, a request body sent
+    /// whole or with `send-streaming`, an event's data (value and key), a `log.write` line —
+    /// it never leaves through the plugin's requests, events or log: a request carrying it
+    /// is refused before anything reaches the server (only the control request arrives,
+    /// which proves the server records), events and log lines carry `[redacted]` instead.
+    #[test]
+    fn a_tasks_secret_never_leaves_through_a_plugins_requests_events_or_log() {
+        logs();
+        let tokio_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let (rt, p, addr, seen) = tokio_rt.block_on(async {
+            let (addr, seen) = recording_server().await;
+            let rt = runtime(None);
+            let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+            (rt, p, addr, seen)
+        });
+        let config = ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() };
+        proptest!(config, |(secret in any_secret(), json_form in any::<bool>())| {
+            seen.lock().unwrap().clear();
+            // Of letters no secret here holds, so no secret is part of it.
+            let session: String = uuid::Uuid::new_v4()
+                .simple()
+                .to_string()
+                .chars()
+                .map(|c| char::from(b'g' + c.to_digit(16).unwrap() as u8))
+                .collect();
+            warden::redact::registry().remember("leak-user", &session, &[secret.as_str()]).unwrap();
+            let json = serde_json::to_string(&secret).unwrap();
+            let placed = if json_form { json[1..json.len() - 1].to_owned() } else { secret.clone() };
+            let url = format!("http://{addr}");
+            let control = format!("{url}/control");
+            let debug = format!("{secret:?}");
+            let forms = [secret.as_str(), &json[1..json.len() - 1], &debug[1..debug.len() - 1]];
+            // The control request itself must not hold the secret (`7.0.` is a secret here).
+            prop_assume!(!forms.iter().any(|f| control.contains(f) || "GET".contains(f)));
+            let ops = json!([
+                { "op": "http", "url": format!("{url}/q?k={placed}") },
+                { "op": "http", "url": format!("{url}/h"), "headers": [["x-k", placed]] },
+                { "op": "http", "url": format!("{url}/h"), "headers": [[placed, "v"]] },
+                { "op": "http", "method": "POST", "url": format!("{url}/b"), "body": format!("before{placed}after") },
+                { "op": "http", "method": "POST", "url": format!("{url}/s"), "body": format!("x{placed}"), "stream": true, "read": true },
+                { "op": "emit", "kind": "progress", "data": json!({ "m": format!("before{placed}after"), placed.clone(): 1 }).to_string() },
+                { "op": "log", "level": "warn", "message": format!("{session} before{placed}after") },
+                { "op": "http", "url": control },
+            ]);
+            let (r, events) = tokio_rt.block_on(script_with_events(&rt, &p, "leak-user", &session, &ops));
+            for (i, result) in r[..5].iter().enumerate() {
+                prop_assert!(result.starts_with("err:"), "op {}: {:?}", i, r);
+            }
+            prop_assert_eq!(&r[7], "ok:200 ok", "the control request arrives");
+            let got = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+            prop_assert_eq!(got.matches("--end of request--").count(), 1, "only the control request arrived: {}", got);
+            prop_assert!(got.starts_with("GET /control"), "{}", got);
+            // The event's value and key, scrubbed at the import.
+            let data: Vec<Value> = events
+                .iter()
+                .filter_map(|e| match e {
+                    warden::event::TaskEvent::Plugin(pe) => Some(pe.data.clone()),
+                    _ => None,
+                })
+                .collect();
+            prop_assert_eq!(data.len(), 1, "{:?}", events);
+            prop_assert_eq!(&data[0], &json!({ "m": "before[redacted]after", "[redacted]": 1 }));
+            // The log line, whatever the secret looks like.
+            let lines = log_lines_with(&format!("{session} before"));
+            prop_assert_eq!(lines.len(), 1, "{:?}", lines);
+            prop_assert!(lines[0].contains("before[redacted]after"), "{}", lines[0]);
+        });
+    }
+
+    /// Regression (issue 41, item 2): a letters-only `tool_context` value
+    /// (`CorrectHorseBatteryStaple`) written by a plugin with `log.write` reached the
+    /// server's log raw: the log writer skips values that could be words, to keep one
+    /// tenant's value from blanking operator text. A plugin's line is its task's text, and
+    /// is now scrubbed of every value of the task's session first; warden's own lines keep
+    /// the word protection.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_letters_only_secret_written_by_a_plugin_reached_the_log() {
+        logs();
+        const WORDS: &str = "CorrectHorseBatteryStaple";
+        let session = format!("words-{}", uuid::Uuid::new_v4().simple());
+        warden::redact::registry().remember("words-user", &session, &[WORDS]).unwrap();
+        let rt = runtime(None);
+        let p = load(&rt, "hostile", Limits::default(), Some(granted())).await;
+        let ops = json!([
+            { "op": "log", "level": "info", "message": format!("{session} the password is {WORDS}") },
+            { "op": "log", "level": "info", "message": format!("{session} printed {WORDS}\nsecond line") },
+        ]);
+        let (r, _) = script_with_events(&rt, &p, "words-user", &session, &ops).await;
+        assert_eq!(r, ["ok", "ok"]);
+        let lines = log_lines_with(&session);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("the password is [redacted]"), "{}", lines[0]);
+        assert!(lines[1].contains("printed [redacted]\\nsecond line"), "{}", lines[1]);
+        assert!(!lines.iter().any(|l| l.contains(WORDS)), "{lines:?}");
+        // Warden's own lines still keep words a tenant passed (the protection stays).
+        tracing::info!(user = "words-user", session = %session, "host line naming {WORDS}");
+        assert!(log_lines_with("host line naming").iter().any(|l| l.contains(WORDS)));
+    }
 }
 
 /// WIT 0.1.0 (frozen) and 0.2.0 (current) side by side; the 0.2.0 imports `clock` and

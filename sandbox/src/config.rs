@@ -142,6 +142,14 @@ pub struct SandboxConfig {
     /// directory. Must be a directory of the warden user that no one else may enter (mode
     /// 0700); created so when missing.
     pub egress_socket_dir: Option<std::path::PathBuf>,
+    /// Names a task may export into its sandbox's environment (a `tool_context` entry with
+    /// `"env": true`, under its key's variable name). Default empty: no task variable is
+    /// exported at all. Deny by default because whatever is in the environment of the code
+    /// a subagent runs can be read by that code, and so by the model and the plugin that
+    /// steer it (printed, encoded, sent out): a secret exported here is handed to the
+    /// subagent, not kept from it. List only names whose values the subagent is meant to
+    /// hold. Each must pass [`crate::environment::check_name`]; at most [`MAX_TASK_ENV`].
+    pub task_env: Vec<String>,
     /// This process's replica id when several `warden serve` processes share the scope
     /// (the same Docker hosts and store); set by the host from `warden serve --replica-id`,
     /// never read from the configuration file (every replica reads the same file). `None`:
@@ -279,6 +287,7 @@ impl Default for SandboxConfig {
             warm_pool: DEFAULT_WARM_POOL,
             egress: None,
             egress_socket_dir: None,
+            task_env: Vec::new(),
             replica_id: None,
         }
     }
@@ -299,6 +308,8 @@ pub const MAX_CPUS: f64 = 1e6;
 pub const CONTAINER_NETWORK_PREFIX: &str = "container:";
 /// Smallest output cap accepted: room for a useful head, tail and the truncation notice.
 pub const MIN_MAX_OUTPUT: u64 = 1024;
+/// Most names `sandbox.task_env` lists: a deployment exports a handful of variables.
+pub const MAX_TASK_ENV: usize = 64;
 
 impl SandboxConfig {
     /// Checks values serde cannot: ranges, the numeric user, label-safe scope.
@@ -327,6 +338,13 @@ impl SandboxConfig {
         }
         if self.pids < 16 {
             return bad("pids", "at least 16 processes");
+        }
+        if self.task_env.len() > MAX_TASK_ENV {
+            return bad("task_env", &format!("at most {MAX_TASK_ENV} names"));
+        }
+        for (i, name) in self.task_env.iter().enumerate() {
+            crate::environment::check_name(name)
+                .map_err(|e| SandboxError::Config(format!("sandbox.task_env[{i}]: {e}")))?;
         }
         if self.idle_ttl.is_zero() {
             return bad("idle_ttl", "a positive duration such as `15m`");

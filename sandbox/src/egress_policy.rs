@@ -399,10 +399,134 @@ impl fmt::Debug for Credential {
     }
 }
 
+/// Which part of a credential is wrong ([`Credential::task`]'s error names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialField {
+    Host,
+    Header,
+    Format,
+    Value,
+}
+
+impl CredentialField {
+    /// The field's name as configuration and requests spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CredentialField::Host => "host",
+            CredentialField::Header => "header",
+            CredentialField::Format => "format",
+            CredentialField::Value => "value",
+        }
+    }
+}
+
+/// Longest `format` template of a credential.
+pub const MAX_CREDENTIAL_FORMAT_BYTES: usize = 256;
+
 impl Credential {
-    fn applies_to(&self, target: &Target) -> bool {
+    pub(crate) fn applies_to(&self, target: &Target) -> bool {
         self.host == target.host && self.port.is_none_or(|p| p == target.port)
     }
+
+    /// A credential of one task (a `tool_context` entry with `inject`): the same checks as
+    /// a `sandbox.egress.credentials` entry (one exact host the operator's `policy`
+    /// allows, a header that can carry a credential, a template with one `{}`, a value of
+    /// at most [`MAX_CREDENTIAL_BYTES`] without control characters). `name` is how
+    /// decisions name it (`tool_context.<key>`), never the value. The proxy adds it only
+    /// while a call of its task holds it ([`crate::Sandbox::hold_egress_with`]).
+    pub fn task(
+        policy: &EgressPolicy,
+        host: &str,
+        header: &str,
+        format: &str,
+        value: &str,
+        name: String,
+    ) -> Result<Credential, (CredentialField, String)> {
+        Credential::build(policy, host, header, format, Some(value.to_owned()), name)
+    }
+
+    /// The one validation of a credential, operator's or task's; `raw: None` checks all
+    /// but the value.
+    fn build(
+        policy: &EgressPolicy,
+        host: &str,
+        header: &str,
+        format: &str,
+        raw: Option<String>,
+        name: String,
+    ) -> Result<Credential, (CredentialField, String)> {
+        use CredentialField as F;
+        let pattern = Pattern::parse(host).map_err(|e| (F::Host, format!("expected one host: {e}")))?;
+        let port = match pattern.port {
+            PortPattern::One(p) => Some(p),
+            PortPattern::Unspecified => None,
+            PortPattern::Any => return Err((F::Host, "expected one host with an optional port, not `:*`".into())),
+        };
+        let target_host = match pattern.host {
+            HostPattern::Exact(n) => TargetHost::Name(n),
+            HostPattern::Ip(ip) => TargetHost::Ip(ip),
+            HostPattern::Suffix(_) => {
+                return Err((F::Host, "expected one exact host; a credential never goes to a wildcard".into()));
+            }
+        };
+        let probe = Target { host: target_host.clone(), port: port.unwrap_or(80) };
+        if policy.admit(&probe).is_err() {
+            return Err((
+                F::Host,
+                format!(
+                    "`{}` on port {} is not allowed by sandbox.egress (allow it, or remove the credential)",
+                    bounded_text(host),
+                    probe.port
+                ),
+            ));
+        }
+        let header = header.trim();
+        let lower = header.to_ascii_lowercase();
+        let token = !header.is_empty()
+            && header.len() <= MAX_HOST_LEN
+            && header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !token
+            || matches!(
+                lower.as_str(),
+                "host"
+                    | "content-length"
+                    | "transfer-encoding"
+                    | "connection"
+                    | "upgrade"
+                    | "te"
+                    | "trailer"
+                    | "keep-alive"
+            )
+            || lower.starts_with("proxy-")
+        {
+            return Err((
+                F::Header,
+                format!(
+                    "expected a header name that can carry a credential, e.g. Authorization (not {:?})",
+                    bounded_text(header)
+                ),
+            ));
+        }
+        if format.matches("{}").count() != 1 || format.len() > MAX_CREDENTIAL_FORMAT_BYTES {
+            return Err((F::Format, "expected a template with exactly one `{}`, e.g. \"Bearer {}\"".into()));
+        }
+        let raw = raw.unwrap_or_default();
+        let value = format.replacen("{}", &raw, 1);
+        if raw.len() > MAX_CREDENTIAL_BYTES || value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err((F::Value, format!("must be at most {MAX_CREDENTIAL_BYTES} bytes without control characters")));
+        }
+        Ok(Credential { host: target_host, port, header: header.to_string(), value, raw, name })
+    }
+
+    /// How decisions name it (never the value).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// `text` cut for an error message (a request may send a huge host or header name).
+fn bounded_text(text: &str) -> &str {
+    &text[..text.floor_char_boundary(MAX_PATTERN_LEN)]
 }
 
 /// Why a connection was refused; the message names the rule, for the tool and the audit log.
@@ -499,88 +623,31 @@ impl EgressConfig {
         let mut policy = EgressPolicy { allow: vec![allow], sources: vec![], deny, credentials: vec![] };
         for (i, c) in self.credentials.iter().enumerate() {
             let key = |f: &str| format!("credentials[{i}].{f}");
-            let pattern = Pattern::parse(&c.host).map_err(|e| bad(key("host"), format!("expected one host: {e}")))?;
-            let port = match pattern.port {
-                PortPattern::One(p) => Some(p),
-                PortPattern::Unspecified => None,
-                PortPattern::Any => {
-                    return Err(bad(key("host"), "expected one host with an optional port, not `:*`".into()));
-                }
-            };
-            let host = match pattern.host {
-                HostPattern::Exact(n) => TargetHost::Name(n),
-                HostPattern::Ip(ip) => TargetHost::Ip(ip),
-                HostPattern::Suffix(_) => {
-                    return Err(bad(
-                        key("host"),
-                        "expected one exact host; a credential never goes to a wildcard".into(),
-                    ));
-                }
-            };
-            let probe = Target { host: host.clone(), port: port.unwrap_or(80) };
-            if policy.admit(&probe).is_err() {
-                return Err(bad(
-                    key("host"),
-                    format!(
-                        "`{}` on port {} is not allowed by sandbox.egress (allow it, or remove the credential)",
-                        c.host, probe.port
-                    ),
-                ));
-            }
-            let header = c.header.trim();
-            let lower = header.to_ascii_lowercase();
-            let token = !header.is_empty()
-                && header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            if !token
-                || matches!(
-                    lower.as_str(),
-                    "host"
-                        | "content-length"
-                        | "transfer-encoding"
-                        | "connection"
-                        | "upgrade"
-                        | "te"
-                        | "trailer"
-                        | "keep-alive"
-                )
-                || lower.starts_with("proxy-")
-            {
-                return Err(bad(
-                    key("header"),
-                    format!("expected a header name that can carry a credential, e.g. Authorization (not {header:?})"),
-                ));
-            }
             let var_ok = !c.value_env.is_empty()
                 && c.value_env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 && !c.value_env.as_bytes()[0].is_ascii_digit();
+            // The host, header and format are judged before the environment is read.
+            let checked = Credential::build(&policy, &c.host, &c.header, &c.format, None, String::new());
+            if let Err((field, msg)) = checked
+                && field != CredentialField::Value
+            {
+                return Err(bad(key(field.name()), msg));
+            }
             if !var_ok {
                 return Err(bad(
                     key("value_env"),
                     "expected the name of an environment variable of the warden process, e.g. GH_TOKEN".into(),
                 ));
             }
-            if c.format.matches("{}").count() != 1 || c.format.len() > 256 {
-                return Err(bad(key("format"), "expected a template with exactly one `{}`, e.g. \"Bearer {}\"".into()));
-            }
             let raw = env(&c.value_env).map_err(|e| bad(key("value_env"), e))?;
-            let value = c.format.replacen("{}", &raw, 1);
-            if raw.len() > MAX_CREDENTIAL_BYTES || value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-                return Err(bad(
-                    key("value_env"),
-                    format!(
-                        "the value of {} must be at most {MAX_CREDENTIAL_BYTES} bytes without control characters",
-                        c.value_env
-                    ),
-                ));
-            }
-            policy.credentials.push(Credential {
-                host,
-                port,
-                header: header.to_string(),
-                value,
-                raw,
-                name: format!("sandbox.egress.{}", key("")).trim_end_matches('.').to_string(),
-            });
+            let name = format!("sandbox.egress.{}", key("")).trim_end_matches('.').to_string();
+            let credential = Credential::build(&policy, &c.host, &c.header, &c.format, Some(raw), name).map_err(
+                |(field, msg)| match field {
+                    CredentialField::Value => bad(key("value_env"), format!("the value of {} {msg}", c.value_env)),
+                    other => bad(key(other.name()), msg),
+                },
+            )?;
+            policy.credentials.push(credential);
         }
         Ok(policy)
     }

@@ -457,8 +457,24 @@ impl Sandbox {
     /// narrowed by every narrowing its running calls hold. No-op without `sandbox.egress`
     /// (there is no way out to narrow) or without narrowings.
     pub fn hold_egress(&self, key: &SessionKey, narrowings: &[Arc<egress::EgressNarrowing>]) -> egress::EgressHold {
+        self.hold_egress_with(key, narrowings, &[])
+    }
+
+    /// [`Sandbox::hold_egress`], and the session's proxy adds `credentials` (the calling
+    /// task's, [`egress::Credential::task`]) to its plain-HTTP requests to their hosts while
+    /// the hold lives: hold it for the length of one of that task's calls. Whatever process
+    /// of the session sends such a request meanwhile gets the credential (a session's
+    /// sandbox is one machine); running calls holding different values for one header of
+    /// one host get none and their requests there are refused. No-op without
+    /// `sandbox.egress`.
+    pub fn hold_egress_with(
+        &self,
+        key: &SessionKey,
+        narrowings: &[Arc<egress::EgressNarrowing>],
+        credentials: &[Arc<egress::Credential>],
+    ) -> egress::EgressHold {
         match &self.inner.egress {
-            Some(e) => e.hold(key, narrowings),
+            Some(e) => e.hold(key, narrowings, credentials),
             None => egress::EgressHold::none(key),
         }
     }

@@ -133,7 +133,11 @@ impl Engine {
         });
         let start = TaskStart {
             call,
-            tool_env: parent.tool_env.clone(),
+            secrets: crate::tool_context::TaskSecrets {
+                named: parent.tool_secrets.clone(),
+                env: parent.tool_env.clone(),
+                inject: parent.egress_credentials.clone(),
+            },
             asker: parent.decider.clone(),
             egress: parent.egress.clone(),
             slot: Slot::Parent,

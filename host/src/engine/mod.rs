@@ -17,8 +17,9 @@
 //! declines the task's pending approvals. A running task lives in memory ([`LiveTask`],
 //! its events in order) and in the store; a finished one only in the store.
 //!
-//! `tool_context` secrets go to sandbox execs as environment variables and nowhere
-//! else: the task's session remembers them ([`crate::redact::registry`]) and every
+//! `tool_context` secrets go where each entry says ([`crate::tool_context`]: named by the
+//! operator's MCP server `env`, exported into the sandbox when the caller chose so and the
+//! operator allows the name, or added by the egress proxy): the task's session remembers them ([`crate::redact::registry`]) and every
 //! event, output, error and record is scrubbed with the session's redactor before it
 //! is kept; streamed `token` / `reasoning` text through a [`StreamScrubber`] per
 //! stream, so a secret split over chunks is caught.
@@ -37,7 +38,7 @@ use crate::config::{
 };
 use crate::event::{GateChange, TaskEvent};
 use crate::plugin::TaskCall;
-use crate::redact::{SecretError, env_name};
+use crate::redact::SecretError;
 use crate::registry::Registry;
 use crate::store::{Store, TaskRecord, Write, now_ms};
 use crate::task::{self, TaskError, TaskScope};
@@ -156,8 +157,8 @@ pub struct Submission {
     pub user_id: Option<String>,
     /// Who submitted it (the API principal), recorded on the task.
     pub principal: Option<String>,
-    /// Secrets for sandbox execs: key → value (keys normalised by [`crate::redact::env_name`]).
-    pub tool_context: BTreeMap<String, String>,
+    /// The task's secrets, each with its delivery ([`crate::tool_context`]).
+    pub tool_context: BTreeMap<String, crate::tool_context::Entry>,
     pub max_tool_iterations: Option<u32>,
     /// Another way to ask the person behind this task about its gated calls (e.g. an
     /// MCP client's elicitation), besides the approvals API; first answer wins.
@@ -205,6 +206,9 @@ pub enum SubmitError {
     UnknownResume(String),
     #[error("invalid tool_context: {0}")]
     Secrets(#[from] SecretError),
+    /// A `tool_context` entry cannot be delivered as it asks.
+    #[error(transparent)]
+    ToolContext(#[from] crate::tool_context::ToolContextError),
     /// The shared queue could not take the task (the database failed).
     #[error("the task could not be queued: {0}")]
     Unavailable(String),
@@ -229,8 +233,8 @@ pub struct Submitted {
 /// What a task's driver needs besides its live side.
 struct TaskStart {
     call: TaskCall,
-    /// `tool_context` secrets as environment variables for sandbox execs.
-    tool_env: Vec<(String, String)>,
+    /// `tool_context` secrets by delivery.
+    secrets: crate::tool_context::TaskSecrets,
     asker: Option<Arc<dyn warden_approval::Decider>>,
     /// Egress lists narrowing the operator's (the task's; a nested subagent's parent's).
     egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
@@ -545,15 +549,8 @@ impl Engine {
         if let Some(session) = self.resumed_session(sub).await? {
             sub.session_id = Some(session);
         }
-        for k in sub.tool_context.keys() {
-            if env_name(k).is_empty() {
-                return Err(SubmitError::InvalidField {
-                    field: "tool_context",
-                    message: "keys must not be empty".into(),
-                });
-            }
-        }
-        crate::redact::SecretRegistry::check(sub.tool_context.values().map(String::as_str))?;
+        self.task_secrets(sub)?;
+        crate::redact::SecretRegistry::check(sub.tool_context.values().map(|e| e.value.as_str()))?;
         sub.egress
             .as_deref()
             .map(|list| warden_sandbox::EgressNarrowing::parse(list, "the task (egress)").map(Arc::new))
@@ -571,6 +568,14 @@ impl Engine {
     pub async fn submit(self: &Arc<Self>, mut sub: Submission) -> Result<Submitted, SubmitError> {
         let egress = match self.validate(&mut sub).await {
             Ok(egress) => egress,
+            Err(e) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        // Checked by `validate`; made here, before anything of the task exists.
+        let task_secrets = match self.task_secrets(&sub) {
+            Ok(secrets) => secrets,
             Err(e) => {
                 self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
@@ -621,8 +626,8 @@ impl Engine {
             now,
         );
         // The session remembers the task's secrets before anything of the task is kept.
-        let secrets: Vec<&str> = sub.tool_context.values().map(String::as_str).collect();
-        if let Err(e) = crate::redact::registry().remember(&record.user_id, &record.session_id, &secrets) {
+        let values: Vec<&str> = sub.tool_context.values().map(|e| e.value.as_str()).collect();
+        if let Err(e) = crate::redact::registry().remember(&record.user_id, &record.session_id, &values) {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(e.into());
         }
@@ -664,7 +669,7 @@ impl Engine {
         tracing::info!(task_id = %task_id, subagent = %sub.call.subagent_type, background = sub.call.run_in_background, "task submitted");
         let start = TaskStart {
             call: sub.call,
-            tool_env: sub.tool_context.iter().map(|(k, v)| (env_name(k), v.clone())).collect(),
+            secrets: task_secrets,
             asker: sub.asker.map(|a| a.0),
             egress: egress.into_iter().collect(),
             slot: permit.map_or(Slot::Wait, Slot::Taken),
@@ -672,6 +677,15 @@ impl Engine {
         };
         self.launch(live.clone(), start);
         Ok(Submitted { record, live: Some(live) })
+    }
+
+    /// The deliveries of `sub`'s `tool_context` ([`crate::tool_context::TaskSecrets::of`]):
+    /// against the operator's `sandbox.task_env` and `sandbox.egress`.
+    fn task_secrets(&self, sub: &Submission) -> Result<crate::tool_context::TaskSecrets, SubmitError> {
+        let sandbox = self.tools.sandbox().ok();
+        let task_env = sandbox.map(|s| s.config().task_env.as_slice()).unwrap_or_default();
+        let egress = sandbox.and_then(|s| s.egress_policy());
+        Ok(crate::tool_context::TaskSecrets::of(&sub.tool_context, task_env, egress)?)
     }
 
     /// Whether `user` may have one more task here (`server.max_tasks_per_user`), given
@@ -815,7 +829,7 @@ impl Engine {
         tracing::info!(task_id = %task_id, replica = %replica.id(), "claimed a queued task");
         let start = TaskStart {
             call: queued.call,
-            tool_env: vec![],
+            secrets: Default::default(),
             asker: None,
             egress: egress.into_iter().collect(),
             slot: permit.map_or(Slot::Wait, Slot::Taken),
@@ -859,7 +873,7 @@ impl Engine {
     }
 
     async fn drive(self: Arc<Self>, live: Arc<LiveTask>, start: TaskStart) {
-        let TaskStart { call, tool_env, asker, egress, slot, lineage } = start;
+        let TaskStart { call, secrets, asker, egress, slot, lineage } = start;
         let record = live.record();
         let task_id = record.task_id.clone();
         let permit = match slot {
@@ -893,7 +907,9 @@ impl Engine {
             session_id: record.session_id.clone(),
             user_id: record.user_id.clone(),
             events: Some(tx),
-            tool_env,
+            tool_env: secrets.env,
+            tool_secrets: secrets.named,
+            egress_credentials: secrets.inject,
             decider: asker,
             tool_budget: budget.clone(),
             egress,

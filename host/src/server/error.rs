@@ -213,7 +213,9 @@ impl From<SubmitError> for ApiError {
             SubmitError::Invalid(TaskError::NoPlugin { .. }) => {
                 ApiError::refusal(StatusCode::SERVICE_UNAVAILABLE, "no_plugin", message)
             }
-            SubmitError::InvalidField { .. } => ApiError::bad_request("invalid_field", message),
+            SubmitError::InvalidField { .. } | SubmitError::ToolContext(_) => {
+                ApiError::bad_request("invalid_field", message)
+            }
             SubmitError::QueueFull(_) => ApiError::refusal(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message),
             SubmitError::UserTasksFull { .. } => {
                 ApiError::refusal(StatusCode::TOO_MANY_REQUESTS, "too_many_user_tasks", message)

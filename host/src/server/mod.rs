@@ -269,9 +269,10 @@ struct TaskRequest {
     run_in_background: Option<bool>,
     session_id: Option<String>,
     user_id: Option<String>,
-    /// Secrets for sandbox execs (environment variables); never stored or logged.
+    /// The task's secrets, each with its delivery ([`crate::tool_context::Entry`]); never
+    /// stored or logged.
     #[serde(default)]
-    tool_context: BTreeMap<String, String>,
+    tool_context: BTreeMap<String, crate::tool_context::Entry>,
     max_tool_iterations: Option<u32>,
     /// Host patterns the task's tool calls may reach at most (narrows `sandbox.egress`).
     egress: Option<Vec<String>>,
@@ -327,7 +328,7 @@ async fn create_task(
     // Admitted before the task starts: a refused stream must not leave a task running.
     let stream = if wants_event_stream(&headers) { Some(s.streams.admit(&who)?) } else { None };
     // A refusal may quote the request: scrubbed of the secrets it carried.
-    let own_secrets = crate::redact::Redactor::with_secrets(sub.tool_context.values().map(String::as_str));
+    let own_secrets = crate::redact::Redactor::with_secrets(sub.tool_context.values().map(|e| e.value.as_str()));
     let submitted = s.engine.submit(sub).await.map_err(|e| {
         let e = ApiError::from(e);
         ApiError { message: own_secrets.scrub(&e.message).into_owned(), ..e }

@@ -15,8 +15,9 @@
 //! the configuration), resolves names itself, checks every address, and connects to the
 //! checked address (never a second resolution). A tunnel must start with a
 //! TLS ClientHello whose server name is the CONNECT host (`sni.rs`); anything else is cut.
-//! Credentials are added to plain-HTTP requests to their host only; their values live in
-//! this process only. Every decision passes the session's bounded recorder
+//! Credentials are added to plain-HTTP requests to their host only — the operator's
+//! always, a task's (`Credential::task`) only while a call of that task holds it
+//! ([`EgressHold`]); their values live in this process only. Every decision passes the session's bounded recorder
 //! (`recorder.rs`): within its budget it is logged (`tracing`, fields only) and reported
 //! to the observers ([`crate::Sandbox::on_egress`]) with the bytes moved; past it, it is
 //! counted and the count reported.
@@ -60,7 +61,8 @@ pub use crate::config::FORWARDER_USER;
 /// The egress policy under its former path (`egress::policy`).
 pub use crate::egress_policy as policy;
 pub use crate::egress_policy::{
-    CredentialConfig, EgressConfig, EgressNarrowing, EgressPolicy, Target, TargetHost, address_class,
+    Credential, CredentialConfig, CredentialField, EgressConfig, EgressNarrowing, EgressPolicy, Target, TargetHost,
+    address_class,
 };
 use crate::error::SandboxError;
 use crate::session_key::SessionKey;
@@ -149,6 +151,9 @@ pub type EgressObserver = Arc<dyn Fn(&EgressReport) + Send + Sync>;
 /// One call's hold on a narrowing: the hold's id (so it removes only its own entry) and
 /// the list.
 type HeldNarrowing = (u64, Arc<EgressNarrowing>);
+/// One call's hold on a task's credential (a `tool_context` entry with `inject`): the
+/// hold's id and the credential.
+type HeldCredential = (u64, Arc<Credential>);
 
 /// The egress side of one `Sandbox`: the policy, the host directory holding the
 /// containers' socket directories, the observers, and the narrowings of running calls.
@@ -160,6 +165,9 @@ pub(crate) struct Egress {
     /// is held, the session's proxy judges every new connection and request by the policy
     /// narrowed by all of them. Entries leave with their last hold.
     holds: Mutex<HashMap<SessionKey, Vec<HeldNarrowing>>>,
+    /// The task credentials held by the calls running in each session ([`EgressHold`]):
+    /// added to the session's plain-HTTP requests to their host while held, never after.
+    credentials: Mutex<HashMap<SessionKey, Vec<HeldCredential>>>,
     next_hold: AtomicU64,
 }
 
@@ -203,13 +211,20 @@ impl Egress {
             dir,
             observers: Mutex::new(vec![]),
             holds: Mutex::default(),
+            credentials: Mutex::default(),
             next_hold: AtomicU64::new(0),
         })
     }
 
-    /// Narrows `key`'s egress by `narrowings` until the hold drops (see [`EgressHold`]).
-    pub(crate) fn hold(self: &Arc<Self>, key: &SessionKey, narrowings: &[Arc<EgressNarrowing>]) -> EgressHold {
-        let mut ids = Vec::with_capacity(narrowings.len());
+    /// Narrows `key`'s egress by `narrowings`, and adds `credentials` to its requests,
+    /// until the hold drops (see [`EgressHold`]).
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        key: &SessionKey,
+        narrowings: &[Arc<EgressNarrowing>],
+        credentials: &[Arc<Credential>],
+    ) -> EgressHold {
+        let mut ids = Vec::with_capacity(narrowings.len() + credentials.len());
         if !narrowings.is_empty() {
             let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
             let held = holds.entry(key.clone()).or_default();
@@ -219,7 +234,40 @@ impl Egress {
                 ids.push(id);
             }
         }
+        if !credentials.is_empty() {
+            let mut holds = self.credentials.lock().unwrap_or_else(|e| e.into_inner());
+            let held = holds.entry(key.clone()).or_default();
+            for c in credentials {
+                let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
+                held.push((id, c.clone()));
+                ids.push(id);
+            }
+        }
         EgressHold { egress: Some(self.clone()), key: key.clone(), ids }
+    }
+
+    /// The task credentials held in `key`'s session now that apply to `target`, one per
+    /// header; `Err` (the refusal's rule) when running calls hold different values for one
+    /// header of that host (two tasks of the session with their own credentials for it:
+    /// neither may be sent on the other's behalf, so the request gets none and is refused).
+    fn task_credentials_for(&self, key: &SessionKey, target: &Target) -> Result<Vec<Arc<Credential>>, String> {
+        let holds = self.credentials.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(held) = holds.get(key) else { return Ok(vec![]) };
+        let mut chosen: Vec<Arc<Credential>> = vec![];
+        for (_, c) in held.iter().filter(|(_, c)| c.applies_to(target)) {
+            match chosen.iter().find(|o| o.header.eq_ignore_ascii_case(&c.header)) {
+                None => chosen.push(c.clone()),
+                Some(o) if o.value == c.value => {}
+                Some(o) => {
+                    return Err(format!(
+                        "running calls of this session hold different credentials for header {} of {target} ({} and {}); \
+                         run those tasks in sessions of their own",
+                        o.header, o.name, c.name
+                    ));
+                }
+            }
+        }
+        Ok(chosen)
     }
 
     /// The policy `key`'s proxy applies now: the operator's, narrowed by every narrowing
@@ -335,9 +383,11 @@ impl Egress {
     }
 }
 
-/// A call's narrowing of its session's egress ([`crate::Sandbox::hold_egress`]): new
-/// connections and requests of the session are judged by the narrowed policy until it
-/// drops. Connections already open keep the decision they got.
+/// A call's narrowing of its session's egress, and its task's credentials
+/// ([`crate::Sandbox::hold_egress_with`]): new connections and requests of the session are
+/// judged by the narrowed policy, and its plain-HTTP requests to a held credential's host
+/// get that credential, until it drops. Connections already open keep the decision they
+/// got; a request sent after the drop gets no task credential.
 #[must_use = "the narrowing holds only while the hold lives"]
 pub struct EgressHold {
     egress: Option<Arc<Egress>>,
@@ -366,6 +416,14 @@ impl Drop for EgressHold {
             held.retain(|(id, _)| !self.ids.contains(id));
             if held.is_empty() {
                 holds.remove(&self.key);
+            }
+        }
+        drop(holds);
+        let mut credentials = egress.credentials.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = credentials.get_mut(&self.key) {
+            held.retain(|(id, _)| !self.ids.contains(id));
+            if held.is_empty() {
+                credentials.remove(&self.key);
             }
         }
     }
@@ -821,6 +879,13 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
             return refused(&what, &rule);
         }
     };
+    let task_credentials = match s.egress.task_credentials_for(&s.key, &target) {
+        Ok(c) => c,
+        Err(why) => {
+            s.report(s.event(&kind, &host, port, false, &why));
+            return refused(&what, &why);
+        }
+    };
     let mut ev = s.event(&kind, &host, port, true, &rule);
     let upstream = match connect(&addrs).await {
         Ok(u) => u,
@@ -849,13 +914,21 @@ async fn handle_http(req: Request<Incoming>, s: Arc<SessionProxy>) -> Response<P
     parts
         .headers
         .insert(header::HOST, HeaderValue::from_str(&host_header).unwrap_or(HeaderValue::from_static("invalid")));
-    if let Some(c) = s.egress.policy.credential_for(&target) {
-        let name = HeaderName::from_bytes(c.header.as_bytes()).expect("validated header name");
-        let mut value = HeaderValue::from_str(&c.value).expect("validated header value");
+    // The task's credentials first, the operator's last: on one header the operator's wins.
+    let operator = s.egress.policy.credential_for(&target);
+    let mut added: Vec<&str> = vec![];
+    for c in task_credentials.iter().map(|c| &**c).chain(operator) {
+        let (Ok(name), Ok(mut value)) = (HeaderName::from_bytes(c.header.as_bytes()), HeaderValue::from_str(&c.value))
+        else {
+            continue; // validated when made: cannot happen
+        };
         value.set_sensitive(true);
         parts.headers.remove(&name);
         parts.headers.insert(name, value);
-        ev.credential = Some(c.name.clone());
+        added.push(&c.name);
+    }
+    if !added.is_empty() {
+        ev.credential = Some(added.join(", "));
     }
     parts.uri = match uri.path_and_query() {
         Some(pq) => pq.as_str().parse().unwrap_or_else(|_| hyper::Uri::from_static("/")),

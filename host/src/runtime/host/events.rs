@@ -1,4 +1,6 @@
-//! `events`: progress events into the task's stream; host kinds refused, budgeted per call.
+//! `events`: progress events into the task's stream; host kinds refused, budgeted per call,
+//! scrubbed of the task's secrets (every one of its session's `tool_context` values and the
+//! host's) before they leave the call.
 
 use super::super::bindings::latest::events;
 use super::{Error, HostState, ImportError, bounded, floor_char_boundary, over_budget};
@@ -36,11 +38,17 @@ impl HostState {
             return Err(over_budget("event bytes", budgets.max_event_bytes_per_call, "max_event_bytes_per_call"));
         }
         let raw_len = data.len() as u64;
-        let data: serde_json::Value = serde_json::from_str(&data)
+        let mut data: serde_json::Value = serde_json::from_str(&data)
             .map_err(|e| Error::InvalidInput(format!("event data must be a JSON object: {e}")))?;
         if !data.is_object() {
             return Err(Error::InvalidInput("event data must be a JSON object".into()));
         }
+        let secrets = self.scope.redactor();
+        if secrets.finds(kind.as_bytes()) {
+            return Err(Error::Denied("the event kind is a secret of this task".into()));
+        }
+        // Every string and key, with all the task's secrets (the engine scrubs again).
+        secrets.scrub_value(&mut data);
         self.usage.events += 1;
         self.usage.event_bytes += raw_len;
         let Some(sink) = self.scope.events() else { return Ok(()) };

@@ -1,5 +1,9 @@
 //! `http`: outbound HTTP(S) through the plugin's allow-list, secrets injected by reference
-//! and scrubbed from what comes back, bounded in size and by the call's deadline.
+//! and scrubbed from what comes back, bounded in size and by the call's deadline. A request
+//! whose URL, method, headers or body carry a secret of the call's task (or of the host) in
+//! a form the scrubber knows is refused before anything touches the network
+//! ([`HostState::refuse_secrets`]); an encoded one (base64, hex, split over requests) is not
+//! recognised.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,6 +136,39 @@ fn check_destination(grants: &Grants, url: &reqwest::Url) -> Result<Reach, Error
 }
 
 impl HostState {
+    /// Refuses a request that carries a secret of the call's task — its session's
+    /// `tool_context` values, whatever their delivery — or of the host, raw or JSON- or
+    /// `Debug`-escaped ([`crate::redact`]), in its URL, method, a header name or value, or
+    /// its body: a plugin never sends a task's secret anywhere. Checked on what the plugin
+    /// wrote, before the host adds an injected secret. The error names where, never what.
+    fn refuse_secrets(&self, req: &http::Request) -> Result<(), Error> {
+        let secrets = self.scope.redactor();
+        let place = if secrets.finds(req.url.as_bytes()) {
+            Some("its URL".to_owned())
+        } else if secrets.finds(req.method.as_bytes()) {
+            Some("its method".to_owned())
+        } else if let Some((k, _)) =
+            req.headers.iter().find(|(k, v)| secrets.finds(k.as_bytes()) || secrets.finds(v.as_bytes()))
+        {
+            Some(format!("header {:?}", secrets.scrub(&crate::text::escape_control(k))))
+        } else if req.body.as_deref().is_some_and(|b| secrets.finds(b)) {
+            Some("its body".to_owned())
+        } else {
+            None
+        };
+        match place {
+            None => Ok(()),
+            Some(place) => {
+                tracing::warn!(plugin = %self.scope.plugin, task_id = self.task_id(), session = self.session_id(),
+                    place = %place, "plugin HTTP request refused: it carries a secret of the task");
+                Err(Error::Denied(format!(
+                    "the request carries a secret of this task in {place}; a plugin may not send a task's secrets \
+                     (tool_context values) anywhere. Name a host-held secret with `auth-secret` instead"
+                )))
+            }
+        }
+    }
+
     fn prepare(&self, req: http::Request) -> Result<Outbound, Error> {
         bounded("the URL (bytes)", req.url.len(), MAX_URL_BYTES)?;
         let url = reqwest::Url::parse(&req.url).map_err(|e| {
@@ -183,6 +220,7 @@ impl HostState {
             injected = Some(secret);
         }
         bounded("the request body (bytes)", req.body.as_ref().map_or(0, Vec::len), MAX_HTTP_REQUEST_BODY)?;
+        self.refuse_secrets(&req)?;
         let timeout = self.io_timeout(req.timeout_ms)?;
         Ok(Outbound { method, url, headers, body: req.body, timeout, secret: injected, reach })
     }

@@ -1,4 +1,6 @@
-//! `log`: one line per write, tagged with plugin, task and session; budgeted per call.
+//! `log`: one line per write, tagged with plugin, task and session; budgeted per call;
+//! scrubbed of every secret of the call's task (its session's `tool_context` values, whatever
+//! their shape, and the host's) before it becomes a record.
 //! Also the one way any other plugin text reaches the operator log: what a call wrote to
 //! its WASI stdout and stderr goes through the same grant, budgets, cut and escaping
 //! ([`HostState::log_captured_stdio`]), so it is no side door around `log`.
@@ -46,7 +48,10 @@ impl HostState {
     /// caller's check): counted against the call's budgets
     /// (`plugins.budgets.max_log_lines_per_call`, `max_log_bytes_per_call`), cut at
     /// [`MAX_LOG_LINE`], and made one line (newlines and terminal controls escaped), so a
-    /// plugin can never forge a record of the host's.
+    /// plugin can never forge a record of the host's. Scrubbed first with the call's
+    /// redactor — every secret of its task's session, words and short values included —
+    /// not only with the operator log's (which skips values unfit to rewrite operator text,
+    /// `crate::redact::fit_for_operator_text`): a plugin's line is the task's text.
     fn plugin_log_line(&mut self, level: log::Level, source: PluginText, message: String) -> Result<(), Error> {
         let budgets = self.scope.services.budgets;
         let usage = &mut self.usage;
@@ -58,7 +63,9 @@ impl HostState {
         }
         usage.log_lines += 1;
         usage.log_bytes += message.len() as u64;
-        let mut message = message;
+        // Before the cut (which could leave half a secret) and the escaping (which could
+        // change a secret's form).
+        let mut message = self.scope.redactor().scrub(&message).into_owned();
         if message.len() > MAX_LOG_LINE {
             message.truncate(floor_char_boundary(&message, MAX_LOG_LINE));
             message.push_str(" [truncated]");

@@ -12,7 +12,7 @@
 //! | `emit` | `events::emit` | `kind`, `data` |
 //! | `state_set` | `state::set` | `key`, `value` (text) or `value_len` (bytes of 0xA5), `distinct` (key + index per repeat) |
 //! | `state_get` / `state_delete` | `state::get` / `state::delete`; `state_get` gives `ok:<length>`, or with `show: true` `ok:<the value as text>` | `key` |
-//! | `http` | `http::send` or, with `stream: true`, `http::send_streaming` (streams stay open until the script ends, or with `read: true` are read to the end); the result is the status, the body and the `x-…` response headers | `method`, `url`, `headers` ([[k, v]]), `extra_headers` (n copies of `x-h: v`), `body_len`, `timeout_ms`, `auth_secret` |
+//! | `http` | `http::send` or, with `stream: true`, `http::send_streaming` (streams stay open until the script ends, or with `read: true` are read to the end); the result is the status, the body and the `x-…` response headers | `method`, `url`, `headers` ([[k, v]]), `extra_headers` (n copies of `x-h: v`), `body` (text) or `body_len`, `timeout_ms`, `auth_secret` |
 //! | `resource` | `resources::read` | `uri` |
 //! | `model` | `model::complete` | `model`, `role`, `messages` (count), `content`, `arguments`, `tools` (count) |
 //! | `tools_list` / `tools_call` | `tools::list` / `tools::call`; `tools_call` gives `ok:[{"is_error", "content"}]` (content cut at 4 KiB) | `calls` (count), `name`, `arguments` |
@@ -87,7 +87,10 @@ fn request(op: &Value) -> http::Request {
         method: op.get("method").map(|m| text(Some(m))).unwrap_or_else(|| "GET".into()),
         url: text(op.get("url")),
         headers,
-        body: num(op, "body_len").map(|n| vec![b'b'; n as usize]),
+        body: op
+            .get("body")
+            .map(|b| text(Some(b)).into_bytes())
+            .or_else(|| num(op, "body_len").map(|n| vec![b'b'; n as usize])),
         timeout_ms: num(op, "timeout_ms").map(|n| n as u32),
         auth_secret: op.get("auth_secret").map(|s| text(Some(s))),
     }
