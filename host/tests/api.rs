@@ -2594,6 +2594,104 @@ mod sandboxed {
         out
     }
 
+    /// A sandboxed deployment of the `hostile` test plugin with the approval policy
+    /// `approval` (keys under `approval:`).
+    async fn hostile_with_policy(approval: &str) -> Api {
+        let scope = format!("apitest{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let yaml = format!(
+            "  grants:\n    hostile: {{ tools: true }}\n\
+             \x20 limit_overrides:\n    hostile: {{ timeout: 300s }}\n\
+             subagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"hostile://hostile\", kind: HOSTILE }}\n\
+             approval:\n{approval}\n\
+             sandbox:\n  image: warden-sandbox:bookworm\n  scope: {scope}\n"
+        );
+        api_with(&[(test_plugin("hostile"), "hostile")], &yaml, vec![]).await
+    }
+
+    /// Runs `calls` (tool name, input) one after the other through the hostile plugin as
+    /// one task of `session`; each call's (is_error, content).
+    async fn calls_through_plugin(api: &Api, session: &str, calls: &[(&str, Value)]) -> Vec<(bool, String)> {
+        let ops: Vec<Value> = calls
+            .iter()
+            .map(|(name, input)| json!({ "op": "tools_call", "name": name, "arguments": input.to_string() }))
+            .collect();
+        let r = api
+            .post(
+                "/v1/tasks",
+                json!({ "description": "d", "prompt": format!("script:{}", Value::Array(ops)), "subagent_type": "hostile",
+                        "session_id": session }),
+            )
+            .await;
+        assert_eq!((r.status, r.body["status"].as_str()), (200, Some("completed")), "{}", r.text);
+        let results: Vec<String> = serde_json::from_str(r.body["output"].as_str().unwrap()).unwrap();
+        results
+            .iter()
+            .map(|one| {
+                let calls: Value =
+                    serde_json::from_str(one.strip_prefix("ok:").unwrap_or_else(|| panic!("{results:?}"))).unwrap();
+                (calls[0]["is_error"] == true, calls[0]["content"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    }
+
+    /// Regression (issue 40, item 9): with `Read(./.env)` denied and `Bash(cat:*)`
+    /// allowed, `cat .env`, `cat < .env`, `cat docs/../.env` and `cat docs/link-to-env`
+    /// printed the secret without asking. The gate judges a command's files from the
+    /// shell's working directory, as the sandbox resolves them (links, then `..`).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_read_deny_reaches_the_shell_through_links_dotdot_and_the_working_directory() {
+        docker_ok();
+        const SETUP: &[(&str, &str)] = &[
+            ("Write", ".env"),
+            ("Write", "docs/a.md"),
+        ];
+        let setup: Vec<(&str, Value)> = SETUP
+            .iter()
+            .map(|(tool, path)| (*tool, json!({"file_path": path, "content": format!("DOTENV-SECRET=1 in {path}\n")})))
+            // (`ln -s ../.env …` names `.env` as the link's source, which the rule denies.)
+            .chain([(
+                "Bash",
+                json!({"command": "mkdir -p docs/sub && python3 -c \"import os; os.symlink('../.env', 'docs/link-to-env')\""}),
+            )])
+            .collect();
+        let attacks = [
+            "cat .env",
+            "cat < .env",
+            "cat docs/../.env",
+            "cat docs/link-to-env",
+            "cat docs/sub/../link-to-env",
+            "cd docs && cat ../.env",
+        ];
+        // Positive control: without the deny rule every attack prints the secret.
+        let open = hostile_with_policy("  default: allow\n").await;
+        calls_through_plugin(&open, "s", &setup).await;
+        let runs: Vec<(&str, Value)> = attacks.iter().map(|c| ("Bash", json!({"command": c}))).collect();
+        for ((_, out), attack) in calls_through_plugin(&open, "s", &runs).await.iter().zip(attacks) {
+            assert!(out.contains("DOTENV-SECRET=1 in .env"), "`{attack}` reads the secret without the rule: {out}");
+        }
+        end_sessions(&open).await;
+        let api = hostile_with_policy(
+            "  default: ask\n  timeout: 1s\n  allow: [\"Write\", \"Bash(cat:*)\", \"Bash(cd:*)\", \"Bash(python3:*)\", \"Bash(mkdir:*)\"]\n  deny: [\"Read(./.env)\"]",
+        )
+        .await;
+        let done = calls_through_plugin(&api, "s", &setup).await;
+        assert!(done.iter().all(|(e, _)| !e), "{done:?}");
+        for ((is_error, out), attack) in calls_through_plugin(&api, "s", &runs).await.iter().zip(attacks) {
+            assert!(*is_error && !out.contains("DOTENV-SECRET"), "`{attack}` got through: {out}");
+            assert!(out.contains("Read(./.env)"), "`{attack}` is denied by the rule: {out}");
+        }
+        // The working directory a command left is the one the next is judged from.
+        let after_cd = calls_through_plugin(
+            &api,
+            "s",
+            &[("Bash", json!({"command": "cd docs"})), ("Bash", json!({"command": "cat ../.env"})), ("Bash", json!({"command": "cat a.md"}))],
+        )
+        .await;
+        assert!(after_cd[1].0 && !after_cd[1].1.contains("DOTENV-SECRET"), "{after_cd:?}");
+        assert!(!after_cd[2].0 && after_cd[2].1.contains("in docs/a.md"), "an allowed read runs: {after_cd:?}");
+        end_sessions(&api).await;
+    }
+
     /// Regression (issue 41, item 1): a task's `tool_context` string was exported into
     /// its sandbox commands' environment, so its plugin ran `printf %s "$RT_SECRET" |
     /// base64` through `tools.call`, decoded the answer (the scrubber does not know
