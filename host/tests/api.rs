@@ -2641,10 +2641,7 @@ mod sandboxed {
     #[tokio::test(flavor = "multi_thread")]
     async fn regression_a_read_deny_reaches_the_shell_through_links_dotdot_and_the_working_directory() {
         docker_ok();
-        const SETUP: &[(&str, &str)] = &[
-            ("Write", ".env"),
-            ("Write", "docs/a.md"),
-        ];
+        const SETUP: &[(&str, &str)] = &[("Write", ".env"), ("Write", "docs/a.md")];
         let setup: Vec<(&str, Value)> = SETUP
             .iter()
             .map(|(tool, path)| (*tool, json!({"file_path": path, "content": format!("DOTENV-SECRET=1 in {path}\n")})))
@@ -2684,7 +2681,11 @@ mod sandboxed {
         let after_cd = calls_through_plugin(
             &api,
             "s",
-            &[("Bash", json!({"command": "cd docs"})), ("Bash", json!({"command": "cat ../.env"})), ("Bash", json!({"command": "cat a.md"}))],
+            &[
+                ("Bash", json!({"command": "cd docs"})),
+                ("Bash", json!({"command": "cat ../.env"})),
+                ("Bash", json!({"command": "cat a.md"})),
+            ],
         )
         .await;
         assert!(after_cd[1].0 && !after_cd[1].1.contains("DOTENV-SECRET"), "{after_cd:?}");
