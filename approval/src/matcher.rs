@@ -7,10 +7,14 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::shell::WORD_BREAK;
+/// Separates words in a command's match key (the recognizer's `SimpleCommand::match_key`):
+/// a control character, which no word of an understood command holds (any such byte makes
+/// the command not understood), so a space inside a quoted word (`npm 'test evil'`) never
+/// reads as a word boundary.
+pub const WORD_BREAK: char = '\u{1f}';
 
 /// How a `Bash(...)` specifier matches one simple command. Both sides are match keys
-/// ([`crate::shell::SimpleCommand::match_key`]: words joined by [`WORD_BREAK`]), so every
+/// (the recognizer's `SimpleCommand::match_key`: words joined by [`WORD_BREAK`]), so every
 /// boundary below is a boundary between two words of the command as it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BashPattern {

@@ -513,10 +513,7 @@ pub fn shell_files(command: &str, cwd: &Path) -> Vec<ShellFile> {
     out
 }
 
-/// Separates words in [`SimpleCommand::match_key`]: a control character, which no word of
-/// an understood command holds (any such byte makes the command not understood), so a
-/// space inside a quoted word (`npm 'test evil'`) never reads as a word boundary.
-pub const WORD_BREAK: char = '\u{1f}';
+pub use crate::matcher::WORD_BREAK;
 
 /// `words` joined by [`WORD_BREAK`].
 fn key_of(words: &[String]) -> String {

@@ -337,7 +337,8 @@ mod tests {
     /// one of warden's own variables.
     #[test]
     fn no_name_of_the_fixed_set_can_be_set_from_outside() {
-        for var in base_env(crate::egress::container_env()) {
+        let proxies = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"];
+        for var in base_env(proxies.map(|p| format!("{p}=x"))) {
             let name = var.split_once('=').expect("NAME=value").0;
             assert!(check_name(name).is_err(), "{name} of the fixed set must be refused");
         }
