@@ -187,7 +187,7 @@ impl TaskSecrets {
                 Delivery::Env => {
                     warden_sandbox::environment::check_name(&name)
                         .map_err(|e| ToolContextError::new(key, format!("cannot be exported: {e}")))?;
-                    if !task_env.iter().any(|n| *n == name) {
+                    if !task_env.contains(&name) {
                         return Err(ToolContextError::new(
                             key,
                             format!(
