@@ -144,7 +144,7 @@ impl ToolContextError {
 }
 
 /// A task's secrets by delivery.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct TaskSecrets {
     /// Every entry by variable name: what `${NAME}` in an operator's MCP server `env` may
     /// take.
@@ -153,6 +153,18 @@ pub struct TaskSecrets {
     pub env: Vec<(String, String)>,
     /// The entries the egress proxy adds to requests while a call of the task runs.
     pub inject: Vec<Arc<warden_sandbox::egress::Credential>>,
+}
+
+impl std::fmt::Debug for TaskSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Names only, never a value.
+        let names = |v: &[(String, String)]| v.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        f.debug_struct("TaskSecrets")
+            .field("named", &names(&self.named))
+            .field("env", &names(&self.env))
+            .field("inject", &self.inject)
+            .finish()
+    }
 }
 
 impl TaskSecrets {
