@@ -404,8 +404,12 @@ async fn a_link_to_a_denied_file_is_denied_through_the_gate() {
     let policy = "approval:\n  default: deny\n  timeout: 1s\n  allow: [\"Bash\", \"Read(./docs/**)\"]\n  deny: [\"Read(./.env)\"]\n";
     let h = claude_host_with(AGENT, &[("main", "- text: \"unused\"\n")], "", policy).await;
     let s = session();
+    // Since issue 40 the shell's `ln .env …` reads `.env` as far as the rule is concerned
+    // (denied); the links are made by a program whose file use the gate does not model.
+    let ln = h.parent_tool(&s, "Bash", serde_json::json!({"command": "touch .env && ln .env docs-h"})).await;
+    assert!(ln.is_error && ln.content.contains("Read(./.env)"), "{ln:?}");
     let setup = h
-        .parent_tool(&s, "Bash", serde_json::json!({"command": "printf TOPSECRET > .env && mkdir -p docs && ln -s ../.env docs/link-to-env && ln .env docs/notes.txt && echo hi > docs/a.md"}))
+        .parent_tool(&s, "Bash", serde_json::json!({"command": "printf TOPSECRET > .env && mkdir -p docs && echo hi > docs/a.md && python3 -c \"import os; os.symlink('../.env', 'docs/link-to-env'); os.link('.env', 'docs/notes.txt')\""}))
         .await;
     assert!(!setup.is_error, "{setup:?}");
     let ok = h.parent_tool(&s, "Read", serde_json::json!({"file_path": "docs/a.md"})).await;
@@ -586,7 +590,9 @@ async fn regression_a_stdio_mcp_server_started_with_one_tasks_token_served_anoth
             plugin: "claude".into(),
             mcp_servers: vec!["tok".into()],
             plugin_grants: grants.clone(),
-            tool_env: secrets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            // Named (a `tool_context` string): usable as `${TOKEN}` by the operator's
+            // server, never exported into the sandbox.
+            tool_secrets: secrets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             ..Default::default()
         };
         let tools = h.host.tools.clone();
