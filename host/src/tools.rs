@@ -406,18 +406,19 @@ impl ToolHost {
             return None;
         };
         let cwd = sandbox.shell_cwd(key).await.ok()?;
-        let mut files = Vec::new();
+        let (mut files, mut identities) = (Vec::new(), Vec::new());
         for f in
             warden_approval::shell_files(command, std::path::Path::new(&cwd)).into_iter().take(MAX_SHELL_FILES_RESOLVED)
         {
             let found = sandbox.resolve_shell_path(key, &f.path, f.access.tree()).await.ok();
+            identities.push(found.as_ref().and_then(|p| p.identity));
             files.push(warden_approval::ResolvedFile {
                 resolved: found.as_ref().map(|p| p.path.clone()),
                 other_names: found.is_some_and(|p| p.other_names),
                 path: f.path,
             });
         }
-        Some(ShellFacts { cwd, files })
+        Some(ShellFacts { cwd, files, identities })
     }
 
     /// Runs a batch through the gate and the sandbox; results come back in call order.
@@ -502,6 +503,11 @@ impl ToolHost {
         let mut verdicts = self.gate.decide_batch_with(requests, scope.decider.clone()).await.into_iter();
         let mut results = Vec::with_capacity(calls.len());
         for (((call, refused), path), facts) in calls.into_iter().zip(refusals).zip(resolved).zip(shell) {
+            // A Bash call runs only if its files are still the ones that were judged: a
+            // batch is judged at once and its calls run one after the other, so an earlier
+            // call (a `git checkout` that turns `docs/a.md` into a link to `.env`) must not
+            // change what a later allowed one reads. Looked up again just before it runs.
+            let judged_facts = facts.clone();
             // A Bash call runs in the directory its files were judged from.
             let path = match (path, facts) {
                 (Ok(None), Some(facts)) => Ok(Some(warden_sandbox::ResolvedPath::directory(facts.cwd))),
@@ -515,6 +521,14 @@ impl ToolHost {
                 Some(None) if crate::nesting::is_agent_tool(&call.name) => run_subagent(scope, &call).await,
                 Some(None) => match path {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
+                    Ok(_) if judged_facts.is_some() && self.shell_facts(&key, &call).await != judged_facts => (
+                        format!(
+                            "The {} call was not run: the files it names (or its working directory) changed \
+                             after it was judged; make the call again.",
+                            call.name
+                        ),
+                        true,
+                    ),
                     Ok(path) => {
                         let _flight = self.fly(scope, &key);
                         // The session's proxy judges this call's connections by the
@@ -553,9 +567,13 @@ const BASH_TOOL: &str = "Bash";
 const MAX_SHELL_FILES_RESOLVED: usize = 32;
 
 /// What the gate knows about a Bash call beyond its input ([`ToolHost::shell_facts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct ShellFacts {
     cwd: String,
     files: Vec<warden_approval::ResolvedFile>,
+    /// Which file each of `files` was (none when missing): a call runs only if they are
+    /// still the same files when it starts.
+    identities: Vec<Option<warden_sandbox::FileIdentity>>,
 }
 
 /// A request to the gate for a call `name(input)` of `scope`'s task.

@@ -53,7 +53,8 @@
 #   O_NOFOLLOW beneath /workspace, so a link planted after the host's check fails the call.
 # - After every command: kill its process group, then every process of this user that is
 #   not the container's init, its main process, an exec root (another agent, housekeeping)
-#   or inside another exec root's tree. Nothing a call starts outlives it.
+#   or inside another exec root's tree. Nothing a call starts outlives it. Every sweep
+#   stops all of this user's processes at once before it reads /proc (kill_in_rounds).
 # - Before every command: the same sweep of orphans, after killing every descendant of a
 #   settled session process that is not in its record (SETTLED, above). The host asks for
 #   the same after every call of a session process (`contain`), so nothing such a call
@@ -266,17 +267,41 @@ def root_of(pid, table):
 
 
 def kill_in_rounds(victims_of):
-    """Kills the processes `victims_of(table)` names in a fresh process table, round after
-    round (one may start another while the last round is killed), until a round names none
-    or SWEEP_ROUNDS pass; returns how many were killed."""
+    """Kills the processes `victims_of(table)` names, round after round until a round names
+    none or SWEEP_ROUNDS pass; returns how many were killed. Each round first stops every
+    process of this user at once (`kill(-1, SIGSTOP)`: the kernel signals them all under
+    one lock, so no fork escapes it), then reads /proc with nothing of this user moving,
+    kills the victims and lets the others go on (`kill(-1, SIGCONT)`). A listing of a
+    running /proc is not proof: a chain of processes that fork and exit faster than it is
+    read is never seen alive in it (the hopper of issue 40's review)."""
     killed = 0
     for _ in range(SWEEP_ROUNDS):
-        victims = victims_of(proc_table())
+        freeze_user(signal.SIGSTOP)
+        try:
+            victims = victims_of(proc_table())
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except OSError:
+                    pass
+        finally:
+            freeze_user(signal.SIGCONT)
+        reap()
         if not victims:
             break
-        killed += stop_then_kill(victims)
-        reap()
     return killed
+
+
+def freeze_user(sig):
+    """Sends `sig` to every process of this user in this container but this one (and
+    init): SIGSTOP before a sweep reads /proc, SIGCONT after it. Live calls' processes
+    (other agents, their commands, settled session processes) pause for the length of one
+    /proc read; one stopped on purpose before is continued too."""
+    try:
+        os.kill(-1, sig)
+    except OSError:
+        pass  # nothing else of this user runs
 
 
 def sweep(everything):
@@ -925,7 +950,10 @@ def op_bash(f):
     except OSError:
         return result(status="error", message="the working directory %s cannot be entered" % cwd)
     try:
-        code, timed_out, cwd = run(["bash", "-c", RUNNER, "warden-bash", command], env, timeout, grace, out, err)
+        # No startup file, whatever the environment (Debian's bash reads ~/.bashrc for
+        # `bash -c` when SSH_CLIENT or SSH2_CLIENT is set).
+        code, timed_out, cwd = run(["bash", "--norc", "--noprofile", "-c", RUNNER, "warden-bash", command],
+                                   env, timeout, grace, out, err)
     finally:
         os.chdir(WS)
     if cwd is not None:

@@ -164,6 +164,7 @@ const UNSAFE_PREFIXES: &[&str] = &[
     "XDG_",
     "LC_",
     "SSH_",
+    "SSH2_",
     "GPG_",
     "npm_",
     "NPM_",

@@ -2857,8 +2857,10 @@ mod state {
     /// Issue 40, item 1 (and its "done when"): a thread-group leader that exits with a raw
     /// `exit` syscall while another of its threads runs shows as `Z` and was skipped by the
     /// sweep, so it ran on across calls. After a call that starts such a survivor, a
-    /// double-fork and a hopper (a process that keeps moving to a new pid), no thread of the
-    /// sandbox user remains but the agents'.
+    /// double-fork, a hopper (a process that keeps moving to a new pid) and thirty fast
+    /// hoppers (fork-and-exit chains that a read of a running /proc never sees alive: the
+    /// review of the fix found them surviving), no thread of the sandbox user remains but
+    /// the agents'.
     pub async fn the_process_rule_leaves_no_thread_of_the_sandbox_user(c: Ctx) {
         let sb = c.sandbox();
         let k = key("process-rule");
@@ -2881,18 +2883,29 @@ PY
 (setsid sh -c 'while :; do echo x >> /workspace/alive-double-fork; sleep 0.1; done' &)
 hop() { echo x >> /workspace/alive-hopper; sleep 0.1; (hop &) ; }
 (hop &)
+# Fast hoppers: chains that fork and exit faster than /proc can be read (review finding).
+for i in $(seq 30); do perl -e '
+use POSIX (); POSIX::setsid();
+open STDOUT, ">/dev/null"; open STDERR, ">/dev/null";
+my $n = 0;
+while (1) {
+  my $p = fork(); if (!defined $p) { select(undef, undef, undef, 0.001); next }
+  exit 0 if $p;
+  $n++; if ($n % 1000 == 0) { open F, ">>/workspace/alive-fast-hopper"; print F "x"; close F }
+}' & done
 zombie_leader_threads() {
   for p in /proc/[0-9]*; do [ "$(awk '/^State:/ {print $2}' $p/status 2>/dev/null)" = Z ] && ls $p/task | wc -l; done | sort -n | tail -1
 }
 for i in $(seq 300); do
   zl=$(zombie_leader_threads)
-  [ -s /workspace/alive-zombie-leader ] && [ -s /workspace/alive-double-fork ] && [ -s /workspace/alive-hopper ] && [ "${zl:-0}" -ge 2 ] && break
+  [ -s /workspace/alive-zombie-leader ] && [ -s /workspace/alive-double-fork ] && [ -s /workspace/alive-hopper ] && \
+    [ -s /workspace/alive-fast-hopper ] && [ "${zl:-0}" -ge 2 ] && break
   sleep 0.1
 done
 echo "zombie leader threads: ${zl:-0}"
 ls /workspace/alive-*"#;
         let out = bash_ok(&sb, &k, START).await;
-        for f in ["alive-zombie-leader", "alive-double-fork", "alive-hopper"] {
+        for f in ["alive-zombie-leader", "alive-double-fork", "alive-hopper", "alive-fast-hopper"] {
             assert!(out.contains(f), "the {f} survivor never ran (positive control): {out}");
         }
         assert!(

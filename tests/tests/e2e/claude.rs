@@ -424,6 +424,45 @@ async fn a_link_to_a_denied_file_is_denied_through_the_gate() {
     h.end(&s).await;
 }
 
+/// Review of issue 40: the calls of a batch were judged together and run one after the
+/// other, so an allowed first call (here a program that turns `docs/a.md` into a link to
+/// `.env`; in the review a `git checkout` of a branch holding such a link) changed what the
+/// allowed `cat docs/a.md` after it read. A Bash call runs only if its files are still the
+/// ones that were judged.
+#[tokio::test(flavor = "multi_thread")]
+async fn regression_an_earlier_call_of_a_batch_swapped_a_judged_file_for_a_link() {
+    let policy = "approval:\n  default: deny\n  timeout: 1s\n  allow: [\"Bash(python3:*)\", \"Bash(cat:*)\"]\n  deny: [\"Read(./.env)\"]\n";
+    let h = claude_host_with(AGENT, &[("main", "- text: \"unused\"\n")], "", policy).await;
+    let s = session();
+    let setup = "python3 -c \"import os; open('.env', 'w').write('TOPSECRET'); os.makedirs('docs'); open('docs/a.md', 'w').write('just docs')\"";
+    let r = h.parent_tool(&s, "Bash", serde_json::json!({ "command": setup })).await;
+    assert!(!r.is_error, "{r:?}");
+    let r = h.parent_tool(&s, "Bash", serde_json::json!({ "command": "cat docs/a.md" })).await;
+    assert!(!r.is_error && r.content.contains("just docs"), "an allowed cat runs: {r:?}");
+    let swap = "python3 -c \"import os; os.remove('docs/a.md'); os.symlink('../.env', 'docs/a.md')\"";
+    let batch = |id: &str, command: &str| warden::tools::ToolCall {
+        id: id.into(),
+        name: "Bash".into(),
+        input: serde_json::json!({ "command": command }),
+    };
+    let scope = warden::scope::TaskScope {
+        task_id: "batch".into(),
+        session_id: s.clone(),
+        user_id: "tester".into(),
+        subagent: "parent".into(),
+        plugin: "test".into(),
+        ..Default::default()
+    };
+    let results = h.host.tools.clone().call_batch(&scope, vec![batch("a", swap), batch("b", "cat docs/a.md")]).await;
+    assert!(!results[0].is_error, "the swap ran: {results:?}");
+    assert!(results[1].is_error && !results[1].content.contains("TOPSECRET"), "{results:?}");
+    assert!(results[1].content.contains("changed after it was judged"), "{results:?}");
+    // Judged now, the link is what the rule denies.
+    let r = h.parent_tool(&s, "Bash", serde_json::json!({ "command": "cat docs/a.md" })).await;
+    assert!(r.is_error && r.content.contains("Read(./.env)") && !r.content.contains("TOPSECRET"), "{r:?}");
+    h.end(&s).await;
+}
+
 /// Issue 22: the official stdio MCP reference servers (`mcp-server-git`, `mcp-server-time`
 /// from PyPI, baked into the sandbox image) run inside the session's sandbox; their tools
 /// reach a Claude subagent through the gate; a declined `git_commit` leaves the repository
