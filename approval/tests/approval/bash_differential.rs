@@ -111,9 +111,9 @@ const KNOWN_BAD_STATE: &[&str] = &[
     "export OPTIND=pv",
     "read OPTIND <<< 'a[$(touch r)]'",
     "getopts g RANDOM -g",
-    "export PATH=/work/.planted-bin:$PATH; git status",
-    "PATH=/work/.planted-bin; git status",
-    "cd /work/.planted-bin && ./git status",
+    "export PATH=/scratch/.planted-bin:$PATH; git status",
+    "PATH=/scratch/.planted-bin; git status",
+    "cd /scratch/.planted-bin && ./git status",
 ];
 
 /// What the property's policy allows: `echo`, builtins that assign or change directory
@@ -488,11 +488,11 @@ fn stateful() -> BoxedStrategy<String> {
         "read -r x RANDOM <<< {v}",
         "getopts g {v} -g",
         "getopts ab OPTIND -b",
-        "export PATH=/work/.planted-bin:$PATH",
-        "PATH=/work/.planted-bin",
+        "export PATH=/scratch/.planted-bin:$PATH",
+        "PATH=/scratch/.planted-bin",
         "PATH={v}",
-        "cd /work/.planted-bin",
-        "cd /work",
+        "cd /scratch/.planted-bin",
+        "cd /scratch",
         "cd {v}",
     ]);
     let value = pick(&[
@@ -662,7 +662,7 @@ fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
             "--pids-limit",
             "256",
             "--tmpfs",
-            "/work:rw,mode=1777,size=16m",
+            "/scratch:rw,mode=1777,size=16m",
             "--tmpfs",
             "/tmp:rw,mode=1777,size=16m",
             "--tmpfs",
@@ -729,7 +729,7 @@ fn run_all(image: &str, commands: &[String]) -> Vec<Outcome> {
     let writable: Vec<&str> =
         header["writable"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     assert!(
-        writable.contains(&"/work") && writable.contains(&"/tmp"),
+        writable.contains(&"/scratch") && writable.contains(&"/tmp"),
         "the harness must watch the writable directories, saw {header}"
     );
     outcomes

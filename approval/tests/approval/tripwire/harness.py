@@ -40,7 +40,7 @@ def js(v):
 
 BASH = "/opt/.w/bash"
 LOG = "/trip/log"
-WORK = "/work"
+WORK = "/scratch"
 TIMEOUT = float(os.environ.get("WARDEN_CASE_TIMEOUT", "5"))
 # A command bash cannot find is also a command the recognizer did not see,
 # and so is any simple command (builtins too: the DEBUG trap, inherited by
@@ -60,7 +60,7 @@ __warden_debug() {
     printf 'ran: %q\n' "$__c" >>/trip/log
 }
 : "$SECONDS"
-export BASH_ENV=/work/.planted-env
+export BASH_ENV=/scratch/.planted-env
 set -T
 trap '[[ -n $__in ]] || { __in=1; __c=$BASH_COMMAND; __warden_debug; __in=; }' DEBUG
 eval "$1"
@@ -76,19 +76,19 @@ ENV = {
     "HOME": WORK,
     "LANG": "C.UTF-8",
     "XDG_CONFIG_HOME": WORK + "/.config",
-    "pv": "x[$(touch /work/planted-pv)]",
-    "qv": "$(touch /work/planted-qv)",
-    "g": "x[$(touch /work/planted-g)]",
+    "pv": "x[$(touch /scratch/planted-pv)]",
+    "qv": "$(touch /scratch/planted-qv)",
+    "g": "x[$(touch /scratch/planted-g)]",
 }
 PLANTED_FILES = {
     # Sourced by every bash a command starts; builtins only (a program here would be a
     # tripwire whose own bash sources this file again). The tripwire itself is exempt:
     # its run is logged already, and an allowed program's run is expected.
     ".planted-env": "[[ $0 -ef /opt/.w/tripwire ]] || printf 'planted BASH_ENV ran: %q\\n' \"$0\" >>/trip/log\n",
-    ".gitconfig": "[core]\n\tfsmonitor = touch /work/planted-fsmonitor\n",
-    ".config/git/config": "[core]\n\tfsmonitor = touch /work/planted-xdg\n",
-    ".git/config": "[core]\n\tfsmonitor = touch /work/planted-git\n\thooksPath = /work/.git/hooks\n",
-    ".git/hooks/pre-commit": "#!/bin/sh\ntouch /work/planted-hook\n",
+    ".gitconfig": "[core]\n\tfsmonitor = touch /scratch/planted-fsmonitor\n",
+    ".config/git/config": "[core]\n\tfsmonitor = touch /scratch/planted-xdg\n",
+    ".git/config": "[core]\n\tfsmonitor = touch /scratch/planted-git\n\thooksPath = /scratch/.git/hooks\n",
+    ".git/hooks/pre-commit": "#!/bin/sh\ntouch /scratch/planted-hook\n",
     ".env": "DOTENV-SECRET=1\n",
 }
 PLANTED_PROGRAMS = ["git", "ls", "cat", "echo", "true", "rm", "touch", "sh", "bash"]
