@@ -69,6 +69,11 @@ pub struct AuditRecord {
     pub subagent: String,
     /// Plugin that made the call.
     pub plugin: Option<String>,
+    /// The OCI runtime the call's sandbox session runs under when the subagent was put under
+    /// one (`sandbox.runtime_overrides`); absent: `sandbox.runtime` (the engine's default,
+    /// runc, when that is unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_runtime: Option<String>,
     /// Tool name.
     pub tool: String,
     /// Hex SHA-256 of the canonical JSON arguments ([`args_digest`]).
@@ -81,6 +86,29 @@ pub struct AuditRecord {
     pub decided_by: String,
     /// How long the call waited for a decision, in milliseconds.
     pub waited_ms: u64,
+    /// Why the policy decided as it did ([`audit_reason`]: the call's own text left out, as
+    /// the arguments are). Absent in lines written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Longest [`AuditRecord::reason`] kept, in characters: a reason names a rule, a path and
+/// a construct; more is cut (with `…`) so one line stays bounded whatever the call held.
+pub const MAX_AUDIT_REASON: usize = 512;
+
+/// A decision's reason as the audit log keeps it: every backtick-quoted part (the command
+/// or a part of it, a rule — the rule has its own field) becomes `` `…` ``, since the log
+/// holds a digest of the arguments, never the arguments; at most [`MAX_AUDIT_REASON`]
+/// characters.
+pub fn audit_reason(reason: &str) -> String {
+    let mut out = String::new();
+    for (i, piece) in reason.split('`').enumerate() {
+        out.push_str(if i % 2 == 1 { "`…`" } else { piece });
+    }
+    if out.chars().count() > MAX_AUDIT_REASON {
+        out = out.chars().take(MAX_AUDIT_REASON - 1).chain(std::iter::once('…')).collect();
+    }
+    out
 }
 
 impl AuditRecord {
@@ -237,6 +265,7 @@ impl Record for AuditRecord {
         let mut fields = vec![&mut self.subagent, &mut self.tool];
         fields.extend(self.plugin.as_mut());
         fields.extend(self.rule.as_mut());
+        fields.extend(self.reason.as_mut());
         fields
     }
 }

@@ -163,6 +163,10 @@ pub struct ApprovalRequest {
     pub user_id: Option<String>,
     /// Plugin making the call.
     pub plugin: Option<String>,
+    /// The OCI runtime the call's sandbox session runs under when the subagent was put under
+    /// one (`sandbox.runtime_overrides`), recorded in the audit line; never part of a decision.
+    #[serde(default)]
+    pub sandbox_runtime: Option<String>,
     /// The subagent's requested `permissionMode` (capped by the operator).
     pub mode: Option<PermissionMode>,
     /// The call's path after symlink resolution in the sandbox, when it differs from the
@@ -215,6 +219,7 @@ impl ApprovalRequest {
             session_id: None,
             user_id: None,
             plugin: None,
+            sandbox_runtime: None,
             mode: None,
             resolved_path: None,
             hard_linked: false,
@@ -907,12 +912,14 @@ impl Inner {
             user_id: req.user_id.clone(),
             subagent: req.subagent.clone(),
             plugin: req.plugin.clone(),
+            sandbox_runtime: req.sandbox_runtime.clone(),
             tool: req.tool.clone(),
             args_sha256: args_digest(&req.input),
             rule: verdict.matched_rule.clone(),
             decision: verdict.decision,
             decided_by: verdict.decided_by.clone(),
             waited_ms: AuditRecord::millis(verdict.waited),
+            reason: Some(crate::audit::audit_reason(&verdict.reason)),
         };
         match log.append(&rec) {
             Ok(written) => (verdict, Some(written)),

@@ -28,8 +28,8 @@ pub mod rule;
 pub mod shell;
 
 pub use audit::{
-    AuditDecision, AuditError, AuditLog, AuditRecord, EgressRecord, EgressSuppressedRecord, GapRecord, Record,
-    RecordOwner, TextFilter, Written, args_digest, sync_open_logs,
+    AuditDecision, AuditError, AuditLog, AuditRecord, EgressRecord, EgressSuppressedRecord, GapRecord,
+    MAX_AUDIT_REASON, Record, RecordOwner, TextFilter, Written, args_digest, audit_reason, sync_open_logs,
 };
 pub use gate::{
     ApprovalGate, ApprovalRequest, Authority, BoxFuture, ChainLink, Decider, GateError, GateEvent, Observer,

@@ -64,7 +64,7 @@ impl BashPattern {
                 p.starts_with(fixed) || fixed.strip_prefix(p.as_str()).is_some_and(|rest| rest.starts_with(WORD_BREAK))
             }
             // The whole of `fixed` consumed, the rest of the pattern can always be completed.
-            BashPattern::Glob(p) => wildcard_consume(p.as_bytes(), fixed.as_bytes()).is_some(),
+            BashPattern::Glob(p) => wildcard_consume(p.as_bytes(), fixed.as_bytes()),
         }
     }
 }
@@ -72,32 +72,55 @@ impl BashPattern {
 /// A word break then `*`: the optional last word of a glob (`Bash(ls *)`).
 const OPTIONAL_TAIL: &str = "\u{1f}*";
 
-/// `*` matches any byte sequence; every other byte matches itself.
+/// `*` matches any byte sequence; every other byte matches itself; a word break, `*` and a
+/// word break match a single word break too (the `*` then stands for no words at all:
+/// `Bash(aha * > *)` matches `aha > out.html`).
 fn wildcard_match(p: &[u8], t: &[u8]) -> bool {
-    wildcard_consume(p, t).is_some_and(|pi| p[pi..].iter().all(|&c| c == b'*'))
+    wildcard_states(p, t)[p.len()]
 }
 
-/// Matches all of `t` against a start of `p`; where in `p` the match ended, if it can.
-/// Iterative with single-star backtracking: O(pattern × text), no recursion.
-fn wildcard_consume(p: &[u8], t: &[u8]) -> Option<usize> {
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return None;
+/// Does some run of the pattern consume all of `t`? (The rest of the pattern can always be
+/// completed by some text.)
+fn wildcard_consume(p: &[u8], t: &[u8]) -> bool {
+    wildcard_states(p, t).contains(&true)
+}
+
+/// The pattern positions reachable once all of `t` is consumed (an NFA run over the
+/// pattern: O(pattern × text), no recursion, no backtracking); `p.len() + 1` entries.
+fn wildcard_states(p: &[u8], t: &[u8]) -> Vec<bool> {
+    let brk = WORD_BREAK as u8;
+    // Positions reachable from `i` without consuming text: past a `*`, and from a `*`
+    // that sits between two word breaks to past the second break.
+    let close = |s: &mut Vec<bool>| {
+        for i in 0..p.len() {
+            if !s[i] || p[i] != b'*' {
+                continue;
+            }
+            s[i + 1] = true;
+            if i > 0 && p[i - 1] == brk && p.get(i + 1) == Some(&brk) {
+                s[i + 2] = true;
+            }
         }
+    };
+    let mut cur = vec![false; p.len() + 1];
+    cur[0] = true;
+    close(&mut cur);
+    for &c in t {
+        let mut next = vec![false; p.len() + 1];
+        for i in (0..p.len()).filter(|&i| cur[i]) {
+            if p[i] == b'*' {
+                next[i] = true;
+            } else if p[i] == c {
+                next[i + 1] = true;
+            }
+        }
+        close(&mut next);
+        if !next.contains(&true) {
+            return next;
+        }
+        cur = next;
     }
-    Some(pi)
+    cur
 }
 
 /// Lexically normalise `path` against `base` (used when `path` is relative):
@@ -328,6 +351,13 @@ mod tests {
         assert!(wildcard_match(b"git * main", b"git push origin main"));
         assert!(!wildcard_match(b"git * main", b"git push origin dev"));
         assert!(wildcard_match(b"*", b""));
+        // Regression: `Bash(aha * > *)` did not match `aha > output.html` (the middle `*`
+        // had to be at least one word).
+        assert!(wildcard_match("aha\u{1f}*\u{1f}>\u{1f}*".as_bytes(), "aha\u{1f}>\u{1f}output.html".as_bytes()));
+        assert!(wildcard_match("aha\u{1f}*\u{1f}>\u{1f}*".as_bytes(), "aha\u{1f}-x\u{1f}>\u{1f}o".as_bytes()));
+        assert!(!wildcard_match("aha\u{1f}*\u{1f}>\u{1f}*".as_bytes(), "ahax\u{1f}>\u{1f}o".as_bytes()));
+        assert!(wildcard_consume(b"git*main", b"git pu"));
+        assert!(!wildcard_consume(b"git*main", b"gi x"));
     }
 
     #[test]

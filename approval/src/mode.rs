@@ -25,7 +25,9 @@ pub enum PermissionMode {
     #[default]
     Default,
     /// `ask` becomes allow for file edits (Edit, Write, MultiEdit,
-    /// NotebookEdit) inside the workspace; never for Bash.
+    /// NotebookEdit) inside the workspace, and for a Bash command that asks only because
+    /// its output redirections write workspace files no rule covers; never for executable
+    /// configuration, never for any other Bash ask.
     AcceptEdits,
     /// Read-only: only [`READ_ONLY_TOOLS`] are allowed; every other tool is denied.
     Plan,

@@ -1,5 +1,6 @@
 //! Which files a recognised command reads or writes: the option tables of the commands
-//! whose file operands the policy judges against `Read(...)` and `Edit(...)` rules.
+//! whose file operands the policy judges by the file rules (`Read(...)`, `Edit(...)`,
+//! `Write(...)`), the same way as redirections.
 //!
 //! [`operands`] takes a simple command's program name and its arguments and returns every
 //! argument that names a file, with how the file is used ([`Access`]). The tables below
@@ -34,6 +35,10 @@ pub enum Access {
     WriteTree,
     /// Both: `<> f`, `sed -i ... f`, the source of `mv`.
     ReadWrite,
+    /// Removes the file (`rm f`, `rmdir d`, `unlink f`): a write that leaves nothing behind.
+    Remove,
+    /// Removes a directory tree (`rm -r dir`).
+    RemoveTree,
 }
 
 impl Access {
@@ -44,12 +49,22 @@ impl Access {
 
     /// Whether the access writes (the file or a tree below it).
     pub fn writes(self) -> bool {
-        matches!(self, Access::Write | Access::WriteTree | Access::ReadWrite)
+        matches!(self, Access::Write | Access::WriteTree | Access::ReadWrite | Access::Remove | Access::RemoveTree)
     }
 
     /// Whether the access reaches everything below the path, not only the path.
     pub fn tree(self) -> bool {
-        matches!(self, Access::ReadTree | Access::WriteTree)
+        matches!(self, Access::ReadTree | Access::WriteTree | Access::RemoveTree)
+    }
+
+    /// How a reason names the access: `reads`, `writes`, `reads and writes`, `removes`.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Access::Read | Access::ReadTree => "reads",
+            Access::Write | Access::WriteTree => "writes",
+            Access::ReadWrite => "reads and writes",
+            Access::Remove | Access::RemoveTree => "removes",
+        }
     }
 }
 
@@ -72,6 +87,19 @@ pub struct FileArg {
     pub access: Access,
     /// The path is known only at run time: the policy cannot judge it.
     pub computed: bool,
+    /// Named by a redirection (`> f`, `>> f`, `< f`), not by the program's operands. Both
+    /// are judged the same way (a write by the Write/Edit rules and the permission mode, as
+    /// a Write call of that path would be); only which Bash allow rule shows the write
+    /// differs (one with the redirection in it, or one naming the whole command).
+    pub redirect: bool,
+}
+
+impl FileArg {
+    /// What a reason says after the path: ` through a redirection` for a file a
+    /// redirection names, nothing for an operand.
+    pub fn how(&self) -> &'static str {
+        if self.redirect { " through a redirection" } else { "" }
+    }
 }
 
 /// What an option's argument is.
@@ -92,9 +120,12 @@ enum Operands {
     Read,
     /// Every operand is a tree read (`diff` compares directories' files).
     ReadTree,
-    /// Every operand is written (`tee`, `touch`, `rm`, `truncate`); a tree with a
-    /// recursive option (`rm -r`).
+    /// Every operand is written (`tee`, `touch`, `truncate`, `mkdir`, `chmod`); a tree with
+    /// a recursive option (`chmod -R`).
     Write,
+    /// Every operand is removed (`rm`, `rmdir`, `unlink`); a tree with a recursive option
+    /// (`rm -r`).
+    Remove,
     /// The last operand is written (a destination), the others read; with a target option
     /// (`-t DIR`) every operand is a source. `sources_written`: the sources are moved (mv).
     CopyLike { sources_written: bool },
@@ -121,7 +152,15 @@ struct FileCommand {
     in_place: &'static [&'static str],
     /// With a recursive option and no operand, the command reads the working directory.
     recursive_default_dot: bool,
+    /// Options after which every operand is written (`install -d DIR...`).
+    all_written: &'static [&'static str],
+    /// The first operand may be a mode written like an option (`chmod -w f`, `chmod
+    /// -x,u+r f`): a word of only mode characters ([`MODE_CHARS`]) is that operand.
+    mode_operand: bool,
 }
+
+/// The characters of a symbolic or octal `chmod` mode.
+const MODE_CHARS: &str = "rwxXstugoa+-=,01234567";
 
 const GREP: FileCommand = FileCommand {
     names: &["grep", "egrep", "fgrep", "rgrep"],
@@ -157,6 +196,8 @@ const GREP: FileCommand = FileCommand {
     recursive: &["-r", "-R", "--recursive", "--dereference-recursive", "-drecurse", "--directories=recurse"],
     in_place: &[],
     recursive_default_dot: true,
+    all_written: &[],
+    mode_operand: false,
 };
 
 const SED: FileCommand = FileCommand {
@@ -168,6 +209,8 @@ const SED: FileCommand = FileCommand {
     recursive: &[],
     in_place: &["-i", "--in-place"],
     recursive_default_dot: false,
+    all_written: &[],
+    mode_operand: false,
 };
 
 /// Plain defaults for a table entry.
@@ -180,6 +223,8 @@ const NONE: FileCommand = FileCommand {
     recursive: &[],
     in_place: &[],
     recursive_default_dot: false,
+    all_written: &[],
+    mode_operand: false,
 };
 
 /// `cp`'s and `mv`'s and `ln`'s shared options that take an argument.
@@ -187,11 +232,71 @@ const COPY_SHORT: &[(char, OptArg)] = &[('S', OptArg::Value), ('t', OptArg::Writ
 const COPY_LONG: &[(&str, OptArg)] = &[("suffix", OptArg::Value), ("target-directory", OptArg::Writes)];
 
 /// Every command whose file operands are judged, with its options that take an argument
-/// (GNU coreutils, grep, sed, diffutils, binutils `strings`, util-linux `more`, `less`).
-/// docs/operators.md lists the same commands.
+/// (GNU coreutils, grep, sed, diffutils, binutils `strings`, `file`, gzip's `zcat`,
+/// util-linux `more`, `rev`, `less`). docs/operators.md lists the same commands.
 pub const FILE_COMMAND_NAMES: &[&str] = &[
-    "cat", "tac", "nl", "head", "tail", "less", "more", "grep", "egrep", "fgrep", "rgrep", "sed", "cut", "wc", "sort",
-    "uniq", "base64", "od", "strings", "diff", "cmp", "cp", "mv", "ln", "tee", "touch", "rm", "truncate", "dd",
+    "cat",
+    "tac",
+    "nl",
+    "head",
+    "tail",
+    "less",
+    "more",
+    "grep",
+    "egrep",
+    "fgrep",
+    "rgrep",
+    "sed",
+    "cut",
+    "wc",
+    "sort",
+    "uniq",
+    "base64",
+    "od",
+    "strings",
+    "diff",
+    "cmp",
+    "cp",
+    "mv",
+    "ln",
+    "tee",
+    "touch",
+    "rm",
+    "truncate",
+    "dd",
+    "install",
+    "link",
+    "mkdir",
+    "rmdir",
+    "unlink",
+    "shred",
+    "chmod",
+    "chown",
+    "chgrp",
+    "paste",
+    "join",
+    "comm",
+    "expand",
+    "unexpand",
+    "fold",
+    "fmt",
+    "pr",
+    "tsort",
+    "rev",
+    "md5sum",
+    "sha1sum",
+    "sha224sum",
+    "sha256sum",
+    "sha384sum",
+    "sha512sum",
+    "b2sum",
+    "cksum",
+    "sum",
+    "base32",
+    "basenc",
+    "shuf",
+    "file",
+    "zcat",
 ];
 
 const FILE_COMMANDS: &[FileCommand] = &[
@@ -430,8 +535,156 @@ const FILE_COMMANDS: &[FileCommand] = &[
         operands: Operands::CopyLike { sources_written: false },
         ..NONE
     },
+    FileCommand {
+        names: &["install"],
+        short: &[
+            ('m', OptArg::Value),
+            ('o', OptArg::Value),
+            ('g', OptArg::Value),
+            ('S', OptArg::Value),
+            ('t', OptArg::Writes),
+        ],
+        long: &[
+            ("mode", OptArg::Value),
+            ("owner", OptArg::Value),
+            ("group", OptArg::Value),
+            ("suffix", OptArg::Value),
+            ("strip-program", OptArg::Value),
+            ("target-directory", OptArg::Writes),
+        ],
+        operands: Operands::CopyLike { sources_written: false },
+        all_written: &["-d", "--directory"],
+        ..NONE
+    },
+    FileCommand { names: &["link"], operands: Operands::CopyLike { sources_written: false }, ..NONE },
     FileCommand { names: &["tee", "touch"], operands: Operands::Write, ..NONE },
-    FileCommand { names: &["rm"], operands: Operands::Write, recursive: &["-r", "-R", "--recursive"], ..NONE },
+    FileCommand {
+        names: &["mkdir"],
+        short: &[('m', OptArg::Value)],
+        long: &[("mode", OptArg::Value)],
+        operands: Operands::Write,
+        ..NONE
+    },
+    FileCommand { names: &["rm"], operands: Operands::Remove, recursive: &["-r", "-R", "--recursive"], ..NONE },
+    FileCommand { names: &["rmdir", "unlink"], operands: Operands::Remove, ..NONE },
+    FileCommand {
+        names: &["shred"],
+        short: &[('n', OptArg::Value), ('s', OptArg::Value)],
+        long: &[("iterations", OptArg::Value), ("size", OptArg::Value), ("random-source", OptArg::Reads)],
+        operands: Operands::Write,
+        ..NONE
+    },
+    FileCommand {
+        names: &["chmod"],
+        long: &[("reference", OptArg::Reads)],
+        operands: Operands::Write,
+        script_unless: &["--reference"],
+        recursive: &["-R", "--recursive"],
+        mode_operand: true,
+        ..NONE
+    },
+    FileCommand {
+        names: &["chown", "chgrp"],
+        long: &[("reference", OptArg::Reads), ("from", OptArg::Value)],
+        operands: Operands::Write,
+        script_unless: &["--reference"],
+        recursive: &["-R", "--recursive"],
+        ..NONE
+    },
+    FileCommand { names: &["paste"], short: &[('d', OptArg::Value)], long: &[("delimiters", OptArg::Value)], ..NONE },
+    FileCommand {
+        names: &["join"],
+        short: &[
+            ('a', OptArg::Value),
+            ('e', OptArg::Value),
+            ('j', OptArg::Value),
+            ('o', OptArg::Value),
+            ('t', OptArg::Value),
+            ('v', OptArg::Value),
+            ('1', OptArg::Value),
+            ('2', OptArg::Value),
+        ],
+        ..NONE
+    },
+    FileCommand { names: &["comm"], long: &[("output-delimiter", OptArg::Value)], ..NONE },
+    FileCommand {
+        names: &["expand", "unexpand"],
+        short: &[('t', OptArg::Value)],
+        long: &[("tabs", OptArg::Value)],
+        ..NONE
+    },
+    FileCommand { names: &["fold"], short: &[('w', OptArg::Value)], long: &[("width", OptArg::Value)], ..NONE },
+    FileCommand {
+        names: &["fmt"],
+        short: &[('w', OptArg::Value), ('p', OptArg::Value), ('g', OptArg::Value)],
+        long: &[("width", OptArg::Value), ("prefix", OptArg::Value), ("goal", OptArg::Value)],
+        ..NONE
+    },
+    FileCommand {
+        names: &["pr"],
+        short: &[
+            ('D', OptArg::Value),
+            ('h', OptArg::Value),
+            ('l', OptArg::Value),
+            ('N', OptArg::Value),
+            ('o', OptArg::Value),
+            ('w', OptArg::Value),
+            ('W', OptArg::Value),
+        ],
+        long: &[
+            ("date-format", OptArg::Value),
+            ("header", OptArg::Value),
+            ("length", OptArg::Value),
+            ("first-line-number", OptArg::Value),
+            ("indent", OptArg::Value),
+            ("width", OptArg::Value),
+            ("page-width", OptArg::Value),
+        ],
+        ..NONE
+    },
+    FileCommand { names: &["tsort", "rev", "zcat", "sum"], ..NONE },
+    FileCommand {
+        names: &["md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum", "cksum"],
+        short: &[('a', OptArg::Value), ('l', OptArg::Value)],
+        long: &[("algorithm", OptArg::Value), ("length", OptArg::Value)],
+        ..NONE
+    },
+    FileCommand {
+        names: &["base32", "basenc"],
+        short: &[('w', OptArg::Value)],
+        long: &[("wrap", OptArg::Value)],
+        ..NONE
+    },
+    FileCommand {
+        names: &["shuf"],
+        short: &[('i', OptArg::Value), ('n', OptArg::Value), ('o', OptArg::Writes)],
+        long: &[
+            ("input-range", OptArg::Value),
+            ("head-count", OptArg::Value),
+            ("output", OptArg::Writes),
+            ("random-source", OptArg::Reads),
+        ],
+        ..NONE
+    },
+    FileCommand {
+        names: &["file"],
+        short: &[
+            ('e', OptArg::Value),
+            ('f', OptArg::Reads),
+            ('F', OptArg::Value),
+            ('m', OptArg::Reads),
+            ('P', OptArg::Value),
+        ],
+        long: &[
+            ("exclude", OptArg::Value),
+            ("exclude-quiet", OptArg::Value),
+            ("files-from", OptArg::Reads),
+            ("separator", OptArg::Value),
+            ("magic-file", OptArg::Reads),
+            ("parameter", OptArg::Value),
+        ],
+        ..NONE
+    },
     FileCommand {
         names: &["truncate"],
         short: &[('s', OptArg::Value), ('r', OptArg::Reads)],
@@ -459,10 +712,11 @@ pub fn operands(program: &str, args: &[Arg<'_>]) -> Vec<FileArg> {
     let mut out = Vec::new();
     let mut positional: Vec<Arg<'_>> = Vec::new();
     let (mut script_given, mut recursive, mut in_place, mut target_dir) = (false, false, false, false);
+    let mut all_written = false;
     let mut options_done = false;
     let mut i = 0;
     let push = |out: &mut Vec<FileArg>, a: &Arg<'_>, access: Access| {
-        out.push(FileArg { path: a.text.to_owned(), access, computed: a.computed });
+        out.push(FileArg { path: a.text.to_owned(), access, computed: a.computed, redirect: false });
     };
     while i < args.len() {
         let a = args[i];
@@ -487,7 +741,12 @@ pub fn operands(program: &str, args: &[Arg<'_>]) -> Vec<FileArg> {
             options_done = true;
             continue;
         }
+        if cmd.mode_operand && a.text.len() > 1 && a.text[1..].chars().all(|c| MODE_CHARS.contains(c)) {
+            positional.push(a);
+            continue;
+        }
         let flag = |list: &[&str]| list.contains(&a.text);
+        all_written |= flag(cmd.all_written);
         script_given |= flag(cmd.script_unless);
         recursive |= flag(cmd.recursive);
         in_place |= flag(cmd.in_place) || cmd.in_place.iter().any(|p| p.len() == 2 && a.text.starts_with(p));
@@ -497,6 +756,7 @@ pub fn operands(program: &str, args: &[Arg<'_>]) -> Vec<FileArg> {
                 None => (body, None),
             };
             script_given |= cmd.script_unless.iter().any(|s| s.strip_prefix("--").is_some_and(|s| s.starts_with(name)));
+            all_written |= cmd.all_written.iter().any(|s| s.strip_prefix("--").is_some_and(|s| s.starts_with(name)));
             in_place |= cmd.in_place.iter().any(|s| s.strip_prefix("--").is_some_and(|s| s.starts_with(name)));
             recursive |= value.is_none() && cmd.recursive.iter().any(|s| s.strip_prefix("--") == Some(name));
             // Abbreviations: an unambiguous prefix of a long option that takes an argument.
@@ -539,6 +799,7 @@ pub fn operands(program: &str, args: &[Arg<'_>]) -> Vec<FileArg> {
                 break;
             }
             recursive |= cmd.recursive.contains(&format!("-{c}").as_str());
+            all_written |= cmd.all_written.contains(&format!("-{c}").as_str());
             in_place |= cmd.in_place.contains(&format!("-{c}").as_str()) && program == "sed";
         }
     }
@@ -548,6 +809,10 @@ pub fn operands(program: &str, args: &[Arg<'_>]) -> Vec<FileArg> {
     }
     let read = if recursive { Access::ReadTree } else { Access::Read };
     let read = if in_place { Access::ReadWrite } else { read };
+    if all_written {
+        files.iter().for_each(|a| push(&mut out, a, Access::Write));
+        return out;
+    }
     match cmd.operands {
         Operands::Read => {
             if files.is_empty() && recursive && cmd.recursive_default_dot {
@@ -558,6 +823,10 @@ pub fn operands(program: &str, args: &[Arg<'_>]) -> Vec<FileArg> {
         Operands::ReadTree => files.iter().filter(|a| a.text != "-").for_each(|a| push(&mut out, a, Access::ReadTree)),
         Operands::Write => {
             let access = if recursive { Access::WriteTree } else { Access::Write };
+            files.iter().for_each(|a| push(&mut out, a, access));
+        }
+        Operands::Remove => {
+            let access = if recursive { Access::RemoveTree } else { Access::Remove };
             files.iter().for_each(|a| push(&mut out, a, access));
         }
         Operands::InOut => {
@@ -584,7 +853,12 @@ pub fn operands(program: &str, args: &[Arg<'_>]) -> Vec<FileArg> {
                     let name = s.text.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
                     if !name.is_empty() && name != "." && name != ".." {
                         let path = format!("{}/{name}", d.text.trim_end_matches('/'));
-                        out.push(FileArg { path, access: written, computed: d.computed || s.computed });
+                        out.push(FileArg {
+                            path,
+                            access: written,
+                            computed: d.computed || s.computed,
+                            redirect: false,
+                        });
                     }
                 }
             }
@@ -601,7 +875,7 @@ fn option_arg(out: &mut Vec<FileArg>, a: &Arg<'_>, kind: OptArg) {
         OptArg::Reads => Access::Read,
         OptArg::Writes => Access::Write,
     };
-    out.push(FileArg { path: a.text.to_owned(), access, computed: a.computed });
+    out.push(FileArg { path: a.text.to_owned(), access, computed: a.computed, redirect: false });
 }
 
 #[cfg(test)]
@@ -675,5 +949,31 @@ mod tests {
         assert_eq!(files("cp -r src d")[0], ("src".into(), Access::ReadTree));
         assert_eq!(files("ln .env docs/h")[0], (".env".into(), Access::Read));
         assert_eq!(files("diff a b"), [("a".into(), Access::ReadTree), ("b".into(), Access::ReadTree)]);
+        assert_eq!(
+            files("install -m 755 -o root a bin/a"),
+            [("a".into(), Access::Read), ("bin/a".into(), Access::Write), ("bin/a/a".into(), Access::Write)]
+        );
+        assert_eq!(files("install -d a b"), [("a".into(), Access::Write), ("b".into(), Access::Write)]);
+        assert_eq!(files("install -t bin a")[0], ("bin".into(), Access::Write));
+    }
+
+    #[test]
+    fn writes_removals_and_modes() {
+        assert_eq!(files("rm -f a"), [("a".into(), Access::Remove)]);
+        assert_eq!(files("rm -rf a"), [("a".into(), Access::RemoveTree)]);
+        assert_eq!(files("rmdir a"), [("a".into(), Access::Remove)]);
+        assert_eq!(files("mkdir -m 700 -p a"), [("a".into(), Access::Write)]);
+        assert_eq!(files("shred -n 3 -u a"), [("a".into(), Access::Write)]);
+        // The mode is the first operand, also when it looks like an option.
+        assert_eq!(files("chmod 644 a"), [("a".into(), Access::Write)]);
+        assert_eq!(files("chmod -w a"), [("a".into(), Access::Write)]);
+        assert_eq!(files("chmod -v -x,u+r a"), [("a".into(), Access::Write)]);
+        assert_eq!(files("chmod -R +x hooks"), [("hooks".into(), Access::WriteTree)]);
+        assert_eq!(files("chmod --reference=r a"), [("r".into(), Access::Read), ("a".into(), Access::Write)]);
+        assert_eq!(files("chown -R me:me a"), [("a".into(), Access::WriteTree)]);
+        assert_eq!(files("shuf -n 2 -o out in"), [("out".into(), Access::Write), ("in".into(), Access::Read)]);
+        assert_eq!(paths("join -t , -1 2 a b"), ["a", "b"]);
+        assert_eq!(paths("sha256sum -c sums"), ["sums"]);
+        assert_eq!(paths("file -m magic x"), ["magic", "x"]);
     }
 }

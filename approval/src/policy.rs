@@ -6,16 +6,18 @@
 //!    else `default`. A Bash command is split into its simple commands
 //!    ([`crate::shell`]); each part is evaluated on its own and the strictest
 //!    part decides (deny > ask > allow). A command the recognizer does not
-//!    fully understand (deny rules still apply to every part it found),
-//!    a part writing a file through a redirection that its allow rule did not
-//!    mention, and (when specific Bash deny/ask rules exist) a part whose
-//!    command word is computed at run time are at least `ask`. Every file a
-//!    part reads or writes that the recognizer can name (redirections, file
-//!    operands of [`crate::operands`]' commands) is judged like a Read or
-//!    Write tool's path, from the shell's working directory and where the host
-//!    resolved it ([`CallFacts`]): a deny path rule denies the whole command, an
-//!    ask rule asks; a path computed at run time, one the host did not resolve,
-//!    or a hard-linked file asks when some deny or ask path rule could apply.
+//!    fully understand (deny rules still apply to every part it found) and
+//!    (when specific Bash deny/ask rules exist) a part whose command word is
+//!    computed at run time are at least `ask`. Every file a part reads or
+//!    writes that the recognizer can name (redirections, file operands of
+//!    [`crate::operands`]' commands) is judged by one mechanism
+//!    (`Policy::judge_part_files`) like a Read or Write tool's path, from the
+//!    shell's working directory and where the host resolved it ([`CallFacts`]):
+//!    a deny path rule denies the whole command, an ask rule asks; a path
+//!    computed at run time, one the host did not resolve, or a hard-linked file
+//!    asks when some deny or ask path rule could apply. A file an allowed part
+//!    writes is decided as a Write call of it would be (an `Edit`/`Write` allow
+//!    rule, else `default`, then the mode), and executable configuration asks.
 //! 2. **Deny is final**: an explicit deny rule or a `default: deny` is never
 //!    relaxed by any mode, bypass included.
 //! 3. **Read-only** (`plan`): any tool but the read tools of [`mode::READ_ONLY_TOOLS`] → deny.
@@ -35,7 +37,7 @@ use serde_json::Value;
 
 use crate::matcher::normalize_path;
 use crate::mode::{self, AskHandling, EffectiveMode, PermissionMode};
-use crate::operands::Access;
+use crate::operands::{Access, FileArg};
 use crate::rule::{self, EDIT_TOOLS, Rule, RuleError, Target};
 use crate::shell;
 
@@ -62,7 +64,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 ///   command; `.yarnrc`, `.yarnrc.yml` (`yarnPath`: a script every yarn command runs);
 ///   `.pnpmfile.cjs` (hooks pnpm runs on install);
 /// - `.cargo/config.toml`, `.cargo/config`: `target.*.runner`, `build.rustc-wrapper`,
-///   aliases, run by cargo.
+///   aliases, run by cargo;
+/// - shell startup files (`.bashrc`, `.bash_profile`, `.bash_login`, `.bash_logout`,
+///   `.profile`, `.zshrc`, `.zshenv`, `.zprofile`, `.zlogin`): run by every login or
+///   interactive shell of whoever uses the directory as a home;
+/// - `.ssh`: `config` (`ProxyCommand`, `LocalCommand`), `authorized_keys` (`command=`),
+///   `rc`.
 ///
 /// Project files that define what a command is for (`package.json` scripts, `Makefile`,
 /// tests) are not here: an operator who allows `npm run test` with `acceptEdits` accepts
@@ -80,11 +87,28 @@ pub const EXECUTABLE_CONFIG: &[&str] = &[
     "/**/.pnpmfile.cjs",
     "/**/.cargo/config.toml",
     "/**/.cargo/config",
+    "/**/.bashrc",
+    "/**/.bash_profile",
+    "/**/.bash_login",
+    "/**/.bash_logout",
+    "/**/.profile",
+    "/**/.zshrc",
+    "/**/.zshenv",
+    "/**/.zprofile",
+    "/**/.zlogin",
+    "/**/.ssh",
 ];
 
 /// Is `path` (absolute, normalised) one of the [`EXECUTABLE_CONFIG`] paths or inside one?
 pub fn is_executable_config(path: &Path) -> bool {
     EXECUTABLE_CONFIG.iter().any(|p| crate::matcher::PathGlob::new(p).matches(path))
+}
+
+/// Could a tree written at `path` (absolute, normalised) hold [`EXECUTABLE_CONFIG`]: is
+/// `path` such a file or inside one, or could one be below it? (`cp -r planted .` writes
+/// whatever `planted` holds, `.git/hooks` included.)
+pub fn may_hold_executable_config(path: &Path) -> bool {
+    EXECUTABLE_CONFIG.iter().any(|p| crate::matcher::PathGlob::new(p).may_match_below(path))
 }
 
 /// Longest `timeout` accepted: a day. Anything longer is almost certainly a
@@ -269,6 +293,11 @@ pub struct Evaluation {
     /// never allowed by rules; see [`crate::shell`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_understood: Option<shell::NotUnderstood>,
+    /// For Bash: the call asks only because it writes files inside the workspace that no
+    /// rule covers (through redirections or file operands); `acceptEdits` allows it, as it allows a Write call of
+    /// such a file.
+    #[serde(skip)]
+    pub workspace_writes_only: bool,
 }
 
 /// A loaded, validated policy.
@@ -380,6 +409,7 @@ impl Policy {
             reason,
             bypass: false,
             not_understood: None,
+            workspace_writes_only: false,
         }
     }
 
@@ -467,6 +497,10 @@ impl Policy {
                 ev.decision = Decision::Deny;
                 ev.reason = format!("{}; dontAsk mode declines instead of asking", ev.reason);
             }
+            AskHandling::AcceptEdits if tool == "Bash" && ev.workspace_writes_only => {
+                ev.decision = Decision::Allow;
+                ev.reason = format!("{}; acceptEdits mode allows edits in the workspace", ev.reason);
+            }
             AskHandling::AcceptEdits => {
                 let path = rule::tool_path(tool, input).map(|p| resolve_path(&ctx.workspace_root, &p));
                 let inside = path.as_ref().is_some_and(|(p, escaped)| !escaped && p.starts_with(&ctx.workspace_root));
@@ -506,13 +540,6 @@ impl Policy {
         (self.config.default, None)
     }
 
-    /// The first deny, then ask, rule matching `t` (allow rules are not consulted).
-    fn restrictive_match<'a>(&'a self, t: &Target<'_>) -> Option<(Decision, &'a Rule)> {
-        [(&self.deny, Decision::Deny), (&self.ask, Decision::Ask)]
-            .into_iter()
-            .find_map(|(list, decision)| list.iter().find(|r| r.matches(t, false)).map(|r| (decision, r)))
-    }
-
     /// The first deny, then ask, path rule of the file tools that matches a shell command's
     /// `access` of `path` (absolute; normalised here): `Read(...)` rules for reads,
     /// `Edit(...)`/`Write(...)` rules for writes, the whole tree below `path` for a tree
@@ -523,8 +550,10 @@ impl Policy {
         let path = normalize_path(Path::new("/"), path);
         let input = Value::Null;
         let tools = [("Read", access.reads()), ("Write", access.writes())];
-        tools.into_iter().filter(|(_, applies)| *applies).find_map(|(tool, _)| {
-            let t = Target {
+        let targets: Vec<Target<'_>> = tools
+            .into_iter()
+            .filter(|(_, applies)| *applies)
+            .map(|(tool, _)| Target {
                 tool,
                 input: &input,
                 bash_part: None,
@@ -532,10 +561,11 @@ impl Policy {
                 workspace_root: &ctx.workspace_root,
                 home: &ctx.home,
                 tree: access.tree(),
-            };
-            [(&self.deny, Decision::Deny), (&self.ask, Decision::Ask)]
-                .into_iter()
-                .find_map(|(list, d)| list.iter().find(|r| r.is_path_rule() && r.matches(&t, false)).map(|r| (d, r)))
+            })
+            .collect();
+        // Deny over ask, whichever of a read-and-write's two uses a rule names.
+        [(&self.deny, Decision::Deny), (&self.ask, Decision::Ask)].into_iter().find_map(|(list, d)| {
+            list.iter().find(|r| r.is_path_rule() && targets.iter().any(|t| r.matches(t, false))).map(|r| (d, r))
         })
     }
 
@@ -549,118 +579,225 @@ impl Policy {
             .find(|r| r.is_path_rule() && tools.iter().any(|(tool, applies)| *applies && r.covers_tool(tool)))
     }
 
-    /// The file checks of one part of a Bash command (module docs, step 1): each file it
-    /// names, judged where the shell may be ([`shell::WorkingDirs`]) and where the host
-    /// found it. Calls `consider` with each decision stricter than allow.
-    fn judge_files(
+    /// A command's file reads and writes, judged by the file rules (module docs, step 1):
+    /// the one mechanism for redirections (`< f`, `> f`) and for the file operands of the
+    /// commands of [`crate::operands`] (`cat f`, `cp a b`, `rm f`). Each file is judged on
+    /// every path it may name (from each directory the shell may be in,
+    /// [`shell::WorkingDirs`]) and where the host resolved it:
+    /// - every access: the deny and ask path rules, as a Read call (a read) or a Write call
+    ///   (a write) of that path would meet them ([`Policy::judge_file`]); a path the
+    ///   policy cannot see (computed at run time, not resolved, hard-linked) asks when such
+    ///   a rule could apply ([`Policy::file_restriction`]);
+    /// - a write, when the rules allowed the command (`bash_allowed`): as a Write call of
+    ///   the path would be decided — an `Edit(...)`/`Write(...)` allow rule covering it
+    ///   allows it, else `default`, and (through [`Worst::workspace_write`]) the permission
+    ///   mode — unless a bare `Bash` is allowed or an allow rule of the command shows the
+    ///   write itself ([`Policy::bash_shows_write`]). Whatever the rules, a write into
+    ///   [`EXECUTABLE_CONFIG`] asks (for a tree written from another tree, `cp -r`, one that
+    ///   could hold it), and so does a write to a path known only at run time or that the
+    ///   host did not resolve.
+    ///
+    /// Which rule of a list comes first never changes the decision, only which is named.
+    fn judge_part_files(
         &self,
         part: &shell::SimpleCommand,
+        bash_allowed: bool,
+        input: &Value,
         facts: &CallFacts<'_>,
         ctx: &EvalContext,
-        consider: &mut dyn FnMut(Decision, Option<&Rule>, String),
+        worst: &mut Worst,
     ) {
-        let start = facts
-            .shell_cwd
-            .map(Path::new)
-            .filter(|p| p.is_absolute())
-            .map_or_else(|| normalize_path(Path::new("/"), &ctx.workspace_root), |p| normalize_path(Path::new("/"), p));
+        let start = shell_start(facts, ctx);
+        let root = normalize_path(Path::new("/"), &ctx.workspace_root);
         let text = part.text();
-        let verb = |a: Access| if a.reads() { "reads" } else { "writes" };
+        let judge_writes = bash_allowed && !self.allow.iter().any(|r| r.is_whole_tool() && r.covers_tool("Bash"));
         for f in &part.files {
+            let (verb, how) = (f.access.verb(), f.how());
+            let restriction = self.file_restriction(f.access);
+            let write = judge_writes && f.access.writes();
+            let shown = write.then(|| self.bash_shows_write(part, f, input, ctx)).flatten();
             let Some(paths) = f.paths(&part.dirs, &start) else {
-                if let Some(r) = self.file_restriction(f.access) {
-                    consider(
+                if let Some(r) = restriction {
+                    worst.consider(
                         Decision::Ask,
                         Some(r),
                         format!(
-                            "`{text}` {} a file whose path is known only at run time (`{}`), which the rule `{}`                              could name",
-                            verb(f.access),
+                            "`{text}` {verb}{how} a file whose path is known only at run time (`{}`), which the rule `{}` \
+                             could name",
                             f.path,
                             r.text()
                         ),
+                    );
+                } else if write && shown.is_none() {
+                    worst.consider(
+                        Decision::Ask,
+                        None,
+                        format!("`{text}` {verb} a path known only at run time (`{}`){how}", f.path),
                     );
                 }
                 continue;
             };
             for p in paths {
                 let key = p.to_string_lossy();
+                let given = normalize_path(Path::new("/"), &p);
                 let found = facts.shell_files.map(|list| list.iter().find(|r| r.path == key));
-                let resolved = found.flatten().and_then(|r| r.resolved.as_deref());
-                let mut judged = vec![(p.clone(), None)];
-                if let Some(real) = resolved.filter(|r| Path::new(r).is_absolute()) {
-                    judged.push((PathBuf::from(real), Some(real)));
+                let resolved =
+                    found.flatten().and_then(|r| r.resolved.as_deref()).filter(|r| Path::new(r).is_absolute());
+                let mut judged = vec![(given.clone(), None)];
+                if let Some(real) = resolved {
+                    judged.push((normalize_path(Path::new("/"), Path::new(real)), Some(real)));
                 }
-                for (path, via) in judged {
-                    if let Some((d, r)) = self.judge_file(f.access, &path, ctx) {
-                        let shown = normalize_path(Path::new("/"), &path);
+                for (path, via) in &judged {
+                    if let Some((d, r)) = self.judge_file(f.access, path, ctx) {
                         let via = via.map_or_else(String::new, |_| format!(" (`{}` resolves to it)", f.path));
-                        consider(
+                        worst.consider(
                             d,
                             Some(r),
+                            format!("`{text}` {verb} {}{how}{via}: {} rule `{}`", path.display(), d.as_str(), r.text()),
+                        );
+                    }
+                }
+                // The host looked files up, and not this one (or found no absolute path).
+                let unresolved = facts.shell_files.is_some() && resolved.is_none();
+                let other_names = found.flatten().is_some_and(|r| r.other_names);
+                if let Some(r) = restriction {
+                    if unresolved {
+                        worst.consider(
+                            Decision::Ask,
+                            Some(r),
+                            format!("`{text}` names {key}, which the sandbox did not resolve"),
+                        );
+                    } else if other_names {
+                        worst.consider(
+                            Decision::Ask,
+                            Some(r),
                             format!(
-                                "`{text}` {} {}{via}: {} rule `{}`",
-                                verb(f.access),
-                                shown.display(),
-                                d.as_str(),
-                                r.text()
+                                "`{text}` names {key}, which has other hard links, whose names no rule was checked \
+                                 against"
                             ),
                         );
                     }
                 }
-                let Some(restriction) = self.file_restriction(f.access) else { continue };
-                match found {
-                    None => {}
-                    Some(None) | Some(Some(ResolvedFile { resolved: None, .. })) => consider(
+                if !write {
+                    continue;
+                }
+                if unresolved {
+                    worst.consider(
                         Decision::Ask,
-                        Some(restriction),
-                        format!("`{text}` names {key}, which the sandbox did not resolve"),
-                    ),
-                    Some(Some(r)) if r.other_names => consider(
+                        None,
+                        format!("`{text}` {verb} {}{how}, which the sandbox did not resolve", given.display()),
+                    );
+                    continue;
+                }
+                let config = |q: &Path| {
+                    if f.access == Access::WriteTree { may_hold_executable_config(q) } else { is_executable_config(q) }
+                };
+                if let Some((config, _)) = judged.iter().find(|(q, _)| config(q)) {
+                    worst.consider(
                         Decision::Ask,
-                        Some(restriction),
+                        None,
                         format!(
-                            "`{text}` names {key}, which has other hard links, whose names no rule was checked against"
+                            "`{text}` {verb} {}{how}: executable configuration (other programs run what it holds) is \
+                             always asked",
+                            config.display()
                         ),
-                    ),
-                    Some(Some(_)) => {}
+                    );
+                }
+                if shown.is_some() {
+                    continue;
+                }
+                // As a Write call of each path: a deny or ask path rule decided it above;
+                // else an allow rule allows it; else `default`.
+                let written = if f.access.tree() { Access::WriteTree } else { Access::Write };
+                let Some((real, _)) = judged
+                    .iter()
+                    .rev()
+                    .find(|(q, _)| self.judge_file(written, q, ctx).is_none() && self.write_allowed(q, ctx).is_none())
+                else {
+                    continue;
+                };
+                let d = self.config.default;
+                let why = format!(
+                    "`{text}` {verb} {}{how}: no Edit/Write allow rule covers it; default is {}",
+                    real.display(),
+                    d.as_str()
+                );
+                if d == Decision::Ask && judged.iter().all(|(q, _)| q.starts_with(&root)) {
+                    worst.workspace_write(why);
+                } else {
+                    worst.consider(d, None, why);
                 }
             }
         }
     }
 
-    fn evaluate_bash(&self, input: &Value, facts: &CallFacts<'_>, ctx: &EvalContext) -> Evaluation {
-        let command = input.get("command").and_then(Value::as_str);
-        let recognition = shell::recognize(command.unwrap_or(""));
-        let target = |part: Option<&'_ str>| -> (Decision, Option<&Rule>) {
-            self.first_match(&Target {
-                tool: "Bash",
-                input,
-                bash_part: part,
-                path: None,
-                workspace_root: &ctx.workspace_root,
-                home: &ctx.home,
-                tree: false,
+    /// Is a write of `path` (absolute) allowed by an `Edit(...)`/`Write(...)` allow rule, or
+    /// a bare `Write` (which allows a Write call of any path)? (For a tree, a rule that
+    /// covers the path covers everything below it.)
+    fn write_allowed(&self, path: &Path, ctx: &EvalContext) -> Option<&Rule> {
+        let path = normalize_path(Path::new("/"), path);
+        let input = Value::Null;
+        let t = Target {
+            tool: "Write",
+            input: &input,
+            bash_part: None,
+            path: Some((&path, false)),
+            workspace_root: &ctx.workspace_root,
+            home: &ctx.home,
+            tree: false,
+        };
+        self.allow.iter().find(|r| (r.is_path_rule() || r.is_whole_tool()) && r.matches(&t, true))
+    }
+
+    /// A Bash allow rule that matches `part` and shows the write `f` itself, so allowing the
+    /// command allows the write: for a redirection, a rule whose pattern has the
+    /// redirection and matches the command with it (`Bash(sort * > *)`); for an operand, a
+    /// rule that names the whole command, word for word (`Bash(rm -r build)`). A rule with
+    /// a wildcard or a prefix (`Bash(rm:*)`) says which program runs, not which files it
+    /// writes.
+    fn bash_shows_write(
+        &self,
+        part: &shell::SimpleCommand,
+        f: &FileArg,
+        input: &Value,
+        ctx: &EvalContext,
+    ) -> Option<&Rule> {
+        let keys = if f.redirect { vec![part.match_key()] } else { part.allow_keys() };
+        let matches = |r: &Rule| {
+            keys.iter().any(|k| {
+                r.matches(
+                    &Target {
+                        tool: "Bash",
+                        input,
+                        bash_part: Some(k),
+                        path: None,
+                        workspace_root: &ctx.workspace_root,
+                        home: &ctx.home,
+                        tree: false,
+                    },
+                    true,
+                )
             })
         };
-        // (decision, rule, reason) of the strictest part so far.
-        let mut worst: Option<(Decision, Option<String>, String)> = None;
-        let mut consider = |d: Decision, rule: Option<&Rule>, why: String| {
-            if worst.as_ref().is_none_or(|(w, _, _)| d > *w) {
-                worst = Some((d, rule.map(|r| r.text().to_owned()), why));
-            }
-        };
-        if recognition.commands().is_empty() {
-            let (d, r) = target(None);
-            consider(d, r, describe(d, r, None));
-        }
-        for part in recognition.commands() {
-            let text = part.text();
-            let (mut d, mut r) = target(Some(&part.match_key()));
-            // Deny and ask rules also see the words that run, without the assignments and
-            // redirections in front (`A= rm -rf /`, `<in rm -rf /`).
-            let argv_keys = part.argv_keys();
-            for (key, _) in &argv_keys {
-                if let Some((d2, r2)) = self.restrictive_match(&Target {
+        self.allow
+            .iter()
+            .find(|r| (if f.redirect { r.bash_mentions_redirect() } else { r.bash_names_every_word() }) && matches(r))
+    }
+
+    /// The decision of the rules for one simple command, from every key it has: deny if any
+    /// deny rule matches any key, else ask if any ask rule does, else allow if any allow rule
+    /// matches one of `allow_keys`, else `default`. Which rule comes first in a list never
+    /// changes the decision (only which rule is named).
+    fn decide_keys<'a>(
+        &'a self,
+        input: &Value,
+        allow_keys: &[String],
+        restrict_keys: &[String],
+        ctx: &EvalContext,
+    ) -> (Decision, Option<&'a Rule>) {
+        let matches = |r: &Rule, key: &str, for_allow: bool| {
+            r.matches(
+                &Target {
                     tool: "Bash",
                     input,
                     bash_part: Some(key),
@@ -668,19 +805,48 @@ impl Policy {
                     workspace_root: &ctx.workspace_root,
                     home: &ctx.home,
                     tree: false,
-                }) && d2 > d
-                {
-                    (d, r) = (d2, Some(r2));
-                }
+                },
+                for_allow,
+            )
+        };
+        for (list, decision) in [(&self.deny, Decision::Deny), (&self.ask, Decision::Ask)] {
+            if let Some(r) = list.iter().find(|r| restrict_keys.iter().any(|k| matches(r, k, false))) {
+                return (decision, Some(r));
             }
+        }
+        match self.allow.iter().find(|r| allow_keys.iter().any(|k| matches(r, k, true))) {
+            Some(r) => (Decision::Allow, Some(r)),
+            None => (self.config.default, None),
+        }
+    }
+
+    fn evaluate_bash(&self, input: &Value, facts: &CallFacts<'_>, ctx: &EvalContext) -> Evaluation {
+        let command = input.get("command").and_then(Value::as_str);
+        let recognition = shell::recognize(command.unwrap_or(""));
+        let mut worst = Worst::default();
+        if recognition.commands().is_empty() {
+            let (d, r) = self.first_match(&Target {
+                tool: "Bash",
+                input,
+                bash_part: None,
+                path: None,
+                workspace_root: &ctx.workspace_root,
+                home: &ctx.home,
+                tree: false,
+            });
+            worst.consider(d, r, describe(d, r, None));
+        }
+        for part in recognition.commands() {
+            let text = part.text();
+            let allow_keys = part.allow_keys();
+            // Deny and ask rules also see the words that run, without the assignments and
+            // redirections in front (`A= rm -rf /`, `<in rm -rf /`), and the program by
+            // its file name (`/bin/rm`).
+            let argv_keys = part.argv_keys();
+            let restrict_keys: Vec<String> =
+                allow_keys.iter().cloned().chain(argv_keys.iter().map(|(k, _)| k.clone())).collect();
+            let (mut d, mut r) = self.decide_keys(input, &allow_keys, &restrict_keys, ctx);
             let mut why = describe(d, r, Some(&text));
-            if d == Decision::Allow
-                && part.writes_file
-                && r.is_some_and(|r| r.is_bash_specific() && !r.bash_mentions_redirect())
-            {
-                d = Decision::Ask;
-                why = format!("`{text}` writes a file through a redirection its allow rule does not mention");
-            }
             if d == Decision::Allow && part.dynamic_command && self.bash_restrictions {
                 d = Decision::Ask;
                 why = format!("the command word of `{text}` is computed at run time");
@@ -701,21 +867,78 @@ impl Policy {
                     rule.text()
                 );
             }
-            consider(d, r, why);
-            self.judge_files(part, facts, ctx, &mut consider);
+            worst.consider(d, r, why);
+            self.judge_part_files(part, d == Decision::Allow, input, facts, ctx, &mut worst);
         }
-        let (mut decision, matched_rule, mut reason) = worst.unwrap_or((self.config.default, None, String::new()));
+        let Worst { worst, explicit_deny, other_asks, workspace_write } = worst;
+        let (mut decision, matched_rule, mut reason) = worst
+            .or_else(|| workspace_write.map(|w| (Decision::Ask, None, w)))
+            .unwrap_or((self.config.default, None, String::new()));
+        let mut workspace_writes_only = decision == Decision::Ask && !other_asks;
         if command.is_none() {
             decision = decision.max(Decision::Ask);
             reason = "Bash input has no `command` string".into();
-        } else if let Some(why) = recognition.not_understood()
-            && decision < Decision::Ask
-        {
-            decision = Decision::Ask;
-            reason = format!("the command was not fully understood: {why}");
+            workspace_writes_only = false;
+        } else if let Some(why) = recognition.not_understood() {
+            // A construct the recognizer does not model asks under every `default`: only an
+            // explicit deny rule (or a deny path rule) denies such a command.
+            if decision < Decision::Ask || (decision == Decision::Deny && !explicit_deny) {
+                decision = Decision::Ask;
+                reason = format!("the command was not fully understood: {why}");
+            }
+            workspace_writes_only = false;
         }
-        Evaluation { decision, matched_rule, reason, bypass: false, not_understood: recognition.not_understood() }
+        Evaluation {
+            decision,
+            matched_rule,
+            reason,
+            bypass: false,
+            not_understood: recognition.not_understood(),
+            workspace_writes_only,
+        }
     }
+}
+
+/// The strictest decision of the parts of a Bash command so far (deny > ask > allow; the
+/// first of equals is kept), with what the permission mode needs to know.
+#[derive(Default)]
+struct Worst {
+    /// (decision, rule, reason).
+    worst: Option<(Decision, Option<String>, String)>,
+    /// A deny came from a rule (not only from `default: deny`).
+    explicit_deny: bool,
+    /// An ask came from something else than a redirection writing a workspace file.
+    other_asks: bool,
+    /// The first redirection writing a workspace file that only the mode could allow.
+    workspace_write: Option<String>,
+}
+
+impl Worst {
+    fn consider(&mut self, d: Decision, rule: Option<&Rule>, why: String) {
+        self.explicit_deny |= d == Decision::Deny && rule.is_some();
+        self.other_asks |= d == Decision::Ask;
+        if self.worst.as_ref().is_none_or(|(w, _, _)| d > *w) {
+            self.worst = Some((d, rule.map(|r| r.text().to_owned()), why));
+        }
+    }
+
+    /// A redirection writes a file inside the workspace that no rule allows (and `default`
+    /// is ask): asked, or allowed by `acceptEdits` like a Write call of that file.
+    fn workspace_write(&mut self, why: String) {
+        if self.worst.as_ref().is_none_or(|(w, _, _)| Decision::Ask > *w) {
+            self.worst = Some((Decision::Ask, None, why.clone()));
+        }
+        self.workspace_write.get_or_insert(why);
+    }
+}
+
+/// The absolute directory a Bash call starts in.
+fn shell_start(facts: &CallFacts<'_>, ctx: &EvalContext) -> PathBuf {
+    facts
+        .shell_cwd
+        .map(Path::new)
+        .filter(|p| p.is_absolute())
+        .map_or_else(|| normalize_path(Path::new("/"), &ctx.workspace_root), |p| normalize_path(Path::new("/"), p))
 }
 
 fn describe(d: Decision, rule: Option<&Rule>, part: Option<&str>) -> String {

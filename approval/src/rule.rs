@@ -176,6 +176,12 @@ impl Rule {
         }
     }
 
+    /// Is this a Bash rule that names a whole command word for word (`Bash(rm -r build)`,
+    /// no wildcard, no prefix)? Such a rule shows every file the command writes.
+    pub(crate) fn bash_names_every_word(&self) -> bool {
+        matches!(&self.spec, Spec::Bash(BashPattern::Exact(_)))
+    }
+
     /// Could this Bash rule match a command whose match key starts with `fixed` and goes
     /// on with words known only at run time? (A rule for every Bash command always could.)
     pub(crate) fn could_match_bash_after(&self, fixed: &str) -> bool {

@@ -19,7 +19,11 @@
 //!   (removed before anything else is read, as bash does: [`join_continuations`]);
 //!   `$'...'` in arguments (kept undecoded; the word is marked dynamic);
 //! - parameters: `$name`, `${name}`, `$1`, `${10}`, and the special
-//!   parameters `$? $# $$ $! $- $@ $* $0 $_` (also braced);
+//!   parameters `$? $# $$ $! $- $@ $* $0 $_` (also braced); `${#name}` and
+//!   `${name<op>word}` with a [`PARAMETER_OPERATORS`] operator and a literal word
+//!   (defaults, alternatives, messages, trims: nothing is assigned or evaluated);
+//! - `!` anywhere: history expansion is off in the non-interactive shell the sandbox
+//!   runs, so it is text;
 //! - command substitution `$( ... )` and backticks without backslashes (and,
 //!   inside double quotes, without `"`), process substitution `<( ... )` /
 //!   `>( ... )`: their commands are recognized recursively and reported;
@@ -29,8 +33,10 @@
 //!   `<<<` with a target word, and `[n]>&m`, `[n]<&m`, `[n]>&-`, `[n]<&-`
 //!   where `m` is only digits; fd duplication and output to `/dev/null`,
 //!   `/dev/stdout`, `/dev/stderr` are dropped from the matched text, every
-//!   other output redirection marks the command as writing a file;
-//! - `NAME=value` / `NAME+=value` prefix assignments (kept in the text), except
+//!   other output redirection marks the command as writing a file, which the policy
+//!   judges by the file rules ([`SimpleCommand::files`], [`FileArg::redirect`]);
+//! - `NAME=value` / `NAME+=value` prefix assignments (kept in the text; allow rules also
+//!   match without them when every name is an [`INERT_VARIABLES`] one), except
 //!   a value other than a decimal literal for a variable bash evaluates as
 //!   arithmetic ([`EVALUATED_VARIABLES`]; also through `export`, `declare`, ...
 //!   and as a `read`/`getopts`/`wait`/`unset` target);
@@ -48,19 +54,21 @@
 //! # What is not modelled (the command asks)
 //!
 //! Everything else, each with an [`Unmodelled`] reason: heredocs (`<<`, `<<-`),
-//! `${...}` with anything beyond a plain name (defaults, `:=`, substrings,
-//! `@P` and other transforms, `${!x}`, `${#x}`, subscripts), arithmetic with
+//! `${...}` beyond the forms above (`:=`, substrings, `@P` and other transforms,
+//! `${!x}`, subscripts, a word with expansions or quotes), arithmetic with
 //! names or substitutions, `((...))`, `$[...]`, `>&word` / `<&word` with a
-//! non-digit word, `{var}>` named descriptors, `$"..."`, history expansion
-//! (`!` followed by a word character outside single quotes), backticks with
+//! non-digit word, `{var}>` named descriptors, `$"..."`, backticks with
 //! backslashes, `case`/`for`/`select`/`[[`/`function`/`coproc` and function
 //! definitions, `name=(...)` and `name[...]=` array assignments, `;;`/`;&`,
 //! a command word with `$'...'`, a glob, brace or tilde, or blanks in it,
 //! the builtins that run or redefine code or change parsing
-//! ([`UNMODELLED_BUILTINS`]), `set` with anything but `-e`/`-u`/`-o pipefail`
-//! style flags, declaration builtins (`export`, `declare`, ...) with options
-//! or computed names, name-taking builtins (`read`, `unset`, `test -v`, ...)
-//! with computed or subscripted names, `printf` with options or a computed
+//! ([`UNMODELLED_BUILTINS`]), the [`RESTRICTED_BUILTINS`] (`exec`, `trap`, `hash`,
+//! `history`, `fc`, `set`, the completion builtins, `mapfile`, `command`, ...) in any
+//! form but the ones that cannot run code, declaration builtins (`export`, `declare`,
+//! ...) with options other than `-i -r -x -g -l -u -p` or computed names (and with `-i`,
+//! values other than decimal literals), name-taking builtins (`read`, `unset`, ...) with
+//! computed or subscripted names, `test`/`[` with `-v`/`-R`, a computed operator or an
+//! operand bash may split (`test_evaluating_argument`), `printf` with options or a computed
 //! first argument, a value other than a decimal literal for an
 //! [`EVALUATED_VARIABLES`] name (or such a name as a `read`/`getopts`/`wait`/
 //! `unset` target), any command after a [`STEERING_VARIABLES`] change, a
@@ -107,28 +115,42 @@ const UNMODELLED_KEYWORDS: &[&str] = &["case", "esac", "for", "select", "in", "f
 /// Builtins that run text as code, redefine what a name runs, or change how
 /// the rest of the line is parsed: a command using them is never understood,
 /// whatever the rules say about them.
-pub const UNMODELLED_BUILTINS: &[&str] = &[
-    "eval",
-    "source",
-    ".",
+pub const UNMODELLED_BUILTINS: &[&str] = &["eval", "source", ".", "enable", "builtin", "shopt", "let", "bind"];
+
+/// Builtins understood only in the forms that cannot run code ([`Parser::check_command`]);
+/// any other form is [`Unmodelled::BuiltinArguments`]:
+/// - `exec` with redirections only (`exec 3<file`, `exec >log`): it changes the shell's
+///   descriptors; `exec PROGRAM` replaces the shell with a program no rule was matched for;
+/// - `trap` with no arguments, `-l`, `-p [SIGNAL...]`, or `''`/`-` and signal names (ignore
+///   or reset): anything else registers code;
+/// - `hash` without `-p` (`-p PATH NAME` makes NAME run PATH);
+/// - `history` with no arguments, `-c`, `-d N` or a number (history is off in the
+///   non-interactive shell; `-s` adds what `fc -s` then runs, `-w`/`-a` write files);
+/// - `fc -l` (listing; `fc -s` and `fc -e` run commands from the history);
+/// - `alias`/`unalias` (aliases are not expanded in the non-interactive shell; a `set -o
+///   posix` or `shopt -s expand_aliases` that would turn them on is itself asked);
+/// - `compgen`/`complete`/`compopt` without `-C`/`-F` (a command or function to run) and
+///   with a literal `-W` word list (`-W '$(id)'` is expanded, running `id`);
+/// - `mapfile`/`readarray` without `-C` (a callback), into a plain name bash does not
+///   evaluate;
+/// - `command -v`/`-V` (a lookup; `command PROGRAM` runs one);
+/// - `set` with the option letters of [`SET_HARMLESS_LETTERS`] and the `-o` names of
+///   [`SET_HARMLESS_WORDS`], then positional parameters.
+pub const RESTRICTED_BUILTINS: &[&str] = &[
     "exec",
+    "trap",
+    "hash",
+    "history",
+    "fc",
     "alias",
     "unalias",
-    "trap",
-    "enable",
-    "builtin",
-    "command",
-    "shopt",
-    "let",
-    "hash",
-    "mapfile",
-    "readarray",
     "compgen",
     "complete",
     "compopt",
-    "bind",
-    "fc",
-    "history",
+    "mapfile",
+    "readarray",
+    "command",
+    "set",
 ];
 
 /// Declaration builtins: understood only when every argument is a literal
@@ -214,7 +236,60 @@ pub const STEERING_VARIABLES: &[&str] = &[
     "CLASSPATH",
     "MAKEFLAGS",
     "GCONV_PATH",
+    "SHELL",
+    "KUBE_EDITOR",
+    "DIFFPROG",
+    "SUDO_EDITOR",
+    "FCEDIT",
+    "SYSTEMD_EDITOR",
+    "SYSTEMD_PAGER",
+    "PSQL_PAGER",
+    "PSQL_EDITOR",
+    "BAT_PAGER",
+    "DELTA_PAGER",
+    "TERMINAL",
 ];
+
+/// `NAME=value` prefixes that change only how a program formats or reports what it does,
+/// never which program runs or what code it loads: the time zone, the locale (`LC_*`),
+/// colour and terminal size hints, and debug switches (any `*_DEBUG`). With only such
+/// prefixes in front, a command matches the allow rules of the command without them
+/// (`TZ=Japan date` under `Bash(date:*)`); any other prefix stays part of the text the
+/// rules match (a rule must name it), and a [`STEERING_VARIABLES`] prefix is not
+/// understood at all. The locale and time zone select data files from the system's own
+/// directories, not code.
+pub const INERT_VARIABLES: &[&str] = &[
+    "TZ",
+    "LANG",
+    "LANGUAGE",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "CLICOLOR",
+    "CLICOLOR_FORCE",
+    "COLUMNS",
+    "LINES",
+    "TERM",
+    "COLORTERM",
+    "DEBUG",
+    "VERBOSE",
+];
+
+/// Name prefixes of [`INERT_VARIABLES`]-like names: the locale categories (`LC_ALL`,
+/// `LC_TIME`, ...).
+pub const INERT_PREFIXES: &[&str] = &["LC_"];
+
+/// Name suffixes of [`INERT_VARIABLES`]-like names: debug switches (`NODE_DEBUG`,
+/// `RUST_DEBUG`, ...). A name that is also steering (`GIT_DEBUG` falls under `GIT_`) is not
+/// inert.
+pub const INERT_SUFFIXES: &[&str] = &["_DEBUG"];
+
+/// Is `name` one of the [`INERT_VARIABLES`] (and not steering)?
+pub fn is_inert_variable(name: &str) -> bool {
+    let listed = INERT_VARIABLES.contains(&name)
+        || INERT_PREFIXES.iter().any(|p| name.starts_with(p) && name.len() > p.len())
+        || INERT_SUFFIXES.iter().any(|p| name.ends_with(p) && name.len() > p.len());
+    listed && steering(name.as_bytes()).is_none() && evaluated(name.as_bytes()).is_none()
+}
 
 /// Prefixes of [`STEERING_VARIABLES`]-like names: the dynamic loader (`LD_PRELOAD`), git's
 /// own environment (`GIT_CONFIG_*`, `GIT_EXEC_PATH`, `GIT_SSH_COMMAND`, ...), npm, cargo,
@@ -231,11 +306,66 @@ const DIRECTORY_BUILTINS: &[&str] = &["cd", "pushd", "popd"];
 /// four `cd`s, more than real command lines hold.
 pub const MAX_WORKING_DIRS: usize = 16;
 
-/// `set` arguments that only change error handling.
-const SET_HARMLESS_WORDS: &[&str] = &["pipefail", "errexit", "nounset"];
+/// `set -o` names that change neither what runs nor how the rest of the line is parsed:
+/// error handling, export of later assignments, line editing, notifications, no-clobber,
+/// no-glob, echoing. Not here: `histexpand`, `history`, `keyword` (assignments anywhere),
+/// `posix` (turns alias expansion on), `xtrace` (expands `PS4`), `physical` (changes `cd`).
+pub const SET_HARMLESS_WORDS: &[&str] = &[
+    "pipefail",
+    "errexit",
+    "nounset",
+    "allexport",
+    "vi",
+    "emacs",
+    "notify",
+    "noclobber",
+    "noglob",
+    "verbose",
+    "errtrace",
+    "hashall",
+    "ignoreeof",
+    "noexec",
+];
 
-/// Output redirection targets that write nothing anyone can read back.
+/// `set` option letters of the same kind as [`SET_HARMLESS_WORDS`] (`-e`, `-u`, `-a`,
+/// `-b`, `-f`, `-C`, `-n`, `-v`, `-h`, `-E`; `o` takes a [`SET_HARMLESS_WORDS`] name).
+pub const SET_HARMLESS_LETTERS: &[u8] = b"euabfCnvhEo";
+
+/// Operators of `test`/`[` that take one operand and never evaluate it (`-v` and `-R`
+/// evaluate a subscript in the name they test, so they are not here).
+pub const TEST_UNARY: &[&str] = &[
+    "-a", "-b", "-c", "-d", "-e", "-f", "-g", "-h", "-k", "-p", "-r", "-s", "-t", "-u", "-w", "-x", "-G", "-L", "-N",
+    "-O", "-S", "-z", "-n", "-o", "!",
+];
+
+/// Binary operators of `test`/`[`: string and file comparisons and the integer ones, whose
+/// operands `test` reads as decimal numbers without evaluating them (only `[[` and `(( ))`
+/// evaluate arithmetic).
+pub const TEST_BINARY: &[&str] =
+    &["=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot", "-ef"];
+
+/// Declaration builtin options understood: integer (`-i`: its values must then be decimal
+/// literals, and the names stay evaluated for the rest of the line), read-only, export,
+/// global, lower/upper case, print.
+const DECLARATION_LETTERS: &[u8] = b"irxglup";
+
+/// Output redirection targets (and write operands: `tee /dev/null`) that write nothing
+/// anyone can read back.
 const HARMLESS_OUTPUT_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr"];
+
+/// `${name<op>word}` operators understood when the word is literal
+/// ([`is_parameter_word_byte`]): use a default (`:-`, `-`), an alternative (`:+`, `+`),
+/// fail with a message (`:?`, `?`), trim a pattern (`#`, `##`, `%`, `%%`). Not `:=`/`=`
+/// (assigns, so an evaluated or steering name would change), substrings (offsets are
+/// arithmetic), `/` replacement, case and `@` transforms.
+const PARAMETER_OPERATORS: &[&str] = &[":-", ":+", ":?", "##", "%%", "-", "+", "?", "#", "%"];
+
+/// Bytes of a literal word in `${name<op>word}`: no quote, `$`, backtick, backslash, brace,
+/// `!` or blank, so nothing in it expands but a pattern's `*`, `?` and `[...]` (for a
+/// trim) or a tilde.
+fn is_parameter_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"_./,:@%+=-*?[]^#~".contains(&c)
+}
 
 /// Special parameters (`$?`, `${#}`, ...).
 const SPECIAL_PARAMS: &[u8] = b"?#$!-@*0_";
@@ -272,8 +402,6 @@ pub enum Unmodelled {
     BacktickEscape,
     /// `$"..."` locale translation.
     LocaleString,
-    /// `!` followed by a word character outside single quotes.
-    HistoryExpansion,
     /// A compound command or keyword that is not modelled.
     Keyword(&'static str),
     /// A function definition.
@@ -321,7 +449,6 @@ impl std::fmt::Display for Unmodelled {
             Unmodelled::NamedFd => f.write_str("a `{var}>` redirection"),
             Unmodelled::BacktickEscape => f.write_str("backticks with escapes or quotes"),
             Unmodelled::LocaleString => f.write_str("a `$\"...\"` string"),
-            Unmodelled::HistoryExpansion => f.write_str("history expansion `!`"),
             Unmodelled::Keyword(k) => write!(f, "the keyword `{k}`"),
             Unmodelled::FunctionDefinition => f.write_str("a function definition"),
             Unmodelled::ArrayAssignment => f.write_str("an array assignment"),
@@ -413,6 +540,11 @@ pub struct SimpleCommand {
     pub files: Vec<FileArg>,
     /// The working directories the command may run in.
     pub dirs: WorkingDirs,
+    /// What allow rules are matched against besides [`Self::words`]: the words without
+    /// redirections (a redirection's file is judged by the file rules, not by the command's
+    /// rule) and, when every `NAME=value` prefix is an [`INERT_VARIABLES`] name, without
+    /// the prefixes.
+    pub rule_words: Vec<String>,
 }
 
 /// Where a command of a line may run, as far as the line's own `cd`s tell: the call starts
@@ -557,6 +689,18 @@ impl SimpleCommand {
         key_of(&self.words)
     }
 
+    /// Every key an allow rule may match ([`Self::match_key`] and [`Self::rule_words`] as a
+    /// key): a command is allowed when any allow rule matches any of them, whichever comes
+    /// first in the list.
+    pub fn allow_keys(&self) -> Vec<String> {
+        let mut keys = vec![self.match_key()];
+        let plain = key_of(&self.rule_words);
+        if plain != keys[0] {
+            keys.push(plain);
+        }
+        keys
+    }
+
     /// What deny and ask rules are also matched against, each with where its computed
     /// words begin ([`Self::dynamic_at`]): [`Self::argv`] as a match key, and, when the
     /// command word is a path (`/bin/rm`, `./rm`), the same with the program's file name
@@ -625,7 +769,7 @@ pub fn recognize(command: &str) -> Recognition {
         problem = Some(NotUnderstood { reason: Unmodelled::ControlCharacter, at });
     }
     let joined = join_continuations(command.as_bytes());
-    let mut flow = Flow { dirs: WorkingDirs::start(), steered: None, moved: false };
+    let mut flow = Flow { dirs: WorkingDirs::start(), steered: None, moved: false, integers: Vec::new() };
     let mut p = Parser {
         src: &joined.text,
         origin: &joined.origin,
@@ -793,6 +937,9 @@ struct Word {
     text: Vec<u8>,
     /// Contains an expansion.
     dynamic: bool,
+    /// Contains an expansion outside double quotes: bash splits it into any number of
+    /// words (and globs them).
+    split: bool,
     /// Byte length of `text` when the first expansion was appended.
     dynamic_from: Option<usize>,
     /// Contains any quoting or escaping.
@@ -895,6 +1042,9 @@ struct Flow {
     steered: Option<&'static str>,
     /// A `cd`, `pushd` or `popd` came before.
     moved: bool,
+    /// Names an earlier `declare -i` (`local -i`, ...) of the line gave the integer
+    /// attribute: bash evaluates what is assigned to them, as for [`EVALUATED_VARIABLES`].
+    integers: Vec<Vec<u8>>,
 }
 
 /// The [`STEERING_VARIABLES`] or [`STEERING_PREFIXES`] entry `name` falls under.
@@ -905,6 +1055,10 @@ fn steering(name: &[u8]) -> Option<&'static str> {
         .find(|v| if STEERING_PREFIXES.contains(v) { name.starts_with(v.as_bytes()) } else { name == v.as_bytes() })
         .copied()
 }
+
+/// What [`Unmodelled::EvaluatedAssignment`] names for a variable `declare -i` (or `local
+/// -i`, ...) made an integer earlier in the line.
+const INTEGER_DECLARED: &str = "declare -i";
 
 /// The [`EVALUATED_VARIABLES`] entry `name` is.
 fn evaluated(name: &[u8]) -> Option<&'static str> {
@@ -987,23 +1141,11 @@ impl Parser<'_> {
         w.text.push(c);
     }
 
-    /// `!` followed by a character that starts a history event.
-    fn history_at(&self, off: usize) -> bool {
-        self.peek_at(off) == Some(b'!')
-            && !matches!(
-                self.peek_at(off + 1),
-                None | Some(b' ' | b'\t' | b'\n' | b'=' | b'(' | b'"' | b';' | b'&' | b'|' | b')')
-            )
-    }
-
     /// Parse a command list until end of input, or (when `nested`) until the
     /// matching `)`, which is consumed.
     fn parse_list(&mut self, nested: bool) {
         let mut b = CommandBuilder::default();
         while let Some(c) = self.peek() {
-            if c == b'!' && self.history_at(0) {
-                self.fail(Unmodelled::HistoryExpansion);
-            }
             match c {
                 b' ' | b'\t' => {
                     self.pos += 1;
@@ -1158,9 +1300,6 @@ impl Parser<'_> {
 
     fn double_quoted(&mut self, b: &mut CommandBuilder) {
         loop {
-            if self.history_at(0) {
-                self.fail(Unmodelled::HistoryExpansion);
-            }
             match self.peek() {
                 None => return self.fail(Unmodelled::Unterminated),
                 Some(b'"') => {
@@ -1193,6 +1332,16 @@ impl Parser<'_> {
 
     /// At a `$`: substitution, arithmetic, ANSI-C quote, or a parameter.
     fn dollar(&mut self, b: &mut CommandBuilder, in_double_quotes: bool) {
+        self.dollar_inner(b, in_double_quotes);
+        if !in_double_quotes
+            && let Some(w) = b.cur.as_mut()
+            && w.dynamic
+        {
+            w.split = true;
+        }
+    }
+
+    fn dollar_inner(&mut self, b: &mut CommandBuilder, in_double_quotes: bool) {
         let at = self.pos;
         self.pos += 1;
         match self.peek() {
@@ -1362,6 +1511,37 @@ impl Parser<'_> {
             w.text.extend_from_slice(&[b'$', c]);
             return;
         }
+        // `${#name}` (its length) and `${name<op>word}` with a literal word: the value of a
+        // plain name, a default, an alternative, an error message or a trimmed pattern;
+        // nothing is assigned or evaluated.
+        let n = self.src.get(start + 1..).unwrap_or_default().iter().take_while(|&&c| is_name_char(c)).count();
+        let length = body.is_empty()
+            && self.src.get(start) == Some(&b'#')
+            && is_name(&self.src[start + 1..start + 1 + n])
+            && self.src.get(start + 1 + n) == Some(&b'}');
+        if length {
+            let text = [b"${#".as_slice(), &self.src[start + 1..start + 1 + n], b"}"].concat();
+            self.pos = start + n + 2;
+            let w = self.word(b);
+            w.mark_dynamic();
+            w.text.extend_from_slice(&text);
+            return;
+        }
+        if is_name(body)
+            && let Some(op_len) =
+                PARAMETER_OPERATORS.iter().find(|op| self.src[end..].starts_with(op.as_bytes())).map(|op| op.len())
+        {
+            let word_start = end + op_len;
+            let word_len = self.src[word_start..].iter().take_while(|&&c| is_parameter_word_byte(c)).count();
+            if self.src.get(word_start + word_len) == Some(&b'}') {
+                let text = [b"${".as_slice(), &self.src[start..word_start + word_len], b"}"].concat();
+                self.pos = word_start + word_len + 1;
+                let w = self.word(b);
+                w.mark_dynamic();
+                w.text.extend_from_slice(&text);
+                return;
+            }
+        }
         // Anything else: best effort, the `${` and what follows are read as
         // ordinary text (substitutions inside are still found).
         self.fail_at(Unmodelled::ParameterOperator, at);
@@ -1425,6 +1605,7 @@ impl Parser<'_> {
         let w = self.word(b);
         w.text.extend_from_slice(b"$(...)");
         w.mark_dynamic();
+        w.split |= !in_double_quotes;
     }
 
     /// At an unquoted `<` or `>`: a redirection or a process substitution.
@@ -1531,7 +1712,7 @@ impl Parser<'_> {
                     (false, _) => Access::Write,
                     (true, false) => Access::Read,
                 };
-                b.files.push(FileArg { path: target.into_owned(), access, computed: w.computed() });
+                b.files.push(FileArg { path: target.into_owned(), access, computed: w.computed(), redirect: true });
             }
             b.words.push(Word { text: op.into_bytes(), start: w.start, redirect: true, ..Word::default() });
             b.words.push(Word { assignment: false, redirect: true, ..w });
@@ -1595,10 +1776,25 @@ impl Parser<'_> {
                 args.iter().zip(&texts).map(|(w, text)| Arg { text, computed: w.computed() }).collect();
             let program = String::from_utf8_lossy(&program.text);
             let name = program.rsplit('/').next().unwrap_or_default();
-            files.extend(operands::operands(name, &args));
+            // A write operand that writes nothing anyone can read back (`tee /dev/null`) is
+            // no file write, as the same redirection is none.
+            files.extend(operands::operands(name, &args).into_iter().filter(|f| {
+                f.computed || f.access != Access::Write || !HARMLESS_OUTPUT_TARGETS.contains(&f.path.as_str())
+            }));
         }
         let argv = argv.iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect();
+        let inert_prefix = words[..command_at]
+            .iter()
+            .filter(|w| w.assignment)
+            .all(|w| std::str::from_utf8(split_assignment(w).0).is_ok_and(is_inert_variable));
+        let rule_words = words
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| !(w.redirect || inert_prefix && *i < command_at && w.assignment))
+            .map(|(_, w)| String::from_utf8_lossy(&w.text).into_owned())
+            .collect();
         self.out.push(SimpleCommand {
+            rule_words,
             argv,
             words: words.into_iter().map(|w| String::from_utf8_lossy(&w.text).into_owned()).collect(),
             dynamic_command,
@@ -1613,13 +1809,19 @@ impl Parser<'_> {
     /// is not a decimal literal fails; a [`STEERING_VARIABLES`] name is returned.
     fn check_assignment(&mut self, w: &Word) -> Option<&'static str> {
         let (name, value) = split_assignment(w);
-        if let (Some(v), Some(value)) = (evaluated(name), value) {
+        if let (Some(v), Some(value)) = (self.evaluated(name), value) {
             let literal = !w.dynamic && value.iter().all(u8::is_ascii_digit);
             if !literal {
                 self.fail_at(Unmodelled::EvaluatedAssignment(v), w.start);
             }
         }
         steering(name)
+    }
+
+    /// The [`EVALUATED_VARIABLES`] entry `name` is, or `declare -i` for a name an earlier
+    /// command of the line declared an integer ([`Flow::integers`]).
+    fn evaluated(&self, name: &[u8]) -> Option<&'static str> {
+        evaluated(name).or_else(|| self.flow.integers.iter().any(|n| n == name).then_some(INTEGER_DECLARED))
     }
 
     /// The checks of what a command depends on that an earlier one changed, and of what it
@@ -1652,7 +1854,7 @@ impl Parser<'_> {
                 let steered = self.check_assignment(w);
                 self.flow.steered = self.flow.steered.or(steered);
                 if let Some(v) =
-                    evaluated(&w.text).filter(|_| NAME_TAKING_BUILTINS.iter().any(|b| b.as_bytes() == name))
+                    self.evaluated(&w.text).filter(|_| NAME_TAKING_BUILTINS.iter().any(|b| b.as_bytes() == name))
                 {
                     self.fail_at(Unmodelled::EvaluatedAssignment(v), w.start);
                 }
@@ -1719,20 +1921,6 @@ impl Parser<'_> {
             return self.fail_at(Unmodelled::Builtin(b), at);
         }
         let arg_start = |i: usize| args.get(i).map_or(at, |w| w.start);
-        if name == "set" {
-            let harmless = |w: &&Word| {
-                let t = w.text.as_slice();
-                !w.dynamic
-                    && (SET_HARMLESS_WORDS.iter().any(|h| h.as_bytes() == t)
-                        || (matches!(t.first(), Some(b'-' | b'+'))
-                            && t.len() > 1
-                            && t[1..].iter().all(|c| matches!(c, b'e' | b'u' | b'o'))))
-            };
-            if let Some(i) = args.iter().position(|w| !harmless(w)) {
-                self.fail_at(Unmodelled::Builtin("set"), arg_start(i));
-            }
-            return;
-        }
         if let Some(b) = DECLARATION_BUILTINS.iter().find(|b| **b == name) {
             let literal_name = |w: &&Word| {
                 let t = w.text.as_slice();
@@ -1741,8 +1929,34 @@ impl Parser<'_> {
                 let n = if eq < t.len() { n.strip_suffix(b"+").unwrap_or(n) } else { n };
                 is_name(n) && w.dynamic_from.is_none_or(|d| d > eq)
             };
-            if let Some(i) = args.iter().position(|w| !literal_name(w)) {
-                self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
+            // Leading options of [`DECLARATION_LETTERS`] (`-i`, `-r`, `-x`, ...; `+x` too).
+            let options = args
+                .iter()
+                .take_while(|w| {
+                    !w.computed() && matches!(w.text.first(), Some(b'-' | b'+')) && w.text.len() > 1 && w.text != b"--"
+                })
+                .count();
+            let integer = args[..options].iter().any(|w| w.text.first() == Some(&b'-') && w.text.contains(&b'i'));
+            let bad_option = args[..options].iter().position(|w| {
+                (b == &"export" && w.text != b"-p") || !w.text[1..].iter().all(|c| DECLARATION_LETTERS.contains(c))
+            });
+            if let Some(i) = bad_option {
+                return self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
+            }
+            if let Some(i) = args[options..].iter().position(|w| !literal_name(w)) {
+                return self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(options + i));
+            }
+            if integer {
+                for (i, w) in args[options..].iter().enumerate() {
+                    let (n, value) = split_assignment(w);
+                    if value.is_some_and(|v| w.dynamic || !v.iter().all(u8::is_ascii_digit)) {
+                        return self.fail_at(Unmodelled::EvaluatedAssignment(INTEGER_DECLARED), arg_start(options + i));
+                    }
+                    let n = n.to_vec();
+                    if !self.flow.integers.contains(&n) {
+                        self.flow.integers.push(n);
+                    }
+                }
             }
             return;
         }
@@ -1754,7 +1968,13 @@ impl Parser<'_> {
         }
         if name == "test" || name == "[" {
             let b = if name == "test" { "test" } else { "[" };
-            if let Some(i) = args.iter().position(|w| w.dynamic || w.text == b"-v" || w.text == b"-R") {
+            if let Some(i) = test_evaluating_argument(name == "[", &args) {
+                self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
+            }
+            return;
+        }
+        if let Some(b) = RESTRICTED_BUILTINS.iter().find(|b| **b == name) {
+            if let Some(i) = restricted_builtin_problem(b, &args) {
                 self.fail_at(Unmodelled::BuiltinArguments(b), arg_start(i));
             }
             return;
@@ -1762,6 +1982,119 @@ impl Parser<'_> {
         if name == "printf" && args.first().is_some_and(|w| w.dynamic || w.text.first() == Some(&b'-')) {
             self.fail_at(Unmodelled::BuiltinArguments("printf"), arg_start(0));
         }
+    }
+}
+
+/// The index of the first argument of `test` (`[`: `bracket`, the last argument must be
+/// `]`) that could make it evaluate code, if any. `test` evaluates only the name of `-v`
+/// and `-R` (a subscript is arithmetic); every other operand is compared as text or read as
+/// a decimal number. So the operators must be literal: with one to three operands (after
+/// `]` is dropped) the form is known from the literal words — one operand; a
+/// [`TEST_UNARY`] operator and an operand; an operand, a [`TEST_BINARY`] operator and an
+/// operand — and each computed operand must be one word (quoted: `"$X"`, never split into
+/// more words that could hold `-v`). Longer expressions are understood only when no word
+/// is computed and none is `-v`/`-R`.
+fn test_evaluating_argument(bracket: bool, args: &[&Word]) -> Option<usize> {
+    let operands = if bracket && args.last().is_some_and(|w| w.text == b"]" && !w.computed()) {
+        &args[..args.len() - 1]
+    } else {
+        args
+    };
+    let literal = |w: &Word, set: &[&str]| !w.computed() && set.iter().any(|o| o.as_bytes() == w.text.as_slice());
+    // A computed operand that bash may split into several words (or glob) is not one operand.
+    let one_word = |i: usize| (operands[i].split || operands[i].pattern).then_some(i);
+    match operands.len() {
+        0 => None,
+        1 => one_word(0),
+        2 if literal(operands[0], TEST_UNARY) => one_word(1),
+        3 if literal(operands[1], TEST_BINARY) => one_word(0).or_else(|| one_word(2)),
+        _ => args.iter().position(|w| w.computed() || w.text == b"-v" || w.text == b"-R"),
+    }
+}
+
+/// The index of the first argument of a [`RESTRICTED_BUILTINS`] builtin `name` that takes
+/// it out of the forms that cannot run code (see there), if any.
+fn restricted_builtin_problem(name: &str, args: &[&Word]) -> Option<usize> {
+    let text = |i: usize| args[i].text.as_slice();
+    let computed = args.iter().position(|w| w.computed());
+    let option_with = |letters: &[u8]| {
+        args.iter().position(|w| {
+            w.text.first() == Some(&b'-') && w.text.len() > 1 && w.text[1..].iter().any(|c| letters.contains(c))
+        })
+    };
+    let first = Some(0);
+    match name {
+        // Only redirections (dropped from `args`): the shell's own descriptors.
+        "exec" => (!args.is_empty()).then_some(0),
+        "trap" => {
+            let listing = args.iter().all(|w| !w.computed() && (w.text == b"-l" || w.text == b"-p"));
+            let print = args.first().is_some_and(|w| w.text == b"-p" && !w.computed());
+            let reset = args.len() >= 2 && !args[0].computed() && (args[0].text.is_empty() || args[0].text == b"-");
+            let signals = args
+                .iter()
+                .skip(1)
+                .all(|w| !w.computed() && (is_name(&w.text) || w.text.iter().all(u8::is_ascii_digit)));
+            if listing || (print && args[1..].iter().all(|w| !w.computed())) || (reset && signals) {
+                None
+            } else {
+                first
+            }
+        }
+        "hash" => computed.or_else(|| option_with(b"p")),
+        "history" => match args.len() {
+            0 => None,
+            1 if !args[0].computed() && (text(0) == b"-c" || text(0).iter().all(u8::is_ascii_digit)) => None,
+            2 if !args[0].computed() && text(0) == b"-d" && !args[1].computed() => None,
+            _ => first,
+        },
+        "fc" => {
+            let lists =
+                args.first().is_some_and(|w| !w.computed() && w.text.starts_with(b"-") && w.text.contains(&b'l'));
+            if !lists { first } else { computed.or_else(|| option_with(b"se")) }
+        }
+        "alias" | "unalias" => None,
+        "compgen" | "complete" | "compopt" => computed.or_else(|| option_with(b"CF")).or_else(|| {
+            // `-W WORDS` (also in a cluster, `-bW`): the word list is expanded, so no
+            // argument may hold what would expand.
+            args.iter().position(|w| w.text.contains(&b'$') || w.text.contains(&b'`'))
+        }),
+        "mapfile" | "readarray" => computed.or_else(|| option_with(b"Cc")).or_else(|| {
+            let name = args.iter().rposition(|w| !w.text.starts_with(b"-"))?;
+            let t = text(name);
+            let plain = is_name(t) && evaluated(t).is_none() && steering(t).is_none();
+            // The name is the last word and not an option's value (`-d ,`, `-n 5`).
+            let option_value = name > 0 && matches!(text(name - 1), b"-d" | b"-n" | b"-O" | b"-s" | b"-u");
+            (!plain && !option_value).then_some(name)
+        }),
+        "command" => {
+            let lookup = args.first().is_some_and(|w| !w.computed() && matches!(w.text.as_slice(), b"-v" | b"-V"));
+            if lookup { computed } else { first }
+        }
+        "set" => {
+            let mut i = 0;
+            while i < args.len() {
+                let w = args[i];
+                if w.computed() {
+                    return Some(i);
+                }
+                if w.text == b"--" || w.text == b"-" || !matches!(w.text.first(), Some(b'-' | b'+')) {
+                    return None; // positional parameters from here on
+                }
+                if !w.text[1..].iter().all(|c| SET_HARMLESS_LETTERS.contains(c)) {
+                    return Some(i);
+                }
+                if w.text.contains(&b'o') {
+                    match args.get(i + 1) {
+                        None => return None,
+                        Some(n) if !n.computed() && SET_HARMLESS_WORDS.iter().any(|h| h.as_bytes() == n.text) => i += 1,
+                        Some(_) => return Some(i + 1),
+                    }
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => first,
     }
 }
 
@@ -1867,7 +2200,8 @@ mod tests {
         assert_eq!(why("\"eval\" echo"), Unmodelled::Builtin("eval"));
         assert_eq!(why("ec* hi"), Unmodelled::CommandWordPattern);
         assert_eq!(why("$'\\x65cho' hi"), Unmodelled::CommandWordQuoting);
-        assert_eq!(why("echo a!b"), Unmodelled::HistoryExpansion);
+        // History expansion is off in the non-interactive shell: `!` is text.
+        assert_eq!(texts("echo a!b !!"), ["echo a!b !!"]);
         assert!(matches!(recognize("echo ok"), Recognition::Understood(_)));
         let r = recognize("echo x\0rm y");
         assert_eq!(r.not_understood(), Some(NotUnderstood { reason: Unmodelled::ControlCharacter, at: 6 }));
@@ -1879,7 +2213,7 @@ mod tests {
         assert_eq!(why("export -n A"), Unmodelled::BuiltinArguments("export"));
         assert_eq!(why("declare $x"), Unmodelled::BuiltinArguments("declare"));
         assert_eq!(texts("set -euo pipefail"), ["set -euo pipefail"]);
-        assert_eq!(why("set -k"), Unmodelled::Builtin("set"));
+        assert_eq!(why("set -k"), Unmodelled::BuiltinArguments("set"));
         assert_eq!(why("read 'a[$(id)]'"), Unmodelled::BuiltinArguments("read"));
         assert_eq!(why("[ -v x ]"), Unmodelled::BuiltinArguments("["));
         assert_eq!(texts("[ -f x ]"), ["[ -f x ]"]);

@@ -700,7 +700,11 @@ mod splitter_fuzz {
             let rest = if args.is_empty() { String::new() } else { format!(" {}", args.join(" ")) };
             // Keywords the recognizer strips (`if`, `do`, ...) or refuses are not commands.
             prop_assume!(decide(&prefix) == Decision::Allow);
-            prop_assert_eq!(decide(&format!("{prefix}{rest}")), Decision::Allow, "{}{}", prefix, rest);
+            // Words that read or write files (`mv A` writes A) are judged by the file rules
+            // as well (`shell_files::`), so the words alone must allow them here.
+            let with_args = format!("{prefix}{rest}");
+            prop_assume!(shell::recognize(&with_args).commands().iter().all(|c| c.files.is_empty()));
+            prop_assert_eq!(decide(&with_args), Decision::Allow, "{}", with_args);
             let glued = format!("{prefix}{tail}{rest}");
             prop_assert_ne!(decide(&glued), Decision::Allow, "{:?} under Bash({}:*)", glued, prefix);
             if let [first, more @ ..] = words.as_slice() && more.len() > 1 {
@@ -746,11 +750,14 @@ mod splitter_fuzz {
             let p = if as_ask { policy(&[allow], &[deny], &[]) } else { policy(&[allow], &[], &[deny]) };
             let ev = p.evaluate("Bash", &json!({ "command": cmd }), &ctx());
             prop_assert_ne!(ev.decision, Decision::Allow, "{:?} => {}", cmd, ev.reason);
-            // Where the literal words already leave a prefix rule, computing the rest is harmless.
-            prop_assume!(denied < 2);
-            let other = format!("{} status $ARG", words[0]);
-            let ev = p.evaluate("Bash", &json!({ "command": other }), &ctx());
-            prop_assert_eq!(ev.decision, Decision::Allow, "{:?} => {}", other, ev.reason);
+            // Where the literal words already leave a prefix rule, computing the rest is harmless
+            // (for `git`: `rm`'s operands are files, and a computed one is a write to a path
+            // known only at run time, which asks).
+            if denied == 0 {
+                let other = format!("{} status $ARG", words[0]);
+                let ev = p.evaluate("Bash", &json!({ "command": other }), &ctx());
+                prop_assert_eq!(ev.decision, Decision::Allow, "{:?} => {}", other, ev.reason);
+            }
         }
 
         /// Regression: `NAME=value` prefixes and redirections are part of the matched text,
@@ -1738,12 +1745,14 @@ mod audit {
             user_id: None,
             subagent: "s".into(),
             plugin: None,
+            sandbox_runtime: None,
             tool: "Read".into(),
             args_sha256: args_digest(&json!({})),
             rule: None,
             decision: AuditDecision::Allow,
             decided_by: "policy".into(),
             waited_ms: 0,
+            reason: None,
         };
         let _ = log.append(&rec).unwrap();
         let _ = log.append(&rec).unwrap();
@@ -1786,12 +1795,14 @@ mod audit {
                 user_id: user.clone(),
                 subagent: "coder".into(),
                 plugin: Some("claude".into()),
+                sandbox_runtime: None,
                 tool: "Bash".into(),
                 args_sha256: args_digest(&json!({})),
                 rule: Some("Bash(ls:*)".into()),
                 decision: AuditDecision::Approve,
                 decided_by: "user:alice".into(),
                 waited_ms: 7,
+                reason: Some("`…`: ask rule `…`".into()),
             };
             let _ = log.append(&rec).unwrap();
             let egress = EgressRecord {
@@ -1820,21 +1831,24 @@ mod audit {
             }
             proptest::prop_assert_eq!(&l["user_id"], &json!(user));
             proptest::prop_assert_eq!(&l["session_id"], &json!(session));
-            for key in ["subagent", "plugin", "tool", "rule"] {
+            // The reason (issue 44) is free text too: scrubbed like the rest.
+            for key in ["subagent", "plugin", "tool", "rule", "reason"] {
                 proptest::prop_assert_eq!(&l[key], replacement.as_str());
             }
             proptest::prop_assert_eq!(&lines[1]["decision"], "deny");
             proptest::prop_assert_eq!(&lines[1]["user_id"], "carol");
             proptest::prop_assert_eq!(&lines[1]["host"], replacement.as_str());
             let seen = seen.lock().unwrap();
-            proptest::prop_assert!(seen.iter().take(4).all(|(u, s, _)| *u == user && *s == session), "{:?}", seen);
-            proptest::prop_assert!(seen.iter().skip(4).all(|(u, s, _)| u.as_deref() == Some("carol") && s.as_deref() == Some("sess")));
+            proptest::prop_assert!(seen.iter().take(5).all(|(u, s, _)| *u == user && *s == session), "{:?}", seen);
+            proptest::prop_assert!(seen.iter().skip(5).all(|(u, s, _)| u.as_deref() == Some("carol") && s.as_deref() == Some("sess")));
         }
     }
 }
 
 #[path = "approval/bash_differential.rs"]
 mod bash_differential;
+#[path = "approval/file_operands.rs"]
+mod file_operands;
 
 /// Issue 11 item 4: path rules see the path after symlink resolution too.
 mod resolved_paths {
@@ -1955,8 +1969,8 @@ mod evaluation {
         // `declare -i` (the integer attribute set in the same line) and subscripts: asked.
         for cmd in [
             "declare -i x; x='a[$(touch p)]'",
-            "local -i x=1",
-            "typeset -i x",
+            "local -i x; read x",
+            "typeset -i x=1; export x=$y",
             "a[$(touch p)]=1",
             "read 'a[$(touch p)]'",
             "getopts ab 'a[0]'",
@@ -1967,6 +1981,11 @@ mod evaluation {
             "mapfile a",
         ] {
             assert_eq!(decide(&p, cmd), Decision::Ask, "{cmd:?}");
+        }
+        // Issue 44: `-i` with decimal literals evaluates nothing (and the names stay
+        // evaluated for the rest of the line, above).
+        for cmd in ["local -i x=1", "typeset -i x", "declare -i X=\"42\"", "declare -i x; export x=7"] {
+            assert_eq!(decide(&p, cmd), Decision::Allow, "{cmd:?}");
         }
     }
 
@@ -2229,6 +2248,370 @@ mod shell_files {
             let cmd = if redirect { format!("{cd}{reader} < {path}") } else { format!("{cd}{reader} {path}{tail}") };
             let ev = decide_in(&p, &cmd, None, None);
             prop_assert_eq!(ev.decision, Decision::Deny, "{}: {}", cmd, ev.reason);
+        }
+    }
+}
+
+/// Issue 44 item 6: the gate asks only when it must — redirections are writes judged by the
+/// file rules and the mode, rule order never changes a decision, inert `NAME=value`
+/// prefixes, unmodelled constructs ask under every `default`, and the constructs real bash
+/// cannot turn into code are understood.
+mod asks_only_when_it_must {
+    use super::*;
+    use proptest::prelude::*;
+    use warden_approval::mode::effective_mode;
+
+    /// A policy of these lists and `default` (also for `file_operands`).
+    pub(super) fn with(allow: &[&str], ask: &[&str], deny: &[&str], default: Decision) -> Policy {
+        let s = |v: &[&str]| v.iter().map(|r| r.to_string()).collect();
+        Policy::from_config(PolicyConfig { allow: s(allow), ask: s(ask), deny: s(deny), default, ..Default::default() })
+            .expect("valid policy")
+    }
+
+    /// The rules' evaluation of a Bash command.
+    pub(super) fn decide(p: &Policy, cmd: &str) -> Evaluation {
+        p.evaluate("Bash", &json!({ "command": cmd }), &ctx())
+    }
+
+    /// Rules and `mode` (capped at `acceptEdits`) for a Bash command.
+    pub(super) fn decide_mode(p: &Policy, cmd: &str, mode: PermissionMode) -> Evaluation {
+        let mode = effective_mode(Some(mode), PermissionMode::AcceptEdits, false);
+        p.decide("Bash", &json!({ "command": cmd }), &ctx(), mode)
+    }
+
+    /// Regression: with `allow: [Bash(sort:*), Bash(sort * > *)]` the command
+    /// `sort notes.txt > sorted.txt` asked, and with the two rules swapped it was allowed
+    /// (the redirection check looked only at the first allow rule that matched).
+    #[test]
+    fn regression_rule_order_changed_the_decision_for_a_redirection() {
+        let cmd = "sort notes.txt > sorted.txt";
+        let a = with(&["Bash(sort:*)", "Bash(sort * > *)"], &[], &[], Decision::Ask);
+        let b = with(&["Bash(sort * > *)", "Bash(sort:*)"], &[], &[], Decision::Ask);
+        assert_eq!(decide(&a, cmd).decision, Decision::Allow, "{}", decide(&a, cmd).reason);
+        assert_eq!(decide(&b, cmd).decision, Decision::Allow, "{}", decide(&b, cmd).reason);
+        // Without the rule that shows the redirection, the write is the Write policy's.
+        let only = with(&["Bash(sort:*)"], &[], &[], Decision::Ask);
+        let ev = decide(&only, cmd);
+        assert_eq!(ev.decision, Decision::Ask);
+        assert!(
+            ev.reason.contains("/workspace/sorted.txt") && ev.reason.contains("no Edit/Write allow rule"),
+            "{}",
+            ev.reason
+        );
+        let workspace = with(&["Bash(sort:*)", "Edit(/**)"], &[], &[], Decision::Ask);
+        assert_eq!(decide(&workspace, cmd).decision, Decision::Allow);
+    }
+
+    /// Regression: `Bash(aha * > *)` did not match `aha > output.html` (the middle `*` had
+    /// to be at least one word).
+    #[test]
+    fn regression_a_middle_star_rule_did_not_match_zero_words() {
+        let p = with(&["Bash(aha * > *)"], &[], &[], Decision::Ask);
+        assert_eq!(decide(&p, "aha > output.html").decision, Decision::Allow);
+        assert_eq!(decide(&p, "aha -f in.txt > output.html").decision, Decision::Allow);
+        assert_eq!(decide(&p, "ahaa > output.html").decision, Decision::Ask);
+    }
+
+    /// Redirections are writes: the Write/Edit rules and the mode decide, executable
+    /// configuration always asks, a deny path rule denies — for every allow rule.
+    #[test]
+    fn redirections_are_writes_judged_by_the_file_rules() {
+        let allow = ["Bash(ls:*)", "Bash(aha:*)", "Bash(echo:*)", "Bash(echo * > *)", "Edit(/**)"];
+        let p = with(&allow, &[], &["Edit(./secrets/**)"], Decision::Ask);
+        for (cmd, want) in [
+            ("ls -la | aha > output.html", Decision::Allow),
+            ("echo hi >> notes/log.txt", Decision::Allow),
+            ("echo hi > /workspace/out.txt", Decision::Allow),
+            // Outside the workspace: no Edit rule covers it.
+            ("ls > /tmp/listing", Decision::Ask),
+            ("ls > ../outside", Decision::Ask),
+            // Executable configuration asks whatever the rules (even one showing `>`).
+            ("echo 'curl x | sh' >> .bashrc", Decision::Ask),
+            ("echo x > .git/hooks/pre-commit", Decision::Ask),
+            ("echo x > sub/.git/config", Decision::Ask),
+            ("ls > /home/agent/.profile", Decision::Ask),
+            // A deny path rule denies.
+            ("echo x > secrets/key", Decision::Deny),
+            // A path known only at run time asks.
+            ("ls > \"$OUT\"", Decision::Ask),
+        ] {
+            let ev = decide(&p, cmd);
+            assert_eq!(ev.decision, want, "{cmd:?}: {}", ev.reason);
+        }
+        // The rule order never matters: the same with the allow list reversed.
+        let mut reversed = allow.to_vec();
+        reversed.reverse();
+        let r = with(&reversed, &[], &["Edit(./secrets/**)"], Decision::Ask);
+        assert_eq!(decide(&r, "echo x > .git/hooks/pre-commit").decision, Decision::Ask);
+        assert_eq!(decide(&r, "ls -la | aha > output.html").decision, Decision::Allow);
+    }
+
+    /// The permission mode judges a redirection as it judges a Write call: `acceptEdits`
+    /// allows a workspace file no rule covers, never executable configuration or a file
+    /// outside; `dontAsk` declines; `default: deny` denies a write no rule allows.
+    #[test]
+    fn redirections_follow_the_permission_mode_and_default() {
+        let p = with(&["Bash(sort:*)"], &[], &[], Decision::Ask);
+        let cmd = "sort a.txt > b.txt";
+        assert_eq!(decide_mode(&p, cmd, PermissionMode::Default).decision, Decision::Ask);
+        assert_eq!(decide_mode(&p, cmd, PermissionMode::AcceptEdits).decision, Decision::Allow);
+        assert_eq!(decide_mode(&p, "sort a > .envrc", PermissionMode::AcceptEdits).decision, Decision::Ask);
+        assert_eq!(decide_mode(&p, "sort a > /tmp/b", PermissionMode::AcceptEdits).decision, Decision::Ask);
+        // acceptEdits covers only the writes: another ask stays an ask.
+        assert_eq!(decide_mode(&p, "sort a > b; rm c", PermissionMode::AcceptEdits).decision, Decision::Ask);
+        assert_eq!(decide_mode(&p, cmd, PermissionMode::DontAsk).decision, Decision::Deny);
+        let strict = with(&["Bash(sort:*)"], &[], &[], Decision::Deny);
+        assert_eq!(decide(&strict, cmd).decision, Decision::Deny);
+        let strict_ws = with(&["Bash(sort:*)", "Edit(/**)"], &[], &[], Decision::Deny);
+        assert_eq!(decide(&strict_ws, cmd).decision, Decision::Allow);
+    }
+
+    /// With the sandbox's view of the files: a redirection target the host resolved to
+    /// executable configuration asks, one it did not resolve asks.
+    #[test]
+    fn redirections_are_judged_where_the_host_resolved_them() {
+        let p = with(&["Bash(echo:*)", "Edit(/**)"], &[], &[], Decision::Ask);
+        let judge = |files: &[ResolvedFile]| {
+            let facts = CallFacts { shell_files: Some(files), ..CallFacts::default() };
+            p.decide_call("Bash", &json!({"command": "echo x > notes.txt"}), &facts, &ctx(), p.effective_mode(None))
+        };
+        let file = |resolved: Option<&str>| ResolvedFile {
+            path: "/workspace/notes.txt".into(),
+            resolved: resolved.map(str::to_owned),
+            other_names: false,
+        };
+        assert_eq!(judge(&[file(Some("/workspace/notes.txt"))]).decision, Decision::Allow);
+        let linked = judge(&[file(Some("/workspace/.git/hooks/post-checkout"))]);
+        assert_eq!(linked.decision, Decision::Ask, "{}", linked.reason);
+        assert_eq!(judge(&[file(None)]).decision, Decision::Ask);
+        assert_eq!(judge(&[]).decision, Decision::Ask);
+    }
+
+    /// `NAME=value` prefixes: inert names do not change which rule matches; names that
+    /// select code keep asking; any other name must be named by the rule.
+    #[test]
+    fn inert_prefixes_do_not_change_the_matching_rule() {
+        let p = with(&["Bash(biff:*)", "Bash(date:*)", "Bash(git:*)", "Bash(kubectl:*)"], &[], &[], Decision::Deny);
+        for cmd in ["TZ='Japan' biff y", "LC_ALL=C date", "LANG=C.UTF-8 TZ=UTC date", "NODE_DEBUG=http date"] {
+            assert_eq!(decide(&p, cmd).decision, Decision::Allow, "{cmd:?}: {}", decide(&p, cmd).reason);
+        }
+        for cmd in
+            ["EDITOR=vim git commit", "KUBE_EDITOR=nano kubectl edit x", "DIFFPROG=x git status", "PAGER=x git log"]
+        {
+            assert_eq!(decide(&p, cmd).decision, Decision::Ask, "{cmd:?}: {}", decide(&p, cmd).reason);
+        }
+        // Not listed: the rule must name it (default deny applies).
+        assert_eq!(decide(&p, "FOO=1 date").decision, Decision::Deny);
+        let named = with(&["Bash(FOO=1 date)"], &[], &[], Decision::Ask);
+        assert_eq!(decide(&named, "FOO=1 date").decision, Decision::Allow);
+        // Deny rules still see the command behind any prefix.
+        let deny = with(&["Bash(date:*)"], &[], &["Bash(date -s:*)"], Decision::Ask);
+        assert_eq!(decide(&deny, "TZ=UTC date -s now").decision, Decision::Deny);
+    }
+
+    /// Regression: with `default: deny`, constructs the recognizer does not model (`for`,
+    /// `case`, `[[`, arrays, functions) were denied, where the docs say they ask; an
+    /// explicit deny rule still denies them.
+    #[test]
+    fn regression_unmodelled_constructs_were_denied_under_default_deny() {
+        let p = with(&["Bash(echo:*)"], &[], &["Bash(rm:*)"], Decision::Deny);
+        for cmd in [
+            "for x in a b; do echo $x; done",
+            "case $x in a) echo a;; esac",
+            "[[ -n $x ]] && echo y",
+            "a=(1 2); echo ${a[0]}",
+            "f() { echo hi; }; f",
+        ] {
+            let ev = decide(&p, cmd);
+            assert_eq!(ev.decision, Decision::Ask, "{cmd:?}: {}", ev.reason);
+            assert!(ev.not_understood.is_some(), "{cmd:?}");
+        }
+        assert_eq!(decide(&p, "for x in a; do rm -rf $x; done").decision, Decision::Deny);
+        // Understood commands no rule allows: still the default.
+        assert_eq!(decide(&p, "ls").decision, Decision::Deny);
+    }
+
+    /// The table of issue 44: constructs real bash cannot turn into code here (understood,
+    /// allowed by the rule naming the program) next to the ones that must keep asking.
+    #[test]
+    fn table_of_understood_constructs_and_those_that_ask() {
+        let programs = [
+            "test",
+            "[",
+            "declare",
+            "history",
+            "fc",
+            "alias",
+            "unalias",
+            "complete",
+            "compgen",
+            "set",
+            "trap",
+            "echo",
+            "exec",
+            "readarray",
+            "mapfile",
+            "hash",
+            "command",
+            "source",
+            "eval",
+            "let",
+            "export",
+        ];
+        let allow: Vec<String> = programs.iter().map(|p| format!("Bash({p}:*)")).collect();
+        let allow: Vec<&str> = allow.iter().map(String::as_str).collect();
+        let p = with(&allow, &[], &[], Decision::Ask);
+        let understood = [
+            "[ -n \"$MY_VAR\" ] && echo set",
+            "test -n \"$X\"",
+            "[ \"$P\" -eq 1 ]",
+            "test -f path/to/file",
+            "[ \"$a\" = \"$b\" ]",
+            "declare -i X=\"42\"",
+            "declare -ix N=1 M=2",
+            "echo a!b !! !$",
+            "history",
+            "history -c",
+            "fc -l",
+            "alias ll='ls -l'",
+            "unalias ll",
+            "complete -o default mycmd",
+            "compgen -W 'start stop' -- st",
+            "set -a",
+            "set -o vi",
+            "set -euo pipefail",
+            "set -- a b",
+            "trap -l",
+            "trap - INT",
+            "trap '' HUP",
+            "echo ${v:-default} ${v:+alt} ${path%.txt} ${name##*/}",
+            "echo ${#v}",
+            "exec 3<file.txt",
+            "readarray -t lines < file.txt",
+            "mapfile arr",
+            "hash",
+            "hash -r",
+            "command -v git",
+        ];
+        for cmd in understood {
+            let ev = decide(&p, cmd);
+            assert!(ev.not_understood.is_none(), "{cmd:?} should be understood: {}", ev.reason);
+            assert_eq!(ev.decision, Decision::Allow, "{cmd:?}: {}", ev.reason);
+        }
+        let must_ask = [
+            "test -v \"$X\"",
+            "[ -v 'a[$(id)]' ]",
+            "[ $X ]",
+            "[ \"$op\" \"$x\" ]",
+            "test -n $X",
+            "[ \"$a\" \"$op\" \"$b\" ]",
+            "declare -i X=\"a[$(id)]\"",
+            "declare -i x; x='a[$(id)]'",
+            "declare -n ref=x",
+            "history -s 'touch x'",
+            "fc -s",
+            "fc -e vi",
+            "complete -F _f mycmd",
+            "complete -C 'id' mycmd",
+            "compgen -W '$(id)'",
+            "set -o posix",
+            "set -k",
+            "set -x",
+            "trap 'rm -rf x' EXIT",
+            "echo ${v:=default}",
+            "echo ${!x}",
+            "echo ${v:-$(id)}",
+            "echo ${a[$(id)]}",
+            "exec rm -rf x",
+            "readarray -C 'id' -c 1 arr",
+            "mapfile OPTIND",
+            "hash -p /tmp/evil ls",
+            "command rm x",
+            "source ./x.sh",
+            "eval echo",
+            "let x=1",
+            "ec* hi",
+        ];
+        for cmd in must_ask {
+            let ev = decide(&p, cmd);
+            assert_eq!(ev.decision, Decision::Ask, "{cmd:?} must ask: {}", ev.reason);
+            assert!(ev.not_understood.is_some(), "{cmd:?}: {}", ev.reason);
+        }
+    }
+
+    fn rules() -> impl Strategy<Value = Vec<&'static str>> {
+        proptest::sample::subsequence(
+            vec![
+                "Bash(sort:*)",
+                "Bash(sort * > *)",
+                "Bash(aha * > *)",
+                "Bash(ls:*)",
+                "Bash(git:*)",
+                "Bash(git push:*)",
+                "Bash(rm:*)",
+                "Bash(echo:*)",
+                "Bash",
+                "Edit(/**)",
+                "Edit(./.git/**)",
+                "Write(out/**)",
+                "Read(./.env)",
+                "Read",
+                "Bash(cp:*)",
+                "Bash(touch:*)",
+                "Bash(rm -r build)",
+                "Bash(cat:*)",
+                "Bash(mv:*)",
+                "Edit(./secrets/**)",
+                "Write(./docs/**)",
+            ],
+            0..10,
+        )
+    }
+
+    const COMMANDS: &[&str] = &[
+        "sort notes.txt > sorted.txt",
+        "ls -la | aha > output.html",
+        "git push origin main",
+        "echo x > .git/config",
+        "cat .env | sort > out/x",
+        "TZ=UTC ls > listing",
+        "rm -rf x && echo done",
+        "for x in a; do echo $x; done > log",
+        "git status",
+        "cp a.txt .git/config",
+        "touch notes.txt docs/a.md",
+        "rm -r build",
+        "cat .env docs/a.md",
+        "ls | tee out/x",
+        "mv docs/a secrets/b",
+    ];
+
+    proptest! {
+        /// Decisions never depend on rule order within a list: any permutation of each of a
+        /// policy's lists gives the same decision for every command and mode.
+        #[test]
+        fn any_permutation_of_the_lists_gives_the_same_decision(
+            allow in rules(), ask in rules(), deny in rules(),
+            seed in any::<u64>(),
+            default in proptest::sample::select(vec![Decision::Allow, Decision::Ask, Decision::Deny]),
+        ) {
+            let shuffle = |v: &[&'static str], salt: u64| -> Vec<&'static str> {
+                let mut v = v.to_vec();
+                let mut x = seed ^ salt;
+                for i in (1..v.len()).rev() {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    v.swap(i, (x >> 33) as usize % (i + 1));
+                }
+                v
+            };
+            let a = with(&allow, &ask, &deny, default);
+            let b = with(&shuffle(&allow, 1), &shuffle(&ask, 2), &shuffle(&deny, 3), default);
+            for cmd in COMMANDS {
+                for mode in [PermissionMode::Default, PermissionMode::AcceptEdits, PermissionMode::DontAsk] {
+                    let (x, y) = (decide_mode(&a, cmd, mode), decide_mode(&b, cmd, mode));
+                    prop_assert_eq!(x.decision, y.decision, "{} ({:?}): {} / {}", cmd, mode, x.reason, y.reason);
+                }
+            }
         }
     }
 }

@@ -41,7 +41,10 @@ impl Host {
         let config = Arc::new(config);
         // Before anything can log, emit or answer: the host's own credentials are secrets.
         register_host_credentials(&config, redact::registry(), |name| std::env::var(name).ok());
-        let roots = config.subagents.agent_dirs.iter().map(|d| config.path(d)).collect();
+        // Agent files (and the skills, hooks and MCP files next to them) are read from
+        // the agent directories and the Claude Code plugin folders only.
+        let roots =
+            config.subagents.agent_dirs.iter().chain(&config.subagents.plugin_dirs).map(|d| config.path(d)).collect();
 
         let policy = warden_approval::Policy::from_config(config.approval.clone())
             .with_context(|| format!("{}: approval", config.source_name()))?;

@@ -30,6 +30,40 @@ pub enum TaskEvent {
     Gate { change: GateChange, data: Value },
     /// The host's own notes about the task.
     Host(HostEvent),
+    /// Not an event: a marker the engine answers once every event sent before it is
+    /// queued for the store (a durable task's journal is written after its events).
+    Barrier(EventBarrier),
+}
+
+/// See [`TaskEvent::Barrier`]: passed by whoever drains the task's channel.
+#[derive(Clone)]
+pub struct EventBarrier(std::sync::Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>);
+
+impl EventBarrier {
+    /// A barrier, and what is answered when it is passed (or dropped unpassed).
+    pub fn new() -> (EventBarrier, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (EventBarrier(std::sync::Arc::new(std::sync::Mutex::new(Some(tx)))), rx)
+    }
+
+    /// Everything sent before it is queued.
+    pub fn pass(&self) {
+        if let Some(tx) = self.0.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl std::fmt::Debug for EventBarrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventBarrier")
+    }
+}
+
+impl PartialEq for EventBarrier {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// Kinds whose `text` streams in chunks: scrubbed by a stream scrubber (a secret may be
@@ -53,6 +87,12 @@ impl TaskEvent {
     pub fn into_json(self, subagent: &str) -> Value {
         let (kind, plugin, data, from_plugin) = match self {
             TaskEvent::Gate { data, .. } => return data,
+            // Never shown: the engine passes it before anything is turned into JSON.
+            TaskEvent::Barrier(_) => return Value::Null,
+            TaskEvent::Host(HostEvent::Takeover(data)) => {
+                let plugin = data["plugin"].as_str().unwrap_or_default().to_owned();
+                ("takeover".to_owned(), plugin, data, false)
+            }
             TaskEvent::Plugin(ev) => {
                 let kind = if is_host_event_kind(&ev.kind) { format!("subagent_{}", ev.kind) } else { ev.kind };
                 (kind, ev.plugin, ev.data, true)
@@ -163,6 +203,9 @@ impl GateChange {
 pub enum HostEvent {
     /// Which plugin build runs the task (`plugin`).
     PluginBuild(PluginRef),
+    /// The task moved to this process after its previous one died (`takeover`): from
+    /// where, and how many journal entries were replayed.
+    Takeover(Value),
 }
 
 #[cfg(test)]

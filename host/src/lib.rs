@@ -7,13 +7,15 @@
 //! - [`engine`] (background tasks, queue, cancel, persisted in [`store`]) running one
 //!   task through [`task`];
 //! - [`registry`] (plugins, kinds, definitions) fed by [`plugin_dir`] (hot reload),
-//!   [`oci`] and [`provenance`] (where plugin files come from);
+//!   [`oci`] and [`provenance`] (where plugin files come from), and [`claude_plugins`]
+//!   (Claude Code plugin and marketplace folders as sources of agent files);
 //! - [`runtime`] (wasmtime engine, limits, host imports);
 //! - [`services`], [`tools`], [`mcp_tools`] (what imports use), [`nesting`] (the `Agent`
 //!   tool's rules);
 //! - [`config`] (warden.yaml, plain validated data), [`actor`] (the host's own names);
 //! - [`capability`] (grants and the one grant checker), [`plugin`] (SPI types), [`event`]
-//!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task), [`store`],
+//!   and [`task_state`] (the typed task flow), [`scope`] (the one context of a running task),
+//!   [`journal`] (a durable task's import journal, over [`store`]), [`store`],
 //!   [`logging`] (the operator's log, scrubbed per owner) over [`redact`], [`builtin`], [`text`],
 //!   [`bounded_read`], [`http_client`] (the one hardened outbound HTTP client builder),
 //!   [`tool_context`] (a task's secrets and where each is delivered).
@@ -25,11 +27,14 @@ pub mod app;
 pub mod bounded_read;
 pub mod builtin;
 pub mod capability;
+pub mod claude_plugins;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod event;
 pub mod http_client;
+pub mod isolation;
+pub mod journal;
 pub mod logging;
 pub mod mcp_tools;
 pub mod nesting;

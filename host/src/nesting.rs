@@ -108,6 +108,82 @@ pub fn call_refusal(
     None
 }
 
+/// The reference metadata key by which a definition hands the host its deny rules: a
+/// JSON list of tool patterns (`["Bash(rm -rf*)", "Read(./.env)"]`), a Claude agent file's
+/// `disallowedTools` entries with an argument pattern (whole tools the plugin does not
+/// offer at all). The operator's reference may add to them; nobody can remove one.
+pub const DISALLOWED_TOOLS_METADATA: &str = "disallowed_tools";
+
+/// Most deny rules one definition may hand over (as many as a `tools` list may hold).
+pub const MAX_DISALLOWED_TOOLS: usize = crate::plugin::MAX_DEFINITION_LIST;
+
+/// A definition's deny rules (see [`DISALLOWED_TOOLS_METADATA`]): the operator's value,
+/// then the plugin's; `Err` names what cannot be read (the registry reports it, and a
+/// definition whose rules cannot be read is not registered: running it would allow what
+/// they forbid).
+pub fn disallowed_tools(
+    operator: &std::collections::BTreeMap<String, String>,
+    def: &crate::plugin::SubagentDefinition,
+) -> Result<Vec<String>, String> {
+    let mut rules = Vec::new();
+    for value in [operator.get(DISALLOWED_TOOLS_METADATA), def.reference.metadata.get(DISALLOWED_TOOLS_METADATA)]
+        .into_iter()
+        .flatten()
+    {
+        let list: Vec<String> = serde_json::from_str(value)
+            .map_err(|e| format!("metadata `{DISALLOWED_TOOLS_METADATA}` is not a JSON list of tool patterns ({e})"))?;
+        for rule in list {
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
+    }
+    if rules.len() > MAX_DISALLOWED_TOOLS {
+        return Err(format!("{} disallowedTools patterns; at most {MAX_DISALLOWED_TOOLS}", rules.len()));
+    }
+    let config = warden_approval::PolicyConfig {
+        default: warden_approval::Decision::Allow,
+        deny: rules.clone(),
+        ..warden_approval::PolicyConfig::default()
+    };
+    warden_approval::Policy::from_config(config)
+        .map_err(|e| format!("disallowedTools pattern cannot be read as a deny rule: {e}"))?;
+    Ok(rules)
+}
+
+/// Why a call is refused by the task's deny rules (`disallowedTools` patterns, its own
+/// and its ancestors'), or `None`. The rules are judged as the deny rules of a policy
+/// whose default allows, with the gate's recognizer: a call one matches is refused, and
+/// so is a call the recognizer cannot read fully (a Bash command it would ask about
+/// could hide a denied one). Only narrows: a call that passes still goes to the gate.
+pub fn denied_call_refusal(
+    rules: &[String],
+    name: &str,
+    input: &Value,
+    resolved_path: Option<&str>,
+    ctx: &warden_approval::EvalContext,
+) -> Option<String> {
+    use warden_approval::{Decision, EffectiveMode, Policy, PolicyConfig};
+    if rules.is_empty() {
+        return None;
+    }
+    let config = PolicyConfig { default: Decision::Allow, deny: rules.to_vec(), ..PolicyConfig::default() };
+    let evaluation = Policy::from_config(config)
+        .map(|policy| policy.decide_resolved(name, input, resolved_path, ctx, EffectiveMode::default()));
+    match evaluation {
+        Ok(ev) if ev.decision == Decision::Allow => None,
+        Ok(ev) if ev.decision == Decision::Deny => Some(format!(
+            "this subagent's `disallowedTools` forbid it ({})",
+            ev.matched_rule.as_deref().unwrap_or(&rules.join(", "))
+        )),
+        Ok(_) => Some(format!(
+            "this subagent's `disallowedTools` ({}) cannot be checked against this call, which the gate cannot read fully",
+            rules.join(", ")
+        )),
+        Err(e) => Some(format!("this subagent's `disallowedTools` cannot be read: {e}")),
+    }
+}
+
 /// Whether one definition's `tools` list could let its subagent use a tool of MCP server
 /// `server` (`None`, `*`, or an entry `mcp__<server>__…`).
 fn server_allowed(allowed: Option<&[String]>, server: &str) -> bool {
@@ -255,6 +331,40 @@ impl AgentCall {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Issue 44: `disallowedTools: Bash(rm -rf*)` was kept but never enforced (the docs
+    /// promised a warning nobody saw). It is a deny rule for that agent: a call it matches
+    /// is refused — alone, inside a compound command, or hidden where the recognizer cannot
+    /// read — while other calls go on to the gate.
+    #[test]
+    fn regression_disallowed_tools_patterns_were_not_enforced() {
+        let ctx = warden_approval::EvalContext { workspace_root: "/workspace".into(), home: "/workspace".into() };
+        let rules = vec!["Bash(rm -rf*)".to_string(), "Read(./.env)".to_string()];
+        let bash = |cmd: &str| denied_call_refusal(&rules, "Bash", &json!({ "command": cmd }), None, &ctx);
+        for refused in ["rm -rf /tmp/x", "ls && rm -rf build", "echo $(rm -rf .)"] {
+            let why = bash(refused).unwrap_or_else(|| panic!("{refused} was not refused"));
+            assert!(why.contains("disallowedTools"), "{why}");
+        }
+        for allowed in ["ls -la", "rm notes.txt", "git status"] {
+            assert_eq!(bash(allowed), None, "{allowed}");
+        }
+        let read = |path: &str| denied_call_refusal(&rules, "Read", &json!({ "file_path": path }), Some(path), &ctx);
+        assert!(read("/workspace/.env").is_some());
+        assert_eq!(read("/workspace/src/main.rs"), None);
+        assert_eq!(denied_call_refusal(&[], "Bash", &json!({ "command": "rm -rf /" }), None, &ctx), None);
+
+        // The rules reach the host as reference metadata, validated at registration.
+        let reference = crate::plugin::SubagentReference {
+            uri: "agents/careful.md".into(),
+            kind: "CLAUDE".into(),
+            metadata: [(DISALLOWED_TOOLS_METADATA.to_string(), r#"["Bash(rm -rf*)"]"#.to_string())].into(),
+        };
+        let def = crate::plugin::SubagentDefinition::new("careful".into(), "d".into(), reference, "{}".into());
+        let operator = [(DISALLOWED_TOOLS_METADATA.to_string(), r#"["Bash(git push:*)"]"#.to_string())].into();
+        assert_eq!(disallowed_tools(&operator, &def).unwrap(), ["Bash(git push:*)", "Bash(rm -rf*)"]);
+        let bad = [(DISALLOWED_TOOLS_METADATA.to_string(), "Bash(rm".to_string())].into();
+        assert!(disallowed_tools(&bad, &def).unwrap_err().contains("not a JSON list"));
+    }
 
     /// Regression (attacker review): `tools: [Bash(git status:*)]` gave its subagent all
     /// of Bash whenever the operator's policy allowed more (the pattern was dropped).

@@ -46,8 +46,48 @@ pub struct SubagentDefinition {
     /// no narrowing (validated when the definition is registered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Vec<String>>,
+    /// Where its tasks run: `None` = in the calling session's sandbox. Not a WIT field:
+    /// the registry fills it from the reference metadata
+    /// ([`crate::isolation::ISOLATION_METADATA`]); see [`crate::isolation`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
     /// Protocol-specific data (JSON text; `{}` when none), opaque to the host.
     pub protocol_data: String,
+}
+
+/// Where a task runs when not in its session's sandbox as it is: a definition's
+/// `isolation` (a Claude agent file's `isolation: worktree`) or a task's (`isolation` on
+/// `POST /v1/tasks`). See [`crate::isolation`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// In a fork of the session its parent works in (a new session of the same user on a
+    /// copy of that workspace); its result names the fork and what changed in it.
+    Fork,
+}
+
+impl Isolation {
+    /// Every value, as the API spells it.
+    pub const ACCEPTED: &[&str] = &["fork"];
+
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Fork => "fork",
+        }
+    }
+
+    /// Parses the API's spelling; `Err` names the value and the accepted ones.
+    pub fn parse(value: &str) -> Result<Isolation, String> {
+        match value {
+            "fork" => Ok(Isolation::Fork),
+            other => Err(format!(
+                "unknown isolation {:?} (accepted: {})",
+                crate::text::escape_control(&other.chars().take(64).collect::<String>()),
+                Isolation::ACCEPTED.join(", ")
+            )),
+        }
+    }
 }
 
 /// An MCP server a subagent defines itself (a Claude agent file's inline `mcpServers`
@@ -93,23 +133,68 @@ pub const MAX_DEFINITION_ENTRY_BYTES: usize = 1024;
 /// parent agent in the Agent tool's description and schema, printed by the CLI, written in
 /// log fields and used in paths (memory directories), so it is one line of plain ASCII:
 /// a letter or digit, then letters, digits, spaces, `.`, `_` and `-`, not ending in a space,
-/// at most [`MAX_DEFINITION_NAME_BYTES`]. No control character (a forged log line, a line
-/// injected into a prompt), no look-alike Unicode letter (a peer posing as a local agent).
-/// `Err` says why, with the name escaped and cut.
+/// at most [`MAX_DEFINITION_NAME_BYTES`] — or two such names joined by one `:` with no
+/// space beside it (`plugin-name:agent-name`, a Claude Code plugin's agent). No control
+/// character (a forged log line, a line injected into a prompt), no look-alike Unicode
+/// letter (a peer posing as a local agent). `Err` says why, with the name escaped and cut.
+/// A name refused here is registered under [`safe_subagent_id`] when that is a name.
 pub fn check_subagent_name(name: &str) -> Result<(), String> {
     let shown = || format!("\"{}\"", crate::text::escape_control(&crate::text::excerpt(name, 64)));
-    let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
-    let rest_ok = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | '-'));
+    let part_ok = |part: &str| {
+        part.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | '-'))
+            && !part.ends_with(' ')
+    };
+    let parts: Vec<&str> = name.splitn(2, ':').collect();
     if name.len() > MAX_DEFINITION_NAME_BYTES {
         Err(format!("the subagent name {} is {} bytes; at most {MAX_DEFINITION_NAME_BYTES}", shown(), name.len()))
-    } else if !first_ok || !rest_ok || name.ends_with(' ') {
+    } else if !parts.iter().all(|p| part_ok(p)) {
         Err(format!(
-            "the subagent name {} is not a name: it must start with an ASCII letter or digit and hold only those, spaces, `.`, `_` and `-` (not ending in a space)",
+            "the subagent name {} is not a name: it must start with an ASCII letter or digit and hold only those, spaces, `.`, `_` and `-` (not ending in a space), or be two such names joined by one `:`",
             shown()
         ))
     } else {
         Ok(())
     }
+}
+
+/// Whether `name` may name a Claude Code plugin (the namespace of its agents): a
+/// subagent name without `:` or spaces.
+pub fn check_plugin_name(name: &str) -> Result<(), String> {
+    match name.contains([':', ' ']) {
+        true => Err(format!(
+            "the plugin name \"{}\" may not hold `:` or spaces",
+            crate::text::escape_control(&crate::text::excerpt(name, 64))
+        )),
+        false => check_subagent_name(name).map_err(|e| e.replace("subagent name", "plugin name")),
+    }
+}
+
+/// The id a subagent whose name [`check_subagent_name`] refuses is registered under
+/// (Claude Code takes names such as `FP&A Analyst` or `Python DevOps/CI-CD Expert`, which
+/// cannot be tool-schema values or path parts here): lower-case ASCII letters and digits,
+/// `.` and `_` kept, every run of other characters (spaces, `&`, `/`, `(`, non-ASCII,
+/// control characters) one `-`, no `-` or `.` at either end; each side of a single `:`
+/// (a plugin's namespace) on its own. `None` when nothing is left or the result is still
+/// not a name (over [`MAX_DEFINITION_NAME_BYTES`]). Distinct names may give the same id:
+/// the registry then registers neither, as for any duplicate name.
+pub fn safe_subagent_id(name: &str) -> Option<String> {
+    let part = |p: &str| {
+        let mut out = String::with_capacity(p.len());
+        for c in p.chars() {
+            match c {
+                c if c.is_ascii_alphanumeric() || c == '.' || c == '_' => out.push(c.to_ascii_lowercase()),
+                _ if !out.ends_with('-') => out.push('-'),
+                _ => {}
+            }
+        }
+        out.trim_matches(['-', '.']).to_string()
+    };
+    let id = match name.split_once(':') {
+        Some((namespace, rest)) => format!("{}:{}", part(namespace), part(rest)),
+        None => part(name),
+    };
+    check_subagent_name(&id).ok().map(|()| id)
 }
 
 impl SubagentDefinition {
@@ -175,6 +260,7 @@ impl SubagentDefinition {
             mcp_servers: vec![],
             agent_mcp_servers: vec![],
             egress: None,
+            isolation: None,
             protocol_data,
         }
     }
@@ -242,7 +328,7 @@ pub enum GuestError {
 /// (`subagent`: a child task started). `events.emit` refuses them, so an event of one of
 /// these types in a task's stream always comes from the host; every other event is marked
 /// `"source": "plugin"`.
-pub const HOST_EVENT_KINDS: [&str; 12] = [
+pub const HOST_EVENT_KINDS: [&str; 13] = [
     "status",
     "error",
     "finish",
@@ -255,6 +341,7 @@ pub const HOST_EVENT_KINDS: [&str; 12] = [
     "egress",
     "subagent",
     "events_dropped",
+    "takeover",
 ];
 
 /// Whether `kind` is reserved for the host (compared case-insensitively, so `Tool_Call`
@@ -406,8 +493,41 @@ mod bounds_tests {
         for name in ["general-purpose", "code-reviewer", "Explore", "Currency Agent", "mcp_tool.v2", "a"] {
             assert!(check_subagent_name(name).is_ok(), "{name}");
         }
-        for name in ["", " a", "a ", "a\nb", "-x", "général", "a/b", "helper: x", "a\u{202e}b"] {
+        for name in ["", " a", "a ", "a\nb", "-x", "général", "a/b", "helper: x", "a\u{202e}b", "a:b:c", ":a", "a:"] {
             assert!(check_subagent_name(name).is_err(), "{name:?}");
+        }
+        assert!(check_subagent_name("code-review:reviewer").is_ok(), "a plugin's agent");
+        assert!(check_plugin_name("code-review").is_ok());
+        assert!(check_plugin_name("a:b").is_err() && check_plugin_name("a b").is_err());
+    }
+
+    /// Names Claude Code takes were refused (11 real files): they are registered under a
+    /// derived id, which is a name; names already admitted keep theirs.
+    #[test]
+    fn regression_names_claude_code_takes_were_refused() {
+        for (name, id) in [
+            ("FP&A Analyst", "fp-a-analyst"),
+            ("SRE (Site Reliability Engineer)", "sre-site-reliability-engineer"),
+            ("Python DevOps/CI-CD Expert", "python-devops-ci-cd-expert"),
+            ("plugin:Code Reviewer!", "plugin:code-reviewer"),
+            ("r\u{e9}sum\u{e9} \u{202e}helper\n", "r-sum-helper"),
+            ("-x", "x"),
+        ] {
+            assert!(check_subagent_name(name).is_err(), "{name:?}");
+            assert_eq!(safe_subagent_id(name).as_deref(), Some(id), "{name:?}");
+        }
+        for hopeless in ["", "&&&", "\u{202e}", "a:"] {
+            assert_eq!(safe_subagent_id(hopeless), None, "{hopeless:?}");
+        }
+    }
+
+    proptest! {
+        /// Whatever the name, a derived id is admitted.
+        #[test]
+        fn a_derived_id_is_always_a_name(name in prop_oneof![any::<String>(), ".{0,300}"]) {
+            if let Some(id) = safe_subagent_id(&name) {
+                prop_assert!(check_subagent_name(&id).is_ok(), "{:?} -> {:?}", name, id);
+            }
         }
     }
 

@@ -531,6 +531,36 @@ impl SecretRegistry {
         Ok(())
     }
 
+    /// Makes the session `(user_id, fork)` — a fork of `(user_id, source)`, whose workspace
+    /// is a copy of the source's and may hold what the source's tasks wrote — scrub every
+    /// secret the source's does, now and later (the two share one redactor). A fork never
+    /// gets the source's secrets themselves: they stay with the source's tasks.
+    pub fn inherit(&self, user_id: &str, source: &str, fork: &str) {
+        for map in [&self.sessions, &self.operator_sessions] {
+            let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = map.get(&(user_id.to_owned(), source.to_owned())).cloned() {
+                map.insert((user_id.to_owned(), fork.to_owned()), r);
+            }
+        }
+    }
+
+    /// [`SecretRegistry::inherit`] for a fork named before it is made (a task that runs in
+    /// a fork of its session is admitted, then copied when it starts): the source gets a
+    /// redactor now if it has none, and the fork shares it, so a secret the source is given
+    /// in between — and may write into the workspace the fork will copy — is scrubbed from
+    /// the fork's text too. Call it before the fork is given secrets of its own.
+    pub fn share(&self, user_id: &str, source: &str, fork: &str) {
+        let host = self.host.secrets();
+        for map in [&self.sessions, &self.operator_sessions] {
+            let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+            let r = map
+                .entry((user_id.to_owned(), source.to_owned()))
+                .or_insert_with(|| Arc::new(Redactor::with_secrets(host.iter().map(String::as_str))))
+                .clone();
+            map.insert((user_id.to_owned(), fork.to_owned()), r);
+        }
+    }
+
     /// Whether the session `(user_id, session_id)` was given secrets of its own (a task
     /// of it must run where they are held).
     pub fn has_session_secrets(&self, user_id: &str, session_id: &str) -> bool {

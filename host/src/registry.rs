@@ -59,6 +59,34 @@ pub struct Registered {
     /// reasoning setting ignore it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effort: Option<warden_models::ReasoningEffort>,
+    /// The name its source gave, when that could not be a name here and the definition is
+    /// registered under the id derived from it ([`crate::plugin::safe_subagent_id`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub declared_name: Option<String>,
+    /// The container runtime its tasks' sandbox sessions run under when the operator put it
+    /// under another than `sandbox.runtime` ([`sandbox_runtime`]); `None`: the default.
+    #[serde(rename = "sandbox_runtime", skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+}
+
+/// The runtime `sandbox.runtime_overrides` puts the tasks of a definition under: the entry
+/// of the deepest `agent_dir` holding its source file, else the entry of its `plugin`; `None`
+/// when no entry applies or the entry's runtime is `sandbox.runtime` anyway (the session is
+/// then the task's ordinary one).
+fn sandbox_runtime(config: &Config, plugin: &str, source: &str) -> Option<String> {
+    let overrides = &config.sandbox.runtime_overrides;
+    let file = Path::new(source).canonicalize().ok();
+    let by_dir = overrides
+        .iter()
+        .filter_map(|o| {
+            let dir = config.path(o.agent_dir.as_ref()?).canonicalize().ok()?;
+            file.as_ref().filter(|f| f.starts_with(&dir)).map(|_| (dir.components().count(), &o.runtime))
+        })
+        .max_by_key(|(depth, _)| *depth)
+        .map(|(_, runtime)| runtime);
+    let chosen =
+        by_dir.or_else(|| overrides.iter().find(|o| o.plugin.as_deref() == Some(plugin)).map(|o| &o.runtime))?;
+    (config.sandbox.runtime.as_ref() != Some(chosen)).then(|| chosen.clone())
 }
 
 /// The reference metadata key by which a definition's tasks run in the background when the
@@ -135,6 +163,30 @@ pub fn effort_notes(snapshot: &Snapshot, models: Option<&warden_models::ModelRou
         notes.push(RegistryProblem::warning(r.source.clone(), text));
     }
     notes
+}
+
+/// For `warden agents`: one note per definition asking for `bypassPermissions` while the
+/// operator has not set `approval.allow_bypass`: the mode is accepted, but the gate applies
+/// it as `acceptEdits` at most, so what the policy marks `ask` (edits aside) is still
+/// asked, which the file's author may not expect.
+pub fn bypass_notes(snapshot: &Snapshot, allow_bypass: bool) -> Vec<RegistryProblem> {
+    if allow_bypass {
+        return Vec::new();
+    }
+    snapshot
+        .definitions
+        .values()
+        .filter(|r| r.definition.permission_mode == Some(warden_approval::PermissionMode::BypassPermissions))
+        .map(|r| {
+            RegistryProblem::warning(
+                r.source.clone(),
+                format!(
+                    "subagent {:?}: permissionMode `bypassPermissions` needs `approval.allow_bypass: true` (and `approval.max_mode: bypassPermissions`); without it the mode is applied as `acceptEdits`, so calls the policy marks `ask` (edits aside) are still asked",
+                    r.definition.name
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The definition's `egress` list (`sandbox.egress.allow` patterns), validated.
@@ -220,6 +272,13 @@ pub const MAX_PROBLEM_MESSAGE_BYTES: usize = 4096;
 impl RegistryProblem {
     fn warning(source: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(source.into(), message.into(), false)
+    }
+
+    /// The line `warden agents` and `warden config check` print for it: `error: …` or
+    /// `warning: …` (source and message already one escaped line each).
+    pub fn line(&self) -> String {
+        let level = if self.error { "error" } else { "warning" };
+        format!("{level}: {}: {}", self.source, self.message)
     }
     fn error(source: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(source.into(), message.into(), true)
@@ -699,6 +758,27 @@ impl Registry {
                 metadata: BTreeMap::new(),
             }));
         }
+        for configured in &self.config.subagents.plugin_dirs {
+            let (plugins, found) = crate::claude_plugins::discover(&self.config.path(configured));
+            problems.extend(found.into_iter().map(|p| RegistryProblem::new(p.source, p.message, p.error)));
+            for plugin in plugins {
+                let mut files = vec![];
+                for path in &plugin.agent_paths {
+                    match path.is_dir() {
+                        true => collect_markdown(&plugin.root, path, &mut files, problems),
+                        false => files.push(path.clone()),
+                    }
+                }
+                files.sort();
+                files.dedup();
+                let metadata = plugin.metadata();
+                refs.extend(files.into_iter().map(|f| SubagentReference {
+                    uri: f.display().to_string(),
+                    kind: "CLAUDE".into(),
+                    metadata: metadata.clone(),
+                }));
+            }
+        }
         refs
     }
 
@@ -748,7 +828,12 @@ impl Registry {
                 )),
                 Some((_, Err(e))) => {
                     // The guest's text (and its peer's, quoted in it) is logged as the problem has it.
-                    let problem = RegistryProblem::warning(reference.uri.clone(), e.to_string());
+                    // A reference the plugin refuses as invalid (an agent file it will not
+                    // register) is an error, as in `warden config check`; a peer that is
+                    // down or a plugin that failed is a warning.
+                    let refused =
+                        matches!(&e, crate::runtime::CallError::Guest(crate::plugin::GuestError::InvalidInput(_)));
+                    let problem = RegistryProblem::new(reference.uri.clone(), e.to_string(), refused);
                     tracing::warn!(reference = %problem.source, error = %problem.message, "reference not resolved");
                     next.problems.push(problem)
                 }
@@ -759,15 +844,33 @@ impl Registry {
                     if let Some(d) = reference.metadata.get("description") {
                         def.description = d.clone();
                     }
+                    // A Claude Code plugin's agents are `plugin-name:agent-name`.
+                    if let Some(namespace) = reference.metadata.get(crate::claude_plugins::PLUGIN_METADATA) {
+                        def.name = format!("{namespace}:{}", def.name);
+                    }
                     // The one admission point of a name, whoever chose it (the plugin, its
-                    // peer or the operator's metadata).
+                    // peer or the operator's metadata). A name Claude Code takes that cannot
+                    // be one here is registered under an id derived from it, said as a warning.
+                    let mut declared_name = None;
+                    if crate::plugin::check_subagent_name(&def.name).is_err()
+                        && let Some(id) = crate::plugin::safe_subagent_id(&def.name)
+                    {
+                        next.problems.push(RegistryProblem::warning(
+                            reference.uri.clone(),
+                            format!(
+                                "subagent name {:?} cannot be a tool or path name here; registered as `{id}`",
+                                crate::text::excerpt(&def.name, 64)
+                            ),
+                        ));
+                        declared_name = Some(std::mem::replace(&mut def.name, id));
+                    }
                     if let Err(e) = crate::plugin::check_subagent_name(&def.name) {
                         let fix = if reference.metadata.contains_key("name") {
                             "change its metadata `name`"
                         } else {
                             "give the reference a metadata `name`"
                         };
-                        next.problems.push(RegistryProblem::warning(
+                        next.problems.push(RegistryProblem::error(
                             reference.uri.clone(),
                             format!("subagent not registered: {e}; {fix}"),
                         ));
@@ -777,13 +880,41 @@ impl Registry {
                     let egress = match definition_egress(&def) {
                         Ok(e) => e,
                         Err(e) => {
-                            next.problems.push(RegistryProblem::warning(
+                            next.problems.push(RegistryProblem::error(
                                 reference.uri.clone(),
                                 format!("subagent {:?} not registered: {e}", def.name),
                             ));
                             continue;
                         }
                     };
+                    // Isolation (`isolation=fork`) asked by the operator or the plugin; a
+                    // value that cannot be read keeps the subagent out.
+                    match crate::isolation::definition_isolation(&reference.metadata, &def) {
+                        Ok(isolation) => def.isolation = isolation,
+                        Err(e) => {
+                            next.problems.push(RegistryProblem::error(
+                                reference.uri.clone(),
+                                format!("subagent {:?} not registered: {e}", def.name),
+                            ));
+                            continue;
+                        }
+                    }
+                    // The deny rules (`disallowedTools` patterns) of the operator and the
+                    // plugin, merged into the definition; unreadable ones keep it out.
+                    match crate::nesting::disallowed_tools(&reference.metadata, &def) {
+                        Ok(rules) if rules.is_empty() => {}
+                        Ok(rules) => {
+                            let list = serde_json::to_string(&rules).expect("a list of text serialises");
+                            def.reference.metadata.insert(crate::nesting::DISALLOWED_TOOLS_METADATA.into(), list);
+                        }
+                        Err(e) => {
+                            next.problems.push(RegistryProblem::error(
+                                reference.uri.clone(),
+                                format!("subagent {:?} not registered: {e}", def.name),
+                            ));
+                            continue;
+                        }
+                    }
                     let named = std::mem::take(&mut def.mcp_servers);
                     let (granted, refused) = granted_mcp_servers(&plugin.grants, &def.name, named);
                     def.mcp_servers = granted;
@@ -820,6 +951,8 @@ impl Registry {
                             egress,
                             background,
                             effort,
+                            declared_name,
+                            runtime: sandbox_runtime(&self.config, &plugin.id, &reference.uri),
                         },
                     );
                 }
@@ -930,6 +1063,43 @@ mod tests {
         assert_eq!(RegistryProblem::error("s", "a \"plain\" line").message, "a \"plain\" line");
     }
 
+    /// Issue 43: which runtime `sandbox.runtime_overrides` gives a definition — the deepest
+    /// agent directory holding its file, then its plugin — and none when the entry's runtime
+    /// is the default anyway or nothing applies.
+    #[test]
+    fn the_deepest_agent_directory_then_the_plugin_chooses_the_sandbox_runtime() {
+        use warden_sandbox::config::RuntimeOverride;
+        let dir = tempfile::tempdir().unwrap();
+        let (agents, third) = (dir.path().join("agents"), dir.path().join("agents/third-party"));
+        std::fs::create_dir_all(&third).unwrap();
+        for f in [agents.join("own.md"), third.join("theirs.md")] {
+            std::fs::write(f, "x").unwrap();
+        }
+        let mut config = Config { base_dir: dir.path().to_owned(), ..Config::default() };
+        let rule = |dir: Option<&str>, plugin: Option<&str>, runtime: &str| RuntimeOverride {
+            agent_dir: dir.map(PathBuf::from),
+            plugin: plugin.map(String::from),
+            runtime: runtime.into(),
+        };
+        config.sandbox.runtime_overrides = vec![
+            rule(None, Some("claude"), "kata"),
+            rule(Some("./agents/third-party"), None, "runsc"),
+            rule(Some("./agents"), None, "runc-strict"),
+        ];
+        let own = agents.join("own.md").display().to_string();
+        let theirs = third.join("theirs.md").display().to_string();
+        assert_eq!(sandbox_runtime(&config, "claude", &theirs).as_deref(), Some("runsc"), "the deepest directory");
+        assert_eq!(
+            sandbox_runtime(&config, "claude", &own).as_deref(),
+            Some("runc-strict"),
+            "a directory over a plugin"
+        );
+        assert_eq!(sandbox_runtime(&config, "claude", "a2a://peer").as_deref(), Some("kata"), "the plugin's entry");
+        assert_eq!(sandbox_runtime(&config, "other", "a2a://peer"), None, "nothing applies");
+        config.sandbox.runtime = Some("runsc".into());
+        assert_eq!(sandbox_runtime(&config, "claude", &theirs), None, "the default runtime already");
+    }
+
     fn definition(metadata: &[(&str, &str)]) -> SubagentDefinition {
         SubagentDefinition {
             name: "a".into(),
@@ -945,6 +1115,7 @@ mod tests {
             mcp_servers: vec![],
             agent_mcp_servers: vec![],
             egress: None,
+            isolation: None,
             protocol_data: "{}".into(),
         }
     }

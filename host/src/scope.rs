@@ -44,6 +44,10 @@ pub struct TaskScope {
     pub allowed_tools: Option<Vec<String>>,
     /// The definition's reasoning effort, handed to every model call of the task.
     pub reasoning_effort: Option<warden_models::ReasoningEffort>,
+    /// The container runtime the task's sandbox session runs under when the operator put
+    /// its subagent under another than `sandbox.runtime` (`sandbox.runtime_overrides`): its
+    /// tools then use a session of their own under that runtime ([`TaskScope::session_key`]).
+    pub sandbox_runtime: Option<String>,
     /// The task's `tool_context` entries exported into every sandboxed command's
     /// environment (`"env": true`, names the operator lists in `sandbox.task_env`); never
     /// logged or stored.
@@ -72,6 +76,13 @@ pub struct TaskScope {
     /// The `tools` lists of the definitions above this one (those that have one): the
     /// task may use a tool only if each of them allows it too ([`crate::nesting`]).
     pub inherited_tools: Vec<Vec<String>>,
+    /// The definition's deny rules (a Claude agent file's `disallowedTools` entries with an
+    /// argument pattern, such as `Bash(rm -rf*)`, from the reference metadata
+    /// [`crate::nesting::DISALLOWED_TOOLS_METADATA`]): a call one matches is refused
+    /// before the gate ([`crate::nesting::denied_call_refusal`]). They only narrow.
+    pub own_denied_tools: Vec<String>,
+    /// The deny rules of the definitions above this one: they apply to it too.
+    pub inherited_denied_tools: Vec<String>,
     /// How this task starts subagents with the `Agent` tool; `None` when it may not (its
     /// depth is `subagents.max_depth`, or it runs outside the engine).
     pub subagents: Option<Arc<dyn SubagentStarter>>,
@@ -80,6 +91,9 @@ pub struct TaskScope {
     /// starts may use at most, whatever the plugin filtered out (`disallowedTools`, a
     /// hook's `Bash`, MCP servers) that the definition's `tools` list does not say.
     pub offered_tools: Arc<Mutex<BTreeSet<String>>>,
+    /// The task's import journal when it is durable ([`crate::journal`]): every import of
+    /// its plugin call goes through it, and the tool host marks the calls that start.
+    pub journal: Option<Arc<crate::journal::TaskJournal>>,
 }
 
 /// Most tool names remembered as offered to one task's model; names past it are not
@@ -100,6 +114,18 @@ impl TaskScope {
     /// 1 for a task the parent agent submitted, 2 for a subagent it started, and so on.
     pub fn depth(&self) -> usize {
         self.chain.len() + 1
+    }
+
+    /// Every deny rule that applies to the task: its definition's and its ancestors'.
+    pub fn denied_tools(&self) -> Vec<String> {
+        self.own_denied_tools.iter().chain(&self.inherited_denied_tools).cloned().collect()
+    }
+
+    /// The sandbox session this task's tools use: its user's session id, under the runtime
+    /// its subagent was put under (every path from a task to the sandbox takes it from here).
+    pub fn session_key(&self) -> warden_sandbox::SessionKey {
+        warden_sandbox::SessionKey::new(self.user_id.clone(), self.session_id.clone())
+            .with_runtime(self.sandbox_runtime.clone())
     }
 
     /// Remembers tool names the task's plugin offered its model.

@@ -123,7 +123,19 @@ pub async fn run(
     registry: &Registry,
     task_id: String,
     call: &TaskCall,
+    scope: TaskScope,
+) -> Result<TaskOutcome, TaskError> {
+    run_durable(registry, task_id, call, scope, None).await
+}
+
+/// [`run`], durable with `journal` ([`crate::journal`]): the plugin's imports are
+/// journaled, or — a task taken over — answered from its journal first.
+pub async fn run_durable(
+    registry: &Registry,
+    task_id: String,
+    call: &TaskCall,
     mut scope: TaskScope,
+    journal: Option<crate::journal::JournalPlan>,
 ) -> Result<TaskOutcome, TaskError> {
     let snapshot = registry.snapshot();
     let (registered, plugin) = resolve(&snapshot, call)?;
@@ -131,6 +143,7 @@ pub async fn run(
     // The definition's own egress list narrows the task's tool calls too.
     scope.egress.splice(0..0, registered.egress.iter().cloned());
     scope.reasoning_effort = registered.effort;
+    scope.sandbox_runtime.clone_from(&registered.runtime);
     drop(snapshot);
     let ctx =
         TaskContext { task_id: task_id.clone(), session_id: scope.session_id.clone(), user_id: scope.user_id.clone() };
@@ -143,8 +156,26 @@ pub async fn run(
         task_id = %task_id, plugin = %plugin.id, version = %plugin_ref.version, sha256 = %plugin_ref.sha256,
         subagent = %definition.name, "task started"
     );
-    if let Some(events) = &scope.events {
-        // Which build runs this task.
+    let replaying = journal.as_ref().is_some_and(|j| matches!(j.start, crate::journal::JournalStart::Replay(_)));
+    if let Some(plan) = journal {
+        match plan.open(&ctx, call, &plugin_ref).await {
+            Ok(journal) => scope.journal = journal,
+            Err(why) => {
+                let error = Some(format!("the task could not be resumed: {why}"));
+                return Ok(TaskOutcome {
+                    task_id,
+                    status: TaskState::Failed,
+                    output: None,
+                    error,
+                    plugin: Some(plugin_ref),
+                });
+            }
+        }
+    }
+    if let Some(events) = &scope.events
+        && !replaying
+    {
+        // Which build runs this task (a task taken over has said so already).
         let _ = events.send(TaskEvent::Host(HostEvent::PluginBuild(plugin_ref.clone()))).await;
     }
     let result = registry.runtime().execute(&plugin, ctx, call, &definition, scope).await;

@@ -231,7 +231,7 @@ impl ToolHost {
             description: t.description.to_string(),
             input_schema: t.input_schema,
         });
-        let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
+        let key = scope.session_key();
         let site = self.sandbox.as_ref().ok().map(|sandbox| crate::mcp_tools::SessionSite {
             sandbox,
             key: &key,
@@ -370,7 +370,7 @@ impl ToolHost {
             return;
         }
         if let Ok(sandbox) = &self.sandbox {
-            let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
+            let key = scope.session_key();
             self.mcp.end_task(sandbox, &key, &scope.task_id).await;
         }
     }
@@ -430,7 +430,7 @@ impl ToolHost {
             )
             .await;
         }
-        let key = SessionKey::new(scope.user_id.clone(), scope.session_id.clone());
+        let key = scope.session_key();
         // Why a call cannot run at all, whatever a person would say: its task was canceled
         // (the plugin may still run during the cancel grace period, but starts nothing), or
         // it is past the task's tool-call limit, which counts every call asked for. Such a
@@ -457,7 +457,8 @@ impl ToolHost {
             resolved.push(if refused.is_some() { Ok(None) } else { self.resolve_for_policy(&key, c).await });
         }
         // A `Tool(pattern)` entry of the task's `tools` (or an ancestor's) narrows the tool
-        // to the calls it matches: any other call of it is refused, never put to the gate.
+        // to the calls it matches: any other call of it is refused, never put to the gate;
+        // so is a call a `disallowedTools` pattern (its own or an ancestor's) matches.
         let refusals: Vec<Option<String>> = refusals
             .into_iter()
             .zip(calls.iter().zip(&resolved))
@@ -472,6 +473,15 @@ impl ToolHost {
                         resolved_path,
                         self.gate.context(),
                     )
+                    .or_else(|| {
+                        crate::nesting::denied_call_refusal(
+                            &scope.denied_tools(),
+                            &c.name,
+                            &c.input,
+                            resolved_path,
+                            self.gate.context(),
+                        )
+                    })
                 })
             })
             .collect();
@@ -518,7 +528,10 @@ impl ToolHost {
                 None => (format!("The {} call was not run: {}.", call.name, refused.unwrap_or_default()), true),
                 Some(Some(declined)) => (declined, true),
                 // A child task: its own calls pass the gate and hold the session's egress.
-                Some(None) if crate::nesting::is_agent_tool(&call.name) => run_subagent(scope, &call).await,
+                Some(None) if crate::nesting::is_agent_tool(&call.name) => {
+                    mark_running(scope, &call.id).await;
+                    run_subagent(scope, &call).await
+                }
                 Some(None) => match path {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
                     Ok(_) if judged_facts.is_some() && self.shell_facts(&key, &call).await != judged_facts => (
@@ -539,6 +552,7 @@ impl ToolHost {
                             .as_ref()
                             .ok()
                             .map(|sb| sb.hold_egress_with(&key, &scope.egress, &scope.egress_credentials));
+                        mark_running(scope, &call.id).await;
                         self.run_allowed(scope, &key, &call, path.as_ref()).await
                     }
                 },
@@ -583,6 +597,7 @@ fn approval_request(scope: &TaskScope, name: &str, input: Value) -> ApprovalRequ
     r.session_id = Some(scope.session_id.clone());
     r.user_id = Some(scope.user_id.clone());
     r.plugin = Some(scope.plugin.clone());
+    r.sandbox_runtime = scope.sandbox_runtime.clone();
     r.mode = scope.permission_mode;
     r.chain.clone_from(&scope.chain);
     r
@@ -665,5 +680,19 @@ fn excerpt(s: &str) -> String {
 async fn emit(scope: &TaskScope, event: ToolEvent) {
     if let Some(sink) = &scope.events {
         let _ = sink.send(TaskEvent::Tool { plugin: scope.plugin.clone(), event }).await;
+    }
+}
+
+/// A tool call's end that the tool host did not run (a durable task's call that was
+/// running when its host died), as the `tool_result` event any call ends with.
+pub async fn emit_result(scope: &TaskScope, data: serde_json::Value) {
+    emit(scope, ToolEvent::Result(data)).await;
+}
+
+/// A durable task's call `id` passed the gate and starts: its journal says so (committed)
+/// before anything runs, so a takeover never runs it a second time.
+async fn mark_running(scope: &TaskScope, id: &str) {
+    if let Some(journal) = &scope.journal {
+        journal.running(id).await;
     }
 }

@@ -51,6 +51,8 @@
 #   refused them; this is the second line).
 # - File operations never follow a symbolic link: every component is opened with
 #   O_NOFOLLOW beneath /workspace, so a link planted after the host's check fails the call.
+#   Directories are opened by open_dir_nofollow only: without O_DIRECTORY, then checked
+#   with fstat (gVisor follows a final link for O_DIRECTORY | O_NOFOLLOW).
 # - After every command: kill its process group, then every process of this user that is
 #   not the container's init, its main process, an exec root (another agent, housekeeping)
 #   or inside another exec root's tree. Nothing a call starts outlives it. Every sweep
@@ -104,6 +106,8 @@ SWEEP_ROUNDS = 200
 DEAD_STATES = (b"Z", b"X", b"x")
 # The state proc_table gives a zombie leader whose other threads still run.
 LIVE = b"R"
+# What status_threads says when it cannot read the count: more than the leader alone.
+THREADS_UNKNOWN = 2
 # Requests that only touch files: before each the agent kills the orphans (not what settled
 # session processes run: one of their calls may be running now, and a file op has no
 # environment to steal; `contain` and every command start take care of those).
@@ -230,11 +234,13 @@ def proc_table():
 
 def threads_alive(pid):
     """Whether a thread of process `pid` other than its leader is in a state other than
-    dead or zombie (an unreadable thread list counts as alive: kill rather than spare)."""
+    dead or zombie (an unreadable thread list counts as alive: kill rather than spare).
+    gVisor lists no task directory for a zombie leader, even while its other threads run:
+    there the count in its status decides (Threads: counts the leader too)."""
     try:
         tids = os.listdir("/proc/%d/task" % pid)
     except FileNotFoundError:
-        return False
+        return status_threads(pid) > 1
     except OSError:
         return True
     for tid in tids:
@@ -264,6 +270,21 @@ def root_of(pid, table):
             return 1
         pid, seen = ppid, seen + 1
     return 1
+
+
+def status_threads(pid):
+    """The `Threads:` count of /proc/<pid>/status; 0 when the process is gone, and
+    THREADS_UNKNOWN (more than one: kill rather than spare) when the line cannot be read."""
+    try:
+        with open("/proc/%d/status" % pid, "rb") as f:
+            for line in f:
+                if line.startswith(b"Threads:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError, IndexError):
+        pass
+    return THREADS_UNKNOWN
 
 
 def kill_in_rounds(victims_of):
@@ -416,7 +437,7 @@ def settle(uid, gid, tag):
         os.mkdir(SETTLED, 0o755)
     except FileExistsError:
         pass
-    dfd = os.open(SETTLED, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    dfd = open_dir_nofollow(SETTLED)
     if os.fstat(dfd).st_uid != 0:
         return SETTLE_UNTRUSTED
     os.fchmod(dfd, 0o755)  # whatever the umask: every agent must read it
@@ -695,6 +716,18 @@ def resolve(path):
     return full, os.lstat(full)
 
 
+def open_dir_nofollow(name, dir_fd=None):
+    """Opens the directory `name` (relative to dir_fd) without following a link in its last
+    component: O_NOFOLLOW alone refuses a link (ELOOP) on every kernel, while with
+    O_DIRECTORY gVisor follows it (a link to /tmp opened /tmp), so the kind is checked
+    on the descriptor instead. O_NONBLOCK: a FIFO planted under the name never blocks."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.ENOTDIR, "not a directory", name)
+    return fd
+
+
 def open_beneath(path, final_flags, create_dirs=False):
     """Opens path (already resolved) beneath /workspace without following any symlink.
     Returns (dir_fd, name, fd-or-None); name is None for /workspace itself."""
@@ -705,12 +738,12 @@ def open_beneath(path, final_flags, create_dirs=False):
             if c in (".", ".."):
                 raise Refused("outside")
             try:
-                nfd = os.open(c, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                nfd = open_dir_nofollow(c, fd)
             except FileNotFoundError:
                 if not create_dirs:
                     raise
                 os.mkdir(c, 0o755, dir_fd=fd)
-                nfd = os.open(c, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                nfd = open_dir_nofollow(c, fd)
             os.close(fd)
             fd = nfd
         if not parts:

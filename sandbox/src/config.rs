@@ -59,6 +59,38 @@ pub const FORWARDER_USER: &str = "65533:65533";
 /// about one cold start, ~0.8 s) while an idle host holds only two idle containers and two
 /// sparse workspace images; they count against `max_sessions`.
 pub const DEFAULT_WARM_POOL: usize = 2;
+/// Largest size the warm pool grows to by default after a burst of new sessions found it
+/// empty: half the default `max_sessions`, the fan-out of one user at
+/// `max_sessions_per_user` (a parent agent starting a dozen subagents at once), while an
+/// idle pool can never take more than half of the host's session room. Clamped to
+/// `max_sessions` (sessions + pool never exceed it).
+pub const DEFAULT_WARM_POOL_MAX: usize = 16;
+/// How long the warm pool waits without a new session finding it empty before it halves
+/// its growth above `warm_pool` by default: a minute keeps the containers a burst made for
+/// the burst's next wave (subagents of one task arrive seconds apart), and an idle host
+/// is back at `warm_pool` within a few minutes (16 → 2 in four halvings).
+pub const DEFAULT_WARM_POOL_DECAY: Duration = Duration::from_secs(60);
+/// Idle time after which a session's container is stopped (paused) by default: a few minutes,
+/// long enough for a model's turn between tool calls, short enough that a session waiting
+/// on a person holds no CPU or memory for the rest of `idle_ttl`.
+pub const DEFAULT_PAUSE_AFTER: Duration = Duration::from_secs(5 * 60);
+/// How long every task of a session must have waited for a person before the session is
+/// paused by default (instead of after `pause_after`): half a minute lets a person who is
+/// watching answer without the session losing its processes (a stdio MCP server's state,
+/// a background build), while an approval left for hours frees its container soon.
+pub const DEFAULT_PAUSE_WHEN_WAITING: Duration = Duration::from_secs(30);
+/// Paused sessions one host keeps by default: each holds only its workspace (no memory, no
+/// CPU), so twice the default `max_sessions`.
+pub const DEFAULT_MAX_PAUSED_SESSIONS: usize = 64;
+/// Disk the workspaces of paused sessions may reserve by default (each counts as its
+/// `disk` limit, what it can grow to): 64 GiB, 64 default-sized workspaces.
+pub const DEFAULT_PAUSED_DISK_BUDGET: ByteSize = ByteSize(64 * 1024 * 1024 * 1024);
+/// Snapshots one user may keep by default: a handful of named states per user (before a
+/// refactor, a known-good build) without one user filling the disk budget alone.
+pub const DEFAULT_MAX_SNAPSHOTS_PER_USER: usize = 8;
+/// Disk the snapshots of one scope may reserve together by default (each counts as its
+/// `disk` limit, what its image can hold): 32 GiB, 32 default-sized workspaces.
+pub const DEFAULT_SNAPSHOT_DISK_BUDGET: ByteSize = ByteSize(32 * 1024 * 1024 * 1024);
 
 /// The `sandbox:` section of `warden.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,13 +115,57 @@ pub struct SandboxConfig {
     /// Default 15 minutes: long enough for a conversation pause, short enough not to hoard.
     #[serde(with = "humantime_serde_compat")]
     pub idle_ttl: Duration,
+    /// Idle time (`5m`) after which a session with no call running is paused: its container
+    /// is stopped (no process survives, no memory or CPU is held) and its workspace kept;
+    /// the next call starts it again. `idle_ttl` still ends it. Default 5 minutes; a value
+    /// at or above `idle_ttl` never pauses. Off with `replica_id` (another replica may be
+    /// running a call in the container).
+    #[serde(with = "humantime_serde_compat")]
+    pub pause_after: Duration,
+    /// Time (`30s`) after which a session whose every task waits for a person (an approval
+    /// of its own, or a subagent below it that waits for one) is paused, sooner than
+    /// `pause_after`: the host checks again when it is up, and pauses only if all of them
+    /// still wait. Default 30 seconds; at or above `pause_after` it changes nothing.
+    #[serde(with = "humantime_serde_compat")]
+    pub pause_when_waiting: Duration,
+    /// Most paused sessions this host keeps. Paused sessions do not count against
+    /// `max_sessions`; past this limit an idle session stays running (and a pause asked for
+    /// fails with a clear error). Default 64.
+    pub max_paused_sessions: usize,
+    /// Disk the workspaces of paused sessions may reserve (each counts as `disk`, the size
+    /// it can grow to; nothing with `disk: 0`). Default 64 GiB.
+    pub paused_disk_budget: ByteSize,
+    /// Most named snapshots of session workspaces one user keeps (`POST
+    /// /v1/sessions/{id}/snapshots`, across this scope's Docker hosts); past it a new one is
+    /// refused with a clear error until one is deleted. Default 8; `0` turns snapshots off.
+    pub max_snapshots_per_user: usize,
+    /// Disk the snapshots of this scope may reserve together (each counts as `disk`, what its
+    /// image can hold; nothing with `disk: 0`). Snapshots are kept until deleted, so this is
+    /// what they can take of the Docker hosts' disks. Default 32 GiB.
+    pub snapshot_disk_budget: ByteSize,
+    /// Keep a session's workspace when the session ends (`idle_ttl`, an end, the host
+    /// stopping) as its *end snapshot*, so a task resumed with `resume` after its session
+    /// ended gets the session back with its files. End snapshots count against
+    /// `snapshot_disk_budget`, not `max_snapshots_per_user`; to make room the oldest go
+    /// first, and one that still does not fit is not kept (logged). A resume uses its
+    /// session's end snapshot up. Default `false`: an ended session's workspace is removed.
+    pub snapshot_on_end: bool,
     /// Hard time limit for one exec when the tool call gives none. Default 120 s; on expiry
     /// the whole process group is killed.
     #[serde(with = "humantime_serde_compat")]
     pub exec_timeout: Duration,
-    /// Optional OCI runtime (e.g. `runsc` for gVisor). Default none: Docker's default runtime.
-    /// The runtime must be registered in the Docker daemon.
+    /// The OCI runtime session containers run under (e.g. `runsc` for gVisor, registered with
+    /// every Docker host by `cargo xtask runsc`). Default none: the engine's default runtime
+    /// (runc). Checked against each engine's registered runtimes by `/readyz` and
+    /// `warden config check` ([`crate::runtime`]).
     pub runtime: Option<String>,
+    /// Runtimes chosen by what runs, over `runtime`: the sessions of a plugin's tasks, or of
+    /// the agent files of one `subagents.agent_dirs` directory, run under another runtime
+    /// (e.g. third-party agents always under `runsc`). Such a task's tools get a session of
+    /// their own under that runtime (same session id, separate container and workspace):
+    /// a session never mixes runtimes, so no subagent put under a stronger runtime ever runs
+    /// in a weaker one's container. Applied by the host; at most [`MAX_RUNTIME_OVERRIDES`].
+    pub runtime_overrides: Vec<RuntimeOverride>,
     /// Maximum concurrent sessions for this host. Default 32; past it, a new session fails
     /// with a clear error instead of exhausting the machine.
     pub max_sessions: usize,
@@ -131,6 +207,18 @@ pub struct SandboxConfig {
     /// containers and their sparse workspace images. Pooled containers count against
     /// `max_sessions` (sessions + pool never exceed it). `0` turns the pool off.
     pub warm_pool: usize,
+    /// Largest size the warm pool adapts to (`warm_pool` is its floor). Every new session
+    /// that finds nothing ready raises the pool's target by one, up to this, and the pool
+    /// prepares more containers at once while above its floor; after `warm_pool_decay`
+    /// without such a session the growth halves, and idle containers above the target are
+    /// removed, until the pool is back at `warm_pool`. Default 16 (half the default
+    /// `max_sessions`); at or below `warm_pool` the pool keeps a fixed size. Clamped to
+    /// `max_sessions` like the pool itself.
+    pub warm_pool_max: usize,
+    /// Time without a new session finding the pool empty after which the pool's growth
+    /// above `warm_pool` halves (see `warm_pool_max`). Default 1 minute.
+    #[serde(with = "humantime_serde_compat")]
+    pub warm_pool_decay: Duration,
     /// Egress through warden's proxy (`allow`, `deny`, `credentials`; see
     /// [`crate::egress_policy`] and [`crate::egress`]). Default none: the container has no
     /// way out at all. With it the container still has no network; its only way out is the
@@ -163,6 +251,34 @@ pub struct SandboxConfig {
     /// served by one process).
     #[serde(skip)]
     pub replica_id: Option<String>,
+}
+
+/// One entry of `sandbox.runtime_overrides`: exactly one of `plugin` and `agent_dir`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeOverride {
+    /// Every task this plugin (by id) executes.
+    #[serde(default)]
+    pub plugin: Option<String>,
+    /// Every agent file read from this directory (as written in `subagents.agent_dirs`,
+    /// relative to the configuration file) or beneath it. The deepest matching directory
+    /// wins over a shallower one, and an `agent_dir` entry over a `plugin` entry.
+    #[serde(default)]
+    pub agent_dir: Option<PathBuf>,
+    /// The runtime (registered with the engine, [`RUNTIME_NAME_RULE`]).
+    pub runtime: String,
+}
+
+/// Most `sandbox.runtime_overrides` entries: each names a plugin or a directory, so a
+/// deployment needs a handful; the bound keeps a session lookup's scan trivial.
+pub const MAX_RUNTIME_OVERRIDES: usize = 64;
+
+/// What a runtime name may be (it becomes a Docker label value and a key part).
+pub const RUNTIME_NAME_RULE: &str = "1-64 characters of [A-Za-z0-9_.-]";
+
+/// Whether `name` passes [`RUNTIME_NAME_RULE`].
+pub fn is_runtime_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
 }
 
 /// One Docker endpoint of `sandbox.hosts`.
@@ -273,8 +389,16 @@ impl Default for SandboxConfig {
             cpus: DEFAULT_CPUS,
             pids: DEFAULT_PIDS,
             idle_ttl: DEFAULT_IDLE_TTL,
+            pause_after: DEFAULT_PAUSE_AFTER,
+            pause_when_waiting: DEFAULT_PAUSE_WHEN_WAITING,
+            max_paused_sessions: DEFAULT_MAX_PAUSED_SESSIONS,
+            paused_disk_budget: DEFAULT_PAUSED_DISK_BUDGET,
+            max_snapshots_per_user: DEFAULT_MAX_SNAPSHOTS_PER_USER,
+            snapshot_disk_budget: DEFAULT_SNAPSHOT_DISK_BUDGET,
+            snapshot_on_end: false,
             exec_timeout: DEFAULT_EXEC_TIMEOUT,
             runtime: None,
+            runtime_overrides: Vec::new(),
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_sessions_per_user: DEFAULT_MAX_SESSIONS_PER_USER,
             max_output: DEFAULT_MAX_OUTPUT,
@@ -285,6 +409,8 @@ impl Default for SandboxConfig {
             docker_host: None,
             hosts: Vec::new(),
             warm_pool: DEFAULT_WARM_POOL,
+            warm_pool_max: DEFAULT_WARM_POOL_MAX,
+            warm_pool_decay: DEFAULT_WARM_POOL_DECAY,
             egress: None,
             egress_socket_dir: None,
             task_env: Vec::new(),
@@ -349,8 +475,14 @@ impl SandboxConfig {
         if self.idle_ttl.is_zero() {
             return bad("idle_ttl", "a positive duration such as `15m`");
         }
+        if self.pause_after.is_zero() {
+            return bad("pause_after", "a positive duration such as `5m` (at or above `idle_ttl` never pauses)");
+        }
         if self.exec_timeout < Duration::from_secs(1) {
             return bad("exec_timeout", "at least 1s");
+        }
+        if self.warm_pool_decay.is_zero() {
+            return bad("warm_pool_decay", "a positive duration such as `1m`");
         }
         if self.max_sessions == 0 {
             return bad("max_sessions", "at least 1");
@@ -402,11 +534,61 @@ impl SandboxConfig {
             }
         }
         if let Some(rt) = &self.runtime
-            && rt.trim().is_empty()
+            && !is_runtime_name(rt)
         {
-            return bad("runtime", "a registered runtime name such as `runsc`, or null");
+            return bad(
+                "runtime",
+                "a registered runtime name such as `runsc` (1-64 characters of [A-Za-z0-9_.-]), or null",
+            );
+        }
+        self.validate_runtime_overrides()
+    }
+
+    /// `runtime_overrides`: bounded, each entry names exactly one plugin or directory and a
+    /// runtime, and no plugin or directory twice (which entry would win could not be said).
+    fn validate_runtime_overrides(&self) -> Result<(), SandboxError> {
+        let list = &self.runtime_overrides;
+        if list.len() > MAX_RUNTIME_OVERRIDES {
+            return Err(SandboxError::Config(format!(
+                "sandbox.runtime_overrides: {} entries; at most {MAX_RUNTIME_OVERRIDES}",
+                list.len()
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, o) in list.iter().enumerate() {
+            let at = format!("sandbox.runtime_overrides[{i}]");
+            let what = match (&o.plugin, &o.agent_dir) {
+                (Some(p), None) if !p.trim().is_empty() => format!("plugin {p}"),
+                (None, Some(d)) if !d.as_os_str().is_empty() => format!("agent_dir {}", d.display()),
+                _ => {
+                    return Err(SandboxError::Config(format!(
+                        "{at}: name exactly one of `plugin` (a plugin id) and `agent_dir` (a subagents.agent_dirs directory)"
+                    )));
+                }
+            };
+            if !is_runtime_name(&o.runtime) {
+                return Err(SandboxError::Config(format!(
+                    "{at}.runtime: {:?} is not a runtime name ({RUNTIME_NAME_RULE}), e.g. `runsc`",
+                    o.runtime
+                )));
+            }
+            if !seen.insert(what.clone()) {
+                return Err(SandboxError::Config(format!("{at}: {what} is listed twice")));
+            }
         }
         Ok(())
+    }
+
+    /// Every runtime a session may run under: `runtime` (`None`: the engine's default) and
+    /// each override's.
+    pub fn runtimes(&self) -> Vec<Option<String>> {
+        let mut all = vec![self.runtime.clone()];
+        for o in &self.runtime_overrides {
+            if !all.contains(&Some(o.runtime.clone())) {
+                all.push(Some(o.runtime.clone()));
+            }
+        }
+        all
     }
 
     /// `docker_host` and `hosts`: one of them, known schemes, TLS where the network is.
@@ -450,6 +632,12 @@ impl SandboxConfig {
             }
         }
         Ok(())
+    }
+
+    /// Whether idle sessions are paused at all (see `pause_after`): before `idle_ttl` ends
+    /// them, without replicas, with room for paused sessions.
+    pub fn pauses_idle_sessions(&self) -> bool {
+        self.pause_after < self.idle_ttl && self.replica_id.is_none() && self.max_paused_sessions > 0
     }
 
     /// The host directory of the egress sockets (see `egress_socket_dir`).
@@ -634,10 +822,37 @@ mod tests {
     }
 
     #[test]
+    fn pausing_is_on_by_default_and_off_past_the_idle_ttl_or_with_replicas() {
+        let d = SandboxConfig::default();
+        assert!(d.pause_after < d.idle_ttl && d.pauses_idle_sessions());
+        let late: SandboxConfig = serde_json::from_str(r#"{"pause_after": "20m", "idle_ttl": "15m"}"#).unwrap();
+        assert!(late.validate().is_ok() && !late.pauses_idle_sessions());
+        let none: SandboxConfig = serde_json::from_str(r#"{"max_paused_sessions": 0}"#).unwrap();
+        assert!(!none.pauses_idle_sessions());
+        let replica = SandboxConfig { replica_id: Some("r1".into()), ..SandboxConfig::default() };
+        assert!(!replica.pauses_idle_sessions());
+        let zero = SandboxConfig { pause_after: Duration::ZERO, ..SandboxConfig::default() };
+        let err = zero.validate().unwrap_err().to_string();
+        assert!(err.contains("sandbox.pause_after"), "{err}");
+    }
+
+    #[test]
     fn the_warm_pool_is_on_by_default_and_zero_turns_it_off() {
         assert_eq!(SandboxConfig::default().warm_pool, DEFAULT_WARM_POOL);
         let off: SandboxConfig = serde_json::from_str(r#"{"warm_pool": 0}"#).unwrap();
         assert_eq!(off.warm_pool, 0);
         off.validate().unwrap();
+    }
+
+    #[test]
+    fn the_warm_pool_adapts_by_default_and_its_decay_must_be_positive() {
+        let d = SandboxConfig::default();
+        assert_eq!((d.warm_pool_max, d.warm_pool_decay), (DEFAULT_WARM_POOL_MAX, DEFAULT_WARM_POOL_DECAY));
+        assert!(d.warm_pool_max > d.warm_pool && d.warm_pool_max <= d.max_sessions);
+        let set: SandboxConfig = serde_json::from_str(r#"{"warm_pool_max": 4, "warm_pool_decay": "30s"}"#).unwrap();
+        assert_eq!((set.warm_pool_max, set.warm_pool_decay), (4, Duration::from_secs(30)));
+        set.validate().unwrap();
+        let zero: SandboxConfig = serde_json::from_str(r#"{"warm_pool_decay": "0s"}"#).unwrap();
+        assert!(zero.validate().unwrap_err().to_string().contains("warm_pool_decay"));
     }
 }

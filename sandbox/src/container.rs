@@ -55,6 +55,13 @@ pub const LABEL_HOST: &str = "warden.docker_host";
 /// a container or volume; absent without replicas. A replica adopts, sweeps and removes on
 /// connect only what carries its own id.
 pub const LABEL_REPLICA: &str = "warden.replica";
+/// Label of a container made under a named OCI runtime (`sandbox.runtime`, or the session
+/// key's): the runtime's name. Absent: the engine's default runtime.
+pub const LABEL_RUNTIME: &str = "warden.runtime";
+/// Label of a session's container and volumes whose key names a runtime
+/// ([`SessionKey::runtime`]): that runtime, part of the session's identity. Absent: the
+/// key of the default runtime.
+pub const LABEL_KEY_RUNTIME: &str = "warden.session_runtime";
 /// Label of a container (and its volumes) made for the warm pool; it stays when the
 /// container is handed to a session (labels cannot change), the session then being named
 /// by the container's name and the binding volume.
@@ -96,6 +103,9 @@ pub struct Names {
 /// Domain tag of the session name digest: a new naming scheme gets a new tag, so no name of
 /// one scheme can ever equal a name of another.
 const NAME_DIGEST_DOMAIN: &[u8] = b"warden.sandbox.session-names.v2";
+/// Domain tag of the digest of a key that names a runtime: its four parts never hash into
+/// the same input as a default-runtime key's three.
+const NAME_DIGEST_DOMAIN_RUNTIME: &[u8] = b"warden.sandbox.session-names.v2+runtime";
 
 /// Deterministic, Docker-safe names for a session in a scope: `warden-<scope>-<digest>`
 /// (`warden-ws-…`, `warden-bind-…`), the digest being SHA-256 over the length-prefixed
@@ -113,12 +123,15 @@ pub fn names(scope: &str, key: &SessionKey) -> Names {
 }
 
 /// SHA-256 (hex) of the length-prefixed (scope, user id, session id) under
-/// [`NAME_DIGEST_DOMAIN`].
+/// [`NAME_DIGEST_DOMAIN`], or (scope, user id, session id, runtime) under
+/// [`NAME_DIGEST_DOMAIN_RUNTIME`] for a key that names a runtime (so a session's names under
+/// the default runtime are what they always were).
 fn session_digest(scope: &str, key: &SessionKey) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    h.update(NAME_DIGEST_DOMAIN);
-    for part in [scope, key.user_id.as_str(), key.session_id.as_str()] {
+    let runtime = key.runtime.as_deref();
+    h.update(if runtime.is_some() { NAME_DIGEST_DOMAIN_RUNTIME } else { NAME_DIGEST_DOMAIN });
+    for part in [scope, key.user_id.as_str(), key.session_id.as_str()].into_iter().chain(runtime) {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
@@ -175,6 +188,7 @@ pub(crate) fn labels(scope: &str, host: &str, replica: Option<&str>, key: &Sessi
         (LABEL_SESSION.to_string(), key.session_id.clone()),
     ]);
     l.extend(replica.map(|r| (LABEL_REPLICA.to_string(), r.to_string())));
+    l.extend(key.runtime.as_ref().map(|r| (LABEL_KEY_RUNTIME.to_string(), r.clone())));
     l
 }
 
@@ -215,7 +229,11 @@ pub(crate) fn labels_prove(labels: Option<&HashMap<String, String>>, owner: Owne
     is(LABEL_MANAGED, "true")
         && is(LABEL_SCOPE, scope)
         && match owner {
-            Owner::Session { key, .. } => is(LABEL_USER, &key.user_id) && is(LABEL_SESSION, &key.session_id),
+            Owner::Session { key, .. } => {
+                is(LABEL_USER, &key.user_id)
+                    && is(LABEL_SESSION, &key.session_id)
+                    && l.get(LABEL_KEY_RUNTIME) == key.runtime.as_ref()
+            }
             Owner::Pool { .. } => {
                 is(LABEL_POOL, "true") && !l.contains_key(LABEL_USER) && !l.contains_key(LABEL_SESSION)
             }
@@ -387,10 +405,12 @@ async fn clear_name(
 /// containers differ only in labels and in the name of their workspace volume).
 fn container_body(
     cfg: &SandboxConfig,
-    labels: HashMap<String, String>,
+    mut labels: HashMap<String, String>,
     volume: &str,
     egress_dir: Option<&std::path::Path>,
+    runtime: Option<&str>,
 ) -> ContainerCreateBody {
+    labels.extend(runtime.map(|r| (LABEL_RUNTIME.to_string(), r.to_string())));
     let tmpfs = HashMap::from([("/tmp".to_string(), format!("rw,nosuid,nodev,size={},mode=1777", cfg.tmp_size.0))]);
     let nano_cpus = (cfg.cpus * 1e9).round() as i64;
     let env = crate::environment::base_env(egress_dir.map(|_| egress::container_env()).unwrap_or_default());
@@ -444,7 +464,7 @@ fn container_body(
             nano_cpus: Some(nano_cpus),
             tmpfs: Some(tmpfs),
             mounts: Some(mounts),
-            runtime: cfg.runtime.clone(),
+            runtime: runtime.map(String::from),
             ipc_mode: Some("private".into()),
             ..Default::default()
         }),
@@ -467,6 +487,7 @@ pub(crate) async fn create_and_start(
     egress: Option<&Egress>,
     policy: NameTaken,
 ) -> Result<Made, SandboxError> {
+    let began = std::time::Instant::now();
     // Checked first so that a missing image leaves nothing (not even a volume) behind.
     if let Err(e) = docker.inspect_image(&cfg.image).await {
         return Err(match docker_status(&e) {
@@ -496,7 +517,9 @@ pub(crate) async fn create_and_start(
     let driver_opts = match (cfg.disk.0, disk::disk_of(volume)) {
         (0, _) | (_, None) => None,
         (size, Some(disk_volume)) => {
+            let attaching = std::time::Instant::now();
             let opts = disk::attach(docker, &cfg.image, &disk_volume, labels.clone(), size, "0:0").await?;
+            tracing::debug!(container = %name, took_ms = attaching.elapsed().as_millis() as u64, "cold start: disk attached");
             // After a reboot the image may sit on another loop device than the volume names.
             if let Ok(v) = docker.inspect_volume(volume).await
                 && v.options.get("device") != opts.get("device")
@@ -519,14 +542,20 @@ pub(crate) async fn create_and_start(
     // Idempotent creation returns a volume made meanwhile as it is: checked again.
     check_owner(docker, DockerObject::Volume, volume, Some(&made.labels), owner).await?;
 
+    tracing::debug!(container = %name, took_ms = began.elapsed().as_millis() as u64, "cold start: workspace volume ready");
     let egress_dir = egress.map(|e| e.prepare_dir(name)).transpose()?;
+    // A session whose key names a runtime runs under it; everything else under the sandbox's.
+    let runtime = match owner {
+        Owner::Session { key, .. } => key.runtime.as_deref().or(cfg.runtime.as_deref()),
+        Owner::Pool { .. } => cfg.runtime.as_deref(),
+    };
     let mut attempt = 0;
     let created = loop {
         attempt += 1;
         if let Some(found) = clear_name(docker, name, policy, owner).await? {
             return reuse(docker, found).await;
         }
-        let body = container_body(cfg, labels.clone(), volume, egress_dir.as_deref());
+        let body = container_body(cfg, labels.clone(), volume, egress_dir.as_deref(), runtime);
         let opts = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
         let created = match docker.create_container(Some(opts), body).await {
             Ok(c) => c,
@@ -544,10 +573,12 @@ pub(crate) async fn create_and_start(
             }
         }
     };
+    tracing::debug!(container = %name, took_ms = began.elapsed().as_millis() as u64, "cold start: container started");
     if let Err(e) = prepare(docker, &created.id, egress).await {
         let _ = remove_container(docker, &created.id).await;
         return Err(e);
     }
+    tracing::debug!(container = %name, took_ms = began.elapsed().as_millis() as u64, "cold start: workspace prepared");
     Ok(Made::Created(created.id))
 }
 
@@ -617,6 +648,33 @@ async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(
         }),
         Err(exec::ExecFailure::Failed(e)) => Err(e),
     }
+}
+
+/// How long a paused session's container gets to stop before it is killed, seconds: none
+/// of its processes survives a pause anyway, so they are not waited for.
+const PAUSE_STOP_SECS: i32 = 0;
+
+/// Stops a session's container for a pause (`session`): every process in it ends, its
+/// workspace volume and the container itself stay, so [`start_paused`] can start it again.
+pub(crate) async fn stop_for_pause(docker: &Docker, id: &str) -> Result<(), SandboxError> {
+    let opts = bollard::query_parameters::StopContainerOptions { t: Some(PAUSE_STOP_SECS), ..Default::default() };
+    match docker.stop_container(id, Some(opts)).await {
+        Ok(()) => Ok(()),
+        // 304: already stopped.
+        Err(e) if docker_status(&e) == Some(304) => Ok(()),
+        Err(e) => Err(SandboxError::from_docker("stop session container for a pause", e)),
+    }
+}
+
+/// Starts a paused session's stopped container again and prepares it as a new one (its
+/// /tmp, use mark and egress forwarder are gone with its processes); the caller removes it
+/// when this fails and makes a new container on the same workspace.
+pub(crate) async fn start_paused(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(), SandboxError> {
+    docker
+        .start_container(id, None::<StartContainerOptions>)
+        .await
+        .map_err(|e| SandboxError::from_docker("start paused session container", e))?;
+    prepare(docker, id, egress).await
 }
 
 /// Force-removes a container by id or name; absent is success.
@@ -899,7 +957,11 @@ pub(crate) fn replica_label(labels: Option<&HashMap<String, String>>) -> Option<
 /// The session key a managed container or volume carries in its labels.
 pub(crate) fn key_from_labels(labels: Option<&HashMap<String, String>>) -> Option<SessionKey> {
     let l = labels?;
-    Some(SessionKey { user_id: l.get(LABEL_USER)?.clone(), session_id: l.get(LABEL_SESSION)?.clone() })
+    Some(SessionKey {
+        user_id: l.get(LABEL_USER)?.clone(),
+        session_id: l.get(LABEL_SESSION)?.clone(),
+        runtime: l.get(LABEL_KEY_RUNTIME).cloned(),
+    })
 }
 
 /// A listed container's name (without Docker's leading `/`).
@@ -936,15 +998,17 @@ mod tests {
     }
 
     proptest! {
-        /// Names are injective over (scope, user, session): ids that agree on a long prefix,
-        /// differ only in characters a Docker name cannot hold, or move a separator from one
-        /// part to the next never share a container, workspace or binding name.
+        /// Names are injective over (scope, user, session, runtime): ids that agree on a long
+        /// prefix, differ only in characters a Docker name cannot hold, or move a separator
+        /// from one part to the next, and the same session under two runtimes (or under the
+        /// default and a named one), never share a container, workspace or binding name.
         #[test]
         fn session_names_are_injective(
-            a in ("[a_-]{1,3}", "[ab._ -]{0,30}", "[ab._ -]{0,30}"),
-            b in ("[a_-]{1,3}", "[ab._ -]{0,30}", "[ab._ -]{0,30}"),
+            a in ("[a_-]{1,3}", "[ab._ -]{0,30}", "[ab._ -]{0,30}", proptest::option::of("[ab.-]{1,4}")),
+            b in ("[a_-]{1,3}", "[ab._ -]{0,30}", "[ab._ -]{0,30}", proptest::option::of("[ab.-]{1,4}")),
         ) {
-            let (na, nb) = (names(&a.0, &SessionKey::new(&a.1, &a.2)), names(&b.0, &SessionKey::new(&b.1, &b.2)));
+            let key = |k: &(String, String, String, Option<String>)| SessionKey::new(&k.1, &k.2).with_runtime(k.3.clone());
+            let (na, nb) = (names(&a.0, &key(&a)), names(&b.0, &key(&b)));
             prop_assert_eq!(a == b, na.container == nb.container, "{:?} {:?}", na, nb);
             prop_assert_eq!(a == b, na.volume == nb.volume);
             prop_assert_eq!(a == b, na.binding == nb.binding);
@@ -989,7 +1053,7 @@ mod tests {
                 ..SandboxConfig::default()
             };
             if cfg.validate().is_ok() {
-                let body = container_body(&cfg, HashMap::new(), "v", None);
+                let body = container_body(&cfg, HashMap::new(), "v", None, cfg.runtime.as_deref());
                 let h = body.host_config.expect("host config");
                 prop_assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
                 prop_assert_eq!(h.cap_add, Some(AGENT_CAPS.iter().map(|c| c.to_string()).collect::<Vec<_>>()));
@@ -1048,6 +1112,13 @@ mod tests {
         assert!(!labels_prove(Some(&mine), pool), "a session's container is no pool container");
         assert!(labels_prove(Some(&pool_labels("sc", "h", Some("r"))), pool));
         assert!(!labels_prove(Some(&pool_labels("sc", "h", None)), session), "a pool container needs its binding");
+        // The same session under another runtime is another session, in both directions.
+        let gvisor = key.clone().with_runtime(Some("runsc".into()));
+        let theirs = labels("sc", "unix:///x", None, &gvisor);
+        assert!(labels_prove(Some(&theirs), Owner::Session { scope: "sc", key: &gvisor }));
+        assert!(!labels_prove(Some(&theirs), session), "a runsc session's container is not the runc session's");
+        assert!(!labels_prove(Some(&mine), Owner::Session { scope: "sc", key: &gvisor }));
+        assert_eq!(key_from_labels(Some(&theirs)), Some(gvisor));
         assert!(!labels_prove(None, session));
         for (k, v) in [
             (LABEL_USER, "u2"),

@@ -9,10 +9,18 @@
 //! can reach that lets a container use loop devices, with no host path and no root on warden's
 //! side. Detaching happens when the disk volume is removed.
 //!
+//! A fork (`Sandbox::fork_session`) copies the source's image into the fork's new disk
+//! volume with the same helper (`copy`): copy-on-write where the Docker host's file system
+//! supports reflinks, a sparse copy otherwise, with the source's file system frozen
+//! meanwhile when a container has it mounted.
+//!
 //! The helper is the only container warden starts with a capability (CAP_SYS_ADMIN and
-//! CAP_MKNOD, loop devices only). It must never run anything
-//! but the fixed scripts below (their only inputs are a size and a uid:gid, validated by the
-//! config), never mount anything but the session's disk volume, and never have a network.
+//! CAP_MKNOD, loop devices only; to copy a plain workspace's tree, CAP_CHOWN, CAP_FOWNER
+//! and CAP_DAC_OVERRIDE and no device). It must never run anything
+//! but the fixed scripts below (their only inputs are a size, a uid:gid and a copy mode,
+//! chosen by warden), never mount anything but the session's disk volume (and, to copy,
+//! the source session's disk volume read-only and its workspace volume, which it only
+//! freezes), never read a workspace's files, and never have a network.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -58,20 +66,38 @@ attached() {
 /// containers), and prints the device. `$1` size in bytes, `$2` owner uid:gid of its root.
 const ATTACH: &str = r#"set -e
 if [ ! -f "$img" ]; then
+  # A leftover of an attach that failed half way is started afresh (its blocks, read
+  # back through the journal area mkfs leaves unwritten below, would not read as zeros).
+  rm -f "$img.new"
   truncate -s "$1" "$img.new"
-  mkfs.ext4 -q -F -m 0 -E "root_owner=$2" "$img.new" >&2
+  # The image is new and sparse, so its journal area already reads as zeros: writing
+  # them (32 MiB per workspace, at every cold start and pool fill) is skipped.
+  mkfs.ext4 -q -F -m 0 -E "root_owner=$2,lazy_journal_init=1" "$img.new" >&2
   mv "$img.new" "$img"
 fi
 dev=$(attached | head -n 1)
 tries=0
 while [ -z "$dev" ]; do
-  # Another helper may take the free device between the query and the attach: retry.
+  # The unbound devices the kernel has, in a random order: helpers attaching at once
+  # (a burst of new sessions) mostly try different ones, where `losetup -f` gives all of
+  # them the same first free device and all but one lose. Attaching a device another
+  # helper bound meanwhile fails (EBUSY) and the next one is tried: nothing bound is
+  # touched.
+  for s in $(ls -d /sys/block/loop* 2>/dev/null | shuf); do
+    [ -e "$s/loop" ] && continue
+    n=/dev/${s##*/}
+    [ -b "$n" ] || mknod "$n" b "$(cut -d: -f1 "$s/dev")" "$(cut -d: -f2 "$s/dev")" 2>/dev/null || continue
+    if losetup "$n" "$img" 2>/dev/null; then dev=$n; break; fi
+  done
+  [ -z "$dev" ] || break
+  # None free: the kernel makes one (loop-control). Another helper may take it between
+  # the query and the attach: retry after a random pause, so the losers do not meet again.
   free=$(losetup -f)
   [ -b "$free" ] || mknod "$free" b 7 "${free#/dev/loop}" 2>/dev/null || true
   if losetup "$free" "$img" 2>/dev/null; then dev=$free; break; fi
   tries=$((tries + 1))
   [ "$tries" -lt 50 ] || { echo "no free loop device after $tries attempts" >&2; exit 1; }
-  sleep 0.1
+  sleep "0.$(od -An -N1 -tu1 /dev/urandom | awk '{ printf "%03d", $1 % 200 }')"
 done
 printf '%s' "$dev""#;
 
@@ -79,6 +105,37 @@ printf '%s' "$dev""#;
 const DETACH: &str = r#"[ -f "$img" ] || exit 0
 for dev in $(attached); do losetup -d "$dev"; done
 exit 0"#;
+
+/// Where the fork helper mounts the source's disk volume (read-only).
+const SOURCE_DISK_MOUNT: &str = "/source";
+/// Where the fork helper mounts the source's workspace volume, to freeze it (never read).
+const SOURCE_WORKSPACE_MOUNT: &str = "/frozen";
+/// How long the copy in the fork helper may run, seconds: past it the helper thaws the
+/// source and fails, well before the host's [`HELPER_TIMEOUT`] removes it (a helper removed
+/// while the source is frozen would leave the source session's writes blocked).
+const COPY_TIMEOUT_SECS: u32 = 45;
+
+/// Copies the source's image (`/source`) into the disk volume (`/disk`): copy-on-write
+/// (reflink) where the Docker host's file system supports it, else a sparse copy. With
+/// `$1` = `freeze` the source's file system (mounted by a running container, and here at
+/// `/frozen`) is frozen for the copy so the image is consistent, and thawed whatever
+/// happens.
+const COPY: &str = r#"set -e
+[ -f /source/workspace.ext4 ] || { echo "the source session has no workspace image" >&2; exit 1; }
+if [ "$1" = freeze ]; then
+  fsfreeze -f /frozen
+  trap 'fsfreeze -u /frozen' EXIT
+fi
+timeout "$2" cp --reflink=auto --sparse=always /source/workspace.ext4 "$img.new"
+mv "$img.new" "$img"
+printf copied"#;
+
+/// Copies the source workspace's tree (`/source`) into the new workspace volume (`/disk`)
+/// when workspaces are plain volumes (`sandbox.disk: 0`): links stay links, nothing is
+/// followed; copy-on-write per file where the file system can.
+const COPY_TREE: &str = r#"set -e
+timeout "$2" cp -a --reflink=auto /source/. /disk/
+printf copied"#;
 
 /// The disk volume that backs a workspace volume.
 pub(crate) fn disk_of(workspace_volume: &str) -> Option<String> {
@@ -95,14 +152,7 @@ pub(crate) async fn attach(
     size: u64,
     owner: &str,
 ) -> Result<HashMap<String, String>, SandboxError> {
-    docker
-        .create_volume(VolumeCreateOptions {
-            name: Some(disk_volume.to_string()),
-            labels: Some(labels.clone()),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| SandboxError::from_docker("create disk volume", e))?;
+    create_volume(docker, disk_volume, &labels, "create disk volume").await?;
     let device = run_helper(docker, image, disk_volume, labels, ATTACH, &[&size.to_string(), owner]).await?;
     let device = device.trim();
     if !device.starts_with("/dev/loop") || device.contains(char::is_whitespace) {
@@ -117,6 +167,85 @@ pub(crate) async fn attach(
         // Nothing in the workspace can be a set-uid program or a device node.
         ("o".to_string(), "nosuid,nodev".to_string()),
     ]))
+}
+
+/// Makes `disk_volume` (new, with `labels`) hold a copy of `source_disk`'s workspace image:
+/// copy-on-write where the Docker host's file system can, else sparse. `frozen`: the
+/// workspace volume made from the source image while a running container mounts it,
+/// frozen (`fsfreeze`) for the copy; `None` when nothing has it mounted (a paused
+/// session). The caller attaches the copy as a new session's workspace.
+pub(crate) async fn copy(
+    docker: &Docker,
+    image: &str,
+    (source_disk, frozen): (&str, Option<&str>),
+    disk_volume: &str,
+    labels: HashMap<String, String>,
+) -> Result<(), SandboxError> {
+    create_volume(docker, disk_volume, &labels, "create disk volume").await?;
+    let mut extra = vec![volume_mount(source_disk, SOURCE_DISK_MOUNT, true)];
+    extra.extend(frozen.map(|w| volume_mount(w, SOURCE_WORKSPACE_MOUNT, false)));
+    let mode = if frozen.is_some() { "freeze" } else { "plain" };
+    let args = [mode, &COPY_TIMEOUT_SECS.to_string()];
+    let out =
+        run_helper_with(docker, image, disk_volume, labels, (COPY, &args), HelperCaps::LoopDevices, extra).await?;
+    copied(&out)
+}
+
+/// Without `sandbox.disk` (plain volumes): makes the workspace volume `workspace` (new,
+/// with `labels`) a copy of the workspace volume `source`'s files.
+pub(crate) async fn copy_tree(
+    docker: &Docker,
+    image: &str,
+    source: &str,
+    workspace: &str,
+    labels: HashMap<String, String>,
+) -> Result<(), SandboxError> {
+    create_volume(docker, workspace, &labels, "create workspace volume").await?;
+    let extra = vec![volume_mount(source, SOURCE_DISK_MOUNT, true)];
+    let args = ["plain", &COPY_TIMEOUT_SECS.to_string()];
+    let out =
+        run_helper_with(docker, image, workspace, labels, (COPY_TREE, &args), HelperCaps::CopyTree, extra).await?;
+    copied(&out)
+}
+
+/// The copy helpers' output checked.
+fn copied(out: &str) -> Result<(), SandboxError> {
+    if out.trim() != "copied" {
+        return Err(SandboxError::Docker {
+            action: "copy workspace".into(),
+            message: format!("the disk helper printed {:?}", out.trim()),
+        });
+    }
+    Ok(())
+}
+
+/// Creates (or finds) the local volume `name` with `labels`; errors name `action`.
+async fn create_volume(
+    docker: &Docker,
+    name: &str,
+    labels: &HashMap<String, String>,
+    action: &str,
+) -> Result<(), SandboxError> {
+    docker
+        .create_volume(VolumeCreateOptions {
+            name: Some(name.to_string()),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        })
+        .await
+        .map(drop)
+        .map_err(|e| SandboxError::from_docker(action, e))
+}
+
+/// A volume mounted into a helper.
+fn volume_mount(volume: &str, target: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.into()),
+        source: Some(volume.to_string()),
+        typ: Some(MountTypeEnum::VOLUME),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
 }
 
 /// Detaches a disk volume's loop device(s); the caller removes the volume afterwards.
@@ -140,6 +269,31 @@ async fn run_helper(
     script: &str,
     args: &[&str],
 ) -> Result<String, SandboxError> {
+    run_helper_with(docker, image, disk_volume, labels, (script, args), HelperCaps::LoopDevices, Vec::new()).await
+}
+
+/// What a helper may do beyond an unprivileged root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HelperCaps {
+    /// Attach, detach and freeze: CAP_SYS_ADMIN and CAP_MKNOD, loop devices only.
+    LoopDevices,
+    /// Copy a plain workspace's tree keeping owners and modes: CAP_CHOWN, CAP_FOWNER and
+    /// CAP_DAC_OVERRIDE (files of any owner), no device at all.
+    CopyTree,
+}
+
+/// [`run_helper`] with `extra` volumes mounted besides the disk volume (the fork's source).
+async fn run_helper_with(
+    docker: &Docker,
+    image: &str,
+    disk_volume: &str,
+    labels: HashMap<String, String>,
+    (script, args): (&str, &[&str]),
+    caps: HelperCaps,
+    extra: Vec<Mount>,
+) -> Result<String, SandboxError> {
+    let mut mounts = vec![volume_mount(disk_volume, DISK_MOUNT, false)];
+    mounts.extend(extra);
     let mut cmd = vec!["sh".to_string(), "-c".to_string(), format!("{NODES}{script}"), "warden-disk".to_string()];
     cmd.extend(args.iter().map(|a| a.to_string()));
     let body = ContainerCreateBody {
@@ -153,22 +307,21 @@ async fn run_helper(
             // Exactly what attaching a loop device takes: no other capability, no device
             // but loop-control and loop block devices (major 7).
             cap_drop: Some(vec!["ALL".into()]),
-            cap_add: Some(vec!["SYS_ADMIN".into(), "MKNOD".into()]),
-            devices: Some(vec![DeviceMapping {
-                path_on_host: Some(LOOP_CONTROL.into()),
-                path_in_container: Some(LOOP_CONTROL.into()),
-                cgroup_permissions: Some("rwm".into()),
-            }]),
-            device_cgroup_rules: Some(vec!["b 7:* rwm".into()]),
+            cap_add: Some(match caps {
+                HelperCaps::LoopDevices => vec!["SYS_ADMIN".into(), "MKNOD".into()],
+                HelperCaps::CopyTree => vec!["CHOWN".into(), "FOWNER".into(), "DAC_OVERRIDE".into()],
+            }),
+            devices: (caps == HelperCaps::LoopDevices).then(|| {
+                vec![DeviceMapping {
+                    path_on_host: Some(LOOP_CONTROL.into()),
+                    path_in_container: Some(LOOP_CONTROL.into()),
+                    cgroup_permissions: Some("rwm".into()),
+                }]
+            }),
+            device_cgroup_rules: (caps == HelperCaps::LoopDevices).then(|| vec!["b 7:* rwm".into()]),
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             network_mode: Some("none".into()),
-            mounts: Some(vec![Mount {
-                target: Some(DISK_MOUNT.into()),
-                source: Some(disk_volume.to_string()),
-                typ: Some(MountTypeEnum::VOLUME),
-                read_only: Some(false),
-                ..Default::default()
-            }]),
+            mounts: Some(mounts),
             ..Default::default()
         }),
         ..Default::default()

@@ -46,6 +46,79 @@ pub enum SandboxError {
         max: usize,
     },
 
+    /// No session of this key is held here (never used, ended, or reaped): nothing to pause,
+    /// resume or copy. The host answers 404.
+    #[error("no sandbox session `{session}` here")]
+    SessionNotFound {
+        /// The session (user/session).
+        session: String,
+    },
+
+    /// The session has a call running: it cannot be paused (that would kill the call).
+    #[error("sandbox session `{session}` has a call running; pause it when its calls are done")]
+    SessionBusy {
+        /// The session (user/session).
+        session: String,
+    },
+
+    /// Pausing one more session would pass `sandbox.max_paused_sessions` or
+    /// `sandbox.paused_disk_budget`.
+    #[error("cannot pause sandbox session `{session}`: {reason}; end or resume a paused session, or raise the limit")]
+    TooManyPausedSessions {
+        /// The session (user/session).
+        session: String,
+        /// Which limit, with its value.
+        reason: String,
+    },
+
+    /// Pausing or forking is not available with these settings (`sandbox.replica_id`:
+    /// another replica may be running a call in the container).
+    #[error("{0}")]
+    LifecycleUnavailable(String),
+
+    /// A fork (or a session from a snapshot) was asked for under a session id that is
+    /// taken already.
+    #[error("sandbox session `{session}` exists already; name a new session id")]
+    SessionExists {
+        /// The session (user/session).
+        session: String,
+    },
+
+    /// A snapshot name is not of the form snapshots take. The host answers 400 naming the
+    /// field.
+    #[error("invalid snapshot name `{name}`: expected {expected}")]
+    InvalidSnapshotName {
+        /// The name as given (shortened, control characters escaped).
+        name: String,
+        /// The form a name must have.
+        expected: &'static str,
+    },
+
+    /// The user has no snapshot of that name (never taken, deleted, or another user's:
+    /// the host answers 404 either way).
+    #[error("no snapshot `{name}` for this user")]
+    SnapshotNotFound {
+        /// The name asked for.
+        name: String,
+    },
+
+    /// The user has a snapshot of that name already.
+    #[error("snapshot `{name}` exists already; delete it first or choose another name")]
+    SnapshotExists {
+        /// The name asked for.
+        name: String,
+    },
+
+    /// One more snapshot would pass `sandbox.max_snapshots_per_user` or
+    /// `sandbox.snapshot_disk_budget`.
+    #[error("cannot take snapshot `{name}`: {reason}; delete a snapshot or raise the limit")]
+    TooManySnapshots {
+        /// The name asked for.
+        name: String,
+        /// Which limit, with its value.
+        reason: String,
+    },
+
     /// A path names something outside /workspace (lexically, or after resolving symlinks).
     #[error("path `{path}` resolves to `{resolved}`, which is outside the workspace /workspace; refused")]
     PathOutsideWorkspace {

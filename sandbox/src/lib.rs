@@ -22,9 +22,11 @@
 //!
 //! The modules are layered, each using only those below it (no import cycle; `cargo xtask
 //! test` checks): errors, counters and plain data at the bottom (`error`, `metrics`,
-//! `session_key`, `egress_policy`, `config`); the agent protocol and running requests on it
+//! `session_key`, `egress_policy`, `config`); what the engine's runtimes can serve
+//! (`runtime`); the agent protocol and running requests on it
 //! (`agent`, `exec`) and the environment every call starts with (`environment`) and workspace disks (`disk`); the egress proxy (`egress`); making,
-//! finding and removing containers (`container`); a session's working directory (`shell_state`)
+//! finding and removing containers (`container`); named snapshots of workspaces
+//! (`snapshot`); a session's working directory (`shell_state`)
 //! and the warm pool (`pool`); which commands of a session may run at once (`lanes`);
 //! sessions (`session`); and on top the tools (`workspace`,
 //! `tools`) and session processes (`process`).
@@ -42,13 +44,16 @@ pub mod egress_policy;
 pub mod environment;
 pub mod error;
 mod exec;
+mod inspect;
 mod lanes;
 pub mod metrics;
 mod pool;
 pub mod process;
+pub mod runtime;
 pub mod session;
 mod session_key;
 mod shell_state;
+pub mod snapshot;
 pub mod tools;
 mod workspace;
 
@@ -60,6 +65,7 @@ pub use egress::{
 };
 pub use error::{DockerObject, SandboxError};
 pub use exec::cap_text;
+pub use inspect::HostCommandOutput;
 /// The one fingerprint of a set of secrets: the lanes', the shell state's, and the host's
 /// key for stdio MCP server processes.
 pub use lanes::{NO_SECRETS, Writer};
@@ -67,4 +73,5 @@ pub use metrics::MetricsSnapshot;
 pub use process::{ProcessId, SessionProcess, Settler};
 pub use session::{HostStatus, MAX_CONCURRENT_DOWNLOADS, PruneReport, Sandbox, SessionInfo, SessionKey};
 pub use shell_state::writer_of;
+pub use snapshot::SnapshotInfo;
 pub use tools::{ResolvedPath, TOOL_NAMES, ToolOutput, ToolSpec, tool_path, tool_specs};

@@ -13,6 +13,9 @@ pub(crate) struct Metrics {
     pub sessions_active: AtomicU64,
     pub sessions_created: AtomicU64,
     pub sessions_removed: AtomicU64,
+    pub sessions_paused: AtomicU64,
+    pub pauses: AtomicU64,
+    pub resumes: AtomicU64,
     pub containers_recreated: AtomicU64,
     pub execs: AtomicU64,
     pub exec_timeouts: AtomicU64,
@@ -25,6 +28,8 @@ pub(crate) struct Metrics {
     pub warm_misses: AtomicU64,
     pub warm_created: AtomicU64,
     pub warm_failures: AtomicU64,
+    pub warm_grown: AtomicU64,
+    pub warm_trimmed: AtomicU64,
 }
 
 impl Metrics {
@@ -44,6 +49,9 @@ impl Metrics {
             sessions_active: get(&self.sessions_active),
             sessions_created_total: get(&self.sessions_created),
             sessions_removed_total: get(&self.sessions_removed),
+            sessions_paused: get(&self.sessions_paused),
+            pauses_total: get(&self.pauses),
+            resumes_total: get(&self.resumes),
             containers_recreated_total: get(&self.containers_recreated),
             execs_total: get(&self.execs),
             exec_timeouts_total: get(&self.exec_timeouts),
@@ -59,6 +67,10 @@ impl Metrics {
             warm_pool_misses_total: get(&self.warm_misses),
             warm_pool_created_total: get(&self.warm_created),
             warm_pool_failures_total: get(&self.warm_failures),
+            // Filled in by `Sandbox::metrics` from the pool itself.
+            warm_pool_target: 0,
+            warm_pool_grown_total: get(&self.warm_grown),
+            warm_pool_trimmed_total: get(&self.warm_trimmed),
         }
     }
 }
@@ -72,6 +84,12 @@ pub struct MetricsSnapshot {
     pub sessions_created_total: u64,
     /// Sessions removed (idle, ended, shut down).
     pub sessions_removed_total: u64,
+    /// Sessions paused now (container stopped, workspace kept; `sandbox.pause_after`).
+    pub sessions_paused: u64,
+    /// Pauses done (by `pause_after` or asked for).
+    pub pauses_total: u64,
+    /// Paused sessions started again by a call or a resume.
+    pub resumes_total: u64,
     /// Containers recreated after they vanished mid-session.
     pub containers_recreated_total: u64,
     /// Execs run (tools and Bash).
@@ -103,6 +121,13 @@ pub struct MetricsSnapshot {
     /// Pool containers that failed to be prepared or handed out, or stopped while idle (each
     /// is removed).
     pub warm_pool_failures_total: u64,
+    /// Containers the warm pool aims to hold now (every Docker host's pool): `warm_pool`,
+    /// or more after new sessions found it empty (up to `warm_pool_max`).
+    pub warm_pool_target: u64,
+    /// New sessions that found the pool empty and raised its target by one.
+    pub warm_pool_grown_total: u64,
+    /// Idle pool containers removed because the target decayed below what the pool held.
+    pub warm_pool_trimmed_total: u64,
 }
 
 impl MetricsSnapshot {
@@ -122,6 +147,14 @@ impl MetricsSnapshot {
             self.sessions_created_total.to_string(),
         );
         put("sessions_removed_total", "counter", "Sessions removed.", self.sessions_removed_total.to_string());
+        put(
+            "sessions_paused",
+            "gauge",
+            "Paused sessions (workspace kept, no container running).",
+            self.sessions_paused.to_string(),
+        );
+        put("pauses_total", "counter", "Sessions paused.", self.pauses_total.to_string());
+        put("resumes_total", "counter", "Paused sessions started again.", self.resumes_total.to_string());
         put(
             "containers_recreated_total",
             "counter",
@@ -169,6 +202,24 @@ impl MetricsSnapshot {
             "counter",
             "Pool containers that failed to be prepared or handed out, or stopped while idle.",
             self.warm_pool_failures_total.to_string(),
+        );
+        put(
+            "warm_pool_target",
+            "gauge",
+            "Containers the warm pool aims to hold now (warm_pool, grown by demand up to warm_pool_max).",
+            self.warm_pool_target.to_string(),
+        );
+        put(
+            "warm_pool_grown_total",
+            "counter",
+            "New sessions that found the warm pool empty and raised its target.",
+            self.warm_pool_grown_total.to_string(),
+        );
+        put(
+            "warm_pool_trimmed_total",
+            "counter",
+            "Idle pool containers removed because the pool's target decayed.",
+            self.warm_pool_trimmed_total.to_string(),
         );
         put("execs_total", "counter", "Execs run.", self.execs_total.to_string());
         put("exec_timeouts_total", "counter", "Execs killed by their timeout.", self.exec_timeouts_total.to_string());

@@ -37,6 +37,18 @@
 //! ready waits for a fill in flight rather than creating a container of its own while every
 //! fill is spoken for. So the containers one host keeps never exceed `max_sessions`.
 //!
+//! **Adapting.** The pool's target starts at `warm_pool` (its floor). A new session that
+//! finds nothing ready (it waits for a fill, or goes cold) raises the target by one, up to
+//! `warm_pool_max` (clamped to `max_sessions` by the counting above), and while above the
+//! floor the pool prepares [`MAX_PARALLEL_FILLS_GROWN`] containers at once instead of
+//! [`MAX_PARALLEL_FILLS`]. After `warm_pool_decay` without such a session the growth above
+//! the floor halves, and ready containers above the new target are removed (never-used,
+//! so nothing is lost), until the pool is back at its floor. While new sessions create
+//! containers of their own (a burst past the pool) the pool fills only up to its floor:
+//! its growth would compete with them for the engine, and it catches up once they run.
+//! Until the pool delivered its first container, a session finding nothing ready is the
+//! pool starting (the first session starts it), not demand.
+//!
 //! **Hosts.** Each Docker host (`sandbox.hosts`) has its own pool of `warm_pool`
 //! containers, made on that host and labelled with it; a session placed on a host takes
 //! from that host's pool only. `max_sessions` stays one limit: a pool reserves room only
@@ -84,10 +96,16 @@ use crate::exec::{AgentPool, AgentTag, ExecFailure};
 use crate::metrics::Metrics;
 use crate::session_key::SessionKey;
 
-/// Pool containers prepared at once: each is mostly waiting on the engine, but two cores
-/// also serve live sessions, and a burst past the pool is better served by waiting for
-/// these than by more creations competing for the same engine.
+/// Pool containers prepared at once while the pool is at its floor (`warm_pool`): each is
+/// mostly waiting on the engine, but two cores also serve live sessions, and a burst past
+/// the pool is better served by waiting for these than by more creations competing for the
+/// same engine.
 const MAX_PARALLEL_FILLS: usize = 2;
+/// Pool containers prepared at once while the pool has grown above its floor (new sessions
+/// found it empty, see `warm_pool_max`): demand is there, so the pool refills at about the
+/// rate a burst arrives, while still leaving the engine to the sessions' own work. Four
+/// keeps a two-core engine busy without queueing more than it can start.
+const MAX_PARALLEL_FILLS_GROWN: usize = 4;
 /// First pause after a failed fill (missing image, engine trouble), doubled per failure in
 /// a row: a broken setup must not turn the pool into a tight create/remove loop.
 const FILL_RETRY_MIN: Duration = Duration::from_secs(1);
@@ -97,6 +115,12 @@ const FILL_RETRY_MAX: Duration = Duration::from_secs(60);
 /// or vanished while idle is replaced within this time rather than at the next hand-out
 /// (which checks too). A check is one inspect per ready container (`warm_pool`, default 2).
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+/// Decay checks per `warm_pool_decay` (the refill task looks that often whether the
+/// target may shrink): the pool shrinks at most a quarter interval late.
+const DECAY_CHECKS_PER_INTERVAL: u32 = 4;
+/// Shortest pause between decay checks, whatever `warm_pool_decay` says: a check takes the
+/// pool lock, and a tiny decay must not make the refill task spin.
+const MIN_DECAY_CHECK: Duration = Duration::from_millis(100);
 /// Pool containers one new session tries before it creates its own (each failed hand-out
 /// removes the container; a pool emptied by someone else must not keep a session waiting).
 const MAX_HANDOUT_ATTEMPTS: usize = 3;
@@ -145,6 +169,24 @@ pub(crate) struct Warm {
     pub agents: AgentPool,
 }
 
+/// A new session creating its own container ([`WarmPool::cold_start`]); dropping it (the
+/// container made, or the creation failed or was dropped) lets the pool grow again.
+pub(crate) struct ColdStart<'a> {
+    pool: &'a WarmPool,
+}
+
+impl Drop for ColdStart<'_> {
+    fn drop(&mut self) {
+        let mut st = self.pool.lock();
+        st.cold = st.cold.saturating_sub(1);
+        let resume = st.cold == 0;
+        drop(st);
+        if resume {
+            self.pool.kick();
+        }
+    }
+}
+
 /// What a new session gets from the pool.
 enum Acquired {
     Ready(Warm),
@@ -155,8 +197,17 @@ enum Acquired {
     Closed,
 }
 
-#[derive(Default)]
 struct State {
+    /// Containers the pool aims to hold: between `floor` and `ceiling` (see "Adapting").
+    target: usize,
+    /// When a new session last found nothing ready, or the target last decayed.
+    last_demand: Instant,
+    /// A fill was delivered: the pool is running. Before that a session finding nothing
+    /// ready is the pool starting (the first session starts it), not demand past it.
+    primed: bool,
+    /// New sessions creating their own containers now (went cold): while any does, the
+    /// pool fills only up to its floor, leaving the engine to them (see "Adapting").
+    cold: usize,
     ready: VecDeque<Warm>,
     /// Names of the pool containers being prepared.
     filling: Vec<String>,
@@ -167,7 +218,12 @@ struct State {
 
 /// The pool of one Docker host of one `Sandbox`.
 pub(crate) struct WarmPool {
-    target: usize,
+    /// `warm_pool`: the target never goes below it.
+    floor: usize,
+    /// `max(warm_pool, warm_pool_max)`: the target never goes above it.
+    ceiling: usize,
+    /// Time without demand after which the growth above the floor halves.
+    decay: Duration,
     state: Mutex<State>,
     /// Wakes the refill task (a container was taken, a session removed, shutdown, or the
     /// host dropped); shared with the task, which holds no strong reference to the host.
@@ -177,10 +233,22 @@ pub(crate) struct WarmPool {
 }
 
 impl WarmPool {
-    pub(crate) fn new(target: usize) -> Self {
+    pub(crate) fn new(floor: usize, ceiling: usize, decay: Duration) -> Self {
+        let state = State {
+            target: floor,
+            last_demand: Instant::now(),
+            primed: false,
+            cold: 0,
+            ready: VecDeque::new(),
+            filling: Vec::new(),
+            waiters: VecDeque::new(),
+            closed: false,
+        };
         Self {
-            target,
-            state: Mutex::default(),
+            floor,
+            ceiling: ceiling.max(floor),
+            decay,
+            state: Mutex::new(state),
             wake: Arc::new(Notify::new()),
             started: AtomicBool::new(false),
             task: Mutex::new(None),
@@ -193,7 +261,28 @@ impl WarmPool {
 
     /// Whether new sessions take containers from the pool.
     pub(crate) fn enabled(&self) -> bool {
-        self.target > 0
+        self.floor > 0
+    }
+
+    /// The number of containers the pool aims to hold now (see "Adapting").
+    pub(crate) fn target(&self) -> usize {
+        self.lock().target
+    }
+
+    /// After `decay` without demand, halves the target's growth above the floor and takes
+    /// out the ready containers above the new target (for the caller to remove). `None`:
+    /// the target stayed.
+    fn decay(&self) -> Option<Vec<Warm>> {
+        let mut st = self.lock();
+        if st.target <= self.floor || st.last_demand.elapsed() < self.decay {
+            return None;
+        }
+        st.target = self.floor + (st.target - self.floor) / 2;
+        st.last_demand = Instant::now();
+        let unclaimed = st.filling.len().saturating_sub(st.waiters.len());
+        let excess = (st.ready.len() + unclaimed).saturating_sub(st.target).min(st.ready.len());
+        let keep = st.ready.len() - excess;
+        Some(st.ready.split_off(keep).into())
     }
 
     /// Containers ready to hand out now.
@@ -238,11 +327,14 @@ impl WarmPool {
         let mut st = self.lock();
         let unclaimed = st.filling.len().saturating_sub(st.waiters.len());
         let reserved = st.ready.len() + unclaimed;
-        if st.closed
-            || st.filling.len() >= MAX_PARALLEL_FILLS
-            || reserved >= self.target
-            || sessions + reserved >= max_sessions
-        {
+        // Growth waits for the sessions creating their own containers: the engine is theirs
+        // first, and the pool catches up once they run.
+        let (aim, parallel) = if st.target > self.floor && st.cold == 0 {
+            (st.target, MAX_PARALLEL_FILLS_GROWN)
+        } else {
+            (self.floor, MAX_PARALLEL_FILLS)
+        };
+        if st.closed || st.filling.len() >= parallel || reserved >= aim || sessions + reserved >= max_sessions {
             return None;
         }
         let name = container::pool_name(scope);
@@ -250,14 +342,35 @@ impl WarmPool {
         Some(name)
     }
 
-    fn acquire(&self) -> Acquired {
+    /// Takes a ready container, or a fill in flight. Nothing ready is demand: the target
+    /// grows by one (up to the ceiling); the second value says whether it did.
+    fn acquire(&self) -> (Acquired, bool) {
         let mut st = self.lock();
         if st.closed {
-            return Acquired::Closed;
+            return (Acquired::Closed, false);
         }
         if let Some(w) = st.ready.pop_front() {
-            return Acquired::Ready(w);
+            return (Acquired::Ready(w), false);
         }
+        if st.primed {
+            st.last_demand = Instant::now();
+        }
+        let grew = st.primed && st.target < self.ceiling;
+        if grew {
+            st.target += 1;
+        }
+        (Self::claim(&mut st), grew)
+    }
+
+    /// Counts a new session creating its own container (it found nothing ready or coming)
+    /// until the returned guard drops; the pool's growth waits for it.
+    pub(crate) fn cold_start(&self) -> ColdStart<'_> {
+        self.lock().cold += 1;
+        ColdStart { pool: self }
+    }
+
+    /// A fill in flight for a session that found nothing ready, or none.
+    fn claim(st: &mut State) -> Acquired {
         if st.filling.len() > st.waiters.len() {
             let (tx, rx) = oneshot::channel();
             st.waiters.push_back(tx);
@@ -271,6 +384,7 @@ impl WarmPool {
     fn deliver(&self, mut warm: Warm) -> Option<Warm> {
         let mut st = self.lock();
         st.filling.retain(|n| *n != warm.name);
+        st.primed = true;
         if st.closed {
             return Some(warm);
         }
@@ -349,6 +463,14 @@ async fn refill_loop<H: PoolHost>(
     let mut health =
         tokio::time::interval_at(tokio::time::Instant::now() + HEALTH_CHECK_INTERVAL, HEALTH_CHECK_INTERVAL);
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Looks at the target's decay a few times per `warm_pool_decay`, so an idle pool shrinks
+    // within about 1.25 decays of its last demand.
+    let decay_every = match host.upgrade() {
+        Some(inner) => (inner.pool(at).decay / DECAY_CHECKS_PER_INTERVAL).max(MIN_DECAY_CHECK),
+        None => return,
+    };
+    let mut decay = tokio::time::interval_at(tokio::time::Instant::now() + decay_every, decay_every);
+    decay.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let notified = wake.notified();
         tokio::pin!(notified);
@@ -380,9 +502,34 @@ async fn refill_loop<H: PoolHost>(
             },
             _ = tokio::time::sleep(pause.unwrap_or_default()), if pause.is_some() => {}
             _ = health.tick() => discard_stopped(&host, at, &docker).await,
+            _ = decay.tick() => shrink(&host, at, &docker).await,
         }
     }
     while fills.join_next().await.is_some() {}
+}
+
+/// Lets the pool's target decay when no new session found it empty for `warm_pool_decay`,
+/// and removes the ready containers above the new target (with their workspaces).
+async fn shrink<H: PoolHost>(host: &Weak<H>, at: usize, docker: &Docker) {
+    let Some(inner) = host.upgrade() else { return };
+    let Some(excess) = inner.pool(at).decay() else { return };
+    let target = inner.pool(at).target();
+    tracing::debug!(target, removed = excess.len(), "warm pool: no demand; the target decays");
+    for warm in excess {
+        inner.metrics().warm_trimmed.fetch_add(1, Ordering::Relaxed);
+        let name = warm.name.clone();
+        if let Err(e) = remove_ready(&*inner, docker, warm).await {
+            tracing::warn!(container = %name, error = %e, "warm pool: removing a container above the target failed");
+        }
+    }
+}
+
+/// Removes a ready container the pool gives up (never handed out): its agents, its egress
+/// socket directory, the container and its workspace.
+async fn remove_ready<H: PoolHost>(inner: &H, docker: &Docker, warm: Warm) -> Result<(), SandboxError> {
+    drop(warm.agents);
+    inner.forget_egress_dir(&warm.name);
+    container::remove_pooled(docker, inner.config(), &warm.name).await
 }
 
 /// Removes the ready containers that stopped or vanished while idle (with their
@@ -494,7 +641,11 @@ pub(crate) async fn take<H: PoolHost>(
     let names = container::names(&inner.config().scope, key);
     for _ in 0..MAX_HANDOUT_ATTEMPTS {
         let (warm, waited) = loop {
-            match inner.pool(at).acquire() {
+            let (acquired, grew) = inner.pool(at).acquire();
+            if grew {
+                inner.metrics().warm_grown.fetch_add(1, Ordering::Relaxed);
+            }
+            match acquired {
                 Acquired::Ready(w) => break (w, false),
                 Acquired::Claimed(rx) => {
                     inner.pool(at).kick();
@@ -584,12 +735,7 @@ pub(crate) async fn shutdown<H: PoolHost>(inner: &H, at: usize, docker: &Docker)
     if let Some(task) = task {
         let _ = task.await;
     }
-    let removals = ready.into_iter().map(|w| {
-        drop(w.agents);
-        inner.forget_egress_dir(&w.name);
-        let name = w.name;
-        async move { container::remove_pooled(docker, inner.config(), &name).await }
-    });
+    let removals = ready.into_iter().map(|w| remove_ready(inner, docker, w));
     futures_util::future::join_all(removals).await.into_iter().collect::<Result<Vec<()>, _>>().map(drop)
 }
 
@@ -615,7 +761,7 @@ mod tests {
 
     #[test]
     fn reservations_respect_the_target_the_parallel_limit_and_max_sessions() {
-        let pool = WarmPool::new(3);
+        let pool = WarmPool::new(3, 3, Duration::from_secs(60));
         let a = pool.reserve(0, 32, "s").unwrap();
         let b = pool.reserve(0, 32, "s").unwrap();
         assert_eq!(pool.reserve(0, 32, "s"), None, "at most {MAX_PARALLEL_FILLS} fills at once");
@@ -631,32 +777,69 @@ mod tests {
 
     #[test]
     fn a_container_is_handed_out_once_and_waiters_get_fills_in_order() {
-        let pool = WarmPool::new(2);
+        let pool = WarmPool::new(2, 2, Duration::from_secs(60));
         let a = pool.reserve(0, 32, "s").unwrap();
         let b = pool.reserve(0, 32, "s").unwrap();
         // Two fills in flight: two sessions can wait for them, a third goes cold.
-        let Acquired::Claimed(mut first) = pool.acquire() else { panic!("claim") };
-        let Acquired::Claimed(second) = pool.acquire() else { panic!("claim") };
-        assert!(matches!(pool.acquire(), Acquired::Cold));
+        let Acquired::Claimed(mut first) = pool.acquire().0 else { panic!("claim") };
+        let Acquired::Claimed(second) = pool.acquire().0 else { panic!("claim") };
+        assert!(matches!(pool.acquire().0, Acquired::Cold));
         // A fill that fails tells one waiter to go cold; the other fill goes to the other.
         pool.fill_failed(&a);
         assert!(first.try_recv().is_err());
         drop(second); // that session's call was dropped meanwhile
         assert!(pool.deliver(warm(&b)).is_none(), "kept, as ready");
-        assert_eq!(ready_name(pool.acquire()).as_deref(), Some(b.as_str()));
-        assert!(matches!(pool.acquire(), Acquired::Cold), "handed out once");
+        assert_eq!(ready_name(pool.acquire().0).as_deref(), Some(b.as_str()));
+        assert!(matches!(pool.acquire().0, Acquired::Cold), "handed out once");
         assert_eq!(pool.ready_len(), 0);
     }
 
     #[test]
+    fn demand_grows_the_target_to_the_ceiling_and_idleness_halves_it_back_to_the_floor() {
+        // No decay wait: every call of `decay` finds the pool idle long enough.
+        let pool = WarmPool::new(1, 3, Duration::ZERO);
+        assert_eq!(pool.target(), 1);
+        assert!(!pool.acquire().1, "the session that starts the pool is no demand past it");
+        let first = pool.reserve(0, 32, "s").unwrap();
+        assert!(pool.deliver(warm(&first)).is_none());
+        assert!(matches!(pool.acquire().0, Acquired::Ready(_)));
+        let grew: Vec<bool> = (0..3).map(|_| pool.acquire().1).collect();
+        assert_eq!(grew, [true, true, false], "one per session that found nothing ready, up to the ceiling");
+        assert_eq!(pool.target(), 3);
+        // While a session creates its own container the pool fills to its floor only.
+        let cold = pool.cold_start();
+        let during: Vec<String> = std::iter::from_fn(|| pool.reserve(0, 32, "s")).collect();
+        assert_eq!(during.len(), 1, "{during:?}");
+        drop(cold);
+        // Then it grows: more fills at once than at the floor, and as many as the target.
+        let names: Vec<String> = during.into_iter().chain(std::iter::from_fn(|| pool.reserve(0, 32, "s"))).collect();
+        assert_eq!(names.len(), 3);
+        for n in &names {
+            assert!(pool.deliver(warm(n)).is_none());
+        }
+        let (acquired, grew) = pool.acquire();
+        assert!(matches!(acquired, Acquired::Ready(_)) && !grew, "a hit is no demand");
+        // 3 → 2: two ready, none above the target.
+        assert_eq!(pool.decay().map(|w| w.len()), Some(0));
+        assert_eq!(pool.target(), 2);
+        // 2 → 1: one ready container above the target is taken out for removal.
+        assert_eq!(pool.decay().map(|w| w.len()), Some(1));
+        assert_eq!((pool.target(), pool.ready_len()), (1, 1));
+        assert!(pool.decay().is_none(), "never below the floor");
+        let fixed = WarmPool::new(2, 0, Duration::ZERO);
+        assert!(!fixed.acquire().1, "a ceiling at or below the floor keeps the size fixed");
+        assert_eq!(fixed.target(), 2);
+    }
+
+    #[test]
     fn closing_returns_the_ready_ones_and_refuses_the_rest() {
-        let pool = WarmPool::new(2);
+        let pool = WarmPool::new(2, 2, Duration::from_secs(60));
         let a = pool.reserve(0, 32, "s").unwrap();
         let b = pool.reserve(0, 32, "s").unwrap();
         assert!(pool.deliver(warm(&a)).is_none());
         let closed: Vec<String> = pool.close().into_iter().map(|w| w.name).collect();
         assert_eq!(closed, vec![a]);
-        assert!(matches!(pool.acquire(), Acquired::Closed));
+        assert!(matches!(pool.acquire().0, Acquired::Closed));
         assert_eq!(pool.reserve(0, 32, "s"), None);
         assert!(pool.deliver(warm(&b)).is_some(), "a fill after close is the filler's to remove");
     }

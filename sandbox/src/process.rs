@@ -170,7 +170,8 @@ impl Sandbox {
     /// container is made). What another session process is running for a call at this
     /// moment is killed too (that call fails), as at every command's start.
     pub async fn contain(&self, key: &SessionKey) -> Result<u64, SandboxError> {
-        if !self.holds_session(key) {
+        // A paused session runs nothing (and is not started again just to be contained).
+        if !self.holds_session(key) || self.is_paused(key) {
             return Ok(0);
         }
         let ctx = self.session(key, &[]).await?;
@@ -233,6 +234,10 @@ impl Sandbox {
     /// started, then the session's orphans; nothing when it already ended (its pid now
     /// names another process or none). Returns whether the kill ran.
     pub async fn end_process(&self, key: &SessionKey, id: &ProcessId) -> Result<bool, SandboxError> {
+        // A pause ended every process of the session (and a resumed container is another).
+        if self.is_paused(key) {
+            return Ok(false);
+        }
         let ctx = self.session(key, &[]).await?;
         Ok(crate::exec::kill_sweep(ctx.docker, &id.container, ctx.user(), (id.pid, id.start_time)).await)
     }

@@ -66,9 +66,11 @@ use crate::exec::{self, ExecFailure, ExecRequest, ExecResult};
 use crate::lanes::{LanePass, LaneTimeout, Lanes};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::pool::{self, PoolHost, WarmPool};
+use crate::runtime::EngineRuntimes;
 /// The session key, at its former path (`session::SessionKey`).
 pub use crate::session_key::{MAX_KEY_PART_LEN, SessionKey};
 use crate::shell_state::ShellState;
+use crate::snapshot::{self, SnapshotInfo};
 
 /// Stripes of the per-session Docker object locks (a fixed number: no map to clean up).
 const OBJECT_LOCK_STRIPES: usize = 64;
@@ -109,6 +111,9 @@ pub(crate) struct Host {
     observer: tokio::sync::OnceCell<Docker>,
     /// Ready, never-used containers on this host for new sessions placed on it.
     pool: WarmPool,
+    /// The engine's runtimes, read (and checked against the configuration) when this
+    /// host is first connected: the name of its default runtime for listings.
+    runtimes: std::sync::OnceLock<EngineRuntimes>,
 }
 
 impl Host {
@@ -157,6 +162,8 @@ pub struct SessionInfo {
     pub container_id: String,
     /// Docker container name.
     pub container_name: String,
+    /// The OCI runtime its container runs under (`runc`, `runsc`, …).
+    pub runtime: String,
     /// Docker state (`running`, `exited`, ...).
     pub state: String,
     /// When the container was created.
@@ -167,6 +174,9 @@ pub struct SessionInfo {
     pub docker_host: String,
     /// True when this host (this `Sandbox`) manages it.
     pub owned_here: bool,
+    /// True when this host paused it (`sandbox.pause_after`, or asked): its container is
+    /// stopped, its workspace kept; the next call starts it again.
+    pub paused: bool,
 }
 
 /// What a prune removed.
@@ -211,6 +221,9 @@ pub(crate) struct Inner {
     last_stray_sweep: Mutex<Option<Instant>>,
     /// Permits for file downloads into host memory ([`MAX_CONCURRENT_DOWNLOADS`]).
     pub(crate) downloads: tokio::sync::Semaphore,
+    /// Held while a snapshot is taken: the limits are checked against every snapshot there
+    /// is, and two snapshots taken at once must not both fit the last room.
+    snapshots: tokio::sync::Mutex<()>,
 }
 
 struct Slot {
@@ -236,6 +249,21 @@ struct Slot {
     /// The session's egress proxy listener, on the socket of the live container (none
     /// without `sandbox.egress`, or before the first container).
     egress: Mutex<Option<egress::Listener>>,
+    /// Set while the session is paused: its stopped container. Taken (under the sessions
+    /// lock, with room under `max_sessions`) by the call that resumes it, into `resuming`.
+    paused: Mutex<Option<Paused>>,
+    /// A paused container a call is starting again (`SessionCtx::container`).
+    resuming: Mutex<Option<Paused>>,
+}
+
+/// A paused session's stopped container: what resuming it needs.
+struct Paused {
+    /// The stopped container's id.
+    container: String,
+    /// Its egress socket directory (kept while paused, served again on resume).
+    egress_dir: Option<std::path::PathBuf>,
+    /// The container is stopped (until then the pause is only reserved under the limits).
+    stopped: bool,
 }
 
 impl Slot {
@@ -252,7 +280,20 @@ impl Slot {
             shell: Mutex::new(ShellState::default()),
             lanes: Arc::default(),
             egress: Mutex::new(None),
+            paused: Mutex::new(None),
+            resuming: Mutex::new(None),
         }
+    }
+
+    /// Whether the session counts as paused: its container stopped or being stopped for a
+    /// pause, nothing resuming it.
+    fn is_paused(&self) -> bool {
+        self.paused.lock().expect("paused lock").is_some()
+    }
+
+    /// Whether the session is paused and its container stopped (what callers are told).
+    fn is_stopped(&self) -> bool {
+        self.paused.lock().expect("paused lock").as_ref().is_some_and(|p| p.stopped)
     }
 
     /// Whether the live container is `id` (without waiting for a creation in progress).
@@ -347,7 +388,8 @@ impl Sandbox {
                 defaults,
                 docker: tokio::sync::OnceCell::new(),
                 observer: tokio::sync::OnceCell::new(),
-                pool: WarmPool::new(config.warm_pool),
+                pool: WarmPool::new(config.warm_pool, config.warm_pool_max, config.warm_pool_decay),
+                runtimes: std::sync::OnceLock::new(),
             })
             .collect();
         let tag = config.replica_id.clone().map(|replica| Arc::new(exec::AgentTag { replica, life: new_life() }));
@@ -371,6 +413,7 @@ impl Sandbox {
                 tag,
                 last_stray_sweep: Mutex::new(None),
                 downloads: tokio::sync::Semaphore::new(MAX_CONCURRENT_DOWNLOADS),
+                snapshots: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -416,6 +459,14 @@ impl Sandbox {
                     .await
                     .map(drop)
                     .map_err(|e| format!("the Docker Engine at {} does not answer: {e}", host.endpoint())),
+            };
+            // An engine that answers but cannot run the configured runtimes is not ready.
+            let answer = match answer {
+                Ok(()) => match self.observer_docker(at).await {
+                    Ok(docker) => self.checked_runtimes(at, docker).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                },
+                Err(e) => Err(e),
             };
             HostStatus { endpoint: host.endpoint().to_string(), error: answer.err() }
         });
@@ -489,6 +540,7 @@ impl Sandbox {
     pub fn metrics(&self) -> MetricsSnapshot {
         let mut m = self.inner.metrics.snapshot();
         m.warm_pool_ready = self.inner.hosts.iter().map(|h| h.pool.ready_len() as u64).sum();
+        m.warm_pool_target = self.inner.hosts.iter().map(|h| h.pool.target() as u64).sum();
         m
     }
 
@@ -503,6 +555,8 @@ impl Sandbox {
         host.docker
             .get_or_try_init(|| async {
                 let docker = connect(host).await?;
+                // No session is made under a runtime the engine cannot serve it with.
+                self.checked_runtimes(at, &docker).await?;
                 adopt_leftovers(&self.inner, at, &docker).await?;
                 let mut reaper = self.inner.reaper.lock().expect("reaper lock");
                 if reaper.is_none() {
@@ -526,6 +580,32 @@ impl Sandbox {
             return Ok(docker);
         }
         host.observer.get_or_try_init(|| connect(host)).await.map_err(|e| on_host(host.endpoint(), e))
+    }
+
+    /// Reads host `at`'s runtimes and checks the configuration against them
+    /// ([`crate::runtime::check`]); kept for listings once read.
+    async fn checked_runtimes(&self, at: usize, docker: &Docker) -> Result<(), SandboxError> {
+        let host = &self.inner.hosts[at];
+        let engine = EngineRuntimes::read(docker).await.map_err(|e| on_host(host.endpoint(), e))?;
+        crate::runtime::check(&self.inner.config, &engine, host.endpoint())?;
+        let _ = host.runtimes.set(engine);
+        Ok(())
+    }
+
+    /// Whether each Docker host can run this sandbox's sessions under every runtime the
+    /// configuration names (registered, and able to serve the egress and network settings),
+    /// in configuration order: `Err(DockerUnavailable)` for a host that does not answer,
+    /// `Err(Config)` naming the settings for one that cannot serve them. Adopts nothing.
+    pub async fn check_runtimes(&self) -> Vec<(String, Result<(), SandboxError>)> {
+        let checks = (0..self.inner.hosts.len()).map(|at| async move {
+            let endpoint = self.inner.hosts[at].endpoint().to_string();
+            let result = match self.observer_docker(at).await {
+                Ok(docker) => self.checked_runtimes(at, docker).await,
+                Err(e) => Err(e),
+            };
+            (endpoint, result)
+        });
+        futures_util::future::join_all(checks).await
     }
 
     /// Names the Docker host of `key`'s session in an unavailability error.
@@ -635,7 +715,15 @@ impl Sandbox {
         let (slot, reached) = {
             let mut map = self.inner.sessions.lock().expect("sessions lock");
             let (slot, reached) = match map.get(key) {
-                Some(s) => (s.clone(), false),
+                Some(s) => {
+                    // A paused session runs again only with room for it under the limits.
+                    if s.is_paused() {
+                        room_for_session(&map, key, &self.inner.config)?;
+                        let paused = s.paused.lock().expect("paused lock").take();
+                        *s.resuming.lock().expect("resuming lock") = paused;
+                    }
+                    (s.clone(), false)
+                }
                 None => {
                     room_for_session(&map, key, &self.inner.config)?;
                     let reached = placed.container.is_some();
@@ -680,6 +768,327 @@ impl Sandbox {
             return Err(on_host(self.inner.hosts[at].endpoint(), e));
         }
         Ok(ctx)
+    }
+
+    /// Pauses `key`'s session now (see `sandbox.pause_after`): its container is stopped —
+    /// every process in it ends — and its workspace kept; the next call (or
+    /// [`Sandbox::resume_session`]) starts it again. Returns whether it was running (a
+    /// session already paused stays so). [`SandboxError::SessionNotFound`] when this
+    /// sandbox does not hold the session; [`SandboxError::SessionBusy`] while a call runs.
+    #[tracing::instrument(skip(self), fields(user = %key.user_id, session = %key.session_id))]
+    pub async fn pause_session(&self, key: &SessionKey) -> Result<bool, SandboxError> {
+        key.validate()?;
+        if self.inner.config.replica_id.is_some() {
+            return Err(SandboxError::LifecycleUnavailable(
+                "sandbox sessions cannot be paused with replicas (`replica_id`): another replica may be running a call in the session's container".into(),
+            ));
+        }
+        let slot = self.held(key)?;
+        let docker = self.host_docker(slot.host).await?;
+        self.inner.pause(docker, &slot).await.map_err(|e| on_host(self.inner.hosts[slot.host].endpoint(), e))
+    }
+
+    /// Pauses every session of `user_id` named `session_id` this sandbox holds (under any
+    /// runtime) whose container runs no call, when idle sessions are paused at all
+    /// ([`crate::SandboxConfig::pauses_idle_sessions`]): what the host does as soon as every task
+    /// of the session waits for a person, rather than after `pause_after`. Returns how many
+    /// it paused; a busy session, or one past the paused-session limits, is left running
+    /// (logged at debug level).
+    pub async fn pause_idle_session(&self, user_id: &str, session_id: &str) -> usize {
+        if !self.inner.config.pauses_idle_sessions() {
+            return 0;
+        }
+        let slots: Vec<Arc<Slot>> = {
+            let map = self.inner.sessions.lock().expect("sessions lock");
+            map.iter()
+                .filter(|(k, s)| k.user_id == user_id && k.session_id == session_id && !s.is_paused())
+                .map(|(_, s)| s.clone())
+                .collect()
+        };
+        let mut paused = 0;
+        for slot in slots {
+            let Ok(docker) = self.host_docker(slot.host).await else { continue };
+            match self.inner.pause(docker, &slot).await {
+                Ok(true) => paused += 1,
+                Ok(false) => {}
+                Err(e) => tracing::debug!(user = %user_id, session = %session_id, error = %e, "session not paused"),
+            }
+        }
+        paused
+    }
+
+    /// Starts a paused session's container again now rather than at its next call.
+    /// Returns whether it was paused; [`SandboxError::SessionNotFound`] when this sandbox
+    /// does not hold the session.
+    #[tracing::instrument(skip(self), fields(user = %key.user_id, session = %key.session_id))]
+    pub async fn resume_session(&self, key: &SessionKey) -> Result<bool, SandboxError> {
+        key.validate()?;
+        let was_paused = self.held(key)?.is_stopped();
+        // Taking a lease starts the container (a paused one again).
+        self.session(key, &[]).await?;
+        Ok(was_paused)
+    }
+
+    /// Forks `source`'s session into a new session `fork` of the same user: its workspace
+    /// is a copy of the source's at this moment (copy-on-write where the Docker host's file
+    /// system supports it, a sparse copy otherwise; a running source's file system is
+    /// frozen for the copy, so writes of its running calls wait), and it gets a container of
+    /// its own. Nothing else is shared: no process, no shell state (the fork's Bash starts
+    /// in /workspace), no lanes, no egress proxy, no secret. The source is left as it was
+    /// (a paused source stays paused). [`SandboxError::SessionNotFound`] when this sandbox
+    /// does not hold `source`; [`SandboxError::SessionExists`] when `fork` exists; the
+    /// usual session limits apply to the fork.
+    #[tracing::instrument(skip(self), fields(user = %source.user_id, session = %source.session_id, fork = %fork.session_id))]
+    pub async fn fork_session(&self, source: &SessionKey, fork: &SessionKey) -> Result<(), SandboxError> {
+        source.validate()?;
+        fork.validate()?;
+        if source.user_id != fork.user_id {
+            return Err(SandboxError::InvalidInput {
+                tool: "fork".into(),
+                message: "a fork belongs to the source session's user".into(),
+            });
+        }
+        if source == fork {
+            return Err(SandboxError::SessionExists { session: fork.to_string() });
+        }
+        if self.inner.config.replica_id.is_some() {
+            return Err(SandboxError::LifecycleUnavailable(
+                "sandbox sessions cannot be forked with replicas (`replica_id`): the source's container may be another replica's".into(),
+            ));
+        }
+        let src = self.held(source)?;
+        self.new_session_from(fork, src.host, CopyFrom::Session(src)).await?;
+        tracing::info!(user = %fork.user_id, session = %fork.session_id, source = %source.session_id, "session forked");
+        Ok(())
+    }
+
+    /// Makes the new session `key` on host `at`, its workspace a copy of `from`, with a
+    /// container of its own (never one from the warm pool): what a fork and a session from
+    /// a snapshot share. The usual session limits apply; [`SandboxError::SessionExists`]
+    /// when `key` is taken (here, or by a container of another process).
+    async fn new_session_from(&self, key: &SessionKey, at: usize, from: CopyFrom) -> Result<(), SandboxError> {
+        let docker = self.host_docker(at).await?;
+        let endpoint = self.inner.hosts[at].endpoint();
+        // The new session's slot holds its room under the limits from here.
+        let slot = {
+            let mut map = self.inner.sessions.lock().expect("sessions lock");
+            if map.contains_key(key) {
+                return Err(SandboxError::SessionExists { session: key.to_string() });
+            }
+            room_for_session(&map, key, &self.inner.config)?;
+            let slot = Arc::new(Slot::new(&self.inner, key.clone(), at, None, None));
+            slot.in_flight.fetch_add(1, Ordering::AcqRel);
+            map.insert(key.clone(), slot.clone());
+            slot
+        };
+        let lease = Lease { slot };
+        let ctx = SessionCtx { inner: &self.inner, docker, lease, env: &[], approved_path: None };
+        let made = async {
+            // A session of that id this sandbox does not hold (another process's) is taken.
+            let scope = self.inner.config.scope.as_str();
+            if container::find(docker, scope, key).await?.is_some() {
+                return Err(SandboxError::SessionExists { session: key.to_string() });
+            }
+            let copied = {
+                let _objects = self.inner.object_lock(key).lock().await;
+                self.inner.copy_into_session(docker, at, &from, key).await
+            };
+            if let Err(e) = copied {
+                let _objects = self.inner.object_lock(key).lock().await;
+                if let Err(r) = container::remove_session(docker, &self.inner.config, key, None).await {
+                    tracing::warn!(error = %r, "removing a failed copy of a workspace failed");
+                }
+                return Err(e);
+            }
+            *ctx.lease.slot.workspace.lock().expect("workspace lock") = Some(ctx.lease.slot.names.volume.clone());
+            ctx.container().await
+        }
+        .await;
+        match made {
+            Ok(id) => {
+                tracing::debug!(container = %id, "session made from a copy");
+                Ok(())
+            }
+            Err(e) => {
+                let slot = ctx.lease.slot.clone();
+                drop(ctx);
+                let mut map = self.inner.sessions.lock().expect("sessions lock");
+                if map.get(key).is_some_and(|s| Arc::ptr_eq(s, &slot))
+                    && slot.container.try_lock().is_ok_and(|c| c.is_none())
+                {
+                    map.remove(key);
+                }
+                Err(on_host(endpoint, e))
+            }
+        }
+    }
+
+    /// Takes the snapshot `name` of `source`'s workspace: a copy of it at this moment
+    /// (copy-on-write where the Docker host's file system can, sparse otherwise; a running
+    /// source's file system is frozen for the copy) stored on the source's Docker host and
+    /// attached to no container (`crate::snapshot`). Only the workspace: no process, shell
+    /// state, environment or secret. The source is left as it was.
+    /// [`SandboxError::SessionNotFound`] when this sandbox does not hold `source`;
+    /// [`SandboxError::SnapshotExists`] when its user has a snapshot of that name;
+    /// [`SandboxError::TooManySnapshots`] past `max_snapshots_per_user` or
+    /// `snapshot_disk_budget`.
+    #[tracing::instrument(skip(self), fields(user = %source.user_id, session = %source.session_id))]
+    pub async fn snapshot_session(&self, source: &SessionKey, name: &str) -> Result<SnapshotInfo, SandboxError> {
+        source.validate()?;
+        snapshot::validate_name(name)?;
+        let cfg = &self.inner.config;
+        if cfg.replica_id.is_some() {
+            return Err(SandboxError::LifecycleUnavailable(
+                "snapshots are not available with replicas (`replica_id`): the source's container may be another replica's".into(),
+            ));
+        }
+        let src = self.held(source)?;
+        let at = src.host;
+        let docker = self.host_docker(at).await?;
+        let endpoint = self.inner.hosts[at].endpoint();
+        let _one_at_a_time = self.inner.snapshots.lock().await;
+        let existing = self.list_snapshots(None).await?;
+        if existing.iter().any(|i| i.user_id == source.user_id && i.name == name) {
+            return Err(SandboxError::SnapshotExists { name: name.to_string() });
+        }
+        room_for_snapshot(&existing, &source.user_id, name, cfg)?;
+        // End snapshots (`snapshot_on_end`) give way to named ones.
+        self.inner.room_among_end_snapshots(existing.len()).await?;
+        let volume = snapshot::volume_name(&cfg.scope, &source.user_id, name);
+        let labels = snapshot::labels(
+            &cfg.scope,
+            endpoint,
+            cfg.replica_id.as_deref(),
+            (source.user_id.as_str(), name, source.session_id.as_str()),
+            snapshot::Format::of(cfg),
+        );
+        let copied = match self.inner.copy_workspace(docker, &src, &volume, labels).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(SandboxError::InvalidInput {
+                tool: "snapshot".into(),
+                message: format!("session `{}` has no workspace yet: run a call in it first", source.session_id),
+            }),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = copied {
+            if let Err(r) = container::remove_volume(docker, cfg, &volume).await {
+                tracing::warn!(error = %r, "removing a failed snapshot's volume failed");
+            }
+            return Err(on_host(endpoint, e));
+        }
+        tracing::info!(name, "snapshot taken");
+        let listed = snapshot::list(docker, &cfg.scope, Some(&source.user_id), endpoint).await?;
+        listed.into_iter().find(|i| i.name == name).ok_or_else(|| SandboxError::SnapshotNotFound { name: name.into() })
+    }
+
+    /// The snapshots of this scope on every Docker host, of `user` only when given, sorted
+    /// by name (then host). Hosts that do not answer are an error: a listing that leaves
+    /// some out would let the limits pass.
+    pub async fn list_snapshots(&self, user: Option<&str>) -> Result<Vec<SnapshotInfo>, SandboxError> {
+        let scope = self.inner.config.scope.as_str();
+        let mut out = Vec::new();
+        for (at, host) in self.inner.hosts.iter().enumerate() {
+            let docker = self.host_docker(at).await?;
+            out.extend(
+                snapshot::list(docker, scope, user, host.endpoint()).await.map_err(|e| on_host(host.endpoint(), e))?,
+            );
+        }
+        out.sort_by(|a, b| (&a.name, &a.docker_host).cmp(&(&b.name, &b.docker_host)));
+        Ok(out)
+    }
+
+    /// Deletes `user`'s snapshot `name` (on whichever Docker host stores it).
+    /// [`SandboxError::SnapshotNotFound`] when the user has none of that name.
+    #[tracing::instrument(skip(self))]
+    pub async fn delete_snapshot(&self, user: &str, name: &str) -> Result<(), SandboxError> {
+        snapshot::validate_name(name)?;
+        let (at, _) = self.find_snapshot(user, name).await?;
+        let docker = self.host_docker(at).await?;
+        let volume = snapshot::volume_name(&self.inner.config.scope, user, name);
+        container::remove_volume(docker, &self.inner.config, &volume)
+            .await
+            .map_err(|e| on_host(self.inner.hosts[at].endpoint(), e))?;
+        tracing::info!(user, name, "snapshot deleted");
+        Ok(())
+    }
+
+    /// Makes the new session `key` from its user's snapshot `name`: its workspace a copy of
+    /// the snapshot (which stays as it was), on the Docker host that stores it, with a
+    /// container of its own and nothing else of the session the snapshot was taken of.
+    /// [`SandboxError::SnapshotNotFound`] when the user has none of that name;
+    /// [`SandboxError::SessionExists`] when `key` is taken. Returns the snapshot.
+    #[tracing::instrument(skip(self), fields(user = %key.user_id, session = %key.session_id))]
+    pub async fn session_from_snapshot(&self, key: &SessionKey, name: &str) -> Result<SnapshotInfo, SandboxError> {
+        key.validate()?;
+        snapshot::validate_name(name)?;
+        if self.inner.config.replica_id.is_some() {
+            return Err(SandboxError::LifecycleUnavailable(
+                "snapshots are not available with replicas (`replica_id`)".into(),
+            ));
+        }
+        let (at, info) = self.find_snapshot(&key.user_id, name).await?;
+        let volume = snapshot::volume_name(&self.inner.config.scope, &key.user_id, name);
+        self.new_session_from(key, at, CopyFrom::Snapshot(volume)).await?;
+        tracing::info!(name, "session made from a snapshot");
+        Ok(info)
+    }
+
+    /// `sandbox.snapshot_on_end`: makes the ended session `key` again from its end snapshot
+    /// (which is used up), for a task resumed after its session ended. Returns whether it
+    /// did: false when snapshots on end are off, the session lives (here or elsewhere), or it
+    /// has no end snapshot.
+    #[tracing::instrument(skip(self), fields(user = %key.user_id, session = %key.session_id))]
+    pub async fn restore_ended_session(&self, key: &SessionKey) -> Result<bool, SandboxError> {
+        key.validate()?;
+        let cfg = &self.inner.config;
+        if !cfg.snapshot_on_end || cfg.replica_id.is_some() || self.held(key).is_ok() {
+            return Ok(false);
+        }
+        let volume = snapshot::end_volume_name(&cfg.scope, &key.user_id, &key.session_id);
+        for at in 0..self.inner.hosts.len() {
+            let docker = self.host_docker(at).await?;
+            if !snapshot::end_exists(docker, &volume).await? {
+                continue;
+            }
+            match self.new_session_from(key, at, CopyFrom::Snapshot(volume.clone())).await {
+                Ok(()) => {}
+                Err(SandboxError::SessionExists { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            container::remove_volume(docker, cfg, &volume).await?;
+            tracing::info!("session made again from its end snapshot");
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Where `user`'s snapshot `name` is: its host and what it is.
+    async fn find_snapshot(&self, user: &str, name: &str) -> Result<(usize, SnapshotInfo), SandboxError> {
+        let scope = self.inner.config.scope.as_str();
+        for (at, host) in self.inner.hosts.iter().enumerate() {
+            let docker = self.host_docker(at).await?;
+            let listed = snapshot::list(docker, scope, Some(user), host.endpoint()).await?;
+            if let Some(info) = listed.into_iter().find(|i| i.name == name) {
+                return Ok((at, info));
+            }
+        }
+        Err(SandboxError::SnapshotNotFound { name: name.to_string() })
+    }
+
+    /// Whether this sandbox holds `key`'s session paused now.
+    pub fn is_paused(&self, key: &SessionKey) -> bool {
+        self.inner.sessions.lock().expect("sessions lock").get(key).is_some_and(|s| s.is_stopped())
+    }
+
+    /// The slot of a session this sandbox holds, or [`SandboxError::SessionNotFound`].
+    fn held(&self, key: &SessionKey) -> Result<Arc<Slot>, SandboxError> {
+        self.inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .get(key)
+            .cloned()
+            .ok_or_else(|| SandboxError::SessionNotFound { session: key.to_string() })
     }
 
     /// Ends a session this host created, if it could have: a host that never talked to
@@ -805,13 +1214,13 @@ impl Sandbox {
         let endpoint = self.inner.hosts[at].endpoint();
         let listed = container::list_managed(docker, None).await.map_err(|e| on_host(endpoint, e))?;
         let bindings = container::list_bindings(docker, None).await.map_err(|e| on_host(endpoint, e))?;
-        let owned: HashMap<String, SystemTime> = self
+        let owned: HashMap<String, (SystemTime, bool)> = self
             .inner
             .sessions
             .lock()
             .expect("sessions lock")
             .values()
-            .map(|s| (s.names.container.clone(), s.last_used.lock().expect("last_used lock").1))
+            .map(|s| (s.names.container.clone(), (s.last_used.lock().expect("last_used lock").1, s.is_stopped())))
             .collect();
         let out: Vec<SessionInfo> = listed
             .into_iter()
@@ -820,9 +1229,21 @@ impl Sandbox {
                 let key = container::session_of(&c, &bindings)?;
                 let name = container::container_name(&c)?;
                 let scope = c.labels.as_ref()?.get(container::LABEL_SCOPE).cloned().unwrap_or_default();
-                let last_used = owned.get(&name).copied();
+                let (last_used, paused) = match owned.get(&name) {
+                    Some(&(t, paused)) => (Some(t), paused),
+                    None => (None, false),
+                };
                 let docker_host = container::host_label(c.labels.as_ref()).unwrap_or(endpoint).to_string();
+                let runtime =
+                    c.labels.as_ref().and_then(|l| l.get(container::LABEL_RUNTIME)).cloned().unwrap_or_else(|| {
+                        self.inner.hosts[at]
+                            .runtimes
+                            .get()
+                            .map_or(crate::runtime::ENGINE_DEFAULT_RUNTIME, |r| r.default.as_str())
+                            .to_string()
+                    });
                 Some(SessionInfo {
+                    runtime,
                     docker_host,
                     key,
                     owned_here: last_used.is_some() && scope == self.inner.config.scope,
@@ -832,6 +1253,7 @@ impl Sandbox {
                     state: c.state.map(|s| s.to_string()).unwrap_or_default(),
                     created: SystemTime::UNIX_EPOCH + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64),
                     last_used,
+                    paused,
                 })
             })
             .collect();
@@ -840,7 +1262,7 @@ impl Sandbox {
 
     /// Removes warden-labelled containers that exited (or died) longer ago than this host's
     /// `idle_ttl` and warden-labelled volumes no container uses (theirs, or older than two minutes), in any scope; never this
-    /// host's live sessions. Running or just-created containers of other hosts are left to
+    /// host's live sessions, never a snapshot (kept until deleted). Running or just-created containers of other hosts are left to
     /// their owners (or to adoption when their host restarts). Like listing, this never
     /// adopts: run against the scope of a live host, it leaves that host's sessions and warm
     /// pool alone.
@@ -848,8 +1270,8 @@ impl Sandbox {
         self.prune_inner(false).await
     }
 
-    /// Removes every warden-labelled container and volume (any scope, running or not) except
-    /// this host's live sessions. For operators (`warden sandbox prune --all`) and test sweeps.
+    /// Removes every warden-labelled container and volume (any scope, running or not,
+    /// snapshots included) except this host's live sessions. For operators (`warden sandbox prune --all`) and test sweeps.
     pub async fn prune_all(&self) -> Result<PruneReport, SandboxError> {
         self.prune_inner(true).await
     }
@@ -972,7 +1394,8 @@ impl Sandbox {
             report.containers.push(name);
         }
         for v in container::list_volumes(docker, None, !all).await? {
-            if live_volumes.contains(&v.name) || in_use.contains(&v.name) {
+            // Snapshots are kept until deleted (no container ever mounts one); `--all` too.
+            if live_volumes.contains(&v.name) || in_use.contains(&v.name) || (!all && snapshot::is_snapshot(&v)) {
                 continue;
             }
             // A dangling volume may belong to a session another host is creating right now:
@@ -1038,7 +1461,8 @@ impl PoolHost for Inner {
         let map = self.sessions.lock().expect("sessions lock");
         let other_pools: usize =
             self.hosts.iter().enumerate().filter(|(i, _)| *i != at).map(|(_, h)| h.pool.reserved()).sum();
-        f(map.len() + other_pools)
+        // Paused sessions hold no container: the pool may use their room.
+        f(map.values().filter(|s| !s.is_paused()).count() + other_pools)
     }
 
     fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
@@ -1068,12 +1492,79 @@ fn room_for_session(
     key: &SessionKey,
     config: &SandboxConfig,
 ) -> Result<(), SandboxError> {
-    if sessions.len() >= config.max_sessions {
+    // Paused sessions hold no container: they count against `max_paused_sessions` instead.
+    let running = || sessions.values().filter(|s| !s.is_paused());
+    if running().count() >= config.max_sessions {
         return Err(SandboxError::TooManySessions { max: config.max_sessions });
     }
-    let of_user = sessions.keys().filter(|k| k.user_id == key.user_id).count();
+    let of_user = running().filter(|s| s.key.user_id == key.user_id).count();
     if of_user >= config.max_sessions_per_user {
         return Err(SandboxError::TooManyUserSessions { user: key.user_id.clone(), max: config.max_sessions_per_user });
+    }
+    Ok(())
+}
+
+/// Whether one more snapshot, `user`'s `name`, fits the limits: fewer than
+/// `max_snapshots_per_user` of that user, and every snapshot of the scope (each counted as
+/// `disk`, what its image can hold) within `snapshot_disk_budget`.
+fn room_for_snapshot(
+    existing: &[SnapshotInfo],
+    user: &str,
+    name: &str,
+    config: &SandboxConfig,
+) -> Result<(), SandboxError> {
+    let refuse = |reason: String| Err(SandboxError::TooManySnapshots { name: name.to_string(), reason });
+    let of_user = existing.iter().filter(|i| i.user_id == user).count();
+    if config.max_snapshots_per_user == 0 {
+        return refuse("snapshots are off (sandbox.max_snapshots_per_user is 0)".into());
+    }
+    if of_user >= config.max_snapshots_per_user {
+        return refuse(format!(
+            "user `{user}` has {of_user} snapshots, the most sandbox.max_snapshots_per_user ({}) allows",
+            config.max_snapshots_per_user
+        ));
+    }
+    let reserved = (existing.len() as u64 + 1).saturating_mul(config.disk.0);
+    if reserved > config.snapshot_disk_budget.0 {
+        return refuse(format!(
+            "{} snapshots of {} bytes (sandbox.disk) would pass sandbox.snapshot_disk_budget ({} bytes)",
+            existing.len() + 1,
+            config.disk.0,
+            config.snapshot_disk_budget.0
+        ));
+    }
+    Ok(())
+}
+
+/// What a new session's workspace is copied from.
+enum CopyFrom {
+    /// A live session of this sandbox (a fork).
+    Session(Arc<Slot>),
+    /// A snapshot volume (`crate::snapshot`).
+    Snapshot(String),
+}
+
+/// Whether `sessions` has room for one more paused session, `key`'s: fewer than
+/// `max_paused_sessions` paused, and their workspaces (each counted as `disk`, what it may
+/// grow to) within `paused_disk_budget`. Checked under the sessions lock by every pause.
+fn room_for_paused(
+    sessions: &HashMap<SessionKey, Arc<Slot>>,
+    key: &SessionKey,
+    config: &SandboxConfig,
+) -> Result<(), SandboxError> {
+    let paused = sessions.values().filter(|s| s.is_paused()).count();
+    let refuse = |reason: String| Err(SandboxError::TooManyPausedSessions { session: key.to_string(), reason });
+    if paused >= config.max_paused_sessions {
+        return refuse(format!("{paused} sessions are paused, the most sandbox.max_paused_sessions allows"));
+    }
+    let reserved = (paused as u64 + 1).saturating_mul(config.disk.0);
+    if reserved > config.paused_disk_budget.0 {
+        return refuse(format!(
+            "{} paused workspaces of {} bytes (sandbox.disk) would pass sandbox.paused_disk_budget ({} bytes)",
+            paused + 1,
+            config.disk.0,
+            config.paused_disk_budget.0
+        ));
     }
     Ok(())
 }
@@ -1103,12 +1594,19 @@ impl Inner {
 
     /// Removes a session's container and volume (waits for a creation in progress).
     async fn destroy(&self, docker: &Docker, slot: &Slot) -> Result<(), SandboxError> {
+        self.keep_on_end(docker, slot).await;
         let mut guard = slot.container.lock().await;
         let had = guard.take();
         slot.agents.clear();
         slot.stop_egress(self);
         if had.is_some() {
             self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.sessions_removed.fetch_add(1, Ordering::Relaxed);
+        }
+        // A paused session's stopped container goes by its name with the rest below.
+        let paused = slot.paused.lock().expect("paused lock").take();
+        if let Some(p) = paused {
+            self.forget_paused(p);
             self.metrics.sessions_removed.fetch_add(1, Ordering::Relaxed);
         }
         let removed = {
@@ -1122,6 +1620,241 @@ impl Inner {
         removed?;
         tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "session removed");
         Ok(())
+    }
+
+    /// Pauses `slot`'s session: stops its container (every process in it ends) and keeps
+    /// the container and its workspace for the next call, which starts it again. Refused
+    /// while a call runs ([`SandboxError::SessionBusy`]) or past the paused-session limits;
+    /// a session already paused, or with no container yet, stays as it is (`Ok(false)`).
+    async fn pause(&self, docker: &Docker, slot: &Slot) -> Result<bool, SandboxError> {
+        let mut guard = slot.container.lock().await;
+        // Every call holds a lease from before it asks for the container (which waits for
+        // this lock) until it is done: none runs in the container now, and a call arriving
+        // meanwhile starts it again.
+        if slot.in_flight.load(Ordering::Acquire) > 0 {
+            return Err(SandboxError::SessionBusy { session: slot.key.to_string() });
+        }
+        let Some(id) = guard.clone() else { return Ok(false) };
+        {
+            let map = self.sessions.lock().expect("sessions lock");
+            room_for_paused(&map, &slot.key, &self.config)?;
+            // Counted as paused from here, so two pauses at once cannot pass the limits.
+            *slot.paused.lock().expect("paused lock") =
+                Some(Paused { container: id.clone(), egress_dir: None, stopped: false });
+        }
+        if let Err(e) = container::stop_for_pause(docker, &id).await {
+            *slot.paused.lock().expect("paused lock") = None;
+            return Err(e);
+        }
+        *guard = None;
+        slot.agents.clear();
+        // The proxy stops with the container; its directory stays (the stopped container
+        // mounts it) for the resumed one.
+        let listener = slot.egress.lock().expect("egress lock").take();
+        let egress_dir = listener.map(|l| l.dir().to_path_buf());
+        match slot.paused.lock().expect("paused lock").as_mut() {
+            Some(p) => {
+                p.egress_dir = egress_dir;
+                p.stopped = true;
+            }
+            // A call claimed it meanwhile (it waits for this lock to start it again).
+            None => {
+                if let Some(r) = slot.resuming.lock().expect("resuming lock").as_mut() {
+                    r.egress_dir = egress_dir;
+                }
+            }
+        }
+        self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.sessions_paused.fetch_add(1, Ordering::Relaxed);
+        self.metrics.pauses.fetch_add(1, Ordering::Relaxed);
+        // Room under `max_sessions` for the pools again.
+        for h in &self.hosts {
+            h.pool.kick();
+        }
+        tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, container = %id, "session paused (container stopped, workspace kept)");
+        Ok(true)
+    }
+
+    /// `sandbox.snapshot_on_end`: keeps the workspace of the ending session `slot` as its end
+    /// snapshot (replacing an earlier one), making room within `snapshot_disk_budget` by
+    /// removing the oldest end snapshots of the Docker hosts this sandbox is connected to.
+    /// Never fails the end: what cannot be kept is logged.
+    async fn keep_on_end(&self, docker: &Docker, slot: &Slot) {
+        let cfg = &self.config;
+        // A session under another runtime shares its id with the default one's: only the
+        // default one's workspace is kept.
+        if !cfg.snapshot_on_end || cfg.replica_id.is_some() || slot.key.runtime.is_some() {
+            return;
+        }
+        let _one_at_a_time = self.snapshots.lock().await;
+        let volume = snapshot::end_volume_name(&cfg.scope, &slot.key.user_id, &slot.key.session_id);
+        let kept = async {
+            container::remove_volume(docker, cfg, &volume).await?;
+            let mut named = 0usize;
+            for host in &self.hosts {
+                if let Some(d) = host.docker.get() {
+                    named += snapshot::list(d, &cfg.scope, None, host.endpoint()).await?.len();
+                }
+            }
+            if !self.room_among_end_snapshots(named).await? {
+                return Err(SandboxError::TooManySnapshots {
+                    name: format!("end of session {}", slot.key),
+                    reason: "named snapshots fill sandbox.snapshot_disk_budget".into(),
+                });
+            }
+            let labels = snapshot::end_labels(
+                &cfg.scope,
+                self.hosts[slot.host].endpoint(),
+                (slot.key.user_id.as_str(), slot.key.session_id.as_str()),
+                snapshot::Format::of(cfg),
+            );
+            self.copy_workspace(docker, slot, &volume, labels).await
+        }
+        .await;
+        match kept {
+            Ok(true) => {
+                tracing::info!(user = %slot.key.user_id, session = %slot.key.session_id, "workspace kept as the session's end snapshot")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, error = %e, "the ended session's workspace is not kept");
+                if let Err(r) = container::remove_volume(docker, cfg, &volume).await {
+                    tracing::warn!(error = %r, "removing a failed end snapshot failed");
+                }
+            }
+        }
+    }
+
+    /// Makes room for one more snapshot besides `named` named ones within
+    /// `snapshot_disk_budget` (each counted as `disk`) by removing the oldest end snapshots
+    /// (`snapshot_on_end`) of the Docker hosts this sandbox is connected to. Returns whether
+    /// one more fits now. Called with `snapshots` held.
+    async fn room_among_end_snapshots(&self, named: usize) -> Result<bool, SandboxError> {
+        let cfg = &self.config;
+        let mut ends: Vec<(String, String, usize)> = Vec::new();
+        for (at, host) in self.hosts.iter().enumerate() {
+            if let Some(d) = host.docker.get() {
+                ends.extend(snapshot::list_end(d, &cfg.scope).await?.into_iter().map(|(v, t)| (t, v, at)));
+            }
+        }
+        ends.sort();
+        let fits = |n: usize| (n as u64 + 1).saturating_mul(cfg.disk.0) <= cfg.snapshot_disk_budget.0;
+        let mut oldest = ends.iter();
+        while !fits(named + oldest.len()) {
+            let Some((_, old, at)) = oldest.next() else { return Ok(false) };
+            if let Some(d) = self.hosts[*at].docker.get() {
+                tracing::info!(volume = %old, "removing the oldest end snapshot to make room");
+                container::remove_volume(d, cfg, old).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Copies `src`'s workspace into the volume `target` (new, made with `labels`): with
+    /// `sandbox.disk`, its image into `target` as the disk volume of a workspace; without,
+    /// its files. Holds `src`'s container lock meanwhile, so the source is not paused,
+    /// resumed or recreated during the copy; its running calls go on (their writes wait
+    /// while its file system is frozen). Returns false, copying nothing, when the source has
+    /// no workspace yet.
+    async fn copy_workspace(
+        &self,
+        docker: &Docker,
+        src: &Slot,
+        target: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<bool, SandboxError> {
+        let cfg = &self.config;
+        let guard = src.container.lock().await;
+        let Some(source_ws) = src.workspace() else { return Ok(false) };
+        let running = guard.is_some();
+        match (cfg.disk.0, crate::disk::disk_of(&source_ws)) {
+            (0, _) => crate::disk::copy_tree(docker, &cfg.image, &source_ws, target, labels).await?,
+            (_, Some(source_disk)) => {
+                let frozen = running.then_some(source_ws.as_str());
+                crate::disk::copy(docker, &cfg.image, (&source_disk, frozen), target, labels).await?
+            }
+            _ => {
+                return Err(SandboxError::Docker {
+                    action: "copy workspace".into(),
+                    message: format!("the workspace volume {source_ws} has no disk volume"),
+                });
+            }
+        }
+        Ok(true)
+    }
+
+    /// Makes `key`'s workspace (its deterministic volume names, on host `at`) a copy of
+    /// `from`: a session's (a source with no workspace yet leaves it a fresh one) or a
+    /// snapshot's, which must have been taken with the workspaces' current kind (an ext4
+    /// image with `sandbox.disk`, files without).
+    async fn copy_into_session(
+        &self,
+        docker: &Docker,
+        at: usize,
+        from: &CopyFrom,
+        key: &SessionKey,
+    ) -> Result<(), SandboxError> {
+        let cfg = &self.config;
+        let names = container::names(&cfg.scope, key);
+        let labels = container::labels(&cfg.scope, self.hosts[at].endpoint(), cfg.replica_id.as_deref(), key);
+        let target = match (cfg.disk.0, crate::disk::disk_of(&names.volume)) {
+            (0, _) => names.volume.clone(),
+            (_, Some(disk)) => disk,
+            (_, None) => {
+                return Err(SandboxError::Docker {
+                    action: "copy workspace".into(),
+                    message: format!("the workspace volume {} has no disk volume name", names.volume),
+                });
+            }
+        };
+        match from {
+            CopyFrom::Session(src) => self.copy_workspace(docker, src, &target, labels).await.map(drop),
+            CopyFrom::Snapshot(volume) => {
+                snapshot::check_format(docker, volume, snapshot::Format::of(cfg)).await?;
+                match cfg.disk.0 {
+                    0 => crate::disk::copy_tree(docker, &cfg.image, volume, &target, labels).await,
+                    _ => crate::disk::copy(docker, &cfg.image, (volume, None), &target, labels).await,
+                }
+            }
+        }
+    }
+
+    /// Lets go of a paused container's egress directory (the container goes by its name).
+    fn forget_paused(&self, paused: Paused) {
+        self.metrics.sessions_paused.fetch_sub(1, Ordering::Relaxed);
+        if let (Some(dir), Some(egress)) = (paused.egress_dir, &self.egress) {
+            egress.remove_path(&dir);
+        }
+    }
+
+    /// Pauses the sessions with no call in flight idle for `pause_after` (each on its host);
+    /// one that cannot be paused now (limits, a call starting) stays running.
+    async fn pause_idle(&self) {
+        if !self.config.pauses_idle_sessions() {
+            return;
+        }
+        let after = self.config.pause_after;
+        let idle: Vec<Arc<Slot>> = self
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .filter(|s| {
+                !s.is_paused()
+                    && s.in_flight.load(Ordering::Acquire) == 0
+                    && s.last_used.lock().expect("last_used lock").0.elapsed() >= after
+            })
+            .cloned()
+            .collect();
+        for slot in idle {
+            let Some(docker) = self.hosts[slot.host].docker.get() else { continue };
+            match self.pause(docker, &slot).await {
+                Ok(_) | Err(SandboxError::SessionBusy { .. }) => {}
+                Err(e) => {
+                    tracing::debug!(user = %slot.key.user_id, session = %slot.key.session_id, error = %e, "idle session not paused")
+                }
+            }
+        }
     }
 
     /// Removes sessions idle longer than the TTL with no call in flight, each on its host.
@@ -1262,6 +1995,26 @@ impl<'a> SessionCtx<'a> {
             return Ok(id.clone());
         }
         let started = Instant::now();
+        let resuming = slot.resuming.lock().expect("resuming lock").take();
+        if let Some(paused) = resuming {
+            self.inner.metrics.sessions_paused.fetch_sub(1, Ordering::Relaxed);
+            match self.resume(paused).await {
+                Ok(id) => {
+                    self.inner.metrics.resumes.fetch_add(1, Ordering::Relaxed);
+                    self.inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        user = %slot.key.user_id, session = %slot.key.session_id, container = %id,
+                        took_ms = started.elapsed().as_millis() as u64, how = "resumed", "session container ready"
+                    );
+                    *guard = Some(id.clone());
+                    return Ok(id);
+                }
+                // The workspace is what a pause keeps: a new container on it serves as well.
+                Err(e) => {
+                    tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, error = %e, "a paused container could not be started again; making a new one on its workspace")
+                }
+            }
+        }
         let mut workspace = slot.workspace();
         if self.inner.config.replica_id.is_some() {
             // Another replica may have made (or remade) the session's container: use it, or
@@ -1281,11 +2034,10 @@ impl<'a> SessionCtx<'a> {
             }
         }
         let new_session = workspace.is_none();
-        let warm = if new_session && self.inner.hosts[slot.host].pool.enabled() {
-            pool::take(self.inner, slot.host, self.docker, &slot.key).await?
-        } else {
-            None
-        };
+        // The pool's containers run under the sandbox's runtime: a key naming another is
+        // always made cold, under its own.
+        let poolable = new_session && slot.key.runtime.is_none() && self.inner.hosts[slot.host].pool.enabled();
+        let warm = if poolable { pool::take(self.inner, slot.host, self.docker, &slot.key).await? } else { None };
         let (id, how) = match warm {
             Some(warm) => {
                 slot.agents.absorb(warm.agents);
@@ -1298,7 +2050,7 @@ impl<'a> SessionCtx<'a> {
                 (warm.id, "taken from the warm pool")
             }
             None => {
-                if new_session && self.inner.hosts[slot.host].pool.enabled() {
+                if poolable {
                     self.inner.metrics.warm_misses.fetch_add(1, Ordering::Relaxed);
                 }
                 let volume = workspace.unwrap_or_else(|| slot.names.volume.clone());
@@ -1309,6 +2061,8 @@ impl<'a> SessionCtx<'a> {
                     cfg.replica_id.as_deref(),
                     &slot.key,
                 );
+                // The pool's growth waits while new sessions create their own containers.
+                let _cold = poolable.then(|| self.inner.hosts[slot.host].pool.cold_start());
                 let made = {
                     let _objects = self.inner.object_lock(&slot.key).lock().await;
                     container::create_and_start(
@@ -1343,6 +2097,38 @@ impl<'a> SessionCtx<'a> {
             took_ms = started.elapsed().as_millis() as u64, how, "session container ready"
         );
         *guard = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Starts a paused session's stopped container again, with its egress proxy; on failure
+    /// removes it (the workspace stays for a new container).
+    async fn resume(&self, paused: Paused) -> Result<String, SandboxError> {
+        let slot = &self.lease.slot;
+        let id = paused.container;
+        let listened = match (&self.inner.egress, &paused.egress_dir) {
+            (Some(egress), Some(dir)) => egress.listen(dir, &slot.key).map(Some),
+            (Some(_), None) => Err(SandboxError::Docker {
+                action: "resume session".into(),
+                message: "its egress socket directory is unknown".into(),
+            }),
+            (None, _) => Ok(None),
+        };
+        let started = match listened {
+            Ok(listener) => {
+                *slot.egress.lock().expect("egress lock") = listener;
+                container::start_paused(self.docker, &id, self.inner.egress.as_deref()).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            slot.stop_egress(self.inner);
+            if let (Some(egress), Some(dir)) = (&self.inner.egress, &paused.egress_dir) {
+                egress.remove_path(dir);
+            }
+            let _objects = self.inner.object_lock(&slot.key).lock().await;
+            let _ = container::remove_container(self.docker, &id).await;
+            return Err(e);
+        }
         Ok(id)
     }
 
@@ -1612,6 +2398,7 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
     for v in container::list_volumes(docker, Some(scope), false).await? {
         if !keep.contains(&v.name)
             && !others.contains(&v.name)
+            && !snapshot::is_snapshot(&v)
             && host.owns(Some(&v.labels), &inner.hosts)
             && mine(Some(&v.labels))
         {
@@ -1626,13 +2413,14 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
 
 async fn reap_loop(inner: Weak<Inner>) {
     let interval = match inner.upgrade() {
-        Some(i) => (i.config.idle_ttl / 4).clamp(REAPER_MIN_INTERVAL, REAPER_MAX_INTERVAL),
+        Some(i) => (i.config.idle_ttl.min(i.config.pause_after) / 4).clamp(REAPER_MIN_INTERVAL, REAPER_MAX_INTERVAL),
         None => return,
     };
     loop {
         tokio::time::sleep(interval).await;
         let Some(inner) = inner.upgrade() else { return };
         inner.reap_idle().await;
+        inner.pause_idle().await;
     }
 }
 

@@ -21,10 +21,12 @@ const CONCURRENCY: usize = 4;
 /// Per-test limit.
 const TEST_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// What every test gets: a scope no other test (or run) uses.
+/// What every test gets: a scope no other test (or run) uses, and the container runtime its
+/// sandboxes run under (the boundary groups run once under runc and once under gVisor).
 #[derive(Clone)]
 struct Ctx {
     scope: String,
+    runtime: Option<&'static str>,
 }
 
 impl Ctx {
@@ -33,11 +35,27 @@ impl Ctx {
     }
 
     fn sandbox_with(&self, f: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
-        let mut cfg = SandboxConfig { scope: self.scope.clone(), ..SandboxConfig::default() };
+        let mut cfg = SandboxConfig {
+            scope: self.scope.clone(),
+            runtime: self.runtime.map(String::from),
+            ..SandboxConfig::default()
+        };
         f(&mut cfg);
         Sandbox::new(cfg).expect("valid config")
     }
+
+    /// The same runtime under another scope.
+    fn scoped(&self, scope: String) -> Ctx {
+        Ctx { scope, runtime: self.runtime }
+    }
 }
+
+/// The runtime name of gVisor as `cargo xtask runsc` registers it.
+const GVISOR: &str = "runsc";
+/// Test groups that run a second time with every sandbox under gVisor: the boundary of the
+/// sandbox (processes, files, links, disk, secrets, egress, the agent's reach).
+const GVISOR_GROUPS: [&str; 8] =
+    ["tools", "confinement", "file_bounds", "limits", "boundary", "state", "egress", "runtime"];
 
 fn key(session: &str) -> SessionKey {
     SessionKey::new("tester", session)
@@ -64,6 +82,13 @@ fn docker(args: &[&str]) -> String {
     let out = Command::new("docker").args(args).output().expect("run docker CLI");
     assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `pid args` of every process in a container, read from its own /proc by a root exec:
+/// `docker top` lists the host's view, which under gVisor is not the sandbox's processes.
+fn container_ps(id: &str) -> String {
+    let script = r#"for p in /proc/[0-9]*; do a=$(tr '\0' ' ' 2>/dev/null < "$p/cmdline") || continue; echo "${p#/proc/} $a"; done"#;
+    docker(&["exec", "-u", "0", id, "sh", "-c", script])
 }
 
 /// Container id of a session (via list_sessions).
@@ -143,9 +168,14 @@ fn volumes_of_session(scope: &str, id: &str, k: &SessionKey) -> Vec<String> {
 }
 
 /// Processes in a container whose command line starts with `prefix`.
+///
+/// Every `/proc` reader in this file puts `2>/dev/null` before `< "$p/cmdline"`: bash
+/// applies redirections left to right, so a process that exits between the glob and the
+/// read made `< file` fail while stderr still went to the call's output (CI flake in
+/// `limits::timeout_kills_children`: "/proc/36/cmdline: No such file or directory").
 async fn procs_starting_with(sb: &Sandbox, k: &SessionKey, prefix: &str) -> String {
     let script = format!(
-        r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null); case "$c" in "{prefix}"*) echo "LEFT $c";; esac; done; true"#
+        r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' 2>/dev/null < "$p/cmdline"); case "$c" in "{prefix}"*) echo "LEFT $c";; esac; done; true"#
     );
     bash_ok(sb, k, &script).await
 }
@@ -419,9 +449,19 @@ mod limits {
     async fn assert_hardened(sb: &Sandbox, k: &SessionKey) -> Value {
         assert_eq!(bash_ok(sb, k, "id -u; id -g").await, "1000\n1000\n");
         assert!(bash_ok(sb, k, "grep CapEff /proc/self/status").await.contains("0000000000000000"));
-        assert!(bash_ok(sb, k, "grep NoNewPrivs /proc/self/status").await.contains('1'));
+        // prctl(PR_GET_NO_NEW_PRIVS): gVisor's /proc/<pid>/status has no NoNewPrivs line.
+        let nnp = "python3 -c 'import ctypes; print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'";
+        assert_eq!(bash_ok(sb, k, nnp).await, "1\n", "no new privileges");
+        // Read-only root: as the mount says (gVisor checks the user's permission on /etc
+        // before the file system's, so the write fails with EACCES there first).
         let o = bash(sb, k, "touch /etc/evil").await;
-        assert!(o.is_error && o.content.contains("Read-only file system"), "{}", o.content);
+        assert!(
+            o.is_error && (o.content.contains("Read-only file system") || o.content.contains("Permission denied")),
+            "{}",
+            o.content
+        );
+        let root = bash_ok(sb, k, "awk '$2 == \"/\" { print $4 }' /proc/mounts").await;
+        assert!(root.starts_with("ro,"), "the root file system is mounted read-only: {root}");
         assert!(bash(sb, k, "test -e /var/run/docker.sock || test -e /run/docker.sock").await.is_error);
         let id = container_of(sb, k).await;
         let j: Value = serde_json::from_str(&docker(&["inspect", &id])).unwrap();
@@ -437,6 +477,8 @@ mod limits {
         assert_eq!(h["Init"], json!(true));
         assert_eq!(h["Privileged"], json!(false));
         assert!(h["SecurityOpt"].to_string().contains("no-new-privileges"));
+        let runtime = sb.config().runtime.clone().unwrap_or_else(|| "runc".into());
+        assert_eq!(h["Runtime"], json!(runtime), "the configured runtime");
         // Root with SETUID/SETGID only, for the agents' drop to 1000:1000 (checked above).
         assert_eq!(j[0]["Config"]["User"], json!("0:0"));
         assert_eq!(h["CapAdd"], json!(["SETUID", "SETGID"]));
@@ -453,7 +495,7 @@ mod limits {
     /// fixed before it had a session, its name and the binding volume).
     pub async fn hardening_is_applied(c: Ctx) {
         let k = key("hard");
-        let cold_ctx = Ctx { scope: format!("{}cold", c.scope) };
+        let cold_ctx = c.scoped(format!("{}cold", c.scope));
         let cold_sb = cold_ctx.sandbox_with(|cfg| cfg.warm_pool = 0);
         let cold = assert_hardened(&cold_sb, &k).await;
         let labels = &cold[0]["Config"]["Labels"];
@@ -577,22 +619,38 @@ mod limits {
         .await;
         assert!(o.is_error && !o.content.contains("CONNECTED"), "{}", o.content);
         assert!(o.content.contains("unreachable") || o.content.contains("Errno"), "{}", o.content);
-        assert_eq!(bash_ok(&sb, &k, "ls /sys/class/net").await.trim(), "lo");
+        // The interfaces the sandbox has (gVisor has no /sys/class/net): loopback only.
+        let interfaces = "python3 -c 'import socket; print(*[n for _, n in socket.if_nameindex()])'";
+        assert_eq!(bash_ok(&sb, &k, interfaces).await.trim(), "lo");
         sb.shutdown().await.unwrap();
     }
 
     pub async fn memory_hog_is_killed(c: Ctx) {
         let sb = c.sandbox_with(|cfg| cfg.memory = warden_sandbox::ByteSize(128 * 1024 * 1024));
         let k = key("memhog");
-        let o = bash(&sb, &k, "python3 -c \"x = b'a' * (1024 * 1024 * 1024); print('ALLOCATED')\"").await;
-        assert!(o.is_error && !o.content.lines().any(|l| l == "ALLOCATED"), "{}", o.content);
-        assert!(o.content.contains("137") || o.content.contains("MemoryError"), "{}", o.content);
-        assert_eq!(bash_ok(&sb, &k, "echo still here").await, "still here\n");
+        bash_ok(&sb, &k, "echo kept > before.txt").await;
+        let hog = json!({"command": "python3 -c \"x = b'a' * (1024 * 1024 * 1024); print('ALLOCATED')\""});
+        match (c.runtime, sb.call_tool(&k, "Bash", hog, &[]).await) {
+            // runc: the kernel's OOM killer ends the process inside the container.
+            (_, Ok(o)) => {
+                assert!(o.is_error && !o.content.lines().any(|l| l == "ALLOCATED"), "{}", o.content);
+                assert!(o.content.contains("137") || o.content.contains("MemoryError"), "{}", o.content);
+            }
+            // gVisor: the memory limit is the whole sandbox's (its kernel included), so the
+            // OOM kill ends the container; the call fails saying so and the next one gets a
+            // new container on the same workspace.
+            (Some(GVISOR), Err(e)) => assert!(e.to_string().contains("container was replaced"), "{e}"),
+            (_, Err(e)) => panic!("the hog's call failed instead of reporting the kill: {e}"),
+        }
+        assert_eq!(bash_ok(&sb, &k, "echo still here; cat before.txt").await, "still here\nkept\n");
         sb.shutdown().await.unwrap();
     }
 }
 
 mod sessions {
+    pub use super::runtime::{
+        a_session_under_another_runtime_is_a_session_of_its_own, an_unregistered_runtime_is_refused_by_name,
+    };
     use super::*;
 
     pub async fn reuse_and_concurrent_first_use(c: Ctx) {
@@ -838,7 +896,7 @@ mod sessions {
     /// that scope rather than its own; it removes everything it made (and a leftover of an
     /// aborted run is adopted or removed by the next).
     pub async fn regression_two_tenants_whose_old_names_collided_get_two_containers(_: Ctx) {
-        let sb = Ctx { scope: "t".into() }.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let sb = Ctx { scope: "t".into(), runtime: None }.sandbox_with(|cfg| cfg.warm_pool = 0);
         let a = SessionKey::new("tenant-aaaaaaaaaaaaaaaaa9e7a2e0a57f47f8c", "s");
         let b = SessionKey::new("tenant-aaaaaaaaaaaaaaaaa60a3fe52f75f5632", "s");
         bash_ok(&sb, &a, "echo secret-of-a > mine.txt").await;
@@ -900,7 +958,7 @@ mod sessions {
         docker(&["stop", "-t", "0", &id]);
         // Another host (different scope, idle TTL 1 s) prunes once the container exited
         // longer ago than that TTL: the stopped container and its volume go.
-        let other = Ctx { scope: format!("{}-o", c.scope) }.sandbox_with(|cfg| cfg.idle_ttl = Duration::from_secs(1));
+        let other = c.scoped(format!("{}-o", c.scope)).sandbox_with(|cfg| cfg.idle_ttl = Duration::from_secs(1));
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let report = other.prune().await.unwrap();
         assert!(report.containers.iter().any(|n| n.contains(&c.scope)), "{report:?}");
@@ -923,7 +981,7 @@ mod sessions {
         let id = container_of(&sb, &k).await;
         let volumes = volumes_of_session(&c.scope, &id, &k);
         docker(&["stop", "-t", "0", &id]);
-        let other = Ctx { scope: format!("{}-o", c.scope) }.sandbox();
+        let other = c.scoped(format!("{}-o", c.scope)).sandbox();
         let report = other.prune().await.unwrap();
         assert!(
             !report.containers.iter().any(|n| n.contains(&c.scope)),
@@ -969,6 +1027,490 @@ mod sessions {
 }
 
 /// Issue 17 item 3: the warm pool of hardened, never-used containers.
+/// Pause and resume (`sandbox.pause_after`, `Sandbox::pause_session`): a paused session
+/// runs no container and keeps its workspace; the next call starts it again. Forks
+/// (`Sandbox::fork_session`): a new session on a copy of another's workspace.
+mod lifecycle {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// The Docker state of a container (`running`, `exited`, ...).
+    fn state_of(id: &str) -> String {
+        docker(&["inspect", "--format", "{{.State.Status}}", id]).trim().to_string()
+    }
+
+    /// Processes of the sandbox's container whose command line contains `needle`
+    /// (read from /proc by a root exec, not through the tools).
+    fn procs_with(id: &str, needle: &str) -> Vec<String> {
+        // The needle's last character in brackets: the script's own command line does not match.
+        let (head, last) = needle.split_at(needle.len() - 1);
+        let script = format!(
+            r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' 2>/dev/null < "$p/cmdline"); case "$c" in *"{head}"[{last}]*) echo "$c";; esac; done; true"#
+        );
+        docker(&["exec", "-u", "0", id, "bash", "--norc", "-c", &script]).lines().map(str::to_string).collect()
+    }
+
+    /// Waits (up to a generous limit: a busy engine) until `k`'s session is paused.
+    async fn until_paused(sb: &Sandbox, k: &SessionKey) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !sb.is_paused(k) {
+            assert!(Instant::now() < deadline, "{k} was never paused: {:?}", sb.metrics());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A paused session runs nothing — its container is stopped and the session's
+    /// long-running process ended — and keeps its files; the next call starts the same
+    /// container again and sees the files, not the process.
+    pub async fn a_paused_session_keeps_its_files_and_no_process(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let k = key("pause");
+        bash_ok(&sb, &k, "mkdir -p src && echo kept > src/a.txt && head -c 100000 /dev/urandom > blob").await;
+        let sum = bash_ok(&sb, &k, "sha256sum blob").await;
+        let id = container_of(&sb, &k).await;
+        // A process that outlives calls: the session's own (an MCP server's kind).
+        let argv: Vec<String> = ["sleep", "31337"].iter().map(|s| s.to_string()).collect();
+        let mut process = sb.spawn_process(&k, &argv, &[]).await.expect("session process");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while procs_with(&id, "sleep 31337").is_empty() {
+            assert!(Instant::now() < deadline, "the session process never ran (positive control)");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(sb.pause_session(&k).await.unwrap(), "it was running");
+        assert!(sb.is_paused(&k));
+        assert_eq!(state_of(&id), "exited", "no container runs while paused");
+        let info = sb.list_sessions().await.unwrap().into_iter().find(|i| i.key == k).unwrap();
+        assert!(info.paused && info.owned_here, "{info:?}");
+        let m = sb.metrics();
+        assert_eq!((m.sessions_active, m.sessions_paused, m.pauses_total), (0, 1, 1), "{m:?}");
+        // The process ended with the pause: its output stream is closed.
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), process.stdout.read_to_end(&mut rest))
+            .await
+            .expect("the session process's stream ends with the pause")
+            .unwrap();
+        // Pausing again changes nothing.
+        assert!(!sb.pause_session(&k).await.unwrap());
+        // The next call resumes it: same container, same files, not the process.
+        assert_eq!(bash_ok(&sb, &k, "cat src/a.txt").await, "kept\n");
+        assert_eq!(bash_ok(&sb, &k, "sha256sum blob").await, sum);
+        assert_eq!(container_of(&sb, &k).await, id, "the stopped container was started again");
+        assert_eq!(state_of(&id), "running");
+        assert!(procs_with(&id, "sleep 31337").is_empty(), "no process survives a pause");
+        assert!(!sb.is_paused(&k));
+        let m = sb.metrics();
+        assert_eq!((m.sessions_active, m.sessions_paused, m.resumes_total), (1, 0, 1), "{m:?}");
+        // Tools work as before (a write, an edit, a search).
+        let w = tool(&sb, &k, "Write", json!({"file_path": "b.txt", "content": "after"})).await;
+        assert!(!w.is_error, "{}", w.content);
+        let g = tool(&sb, &k, "Grep", json!({"pattern": "kept"})).await;
+        assert_eq!(g.content, "Found 1 file\n/workspace/src/a.txt");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// `pause_after` pauses an idle session by itself; `idle_ttl` still ends a paused one
+    /// (container and workspace removed: the harness checks nothing is left).
+    pub async fn idle_sessions_pause_then_end(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.pause_after = Duration::from_secs(1);
+            cfg.idle_ttl = Duration::from_secs(8);
+        });
+        let k = key("auto");
+        bash_ok(&sb, &k, "echo x > f").await;
+        let id = container_of(&sb, &k).await;
+        until_paused(&sb, &k).await;
+        assert_eq!(state_of(&id), "exited");
+        // Resumed by a call, paused again once idle.
+        assert_eq!(bash_ok(&sb, &k, "cat f").await, "x\n");
+        until_paused(&sb, &k).await;
+        // Ended by idle_ttl while paused.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while container_exists(&id) || !volumes_of_scope(&c.scope).is_empty() {
+            assert!(Instant::now() < deadline, "the paused session was never ended by idle_ttl");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(!sb.is_paused(&k));
+        assert_eq!(sb.metrics().sessions_paused, 0);
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Paused sessions free their room under `max_sessions` (a resume needs it back, with a
+    /// clear error until then) and count against `max_paused_sessions` and the disk budget.
+    pub async fn paused_sessions_have_limits_of_their_own(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.max_sessions = 1;
+            cfg.max_paused_sessions = 1;
+        });
+        let (a, b) = (key("a"), key("b"));
+        bash_ok(&sb, &a, "echo a > f").await;
+        assert!(matches!(
+            sb.call_tool(&b, "Bash", json!({"command": "true"}), &[]).await,
+            Err(SandboxError::TooManySessions { .. })
+        ));
+        sb.pause_session(&a).await.unwrap();
+        // a's room is free now.
+        bash_ok(&sb, &b, "echo b > f").await;
+        // One paused session is the most: b stays running, with a clear error.
+        match sb.pause_session(&b).await {
+            Err(e @ SandboxError::TooManyPausedSessions { .. }) => {
+                assert!(e.to_string().contains("sandbox.max_paused_sessions"), "{e}")
+            }
+            other => panic!("expected TooManyPausedSessions, got {other:?}"),
+        }
+        // a cannot run again while b holds the only room.
+        match sb.call_tool(&a, "Bash", json!({"command": "cat f"}), &[]).await {
+            Err(SandboxError::TooManySessions { max: 1 }) => {}
+            other => panic!("expected TooManySessions, got {other:?}"),
+        }
+        assert!(sb.is_paused(&a), "a refused resume leaves it paused");
+        assert!(sb.end_session(&b).await.unwrap());
+        assert_eq!(bash_ok(&sb, &a, "cat f").await, "a\n");
+        // Unknown sessions: nothing to pause or resume.
+        assert!(matches!(sb.pause_session(&key("nobody")).await, Err(SandboxError::SessionNotFound { .. })));
+        assert!(matches!(sb.resume_session(&key("nobody")).await, Err(SandboxError::SessionNotFound { .. })));
+        sb.shutdown().await.unwrap();
+
+        // The disk budget: two default-sized workspaces do not fit in one and a half.
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.disk = warden_sandbox::ByteSize(64 * 1024 * 1024);
+            cfg.paused_disk_budget = warden_sandbox::ByteSize(96 * 1024 * 1024);
+        });
+        bash_ok(&sb, &a, "true").await;
+        bash_ok(&sb, &b, "true").await;
+        sb.pause_session(&a).await.unwrap();
+        match sb.pause_session(&b).await {
+            Err(e @ SandboxError::TooManyPausedSessions { .. }) => {
+                assert!(e.to_string().contains("sandbox.paused_disk_budget"), "{e}")
+            }
+            other => panic!("expected the disk budget to refuse, got {other:?}"),
+        }
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Fork: twenty forks of one session each see the source's files at the fork, write
+    /// their own, and see none of the others' writes; the source is unchanged and keeps
+    /// running; the fork shares no process and no shell state; taken ids and unknown
+    /// sources are refused.
+    pub async fn twenty_forks_are_copies_isolated_from_each_other(c: Ctx) {
+        // Counts processes running `sleep 27182` (the pattern does not match itself).
+        const FIND_SLEEP: &str = "grep -las 'sleep.2718[2]' /proc/[0-9]*/cmdline | wc -l";
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.max_sessions = 24;
+            cfg.max_sessions_per_user = 24;
+        });
+        let src = key("source");
+        bash_ok(&sb, &src, "mkdir -p d && echo original > d/a.txt && head -c 3000000 /dev/urandom > big && cd d").await;
+        let sum = bash_ok(&sb, &src, "sha256sum /workspace/big").await;
+        // A session process of the source: a fork gets none of its processes.
+        let argv: Vec<String> = ["sleep", "27182"].iter().map(|s| s.to_string()).collect();
+        let _process = sb.spawn_process(&src, &argv, &[]).await.expect("session process");
+        let forks: Vec<SessionKey> = (0..20).map(|i| key(&format!("fork-{i}"))).collect();
+        // A few at a time, as a parent fanning out would.
+        for group in forks.chunks(5) {
+            let made = group.iter().map(|f| {
+                let (sb, src, f) = (sb.clone(), src.clone(), f.clone());
+                async move { sb.fork_session(&src, &f).await }
+            });
+            for r in futures_util::future::join_all(made).await {
+                r.expect("fork");
+            }
+        }
+        let ids: std::collections::HashSet<String> =
+            futures_util::future::join_all(forks.iter().map(|f| container_of(&sb, f))).await.into_iter().collect();
+        assert_eq!(ids.len(), 20, "a container of its own each");
+        assert!(!ids.contains(&container_of(&sb, &src).await));
+        let checks = forks.iter().enumerate().map(|(i, f)| {
+            let (sb, f, sum) = (sb.clone(), f.clone(), sum.clone());
+            async move {
+                // The fork starts in /workspace (no shell state of the source's `cd d`).
+                assert_eq!(bash_ok(&sb, &f, "pwd; cat d/a.txt").await, "/workspace\noriginal\n");
+                assert_eq!(bash_ok(&sb, &f, "sha256sum /workspace/big").await, sum);
+                let procs = bash_ok(&sb, &f, FIND_SLEEP).await;
+                assert_eq!(procs.trim(), "0", "no process of the source in fork {i}");
+                bash_ok(&sb, &f, &format!("echo {i} > own-{i}.txt && echo changed-{i} > d/a.txt")).await;
+            }
+        });
+        futures_util::future::join_all(checks).await;
+        for (i, f) in forks.iter().enumerate() {
+            let listing = bash_ok(&sb, f, "ls own-*; cat d/a.txt").await;
+            assert_eq!(listing, format!("own-{i}.txt\nchanged-{i}\n"), "fork {i} sees only its own writes");
+        }
+        // The source is as it was, its process still running (positive control: it is seen).
+        assert_eq!(bash_ok(&sb, &src, "ls /workspace; cat /workspace/d/a.txt").await, "big\nd\noriginal\n");
+        let procs = bash_ok(&sb, &src, FIND_SLEEP).await;
+        assert_ne!(procs.trim(), "0", "the source's session process runs on");
+        // A paused source forks too, and stays paused.
+        sb.end_session(&forks[19]).await.unwrap();
+        sb.pause_session(&src).await.unwrap();
+        sb.fork_session(&src, &forks[19]).await.unwrap();
+        assert!(sb.is_paused(&src));
+        assert_eq!(bash_ok(&sb, &forks[19], "cat d/a.txt").await, "original\n");
+        // Refused: a taken id, an unknown source, another user's fork, itself.
+        assert!(matches!(sb.fork_session(&src, &forks[0]).await, Err(SandboxError::SessionExists { .. })));
+        assert!(matches!(sb.fork_session(&key("nobody"), &key("x")).await, Err(SandboxError::SessionNotFound { .. })));
+        let other = SessionKey::new("someone-else", "stolen");
+        assert!(matches!(sb.fork_session(&src, &other).await, Err(SandboxError::InvalidInput { .. })));
+        assert!(matches!(sb.fork_session(&src, &src).await, Err(SandboxError::SessionExists { .. })));
+        assert!(!sb.list_sessions().await.unwrap().iter().any(|i| i.key == other || i.key == key("x")));
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Without `sandbox.disk` the workspace is a plain volume: a fork copies its files.
+    pub async fn a_fork_of_a_plain_volume_copies_its_files(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.disk = warden_sandbox::ByteSize(0);
+        });
+        let (src, fork) = (key("plain"), key("plain-fork"));
+        bash_ok(&sb, &src, "mkdir d && echo x > d/f && ln -s d/f link").await;
+        sb.fork_session(&src, &fork).await.unwrap();
+        assert_eq!(bash_ok(&sb, &fork, "cat link; readlink link").await, "x\nd/f\n");
+        bash_ok(&sb, &fork, "echo y > d/f").await;
+        assert_eq!(bash_ok(&sb, &src, "cat d/f").await, "x\n");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Snapshots (issue 50 item 3): a snapshot stores the workspace as it was and nothing
+    /// else; a new session from it has the same files (and none of the source's processes,
+    /// shell state or secrets), the snapshot does not change when that session writes, and it
+    /// outlives its source session and the sandbox that took it. Names are checked, a
+    /// snapshot is its user's only, and the quota and the disk budget refuse the next one
+    /// with an error naming the limit.
+    pub async fn a_session_from_a_snapshot_has_the_same_files(c: Ctx) {
+        const FIND_SLEEP: &str = "grep -las 'sleep.3141[5]' /proc/[0-9]*/cmdline | wc -l";
+        let disk = 64 * 1024 * 1024;
+        let config = |cfg: &mut SandboxConfig| {
+            cfg.warm_pool = 0;
+            cfg.disk = warden_sandbox::ByteSize(disk);
+            cfg.max_snapshots_per_user = 2;
+            cfg.snapshot_disk_budget = warden_sandbox::ByteSize(3 * disk);
+        };
+        let sb = c.sandbox_with(config);
+        let src = key("snap-source");
+        bash_ok(
+            &sb,
+            &src,
+            "mkdir -p d && echo original > d/a.txt && ln -s d/a.txt link && head -c 2000000 /dev/urandom > big && cd d",
+        )
+        .await;
+        let sum = bash_ok(&sb, &src, "sha256sum /workspace/big").await;
+        let argv: Vec<String> = ["sleep", "31415"].iter().map(|s| s.to_string()).collect();
+        let _process = sb.spawn_process(&src, &argv, &[]).await.expect("session process");
+        // A task's secret, visible to its call (positive control), never in the workspace.
+        let env = vec![("API_TOKEN".to_string(), "snap-s3cr3t".to_string())];
+        let o = sb.call_tool(&src, "Bash", json!({"command": "echo ${API_TOKEN}"}), &env).await.unwrap();
+        assert_eq!(o.content, "snap-s3cr3t\n");
+        let info = sb.snapshot_session(&src, "before").await.expect("snapshot");
+        assert_eq!(
+            (info.name.as_str(), info.user_id.as_str(), info.session_id.as_str()),
+            ("before", "tester", "snap-source")
+        );
+        assert!(info.created_at.is_some(), "{info:?}");
+        // The source goes on, and changes after the snapshot are not in it.
+        bash_ok(&sb, &src, "echo changed > /workspace/d/a.txt && touch /workspace/later").await;
+        let restored = key("snap-restored");
+        sb.session_from_snapshot(&restored, "before").await.expect("session from snapshot");
+        assert_eq!(
+            bash_ok(&sb, &restored, "pwd; cat d/a.txt; readlink link; ls").await,
+            "/workspace\noriginal\nd/a.txt\nbig\nd\nlink\n"
+        );
+        assert_eq!(bash_ok(&sb, &restored, "sha256sum /workspace/big").await, sum);
+        assert_eq!(bash_ok(&sb, &restored, FIND_SLEEP).await.trim(), "0", "no process of the source");
+        let leak = bash_ok(&sb, &restored, "env; grep -rl snap-s3cr3t /workspace; true").await;
+        assert!(!leak.contains("snap-s3cr3t"), "{leak}");
+        assert_ne!(bash_ok(&sb, &src, FIND_SLEEP).await.trim(), "0", "the source's process runs on (positive control)");
+        assert_ne!(container_of(&sb, &restored).await, container_of(&sb, &src).await);
+        // Writes of the restored session change neither the snapshot nor the source.
+        bash_ok(&sb, &restored, "echo restored > d/a.txt").await;
+        let again = key("snap-again");
+        sb.session_from_snapshot(&again, "before").await.unwrap();
+        assert_eq!(bash_ok(&sb, &again, "cat d/a.txt").await, "original\n");
+        assert_eq!(bash_ok(&sb, &src, "cat /workspace/d/a.txt").await, "changed\n");
+        // Refused: a bad name, a taken name, an unknown snapshot, a taken session id, another
+        // user's snapshot (it is not theirs to see).
+        for bad in ["", "../x", "-rf", "a b", "x/y"] {
+            match sb.snapshot_session(&src, bad).await {
+                Err(e @ SandboxError::InvalidSnapshotName { .. }) => {
+                    assert!(e.to_string().contains("letters, digits"), "{e}")
+                }
+                other => panic!("{bad:?}: expected InvalidSnapshotName, got {other:?}"),
+            }
+        }
+        assert!(matches!(sb.snapshot_session(&src, "before").await, Err(SandboxError::SnapshotExists { .. })));
+        assert!(matches!(
+            sb.session_from_snapshot(&key("x"), "nope").await,
+            Err(SandboxError::SnapshotNotFound { .. })
+        ));
+        assert!(matches!(sb.session_from_snapshot(&again, "before").await, Err(SandboxError::SessionExists { .. })));
+        let stranger = SessionKey::new("someone-else", "stolen");
+        assert!(matches!(
+            sb.session_from_snapshot(&stranger, "before").await,
+            Err(SandboxError::SnapshotNotFound { .. })
+        ));
+        assert!(matches!(
+            sb.delete_snapshot("someone-else", "before").await,
+            Err(SandboxError::SnapshotNotFound { .. })
+        ));
+        assert!(matches!(sb.snapshot_session(&key("nobody"), "n").await, Err(SandboxError::SessionNotFound { .. })));
+        // The quota: two per user; the third is refused, naming the limit.
+        sb.snapshot_session(&src, "second").await.unwrap();
+        match sb.snapshot_session(&src, "third").await {
+            Err(e @ SandboxError::TooManySnapshots { .. }) => {
+                assert!(e.to_string().contains("sandbox.max_snapshots_per_user"), "{e}")
+            }
+            other => panic!("expected the quota to refuse, got {other:?}"),
+        }
+        // The disk budget: three workspaces of `disk`; another user's second is the fourth.
+        let theirs = SessionKey::new("other-user", "theirs");
+        bash_ok(&sb, &theirs, "echo theirs > f").await;
+        sb.snapshot_session(&theirs, "mine").await.unwrap();
+        match sb.snapshot_session(&theirs, "mine-too").await {
+            Err(e @ SandboxError::TooManySnapshots { .. }) => {
+                assert!(e.to_string().contains("sandbox.snapshot_disk_budget"), "{e}")
+            }
+            other => panic!("expected the disk budget to refuse, got {other:?}"),
+        }
+        let names = |l: Vec<warden_sandbox::SnapshotInfo>| l.into_iter().map(|i| i.name).collect::<Vec<_>>();
+        assert_eq!(names(sb.list_snapshots(Some("tester")).await.unwrap()), ["before", "second"]);
+        assert_eq!(names(sb.list_snapshots(Some("other-user")).await.unwrap()), ["mine"]);
+        // A snapshot outlives its session, and the sandbox (a restarted host) that took it.
+        assert!(sb.end_session(&src).await.unwrap());
+        sb.shutdown().await.unwrap();
+        let sb = c.sandbox_with(config);
+        assert_eq!(names(sb.list_snapshots(None).await.unwrap()), ["before", "mine", "second"]);
+        let later = key("snap-later");
+        sb.session_from_snapshot(&later, "before").await.unwrap();
+        assert_eq!(bash_ok(&sb, &later, "cat d/a.txt").await, "original\n");
+        // Deleted, it is gone (and its room is free again).
+        for (user, name) in [("tester", "before"), ("tester", "second"), ("other-user", "mine")] {
+            sb.delete_snapshot(user, name).await.unwrap();
+        }
+        assert!(sb.list_snapshots(None).await.unwrap().is_empty());
+        assert!(matches!(
+            sb.session_from_snapshot(&key("y"), "before").await,
+            Err(SandboxError::SnapshotNotFound { .. })
+        ));
+        sb.shutdown().await.unwrap();
+    }
+
+    /// `snapshot_on_end`: an ended session's workspace is kept as its end snapshot, and the
+    /// session comes back from it with its files (and not its working directory); a live
+    /// session is never replaced; end snapshots give way, oldest first, to the disk budget.
+    pub async fn an_ended_session_comes_back_from_its_end_snapshot(c: Ctx) {
+        let disk = 64 * 1024 * 1024;
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.disk = warden_sandbox::ByteSize(disk);
+            cfg.snapshot_on_end = true;
+            cfg.snapshot_disk_budget = warden_sandbox::ByteSize(2 * disk);
+        });
+        let (k, other, third) = (key("ends"), key("ends-2"), key("ends-3"));
+        bash_ok(&sb, &k, "echo kept > f && mkdir d && cd d").await;
+        assert!(!sb.restore_ended_session(&k).await.unwrap(), "a live session is left alone");
+        assert!(sb.end_session(&k).await.unwrap());
+        assert!(!sb.list_sessions().await.unwrap().iter().any(|i| i.key == k), "ended");
+        assert!(!sb.restore_ended_session(&key("never")).await.unwrap(), "no end snapshot, nothing made");
+        assert!(sb.restore_ended_session(&k).await.unwrap());
+        assert_eq!(bash_ok(&sb, &k, "pwd; cat f").await, "/workspace\nkept\n");
+        // Two end snapshots fit the budget; a named snapshot then takes the oldest one's room.
+        bash_ok(&sb, &other, "echo two > f").await;
+        bash_ok(&sb, &third, "echo three > f").await;
+        sb.end_session(&k).await.unwrap();
+        sb.end_session(&other).await.unwrap();
+        sb.snapshot_session(&third, "named").await.unwrap();
+        assert!(!sb.restore_ended_session(&k).await.unwrap(), "the oldest end snapshot made room");
+        assert!(sb.restore_ended_session(&other).await.unwrap());
+        assert_eq!(bash_ok(&sb, &other, "cat f").await, "two\n");
+        sb.delete_snapshot("tester", "named").await.unwrap();
+        sb.shutdown().await.unwrap();
+        // The sessions ended by the shutdown left end snapshots: this test's to remove.
+        let ends = docker(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=warden.scope={}", c.scope),
+            "--filter",
+            "label=warden.snapshot_end=true",
+        ]);
+        let ends: Vec<&str> = ends.lines().collect();
+        assert_eq!(ends.len(), 2, "the shutdown kept the two live sessions' workspaces: {ends:?}");
+        docker(&[["volume", "rm"].as_slice(), ends.as_slice()].concat());
+    }
+
+    /// Without `sandbox.disk` a snapshot holds the workspace's files; a session from it has
+    /// them, links as links.
+    pub async fn a_snapshot_of_a_plain_volume_copies_its_files(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.disk = warden_sandbox::ByteSize(0);
+        });
+        let src = key("plain-snap");
+        bash_ok(&sb, &src, "mkdir d && echo x > d/f && ln -s d/f link").await;
+        sb.snapshot_session(&src, "plain").await.unwrap();
+        bash_ok(&sb, &src, "echo y > d/f").await;
+        let restored = key("plain-restored");
+        sb.session_from_snapshot(&restored, "plain").await.unwrap();
+        assert_eq!(bash_ok(&sb, &restored, "cat link; readlink link").await, "x\nd/f\n");
+        sb.delete_snapshot("tester", "plain").await.unwrap();
+        sb.shutdown().await.unwrap();
+    }
+
+    /// The host's own commands (`Sandbox::run_host_command`, how the host compares a
+    /// task's fork with its source): raw stdout, the exit code, in /workspace whatever the
+    /// session's shell left, which they leave as it was, and no task environment.
+    /// `Sandbox::open_session` makes a missing session and leaves a held one alone.
+    pub async fn host_commands_run_beside_the_shell_and_leave_it_as_it_was(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let k = key("inspected");
+        sb.open_session(&k).await.unwrap();
+        assert!(sb.list_sessions().await.unwrap().iter().any(|i| i.key == k), "made by open_session");
+        let env = [("TASK_SECRET".to_string(), "task-secret-value-1".to_string())];
+        let o = sb
+            .call_tool(&k, "Bash", json!({ "command": "mkdir -p d && cd d && echo \"$TASK_SECRET\"" }), &env)
+            .await
+            .unwrap();
+        assert_eq!(o.content, "task-secret-value-1\n", "positive control: the task's command has it");
+        let out = sb
+            .run_host_command(
+                &k,
+                "pwd; printf 'a\\0b'; echo \"${TASK_SECRET:-none}\"; echo err >&2; exit 3",
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.stdout, b"/workspace\na\0bnone\n");
+        assert_eq!((out.exit_code, out.timed_out, out.stdout_dropped, out.stderr.as_str()), (3, false, 0, "err\n"));
+        assert_eq!(bash_ok(&sb, &k, "pwd").await, "/workspace/d\n", "the shell is where the task left it");
+        // A held session is left alone (a paused one stays paused).
+        sb.pause_session(&k).await.unwrap();
+        sb.open_session(&k).await.unwrap();
+        assert!(sb.is_paused(&k));
+        sb.shutdown().await.unwrap();
+    }
+
+    /// A resume is served by the session's egress proxy again (its socket is back).
+    pub async fn a_resumed_session_keeps_egress(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.egress = Some(serde_json::from_value(json!({"allow": ["example.invalid"]})).unwrap());
+            cfg.egress_socket_dir = Some(std::env::temp_dir().join(format!("warden-egress-{}", c.scope)));
+        });
+        let k = key("egress");
+        // The proxy's socket and the in-container forwarder in front of it both answer.
+        let probe = "test -S /run/warden-egress/proxy.sock && echo socket; python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 3128), 5); print(\"forwarder\")'";
+        let before = bash_ok(&sb, &k, probe).await;
+        assert_eq!(before, "socket\nforwarder\n", "positive control");
+        sb.pause_session(&k).await.unwrap();
+        assert_eq!(bash_ok(&sb, &k, probe).await, before);
+        sb.shutdown().await.unwrap();
+    }
+}
+
 mod pool {
     use super::*;
     use std::collections::HashSet;
@@ -1130,7 +1672,7 @@ mod pool {
     /// a pooled container whose binding is gone; it adopts a handed-out one with its
     /// workspace; another scope's pool is untouched.
     pub async fn a_restart_removes_stale_pool_containers_of_its_scope_only(c: Ctx) {
-        let other = Ctx { scope: format!("{}other", c.scope) };
+        let other = c.scoped(format!("{}other", c.scope));
         let neighbour = other.sandbox();
         neighbour.connect().await.unwrap();
         pool_ready(&neighbour, 2).await;
@@ -1279,6 +1821,64 @@ mod pool {
         let now = pooled(&c.scope);
         assert!(now.contains(&waiting[1]) && !now.contains(&waiting[0]) && now.len() == 2, "{now:?} after {waiting:?}");
         assert_eq!(sb.metrics().warm_pool_failures_total, 1, "{:?}", sb.metrics());
+        sb.shutdown().await.unwrap();
+    }
+
+    /// A burst of new sessions past the pool: every one gets a container of its own; each
+    /// that found nothing ready raises the pool's target (up to `warm_pool_max`), the pool
+    /// fills above its floor, and once no new session comes the target decays back to
+    /// `warm_pool` and the idle containers above it are removed.
+    pub async fn the_pool_follows_a_burst_and_decays_to_its_floor(c: Ctx) {
+        /// Sessions started at once: more than the floor and the ceiling together.
+        const BURST: usize = 6;
+        /// `warm_pool_max`: the burst's misses reach it.
+        const CEILING: usize = 4;
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 1;
+            cfg.warm_pool_max = CEILING;
+            // Long enough that the pool fills above its floor before the first halving.
+            cfg.warm_pool_decay = Duration::from_secs(20);
+        });
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 1).await;
+        assert_eq!(sb.metrics().warm_pool_target, 1, "{:?}", sb.metrics());
+        let keys: Vec<SessionKey> = (0..BURST).map(|i| key(&format!("burst{i}"))).collect();
+        let calls = keys.iter().map(|k| {
+            let (sb, k) = (sb.clone(), k.clone());
+            tokio::spawn(async move { bash_ok(&sb, &k, "echo hi").await })
+        });
+        for r in futures_util::future::join_all(calls).await {
+            assert_eq!(r.unwrap(), "hi\n");
+        }
+        let mut ids = HashSet::new();
+        for k in &keys {
+            ids.insert(container_of(&sb, k).await);
+        }
+        assert_eq!(ids.len(), BURST, "a container per session: {ids:?}");
+        let m = sb.metrics();
+        assert_eq!(m.warm_pool_hits_total + m.warm_pool_waits_total + m.warm_pool_misses_total, BURST as u64, "{m:?}");
+        assert_eq!(m.warm_pool_grown_total, (CEILING - 1) as u64, "each miss raised the target to the ceiling: {m:?}");
+        // The pool holds more than its floor once the refill caught up.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while sb.metrics().warm_pool_ready < 2 {
+            assert!(Instant::now() < deadline, "the pool never grew above its floor: {:?}", sb.metrics());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for k in &keys {
+            assert!(sb.end_session(k).await.unwrap());
+        }
+        // No new session: back to the floor, the containers above it removed.
+        let deadline = Instant::now() + Duration::from_secs(100);
+        loop {
+            let m = sb.metrics();
+            if m.warm_pool_target == 1 && m.warm_pool_ready == 1 && pooled(&c.scope).len() == 1 {
+                assert!(m.warm_pool_trimmed_total >= 1, "{m:?}");
+                assert!(ids.iter().all(|id| !container_exists(id)), "the ended sessions' containers are gone");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the pool never decayed to its floor: {m:?} {:?}", pooled(&c.scope));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
         sb.shutdown().await.unwrap();
     }
 
@@ -1692,7 +2292,7 @@ mod boundary {
     }
 
     async fn processes(sb: &Sandbox, k: &SessionKey) -> String {
-        bash_ok(sb, k, "for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr '\\0' ' ' < $p/cmdline && echo; done").await
+        bash_ok(sb, k, "for p in /proc/[0-9]*; do tr '\\0' ' ' 2>/dev/null < $p/cmdline && echo; done").await
     }
 
     /// Regression (issue 11): `setsid`, `setsid -f`, double fork and `nohup … & disown`
@@ -1827,7 +2427,7 @@ mod boundary {
         server.settler.settle().await.expect("settled");
         let id = container_of(&sb, &k).await;
         // Seen from outside: no command runs in between (a command's start would contain).
-        let top = || docker(&["top", &id, "-eo", "pid,args"]);
+        let top = || container_ps(&id);
         let running = |ps: &str, cmd: &str| ps.lines().any(|l| l.trim_end().ends_with(cmd));
 
         server.ask("call").await;
@@ -1939,8 +2539,8 @@ mod boundary {
             .await
             .unwrap()
             .into_iter()
-            .find(|s| s.key == k)
-            .map(|s| docker(&["top", &s.container_id, "-eo", "pid,args"]))
+            .find(|s| s.key == k && s.scope == c.scope)
+            .map(|s| container_ps(&s.container_id))
             .unwrap();
         for leftover in ["sleep 1005", "sleep 1006"] {
             assert!(!ps.contains(leftover), "`{leftover}` outlived its call:\n{ps}");
@@ -2021,12 +2621,31 @@ mod boundary {
               [ \"$(awk '/^PPid:/ {print $2}' $p/status 2>/dev/null)\" = 0 ] || continue; \
               [ \"$(awk '/^Uid:/ {print $2}' $p/status)\" = 1000 ] || continue; \
               echo agent; ls $p/fd >/dev/null 2>&1 && echo OPENED-FD; cat $p/environ >/dev/null 2>&1 && echo READ-ENV; \
+              tr '\\0' '\\n' < $p/environ 2>/dev/null | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/NAME \\1/p'; \
+              head -c 1 $p/mem >/dev/null 2>&1 && echo READ-MEM; \
               printf 'r\\0\\0\\0\\0' > $p/fd/1 2>/dev/null && echo WROTE-STDOUT; \
               printf 'x' > $p/fd/0 2>/dev/null && echo WROTE-STDIN; done; true";
         let out = bash_ok(&sb, &k, probe).await;
         assert!(out.contains("agent"), "the probe found the agent: {out}");
-        for breach in ["OPENED-FD", "READ-ENV", "WROTE-STDOUT", "WROTE-STDIN"] {
-            assert!(!out.contains(breach), "{breach}: {out}");
+        // gVisor lists a non-dumpable process's descriptors and shows its environment to
+        // its user (Linux does neither): what matters holds under both — its descriptors
+        // cannot be opened, its memory not read, and its environment is the container's
+        // own, which every command has (no task's variable, nothing of the host).
+        let tolerated: &[&str] = if c.runtime == Some(GVISOR) { &["OPENED-FD", "READ-ENV"] } else { &[] };
+        for breach in ["OPENED-FD", "READ-ENV", "READ-MEM", "WROTE-STDOUT", "WROTE-STDIN"] {
+            assert!(tolerated.contains(&breach) || !out.contains(breach), "{breach}: {out}");
+        }
+        if out.contains("READ-ENV") {
+            assert!(out.contains("NAME PATH"), "the environment check read the environment: {out}");
+        }
+        let id = container_of(&sb, &k).await;
+        let public = docker(&["inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", &id]);
+        for name in out.lines().filter_map(|l| l.strip_prefix("NAME ")) {
+            let known = public.lines().any(|l| l.split('=').next() == Some(name));
+            assert!(
+                known || ["HOME", "HOSTNAME", "PWD"].contains(&name),
+                "the agent's environment holds {name}: {out}"
+            );
         }
         assert_eq!(bash_ok(&sb, &k, "echo in-step").await, "in-step\n");
         sb.shutdown().await.unwrap();
@@ -2215,8 +2834,12 @@ mod boundary {
         .parse()
         .unwrap();
         assert!(used_kb * 1024 <= LIMIT + 1024 * 1024, "{used_kb} KiB on the host");
-        // The workspace survives a replaced container, as without a limit.
-        docker(&["kill", &ws]);
+        // The workspace survives a replaced container, as without a limit. (Under gVisor a
+        // container killed from outside can leave the agent's exec stream open, so the next
+        // call notices only at its deadline: not part of the disk boundary, see docs/operators.md.)
+        if c.runtime != Some(GVISOR) {
+            docker(&["kill", &ws]);
+        }
         assert_eq!(bash_ok(&sb, &k, "cat small").await, "fits\n");
         sb.shutdown().await.unwrap();
     }
@@ -2886,7 +3509,7 @@ PY
 hop() { echo x >> /workspace/alive-hopper; sleep 0.1; (hop &) ; }
 (hop &)
 # Fast hoppers: chains that fork and exit faster than /proc can be read (review finding).
-for i in $(seq 30); do perl -e '
+for i in $(seq FAST_HOPPERS); do perl -e '
 use POSIX (); POSIX::setsid();
 open STDOUT, ">/dev/null"; open STDERR, ">/dev/null";
 my $n = 0;
@@ -2895,13 +3518,15 @@ while (1) {
   exit 0 if $p;
   $n++; if ($n % 1000 == 0) { open F, ">>/workspace/alive-fast-hopper"; print F "x"; close F }
 }' & done
-# The most threads of a zombie process (builtins only: the hoppers keep the machine busy).
+# The most threads of a zombie process, as its status counts them (gVisor lists no task
+# directory for a zombie leader; builtins only: the hoppers keep the machine busy).
 zombie_leader_threads() {
-  local p line t; zl=0
+  local p line k v t; zl=0
   for p in /proc/[0-9]*; do
     read -r line < $p/stat 2>/dev/null || continue
     [[ $line == *") Z "* ]] || continue
-    t=( $p/task/* ); (( ${#t[@]} > zl )) && zl=${#t[@]}
+    t=0; while read -r k v; do [[ $k == Threads: ]] && t=$v; done < $p/status 2>/dev/null
+    (( t > zl )) && zl=$t
   done
 }
 for i in $(seq 300); do
@@ -2914,7 +3539,10 @@ echo "zombie leader threads: ${zl:-0}"
 ls /workspace/alive-*"#;
         // Its exit status is not the point (a fork may still fail under load); the
         // positive controls below are.
-        let out = bash(&sb, &k, START).await.content;
+        // Thirty fast hoppers; under gVisor's ptrace platform, where a fork costs ~25 ms, one
+        // keeps the machine as busy (four kept the survivors from starting within the wait).
+        let hoppers = if c.runtime == Some(GVISOR) { "1" } else { "30" };
+        let out = bash(&sb, &k, &START.replace("FAST_HOPPERS", hoppers)).await.content;
         for f in ["alive-zombie-leader", "alive-double-fork", "alive-hopper", "alive-fast-hopper"] {
             assert!(out.contains(f), "the {f} survivor never ran (positive control): {out}");
         }
@@ -3096,6 +3724,94 @@ touch /workspace/PWNED-$1
 
 type TestFn = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
+mod runtime {
+    use super::*;
+
+    /// The kernel release a process sees: the host's own under runc; gVisor's (its own
+    /// kernel, which says so in its log) under runsc. Proves the gVisor runs of the boundary
+    /// groups really ran under gVisor.
+    pub async fn the_sandbox_runs_under_the_configured_kernel(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let k = key("kernel");
+        let inside = bash_ok(&sb, &k, "uname -r; dmesg 2>&1 | head -n 3").await;
+        let host = String::from_utf8(Command::new("uname").arg("-r").output().unwrap().stdout).unwrap();
+        let release = inside.lines().next().unwrap_or_default().trim();
+        let id = container_of(&sb, &k).await;
+        let runtime = docker(&["inspect", "--format", "{{.HostConfig.Runtime}}", &id]);
+        match c.runtime {
+            Some(GVISOR) => {
+                assert_ne!(release, host.trim(), "gVisor's kernel is not the host's: {inside}");
+                assert!(inside.contains("gVisor"), "gVisor's kernel log says so: {inside}");
+                assert_eq!(runtime.trim(), GVISOR);
+            }
+            _ => {
+                assert_eq!(release, host.trim(), "runc shares the host's kernel: {inside}");
+                assert!(!inside.contains("gVisor"), "{inside}");
+                assert_eq!(runtime.trim(), "runc");
+            }
+        }
+        let listed = sb.list_sessions().await.unwrap();
+        let row = listed.iter().find(|s| s.key == k && s.scope == c.scope).expect("listed");
+        assert_eq!(row.runtime, runtime.trim(), "the listing names the runtime");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// A subagent the operator puts under gVisor never shares the default runtime's
+    /// container (nor its files), in either direction: the same session id under two
+    /// runtimes is two sessions, each listed with its runtime. The pool (runc) never serves
+    /// the gVisor key.
+    pub async fn a_session_under_another_runtime_is_a_session_of_its_own(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| cfg.warm_pool = 1);
+        sb.connect().await.unwrap();
+        pool_ready(&sb, 1).await;
+        let plain = key("shared-id");
+        let gvisor = key("shared-id").with_runtime(Some(GVISOR.into()));
+        bash_ok(&sb, &plain, "echo runc-side > mine.txt").await;
+        pool_ready(&sb, 1).await;
+        let before = pooled(&c.scope);
+        let out = bash_ok(&sb, &gvisor, "uname -r; ls; echo gvisor-side > theirs.txt").await;
+        assert!(!out.contains("mine.txt"), "the gVisor session sees none of the runc session's files: {out}");
+        assert_eq!(pooled(&c.scope), before, "the runc pool did not serve the gVisor session");
+        let other = bash_ok(&sb, &plain, "ls").await;
+        assert!(other.contains("mine.txt") && !other.contains("theirs.txt"), "{other}");
+        let (a, b) = (container_of(&sb, &plain).await, container_of(&sb, &gvisor).await);
+        assert_ne!(a, b, "two containers");
+        let runtime = |id: &str| docker(&["inspect", "--format", "{{.HostConfig.Runtime}}", id]).trim().to_string();
+        assert_eq!((runtime(&a).as_str(), runtime(&b).as_str()), ("runc", GVISOR));
+        let listed = sb.list_sessions().await.unwrap();
+        let rows: Vec<_> = listed
+            .iter()
+            .filter(|s| s.key.session_id == "shared-id" && s.scope == c.scope)
+            .map(|s| s.runtime.as_str())
+            .collect();
+        assert_eq!(rows.len(), 2, "{listed:?}");
+        assert!(rows.contains(&"runc") && rows.contains(&GVISOR), "{rows:?}");
+        assert!(sb.end_session(&gvisor).await.unwrap());
+        assert!(container_exists(&a) && !container_exists(&b), "ending one runtime's session leaves the other's");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// A runtime the engine does not have is refused before any container is made, naming
+    /// the setting and the engine; `check_runtimes` says the same.
+    pub async fn an_unregistered_runtime_is_refused_by_name(c: Ctx) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.runtime = Some("no-such-runtime".into());
+            cfg.warm_pool = 0;
+        });
+        let err = sb.call_tool(&key("x"), "Bash", json!({"command": "true"}), &[]).await.unwrap_err().to_string();
+        assert!(err.contains("sandbox.runtime `no-such-runtime`") && err.contains("no runtime"), "{err}");
+        let checks = sb.check_runtimes().await;
+        assert!(
+            checks.iter().all(|(_, r)| r.as_ref().is_err_and(|e| e.to_string().contains("no-such-runtime"))),
+            "{checks:?}"
+        );
+        let fine = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+        assert!(fine.check_runtimes().await.iter().all(|(_, r)| r.is_ok()), "the positive control passes");
+        sb.shutdown().await.unwrap();
+        fine.shutdown().await.unwrap();
+    }
+}
+
 macro_rules! tests {
     ($($path:ident :: $name:ident),* $(,)?) => {
         vec![$((concat!(stringify!($path), "::", stringify!($name)), (|c| Box::pin($path::$name(c))) as TestFn)),*]
@@ -3133,6 +3849,16 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         sessions::prune_keeps_a_session_that_exited_recently,
         sessions::docker_unavailable_is_clear,
         sessions::missing_image_is_clear,
+        lifecycle::a_paused_session_keeps_its_files_and_no_process,
+        lifecycle::idle_sessions_pause_then_end,
+        lifecycle::paused_sessions_have_limits_of_their_own,
+        lifecycle::a_resumed_session_keeps_egress,
+        lifecycle::twenty_forks_are_copies_isolated_from_each_other,
+        lifecycle::host_commands_run_beside_the_shell_and_leave_it_as_it_was,
+        lifecycle::a_fork_of_a_plain_volume_copies_its_files,
+        lifecycle::a_session_from_a_snapshot_has_the_same_files,
+        lifecycle::a_snapshot_of_a_plain_volume_copies_its_files,
+        lifecycle::an_ended_session_comes_back_from_its_end_snapshot,
         pool::first_command_runs_in_a_pooled_container,
         pool::two_sessions_never_share_a_container,
         pool::an_ended_session_is_gone_and_never_handed_out_again,
@@ -3143,6 +3869,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         pool::listing_or_pruning_adopted_a_live_hosts_sessions_and_pool,
         pool::a_stopped_pool_container_is_never_handed_out,
         pool::an_idle_pool_container_that_stopped_is_replaced,
+        pool::the_pool_follows_a_burst_and_decays_to_its_floor,
         boundary::detached_processes_end_with_their_call,
         state::the_process_rule_leaves_no_thread_of_the_sandbox_user,
         state::a_command_cannot_write_the_next_calls_state,
@@ -3177,6 +3904,9 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         replicas::an_idle_session_is_reaped_only_when_no_replica_uses_it,
         replicas::a_replica_that_shuts_down_leaves_its_sessions_to_the_others,
         replicas::a_restarted_replica_adopts_its_own_leftovers_only,
+        runtime::the_sandbox_runs_under_the_configured_kernel,
+        sessions::a_session_under_another_runtime_is_a_session_of_its_own,
+        sessions::an_unregistered_runtime_is_refused_by_name,
     ]
 }
 
@@ -3242,6 +3972,12 @@ async fn remove_leftovers(scope: &str, items: Vec<String>) {
     let _ = cleaner.shutdown().await;
 }
 
+/// Whether the engine lists the gVisor runtime (`cargo xtask runsc` registers it).
+fn gvisor_registered() -> bool {
+    let out = Command::new("docker").args(["info", "--format", "{{json .Runtimes}}"]).output().expect("docker info");
+    String::from_utf8_lossy(&out.stdout).contains(&format!("\"{GVISOR}\""))
+}
+
 fn preflight() {
     let out = Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output();
     match out {
@@ -3263,21 +3999,36 @@ fn preflight() {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let tests = all_tests();
+    // Every test under the engine's default runtime, then the boundary groups again under
+    // gVisor (named `runsc/<group>::<test>`).
+    let tests: Vec<(String, Option<&'static str>, TestFn)> = all_tests()
+        .into_iter()
+        .map(|(name, f)| (name.to_string(), None, f))
+        .chain(
+            all_tests()
+                .into_iter()
+                .filter(|(name, _)| GVISOR_GROUPS.iter().any(|g| name.split("::").next() == Some(*g)))
+                .map(|(name, f)| (format!("{GVISOR}/{name}"), Some(GVISOR), f)),
+        )
+        .collect();
     if args.iter().any(|a| a == "--list") {
-        for (name, _) in &tests {
+        for (name, _, _) in &tests {
             println!("{name}: test");
         }
         return;
     }
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let selected: Vec<(usize, &'static str, TestFn)> = tests
+    let selected: Vec<(usize, String, Option<&'static str>, TestFn)> = tests
         .into_iter()
         .enumerate()
-        .filter(|(_, (name, _))| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .map(|(i, (n, f))| (i, n, f))
+        .filter(|(_, (name, _, _))| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .map(|(i, (n, r, f))| (i, n, r, f))
         .collect();
     preflight();
+    assert!(
+        selected.iter().all(|(_, _, runtime, _)| runtime.is_none()) || gvisor_registered(),
+        "gVisor (`{GVISOR}`) is not registered with the Docker Engine: run `cargo xtask runsc` first"
+    );
     let run_prefix = format!("t{}x", std::process::id());
     let started = Instant::now();
     println!("running {} tests (scope prefix {run_prefix})", selected.len());
@@ -3285,13 +4036,13 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let failures = rt.block_on(async {
         let sem = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
-        let handles = selected.into_iter().map(|(i, name, f)| {
+        let handles = selected.into_iter().map(|(i, name, runtime, f)| {
             let sem = sem.clone();
             let scope = format!("{run_prefix}{i}");
             tokio::spawn(async move {
                 let _permit = sem.acquire_owned().await.unwrap();
                 let t0 = Instant::now();
-                let mut task = tokio::spawn(f(Ctx { scope: format!("{scope}-") }));
+                let mut task = tokio::spawn(f(Ctx { scope: format!("{scope}-"), runtime }));
                 let outcome = match tokio::time::timeout(TEST_TIMEOUT, &mut task).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(e)) if e.is_panic() => {

@@ -119,6 +119,8 @@ struct TestMachine {
 fn test_machine(layout: &Layout, python: &Python) -> Result<TestMachine> {
     python.require(TEST_REQUIREMENTS)?;
     image::ensure(layout)?;
+    // The sandbox tests run their boundary groups under gVisor as well as runc.
+    crate::runsc::ensure()?;
     if env::var_os(TEST_POSTGRES_URL).is_none_or(|url| url.is_empty()) {
         crate::postgres::ensure_installed()?;
     }

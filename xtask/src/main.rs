@@ -13,6 +13,9 @@
 //! - `cargo xtask demo`: build, set up the sandbox image, run `warden demo`.
 //! - `cargo xtask image`: build the sandbox image when it is missing or its recipe
 //!   (`sandbox/image/*.txt`) changed.
+//! - `cargo xtask runsc`: install gVisor (Debian's `runsc`) and register it with the local
+//!   Docker Engine as the runtime `runsc`, printing what it changed (`cargo xtask test` does
+//!   this too: the sandbox tests run under runc and under gVisor).
 //!
 //! Whatever is missing (wasm toolchain, Python packages, sandbox image) is installed where
 //! that can be done without guessing, or reported with the exact command to run.
@@ -29,6 +32,7 @@ mod postgres;
 mod process;
 mod python;
 mod registry;
+mod runsc;
 mod toolchain;
 
 use anyhow::Result;
@@ -55,6 +59,8 @@ enum Cmd {
     Demo,
     /// Build the sandbox image when it is missing or its recipe changed.
     Image,
+    /// Install gVisor (`runsc`) and register it with the local Docker Engine.
+    Runsc,
     /// Apply the project's Rust style (rustfmt.toml) to the workspace and every guest crate.
     Fmt,
     /// Run a command with a private PostgreSQL for the store tests (WARDEN_TEST_POSTGRES_URL).
@@ -86,6 +92,7 @@ fn main() -> Result<()> {
         Cmd::Test { cargo_args } => commands::test(&layout, &cargo_args),
         Cmd::Demo => commands::demo(&layout),
         Cmd::Image => image::ensure(&layout),
+        Cmd::Runsc => runsc::ensure(),
         Cmd::Fmt => lint::format(&layout, true),
         Cmd::Postgres { command } => commands::with_postgres(&layout, &command),
     }

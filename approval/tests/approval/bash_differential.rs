@@ -38,6 +38,15 @@
 //! commands, `WARDEN_BASH_DIFF_SEED` (a `u64`, default [`DEFAULT_SEED`]).
 //! Docker and the sandbox image must be present: the test fails (never skips)
 //! without them.
+//!
+//! Issue 44: the policy also allows the builtins the recognizer now understands in their
+//! forms that cannot run code (`test`/`[`, `set`, `trap`, `hash`, `history`, `fc`,
+//! `alias`, the completion builtins, `mapfile`, `command -v`, `exec` with redirections
+//! only; `${name:-word}`, `${#name}`, `!`), the corpus seeds them ([`NEWLY_UNDERSTOOD`]), and
+//! the property holds for them too. The test also runs up to [`DEFAULT_CANDIDATES`]
+//! (`WARDEN_BASH_DIFF_CANDIDATES`) of the generated commands the policy ASKS about, and
+//! reports those that ran nothing unexpected as candidates for the recognizer to model,
+//! counted by the reason they were asked (a report, never a failure: asking is safe).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -62,6 +71,11 @@ const BASE_IMAGE: &str = "warden-sandbox:bookworm";
 /// Repository of the derived image; the tag is a digest of the recipe and the
 /// base image id, so a changed recipe or base rebuilds it.
 const TRIPWIRE_REPO: &str = "warden-bash-tripwire";
+/// Asked commands run to find candidates (see the module docs): enough to see which
+/// reasons keep asking about harmless commands, few enough to stay in seconds.
+const DEFAULT_CANDIDATES: usize = 1000;
+/// Candidates listed per reason in the report.
+const CANDIDATE_EXAMPLES: usize = 3;
 /// Share of generated commands that must be allowed, so the property is
 /// never vacuous.
 const MIN_ALLOWED_SHARE: f64 = 0.1;
@@ -128,11 +142,46 @@ const ALLOW: &[&str] = &[
     "Bash(read:*)",
     "Bash(getopts:*)",
     "Bash(cd:*)",
+    "Bash(test:*)",
+    "Bash([:*)",
+    "Bash(set:*)",
+    "Bash(trap:*)",
+    "Bash(hash:*)",
+    "Bash(history:*)",
+    "Bash(fc:*)",
+    "Bash(alias:*)",
+    "Bash(unalias:*)",
+    "Bash(complete:*)",
+    "Bash(compgen:*)",
+    "Bash(compopt:*)",
+    "Bash(mapfile:*)",
+    "Bash(readarray:*)",
+    "Bash(command:*)",
+    "Bash(exec:*)",
     "Bash(git status)",
     "Bash(OPTIND=*)",
     "Bash(RANDOM=*)",
     "Bash(SECONDS=*)",
     "Bash(PATH=*)",
+];
+
+/// Issue 44: constructs real bash cannot turn into code, now understood; seeds of the
+/// corpus, with their relatives that must keep asking (mutations mix the two).
+const NEWLY_UNDERSTOOD: &[&str] = &[
+    "[ -n \"$pv\" ] && echo set; test -z \"$qv\"; [ \"$g\" -eq 1 ]; [ \"$pv\" = \"$qv\" ]",
+    "test -v pv; [ -v 'a[$(touch v)]' ]; [ $pv ]; [ \"$op\" \"$pv\" ]; test -n $qv",
+    "declare -i n=42; declare -ix m=1; declare -i k; k=\"$pv\"",
+    "echo a!b !! !$; history; history -c; fc -l; history -s 'touch h'; fc -s",
+    "alias echo=touch; unalias echo; echo x",
+    "complete -o default x; compgen -W 'a b' -- a; compgen -W '$(touch w)'; compgen -C 'touch c' x",
+    "set -a; set -o vi; set -- a b; set -o posix; set -x; set -k",
+    "trap -l; trap - INT; trap '' HUP; trap 'touch t' EXIT",
+    "echo ${pv:-d} ${qv:+a} ${pv%]} ${pv##*[} ${#pv}; echo ${pv:=x} ${!g}",
+    "exec 3</dev/null; exec 4>&1; exec touch e",
+    "mapfile a </dev/null; readarray -t b </dev/null; mapfile -C 'touch m' -c 1 c <<< x; mapfile OPTIND <<< pv",
+    "hash; hash -r; hash -p /opt/.w/tripwire echo; echo",
+    "command -v git; command -V echo; command touch c",
+    "TZ=UTC echo hi; LC_ALL=C echo; NODE_DEBUG=x echo",
 ];
 
 /// Seeds for the mutation half of the generator: every class the recognizer
@@ -465,7 +514,9 @@ fn mutated(base: BoxedStrategy<String>) -> BoxedStrategy<String> {
 }
 
 fn command() -> BoxedStrategy<String> {
-    let corpus: Vec<&'static str> = CORPUS.iter().chain(KNOWN_BAD).chain(KNOWN_BAD_STATE).copied().collect();
+    let newly = NEWLY_UNDERSTOOD.iter().flat_map(|seed| seed.split("; "));
+    let corpus: Vec<&'static str> =
+        CORPUS.iter().chain(KNOWN_BAD).chain(KNOWN_BAD_STATE).copied().chain(newly).collect();
     let corpus = proptest::sample::select(corpus).prop_map(str::to_owned).boxed();
     prop_oneof![4 => list(2), 1 => mutated(corpus), 2 => mutated(list(1)), 2 => stateful()].boxed()
 }
@@ -752,7 +803,12 @@ fn allowed_echo_commands_run_only_echo_in_real_bash() {
         assert_eq!(decide(&policy, bad), Decision::Ask, "{bad:?} must ask");
     }
     let generated = generate(cases, seed);
-    let allowed: Vec<String> = generated.into_iter().filter(|c| decide(&policy, c) == Decision::Allow).collect();
+    let (allowed, asked): (Vec<String>, Vec<String>) = generated
+        .into_iter()
+        .filter(|c| decide(&policy, c) != Decision::Deny)
+        .partition(|c| decide(&policy, c) == Decision::Allow);
+    let candidates = env_or("WARDEN_BASH_DIFF_CANDIDATES", DEFAULT_CANDIDATES);
+    let asked: Vec<String> = asked.into_iter().take(candidates).collect();
     let share = allowed.len() as f64 / cases.max(1) as f64;
     assert!(
         share >= MIN_ALLOWED_SHARE,
@@ -761,8 +817,10 @@ fn allowed_echo_commands_run_only_echo_in_real_bash() {
     );
     let mut batch: Vec<String> = known_bad.iter().map(|s| s.to_string()).collect();
     batch.extend(allowed.iter().cloned());
+    batch.extend(asked.iter().cloned());
     let outcomes = run_all(&image, &batch);
-    let (bad_out, allowed_out) = outcomes.split_at(known_bad.len());
+    let (bad_out, rest) = outcomes.split_at(known_bad.len());
+    let (allowed_out, asked_out) = rest.split_at(allowed.len());
     for (cmd, o) in known_bad.iter().zip(bad_out) {
         assert!(
             o.fired(),
@@ -792,4 +850,23 @@ fn allowed_echo_commands_run_only_echo_in_real_bash() {
          timed out)",
         allowed.len()
     );
+
+    // 3. Candidates: asked commands that ran nothing unexpected in real bash, by reason.
+    let mut by_reason: std::collections::BTreeMap<String, Vec<&str>> = std::collections::BTreeMap::new();
+    for (cmd, o) in asked.iter().zip(asked_out) {
+        if !o.fired() && o.error.is_none() && !o.timeout {
+            let ev = policy.decide("Bash", &json!({ "command": cmd }), &ctx(), policy.effective_mode(None));
+            let reason =
+                ev.not_understood.map_or_else(|| "understood, asked by the rules".to_owned(), |n| n.reason.to_string());
+            by_reason.entry(reason).or_default().push(cmd);
+        }
+    }
+    let clean: usize = by_reason.values().map(Vec::len).sum();
+    eprintln!("bash differential: {} asked commands run, {clean} ran nothing unexpected (candidates):", asked.len());
+    let mut reasons: Vec<_> = by_reason.into_iter().collect();
+    reasons.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+    for (reason, cmds) in reasons {
+        let examples: Vec<String> = cmds.iter().take(CANDIDATE_EXAMPLES).map(|c| format!("{c:?}")).collect();
+        eprintln!("  {:>5}  {reason}: {}", cmds.len(), examples.join(", "));
+    }
 }

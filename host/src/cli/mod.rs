@@ -10,6 +10,7 @@ macro_rules! out {
     ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*)) };
 }
 
+mod approval;
 mod demo;
 mod plugin_build;
 mod plugin_test;
@@ -110,6 +111,11 @@ pub enum Command {
         #[command(subcommand)]
         command: SandboxCommand,
     },
+    /// The approval policy of the configuration.
+    Approval {
+        #[command(subcommand)]
+        command: ApprovalCommand,
+    },
     /// Pending approvals of a running `warden serve`: list (default), approve, decline.
     /// The token is read from $WARDEN_TOKEN.
     Approvals {
@@ -120,6 +126,13 @@ pub enum Command {
         /// Print the list as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// One task of a running `warden serve`. The token is read from $WARDEN_TOKEN.
+    Task {
+        #[command(subcommand)]
+        command: TaskCommand,
+        #[command(flatten)]
+        api: remote::ApiArgs,
     },
     /// Serve the HTTP API (default 127.0.0.1:7878, `server.addr`).
     Serve {
@@ -184,6 +197,112 @@ pub enum SandboxCommand {
         idle_over: Option<String>,
         #[command(flatten)]
         api: remote::ApiArgs,
+    },
+    /// Pause a session of a running `warden serve` now: its container stops (no process
+    /// survives), its workspace is kept, and its next call starts it again. The token is
+    /// read from $WARDEN_TOKEN.
+    Pause {
+        /// The session id.
+        session: String,
+        /// The session's user (default: the token's own; another user's needs an admin).
+        #[arg(long)]
+        user: Option<String>,
+        #[command(flatten)]
+        api: remote::ApiArgs,
+    },
+    /// Fork a session of a running `warden serve`: a new session NEW of the same user on a
+    /// copy of SESSION's workspace, with a container of its own (no process, shell state or
+    /// secret shared).
+    Fork {
+        /// The session to copy.
+        session: String,
+        /// The new session's id.
+        new: String,
+        /// The session's user (default: the token's own; another user's needs an admin).
+        #[arg(long)]
+        user: Option<String>,
+        #[command(flatten)]
+        api: remote::ApiArgs,
+    },
+    /// Start a paused session's container again now (files kept, processes not).
+    Resume {
+        /// The session id.
+        session: String,
+        /// The session's user (default: the token's own; another user's needs an admin).
+        #[arg(long)]
+        user: Option<String>,
+        #[command(flatten)]
+        api: remote::ApiArgs,
+    },
+    /// Named snapshots of a session's workspace on a running `warden serve`: take one, list
+    /// them, delete one. A new session starts from one with `snapshot` on `POST /v1/tasks`.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotCommand {
+    /// Store a copy of SESSION's workspace as NAME (only the workspace: no process, shell
+    /// state or secret).
+    Take(SnapshotNamed),
+    /// List the snapshots taken of SESSION.
+    Ls {
+        /// The session.
+        session: String,
+        /// The session's user (default: the token's own; another user's needs an admin).
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        api: remote::ApiArgs,
+    },
+    /// Delete the snapshot NAME taken of SESSION.
+    Rm(SnapshotNamed),
+}
+
+/// One snapshot of a session: `take` and `rm`.
+#[derive(clap::Args, Debug)]
+pub struct SnapshotNamed {
+    /// The session (the one copied, or the one it was taken of).
+    session: String,
+    /// The snapshot's name: letters, digits, `.`, `_`, `-` (unique for the user).
+    name: String,
+    /// The session's user (default: the token's own; another user's needs an admin).
+    #[arg(long)]
+    user: Option<String>,
+    #[command(flatten)]
+    api: remote::ApiArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ApprovalCommand {
+    /// What the policy decides for one tool call, and why (the rule and the reason),
+    /// without running it. Exit 0 whatever the decision; 2 for bad input.
+    Check {
+        /// Tool name: Bash, Read, Write, Edit, Glob, Grep, WebFetch, mcp__server__tool, ...
+        tool: String,
+        /// The call's input as a JSON object, e.g. '{"command": "ls"}'.
+        args: String,
+        /// The permission mode an agent claims (default, acceptEdits, plan, dontAsk,
+        /// bypassPermissions), capped by `approval.max_mode` as for an agent.
+        #[arg(long)]
+        mode: Option<String>,
+        /// Print one JSON object {decision, rule, reason, bypass, not_understood}.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TaskCommand {
+    /// Print a durable task's import journal (JSON, scrubbed): its header, then each
+    /// import call of its plugin and what the host answered.
+    Journal {
+        /// The task id.
+        id: String,
     },
 }
 
@@ -487,11 +606,27 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             let host = crate::app::Host::start(config).await?;
             let registry = host.registry.clone();
             let snap = registry.snapshot();
-            let errors = snap.errors();
-            for p in &errors {
-                eprintln!("error: {}: {}", esc(&p.source), esc(&p.message));
+            // The same lines as `warden agents`: errors fail the check, warnings do not.
+            for p in &snap.problems {
+                eprintln!("{}", esc(&p.line()));
             }
-            if !errors.is_empty() {
+            // The runtimes sessions would run under, on each Docker host that answers.
+            let mut runtime_errors = 0;
+            if let Ok(sandbox) = host.tools.sandbox() {
+                for (endpoint, result) in sandbox.check_runtimes().await {
+                    match result {
+                        Ok(()) => {}
+                        Err(e @ warden_sandbox::SandboxError::DockerUnavailable(_)) => {
+                            eprintln!("warning: sandbox: {}; the runtimes there were not checked", esc(&e.to_string()));
+                        }
+                        Err(e) => {
+                            runtime_errors += 1;
+                            eprintln!("error: sandbox ({}): {}", esc(&endpoint), esc(&e.to_string()));
+                        }
+                    }
+                }
+            }
+            if !snap.errors().is_empty() || runtime_errors > 0 {
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
             out!("{source}: ok");
@@ -523,6 +658,32 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Sandbox { command: SandboxCommand::End { session, user, idle_over, api } } => {
             remote::sandbox_end(config, api, session, user, idle_over).await
         }
+        Command::Approval { command: ApprovalCommand::Check { tool, args, mode, json } } => {
+            approval::check(&config, &tool, &args, mode.as_deref(), json)
+        }
+        Command::Sandbox { command: SandboxCommand::Pause { session, user, api } } => {
+            remote::sandbox_lifecycle(config, api, &session, user, remote::Lifecycle::Pause).await
+        }
+        Command::Sandbox { command: SandboxCommand::Fork { session, new, user, api } } => {
+            remote::sandbox_fork(config, api, &session, &new, user).await
+        }
+        Command::Sandbox { command: SandboxCommand::Resume { session, user, api } } => {
+            remote::sandbox_lifecycle(config, api, &session, user, remote::Lifecycle::Resume).await
+        }
+        Command::Sandbox { command: SandboxCommand::Snapshot { command } } => {
+            let (session, user, api, action) = match command {
+                SnapshotCommand::Take(SnapshotNamed { session, name, user, api }) => {
+                    (session, user, api, remote::SnapshotAction::Take(name))
+                }
+                SnapshotCommand::Ls { session, user, json, api } => {
+                    (session, user, api, remote::SnapshotAction::List { json })
+                }
+                SnapshotCommand::Rm(SnapshotNamed { session, name, user, api }) => {
+                    (session, user, api, remote::SnapshotAction::Delete(name))
+                }
+            };
+            remote::sandbox_snapshot(config, api, &session, user, action).await
+        }
         Command::Approvals { command: None | Some(ApprovalsCommand::List), api, json } => {
             remote::approvals_list(config, api, json).await
         }
@@ -532,6 +693,7 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
         Command::Approvals { command: Some(ApprovalsCommand::Decline { id }), api, .. } => {
             remote::approvals_decide(config, api, &id, "decline", "once").await
         }
+        Command::Task { command: TaskCommand::Journal { id }, api } => remote::task_journal(config, api, &id).await,
         Command::Demo { plugins } => demo::run(plugins).await,
         Command::Serve { addr, replica_id } => serve::serve(config, addr, replica_id).await,
         Command::Mcp { command: Some(McpCommand::Import { file }), .. } => {
@@ -601,7 +763,9 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
             let host = crate::app::Host::start(config).await?;
             let registry = host.registry.clone();
             let snap = registry.snapshot();
-            let notes = crate::registry::effort_notes(&snap, host.services.models.as_ref().ok().map(|m| m.as_ref()));
+            let mut notes =
+                crate::registry::effort_notes(&snap, host.services.models.as_ref().ok().map(|m| m.as_ref()));
+            notes.extend(crate::registry::bypass_notes(&snap, host.config.approval.allow_bypass));
             if json {
                 #[derive(Serialize)]
                 struct Agents<'a> {
@@ -617,14 +781,17 @@ async fn dispatch(command: Command, mut config: Config) -> anyhow::Result<ExitCo
                     let d = &r.definition;
                     out!("{:<24} {:<8} {}  ({})", esc(&d.name), esc(&d.kind), esc(&d.description), esc(&r.source));
                 }
+                // The same lines as `warden config check`: `error:` for files refused,
+                // `warning:` for what was ignored.
                 for p in &snap.problems {
-                    eprintln!("warning: {}: {}", esc(&p.source), esc(&p.message));
+                    eprintln!("{}", esc(&p.line()));
                 }
                 for n in &notes {
                     eprintln!("note: {}: {}", esc(&n.source), esc(&n.message));
                 }
             }
-            Ok(ExitCode::SUCCESS)
+            // Refused files fail the listing as they fail `warden config check`.
+            Ok(if snap.errors().is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_USAGE) })
         }
         Command::Run { subagent_type, prompt, description, model, session, egress, json } => {
             // `--egress` given at all narrows (to what it lists); never given, nothing.

@@ -5,7 +5,8 @@
 //! `plugins.grants`. A `model` grant is answered by the scripted model of
 //! `--model-script` (the offline stand-in for an LLM); `tools` has no sandbox here and
 //! every tool call returns an error the plugin can handle. This module must never write
-//! a file or reach anything the given grants do not name.
+//! a file or reach anything the given grants do not name. With `--replay`, a durable
+//! task's journal answers the plugin's import calls instead ([`crate::journal`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,8 +45,15 @@ pub struct TestArgs {
     #[arg(long = "http", value_name = "PATTERN")]
     pub http: Vec<String>,
     /// The task's prompt.
-    #[arg(long)]
-    pub prompt: String,
+    #[arg(long, required_unless_present = "replay")]
+    pub prompt: Option<String>,
+    /// A durable task's journal (what `warden task journal ID` prints, saved to a file):
+    /// the plugin is called with the task's call, ids and session, and every import call is
+    /// answered from the journal — no model, network or sandbox — so a task seen in
+    /// production runs again exactly. Past the journal's end, imports run as the other
+    /// flags allow; a call that differs from the journal ends the run, naming it.
+    #[arg(long, value_name = "JOURNAL", conflicts_with = "prompt")]
+    pub replay: Option<PathBuf>,
     /// A scripted-model file answering the plugin's model calls (needs `--grant model`).
     #[arg(long, value_name = "FILE")]
     pub model_script: Option<PathBuf>,
@@ -91,6 +99,41 @@ fn metadata(args: &TestArgs) -> anyhow::Result<BTreeMap<String, String>> {
         .collect()
 }
 
+/// The journal file `path` (`{"task_id", "entries": [{"seq", "entry"}]}`, as
+/// `warden task journal` prints it): the task id and the journal. A journal recorded with
+/// another build than `plugin` (the file's bytes) is replayed all the same, with a warning:
+/// an author replaying a fix wants to see where it departs from what happened.
+fn read_journal(path: &std::path::Path, plugin: &[u8]) -> anyhow::Result<(String, crate::journal::Recorded)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("--replay {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+        format!("--replay {}: not JSON (expected what `warden task journal ID` prints)", path.display())
+    })?;
+    let task_id = v["task_id"].as_str().with_context(|| format!("--replay {}: no `task_id`", path.display()))?;
+    let rows = v["entries"]
+        .as_array()
+        .with_context(|| format!("--replay {}: no `entries` list", path.display()))?
+        .iter()
+        .map(|e| Ok((e["seq"].as_u64().context("an entry without a `seq`")?, e["entry"].clone())))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .with_context(|| format!("--replay {}", path.display()))?;
+    let recorded = crate::journal::Recorded::from_rows(task_id, rows)
+        .map_err(|e| anyhow::anyhow!("--replay {}: {e}", path.display()))?;
+    let Some(header) = &recorded.header else {
+        anyhow::bail!("--replay {}: the journal has no header (the task was not durable)", path.display());
+    };
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(plugin));
+    if header.plugin.sha256 != sha256 {
+        eprintln!(
+            "warning: the journal was recorded with {} {} (sha256 {}); this file's sha256 is {sha256}: the replay stops \
+             at the first call that differs",
+            esc(&header.plugin.id),
+            esc(&header.plugin.version),
+            esc(&header.plugin.sha256)
+        );
+    }
+    Ok((task_id.to_owned(), recorded))
+}
+
 pub async fn run(config: Config, args: TestArgs) -> anyhow::Result<ExitCode> {
     let grant = grants(&args)?;
     let metadata = metadata(&args)?;
@@ -109,6 +152,10 @@ pub async fn run(config: Config, args: TestArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("--model-script {}: {e}", script.display()))?;
         services = services.with_models(Ok(Arc::new(router)));
     }
+    let replay = match &args.replay {
+        Some(path) => Some(read_journal(path, &bytes)?),
+        None => None,
+    };
     let runtime = super::one_off_runtime(&config, services)?;
     let id = crate::registry::plugin_id(&args.file).unwrap_or_else(|| "tested".into());
     let plugin = runtime
@@ -140,18 +187,37 @@ pub async fn run(config: Config, args: TestArgs) -> anyhow::Result<ExitCode> {
                 }
                 events
             });
-            let call = TaskCall {
-                description: "plugin test".into(),
-                prompt: args.prompt.clone(),
-                subagent_type: definition.name.clone(),
-                ..TaskCall::default()
+            let (call, task, journal) = match &replay {
+                Some((task_id, recorded)) => {
+                    let header = recorded.header.as_ref().expect("checked when read");
+                    let task = TaskContext {
+                        task_id: task_id.clone(),
+                        session_id: header.session_id.clone(),
+                        user_id: header.user_id.clone(),
+                    };
+                    // Offline, nothing is written: the journal's writes go to a store in memory.
+                    let store = crate::store::Store::in_memory().map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let journal =
+                        crate::journal::TaskJournal::replaying(task_id, store, u64::MAX, recorded.clone()).restarted();
+                    (header.call.clone(), task, Some(Arc::new(journal)))
+                }
+                None => {
+                    let call = TaskCall {
+                        description: "plugin test".into(),
+                        prompt: args.prompt.clone().unwrap_or_default(),
+                        subagent_type: definition.name.clone(),
+                        ..TaskCall::default()
+                    };
+                    let task = TaskContext {
+                        task_id: crate::task::new_task_id(),
+                        session_id: "plugin-test".into(),
+                        user_id: LOCAL_USER.into(),
+                    };
+                    (call, task, None)
+                }
             };
-            let task = TaskContext {
-                task_id: crate::task::new_task_id(),
-                session_id: "plugin-test".into(),
-                user_id: LOCAL_USER.into(),
-            };
-            let result = runtime.execute(&plugin, task, &call, &definition, Some(tx)).await;
+            let scope = crate::scope::TaskScope { events: Some(tx), journal, ..Default::default() };
+            let result = runtime.execute(&plugin, task, &call, &definition, scope).await;
             report.events = printer.await.unwrap_or_default();
             report.definition = Some(definition);
             match result {

@@ -1,6 +1,6 @@
 //! Operations on a running `warden serve` through its HTTP API, for people without a
-//! browser: `warden approvals` (list, approve, decline) and `warden sandbox end` (one
-//! session, or every session idle longer than a duration). The server is `--url`
+//! browser: `warden approvals` (list, approve, decline), `warden sandbox end` (one
+//! session, or every session idle longer than a duration) and `warden task journal`. The server is `--url`
 //! (or `WARDEN_URL`, default `http://` + `server.addr`); the bearer token comes from
 //! `WARDEN_TOKEN` only — never from the command line, where `ps` would show it.
 
@@ -179,6 +179,18 @@ pub async fn approvals_decide(
     }
 }
 
+/// `warden task journal ID`: the task's import journal as the API gives it.
+pub async fn task_journal(config: Config, args: ApiArgs, id: &str) -> anyhow::Result<ExitCode> {
+    let api = Api::new(&config, &args)?;
+    match api.call(reqwest::Method::GET, &format!("/v1/tasks/{}/journal", segment(id)), None).await {
+        Ok(v) => {
+            out!("{}", serde_json::to_string_pretty(&v)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(f) => Ok(f.exit()),
+    }
+}
+
 /// `warden sandbox end SESSION [--user U]` or `warden sandbox end --idle-over D`: ends
 /// sessions of the running server's deployment (their containers and workspaces).
 pub async fn sandbox_end(
@@ -328,4 +340,130 @@ mod tests {
             assert!(seen.lock().unwrap().is_empty(), "HTTP {status}: the target was asked: {:?}", seen.lock().unwrap());
         }
     }
+}
+
+/// What `warden sandbox pause|resume` asks of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    Pause,
+    Resume,
+}
+
+impl Lifecycle {
+    /// The endpoint's last path segment.
+    fn action(self) -> &'static str {
+        match self {
+            Lifecycle::Pause => "pause",
+            Lifecycle::Resume => "resume",
+        }
+    }
+}
+
+/// `warden sandbox pause|resume SESSION [--user U]`: `POST /v1/sessions/{id}/pause|resume`.
+pub async fn sandbox_lifecycle(
+    config: Config,
+    args: ApiArgs,
+    session: &str,
+    user: Option<String>,
+    what: Lifecycle,
+) -> anyhow::Result<ExitCode> {
+    let api = Api::new(&config, &args)?;
+    let path = session_path(session, what.action(), user.as_deref());
+    match api.call(reqwest::Method::POST, &path, None).await {
+        Ok(v) => {
+            let (changed, done, unchanged) = match what {
+                Lifecycle::Pause => (v["was_running"].as_bool() == Some(true), "paused", " (it already was)"),
+                Lifecycle::Resume => (v["was_paused"].as_bool() == Some(true), "resumed", " (it was not paused)"),
+            };
+            let note = if changed { "" } else { unchanged };
+            out!("{done} session {}{note}", esc(session));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(f) => Ok(f.exit()),
+    }
+}
+
+/// `warden sandbox fork SESSION NEW [--user U]`: `POST /v1/sessions/{id}/fork`.
+pub async fn sandbox_fork(
+    config: Config,
+    args: ApiArgs,
+    session: &str,
+    new: &str,
+    user: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let api = Api::new(&config, &args)?;
+    let path = session_path(session, "fork", user.as_deref());
+    match api.call(reqwest::Method::POST, &path, Some(json!({ "session_id": new }))).await {
+        Ok(_) => {
+            out!("forked session {} into {}", esc(session), esc(new));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(f) => Ok(f.exit()),
+    }
+}
+
+/// `/v1/sessions/{session}/{tail}`, with `?user_id=` when a user is named (each part
+/// percent-encoded as one path segment).
+fn session_path(session: &str, tail: &str, user: Option<&str>) -> String {
+    let mut path = format!("/v1/sessions/{}/{tail}", segment(session));
+    if let Some(u) = user {
+        path.push_str(&format!("?user_id={}", segment(u)));
+    }
+    path
+}
+
+/// What `warden sandbox snapshot …` asks of a session's snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotAction {
+    /// `take NAME`: `POST /v1/sessions/{id}/snapshots`.
+    Take(String),
+    /// `ls`: `GET /v1/sessions/{id}/snapshots`.
+    List { json: bool },
+    /// `rm NAME`: `DELETE /v1/sessions/{id}/snapshots/{name}`.
+    Delete(String),
+}
+
+/// `warden sandbox snapshot take|ls|rm SESSION … [--user U]`.
+pub async fn sandbox_snapshot(
+    config: Config,
+    args: ApiArgs,
+    session: &str,
+    user: Option<String>,
+    action: SnapshotAction,
+) -> anyhow::Result<ExitCode> {
+    let api = Api::new(&config, &args)?;
+    let user = user.as_deref();
+    let answer = match &action {
+        SnapshotAction::Take(name) => {
+            api.call(reqwest::Method::POST, &session_path(session, "snapshots", user), Some(json!({ "name": name })))
+                .await
+        }
+        SnapshotAction::List { .. } => {
+            api.call(reqwest::Method::GET, &session_path(session, "snapshots", user), None).await
+        }
+        SnapshotAction::Delete(name) => {
+            let tail = format!("snapshots/{}", segment(name));
+            api.call(reqwest::Method::DELETE, &session_path(session, &tail, user), None).await
+        }
+    };
+    let v = match answer {
+        Ok(v) => v,
+        Err(f) => return Ok(f.exit()),
+    };
+    match action {
+        SnapshotAction::Take(name) => out!("took snapshot {} of session {}", esc(&name), esc(session)),
+        SnapshotAction::Delete(name) => out!("deleted snapshot {} of session {}", esc(&name), esc(session)),
+        SnapshotAction::List { json: true } => out!("{}", serde_json::to_string_pretty(&v["snapshots"])?),
+        SnapshotAction::List { json: false } => {
+            let list = v["snapshots"].as_array().cloned().unwrap_or_default();
+            if list.is_empty() {
+                out!("no snapshots of session {}", esc(session));
+            }
+            for i in &list {
+                let s = |k: &str| esc(i[k].as_str().unwrap_or("-")).into_owned();
+                out!("{}  taken {}  on {}", s("name"), s("created_at"), s("docker_host"));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

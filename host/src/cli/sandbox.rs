@@ -82,6 +82,8 @@ struct SessionRow {
     user_id: String,
     session_id: String,
     container: String,
+    /// The OCI runtime its container runs under.
+    runtime: String,
     state: String,
     created_secs_ago: u64,
 }
@@ -97,6 +99,7 @@ pub async fn ls(config: Config, json: bool) -> anyhow::Result<ExitCode> {
             user_id: s.key.user_id.clone(),
             session_id: s.key.session_id.clone(),
             container: s.container_name,
+            runtime: s.runtime,
             state: s.state,
             created_secs_ago: s.created.elapsed().map(|d| d.as_secs()).unwrap_or(0),
         })
@@ -108,10 +111,11 @@ pub async fn ls(config: Config, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         for r in rows {
             out!(
-                "{:<12} {:<40} {:<10} {} ({}s old)",
+                "{:<12} {:<40} {:<10} {:<6} {} ({}s old)",
                 r.user_id,
                 r.session_id,
                 r.state,
+                r.runtime,
                 r.container,
                 r.created_secs_ago
             );

@@ -133,6 +133,11 @@ pub struct PluginsConfig {
     pub require_signature: bool,
     /// Plugin id → the SHA-256 (hex) its file must have; any other content is invalid.
     pub pins: BTreeMap<String, String>,
+    /// Plugin id → whether its tasks are durable (journaled and taken over after a
+    /// restart; see `server.durable_tasks`). Unlisted ids follow `server.durable_tasks`;
+    /// `false` turns it off for a plugin whose journal would be too large or that is not
+    /// deterministic.
+    pub durable: BTreeMap<String, bool>,
 }
 
 /// Default memory for compiling one plugin: an 18 MB Python component needs ~400 MB
@@ -244,6 +249,7 @@ impl Default for PluginsConfig {
             trust: Vec::new(),
             require_signature: false,
             pins: BTreeMap::new(),
+            durable: BTreeMap::new(),
         }
     }
 }
@@ -340,6 +346,11 @@ pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub struct SubagentsConfig {
     /// Directories searched recursively for Claude-format `.md` agent files.
     pub agent_dirs: Vec<PathBuf>,
+    /// Claude Code plugin folders (`.claude-plugin/plugin.json`, `agents/`, `skills/`,
+    /// `hooks/`, `.mcp.json`) and marketplace folders (`.claude-plugin/marketplace.json`
+    /// listing plugin folders inside it): each plugin's agents are registered as
+    /// `plugin-name:agent-name` (see [`crate::claude_plugins`]). Default: none.
+    pub plugin_dirs: Vec<PathBuf>,
     /// References of any kind, resolved by the first plugin whose `can-resolve` accepts.
     pub references: Vec<ReferenceConfig>,
     /// Register the built-in general-purpose / Explore / Plan / Bash agents.
@@ -378,6 +389,7 @@ impl Default for SubagentsConfig {
     fn default() -> Self {
         Self {
             agent_dirs: vec![PathBuf::from(DEFAULT_AGENT_DIR)],
+            plugin_dirs: Vec::new(),
             references: Vec::new(),
             builtin: false,
             allow_agent_mcp_servers: false,
@@ -485,7 +497,23 @@ pub struct ServerConfig {
     /// [`ServerConfig::max_events_per_task`].
     #[serde(with = "size_text")]
     pub max_event_bytes_per_task: u64,
+    /// Tasks survive the death of the process running them (kill -9, a lost machine, a
+    /// deploy): each import call of a task's plugin is journaled in the task store, and
+    /// the restarted server (or, with replicas, another replica) runs the plugin again,
+    /// answering from the journal, then goes on live (docs/operators.md, "Durable tasks").
+    /// Default true; false: such tasks end `failed` ("host restarted", "replica lost").
+    pub durable_tasks: bool,
+    /// Most journal one task may write (`64MiB`, or bytes); past it the task goes on but
+    /// is no longer durable. See [`DEFAULT_JOURNAL_MAX_BYTES`].
+    #[serde(with = "size_text")]
+    pub journal_max_bytes: u64,
 }
+
+/// Default [`ServerConfig::journal_max_bytes`]: the most journal one task may write. A
+/// Claude subagent's turn is a few KiB to a few hundred KiB (the model's reply, a tool's
+/// output); 64 MiB holds hundreds of long turns, and keeps one runaway task from filling
+/// the store. Past it the task goes on but is no longer durable.
+pub const DEFAULT_JOURNAL_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Default [`ServerConfig::max_events_per_task`]: a long agent run streaming its tokens
 /// (the plugin's `max_events_per_call` of 20,000 plus as many tool, approval and status
@@ -648,6 +676,8 @@ impl Default for ServerConfig {
             task_lease: DEFAULT_TASK_LEASE,
             max_events_per_task: DEFAULT_MAX_EVENTS_PER_TASK,
             max_event_bytes_per_task: DEFAULT_MAX_EVENT_BYTES_PER_TASK,
+            durable_tasks: true,
+            journal_max_bytes: DEFAULT_JOURNAL_MAX_BYTES,
         }
     }
 }

@@ -8,7 +8,10 @@
 //! - it runs at once, inside its root's slot ([`super::Slot::Parent`]), in this process
 //!   (never the shared queue: its parent waits here);
 //! - its record names its parent (`parent_task_id`), its approvals the whole chain;
-//! - it ends when its parent is canceled or stops waiting for it.
+//! - it ends when its parent is canceled or stops waiting for it;
+//! - when its definition asks for isolation (a Claude agent file's `isolation: worktree`)
+//!   it runs in a fork of its parent's session ([`crate::isolation`]) instead, and gets
+//!   none of its parent's `tool_context` secrets (they stay with the source session).
 //!
 //! The depth cap is applied by giving a task a [`SubagentStarter`] only below
 //! `subagents.max_depth`; this module never starts a child without one.
@@ -21,7 +24,7 @@ use super::{Engine, Lineage, LiveTask, Slot, TaskStart};
 use crate::event::{TaskEvent, ToolEvent};
 use crate::plugin::TaskCall;
 use crate::scope::{StartableSubagent, SubagentStarter, TaskScope};
-use crate::store::{TaskRecord, Write, now_ms};
+use crate::store::{TaskRecord, now_ms};
 use crate::task_state::TaskState;
 
 /// The starter a task at `depth` gets: `None` at `subagents.max_depth` (no Agent tool).
@@ -88,37 +91,48 @@ impl Engine {
         }
         let now = now_ms();
         let redactor = crate::redact::registry().session(&parent.user_id, &parent.session_id);
+        let isolated =
+            self.isolation_of(&call, None).map(|_| Engine::admit_isolated(&parent.user_id, parent.session_id.clone()));
         let mut record = TaskRecord {
             description: redactor.scrub(&call.description).into_owned(),
             parent_task_id: Some(parent.task_id.clone()),
             ..TaskRecord::submitted(
                 crate::task::new_task_id(),
                 &call,
-                parent.session_id.clone(),
+                isolated.as_ref().map_or_else(|| parent.session_id.clone(), |i| i.session_id.clone()),
                 parent.user_id.clone(),
                 parent_live.record().principal,
                 now,
             )
         };
+        let secrets = match isolated {
+            // A fork never carries a secret of its source session's tasks.
+            Some(_) => crate::tool_context::TaskSecrets::default(),
+            None => crate::tool_context::TaskSecrets {
+                named: parent.tool_secrets.clone(),
+                env: parent.tool_env.clone(),
+                inject: parent.egress_credentials.clone(),
+            },
+        };
+        record.isolation = isolated;
         let task_id = record.task_id.clone();
-        if let Some(replica) = &self.replica {
-            record.replica = Some(replica.id().to_owned());
-            self.store.write(Write::Claim {
-                task_id: task_id.clone(),
-                owner: replica.id().to_owned(),
-                lease_until_ms: replica.lease_until(),
-            });
-        }
+        self.hold_here(&mut record);
+        let record_isolated = record.isolation.is_some();
         let live = self.new_live(record.clone(), parent.tool_budget.clone(), vec![]);
         self.live.lock().unwrap().insert(task_id.clone(), live.clone());
         live.save_record(record);
         live.push(json!({ "type": "status", "status": TaskState::Submitted, "task_id": task_id }));
         self.metrics.submitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(
-            task_id = %task_id, parent_task_id = %parent.task_id, session = %parent.session_id,
+            task_id = %task_id, parent_task_id = %parent.task_id, session = %parent.session_id, isolated = record_isolated,
             subagent = %call.subagent_type, depth = parent.depth() + 1, "subagent started by a subagent"
         );
-        let mut lineage = Lineage { chain: parent.chain.clone(), inherited_tools: parent.inherited_tools.clone() };
+        let mut lineage = Lineage {
+            chain: parent.chain.clone(),
+            inherited_tools: parent.inherited_tools.clone(),
+            // What a parent's file forbids, its children may not do either.
+            inherited_denied_tools: parent.denied_tools(),
+        };
         lineage.chain.push(warden_approval::ChainLink {
             task_id: parent.task_id.clone(),
             subagent: parent.subagent.clone(),
@@ -133,15 +147,13 @@ impl Engine {
         });
         let start = TaskStart {
             call,
-            secrets: crate::tool_context::TaskSecrets {
-                named: parent.tool_secrets.clone(),
-                env: parent.tool_env.clone(),
-                inject: parent.egress_credentials.clone(),
-            },
+            secrets,
             asker: parent.decider.clone(),
             egress: parent.egress.clone(),
             slot: Slot::Parent,
             lineage,
+            // A nested subagent lives inside its parent's tool call: not durable on its own.
+            journal: None,
         };
         // Launched and guarded before anything else is awaited: a parent that stops
         // waiting from here on cancels it.

@@ -253,6 +253,9 @@ pub struct LiveTask {
     pub(super) questions: std::sync::atomic::AtomicU64,
     /// Aborts the task's driver (cancel uses it when the driver does not wind down).
     pub(super) driver: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Another process runs the task now ([`super::Engine::relinquish`]): nothing more of
+    /// it is written from here.
+    pub(super) relinquished: std::sync::atomic::AtomicBool,
 }
 
 impl LiveTask {
@@ -297,6 +300,9 @@ impl LiveTask {
     /// Queues `rec` (the task's record as it is now) for the store and tells followers
     /// of the engine's task list; no follower is fine.
     pub(super) fn save_record(&self, rec: TaskRecord) {
+        if self.relinquished.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let change = shared_if_followed(&self.changes, &rec);
         self.store.write(Write::Task(rec));
         if let Some(change) = change {
@@ -357,6 +363,9 @@ impl LiveTask {
     /// a task's stream, where its [`EventBudget`] holds (past it, the event is dropped and
     /// the first one dropped leaves an `events_dropped` marker).
     pub(super) fn push(&self, mut event: Value) {
+        if self.relinquished.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         self.redactor().scrub_value(&mut event);
         bound_approval_input(&mut event);
         let size = json_len(&event);
@@ -439,6 +448,11 @@ impl LiveTask {
 
     /// One event of the running task, into its stream (and the task's state).
     pub(super) fn task_event(&self, ev: TaskEvent) {
+        if let TaskEvent::Barrier(barrier) = &ev {
+            // Everything sent before it has been pushed (queued for the store) above.
+            self.flush_streams();
+            return barrier.pass();
+        }
         let subagent = self.inner.lock().unwrap().record.subagent_type.clone();
         match &ev {
             // Queued while the call ran: recorded even if the call has ended since (the
@@ -543,6 +557,7 @@ impl LiveTask {
             finishing: std::sync::atomic::AtomicBool::new(false),
             questions: std::sync::atomic::AtomicU64::new(0),
             driver: Mutex::new(None),
+            relinquished: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }

@@ -45,12 +45,14 @@ use crate::task::{self, TaskError, TaskScope};
 use crate::task_state::{FinishReason, TaskState};
 
 mod children;
+mod isolated;
 mod live;
 mod metrics;
 mod replica;
 mod resume;
 mod running;
 mod schedule;
+mod takeover;
 mod tool_schema;
 
 use live::Inner;
@@ -61,7 +63,7 @@ use replica::{QueuedSubmission, RemoteDecision, Replica};
 use running::LiveTasks;
 pub use schedule::{QueuePlace, WaitReason};
 use schedule::{Scheduler, SlotPermit};
-pub use tool_schema::tool_schema;
+pub use tool_schema::{isolation_property, tool_schema};
 
 /// Default TaskOutput wait when `block` is true.
 pub const DEFAULT_OUTPUT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -102,6 +104,12 @@ pub struct EngineOptions {
     /// What one task may store and stream (`server.max_events_per_task`,
     /// `server.max_event_bytes_per_task`).
     pub event_budget: live::EventBudget,
+    /// `server.durable_tasks`: tasks are journaled and taken over after their process dies.
+    pub durable_tasks: bool,
+    /// `server.journal_max_bytes`.
+    pub journal_max_bytes: u64,
+    /// `plugins.durable`: plugin id → durable.
+    pub durable_plugins: BTreeMap<String, bool>,
 }
 
 impl Default for EngineOptions {
@@ -117,6 +125,9 @@ impl Default for EngineOptions {
             replica: None,
             max_subagent_depth: crate::config::DEFAULT_SUBAGENT_MAX_DEPTH as usize,
             event_budget: live::EventBudget::default(),
+            durable_tasks: true,
+            journal_max_bytes: crate::config::DEFAULT_JOURNAL_MAX_BYTES,
+            durable_plugins: BTreeMap::new(),
         }
     }
 }
@@ -145,6 +156,9 @@ impl EngineOptions {
                 max_events: c.server.max_events_per_task,
                 max_bytes: c.server.max_event_bytes_per_task,
             },
+            durable_tasks: c.server.durable_tasks,
+            journal_max_bytes: c.server.journal_max_bytes,
+            durable_plugins: c.plugins.durable.clone(),
         }
     }
 }
@@ -166,6 +180,9 @@ pub struct Submission {
     /// The task's own egress list: its tool calls reach at most these hosts (within the
     /// operator's `sandbox.egress` and the subagent's list; it can only take away).
     pub egress: Option<Vec<String>>,
+    /// Run it in a fork of its session (`isolation: "fork"`), whatever its definition says
+    /// ([`crate::isolation`]); `None`: as its definition says.
+    pub isolation: Option<crate::plugin::Isolation>,
 }
 
 /// A per-task [`warden_approval::Decider`] (see [`Submission::asker`]).
@@ -215,7 +232,7 @@ pub enum SubmitError {
 }
 
 /// Session and user ids name sandbox containers and volumes: keep them plain.
-fn valid_id(s: &str) -> bool {
+pub(crate) fn valid_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
@@ -240,6 +257,8 @@ struct TaskStart {
     egress: Vec<Arc<warden_sandbox::EgressNarrowing>>,
     slot: Slot,
     lineage: Lineage,
+    /// Its journal when it is durable: a new one, or one to replay (a task taken over).
+    journal: Option<crate::journal::JournalStart>,
 }
 
 /// How a task gets its run slot (`server.max_concurrent_tasks`).
@@ -259,6 +278,8 @@ enum Slot {
 struct Lineage {
     chain: Vec<warden_approval::ChainLink>,
     inherited_tools: Vec<Vec<String>>,
+    /// The deny rules of the definitions above (their `disallowedTools` patterns).
+    inherited_denied_tools: Vec<String>,
 }
 
 /// What a cancel request found.
@@ -322,12 +343,12 @@ impl Engine {
     /// replicas ([`Engine::join_cluster`]). Needs a Tokio runtime.
     pub async fn start(host: &crate::app::Host, store: Store, options: EngineOptions) -> anyhow::Result<Arc<Engine>> {
         let replica = store.is_shared().then(|| Arc::new(Replica::new(options.replica.clone().unwrap_or_default())));
-        if replica.is_none() {
-            let recovered = store.recover_interrupted().await?;
-            if !recovered.is_empty() {
-                tracing::warn!(count = recovered.len(), tasks = ?recovered, "tasks interrupted by a restart marked failed");
-            }
-        }
+        // Alone on its store: what the previous run left running is taken over (durable
+        // tasks) or ended, once the engine exists.
+        let interrupted = match replica {
+            None => store.unfinished().await?,
+            Some(_) => vec![],
+        };
         sweep(&store, &host.services.state, options.retention).await;
         let engine = Arc::new(Engine {
             slots: Scheduler::new(options.max_concurrent_tasks, options.max_running_per_user),
@@ -357,6 +378,23 @@ impl Engine {
         // A replica ends what it ran before a restart and what nobody holds, then claims
         // (after the gate observer: a claimed task's first approval reaches its stream).
         engine.join_cluster().await?;
+        if !interrupted.is_empty() {
+            let mut ended = vec![];
+            for rec in interrupted {
+                let id = rec.task_id.clone();
+                let message = crate::store::HOST_RESTARTED;
+                if !engine
+                    .take_over_or_end(rec, "this server's previous run", FinishReason::HostRestarted, message)
+                    .await?
+                {
+                    ended.push(id);
+                }
+            }
+            engine.store.flush().await?;
+            if !ended.is_empty() {
+                tracing::warn!(count = ended.len(), tasks = ?ended, "tasks interrupted by a restart marked failed");
+            }
+        }
         {
             let weak = Arc::downgrade(&engine);
             let services = Arc::downgrade(&host.services);
@@ -422,6 +460,9 @@ impl Engine {
     /// so a task waiting for an approval can still get it.
     pub async fn drain(&self, timeout: Duration) -> usize {
         self.draining.store(true, Ordering::SeqCst);
+        // With replicas, durable tasks move to another replica now instead of holding
+        // this one until they finish (or fail at the timeout).
+        self.hand_over().await;
         let until = tokio::time::Instant::now() + timeout;
         loop {
             let left = self.task_left.notified();
@@ -451,7 +492,7 @@ impl Engine {
         self.metrics.running.load(Ordering::Relaxed) as usize
     }
 
-    fn on_gate_event(&self, ev: warden_approval::GateEvent) {
+    fn on_gate_event(self: &Arc<Self>, ev: warden_approval::GateEvent) {
         use warden_approval::GateEvent;
         let (task_id, change) = match &ev {
             GateEvent::Requested(p) => (p.task_id.clone(), GateChange::Requested),
@@ -491,6 +532,9 @@ impl Engine {
                 }
             }
         }
+        if let GateEvent::Requested(p) = &ev {
+            self.pause_if_all_wait(p);
+        }
         let Some(live) = task_id.and_then(|id| self.live_task(&id)) else { return };
         let Ok(mut value) = serde_json::to_value(&ev) else { return };
         if change == GateChange::Requested {
@@ -513,6 +557,41 @@ impl Engine {
             }
             None => live.gate_event(value, change),
         }
+    }
+
+    /// `sandbox.pause_when_waiting`: when the request `p` leaves every task of its task's
+    /// session waiting for a person, the session's container is paused once they all still
+    /// wait `pause_when_waiting` later, rather than after `pause_after` — an approval may
+    /// take hours. The approved call starts it again. Not with replicas (the sandbox
+    /// refuses pauses there) nor when the sandbox does not pause idle sessions.
+    fn pause_if_all_wait(self: &Arc<Self>, p: &warden_approval::PendingApproval) {
+        let (Some(task_id), None, Ok(sandbox)) = (p.task_id.as_deref(), &self.replica, self.tools.sandbox()) else {
+            return;
+        };
+        let config = sandbox.config();
+        if !config.pauses_idle_sessions() || config.pause_when_waiting >= config.pause_after {
+            return;
+        }
+        let Some(session) = self.live_task(task_id).map(|t| t.session.clone()) else { return };
+        let asking: Vec<&str> = std::iter::once(task_id).chain(p.chain.iter().map(|l| l.task_id.as_str())).collect();
+        if !self.live.lock().unwrap().all_wait_for_people(&session, &asking) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (engine, sandbox, grace) = (Arc::downgrade(self), sandbox.clone(), config.pause_when_waiting);
+        runtime.spawn(async move {
+            tokio::time::sleep(grace).await;
+            // Still all waiting (the requests' counts have caught up by now)?
+            let Some(engine) = engine.upgrade() else { return };
+            if !engine.live.lock().unwrap().all_wait_for_people(&session, &[]) {
+                return;
+            }
+            drop(engine);
+            let paused = sandbox.pause_idle_session(&session.0, &session.1).await;
+            if paused > 0 {
+                tracing::info!(user = %session.0, session = %session.1, "session paused: every task of it waits for a person");
+            }
+        });
     }
 
     fn live_task(&self, id: &str) -> Option<Arc<LiveTask>> {
@@ -548,6 +627,14 @@ impl Engine {
         }
         if let Some(session) = self.resumed_session(sub).await? {
             sub.session_id = Some(session);
+        }
+        if sub.isolation.is_some()
+            && let Err(e) = self.tools.sandbox()
+        {
+            return Err(SubmitError::InvalidField {
+                field: "isolation",
+                message: format!("a task runs in a fork of its session only on a host with a sandbox: {e}"),
+            });
         }
         self.task_secrets(sub)?;
         crate::redact::SecretRegistry::check(sub.tool_context.values().map(|e| e.value.as_str()))?;
@@ -605,7 +692,21 @@ impl Engine {
             }
             _ => false,
         };
-        let bound_here = !sub.tool_context.is_empty() || sub.asker.is_some() || session_has_secrets;
+        // So is a task that runs in a fork: the fork is made of a session this process holds.
+        let isolation = self.isolation_of(&sub.call, sub.isolation);
+        if isolation.is_some() && self.replica.is_some() {
+            // Refused before anything is made of it (no fork id, no shared redactor).
+            return Err(SubmitError::InvalidField {
+                field: "isolation",
+                message: format!(
+                    "subagent `{}` runs in a fork of its session, which is not available with replicas \
+                     (`--replica-id`): sessions cannot be forked there",
+                    crate::text::escape_control(&sub.call.subagent_type)
+                ),
+            });
+        }
+        let bound_here =
+            !sub.tool_context.is_empty() || sub.asker.is_some() || session_has_secrets || isolation.is_some();
         let to_shared_queue = self.replica.is_some() && permit.is_none() && !bound_here;
         if !to_shared_queue
             && permit.is_none()
@@ -617,14 +718,18 @@ impl Engine {
         }
         let task_id = task::new_task_id();
         let now = now_ms();
-        let record = TaskRecord::submitted(
+        let session = sub.session_id.clone().unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4()));
+        // An isolated task's session is its fork, named now (and made when it starts).
+        let isolated = isolation.map(|_| Engine::admit_isolated(&user, session.clone()));
+        let mut record = TaskRecord::submitted(
             task_id.clone(),
             &sub.call,
-            sub.session_id.clone().unwrap_or_else(|| format!("sess_{}", uuid::Uuid::new_v4())),
+            isolated.as_ref().map_or(session, |i| i.session_id.clone()),
             sub.user_id.clone().unwrap_or_else(|| DEFAULT_USER.into()),
             sub.principal.clone(),
             now,
         );
+        record.isolation = isolated;
         // The session remembers the task's secrets before anything of the task is kept.
         let values: Vec<&str> = sub.tool_context.values().map(|e| e.value.as_str()).collect();
         if let Err(e) = crate::redact::registry().remember(&record.user_id, &record.session_id, &values) {
@@ -632,20 +737,12 @@ impl Engine {
             return Err(e.into());
         }
         let redactor = crate::redact::registry().session(&record.user_id, &record.session_id);
-        let mut record = record;
         record.description = redactor.scrub(&record.description).into_owned();
         if to_shared_queue {
             return self.enqueue(record, sub).await;
         }
-        if let Some(replica) = &self.replica {
-            record.replica = Some(replica.id().to_owned());
-            // Held before the record exists: no moment where it is unfinished and unheld.
-            self.store.write(Write::Claim {
-                task_id: task_id.clone(),
-                owner: replica.id().to_owned(),
-                lease_until_ms: replica.lease_until(),
-            });
-        }
+        // Held before the record exists: no moment where it is unfinished and unheld.
+        self.hold_here(&mut record);
         let live = self.new_live(record.clone(), self.tool_budget(sub.max_tool_iterations), vec![]);
         {
             // Checked again under the lock `drain` counts under: a submission racing the
@@ -667,6 +764,11 @@ impl Engine {
         live.push(json!({ "type": "status", "status": TaskState::Submitted, "task_id": task_id }));
         self.metrics.submitted.fetch_add(1, Ordering::Relaxed);
         tracing::info!(task_id = %task_id, subagent = %sub.call.subagent_type, background = sub.call.run_in_background, "task submitted");
+        // A task bound to this process cannot be run anywhere else, nor after a restart.
+        let journal = (self.options.durable_tasks && !bound_here).then(|| crate::journal::JournalStart::Fresh {
+            max_tool_iterations: sub.max_tool_iterations,
+            egress: sub.egress.clone(),
+        });
         let start = TaskStart {
             call: sub.call,
             secrets: task_secrets,
@@ -674,6 +776,7 @@ impl Engine {
             egress: egress.into_iter().collect(),
             slot: permit.map_or(Slot::Wait, Slot::Taken),
             lineage: Lineage::default(),
+            journal,
         };
         self.launch(live.clone(), start);
         Ok(Submitted { record, live: Some(live) })
@@ -733,6 +836,7 @@ impl Engine {
             finishing: std::sync::atomic::AtomicBool::new(false),
             questions: std::sync::atomic::AtomicU64::new(0),
             driver: Mutex::new(None),
+            relinquished: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -827,6 +931,10 @@ impl Engine {
         }
         live.save_record(record);
         tracing::info!(task_id = %task_id, replica = %replica.id(), "claimed a queued task");
+        let journal = self.options.durable_tasks.then(|| crate::journal::JournalStart::Fresh {
+            max_tool_iterations: queued.max_tool_iterations,
+            egress: queued.egress.clone(),
+        });
         let start = TaskStart {
             call: queued.call,
             secrets: Default::default(),
@@ -834,6 +942,7 @@ impl Engine {
             egress: egress.into_iter().collect(),
             slot: permit.map_or(Slot::Wait, Slot::Taken),
             lineage: Lineage::default(),
+            journal,
         };
         self.launch(live, start);
     }
@@ -848,7 +957,8 @@ impl Engine {
         tokio::spawn(
             async move {
                 let Err(e) = driver.await else { return };
-                if live.record().is_finished() {
+                // Ended, or run by another process now ([`Engine::relinquish`]).
+                if live.record().is_finished() || live.relinquished.load(Ordering::SeqCst) {
                     return;
                 }
                 let finish = if e.is_panic() {
@@ -873,7 +983,20 @@ impl Engine {
     }
 
     async fn drive(self: Arc<Self>, live: Arc<LiveTask>, start: TaskStart) {
-        let TaskStart { call, secrets, asker, egress, slot, lineage } = start;
+        let TaskStart { call, secrets, asker, egress, slot, lineage, journal } = start;
+        // A task taken over keeps the deadline it started with.
+        let spent = match &journal {
+            Some(crate::journal::JournalStart::Replay(r)) => Duration::from_millis(
+                now_ms().saturating_sub(r.header.as_ref().map_or_else(now_ms, |h| h.started_at_ms)),
+            ),
+            _ => Duration::ZERO,
+        };
+        let journal = journal.map(|start| crate::journal::JournalPlan {
+            store: self.store.clone(),
+            max_bytes: self.options.journal_max_bytes,
+            plugins: self.options.durable_plugins.clone(),
+            start,
+        });
         let record = live.record();
         let task_id = record.task_id.clone();
         let permit = match slot {
@@ -892,6 +1015,17 @@ impl Engine {
         self.metrics.running.fetch_add(1, Ordering::Relaxed);
         live.set_status(TaskState::Working);
         let started = Instant::now();
+        let fork = match self.make_fork(&live, &call).await {
+            Ok(fork) => fork,
+            Err(e) => {
+                self.metrics.running.fetch_sub(1, Ordering::Relaxed);
+                drop(permit);
+                let finish =
+                    if *live.canceled.borrow() { Finish::canceled() } else { Finish::failed(FinishReason::Error, e) };
+                self.finish(&live, finish, started.elapsed()).await;
+                return;
+            }
+        };
 
         let cancel = crate::plugin::CancelSignal::new();
         let (tx, mut rx) = tokio::sync::mpsc::channel::<TaskEvent>(EVENT_CHANNEL_CAPACITY);
@@ -917,13 +1051,14 @@ impl Engine {
             subagents: children::starter(&self, lineage.chain.len() + 1),
             chain: lineage.chain,
             inherited_tools: lineage.inherited_tools,
+            inherited_denied_tools: lineage.inherited_denied_tools,
             ..TaskScope::default()
         };
         let registry = self.registry.clone();
         // Boxed so it can be dropped right after the `select!`: a call that did not finish
         // (deadline, tool limit, cancel past its grace) must not keep its instance, its
         // sockets and its event sender until the task is recorded.
-        let mut run = Box::pin(task::run(&registry, task_id.clone(), &call, scope));
+        let mut run = Box::pin(task::run_durable(&registry, task_id.clone(), &call, scope, journal));
         let tool_limit = async {
             match &budget {
                 Some(b) => b.exhausted().await,
@@ -943,7 +1078,7 @@ impl Engine {
                 },
                 Err(e) => Finish::failed(FinishReason::Error, e.to_string()),
             },
-            _ = tokio::time::sleep(self.options.task_timeout) => Finish::failed(
+            _ = tokio::time::sleep(self.options.task_timeout.saturating_sub(spent)) => Finish::failed(
                 FinishReason::Deadline,
                 format!("task deadline of {} exceeded", humantime::format_duration(self.options.task_timeout)),
             ),
@@ -969,6 +1104,7 @@ impl Engine {
         if tokio::time::timeout(DRAIN_WAIT, pump).await.is_err() {
             tracing::warn!(task_id = %task_id, "task events still in flight after the call ended; dropped");
         }
+        let finish = self.finish_isolated(&live, fork, finish).await;
         self.metrics.running.fetch_sub(1, Ordering::Relaxed);
         drop(permit);
         self.finish(&live, finish, started.elapsed()).await;
@@ -991,6 +1127,9 @@ impl Engine {
         }
         if let Some(e) = &error {
             fin["error"] = Value::String(e.clone());
+        }
+        if let Some(isolated) = &live.record().isolation {
+            fin["isolation"] = serde_json::to_value(isolated).unwrap_or(Value::Null);
         }
         live.push(fin);
         // The record changes in memory only once it is durable: whoever sees a finished

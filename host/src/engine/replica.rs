@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use crate::plugin::TaskCall;
-use crate::store::{FinishReason, TaskState, now_ms};
+use crate::store::{FinishReason, now_ms};
 
 /// How often an idle replica looks for queued tasks (a replica that frees a slot looks at
 /// once): the longest a task queued on a busy replica waits while another one idles.
@@ -128,13 +128,17 @@ impl Engine {
             } else {
                 (FinishReason::ReplicaLost, Replica::lost_message(&owner))
             };
-            ended.push(rec.task_id.clone());
-            self.store.end_unrun(rec, TaskState::Failed, reason, &message).await?;
+            let task_id = rec.task_id.clone();
+            if !self.take_over_or_end(rec, &owner, reason, &message).await? {
+                ended.push(task_id);
+            }
         }
         for rec in self.store.unheld_unfinished().await? {
-            ended.push(rec.task_id.clone());
+            let task_id = rec.task_id.clone();
             let msg = crate::store::HOST_RESTARTED;
-            self.store.end_unrun(rec, TaskState::Failed, FinishReason::HostRestarted, msg).await?;
+            if !self.take_over_or_end(rec, "no replica", FinishReason::HostRestarted, msg).await? {
+                ended.push(task_id);
+            }
         }
         self.store.flush().await?;
         if !ended.is_empty() {
@@ -186,12 +190,32 @@ impl Engine {
                 tracing::warn!(task_id = %id, replica = %replica.id(), status = %rec.status, "task ended by another replica (lease lost); stopping it here");
                 live.request_cancel();
                 self.gate().cancel_task(&id);
+            } else if let Ok(Some(holder)) = self.store.holder(&id).await
+                && holder != replica.id()
+            {
+                // Taken over (durable) by a replica that saw this one's lease lapse: it
+                // runs the task now, so this copy stops without writing anything more.
+                tracing::warn!(task_id = %id, replica = %replica.id(), %holder, "task taken over by another replica (lease lost); stopping it here");
+                self.relinquish(&live);
             }
         }
     }
 
+    /// With replicas: `record` is held by this replica from now on (its lease written,
+    /// its record naming it). `false` alone on its store.
+    pub(super) fn hold_here(&self, record: &mut crate::store::TaskRecord) -> bool {
+        let Some(replica) = &self.replica else { return false };
+        record.replica = Some(replica.id().to_owned());
+        self.store.write(crate::store::Write::Claim {
+            task_id: record.task_id.clone(),
+            owner: replica.id().to_owned(),
+            lease_until_ms: replica.lease_until(),
+        });
+        true
+    }
+
     /// Ends the tasks of replicas that stopped renewing their leases.
-    async fn reap(&self, replica: &Replica) {
+    async fn reap(self: &Arc<Self>, replica: &Replica) {
         let expired = match self.store.take_expired(replica.id(), replica.lease_until(), false).await {
             Ok(e) => e,
             Err(e) => return tracing::warn!(error = %e, "looking for lost tasks failed"),
@@ -199,8 +223,9 @@ impl Engine {
         for (owner, rec) in expired {
             let task_id = rec.task_id.clone();
             let message = Replica::lost_message(&owner);
-            match self.store.end_unrun(rec, TaskState::Failed, FinishReason::ReplicaLost, &message).await {
-                Ok(_) => {
+            match self.take_over_or_end(rec, &owner, FinishReason::ReplicaLost, &message).await {
+                Ok(true) => {}
+                Ok(false) => {
                     tracing::warn!(task_id = %task_id, lost_replica = %owner, "task of a lost replica ended failed")
                 }
                 Err(e) => tracing::error!(task_id = %task_id, error = %e, "could not end a lost replica's task"),

@@ -3,7 +3,7 @@
 //! admission (`server.max_tasks_per_user`) costs the same whatever the number of tasks.
 //! It owns no task and decides nothing; [`super::Engine`] admits and ends tasks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::live::LiveTask;
@@ -54,6 +54,44 @@ impl LiveTasks {
     /// Every task with its id.
     pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Arc<LiveTask>)> {
         self.by_id.iter()
+    }
+
+    /// Whether every task of `session` (user id, session id) here waits for a person — has
+    /// an approval request waiting, is one of `asking` (the task whose request was just
+    /// made and the tasks above it, whose counts may not have caught up yet), or is above
+    /// such a task (a parent's `Agent` call waits on its child) — so nothing will use the
+    /// session's sandbox until someone answers. `false` when the session has no open task
+    /// here: a queued task is not waiting, and one that ended is no longer counted.
+    pub(super) fn all_wait_for_people(&self, session: &(String, String), asking: &[&str]) -> bool {
+        let mut open = Vec::new();
+        for (id, t) in self.by_id.iter().filter(|(_, t)| &t.session == session) {
+            let inner = t.inner.lock().unwrap();
+            if inner.closed {
+                continue;
+            }
+            let waits = inner.pending_approvals > 0 || asking.contains(&id.as_str());
+            open.push((id.as_str(), inner.record.parent_task_id.clone(), waits));
+        }
+        if open.is_empty() {
+            return false;
+        }
+        // Above a waiting task waits too: spread upwards until nothing changes (a chain is
+        // at most `subagents.max_depth` long).
+        loop {
+            let parents: HashSet<String> =
+                open.iter().filter(|(_, _, waits)| *waits).filter_map(|(_, p, _)| p.clone()).collect();
+            let mut changed = false;
+            for (id, _, waits) in open.iter_mut() {
+                if !*waits && parents.contains(*id) {
+                    *waits = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        open.iter().all(|(_, _, waits)| *waits)
     }
 
     /// How many of `user`'s tasks take a share of `server.max_tasks_per_user`.
@@ -138,5 +176,42 @@ mod tests {
                 prop_assert_eq!(tasks.len(), tasks.ids().count());
             }
         }
+    }
+
+    /// A session is left to a person only when every open task of it waits: its own
+    /// request, the one just made, or a subagent below it that waits.
+    #[test]
+    fn a_session_waits_for_people_only_when_every_open_task_of_it_does() {
+        let store = Store::in_memory().unwrap();
+        let session = ("u".to_string(), "s1".to_string());
+        // (id, parent, pending approvals)
+        let make = |specs: &[(&str, Option<&str>, usize)]| {
+            let mut tasks = LiveTasks::default();
+            for (id, parent, pending) in specs {
+                let t = LiveTask::detached("u", true, Default::default(), store.clone());
+                {
+                    let mut inner = t.inner.lock().unwrap();
+                    inner.record.parent_task_id = parent.map(str::to_owned);
+                    inner.pending_approvals = *pending;
+                }
+                tasks.insert(id.to_string(), t);
+            }
+            tasks
+        };
+        assert!(!make(&[]).all_wait_for_people(&session, &[]), "no task: nothing to pause for");
+        assert!(make(&[("a", None, 1)]).all_wait_for_people(&session, &[]));
+        assert!(make(&[("a", None, 0)]).all_wait_for_people(&session, &["a"]), "the request just made");
+        assert!(!make(&[("a", None, 1), ("b", None, 0)]).all_wait_for_people(&session, &[]), "b may run a call");
+        // A parent waits on its child's question; a second child that runs does not wait.
+        assert!(make(&[("p", None, 0), ("c", Some("p"), 1)]).all_wait_for_people(&session, &[]));
+        assert!(make(&[("g", None, 0), ("p", Some("g"), 0), ("c", Some("p"), 1)]).all_wait_for_people(&session, &[]));
+        let busy = make(&[("p", None, 0), ("c", Some("p"), 1), ("d", Some("p"), 0)]);
+        assert!(!busy.all_wait_for_people(&session, &[]));
+        // Another session's tasks, and ended ones, do not count.
+        assert!(make(&[("a", None, 1)]).all_wait_for_people(&session, &[]));
+        assert!(!make(&[("a", None, 1)]).all_wait_for_people(&("u".into(), "other".into()), &["a"]));
+        let ended = make(&[("a", None, 1), ("b", None, 0)]);
+        ended.get("b").unwrap().inner.lock().unwrap().closed = true;
+        assert!(ended.all_wait_for_people(&session, &[]));
     }
 }

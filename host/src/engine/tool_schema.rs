@@ -31,7 +31,8 @@ pub fn tool_schema(snapshot: &crate::registry::Snapshot) -> Value {
                     "subagent_type": { "type": "string", "enum": names, "description": "The type of subagent to use" },
                     "model": { "type": "string", "description": "Optional model alias or provider/model for the subagent" },
                     "resume": { "type": "string", "description": "Optional id of an earlier subagent run to continue" },
-                    "run_in_background": { "type": "boolean", "description": "Return a task id at once; fetch the result with TaskOutput. Absent: the subagent's default (waits for the result unless its definition says background)" }
+                    "run_in_background": { "type": "boolean", "description": "Return a task id at once; fetch the result with TaskOutput. Absent: the subagent's default (waits for the result unless its definition says background)" },
+                    "isolation": isolation_property()
                 },
                 "required": ["description", "prompt", "subagent_type"],
                 "additionalProperties": false
@@ -54,4 +55,13 @@ pub fn tool_schema(snapshot: &crate::registry::Snapshot) -> Value {
             }
         }
     ])
+}
+
+/// The `isolation` input of the Task tool and of the MCP subagent tools.
+pub fn isolation_property() -> Value {
+    json!({
+        "type": "string",
+        "enum": crate::plugin::Isolation::ACCEPTED,
+        "description": "\"fork\": run in a fork of the session (a copy of its workspace); the result names the fork and lists what changed there, and nothing flows back. Absent: as the subagent's definition says"
+    })
 }

@@ -235,7 +235,9 @@ impl wasmtime::ResourceLimiter for CallLimiter {
 
 /// A streamed HTTP response body handed to a plugin as a `body-stream` resource.
 pub struct BodyStream {
-    pub response: reqwest::Response,
+    /// `None`: a stream a durable task's replay handed back, whose connection died with
+    /// the process that opened it (its chunks come from the journal while it lasts).
+    pub response: Option<reqwest::Response>,
     /// Bytes delivered so far, checked against the response size limit.
     pub delivered: u64,
     /// Removes an injected secret's value from the body, across chunk boundaries.

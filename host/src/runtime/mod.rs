@@ -593,8 +593,14 @@ impl Runtime {
         task_scope.plugin_grants = plugin.grants.clone();
         task_scope.agent_mcp_servers.clone_from(&definition.agent_mcp_servers);
         task_scope.allowed_tools.clone_from(&definition.tools);
+        // Validated when registered; a definition whose deny rules cannot be read never
+        // runs without them.
+        task_scope.own_denied_tools = crate::nesting::disallowed_tools(&Default::default(), definition)
+            .map_err(|e| CallError::Guest(crate::plugin::GuestError::InvalidInput(e)))?;
+        // A task taken over keeps the deadline it started with.
+        let spent = task_scope.journal.as_ref().map_or(Duration::ZERO, |j| j.elapsed());
         let task_scope = Arc::new(task_scope);
-        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), timeout);
+        let mut scope = self.scope(&plugin.id, plugin.grants.clone(), timeout.saturating_sub(spent));
         scope.task = Some(task);
         scope.task_scope = Some(task_scope.clone());
         scope.http = plugin.http.clone();

@@ -169,7 +169,7 @@ impl McpFront {
             return self.follow_task(&who, &round.task, round.after, &ctx).await;
         }
         let name = req.name.as_ref();
-        let (call, session) = match self.mode() {
+        let (call, session, isolation) = match self.mode() {
             McpMode::Subagents => {
                 let Some((_, subagent, _)) = self.subagent_tools().into_iter().find(|(t, _, _)| t == name) else {
                     return Err(ErrorData::invalid_params(format!("unknown tool `{}`", short(name)), None));
@@ -184,7 +184,7 @@ impl McpFront {
                     resume: a.resume,
                     run_in_background: false,
                 };
-                (call, a.session)
+                (call, a.session, a.isolation)
             }
             McpMode::Task if name == "Task" => {
                 let a: TaskArgs = parse_args(name, args)?;
@@ -198,7 +198,7 @@ impl McpFront {
                     resume: a.resume,
                     run_in_background,
                 };
-                (call, None)
+                (call, None, a.isolation)
             }
             McpMode::Task if name == "TaskOutput" => {
                 let a: TaskOutputArgs = parse_args(name, args)?;
@@ -208,15 +208,22 @@ impl McpFront {
         };
         let background = call.run_in_background;
         let user = who.user_for(None).map_err(api_error)?;
-        let sub = Submission {
-            call,
-            session_id: session,
-            user_id: Some(user),
-            principal: Some(who.name.clone()),
-            asker: self.asker(&ctx),
-            ..Default::default()
+        let submitted = match super::requested_isolation(isolation.as_deref()) {
+            Ok(isolation) => {
+                let sub = Submission {
+                    call,
+                    session_id: session,
+                    user_id: Some(user),
+                    principal: Some(who.name.clone()),
+                    asker: self.asker(&ctx),
+                    isolation,
+                    ..Default::default()
+                };
+                self.state.engine.submit(sub).await
+            }
+            Err(e) => Err(e),
         };
-        let rec = match self.state.engine.submit(sub).await {
+        let rec = match submitted {
             Ok(submitted) => submitted.record,
             // A refusal the model can act on (unknown subagent, missing field): a tool error.
             Err(e) => {
@@ -685,6 +692,8 @@ struct SubagentArgs {
     model: Option<String>,
     resume: Option<String>,
     session: Option<String>,
+    /// `"fork"`: run in a fork of the session ([`crate::isolation`]).
+    isolation: Option<String>,
 }
 
 /// Input of `Task` (`mcp.mode: task`), as `warden tool-schema` describes it.
@@ -698,6 +707,8 @@ struct TaskArgs {
     resume: Option<String>,
     /// Absent: the subagent's default ([`crate::engine::Engine::background_by_default`]).
     run_in_background: Option<bool>,
+    /// `"fork"`: run in a fork of the session ([`crate::isolation`]).
+    isolation: Option<String>,
 }
 
 /// Input of `TaskOutput`.
@@ -717,7 +728,8 @@ fn subagent_input_schema() -> Value {
             "description": { "type": "string", "description": "A short (3-5 word) description of the task" },
             "model": { "type": "string", "description": "Optional model alias or provider/model for the subagent" },
             "resume": { "type": "string", "description": "Optional id of an earlier task of this subagent to continue" },
-            "session": { "type": "string", "description": "Optional sandbox session to work in (files persist across the tasks of a session); default: a new one, named in the result" }
+            "session": { "type": "string", "description": "Optional sandbox session to work in (files persist across the tasks of a session); default: a new one, named in the result" },
+            "isolation": crate::engine::isolation_property()
         },
         "required": ["prompt"],
         "additionalProperties": false

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 pub use auth::{Principal, check_bind, credentials, credentials_from, match_token, tokens_from_env};
 pub use error::{ApiError, ClientError, Fault, parse_json};
 
-use crate::engine::{CancelOutcome, DEFAULT_OUTPUT_TIMEOUT, Engine, Submission};
+use crate::engine::{CancelOutcome, DEFAULT_OUTPUT_TIMEOUT, Engine, Submission, SubmitError};
 use crate::plugin::TaskCall;
 use crate::store::TaskRecord;
 
@@ -102,6 +102,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/tasks", post(create_task).get(operator::list_tasks))
         .route("/v1/tasks/{id}", get(task_output))
         .route("/v1/tasks/{id}/events", get(task_events))
+        .route("/v1/tasks/{id}/journal", get(task_journal))
         .route("/v1/tasks/{id}/cancel", post(cancel_task))
         .route("/v1/approvals", get(approvals))
         .route("/v1/approvals/{request_id}", post(decide))
@@ -268,6 +269,9 @@ struct TaskRequest {
     /// Absent: the subagent's default ([`crate::engine::Engine::background_by_default`]).
     run_in_background: Option<bool>,
     session_id: Option<String>,
+    /// A snapshot of the user's (`POST /v1/sessions/{id}/snapshots`) the new session
+    /// `session_id` starts from: its workspace is a copy of the snapshot.
+    snapshot: Option<String>,
     user_id: Option<String>,
     /// The task's secrets, each with its delivery ([`crate::tool_context::Entry`]); never
     /// stored or logged.
@@ -276,6 +280,18 @@ struct TaskRequest {
     max_tool_iterations: Option<u32>,
     /// Host patterns the task's tool calls may reach at most (narrows `sandbox.egress`).
     egress: Option<Vec<String>>,
+    /// `"fork"`: run in a fork of the session ([`crate::isolation`]); absent: as the
+    /// subagent's definition says.
+    isolation: Option<String>,
+}
+
+/// A request's `isolation`, parsed; an unknown value is a 400 naming the field and the
+/// accepted values.
+pub(crate) fn requested_isolation(value: Option<&str>) -> Result<Option<crate::plugin::Isolation>, SubmitError> {
+    value
+        .map(crate::plugin::Isolation::parse)
+        .transpose()
+        .map_err(|message| SubmitError::InvalidField { field: "isolation", message })
 }
 
 /// How a task reads in API answers (the stored record), scrubbed with its session's
@@ -304,7 +320,27 @@ async fn create_task(
 ) -> Result<Response, ApiError> {
     let body = body?;
     let req: TaskRequest = parse_json(&body)?;
+    let isolation = requested_isolation(req.isolation.as_deref())?;
     let user_id = who.user_for(req.user_id)?;
+    if let Some(name) = &req.snapshot {
+        let Some(session_id) = &req.session_id else {
+            return Err(ApiError::bad_request(
+                "invalid_field",
+                "snapshot: needs `session_id`, the id of the new session to start from the snapshot",
+            ));
+        };
+        // The session is made before the task is accepted: its id is checked here first.
+        if !crate::engine::valid_id(session_id) {
+            return Err(ApiError::bad_request(
+                "invalid_field",
+                "session_id: expected 1-128 characters of [A-Za-z0-9_.-]",
+            ));
+        }
+        let key = warden_sandbox::SessionKey::new(user_id.clone(), session_id.clone());
+        operator::session_from_snapshot(&s, &key, name).await?;
+    } else if let Some(resumed) = &req.resume {
+        operator::restore_resumed_session(&s, &user_id, resumed).await?;
+    }
     let subagent_type = req.subagent_type.unwrap_or_default();
     let run_in_background = req.run_in_background.unwrap_or_else(|| s.engine.background_by_default(&subagent_type));
     let sub = Submission {
@@ -323,6 +359,7 @@ async fn create_task(
         max_tool_iterations: req.max_tool_iterations,
         asker: None,
         egress: req.egress,
+        isolation,
     };
     let background = sub.call.run_in_background;
     // Admitted before the task starts: a refused stream must not leave a task running.
@@ -416,6 +453,28 @@ async fn task_events(
     let rec = visible_task(&s, &who, &id).await?;
     let permit = s.streams.admit(&who)?;
     Ok(sse::task_events(permit, &s, id, (rec.user_id, rec.session_id), after, who.authority()).into_response())
+}
+
+/// A durable task's import journal (`warden task journal`): its header, then one entry
+/// per import call of its plugin, scrubbed with the task's session's secrets like its
+/// events. Empty for a task that is not durable.
+async fn task_journal(
+    State(s): State<AppState>,
+    Extension(who): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Path(id) = id?;
+    let rec = visible_task(&s, &who, &id).await?;
+    let rows = s.engine.store().journal(&id).await.map_err(|e| ApiError::internal(e.to_string()))?;
+    let redactor = crate::redact::registry().owner(Some(&rec.user_id), Some(&rec.session_id));
+    let entries: Vec<Value> = rows
+        .into_iter()
+        .map(|(seq, mut entry)| {
+            redactor.scrub_value(&mut entry);
+            json!({ "seq": seq, "entry": entry })
+        })
+        .collect();
+    Ok(Json(json!({ "task_id": id, "entries": entries })))
 }
 
 async fn cancel_task(
@@ -636,12 +695,18 @@ pub(crate) async fn session_file(
     };
     let sandbox = tools.sandbox().map_err(|e| unavailable(e.to_string()))?;
     let redactor = crate::redact::registry().session(&user, session);
-    let key = warden_sandbox::SessionKey::new(user, session.to_owned());
-    // Never create a container just to answer a download.
+    // Never create a container just to answer a download. The session's container under
+    // the default runtime, else the one under another (`sandbox.runtime_overrides`).
     let sessions = sandbox.list_sessions().await.map_err(|e| unavailable(e.to_string()))?;
-    if !sessions.iter().any(|i| i.key == key && i.owned_here) {
+    let mut held: Vec<_> = sessions
+        .into_iter()
+        .filter(|i| i.key.user_id == user && i.key.session_id == session && i.owned_here)
+        .map(|i| i.key)
+        .collect();
+    held.sort_by_key(|k| k.runtime.is_some());
+    let Some(key) = held.into_iter().next() else {
         return Err(ApiError::not_found("session_not_found", format!("no sandbox session `{session}` for this user")));
-    }
+    };
     let bytes = sandbox.download_file(&key, path).await.map_err(|e| match e {
         E::PathOutsideWorkspace { .. } => ApiError::new(StatusCode::FORBIDDEN, "path_outside_workspace", e.to_string()),
         E::File { ref message, .. } if message.contains("does not exist") => {

@@ -93,6 +93,10 @@ pub struct TaskRecord {
     /// absent for a task the parent agent submitted.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub parent_task_id: Option<String>,
+    /// Where the task ran when it ran in a fork of its session (a definition's or the
+    /// task's `isolation`), and once it ended, what it changed there.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub isolation: Option<crate::isolation::Isolated>,
 }
 
 impl TaskRecord {
@@ -123,6 +127,7 @@ impl TaskRecord {
             plugin: None,
             replica: None,
             parent_task_id: None,
+            isolation: None,
         }
     }
 
@@ -211,6 +216,13 @@ pub enum Write {
         task_id: String,
         seq: u64,
         event: serde_json::Value,
+    },
+    /// Entry `seq` of a durable task's import journal ([`crate::journal`]); a later write
+    /// of the same `seq` replaces it (a call `started`, then `done`).
+    Journal {
+        task_id: String,
+        seq: u64,
+        entry: serde_json::Value,
     },
     /// Plugin state `key` = `value` in `namespace` (a
     /// [`crate::plugin_state::StateNamespace::store_key`]), written at `written_at_ms`
@@ -409,6 +421,18 @@ impl Store {
         .map_err(|e| self.err(e))
     }
 
+    /// Every entry of `task_id`'s import journal, in order ([`crate::journal`]).
+    pub async fn journal(&self, task_id: &str) -> Result<Vec<(u64, serde_json::Value)>, StoreError> {
+        match &self.inner.backend {
+            Backend::Redb(b) => {
+                let (b, task_id) = (b.clone(), task_id.to_owned());
+                blocking(move || b.journal(&task_id)).await
+            }
+            Backend::Postgres(b) => b.journal(task_id).await,
+        }
+        .map_err(|e| self.err(e))
+    }
+
     /// Every event of `task_id` with a sequence number greater than `after`, in order (a
     /// task's events are bounded by its event budget). Readers that follow a task for a
     /// client read it in pages ([`Store::events_page`]) instead.
@@ -564,19 +588,23 @@ impl Store {
 
     /// Marks every task that was not finished as `failed` / "host restarted" (the
     /// previous host died with it running), with a final `error` and `finish` event.
-    /// Returns their ids. Call before accepting new tasks.
+    /// Returns their ids. Call before accepting new tasks. (The engine takes durable
+    /// tasks over instead: [`Store::unfinished`].)
     pub async fn recover_interrupted(&self) -> Result<Vec<String>, StoreError> {
         let mut ids = vec![];
-        for rec in self.tasks().await? {
-            if rec.is_finished() {
-                continue;
-            }
+        for rec in self.unfinished().await? {
             ids.push(rec.task_id.clone());
             self.end_unrun(rec, TaskState::Failed, FinishReason::HostRestarted, HOST_RESTARTED).await?;
         }
         self.flush().await?;
         ids.sort();
         Ok(ids)
+    }
+
+    /// Every task that was not finished (an embedded store at start: the previous host
+    /// died with them running).
+    pub async fn unfinished(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        Ok(self.tasks().await?.into_iter().filter(|r| !r.is_finished()).collect())
     }
 
     /// Deletes finished tasks (and their events) that finished more than `retention` ago.

@@ -39,6 +39,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (2, "replicas", include_str!("../../migrations/0002_replicas.sql")),
     (3, "task_listing", include_str!("../../migrations/0003_task_listing.sql")),
     (4, "state_expiry", include_str!("../../migrations/0004_state_expiry.sql")),
+    (5, "journal", include_str!("../../migrations/0005_journal.sql")),
 ];
 
 /// The advisory lock key under which migrations run, so two hosts opening one new
@@ -207,6 +208,23 @@ impl PgBackend {
         }
     }
 
+    /// Every entry of `task_id`'s journal, in order.
+    pub(super) async fn journal(&self, task_id: &str) -> Result<Vec<(u64, serde_json::Value)>, String> {
+        let rows = self
+            .read(|c| async move {
+                c.query("SELECT seq, entry::text FROM journal WHERE task_id = $1 ORDER BY seq", &[&task_id]).await
+            })
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = row.get(0);
+                let text: String = row.get(1);
+                let entry = serde_json::from_str(&text).map_err(|e| format!("corrupt journal entry: {e}"))?;
+                Ok((seq as u64, entry))
+            })
+            .collect()
+    }
+
     pub(super) async fn events_after(
         &self,
         task_id: &str,
@@ -287,7 +305,8 @@ impl PgBackend {
             .read(|c| async move {
                 c.query_one(
                     "WITH old AS (DELETE FROM tasks WHERE finished_at_ms < $1 RETURNING task_id), \
-                          gone AS (DELETE FROM events WHERE task_id IN (SELECT task_id FROM old)) \
+                          gone AS (DELETE FROM events WHERE task_id IN (SELECT task_id FROM old)), \
+                          journal AS (DELETE FROM journal WHERE task_id IN (SELECT task_id FROM old)) \
                      SELECT count(*) FROM old",
                     &[&cutoff],
                 )
@@ -441,6 +460,14 @@ impl PgBackend {
             return Ok(None);
         }
         Ok(Some(rows.iter().filter_map(|r| r.get::<_, Option<String>>(1)).collect()))
+    }
+
+    /// The replica holding `task_id` (`None`: none, or not in the queue).
+    pub(super) async fn holder(&self, task_id: &str) -> Result<Option<String>, String> {
+        let row = self
+            .read(|c| async move { c.query_opt("SELECT owner FROM task_queue WHERE task_id = $1", &[&task_id]).await })
+            .await?;
+        Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
     }
 
     /// Adds a task nobody runs yet to the shared queue, with its first record, unless
@@ -652,6 +679,16 @@ impl PgBackend {
         .map(|_| ())
     }
 
+    /// Ends `owner`'s lease on `task_id` now, so another replica takes it over at once.
+    pub(super) async fn release_lease(&self, owner: &str, task_id: &str) -> Result<(), String> {
+        self.read(|c| async move {
+            c.execute("UPDATE task_queue SET lease_until_ms = 0 WHERE task_id = $1 AND owner = $2", &[&task_id, &owner])
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Asks the replica holding `task_id` to cancel it; `false` if no replica holds it.
     pub(super) async fn request_cancel(&self, task_id: &str) -> Result<bool, String> {
         let n = self
@@ -845,6 +882,8 @@ type PublishedApproval<'a> = (Option<&'a str>, &'a str, &'a serde_json::Value);
 struct Latest<'a> {
     tasks: BTreeMap<&'a str, &'a TaskRecord>,
     events: BTreeMap<(&'a str, u64), &'a serde_json::Value>,
+    /// Journal entries by (task, seq): the last write of an entry wins.
+    journal: BTreeMap<(&'a str, u64), &'a serde_json::Value>,
     /// `None`: delete.
     state: BTreeMap<(&'a str, &'a str), Option<StateValue<'a>>>,
     /// Task → (owner, lease end); `None`: released.
@@ -863,6 +902,9 @@ impl<'a> Latest<'a> {
                 }
                 Write::Event { task_id, seq, event } => {
                     l.events.insert((task_id.as_str(), *seq), event);
+                }
+                Write::Journal { task_id, seq, entry } => {
+                    l.journal.insert((task_id.as_str(), *seq), entry);
                 }
                 Write::StateSet { namespace, key, value, written_at_ms } => {
                     l.state.insert((namespace.as_str(), key.as_str()), Some((value.as_slice(), *written_at_ms)));
@@ -890,6 +932,7 @@ impl<'a> Latest<'a> {
     fn is_empty(&self) -> bool {
         self.tasks.is_empty()
             && self.events.is_empty()
+            && self.journal.is_empty()
             && self.state.is_empty()
             && self.queue.is_empty()
             && self.approvals.is_empty()
@@ -924,6 +967,21 @@ async fn commit(client: &mut Client, l: &Latest<'_>) -> Result<(), tokio_postgre
              WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.task_id = e.task_id AND t.finished_at_ms IS NOT NULL) \
              ON CONFLICT (task_id, seq) DO NOTHING",
             &[&ids, &seqs, &events],
+        )
+        .await?;
+    }
+    if !l.journal.is_empty() {
+        let ids: Vec<&str> = l.journal.keys().map(|k| k.0).collect();
+        let seqs: Vec<i64> = l.journal.keys().map(|k| ms(k.1)).collect();
+        let entries: Vec<String> =
+            l.journal.values().map(|e| serde_json::to_string(e).expect("JSON always serialises")).collect();
+        // A `started` entry becomes `done`; nothing is added to a finished task's journal.
+        tx.execute(
+            "INSERT INTO journal (task_id, seq, entry) \
+             SELECT e.task_id, e.seq, e.entry::json FROM UNNEST($1::text[], $2::bigint[], $3::text[]) AS e(task_id, seq, entry) \
+             WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.task_id = e.task_id AND t.finished_at_ms IS NOT NULL) \
+             ON CONFLICT (task_id, seq) DO UPDATE SET entry = EXCLUDED.entry",
+            &[&ids, &seqs, &entries],
         )
         .await?;
     }

@@ -112,6 +112,12 @@ impl Store {
         pg.renew(replica, instance, running, lease_until).await.map_err(|e| self.err(e))
     }
 
+    /// Replicas only: the replica holding `task_id` now (`None`: none holds it).
+    pub async fn holder(&self, task_id: &str) -> Result<Option<String>, StoreError> {
+        let Some(pg) = self.pg() else { return Ok(None) };
+        pg.holder(task_id).await.map_err(|e| self.err(e))
+    }
+
     /// Adds `rec` (its first event `first_event`) to the shared queue for any replica to
     /// claim, unless that would exceed one of `limits`.
     pub async fn enqueue(
@@ -179,7 +185,12 @@ impl Store {
         let mut out = vec![];
         for (task_id, owner, record) in rows {
             match record.as_deref().map(serde_json::from_str::<TaskRecord>) {
-                Some(Ok(rec)) => out.push((owner, rec)),
+                Some(Ok(mut rec)) => {
+                    // The queue's holder is who ran it; the record may not say so yet (the
+                    // replica died between its claim and writing its copy of the record).
+                    rec.replica = Some(owner.clone());
+                    out.push((owner, rec))
+                }
                 _ => self.write(Write::Release { task_id }),
             }
         }
@@ -203,6 +214,13 @@ impl Store {
     pub async fn requeue(&self, replica: &str, task_id: &str) -> Result<(), StoreError> {
         let Some(pg) = self.pg() else { return Ok(()) };
         pg.requeue(replica, task_id).await.map_err(|e| self.err(e))
+    }
+
+    /// Ends `replica`'s lease on `task_id` at once: a replica shutting down hands a durable
+    /// task to whichever replica's reaper sees it first ([`crate::journal`]).
+    pub async fn release_lease(&self, replica: &str, task_id: &str) -> Result<(), StoreError> {
+        let Some(pg) = self.pg() else { return Ok(()) };
+        pg.release_lease(replica, task_id).await.map_err(|e| self.err(e))
     }
 
     /// Asks whichever replica holds `task_id` to cancel it; `false` if none holds it.

@@ -21,6 +21,8 @@ use super::{Msg, TaskRecord, Write};
 
 const TASKS: TableDefinition<&str, &[u8]> = TableDefinition::new("tasks");
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("events");
+/// A durable task's import journal: (task, seq) → the entry's JSON ([`crate::journal`]).
+const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
 /// Plugin state: (namespace, key) → value.
 const STATE: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugin_state");
 /// Task listings (every user's): `(created_at_ms, task_id)`, kept with [`TASKS`].
@@ -83,6 +85,24 @@ impl RedbBackend {
             None => Ok(None),
             Some(v) => serde_json::from_slice(v.value()).map(Some).map_err(|e| format!("corrupt task {id}: {e}")),
         }
+    }
+
+    /// Every entry of `task_id`'s journal, in order.
+    pub(super) fn journal(&self, task_id: &str) -> Result<Vec<(u64, serde_json::Value)>, String> {
+        let r = self.db.begin_read().map_err(|e| e.to_string())?;
+        let t = match r.open_table(JOURNAL) {
+            Ok(t) => t,
+            // A file no durable task has written to yet.
+            Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(vec![]),
+            Err(e) => return Err(e.to_string()),
+        };
+        let mut out = vec![];
+        for item in t.range((task_id, 0u64)..=(task_id, u64::MAX)).map_err(|e| e.to_string())? {
+            let (k, v) = item.map_err(|e| e.to_string())?;
+            let entry = serde_json::from_slice(v.value()).map_err(|e| format!("corrupt journal entry: {e}"))?;
+            out.push((k.value().1, entry));
+        }
+        Ok(out)
     }
 
     pub(super) fn events_after(
@@ -167,6 +187,7 @@ impl RedbBackend {
         {
             let mut tasks = w.open_table(TASKS).map_err(|e| e.to_string())?;
             let mut events = w.open_table(EVENTS).map_err(|e| e.to_string())?;
+            let mut journal = w.open_table(JOURNAL).map_err(|e| e.to_string())?;
             let mut by_created = w.open_table(TASKS_BY_CREATED).map_err(|e| e.to_string())?;
             let mut by_user = w.open_table(TASKS_BY_USER).map_err(|e| e.to_string())?;
             for rec in &old {
@@ -175,6 +196,9 @@ impl RedbBackend {
                 by_created.remove((rec.created_at_ms, id.as_str())).map_err(|e| e.to_string())?;
                 by_user.remove((rec.user_id.as_str(), rec.created_at_ms, id.as_str())).map_err(|e| e.to_string())?;
                 events
+                    .retain_in((id.as_str(), 0u64)..=(id.as_str(), u64::MAX), |_, _| false)
+                    .map_err(|e| e.to_string())?;
+                journal
                     .retain_in((id.as_str(), 0u64)..=(id.as_str(), u64::MAX), |_, _| false)
                     .map_err(|e| e.to_string())?;
             }
@@ -310,6 +334,7 @@ fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<::redb::Error>> {
     {
         let mut tasks = w.open_table(TASKS).map_err(::redb::Error::from)?;
         let mut events = w.open_table(EVENTS).map_err(::redb::Error::from)?;
+        let mut journal = w.open_table(JOURNAL).map_err(::redb::Error::from)?;
         let mut state = w.open_table(STATE).map_err(::redb::Error::from)?;
         let mut by_created = w.open_table(TASKS_BY_CREATED).map_err(::redb::Error::from)?;
         let mut by_user = w.open_table(TASKS_BY_USER).map_err(::redb::Error::from)?;
@@ -332,6 +357,10 @@ fn commit(db: &Database, batch: &[Msg]) -> Result<(), Box<::redb::Error>> {
                 Write::Event { task_id, seq, event } => {
                     let bytes = serde_json::to_vec(event).expect("JSON always serialises");
                     events.insert((task_id.as_str(), *seq), bytes.as_slice()).map_err(::redb::Error::from)?;
+                }
+                Write::Journal { task_id, seq, entry } => {
+                    let bytes = serde_json::to_vec(entry).expect("JSON always serialises");
+                    journal.insert((task_id.as_str(), *seq), bytes.as_slice()).map_err(::redb::Error::from)?;
                 }
                 Write::StateSet { namespace, key, value, written_at_ms } => {
                     let k = (namespace.as_str(), key.as_str());

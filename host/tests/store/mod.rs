@@ -186,7 +186,7 @@ async fn postgres_refuses_a_database_from_a_newer_warden() {
         .await
         .unwrap();
     let e = Store::connect(&db.url).await.unwrap_err().to_string();
-    assert!(e.contains("schema version 999, newer than this warden knows (4)"), "{e}");
+    assert!(e.contains("schema version 999, newer than this warden knows (5)"), "{e}");
     assert!(e.starts_with(&format!("task store {}", db.url)), "the error names the database: {e}");
     drop(client);
     b.finish().await;
@@ -560,6 +560,27 @@ async fn postgres_regression_the_shared_queue_is_claimed_fairly_between_users() 
     assert_eq!(ids(store.claim("r2", 5, 2, lease).await.unwrap()), ["c000"]);
     // r1 runs one of hers: it takes one more.
     assert_eq!(ids(store.claim("r1", 5, 2, lease).await.unwrap()), ["a003"]);
+    b.finish().await;
+}
+
+/// Regression (CI of 2026-12-06): a replica killed between claiming a queued task and
+/// writing its copy of the record left the record naming no replica, so the task ended
+/// "replica lost" with no `replica`. The tasks taken from a lost replica name it.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_regression_a_task_lost_right_after_its_claim_names_the_lost_replica() {
+    use warden::store::QueueLimits;
+    let b = Backend::postgres().await;
+    let store = b.open().await;
+    let limits = QueueLimits { max_queued: 10, max_per_user: 10 };
+    let rec = record("t-claimed", TaskState::Submitted, None);
+    assert_eq!(rec.replica, None, "the control: a queued record names no replica");
+    store.enqueue(&rec, &json!({ "type": "status", "status": "submitted" }), &json!({}), limits).await.unwrap();
+    // r3 claims it with a lease already past, and dies before writing anything else.
+    let claimed = store.claim("r3", 1, 10, now_ms() - 1).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let expired = store.take_expired("r1", now_ms() + 60_000, false).await.unwrap();
+    let [(owner, lost)] = expired.as_slice() else { panic!("expected the one lost task: {expired:?}") };
+    assert_eq!((owner.as_str(), lost.replica.as_deref()), ("r3", Some("r3")));
     b.finish().await;
 }
 

@@ -15,6 +15,7 @@ pub fn record(id: &str, status: TaskState, finished: Option<u64>) -> TaskRecord 
         plugin: None,
         replica: None,
         parent_task_id: None,
+        isolation: None,
         background: true,
         output: (status == TaskState::Completed).then(|| "kept".into()),
         error: None,

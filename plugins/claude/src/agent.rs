@@ -19,7 +19,8 @@
 //!   "background": false,           // `background`: the host runs tasks in the background by default
 //!   "effort": null,                // `effort`: low, medium, high, xhigh or max (lower case)
 //!   "memory": null,                // `memory`: user, project or local (see [`memory_dir`])
-//!   "hooks": {},                   // `hooks`: PreToolUse / PostToolUse commands (crate::hooks)
+//!   "hooks": {},                   // `hooks`: the command hooks warden runs, by event (crate::hooks)
+//!   "isolation": null,             // `isolation`: "worktree" (the host runs the tasks in a fork)
 //!   "color": null,                 // `color`, cosmetic
 //!   "extra": {}                    // every unknown frontmatter key, as JSON
 //! }
@@ -27,8 +28,10 @@
 //!
 //! The host never reads `protocol-data`: what it acts on — `tools`, the permission mode,
 //! the MCP server names, the inline (agent-defined) MCP servers and `egress` — is also
-//! handed over as the definition's typed fields (WIT 0.3.0), and `background: true` and
-//! `effort` as the reference metadata entries `background=true` and `effort=<level>` (the
+//! handed over as the definition's typed fields (WIT 0.3.0), and `background: true`,
+//! `effort` and `isolation: worktree` as the reference metadata entries `background=true`,
+//! `effort=<level>` and `isolation=fork` (every task of the agent runs in a fork of the
+//! session its parent works in, and its result names the fork and what changed; the
 //! WIT has no typed fields for them; the host
 //! reads those keys of any definition, the operator's reference metadata winning). The host
 //! hands the effort to every model call of the agent's tasks, as the provider's reasoning
@@ -36,8 +39,8 @@
 //!
 //! Every field Claude Code documents has a meaning here ([`FIELDS`]): applied, or refused
 //! with a warning (the field is ignored) or an error (the file is not registered, when
-//! running without the field would do what its author forbade: `isolation`, and `hooks`
-//! warden cannot run exactly).
+//! running without the field would do what its author forbade: an `isolation` other than
+//! [`ISOLATION_VALUES`], and `hooks` warden cannot run exactly).
 //! Unknown fields are warnings, with a "did you mean" for near misses of known names; the
 //! plugin logs every warning while resolving and `warden agents` lists them as problems.
 
@@ -87,10 +90,15 @@ pub struct ProtocolData {
     /// `MEMORY.md` starts every fresh task's system prompt. Another value is a warning.
     #[serde(default)]
     pub memory: Option<String>,
-    /// `hooks`: the `PreToolUse` / `PostToolUse` commands ([`crate::hooks`]); a file with
-    /// hooks warden cannot run exactly is not registered.
+    /// `hooks`: the command hooks warden runs, by event ([`crate::hooks`]); a file with
+    /// hooks that could forbid and that warden cannot run exactly is not registered.
     #[serde(default)]
     pub hooks: Hooks,
+    /// `isolation: worktree`: the host runs every task of the agent in a fork of its
+    /// parent's session (reference metadata [`ISOLATION_METADATA`]); another value keeps the file
+    /// from being registered.
+    #[serde(default)]
+    pub isolation: Option<Isolation>,
     /// `color`: how Claude Code shows the agent; cosmetic, no effect in warden.
     #[serde(default)]
     pub color: Option<String>,
@@ -122,6 +130,53 @@ pub const FIELDS: &[&str] = &[
     "egress",
 ];
 
+/// A Claude agent file's `isolation`: where its tasks run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// `worktree`: in a temporary copy of the parent's workspace (Claude Code: a git
+    /// worktree; warden: a fork of the parent's sandbox session, `isolation=fork`).
+    Worktree,
+}
+
+impl Isolation {
+    /// The host's name for it, the value of [`ISOLATION_METADATA`].
+    pub fn host_name(self) -> &'static str {
+        match self {
+            Isolation::Worktree => "fork",
+        }
+    }
+}
+
+/// The reference metadata key by which a definition asks the host to run every task of
+/// it in a fork of its parent's session (`isolation=fork`); the host reads it (the WIT
+/// has no typed field for it).
+pub const ISOLATION_METADATA: &str = "isolation";
+
+/// The `isolation` values an agent file may give ([`Isolation`]); another is refused.
+pub const ISOLATION_VALUES: &[&str] = &["worktree"];
+
+/// The file's `isolation`, or the refusal naming the value and the accepted ones (running
+/// it in the calling session would change files its author wanted kept apart).
+fn isolation(value: Option<Value>) -> Result<Option<Isolation>, String> {
+    let value = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(value) => value,
+    };
+    let text = match &value {
+        Value::String(s) => s.trim().to_string(),
+        other => other.to_string(),
+    };
+    if text.eq_ignore_ascii_case("worktree") {
+        return Ok(Some(Isolation::Worktree));
+    }
+    let shown: String = text.chars().take(64).collect();
+    Err(format!(
+        "`isolation: {shown}` is not supported (accepted: {}); the agent is not registered, since running it in the calling session would change files its author wanted kept apart",
+        ISOLATION_VALUES.join(", ")
+    ))
+}
+
 /// The reference metadata key by which a definition asks the host to run its tasks in the
 /// background when the caller does not say (`background: true`); the host reads it.
 pub const BACKGROUND_METADATA: &str = "background";
@@ -129,6 +184,18 @@ pub const BACKGROUND_METADATA: &str = "background";
 /// The reference metadata key by which a definition asks the host for a reasoning effort
 /// (`effort`); the host reads it.
 pub const EFFORT_METADATA: &str = "effort";
+
+/// The reference metadata key by which a definition hands the host its `disallowedTools`
+/// entries with an argument pattern (`Bash(rm -rf*)`), as a JSON list: the host enforces
+/// them as deny rules for the agent's calls (whole-tool entries the plugin simply does not
+/// offer). The host reads this key of any definition, adding the operator's.
+pub const DISALLOWED_TOOLS_METADATA: &str = "disallowed_tools";
+
+/// The `disallowedTools` entries the host enforces as deny rules: those with an argument
+/// pattern (`Tool(…)`).
+pub fn disallowed_patterns(protocol: &ProtocolData) -> Vec<String> {
+    protocol.disallowed_tools.iter().filter(|t| crate::toolset::base_name(t).1).cloned().collect()
+}
 
 /// The values of `effort`, as Claude Code accepts them (the Claude API's effort levels).
 pub const EFFORT_LEVELS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
@@ -383,7 +450,8 @@ pub struct Agent {
     /// For the log: fallbacks taken, values ignored.
     pub warnings: Vec<String>,
     /// Why the file must not be registered: fields it uses whose absence could allow what
-    /// they forbid (`hooks`, `isolation`). Empty when it may be. See [`Agent::registrable`].
+    /// they forbid (`hooks`, an `isolation` warden cannot honour). Empty when it may be.
+    /// See [`Agent::registrable`].
     pub refusals: Vec<String>,
 }
 
@@ -394,6 +462,97 @@ impl Agent {
         match self.refusals.is_empty() {
             true => Ok(self),
             false => Err(Error::InvalidInput(format!("{uri}: {}", self.refusals.join("; ")))),
+        }
+    }
+}
+
+/// The reference metadata keys by which the host hands over a Claude Code plugin's own
+/// hooks file (`hooks/hooks.json`, or the one its `plugin.json` names) and MCP servers
+/// file (`.mcp.json`, or its `plugin.json`'s `mcpServers`), as JSON text, for each agent of
+/// the plugin (`subagents.plugin_dirs`): see [`apply_plugin_files`].
+pub const PLUGIN_HOOKS_METADATA: &str = "claude_plugin_hooks";
+/// See [`PLUGIN_HOOKS_METADATA`].
+pub const PLUGIN_MCP_METADATA: &str = "claude_plugin_mcp";
+
+/// The variable Claude Code sets to a plugin's folder in its hooks and MCP servers. The
+/// folder is on the host, not in the session's sandbox, so a command naming it cannot run
+/// there (a hook would fail as a non-blocking error, passing every call).
+pub const PLUGIN_ROOT_VARIABLE: &str = "CLAUDE_PLUGIN_ROOT";
+
+/// A Claude Code plugin's files an agent of it also gets, as Claude Code applies them:
+/// the hooks of its hooks file (`{"hooks": {event: [...]}}`), added to the agent's own and
+/// read by the same rules ([`crate::hooks`]), and the MCP servers of its MCP file
+/// (`{"mcpServers": {...}}` or the servers map itself), added to its inline `mcpServers`
+/// (so the host runs them only under `subagents.allow_agent_mcp_servers`). A file that is
+/// not a JSON object refuses the agent: its hooks could forbid what the agent would then
+/// do. A hook or server whose command names [`PLUGIN_ROOT_VARIABLE`] is not run (a refusal
+/// for a hook of an event that can forbid, a warning otherwise).
+pub fn apply_plugin_files(agent: &mut Agent, hooks_file: Option<&str>, mcp_file: Option<&str>) {
+    let json_file = |name: &str, text: Option<&str>, refusals: &mut Vec<String>| -> Option<Map<String, Value>> {
+        match serde_json::from_str::<Value>(text?) {
+            Ok(Value::Object(o)) => Some(o),
+            Ok(_) => {
+                refusals.push(format!("the plugin's {name} is not a JSON object"));
+                None
+            }
+            Err(e) => {
+                refusals.push(format!("the plugin's {name} is not valid JSON ({e})"));
+                None
+            }
+        }
+    };
+    if let Some(file) = json_file("hooks file", hooks_file, &mut agent.refusals) {
+        let parsed = hooks::parse(file.get("hooks").unwrap_or(&Value::Object(Map::new())));
+        let said = |what: &String| format!("the plugin's hooks: {what}");
+        agent.warnings.extend(parsed.warnings.iter().map(said));
+        agent.refusals.extend(parsed.refusals.iter().map(said));
+        let mut plugin_hooks = parsed.hooks;
+        for (event, groups) in plugin_hooks.by_event_mut() {
+            for group in groups.iter_mut() {
+                group.commands.retain(|c| {
+                    if !c.command.contains(PLUGIN_ROOT_VARIABLE) {
+                        return true;
+                    }
+                    let what = format!(
+                        "the plugin's hooks: the `{event}` hook `{}` runs a file of the plugin's folder (${PLUGIN_ROOT_VARIABLE}), which is not in the session's sandbox",
+                        c.command
+                    );
+                    match hooks::event_named(event).is_some_and(|e| e.narrows) {
+                        true => agent.refusals.push(format!("{what}; the agent is not registered, since running it without that hook could allow what it forbids")),
+                        false => agent.warnings.push(format!("{what}; ignored")),
+                    }
+                    false
+                });
+            }
+            groups.retain(|g| !g.commands.is_empty());
+        }
+        agent.protocol.hooks.extend(plugin_hooks);
+    }
+    if let Some(file) = json_file("MCP servers file", mcp_file, &mut agent.refusals) {
+        let servers = match file.get("mcpServers") {
+            Some(Value::Object(servers)) => servers.clone(),
+            _ => file,
+        };
+        let mut entries: Vec<Value> = match agent.protocol.mcp_servers.take() {
+            None | Some(Value::Null) => vec![],
+            Some(Value::Array(items)) => items,
+            Some(Value::String(names)) => {
+                names.split(',').map(str::trim).filter(|n| !n.is_empty()).map(Value::from).collect()
+            }
+            Some(Value::Object(map)) => map.into_iter().map(|(k, v)| Value::Object(Map::from_iter([(k, v)]))).collect(),
+            Some(other) => vec![other],
+        };
+        for (name, body) in servers {
+            if body.to_string().contains(PLUGIN_ROOT_VARIABLE) {
+                agent.warnings.push(format!(
+                    "the plugin's MCP servers: server `{name}` runs a file of the plugin's folder (${PLUGIN_ROOT_VARIABLE}), which is not in the session's sandbox; ignored"
+                ));
+                continue;
+            }
+            entries.push(Value::Object(Map::from_iter([(name, body)])));
+        }
+        if !entries.is_empty() {
+            agent.protocol.mcp_servers = Some(Value::Array(entries));
         }
     }
 }
@@ -497,16 +656,17 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
     let mut refusals = Vec::new();
     let hooks = match take(&mut map, &["hooks"]).filter(|v| !v.is_null()) {
         None => Hooks::default(),
-        Some(value) => hooks::parse(&value).unwrap_or_else(|errors| {
-            refusals.extend(errors);
-            Hooks::default()
-        }),
+        Some(value) => {
+            let parsed = hooks::parse(&value);
+            warnings.extend(parsed.warnings);
+            refusals.extend(parsed.refusals);
+            parsed.hooks
+        }
     };
-    if let Some(isolation) = take(&mut map, &["isolation"]).and_then(scalar_text) {
-        refusals.push(format!(
-            "`isolation: {isolation}` is not supported: every task of a session shares the session's sandbox (no per-task worktree); the agent is not registered, since it would change files its author wanted kept apart"
-        ));
-    }
+    let isolation = isolation(take(&mut map, &["isolation"])).unwrap_or_else(|refusal| {
+        refusals.push(refusal);
+        None
+    });
     for key in INFORMATIONAL_KEYS {
         map.remove(*key);
     }
@@ -529,6 +689,7 @@ pub fn parse_agent(uri: &str, bytes: &[u8], metadata: &[(String, String)]) -> Re
         effort,
         memory,
         hooks,
+        isolation,
         color,
         extra: map,
     };
@@ -758,7 +919,7 @@ mod tests {
             json!({"system_prompt": "body", "tools": null, "disallowed_tools": [], "model": null,
                    "skills": [], "permission_mode": null, "max_turns": null, "mcp_servers": null, "egress": null,
                    "initial_prompt": null, "background": false, "effort": null, "memory": null, "hooks": {},
-                   "color": null, "extra": {}})
+                   "isolation": null, "color": null, "extra": {}})
         );
         assert_eq!(ProtocolData::from_json("{}").unwrap(), ProtocolData::default());
         assert_eq!(ProtocolData::from_json("").unwrap(), ProtocolData::default());
@@ -1130,14 +1291,19 @@ mod field_meanings {
     }
 
     #[test]
-    fn hooks_warden_cannot_run_and_isolation_keep_the_agent_from_registering() {
-        let hooked = parse("hooks:\n  Stop:\n    - hooks: [{ type: command, command: ./x }]\ncolour: red\n").unwrap();
+    fn hooks_warden_cannot_run_keep_the_agent_from_registering() {
+        let hooked =
+            parse("hooks:\n  PermissionRequest:\n    - hooks: [{ type: command, command: ./x }]\ncolour: red\n")
+                .unwrap();
         assert!(hooked.warnings.iter().any(|w| w.contains("did you mean `color`")), "{:?}", hooked.warnings);
         let err = hooked.registrable("agents/a.md").unwrap_err();
         assert!(
-            matches!(&err, Error::InvalidInput(m) if m.contains("`hooks` event `Stop` is not supported")),
+            matches!(&err, Error::InvalidInput(m) if m.contains("`hooks` event `PermissionRequest` is not supported")),
             "{err:?}"
         );
+        let stop = parse("hooks:\n  Stop:\n    - hooks: [{ type: command, command: ./x }]\n  PreCompact:\n    - hooks: [{ type: command, command: ./y }]\n").unwrap();
+        assert!(stop.warnings.iter().any(|w| w.contains("`PreCompact` is not run by warden")), "{:?}", stop.warnings);
+        assert_eq!(stop.registrable("a.md").unwrap().protocol.hooks.stop[0].commands[0].command, "./x");
         assert!(parse("hooks: {}\n").unwrap().registrable("a.md").is_ok(), "no hooks is no refusal");
         let a = parse(
             "hooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n",
@@ -1146,11 +1312,31 @@ mod field_meanings {
         .registrable("a.md")
         .unwrap();
         assert_eq!(a.protocol.hooks.pre_tool_use[0].commands[0].command, "./check.sh");
-        let err = parse("isolation: worktree\n").unwrap().registrable("agents/a.md").unwrap_err();
-        assert!(
-            matches!(&err, Error::InvalidInput(m) if m.contains("`isolation: worktree` is not supported")),
-            "{err:?}"
-        );
+    }
+
+    /// Issue 44: `isolation: worktree` refused the whole file (13 real files); it is the
+    /// definition's typed isolation now. What warden cannot honour still refuses the file,
+    /// naming the value and the accepted ones: running it unisolated would change files its
+    /// author wanted kept apart.
+    #[test]
+    fn isolation_worktree_is_accepted_and_another_value_refuses_the_file() {
+        let a = parse("isolation: worktree\n").unwrap().registrable("agents/a.md").unwrap();
+        assert_eq!(a.protocol.isolation, Some(Isolation::Worktree));
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+        let round = ProtocolData::from_json(&a.protocol.to_json()).unwrap();
+        assert_eq!(round.isolation, Some(Isolation::Worktree));
+        assert!(serde_json::from_str::<Value>(&a.protocol.to_json()).unwrap()["isolation"] == "worktree");
+        assert_eq!(parse("isolation: \" Worktree \"\n").unwrap().protocol.isolation, Some(Isolation::Worktree));
+        assert_eq!(parse("isolation:\n").unwrap().protocol.isolation, None, "null: no isolation");
+        assert_eq!(parse("color: red\n").unwrap().protocol.isolation, None);
+        for (value, shown) in [("container", "container"), ("[worktree]", "[\"worktree\"]"), ("true", "true")] {
+            let err = parse(&format!("isolation: {value}\n")).unwrap().registrable("agents/a.md").unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidInput(m) if m.contains(&format!("`isolation: {shown}` is not supported (accepted: worktree)"))
+                    && m.starts_with("agents/a.md: ")),
+                "{value}: {err:?}"
+            );
+        }
     }
 
     /// Nesting is the host's to allow (`subagents.max_depth`): `Agent` entries reach the
@@ -1160,5 +1346,54 @@ mod field_meanings {
         assert!(warnings("tools: Read, Agent(reviewer), Task\n").is_empty());
         let a = parse("tools: Read, Agent(reviewer, coder)\n").unwrap();
         assert_eq!(host_tools(&a.protocol).unwrap(), ["Read", "Agent(reviewer, coder)"]);
+    }
+}
+
+/// Issue 44: a Claude Code plugin's own hooks and MCP servers apply to its agents.
+#[cfg(test)]
+mod plugin_files {
+    use super::*;
+
+    fn agent(frontmatter: &str) -> Agent {
+        parse_agent("p/agents/a.md", format!("---\ndescription: d\n{frontmatter}---\nBody.\n").as_bytes(), &[]).unwrap()
+    }
+
+    #[test]
+    fn the_plugin_s_hooks_and_servers_are_added_to_the_agent_s_own() {
+        let mut a = agent(
+            "hooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ command: ./own.sh }]\nmcpServers: [github]\n",
+        );
+        let hooks = r#"{"hooks": {"PreToolUse": [{"matcher": "Write", "hooks": [{"type": "command", "command": "./plugin-guard.sh"}]}],
+                       "Stop": [{"hooks": [{"type": "command", "command": "${CLAUDE_PLUGIN_ROOT}/done.sh"}]}]}}"#;
+        let mcp = r#"{"mcpServers": {"db": {"command": "db-mcp", "args": ["--ro"]}, "local": {"command": "${CLAUDE_PLUGIN_ROOT}/srv"}}}"#;
+        apply_plugin_files(&mut a, Some(hooks), Some(mcp));
+        assert!(a.refusals.is_empty(), "{:?}", a.refusals);
+        let pre: Vec<&str> = a.protocol.hooks.pre_tool_use.iter().map(|g| g.commands[0].command.as_str()).collect();
+        assert_eq!(pre, ["./own.sh", "./plugin-guard.sh"]);
+        assert!(a.protocol.hooks.stop.is_empty(), "a Stop hook in the plugin's folder is not run");
+        let w = a.warnings.join("\n");
+        assert!(w.contains("`Stop` hook `${CLAUDE_PLUGIN_ROOT}/done.sh` runs a file of the plugin's folder"), "{w}");
+        assert!(w.contains("server `local` runs a file of the plugin's folder"), "{w}");
+        assert_eq!(a.protocol.mcp_server_names(), ["github"]);
+        let servers: Vec<String> = a.protocol.inline_mcp_servers().0.into_iter().map(|s| s.name).collect();
+        assert_eq!(servers, ["db"]);
+    }
+
+    #[test]
+    fn a_forbidding_plugin_hook_warden_cannot_run_or_a_broken_file_refuses_the_agent() {
+        let mut a = agent("");
+        let hooks = r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "${CLAUDE_PLUGIN_ROOT}/guard.sh"}]}]}}"#;
+        apply_plugin_files(&mut a, Some(hooks), None);
+        assert!(
+            a.refusals.iter().any(|r| r.contains("`PreToolUse` hook") && r.contains("not registered")),
+            "{:?}",
+            a.refusals
+        );
+        let mut a = agent("");
+        apply_plugin_files(&mut a, Some("[1]"), None);
+        assert!(a.refusals.iter().any(|r| r.contains("hooks file is not a JSON object")), "{:?}", a.refusals);
+        let mut a = agent("");
+        apply_plugin_files(&mut a, None, None);
+        assert!(a.refusals.is_empty() && a.warnings.is_empty() && a.protocol.hooks.is_empty());
     }
 }

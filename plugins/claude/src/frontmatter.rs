@@ -1,11 +1,13 @@
 //! Markdown files with YAML frontmatter, as Claude Code writes (and people hand-edit) them.
 //!
-//! [`split`] finds the frontmatter between a leading `---` line and the next `---` line (a
-//! `---` later in the body is body text). [`parse_fields`] reads the frontmatter:
+//! [`split`] finds the frontmatter between a leading `---` line and the next line of three
+//! or more dashes alone (`---`, or a longer run such as `----------` that some files close
+//! with; a `---` later in the body is body text). [`parse_fields`] reads the frontmatter:
 //!
-//! 1. as YAML, when it is valid YAML, a mapping, and has none of the keys that only show up
-//!    when example dialogue leaked out of a description (`user:`, `assistant:`, ...);
-//! 2. otherwise with a tolerant line reader: a top-level entry starts at a column-0 line
+//! 1. as YAML, whenever it is valid YAML and a mapping — always, whatever its keys: Claude
+//!    Code reads it with a YAML parser, so a top-level `context:` or `user:` key is a key
+//!    (an unknown field, warned about), never a line of the field before it;
+//! 2. otherwise (only what YAML cannot parse) with a tolerant line reader: a top-level entry starts at a column-0 line
 //!    `key:`, unless the key is a dialogue word or the line sits inside an `<example>` block;
 //!    every other line continues the current entry. Each entry's value is read as YAML on
 //!    its own when that works (so `tools: [a, b]` and `maxTurns: 5` keep their types) and as
@@ -44,7 +46,7 @@ pub struct Fields {
 pub enum SplitError {
     /// The file does not start with a `---` line.
     Missing,
-    /// A `---` line opens the frontmatter but none closes it.
+    /// A `---` line opens the frontmatter but no line of dashes closes it.
     Unterminated,
 }
 
@@ -52,7 +54,7 @@ impl SplitError {
     pub fn describe(&self) -> &'static str {
         match self {
             Self::Missing => "no YAML frontmatter (the file must start with a `---` line)",
-            Self::Unterminated => "the YAML frontmatter is not closed by a `---` line",
+            Self::Unterminated => "the YAML frontmatter is not closed by a `---` line (three or more dashes alone)",
         }
     }
 }
@@ -78,7 +80,7 @@ pub fn split(text: &str) -> Result<(String, String), SplitError> {
     }
     let start = consumed;
     for line in lines {
-        if is_fence(line) {
+        if is_closing_fence(line) {
             let frontmatter = text[start..consumed].to_string();
             let body = text[consumed + line.len()..].to_string();
             return Ok((frontmatter, body));
@@ -90,6 +92,13 @@ pub fn split(text: &str) -> Result<(String, String), SplitError> {
 
 fn is_fence(line: &str) -> bool {
     line.trim_end() == "---"
+}
+
+/// The line that closes a frontmatter: three or more dashes alone (trailing white space
+/// allowed). Files in the wild close with longer runs (`--------`), which Claude Code reads.
+fn is_closing_fence(line: &str) -> bool {
+    let line = line.trim_end();
+    line.len() >= 3 && line.bytes().all(|b| b == b'-')
 }
 
 /// Keys Claude Code (and tools around it) put in agent frontmatter. A column-0 line with one
@@ -180,11 +189,9 @@ pub fn parse_fields(frontmatter: &str) -> Fields {
             for (key, value) in mapping {
                 map.insert(key_text(&key), yaml_to_json(value));
             }
-            if map.keys().any(|k| is_dialogue(k)) {
-                tolerant(frontmatter, "it has example-dialogue lines at the top level")
-            } else {
-                Fields { map, mode: ParseMode::Yaml, warnings: Vec::new() }
-            }
+            // Valid YAML is read as YAML, as Claude Code reads it: a key that looks like a
+            // line of example dialogue is still a key (its unknown-field warning says so).
+            Fields { map, mode: ParseMode::Yaml, warnings: Vec::new() }
         }
         Ok(_) => tolerant(frontmatter, "it is not a mapping"),
         Err(why) => tolerant(frontmatter, &why),
@@ -392,6 +399,19 @@ mod tests {
         assert_eq!(body, "body\n");
     }
 
+    /// Files closed by a longer run of dashes (`----------`) were "not closed" although
+    /// Claude Code reads them (and warden read them before the closer became exact).
+    #[test]
+    fn regression_a_frontmatter_closed_by_a_longer_run_of_dashes_was_not_closed() {
+        let (fm, body) = split("---\nname: a\ndescription: d\n--------------------\nBody.\n---\nmore\n").unwrap();
+        assert_eq!(fm, "name: a\ndescription: d\n");
+        assert_eq!(body, "Body.\n---\nmore\n");
+        let (fm, _) = split("---\nname: a\n----  \nBody.\n").unwrap();
+        assert_eq!(fm, "name: a\n");
+        assert_eq!(split("---\nname: a\n-- \n- x\n"), Err(SplitError::Unterminated), "two dashes close nothing");
+        assert_eq!(split("---\nname: a\n--- x\n"), Err(SplitError::Unterminated), "dashes alone only");
+    }
+
     #[test]
     fn split_reports_missing_and_unterminated_frontmatter() {
         assert_eq!(split("# Title\nname: a\n"), Err(SplitError::Missing));
@@ -455,12 +475,26 @@ mod tests {
         assert!(!fields.map.contains_key("user"));
     }
 
+    /// Valid YAML with a top-level key from the example-dialogue words (`context`, `user`,
+    /// …) went to the tolerant reader, which glued that key's lines onto the field before
+    /// it: `context: fork` after a `tools:` list became a tool named "context: fork".
     #[test]
-    fn dialogue_keys_in_otherwise_valid_yaml_use_the_tolerant_reader() {
+    fn regression_valid_yaml_with_a_dialogue_word_key_was_read_by_the_tolerant_reader() {
+        let fm = "name: forked\ndescription: Runs in a fork\ntools:\n  - Read\n  - Grep\ncontext: fork\n";
+        let fields = parse_fields(fm);
+        assert_eq!(fields.mode, ParseMode::Yaml);
+        assert_eq!(fields.map["tools"], serde_json::json!(["Read", "Grep"]));
+        assert_eq!(fields.map["context"], "fork");
         let fields = parse_fields("name: a\ndescription: Reviews code, e.g.\nuser: \"review this\"\nmodel: haiku\n");
-        assert_eq!(fields.mode, ParseMode::Tolerant);
-        assert_eq!(fields.map["description"], "Reviews code, e.g.\nuser: \"review this\"");
+        assert_eq!(fields.mode, ParseMode::Yaml);
+        assert_eq!(fields.map["description"], "Reviews code, e.g.");
+        assert_eq!(fields.map["user"], "review this");
         assert_eq!(fields.map["model"], "haiku");
+        for word in DIALOGUE_WORDS {
+            let fields = parse_fields(&format!("name: a\ntools: [Read]\n{word}: x\n"));
+            assert_eq!(fields.mode, ParseMode::Yaml, "{word}");
+            assert_eq!(fields.map["tools"], serde_json::json!(["Read"]), "{word}");
+        }
     }
 
     #[test]
@@ -498,10 +532,11 @@ mod tests {
     /// tolerant reader panicked the guest ("byte index 2 is not a char boundary").
     #[test]
     fn regression_unicode_white_space_in_a_block_scalar_panicked() {
-        let fields = parse_fields("user: x\ndescription: |\n  a\n\u{3000}\n  b\n");
+        // `x: a: b` is not YAML: the tolerant reader reads the rest.
+        let fields = parse_fields("x: a: b\ndescription: |\n  a\n\u{3000}\n  b\n");
         assert_eq!(fields.mode, ParseMode::Tolerant);
         assert_eq!(fields.map["description"], "a\n\u{3000}\nb");
-        let fields = parse_fields("user: x\ndescription: >\n  \u{3000}\n\u{3000}\u{3000}a\n \u{a0}b\n");
+        let fields = parse_fields("x: a: b\ndescription: >\n  \u{3000}\n\u{3000}\u{3000}a\n \u{a0}b\n");
         assert!(fields.map["description"].as_str().unwrap().ends_with("a  \u{a0}b"), "{:?}", fields.map);
     }
 

@@ -1,5 +1,5 @@
-//! An agent file's `hooks`: `PreToolUse` / `PostToolUse` commands, as Claude Code writes them,
-//! run in the session's sandbox through the `Bash` tool (so through the approval gate).
+//! An agent file's `hooks`, as Claude Code writes them, run in the session's sandbox through
+//! the `Bash` tool (so through the approval gate).
 //!
 //! ```yaml
 //! hooks:
@@ -10,6 +10,23 @@
 //!           command: ./scripts/check.sh
 //!           timeout: 30              # seconds, optional
 //! ```
+//!
+//! Every hook event and hook type Claude Code defines is accepted ([`EVENTS`] says what
+//! warden does with each). The events warden runs (`command` hooks):
+//! - `PreToolUse` before a call, `PostToolUse` after a call that succeeded,
+//!   `PostToolUseFailure` after one that failed (matched against the tool name);
+//! - `UserPromptSubmit` before a task's first model call (its prompt as `prompt`): a block
+//!   ends the task with the reason; exit 0 output is added to the prompt as context;
+//! - `SessionStart` before a task's first model call (matched against `startup` for a
+//!   fresh task, `resume` for a resumed one): exit 0 output is added as context;
+//! - `Stop` (and `SubagentStop`, the name Claude Code gives a subagent's `Stop`) when the
+//!   model gives its final answer: a block hands the reason to the model as its next
+//!   instruction and the loop goes on (within `maxTurns`), with `stop_hook_active: true`.
+//!
+//! An event warden cannot serve (or a hook type other than `command`: `prompt`, `agent`,
+//! `http`, `mcp_tool`) is a warning and is ignored — unless ignoring it could widen what
+//! the agent may do: a hook of `PreToolUse`, `UserPromptSubmit` or `PermissionRequest`
+//! can forbid, so one warden cannot run refuses the file ([`Event::narrows`]).
 //!
 //! A hook reads Claude Code's JSON on stdin (`hook_event_name`, `tool_name`, `tool_input`,
 //! `tool_response` after the call, `session_id`, `cwd`) and answers as in Claude Code:
@@ -33,9 +50,8 @@
 //!   the hook from running. A hook that still gives no verdict has that said in the result
 //!   the model reads: the call has run, but its check did not.
 //!
-//! What this module never does: run a hook of another event (the resolver refuses files
-//! with them), guess at a matcher it cannot read exactly (refused too), or let a hook's
-//! answer allow a call.
+//! What this module never does: guess at a tool matcher it cannot read exactly (refused
+//! for `PreToolUse`, a warning elsewhere), or let a hook's answer allow a call.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -54,11 +70,99 @@ pub const MAX_HOOK_TIMEOUT_SECS: u64 = 600;
 /// result is cut well below that (the input says it was: see [`input`]).
 pub const MAX_HOOK_TOOL_RESPONSE_BYTES: usize = 96 * 1024;
 
+/// Most bytes of context a `SessionStart` / `UserPromptSubmit` hook adds to the prompt
+/// (Claude Code caps a hook's added context at 10,000 characters too); the rest is cut.
+pub const MAX_HOOK_CONTEXT_BYTES: usize = 10_000;
+
 /// Where hook commands run (and Claude Code's `CLAUDE_PROJECT_DIR` for them).
 pub const HOOK_CWD: &str = "/workspace";
 
-/// The hook events warden runs.
-pub const EVENTS: &[&str] = &["PreToolUse", "PostToolUse"];
+/// The hook type warden runs; the others Claude Code defines are [`UNSERVED_HOOK_TYPES`].
+pub const COMMAND_HOOK_TYPE: &str = "command";
+
+/// Claude Code's other hook types: a model, an agent, an HTTP endpoint or an MCP tool
+/// decides. warden runs none of them (a warning, or a refusal where ignoring could widen).
+pub const UNSERVED_HOOK_TYPES: &[&str] = &["prompt", "agent", "http", "mcp_tool"];
+
+/// What warden does with a hook event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// Run (its `command` hooks).
+    Runs,
+    /// Not run; a warning. Ignoring it cannot widen what the agent may do.
+    Ignored,
+    /// Not run, and a hook of it could forbid what the agent would then do: the file is
+    /// refused.
+    Refused,
+}
+
+/// A hook event Claude Code defines, and what warden does with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub name: &'static str,
+    pub support: Support,
+    /// Whether a hook of this event can forbid (so one warden cannot run — another hook
+    /// type, a matcher it cannot read — refuses the file rather than be ignored).
+    pub narrows: bool,
+    /// Why, for the warning or the refusal (and the operators' docs table).
+    pub why: &'static str,
+}
+
+const fn event(name: &'static str, support: Support, narrows: bool, why: &'static str) -> Event {
+    Event { name, support, narrows, why }
+}
+
+/// Every hook event of Claude Code's hooks reference, with what warden does (the table in
+/// docs/operators.md is this one).
+pub const EVENTS: &[Event] = &[
+    event("PreToolUse", Support::Runs, true, "runs before each matching call; can block it"),
+    event("PostToolUse", Support::Runs, false, "runs after each matching call that succeeded"),
+    event("PostToolUseFailure", Support::Runs, false, "runs after each matching call that failed"),
+    event("UserPromptSubmit", Support::Runs, true, "runs before a task's first model call; can end the task"),
+    event("SessionStart", Support::Runs, false, "runs before a task's first model call; adds context"),
+    event("Stop", Support::Runs, false, "runs at the final answer; can send the agent back to work"),
+    event("SubagentStop", Support::Runs, false, "as `Stop` (Claude Code's name for a subagent's `Stop`)"),
+    event(
+        "PermissionRequest",
+        Support::Refused,
+        true,
+        "the approval gate, not the plugin, asks a person, so warden cannot run it; it could deny what a person would then approve",
+    ),
+    event(
+        "PermissionDenied",
+        Support::Ignored,
+        false,
+        "warden has no automatic-mode reviewer whose denials it follows",
+    ),
+    event(
+        "Notification",
+        Support::Ignored,
+        false,
+        "warden sends no notifications; events and the approvals API say the same",
+    ),
+    event("SubagentStart", Support::Ignored, false, "fires in the parent's context; it cannot block"),
+    event("SessionEnd", Support::Ignored, false, "the sandbox session outlives the task; it cannot block"),
+    event("Setup", Support::Ignored, false, "warden sets the session's environment itself; it cannot block"),
+    event("InstructionsLoaded", Support::Ignored, false, "warden loads no CLAUDE.md files; it cannot block"),
+    event("PreCompact", Support::Ignored, false, "warden never compacts a transcript"),
+    event("PostCompact", Support::Ignored, false, "warden never compacts a transcript"),
+    event("StopFailure", Support::Ignored, false, "the task's error is its result; it cannot block"),
+    event("TaskCreated", Support::Ignored, false, "warden has no TaskCreate tool"),
+    event("TaskCompleted", Support::Ignored, false, "warden has no TaskCreate tool"),
+    event("TeammateIdle", Support::Ignored, false, "warden has no agent teams"),
+    event("Elicitation", Support::Ignored, false, "MCP servers never ask the agent for input in warden"),
+    event("ElicitationResult", Support::Ignored, false, "MCP servers never ask the agent for input in warden"),
+    event("WorktreeCreate", Support::Ignored, false, "warden makes no worktrees through hooks"),
+    event("WorktreeRemove", Support::Ignored, false, "warden makes no worktrees through hooks"),
+    event("ConfigChange", Support::Ignored, false, "an agent cannot change warden's configuration"),
+    event("CwdChanged", Support::Ignored, false, "it cannot block"),
+    event("FileChanged", Support::Ignored, false, "warden does not watch files for agents; it cannot block"),
+];
+
+/// The entry of [`EVENTS`] named `name`.
+pub fn event_named(name: &str) -> Option<&'static Event> {
+    EVENTS.iter().find(|e| e.name == name)
+}
 
 /// One `type: command` hook.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,62 +174,146 @@ pub struct HookCommand {
 /// A matcher and the commands it runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookGroup {
-    /// The tool names it matches: `*` (every tool), exact names, or `prefix.*`.
+    /// The names it matches (tool names, or `startup`/`resume` for `SessionStart`): `*`
+    /// (everything), exact names, or `prefix.*`.
     pub matcher: Vec<String>,
     pub commands: Vec<HookCommand>,
 }
 
-/// An agent's hooks, by event.
+/// An agent's hooks, by event (the events warden runs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hooks {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pre_tool_use: Vec<HookGroup>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub post_tool_use: Vec<HookGroup>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_tool_use_failure: Vec<HookGroup>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_prompt_submit: Vec<HookGroup>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub session_start: Vec<HookGroup>,
+    /// `Stop` and `SubagentStop`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<HookGroup>,
 }
 
 impl Hooks {
     pub fn is_empty(&self) -> bool {
-        self.pre_tool_use.is_empty() && self.post_tool_use.is_empty()
+        self.pre_tool_use.is_empty()
+            && self.post_tool_use.is_empty()
+            && self.post_tool_use_failure.is_empty()
+            && self.user_prompt_submit.is_empty()
+            && self.session_start.is_empty()
+            && self.stop.is_empty()
+    }
+
+    /// Each event's groups, by the event's name.
+    pub fn by_event_mut(&mut self) -> [(&'static str, &mut Vec<HookGroup>); 6] {
+        [
+            ("PreToolUse", &mut self.pre_tool_use),
+            ("PostToolUse", &mut self.post_tool_use),
+            ("PostToolUseFailure", &mut self.post_tool_use_failure),
+            ("UserPromptSubmit", &mut self.user_prompt_submit),
+            ("SessionStart", &mut self.session_start),
+            ("Stop", &mut self.stop),
+        ]
+    }
+
+    /// Adds `other`'s groups after this one's, event by event.
+    pub fn extend(&mut self, mut other: Hooks) {
+        for ((_, mine), (_, theirs)) in self.by_event_mut().into_iter().zip(other.by_event_mut()) {
+            mine.append(theirs);
+        }
+    }
+
+    fn groups_mut(&mut self, event: &str) -> Option<&mut Vec<HookGroup>> {
+        Some(match event {
+            "PreToolUse" => &mut self.pre_tool_use,
+            "PostToolUse" => &mut self.post_tool_use,
+            "PostToolUseFailure" => &mut self.post_tool_use_failure,
+            "UserPromptSubmit" => &mut self.user_prompt_submit,
+            "SessionStart" => &mut self.session_start,
+            "Stop" | "SubagentStop" => &mut self.stop,
+            _ => return None,
+        })
     }
 }
 
-/// Reads the `hooks` field; the errors are refusals (the file is not registered), since
-/// running the agent without a hook it declares could allow what the hook denies.
-pub fn parse(value: &Value) -> Result<Hooks, Vec<String>> {
-    let mut hooks = Hooks::default();
-    let mut errors = Vec::new();
+/// What the `hooks` field says: the hooks to run, warnings (what is ignored) and refusals
+/// (the file must not be registered: running without them could allow what they forbid).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub hooks: Hooks,
+    pub warnings: Vec<String>,
+    pub refusals: Vec<String>,
+}
+
+/// Whether an event's groups are matched against a name (tools, or the start source);
+/// Claude Code ignores the matcher of the others.
+fn has_matcher(event: &str) -> bool {
+    matches!(event, "PreToolUse" | "PostToolUse" | "PostToolUseFailure" | "SessionStart")
+}
+
+/// Reads the `hooks` field (see the module docs for what is run, ignored or refused).
+pub fn parse(value: &Value) -> Parsed {
+    let mut out = Parsed::default();
     let Value::Object(events) = value else {
-        return Err(vec![format!("`hooks` must be a mapping of hook events, not {value}")]);
+        out.refusals.push(format!("`hooks` must be a mapping of hook events, not {value}"));
+        return out;
     };
-    for (event, groups) in events {
-        let target = match event.as_str() {
-            "PreToolUse" => &mut hooks.pre_tool_use,
-            "PostToolUse" => &mut hooks.post_tool_use,
-            other => {
-                errors.push(format!(
-                    "`hooks` event `{other}` is not supported (warden runs {}); the agent is not registered, since running it without that hook could allow what it denies",
-                    EVENTS.join(" and ")
-                ));
+    for (name, groups) in events {
+        let Some(event) = event_named(name) else {
+            out.warnings.push(format!(
+                "`hooks` event `{name}` is not a Claude Code hook event; ignored (warden knows {})",
+                EVENTS.iter().map(|e| e.name).collect::<Vec<_>>().join(", ")
+            ));
+            continue;
+        };
+        // A problem with a hook of this event: a refusal when ignoring it could widen.
+        let problem = |out: &mut Parsed, what: String| match event.narrows {
+            true => out.refusals.push(format!(
+                "{what}; the agent is not registered, since running it without that hook could allow what it forbids"
+            )),
+            false => out.warnings.push(format!("{what}; ignored")),
+        };
+        match event.support {
+            Support::Runs => {}
+            Support::Ignored => {
+                out.warnings.push(format!("`hooks` event `{name}` is not run by warden ({}); ignored", event.why));
                 continue;
             }
-        };
+            Support::Refused => {
+                problem(&mut out, format!("`hooks` event `{name}` is not supported ({})", event.why));
+                continue;
+            }
+        }
         let Value::Array(groups) = groups else {
-            errors.push(format!("`hooks.{event}` must be a list of {{matcher, hooks}} entries"));
+            problem(&mut out, format!("`hooks.{name}` must be a list of {{matcher, hooks}} entries"));
             continue;
         };
         for (i, group) in groups.iter().enumerate() {
-            match parse_group(group) {
-                Ok(g) => target.push(g),
-                Err(e) => errors.push(format!("`hooks.{event}[{i}]`: {e}")),
+            match parse_group(name, group) {
+                Ok((g, skipped)) => {
+                    for why in skipped {
+                        problem(&mut out, format!("`hooks.{name}[{i}]`: {why}"));
+                    }
+                    if !g.commands.is_empty() {
+                        out.hooks.groups_mut(name).expect("a run event has groups").push(g);
+                    }
+                }
+                Err(e) => problem(&mut out, format!("`hooks.{name}[{i}]`: {e}")),
             }
         }
     }
-    if errors.is_empty() { Ok(hooks) } else { Err(errors) }
+    out
 }
 
-fn parse_group(group: &Value) -> Result<HookGroup, String> {
+/// One `{matcher, hooks}` entry: its group of `command` hooks, and why each other hook
+/// of it is not run; `Err` when the entry as a whole cannot be read.
+fn parse_group(event: &str, group: &Value) -> Result<(HookGroup, Vec<String>), String> {
     let matcher = match group.get("matcher") {
+        _ if !has_matcher(event) => vec!["*".to_string()],
         None | Some(Value::Null) => vec!["*".to_string()],
         Some(Value::String(m)) => parse_matcher(m)?,
         Some(other) => return Err(format!("`matcher` must be text, not {other}")),
@@ -134,10 +322,13 @@ fn parse_group(group: &Value) -> Result<HookGroup, String> {
         return Err("expected `hooks: [{type: command, command: …}]`".into());
     };
     let mut commands = Vec::new();
+    let mut skipped = Vec::new();
     for entry in entries {
-        let kind = entry.get("type").and_then(Value::as_str).unwrap_or("command");
-        if kind != "command" {
-            return Err(format!("hook type `{kind}` is not supported (only `command`)"));
+        let kind = entry.get("type").and_then(Value::as_str).unwrap_or(COMMAND_HOOK_TYPE);
+        if kind != COMMAND_HOOK_TYPE {
+            let known = if UNSERVED_HOOK_TYPES.contains(&kind) { "is not run by warden" } else { "is unknown" };
+            skipped.push(format!("hook type `{kind}` {known} (warden runs `command` hooks)"));
+            continue;
         }
         let command = entry.get("command").and_then(Value::as_str).map(str::trim).unwrap_or_default();
         if command.is_empty() {
@@ -152,7 +343,7 @@ fn parse_group(group: &Value) -> Result<HookGroup, String> {
         };
         commands.push(HookCommand { command: command.to_string(), timeout_secs });
     }
-    Ok(HookGroup { matcher, commands })
+    Ok((HookGroup { matcher, commands }, skipped))
 }
 
 /// A matcher as Claude Code writes them, in the forms read exactly: empty or `*` (every
@@ -244,27 +435,68 @@ pub enum Verdict {
     NoVerdict(String),
 }
 
-/// Reads the Bash tool's result of a hook run: stdout, then `[stderr]` and its text, then
-/// `[exit code: N]` when not 0 (the sandbox's Bash output).
-pub fn verdict(result: &ToolResult) -> Verdict {
+/// The parts of the Bash tool's result of a hook run: stdout, then `[stderr]` and its
+/// text, then `[exit code: N]` when not 0 (the sandbox's Bash output). The exit code is
+/// `None` when the command did not run to one (declined, timed out, …).
+fn parts(result: &ToolResult) -> (Option<u32>, &str, &str) {
     let content = result.content.as_str();
     let (body, exit) = match content.trim_end().rsplit_once("[exit code: ") {
         Some((body, tail)) => (body, tail.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok())),
         None if !result.is_error => (content, Some(0)),
         None => (content, None),
     };
-    let Some(exit) = exit else {
-        return Verdict::NoVerdict(content.trim().to_string());
-    };
     let (stdout, stderr) = match body.split_once("[stderr]\n") {
         Some((out, err)) => (out, err.trim()),
         None => (body, ""),
     };
-    match exit {
-        0 => decision(stdout.trim()),
-        2 => Verdict::Block(if stderr.is_empty() { "(no reason given)".into() } else { stderr.to_string() }),
+    (exit, stdout, stderr)
+}
+
+/// Reads the Bash tool's result of a hook run (see [`parts`]) as Claude Code reads a
+/// hook's exit code and output.
+pub fn verdict(result: &ToolResult) -> Verdict {
+    match parts(result) {
+        (None, _, _) => Verdict::NoVerdict(result.content.trim().to_string()),
+        (Some(0), stdout, _) => decision(stdout.trim()),
+        (Some(2), _, stderr) => {
+            Verdict::Block(if stderr.is_empty() { "(no reason given)".into() } else { stderr.to_string() })
+        }
         _ => Verdict::Pass,
     }
+}
+
+/// The context a `SessionStart` / `UserPromptSubmit` hook adds (exit code 0): its JSON's
+/// `hookSpecificOutput.additionalContext`, or its stdout when that is not JSON; at most
+/// [`MAX_HOOK_CONTEXT_BYTES`] (cut at a character boundary).
+pub fn added_context(result: &ToolResult) -> Option<String> {
+    let (Some(0), stdout, _) = parts(result) else { return None };
+    let stdout = stdout.trim();
+    let text = match serde_json::from_str::<Value>(stdout) {
+        Ok(Value::Object(out)) => out
+            .get("hookSpecificOutput")
+            .and_then(|s| s.get("additionalContext"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        _ => stdout.to_string(),
+    };
+    let mut kept = text.len().min(MAX_HOOK_CONTEXT_BYTES);
+    while !text.is_char_boundary(kept) {
+        kept -= 1;
+    }
+    (!text.is_empty()).then(|| text[..kept].to_string())
+}
+
+/// The stdin of a hook of an event without a tool call: the common fields and `fields`
+/// (`prompt` for `UserPromptSubmit`, `source` for `SessionStart`, `stop_hook_active` and
+/// `last_assistant_message` for `Stop`).
+pub fn event_input(event: &str, session_id: &str, fields: Value) -> Value {
+    let mut v = json!({ "session_id": session_id, "cwd": HOOK_CWD, "hook_event_name": event });
+    if let (Value::Object(v), Value::Object(fields)) = (&mut v, fields) {
+        v.extend(fields);
+    }
+    v
 }
 
 /// A decision in a hook's JSON output (exit code 0); anything else is no decision.
@@ -300,23 +532,90 @@ mod tests {
             "PreToolUse": [{"matcher": "Bash|Write", "hooks": [{"type": "command", "command": "./check.sh", "timeout": 5}]}],
             "PostToolUse": [{"hooks": [{"command": "./lint.sh"}]}]
         });
-        let h = parse(&v).unwrap();
+        let parsed = parse(&v);
+        assert!(parsed.refusals.is_empty() && parsed.warnings.is_empty(), "{parsed:?}");
+        let h = parsed.hooks;
         assert_eq!(h.pre_tool_use[0].matcher, ["Bash", "Write"]);
         assert_eq!(h.pre_tool_use[0].commands, [HookCommand { command: "./check.sh".into(), timeout_secs: 5 }]);
         assert_eq!(h.post_tool_use[0].matcher, ["*"]);
         assert_eq!(h.post_tool_use[0].commands[0].timeout_secs, DEFAULT_HOOK_TIMEOUT_SECS);
         for (bad, says) in [
-            (json!({"Stop": [{"hooks": [{"command": "x"}]}]}), "event `Stop` is not supported"),
             (json!({"PreToolUse": [{"matcher": "Ba(sh)?", "hooks": [{"command": "x"}]}]}), "not read exactly"),
             (json!({"PreToolUse": [{"hooks": [{"type": "prompt", "prompt": "x"}]}]}), "hook type `prompt`"),
+            (json!({"UserPromptSubmit": [{"hooks": [{"type": "http", "url": "x"}]}]}), "hook type `http`"),
+            (
+                json!({"PermissionRequest": [{"hooks": [{"command": "x"}]}]}),
+                "event `PermissionRequest` is not supported",
+            ),
             (json!({"PreToolUse": [{"hooks": [{"command": " "}]}]}), "needs a `command`"),
             (json!({"PreToolUse": [{"hooks": [{"command": "x", "timeout": 0}]}]}), "`timeout` must be"),
             (json!({"PreToolUse": {"matcher": "x"}}), "must be a list"),
             (json!(["x"]), "must be a mapping"),
         ] {
-            let errors = parse(&bad).unwrap_err().join("\n");
-            assert!(errors.contains(says), "{says}: {errors}");
+            let refusals = parse(&bad).refusals.join("\n");
+            assert!(refusals.contains(says), "{says}: {refusals}");
         }
+    }
+
+    /// Every hook event of Claude Code's reference was refused but `PreToolUse` and
+    /// `PostToolUse` (`Stop` in 10 real files, `PostToolUseFailure`, …): each is accepted;
+    /// the ones warden runs are kept, the others are warnings, and only an event whose
+    /// hooks could forbid (and that warden cannot run) refuses the file.
+    #[test]
+    fn regression_hook_events_other_than_pre_and_post_tool_use_refused_the_file() {
+        for event in EVENTS {
+            let parsed = parse(&json!({ event.name: [{"hooks": [{"type": "command", "command": "./h.sh"}]}] }));
+            match event.support {
+                Support::Runs => {
+                    assert!(parsed.refusals.is_empty() && parsed.warnings.is_empty(), "{}: {parsed:?}", event.name);
+                    assert!(!parsed.hooks.is_empty(), "{}", event.name);
+                }
+                Support::Ignored => {
+                    assert!(parsed.refusals.is_empty(), "{}: {parsed:?}", event.name);
+                    assert!(parsed.warnings[0].contains(&format!("`{}` is not run by warden", event.name)));
+                    assert!(parsed.hooks.is_empty());
+                }
+                Support::Refused => assert!(event.narrows && !parsed.refusals.is_empty(), "{}", event.name),
+            }
+            // Another hook type: a warning, or a refusal where the event can forbid.
+            let parsed = parse(&json!({ event.name: [{"hooks": [{"type": "agent", "prompt": "check"}]}] }));
+            assert_eq!(!parsed.refusals.is_empty(), event.narrows, "{}: {parsed:?}", event.name);
+        }
+        let h = parse(&json!({
+            "Stop": [{"hooks": [{"command": "./tests-pass.sh"}]}],
+            "SubagentStop": [{"matcher": "ignored", "hooks": [{"command": "./done.sh"}]}],
+            "PostToolUseFailure": [{"matcher": "Bash", "hooks": [{"command": "./why.sh"}]}],
+            "SessionStart": [{"matcher": "startup", "hooks": [{"command": "git status"}]}],
+            "UserPromptSubmit": [{"hooks": [{"command": "./prompt-guard.sh"}]}],
+        }))
+        .hooks;
+        assert_eq!(h.stop.len(), 2);
+        assert_eq!(h.stop[1].matcher, ["*"], "Stop has no matcher in Claude Code");
+        assert_eq!(h.post_tool_use_failure[0].matcher, ["Bash"]);
+        assert_eq!(h.session_start[0].matcher, ["startup"]);
+        assert_eq!(h.user_prompt_submit[0].commands[0].command, "./prompt-guard.sh");
+        let unknown = parse(&json!({"AfterLunch": [{"hooks": [{"command": "x"}]}]}));
+        assert!(unknown.refusals.is_empty() && unknown.warnings[0].contains("not a Claude Code hook event"));
+        // A matcher warden cannot read: refused for PreToolUse, a warning for PostToolUse.
+        let post = parse(&json!({"PostToolUse": [{"matcher": "Ba(sh)?", "hooks": [{"command": "x"}]}]}));
+        assert!(post.refusals.is_empty() && post.warnings[0].contains("not read exactly"), "{post:?}");
+    }
+
+    #[test]
+    fn added_context_is_json_additional_context_or_plain_stdout_and_bounded() {
+        let json_out =
+            r#"{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "branch main"}}"#;
+        assert_eq!(added_context(&result(json_out, false)).as_deref(), Some("branch main"));
+        assert_eq!(added_context(&result("on branch main\n", false)).as_deref(), Some("on branch main"));
+        assert_eq!(added_context(&result("x\n[exit code: 1]", true)), None);
+        assert_eq!(added_context(&result("", false)), None);
+        let long = "\u{e9}".repeat(MAX_HOOK_CONTEXT_BYTES);
+        assert!(added_context(&result(&long, false)).unwrap().len() <= MAX_HOOK_CONTEXT_BYTES);
+        let stdin = event_input("Stop", "s1", json!({"stop_hook_active": false}));
+        assert_eq!(
+            (stdin["hook_event_name"].as_str(), stdin["stop_hook_active"].as_bool()),
+            (Some("Stop"), Some(false))
+        );
     }
 
     #[test]

@@ -146,6 +146,9 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
             messages
         }
     };
+    let resumed = task.resume.as_deref().is_some_and(|r| !r.trim().is_empty());
+    let mut messages = messages;
+    let started = start_hooks(host, &protocol.hooks, task, resumed, &mut messages);
     let transcript = Transcript {
         version: TRANSCRIPT_VERSION,
         agent: agent.name.clone(),
@@ -156,7 +159,7 @@ pub fn run(host: &mut dyn Host, task: &TaskInput, agent: &AgentInput) -> Result<
         status: "running".into(),
         messages,
     };
-    let outcome = converse(host, task, agent, &protocol, &tools, transcript);
+    let outcome = started.and_then(|()| converse(host, task, agent, &protocol, &tools, transcript));
     // Whatever the outcome: what the agent noted before a failure is worth keeping.
     if let Some(memory) = user_memory.as_mut() {
         memory.save(host);
@@ -175,6 +178,7 @@ fn converse(
 ) -> Result<String, Error> {
     let max_turns = protocol.max_turns.filter(|&t| t > 0).unwrap_or(DEFAULT_MAX_TURNS);
     let model = transcript.model.clone();
+    let mut stop_hook_active = false;
     for turn in 1..=max_turns {
         host.emit("progress", &serde_json::json!({ "message": format!("turn {turn}") }).to_string());
         let request = CompletionRequest {
@@ -199,6 +203,16 @@ fn converse(
         let calls = reply.tool_calls.clone();
         transcript.messages.push(reply);
 
+        if calls.is_empty() && turn < max_turns {
+            let last = transcript.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+            if let Some(reason) = stop_hooks(host, &protocol.hooks, &task.session_id, &last, stop_hook_active, turn) {
+                // As in Claude Code: the reason is the agent's next instruction.
+                stop_hook_active = true;
+                transcript.messages.push(Message::new("user", format!("[Stop hook] {reason}")));
+                save(host, &transcript);
+                continue;
+            }
+        }
         if calls.is_empty() {
             transcript.status = "completed".into();
             save(host, &transcript);
@@ -277,14 +291,14 @@ fn run_tools(
             ));
             continue;
         }
-        let content = match host_results.next() {
+        let (content, failed) = match host_results.next() {
             Some(result) if result.is_error && !result.content.starts_with("error") => {
-                format!("error: {}", result.content)
+                (format!("error: {}", result.content), true)
             }
-            Some(result) => result.content,
-            None => "error: the host returned no result for this call".to_string(),
+            Some(result) => (result.content, result.is_error),
+            None => ("error: the host returned no result for this call".to_string(), true),
         };
-        let content = post_tool_use(host, hooks, session_id, call, content, turn, &mut hook_runs);
+        let content = post_tool_use(host, hooks, session_id, call, content, failed, turn, &mut hook_runs);
         out.push(Message::tool_result(&call.id, content));
     }
     Ok(out)
@@ -319,28 +333,39 @@ fn pre_tool_use(
     None
 }
 
-/// Runs the `PostToolUse` hooks matching `call`; a blocking one's reason is added to the
-/// result the model reads (the call has run: nothing is undone), and so is a hook that
-/// gave no verdict: the result was not checked, and the model is not left to think it was.
+/// Runs the `PostToolUse` hooks matching `call` (`PostToolUseFailure` when it `failed`); a
+/// blocking one's reason is added to the result the model reads (the call has run: nothing
+/// is undone), and so is a hook that gave no verdict: the result was not checked, and the
+/// model is not left to think it was.
+#[allow(clippy::too_many_arguments)]
 fn post_tool_use(
     host: &mut dyn Host,
     hooks: &Hooks,
     session_id: &str,
     call: &ToolCall,
     mut content: String,
+    failed: bool,
     turn: u32,
     runs: &mut usize,
 ) -> String {
-    for hook in hooks::commands_for(&hooks.post_tool_use, &call.name) {
-        let input = hooks::input("PostToolUse", session_id, call, Some(&content));
+    let (event, groups) = match failed {
+        false => ("PostToolUse", &hooks.post_tool_use),
+        true => ("PostToolUseFailure", &hooks.post_tool_use_failure),
+    };
+    for hook in hooks::commands_for(groups, &call.name) {
+        let mut input = hooks::input(event, session_id, call, Some(&content));
+        if failed {
+            // Claude Code hands a failed call's text as `error`.
+            input["error"] = input["tool_response"].take();
+        }
         match run_hook(host, hook, &input, turn, runs) {
             Verdict::Block(reason) | Verdict::Ask(reason) => {
-                content.push_str(&format!("\n[PostToolUse hook: {reason}]"));
+                content.push_str(&format!("\n[{event} hook: {reason}]"));
             }
             Verdict::NoVerdict(why) => {
-                host.log(Level::Warn, &format!("PostToolUse hook `{}` gave no verdict: {why}", hook.command));
+                host.log(Level::Warn, &format!("{event} hook `{}` gave no verdict: {why}", hook.command));
                 content.push_str(&format!(
-                    "\n[PostToolUse hook `{}` gave no verdict, so this result was not checked by it: {}]",
+                    "\n[{event} hook `{}` gave no verdict, so this result was not checked by it: {}]",
                     hook.command,
                     excerpt(&why, MAX_NO_VERDICT_REASON_BYTES)
                 ));
@@ -349,6 +374,87 @@ fn post_tool_use(
         }
     }
     content
+}
+
+/// Runs the `SessionStart` hooks (matched against `startup`, or `resume` for a resumed
+/// task) and the `UserPromptSubmit` hooks before the first model call: what they add (exit
+/// code 0) goes before the task's prompt as context; a `UserPromptSubmit` hook that blocks,
+/// asks or gives no verdict ends the task (`denied`, with its reason): its author wanted
+/// the prompt checked.
+fn start_hooks(
+    host: &mut dyn Host,
+    hooks: &Hooks,
+    task: &TaskInput,
+    resumed: bool,
+    messages: &mut [Message],
+) -> Result<(), Error> {
+    if hooks.session_start.is_empty() && hooks.user_prompt_submit.is_empty() {
+        return Ok(());
+    }
+    let mut runs = 0usize;
+    let mut context = Vec::new();
+    let source = if resumed { "resume" } else { "startup" };
+    for hook in hooks::commands_for(&hooks.session_start, source) {
+        let input = hooks::event_input("SessionStart", &task.session_id, serde_json::json!({ "source": source }));
+        if let Some(result) = run_hook_result(host, hook, &input, 0, &mut runs) {
+            context.extend(hooks::added_context(&result));
+        }
+    }
+    for hook in hooks::commands_for(&hooks.user_prompt_submit, "*") {
+        let input =
+            hooks::event_input("UserPromptSubmit", &task.session_id, serde_json::json!({ "prompt": task.prompt }));
+        let Some(result) = run_hook_result(host, hook, &input, 0, &mut runs) else {
+            return Err(Error::Denied(format!(
+                "the UserPromptSubmit hook `{}` gave no verdict (the host returned no result), so the prompt is declined",
+                hook.command
+            )));
+        };
+        let reason = match hooks::verdict(&result) {
+            Verdict::Pass => {
+                context.extend(hooks::added_context(&result));
+                continue;
+            }
+            Verdict::Block(reason) | Verdict::Ask(reason) => reason,
+            Verdict::NoVerdict(why) => format!("the hook `{}` gave no verdict: {why}", hook.command),
+        };
+        host.log(Level::Info, &format!("UserPromptSubmit hook `{}` blocked the prompt: {reason}", hook.command));
+        return Err(Error::Denied(format!("the prompt was blocked by a UserPromptSubmit hook: {reason}")));
+    }
+    if !context.is_empty()
+        && let Some(prompt) = messages.iter_mut().rev().find(|m| m.role == "user")
+    {
+        prompt.content = format!("{}\n\n{}", context.join("\n\n"), prompt.content);
+    }
+    Ok(())
+}
+
+/// Runs the `Stop` (and `SubagentStop`) hooks at the agent's final answer `last`: the
+/// reason of the first that blocks, which sends the agent back to work. A hook that gives
+/// no verdict, or asks, lets the agent stop (logged): stopping widens nothing.
+fn stop_hooks(
+    host: &mut dyn Host,
+    hooks: &Hooks,
+    session_id: &str,
+    last: &str,
+    active: bool,
+    turn: u32,
+) -> Option<String> {
+    let mut runs = 0usize;
+    for hook in hooks::commands_for(&hooks.stop, "*") {
+        let fields = serde_json::json!({ "stop_hook_active": active, "last_assistant_message": last });
+        let input = hooks::event_input("Stop", session_id, fields);
+        match run_hook(host, hook, &input, turn, &mut runs) {
+            Verdict::Block(reason) => {
+                host.log(Level::Info, &format!("Stop hook `{}` sent the agent back to work: {reason}", hook.command));
+                return Some(reason);
+            }
+            Verdict::NoVerdict(why) => {
+                host.log(Level::Warn, &format!("Stop hook `{}` gave no verdict: {why}", hook.command));
+            }
+            Verdict::Pass | Verdict::Ask(_) => {}
+        }
+    }
+    None
 }
 
 /// Most bytes of why a hook gave no verdict quoted in the result the model reads (the
@@ -372,15 +478,37 @@ fn run_hook(
     turn: u32,
     runs: &mut usize,
 ) -> Verdict {
-    *runs += 1;
-    let call = hooks::bash_call(format!("hook_{turn}_{runs}"), hook, input);
-    match host.call_tools(std::slice::from_ref(&call)) {
-        Ok(mut results) => match results.pop() {
-            Some(result) => hooks::verdict(&result),
-            None => Verdict::NoVerdict("the host returned no result".into()),
-        },
+    match run_hook_call(host, hook, input, turn, runs) {
+        Ok(Some(result)) => hooks::verdict(&result),
+        Ok(None) => Verdict::NoVerdict("the host returned no result".into()),
         Err(e) => Verdict::NoVerdict(e.to_string()),
     }
+}
+
+/// [`run_hook`]'s Bash result itself (`None` when the host returned none or failed: no verdict).
+fn run_hook_result(
+    host: &mut dyn Host,
+    hook: &HookCommand,
+    input: &serde_json::Value,
+    turn: u32,
+    runs: &mut usize,
+) -> Option<warden_guest::ToolResult> {
+    match run_hook_call(host, hook, input, turn, runs) {
+        Ok(result) => result,
+        Err(e) => Some(warden_guest::ToolResult { id: String::new(), content: e.to_string(), is_error: true }),
+    }
+}
+
+fn run_hook_call(
+    host: &mut dyn Host,
+    hook: &HookCommand,
+    input: &serde_json::Value,
+    turn: u32,
+    runs: &mut usize,
+) -> Result<Option<warden_guest::ToolResult>, Error> {
+    *runs += 1;
+    let call = hooks::bash_call(format!("hook_{turn}_{runs}"), hook, input);
+    Ok(host.call_tools(std::slice::from_ref(&call))?.pop())
 }
 
 /// The tools the agent's model is offered, and the names of every tool the host lets the

@@ -5,8 +5,10 @@
 //!
 //! Entries may carry Claude Code argument patterns (`Bash(git status:*)`): in `tools` the
 //! pattern's tool is allowed (the argument rule is the approval policy's business); in
-//! `disallowedTools` a pattern does not remove the whole tool. Names the session does not
-//! have are reported as warnings and otherwise ignored.
+//! `disallowedTools` a pattern does not remove the whole tool: the host enforces it as a
+//! deny rule for this agent (handed over as the reference metadata
+//! [`crate::agent::DISALLOWED_TOOLS_METADATA`]). Names the session does not have are
+//! reported as warnings and otherwise ignored.
 //!
 //! The nesting tool (`Agent`, or its older name `Task`) is the host's: it offers it only
 //! to a subagent whose `tools` name it (`Agent` or `Agent(type, …)`, never through `*`)
@@ -85,9 +87,8 @@ pub fn select(available: Vec<ToolSpec>, allow: Option<&[String]>, deny: &[String
     for entry in deny {
         let (name, pattern) = base_name(entry);
         if pattern {
-            warnings.push(format!(
-                "disallowedTools entry `{entry}` has an argument pattern; the plugin removes whole tools only, so it is left to the approval policy"
-            ));
+            // The host's deny rule for this agent (see the module docs).
+            continue;
         } else if !known(name) && !is_nesting_tool(name) {
             warnings.push(format!("disallowedTools entry `{entry}` is not a tool of this session; ignored"));
         } else {
@@ -155,11 +156,11 @@ mod tests {
         let allow = strings(&["Read", "WebFetch", "Task", "Agent(reviewer)"]);
         let s = select(session(), Some(&allow), &strings(&["NotebookEdit", "Bash(rm:*)"]));
         assert_eq!(names(&s), ["Read"], "the session offers no Agent tool");
-        assert_eq!(s.warnings.len(), 5, "{:?}", s.warnings);
+        assert_eq!(s.warnings.len(), 4, "{:?}", s.warnings);
         assert!(s.warnings.iter().any(|w| w.contains("WebFetch")));
         assert!(s.warnings.iter().any(|w| w.contains("`Task` ignored") && w.contains("subagents.max_depth")));
         assert!(s.warnings.iter().any(|w| w.contains("NotebookEdit")));
-        assert!(s.warnings.iter().any(|w| w.contains("approval policy")));
+        assert!(!s.warnings.iter().any(|w| w.contains("Bash(rm:*)")), "a pattern is the host's deny rule");
 
         let mut nesting = session();
         nesting.push(spec("Agent"));

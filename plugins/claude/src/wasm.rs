@@ -35,7 +35,14 @@ impl Plugin for Claude {
 
     fn resolve(reference: SubagentReference) -> Result<SubagentDefinition, Error> {
         let bytes = resources::read(&reference.uri).map_err(|e| e.context(&reference.uri))?;
-        let parsed = agent::parse_agent(&reference.uri, &bytes, &reference.metadata)?;
+        let mut parsed = agent::parse_agent(&reference.uri, &bytes, &reference.metadata)?;
+        // An agent of a Claude Code plugin (`subagents.plugin_dirs`) gets the plugin's hooks and MCP servers.
+        let plugin_file = |key: &str| reference.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        agent::apply_plugin_files(
+            &mut parsed,
+            plugin_file(agent::PLUGIN_HOOKS_METADATA),
+            plugin_file(agent::PLUGIN_MCP_METADATA),
+        );
         // The host lists what is logged here as the file's problems in `warden agents`.
         for warning in &parsed.warnings {
             log::warn(&format!("{}: {warning}", reference.uri));
@@ -52,6 +59,25 @@ impl Plugin for Claude {
             && !reference.metadata.iter().any(|(k, _)| k == agent::EFFORT_METADATA)
         {
             reference.metadata.push((agent::EFFORT_METADATA.into(), effort.clone()));
+        }
+        if let Some(isolation) = parsed.protocol.isolation {
+            // The host's name for it, in place of an operator's entry (whose one accepted
+            // value is the same).
+            reference.metadata.retain(|(k, _)| k != agent::ISOLATION_METADATA);
+            reference.metadata.push((agent::ISOLATION_METADATA.into(), isolation.host_name().into()));
+        }
+        let patterns = agent::disallowed_patterns(&parsed.protocol);
+        if !patterns.is_empty() {
+            // Added to what the operator's reference lists, never in place of it.
+            let key = agent::DISALLOWED_TOOLS_METADATA;
+            let mut rules: Vec<String> = match reference.metadata.iter().position(|(k, _)| k == key) {
+                Some(i) => serde_json::from_str(&reference.metadata.remove(i).1).map_err(|e| {
+                    Error::InvalidInput(format!("{}: metadata `{key}` is not a JSON list ({e})", reference.uri))
+                })?,
+                None => Vec::new(),
+            };
+            rules.extend(patterns);
+            reference.metadata.push((key.into(), serde_json::to_string(&rules).expect("a list serialises")));
         }
         Ok(SubagentDefinition {
             name: parsed.name,

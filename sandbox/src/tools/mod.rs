@@ -117,7 +117,7 @@ pub fn tool_specs() -> Vec<ToolSpec> {
         ),
         spec(
             "Bash",
-            "Runs a bash command in the session sandbox (the working directory persists between calls; exported variables do not, so set them in the same command that needs them; every process a call starts, including `&` jobs, `nohup`, `setsid` and daemons, ends with the call: nothing keeps running in the background; no network unless the operator allows it). Returns stdout, stderr and the exit code. timeout is in milliseconds (max 600000).",
+            "Runs a bash command in the session sandbox (the working directory persists between calls; exported variables do not, so set them in the same command that needs them; every process a call starts, including `&` jobs, `nohup`, `setsid` and daemons, ends with the call: nothing keeps running in the background; files in /workspace persist, also when an idle session is paused (its container stopped; no process survives a pause); no network unless the operator allows it). Returns stdout, stderr and the exit code. timeout is in milliseconds (max 600000).",
             json!({"type":"object","properties":{
                 "command":{"type":"string","description":"The command to run"},
                 "timeout":{"type":"integer","minimum":1,"maximum":bash::MAX_TIMEOUT_MS,"description":"Timeout in milliseconds"},

@@ -4,6 +4,11 @@ It imports WASI. `execute` tries to reach the outside world through every door
 Python offers (filesystem, environment, sockets, processes) and returns a JSON
 object mapping each probe to "ok" (it got something: a sandbox leak) or
 "error: <message>". The host's deny-all WASI context must make every probe fail.
+
+With the prompt `nondeterministic` it is, on purpose, a plugin that does not run the
+same way twice: it logs 8 bytes drawn from WASI's random source, then sleeps 3 s. A
+durable task of it taken over must fail naming the first call that differs from its
+journal, never go on with answers meant for other calls.
 """
 
 import json
@@ -99,6 +104,11 @@ class Probe(wg.Plugin):
         call: types.TaskCall,
         definition: types.SubagentDefinition,
     ) -> str:
+        if call.prompt == "nondeterministic":
+            drawn = os.urandom(8).hex()
+            wg.log.info(f"drew {drawn}")
+            wg.clock.sleep(3000)
+            return f"drew {drawn}"
         return json.dumps(run_probes(), sort_keys=True)
 
 

@@ -896,9 +896,10 @@ async fn egress_decisions_are_audited_and_streamed() {
 
 /// Issue 20: agent files using every documented frontmatter field, through `warden agents`:
 /// the fields warden applies register quietly, bad values and the ones it accepts without
-/// effect are warnings, unknown fields are warnings with a "did you mean", and `isolation`
-/// and hooks warden cannot run keep the file from registering — nothing is dropped without
-/// a word.
+/// effect are warnings, unknown fields are warnings with a "did you mean", `isolation:
+/// worktree` is the definition's isolation (reference metadata `isolation=fork`, issue 44), and an `isolation` warden cannot
+/// honour and hooks warden cannot run keep the file from registering — nothing is dropped
+/// without a word.
 #[test]
 fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     let d = Deployment::new(
@@ -923,18 +924,20 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
         ("typo", "name: typo\ndescription: Misspells\nmaxTurn: 3\nPermissionMode: plan\nfavouriteFood: soup\n"),
         (
             "hooked",
-            "name: hooked\ndescription: Has hooks\ncolour: red\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n  Stop:\n    - hooks: [{ type: command, command: ./done.sh }]\n",
+            "name: hooked\ndescription: Has hooks\ncolour: red\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks: [{ type: command, command: ./check.sh }]\n  PermissionRequest:\n    - hooks: [{ type: command, command: ./done.sh }]\n",
         ),
-        ("isolated", "name: isolated\ndescription: Wants a worktree\nisolation: worktree\n"),
+        ("isolated", "name: isolated\ndescription: Wants a container\nisolation: container\n"),
+        ("worktree", "name: worktree\ndescription: Wants a worktree\nisolation: worktree\n"),
     ];
     for (name, frontmatter) in files {
         std::fs::write(agents.join(format!("{name}.md")), format!("---\n{frontmatter}---\nBody of {name}.\n")).unwrap();
     }
     let out = d.warden(&["agents", "--json"]);
-    assert!(out.status.success(), "{out:?}");
+    // Refused files fail the listing, as they fail `warden config check` (issue 44).
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     let v = json(&out);
     let names: Vec<&str> = v["agents"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["clean", "noisy", "typo"], "{v}");
+    assert_eq!(names, ["clean", "noisy", "typo", "worktree"], "{v}");
     let problems: Vec<(String, String)> = v["problems"]
         .as_array()
         .unwrap()
@@ -965,13 +968,20 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
             "unknown frontmatter field `maxTurn` ignored (did you mean `maxTurns`?)",
         ]
     );
-    assert!(of("hooked").iter().any(|m| m.contains("`hooks` event `Stop` is not supported")), "{problems:?}");
+    assert!(
+        of("hooked").iter().any(|m| m.contains("`hooks` event `PermissionRequest` is not supported")),
+        "{problems:?}"
+    );
     // A refused file still hears about its other fields.
     assert!(
         of("hooked").contains(&"unknown frontmatter field `colour` ignored (did you mean `color`?)"),
         "{problems:?}"
     );
-    assert!(of("isolated").iter().any(|m| m.contains("`isolation: worktree` is not supported")), "{problems:?}");
+    assert!(
+        of("isolated").iter().any(|m| m.contains("`isolation: container` is not supported (accepted: worktree)")),
+        "{problems:?}"
+    );
+    assert!(of("worktree").is_empty(), "{problems:?}");
     let by_name = |n: &str| v["agents"].as_array().unwrap().iter().find(|a| a["name"] == n).unwrap().clone();
     let clean = by_name("clean");
     assert_eq!(
@@ -995,14 +1005,81 @@ fn warden_agents_gives_every_frontmatter_field_a_meaning() {
     );
     assert_eq!(by_name("noisy")["mcp_servers"], serde_json::json!(["github"]), "the inline server is not a name");
     assert_eq!(by_name("noisy")["permission_mode"], "default");
-    // The text listing says the same on stderr, without failing.
+    assert_eq!(by_name("worktree")["isolation"], "fork", "the typed field the host acts on");
+    assert!(clean.get("isolation").is_none(), "{clean}");
+    // The text listing says the same on stderr — `warning:` for what is ignored, `error:`
+    // for a refused file — and `warden config check` prints the same lines, both exiting 2.
     let out = d.warden(&["agents"]);
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("typo.md: unknown frontmatter field `maxTurn` ignored (did you mean `maxTurns`?)"),
-        "{stderr}"
+    let line = |level: &str, file: &str, text: &str| {
+        stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("{level}: ")) && l.contains(file) && l.contains(text))
+            .map(str::to_owned)
+    };
+    let typo = line("warning", "typo.md", "unknown frontmatter field `maxTurn` ignored (did you mean `maxTurns`?)");
+    let refused = line("error", "isolated.md", "`isolation: container` is not supported");
+    assert!(typo.is_some() && refused.is_some(), "{stderr}");
+    let check = d.warden(&["config", "check"]);
+    assert_eq!(check.status.code(), Some(2), "{check:?}");
+    let check_err = String::from_utf8_lossy(&check.stderr);
+    for same in [typo.unwrap(), refused.unwrap()] {
+        assert!(check_err.lines().any(|l| l == same), "{same} in {check_err}");
+    }
+}
+
+/// Issue 44: two Claude Code plugins (one in a marketplace folder) with an agent of the
+/// same name load side by side as `a:reviewer` and `b:reviewer`, where one flat folder made
+/// them refuse each other; a name Claude Code takes that cannot be a tool name is
+/// registered under a derived id; `bypassPermissions` is noted; `disallowedTools`
+/// patterns reach the host as the agent's deny rules.
+#[test]
+fn claude_code_plugins_load_side_by_side_namespaced() {
+    let d = Deployment::new(
+        "  grants:\n    claude: { resources: true, log: true }\nsubagents:\n  agent_dirs: []\n  plugin_dirs: [./a, ./market]\n",
     );
+    std::fs::copy(bundled_plugin("claude"), d.dir.path().join("plugins/claude.wasm")).unwrap();
+    let write = |path: &str, text: &str| {
+        let p = d.dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let reviewer = |who: &str| format!("---\nname: reviewer\ndescription: Reviews for {who}\n---\nYou review.\n");
+    write("a/.claude-plugin/plugin.json", r#"{"name": "a", "version": "1.0.0"}"#);
+    write("a/agents/reviewer.md", &reviewer("a"));
+    write(
+        "a/agents/analyst.md",
+        "---\nname: \"FP&A Analyst\"\ndescription: Budgets\npermissionMode: bypassPermissions\ndisallowedTools: Bash(rm -rf*)\n---\nYou analyse.\n",
+    );
+    write("a/hooks/hooks.json", r#"{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "./done.sh"}]}]}}"#);
+    write(
+        "market/.claude-plugin/marketplace.json",
+        r#"{"name": "m", "owner": {"name": "x"}, "plugins": [{"name": "b", "source": "./plugins/b"}, {"name": "far", "source": {"source": "github", "repo": "o/r"}}]}"#,
+    );
+    write("market/plugins/b/agents/reviewer.md", &reviewer("b"));
+    let out = d.warden(&["agents", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v = json(&out);
+    let agents = v["agents"].as_array().unwrap();
+    let names: Vec<&str> = agents.iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a:fp-a-analyst", "a:reviewer", "b:reviewer"], "{v}");
+    let by_name = |n: &str| agents.iter().find(|a| a["name"] == n).unwrap();
+    assert_eq!(by_name("a:reviewer")["description"], "Reviews for a");
+    assert_eq!(by_name("b:reviewer")["description"], "Reviews for b");
+    let analyst = by_name("a:fp-a-analyst");
+    assert_eq!(analyst["declared_name"], "a:FP&A Analyst", "{analyst}");
+    assert_eq!(analyst["reference"]["metadata"]["disallowed_tools"], r#"["Bash(rm -rf*)"]"#, "{analyst}");
+    // The plugin's Stop hook reached its agents (hooks run through Bash, which the host allows them).
+    assert!(by_name("a:reviewer")["protocol_data"].as_str().unwrap().contains("./done.sh"));
+    let messages = |key: &str| -> Vec<String> {
+        v[key].as_array().unwrap().iter().map(|p| p["message"].as_str().unwrap().to_owned()).collect()
+    };
+    let problems = messages("problems").join("\n");
+    assert!(problems.contains("registered as `a:fp-a-analyst`"), "{problems}");
+    assert!(problems.contains("plugin `far`: source `github` is not fetched"), "{problems}");
+    let notes = messages("notes").join("\n");
+    assert!(notes.contains("permissionMode `bypassPermissions` needs `approval.allow_bypass: true`"), "{notes}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1404,4 +1481,46 @@ Write.
     let pushed = h.parent_tool(&s, "Read", serde_json::json!({ "file_path": "pushed.txt" })).await;
     assert!(pushed.is_error, "an allowing hook widened the policy: {pushed:?}");
     h.end(&s).await;
+}
+
+/// Issue 43: an agent file the operator puts under gVisor (`sandbox.runtime_overrides` by
+/// agent directory) runs its Bash, a stdio MCP server and an egress-allowed `curl` under
+/// gVisor, in a session of its own: the parent's calls in the same session id run under
+/// runc in another container and see none of its files; the sessions listing names both
+/// runtimes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_put_under_gvisor_runs_there_and_never_shares_a_runc_session() {
+    let port = four_byte_server(b"pong");
+    let agent = "---\nname: outsider\ndescription: A third-party agent\ntools: Bash, mcp__time__get_current_time\nmcpServers: [time]\n---\nWork.\n";
+    let script = format!(
+        "- tool_calls: [{{ name: Bash, arguments: {{ command: \"dmesg | head -n 1; echo made > g.txt; curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/\" }} }}]\n\
+         - tool_calls: [{{ name: mcp__time__get_current_time, arguments: {{ timezone: \"UTC\" }} }}]\n  expect: {{ last_tool_result_contains: \"pong\" }}\n\
+         - text: \"done\"\n  expect: {{ last_tool_result_contains: \"UTC\" }}\n"
+    );
+    let tail = format!(
+        "  runtime_overrides:\n    - {{ agent_dir: ./agents, runtime: runsc }}\n  egress:\n    allow: [\"127.0.0.1:{port}\"]\n\
+         approval:\n  default: deny\n  allow: [Bash, \"mcp__time__*\"]\n\
+         mcp_servers:\n  time: {{ type: stdio, command: mcp-server-time, args: [\"--local-timezone\", \"UTC\"] }}\n"
+    );
+    let h = claude_host_with(agent, &[("main", &script)], "", &tail).await;
+    assert_eq!(h.registry.snapshot().definitions["outsider"].runtime.as_deref(), Some("runsc"));
+    let s = session();
+    let (outcome, events) = h.run_with_events("outsider", "work", &s).await;
+    assert_eq!(completed(&outcome), "done");
+    let results: Vec<&str> =
+        events.iter().filter(|e| e["type"] == "tool_result").map(|e| e["content"].as_str().unwrap()).collect();
+    assert!(results[0].contains("Starting gVisor") && results[0].contains("pong"), "gVisor, the proxy: {results:?}");
+    assert!(results[1].contains("UTC"), "the stdio MCP server answered under gVisor: {results:?}");
+    // The parent's own call in the same session id: runc, another container, not its files.
+    let parent = h.parent_tool(&s, "Bash", serde_json::json!({"command": "ls; dmesg 2>&1 | head -n 1"})).await;
+    assert!(!parent.content.contains("g.txt") && !parent.content.contains("gVisor"), "{}", parent.content);
+    let sandbox = h.host.tools.sandbox().unwrap().clone();
+    let rows: Vec<_> = sandbox.list_sessions().await.unwrap().into_iter().filter(|i| i.key.session_id == s).collect();
+    let mut runtimes: Vec<_> = rows.iter().map(|i| i.runtime.as_str()).collect();
+    runtimes.sort();
+    assert_eq!(runtimes, ["runc", "runsc"], "{rows:?}");
+    assert_ne!(rows[0].container_id, rows[1].container_id);
+    for row in rows {
+        sandbox.end_session(&row.key).await.unwrap();
+    }
 }

@@ -130,9 +130,21 @@ impl Drop for Peer {
     }
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago, and that no other test of this run was given.
+///
+/// Regression (CI of 2026-12-07, `a2a::echo_agent_over_1_0_and_0_3` read the card of
+/// another test's peer): the system hands a port out again once its probe closes, and a
+/// peer takes a second to bind it, so two concurrent tests got the same port and the
+/// second one's readiness check connected to the first one's peer.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The shared real-world fixtures (Claude agent files, A2A cards): `WARDEN_FIXTURES`
@@ -292,15 +304,38 @@ pub fn http_with(
     (status, body)
 }
 
-fn dechunk(mut s: &str) -> String {
+/// A chunked body, as far as it was read (a stream cut by a killed server ends mid-chunk).
+pub fn dechunk(mut s: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
         if n == 0 {
             break;
         }
+        let mut n = n.min(rest.len());
+        while !rest.is_char_boundary(n) {
+            n -= 1;
+        }
         out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
+        s = rest[n..].strip_prefix("\r\n").unwrap_or("");
+    }
+    out
+}
+
+/// The `id` and `data` of every frame of an SSE body, heartbeats left out.
+pub fn sse_frames(body: &str) -> Vec<(Option<u64>, serde_json::Value)> {
+    let mut out = vec![];
+    let mut id = None;
+    for line in body.lines() {
+        if let Some(v) = line.strip_prefix("id:") {
+            id = v.trim().parse().ok();
+        } else if let Some(data) = line.strip_prefix("data:") {
+            let v: serde_json::Value =
+                serde_json::from_str(data.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {data}"));
+            if v["type"] != "heartbeat" {
+                out.push((id.take(), v));
+            }
+        }
     }
     out
 }

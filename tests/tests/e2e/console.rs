@@ -299,6 +299,21 @@ async fn console_in_chromium_signs_in_streams_approves_downloads_lists_plugins_a
     )
     .await;
     shot(&c, "sessions").await;
+    // Pause stops its container and says so; Resume starts it again.
+    c.find(Locator::Css("[data-pause='console-1']")).await.unwrap().click().await.unwrap();
+    wait_js(
+        &c,
+        "the session paused",
+        "const r = document.querySelector(\"tr[data-session='console-1']\"); return r.textContent.includes('paused') && r.querySelector('[data-pause]').textContent === 'Resume';",
+    )
+    .await;
+    c.find(Locator::Css("[data-pause='console-1']")).await.unwrap().click().await.unwrap();
+    wait_js(
+        &c,
+        "the session running again",
+        "const r = document.querySelector(\"tr[data-session='console-1']\"); return r.textContent.includes('running') && r.querySelector('[data-pause]').textContent === 'Pause';",
+    )
+    .await;
     c.find(Locator::Css("[data-end='console-1']")).await.unwrap().click().await.unwrap();
     wait_js(&c, "the ended session gone", "return !document.querySelector(\"tr[data-session='console-1']\");").await;
     c.find(Locator::Css("#nav a[data-page=audit]")).await.unwrap().click().await.unwrap();

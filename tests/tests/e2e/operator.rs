@@ -231,3 +231,161 @@ fn sigterm_drains_a_task_waiting_for_approval_then_exits() {
     assert_eq!(status, 200, "{rec}");
     assert_eq!((rec["status"].as_str(), rec["output"].as_str()), (Some("completed"), Some("Finished.")), "{rec}");
 }
+
+/// Issue 50, pause and resume: a session whose every task waits for a person is paused
+/// after `pause_when_waiting` (a second here), long before `pause_after` (ten minutes) — no container of it runs, its files
+/// are kept — and its task still completes once approved (its call starts the container
+/// again). `warden sandbox pause|resume`
+/// and the API act on the caller's own sessions; another user's answer 404.
+#[test]
+fn a_session_waiting_for_approval_is_paused_and_completes_once_approved() {
+    let d = toucher_deployment_with(
+        "server:\n  principals:\n    - { name: mallory, token_env: PAUSE_E2E_MALLORY, role: user }\n",
+    );
+    // Idle sessions are paused after ten minutes, ended after thirty: within the test, only
+    // the wait for a person (a second of it) pauses it. No warm pool: every running container of the scope
+    // is a session's.
+    let config = d.dir.path().join("warden.yaml");
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        yaml.replacen(
+            "sandbox:\n",
+            "sandbox:\n  pause_after: 10m\n  pause_when_waiting: 1s\n  idle_ttl: 30m\n  warm_pool: 0\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let mallory = "tok-pause-mallory";
+    let server = Server::start_with_env(&d, &[("WARDEN_TOKENS", ADMIN_TOKEN), ("PAUSE_E2E_MALLORY", mallory)]);
+    let port = server.port;
+    let scope = yaml.split("scope: ").nth(1).unwrap().lines().next().unwrap().to_owned();
+    let running = || {
+        let out = Command::new("docker")
+            .args([
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=warden.scope={scope}"),
+                "--filter",
+                "label=warden.managed=true",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    let row = |session: &str| {
+        let (status, r) = admin(port, "GET", "/v1/sessions", None);
+        assert_eq!(status, 200, "{r}");
+        r["sessions"].as_array().unwrap().iter().find(|s| s["session_id"] == session).cloned()
+    };
+
+    let (task, approval) = pending_toucher(&d, port, "pz-1");
+    // The session ran (its Write), then waits for a person: paused a second later.
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        if row("pz-1").is_some_and(|s| s["paused"] == true) {
+            break;
+        }
+        assert!(Instant::now() < until, "the waiting task's session was never paused: {:?}", row("pz-1"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let paused = row("pz-1").unwrap();
+    assert_eq!(paused["state"], "exited", "{paused}");
+    assert_eq!(running(), 0, "no container of the deployment runs while its one session is paused");
+    let (_, rec) = admin(port, "GET", &format!("/v1/tasks/{task}?block=false"), None);
+    assert!(rec["finished_at_ms"].is_null(), "still waiting: {rec}");
+
+    // Approved: the call starts the session again and the task completes with its files.
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["approvals", "approve", approval["id"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rec = finished(port, &task);
+    assert_eq!((rec["status"].as_str(), rec["output"].as_str()), (Some("completed"), Some("Finished.")), "{rec}");
+    for (file, want) in [("notes.txt", "notes of the toucher\n"), ("approved.txt", "")] {
+        let (status, body) = http_with(
+            port,
+            "GET",
+            &format!("/v1/sessions/pz-1/files/{file}"),
+            &format!("Authorization: Bearer {ADMIN_TOKEN}\r\n"),
+            None,
+        );
+        assert_eq!((status, body.as_str()), (200, want), "{file} kept across the pause");
+    }
+
+    // Another user: 404 for the session, by its own id or naming the owner.
+    for path in [
+        "/v1/sessions/pz-1/pause",
+        "/v1/sessions/pz-1/pause?user_id=default",
+        "/v1/sessions/pz-1/resume?user_id=default",
+    ] {
+        let (status, text) = http_with(port, "POST", path, &format!("Authorization: Bearer {mallory}\r\n"), None);
+        assert_eq!(status, 404, "{path}: {text}");
+        assert!(text.contains("session_not_found"), "{text}");
+    }
+    let out = cli(&d, port, Some(mallory), &["sandbox", "pause", "pz-1", "--user", "default"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("session_not_found") || stderr(&out).contains("no sandbox session"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The owner (the admin's default user) pauses and resumes on the command line.
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "pause", "pz-1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("paused session pz-1"), "{}", stdout(&out));
+    assert_eq!(running(), 0);
+    // Nothing else starts it meanwhile: the resume is what does.
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "resume", "pz-1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "resumed session pz-1");
+    // Fork on the command line: the copy has the files; its writes stay in it.
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "fork", "pz-1", "pz-1-try"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "forked session pz-1 into pz-1-try");
+    let auth = format!("Authorization: Bearer {ADMIN_TOKEN}\r\n");
+    let (status, body) = http_with(port, "GET", "/v1/sessions/pz-1-try/files/notes.txt", &auth, None);
+    assert_eq!((status, body.as_str()), (200, "notes of the toucher\n"));
+    // Another user cannot fork it, nor read or pause the fork; a taken id is a 409.
+    let (status, text) = http_with(
+        port,
+        "POST",
+        "/v1/sessions/pz-1/fork?user_id=default",
+        &format!("Authorization: Bearer {mallory}\r\n"),
+        Some(&json!({ "session_id": "stolen" })),
+    );
+    assert_eq!(status, 404, "{text}");
+    let (status, _) = http_with(
+        port,
+        "GET",
+        "/v1/sessions/pz-1-try/files/notes.txt?user_id=default",
+        &format!("Authorization: Bearer {mallory}\r\n"),
+        None,
+    );
+    assert_eq!(status, 404);
+    let (status, r) = admin(port, "POST", "/v1/sessions/pz-1/fork", Some(&json!({ "session_id": "pz-1-try" })));
+    assert_eq!((status, r["error"]["code"].as_str()), (409, Some("session_exists")), "{r}");
+    let (status, r) = admin(port, "POST", "/v1/sessions/pz-1/fork", Some(&json!({ "session": "typo" })));
+    assert_eq!((status, r["error"]["code"].as_str()), (400, Some("invalid_field")), "{r}");
+    assert!(session_listed(port, "pz-1-try") && !session_listed(port, "stolen"));
+    // Snapshots on the command line: take, list, delete; another user's answers 404.
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "snapshot", "take", "pz-1", "v1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "took snapshot v1 of session pz-1");
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "snapshot", "ls", "pz-1"]);
+    assert!(out.status.success() && stdout(&out).starts_with("v1  taken "), "{}{}", stdout(&out), stderr(&out));
+    let out = cli(&d, port, Some(mallory), &["sandbox", "snapshot", "ls", "pz-1", "--user", "default"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "snapshot", "take", "pz-1", "no/slash"]);
+    assert!(!out.status.success() && stderr(&out).contains("invalid snapshot name"), "{}", stderr(&out));
+    let out = cli(&d, port, Some(ADMIN_TOKEN), &["sandbox", "snapshot", "rm", "pz-1", "v1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "deleted snapshot v1 of session pz-1");
+    // An id that is no session key: a clear 400.
+    let (status, r) = admin(port, "POST", &format!("/v1/sessions/{}/pause", "x".repeat(200)), None);
+    assert_eq!((status, r["error"]["code"].as_str()), (400, Some("invalid_session_id")), "{r}");
+    let (status, r) = admin(port, "POST", "/v1/sessions/never-made/pause", None);
+    assert_eq!((status, r["error"]["code"].as_str()), (404, Some("session_not_found")), "{r}");
+    let log = std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap();
+    assert!(log.contains("session paused"), "the pause is logged");
+}

@@ -52,7 +52,8 @@ const TOUCHER_SCRIPT: &str = r##"
 /// sessions to the others when it stops, so the last one leaves them behind).
 ///
 /// One user sends the whole load: its share of the cluster (`server.max_tasks_per_user`, a
-/// bound for several tenants) is raised to it.
+/// bound for several tenants) is raised to it. Durable tasks are off: this test is about
+/// what a kill costs without them (`durable.rs` has the takeover).
 fn cluster_deployment(db: &TestDatabase) -> (Deployment, ScopeCleanup) {
     let scope = format!("rep{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let d = Deployment::new(&format!(
@@ -63,7 +64,7 @@ fn cluster_deployment(db: &TestDatabase) -> (Deployment, ScopeCleanup) {
          models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
          sandbox:\n  scope: {scope}\n\
          approval:\n  default: deny\n  allow: [Read, \"Bash(echo *)\"]\n  ask: [\"Bash(touch *)\"]\n  timeout: 5m\n\
-         server:\n  max_concurrent_tasks: {SLOTS_PER_REPLICA}\n  max_queued_tasks: 1000\n  max_tasks_per_user: 1000\n  task_lease: {}s\n\
+         server:\n  max_concurrent_tasks: {SLOTS_PER_REPLICA}\n  max_queued_tasks: 1000\n  max_tasks_per_user: 1000\n  task_lease: {}s\n  durable_tasks: false\n\
          store:\n  url: {}\n",
         LEASE.as_secs(),
         db.url
@@ -132,19 +133,7 @@ fn working(port: u16, task: &str, within: Duration) -> Value {
 
 /// The `id` and `data` of every frame of an SSE body, heartbeats left out.
 fn frames(body: &str) -> Vec<(Option<u64>, Value)> {
-    let mut out = vec![];
-    let mut id = None;
-    for line in body.lines() {
-        if let Some(v) = line.strip_prefix("id:") {
-            id = v.trim().parse().ok();
-        } else if let Some(data) = line.strip_prefix("data:") {
-            let v: Value = serde_json::from_str(data.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {data}"));
-            if v["type"] != "heartbeat" {
-                out.push((id.take(), v));
-            }
-        }
-    }
-    out
+    crate::common::sse_frames(body)
 }
 
 /// A task's stored events through the API (`GET /v1/tasks/{id}/events` after it finished).

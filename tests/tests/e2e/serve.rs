@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use crate::common::{Deployment, ScopeCleanup, Server, TestDatabase, bin, bundled_plugin, http, json_of};
 
-const CONFIG: &str = "  limit_overrides:\n    hostile: { timeout: 10m }\n  grants:\n    echo: { log: true, events: true, state: true }\nsubagents:\n  agent_dirs: []\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"hostile://hostile\", kind: HOSTILE }\nstore:\n  path: ./state/tasks.db\n";
+/// Durable tasks off (`server.durable_tasks: false`): what a task interrupted by a kill
+/// becomes then. (On, it is taken over: `durable.rs`.)
+const CONFIG: &str = "  limit_overrides:\n    hostile: { timeout: 10m }\n  grants:\n    echo: { log: true, events: true, state: true }\nsubagents:\n  agent_dirs: []\n  references:\n    - { uri: \"echo://greeter\", kind: ECHO }\n    - { uri: \"hostile://hostile\", kind: HOSTILE }\nserver:\n  durable_tasks: false\nstore:\n  path: ./state/tasks.db\n";
 
 #[test]
 fn kill_9_mid_task_then_restart_keeps_results_and_fails_the_interrupted_task() {
@@ -138,7 +140,8 @@ const WAITER_SCRIPT: &str = r#"
 "#;
 
 /// A deployment of the two Claude agents above on `store` (a `store:` body), sandbox
-/// scope `scope`: Read and Write are allowed, Bash waits for a person.
+/// scope `scope`: Read and Write are allowed, Bash waits for a person. Durable tasks are
+/// off: these tests resume, with `resume`, a conversation whose task the kill ended.
 fn resume_deployment(store: &str, scope: &str) -> Deployment {
     let d = Deployment::new(&format!(
         "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
@@ -147,6 +150,7 @@ fn resume_deployment(store: &str, scope: &str) -> Deployment {
          waiter: {{ type: scripted, script: ./waiter.yaml }}\n\
          sandbox:\n  scope: {scope}\n\
          approval:\n  default: deny\n  allow: [Read, Write]\n  ask: [Bash]\n  timeout: 10m\n\
+         server:\n  durable_tasks: false\n\
          store:\n{store}"
     ));
     let root = d.dir.path();

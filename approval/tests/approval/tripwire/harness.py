@@ -54,7 +54,7 @@ __warden_debug() {
   local w=${__c%%[[:space:]]*}
   w=${w//\"/}; w=${w//\'/}; w=${w//\\/}
   local redirect_only='^[0-9]*[<>&]' assignment='^[A-Za-z_][A-Za-z0-9_]*[+]?='
-  case $w in echo|export|declare|typeset|local|readonly|read|getopts|cd) return ;; esac
+  case $w in echo|export|declare|typeset|local|readonly|read|getopts|cd|test|'['|set|trap|hash|history|fc|alias|unalias|complete|compgen|compopt|mapfile|readarray|command|exec) return ;; esac
   [[ $__c == 'git status' || $w =~ $assignment ]] && return
   [[ $w == echo || $w =~ $redirect_only || $__c == 'eval "$1"' || $__c == __in=* ]] ||
     printf 'ran: %q\n' "$__c" >>/trip/log

@@ -16,13 +16,11 @@ macro_rules! bindgen_plugin_world {
             path: $path,
             world: "plugin",
             // Fallible imports return `Result<_, ImportError>` (`trappable_error_type`
-            // below); the infallible ones (`clock` readings, `cancel`) stay plain.
-            imports: {
-                default: async | trappable,
-                "warden:plugin/clock.now-ms": async,
-                "warden:plugin/clock.remaining-ms": async,
-                "warden:plugin/cancel": async,
-            },
+            // below); the infallible ones (`clock` readings, `cancel`) `wasmtime::Result`,
+            // so a durable task's replay can end any call that its journal does not hold.
+            imports: { default: async | trappable },
+            // Results are kept in a durable task's journal as JSON (`runtime/host/journal.rs`).
+            additional_derives: [serde::Serialize, serde::Deserialize],
             exports: { default: async },
             with: {
                 "warden:plugin/http.body-stream": crate::runtime::host_state::BodyStream,

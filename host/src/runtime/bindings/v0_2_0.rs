@@ -52,11 +52,11 @@ impl From<Error> for GuestError {
 older_version_imports!();
 
 impl clock::Host for HostState {
-    async fn now_ms(&mut self) -> u64 {
+    async fn now_ms(&mut self) -> wasmtime::Result<u64> {
         latest::clock::Host::now_ms(self).await
     }
 
-    async fn remaining_ms(&mut self) -> u64 {
+    async fn remaining_ms(&mut self) -> wasmtime::Result<u64> {
         latest::clock::Host::remaining_ms(self).await
     }
 
@@ -66,11 +66,11 @@ impl clock::Host for HostState {
 }
 
 impl cancel::Host for HostState {
-    async fn is_canceled(&mut self) -> bool {
+    async fn is_canceled(&mut self) -> wasmtime::Result<bool> {
         latest::cancel::Host::is_canceled(self).await
     }
 
-    async fn wait(&mut self, timeout_ms: u64) -> bool {
+    async fn wait(&mut self, timeout_ms: u64) -> wasmtime::Result<bool> {
         latest::cancel::Host::wait(self, timeout_ms).await
     }
 }

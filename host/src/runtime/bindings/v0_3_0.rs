@@ -120,6 +120,8 @@ pub(crate) fn from_wit_definition(d: types::SubagentDefinition) -> SubagentDefin
         mcp_servers: d.mcp_servers,
         agent_mcp_servers: d.agent_mcp_servers.into_iter().map(from_wit_agent_server).collect(),
         egress: d.egress,
+        // Read from the reference's metadata by the registry (no WIT field).
+        isolation: None,
         protocol_data: d.protocol_data,
     }
 }

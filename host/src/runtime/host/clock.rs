@@ -6,7 +6,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::super::bindings::latest::clock;
-use super::{Error, HostState, ImportError, interruptible};
+use serde_json::json;
+
+use super::journal::{Durability, Interrupted};
+use super::{Error, HostState, ImportError, interruptible, trap};
+use crate::journal::Import;
 
 /// The origin of `clock.now-ms`: fixed at the first reading for the host's lifetime, so
 /// readings from different calls compare.
@@ -40,15 +44,39 @@ impl HostState {
 }
 
 impl clock::Host for HostState {
-    async fn now_ms(&mut self) -> u64 {
-        millis(origin().elapsed())
+    async fn now_ms(&mut self) -> wasmtime::Result<u64> {
+        let journal = self.journal();
+        let clock = journal.clone();
+        let now = self
+            .journaled(Import::ClockNowMs, json!({}), Durability::Queued, Interrupted::Rerun, move |_| {
+                Box::pin(async move {
+                    let raw = millis(origin().elapsed());
+                    // A task taken over reads a clock with another origin: live readings
+                    // continue from the last one it saw, so they never go backwards.
+                    Ok(clock.as_ref().map_or(raw, |j| j.monotonic(raw)))
+                })
+            })
+            .await
+            .map_err(trap)?;
+        if let Some(j) = journal {
+            j.saw_clock(now);
+        }
+        Ok(now)
     }
 
-    async fn remaining_ms(&mut self) -> u64 {
-        millis(self.scope.remaining())
+    async fn remaining_ms(&mut self) -> wasmtime::Result<u64> {
+        let left = millis(self.scope.remaining());
+        self.journaled(Import::ClockRemainingMs, json!({}), Durability::Queued, Interrupted::Rerun, move |_| {
+            Box::pin(async move { Ok(left) })
+        })
+        .await
+        .map_err(trap)
     }
 
     async fn sleep(&mut self, ms: u64) -> Result<(), ImportError> {
-        Ok(self.clock_sleep(ms).await?)
+        self.journaled(Import::ClockSleep, json!({ "ms": ms }), Durability::Queued, Interrupted::Rerun, move |s| {
+            Box::pin(s.clock_sleep(ms))
+        })
+        .await
     }
 }

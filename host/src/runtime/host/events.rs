@@ -3,9 +3,11 @@
 //! host's) before they leave the call.
 
 use super::super::bindings::latest::events;
+use super::journal::{Durability, Interrupted};
 use super::{Error, HostState, ImportError, bounded, floor_char_boundary, over_budget};
 use crate::capability::Capability;
 use crate::event::TaskEvent;
+use crate::journal::Import;
 use crate::plugin::PluginEvent;
 use crate::services::{MAX_EVENT_BYTES, MAX_EVENT_KIND_BYTES};
 
@@ -59,6 +61,10 @@ impl HostState {
 
 impl events::Host for HostState {
     async fn emit(&mut self, kind: String, data: String) -> Result<(), ImportError> {
-        Ok(self.events_emit(kind, data).await?)
+        let args = serde_json::json!({ "kind": &kind, "data": &data });
+        self.journaled(Import::EventsEmit, args, Durability::Queued, Interrupted::Rerun, move |s| {
+            Box::pin(s.events_emit(kind, data))
+        })
+        .await
     }
 }

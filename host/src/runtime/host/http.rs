@@ -12,8 +12,10 @@ use wasmtime::component::Resource;
 
 use super::super::bindings::latest::http;
 use super::super::host_state::BodyStream;
+use super::journal::{Durability, Interrupted};
 use super::{Error, HostState, ImportError, bounded, interruptible, over_budget};
 use crate::capability::{Denied, Grants, Reach};
+use crate::journal::{Import, Next};
 use crate::redact::{ByteStreamScrubber, Redactor};
 use crate::services::PluginHttp;
 use crate::services::{
@@ -397,23 +399,85 @@ impl HostState {
         let scrubber = scrubber.map(|r| (r, ByteStreamScrubber::new()));
         let handle = self
             .table
-            .push(BodyStream { response: resp, delivered: 0, scrubber, ended: false })
+            .push(BodyStream { response: Some(resp), delivered: 0, scrubber, ended: false })
             .map_err(|e| Error::Internal(format!("cannot hold the response stream: {e}")))?;
         self.usage.open_streams += 1;
         Ok((head, handle))
     }
 }
 
+/// Whether a request may be sent again when the host died while it was in flight: the
+/// methods HTTP calls safe. Any other may have been received and acted on.
+fn is_safe(method: &str) -> bool {
+    method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD")
+}
+
+/// How a durable task's request ends when the host died while it was in flight.
+fn when_interrupted(method: &str) -> Interrupted {
+    match is_safe(method) {
+        true => Interrupted::Rerun,
+        false => Interrupted::Fail(Error::Unavailable(format!(
+            "the host running this task restarted while this {method} request was in flight: it may or may not have \
+             been received"
+        ))),
+    }
+}
+
+/// How durable a request's record is: a safe one is committed once answered; any other
+/// is recorded under way before it is sent, so it is never sent twice.
+fn durability(method: &str) -> Durability {
+    if is_safe(method) { Durability::Committed } else { Durability::Effect }
+}
+
 impl http::Host for HostState {
     async fn send(&mut self, req: http::Request) -> Result<http::Response, ImportError> {
-        Ok(self.http_send(req).await?)
+        let args = serde_json::to_value(&req).expect("a request serialises");
+        let method = req.method.clone();
+        self.journaled(Import::HttpSend, args, durability(&method), when_interrupted(&method), move |s| {
+            Box::pin(s.http_send(req))
+        })
+        .await
     }
 
     async fn send_streaming(
         &mut self,
         req: http::Request,
     ) -> Result<(http::StreamHead, Resource<BodyStream>), ImportError> {
-        Ok(self.http_send_streaming(req).await?)
+        let Some(journal) = self.journal() else { return Ok(self.http_send_streaming(req).await?) };
+        // The head is journaled; the body's chunks are, one `body-stream.next` each.
+        let import = Import::HttpSendStreaming;
+        let digest = crate::journal::digest(&serde_json::to_value(&req).expect("a request serialises"));
+        let seq = match super::journal::next(&journal, import, &digest)? {
+            Next::Recorded(result) => {
+                let head: http::StreamHead = super::journal::recorded(import, result)?;
+                let stream = BodyStream { response: None, delivered: 0, scrubber: None, ended: false };
+                let handle = self
+                    .table
+                    .push(stream)
+                    .map_err(|e| Error::Internal(format!("cannot hold the response stream: {e}")))?;
+                self.usage.open_streams += 1;
+                return Ok((head, handle));
+            }
+            Next::Interrupted { seq, .. } => match when_interrupted(&req.method) {
+                Interrupted::Rerun => Some(seq),
+                Interrupted::Fail(e) => {
+                    let r: Result<http::StreamHead, Error> = Err(e.clone());
+                    self.record(&journal, seq, import, &digest, &r, Durability::Committed).await?;
+                    return Err(e.into());
+                }
+            },
+            Next::Live { seq } => seq,
+        };
+        let Some(seq) = seq else { return Ok(self.http_send_streaming(req).await?) };
+        let durability = durability(&req.method);
+        if durability == Durability::Effect {
+            journal.started(seq, import, &digest, vec![]);
+            self.commit(&journal).await?;
+        }
+        let r = self.http_send_streaming(req).await;
+        let head = r.as_ref().map(|(h, _)| h.clone()).map_err(Clone::clone);
+        self.record(&journal, seq, import, &digest, &head, Durability::Committed).await?;
+        Ok(r?)
     }
 }
 
@@ -427,8 +491,15 @@ impl HostState {
             let rest = body.scrubber.as_mut().map(|(r, s)| s.finish(r)).unwrap_or_default();
             return Ok((!rest.is_empty()).then_some(rest));
         }
+        let Some(response) = body.response.as_mut() else {
+            return Err(Error::Unavailable(
+                "the host running this task restarted while this response was being read; the rest of it is gone \
+                 (send the request again)"
+                    .into(),
+            ));
+        };
         let read = async {
-            tokio::time::timeout(timeout, body.response.chunk())
+            tokio::time::timeout(timeout, response.chunk())
                 .await
                 .map_err(|_| Error::Timeout("reading the HTTP response stream timed out".into()))?
                 .map_err(|e| body_error(&e))
@@ -452,7 +523,12 @@ impl HostState {
 
 impl http::HostBodyStream for HostState {
     async fn next(&mut self, stream: Resource<BodyStream>) -> Result<Option<Vec<u8>>, ImportError> {
-        Ok(self.http_body_next(stream).await?)
+        // A chunk read is not repeated: a stream whose connection died ends with an error.
+        let args = serde_json::json!({ "stream": stream.rep() });
+        self.journaled(Import::BodyStreamNext, args, Durability::Committed, Interrupted::Rerun, move |s| {
+            Box::pin(s.http_body_next(stream))
+        })
+        .await
     }
 
     async fn drop(&mut self, stream: Resource<BodyStream>) -> wasmtime::Result<()> {

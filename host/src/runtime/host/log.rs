@@ -6,8 +6,10 @@
 //! ([`HostState::log_captured_stdio`]), so it is no side door around `log`.
 
 use super::super::bindings::latest::log;
+use super::journal::{Durability, Interrupted};
 use super::{Error, HostState, ImportError, floor_char_boundary, over_budget};
 use crate::capability::Capability;
+use crate::journal::Import;
 use crate::services::MAX_LOG_LINE;
 
 /// Most warnings one `resolve` call reports as problems of its reference (`warden agents`,
@@ -129,6 +131,10 @@ impl HostState {
 
 impl log::Host for HostState {
     async fn write(&mut self, level: log::Level, message: String) -> Result<(), ImportError> {
-        Ok(self.log_write(level, message).await?)
+        let args = serde_json::json!({ "level": level, "message": &message });
+        self.journaled(Import::LogWrite, args, Durability::Queued, Interrupted::Rerun, move |s| {
+            Box::pin(s.log_write(level, message))
+        })
+        .await
     }
 }

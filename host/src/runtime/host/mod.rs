@@ -13,6 +13,7 @@ mod cancel;
 mod clock;
 mod events;
 mod http;
+mod journal;
 mod log;
 mod model;
 mod resources;
@@ -101,18 +102,30 @@ async fn interruptible<T>(
 /// `trappable_error_type` in [`super::bindings`]), which scrubs every secret this process
 /// holds from its text ([`to_plugin`]): an error that quotes a model provider's or a
 /// server's answer (which may echo the key it rejected) never hands the plugin a credential.
+///
+/// A durable task's replay that meets a call its journal does not hold
+/// ([`ImportError::Journal`]) ends the call instead: the plugin is not deterministic, and
+/// going on would hand it answers meant for other calls.
 #[derive(Debug)]
-pub struct ImportError(pub Error);
+pub enum ImportError {
+    /// The import failed: the plugin gets the error.
+    Plugin(Error),
+    /// The task's journal cannot serve this call: the call traps with this text.
+    Journal(String),
+}
 
 impl From<Error> for ImportError {
     fn from(e: Error) -> Self {
-        ImportError(e)
+        ImportError::Plugin(e)
     }
 }
 
 impl std::fmt::Display for ImportError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.0)
+        match self {
+            ImportError::Plugin(e) => write!(f, "{e:?}"),
+            ImportError::Journal(m) => f.write_str(m),
+        }
     }
 }
 
@@ -125,9 +138,9 @@ impl std::error::Error for ImportError {}
 /// tell this task's tenant what they are).
 ///
 /// [`REDACTED`]: crate::redact::REDACTED
-pub(crate) fn to_plugin(e: ImportError, redactor: &crate::redact::Redactor) -> Error {
+pub(crate) fn to_plugin(e: Error, redactor: &crate::redact::Redactor) -> Error {
     let scrub = |m: String| redactor.scrub(&m).into_owned();
-    match e.0 {
+    match e {
         Error::NotFound(m) => Error::NotFound(scrub(m)),
         Error::InvalidInput(m) => Error::InvalidInput(scrub(m)),
         Error::Denied(m) => Error::Denied(scrub(m)),
@@ -142,8 +155,16 @@ pub(crate) fn to_plugin(e: ImportError, redactor: &crate::redact::Redactor) -> E
 
 impl types::Host for HostState {
     fn convert_error(&mut self, e: ImportError) -> wasmtime::Result<Error> {
-        Ok(to_plugin(e, &self.scope.redactor()))
+        match e {
+            ImportError::Plugin(e) => Ok(to_plugin(e, &self.scope.redactor())),
+            ImportError::Journal(m) => Err(wasmtime::format_err!("{m}")),
+        }
     }
+}
+
+/// An infallible import's failure: only a durable task's journal can end one (it traps).
+fn trap(e: ImportError) -> wasmtime::Error {
+    wasmtime::format_err!("{e}")
 }
 
 /// The largest index `<= at` on a char boundary of `s`.
@@ -191,7 +212,7 @@ mod tests {
             Error::Canceled(text()),
         ];
         for e in all {
-            let out = format!("{:?}", to_plugin(ImportError(e), &crate::redact::registry().host()));
+            let out = format!("{:?}", to_plugin(e, &crate::redact::registry().host()));
             assert!(!out.contains(KEY) && out.contains(crate::redact::REDACTED), "{out}");
         }
     }

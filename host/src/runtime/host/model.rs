@@ -3,9 +3,11 @@
 use std::time::Duration;
 
 use super::super::bindings::latest::model;
+use super::journal::{Durability, Interrupted};
 use super::{Error, HostState, ImportError, bounded, check_tool_call, interruptible, parse_arguments};
 use crate::capability::Capability;
 use crate::event::{ModelStream, TaskEvent};
+use crate::journal::Import;
 use crate::services::{
     MAX_MODEL_MESSAGES, MAX_MODEL_REQUEST_BYTES, MAX_MODEL_TOOLS, MAX_NAME_BYTES, MAX_TOOL_CALLS_PER_BATCH,
 };
@@ -256,7 +258,16 @@ impl HostState {
 
 impl model::Host for HostState {
     async fn complete(&mut self, req: model::CompletionRequest) -> Result<model::Completion, ImportError> {
-        Ok(self.model_complete(req).await?)
+        // Noted before the journal answers: a replayed task's subagents get the same tools.
+        if let Some(scope) = &self.scope.task_scope {
+            scope.note_offered_tools(req.tools.iter().map(|t| t.name.as_str()));
+        }
+        let args = serde_json::to_value(&req).expect("a request serialises");
+        // No effect outside warden: a call under way when the host died is asked again.
+        self.journaled(Import::ModelComplete, args, Durability::Committed, Interrupted::Rerun, move |s| {
+            Box::pin(s.model_complete(req))
+        })
+        .await
     }
 }
 

@@ -2,8 +2,10 @@
 //! built-ins.
 
 use super::super::bindings::latest::{http, resources};
+use super::journal::{Durability, Interrupted};
 use super::{Error, HostState, ImportError, bounded};
 use crate::capability::Capability;
+use crate::journal::Import;
 use crate::services::{MAX_RESOURCE_BYTES, MAX_URL_BYTES};
 
 impl HostState {
@@ -47,7 +49,11 @@ impl HostState {
 
 impl resources::Host for HostState {
     async fn read(&mut self, uri: String) -> Result<Vec<u8>, ImportError> {
-        Ok(self.resources_read(uri).await?)
+        let args = serde_json::json!({ "uri": &uri });
+        self.journaled(Import::ResourcesRead, args, Durability::Queued, Interrupted::Rerun, move |s| {
+            Box::pin(s.resources_read(uri))
+        })
+        .await
     }
 }
 

@@ -2,8 +2,10 @@
 //! ([`crate::plugin_state`]).
 
 use super::super::bindings::latest::state;
+use super::journal::{Durability, Interrupted};
 use super::{Error, HostState, ImportError};
 use crate::capability::Capability;
+use crate::journal::Import;
 use crate::services::{StateError, StateNamespace, StateStore};
 
 impl HostState {
@@ -38,15 +40,28 @@ impl HostState {
 
 impl state::Host for HostState {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, ImportError> {
-        Ok(self.state_get(key).await?)
+        let args = serde_json::json!({ "key": &key });
+        self.journaled(Import::StateGet, args, Durability::Queued, Interrupted::Rerun, move |s| {
+            Box::pin(s.state_get(key))
+        })
+        .await
     }
 
     async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), ImportError> {
-        Ok(self.state_set(key, value).await?)
+        // The value's digest stands for it: a journal does not hold plugin state twice.
+        let args = serde_json::json!({ "key": &key, "value": crate::journal::digest(&serde_json::json!(&value)) });
+        self.journaled(Import::StateSet, args, Durability::Queued, Interrupted::Rerun, move |s| {
+            Box::pin(s.state_set(key, value))
+        })
+        .await
     }
 
     async fn delete(&mut self, key: String) -> Result<(), ImportError> {
-        Ok(self.state_delete(key).await?)
+        let args = serde_json::json!({ "key": &key });
+        self.journaled(Import::StateDelete, args, Durability::Queued, Interrupted::Rerun, move |s| {
+            Box::pin(s.state_delete(key))
+        })
+        .await
     }
 }
 

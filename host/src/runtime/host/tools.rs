@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use super::super::bindings::latest::{model, tools};
+use super::journal::Durability;
 use super::{Error, HostState, ImportError, bounded, check_tool_call, interruptible, parse_arguments};
 use crate::capability::Capability;
+use crate::journal::{Import, Next};
 use crate::services::MAX_TOOL_CALLS_PER_BATCH;
 
 impl HostState {
@@ -92,6 +94,92 @@ impl tools::Host for HostState {
     }
 
     async fn call(&mut self, calls: Vec<model::ToolCall>) -> Result<Vec<tools::ToolResult>, ImportError> {
-        Ok(self.tools_call(calls).await?)
+        let Some(journal) = self.journal() else { return Ok(self.tools_call(calls).await?) };
+        let import = Import::ToolsCall;
+        let digest = crate::journal::digest(&serde_json::to_value(&calls).expect("tool calls serialise"));
+        let seq = match super::journal::next(&journal, import, &digest)? {
+            Next::Recorded(result) => {
+                // The replayed calls count against the task's tool-call limit as they did.
+                if let Some(budget) = self.scope.task_scope.as_ref().and_then(|s| s.tool_budget.as_ref()) {
+                    for _ in &calls {
+                        let _ = budget.take();
+                    }
+                }
+                return super::journal::recorded(import, result);
+            }
+            Next::Interrupted { seq, running } => {
+                let r = self.tools_call_interrupted(&journal, seq, &digest, calls, running).await;
+                self.record(&journal, seq, import, &digest, &r, Durability::Committed).await?;
+                return Ok(r?);
+            }
+            Next::Live { seq: None } => return Ok(self.tools_call(calls).await?),
+            Next::Live { seq: Some(seq) } => seq,
+        };
+        // Under way before anything runs; each call that passes the gate is marked
+        // running before it starts (the tool host, through the task's scope).
+        journal.started(seq, import, &digest, vec![]);
+        self.commit(&journal).await?;
+        let r = self.tools_call(calls).await;
+        self.record(&journal, seq, import, &digest, &r, Durability::Committed).await?;
+        Ok(r?)
+    }
+}
+
+/// The result of a tool call that was running when the host running its task died.
+fn interrupted_result(call: &model::ToolCall) -> tools::ToolResult {
+    tools::ToolResult {
+        id: call.id.clone(),
+        content: format!(
+            "The {} call was interrupted: the host running this task restarted while the call ran, and it was not \
+             run again. Its effects, if any, remain; check before making it again.",
+            call.name
+        ),
+        is_error: true,
+    }
+}
+
+impl HostState {
+    /// A `tools.call` batch that was under way when the host died: calls that had started
+    /// (`running`; a call without an id counts as started) end with
+    /// [`interrupted_result`], the others are made now (an approval that was pending is
+    /// asked again).
+    async fn tools_call_interrupted(
+        &mut self,
+        journal: &crate::journal::TaskJournal,
+        seq: u64,
+        digest: &str,
+        calls: Vec<model::ToolCall>,
+        running: Vec<String>,
+    ) -> Result<Vec<tools::ToolResult>, Error> {
+        let started = |c: &model::ToolCall| c.id.is_empty() || running.contains(&c.id);
+        let again: Vec<model::ToolCall> = calls.iter().filter(|c| !started(c)).cloned().collect();
+        // The calls that ran count against the task's tool-call limit as they did.
+        if let Some(budget) = self.scope.task_scope.as_ref().and_then(|s| s.tool_budget.as_ref()) {
+            for _ in calls.iter().filter(|c| started(c)) {
+                let _ = budget.take();
+            }
+        }
+        journal.started(seq, Import::ToolsCall, digest, running.clone());
+        let mut made = match again.is_empty() {
+            true => vec![],
+            false => self.tools_call(again).await?,
+        }
+        .into_iter();
+        let mut results = Vec::with_capacity(calls.len());
+        for c in &calls {
+            if started(c) {
+                let r = interrupted_result(c);
+                // The call's end, in the task's stream as any call's.
+                if let Some(scope) = &self.scope.task_scope {
+                    let subagent = &scope.subagent;
+                    let data = serde_json::json!({ "id": r.id, "name": c.name, "is_error": true, "content": r.content, "subagent": subagent });
+                    crate::tools::emit_result(scope, data).await;
+                }
+                results.push(r);
+            } else {
+                results.push(made.next().unwrap_or_else(|| interrupted_result(c)));
+            }
+        }
+        Ok(results)
     }
 }

@@ -741,7 +741,7 @@ function adminOnly(root, title) {
 
 function sessionsPage(root) {
   if (!isAdmin()) return adminOnly(root, 'Sessions');
-  const t = table(['Session', 'User', 'State', 'Age', 'Idle', 'Container', 'Docker host', '']);
+  const t = table(['Session', 'User', 'State', 'Age', 'Idle', 'Container', 'Runtime', 'Docker host', '']);
   const err = el('div');
   const empty = el('p', { class: 'empty', hidden: true }, 'No sandbox sessions.');
   root.append(el('h1', {}, 'Sessions'), err, t.wrap, empty);
@@ -756,7 +756,7 @@ function sessionsPage(root) {
     }
     const rows = r.sessions || [];
     empty.hidden = rows.length > 0;
-    syncRows(t.tbody, rows, (s) => s.user_id + '/' + s.session_id, (s) => {
+    syncRows(t.tbody, rows, (s) => s.user_id + '/' + s.session_id + '/' + (s.runtime || ''), (s) => {
       const tr = el('tr', { 'data-session': s.session_id });
       const end = el('button', { type: 'button', class: 'danger', 'data-end': s.session_id });
       end.textContent = 'End';
@@ -771,12 +771,32 @@ function sessionsPage(root) {
           end.disabled = false;
         }
       });
+      // Pause stops the container (no process survives) and keeps the workspace; Resume
+      // (or the session's next call) starts it again.
+      const toggle = el('button', { type: 'button', 'data-pause': s.session_id });
+      toggle.addEventListener('click', async () => {
+        const action = toggle.dataset.action;
+        toggle.disabled = true;
+        try {
+          await api('POST', '/v1/sessions/' + enc(s.session_id) + '/' + action + '?user_id=' + enc(s.user_id));
+          toast((action === 'pause' ? 'Paused' : 'Resumed') + ' session ' + s.session_id);
+          refresh();
+        } catch (e) {
+          toast('Could not ' + action + ': ' + e.message);
+        }
+        toggle.disabled = false;
+      });
       tr.endButton = end;
+      tr.pauseButton = toggle;
+      tr.actions = el('span', { class: 'actions' }, toggle, end);
       return tr;
     }, (tr, s) => {
-      cells(tr, t.headers, [s.session_id, s.user_id, s.state, fmtDuration(s.age_secs * 1000),
+      tr.pauseButton.dataset.action = s.paused ? 'resume' : 'pause';
+      tr.pauseButton.textContent = s.paused ? 'Resume' : 'Pause';
+      tr.pauseButton.hidden = !s.owned_here;
+      cells(tr, t.headers, [s.session_id, s.user_id, s.paused ? 'paused' : s.state, fmtDuration(s.age_secs * 1000),
         s.idle_secs === null || s.idle_secs === undefined ? '—' : fmtDuration(s.idle_secs * 1000),
-        s.container, s.docker_host || '', tr.endButton]);
+        s.container, s.runtime || '', s.docker_host || '', tr.actions]);
     });
   };
   every(POLL_MS, refresh);

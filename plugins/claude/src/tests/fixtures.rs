@@ -209,3 +209,83 @@ fn color_and_nesting_tools_in_a_team_lead() {
     assert!(selection.warnings.iter().any(|w| w.contains("`Agent`") && w.contains("subagents.max_depth")));
     assert!(selection.warnings.iter().any(|w| w.contains("TeamCreate")));
 }
+
+/// The synthetic copies of the real files issue 44 quotes (each refused or misread before):
+/// a name Claude Code takes (the host derives a safe id), a frontmatter closed by a longer
+/// run of dashes, a `context: fork` after a `tools:` list, `Stop` and `PostToolUseFailure`
+/// hooks, `bypassPermissions`, and `disallowedTools` with an argument pattern.
+const ISSUE_44_CASES: &[(&str, &str)] = &[
+    (
+        "fpa-analyst.md",
+        "---\nname: \"FP&A Analyst\"\ndescription: Builds budgets and forecasts\ntools: Read, Write\n---\nYou analyse.\n",
+    ),
+    ("sre.md", "---\nname: SRE (Site Reliability Engineer)\ndescription: Keeps services up\n---\nYou run services.\n"),
+    (
+        "devops.md",
+        "---\nname: Python DevOps/CI-CD Expert\ndescription: CI for Python\nmodel: sonnet\n---\nYou build pipelines.\n",
+    ),
+    (
+        "long-closer.md",
+        "---\nname: long-closer\ndescription: Closed by many dashes\n------------------------------------\nBody.\n",
+    ),
+    (
+        "forked.md",
+        "---\nname: forked\ndescription: Runs in a fork\ntools:\n  - Read\n  - Grep\ncontext: fork\n---\nBody.\n",
+    ),
+    (
+        "stopper.md",
+        "---\nname: stopper\ndescription: Checks before stopping\nhooks:\n  Stop:\n    - hooks:\n        - type: command\n          command: ./check-done.sh\n  PostToolUseFailure:\n    - matcher: Bash\n      hooks:\n        - type: command\n          command: ./explain.sh\n---\nBody.\n",
+    ),
+    (
+        "bypass.md",
+        "---\nname: bypass\ndescription: Wants no questions\npermissionMode: bypassPermissions\n---\nBody.\n",
+    ),
+    (
+        "careful.md",
+        "---\nname: careful\ndescription: Never deletes\ntools: Bash, Read\ndisallowedTools: Bash(rm -rf*), Bash(git push:*)\n---\nBody.\n",
+    ),
+];
+
+/// Done-when of issue 44: no valid Claude Code file (the bundled real ones and the quoted
+/// cases) is refused for a field Claude Code accepts, and a file whose frontmatter is
+/// valid YAML reads exactly as the YAML parser reads it.
+#[test]
+fn no_valid_claude_code_file_is_refused_and_valid_yaml_reads_as_the_yaml_parser_reads_it() {
+    let mut texts: Vec<(String, String)> =
+        all_files().iter().map(|p| (p.display().to_string(), fs::read_to_string(p).unwrap())).collect();
+    texts.extend(ISSUE_44_CASES.iter().map(|(n, t)| (format!("agents/{n}"), t.to_string())));
+    let mut yaml_files = 0;
+    for (uri, text) in &texts {
+        let agent = parse_agent(uri, text.as_bytes(), &[]).unwrap_or_else(|e| panic!("{uri}: {e}"));
+        assert!(agent.refusals.is_empty(), "{uri}: {:?}", agent.refusals);
+        let (frontmatter, _) = crate::frontmatter::split(text).unwrap();
+        if let Ok(serde_yaml::Value::Mapping(mapping)) = serde_yaml::from_str::<serde_yaml::Value>(&frontmatter) {
+            yaml_files += 1;
+            let fields = crate::frontmatter::parse_fields(&frontmatter);
+            assert_eq!(fields.mode, crate::frontmatter::ParseMode::Yaml, "{uri}");
+            let expected: serde_json::Map<String, serde_json::Value> = mapping
+                .into_iter()
+                .map(|(k, v)| (k.as_str().unwrap().to_string(), crate::frontmatter::yaml_to_json(v)))
+                .collect();
+            assert_eq!(fields.map, expected, "{uri}");
+        }
+    }
+    assert!(yaml_files > EXPECTED_FILES / 2, "most files are valid YAML: {yaml_files}");
+    let parsed = |name: &str| {
+        let (n, t) = ISSUE_44_CASES.iter().find(|(n, _)| *n == name).unwrap();
+        parse_agent(&format!("agents/{n}"), t.as_bytes(), &[]).unwrap()
+    };
+    assert_eq!(parsed("fpa-analyst.md").name, "FP&A Analyst", "the plugin keeps the name; the host derives the id");
+    assert_eq!(parsed("long-closer.md").protocol.system_prompt, "Body.");
+    let forked = parsed("forked.md");
+    assert_eq!(forked.protocol.tools, Some(vec!["Read".into(), "Grep".into()]), "`context: fork` is not a tool");
+    assert!(forked.warnings.iter().any(|w| w.contains("unknown frontmatter field `context`")), "{:?}", forked.warnings);
+    let stopper = parsed("stopper.md");
+    assert_eq!(stopper.protocol.hooks.stop[0].commands[0].command, "./check-done.sh");
+    assert_eq!(stopper.protocol.hooks.post_tool_use_failure[0].matcher, ["Bash"]);
+    assert_eq!(
+        parsed("bypass.md").protocol.permission_mode(),
+        (Some(crate::agent::PermissionMode::BypassPermissions), None)
+    );
+    assert_eq!(parsed("careful.md").protocol.disallowed_tools, ["Bash(rm -rf*)", "Bash(git push:*)"]);
+}

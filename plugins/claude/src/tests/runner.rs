@@ -541,3 +541,110 @@ fn a_hook_that_asks_or_cannot_run_declines_the_call() {
         assert!(result.content.contains(says), "{says}: {}", result.content);
     }
 }
+
+/// Issue 44: a `Stop` hook that blocks sends the agent back to work with its reason as
+/// the next instruction (and `stop_hook_active: true` the next time); one that passes
+/// lets it finish.
+#[test]
+fn a_stop_hook_that_blocks_sends_the_agent_back_to_work() {
+    let agent = agent_from("tools: Read\nhooks:\n  Stop:\n    - hooks: [{ command: ./tests-pass.sh }]\n", "You help.");
+    let mut host = FakeHost::new(vec![text("finished early"), text("finished for real")]);
+    host.tool_fn = Box::new(|c| {
+        assert_eq!(c.name, "Bash");
+        let again = c.arguments.contains(r#"\"stop_hook_active\":true"#);
+        let content = match again {
+            false => {
+                assert!(c.arguments.contains("finished early"), "the hook reads the answer: {}", c.arguments);
+                "[stderr]\ntests still fail: run them again\n[exit code: 2]".to_string()
+            }
+            true => String::new(),
+        };
+        ToolResult { id: c.id.clone(), is_error: content.contains("[exit code"), content }
+    });
+    assert_eq!(run(&mut host, &task("t1", "go"), &agent).unwrap(), "finished for real");
+    assert_eq!(host.batches.len(), 2, "the Stop hook ran at each final answer");
+    let last = host.requests[1].messages.last().unwrap();
+    assert_eq!((last.role.as_str(), last.content.as_str()), ("user", "[Stop hook] tests still fail: run them again"));
+}
+
+/// Issue 44: `SessionStart` and `UserPromptSubmit` hooks run before the first model call;
+/// what they print goes before the prompt, and a `UserPromptSubmit` block ends the task
+/// without a model call.
+#[test]
+fn session_start_and_user_prompt_submit_hooks_add_context_or_end_the_task() {
+    let agent = agent_from(
+        "tools: Read\nhooks:\n  SessionStart:\n    - matcher: startup\n      hooks: [{ command: ./branch.sh }]\n    - matcher: resume\n      hooks: [{ command: ./never.sh }]\n  UserPromptSubmit:\n    - hooks: [{ command: ./guard.sh }]\n",
+        "You help.",
+    );
+    let mut host = FakeHost::new(vec![text("done")]);
+    host.tool_fn = Box::new(|c| {
+        assert!(!c.arguments.contains("never.sh"), "a `resume` matcher does not run on a fresh task");
+        let content = match c.arguments.contains("branch.sh") {
+            true => {
+                r#"{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "On branch main."}}"#
+            }
+            false => "Ticket ABC-1 is open.",
+        };
+        ToolResult { id: c.id.clone(), content: content.into(), is_error: false }
+    });
+    assert_eq!(run(&mut host, &task("t1", "fix the bug"), &agent).unwrap(), "done");
+    let prompt = host.requests[0].messages.iter().rfind(|m| m.role == "user").unwrap();
+    assert_eq!(prompt.content, "On branch main.\n\nTicket ABC-1 is open.\n\nfix the bug");
+
+    let mut host = FakeHost::new(vec![text("never asked")]);
+    host.tool_fn = Box::new(|c| {
+        let content = match c.arguments.contains("guard.sh") {
+            true => {
+                assert!(c.arguments.contains(r#"\"prompt\":\"rm everything\""#), "{}", c.arguments);
+                r#"{"decision": "block", "reason": "destructive request"}"#
+            }
+            false => "",
+        };
+        ToolResult { id: c.id.clone(), content: content.into(), is_error: false }
+    });
+    let err = run(&mut host, &task("t1", "rm everything"), &agent).unwrap_err();
+    assert!(
+        matches!(&err, Error::Denied(m) if m.contains("blocked by a UserPromptSubmit hook: destructive request")),
+        "{err:?}"
+    );
+    assert!(host.requests.is_empty(), "no model call after a blocked prompt");
+}
+
+/// Issue 44: `PostToolUseFailure` hooks run after a call that failed (with the failure as
+/// `error`), `PostToolUse` hooks after one that succeeded.
+#[test]
+fn post_tool_use_failure_hooks_run_after_failed_calls_only() {
+    let agent = agent_from(
+        "tools: Read\nhooks:\n  PostToolUse:\n    - hooks: [{ command: ./ok.sh }]\n  PostToolUseFailure:\n    - matcher: Read\n      hooks: [{ command: ./why.sh }]\n",
+        "You help.",
+    );
+    let mut host = FakeHost::new(vec![
+        tool_calls(
+            "",
+            vec![call("r1", "Read", r#"{"file_path":"missing"}"#), call("r2", "Read", r#"{"file_path":"a"}"#)],
+        ),
+        text("done"),
+    ]);
+    host.tool_fn = Box::new(|c| match (c.name.as_str(), c.arguments.as_str()) {
+        ("Bash", args) if args.contains("why.sh") => {
+            assert!(args.contains(r#"\"error\":\"error: no such file\""#), "{args}");
+            assert!(args.contains("PostToolUseFailure"), "{args}");
+            ToolResult {
+                id: c.id.clone(),
+                content: r#"{"decision": "block", "reason": "check the path"}"#.into(),
+                is_error: false,
+            }
+        }
+        ("Bash", _) => ToolResult { id: c.id.clone(), content: String::new(), is_error: false },
+        (_, args) if args.contains("missing") => {
+            ToolResult { id: c.id.clone(), content: "error: no such file".into(), is_error: true }
+        }
+        _ => ToolResult { id: c.id.clone(), content: "text".into(), is_error: false },
+    });
+    run(&mut host, &task("t1", "go"), &agent).unwrap();
+    let hooks: Vec<bool> = host.batches[1..].iter().map(|b| b[0].arguments.contains("why.sh")).collect();
+    assert_eq!(hooks, [true, false], "why.sh after the failure, ok.sh after the success");
+    let results: Vec<&str> =
+        host.requests[1].messages.iter().filter(|m| m.role == "tool").map(|m| m.content.as_str()).collect();
+    assert_eq!(results, ["error: no such file\n[PostToolUseFailure hook: check the path]", "text"]);
+}
