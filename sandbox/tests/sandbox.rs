@@ -2621,7 +2621,7 @@ mod boundary {
               [ \"$(awk '/^PPid:/ {print $2}' $p/status 2>/dev/null)\" = 0 ] || continue; \
               [ \"$(awk '/^Uid:/ {print $2}' $p/status)\" = 1000 ] || continue; \
               echo agent; ls $p/fd >/dev/null 2>&1 && echo OPENED-FD; cat $p/environ >/dev/null 2>&1 && echo READ-ENV; \
-              tr '\\0' '\\n' < $p/environ 2>/dev/null | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/NAME \\1/p'; \
+              tr '\\0' '\\n' 2>/dev/null < $p/environ | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/NAME \\1/p'; \
               head -c 1 $p/mem >/dev/null 2>&1 && echo READ-MEM; \
               printf 'r\\0\\0\\0\\0' > $p/fd/1 2>/dev/null && echo WROTE-STDOUT; \
               printf 'x' > $p/fd/0 2>/dev/null && echo WROTE-STDIN; done; true";
@@ -3508,6 +3508,12 @@ PY
 (setsid sh -c 'while :; do echo x >> /workspace/alive-double-fork; sleep 0.1; done' &)
 hop() { echo x >> /workspace/alive-hopper; sleep 0.1; (hop &) ; }
 (hop &)
+# The three survivors above run before the fast hoppers take the machine (CI flake: under
+# load the zombie leader's python had not started within the wait below).
+for i in $(seq 600); do
+  [ -s /workspace/alive-zombie-leader ] && [ -s /workspace/alive-double-fork ] && [ -s /workspace/alive-hopper ] && break
+  sleep 0.1
+done
 # Fast hoppers: chains that fork and exit faster than /proc can be read (review finding).
 for i in $(seq FAST_HOPPERS); do perl -e '
 use POSIX (); POSIX::setsid();
@@ -3523,9 +3529,9 @@ while (1) {
 zombie_leader_threads() {
   local p line k v t; zl=0
   for p in /proc/[0-9]*; do
-    read -r line < $p/stat 2>/dev/null || continue
+    read -r line 2>/dev/null < $p/stat || continue
     [[ $line == *") Z "* ]] || continue
-    t=0; while read -r k v; do [[ $k == Threads: ]] && t=$v; done < $p/status 2>/dev/null
+    t=0; while read -r k v; do [[ $k == Threads: ]] && t=$v; done 2>/dev/null < $p/status
     (( t > zl )) && zl=$t
   done
 }

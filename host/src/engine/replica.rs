@@ -65,6 +65,18 @@ pub(super) struct RemoteDecision {
     pub authority: warden_approval::Authority,
 }
 
+impl RemoteDecision {
+    /// The answer as the gate takes it, and how long it holds.
+    pub fn into_answer(self) -> (warden_approval::UserDecision, warden_approval::Scope) {
+        let answer = warden_approval::UserDecision {
+            resolution: self.decision,
+            who: self.decided_by,
+            authority: self.authority,
+        };
+        (answer, self.scope)
+    }
+}
+
 /// This replica's state.
 pub(super) struct Replica {
     pub options: ReplicaOptions,
@@ -251,9 +263,8 @@ impl Engine {
         }
         for (request_id, decision) in msgs.decisions {
             let applied = serde_json::from_value::<RemoteDecision>(decision).ok().and_then(|d| {
-                let answer =
-                    warden_approval::UserDecision { resolution: d.decision, who: d.decided_by, authority: d.authority };
-                self.gate().resolve_scoped(&request_id, answer, d.scope).ok()
+                let (answer, scope) = d.into_answer();
+                self.gate().resolve_scoped(&request_id, answer, scope).ok()
             });
             if applied.is_none() {
                 // Already resolved here (timed out, its task ended) or unreadable: gone.

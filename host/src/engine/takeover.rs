@@ -5,12 +5,18 @@
 //! lease); this module decides whether the task can be taken over and starts it. A task
 //! that cannot (not durable, its journal unreadable or past its bound) ends as before,
 //! with the reason logged.
+//!
+//! Approval requests the dead process's gate had published (replicas) are taken out of
+//! the shared list when the task is taken over: the replay asks its interrupted call
+//! again, and a decision a person made on the old request meanwhile answers that new
+//! ask ([`DecidedMeanwhile`]) instead of asking the person twice.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::json;
+use warden_approval::{BoxFuture, Decider, PendingApproval, Scope, UserDecision};
 
-use super::{Engine, Lineage, Slot, TaskStart};
+use super::{Engine, Lineage, RemoteDecision, Slot, TaskStart};
 use crate::event::{HostEvent, TaskEvent};
 use crate::journal::{JournalStart, Recorded};
 use crate::store::{FinishReason, StoreError, TaskRecord, TaskState, now_ms};
@@ -91,6 +97,7 @@ impl Engine {
                 return;
             }
         };
+        let asker = self.decided_meanwhile(&task_id).await.map(|d| Arc::new(d) as Arc<dyn Decider>);
         // Held before it runs (a task nobody held is claimed here).
         self.hold_here(&mut record);
         record.updated_at_ms = now_ms();
@@ -106,13 +113,79 @@ impl Engine {
         let start = TaskStart {
             call: header.call,
             secrets: Default::default(),
-            asker: None,
+            asker,
             egress: egress.into_iter().collect(),
             slot: Slot::Wait,
             lineage: Lineage::default(),
             journal: Some(JournalStart::Replay(Box::new(recorded))),
         };
         self.launch(live, start);
+    }
+}
+
+impl Engine {
+    /// Takes `task_id`'s approval requests out of the shared list (their gate died with
+    /// the process that ran the task); the decisions people made on them meanwhile, for
+    /// the replayed task's asks, or `None` when nobody decided one.
+    async fn decided_meanwhile(&self, task_id: &str) -> Option<DecidedMeanwhile> {
+        let orphans = match self.store.take_approvals_of(task_id).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(task_id, error = %e, "the approval requests of a task taken over could not be read; they are asked again");
+                return None;
+            }
+        };
+        let asked = orphans.len();
+        let decided: Vec<(PendingApproval, RemoteDecision)> = orphans
+            .into_iter()
+            .filter_map(|o| Some((o.pending, serde_json::from_value::<RemoteDecision>(o.decision?).ok()?)))
+            .collect();
+        if asked > 0 {
+            tracing::info!(
+                task_id,
+                asked,
+                decided = decided.len(),
+                "approval requests of the task's previous process taken over"
+            );
+        }
+        (!decided.is_empty()).then(|| DecidedMeanwhile(Mutex::new(decided)))
+    }
+}
+
+/// The decisions people made, through another replica, on a task's approval requests
+/// while the process running the task was dead. The taken-over task asks its interrupted
+/// calls again; an ask of the same task for the same tool and input is answered by the
+/// decision made on it (each decision once, with the scope it was given), everything
+/// else waits for a person as usual. The request is still published, so its
+/// `approval_request` and decision are in the task's stream and the audit log.
+struct DecidedMeanwhile(Mutex<Vec<(PendingApproval, RemoteDecision)>>);
+
+impl DecidedMeanwhile {
+    /// The decision made on an earlier ask of `request`'s call, taken (once).
+    fn take(&self, request: &PendingApproval) -> Option<RemoteDecision> {
+        let mut decided = self.0.lock().unwrap();
+        let i = decided.iter().position(|(asked, _)| {
+            asked.task_id == request.task_id && asked.tool == request.tool && asked.input == request.input
+        })?;
+        Some(decided.remove(i).1)
+    }
+}
+
+impl Decider for DecidedMeanwhile {
+    fn decide(&self, request: PendingApproval) -> BoxFuture<'static, Result<UserDecision, String>> {
+        let answer = self.decide_scoped(request);
+        Box::pin(async move { answer.await.map(|(d, _)| d) })
+    }
+
+    fn decide_scoped(&self, request: PendingApproval) -> BoxFuture<'static, Result<(UserDecision, Scope), String>> {
+        match self.take(&request) {
+            Some(d) => {
+                tracing::info!(task_id = request.task_id.as_deref().unwrap_or_default(), request_id = %request.id, decided_by = %d.decided_by, "an approval decided while the task's process was down answers its ask again");
+                Box::pin(std::future::ready(Ok(d.into_answer())))
+            }
+            // Not decided meanwhile: a person decides, as for any ask.
+            None => Box::pin(std::future::pending()),
+        }
     }
 }
 
@@ -174,5 +247,39 @@ impl Engine {
         if moved > 0 {
             tracing::info!(replica = %replica.id(), tasks = moved, "draining: durable tasks handed over to the other replicas");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(task: &str, tool: &str, command: &str) -> PendingApproval {
+        serde_json::from_value(json!({
+            "id": format!("apr_{task}"), "tool": tool, "input": { "command": command }, "subagent": "s",
+            "task_id": task, "session_id": null, "plugin": null, "matched_rule": null, "reason": "asked",
+            "created_at": "", "expires_at": "", "scopes": ["once"],
+        }))
+        .unwrap()
+    }
+
+    fn decision(who: &str) -> RemoteDecision {
+        serde_json::from_value(json!({ "decision": "approve", "decided_by": who })).unwrap()
+    }
+
+    /// A decision made while the task's process was down answers the same call of the
+    /// same task, once: not another task's, tool's or input's.
+    #[test]
+    fn a_decision_made_meanwhile_answers_the_same_call_of_the_same_task_once() {
+        let d = DecidedMeanwhile(Mutex::new(vec![(asked("t1", "Bash", "ls"), decision("ann"))]));
+        assert!(d.take(&asked("t2", "Bash", "ls")).is_none(), "another task");
+        assert!(d.take(&asked("t1", "Bash", "ls -a")).is_none(), "another input");
+        assert!(d.take(&asked("t1", "Read", "ls")).is_none(), "another tool");
+        let (answer, scope) = d.take(&asked("t1", "Bash", "ls")).expect("the same call").into_answer();
+        assert_eq!(
+            (answer.who.as_str(), answer.resolution, scope),
+            ("ann", warden_approval::Resolution::Approve, Scope::Once)
+        );
+        assert!(d.take(&asked("t1", "Bash", "ls")).is_none(), "once");
     }
 }

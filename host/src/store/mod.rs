@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::task_state::{FinishReason, TaskState};
-pub use queue::{Claimed, ControlMessages, Enqueued, QueueLimits, RemoteApproval};
+pub use queue::{Claimed, ControlMessages, Enqueued, OrphanedApproval, QueueLimits, RemoteApproval};
 
 /// Largest number of queued writes committed in one transaction.
 const MAX_BATCH: usize = 4096;

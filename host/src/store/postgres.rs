@@ -732,6 +732,25 @@ impl PgBackend {
         Ok(n > 0)
     }
 
+    /// Takes the approval requests of `task_id` out of the table — the gate that held them
+    /// died with the replica that ran the task, which is being taken over — each as
+    /// (pending request JSON, the decision JSON someone left on it meanwhile, if any).
+    pub(super) async fn take_approvals_of(&self, task_id: &str) -> Result<Vec<(String, Option<String>)>, String> {
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "DELETE FROM approvals WHERE task_id = $1 RETURNING pending::text, decision::text, created_at_ms",
+                    &[&task_id],
+                )
+                .await
+            })
+            .await?;
+        let mut rows: Vec<(i64, String, Option<String>)> =
+            rows.iter().map(|r| (r.get(2), r.get(0), r.get(1))).collect();
+        rows.sort_by_key(|(at, ..)| *at);
+        Ok(rows.into_iter().map(|(_, pending, decision)| (pending, decision)).collect())
+    }
+
     /// Deletes the approval requests of `task_ids` (tasks ended by another replica than
     /// the one whose gate held the requests).
     pub(super) async fn drop_approvals_of(&self, task_ids: &[String]) -> Result<(), String> {

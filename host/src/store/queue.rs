@@ -67,6 +67,15 @@ pub struct RemoteApproval {
     pub pending: warden_approval::PendingApproval,
 }
 
+/// An approval request whose gate died with the replica that ran its task, and the
+/// decision a person left on it through another replica meanwhile, if any.
+#[derive(Debug, Clone)]
+pub struct OrphanedApproval {
+    pub pending: warden_approval::PendingApproval,
+    /// The decision as the deciding replica wrote it (the engine's remote decision).
+    pub decision: Option<Value>,
+}
+
 /// A task taken from a replica that stopped renewing its lease: the replica, the record.
 pub type Expired = (String, TaskRecord);
 
@@ -237,6 +246,24 @@ impl Store {
         Ok(rows
             .into_iter()
             .filter_map(|(owner, p)| Some(RemoteApproval { owner, pending: serde_json::from_str(&p).ok()? }))
+            .collect())
+    }
+
+    /// Takes `task_id`'s approval requests out of the shared list: its task is being taken
+    /// over, so the gate that asked them is gone (they would be listed forever, and a
+    /// decision on them would reach no one). Oldest first; none on the embedded store,
+    /// whose gate is this process's.
+    pub async fn take_approvals_of(&self, task_id: &str) -> Result<Vec<OrphanedApproval>, StoreError> {
+        let Some(pg) = self.pg() else { return Ok(vec![]) };
+        let rows = pg.take_approvals_of(task_id).await.map_err(|e| self.err(e))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(pending, decision)| {
+                Some(OrphanedApproval {
+                    pending: serde_json::from_str(&pending).ok()?,
+                    decision: decision.and_then(|d| serde_json::from_str(&d).ok()),
+                })
+            })
             .collect())
     }
 

@@ -1212,49 +1212,6 @@ fn tool_results(events: &[serde_json::Value]) -> Vec<(serde_json::Value, serde_j
     events.iter().filter(|e| e["type"] == "tool_result").map(|e| (e["name"].clone(), e["is_error"].clone())).collect()
 }
 
-/// A stand-in for an OpenAI-compatible server on 127.0.0.1: answers every
-/// `POST /v1/chat/completions` with the text `answer` and keeps each request's JSON body.
-struct FakeOpenAi {
-    port: u16,
-    bodies: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
-}
-
-impl FakeOpenAi {
-    fn start(answer: &str) -> FakeOpenAi {
-        use std::io::Write;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let reply = serde_json::json!({"choices": [{"finish_reason": "stop",
-            "message": {"role": "assistant", "content": answer}}]})
-        .to_string();
-        let recorded = bodies.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { return };
-                let mut reader = std::io::BufReader::new(stream);
-                let Some(body) = read_request_body(&mut reader) else { continue };
-                recorded.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or_default());
-                let mut stream = reader.into_inner();
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
-                    reply.len()
-                );
-            }
-        });
-        FakeOpenAi { port, bodies }
-    }
-
-    fn provider(&self, name: &str) -> String {
-        format!("    {name}: {{ type: openai, base_url: \"http://127.0.0.1:{}/v1\" }}\n", self.port)
-    }
-
-    fn bodies(&self) -> Vec<serde_json::Value> {
-        self.bodies.lock().unwrap().clone()
-    }
-}
-
 /// Issue 20: an agent file's `effort` reaches an OpenAI-compatible provider as
 /// `reasoning_effort` on every model call of its tasks (`max` as the API's `xhigh`); an agent
 /// without one sends none, and the scripted provider (no reasoning setting) ignores it.

@@ -271,6 +271,128 @@ pub fn read_request_body(reader: &mut impl std::io::BufRead) -> Option<Vec<u8>> 
     Some(body)
 }
 
+/// One answer of [`FakeOpenAi`].
+#[derive(Debug, Clone)]
+pub enum FakeTurn {
+    /// A text answer; `{last_tool_result}` in it is replaced by the content of the
+    /// request's last `tool` message (so the final answer shows what the tools did).
+    Text(String),
+    /// A `Bash` tool call with this command.
+    Bash(String),
+}
+
+/// A stand-in for an OpenAI-compatible model server on 127.0.0.1 — the LLM is the one
+/// part tests may fake. Every `POST …/chat/completions` is answered with the turn of its
+/// conversation: the number of assistant messages in the request picks the answer (past
+/// the last, the last), so a conversation asked again from anywhere gets the same
+/// answers. It keeps every request's JSON body, and can hold the first request of one
+/// turn (a slow model) before answering it; connections are served concurrently.
+pub struct FakeOpenAi {
+    pub port: u16,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl FakeOpenAi {
+    /// Answers every request with the text `answer`.
+    pub fn start(answer: &str) -> FakeOpenAi {
+        FakeOpenAi::scripted(vec![FakeTurn::Text(answer.to_owned())], None)
+    }
+
+    /// Answers with `turns`; with `hold` `(turn, for)`, the first request of that turn is
+    /// answered only after `for`.
+    pub fn scripted(turns: Vec<FakeTurn>, hold: Option<(usize, std::time::Duration)>) -> FakeOpenAi {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = bodies.clone();
+        let turns = std::sync::Arc::new(turns);
+        let held = std::sync::Arc::new(AtomicBool::new(false));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let (recorded, turns, held) = (recorded.clone(), turns.clone(), held.clone());
+                std::thread::spawn(move || {
+                    let mut reader = std::io::BufReader::new(stream);
+                    let Some(body) = read_request_body(&mut reader) else { return };
+                    let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                    recorded.lock().unwrap().push(request.clone());
+                    let turn = FakeOpenAi::turn_of(&request);
+                    if let Some((at, wait)) = hold
+                        && at == turn
+                        && !held.swap(true, Ordering::SeqCst)
+                    {
+                        std::thread::sleep(wait);
+                    }
+                    let reply = FakeOpenAi::answer(&turns[turn.min(turns.len() - 1)], turn, &request).to_string();
+                    let mut stream = reader.into_inner();
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                });
+            }
+        });
+        FakeOpenAi { port, bodies }
+    }
+
+    /// The turn a request asks for: how many answers its conversation already holds.
+    pub fn turn_of(request: &serde_json::Value) -> usize {
+        let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+        messages.iter().filter(|m| m["role"] == "assistant").count()
+    }
+
+    fn answer(turn: &FakeTurn, index: usize, request: &serde_json::Value) -> serde_json::Value {
+        let message = match turn {
+            FakeTurn::Text(text) => {
+                let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+                let last = messages.iter().rev().find(|m| m["role"] == "tool");
+                let result = last.and_then(|m| m["content"].as_str()).unwrap_or_default();
+                serde_json::json!({ "role": "assistant", "content": text.replace("{last_tool_result}", result) })
+            }
+            FakeTurn::Bash(command) => serde_json::json!({
+                "role": "assistant", "content": null,
+                "tool_calls": [{ "id": format!("call_{index}"), "type": "function",
+                    "function": { "name": "Bash", "arguments": serde_json::json!({ "command": command }).to_string() } }],
+            }),
+        };
+        let finish = if matches!(turn, FakeTurn::Bash(_)) { "tool_calls" } else { "stop" };
+        serde_json::json!({ "id": format!("chatcmpl-{index}"), "object": "chat.completion",
+            "choices": [{ "index": 0, "finish_reason": finish, "message": message }] })
+    }
+
+    /// A `providers:` entry named `name` for this server.
+    pub fn provider(&self, name: &str) -> String {
+        format!("    {name}: {{ type: openai, base_url: \"http://127.0.0.1:{}/v1\" }}\n", self.port)
+    }
+
+    /// Every request body so far, in arrival order.
+    pub fn bodies(&self) -> Vec<serde_json::Value> {
+        self.bodies.lock().unwrap().clone()
+    }
+
+    /// How many requests each turn got, for the conversations whose first user message
+    /// contains `prompt`.
+    pub fn requests_per_turn(&self, prompt: &str) -> Vec<usize> {
+        let mut counts = vec![];
+        for body in self.bodies() {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let first_user = messages.iter().find(|m| m["role"] == "user");
+            if !first_user.and_then(|m| m["content"].as_str()).is_some_and(|c| c.contains(prompt)) {
+                continue;
+            }
+            let turn = FakeOpenAi::turn_of(&body);
+            if counts.len() <= turn {
+                counts.resize(turn + 1, 0);
+            }
+            counts[turn] += 1;
+        }
+        counts
+    }
+}
+
 /// One HTTP/1.1 exchange (`Connection: close`): status and body text.
 pub fn http(port: u16, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, String) {
     http_with(port, method, path, "", body)
@@ -284,24 +406,36 @@ pub fn http_with(
     headers: &str,
     body: Option<&serde_json::Value>,
 ) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    try_http_with(port, method, path, headers, body).unwrap_or_else(|e| panic!("{method} {path} on port {port}: {e}"))
+}
+
+/// [`http_with`], or the error when the server is not there (a test that kills servers).
+pub fn try_http_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: Option<&serde_json::Value>,
+) -> std::io::Result<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     std::io::Write::write_fmt(
         &mut s,
-        format_args!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        format_args!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
             body.len()
         ),
-    )
-    .unwrap();
+    )?;
     let mut raw = Vec::new();
-    std::io::Read::read_to_end(&mut s, &mut raw).unwrap();
+    std::io::Read::read_to_end(&mut s, &mut raw)?;
     let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not an HTTP response: {text:?}"));
+    let (head, rest) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
     let body =
         if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_owned() };
-    (status, body)
+    Ok((status, body))
 }
 
 /// A chunked body, as far as it was read (a stream cut by a killed server ends mid-chunk).
@@ -343,6 +477,18 @@ pub fn sse_frames(body: &str) -> Vec<(Option<u64>, serde_json::Value)> {
 pub fn json_of(port: u16, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, serde_json::Value) {
     let (status, text) = http(port, method, path, body);
     (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
+}
+
+/// [`json_of`], or `None` when the server is not there or did not answer with JSON (it
+/// was killed meanwhile).
+pub fn try_json_of(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Option<(u16, serde_json::Value)> {
+    let (status, text) = try_http_with(port, method, path, "", body).ok()?;
+    Some((status, serde_json::from_str(&text).ok()?))
 }
 
 /// A PostgreSQL database of its own for one test, on the server `WARDEN_TEST_POSTGRES_URL`

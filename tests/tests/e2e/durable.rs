@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::{
-    Deployment, ScopeCleanup, Server, TestDatabase, bin, bundled_plugin, http_with, json, json_of, test_plugin,
+    Deployment, FakeOpenAi, FakeTurn, ScopeCleanup, Server, TestDatabase, bin, bundled_plugin, http_with, json,
+    json_of, test_plugin, try_json_of,
 };
 
-const AGENT: &str = "---\nname: durable\ndescription: Runs four commands\ntools: Bash\nmodel: durable/scripted\n---\nYou run commands.\n";
+/// The agent every scenario runs; `{model}` is its model.
+const AGENT: &str =
+    "---\nname: durable\ndescription: Runs commands\ntools: Bash\nmodel: {model}\n---\nYou run commands.\n";
 
 /// Three turns before the kill (the third one's command runs for 20 s: the kill lands in
 /// it), then the turn after the takeover. The scripted model checks what the plugin sends
@@ -30,23 +33,49 @@ const SCRIPT: &str = r#"
   text: "Finished."
 "#;
 
-/// The deployment: the Claude plugin, the agent above, Bash allowed, `store` (a `store:`
-/// body) and `server` (a `server:` body).
+/// Where the scenario's model answers from, and what the operator's approval policy is.
+struct Setup<'a> {
+    /// The `providers:` entry named `durable`.
+    provider: &'a str,
+    /// The agent's model id.
+    model: &'a str,
+    /// The `approval:` body.
+    approval: &'a str,
+}
+
+impl Setup<'_> {
+    /// The scripted provider (`durable.yaml` holds `SCRIPT`), every Bash call allowed.
+    const SCRIPTED: Setup<'static> = Setup {
+        provider: "    durable: { type: scripted, script: ./durable.yaml }\n",
+        model: "durable/scripted",
+        approval: "  default: deny\n  allow: [Bash]\n",
+    };
+}
+
+/// The deployment: the Claude plugin, the agent above on `setup`'s model and approval
+/// policy, `store` (a `store:` body) and `server` (a `server:` body).
 fn deployment(store: &str, server: &str) -> (Deployment, ScopeCleanup) {
+    deployment_with(&Setup::SCRIPTED, store, server)
+}
+
+fn deployment_with(setup: &Setup, store: &str, server: &str) -> (Deployment, ScopeCleanup) {
     let scope = format!("dur{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let d = Deployment::new(&format!(
         "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
          subagents:\n  agent_dirs: [./agents]\n\
-         models:\n  default: durable/scripted\n  providers:\n    durable: {{ type: scripted, script: ./durable.yaml }}\n\
+         models:\n  default: {model}\n  providers:\n{provider}\
          sandbox:\n  scope: {scope}\n\
-         approval:\n  default: deny\n  allow: [Bash]\n\
+         approval:\n{approval}\
          server:\n{server}\
-         store:\n{store}"
+         store:\n{store}",
+        model = setup.model,
+        provider = setup.provider,
+        approval = setup.approval,
     ));
     let root = d.dir.path();
     std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
     std::fs::create_dir_all(root.join("agents")).unwrap();
-    std::fs::write(root.join("agents/durable.md"), AGENT).unwrap();
+    std::fs::write(root.join("agents/durable.md"), AGENT.replace("{model}", setup.model)).unwrap();
     std::fs::write(root.join("durable.yaml"), SCRIPT).unwrap();
     (d, ScopeCleanup(scope))
 }
@@ -93,7 +122,12 @@ fn follow(port: u16, task: &str, after: u64) -> std::thread::JoinHandle<Vec<(u64
 
 /// Submits the task on `port`; its id.
 fn submit(port: u16) -> String {
-    let body = json!({ "description": "durable", "prompt": "run the commands", "subagent_type": "durable", "run_in_background": true });
+    submit_in(port, "run the commands", "durable")
+}
+
+/// Submits a task with `prompt` in session `session` on `port`; its id.
+fn submit_in(port: u16, prompt: &str, session: &str) -> String {
+    let body = json!({ "description": "durable", "prompt": prompt, "subagent_type": "durable", "session_id": session, "run_in_background": true });
     let (status, r) = json_of(port, "POST", "/v1/tasks", Some(&body));
     assert_eq!(status, 202, "{r}");
     r["task_id"].as_str().unwrap().to_owned()
@@ -129,13 +163,7 @@ fn in_third_turn(port: u16, task: &str, log: impl Fn() -> String) {
 fn check_completed(port: u16, task: &str, seen: Vec<(u64, Value)>, log: impl Fn() -> String) {
     let (_, r) = json_of(port, "GET", &format!("/v1/tasks/{task}?timeout_ms=120000"), None);
     assert_eq!((r["status"].as_str(), r["output"].as_str()), (Some("completed"), Some("Finished.")), "{r}\n{}", log());
-    // Every event once, in order, across the kill.
-    let ids: Vec<u64> = seen.iter().map(|(id, _)| *id).collect();
-    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "the stream across the kill: {seen:?}");
-    assert_eq!(seen.last().unwrap().1["type"], "finish", "{seen:?}");
-    let of = |t: &str| seen.iter().filter(|(_, e)| e["type"] == t).map(|(_, e)| e.clone()).collect::<Vec<_>>();
-    assert_eq!(of("takeover").len(), 1, "one takeover: {seen:?}");
-    assert!(of("takeover")[0]["journal_entries"].as_u64().unwrap() > 0, "{seen:?}");
+    let of = check_stream(&seen);
     // Each command was asked for once and answered once: no turn ran again.
     let commands: Vec<String> =
         of("tool_call").iter().map(|e| e["input"]["command"].as_str().unwrap_or_default().to_owned()).collect();
@@ -146,10 +174,230 @@ fn check_completed(port: u16, task: &str, seen: Vec<(u64, Value)>, log: impl Fn(
     let results = of("tool_result");
     assert_eq!(results.len(), 4, "{results:?}");
     // The store's copy of the stream is the one that was read.
+    let stored: Vec<u64> = stored_events(port, task).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(stored, seen.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+}
+
+/// What must hold of a stream read across a kill (or stored): every event once, in
+/// order, ending with the `finish`, with one `takeover` that replayed entries; the events
+/// of a type, for the scenario's own checks.
+fn check_stream(seen: &[(u64, Value)]) -> impl Fn(&str) -> Vec<Value> + '_ {
+    let ids: Vec<u64> = seen.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "the stream across the kill: {seen:?}");
+    assert_eq!(seen.last().unwrap().1["type"], "finish", "{seen:?}");
+    let of = move |t: &str| seen.iter().filter(|(_, e)| e["type"] == t).map(|(_, e)| e.clone()).collect::<Vec<_>>();
+    assert_eq!(of("takeover").len(), 1, "one takeover: {seen:?}");
+    assert!(of("takeover")[0]["journal_entries"].as_u64().unwrap() > 0, "{seen:?}");
+    of
+}
+
+/// A task's stored events through the API on `port`, ids and all.
+fn stored_events(port: u16, task: &str) -> Vec<(u64, Value)> {
     let (status, body) = http_with(port, "GET", &format!("/v1/tasks/{task}/events"), "", None);
-    assert_eq!(status, 200);
-    let stored: Vec<u64> = frames(&body).into_iter().map(|(id, _)| id).collect();
-    assert_eq!(stored, ids);
+    assert_eq!(status, 200, "{body}");
+    frames(&body)
+}
+
+/// The finished record of `task` (waited for through the API on `port`).
+fn finished(port: u16, task: &str) -> Value {
+    let (status, r) = json_of(port, "GET", &format!("/v1/tasks/{task}?timeout_ms=120000"), None);
+    assert_eq!(status, 200, "{r}");
+    assert!(r["finished_at_ms"].is_u64(), "{task} did not finish: {r}");
+    r
+}
+
+/// The model scenario's commands, one per turn: each appends to the session's tripwire
+/// file; the last prints it, and the final answer quotes that.
+fn model_turns() -> Vec<FakeTurn> {
+    ["echo one >> trips.txt", "echo two >> trips.txt", "echo three >> trips.txt && cat trips.txt"]
+        .into_iter()
+        .map(|c| FakeTurn::Bash(c.to_owned()))
+        .chain([FakeTurn::Text("Finished: {last_tool_result}".to_owned())])
+        .collect()
+}
+
+/// Done when (issue 42), scenario (a): a single `warden serve` on the embedded store is
+/// killed with SIGKILL while its task waits for the model (an OpenAI-compatible stand-in
+/// that holds the third turn's request) and restarted. The task completes with the
+/// output of an uninterrupted run of the same conversation (run after it, as the
+/// control); the model was asked the interrupted turn twice and every other turn once;
+/// each command ran once; the stream read across the kill has every event once.
+#[test]
+fn a_task_waiting_for_its_model_survives_kill_9_of_its_server() {
+    let model = FakeOpenAi::scripted(model_turns(), Some((2, Duration::from_secs(600))));
+    let provider = model.provider("durable");
+    let setup = Setup { provider: &provider, model: "durable/gpt-test", ..Setup::SCRIPTED };
+    let (d, _cleanup) = deployment_with(&setup, "  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
+    let log = || std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
+    let mut server = Server::start(&d);
+    let task = submit_in(server.port, "the killed run", "dur-model");
+    let before = follow(server.port, &task, 0);
+    // The kill lands while the model holds the third turn (the positive control).
+    let until = Instant::now() + Duration::from_secs(120);
+    while model.requests_per_turn("the killed run").get(2) != Some(&1) {
+        assert!(Instant::now() < until, "the third turn was never asked: {:?}\n{}", model.bodies(), log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let mut seen = before.join().unwrap();
+    assert!(!seen.is_empty(), "the stream was read before the kill");
+
+    let server = Server::start(&d);
+    let last = seen.last().map_or(0, |(id, _)| *id);
+    seen.extend(follow(server.port, &task, last).join().unwrap());
+    let r = finished(server.port, &task);
+    assert_eq!(r["status"], "completed", "{r}\n{}", log());
+    let output = r["output"].as_str().unwrap().to_owned();
+    assert!(output.starts_with("Finished: one\ntwo\nthree\n"), "each command ran once: {output}");
+    let of = check_stream(&seen);
+    assert_eq!(of("tool_call").len(), 3, "{seen:?}");
+    // Only the turn under way was asked again.
+    assert_eq!(model.requests_per_turn("the killed run"), [1, 1, 2, 1], "{:?}", model.bodies());
+
+    // The control: the same conversation, uninterrupted.
+    let control = submit_in(server.port, "the control run", "dur-model-control");
+    let c = finished(server.port, &control);
+    assert_eq!((c["status"].as_str(), c["output"].as_str()), (Some("completed"), Some(output.as_str())), "{c}");
+    assert_eq!(model.requests_per_turn("the control run"), [1, 1, 1, 1]);
+}
+
+/// The approval scenario's turns: a command a person must approve, which says whether it
+/// ran once (the tripwire file has one line), then the final answer quoting it.
+fn approval_turns() -> Vec<FakeTurn> {
+    vec![
+        FakeTurn::Bash("echo ran >> trips.txt; [ \"$(wc -l < trips.txt)\" = 1 ] && echo ran-once".to_owned()),
+        FakeTurn::Text("Finished: {last_tool_result}".to_owned()),
+    ]
+}
+
+/// The pending approval of `task` listed on `port` whose id is not `except`, waited for.
+fn approval_of(port: u16, task: &str, except: Option<&str>, log: impl Fn() -> String) -> Value {
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (status, list) = json_of(port, "GET", "/v1/approvals", None);
+        assert_eq!(status, 200, "{list}");
+        let mine =
+            list["approvals"].as_array().unwrap().iter().find(|a| a["task_id"] == task && a["id"].as_str() != except);
+        if let Some(a) = mine {
+            return a.clone();
+        }
+        assert!(Instant::now() < until, "{task} never asked (except {except:?}): {list}\n{}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The ids of the pending approvals of `task` listed on `port`.
+fn approvals_of(port: u16, task: &str) -> Vec<String> {
+    let (_, list) = json_of(port, "GET", "/v1/approvals", None);
+    list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["task_id"] == task)
+        .map(|a| a["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn approve(port: u16, id: &str) {
+    let (status, r) =
+        json_of(port, "POST", &format!("/v1/approvals/{id}"), Some(&json!({ "decision": "approve", "scope": "once" })));
+    assert_eq!((status, r["decision"].as_str()), (200, Some("approve")), "{r}");
+}
+
+/// Done when (issue 42), scenario (c): three replicas on PostgreSQL; the replicas running
+/// two tasks that wait for a person's approval are killed with SIGKILL. A person approves
+/// one task's request through a live replica while its owner is down: the task is taken
+/// over and that decision answers its call, which nobody is asked about again. The other
+/// task's call is asked again, once — its dead request leaves the list — and completes
+/// once approved. Both end with the output of an uninterrupted run; each command ran
+/// once; the model was asked each turn once.
+#[test]
+fn a_task_waiting_for_an_approval_survives_kill_9_of_its_replica() {
+    let db = TestDatabase::create();
+    let model = FakeOpenAi::scripted(approval_turns(), None);
+    let provider = model.provider("durable");
+    let setup = Setup {
+        provider: &provider,
+        model: "durable/gpt-test",
+        approval: "  default: deny\n  ask: [Bash]\n  timeout: 10m\n",
+    };
+    let (d, _cleanup) = deployment_with(
+        &setup,
+        &format!("  url: {}\n", db.url),
+        "  heartbeat: 1s\n  task_lease: 5s\n  max_concurrent_tasks: 2\n",
+    );
+    let ids = ["r1", "r2", "r3"];
+    let logs = || {
+        ids.iter()
+            .map(|id| std::fs::read_to_string(d.dir.path().join(format!("serve-{id}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    let mut servers: Vec<Option<Server>> = ids.iter().map(|id| Some(Server::start_replica(&d, id))).collect();
+    let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
+    let decided = submit_in(ports[0], "decided while its replica is down", "dur-decided");
+    let asked = submit_in(ports[0], "asked again after the takeover", "dur-asked");
+    let old_decided = approval_of(ports[0], &decided, None, logs);
+    let old_asked = approval_of(ports[0], &asked, None, logs);
+    // The replicas running them die.
+    let owner_of = |task: &str| {
+        let (_, r) = json_of(ports[0], "GET", &format!("/v1/tasks/{task}?block=false"), None);
+        ids.iter().position(|id| r["replica"] == *id).unwrap_or_else(|| panic!("no replica runs {task}: {r}"))
+    };
+    let owners = [owner_of(&decided), owner_of(&asked)];
+    for &owner in &owners {
+        if let Some(mut dead) = servers[owner].take() {
+            dead.child.kill().unwrap();
+            dead.child.wait().unwrap();
+        }
+    }
+    let live = ports[(0..ids.len()).find(|i| !owners.contains(i)).unwrap()];
+    // The dead replica's requests are still listed (the positive control), and a person
+    // approves one of them there.
+    let listed = [approvals_of(live, &decided), approvals_of(live, &asked)];
+    assert_eq!(
+        listed,
+        [vec![old_decided["id"].as_str().unwrap().to_owned()], vec![old_asked["id"].as_str().unwrap().to_owned()]]
+    );
+    approve(live, old_decided["id"].as_str().unwrap());
+
+    // The other task asks again, once: its dead request is gone from the list.
+    let again = approval_of(live, &asked, old_asked["id"].as_str(), logs);
+    assert_eq!(approvals_of(live, &asked), [again["id"].as_str().unwrap().to_owned()], "{}", logs());
+    approve(live, again["id"].as_str().unwrap());
+
+    let (d1, a1) = (finished(live, &decided), finished(live, &asked));
+    for r in [&d1, &a1] {
+        assert_eq!(r["status"], "completed", "{r}\n{}", logs());
+        assert!(!owners.iter().any(|&o| r["replica"] == ids[o]), "it finished where it was killed: {r}");
+    }
+    // The decided task was answered by the decision made while it was down: its new ask
+    // was resolved by that person at once, and nobody was asked about it after.
+    let events = stored_events(live, &decided);
+    let of = check_stream(&events);
+    let requests = of("approval_request");
+    assert_eq!(requests.len(), 2, "the first ask, the ask of the replay: {events:?}");
+    let resolved = of("approval_resolved");
+    assert_eq!(resolved.len(), 1, "{events:?}");
+    assert_eq!(resolved[0]["request_id"], requests[1]["id"], "{events:?}");
+    assert_eq!(resolved[0]["decision"], "approve", "{events:?}");
+    assert!(resolved[0]["decided_by"].as_str().unwrap().starts_with("user:"), "{events:?}");
+    assert!(approvals_of(live, &decided).is_empty());
+    let events = stored_events(live, &asked);
+    let of = check_stream(&events);
+    assert_eq!(of("approval_request").len(), 2, "{events:?}");
+
+    // The control: the same conversation, uninterrupted, approved once.
+    let control = submit_in(live, "the uninterrupted control", "dur-approval-control");
+    approve(live, approval_of(live, &control, None, logs)["id"].as_str().unwrap());
+    let c = finished(live, &control);
+    for (r, prompt) in [(&d1, "decided while its replica is down"), (&a1, "asked again after the takeover")] {
+        assert_eq!(r["output"], c["output"], "{r}\n{c}");
+        assert_eq!(model.requests_per_turn(prompt), [1, 1], "each turn asked once: {:?}", model.bodies());
+    }
+    assert!(c["output"].as_str().unwrap().contains("ran-once"), "{c}");
+    drop(servers);
 }
 
 /// Done when (issue 42): a single `warden serve` on the embedded store, killed with
@@ -269,4 +517,168 @@ fn plugin_test_replays_a_recorded_task_byte_for_byte() {
     let replayed = test(&["--replay", "journal.json"]);
     let v = json(&replayed);
     assert_eq!((v["status"].as_str(), v["output"].as_str()), (Some("completed"), Some(output.as_str())), "{v}");
+}
+
+/// How many tasks the chaos test runs (`WARDEN_CHAOS_TASKS` for another count).
+const CHAOS_TASKS: usize = 300;
+/// How often the chaos test kills a replica; the killed one starts again a second later.
+const CHAOS_KILL_EVERY: Duration = Duration::from_secs(4);
+
+/// Task `i` of the chaos test: three kinds of `hostile` scripts (events, state, model
+/// calls and sleeps of 0.3–2.5 s under way when replicas die); the outputs that must
+/// come back (an entry per op; `None` where a reading varies from run to run).
+fn chaos_task(i: usize) -> (String, Vec<Option<String>>) {
+    let ms = 300 + (i * 263) % 2200;
+    let emit = |step: usize| format!(r#"{{"op":"emit","kind":"progress","data":"{{\"step\":{step}}}"}}"#);
+    let sleep = format!(r#"{{"op":"sleep","ms":{ms}}}"#);
+    let model = r#"{"op":"model"}"#.to_owned();
+    let (ops, expected): (Vec<String>, Vec<Option<String>>) = match i % 3 {
+        0 => (
+            vec![
+                emit(1),
+                format!(r#"{{"op":"state_set","key":"chaos{i}","value":"v{i}"}}"#),
+                sleep.clone(),
+                format!(r#"{{"op":"state_get","key":"chaos{i}","show":true}}"#),
+                emit(2),
+            ],
+            vec![Some("ok".into()), Some("ok".into()), None, Some(format!("ok:v{i}")), Some("ok".into())],
+        ),
+        1 => (vec![model.clone(), sleep.clone(), model], vec![None, None, None]),
+        _ => (vec![emit(1), sleep.clone(), sleep, emit(2)], vec![Some("ok".into()), None, None, Some("ok".into())]),
+    };
+    (format!("script:[{}]", ops.join(",")), expected)
+}
+
+/// Done when (issue 42): chaos. Three replicas on PostgreSQL run 300 mixed durable tasks
+/// while a replica is killed with SIGKILL every few seconds and started again; no task
+/// ends `replica lost` or `host restarted`: every one completes with its own output. The
+/// figures are printed (kills, takeovers, wall time).
+#[test]
+fn chaos_no_task_is_lost_while_replicas_are_killed_and_restarted() {
+    let n: usize = std::env::var("WARDEN_CHAOS_TASKS").ok().and_then(|v| v.parse().ok()).unwrap_or(CHAOS_TASKS);
+    let db = TestDatabase::create();
+    let d = std::sync::Arc::new(Deployment::new(&format!(
+        "  grants:\n    hostile: {{ log: true, events: true, state: true, model: true }}\n\
+         subagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"hostile://hostile\", kind: HOSTILE }}\n\
+         models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
+         server:\n  heartbeat: 1s\n  task_lease: 3s\n  max_concurrent_tasks: 8\n  max_queued_tasks: 1000\n  max_tasks_per_user: 1000\n\
+         store:\n  url: {}\n",
+        db.url
+    )));
+    d.add("hostile", "hostile");
+    std::fs::write(d.dir.path().join("main.yaml"), "- text: \"the model's answer\"\n").unwrap();
+    let ids = ["c1", "c2", "c3"];
+    let logs = || {
+        ids.iter()
+            .map(|id| std::fs::read_to_string(d.dir.path().join(format!("serve-{id}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    let servers: Vec<Option<Server>> = ids.iter().map(|id| Some(Server::start_replica(&d, id))).collect();
+    let servers = std::sync::Arc::new(std::sync::Mutex::new(servers));
+    let live_port = |k: usize| {
+        let s = servers.lock().unwrap();
+        (0..ids.len()).map(|j| (k + j) % ids.len()).find_map(|j| s[j].as_ref().map(|s| s.port)).unwrap()
+    };
+    let started = Instant::now();
+    let tasks: Vec<(String, Vec<Option<String>>)> = (0..n)
+        .map(|i| {
+            let (script, expected) = chaos_task(i);
+            let body = json!({ "description": "chaos", "prompt": script, "subagent_type": "hostile", "run_in_background": true });
+            let (status, r) = json_of(live_port(i), "POST", "/v1/tasks", Some(&body));
+            assert_eq!(status, 202, "{r}");
+            (r["task_id"].as_str().unwrap().to_owned(), expected)
+        })
+        .collect();
+
+    // The chaos: every few seconds a replica (a different one each time, in a shuffled
+    // order) dies with SIGKILL and starts again under its id a second later.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let chaos = {
+        let (servers, stop, d) = (servers.clone(), stop.clone(), d.clone());
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as usize;
+        println!("chaos seed {seed}");
+        std::thread::spawn(move || {
+            let mut kills = 0usize;
+            let mut state = seed | 1;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(CHAOS_KILL_EVERY);
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let victim = (state >> 33) % ids.len();
+                let Some(mut dead) = servers.lock().unwrap()[victim].take() else { continue };
+                dead.child.kill().unwrap();
+                dead.child.wait().unwrap();
+                kills += 1;
+                std::thread::sleep(Duration::from_secs(1));
+                let restarted = Server::start_replica(&d, ids[victim]);
+                servers.lock().unwrap()[victim] = Some(restarted);
+            }
+            kills
+        })
+    };
+
+    // Every task ends; the test waits for them all.
+    let until = Instant::now() + Duration::from_secs(600);
+    let mut records: Vec<Option<Value>> = vec![None; n];
+    while records.iter().any(Option::is_none) {
+        for (i, (task, _)) in tasks.iter().enumerate() {
+            if records[i].is_some() {
+                continue;
+            }
+            // A replica may die under the request: asked again at the next round.
+            let Some((status, r)) = try_json_of(live_port(i), "GET", &format!("/v1/tasks/{task}?block=false"), None)
+            else {
+                continue;
+            };
+            if status == 200 && r["finished_at_ms"].is_u64() {
+                records[i] = Some(r);
+            }
+        }
+        let left = records.iter().filter(|r| r.is_none()).count();
+        assert!(Instant::now() < until, "{left} tasks never ended\n{}", logs());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let wall = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let kills = chaos.join().unwrap();
+
+    let port = live_port(0);
+    let mut takeovers = 0usize;
+    let mut failures = vec![];
+    for (i, ((task, expected), r)) in tasks.iter().zip(&records).enumerate() {
+        let r = r.as_ref().unwrap();
+        let out: Option<Vec<String>> = r["output"].as_str().and_then(|o| serde_json::from_str(o).ok());
+        let as_expected = out.as_ref().is_some_and(|out| {
+            out.len() == expected.len()
+                && out.iter().zip(expected).all(|(got, want)| match want {
+                    Some(w) => got == w,
+                    None => got.starts_with("ok"),
+                })
+        });
+        if r["status"] != "completed" || !as_expected {
+            failures.push(format!("task {i} {task}: {r}"));
+        }
+        takeovers += stored_events(port, task).iter().filter(|(_, e)| e["type"] == "takeover").count();
+    }
+    println!(
+        "BENCH chaos: {n} tasks, {kills} replicas killed (one every {CHAOS_KILL_EVERY:?}), {takeovers} takeovers, \
+         {} failed, {} ended `replica lost`/`host restarted`; wall {wall:?}",
+        failures.len(),
+        records
+            .iter()
+            .flatten()
+            .filter(|r| matches!(r["finish_reason"].as_str(), Some("replica_lost" | "host_restarted")))
+            .count()
+    );
+    assert!(kills >= 2, "the chaos ran (the positive control): {kills} kills");
+    assert!(takeovers > 0, "a task was taken over (the positive control)");
+    assert!(
+        failures.is_empty(),
+        "{} tasks did not complete as expected:\n{}\n{}",
+        failures.len(),
+        failures.join("\n"),
+        logs()
+    );
+    drop(servers);
+    drop(db);
 }
