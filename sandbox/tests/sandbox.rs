@@ -18,8 +18,9 @@ use warden_sandbox::{Sandbox, SandboxConfig, SandboxError, SessionKey, ToolOutpu
 
 /// Tests running at once (the machine has 2 cores and other builds run).
 const CONCURRENCY: usize = 4;
-/// Per-test limit.
-const TEST_TIMEOUT: Duration = Duration::from_secs(180);
+/// Per-test limit: above the process-rule test's five-minute command (the slowest test
+/// on a loaded 2-core machine), so a hung test still fails on its own.
+const TEST_TIMEOUT: Duration = Duration::from_secs(360);
 
 /// What every test gets: a scope no other test (or run) uses, and the container runtime its
 /// sandboxes run under (the boundary groups run once under runc and once under gVisor).
@@ -3548,7 +3549,10 @@ ls /workspace/alive-*"#;
         // Thirty fast hoppers; under gVisor's ptrace platform, where a fork costs ~25 ms, one
         // keeps the machine as busy (four kept the survivors from starting within the wait).
         let hoppers = if c.runtime == Some(GVISOR) { "1" } else { "30" };
-        let out = bash(&sb, &k, &START.replace("FAST_HOPPERS", hoppers)).await.content;
+        // Five minutes, not the default two: on a loaded 2-core machine the hoppers made the
+        // whole script outlast 120 s (local full runs), with no output left to judge.
+        let start = json!({ "command": START.replace("FAST_HOPPERS", hoppers), "timeout": 300_000 });
+        let out = tool(&sb, &k, "Bash", start).await.content;
         for f in ["alive-zombie-leader", "alive-double-fork", "alive-hopper", "alive-fast-hopper"] {
             assert!(out.contains(f), "the {f} survivor never ran (positive control): {out}");
         }
