@@ -1,6 +1,6 @@
 //! Durable tasks (issue 42): the real `warden serve`, killed with SIGKILL while a Claude
-//! subagent's task is in its third tool turn — two turns done, a `Bash` call running —
-//! and the task taken over: by the same server restarted on the embedded store, and by
+//! subagent's task is in the sixth of its ten tool turns — five turns done, a `Bash` call
+//! running — and the task taken over: by the same server restarted on the embedded store, and by
 //! another replica on PostgreSQL. Each time the task completes with the output of an
 //! uninterrupted run; no command runs twice (the commands append to a tripwire file that
 //! the last one prints, checked by the scripted model); the call that was running ends
@@ -16,22 +16,34 @@ use crate::common::{
     json_of, test_plugin, try_json_of,
 };
 
-/// The agent every scenario runs; `{model}` is its model.
-const AGENT: &str =
-    "---\nname: durable\ndescription: Runs commands\ntools: Bash\nmodel: {model}\n---\nYou run commands.\n";
+/// The agent every scenario runs; `{model}` is its model. Eleven model calls make the
+/// scripted scenario (ten tool turns and the answer): above the default `maxTurns` of 10.
+const AGENT: &str = "---\nname: durable\ndescription: Runs commands\ntools: Bash\nmodel: {model}\nmaxTurns: 12\n---\nYou run commands.\n";
 
-/// Three turns before the kill (the third one's command runs for 20 s: the kill lands in
-/// it), then the turn after the takeover. The scripted model checks what the plugin sends
-/// it: the interruption result, and the tripwire file holding each command's line once.
+/// Ten tool turns: five before the kill, the sixth one's command runs for 20 s (the kill
+/// lands in it), then four after the takeover. The scripted model checks what the plugin
+/// sends it: the interruption result, and the tripwire file holding each command's line
+/// once.
 const SCRIPT: &str = r#"
 - tool_calls: [{ name: Bash, arguments: { command: "echo one >> trips.txt" } }]
 - tool_calls: [{ name: Bash, arguments: { command: "echo two >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo three >> trips.txt && sleep 20 && echo slept" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "echo three >> trips.txt" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "echo four >> trips.txt" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "echo five >> trips.txt" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "echo six >> trips.txt && sleep 20 && echo slept" } }]
 - expect: { last_tool_result_contains: "was interrupted: the host running this task restarted" }
-  tool_calls: [{ name: Bash, arguments: { command: "echo four >> trips.txt && cat trips.txt" } }]
-- expect: { last_tool_result_contains: "one\ntwo\nthree\nfour\n" }
+  tool_calls: [{ name: Bash, arguments: { command: "echo seven >> trips.txt" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "echo eight >> trips.txt" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "echo nine >> trips.txt" } }]
+- tool_calls: [{ name: Bash, arguments: { command: "echo ten >> trips.txt && cat trips.txt" } }]
+- expect: { last_tool_result_contains: "one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\n" }
   text: "Finished."
 "#;
+
+/// The scripted scenario's tripwire words, one per tool turn.
+const TURNS: [&str; 10] = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"];
+/// The tool turns the scripted scenario has finished when the kill lands.
+const DONE_BEFORE_KILL: usize = 5;
 
 /// Where the scenario's model answers from, and what the operator's approval policy is.
 struct Setup<'a> {
@@ -133,9 +145,9 @@ fn submit_in(port: u16, prompt: &str, session: &str) -> String {
     r["task_id"].as_str().unwrap().to_owned()
 }
 
-/// Waits until the task's journal (through the API on `port`) shows two tool turns done
-/// and the third one's call running.
-fn in_third_turn(port: u16, task: &str, log: impl Fn() -> String) {
+/// Waits until the task's journal (through the API on `port`) shows five tool turns done
+/// and the sixth one's call running.
+fn in_sixth_turn(port: u16, task: &str, log: impl Fn() -> String) {
     let until = Instant::now() + Duration::from_secs(120);
     loop {
         let (status, j) = json_of(port, "GET", &format!("/v1/tasks/{task}/journal"), None);
@@ -150,10 +162,10 @@ fn in_third_turn(port: u16, task: &str, log: impl Fn() -> String) {
         let done = calls.iter().filter(|c| c["state"] == "done").count();
         let running =
             calls.iter().any(|c| c["state"] == "started" && c["running"].as_array().is_some_and(|r| !r.is_empty()));
-        if done == 2 && running {
+        if done == DONE_BEFORE_KILL && running {
             return;
         }
-        assert!(Instant::now() < until, "the third turn never ran: {j}\n{}", log());
+        assert!(Instant::now() < until, "the sixth turn never ran: {j}\n{}", log());
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -167,12 +179,12 @@ fn check_completed(port: u16, task: &str, seen: Vec<(u64, Value)>, log: impl Fn(
     // Each command was asked for once and answered once: no turn ran again.
     let commands: Vec<String> =
         of("tool_call").iter().map(|e| e["input"]["command"].as_str().unwrap_or_default().to_owned()).collect();
-    assert_eq!(commands.len(), 4, "{commands:?}");
-    for word in ["one", "two", "three", "four"] {
+    assert_eq!(commands.len(), TURNS.len(), "{commands:?}");
+    for word in TURNS {
         assert_eq!(commands.iter().filter(|c| c.starts_with(&format!("echo {word} "))).count(), 1, "{commands:?}");
     }
     let results = of("tool_result");
-    assert_eq!(results.len(), 4, "{results:?}");
+    assert_eq!(results.len(), TURNS.len(), "{results:?}");
     // The store's copy of the stream is the one that was read.
     let stored: Vec<u64> = stored_events(port, task).into_iter().map(|(id, _)| id).collect();
     assert_eq!(stored, seen.iter().map(|(id, _)| *id).collect::<Vec<_>>());
@@ -400,8 +412,10 @@ fn a_task_waiting_for_an_approval_survives_kill_9_of_its_replica() {
     drop(servers);
 }
 
-/// Done when (issue 42): a single `warden serve` on the embedded store, killed with
-/// SIGKILL mid-task and restarted, finishes the task.
+/// Done when (issue 42), scenarios (b) and (e), on one server: a single `warden serve` on
+/// the embedded store, killed with SIGKILL when its task has finished five of its ten tool
+/// turns and the sixth one's `Bash` runs, and restarted, finishes the task: the sixth call
+/// ends with the documented interruption result, no command ran twice.
 #[test]
 fn a_task_survives_kill_9_of_its_server_on_the_embedded_store() {
     let (d, _cleanup) = deployment("  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
@@ -409,7 +423,7 @@ fn a_task_survives_kill_9_of_its_server_on_the_embedded_store() {
     let mut server = Server::start(&d);
     let task = submit(server.port);
     let before = follow(server.port, &task, 0);
-    in_third_turn(server.port, &task, log);
+    in_sixth_turn(server.port, &task, log);
     server.child.kill().unwrap(); // SIGKILL: no shutdown code runs
     server.child.wait().unwrap();
     let mut seen = before.join().unwrap();
@@ -439,9 +453,10 @@ fn a_task_survives_kill_9_of_its_server_on_the_embedded_store() {
     );
 }
 
-/// Done when (issue 42): three replicas on PostgreSQL; the one running the task is killed
-/// with SIGKILL and another takes the task over within about a lease. The stream is read
-/// from a replica that lives, across the kill.
+/// Done when (issue 42), scenarios (b) and (e), on replicas: three replicas on PostgreSQL;
+/// the one running the task is killed with SIGKILL (five of ten tool turns done, the
+/// sixth one's `Bash` running) and another takes the task over within about a lease. The
+/// stream is read from a replica that lives, across the kill.
 #[test]
 fn a_task_survives_kill_9_of_its_replica() {
     let db = TestDatabase::create();
@@ -457,7 +472,7 @@ fn a_task_survives_kill_9_of_its_replica() {
     let mut servers: Vec<Option<Server>> = ids.iter().map(|id| Some(Server::start_replica(&d, id))).collect();
     let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
     let task = submit(ports[0]);
-    in_third_turn(ports[0], &task, logs);
+    in_sixth_turn(ports[0], &task, logs);
     let (_, r) = json_of(ports[0], "GET", &format!("/v1/tasks/{task}?block=false"), None);
     let owner = ids.iter().position(|id| r["replica"] == *id).unwrap_or_else(|| panic!("no replica runs it: {r}"));
     let reader = ports[(owner + 1) % ids.len()];
