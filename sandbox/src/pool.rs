@@ -726,11 +726,22 @@ async fn bind(
     Ok(())
 }
 
-/// Shuts the pool down: no more fills or hand-outs, the refill task and every fill in
-/// flight finished, every un-handed-out container removed.
-pub(crate) async fn shutdown<H: PoolHost>(inner: &H, at: usize, docker: &Docker) -> Result<(), SandboxError> {
+/// Closes the pool: no more fills or hand-outs from now on; returns its ready containers,
+/// which [`shutdown`] removes.
+pub(crate) fn close<H: PoolHost>(inner: &H, at: usize) -> Vec<Warm> {
     let ready = inner.pool(at).close();
     inner.pool(at).kick();
+    ready
+}
+
+/// Shuts a closed pool down: the refill task and every fill in flight finished (each
+/// removes what it made), and `ready` (from [`close`]) removed.
+pub(crate) async fn shutdown<H: PoolHost>(
+    inner: &H,
+    at: usize,
+    docker: &Docker,
+    ready: Vec<Warm>,
+) -> Result<(), SandboxError> {
     let task = inner.pool(at).task.lock().expect("pool task lock").take();
     if let Some(task) = task {
         let _ = task.await;

@@ -296,13 +296,22 @@ impl Slot {
         self.paused.lock().expect("paused lock").as_ref().is_some_and(|p| p.stopped)
     }
 
-    /// Whether the live container is `id` (without waiting for a creation in progress).
+    /// Whether the live container is `id` (without waiting for a creation in progress), or
+    /// the stopped container of the paused session is.
     fn container_id_is(&self, id: &str) -> bool {
         self.container.try_lock().is_ok_and(|c| c.as_deref() == Some(id))
+            || self.paused.lock().expect("paused lock").as_ref().is_some_and(|p| p.container == id)
     }
 
     fn touch(&self) {
         *self.last_used.lock().expect("last_used lock") = (Instant::now(), SystemTime::now());
+    }
+
+    /// Sets the session's last use to `at` (in the past): its idle clock runs from then.
+    fn used_at(&self, at: SystemTime) {
+        let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+        let instant = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
+        *self.last_used.lock().expect("last_used lock") = (instant, at);
     }
 
     fn workspace(&self) -> Option<String> {
@@ -1142,31 +1151,46 @@ impl Sandbox {
     /// stay (the other replicas serve them on; see [`SandboxConfig::replica_id`]); only the
     /// warm pool goes.
     pub async fn shutdown(&self) -> Result<(), SandboxError> {
+        let started = Instant::now();
         self.inner.shut_down.store(true, Ordering::Release);
         if let Some(h) = self.inner.reaper.lock().expect("reaper lock").take() {
             h.abort();
         }
-        // First the pools: nothing more is handed out or prepared, and no fill outlives this.
-        let mut pool_results = Vec::new();
-        for (at, host) in self.inner.hosts.iter().enumerate() {
-            if let Some(docker) = host.docker.get() {
-                pool_results
-                    .push(pool::shutdown(&*self.inner, at, docker).await.map_err(|e| on_host(host.endpoint(), e)));
-            }
-        }
+        // The pools close first (nothing more is handed out or prepared, and no session
+        // ended below makes room for a fill); then their fills in flight, their ready
+        // containers and the sessions all go at once. A `warden mcp` ends when its client
+        // closes stdin and is killed a few seconds later: the teardown takes the longest
+        // removal, not the sum of them.
+        let closed: Vec<(usize, Vec<pool::Warm>)> = (self.inner.hosts.iter().enumerate())
+            .filter(|(_, host)| host.docker.get().is_some())
+            .map(|(at, _)| (at, pool::close(&*self.inner, at)))
+            .collect();
+        let pools = futures_util::future::join_all(closed.into_iter().filter_map(|(at, ready)| {
+            let host = &self.inner.hosts[at];
+            let docker = host.docker.get()?;
+            Some(async move {
+                pool::shutdown(&*self.inner, at, docker, ready).await.map_err(|e| on_host(host.endpoint(), e))
+            })
+        }));
         let slots: Vec<Arc<Slot>> =
             self.inner.sessions.lock().expect("sessions lock").drain().map(|(_, s)| s).collect();
-        if self.inner.config.replica_id.is_some() {
-            // The other replicas serve these sessions on: each stays until no replica used it
-            // for the idle TTL (or this replica, back, adopts it).
-            futures_util::future::join_all(slots.iter().map(|s| self.inner.release(s))).await;
-        }
-        let results = futures_util::future::join_all(slots.iter().filter_map(|s| {
-            let host = &self.inner.hosts[s.host];
-            let docker = host.docker.get().filter(|_| self.inner.config.replica_id.is_none())?;
-            Some(async move { self.inner.destroy(docker, s).await.map_err(|e| on_host(host.endpoint(), e)) })
-        }))
-        .await;
+        let sessions = async {
+            if self.inner.config.replica_id.is_some() {
+                // The other replicas serve these sessions on: each stays until no replica used
+                // it for the idle TTL (or this replica, back, adopts it).
+                futures_util::future::join_all(slots.iter().map(|s| self.inner.release(s))).await;
+                return Vec::new();
+            }
+            futures_util::future::join_all(slots.iter().filter_map(|s| {
+                let host = &self.inner.hosts[s.host];
+                let docker = host.docker.get()?;
+                Some(async move { self.inner.destroy(docker, s).await.map_err(|e| on_host(host.endpoint(), e)) })
+            }))
+            .await
+        };
+        let (pool_results, results) = tokio::join!(pools, sessions);
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        tracing::info!(sessions = slots.len(), elapsed_ms, "sandbox shut down");
         if let Some(e) = &self.inner.egress {
             e.remove_base_if_empty();
         }
@@ -1372,19 +1396,9 @@ impl Sandbox {
             // the same workspace at its next call. Only containers that exited longer ago
             // than the idle TTL (when the host would have reaped the session anyway) go.
             if !all {
-                let created = SystemTime::UNIX_EPOCH + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64);
-                let finished_at = docker
-                    .inspect_container(
-                        c.id.as_deref().unwrap_or(&name),
-                        None::<bollard::query_parameters::InspectContainerOptions>,
-                    )
-                    .await
-                    .ok()
-                    .and_then(|i| i.state)
-                    .and_then(|s| s.finished_at)
-                    .and_then(|t| humantime::parse_rfc3339_weak(&t).ok());
+                let finished_at = finished_at(docker, c.id.as_deref().unwrap_or(&name)).await;
                 let ttl = self.inner.config.idle_ttl;
-                if exited_recently(finished_at, created, SystemTime::now(), ttl) {
+                if exited_recently(finished_at, created_at(&c), SystemTime::now(), ttl) {
                     in_use.extend(uses(&c, &name));
                     continue;
                 }
@@ -1414,6 +1428,19 @@ impl Sandbox {
         }
         Ok(())
     }
+}
+
+/// When the container `c` was created (Docker's `Created`, in seconds).
+fn created_at(c: &bollard::models::ContainerSummary) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(c.created.unwrap_or(0).max(0) as u64)
+}
+
+/// When the container `id` last exited, as Docker's inspect says; `None` when it did not
+/// answer or gave no usable time (its zero time, `0001-01-01…`, never parses).
+async fn finished_at(docker: &Docker, id: &str) -> Option<SystemTime> {
+    let inspected =
+        docker.inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>).await.ok()?;
+    humantime::parse_rfc3339_weak(&inspected.state?.finished_at?).ok()
 }
 
 /// Whether a container that exited (at `finished_at`, or if Docker gave no usable time, not
@@ -2284,8 +2311,19 @@ async fn connect(host: &Host) -> Result<Docker, SandboxError> {
     }
 }
 
-/// On connect: adopt this scope's running session containers (their workspace continues),
-/// remove its stopped ones, its pool containers that were never handed out (the warm pool
+/// What [`adopt_leftovers`] does with a leftover session container.
+enum Adoption {
+    /// Served again as the running session `key` (after its old commands are swept).
+    Running(SessionKey),
+    /// Kept as a paused session, its container stopped until the next call.
+    Paused,
+    /// Removed.
+    None,
+}
+
+/// On connect: adopt this scope's running session containers (their workspace continues)
+/// and its paused ones (stopped within the idle TTL, while pauses are on and there is room
+/// under `max_paused_sessions` and `paused_disk_budget`), remove its other stopped ones, its pool containers that were never handed out (the warm pool
 /// starts afresh), and volumes that belong to no adopted session. Other scopes are never
 /// listed; containers and volumes labelled with another Docker host of this sandbox are
 /// that host's (two endpoints may reach one engine) and left alone. With `replica_id`, so
@@ -2327,7 +2365,20 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
             Some(_) => egress::mounted_dir(c.mounts.as_deref()).filter(|d| d.is_dir()),
         };
         let egress_ok = inner.egress.is_none() || egress_dir.is_some();
-        let mut adopted_key = None;
+        // The container this host would make for the session `key`.
+        let its_session = |key: &SessionKey| name.as_deref() == Some(container::names(scope, key).container.as_str());
+        // A stopped one is a paused session's (or one whose container's main process ended):
+        // kept paused when it exited within the idle TTL and pauses are on; its idle clock
+        // runs from its exit.
+        let exited = matches!(c.state, Some(ContainerSummaryStateEnum::EXITED));
+        let stopped_at = match (&key, &workspace) {
+            (Some(key), Some(_)) if exited && egress_ok && inner.config.pauses_idle_sessions() && its_session(key) => {
+                let (finished, created) = (finished_at(docker, &id).await, created_at(&c));
+                exited_recently(finished, created, SystemTime::now(), inner.config.idle_ttl)
+                    .then(|| finished.unwrap_or(created).max(created))
+            }
+            _ => None,
+        };
         let adopt = {
             let mut map = inner.sessions.lock().expect("sessions lock");
             match (key, workspace) {
@@ -2335,20 +2386,43 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
                     if running
                         && egress_ok
                         && room_for_session(&map, &key, &inner.config).is_ok()
-                        && name.as_deref() == Some(container::names(scope, &key).container.as_str())
+                        && its_session(&key)
                         && !map.contains_key(&key) =>
                 {
                     tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted session container from a previous host");
                     let slot = Arc::new(Slot::new(inner, key.clone(), at, Some(id.clone()), Some(workspace)));
-                    adopted_key = Some(key.clone());
-                    map.insert(key, slot);
+                    map.insert(key.clone(), slot);
                     inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
-                    true
+                    Adoption::Running(key)
                 }
-                _ => false,
+                (Some(key), Some(workspace)) if !map.contains_key(&key) && stopped_at.is_some() => {
+                    match room_for_paused(&map, &key, &inner.config) {
+                        Ok(()) => {
+                            tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted paused session from a previous host");
+                            let slot = Slot::new(inner, key.clone(), at, None, Some(workspace));
+                            slot.used_at(stopped_at.unwrap_or_else(SystemTime::now));
+                            *slot.paused.lock().expect("paused lock") =
+                                Some(Paused { container: id.clone(), egress_dir: egress_dir.clone(), stopped: true });
+                            map.insert(key, Arc::new(slot));
+                            inner.metrics.sessions_paused.fetch_add(1, Ordering::Relaxed);
+                            Adoption::Paused
+                        }
+                        Err(e) => {
+                            tracing::warn!(user = %key.user_id, session = %key.session_id, container = %id, error = %e, "removing a paused session of a previous host: no room for it");
+                            Adoption::None
+                        }
+                    }
+                }
+                _ => Adoption::None,
             }
         };
-        if let (true, Some(key)) = (adopt, adopted_key) {
+        if let Adoption::Paused = adopt {
+            // Nothing runs in a stopped container: the next call starts it again (and serves
+            // its egress proxy), as after a pause by this host.
+            adopted += 1;
+            continue;
+        }
+        if let Adoption::Running(key) = adopt {
             // Commands of tasks the previous host was running when it died end here, before
             // anything of the container is served (its egress proxy included): a container
             // that cannot be swept is not adopted. A replica sweeps only the agents of its

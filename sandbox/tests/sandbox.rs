@@ -18,6 +18,10 @@ use warden_sandbox::{Sandbox, SandboxConfig, SandboxError, SessionKey, ToolOutpu
 
 /// Tests running at once (the machine has 2 cores and other builds run).
 const CONCURRENCY: usize = 4;
+/// Tests that run with no other test beside them: `sessions::prune_removes_leftovers`
+/// prunes every scope with a 1 s idle TTL, which would remove the stopped containers of
+/// paused sessions that other tests hold.
+const RUN_ALONE: [&str; 1] = ["sessions::prune_removes_leftovers"];
 /// Per-test limit: above the process-rule test's five-minute command (the slowest test
 /// on a loaded 2-core machine), so a hung test still fails on its own.
 const TEST_TIMEOUT: Duration = Duration::from_secs(360);
@@ -935,7 +939,9 @@ mod sessions {
             pool_ready(&crashed, 2).await;
             // Dropped without shutdown: the host "crashed".
         }
-        let restarted = c.sandbox();
+        // Without room for paused sessions, the stopped one is removed (with room, it is
+        // adopted paused: `lifecycle::regression_a_paused_session_was_removed_…`).
+        let restarted = c.sandbox_with(|cfg| cfg.max_paused_sessions = 0);
         restarted.connect().await.unwrap();
         let sessions: Vec<_> =
             restarted.list_sessions().await.unwrap().into_iter().filter(|s| s.scope == c.scope).collect();
@@ -1107,6 +1113,78 @@ mod lifecycle {
         let g = tool(&sb, &k, "Grep", json!({"pattern": "kept"})).await;
         assert_eq!(g.content, "Found 1 file\n/workspace/src/a.txt");
         sb.shutdown().await.unwrap();
+    }
+
+    /// Regression: a host that restarted (crashed, or a new deploy) removed the sessions it
+    /// had paused, workspaces and all, so a session paused while its task waited for a person
+    /// lost its files. A restarted host adopts them still paused — within
+    /// `max_paused_sessions`, their idle clock running from when they stopped — and the next
+    /// call, a resume or the session's end does what it does to a session it paused itself.
+    pub async fn regression_a_paused_session_was_removed_when_its_host_restarted(c: Ctx) {
+        let keys = [key("by-call"), key("by-resume"), key("by-end")];
+        let mut ids = Vec::new();
+        {
+            let before = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+            for k in &keys {
+                bash_ok(&before, k, &format!("echo {} > kept.txt", k.session_id)).await;
+                ids.push(container_of(&before, k).await);
+                assert!(before.pause_session(k).await.unwrap(), "{k} was running");
+            }
+            // Dropped without shutdown: the host "crashed" with its sessions paused.
+        }
+        for id in &ids {
+            assert_eq!(state_of(id), "exited", "paused before the restart (positive control)");
+        }
+        let after = c.sandbox_with(|cfg| cfg.warm_pool = 0);
+        after.connect().await.unwrap();
+        for k in &keys {
+            assert!(after.is_paused(k), "{k} adopted paused");
+        }
+        let m = after.metrics();
+        assert_eq!((m.sessions_active, m.sessions_paused), (0, 3), "{m:?}");
+        let info = after.list_sessions().await.unwrap();
+        assert!(info.iter().filter(|i| i.scope == c.scope).all(|i| i.paused && i.owned_here), "{info:?}");
+        // A call resumes its session: the same container, the files of before.
+        assert_eq!(bash_ok(&after, &keys[0], "cat kept.txt").await, "by-call\n");
+        assert_eq!(container_of(&after, &keys[0]).await, ids[0], "started again, not recreated");
+        assert_eq!(state_of(&ids[0]), "running");
+        // So does `resume_session`.
+        assert!(after.resume_session(&keys[1]).await.unwrap(), "it was paused");
+        assert_eq!(state_of(&ids[1]), "running");
+        assert_eq!(bash_ok(&after, &keys[1], "cat kept.txt").await, "by-resume\n");
+        let m = after.metrics();
+        let counts = (m.sessions_active, m.sessions_paused, m.resumes_total, m.sessions_created_total);
+        assert_eq!(counts, (2, 1, 2, 0), "{m:?}");
+        // Ending the third removes its container and workspace.
+        let ws = volumes_of_session(&c.scope, &ids[2], &keys[2]);
+        after.end_session(&keys[2]).await.unwrap();
+        assert!(!container_exists(&ids[2]));
+        assert!(volumes_of_scope(&c.scope).iter().all(|v| !ws.contains(v)), "{ws:?}");
+        assert_eq!(after.metrics().sessions_paused, 0);
+        // Controls: a host with room for one paused session adopts one and removes the
+        // other's container; with no room for any it removes them all, workspaces too.
+        for k in &keys[..2] {
+            assert!(after.pause_session(k).await.unwrap());
+        }
+        drop(after);
+        let one = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.max_paused_sessions = 1;
+        });
+        one.connect().await.unwrap();
+        assert_eq!(keys[..2].iter().filter(|k| one.is_paused(k)).count(), 1, "{:?}", one.metrics());
+        assert_eq!(ids[..2].iter().filter(|id| container_exists(id)).count(), 1, "the other removed");
+        let kept = keys[..2].iter().find(|k| one.is_paused(k)).unwrap().clone();
+        drop(one);
+        let none = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.max_paused_sessions = 0;
+        });
+        none.connect().await.unwrap();
+        assert!(!none.is_paused(&kept));
+        assert!(ids.iter().all(|id| !container_exists(id)), "no paused session without room for one");
+        assert!(volumes_of_scope(&c.scope).is_empty(), "{:?}", volumes_of_scope(&c.scope));
+        none.shutdown().await.unwrap();
     }
 
     /// `pause_after` pauses an idle session by itself; `idle_ttl` still ends a paused one
@@ -2192,10 +2270,13 @@ PY"#
         let (port, _seen) = test_server().await;
         let dir = tempfile::tempdir().unwrap();
         let (kept, lost) = (key("egress-adopt"), key("egress-lost"));
+        let paused = key("egress-paused");
         let get = format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/again");
         {
             let (crashed, _events) = egress_sandbox(&c, port, dir.path(), 0);
             assert_eq!(bash_ok(&crashed, &kept, &get).await.trim(), "reached /again");
+            assert_eq!(bash_ok(&crashed, &paused, &get).await.trim(), "reached /again");
+            assert!(crashed.pause_session(&paused).await.unwrap());
             bash_ok(&crashed, &lost, "true").await;
             let gone = container_of(&crashed, &lost).await;
             let mounted = docker(&[
@@ -2213,18 +2294,19 @@ PY"#
         restarted.connect().await.unwrap();
         let sessions: Vec<_> =
             restarted.list_sessions().await.unwrap().into_iter().filter(|s| s.scope == c.scope).collect();
-        assert_eq!(
-            sessions.iter().map(|s| &s.key).collect::<Vec<_>>(),
-            [&kept],
-            "the session without its directory went: {sessions:?}"
-        );
-        assert_eq!(
-            bash_ok(&restarted, &kept, &get).await.trim(),
-            "reached /again",
-            "the adopted session's proxy serves again"
-        );
+        let mut adopted: Vec<&SessionKey> = sessions.iter().map(|s| &s.key).collect();
+        adopted.sort_by_key(|k| k.session_id.clone());
+        assert_eq!(adopted, [&kept, &paused], "the session without its directory went: {sessions:?}");
+        assert!(restarted.is_paused(&paused), "adopted paused");
+        for k in [&kept, &paused] {
+            assert_eq!(
+                bash_ok(&restarted, k, &get).await.trim(),
+                "reached /again",
+                "the adopted session's proxy serves again ({k})"
+            );
+            assert!(events.lock().unwrap().iter().any(|e| e.allowed && &e.session == k), "the new host audits {k}");
+        }
         assert_eq!(restarted.metrics().sessions_created_total, 0, "adopted, not recreated");
-        assert!(events.lock().unwrap().iter().any(|e| e.allowed && e.session == kept), "the new host audits it");
         restarted.shutdown().await.unwrap();
     }
 
@@ -3861,6 +3943,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         sessions::missing_image_is_clear,
         lifecycle::a_paused_session_keeps_its_files_and_no_process,
         lifecycle::idle_sessions_pause_then_end,
+        lifecycle::regression_a_paused_session_was_removed_when_its_host_restarted,
         lifecycle::paused_sessions_have_limits_of_their_own,
         lifecycle::a_resumed_session_keeps_egress,
         lifecycle::twenty_forks_are_copies_isolated_from_each_other,
@@ -4050,7 +4133,8 @@ fn main() {
             let sem = sem.clone();
             let scope = format!("{run_prefix}{i}");
             tokio::spawn(async move {
-                let _permit = sem.acquire_owned().await.unwrap();
+                let alone = RUN_ALONE.iter().any(|t| name.ends_with(t));
+                let _permit = sem.acquire_many_owned(if alone { CONCURRENCY as u32 } else { 1 }).await.unwrap();
                 let t0 = Instant::now();
                 let mut task = tokio::spawn(f(Ctx { scope: format!("{scope}-"), runtime }));
                 let outcome = match tokio::time::timeout(TEST_TIMEOUT, &mut task).await {

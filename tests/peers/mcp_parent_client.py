@@ -12,6 +12,10 @@ Scenarios (run in order, one JSON line each on stdout):
   decline:TOOL:PROMPT   the same, answering every elicitation with decision=decline
   cancel:TOOL:PROMPT    call a tool and cancel the call once the task runs a tool; the
                         task id (from progress) is printed, with its record (--api)
+
+--server-exit-wait S: after closing the server's stdin the SDK waits 2 s for it to exit,
+then sends SIGTERM, then SIGKILL 2 s later; this waits S seconds instead, so a test can
+check what the server does on its own when its client goes (with no timing in it).
 """
 
 import argparse
@@ -107,8 +111,14 @@ async def main():
     ap.add_argument("--url")
     ap.add_argument("--mode", default="auto")
     ap.add_argument("--api", help="warden's HTTP API, where a canceled task's record is read")
+    ap.add_argument("--server-exit-wait", type=float)
     ap.add_argument("scenarios", nargs="+")
     args = ap.parse_args()
+    if args.server_exit_wait is not None:
+        import mcp.client.stdio
+
+        assert hasattr(mcp.client.stdio, "PROCESS_TERMINATION_TIMEOUT"), "the SDK renamed its exit wait"
+        mcp.client.stdio.PROCESS_TERMINATION_TIMEOUT = args.server_exit_wait
 
     answers = {"decision": None, "asked": [], "api": args.api}
 

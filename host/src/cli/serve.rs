@@ -135,14 +135,18 @@ pub async fn mcp_stdio(config: Config, api: Option<String>) -> anyhow::Result<Ex
         _ = shutdown_signal() => {}
     }
     stop.cancel();
-    if let Some(t) = api_task {
-        match t.await {
-            Ok(Err(e)) => eprintln!("error: approvals API: {e:#}"),
-            Err(e) => eprintln!("error: approvals API: {e}"),
-            Ok(Ok(())) => {}
+    // The client kills this process a few seconds after closing stdin: the sandboxes go
+    // while the approvals API stops, not after.
+    let api_stopped = async {
+        if let Some(t) = api_task {
+            match t.await {
+                Ok(Err(e)) => eprintln!("error: approvals API: {e:#}"),
+                Err(e) => eprintln!("error: approvals API: {e}"),
+                Ok(Ok(())) => {}
+            }
         }
-    }
-    end_sandboxes(&engine).await;
+    };
+    tokio::join!(api_stopped, end_sandboxes(&engine));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -82,6 +82,11 @@ fn readme_mcp_json(d: &Deployment) -> Value {
 /// Runs the official client against warden; one JSON value per scenario (after the
 /// `connected` line, which is returned first).
 fn client(args: &[String]) -> Vec<Value> {
+    client_and_log(args).0
+}
+
+/// [`client`], and its stderr (where the `warden mcp` it launched logs).
+fn client_and_log(args: &[String]) -> (Vec<Value>, String) {
     let out = Command::new(python())
         .arg(repo().join("tests/peers/mcp_parent_client.py"))
         .args(args)
@@ -91,10 +96,11 @@ fn client(args: &[String]) -> Vec<Value> {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "the MCP client failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    stdout
+    let values = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{stderr}")))
-        .collect()
+        .collect();
+    (values, stderr)
 }
 
 fn texts(result: &Value) -> Vec<String> {
@@ -142,8 +148,11 @@ fn stdio_handshake_client_lists_subagents_runs_one_in_the_sandbox_and_answers_an
     let port = free_port();
     let args = entry["mcpServers"]["warden"]["args"].as_array_mut().unwrap();
     args.extend(["--api".into(), format!("127.0.0.1:{port}").into()]);
+    // Its log on the client's stderr, where the test reads how the shutdown went (the SDK
+    // passes a server only the environment its entry names).
+    entry["mcpServers"]["warden"]["env"] = serde_json::json!({ "WARDEN_LOG": "info" });
     std::fs::write(&mcp_json, entry.to_string()).unwrap();
-    let out = client(&[
+    let (out, log) = client_and_log(&[
         "--transport".into(),
         "stdio".into(),
         "--mcp-json".into(),
@@ -152,6 +161,10 @@ fn stdio_handshake_client_lists_subagents_runs_one_in_the_sandbox_and_answers_an
         format!("http://127.0.0.1:{port}"),
         "--mode".into(),
         "legacy".into(),
+        // warden gets the time its teardown takes (the SDK's own wait is 2 s, then SIGTERM
+        // and SIGKILL): what is checked is what it does, not how fast.
+        "--server-exit-wait".into(),
+        "120".into(),
         "list".into(),
         "call:filer:write the report".into(),
         "approve:toucher:touch it".into(),
@@ -180,15 +193,18 @@ fn stdio_handshake_client_lists_subagents_runs_one_in_the_sandbox_and_answers_an
     let canceled = &out[5];
     assert!(canceled["task_id"].is_string(), "{canceled}");
     assert_eq!(canceled["record"]["status"], "canceled", "{canceled}");
-    // The client closed stdin and killed `warden mcp` soon after (2 s, SIGTERM, 2 s,
-    // SIGKILL): its sessions' containers were removed in that time.
+    // The client closed stdin: `warden mcp` ended its sandbox by itself (its log says so,
+    // and how long it took) and left no container behind.
+    let shut_down: Vec<&str> = log.lines().filter(|l| l.contains("sandbox shut down")).collect();
+    println!("{shut_down:?}");
     let left =
         Command::new("docker").args(["ps", "-aq", "--filter", &format!("name=warden-{scope}-")]).output().unwrap();
     assert!(
         String::from_utf8_lossy(&left.stdout).trim().is_empty(),
-        "containers left: {}",
+        "containers left: {}\nthe client's stderr (warden's log):\n{log}",
         String::from_utf8_lossy(&left.stdout)
     );
+    assert_eq!(shut_down.len(), 1, "the sandbox was shut down once: {log}");
 }
 
 #[test]
