@@ -1,11 +1,14 @@
 //! Durable tasks (issue 42): the real `warden serve`, killed with SIGKILL while a Claude
 //! subagent's task is in the sixth of its ten tool turns — five turns done, a `Bash` call
-//! running — and the task taken over: by the same server restarted on the embedded store, and by
-//! another replica on PostgreSQL. Each time the task completes with the output of an
-//! uninterrupted run; no command runs twice (the commands append to a tripwire file that
-//! the last one prints, checked by the scripted model); the call that was running ends
-//! with the documented interruption result; the event stream read across the kill has
-//! every event once, in order, with one `takeover` event.
+//! running — and the task taken over: by the same server restarted on the embedded store,
+//! and by another replica on PostgreSQL. The model is an OpenAI-compatible stand-in that
+//! counts requests per turn. Each time the task completes with the output of an
+//! uninterrupted run of the same conversation (the control, run in the same test); no
+//! command runs twice (the commands append to a tripwire file that the last one prints
+//! into the final answer); no model request is made twice; the call that was running
+//! ends with the documented interruption result; the event stream read across the kill
+//! has every event once, in order, with one `takeover` event. Then the other scenarios:
+//! a kill while the model is asked (a), while approvals wait (c), a replay offline, chaos.
 
 use std::time::{Duration, Instant};
 
@@ -17,33 +20,42 @@ use crate::common::{
 };
 
 /// The agent every scenario runs; `{model}` is its model. Eleven model calls make the
-/// scripted scenario (ten tool turns and the answer): above the default `maxTurns` of 10.
+/// ten-turn scenario (ten tool turns and the answer): above the default `maxTurns` of 10.
 const AGENT: &str = "---\nname: durable\ndescription: Runs commands\ntools: Bash\nmodel: {model}\nmaxTurns: 12\n---\nYou run commands.\n";
 
-/// Ten tool turns: five before the kill, the sixth one's command runs for 20 s (the kill
-/// lands in it), then four after the takeover. The scripted model checks what the plugin
-/// sends it: the interruption result, and the tripwire file holding each command's line
-/// once.
-const SCRIPT: &str = r#"
-- tool_calls: [{ name: Bash, arguments: { command: "echo one >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo two >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo three >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo four >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo five >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo six >> trips.txt && sleep 20 && echo slept" } }]
-- expect: { last_tool_result_contains: "was interrupted: the host running this task restarted" }
-  tool_calls: [{ name: Bash, arguments: { command: "echo seven >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo eight >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo nine >> trips.txt" } }]
-- tool_calls: [{ name: Bash, arguments: { command: "echo ten >> trips.txt && cat trips.txt" } }]
-- expect: { last_tool_result_contains: "one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\n" }
-  text: "Finished."
-"#;
-
-/// The scripted scenario's tripwire words, one per tool turn.
+/// The ten-turn scenario's tripwire words, one per tool turn.
 const TURNS: [&str; 10] = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"];
-/// The tool turns the scripted scenario has finished when the kill lands.
+/// The tool turns the ten-turn scenario has finished when the kill lands.
 const DONE_BEFORE_KILL: usize = 5;
+
+/// The ten-turn scenario (b, e): each turn's command appends its word to the session's
+/// tripwire file; the sixth one's then runs for 20 s (the kill lands in it), the tenth
+/// prints the file, and the final answer quotes that.
+fn ten_turns() -> Vec<FakeTurn> {
+    let last = TURNS.len() - 1;
+    TURNS
+        .iter()
+        .enumerate()
+        .map(|(i, word)| match i {
+            _ if i == DONE_BEFORE_KILL => format!("echo {word} >> trips.txt && sleep 20 && echo slept"),
+            _ if i == last => format!("echo {word} >> trips.txt && cat trips.txt"),
+            _ => format!("echo {word} >> trips.txt"),
+        })
+        .map(FakeTurn::Bash)
+        .chain([FakeTurn::Text("Finished: {last_tool_result}".to_owned())])
+        .collect()
+}
+
+/// The ten-turn scenario's deployment on `store` and `server`: its model is `model` (the
+/// stand-in serving [`ten_turns`]), every Bash call allowed.
+fn ten_turn_deployment(model: &FakeOpenAi, store: &str, server: &str) -> (Deployment, ScopeCleanup) {
+    let provider = model.provider("durable");
+    let setup = Setup { provider: &provider, model: "durable/gpt-test", approval: ALLOW_BASH };
+    deployment_with(&setup, store, server)
+}
+
+/// The approval policy of the scenarios with no person in them: every Bash call allowed.
+const ALLOW_BASH: &str = "  default: deny\n  allow: [Bash]\n";
 
 /// Where the scenario's model answers from, and what the operator's approval policy is.
 struct Setup<'a> {
@@ -55,21 +67,8 @@ struct Setup<'a> {
     approval: &'a str,
 }
 
-impl Setup<'_> {
-    /// The scripted provider (`durable.yaml` holds `SCRIPT`), every Bash call allowed.
-    const SCRIPTED: Setup<'static> = Setup {
-        provider: "    durable: { type: scripted, script: ./durable.yaml }\n",
-        model: "durable/scripted",
-        approval: "  default: deny\n  allow: [Bash]\n",
-    };
-}
-
 /// The deployment: the Claude plugin, the agent above on `setup`'s model and approval
 /// policy, `store` (a `store:` body) and `server` (a `server:` body).
-fn deployment(store: &str, server: &str) -> (Deployment, ScopeCleanup) {
-    deployment_with(&Setup::SCRIPTED, store, server)
-}
-
 fn deployment_with(setup: &Setup, store: &str, server: &str) -> (Deployment, ScopeCleanup) {
     let scope = format!("dur{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let d = Deployment::new(&format!(
@@ -88,7 +87,6 @@ fn deployment_with(setup: &Setup, store: &str, server: &str) -> (Deployment, Sco
     std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
     std::fs::create_dir_all(root.join("agents")).unwrap();
     std::fs::write(root.join("agents/durable.md"), AGENT.replace("{model}", setup.model)).unwrap();
-    std::fs::write(root.join("durable.yaml"), SCRIPT).unwrap();
     (d, ScopeCleanup(scope))
 }
 
@@ -132,11 +130,6 @@ fn follow(port: u16, task: &str, after: u64) -> std::thread::JoinHandle<Vec<(u64
     })
 }
 
-/// Submits the task on `port`; its id.
-fn submit(port: u16) -> String {
-    submit_in(port, "run the commands", "durable")
-}
-
 /// Submits a task with `prompt` in session `session` on `port`; its id.
 fn submit_in(port: u16, prompt: &str, session: &str) -> String {
     let body = json!({ "description": "durable", "prompt": prompt, "subagent_type": "durable", "session_id": session, "run_in_background": true });
@@ -170,11 +163,26 @@ fn in_sixth_turn(port: u16, task: &str, log: impl Fn() -> String) {
     }
 }
 
-/// What must hold of the finished task, read through the API on `port`, and of the
-/// stream read across the kill (`before` from the first server, `after` the rest).
-fn check_completed(port: u16, task: &str, seen: Vec<(u64, Value)>, log: impl Fn() -> String) {
-    let (_, r) = json_of(port, "GET", &format!("/v1/tasks/{task}?timeout_ms=120000"), None);
-    assert_eq!((r["status"].as_str(), r["output"].as_str()), (Some("completed"), Some("Finished.")), "{r}\n{}", log());
+/// What must hold of the ten-turn task, finished (read through the API on `port`), of
+/// the stream read across the kill, and of what `model` was asked; then the control: the
+/// same conversation run again uninterrupted (prompt `control`, on `port`) ends with the
+/// same output and asked each turn once too.
+fn check_ten_turns(
+    (port, model): (u16, &FakeOpenAi),
+    (task, prompt, control): (&str, &str, &str),
+    seen: Vec<(u64, Value)>,
+    log: impl Fn() -> String,
+) {
+    let control_session: String = control.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let control_task = submit_in(port, control, &control_session);
+    let r = finished(port, task);
+    assert_eq!(r["status"], "completed", "{r}\n{}", log());
+    // The tripwire file holds each command's line once: no command ran twice.
+    let output = r["output"].as_str().unwrap().to_owned();
+    let lines: String = TURNS.iter().map(|w| format!("{w}\n")).collect();
+    assert!(output.starts_with(&format!("Finished: {lines}")), "{output}");
+    // No model request was made twice: the kill landed in a tool call.
+    assert_eq!(model.requests_per_turn(prompt), [1; 11], "{:?}", model.bodies());
     let of = check_stream(&seen);
     // Each command was asked for once and answered once: no turn ran again.
     let commands: Vec<String> =
@@ -185,9 +193,15 @@ fn check_completed(port: u16, task: &str, seen: Vec<(u64, Value)>, log: impl Fn(
     }
     let results = of("tool_result");
     assert_eq!(results.len(), TURNS.len(), "{results:?}");
+    // The call the kill cut ended with the documented interruption result.
+    let interrupted = results[DONE_BEFORE_KILL].to_string();
+    assert!(interrupted.contains("was interrupted: the host running this task restarted"), "{interrupted}");
     // The store's copy of the stream is the one that was read.
     let stored: Vec<u64> = stored_events(port, task).into_iter().map(|(id, _)| id).collect();
     assert_eq!(stored, seen.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+    let c = finished(port, &control_task);
+    assert_eq!((c["status"].as_str(), c["output"].as_str()), (Some("completed"), Some(output.as_str())), "{c}");
+    assert_eq!(model.requests_per_turn(control), [1; 11], "{:?}", model.bodies());
 }
 
 /// What must hold of a stream read across a kill (or stored): every event once, in
@@ -238,7 +252,7 @@ fn model_turns() -> Vec<FakeTurn> {
 fn a_task_waiting_for_its_model_survives_kill_9_of_its_server() {
     let model = FakeOpenAi::scripted(model_turns(), Some((2, Duration::from_secs(600))));
     let provider = model.provider("durable");
-    let setup = Setup { provider: &provider, model: "durable/gpt-test", ..Setup::SCRIPTED };
+    let setup = Setup { provider: &provider, model: "durable/gpt-test", approval: ALLOW_BASH };
     let (d, _cleanup) = deployment_with(&setup, "  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
     let log = || std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
     let mut server = Server::start(&d);
@@ -418,10 +432,11 @@ fn a_task_waiting_for_an_approval_survives_kill_9_of_its_replica() {
 /// ends with the documented interruption result, no command ran twice.
 #[test]
 fn a_task_survives_kill_9_of_its_server_on_the_embedded_store() {
-    let (d, _cleanup) = deployment("  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
+    let model = FakeOpenAi::scripted(ten_turns(), None);
+    let (d, _cleanup) = ten_turn_deployment(&model, "  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
     let log = || std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
     let mut server = Server::start(&d);
-    let task = submit(server.port);
+    let task = submit_in(server.port, "the killed server's run", "dur-server");
     let before = follow(server.port, &task, 0);
     in_sixth_turn(server.port, &task, log);
     server.child.kill().unwrap(); // SIGKILL: no shutdown code runs
@@ -432,7 +447,8 @@ fn a_task_survives_kill_9_of_its_server_on_the_embedded_store() {
     let server = Server::start(&d);
     let last = seen.last().map_or(0, |(id, _)| *id);
     seen.extend(follow(server.port, &task, last).join().unwrap());
-    check_completed(server.port, &task, seen, log);
+    let runs = (task.as_str(), "the killed server's run", "the server's control run");
+    check_ten_turns((server.port, &model), runs, seen, log);
     // `warden task journal` prints the journal the takeover replayed.
     let out = std::process::Command::new(crate::common::bin())
         .current_dir(d.dir.path())
@@ -460,8 +476,10 @@ fn a_task_survives_kill_9_of_its_server_on_the_embedded_store() {
 #[test]
 fn a_task_survives_kill_9_of_its_replica() {
     let db = TestDatabase::create();
+    let model = FakeOpenAi::scripted(ten_turns(), None);
+    let store = format!("  url: {}\n", db.url);
     let (d, _cleanup) =
-        deployment(&format!("  url: {}\n", db.url), "  heartbeat: 1s\n  task_lease: 3s\n  max_concurrent_tasks: 2\n");
+        ten_turn_deployment(&model, &store, "  heartbeat: 1s\n  task_lease: 3s\n  max_concurrent_tasks: 2\n");
     let ids = ["r1", "r2", "r3"];
     let logs = || {
         ids.iter()
@@ -471,7 +489,7 @@ fn a_task_survives_kill_9_of_its_replica() {
     };
     let mut servers: Vec<Option<Server>> = ids.iter().map(|id| Some(Server::start_replica(&d, id))).collect();
     let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
-    let task = submit(ports[0]);
+    let task = submit_in(ports[0], "the killed replica's run", "dur-replica");
     in_sixth_turn(ports[0], &task, logs);
     let (_, r) = json_of(ports[0], "GET", &format!("/v1/tasks/{task}?block=false"), None);
     let owner = ids.iter().position(|id| r["replica"] == *id).unwrap_or_else(|| panic!("no replica runs it: {r}"));
@@ -483,9 +501,10 @@ fn a_task_survives_kill_9_of_its_replica() {
     dead.child.kill().unwrap();
     dead.child.wait().unwrap();
     let seen = stream.join().unwrap();
-    let (_, r) = json_of(reader, "GET", &format!("/v1/tasks/{task}?timeout_ms=120000"), None);
+    let r = finished(reader, &task);
     assert_ne!(r["replica"], ids[owner], "it finished where it was killed: {r}");
-    check_completed(reader, &task, seen, logs);
+    let runs = (task.as_str(), "the killed replica's run", "the replicas' control run");
+    check_ten_turns((reader, &model), runs, seen, logs);
     drop(servers);
 }
 
