@@ -152,19 +152,63 @@ impl State {
 /// The text of a list of parts: text parts as is, data parts as JSON; files by name.
 pub fn parts_text(parts: Option<&Value>) -> String {
     let Some(Value::Array(parts)) = parts else { return String::new() };
-    let mut out: Vec<String> = Vec::new();
-    for p in parts {
-        if let Some(t) = p.get("text").and_then(Value::as_str) {
-            out.push(t.to_string());
-        } else if let Some(d) = p.get("data") {
-            out.push(d.to_string());
-        } else if let Some(f) = p.get("file").or_else(|| p.get("url")) {
-            let name = f.get("name").or_else(|| p.get("filename")).and_then(Value::as_str);
-            let uri = f.get("uri").and_then(Value::as_str).or_else(|| f.as_str());
-            out.push(format!("[file {}]", name.or(uri).unwrap_or("(unnamed)")));
+    parts.iter().filter_map(part).map(|p| p.text().to_string()).collect::<Vec<_>>().join("\n")
+}
+
+/// One part of an artifact, reduced to its text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    Text(String),
+    /// A data part (as JSON) or a file (by name): it stands on its own line.
+    Other(String),
+}
+
+impl Part {
+    fn text(&self) -> &str {
+        match self {
+            Part::Text(t) | Part::Other(t) => t,
         }
     }
-    out.join("\n")
+}
+
+fn part(p: &Value) -> Option<Part> {
+    if let Some(t) = p.get("text").and_then(Value::as_str) {
+        return Some(Part::Text(t.to_string()));
+    }
+    if let Some(d) = p.get("data") {
+        return Some(Part::Other(d.to_string()));
+    }
+    let f = p.get("file").or_else(|| p.get("url"))?;
+    let name = f.get("name").or_else(|| p.get("filename")).and_then(Value::as_str);
+    let uri = f.get("uri").and_then(Value::as_str).or_else(|| f.as_str());
+    Some(Part::Other(format!("[file {}]", name.or(uri).unwrap_or("(unnamed)"))))
+}
+
+/// An artifact's parts, in order.
+pub fn artifact_parts(parts: Option<&Value>) -> Vec<Part> {
+    match parts {
+        Some(Value::Array(parts)) => parts.iter().filter_map(part).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The text of an artifact: adjacent text parts joined as they are, a data or file part
+/// on its own line. One rule however the parts arrived — whole in a task, appended chunk
+/// by chunk to a stream (`append: true` adds parts), or a polled task holding the chunks
+/// streamed so far as parts — so a stream cut short and followed by polling (after a
+/// takeover of the warden task) gives the text an uninterrupted stream gives.
+pub fn artifact_text(parts: &[Part]) -> String {
+    let mut out = String::new();
+    let mut after_other = false;
+    for p in parts {
+        let other = matches!(p, Part::Other(_));
+        if !out.is_empty() && (other || after_other) {
+            out.push('\n');
+        }
+        out.push_str(p.text());
+        after_other = other;
+    }
+    out
 }
 
 fn is_agent_role(role: Option<&str>) -> bool {
@@ -200,8 +244,8 @@ pub struct TaskView {
     pub context_id: Option<String>,
     pub state: State,
     pub status_message: Option<Msg>,
-    /// `(artifactId, text)` in order.
-    pub artifacts: Vec<(String, String)>,
+    /// `(artifactId, parts)` in order.
+    pub artifacts: Vec<(String, Vec<Part>)>,
     /// The last agent message in the history.
     pub last_agent_message: Option<String>,
 }
@@ -212,7 +256,7 @@ pub enum Event {
     Task(TaskView),
     Message(Msg),
     Status { task_id: Option<String>, context_id: Option<String>, state: State, message: Option<Msg> },
-    Artifact { task_id: Option<String>, artifact_id: String, text: String, append: bool },
+    Artifact { task_id: Option<String>, artifact_id: String, parts: Vec<Part>, append: bool },
 }
 
 fn task_view(t: &Value) -> Result<TaskView, String> {
@@ -224,7 +268,9 @@ fn task_view(t: &Value) -> Result<TaskView, String> {
         Some(Value::Array(list)) => list
             .iter()
             .enumerate()
-            .map(|(i, a)| (str_field(a, "artifactId").unwrap_or_else(|| format!("#{i}")), parts_text(a.get("parts"))))
+            .map(|(i, a)| {
+                (str_field(a, "artifactId").unwrap_or_else(|| format!("#{i}")), artifact_parts(a.get("parts")))
+            })
             .collect(),
         _ => Vec::new(),
     };
@@ -254,7 +300,7 @@ fn artifact_event(a: &Value) -> Event {
     Event::Artifact {
         task_id: str_field(a, "taskId"),
         artifact_id: str_field(&artifact, "artifactId").unwrap_or_default(),
-        text: parts_text(artifact.get("parts")),
+        parts: artifact_parts(artifact.get("parts")),
         append: a.get("append").and_then(Value::as_bool).unwrap_or(false),
     }
 }
@@ -335,7 +381,8 @@ pub struct Tracker {
     pub state: Option<State>,
     /// Text of the latest status message.
     pub status_text: Option<String>,
-    pub artifacts: Vec<(String, String)>,
+    /// `(artifactId, parts)` in order.
+    pub artifacts: Vec<(String, Vec<Part>)>,
     pub last_agent_message: Option<String>,
 }
 
@@ -385,12 +432,12 @@ impl Tracker {
                 }
                 Some((state, text))
             }
-            Event::Artifact { task_id, artifact_id, text, append } => {
+            Event::Artifact { task_id, artifact_id, parts, append } => {
                 self.task_id = task_id.or(self.task_id.take());
                 match self.artifacts.iter_mut().find(|(id, _)| *id == artifact_id) {
-                    Some((_, existing)) if append => existing.push_str(&text),
-                    Some((_, existing)) => *existing = text,
-                    None => self.artifacts.push((artifact_id, text)),
+                    Some((_, existing)) if append => existing.extend(parts),
+                    Some((_, existing)) => *existing = parts,
+                    None => self.artifacts.push((artifact_id, parts)),
                 }
                 None
             }
@@ -399,7 +446,8 @@ impl Tracker {
 
     /// The result text: the artifacts, else the last agent message.
     pub fn result_text(&self) -> String {
-        let artifacts: Vec<&str> = self.artifacts.iter().map(|(_, t)| t.trim_end()).filter(|t| !t.is_empty()).collect();
+        let texts: Vec<String> = self.artifacts.iter().map(|(_, parts)| artifact_text(parts)).collect();
+        let artifacts: Vec<&str> = texts.iter().map(|t| t.trim_end()).filter(|t| !t.is_empty()).collect();
         if !artifacts.is_empty() {
             return artifacts.join("\n");
         }

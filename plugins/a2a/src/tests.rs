@@ -182,7 +182,8 @@ fn parses_1_0_and_0_3_results_alike() {
 fn artifacts_append_and_result_prefers_artifacts() {
     let mut t = Tracker::default();
     for (i, append) in [(1, false), (2, true), (3, true)] {
-        t.apply(Event::Artifact { task_id: Some("t".into()), artifact_id: "r".into(), text: format!("p{i} "), append });
+        let parts = vec![proto::Part::Text(format!("p{i} "))];
+        t.apply(Event::Artifact { task_id: Some("t".into()), artifact_id: "r".into(), parts, append });
     }
     t.apply(
         proto::parse_result(&json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED",
@@ -475,6 +476,86 @@ fn a_broken_stream_falls_back_to_polling() {
     let out = exec::execute(&mut h, plan(Version::V1_0, true), &call("w1", "go", None)).unwrap();
     assert_eq!(out, "late");
     assert_eq!(h.methods(), vec!["SendStreamingMessage", "GetTask"]);
+}
+
+/// The slow-stream peer's events (1.0), as `tests/peers/a2a_agents.py` streams them: the
+/// task, then per step a `working` status and an artifact chunk appended to `result`,
+/// then `completed`.
+fn slow_stream_events(steps: usize) -> Vec<String> {
+    let ev = |r: Value| json!({"jsonrpc": "2.0", "id": 1, "result": r}).to_string();
+    let status = |state: &str, text: &str| {
+        ev(json!({"statusUpdate": {"taskId": "rt", "contextId": "rc", "status": {"state": state,
+            "message": {"role": "ROLE_AGENT", "parts": [{"text": text}]}}}}))
+    };
+    let mut events = vec![
+        ev(json!({"task": {"id": "rt", "contextId": "rc", "status": {"state": "TASK_STATE_SUBMITTED"}}})),
+        status("TASK_STATE_WORKING", "starting"),
+    ];
+    for i in 1..=steps {
+        events.push(status("TASK_STATE_WORKING", &format!("step {i}/{steps}")));
+        events.push(ev(json!({"artifactUpdate": {"taskId": "rt", "contextId": "rc", "append": i > 1,
+            "lastChunk": i == steps, "artifact": {"artifactId": "result", "name": "result",
+            "parts": [{"text": format!("part{i} ")}]}}})));
+    }
+    events.push(status("TASK_STATE_COMPLETED", "done"));
+    events
+}
+
+/// Done when (issue 42), scenario (d), the plugin's half: a stream cut by a takeover of
+/// the warden task (the replayed chunks, then `unavailable` for the rest) is followed by
+/// polling the peer's task, and the output is the uninterrupted stream's. The polled task
+/// holds the artifact's streamed chunks as parts (the A2A SDK's store extends the parts on
+/// `append`): they used to be joined with newlines ("part1 \npart2 \npart3") where the
+/// stream concatenated them ("part1 part2 part3"). The message is sent once.
+#[test]
+fn a_stream_cut_by_a_takeover_is_polled_to_the_uninterrupted_output() {
+    let steps = 4;
+    let mut whole = Fake { stream: Some((slow_stream_events(steps), None)), ..Fake::default() };
+    let uninterrupted = exec::execute(&mut whole, plan(Version::V1_0, true), &call("w1", "go", None)).unwrap();
+    assert_eq!(uninterrupted, "part1 part2 part3 part4");
+    assert_eq!(whole.methods(), vec!["SendStreamingMessage"]);
+
+    // Cut after step 2's chunk; the peer's task as GetTask returns it once completed.
+    let mut cut = Fake::default();
+    let events = slow_stream_events(steps);
+    let unavailable = Error::Unavailable(
+        "the host running this task restarted while this response was being read; the rest of it is gone".into(),
+    );
+    cut.stream = Some((events[..6].to_vec(), Some(unavailable)));
+    let parts: Vec<Value> = (1..=steps).map(|i| json!({"text": format!("part{i} ")})).collect();
+    cut.responses.push_back(rpc_ok(json!({"id": "rt", "contextId": "rc", "status": {"state": "TASK_STATE_WORKING"},
+        "artifacts": [{"artifactId": "result", "name": "result", "parts": parts[..3]}]})));
+    cut.responses.push_back(rpc_ok(json!({"id": "rt", "contextId": "rc",
+        "status": {"state": "TASK_STATE_COMPLETED", "message": {"role": "ROLE_AGENT", "parts": [{"text": "done"}]}},
+        "artifacts": [{"artifactId": "result", "name": "result", "parts": parts}]})));
+    let taken_over = exec::execute(&mut cut, plan(Version::V1_0, true), &call("w1", "go", None)).unwrap();
+    assert_eq!(taken_over, uninterrupted);
+    assert_eq!(cut.methods(), vec!["SendStreamingMessage", "GetTask", "GetTask"], "the message is sent once");
+    assert_eq!(cut.requests[1].1["params"], json!({"id": "rt"}));
+    let last = cut.events.last().unwrap();
+    assert_eq!((last["state"].as_str(), last["message"].as_str()), (Some("completed"), Some("done")));
+}
+
+#[test]
+fn artifact_text_joins_text_parts_as_they_are_and_puts_other_parts_on_their_own_lines() {
+    use proto::Part::{Other, Text};
+    let text = |parts: &[proto::Part]| proto::artifact_text(parts);
+    assert_eq!(text(&[Text("Hel".into()), Text("lo".into())]), "Hello");
+    assert_eq!(text(&[Text("x".into()), Other("{}".into()), Text("y".into())]), "x\n{}\ny");
+    assert_eq!(text(&[Other("[file a]".into()), Other("[file b]".into())]), "[file a]\n[file b]");
+    // Appended chunks and the same parts whole give the same text.
+    let mut streamed = Tracker::default();
+    for (i, append) in [(1, false), (2, true)] {
+        let parts = vec![Text(format!("p{i} "))];
+        streamed.apply(Event::Artifact { task_id: Some("t".into()), artifact_id: "r".into(), parts, append });
+    }
+    let mut polled = Tracker::default();
+    polled.apply(
+        proto::parse_result(&json!({"id": "t", "status": {"state": "TASK_STATE_COMPLETED"},
+            "artifacts": [{"artifactId": "r", "parts": [{"text": "p1 "}, {"text": "p2 "}]}]}))
+        .unwrap(),
+    );
+    assert_eq!((streamed.result_text().as_str(), polled.result_text().as_str()), ("p1 p2", "p1 p2"));
 }
 
 #[test]

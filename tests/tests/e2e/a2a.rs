@@ -61,16 +61,16 @@ impl Warden {
     }
 }
 
-const GRANT: &str = "{ http: [\"http://127.0.0.1:*\"], events: true, state: true, log: true }";
+pub(crate) const GRANT: &str = "{ http: [\"http://127.0.0.1:*\"], events: true, state: true, log: true }";
 
-fn start_peer(agent: &str, protocol: &str, extra: &[&str]) -> Peer {
+pub(crate) fn start_peer(agent: &str, protocol: &str, extra: &[&str]) -> Peer {
     let mut args = vec!["--agent", agent, "--protocol", protocol];
     args.extend_from_slice(extra);
     Peer::start("a2a_agents.py", &args)
 }
 
 /// What the peer saw (`GET /debug/log`).
-fn peer_log(peer: &Peer) -> Vec<Value> {
+pub(crate) fn peer_log(peer: &Peer) -> Vec<Value> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", peer.port)).unwrap();
     write!(s, "GET /debug/log HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
@@ -80,7 +80,7 @@ fn peer_log(peer: &Peer) -> Vec<Value> {
     serde_json::from_str::<Value>(body).unwrap().as_array().unwrap().clone()
 }
 
-fn methods(log: &[Value]) -> Vec<String> {
+pub(crate) fn methods(log: &[Value]) -> Vec<String> {
     log.iter().map(|e| e["method"].as_str().unwrap_or("").to_string()).collect()
 }
 

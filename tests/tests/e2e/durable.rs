@@ -508,6 +508,159 @@ fn a_task_survives_kill_9_of_its_replica() {
     drop(servers);
 }
 
+/// How many steps the A2A peer of scenario (d) streams, a second apart: a `working`
+/// status update and an artifact chunk (`partK `) each.
+const A2A_STEPS: usize = 6;
+
+/// The `step K/N` messages of the peer's status updates that the `a2a` plugin relayed as
+/// `progress` events, in stream order.
+fn steps_relayed(events: &[(u64, Value)]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|(_, e)| e["type"] == "progress")
+        .filter_map(|(_, e)| e["message"].as_str())
+        .filter(|m| m.starts_with("step "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Done when (issue 42), scenario (d): three replicas on PostgreSQL run a task whose
+/// subagent is a remote A2A agent — the official SDK's peer (tests/peers/a2a_agents.py,
+/// `slow-stream`, over A2A 1.0 and 0.3), which streams the task (`SendStreamingMessage`
+/// / `message/stream`): a status update and an artifact chunk a second. The replica
+/// running it is killed with SIGKILL while the stream is under way (the positive control:
+/// the peer was sent the message, some steps but not all were relayed before the
+/// `takeover`). Another replica takes the task over: the replayed stream's next read is
+/// `unavailable`, so the plugin polls the peer's task (`GetTask` / `tasks/get`) until it
+/// completes — with the output of an uninterrupted run of the same task (run after it, as
+/// the control). The peer was sent the message once, then only polled; the event stream
+/// read from a live replica across the kill has every event once, in order, each step at
+/// most once.
+#[test]
+fn an_a2a_task_streaming_from_its_peer_survives_kill_9_of_its_replica() {
+    for protocol in ["1.0", "0.3"] {
+        a2a_stream_survives_kill_9(protocol);
+    }
+}
+
+/// Scenario (d) over A2A `protocol` (1.0: `SendStreamingMessage`, `GetTask`; 0.3:
+/// `message/stream`, `tasks/get`).
+fn a2a_stream_survives_kill_9(protocol: &str) {
+    use crate::a2a::{GRANT, methods, peer_log, start_peer};
+    let (stream_method, get_method) = match protocol {
+        "1.0" => ("SendStreamingMessage", "GetTask"),
+        _ => ("message/stream", "tasks/get"),
+    };
+    let steps = A2A_STEPS.to_string();
+    let peer = start_peer("slow-stream", protocol, &["--steps", &steps, "--step-delay", "1"]);
+    let db = TestDatabase::create();
+    let d = Deployment::new(&format!(
+        "  grants:\n    a2a: {GRANT}\n\
+         subagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"{uri}\", kind: A2A, metadata: {{ name: remote }} }}\n\
+         server:\n  heartbeat: 1s\n  task_lease: 3s\n  max_concurrent_tasks: 2\n\
+         store:\n  url: {db}\n",
+        uri = peer.url(),
+        db = db.url,
+    ));
+    std::fs::copy(bundled_plugin("a2a"), d.dir.path().join("plugins/a2a.wasm")).unwrap();
+    let ids = ["r1", "r2", "r3"];
+    let logs = || {
+        ids.iter()
+            .map(|id| std::fs::read_to_string(d.dir.path().join(format!("serve-{id}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    let mut servers: Vec<Option<Server>> = ids.iter().map(|id| Some(Server::start_replica(&d, id))).collect();
+    let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
+    let submit = |port: u16| {
+        let body = json!({ "description": "a2a", "prompt": "stream it", "subagent_type": "remote", "run_in_background": true });
+        let (status, r) = json_of(port, "POST", "/v1/tasks", Some(&body));
+        assert_eq!(status, 202, "{r}");
+        r["task_id"].as_str().unwrap().to_owned()
+    };
+    let task = submit(ports[0]);
+    let message_id = format!("warden-{task}");
+
+    // The replica that runs it; the stream is read from another one, across the kill.
+    let until = Instant::now() + Duration::from_secs(60);
+    let owner = loop {
+        let (_, r) = json_of(ports[0], "GET", &format!("/v1/tasks/{task}?block=false"), None);
+        if let Some(i) = ids.iter().position(|id| r["replica"] == *id) {
+            break i;
+        }
+        assert!(Instant::now() < until, "{protocol}: no replica runs it: {r}\n{}", logs());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let reader = ports[(owner + 1) % ids.len()];
+    let stream = follow(reader, &task, 0);
+    // The kill lands while the plugin reads the stream: the peer was sent the message and
+    // the task's journal holds the relayed `step 2` (submitted, starting, step 1, step 2).
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, j) = json_of(reader, "GET", &format!("/v1/tasks/{task}/journal"), None);
+        assert_eq!(status, 200, "{j}");
+        let emitted = j["entries"].as_array().unwrap().iter().filter(|e| e["entry"]["import"] == "events.emit").count();
+        let sent = peer_log(&peer).iter().any(|e| e["message_id"] == message_id.as_str());
+        if sent && emitted >= 4 {
+            break;
+        }
+        assert!(Instant::now() < until, "{protocol}: the stream never got to step 2: {j}\n{}", logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut dead = servers[owner].take().unwrap();
+    dead.child.kill().unwrap(); // SIGKILL: no shutdown code runs
+    dead.child.wait().unwrap();
+
+    let seen = stream.join().unwrap();
+    let r = finished(reader, &task);
+    assert_eq!(r["status"], "completed", "{protocol}: {r}\n{}", logs());
+    assert_ne!(r["replica"], ids[owner], "{protocol}: it finished where it was killed: {r}");
+    let of = check_stream(&seen);
+    let stored: Vec<u64> = stored_events(reader, &task).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(stored, seen.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+    // The kill landed mid-stream: some steps, not all, were relayed before the takeover.
+    let takeover = seen.iter().position(|(_, e)| e["type"] == "takeover").unwrap();
+    let before = steps_relayed(&seen[..takeover]);
+    assert!((2..A2A_STEPS).contains(&before.len()), "{protocol}: steps relayed before the takeover: {before:?}");
+    // Each step relayed at most once, in order (after the takeover, polling sees a later
+    // step or the end).
+    let all_steps: Vec<String> = (1..=A2A_STEPS).map(|i| format!("step {i}/{A2A_STEPS}")).collect();
+    let relayed = steps_relayed(&seen);
+    let positions: Vec<usize> =
+        relayed.iter().map(|s| all_steps.iter().position(|a| a == s).expect("a step of the peer")).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{protocol}: {relayed:?}");
+    let last = of("progress").last().cloned().unwrap();
+    let last = (last["state"].as_str(), last["message"].as_str());
+    assert_eq!(last, (Some("completed"), Some("done")), "{protocol}: {seen:?}");
+
+    // The peer was sent the message once; after the takeover it was only polled for the
+    // task (the stream was cut, so there were polls: the positive control).
+    let remote = of("progress")[0]["remote_task_id"].as_str().unwrap().to_owned();
+    let log = peer_log(&peer);
+    let sends: Vec<Value> = log.iter().filter(|e| e["message_id"] == message_id.as_str()).cloned().collect();
+    assert_eq!(methods(&sends), [stream_method], "{protocol}: {log:?}");
+    let rest: Vec<Value> = log.iter().filter(|e| e["message_id"] != message_id.as_str()).cloned().collect();
+    assert!(!rest.is_empty(), "{protocol}: the peer's task was polled after the takeover: {log:?}");
+    for e in &rest {
+        let polled = (e["method"].as_str(), e["task_id"].as_str());
+        assert_eq!(polled, (Some(get_method), Some(remote.as_str())), "{protocol}: {log:?}");
+    }
+
+    // The control: the same task, uninterrupted, streamed to its end with no polling.
+    let control = submit(reader);
+    let c = finished(reader, &control);
+    let outputs = (c["status"].as_str(), c["output"].as_str());
+    assert_eq!(outputs, (Some("completed"), r["output"].as_str()), "{protocol}: {c}\n{r}");
+    let parts: Vec<String> = (1..=A2A_STEPS).map(|i| format!("part{i}")).collect();
+    assert_eq!(c["output"].as_str(), Some(parts.join(" ").as_str()), "{protocol}: {c}");
+    let control_log = &peer_log(&peer)[log.len()..];
+    assert_eq!(methods(control_log), [stream_method], "{protocol}: {control_log:?}");
+    assert_eq!(control_log[0]["message_id"], format!("warden-{control}"));
+    let control_events = stored_events(reader, &control);
+    assert_eq!(steps_relayed(&control_events), all_steps, "{protocol}: {control_events:?}");
+    drop(servers);
+}
+
 /// Done when (issue 42): `warden plugin test --replay` runs a recorded task again offline,
 /// byte for byte. The task (the hostile test plugin) read the clock, slept, asked the
 /// model and read the clock again on a real server; its journal, saved from the API and
