@@ -2395,7 +2395,7 @@ mod replicas {
 
     /// A background task that sleeps 40 s, under the plugin's 60 s limit (no CPU: a spinning task on two cores
     /// would starve the lease renewals of a 2 s lease), once it holds a slot.
-    async fn sleeper(api: &Api) -> String {
+    pub(super) async fn sleeper(api: &Api) -> String {
         let id = api.task("hostile", SLEEP_40_S, true).await.body["task_id"].as_str().unwrap().to_owned();
         let t = Instant::now();
         while api.get(&format!("/v1/tasks/{id}?block=false")).await.body["status"] != "working" {
@@ -2628,6 +2628,48 @@ mod durable {
             );
         assert!(base.contains("hostile: { log") && base.contains("WASI-PROBE"), "{base}");
         super::replicas::pair_of(db, &plugins, &base, "").await
+    }
+
+    /// Regression (chaos test): a replica killed after claiming a queued task and before
+    /// committing its journal's header left a task with no journal, which the replica that
+    /// took its lease over ended `host restarted` / `replica lost` although nothing of it
+    /// had run. Such a task goes back to the queue and runs from the start. The claim that
+    /// died is made by hand: the task waits in the queue (both replicas' one slot busy),
+    /// then a replica that does not exist holds it with a lapsed lease.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn regression_a_task_claimed_by_a_replica_that_died_before_its_journal_began_ended_failed() {
+        let db = super::postgres::TestDatabase::create().await;
+        let (a, b) = durable_pair(&db).await;
+        let busy = [super::replicas::sleeper(&a).await, super::replicas::sleeper(&b).await];
+        let script = r#"script:[{"op":"emit","kind":"progress","data":"{\"step\":1}"},{"op":"now"}]"#;
+        let id = a.task("hostile", script, true).await.body["task_id"].as_str().unwrap().to_owned();
+        let client = super::postgres::admin_client(&db.url).await;
+        // The positive control: it waited unclaimed, and the ghost's claim took it.
+        let claimed = client
+            .execute(
+                "UPDATE task_queue SET owner = 'ghost', lease_until_ms = 0 WHERE task_id = $1 AND owner IS NULL",
+                &[&id],
+            )
+            .await
+            .unwrap();
+        assert_eq!(claimed, 1, "the task waited in the queue");
+        assert!(warden::journal::Recorded::read(a.engine.store(), &id).await.unwrap().header.is_none());
+        for sleeper in &busy {
+            assert_eq!(a.post(&format!("/v1/tasks/{sleeper}/cancel"), json!({})).await.status, 200);
+        }
+        let rec = finished(&b, &id).await;
+        assert_eq!(
+            (rec["status"].as_str(), rec["output"].as_str().map(|o| o.starts_with(r#"["ok","ok:"#))),
+            (Some("completed"), Some(true)),
+            "{rec}"
+        );
+        let events = a.engine.store().events_after(&id, 0).await.unwrap();
+        assert_eq!(events.iter().filter(|(_, e)| e["type"] == "progress").count(), 1, "{events:?}");
+        assert!(!events.iter().any(|(_, e)| e["type"] == "takeover"), "it ran from the start: {events:?}");
+        let ids: Vec<u64> = events.iter().map(|(i, _)| *i).collect();
+        assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "{events:?}");
+        drop((a, b, client));
+        db.drop_database().await;
     }
 
     /// Done when (issue 42), at the host's level: a durable task whose replica stopped

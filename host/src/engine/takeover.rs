@@ -46,10 +46,43 @@ impl Engine {
                 self.take_over(rec, recorded, from).await;
                 Ok(true)
             }
+            Err(_) if self.requeue_if_never_run(&rec).await => {
+                tracing::info!(task_id = %rec.task_id, from, "the task's process died before its plugin ran; it goes back to the queue and runs from the start");
+                Ok(true)
+            }
             Err(why) => {
                 tracing::warn!(task_id = %rec.task_id, from, %why, "an interrupted task cannot be taken over; it ends failed");
                 self.store.end_unrun(rec, TaskState::Failed, reason, message).await?;
                 Ok(false)
+            }
+        }
+    }
+
+    /// Hands `rec` back to the shared queue when its replica died after claiming it and
+    /// before its journal began: its header is committed before its plugin runs, so with
+    /// no header (and no stored event but the engine's `status` ones) nothing of the
+    /// task has happened yet, and it runs from the start on whichever replica claims it.
+    /// Only a task that was queued qualifies (its submission waits in the queue until it
+    /// ends); one bound to its process (secrets, an asker) never is. `true` when requeued.
+    /// (Regression: the chaos test's kill landed between a claim and the header's commit,
+    /// and the task ended `host restarted`.)
+    async fn requeue_if_never_run(&self, rec: &TaskRecord) -> bool {
+        let Some(replica) = &self.replica else { return false };
+        if !self.options.durable_tasks || rec.parent_task_id.is_some() || self.is_draining() {
+            return false;
+        }
+        if !matches!(Recorded::read(&self.store, &rec.task_id).await, Ok(r) if r.header.is_none()) {
+            return false;
+        }
+        match self.store.events_after(&rec.task_id, 0).await {
+            Ok(events) if events.iter().all(|(_, e)| e["type"] == "status") => {}
+            _ => return false,
+        }
+        match self.store.requeue(replica.id(), &rec.task_id).await {
+            Ok(requeued) => requeued,
+            Err(e) => {
+                tracing::warn!(task_id = %rec.task_id, error = %e, "could not hand a task that never ran back to the queue");
+                false
             }
         }
     }

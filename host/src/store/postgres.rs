@@ -665,8 +665,9 @@ impl PgBackend {
         Ok(row.map(|r| r.get(0)))
     }
 
-    /// Hands `task_id`, held by `owner` but not started, back to the queue.
-    pub(super) async fn requeue(&self, owner: &str, task_id: &str) -> Result<(), String> {
+    /// Hands `task_id`, held by `owner` but not started, back to the queue; `false` when
+    /// `owner` does not hold it or it has no submission (it was never queued).
+    pub(super) async fn requeue(&self, owner: &str, task_id: &str) -> Result<bool, String> {
         self.read(|c| async move {
             c.execute(
                 "UPDATE task_queue SET owner = NULL, lease_until_ms = NULL WHERE task_id = $1 AND owner = $2 \
@@ -676,7 +677,7 @@ impl PgBackend {
             .await
         })
         .await
-        .map(|_| ())
+        .map(|n| n == 1)
     }
 
     /// Ends `owner`'s lease on `task_id` now, so another replica takes it over at once.

@@ -218,10 +218,11 @@ impl Store {
         Ok(row.flatten().and_then(|r| serde_json::from_str(&r).ok()))
     }
 
-    /// Hands `task_id`, claimed by `replica` but not started (it began draining), back to
-    /// the queue for another replica.
-    pub async fn requeue(&self, replica: &str, task_id: &str) -> Result<(), StoreError> {
-        let Some(pg) = self.pg() else { return Ok(()) };
+    /// Hands `task_id`, claimed by `replica` but not started (it began draining, or the
+    /// replica that claimed it died before its plugin ran), back to the queue for another
+    /// replica; `false` when `replica` does not hold it or it was never queued.
+    pub async fn requeue(&self, replica: &str, task_id: &str) -> Result<bool, StoreError> {
+        let Some(pg) = self.pg() else { return Ok(false) };
         pg.requeue(replica, task_id).await.map_err(|e| self.err(e))
     }
 

@@ -426,6 +426,53 @@ fn a_task_waiting_for_an_approval_survives_kill_9_of_its_replica() {
     drop(servers);
 }
 
+/// Done when (issue 42), scenario (c) on one server: a single `warden serve` on the
+/// embedded store is killed with SIGKILL while its task waits for a person's approval and
+/// started again. The dead process's request leaves the list, the call is asked again once
+/// and, approved, runs once; the task ends with the output of an uninterrupted run (the
+/// control), the model asked each turn once, and the stream read across the restart whole.
+#[test]
+fn a_task_waiting_for_an_approval_survives_kill_9_of_its_server_on_the_embedded_store() {
+    let model = FakeOpenAi::scripted(approval_turns(), None);
+    let provider = model.provider("durable");
+    let approval = "  default: deny\n  ask: [Bash]\n  timeout: 10m\n";
+    let setup = Setup { provider: &provider, model: "durable/gpt-test", approval };
+    let (d, _cleanup) = deployment_with(&setup, "  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
+    let log = || std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
+    let mut server = Server::start(&d);
+    let prompt = "asked again after the restart";
+    let task = submit_in(server.port, prompt, "dur-approval-redb");
+    let before = follow(server.port, &task, 0);
+    let old = approval_of(server.port, &task, None, log);
+    server.child.kill().unwrap(); // SIGKILL: no shutdown code runs
+    server.child.wait().unwrap();
+    let mut seen = before.join().unwrap();
+    assert!(!seen.is_empty(), "the stream was read before the kill");
+
+    let server = Server::start(&d);
+    let last = seen.last().map_or(0, |(id, _)| *id);
+    let after = follow(server.port, &task, last);
+    // Asked again, once: the dead process's request is gone from the list.
+    let again = approval_of(server.port, &task, old["id"].as_str(), log);
+    assert_eq!(approvals_of(server.port, &task), [again["id"].as_str().unwrap().to_owned()], "{}", log());
+    approve(server.port, again["id"].as_str().unwrap());
+    seen.extend(after.join().unwrap());
+    let r = finished(server.port, &task);
+    assert_eq!(r["status"], "completed", "{r}\n{}", log());
+    let of = check_stream(&seen);
+    assert_eq!(of("approval_request").len(), 2, "the first ask, the ask of the replay: {seen:?}");
+    // The call is made again with its new ask (a `tool_call` each), and runs once.
+    assert_eq!((of("tool_call").len(), of("tool_result").len()), (2, 1), "{seen:?}");
+    assert_eq!(model.requests_per_turn(prompt), [1, 1], "each turn asked once: {:?}", model.bodies());
+
+    // The control: the same conversation, uninterrupted, approved once.
+    let control = submit_in(server.port, "the uninterrupted control", "dur-approval-redb-control");
+    approve(server.port, approval_of(server.port, &control, None, log)["id"].as_str().unwrap());
+    let c = finished(server.port, &control);
+    assert_eq!(r["output"], c["output"], "{r}\n{c}");
+    assert!(c["output"].as_str().unwrap().contains("ran-once"), "{c}");
+}
+
 /// Done when (issue 42), scenarios (b) and (e), on one server: a single `warden serve` on
 /// the embedded store, killed with SIGKILL when its task has finished five of its ten tool
 /// turns and the sixth one's `Bash` runs, and restarted, finishes the task: the sixth call
@@ -539,13 +586,30 @@ fn steps_relayed(events: &[(u64, Value)]) -> Vec<String> {
 #[test]
 fn an_a2a_task_streaming_from_its_peer_survives_kill_9_of_its_replica() {
     for protocol in ["1.0", "0.3"] {
-        a2a_stream_survives_kill_9(protocol);
+        a2a_stream_survives_kill_9(protocol, Topology::Replicas);
     }
 }
 
+/// Done when (issue 42), scenario (d) on one server: the same with a single `warden serve`
+/// on the embedded store, killed with SIGKILL mid-stream and started again; the stream is
+/// read from it before the kill and after the restart (from the last event id).
+#[test]
+fn an_a2a_task_streaming_from_its_peer_survives_kill_9_of_its_server_on_the_embedded_store() {
+    a2a_stream_survives_kill_9("1.0", Topology::OneServer);
+}
+
+/// Where a scenario runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    /// Three replicas on PostgreSQL: another one takes the task over.
+    Replicas,
+    /// One `warden serve` on the embedded store: it takes the task over once restarted.
+    OneServer,
+}
+
 /// Scenario (d) over A2A `protocol` (1.0: `SendStreamingMessage`, `GetTask`; 0.3:
-/// `message/stream`, `tasks/get`).
-fn a2a_stream_survives_kill_9(protocol: &str) {
+/// `message/stream`, `tasks/get`) on `topology`.
+fn a2a_stream_survives_kill_9(protocol: &str, topology: Topology) {
     use crate::a2a::{GRANT, methods, peer_log, start_peer};
     let (stream_method, get_method) = match protocol {
         "1.0" => ("SendStreamingMessage", "GetTask"),
@@ -553,24 +617,35 @@ fn a2a_stream_survives_kill_9(protocol: &str) {
     };
     let steps = A2A_STEPS.to_string();
     let peer = start_peer("slow-stream", protocol, &["--steps", &steps, "--step-delay", "1"]);
-    let db = TestDatabase::create();
+    let db = (topology == Topology::Replicas).then(TestDatabase::create);
+    let store = match &db {
+        Some(db) => format!("  url: {}\n", db.url),
+        None => "  path: ./state/tasks.db\n".to_owned(),
+    };
     let d = Deployment::new(&format!(
         "  grants:\n    a2a: {GRANT}\n\
          subagents:\n  agent_dirs: []\n  references:\n    - {{ uri: \"{uri}\", kind: A2A, metadata: {{ name: remote }} }}\n\
          server:\n  heartbeat: 1s\n  task_lease: 3s\n  max_concurrent_tasks: 2\n\
-         store:\n  url: {db}\n",
+         store:\n{store}",
         uri = peer.url(),
-        db = db.url,
     ));
     std::fs::copy(bundled_plugin("a2a"), d.dir.path().join("plugins/a2a.wasm")).unwrap();
-    let ids = ["r1", "r2", "r3"];
+    let ids: &[&str] = match topology {
+        Topology::Replicas => &["r1", "r2", "r3"],
+        Topology::OneServer => &["one"],
+    };
     let logs = || {
-        ids.iter()
-            .map(|id| std::fs::read_to_string(d.dir.path().join(format!("serve-{id}.log"))).unwrap_or_default())
+        ["serve.log".to_owned()]
+            .into_iter()
+            .chain(ids.iter().map(|id| format!("serve-{id}.log")))
+            .map(|f| std::fs::read_to_string(d.dir.path().join(f)).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n---\n")
     };
-    let mut servers: Vec<Option<Server>> = ids.iter().map(|id| Some(Server::start_replica(&d, id))).collect();
+    let mut servers: Vec<Option<Server>> = match topology {
+        Topology::Replicas => ids.iter().map(|id| Some(Server::start_replica(&d, id))).collect(),
+        Topology::OneServer => vec![Some(Server::start(&d))],
+    };
     let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
     let submit = |port: u16| {
         let body = json!({ "description": "a2a", "prompt": "stream it", "subagent_type": "remote", "run_in_background": true });
@@ -581,9 +656,13 @@ fn a2a_stream_survives_kill_9(protocol: &str) {
     let task = submit(ports[0]);
     let message_id = format!("warden-{task}");
 
-    // The replica that runs it; the stream is read from another one, across the kill.
+    // The replica that runs it; the stream is read from another one, across the kill (on
+    // one server: from it, until the kill, then from it again once restarted).
     let until = Instant::now() + Duration::from_secs(60);
     let owner = loop {
+        if topology == Topology::OneServer {
+            break 0;
+        }
         let (_, r) = json_of(ports[0], "GET", &format!("/v1/tasks/{task}?block=false"), None);
         if let Some(i) = ids.iter().position(|id| r["replica"] == *id) {
             break i;
@@ -591,7 +670,7 @@ fn a2a_stream_survives_kill_9(protocol: &str) {
         assert!(Instant::now() < until, "{protocol}: no replica runs it: {r}\n{}", logs());
         std::thread::sleep(Duration::from_millis(50));
     };
-    let reader = ports[(owner + 1) % ids.len()];
+    let mut reader = ports[(owner + 1) % ids.len()];
     let stream = follow(reader, &task, 0);
     // The kill lands while the plugin reads the stream: the peer was sent the message and
     // the task's journal holds the relayed `step 2` (submitted, starting, step 1, step 2).
@@ -611,10 +690,20 @@ fn a2a_stream_survives_kill_9(protocol: &str) {
     dead.child.kill().unwrap(); // SIGKILL: no shutdown code runs
     dead.child.wait().unwrap();
 
-    let seen = stream.join().unwrap();
+    let mut seen = stream.join().unwrap();
+    if topology == Topology::OneServer {
+        assert!(!seen.is_empty(), "{protocol}: the stream was read before the kill");
+        let restarted = Server::start(&d);
+        reader = restarted.port;
+        servers[owner] = Some(restarted);
+        let last = seen.last().map_or(0, |(id, _)| *id);
+        seen.extend(follow(reader, &task, last).join().unwrap());
+    }
     let r = finished(reader, &task);
     assert_eq!(r["status"], "completed", "{protocol}: {r}\n{}", logs());
-    assert_ne!(r["replica"], ids[owner], "{protocol}: it finished where it was killed: {r}");
+    if topology == Topology::Replicas {
+        assert_ne!(r["replica"], ids[owner], "{protocol}: it finished where it was killed: {r}");
+    }
     let of = check_stream(&seen);
     let stored: Vec<u64> = stored_events(reader, &task).into_iter().map(|(id, _)| id).collect();
     assert_eq!(stored, seen.iter().map(|(id, _)| *id).collect::<Vec<_>>());
