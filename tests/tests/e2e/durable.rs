@@ -130,6 +130,21 @@ fn follow(port: u16, task: &str, after: u64) -> std::thread::JoinHandle<Vec<(u64
     })
 }
 
+/// Kills `server` with SIGKILL (no shutdown code runs), collects what `before` read of a
+/// task's stream until then (something: the positive control), and starts the server of
+/// `d` again.
+fn kill_9_and_restart(
+    d: &Deployment,
+    mut server: Server,
+    before: std::thread::JoinHandle<Vec<(u64, Value)>>,
+) -> (Server, Vec<(u64, Value)>) {
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let seen = before.join().unwrap();
+    assert!(!seen.is_empty(), "the stream was read before the kill");
+    (Server::start(d), seen)
+}
+
 /// Submits a task with `prompt` in session `session` on `port`; its id.
 fn submit_in(port: u16, prompt: &str, session: &str) -> String {
     let body = json!({ "description": "durable", "prompt": prompt, "subagent_type": "durable", "session_id": session, "run_in_background": true });
@@ -255,7 +270,7 @@ fn a_task_waiting_for_its_model_survives_kill_9_of_its_server() {
     let setup = Setup { provider: &provider, model: "durable/gpt-test", approval: ALLOW_BASH };
     let (d, _cleanup) = deployment_with(&setup, "  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
     let log = || std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
-    let mut server = Server::start(&d);
+    let server = Server::start(&d);
     let task = submit_in(server.port, "the killed run", "dur-model");
     let before = follow(server.port, &task, 0);
     // The kill lands while the model holds the third turn (the positive control).
@@ -264,12 +279,7 @@ fn a_task_waiting_for_its_model_survives_kill_9_of_its_server() {
         assert!(Instant::now() < until, "the third turn was never asked: {:?}\n{}", model.bodies(), log());
         std::thread::sleep(Duration::from_millis(50));
     }
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
-    let mut seen = before.join().unwrap();
-    assert!(!seen.is_empty(), "the stream was read before the kill");
-
-    let server = Server::start(&d);
+    let (server, mut seen) = kill_9_and_restart(&d, server, before);
     let last = seen.last().map_or(0, |(id, _)| *id);
     seen.extend(follow(server.port, &task, last).join().unwrap());
     let r = finished(server.port, &task);
@@ -439,17 +449,12 @@ fn a_task_waiting_for_an_approval_survives_kill_9_of_its_server_on_the_embedded_
     let setup = Setup { provider: &provider, model: "durable/gpt-test", approval };
     let (d, _cleanup) = deployment_with(&setup, "  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
     let log = || std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
-    let mut server = Server::start(&d);
+    let server = Server::start(&d);
     let prompt = "asked again after the restart";
     let task = submit_in(server.port, prompt, "dur-approval-redb");
     let before = follow(server.port, &task, 0);
     let old = approval_of(server.port, &task, None, log);
-    server.child.kill().unwrap(); // SIGKILL: no shutdown code runs
-    server.child.wait().unwrap();
-    let mut seen = before.join().unwrap();
-    assert!(!seen.is_empty(), "the stream was read before the kill");
-
-    let server = Server::start(&d);
+    let (server, mut seen) = kill_9_and_restart(&d, server, before);
     let last = seen.last().map_or(0, |(id, _)| *id);
     let after = follow(server.port, &task, last);
     // Asked again, once: the dead process's request is gone from the list.
@@ -482,16 +487,11 @@ fn a_task_survives_kill_9_of_its_server_on_the_embedded_store() {
     let model = FakeOpenAi::scripted(ten_turns(), None);
     let (d, _cleanup) = ten_turn_deployment(&model, "  path: ./state/tasks.db\n", "  heartbeat: 1s\n");
     let log = || std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
-    let mut server = Server::start(&d);
+    let server = Server::start(&d);
     let task = submit_in(server.port, "the killed server's run", "dur-server");
     let before = follow(server.port, &task, 0);
     in_sixth_turn(server.port, &task, log);
-    server.child.kill().unwrap(); // SIGKILL: no shutdown code runs
-    server.child.wait().unwrap();
-    let mut seen = before.join().unwrap();
-    assert!(!seen.is_empty(), "the stream was read before the kill");
-
-    let server = Server::start(&d);
+    let (server, mut seen) = kill_9_and_restart(&d, server, before);
     let last = seen.last().map_or(0, |(id, _)| *id);
     seen.extend(follow(server.port, &task, last).join().unwrap());
     let runs = (task.as_str(), "the killed server's run", "the server's control run");
