@@ -2878,6 +2878,9 @@ mod load {
         // pool's longest-idle keep-alive one, or waits while all are busy).
         // `WARDEN_LOAD_DURABLE=0`: durable tasks off, to measure what the journal costs.
         let durable = std::env::var("WARDEN_LOAD_DURABLE").map_or(true, |v| v != "0");
+        // `WARDEN_LOAD_CALLS=N`: each task is the `hostile` plugin making N import calls
+        // (`cancel.is-canceled`, each journaled when durable), to measure the journal per call.
+        let calls: u32 = std::env::var("WARDEN_LOAD_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         let yaml = format!(
             "{ECHO_AND_HOSTILE}server:\n  heartbeat: 200ms\n  max_tasks_per_user: {0}\n  max_connections: {0}\n  durable_tasks: {durable}\n",
             n.max(1)
@@ -2891,8 +2894,11 @@ mod load {
             let url = api.url("/v1/tasks");
             handles.push(tokio::spawn(async move {
                 let t = Instant::now();
-                let body =
-                    json!({ "description": "load", "prompt": format!("message {i}"), "subagent_type": "greeter" });
+                let body = match calls {
+                    0 => json!({ "description": "load", "prompt": format!("message {i}"), "subagent_type": "greeter" }),
+                    n => json!({ "description": "load", "subagent_type": "hostile",
+                        "prompt": format!(r#"script:[{{"op":"canceled","repeat":{n}}}]"#) }),
+                };
                 let resp = http
                     .post(url)
                     .header("content-type", "application/json")
@@ -2911,7 +2917,10 @@ mod load {
             let (i, status, v, took) = h.await.unwrap();
             assert_eq!(status, 200, "{v}");
             assert_eq!(v["status"], "completed", "{v}");
-            assert_eq!(v["output"], format!("message {i}"));
+            match calls {
+                0 => assert_eq!(v["output"], format!("message {i}")),
+                _ => assert_eq!(v["output"], r#"["ok:false"]"#, "{v}"),
+            }
             assert!(ids.insert(v["task_id"].as_str().unwrap().to_owned()));
             latencies.push(took);
         }
@@ -2919,7 +2928,7 @@ mod load {
         latencies.sort();
         let pct = |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).saturating_sub(1)];
         println!(
-            "BENCH task_engine ({} profile, durable_tasks {durable}): {n} concurrent ECHO tasks over HTTP, max_concurrent_tasks={}: wall {:?} ({:.0} tasks/s), p50 {:?}, p99 {:?}, max {:?}",
+            "BENCH task_engine ({} profile, durable_tasks {durable}, {calls} import calls per task): {n} concurrent tasks over HTTP, max_concurrent_tasks={}: wall {:?} ({:.0} tasks/s), p50 {:?}, p99 {:?}, max {:?}",
             if cfg!(debug_assertions) { "dev" } else { "release" },
             api.engine.options().max_concurrent_tasks,
             wall,
