@@ -298,6 +298,22 @@ fn a_task_waiting_for_its_model_survives_kill_9_of_its_server() {
     assert_eq!(model.requests_per_turn("the control run"), [1, 1, 1, 1]);
 }
 
+/// Kills with SIGKILL the replica among `servers` (`ids`) that runs `task`, while a live
+/// one reads the task's stream from its start (it has the events so far before the
+/// owner dies); returns the owner's index, the reader's port and what it read to the end.
+fn kill_9_owner(servers: &mut [Option<Server>], ids: &[&str], task: &str) -> (usize, u16, Vec<(u64, Value)>) {
+    let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
+    let (_, r) = json_of(ports[0], "GET", &format!("/v1/tasks/{task}?block=false"), None);
+    let owner = ids.iter().position(|id| r["replica"] == *id).unwrap_or_else(|| panic!("no replica runs it: {r}"));
+    let reader = ports[(owner + 1) % ids.len()];
+    let stream = follow(reader, task, 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut dead = servers[owner].take().unwrap();
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    (owner, reader, stream.join().unwrap())
+}
+
 /// The logs of the replicas `ids` of `d`, one after another.
 fn replica_logs(d: &Deployment, ids: &[&str]) -> String {
     ids.iter()
@@ -333,16 +349,7 @@ fn a_task_waiting_for_its_model_survives_kill_9_of_its_replica() {
         assert!(Instant::now() < until, "the third turn was never asked: {:?}\n{}", model.bodies(), logs());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (_, r) = json_of(ports[0], "GET", &format!("/v1/tasks/{task}?block=false"), None);
-    let owner = ids.iter().position(|id| r["replica"] == *id).unwrap_or_else(|| panic!("no replica runs it: {r}"));
-    let reader = ports[(owner + 1) % ids.len()];
-    let stream = follow(reader, &task, 0);
-    // The reader has the events so far before the owner dies.
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut dead = servers[owner].take().unwrap();
-    dead.child.kill().unwrap();
-    dead.child.wait().unwrap();
-    let seen = stream.join().unwrap();
+    let (owner, reader, seen) = kill_9_owner(&mut servers, &ids, &task);
     let r = finished(reader, &task);
     assert_eq!(r["status"], "completed", "{r}\n{}", logs());
     assert_ne!(r["replica"], ids[owner], "it finished where it was killed: {r}");
@@ -604,16 +611,7 @@ fn a_task_survives_kill_9_of_its_replica() {
     let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
     let task = submit_in(ports[0], "the killed replica's run", "dur-replica");
     in_sixth_turn(ports[0], &task, logs);
-    let (_, r) = json_of(ports[0], "GET", &format!("/v1/tasks/{task}?block=false"), None);
-    let owner = ids.iter().position(|id| r["replica"] == *id).unwrap_or_else(|| panic!("no replica runs it: {r}"));
-    let reader = ports[(owner + 1) % ids.len()];
-    let stream = follow(reader, &task, 0);
-    // The reader has the events so far before the owner dies.
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut dead = servers[owner].take().unwrap();
-    dead.child.kill().unwrap();
-    dead.child.wait().unwrap();
-    let seen = stream.join().unwrap();
+    let (owner, reader, seen) = kill_9_owner(&mut servers, &ids, &task);
     let r = finished(reader, &task);
     assert_ne!(r["replica"], ids[owner], "it finished where it was killed: {r}");
     let runs = (task.as_str(), "the killed replica's run", "the replicas' control run");
