@@ -1161,13 +1161,11 @@ impl Sandbox {
         // containers and the sessions all go at once. A `warden mcp` ends when its client
         // closes stdin and is killed a few seconds later: the teardown takes the longest
         // removal, not the sum of them.
-        let closed: Vec<(usize, Vec<pool::Warm>)> = (self.inner.hosts.iter().enumerate())
-            .filter(|(_, host)| host.docker.get().is_some())
-            .map(|(at, _)| (at, pool::close(&*self.inner, at)))
-            .collect();
-        let pools = futures_util::future::join_all(closed.into_iter().filter_map(|(at, ready)| {
-            let host = &self.inner.hosts[at];
+        // (`join_all` collects its futures here: every pool is closed before the sessions
+        // are taken.)
+        let pools = futures_util::future::join_all(self.inner.hosts.iter().enumerate().filter_map(|(at, host)| {
             let docker = host.docker.get()?;
+            let ready = pool::close(&*self.inner, at);
             Some(async move {
                 pool::shutdown(&*self.inner, at, docker, ready).await.map_err(|e| on_host(host.endpoint(), e))
             })
@@ -2323,8 +2321,8 @@ enum Adoption {
 
 /// On connect: adopt this scope's running session containers (their workspace continues)
 /// and its paused ones (stopped within the idle TTL, while pauses are on and there is room
-/// under `max_paused_sessions` and `paused_disk_budget`), remove its other stopped ones, its pool containers that were never handed out (the warm pool
-/// starts afresh), and volumes that belong to no adopted session. Other scopes are never
+/// under `max_paused_sessions` and `paused_disk_budget`), remove its other stopped ones,
+/// its pool containers that were never handed out (the warm pool starts afresh), and volumes that belong to no adopted session. Other scopes are never
 /// listed; containers and volumes labelled with another Docker host of this sandbox are
 /// that host's (two endpoints may reach one engine) and left alone. With `replica_id`, so
 /// are those of other replicas (and unlabelled ones): only this replica's own are adopted or
@@ -2381,8 +2379,8 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
         };
         let adopt = {
             let mut map = inner.sessions.lock().expect("sessions lock");
-            match (key, workspace) {
-                (Some(key), Some(workspace))
+            match (key, workspace, stopped_at) {
+                (Some(key), Some(workspace), _)
                     if running
                         && egress_ok
                         && room_for_session(&map, &key, &inner.config).is_ok()
@@ -2395,12 +2393,12 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
                     inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
                     Adoption::Running(key)
                 }
-                (Some(key), Some(workspace)) if !map.contains_key(&key) && stopped_at.is_some() => {
+                (Some(key), Some(workspace), Some(stopped_at)) if !map.contains_key(&key) => {
                     match room_for_paused(&map, &key, &inner.config) {
                         Ok(()) => {
                             tracing::info!(user = %key.user_id, session = %key.session_id, container = %id, "adopted paused session from a previous host");
                             let slot = Slot::new(inner, key.clone(), at, None, Some(workspace));
-                            slot.used_at(stopped_at.unwrap_or_else(SystemTime::now));
+                            slot.used_at(stopped_at);
                             *slot.paused.lock().expect("paused lock") =
                                 Some(Paused { container: id.clone(), egress_dir: egress_dir.clone(), stopped: true });
                             map.insert(key, Arc::new(slot));
