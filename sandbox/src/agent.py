@@ -3,11 +3,12 @@
 # (which also makes it non-dumpable: the commands it runs, as the same user, cannot open
 # its /proc entries, file descriptors or memory), then serves one request at a time over
 # stdin/stdout with length-prefixed frames, so tool arguments never share a channel with
-# control data. Also run once-off as the sandbox user: `sweep-all` (adopting a container
-# after a host crash), `sweep-lives <replica> <life>` (a replica adopting its own container:
-# only the agents of its earlier lives and their trees), `kill-agent <pid> <starttime>`
-# (a call overran its deadline) and `exec-owned <argv...>` (say pid and start time on
-# stdout, then become argv: a session process the host ends on purpose); and as root:
+# control data. Also run once-off, started as root and dropping to the sandbox user like
+# `serve` (after `<uid> <gid>`): `sweep-all` (adopting a container after a host crash),
+# `sweep-lives <replica> <life>` (a replica adopting its own container: only the agents of
+# its earlier lives and their trees), `kill-agent <pid> <starttime>` (a call overran its
+# deadline or was dropped); as the sandbox user: `exec-owned <argv...>` (say pid and start
+# time on stdout, then become argv: a session process the host ends on purpose); and as root:
 # `use-hold <seconds>` (may an idle session be removed: no call running, and the use mark
 # untouched for that long; if so, no call starts until the host is done removing it) and
 # `settle <uid> <gid> <tag>` (record a session process's steady state, below).
@@ -56,7 +57,9 @@
 # - After every command: kill its process group, then every process of this user that is
 #   not the container's init, its main process, an exec root (another agent, housekeeping)
 #   or inside another exec root's tree. Nothing a call starts outlives it. Every sweep
-#   stops all of this user's processes at once before it reads /proc (kill_in_rounds).
+#   stops all of this user's processes at once before it reads /proc (kill_in_rounds),
+#   one sweep at a time per container (the sweep turn, SWEEP_LOCK): every process that
+#   sweeps starts as root and opens the lock before it drops to the sandbox user.
 # - Before every command: the same sweep of orphans, after killing every descendant of a
 #   settled session process that is not in its record (SETTLED, above). The host asks for
 #   the same after every call of a session process (`contain`), so nothing such a call
@@ -102,6 +105,15 @@ MAX_FIELDS = 100000
 CHUNK = 64 * 1024
 MAX_SYMLINK_HOPS = 40
 SWEEP_ROUNDS = 200
+# One sweep round at a time per container (kill_in_rounds): root's file, mode 0600, made by
+# the host's workspace setup (sandbox/src/agent.rs: SWEEP_LOCK); every agent opens it as
+# root before it drops to the sandbox user, so no sandboxed process can lock or write it.
+SWEEP_LOCK = "/tmp/.warden-sweep"
+# This process's descriptor of SWEEP_LOCK (None: it takes no turns).
+SWEEP_FD = [None]
+# Seconds between two looks at the sweep turn while another sweep holds it (a round is one
+# read of /proc).
+SWEEP_TURN_POLL = 0.005
 # Process states of a task that has ended (zombie, dead): nothing of it runs.
 DEAD_STATES = (b"Z", b"X", b"x")
 # The state proc_table gives a zombie leader whose other threads still run.
@@ -294,24 +306,83 @@ def kill_in_rounds(victims_of):
     one lock, so no fork escapes it), then reads /proc with nothing of this user moving,
     kills the victims and lets the others go on (`kill(-1, SIGCONT)`). A listing of a
     running /proc is not proof: a chain of processes that fork and exit faster than it is
-    read is never seen alive in it (the hopper of issue 40's review)."""
+    read is never seen alive in it (the hopper of issue 40's review). A round is the
+    container's only one while it runs (`sweep_turn`): two sweeps that stopped each other
+    would stay stopped, and with them every process of the session."""
     killed = 0
     for _ in range(SWEEP_ROUNDS):
-        freeze_user(signal.SIGSTOP)
-        try:
-            victims = victims_of(proc_table())
-            for pid in victims:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
-                except OSError:
-                    pass
-        finally:
-            freeze_user(signal.SIGCONT)
+        with sweep_turn():
+            freeze_user(signal.SIGSTOP)
+            try:
+                victims = victims_of(proc_table())
+                for pid in victims:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        killed += 1
+                    except OSError:
+                        pass
+            finally:
+                freeze_user(signal.SIGCONT)
         reap()
         if not victims:
             break
     return killed
+
+
+def open_sweep_lock():
+    """Root, before dropping to the sandbox user: opens (or makes) SWEEP_LOCK for this
+    process's sweeps, if it is root's regular file (one a sandboxed process made is not
+    believed: its sweeps then take no turns, as before the lock existed)."""
+    try:
+        fd = os.open(SWEEP_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError:
+        return
+    st = os.fstat(fd)
+    if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return
+    SWEEP_FD[0] = fd
+
+
+class sweep_turn:
+    """The container's sweep turn (an exclusive lock on SWEEP_LOCK) for one round. The
+    holder writes its pid and start time in the file; a sweep waiting for the turn
+    continues the holder if it finds it stopped (only a command's `kill -STOP` can stop it:
+    every other sweep waits its turn), so a stopped holder wedges no one."""
+
+    def __enter__(self):
+        fd = SWEEP_FD[0]
+        if fd is None:
+            return self
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                continue_stopped_holder(fd)
+                time.sleep(SWEEP_TURN_POLL)
+        me = os.getpid()
+        os.pwrite(fd, b"%d %d\n" % (me, start_time(me)), 0)
+        return self
+
+    def __exit__(self, *_):
+        if SWEEP_FD[0] is not None:
+            fcntl.flock(SWEEP_FD[0], fcntl.LOCK_UN)
+        return False
+
+
+def continue_stopped_holder(fd):
+    """Continues the sweep holding the turn (named in SWEEP_LOCK) if it is stopped."""
+    try:
+        raw = os.pread(fd, 64, 0).split()
+        pid, start = int(raw[0]), int(raw[1])
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat_line = f.read()
+        rest = stat_line[stat_line.rfind(b")") + 2:].split()
+        if rest[0] == b"T" and int(rest[19]) == start:
+            os.kill(pid, signal.SIGCONT)
+    except (OSError, ValueError, IndexError):
+        pass
 
 
 def freeze_user(sig):
@@ -1089,6 +1160,7 @@ def answer(word):
 
 def serve(uid, gid):
     mark = open_mark(os.O_WRONLY)
+    open_sweep_lock()
     drop_privileges(uid, gid)
     os.chdir(WS)
     me = os.getpid()
@@ -1186,19 +1258,30 @@ def sweep_lives(replica, life):
     return kill_in_rounds(victims)
 
 
+def as_sandbox_user(argv):
+    """The once-off sweeps (`<mode> <uid> <gid> ...`): started as root, they take the sweep
+    lock and drop to the sandbox user before anything else."""
+    open_sweep_lock()
+    drop_privileges(int(argv[2]), int(argv[3]))
+    return argv[4:]
+
+
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "serve":
         serve(int(sys.argv[2]), int(sys.argv[3]))
     elif mode == "sweep-all":
+        as_sandbox_user(sys.argv)
         sys.stdout.write("%d\n" % sweep(True))
     elif mode == "sweep-lives":
-        sys.stdout.write("%d\n" % sweep_lives(sys.argv[2], sys.argv[3]))
+        args = as_sandbox_user(sys.argv)
+        sys.stdout.write("%d\n" % sweep_lives(args[0], args[1]))
     elif mode == "use-hold":
         use_hold(int(sys.argv[2]))
     elif mode == "kill-agent":
-        kill_agent(int(sys.argv[2]), int(sys.argv[3]))
+        args = as_sandbox_user(sys.argv)
+        kill_agent(int(args[0]), int(args[1]))
     elif mode == "exec-owned" and len(sys.argv) > 2:
         exec_owned(sys.argv[2:])
     elif mode == "settle":

@@ -35,6 +35,14 @@ pub const WORKSPACE: &str = "/workspace";
 /// with the container.
 pub(crate) const USE_MARK: &str = "/tmp/.warden-used";
 
+/// The container's *sweep turn* (`agent.py`'s `SWEEP_LOCK`, which must match): every sweep
+/// of the agent stops all of the sandbox user's processes while it reads /proc, so two at
+/// once could stop each other for good; each round holds an exclusive lock on this file.
+/// Root's, mode 0600, made by the host's workspace setup before any sandboxed code runs;
+/// every process that sweeps opens it as root before it drops to the sandbox user, so no
+/// sandboxed process can hold, write or plant it. On /tmp, like the use mark.
+pub(crate) const SWEEP_LOCK: &str = "/tmp/.warden-sweep";
+
 /// Where the agent records settled session processes (`agent.py`'s `SETTLED`, which must
 /// match): a directory of root's, mode 0755, made by the host's workspace setup before any
 /// sandboxed code runs, so the sandbox user reads the records but can never write one. One
@@ -387,6 +395,7 @@ mod tests {
     #[test]
     fn the_agent_uses_the_same_use_mark() {
         assert!(AGENT_SOURCE.contains(&format!("USE_MARK = \"{USE_MARK}\"")));
+        assert!(AGENT_SOURCE.contains(&format!("SWEEP_LOCK = \"{SWEEP_LOCK}\"")));
     }
 
     #[test]

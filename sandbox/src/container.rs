@@ -26,7 +26,7 @@ use bollard::query_parameters::{
     RemoveVolumeOptions, RenameContainerOptions, StartContainerOptions,
 };
 
-use crate::agent::{SETTLED_DIR, USE_MARK};
+use crate::agent::{SETTLED_DIR, SWEEP_LOCK, USE_MARK};
 use crate::config::SandboxConfig;
 use crate::egress::{self, Egress};
 use crate::error::{DockerObject, SandboxError, docker_status};
@@ -616,10 +616,10 @@ async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(
             "-S".into(),
             "-c".into(),
             // A fresh ext4 workspace (sandbox.disk) has a lost+found the agent does not need.
-            // The settled-process records' directory is made here, before any sandboxed code
-            // runs, so it is root's.
+            // The use mark, the sweep lock and the settled-process records' directory are
+            // made here, before any sandboxed code runs, so they are root's.
             format!(
-                "import os\nos.chmod({WORKSPACE:?}, 0o1777)\ntry:\n    os.rmdir({WORKSPACE:?} + '/lost+found')\nexcept OSError:\n    pass\ntry:\n    os.close(os.open({USE_MARK:?}, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))\nexcept FileExistsError:\n    pass\ntry:\n    os.mkdir({SETTLED_DIR:?})\n    os.chmod({SETTLED_DIR:?}, 0o755)\nexcept FileExistsError:\n    pass{}",
+                "import os\nos.chmod({WORKSPACE:?}, 0o1777)\ntry:\n    os.rmdir({WORKSPACE:?} + '/lost+found')\nexcept OSError:\n    pass\nfor mark in ({USE_MARK:?}, {SWEEP_LOCK:?}):\n    try:\n        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))\n    except FileExistsError:\n        pass\ntry:\n    os.mkdir({SETTLED_DIR:?})\n    os.chmod({SETTLED_DIR:?}, 0o755)\nexcept FileExistsError:\n    pass{}",
                 // With egress: no tool runs before the forwarder listens.
                 if egress.is_some() { egress::FORWARDER_READY_CHECK } else { "" }
             ),

@@ -706,9 +706,8 @@ async fn create(
 /// Kills an agent, its command and every orphan of the sandbox user from a second exec
 /// (the agent's `kill-agent` mode); false when that failed.
 pub(crate) async fn kill_sweep(docker: &Docker, container: &str, user: &str, agent: (u64, u64)) -> bool {
-    let mut argv = agent_argv("kill-agent", Some(&agent.0.to_string()));
-    argv.push(agent.1.to_string());
-    match run_housekeeping(docker, container, user, argv, KILL_SWEEP_TIMEOUT).await {
+    let argv = sweeper_argv("kill-agent", user, [agent.0.to_string(), agent.1.to_string()]);
+    match run_housekeeping(docker, container, AGENT_EXEC_USER, argv, KILL_SWEEP_TIMEOUT).await {
         Ok(0) => true,
         other => {
             tracing::warn!(container, agent_pid = agent.0, result = ?other, "kill sweep failed");
@@ -717,20 +716,31 @@ pub(crate) async fn kill_sweep(docker: &Docker, container: &str, user: &str, age
     }
 }
 
+/// The command line of a once-off sweep (`kill-agent`, `sweep-all`, `sweep-lives`): started
+/// as root ([`AGENT_EXEC_USER`]) like a serving agent, it opens the container's sweep lock
+/// (`agent.py`'s `SWEEP_LOCK`) and drops to `user` before it reads or signals anything.
+fn sweeper_argv<const N: usize>(mode: &str, user: &str, args: [String; N]) -> Vec<String> {
+    let (uid, gid) = uid_and_gid(user);
+    let mut argv = agent_argv(mode, Some(uid));
+    argv.push(gid.to_string());
+    argv.extend(args);
+    argv
+}
+
 /// After a host restart: kills every process of the sandbox user in an adopted container
 /// except its init and main process (commands of interrupted tasks, their daemons, agents
 /// of the dead host). Returns whether the sweep ran.
 pub(crate) async fn sweep_all(docker: &Docker, container: &str, user: &str) -> bool {
-    matches!(run_housekeeping(docker, container, user, agent_argv("sweep-all", None), KILL_SWEEP_TIMEOUT).await, Ok(0))
+    let argv = sweeper_argv("sweep-all", user, []);
+    matches!(run_housekeeping(docker, container, AGENT_EXEC_USER, argv, KILL_SWEEP_TIMEOUT).await, Ok(0))
 }
 
 /// A replica adopting its own container: kills the agents of its earlier lives (tagged
 /// with `tag.replica` and another life) and their trees, and nothing else (other replicas'
 /// agents and calls run on). Returns whether the sweep ran.
 pub(crate) async fn sweep_earlier_lives(docker: &Docker, container: &str, user: &str, tag: &AgentTag) -> bool {
-    let mut argv = agent_argv("sweep-lives", Some(&tag.replica));
-    argv.push(tag.life.clone());
-    matches!(run_housekeeping(docker, container, user, argv, KILL_SWEEP_TIMEOUT).await, Ok(0))
+    let argv = sweeper_argv("sweep-lives", user, [tag.replica.clone(), tag.life.clone()]);
+    matches!(run_housekeeping(docker, container, AGENT_EXEC_USER, argv, KILL_SWEEP_TIMEOUT).await, Ok(0))
 }
 
 /// `agent.py`'s `settle` exit status when no exec root carries the tag (the process ended,

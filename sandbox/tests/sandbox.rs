@@ -3549,6 +3549,62 @@ mod replicas {
 mod state {
     use super::*;
 
+    /// Rounds of `concurrent_sweeps_never_stop_each_other`: each races dropped calls' kill
+    /// sweeps against commands starting, so the interleavings differ from round to round.
+    const FREEZER_ROUNDS: usize = 8;
+    /// Commands started at once in each round.
+    const FREEZER_CALLS: usize = 6;
+
+    /// Every sweep stops all of the sandbox user's processes while it reads /proc, and the
+    /// sweeps of concurrent calls, of dropped calls' kills and of file operations run at
+    /// the same time. Two that stopped each other stayed stopped, with every process of the
+    /// session, until a host deadline (CI: a call dropped mid-command, then the next call
+    /// timed out after 120 s). Here every round drops two running calls (their kill sweeps
+    /// start at once) and starts six commands and a file read beside them: each must
+    /// answer with its own output, not time out. Positive control: each dropped call's
+    /// command was running when it was dropped, and is gone after the round.
+    pub async fn concurrent_sweeps_never_stop_each_other(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("freezers");
+        bash_ok(&sb, &k, "echo x > probe.txt").await;
+        for round in 0..FREEZER_ROUNDS {
+            let marker = format!("sleep 100{round}");
+            let long = json!({"command": format!("touch started-{round}-$$; {marker} & {marker}"), "timeout": 600_000});
+            let dropped = (0..2).map(|_| {
+                let call = sb.call_tool(&k, "Bash", long.clone(), &[]);
+                async move { tokio::time::timeout(Duration::from_millis(1500), call).await.is_err() }
+            });
+            let dropped = futures_util::future::join_all(dropped);
+            // The commands start as the dropped calls' sweeps do.
+            let racers = async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                let calls = (0..FREEZER_CALLS).map(|i| {
+                    tool(&sb, &k, "Bash", json!({"command": format!("echo {round}-{i}"), "timeout": 60_000}))
+                });
+                let read = tool(&sb, &k, "Read", json!({"file_path": "probe.txt"}));
+                futures_util::future::join(futures_util::future::join_all(calls), read).await
+            };
+            let (gone, (outs, read)) = futures_util::future::join(dropped, racers).await;
+            assert!(gone.iter().all(|g| *g), "round {round}: a long command returned early");
+            for (i, o) in outs.iter().enumerate() {
+                assert!(!o.is_error && o.content == format!("{round}-{i}\n"), "round {round}, call {i}: {}", o.content);
+            }
+            assert!(!read.is_error && read.content.contains('x'), "round {round}: {}", read.content);
+            let started = bash_ok(&sb, &k, &format!("ls started-{round}-* | wc -l")).await;
+            assert_eq!(started.trim(), "2", "round {round}: both dropped calls' commands ran");
+            let until = Instant::now() + Duration::from_secs(60);
+            loop {
+                let left = procs_starting_with(&sb, &k, &marker).await;
+                if left.is_empty() {
+                    break;
+                }
+                assert!(Instant::now() < until, "round {round}: a dropped command kept running: {left}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        sb.shutdown().await.unwrap();
+    }
+
     /// Every thread of the sandbox user in `container`, as root sees them (`pid tid state
     /// ppid comm`), except the agents (exec roots: parent 0) and their threads.
     fn sandbox_user_threads(container: &str) -> String {
@@ -3965,6 +4021,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         pool::the_pool_follows_a_burst_and_decays_to_its_floor,
         boundary::detached_processes_end_with_their_call,
         state::the_process_rule_leaves_no_thread_of_the_sandbox_user,
+        state::concurrent_sweeps_never_stop_each_other,
         state::a_command_cannot_write_the_next_calls_state,
         state::planted_configuration_does_not_run_in_an_allowed_git_status,
         state::a_file_swapped_after_the_check_is_not_read,
