@@ -128,11 +128,19 @@ FILE_OPS = ("stat", "read", "write")
 FULL_BELOW = 64 * 1024
 # Runs the user's command ($1); on its way out the shell stops itself, so the agent (its
 # parent, which waits for stops too) reads the shell's working directory from
-# /proc/<pid>/cwd and lets it go on. The command inherits fds 0-2 only: the session's state
-# travels on no channel a command can write, and a command that skips the stop (`exec`,
-# a kill of its own shell) only leaves the working directory as it was, or as the shell's
-# real one at its last stop.
-RUNNER = "trap '__w_rc=$?; kill -STOP $$; exit $__w_rc' EXIT\neval \"$1\""
+# /proc/<pid>/cwd, then sends SIGURG and lets it go on: on SIGURG the stopped shell
+# exits with the command's status (before its exit trap SIGURG does nothing to the shell,
+# unless the command trapped it itself).
+# Every sweep continues every stopped process of this user, so a sweep beside the command
+# could let the shell go before its agent saw the stop: the shell then stops again, up to
+# EXIT_STOPS times, until its agent has read it. The command inherits fds 0-2 only: the
+# session's state travels on no channel a command can write, and a command that skips the
+# stop (`exec`, a kill of its own shell, a function named `kill`) only leaves the working
+# directory as it was, or as the shell's real one at its last stop.
+EXIT_STOPS = 100
+RUNNER = ("trap '__w_rc=$?; trap \"exit \\$__w_rc\" URG; "
+          "for ((__w_i = 0; __w_i < %d; __w_i++)); do kill -STOP $$; done; exit $__w_rc' EXIT\n"
+          "eval \"$1\"" % EXIT_STOPS)
 # Hard-linked files a refused search names (it stops looking after one more).
 MAX_LINKED_SHOWN = 5
 # Longest working directory reported (the host refuses longer ones anyway).
@@ -671,6 +679,7 @@ class Watch:
                     return status
                 self.cwd = cwd_of(self.pid) or self.cwd
                 try:
+                    os.kill(self.pid, signal.SIGURG)  # read: a stop in the exit trap ends
                     os.kill(self.pid, signal.SIGCONT)
                 except OSError:
                     pass

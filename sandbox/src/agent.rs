@@ -342,13 +342,36 @@ pub(crate) enum Status {
     Error(String),
     /// The agent refused the request itself (malformed, NUL): a host bug or an attack.
     Refused(String),
+    /// The agent gave no result: the host killed the request, which overran its deadline
+    /// or whose agent was killed (out of memory, or by its own command). A command's
+    /// result says which (timed out, or exit 137); it ran, so it is never "not run".
+    Killed,
 }
 
-/// A result frame's fields, typed access.
-#[derive(Debug, Default)]
-pub(crate) struct Outcome(pub HashMap<String, String>);
+/// What a file operation the host killed ([`Status::Killed`]) fails with.
+pub(crate) const KILLED_FILE_OP: &str =
+    "the operation did not finish: the sandbox agent overran its deadline or was killed";
+
+/// A result frame's fields, typed access; or, when the agent gave none, the host's kill.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    fields: HashMap<String, String>,
+    /// No result frame: the host killed the request (it overran its deadline, or its agent
+    /// was killed).
+    killed_by_host: bool,
+}
 
 impl Outcome {
+    /// The fields of the agent's frame.
+    pub(crate) fn from_agent(fields: HashMap<String, String>) -> Self {
+        Outcome { fields, killed_by_host: false }
+    }
+
+    /// What a request the host killed reports (see [`Status::Killed`]).
+    pub(crate) fn killed_by_host() -> Self {
+        Outcome { fields: HashMap::new(), killed_by_host: true }
+    }
+
     /// `Ok` for an `ok` status; otherwise the error for an operation on `path` (already
     /// resolved): outside the workspace, or the agent's message.
     pub(crate) fn ok_for(&self, path: &str) -> Result<(), SandboxError> {
@@ -360,10 +383,14 @@ impl Outcome {
             Status::Error(message) | Status::Refused(message) => {
                 Err(SandboxError::File { path: path.to_string(), message })
             }
+            Status::Killed => Err(SandboxError::File { path: path.to_string(), message: KILLED_FILE_OP.into() }),
         }
     }
 
     pub(crate) fn status(&self) -> Status {
+        if self.killed_by_host {
+            return Status::Killed;
+        }
         let msg = || self.get("message").to_string();
         match self.get("status") {
             "ok" => Status::Ok,
@@ -373,7 +400,7 @@ impl Outcome {
         }
     }
     pub(crate) fn get(&self, k: &str) -> &str {
-        self.0.get(k).map(String::as_str).unwrap_or("")
+        self.fields.get(k).map(String::as_str).unwrap_or("")
     }
     pub(crate) fn num(&self, k: &str) -> i64 {
         self.get(k).parse().unwrap_or(0)

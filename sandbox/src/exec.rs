@@ -375,7 +375,7 @@ async fn spawn_agent(
     })
     .await;
     let hello = match hello {
-        Ok(Ok(h)) => Outcome(h),
+        Ok(Ok(h)) => Outcome::from_agent(h),
         Ok(Err(why)) => return Err(ExecFailure::Broken(why)),
         Err(_) => return Err(ExecFailure::Broken(format!("the agent did not start within {HELLO_TIMEOUT:?}"))),
     };
@@ -426,7 +426,7 @@ impl Agent {
                         while let Some(frame) = frames.next().map_err(AgentFailure::Garbled)? {
                             match frame {
                                 Frame::Result(fields) if fields.get("nonce") == Some(&nonce) => {
-                                    return Ok(Outcome(fields));
+                                    return Ok(Outcome::from_agent(fields));
                                 }
                                 Frame::Result(_) => {
                                     return Err(AgentFailure::Garbled("a result for another request".into()));
@@ -553,7 +553,7 @@ pub(crate) async fn run(
             stderr,
             data: Vec::new(),
             state: None,
-            outcome: Outcome::default(),
+            outcome: Outcome::killed_by_host(),
             exit_code: EXIT_SIGKILL,
             timed_out,
             new_commands: 0,

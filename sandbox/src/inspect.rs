@@ -63,7 +63,8 @@ impl Sandbox {
             Status::Refused(why) | Status::Error(why) => {
                 Err(SandboxError::Exec { session: key.to_string(), message: format!("host command not run: {why}") })
             }
-            Status::Ok | Status::Outside => Ok(HostCommandOutput {
+            // Killed: the command ran and was killed; its exit code and timeout say how.
+            Status::Ok | Status::Outside | Status::Killed => Ok(HostCommandOutput {
                 stdout: r.stdout.bytes(),
                 stdout_dropped: r.stdout.truncated(),
                 stderr: r.stderr.text(),

@@ -8,7 +8,7 @@
 //! following any link, so a link planted after the check fails the call instead of leading
 //! elsewhere. This module must never hand a tool a path it has not checked both ways.
 
-use crate::agent::{FileIdentity, Op, Status, TextClass, check_text};
+use crate::agent::{FileIdentity, KILLED_FILE_OP, Op, Status, TextClass, check_text};
 use crate::container::WORKSPACE;
 use crate::error::SandboxError;
 use crate::exec::FILE_OP_TIMEOUT;
@@ -132,6 +132,9 @@ async fn resolve_checked(
         }
         Status::Error(message) | Status::Refused(message) => {
             return Err(SandboxError::File { path: path.to_string(), message });
+        }
+        Status::Killed => {
+            return Err(SandboxError::File { path: path.to_string(), message: KILLED_FILE_OP.into() });
         }
     }
     let resolved = o.get("resolved").to_string();

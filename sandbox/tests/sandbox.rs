@@ -566,6 +566,39 @@ mod limits {
         sb.shutdown().await.unwrap();
     }
 
+    /// Regression (CI, issue 42's last run): a command whose agent the host had to kill (it
+    /// overran its deadline, or the command killed its agent) was reported as "[not run: ;
+    /// the shell is back in /workspace, run it again]" and the session's directory was
+    /// reset: it ran, and was killed. Both ways of being killed are reported as such, and
+    /// the shell stays where it was. Positive control: each command really started (its
+    /// mark file exists).
+    pub async fn regression_a_killed_command_was_reported_as_not_run(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("killed-report");
+        bash_ok(&sb, &k, "mkdir -p /workspace/sub && cd /workspace/sub").await;
+        // The command kills its agent: the host sees the agent die mid-request.
+        let o = bash(&sb, &k, "touch /workspace/ran-1; kill -9 $PPID; sleep 5").await;
+        assert!(o.is_error && o.content.contains("[exit code: 137"), "{}", o.content);
+        assert!(!o.content.contains("not run"), "{}", o.content);
+        // The command stops its agent, whose own timeout then never fires: the host's
+        // deadline kills it.
+        let o = tool(
+            &sb,
+            &k,
+            "Bash",
+            json!({"command": "touch /workspace/ran-2; kill -STOP $PPID; sleep 1000", "timeout": 1000}),
+        )
+        .await;
+        assert!(o.is_error && o.content.contains("[timed out after 1000 ms"), "{}", o.content);
+        assert!(!o.content.contains("not run"), "{}", o.content);
+        assert_eq!(
+            bash_ok(&sb, &k, "ls /workspace/ran-1 /workspace/ran-2 >/dev/null && pwd").await,
+            "/workspace/sub\n"
+        );
+        assert_eq!(procs_starting_with(&sb, &k, "sleep 1000").await, "", "the overrun command was killed");
+        sb.shutdown().await.unwrap();
+    }
+
     pub async fn timeout_kills_children(c: Ctx) {
         let sb = c.sandbox();
         let k = key("timeout");
@@ -3578,9 +3611,8 @@ mod state {
             // The commands start as the dropped calls' sweeps do.
             let racers = async {
                 tokio::time::sleep(Duration::from_millis(1500)).await;
-                let calls = (0..FREEZER_CALLS).map(|i| {
-                    tool(&sb, &k, "Bash", json!({"command": format!("echo {round}-{i}"), "timeout": 60_000}))
-                });
+                let calls = (0..FREEZER_CALLS)
+                    .map(|i| tool(&sb, &k, "Bash", json!({"command": format!("echo {round}-{i}"), "timeout": 60_000})));
                 let read = tool(&sb, &k, "Read", json!({"file_path": "probe.txt"}));
                 futures_util::future::join(futures_util::future::join_all(calls), read).await
             };
@@ -3601,6 +3633,46 @@ mod state {
                 assert!(Instant::now() < until, "round {round}: a dropped command kept running: {left}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
+        }
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Rounds of `a_sweep_beside_a_cd_never_loses_it`.
+    const CD_ROUNDS: usize = 30;
+
+    /// The shell's working directory is read by the agent while the shell stops itself on
+    /// its way out, and every sweep continues every stopped process of the sandbox user: a
+    /// sweep of a file operation run beside a `cd` could let the shell go before its
+    /// directory was read, so the session silently stayed where it was and the next command
+    /// (`rm -rf *`, say) ran elsewhere than the model was told. Each round `cd`s into a new
+    /// directory while reads run beside it; the next command must run there.
+    pub async fn a_sweep_beside_a_cd_never_loses_it(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("cd-race");
+        bash_ok(&sb, &k, "echo x > /workspace/probe.txt").await;
+        for round in 0..CD_ROUNDS {
+            let cd_command = format!("mkdir -p /workspace/d{round} && sleep 0.2 && cd /workspace/d{round}");
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let cd = async {
+                let o = bash(&sb, &k, &cd_command).await;
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                o
+            };
+            // Reads one after another, in four streams, for as long as the `cd` runs: their
+            // sweeps land at every point of it, its end too.
+            let readers = (0..4).map(|_| async {
+                let mut n = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let r = tool(&sb, &k, "Read", json!({"file_path": "/workspace/probe.txt"})).await;
+                    assert!(!r.is_error, "round {round}: {}", r.content);
+                    n += 1;
+                }
+                n
+            });
+            let (cd, reads) = futures_util::future::join(cd, futures_util::future::join_all(readers)).await;
+            assert!(!cd.is_error, "round {round}: {}", cd.content);
+            assert!(reads.iter().sum::<usize>() > 0, "round {round}: reads ran beside the cd");
+            assert_eq!(bash_ok(&sb, &k, "pwd").await, format!("/workspace/d{round}\n"), "round {round}");
         }
         sb.shutdown().await.unwrap();
     }
@@ -3980,6 +4052,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         limits::hardening_is_applied,
         limits::timeout_kills_children,
         limits::a_dropped_call_kills_its_command,
+        limits::regression_a_killed_command_was_reported_as_not_run,
         limits::fork_bomb_is_contained,
         limits::network_is_off,
         limits::memory_hog_is_killed,
@@ -4022,6 +4095,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::detached_processes_end_with_their_call,
         state::the_process_rule_leaves_no_thread_of_the_sandbox_user,
         state::concurrent_sweeps_never_stop_each_other,
+        state::a_sweep_beside_a_cd_never_loses_it,
         state::a_command_cannot_write_the_next_calls_state,
         state::planted_configuration_does_not_run_in_an_allowed_git_status,
         state::a_file_swapped_after_the_check_is_not_read,

@@ -106,7 +106,8 @@ pub(crate) async fn run(
             ctx.shell_reset();
             return Ok(ToolOutput::error(format!("[not run: {why}; the shell is back in /workspace, run it again]")));
         }
-        _ => {}
+        // Ran, and was killed (timed out, or exit 137) or finished: reported below.
+        crate::agent::Status::Ok | crate::agent::Status::Outside | crate::agent::Status::Killed => {}
     }
     if let Some(state) = &r.state {
         ctx.shell_update(state);
