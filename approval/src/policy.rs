@@ -69,7 +69,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 ///   `.profile`, `.zshrc`, `.zshenv`, `.zprofile`, `.zlogin`): run by every login or
 ///   interactive shell of whoever uses the directory as a home;
 /// - `.ssh`: `config` (`ProxyCommand`, `LocalCommand`), `authorized_keys` (`command=`),
-///   `rc`.
+///   `rc`;
+/// - a home directory's tool configuration: `.local` (Python's user site: `.pth` files and
+///   `usercustomize` run at every interpreter's start), `.config` (every XDG tool's
+///   settings), `.curlrc` (options that copy a request's headers to a file or fetch a
+///   planted script), `.pip` (pip's index and find-links), `.netrc` (credentials sent to
+///   hosts), `.jq` (definitions jq loads into every program). The sandbox also points its
+///   tools away from these (`warden_sandbox::environment::TOOL_CONFIG`); the gate asks in
+///   case a tool it does not know reads them.
 ///
 /// Project files that define what a command is for (`package.json` scripts, `Makefile`,
 /// tests) are not here: an operator who allows `npm run test` with `acceptEdits` accepts
@@ -97,6 +104,12 @@ pub const EXECUTABLE_CONFIG: &[&str] = &[
     "/**/.zprofile",
     "/**/.zlogin",
     "/**/.ssh",
+    "/**/.local",
+    "/**/.config",
+    "/**/.curlrc",
+    "/**/.pip",
+    "/**/.netrc",
+    "/**/.jq",
 ];
 
 /// Is `path` (absolute, normalised) one of the [`EXECUTABLE_CONFIG`] paths or inside one?

@@ -391,21 +391,22 @@ impl ToolHost {
     }
 
     /// What the gate needs to judge a Bash call's files: the working directory it starts
-    /// in, and every file its recognised commands and redirections name
+    /// in (its task's, `secrets` being the variables the call gets), and every file its
+    /// recognised commands and redirections name
     /// ([`warden_approval::shell_files`]) as the sandbox resolves it for the shell (links
     /// followed, `..` after links; a directory a command reads or writes whole says whether
     /// files with other hard links are beneath it). `None` for other calls, or when the
     /// sandbox is unavailable (the call then fails with that error when run). At most
     /// [`MAX_SHELL_FILES_RESOLVED`] are looked up; the gate asks about a call whose files
     /// are not all resolved.
-    async fn shell_facts(&self, key: &SessionKey, call: &ToolCall) -> Option<ShellFacts> {
+    async fn shell_facts(&self, key: &SessionKey, call: &ToolCall, secrets: &[(String, String)]) -> Option<ShellFacts> {
         if call.name != BASH_TOOL {
             return None;
         }
         let (Ok(sandbox), Some(command)) = (&self.sandbox, call.input.get("command").and_then(Value::as_str)) else {
             return None;
         };
-        let cwd = sandbox.shell_cwd(key).await.ok()?;
+        let cwd = sandbox.shell_cwd(key, secrets).await.ok()?;
         let (mut files, mut identities) = (Vec::new(), Vec::new());
         for f in
             warden_approval::shell_files(command, std::path::Path::new(&cwd)).into_iter().take(MAX_SHELL_FILES_RESOLVED)
@@ -489,7 +490,7 @@ impl ToolHost {
         // and the command runs in that directory (pinned like a path tool's path).
         let mut shell: Vec<Option<ShellFacts>> = Vec::with_capacity(calls.len());
         for (c, refused) in calls.iter().zip(&refusals) {
-            shell.push(if refused.is_some() { None } else { self.shell_facts(&key, c).await });
+            shell.push(if refused.is_some() { None } else { self.shell_facts(&key, c, &scope.tool_env).await });
         }
         let requests = calls
             .iter()
@@ -534,14 +535,19 @@ impl ToolHost {
                 }
                 Some(None) => match path {
                     Err(e) => (format!("The {} call failed: {e}", call.name), true),
-                    Ok(_) if judged_facts.is_some() && self.shell_facts(&key, &call).await != judged_facts => (
-                        format!(
-                            "The {} call was not run: the files it names (or its working directory) changed \
+                    Ok(_)
+                        if judged_facts.is_some()
+                            && self.shell_facts(&key, &call, &scope.tool_env).await != judged_facts =>
+                    {
+                        (
+                            format!(
+                                "The {} call was not run: the files it names (or its working directory) changed \
                              after it was judged; make the call again.",
-                            call.name
-                        ),
-                        true,
-                    ),
+                                call.name
+                            ),
+                            true,
+                        )
+                    }
                     Ok(path) => {
                         let _flight = self.fly(scope, &key);
                         // The session's proxy judges this call's connections by the

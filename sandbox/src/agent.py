@@ -9,7 +9,8 @@
 # its earlier lives and their trees), `kill-agent <pid> <starttime>` (a call overran its
 # deadline or was dropped); as the sandbox user: `exec-owned <argv...>` (say pid and start
 # time on stdout, then become argv: a session process the host ends on purpose); and as root:
-# `use-hold <seconds>` (may an idle session be removed: no call running, and the use mark
+# `prepare <forwarder port or 0>` (once, before any sandboxed code runs), `use-hold
+# <seconds>` (may an idle session be removed: no call running, and the use mark
 # untouched for that long; if so, no call starts until the host is done removing it) and
 # `settle <uid> <gid> <tag>` (record a session process's steady state, below).
 #
@@ -67,7 +68,9 @@
 # - No named files: captures are anonymous (O_TMPFILE) and the session's working directory
 #   travels in the protocol (read from /proc by the agent; the host checks it again), so
 #   nothing a command writes under /tmp can redirect, read or wedge the agent.
-# - A command inherits descriptors 0-2 only (a search's pinned root as well for an exec).
+# - A command inherits descriptors 0-2 only (a search's pinned root as well for an exec),
+#   and the agent's settings as they were when it started: an agent whose limits,
+#   niceness or CPU affinity a command changed exits before its next request.
 # - A zombie thread-group leader whose other threads run is alive (proc_table): no state in
 #   /proc hides a process from the sweeps.
 import errno
@@ -97,6 +100,19 @@ MAX_ENVIRON_BYTES = 1024 * 1024
 # Most parent links followed from one process: /proc is read while processes come and go,
 # so a walk must end even if the table it has holds a cycle of reused pids.
 MAX_ANCESTRY = 4096
+# What a serving agent exits with, unanswered, when its settings are not the container's
+# (process_settings; sandbox/src/exec.rs: AGENT_RETIRED).
+AGENT_RETIRED = 9
+# The settings every process of the container starts with (process_settings), recorded by
+# `prepare` before any sandboxed code runs: root's, mode 0644 (sandbox/src/agent.rs:
+# SETTINGS_RECORD).
+SETTINGS_RECORD = "/tmp/.warden-settings"
+# The tools' configuration directory with its empty .curlrc (sandbox/src/environment.rs:
+# TOOL_CONFIG_DIR).
+TOOL_CONFIG_DIR = "/tmp/.warden-config"
+# `prepare`'s exit status when the egress forwarder does not listen (sandbox/src/egress:
+# FORWARDER_NOT_READY).
+FORWARDER_NOT_READY = 3
 # `settle` exit codes (sandbox/src/exec.rs: settle).
 SETTLE_NOT_FOUND = 3
 SETTLE_UNTRUSTED = 5
@@ -112,8 +128,11 @@ SWEEP_LOCK = "/tmp/.warden-sweep"
 # This process's descriptor of SWEEP_LOCK (None: it takes no turns).
 SWEEP_FD = [None]
 # Seconds between two looks at the sweep turn while another sweep holds it (a round is one
-# read of /proc).
+# read of /proc), and between two rounds of one sweep (so a waiter gets its turn).
 SWEEP_TURN_POLL = 0.005
+# Seconds a sweep waits for its turn before it continues the stopped exec roots (a holder a
+# command stopped): far longer than a round, which is one read of /proc.
+SWEEP_TURN_PATIENCE = 0.5
 # Process states of a task that has ended (zombie, dead): nothing of it runs.
 DEAD_STATES = (b"Z", b"X", b"x")
 # The state proc_table gives a zombie leader whose other threads still run.
@@ -334,6 +353,7 @@ def kill_in_rounds(victims_of):
         reap()
         if not victims:
             break
+        time.sleep(SWEEP_TURN_POLL)  # the others' turn first
     return killed
 
 
@@ -342,7 +362,7 @@ def open_sweep_lock():
     process's sweeps, if it is root's regular file (one a sandboxed process made is not
     believed: its sweeps then take no turns, as before the lock existed)."""
     try:
-        fd = os.open(SWEEP_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+        fd = os.open(SWEEP_LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     except OSError:
         return
     st = os.fstat(fd)
@@ -353,25 +373,28 @@ def open_sweep_lock():
 
 
 class sweep_turn:
-    """The container's sweep turn (an exclusive lock on SWEEP_LOCK) for one round. The
-    holder writes its pid and start time in the file; a sweep waiting for the turn
-    continues the holder if it finds it stopped (only a command's `kill -STOP` can stop it:
-    every other sweep waits its turn), so a stopped holder wedges no one."""
+    """The container's sweep turn (an exclusive lock on SWEEP_LOCK) for one round. Only a
+    command's `kill -STOP` can stop the holder (every other sweep waits its turn), so a
+    sweep that has waited SWEEP_TURN_PATIENCE continues every stopped exec root of this
+    user (the holder is one: agents and once-off sweeps are exec roots) and keeps doing so
+    while it waits: a stopped holder wedges no one. What a holder's freeze stopped besides
+    exec roots (commands, orphans) stays stopped until the holder lets it go."""
 
     def __enter__(self):
         fd = SWEEP_FD[0]
         if fd is None:
             return self
+        since = time.monotonic()
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return self
             except BlockingIOError:
-                continue_stopped_holder(fd)
-                time.sleep(SWEEP_TURN_POLL)
-        me = os.getpid()
-        os.pwrite(fd, b"%d %d\n" % (me, start_time(me)), 0)
-        return self
+                pass
+            if time.monotonic() - since >= SWEEP_TURN_PATIENCE:
+                continue_stopped_exec_roots()
+                since = time.monotonic()
+            time.sleep(SWEEP_TURN_POLL)
 
     def __exit__(self, *_):
         if SWEEP_FD[0] is not None:
@@ -379,18 +402,15 @@ class sweep_turn:
         return False
 
 
-def continue_stopped_holder(fd):
-    """Continues the sweep holding the turn (named in SWEEP_LOCK) if it is stopped."""
-    try:
-        raw = os.pread(fd, 64, 0).split()
-        pid, start = int(raw[0]), int(raw[1])
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat_line = f.read()
-        rest = stat_line[stat_line.rfind(b")") + 2:].split()
-        if rest[0] == b"T" and int(rest[19]) == start:
-            os.kill(pid, signal.SIGCONT)
-    except (OSError, ValueError, IndexError):
-        pass
+def continue_stopped_exec_roots():
+    """Continues every stopped exec root of this user but this process."""
+    me, uid = os.getpid(), os.getuid()
+    for pid, (ppid, puid, _, state) in proc_table().items():
+        if ppid == 0 and puid == uid and pid != me and state == b"T":
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
 
 
 def freeze_user(sig):
@@ -1167,11 +1187,84 @@ def answer(word):
     OUT.flush()
 
 
+def process_settings():
+    """What a command of this user can change about its agent, and so about every command
+    the agent starts later (they inherit it): resource limits (`prlimit --pid`), niceness
+    (`renice`) and CPU affinity (`taskset -p`), as bytes. Read from /proc/self (no
+    `resource` module in python3-minimal). Under gVisor a `prlimit` of one process changes
+    the limits every later exec of the container starts with, so an agent compares its
+    settings with the container's record (SETTINGS_RECORD), not only with its own."""
+    with open("/proc/self/limits", "rb") as f:
+        limits = f.read()
+    with open("/proc/self/stat", "rb") as f:
+        raw = f.read()
+    nice = raw[raw.rfind(b")") + 2:].split()[16]
+    cpus = b",".join(b"%d" % c for c in sorted(os.sched_getaffinity(0)))
+    return limits + b"nice " + nice + b"\ncpus " + cpus + b"\n"
+
+
+def recorded_settings():
+    """SETTINGS_RECORD if it is root's regular file (a container made before it existed
+    has none), else None."""
+    try:
+        fd = os.open(SETTINGS_RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
+            return None
+        return f.read(MAX_RECORD_BYTES)
+
+
+def prepare(forwarder_port):
+    """Root, once when the container starts, before any sandboxed code runs: opens
+    /workspace to the session user (sticky, like /tmp; a fresh ext4 workspace's lost+found
+    goes), makes the use mark, the sweep lock, the settled-process records' directory, the
+    tools' configuration directory (with its empty .curlrc) and the settings record, all
+    root's; with egress, waits until the forwarder listens on `forwarder_port`."""
+    os.chmod(WS, 0o1777)
+    try:
+        os.rmdir(WS + "/lost+found")
+    except OSError:
+        pass
+    for mark in (USE_MARK, SWEEP_LOCK):
+        try:
+            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        except FileExistsError:
+            pass
+    for d in (SETTLED, TOOL_CONFIG_DIR):
+        try:
+            os.mkdir(d)
+            os.chmod(d, 0o755)
+        except FileExistsError:
+            pass
+    os.close(os.open(TOOL_CONFIG_DIR + "/.curlrc", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+    fd = os.open(SETTINGS_RECORD, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(process_settings())
+    if forwarder_port:
+        import socket
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", forwarder_port), 0.2).close()
+                return 0
+            except OSError:
+                time.sleep(0.05)
+        return FORWARDER_NOT_READY
+    return 0
+
+
 def serve(uid, gid):
     mark = open_mark(os.O_WRONLY)
     open_sweep_lock()
     drop_privileges(uid, gid)
     os.chdir(WS)
+    # An agent whose settings are not the container's (a command lowered its limits or
+    # raised its niceness) serves nothing more: it exits before the next request, which the
+    # host then gives to a new agent (or, when a new agent's are not the container's
+    # either, to a new container), so no command inherits what an earlier one set.
+    settings = recorded_settings() or process_settings()
     me = os.getpid()
     frame(b"h", fields_bytes(["pid", me, "starttime", start_time(me)]))
     OUT.flush()
@@ -1181,6 +1274,8 @@ def serve(uid, gid):
         fields = read_request()
         if fields is None:
             return
+        if process_settings() != settings:
+            raise SystemExit(AGENT_RETIRED)
         if len(fields) < 2:
             raise SystemExit(3)
         NONCE[0] = fields[1]
@@ -1295,5 +1390,7 @@ if __name__ == "__main__":
         exec_owned(sys.argv[2:])
     elif mode == "settle":
         sys.exit(settle(int(sys.argv[2]), int(sys.argv[3]), os.fsencode(sys.argv[4])))
+    elif mode == "prepare":
+        sys.exit(prepare(int(sys.argv[2])))
     else:
         sys.exit(2)

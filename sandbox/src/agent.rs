@@ -33,6 +33,7 @@ pub const WORKSPACE: &str = "/workspace";
 /// so its mtime is the last use by any replica and a held lock means a call is running
 /// (`agent.py`'s `USE_MARK`, which must match). On the container's /tmp: it lives and dies
 /// with the container.
+#[allow(dead_code, reason = "the agent's own path, named here for the host's readers; a test keeps the two in step")]
 pub(crate) const USE_MARK: &str = "/tmp/.warden-used";
 
 /// The container's *sweep turn* (`agent.py`'s `SWEEP_LOCK`, which must match): every sweep
@@ -41,7 +42,15 @@ pub(crate) const USE_MARK: &str = "/tmp/.warden-used";
 /// Root's, mode 0600, made by the host's workspace setup before any sandboxed code runs;
 /// every process that sweeps opens it as root before it drops to the sandbox user, so no
 /// sandboxed process can hold, write or plant it. On /tmp, like the use mark.
+#[allow(dead_code, reason = "the agent's own path, named here for the host's readers; a test keeps the two in step")]
 pub(crate) const SWEEP_LOCK: &str = "/tmp/.warden-sweep";
+
+/// The settings every process of a container starts with (resource limits, niceness, CPU
+/// affinity), recorded by the agent's `prepare` before any sandboxed code runs (`agent.py`'s
+/// `SETTINGS_RECORD`, which must match): root's, mode 0644. A serving agent whose own
+/// settings differ (a command changed them) exits before its next request.
+#[allow(dead_code, reason = "the agent's own path, named here for the host's readers; a test keeps the two in step")]
+pub(crate) const SETTINGS_RECORD: &str = "/tmp/.warden-settings";
 
 /// Where the agent records settled session processes (`agent.py`'s `SETTLED`, which must
 /// match): a directory of root's, mode 0755, made by the host's workspace setup before any
@@ -423,6 +432,9 @@ mod tests {
     fn the_agent_uses_the_same_use_mark() {
         assert!(AGENT_SOURCE.contains(&format!("USE_MARK = \"{USE_MARK}\"")));
         assert!(AGENT_SOURCE.contains(&format!("SWEEP_LOCK = \"{SWEEP_LOCK}\"")));
+        assert!(AGENT_SOURCE.contains(&format!("SETTINGS_RECORD = \"{SETTINGS_RECORD}\"")));
+        let tools = crate::environment::TOOL_CONFIG_DIR;
+        assert!(AGENT_SOURCE.contains(&format!("TOOL_CONFIG_DIR = \"{tools}\"")));
     }
 
     #[test]

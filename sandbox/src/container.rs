@@ -26,7 +26,6 @@ use bollard::query_parameters::{
     RemoveVolumeOptions, RenameContainerOptions, StartContainerOptions,
 };
 
-use crate::agent::{SETTLED_DIR, SWEEP_LOCK, USE_MARK};
 use crate::config::SandboxConfig;
 use crate::egress::{self, Egress};
 use crate::error::{DockerObject, SandboxError, docker_status};
@@ -610,20 +609,12 @@ async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(
             tokio::time::sleep(SETUP_RETRY_PAUSE).await;
         }
         // Also proves the image has the agent's interpreter before any tool call needs it.
-        let setup = vec![
-            "python3".into(),
-            "-I".into(),
-            "-S".into(),
-            "-c".into(),
-            // A fresh ext4 workspace (sandbox.disk) has a lost+found the agent does not need.
-            // The use mark, the sweep lock and the settled-process records' directory are
-            // made here, before any sandboxed code runs, so they are root's.
-            format!(
-                "import os\nos.chmod({WORKSPACE:?}, 0o1777)\ntry:\n    os.rmdir({WORKSPACE:?} + '/lost+found')\nexcept OSError:\n    pass\nfor mark in ({USE_MARK:?}, {SWEEP_LOCK:?}):\n    try:\n        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))\n    except FileExistsError:\n        pass\ntry:\n    os.mkdir({SETTLED_DIR:?})\n    os.chmod({SETTLED_DIR:?}, 0o755)\nexcept FileExistsError:\n    pass{}",
-                // With egress: no tool runs before the forwarder listens.
-                if egress.is_some() { egress::FORWARDER_READY_CHECK } else { "" }
-            ),
-        ];
+        // The agent's `prepare` opens /workspace and makes, before any sandboxed code runs,
+        // the root-owned files the agents trust (use mark, sweep lock, settled-process
+        // records, the tools' configuration directory, the settings record); with egress it
+        // waits until the forwarder listens, so no tool runs before it.
+        let port = if egress.is_some() { egress::FORWARDER_PORT } else { 0 };
+        let setup = exec::agent_argv("prepare", Some(&port.to_string()));
         setup_result = exec::run_housekeeping(docker, id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT).await;
         // 126: the runtime could not start the process (transient on a busy engine).
         if !matches!(setup_result, Ok(126)) {

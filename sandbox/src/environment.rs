@@ -6,8 +6,12 @@
 //! can leave behind a variable that steers what a later allowed command runs. The fixed
 //! set ([`base_env`]) is the container's environment: `PATH`, `HOME` (the workspace, a
 //! directory the file tools can see and the gate judges, not a shared scratch space),
-//! `LANG`, the egress proxy's variables when egress is on, and git's overrides of every
-//! setting that runs a program ([`GIT_OVERRIDES`], at the highest precedence git has).
+//! `LANG`, the egress proxy's variables when egress is on, git's overrides of every
+//! setting that runs a program ([`GIT_OVERRIDES`], at the highest precedence git has), and
+//! [`TOOL_CONFIG`]: the user configuration of the image's other tools comes from a
+//! directory no sandboxed process can write, never from the workspace, so a file one task's
+//! command planted (a Python `.pth`, a `.curlrc` with `--trace-ascii`, a `pip.conf`) is
+//! never read by another task's allowed command.
 //!
 //! [`check_name`] is the one validator of a variable name that comes from outside warden
 //! (a `tool_context` key exported into the sandbox, an operator's list): a shell
@@ -270,6 +274,31 @@ pub const GIT_OVERRIDES: &[(&str, &str)] = &[
     ("receive.procReceiveRefs", ""),
 ];
 
+/// Where the fixed set points the image's tools for their user configuration: a directory
+/// of root's (mode 0755) that the host's workspace setup makes before any sandboxed code
+/// runs, holding only an empty `.curlrc` (`container.rs`). On /tmp, like the agent's own
+/// files: it lives and dies with the container.
+pub(crate) const TOOL_CONFIG_DIR: &str = "/tmp/.warden-config";
+
+/// The image's tools that read configuration (code they run, files they write, where they
+/// send requests) from the home directory — the workspace — each pointed away from it:
+/// - Python: no user site directory, so no `.pth` file or `usercustomize` under
+///   `~/.local` runs at a later interpreter's start (`PYTHONNOUSERSITE`);
+/// - pip: no configuration file at all (`PIP_CONFIG_FILE=/dev/null`), so no planted
+///   `pip.conf` sends a later install to another index or a planted directory;
+/// - curl: `$CURL_HOME/.curlrc` is the first it looks for and the empty one in
+///   [`TOOL_CONFIG_DIR`] ends the search, so `~/.curlrc` (`trace-ascii`, `libcurl`, `url`
+///   options that copy a later request's headers or run a planted script) is never read;
+/// - every tool that follows the XDG base directories (`XDG_CONFIG_HOME`), git included.
+///
+/// git's own settings are [`GIT_OVERRIDES`]; what remains is listed in docs/operators.md.
+pub const TOOL_CONFIG: &[(&str, &str)] = &[
+    ("PYTHONNOUSERSITE", "1"),
+    ("PIP_CONFIG_FILE", "/dev/null"),
+    ("CURL_HOME", TOOL_CONFIG_DIR),
+    ("XDG_CONFIG_HOME", TOOL_CONFIG_DIR),
+];
+
 /// The environment every sandboxed process starts with (the container's own): see the
 /// module documentation. `extra` (the egress proxy's variables) comes after the fixed set.
 pub(crate) fn base_env(extra: impl IntoIterator<Item = String>) -> Vec<String> {
@@ -295,6 +324,7 @@ pub(crate) fn base_env(extra: impl IntoIterator<Item = String>) -> Vec<String> {
         env.push(format!("GIT_CONFIG_KEY_{i}={key}"));
         env.push(format!("GIT_CONFIG_VALUE_{i}={value}"));
     }
+    env.extend(TOOL_CONFIG.iter().map(|(name, value)| format!("{name}={value}")));
     env.extend(extra);
     env
 }

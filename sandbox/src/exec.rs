@@ -570,9 +570,21 @@ pub(crate) async fn run(
                 let timed_out = outcome.get("timed_out") == "1";
                 return Ok(ExecResult { stdout, stderr, data, state, outcome, exit_code, timed_out, new_commands });
             }
-            // A pooled agent that died while idle (container killed, engine restarted):
-            // the command never reached it; try a fresh one (which detects a gone container).
+            // A pooled agent that died while idle (container killed, engine restarted, or
+            // retired: a command changed its settings): the command never reached it; try a
+            // fresh one (which detects a gone container).
             Err(AgentFailure::DeadBeforeOutput) if reused => continue,
+            // A new agent retired before its first request: its settings were not the
+            // container's from the start (under gVisor a command's `prlimit` changes what
+            // every later exec starts with), so no agent of this container is trusted again.
+            Err(AgentFailure::DeadBeforeOutput)
+                if docker.inspect_exec(&agent.exec_id).await.ok().and_then(|i| i.exit_code) == Some(AGENT_RETIRED) =>
+            {
+                return Err(ExecFailure::ContainerWedged(
+                    "a command changed the resource limits, niceness or CPU affinity the container's new processes                      start with"
+                        .into(),
+                ));
+            }
             Err(AgentFailure::Docker(f)) => return Err(f),
             Err(AgentFailure::Garbled(why)) => {
                 kill_sweep(docker, container, user, agent.pid).await;
@@ -743,6 +755,11 @@ pub(crate) async fn sweep_earlier_lives(docker: &Docker, container: &str, user: 
     matches!(run_housekeeping(docker, container, AGENT_EXEC_USER, argv, KILL_SWEEP_TIMEOUT).await, Ok(0))
 }
 
+/// `agent.py`'s `AGENT_RETIRED`: a serving agent whose settings (limits, niceness, CPU
+/// affinity) are not the container's recorded ones exits with it, unanswered, before its
+/// next request.
+const AGENT_RETIRED: i64 = 9;
+
 /// `agent.py`'s `settle` exit status when no exec root carries the tag (the process ended,
 /// or cleared its environment).
 const SETTLE_NOT_FOUND: i64 = 3;
@@ -867,6 +884,7 @@ mod tests {
     #[test]
     fn the_agent_uses_the_same_settle_exit_codes() {
         assert!(AGENT_SOURCE.contains(&format!("\nSETTLE_NOT_FOUND = {SETTLE_NOT_FOUND}\n")));
+        assert!(AGENT_SOURCE.contains(&format!("\nAGENT_RETIRED = {AGENT_RETIRED}\n")));
         assert!(AGENT_SOURCE.contains(&format!("\nSETTLE_UNTRUSTED = {SETTLE_UNTRUSTED}\n")));
     }
 }

