@@ -433,8 +433,6 @@ mod tests {
         assert!(AGENT_SOURCE.contains(&format!("USE_MARK = \"{USE_MARK}\"")));
         assert!(AGENT_SOURCE.contains(&format!("SWEEP_LOCK = \"{SWEEP_LOCK}\"")));
         assert!(AGENT_SOURCE.contains(&format!("SETTINGS_RECORD = \"{SETTINGS_RECORD}\"")));
-        let tools = crate::environment::TOOL_CONFIG_DIR;
-        assert!(AGENT_SOURCE.contains(&format!("TOOL_CONFIG_DIR = \"{tools}\"")));
     }
 
     #[test]

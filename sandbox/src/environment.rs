@@ -364,6 +364,14 @@ mod tests {
         assert!(matches!(check_name(&"A".repeat(MAX_NAME_BYTES + 1)), Err(EnvNameError::TooLong(_))));
     }
 
+    /// The agent's `prepare` makes the directory the fixed set names.
+    #[test]
+    fn the_agent_makes_the_tool_configuration_directory() {
+        let agent = crate::agent::AGENT_SOURCE;
+        assert!(agent.contains(&format!("TOOL_CONFIG_DIR = \"{TOOL_CONFIG_DIR}\"")));
+        assert!(TOOL_CONFIG.iter().any(|(n, v)| *n == "CURL_HOME" && *v == TOOL_CONFIG_DIR));
+    }
+
     /// Every name of the fixed set is refused from outside: a caller can never replace
     /// one of warden's own variables.
     #[test]
