@@ -3932,8 +3932,8 @@ ls /workspace/alive-*"#;
         .await;
         assert_eq!(
             bash_ok(&sb, &k, "pwd; echo \"[${XDG_CONFIG_HOME:-unset}]\"").await,
-            "/workspace/sub\n[unset]\n",
-            "the directory the shell really ended in, and no variable"
+            "/workspace/sub\n[/tmp/.warden-config]\n",
+            "the directory the shell really ended in, and warden's own value of the variable"
         );
         // A shell that stops itself early in one directory and ends in another: the last
         // stop wins, and it is a real directory of the workspace.
