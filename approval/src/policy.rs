@@ -74,7 +74,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 ///   `usercustomize` run at every interpreter's start), `.config` (every XDG tool's
 ///   settings), `.curlrc` (options that copy a request's headers to a file or fetch a
 ///   planted script), `.pip` (pip's index and find-links), `.netrc` (credentials sent to
-///   hosts), `.jq` (definitions jq loads into every program). The sandbox also points its
+///   hosts), `.jq` (definitions jq loads into every program), `.cache` (packages a later
+///   install takes from a cache), `.pdbrc` (commands pdb runs). The sandbox also points its
 ///   tools away from these (`warden_sandbox::environment::TOOL_CONFIG`); the gate asks in
 ///   case a tool it does not know reads them.
 ///
@@ -110,6 +111,8 @@ pub const EXECUTABLE_CONFIG: &[&str] = &[
     "/**/.pip",
     "/**/.netrc",
     "/**/.jq",
+    "/**/.cache",
+    "/**/.pdbrc",
 ];
 
 /// Is `path` (absolute, normalised) one of the [`EXECUTABLE_CONFIG`] paths or inside one?

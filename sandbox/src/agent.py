@@ -101,12 +101,18 @@ MAX_ENVIRON_BYTES = 1024 * 1024
 # so a walk must end even if the table it has holds a cycle of reused pids.
 MAX_ANCESTRY = 4096
 # What a serving agent exits with, unanswered, when its settings are not the container's
-# (process_settings; sandbox/src/exec.rs: AGENT_RETIRED).
+# init's (settings_of), and when the init's limits are not the recorded ones
+# (container_poisoned) (sandbox/src/exec.rs: AGENT_RETIRED, CONTAINER_POISONED).
 AGENT_RETIRED = 9
-# The settings every process of the container starts with (process_settings), recorded by
-# `prepare` before any sandboxed code runs: root's, mode 0644 (sandbox/src/agent.rs:
+CONTAINER_POISONED = 10
+# `prepare`'s exit status when a path it makes exists and is not root's.
+PREPARE_UNTRUSTED = 6
+# The resource limits every process of the container starts with, recorded by `prepare`
+# before any sandboxed code runs: root's, mode 0644 (sandbox/src/agent.rs:
 # SETTINGS_RECORD).
 SETTINGS_RECORD = "/tmp/.warden-settings"
+# This serving agent's copy of the record (None: a container made before it existed).
+RECORD = [None]
 # The tools' configuration directory with its empty .curlrc (sandbox/src/environment.rs:
 # TOOL_CONFIG_DIR).
 TOOL_CONFIG_DIR = "/tmp/.warden-config"
@@ -1037,7 +1043,8 @@ def op_exec(f):
             os.close(pin_fd)
     out_total = send_capture(b"o", out, cap, rewrite)
     err_total = send_capture(b"e", err, cap, rewrite)
-    result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
+    result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total,
+           poisoned=int(container_poisoned(RECORD[0])))
 
 
 def linked_files(dir_fd):
@@ -1096,7 +1103,8 @@ def op_bash(f):
         err.write(b"[the session workspace is full: it reached its sandbox.disk limit]\n")
     out_total = send_capture(b"o", out, cap, None)
     err_total = send_capture(b"e", err, cap, None)
-    result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total)
+    result(status="ok", code=code, timed_out=int(timed_out), out_total=out_total, err_total=err_total,
+           poisoned=int(container_poisoned(RECORD[0])))
 
 
 def op_contain(f):
@@ -1187,23 +1195,27 @@ def answer(word):
     OUT.flush()
 
 
-def process_settings():
-    """What a command of this user can change about its agent, and so about every command
-    the agent starts later (they inherit it): resource limits (`prlimit --pid`), niceness
-    (`renice`) and CPU affinity (`taskset -p`), as bytes. Read from /proc/self (no
-    `resource` module in python3-minimal). Under gVisor a `prlimit` of one process changes
-    the limits every later exec of the container starts with, so an agent compares its
-    settings with the container's record (SETTINGS_RECORD), not only with its own."""
-    with open("/proc/self/limits", "rb") as f:
+def settings_of(pid):
+    """What a command of this user can change about a process of its user, and so about
+    every command that process starts later (they inherit it), as bytes: resource limits
+    (`prlimit --pid`), niceness (`renice`), scheduling policy (`chrt`) and CPU affinity
+    (`taskset -p`). Read from /proc (no `resource` module in python3-minimal)."""
+    with open("/proc/%s/limits" % pid, "rb") as f:
         limits = f.read()
-    with open("/proc/self/stat", "rb") as f:
+    with open("/proc/%s/stat" % pid, "rb") as f:
         raw = f.read()
     nice = raw[raw.rfind(b")") + 2:].split()[16]
-    cpus = b",".join(b"%d" % c for c in sorted(os.sched_getaffinity(0)))
-    return limits + b"nice " + nice + b"\ncpus " + cpus + b"\n"
+    n = 0 if pid == "self" else int(pid)
+    cpus = b",".join(b"%d" % c for c in sorted(os.sched_getaffinity(n)))
+    return limits + b"nice %s\npolicy %d\ncpus %s\n" % (nice, os.sched_getscheduler(n), cpus)
 
 
-def recorded_settings():
+def limits_of(pid):
+    with open("/proc/%s/limits" % pid, "rb") as f:
+        return f.read()
+
+
+def recorded_limits():
     """SETTINGS_RECORD if it is root's regular file (a container made before it existed
     has none), else None."""
     try:
@@ -1217,12 +1229,43 @@ def recorded_settings():
         return f.read(MAX_RECORD_BYTES)
 
 
+def container_poisoned(record):
+    """Whether the limits of the container's init (root's: no sandboxed process can change
+    them itself) differ from those `prepare` recorded. Under gVisor one limit set is shared
+    by init and every exec of the container, so a command's `prlimit` of any process
+    changes it: then every process of the container, the next agents, session processes
+    and the egress forwarder included, has the command's limits, and only a new container
+    has the operator's."""
+    try:
+        return record is not None and limits_of(1) != record
+    except OSError:
+        return False  # no /proc/1 to read (a hidepid mount): nothing to compare with
+
+
+def agent_changed():
+    """Whether this agent's settings differ from the container's init's (runc: a command
+    changed this process only)."""
+    try:
+        return settings_of("self") != settings_of(1)
+    except OSError:
+        return False
+
+
+def root_owned(path, kind):
+    """Whether `path` (not followed) is root's and of `kind` (stat.S_ISDIR/S_ISREG)."""
+    st = os.lstat(path)
+    return st.st_uid == 0 and kind(st.st_mode)
+
+
 def prepare(forwarder_port):
     """Root, once when the container starts, before any sandboxed code runs: opens
     /workspace to the session user (sticky, like /tmp; a fresh ext4 workspace's lost+found
     goes), makes the use mark, the sweep lock, the settled-process records' directory, the
-    tools' configuration directory (with its empty .curlrc) and the settings record, all
-    root's; with egress, waits until the forwarder listens on `forwarder_port`."""
+    tools' configuration directory (with its empty .curlrc) and the limits record, all
+    root's (one of them that exists and is not root's fails the setup: the host does not
+    use the container); with egress, waits until the forwarder listens on
+    `forwarder_port`. A record that exists (another replica prepared the container) is
+    kept as it is."""
     os.chmod(WS, 0o1777)
     try:
         os.rmdir(WS + "/lost+found")
@@ -1238,11 +1281,19 @@ def prepare(forwarder_port):
             os.mkdir(d)
             os.chmod(d, 0o755)
         except FileExistsError:
-            pass
-    os.close(os.open(TOOL_CONFIG_DIR + "/.curlrc", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
-    fd = os.open(SETTINGS_RECORD, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(process_settings())
+            if not root_owned(d, stat.S_ISDIR):
+                return PREPARE_UNTRUSTED
+    curlrc = TOOL_CONFIG_DIR + "/.curlrc"
+    os.close(os.open(curlrc, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644))
+    if not root_owned(curlrc, stat.S_ISREG) or os.lstat(curlrc).st_size:
+        return PREPARE_UNTRUSTED
+    try:
+        fd = os.open(SETTINGS_RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(limits_of("self"))
+    except FileExistsError:
+        if not root_owned(SETTINGS_RECORD, stat.S_ISREG):
+            return PREPARE_UNTRUSTED
     if forwarder_port:
         import socket
         for _ in range(200):
@@ -1260,11 +1311,13 @@ def serve(uid, gid):
     open_sweep_lock()
     drop_privileges(uid, gid)
     os.chdir(WS)
-    # An agent whose settings are not the container's (a command lowered its limits or
-    # raised its niceness) serves nothing more: it exits before the next request, which the
-    # host then gives to a new agent (or, when a new agent's are not the container's
-    # either, to a new container), so no command inherits what an earlier one set.
-    settings = recorded_settings() or process_settings()
+    # An agent whose settings are not the container's init's (a command lowered its limits
+    # or raised its niceness) serves nothing more: it exits before the next request, which
+    # the host gives to a new agent; in a container whose init's limits are not the ones
+    # recorded at its start (gVisor shares them with every process), the host replaces the
+    # container. So no command inherits what an earlier one set.
+    record = recorded_limits()
+    RECORD[0] = record
     me = os.getpid()
     frame(b"h", fields_bytes(["pid", me, "starttime", start_time(me)]))
     OUT.flush()
@@ -1274,7 +1327,9 @@ def serve(uid, gid):
         fields = read_request()
         if fields is None:
             return
-        if process_settings() != settings:
+        if container_poisoned(record):
+            raise SystemExit(CONTAINER_POISONED)
+        if agent_changed():
             raise SystemExit(AGENT_RETIRED)
         if len(fields) < 2:
             raise SystemExit(3)

@@ -627,6 +627,8 @@ async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(
             action: "prepare /workspace".into(),
             message: if code == egress::FORWARDER_NOT_READY {
                 format!("the egress forwarder did not listen on 127.0.0.1:{}", egress::FORWARDER_PORT)
+            } else if code == PREPARE_UNTRUSTED {
+                "a file the setup makes under /tmp exists and is not root's (planted before the setup?)".to_string()
             } else {
                 format!("setup exited with {code} (the sandbox image needs bash and python3)")
             },
@@ -640,6 +642,10 @@ async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(
         Err(exec::ExecFailure::Failed(e)) => Err(e),
     }
 }
+
+/// `agent.py`'s `PREPARE_UNTRUSTED`: the setup found one of the files it makes under /tmp
+/// existing and not root's.
+const PREPARE_UNTRUSTED: i64 = 6;
 
 /// How long a paused session's container gets to stop before it is killed, seconds: none
 /// of its processes survives a pause anyway, so they are not waited for.
@@ -1074,6 +1080,11 @@ mod tests {
         // A limit past i64::MAX wrapped to a negative one.
         let huge = SandboxConfig { memory: crate::config::ByteSize(u64::MAX), ..SandboxConfig::default() };
         assert!(matches!(huge.validate(), Err(SandboxError::Config(m)) if m.contains("memory")));
+    }
+
+    #[test]
+    fn the_agent_fails_its_setup_with_the_status_the_host_names() {
+        assert!(crate::agent::AGENT_SOURCE.contains(&format!("\nPREPARE_UNTRUSTED = {PREPARE_UNTRUSTED}\n")));
     }
 
     #[test]

@@ -284,8 +284,10 @@ pub(crate) const TOOL_CONFIG_DIR: &str = "/tmp/.warden-config";
 /// send requests) from the home directory — the workspace — each pointed away from it:
 /// - Python: no user site directory, so no `.pth` file or `usercustomize` under
 ///   `~/.local` runs at a later interpreter's start (`PYTHONNOUSERSITE`);
-/// - pip: no configuration file at all (`PIP_CONFIG_FILE=/dev/null`), so no planted
-///   `pip.conf` sends a later install to another index or a planted directory;
+/// - pip: no configuration file at all (`PIP_CONFIG_FILE=/dev/null`; an operator's
+///   `/etc/pip.conf` too), so no planted `pip.conf` sends a later install to another index
+///   or a planted directory, and no cache (`PIP_NO_CACHE_DIR`), so no wheel or index page
+///   planted in `~/.cache/pip` is installed by a later task;
 /// - curl: `$CURL_HOME/.curlrc` is the first it looks for and the empty one in
 ///   [`TOOL_CONFIG_DIR`] ends the search, so `~/.curlrc` (`trace-ascii`, `libcurl`, `url`
 ///   options that copy a later request's headers or run a planted script) is never read;
@@ -295,6 +297,7 @@ pub(crate) const TOOL_CONFIG_DIR: &str = "/tmp/.warden-config";
 pub const TOOL_CONFIG: &[(&str, &str)] = &[
     ("PYTHONNOUSERSITE", "1"),
     ("PIP_CONFIG_FILE", "/dev/null"),
+    ("PIP_NO_CACHE_DIR", "1"),
     ("CURL_HOME", TOOL_CONFIG_DIR),
     ("XDG_CONFIG_HOME", TOOL_CONFIG_DIR),
 ];

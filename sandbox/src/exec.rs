@@ -573,17 +573,24 @@ pub(crate) async fn run(
             // A pooled agent that died while idle (container killed, engine restarted, or
             // retired: a command changed its settings): the command never reached it; try a
             // fresh one (which detects a gone container).
-            Err(AgentFailure::DeadBeforeOutput) if reused => continue,
-            // A new agent retired before its first request: its settings were not the
-            // container's from the start (under gVisor a command's `prlimit` changes what
-            // every later exec starts with), so no agent of this container is trusted again.
             Err(AgentFailure::DeadBeforeOutput)
-                if docker.inspect_exec(&agent.exec_id).await.ok().and_then(|i| i.exit_code) == Some(AGENT_RETIRED) =>
+                if reused
+                    && docker.inspect_exec(&agent.exec_id).await.ok().and_then(|i| i.exit_code)
+                        != Some(CONTAINER_POISONED) =>
             {
-                return Err(ExecFailure::ContainerWedged(
-                    "a command changed the resource limits, niceness or CPU affinity the container's new processes                      start with"
-                        .into(),
-                ));
+                continue;
+            }
+            // The agent would not serve: the container's init no longer has the limits
+            // recorded at its start (under gVisor a command's `prlimit` of any process
+            // changes them for every process of the container), or a new agent started with
+            // settings not the init's. No agent of this container is trusted again.
+            Err(AgentFailure::DeadBeforeOutput)
+                if matches!(
+                    docker.inspect_exec(&agent.exec_id).await.ok().and_then(|i| i.exit_code),
+                    Some(CONTAINER_POISONED | AGENT_RETIRED)
+                ) =>
+            {
+                return Err(ExecFailure::ContainerWedged(POISONED.into()));
             }
             Err(AgentFailure::Docker(f)) => return Err(f),
             Err(AgentFailure::Garbled(why)) => {
@@ -755,10 +762,16 @@ pub(crate) async fn sweep_earlier_lives(docker: &Docker, container: &str, user: 
     matches!(run_housekeeping(docker, container, AGENT_EXEC_USER, argv, KILL_SWEEP_TIMEOUT).await, Ok(0))
 }
 
-/// `agent.py`'s `AGENT_RETIRED`: a serving agent whose settings (limits, niceness, CPU
-/// affinity) are not the container's recorded ones exits with it, unanswered, before its
-/// next request.
+/// `agent.py`'s `AGENT_RETIRED`: a serving agent whose settings (limits, niceness,
+/// scheduling policy, CPU affinity) are not the container's init's exits with it,
+/// unanswered, before its next request.
 const AGENT_RETIRED: i64 = 9;
+/// `agent.py`'s `CONTAINER_POISONED`: what a serving agent exits with, unanswered, when the
+/// container's init no longer has the limits recorded at the container's start.
+const CONTAINER_POISONED: i64 = 10;
+/// Why a container whose processes' settings a command changed is replaced.
+pub(crate) const POISONED: &str =
+    "a command changed the resource limits, niceness or CPU affinity the container's processes run with";
 
 /// `agent.py`'s `settle` exit status when no exec root carries the tag (the process ended,
 /// or cleared its environment).
@@ -885,6 +898,7 @@ mod tests {
     fn the_agent_uses_the_same_settle_exit_codes() {
         assert!(AGENT_SOURCE.contains(&format!("\nSETTLE_NOT_FOUND = {SETTLE_NOT_FOUND}\n")));
         assert!(AGENT_SOURCE.contains(&format!("\nAGENT_RETIRED = {AGENT_RETIRED}\n")));
+        assert!(AGENT_SOURCE.contains(&format!("\nCONTAINER_POISONED = {CONTAINER_POISONED}\n")));
         assert!(AGENT_SOURCE.contains(&format!("\nSETTLE_UNTRUSTED = {SETTLE_UNTRUSTED}\n")));
     }
 }

@@ -2257,6 +2257,11 @@ impl<'a> SessionCtx<'a> {
                 Ok(r) => {
                     self.inner.metrics.exec_done(started.elapsed(), r.timed_out);
                     self.inner.metrics.commands_started.fetch_add(r.new_commands, Ordering::Relaxed);
+                    // The command changed the limits every process of the container runs
+                    // with (gVisor): its result stands, the container goes (workspace kept).
+                    if r.outcome.get("poisoned") == "1" {
+                        self.replace_container(&id, exec::POISONED).await;
+                    }
                     return Ok(r);
                 }
                 Err(ExecFailure::ContainerGone(why)) => {

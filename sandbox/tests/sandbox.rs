@@ -1597,7 +1597,8 @@ mod lifecycle {
             .unwrap();
         assert_eq!(out.stdout, b"/workspace\na\0bnone\n");
         assert_eq!((out.exit_code, out.timed_out, out.stdout_dropped, out.stderr.as_str()), (3, false, 0, "err\n"));
-        assert_eq!(bash_ok(&sb, &k, "pwd").await, "/workspace/d\n", "the shell is where the task left it");
+        let pwd = sb.call_tool(&k, "Bash", json!({ "command": "pwd" }), &env).await.unwrap();
+        assert_eq!(pwd.content, "/workspace/d\n", "the task's shell is where the task left it");
         // A held session is left alone (a paused one stays paused).
         sb.pause_session(&k).await.unwrap();
         sb.open_session(&k).await.unwrap();

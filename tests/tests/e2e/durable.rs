@@ -388,7 +388,10 @@ fn approval_of(port: u16, task: &str, except: Option<&str>, log: impl Fn() -> St
         if let Some(a) = mine {
             return a.clone();
         }
-        assert!(Instant::now() < until, "{task} never asked (except {except:?}): {list}\n{}", log());
+        if Instant::now() >= until {
+            let (_, record) = json_of(port, "GET", &format!("/v1/tasks/{task}?block=false"), None);
+            panic!("{task} never asked (except {except:?}): {list}\ntask: {record}\n{}", log());
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -433,9 +436,8 @@ fn a_task_waiting_for_an_approval_survives_kill_9_of_its_replica() {
         &format!("  url: {}\n", db.url),
         // The lease is the window in which a person decides on a dead replica's request
         // before the takeover asks again: long enough for a loaded machine to list and
-        // approve it (with 5 s, CI listed it after the takeover had taken it out; with
-        // 15 s, so did a run beside a workspace build).
-        "  heartbeat: 1s\n  task_lease: 30s\n  max_concurrent_tasks: 2\n",
+        // approve it.
+        "  heartbeat: 1s\n  task_lease: 15s\n  max_concurrent_tasks: 2\n",
     );
     let ids = ["r1", "r2", "r3"];
     let logs = || {
@@ -456,13 +458,19 @@ fn a_task_waiting_for_an_approval_survives_kill_9_of_its_replica() {
         ids.iter().position(|id| r["replica"] == *id).unwrap_or_else(|| panic!("no replica runs {task}: {r}"))
     };
     let owners = [owner_of(&decided), owner_of(&asked)];
+    let live = ports[(0..ids.len()).find(|i| !owners.contains(i)).unwrap()];
+    // Both requests are in the shared store before their replicas die: the replica that
+    // stays lists them (a replica lists its own requests from its gate before the group
+    // commit that shares them, so a kill right after the owner listed one could lose it;
+    // the takeover then asks again, which is the other scenario).
+    let shared = [approval_of(live, &decided, None, logs), approval_of(live, &asked, None, logs)];
+    assert_eq!(shared.map(|a| a["id"].clone()), [old_decided["id"].clone(), old_asked["id"].clone()]);
     for &owner in &owners {
         if let Some(mut dead) = servers[owner].take() {
             dead.child.kill().unwrap();
             dead.child.wait().unwrap();
         }
     }
-    let live = ports[(0..ids.len()).find(|i| !owners.contains(i)).unwrap()];
     // The dead replica's requests are still listed (the positive control), and a person
     // approves one of them there.
     let listed = [approvals_of(live, &decided), approvals_of(live, &asked)];
