@@ -3647,15 +3647,27 @@ mod state {
         let sb = c.sandbox();
         let k = key("stopper");
         bash_ok(&sb, &k, "echo x > /workspace/probe.txt").await;
-        // Its own agent aside: stopping that only stops its own call.
-        const STOPPER: &str = r#"n=0; for i in $(seq 60); do
-            for p in /proc/[0-9]*; do
-              [ "${p#/proc/}" = "$PPID" ] && continue
-              [ "$(awk '/^PPid:/ {print $2}' "$p/status" 2>/dev/null)" = 0 ] || continue
-              [ "$(stat -c %u "$p" 2>/dev/null)" = "$(id -u)" ] || continue
-              kill -STOP "${p#/proc/}" 2>/dev/null && n=$((n+1))
-            done; sleep 0.05
-          done; echo "stops $n""#;
+        // Its own agent aside: stopping that only stops its own call. One interpreter for
+        // every pass (a fork per /proc entry is slow under gVisor on a loaded machine).
+        const STOPPER: &str = r#"python3 - <<'PY'
+import os, signal, time
+sh = open("/proc/%d/stat" % os.getppid()).read()
+me = int(sh[sh.rfind(")") + 2:].split()[1])  # the shell's parent: this call's agent
+uid, n, end = os.getuid(), 0, time.monotonic() + 4
+while time.monotonic() < end:
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == me:
+            continue
+        try:
+            st = open("/proc/%s/stat" % p).read()
+            if st[st.rfind(")") + 2:].split()[1] == "0" and os.stat("/proc/" + p).st_uid == uid:
+                os.kill(int(p), signal.SIGSTOP)
+                n += 1
+        except OSError:
+            pass
+    time.sleep(0.05)
+print("stops %d" % n)
+PY"#;
         let stopper = tool(&sb, &k, "Bash", json!({"command": STOPPER, "timeout": 120_000}));
         let others = async {
             let mut outs = vec![];
@@ -3715,13 +3727,12 @@ mod state {
         // B: ordinary commands, with a secret.
         const INNOCENT: &str = r#"python3 -c 'print("py ok")'; python3 -c 'import json; print("json", json.__file__)'
             curl -s -H "X-Token: $API_TOKEN" file:///etc/hostname > /dev/null; echo "curl $?"
-            pip config list; seq 1 100 | wc -l; nice; pwd"#;
+            echo "pip files $(pip config list | grep -vc '^:env:')"; seq 1 100 | wc -l; nice; pwd"#;
         let env = vec![("API_TOKEN".to_string(), SECRET.to_string())];
         let b = sb.call_tool(&k, "Bash", json!({"command": INNOCENT}), &env).await.unwrap();
         assert!(!b.is_error, "{}", b.content);
         assert_eq!(
-            b.content,
-            "py ok\njson /usr/lib/python3.11/json/__init__.py\ncurl 0\n:env:.config-file='/dev/null'\n100\n0\n/workspace\n",
+            b.content, "py ok\njson /usr/lib/python3.11/json/__init__.py\ncurl 0\npip files 0\n100\n0\n/workspace\n",
             "B ran as on a clean machine"
         );
         // C looks everywhere it can.
