@@ -20,8 +20,14 @@ use warden_sandbox::{Sandbox, SandboxConfig, SandboxError, SessionKey, ToolOutpu
 const CONCURRENCY: usize = 4;
 /// Tests that run with no other test beside them: `sessions::prune_removes_leftovers`
 /// prunes every scope with a 1 s idle TTL, which would remove the stopped containers of
-/// paused sessions that other tests hold.
-const RUN_ALONE: [&str; 1] = ["sessions::prune_removes_leftovers"];
+/// paused sessions that other tests hold; the sweep races each keep a dozen calls running
+/// at once, a load under which other tests' idle TTLs ran out.
+const RUN_ALONE: [&str; 4] = [
+    "sessions::prune_removes_leftovers",
+    "state::concurrent_sweeps_never_stop_each_other",
+    "state::a_sweep_beside_a_cd_never_loses_it",
+    "state::a_command_stopping_the_agents_wedges_no_sweep",
+];
 /// Per-test limit: above the process-rule test's five-minute command (the slowest test
 /// on a loaded 2-core machine), so a hung test still fails on its own.
 const TEST_TIMEOUT: Duration = Duration::from_secs(360);
@@ -3307,12 +3313,15 @@ mod hosts {
         // Leftovers of ours on both hosts (a host that died), then a restart: each adopted
         // by its host, the other scope's running session untouched.
         let lefts = [key("leftover1"), key("leftover2")];
-        let mut left_ids = Vec::new();
+        let (mut left_ids, mut left_hosts) = (Vec::new(), Vec::new());
         for k in &lefts {
             bash_ok(&sb, k, &format!("echo {} > l.txt", k.session_id)).await;
+            // Read right after its command, within its idle TTL (regression: read after the
+            // second session's cold start, the first had been reaped under CI load).
             left_ids.push(container_of(&sb, k).await);
+            left_hosts.push(host_of(&sb, k).await);
         }
-        assert_ne!(host_of(&sb, &lefts[0]).await, host_of(&sb, &lefts[1]).await, "one on each host");
+        assert_ne!(left_hosts[0], left_hosts[1], "one on each host");
         drop(sb);
         let restarted = c.sandbox_with(|cfg| {
             cfg.warm_pool = 0;
@@ -3488,10 +3497,11 @@ mod replicas {
     /// A replica that shuts down leaves its sessions to the others (their files stay); a
     /// session no replica holds any more is reaped by a live one once idle for the TTL.
     pub async fn a_replica_that_shuts_down_leaves_its_sessions_to_the_others(c: Ctx) {
-        // Long enough that the steps before the reaping never look idle to anyone.
+        // Long enough that the steps before the reaping never look idle to anyone (with 8 s,
+        // two cold starts and a shutdown under a full run's load outlasted it).
         let ttl = |cfg: &mut SandboxConfig| {
             cfg.warm_pool = 1;
-            cfg.idle_ttl = Duration::from_secs(8);
+            cfg.idle_ttl = Duration::from_secs(20);
         };
         let (r1, r2) = (replica(&c, "r1", ttl), replica(&c, "r2", ttl));
         r1.connect().await.unwrap();
