@@ -1200,8 +1200,7 @@ def settings_of(pid):
     every command that process starts later (they inherit it), as bytes: resource limits
     (`prlimit --pid`), niceness (`renice`), scheduling policy (`chrt`) and CPU affinity
     (`taskset -p`). Read from /proc (no `resource` module in python3-minimal)."""
-    with open("/proc/%s/limits" % pid, "rb") as f:
-        limits = f.read()
+    limits = limits_of(pid)
     with open("/proc/%s/stat" % pid, "rb") as f:
         raw = f.read()
     nice = raw[raw.rfind(b")") + 2:].split()[16]
