@@ -735,7 +735,7 @@ impl McpTools {
         let argv: Vec<String> = std::iter::once(command.to_owned()).chain(args.iter().cloned()).collect();
         let (process, owned) = if agent_defined {
             // Held before it starts: it never runs wider than its task, not even at start.
-            let hold = site.sandbox.hold_egress(site.key, site.egress);
+            let hold = site.sandbox.hold_egress(site.key, site.egress).await.map_err(|e| e.to_string())?;
             let (process, id) =
                 site.sandbox.spawn_owned_process(site.key, &argv, env).await.map_err(|e| e.to_string())?;
             (process, Some((id, hold)))

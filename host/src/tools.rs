@@ -553,13 +553,17 @@ impl ToolHost {
                         // The session's proxy judges this call's connections by the
                         // operator's list narrowed by the subagent's and the task's, and
                         // adds the task's injected secrets while the call runs.
-                        let _egress = self
-                            .sandbox
-                            .as_ref()
-                            .ok()
-                            .map(|sb| sb.hold_egress_with(&key, &scope.egress, &scope.egress_credentials));
-                        mark_running(scope, &call.id).await;
-                        self.run_allowed(scope, &key, &call, path.as_ref()).await
+                        let held = match self.sandbox.as_ref() {
+                            Ok(sb) => sb.hold_egress_with(&key, &scope.egress, &scope.egress_credentials).await.map(Some),
+                            Err(_) => Ok(None),
+                        };
+                        match held {
+                            Ok(_egress) => {
+                                mark_running(scope, &call.id).await;
+                                self.run_allowed(scope, &key, &call, path.as_ref()).await
+                            }
+                            Err(e) => (format!("The {} call was not run: {e}", call.name), true),
+                        }
                     }
                 },
             };

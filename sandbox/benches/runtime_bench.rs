@@ -73,7 +73,6 @@ async fn main() {
         runtime: runtime.map(String::from),
         max_output: ByteSize(4 * 1024 * 1024),
         warm_pool: pool,
-        egress_socket_dir: Some(dir.path().join(name)),
         egress: Some(EgressConfig {
             allow: vec![format!("127.0.0.1:{port}")],
             deny: vec![],

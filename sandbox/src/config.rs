@@ -222,14 +222,10 @@ pub struct SandboxConfig {
     /// Egress through warden's proxy (`allow`, `deny`, `credentials`; see
     /// [`crate::egress_policy`] and [`crate::egress`]). Default none: the container has no
     /// way out at all. With it the container still has no network; its only way out is the
-    /// proxy, which enforces the lists and adds the credentials. Needs a local Docker engine
-    /// (the proxy's socket is bind-mounted) and python3 in `image`.
+    /// proxy in the warden process, which enforces the lists and adds the credentials; the
+    /// container reaches it over a Docker exec (so remote `hosts` and replicas work alike).
+    /// Needs python3 in `image` (the in-container forwarder).
     pub egress: Option<EgressConfig>,
-    /// Host directory holding the egress sockets (one subdirectory per container, mounted
-    /// into that container only). Default: `warden-egress-<scope>` in the temporary
-    /// directory. Must be a directory of the warden user that no one else may enter (mode
-    /// 0700); created so when missing.
-    pub egress_socket_dir: Option<std::path::PathBuf>,
     /// Names a task may export into its sandbox's environment (a `tool_context` entry with
     /// `"env": true`, under its key's variable name). Default empty: no task variable is
     /// exported at all. Deny by default because whatever is in the environment of the code
@@ -247,8 +243,9 @@ pub struct SandboxConfig {
     /// life); a session another replica made is reached, never swept; an idle session is
     /// removed only when no replica used it within `idle_ttl` (the in-container use mark,
     /// see `session.rs`); and shutdown leaves the sessions to the other replicas. 1-64
-    /// characters of `[A-Za-z0-9_.-]`. Not allowed with `egress` (a session's proxy is
-    /// served by one process).
+    /// characters of `[A-Za-z0-9_.-]`. With `egress`, each replica serves the session's
+    /// connections through a channel of its own, judged by every replica's running calls
+    /// (see `egress/channel.rs`).
     #[serde(skip)]
     pub replica_id: Option<String>,
 }
@@ -412,7 +409,6 @@ impl Default for SandboxConfig {
             warm_pool_max: DEFAULT_WARM_POOL_MAX,
             warm_pool_decay: DEFAULT_WARM_POOL_DECAY,
             egress: None,
-            egress_socket_dir: None,
             task_env: Vec::new(),
             replica_id: None,
         }
@@ -526,12 +522,6 @@ impl SandboxConfig {
             if !replica_id_ok(id) {
                 return bad("replica_id", "1-64 characters of [A-Za-z0-9_.-] (warden serve --replica-id)");
             }
-            if self.egress.is_some() {
-                return Err(SandboxError::Config(
-                    "sandbox.egress cannot be used with several replicas (warden serve --replica-id) yet: a session's egress proxy is served by the one process that made its container, so another replica's calls would not be narrowed by their own lists"
-                        .into(),
-                ));
-            }
         }
         if let Some(rt) = &self.runtime
             && !is_runtime_name(rt)
@@ -638,13 +628,6 @@ impl SandboxConfig {
     /// them, without replicas, with room for paused sessions.
     pub fn pauses_idle_sessions(&self) -> bool {
         self.pause_after < self.idle_ttl && self.replica_id.is_none() && self.max_paused_sessions > 0
-    }
-
-    /// The host directory of the egress sockets (see `egress_socket_dir`).
-    pub fn egress_dir(&self) -> std::path::PathBuf {
-        self.egress_socket_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join(format!("warden-egress-{}", self.scope)))
     }
 
     /// The numeric (uid, gid) of `user`; `None` when it is not numeric or is root.
@@ -805,7 +788,7 @@ mod tests {
     }
 
     #[test]
-    fn a_replica_id_is_label_safe_never_read_from_the_file_and_refuses_egress() {
+    fn a_replica_id_is_label_safe_never_read_from_the_file_and_serves_egress() {
         let ok = SandboxConfig { replica_id: Some("r1.eu-west_2".into()), ..SandboxConfig::default() };
         ok.validate().unwrap();
         for bad in ["", "r 1", "r1/x", "r1\n", &"r".repeat(MAX_REPLICA_ID_LEN + 1)] {
@@ -818,7 +801,7 @@ mod tests {
             serde_json::from_str(r#"{"egress": {"allow": ["example.com"]}}"#).expect("egress config");
         egress.validate().unwrap();
         egress.replica_id = Some("r1".into());
-        assert!(egress.validate().unwrap_err().to_string().contains("sandbox.egress"));
+        egress.validate().unwrap();
     }
 
     #[test]

@@ -406,32 +406,22 @@ fn container_body(
     cfg: &SandboxConfig,
     mut labels: HashMap<String, String>,
     volume: &str,
-    egress_dir: Option<&std::path::Path>,
+    egress: bool,
     runtime: Option<&str>,
 ) -> ContainerCreateBody {
     labels.extend(runtime.map(|r| (LABEL_RUNTIME.to_string(), r.to_string())));
     let tmpfs = HashMap::from([("/tmp".to_string(), format!("rw,nosuid,nodev,size={},mode=1777", cfg.tmp_size.0))]);
     let nano_cpus = (cfg.cpus * 1e9).round() as i64;
-    let env = crate::environment::base_env(egress_dir.map(|_| egress::container_env()).unwrap_or_default());
-    let mut mounts = vec![Mount {
+    // Egress: the proxy variables every tool reads (the forwarder they name is started with
+    // the container, see `prepare`).
+    let env = crate::environment::base_env(if egress { egress::container_env() } else { vec![] });
+    let mounts = vec![Mount {
         target: Some(WORKSPACE.into()),
         source: Some(volume.to_string()),
         typ: Some(MountTypeEnum::VOLUME),
         read_only: Some(false),
         ..Default::default()
     }];
-    // Egress: this container's own socket directory (nothing else of the host), read-only
-    // (connecting to a socket needs no write access to its file system), and the proxy
-    // variables every tool reads.
-    if let Some(dir) = egress_dir {
-        mounts.push(Mount {
-            target: Some(egress::EGRESS_MOUNT.into()),
-            source: Some(dir.to_string_lossy().into_owned()),
-            typ: Some(MountTypeEnum::BIND),
-            read_only: Some(true),
-            ..Default::default()
-        });
-    }
     let memory = cfg.memory.0 as i64;
     ContainerCreateBody {
         image: Some(cfg.image.clone()),
@@ -542,7 +532,6 @@ pub(crate) async fn create_and_start(
     check_owner(docker, DockerObject::Volume, volume, Some(&made.labels), owner).await?;
 
     tracing::debug!(container = %name, took_ms = began.elapsed().as_millis() as u64, "cold start: workspace volume ready");
-    let egress_dir = egress.map(|e| e.prepare_dir(name)).transpose()?;
     // A session whose key names a runtime runs under it; everything else under the sandbox's.
     let runtime = match owner {
         Owner::Session { key, .. } => key.runtime.as_deref().or(cfg.runtime.as_deref()),
@@ -554,7 +543,7 @@ pub(crate) async fn create_and_start(
         if let Some(found) = clear_name(docker, name, policy, owner).await? {
             return reuse(docker, found).await;
         }
-        let body = container_body(cfg, labels.clone(), volume, egress_dir.as_deref(), runtime);
+        let body = container_body(cfg, labels.clone(), volume, egress.is_some(), runtime);
         let opts = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
         let created = match docker.create_container(Some(opts), body).await {
             Ok(c) => c,
@@ -583,7 +572,7 @@ pub(crate) async fn create_and_start(
 
 /// A running container found under the name: prepared again (idempotent: another replica
 /// may be preparing it this moment, and no tool may run before the workspace is open).
-/// Its egress forwarder is its maker's to start (and replicas have no egress).
+/// Its egress forwarder is its maker's to start (this process opens a channel to it).
 async fn reuse(docker: &Docker, found: Made) -> Result<Made, SandboxError> {
     if let Made::Found { id, .. } = &found {
         tracing::info!(container = %id, "session container made by another replica; using it");
@@ -599,7 +588,7 @@ async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(
     // The egress forwarder starts first: it is listening by the time the workspace setup
     // (an exec round trip) is done, before any tool can run.
     if egress.is_some() {
-        exec::start_detached(docker, id, egress::FORWARDER_USER, egress::forwarder_argv()).await?;
+        exec::start_detached(docker, id, egress::FORWARDER_USER, egress::forwarder_argv("serve")).await?;
     }
     // The volume root is created root-owned; root in the container (no capabilities) still
     // owns it and may open it. Sticky bit as in /tmp.
@@ -804,12 +793,6 @@ pub(crate) async fn remove_session(
 /// is the pool's).
 pub(crate) async fn remove_pooled(docker: &Docker, cfg: &SandboxConfig, name: &str) -> Result<(), SandboxError> {
     remove_owned(docker, cfg, name, &[&volume_of(name)], Owner::Pool { scope: &cfg.scope }).await
-}
-
-/// The egress socket directory a container mounts, when it is a directory on this machine.
-pub(crate) async fn mounted_egress_dir(docker: &Docker, id: &str) -> Option<std::path::PathBuf> {
-    let c = docker.inspect_container(id, None::<InspectContainerOptions>).await.ok()?;
-    egress::mounted_dir(c.mounts.as_deref()).filter(|d| d.is_dir())
 }
 
 /// Whether the container exists and is running (`false`: stopped, dead or gone).
@@ -1050,7 +1033,7 @@ mod tests {
                 ..SandboxConfig::default()
             };
             if cfg.validate().is_ok() {
-                let body = container_body(&cfg, HashMap::new(), "v", None, cfg.runtime.as_deref());
+                let body = container_body(&cfg, HashMap::new(), "v", false, cfg.runtime.as_deref());
                 let h = body.host_config.expect("host config");
                 prop_assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
                 prop_assert_eq!(h.cap_add, Some(AGENT_CAPS.iter().map(|c| c.to_string()).collect::<Vec<_>>()));

@@ -585,6 +585,11 @@ impl EgressNarrowing {
     pub fn source(&self) -> &str {
         &self.source
     }
+
+    /// The entries as written (what [`EgressNarrowing::parse`] reads back).
+    pub fn entries(&self) -> impl Iterator<Item = &str> {
+        self.patterns.iter().map(|p| p.text.as_str())
+    }
 }
 
 impl EgressConfig {

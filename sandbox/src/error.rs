@@ -185,6 +185,12 @@ pub enum SandboxError {
         name: String,
     },
 
+    /// A call's egress narrowing could not be shared with the other replicas (the call is
+    /// not run: another replica would serve its connections more widely), or a channel
+    /// into a container could not be opened.
+    #[error("egress: {0}")]
+    Egress(String),
+
     /// Any other Docker API error.
     #[error("Docker API error during {action}: {message}")]
     Docker {

@@ -702,6 +702,87 @@ pub(crate) async fn start_detached(
     docker.start_exec(&exec.id, Some(start)).await.map_err(fail).map(drop)
 }
 
+/// An attached exec's stdin and stdout as one byte stream (an egress channel). Its stderr
+/// is dropped: the forwarder writes there only when it fails, and then the stream ends.
+pub(crate) struct AttachedIo {
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
+    /// Received and not yet read.
+    pending: bytes::Bytes,
+}
+
+impl tokio::io::AsyncRead for AttachedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        loop {
+            if !self.pending.is_empty() {
+                let n = buf.remaining().min(self.pending.len());
+                let chunk = self.pending.split_to(n);
+                buf.put_slice(&chunk);
+                return Poll::Ready(Ok(()));
+            }
+            match std::task::ready!(self.output.as_mut().poll_next(cx)) {
+                Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => self.pending = message,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Poll::Ready(Err(std::io::Error::other(e))),
+                None => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for AttachedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.input.as_mut().poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        self.input.as_mut().poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.input.as_mut().poll_shutdown(cx)
+    }
+}
+
+/// Starts `cmd` in `container` as `user` (in `/`) with stdin and stdout attached, as one
+/// byte stream: the egress channel's exec. It ends when either side closes.
+pub(crate) async fn start_attached(
+    docker: &Docker,
+    container: &str,
+    user: &str,
+    cmd: Vec<String>,
+) -> Result<AttachedIo, SandboxError> {
+    let opts = CreateExecOptions::<String> {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        attach_stdin: Some(true),
+        tty: Some(false),
+        cmd: Some(cmd),
+        user: Some(user.to_string()),
+        working_dir: Some("/".to_string()),
+        ..Default::default()
+    };
+    let fail = |e: bollard::errors::Error| SandboxError::from_docker("open the egress channel", e);
+    let exec = docker.create_exec(container, opts).await.map_err(fail)?;
+    match docker.start_exec(&exec.id, None).await.map_err(fail)? {
+        StartExecResults::Attached { output, input } => Ok(AttachedIo { input, output, pending: bytes::Bytes::new() }),
+        StartExecResults::Detached => Err(SandboxError::Docker {
+            action: "open the egress channel".into(),
+            message: "engine detached an attached exec".into(),
+        }),
+    }
+}
+
 async fn create(
     docker: &Docker,
     container: &str,

@@ -60,8 +60,8 @@ mod workspace;
 pub use agent::FileIdentity;
 pub use config::{ByteSize, DockerHost, DockerTls, SandboxConfig};
 pub use egress::{
-    EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy, EgressReport,
-    EgressSuppressed,
+    BoardFuture, EgressBoard, EgressConfig, EgressEvent, EgressHold, EgressNarrowing, EgressObserver, EgressPolicy,
+    EgressReport, EgressSuppressed, SharedNarrowing,
 };
 pub use error::{DockerObject, SandboxError};
 pub use exec::cap_text;

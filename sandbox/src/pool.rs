@@ -150,13 +150,6 @@ pub(crate) trait PoolHost: Send + Sync + 'static {
     fn object_lock(&self, key: &SessionKey) -> &tokio::sync::Mutex<()>;
     /// The tag of this sandbox's agents (`None`: no replicas).
     fn agent_tag(&self) -> Option<Arc<AgentTag>>;
-
-    /// Removes the egress socket directory of container `name` (no-op without egress).
-    fn forget_egress_dir(&self, name: &str) {
-        if let Some(e) = self.egress() {
-            e.remove_dir(name);
-        }
-    }
 }
 
 /// A prepared, never-used pool container.
@@ -524,11 +517,10 @@ async fn shrink<H: PoolHost>(host: &Weak<H>, at: usize, docker: &Docker) {
     }
 }
 
-/// Removes a ready container the pool gives up (never handed out): its agents, its egress
-/// socket directory, the container and its workspace.
+/// Removes a ready container the pool gives up (never handed out): its agents, the
+/// container and its workspace.
 async fn remove_ready<H: PoolHost>(inner: &H, docker: &Docker, warm: Warm) -> Result<(), SandboxError> {
     drop(warm.agents);
-    inner.forget_egress_dir(&warm.name);
     container::remove_pooled(docker, inner.config(), &warm.name).await
 }
 
@@ -550,7 +542,6 @@ async fn discard_stopped<H: PoolHost>(host: &Weak<H>, at: usize, docker: &Docker
         inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(container = %warm.name, "warm pool: an idle pool container stopped; replacing it");
         drop(warm.agents);
-        inner.forget_egress_dir(&warm.name);
         let _ = container::remove_container(docker, &warm.id).await;
         let _ = container::remove_workspace(docker, inner.config(), &warm.volume).await;
     }
@@ -607,9 +598,6 @@ async fn fill<H: PoolHost>(
             };
             if let Some(warm) = leftover {
                 drop(warm.agents);
-                if let Some(e) = &egress {
-                    e.remove_dir(&warm.name);
-                }
                 container::remove_pooled(&docker, &cfg, &warm.name).await?;
             }
             Ok(())
@@ -618,9 +606,6 @@ async fn fill<H: PoolHost>(
             if let Some(inner) = inner {
                 inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
                 inner.pool(at).fill_failed(&name);
-            }
-            if let Some(e) = &egress {
-                e.remove_dir(&name);
             }
             if let Err(cleanup) = container::remove_pooled(&docker, &cfg, &name).await {
                 tracing::warn!(container = %name, error = %cleanup, "warm pool: removing a failed pool container failed");
@@ -669,7 +654,6 @@ pub(crate) async fn take<H: PoolHost>(
                 inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(container = %warm.name, check = ?healthy.map(|_| "not running"), "warm pool: discarding a pool container that is not running");
                 drop(warm.agents);
-                inner.forget_egress_dir(&warm.name);
                 let _ = container::remove_container(docker, &warm.id).await;
                 let _ = container::remove_workspace(docker, inner.config(), &warm.volume).await;
                 continue;
@@ -689,7 +673,6 @@ pub(crate) async fn take<H: PoolHost>(
                 inner.metrics().warm_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(container = %warm.name, error = %e, "warm pool: handing out a container failed; removing it");
                 drop(warm.agents);
-                inner.forget_egress_dir(&warm.name);
                 // Renamed or not, the container goes (by id), with its workspace.
                 let _ = container::remove_container(docker, &warm.id).await;
                 let _ = container::remove_workspace(docker, inner.config(), &warm.volume).await;

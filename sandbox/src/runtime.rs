@@ -2,10 +2,8 @@
 //!
 //! A session container runs under `sandbox.runtime` (Docker's default, runc, when unset) or a
 //! runtime of `sandbox.runtime_overrides`. Each must be registered with every Docker host, and
-//! gVisor (`runsc`) must be registered with the arguments the sandbox relies on:
-//! - the egress proxy's unix socket is bind-mounted into the container, and gVisor connects to
-//!   host unix sockets only when told (`--host-uds=open` or `all`; the older
-//!   `--fsgofer-host-uds`);
+//! gVisor (`runsc`) must be registered with arguments that leave the sandbox's settings
+//! working (the egress proxy needs none: it is reached over a Docker exec, not a host socket):
 //! - `--network=none` (what `cargo xtask runsc` registers, needed on engines whose containers
 //!   with `--network none` fail under gVisor's own network stack) takes every network away,
 //!   so a `sandbox.network` other than `none` would silently not be there.
@@ -52,15 +50,6 @@ impl RegisteredRuntime {
     /// in runsc's flag parsing).
     fn flag(&self, flag: &str) -> Option<&str> {
         self.args.iter().filter_map(|a| a.trim_start_matches('-').strip_prefix(flag)?.strip_prefix('=')).next_back()
-    }
-
-    /// Whether gVisor lets the sandbox connect to a bind-mounted host unix socket.
-    fn connects_host_sockets(&self) -> bool {
-        matches!(self.flag("host-uds"), Some("open" | "all"))
-            || self.args.iter().any(|a| {
-                let a = a.trim_start_matches('-');
-                a == "fsgofer-host-uds" || a == "fsgofer-host-uds=true"
-            })
     }
 }
 
@@ -109,13 +98,6 @@ pub fn check(cfg: &SandboxConfig, engine: &EngineRuntimes, endpoint: &str) -> Re
         };
         if !registered.is_gvisor() {
             continue;
-        }
-        if cfg.egress.is_some() && !registered.connects_host_sockets() {
-            return Err(SandboxError::Config(format!(
-                "sandbox.egress cannot work under {setting} on the Docker Engine at {endpoint}: gVisor there is \
-                 registered without `--host-uds=open`, so a sandbox cannot reach the egress proxy's socket (add it \
-                 to the runtime's runtimeArgs, as `cargo xtask runsc` does)"
-            )));
         }
         if cfg.network != "none" && registered.flag("network") == Some("none") {
             return Err(SandboxError::Config(format!(
@@ -179,15 +161,11 @@ mod tests {
     }
 
     #[test]
-    fn gvisor_without_host_sockets_refuses_egress_and_with_no_network_refuses_a_network() {
+    fn gvisor_serves_egress_without_host_sockets_and_with_no_network_refuses_a_network() {
+        // Regression (issue 49): egress needed `--host-uds=open` while it was a host socket.
         let mut c = cfg(Some("runsc"));
         c.egress = Some(Default::default());
-        let err = check(&c, &engine(&["--network=none"]), "unix:///x").unwrap_err().to_string();
-        assert!(err.contains("sandbox.egress") && err.contains("sandbox.runtime `runsc`"), "{err}");
-        check(&c, &engine(&["--network=none", "--host-uds=open"]), "unix:///x").unwrap();
-        check(&c, &engine(&["--fsgofer-host-uds"]), "unix:///x").unwrap();
-        // The last flag wins, as runsc reads them.
-        assert!(check(&c, &engine(&["--host-uds=open", "--host-uds=none"]), "unix:///x").is_err());
+        check(&c, &engine(&["--network=none"]), "unix:///x").unwrap();
 
         let mut c = cfg(Some("runsc"));
         c.network = "bridge".into();

@@ -246,9 +246,10 @@ struct Slot {
     shell: Mutex<ShellState>,
     /// Which of the session's Bash commands may run at the same time (`lanes`).
     lanes: Arc<Lanes>,
-    /// The session's egress proxy listener, on the socket of the live container (none
-    /// without `sandbox.egress`, or before the first container).
-    egress: Mutex<Option<egress::Listener>>,
+    /// The session's egress channel into the live container (none without
+    /// `sandbox.egress`, or before a call needed the container); opened by the first call
+    /// that finds none serving the live container.
+    egress: tokio::sync::Mutex<Option<egress::channel::Channel>>,
     /// Set while the session is paused: its stopped container. Taken (under the sessions
     /// lock, with room under `max_sessions`) by the call that resumes it, into `resuming`.
     paused: Mutex<Option<Paused>>,
@@ -260,8 +261,6 @@ struct Slot {
 struct Paused {
     /// The stopped container's id.
     container: String,
-    /// Its egress socket directory (kept while paused, served again on resume).
-    egress_dir: Option<std::path::PathBuf>,
     /// The container is stopped (until then the pause is only reserved under the limits).
     stopped: bool,
 }
@@ -279,7 +278,7 @@ impl Slot {
             agents: exec::AgentPool::new(inner.tag.clone()),
             shell: Mutex::new(ShellState::default()),
             lanes: Arc::default(),
-            egress: Mutex::new(None),
+            egress: tokio::sync::Mutex::new(None),
             paused: Mutex::new(None),
             resuming: Mutex::new(None),
         }
@@ -318,24 +317,29 @@ impl Slot {
         self.workspace.lock().expect("workspace lock").clone()
     }
 
-    /// Serves the session's egress proxy on the socket of its container `container_name`
-    /// (the name it was created under: a pool container keeps its pool directory). No-op
-    /// without egress.
-    fn start_egress(&self, inner: &Inner, container_name: &str) -> Result<(), SandboxError> {
+    /// Makes sure a channel of this process carries the egress of the live container `id`
+    /// (opening one when none does), and, with replicas, claims it so that the calling
+    /// call's connections come here. No-op without egress.
+    async fn ensure_egress(&self, inner: &Inner, docker: &Docker, id: &str) -> Result<(), SandboxError> {
         let Some(egress) = &inner.egress else { return Ok(()) };
-        let listener = egress.listen(&egress.container_dir(container_name), &self.key)?;
-        *self.egress.lock().expect("egress lock") = Some(listener);
+        let mut channel = self.egress.lock().await;
+        if let Some(c) = channel.as_ref().filter(|c| c.serves(id)) {
+            if inner.config.replica_id.is_none() {
+                return Ok(());
+            }
+            if c.claim().await.is_ok() {
+                return Ok(());
+            }
+        }
+        // Opening claims.
+        *channel = None;
+        *channel = Some(egress.open_channel(docker, id, &self.key).await?);
         Ok(())
     }
 
-    /// Stops the session's egress proxy and removes its container's socket directory.
-    fn stop_egress(&self, inner: &Inner) {
-        let listener = self.egress.lock().expect("egress lock").take();
-        if let (Some(listener), Some(egress)) = (listener, &inner.egress) {
-            let dir = listener.dir().to_path_buf();
-            drop(listener);
-            egress.remove_path(&dir);
-        }
+    /// Ends the session's egress channel (the container is stopping or going).
+    async fn stop_egress(&self) {
+        self.egress.lock().await.take();
     }
 
     /// The workspace volume, or the one a cold container would get.
@@ -405,7 +409,7 @@ impl Sandbox {
         let egress = match &config.egress {
             Some(e) => {
                 let policy = e.resolve(|name| std::env::var(name).ok())?;
-                Some(Arc::new(Egress::new(policy, config.egress_dir())?))
+                Some(Arc::new(Egress::new(policy)))
             }
             None => None,
         };
@@ -515,9 +519,15 @@ impl Sandbox {
     /// lists) while the returned hold lives: hold it for the length of a tool call. Every
     /// new connection and request of the session is judged by the operator's policy
     /// narrowed by every narrowing its running calls hold. No-op without `sandbox.egress`
-    /// (there is no way out to narrow) or without narrowings.
-    pub fn hold_egress(&self, key: &SessionKey, narrowings: &[Arc<egress::EgressNarrowing>]) -> egress::EgressHold {
-        self.hold_egress_with(key, narrowings, &[])
+    /// (there is no way out to narrow) or without narrowings. With replicas the narrowings
+    /// are shared ([`Sandbox::share_egress_holds`]) before this returns, or it fails and
+    /// the call must not run.
+    pub async fn hold_egress(
+        &self,
+        key: &SessionKey,
+        narrowings: &[Arc<egress::EgressNarrowing>],
+    ) -> Result<egress::EgressHold, SandboxError> {
+        self.hold_egress_with(key, narrowings, &[]).await
     }
 
     /// [`Sandbox::hold_egress`], and the session's proxy adds `credentials` (the calling
@@ -527,15 +537,26 @@ impl Sandbox {
     /// sandbox is one machine); running calls holding different values for one header of
     /// one host get none and their requests there are refused. No-op without
     /// `sandbox.egress`.
-    pub fn hold_egress_with(
+    pub async fn hold_egress_with(
         &self,
         key: &SessionKey,
         narrowings: &[Arc<egress::EgressNarrowing>],
         credentials: &[Arc<egress::Credential>],
-    ) -> egress::EgressHold {
+    ) -> Result<egress::EgressHold, SandboxError> {
         match &self.inner.egress {
-            Some(e) => e.hold(key, narrowings, credentials),
-            None => egress::EgressHold::none(key),
+            Some(e) => e.hold(key, narrowings, credentials).await,
+            None => Ok(egress::EgressHold::none(key)),
+        }
+    }
+
+    /// With replicas (`replica_id`): shares the narrowings of this process's calls through
+    /// `board` and judges every connection by those of the other replicas' calls too, so a
+    /// session's connections are judged alike by whichever replica serves them. Set once,
+    /// before the first call; no-op without `sandbox.egress`.
+    pub fn share_egress_holds(&self, board: Arc<dyn egress::EgressBoard>) -> Result<(), SandboxError> {
+        match &self.inner.egress {
+            Some(e) => e.share_holds(board),
+            None => Ok(()),
         }
     }
 
@@ -752,20 +773,6 @@ impl Sandbox {
             // A running container another replica made: serve it as it is (its commands
             // may be that replica's, so nothing is swept).
             self.inner.metrics.sessions_active.fetch_add(1, Ordering::Relaxed);
-            if let Some(egress) = &self.inner.egress {
-                let id = lease.slot.container.lock().await.clone().unwrap_or_default();
-                match container::mounted_egress_dir(docker, &id).await {
-                    Some(dir) => match egress.listen(&dir, key) {
-                        Ok(l) => *lease.slot.egress.lock().expect("egress lock") = Some(l),
-                        Err(e) => {
-                            tracing::warn!(container = %id, error = %e, "egress of a reached container could not be served")
-                        }
-                    },
-                    None => {
-                        tracing::warn!(container = %id, "a reached container's egress socket directory is not on this machine")
-                    }
-                }
-            }
         }
         // A host's pool starts with the first session placed on it (listing or pruning
         // never starts it).
@@ -1189,9 +1196,6 @@ impl Sandbox {
         let (pool_results, results) = tokio::join!(pools, sessions);
         let elapsed_ms = started.elapsed().as_millis() as u64;
         tracing::info!(sessions = slots.len(), elapsed_ms, "sandbox shut down");
-        if let Some(e) = &self.inner.egress {
-            e.remove_base_if_empty();
-        }
         results.into_iter().chain(pool_results).collect::<Result<Vec<()>, _>>().map(|_| ())
     }
 
@@ -1623,7 +1627,7 @@ impl Inner {
         let mut guard = slot.container.lock().await;
         let had = guard.take();
         slot.agents.clear();
-        slot.stop_egress(self);
+        slot.stop_egress().await;
         if had.is_some() {
             self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
             self.metrics.sessions_removed.fetch_add(1, Ordering::Relaxed);
@@ -1665,7 +1669,7 @@ impl Inner {
             room_for_paused(&map, &slot.key, &self.config)?;
             // Counted as paused from here, so two pauses at once cannot pass the limits.
             *slot.paused.lock().expect("paused lock") =
-                Some(Paused { container: id.clone(), egress_dir: None, stopped: false });
+                Some(Paused { container: id.clone(), stopped: false });
         }
         if let Err(e) = container::stop_for_pause(docker, &id).await {
             *slot.paused.lock().expect("paused lock") = None;
@@ -1673,21 +1677,11 @@ impl Inner {
         }
         *guard = None;
         slot.agents.clear();
-        // The proxy stops with the container; its directory stays (the stopped container
-        // mounts it) for the resumed one.
-        let listener = slot.egress.lock().expect("egress lock").take();
-        let egress_dir = listener.map(|l| l.dir().to_path_buf());
-        match slot.paused.lock().expect("paused lock").as_mut() {
-            Some(p) => {
-                p.egress_dir = egress_dir;
-                p.stopped = true;
-            }
-            // A call claimed it meanwhile (it waits for this lock to start it again).
-            None => {
-                if let Some(r) = slot.resuming.lock().expect("resuming lock").as_mut() {
-                    r.egress_dir = egress_dir;
-                }
-            }
+        // The channel ends with the container's processes; the resumed one gets a new one.
+        slot.stop_egress().await;
+        // (None: a call claimed it meanwhile; it waits for this lock to start it again.)
+        if let Some(p) = slot.paused.lock().expect("paused lock").as_mut() {
+            p.stopped = true;
         }
         self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
         self.metrics.sessions_paused.fetch_add(1, Ordering::Relaxed);
@@ -1844,12 +1838,9 @@ impl Inner {
         }
     }
 
-    /// Lets go of a paused container's egress directory (the container goes by its name).
-    fn forget_paused(&self, paused: Paused) {
+    /// Counts a paused container out (it goes by its name).
+    fn forget_paused(&self, _paused: Paused) {
         self.metrics.sessions_paused.fetch_sub(1, Ordering::Relaxed);
-        if let (Some(dir), Some(egress)) = (paused.egress_dir, &self.egress) {
-            egress.remove_path(&dir);
-        }
     }
 
     /// Pauses the sessions with no call in flight idle for `pause_after` (each on its host);
@@ -1943,7 +1934,7 @@ impl Inner {
             self.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
         }
         slot.agents.clear();
-        slot.stop_egress(self);
+        slot.stop_egress().await;
         // Room under `max_sessions` for the pools again.
         for h in &self.hosts {
             h.pool.kick();
@@ -2012,8 +2003,27 @@ impl<'a> SessionCtx<'a> {
     }
 
     /// The live container id: for a new session one from the warm pool if there is one,
-    /// else (and to replace a vanished container, on the same workspace) a new one.
+    /// else (and to replace a vanished container, on the same workspace) a new one; with
+    /// egress, served by a channel of this process (claimed, with replicas).
     pub(crate) async fn container(&self) -> Result<String, SandboxError> {
+        let id = self.live_container().await?;
+        let slot = &self.lease.slot;
+        match slot.ensure_egress(self.inner, self.docker, &id).await {
+            Ok(()) => Ok(id),
+            // Its forwarder does not answer (it died, or the container predates channels):
+            // a new container on the same workspace gets one.
+            Err(e) => {
+                tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, container = %id, error = %e, "the session container's egress forwarder does not answer; replacing the container (its workspace stays)");
+                self.replace_container(&id, "egress forwarder").await;
+                let id = self.live_container().await?;
+                slot.ensure_egress(self.inner, self.docker, &id).await?;
+                Ok(id)
+            }
+        }
+    }
+
+    /// The live container, made, taken from the pool, resumed or reached first if needed.
+    async fn live_container(&self) -> Result<String, SandboxError> {
         let slot = &self.lease.slot;
         let mut guard = slot.container.lock().await;
         if let Some(id) = &*guard {
@@ -2067,11 +2077,6 @@ impl<'a> SessionCtx<'a> {
             Some(warm) => {
                 slot.agents.absorb(warm.agents);
                 *slot.workspace.lock().expect("workspace lock") = Some(warm.volume);
-                if let Err(e) = slot.start_egress(self.inner, &warm.name) {
-                    let _ = container::remove_container(self.docker, &warm.id).await;
-                    slot.agents.clear();
-                    return Err(e);
-                }
                 (warm.id, "taken from the warm pool")
             }
             None => {
@@ -2108,10 +2113,6 @@ impl<'a> SessionCtx<'a> {
                     }
                 };
                 *slot.workspace.lock().expect("workspace lock") = Some(volume);
-                if let Err(e) = slot.start_egress(self.inner, &slot.names.container) {
-                    let _ = container::remove_container(self.docker, &id).await;
-                    return Err(e);
-                }
                 (id, "created")
             }
         };
@@ -2125,31 +2126,13 @@ impl<'a> SessionCtx<'a> {
         Ok(id)
     }
 
-    /// Starts a paused session's stopped container again, with its egress proxy; on failure
-    /// removes it (the workspace stays for a new container).
+    /// Starts a paused session's stopped container again (with its egress forwarder; the
+    /// channel opens with the call); on failure removes it (the workspace stays for a new
+    /// container).
     async fn resume(&self, paused: Paused) -> Result<String, SandboxError> {
         let slot = &self.lease.slot;
         let id = paused.container;
-        let listened = match (&self.inner.egress, &paused.egress_dir) {
-            (Some(egress), Some(dir)) => egress.listen(dir, &slot.key).map(Some),
-            (Some(_), None) => Err(SandboxError::Docker {
-                action: "resume session".into(),
-                message: "its egress socket directory is unknown".into(),
-            }),
-            (None, _) => Ok(None),
-        };
-        let started = match listened {
-            Ok(listener) => {
-                *slot.egress.lock().expect("egress lock") = listener;
-                container::start_paused(self.docker, &id, self.inner.egress.as_deref()).await
-            }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = started {
-            slot.stop_egress(self.inner);
-            if let (Some(egress), Some(dir)) = (&self.inner.egress, &paused.egress_dir) {
-                egress.remove_path(dir);
-            }
+        if let Err(e) = container::start_paused(self.docker, &id, self.inner.egress.as_deref()).await {
             let _objects = self.inner.object_lock(&slot.key).lock().await;
             let _ = container::remove_container(self.docker, &id).await;
             return Err(e);
@@ -2178,7 +2161,7 @@ impl<'a> SessionCtx<'a> {
         if guard.as_deref() == Some(id) {
             *guard = None;
             slot.agents.clear();
-            slot.stop_egress(self.inner);
+            slot.stop_egress().await;
             self.inner.metrics.sessions_active.fetch_sub(1, Ordering::Relaxed);
             self.inner.metrics.containers_recreated.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(user = %slot.key.user_id, session = %slot.key.session_id, container = %id, why, "session container gone; recreating");
@@ -2363,13 +2346,6 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
         let key = container::session_of(&c, &bindings);
         let name = container::container_name(&c);
         let workspace = container::workspace_mount(c.mounts.as_deref());
-        // With egress, a container is adopted only with its socket directory still there
-        // (its proxy is served again on it); one without cannot be reached and goes.
-        let egress_dir = match &inner.egress {
-            None => None,
-            Some(_) => egress::mounted_dir(c.mounts.as_deref()).filter(|d| d.is_dir()),
-        };
-        let egress_ok = inner.egress.is_none() || egress_dir.is_some();
         // The container this host would make for the session `key`.
         let its_session = |key: &SessionKey| name.as_deref() == Some(container::names(scope, key).container.as_str());
         // A stopped one is a paused session's (or one whose container's main process ended):
@@ -2377,7 +2353,7 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
         // runs from its exit.
         let exited = matches!(c.state, Some(ContainerSummaryStateEnum::EXITED));
         let stopped_at = match (&key, &workspace) {
-            (Some(key), Some(_)) if exited && egress_ok && inner.config.pauses_idle_sessions() && its_session(key) => {
+            (Some(key), Some(_)) if exited && inner.config.pauses_idle_sessions() && its_session(key) => {
                 let (finished, created) = (finished_at(docker, &id).await, created_at(&c));
                 exited_recently(finished, created, SystemTime::now(), inner.config.idle_ttl)
                     .then(|| finished.unwrap_or(created).max(created))
@@ -2389,7 +2365,6 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
             match (key, workspace, stopped_at) {
                 (Some(key), Some(workspace), _)
                     if running
-                        && egress_ok
                         && room_for_session(&map, &key, &inner.config).is_ok()
                         && its_session(&key)
                         && !map.contains_key(&key) =>
@@ -2407,7 +2382,7 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
                             let slot = Slot::new(inner, key.clone(), at, None, Some(workspace));
                             slot.used_at(stopped_at);
                             *slot.paused.lock().expect("paused lock") =
-                                Some(Paused { container: id.clone(), egress_dir: egress_dir.clone(), stopped: true });
+                                Some(Paused { container: id.clone(), stopped: true });
                             map.insert(key, Arc::new(slot));
                             inner.metrics.sessions_paused.fetch_add(1, Ordering::Relaxed);
                             Adoption::Paused
@@ -2448,17 +2423,8 @@ async fn adopt_leftovers(inner: &Inner, at: usize, docker: &Docker) -> Result<()
                 }
                 continue;
             }
+            // Its egress channel opens with the next call, as for every container.
             adopted += 1;
-            if let (Some(egress), Some(dir)) = (&inner.egress, &egress_dir) {
-                let slot = inner.sessions.lock().expect("sessions lock").get(&key).cloned();
-                match (slot, egress.listen(dir, &key)) {
-                    (Some(slot), Ok(l)) => *slot.egress.lock().expect("egress lock") = Some(l),
-                    (_, Err(e)) => {
-                        tracing::warn!(container = %id, error = %e, "egress of an adopted container could not be served")
-                    }
-                    (None, Ok(_)) => {}
-                }
-            }
         } else {
             tracing::info!(container = %id, "removing leftover session or pool container");
             container::remove_container(docker, &id).await?;

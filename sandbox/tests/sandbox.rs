@@ -1612,18 +1612,19 @@ mod lifecycle {
         sb.shutdown().await.unwrap();
     }
 
-    /// A resume is served by the session's egress proxy again (its socket is back).
+    /// A resume is served by the session's egress proxy again (a new channel to the new
+    /// forwarder).
     pub async fn a_resumed_session_keeps_egress(c: Ctx) {
         let sb = c.sandbox_with(|cfg| {
             cfg.warm_pool = 0;
             cfg.egress = Some(serde_json::from_value(json!({"allow": ["example.invalid"]})).unwrap());
-            cfg.egress_socket_dir = Some(std::env::temp_dir().join(format!("warden-egress-{}", c.scope)));
         });
         let k = key("egress");
-        // The proxy's socket and the in-container forwarder in front of it both answer.
-        let probe = "test -S /run/warden-egress/proxy.sock && echo socket; python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 3128), 5); print(\"forwarder\")'";
+        // The proxy answers through the forwarder: the name is allowed but does not resolve
+        // (502 from the proxy); with no proxy behind the forwarder curl gets no answer (000).
+        let probe = "curl -s -o /dev/null -w '%{http_code}\\n' --max-time 20 http://example.invalid/ || true";
         let before = bash_ok(&sb, &k, probe).await;
-        assert_eq!(before, "socket\nforwarder\n", "positive control");
+        assert_eq!(before, "502\n", "positive control");
         sb.pause_session(&k).await.unwrap();
         assert_eq!(bash_ok(&sb, &k, probe).await, before);
         sb.shutdown().await.unwrap();
@@ -2089,7 +2090,6 @@ mod egress {
     ) -> (Sandbox, Arc<Mutex<Vec<EgressEvent>>>) {
         let sb = c.sandbox_with(|cfg| {
             cfg.warm_pool = warm_pool;
-            cfg.egress_socket_dir = Some(dir.join("egress"));
             cfg.egress = Some(EgressConfig {
                 allow: vec![format!("127.0.0.1:{port}"), "localhost:*".into(), "denied.example".into()],
                 deny: vec!["denied.example".into()],
@@ -2197,7 +2197,6 @@ mod egress {
         const FLOOD: u64 = 600;
         let dir = tempfile::tempdir().unwrap();
         let sb = c.sandbox_with(|cfg| {
-            cfg.egress_socket_dir = Some(dir.path().join("egress"));
             cfg.egress = Some(EgressConfig { allow: vec!["pypi.org".into()], ..EgressConfig::default() });
         });
         let reports = Arc::new(Mutex::new(Vec::new()));
@@ -2261,7 +2260,6 @@ PY"#
         let (other, _seen_other) = test_server().await;
         let dir = tempfile::tempdir().unwrap();
         let sb = c.sandbox_with(|cfg| {
-            cfg.egress_socket_dir = Some(dir.path().join("egress"));
             cfg.egress = Some(EgressConfig {
                 allow: vec![format!("127.0.0.1:{port}"), format!("127.0.0.1:{other}")],
                 ..EgressConfig::default()
@@ -2275,7 +2273,7 @@ PY"#
         );
         let task = Arc::new(EgressNarrowing::parse(&["127.0.0.1:*".into()], "the task (egress)").unwrap());
         {
-            let _hold = sb.hold_egress(&k, &[agent.clone(), task.clone()]);
+            let _hold = sb.hold_egress(&k, &[agent.clone(), task.clone()]).await.unwrap();
             assert_eq!(
                 bash_ok(&sb, &k, &get(port)).await.trim(),
                 "reached /x",
@@ -2297,14 +2295,15 @@ PY"#
         assert_eq!(bash_ok(&sb, &k, &get(other)).await.trim(), "reached /x");
         // An empty list narrows to nothing.
         let nothing = Arc::new(EgressNarrowing::parse(&[], "the task (egress)").unwrap());
-        let _hold = sb.hold_egress(&k, &[nothing]);
+        let _hold = sb.hold_egress(&k, &[nothing]).await.unwrap();
         let o = bash(&sb, &k, &get(port)).await;
         assert!(o.content.contains("outside the egress list of the task (egress)"), "{}", o.content);
         sb.shutdown().await.unwrap();
     }
 
-    /// A host that restarts serves the proxy of the sessions it adopts again (from their
-    /// directories); a session whose directory is gone is removed, not adopted.
+    /// A host that restarts serves the proxy of the sessions it adopts again (a channel of
+    /// its own into each); a session whose forwarder no longer answers (it died, or its
+    /// container predates channels) gets a new container on its workspace.
     pub async fn an_adopted_session_gets_its_proxy_back(c: Ctx) {
         set_token();
         let (port, _seen) = test_server().await;
@@ -2312,33 +2311,27 @@ PY"#
         let (kept, lost) = (key("egress-adopt"), key("egress-lost"));
         let paused = key("egress-paused");
         let get = format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/again");
-        {
+        let gone = {
             let (crashed, _events) = egress_sandbox(&c, port, dir.path(), 0);
             assert_eq!(bash_ok(&crashed, &kept, &get).await.trim(), "reached /again");
             assert_eq!(bash_ok(&crashed, &paused, &get).await.trim(), "reached /again");
             assert!(crashed.pause_session(&paused).await.unwrap());
-            bash_ok(&crashed, &lost, "true").await;
+            bash_ok(&crashed, &lost, "echo kept > note").await;
             let gone = container_of(&crashed, &lost).await;
-            let mounted = docker(&[
-                "inspect",
-                "-f",
-                "{{range .Mounts}}{{if eq .Destination \"/run/warden-egress\"}}{{.Source}}{{end}}{{end}}",
-                &gone,
-            ]);
-            let mounted = std::path::PathBuf::from(mounted.trim());
-            assert_eq!(mounted.parent(), Some(dir.path().join("egress").as_path()), "{mounted:?}");
-            std::fs::remove_dir_all(&mounted).unwrap();
+            // Its forwarder ends (every process of the forwarder's user).
+            docker(&["exec", "-u", "65533:65533", &gone, "sh", "-c", "kill -9 -1; true"]);
+            gone
             // Dropped without shutdown: the host "crashed".
-        }
+        };
         let (restarted, events) = egress_sandbox(&c, port, dir.path(), 0);
         restarted.connect().await.unwrap();
         let sessions: Vec<_> =
             restarted.list_sessions().await.unwrap().into_iter().filter(|s| s.scope == c.scope).collect();
         let mut adopted: Vec<&SessionKey> = sessions.iter().map(|s| &s.key).collect();
         adopted.sort_by_key(|k| k.session_id.clone());
-        assert_eq!(adopted, [&kept, &paused], "the session without its directory went: {sessions:?}");
+        assert_eq!(adopted, [&kept, &lost, &paused], "{sessions:?}");
         assert!(restarted.is_paused(&paused), "adopted paused");
-        for k in [&kept, &paused] {
+        for k in [&kept, &paused, &lost] {
             assert_eq!(
                 bash_ok(&restarted, k, &get).await.trim(),
                 "reached /again",
@@ -2346,38 +2339,40 @@ PY"#
             );
             assert!(events.lock().unwrap().iter().any(|e| e.allowed && &e.session == k), "the new host audits {k}");
         }
-        assert_eq!(restarted.metrics().sessions_created_total, 0, "adopted, not recreated");
+        assert_ne!(container_of(&restarted, &lost).await, gone, "a new container for the forwarder that died");
+        assert_eq!(bash_ok(&restarted, &lost, "cat note").await, "kept\n", "on the same workspace");
+        assert_eq!(restarted.metrics().sessions_created_total, 1, "the others adopted, not recreated");
         restarted.shutdown().await.unwrap();
     }
 
-    pub async fn a_pool_container_has_no_socket_until_bound_and_sees_only_its_own(c: Ctx) {
+    /// A pool container's forwarder has no channel: a tool in it reaches nothing. Once
+    /// bound, each session's connections are served (and audited) as that session's.
+    pub async fn a_pool_container_reaches_nothing_until_bound_and_each_session_is_its_own(c: Ctx) {
         set_token();
         let (port, _seen) = test_server().await;
         let dir = tempfile::tempdir().unwrap();
-        let (sb, _events) = egress_sandbox(&c, port, dir.path(), 1);
+        let (sb, events) = egress_sandbox(&c, port, dir.path(), 1);
         sb.connect().await.unwrap();
         pool_ready(&sb, 1).await;
-        let socks = || -> Vec<String> {
-            std::fs::read_dir(dir.path().join("egress"))
-                .unwrap()
-                .flatten()
-                .filter(|d| d.path().join("proxy.sock").exists())
-                .map(|d| d.file_name().to_string_lossy().into_owned())
-                .collect()
-        };
-        assert!(socks().is_empty(), "a pool container has no socket: {:?}", socks());
+        let waiting = pooled(&c.scope);
+        assert_eq!(waiting.len(), 1, "{waiting:?}");
+        let curl = format!("curl -sS --max-time 10 --noproxy '' -x http://127.0.0.1:3128 http://127.0.0.1:{port}/pool");
+        let out = std::process::Command::new("docker")
+            .args(["exec", "-u", "1000:1000", &waiting[0], "sh", "-c", &format!("{curl}; echo exit=$?")])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(!out.contains("reached") && !out.contains("exit=0"), "a pool container reaches nothing: {out}");
         let (a, b) = (key("egress-a"), key("egress-b"));
-        let out = bash_ok(
-            &sb,
-            &a,
-            &format!("ls -A /run/warden-egress; curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/a"),
-        )
-        .await;
-        assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["proxy.sock", "reached", "/a"]);
-        assert_eq!(bash_ok(&sb, &b, "ls -A /run/warden-egress").await.trim(), "proxy.sock");
-        assert_eq!(socks().len(), 2, "one socket per bound session");
+        // Positive control: the same request from the same container, once bound to `a`.
+        assert_eq!(bash_ok(&sb, &a, &curl).await.trim(), "reached /pool");
+        assert_eq!(container_of(&sb, &a).await, waiting[0], "the pool's container");
+        assert_eq!(bash_ok(&sb, &b, &curl).await.trim(), "reached /pool");
+        let seen: Vec<SessionKey> =
+            events.lock().unwrap().iter().filter(|e| e.allowed).map(|e| e.session.clone()).collect();
+        assert_eq!(seen, [a.clone(), b.clone()], "each connection audited as its own session's");
         sb.end_session(&a).await.unwrap();
-        assert_eq!(socks().len(), 1, "an ended session's socket is gone");
+        assert_eq!(bash_ok(&sb, &b, &curl).await.trim(), "reached /pool", "another session's end leaves b's");
         sb.shutdown().await.unwrap();
     }
 }
@@ -4272,7 +4267,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::regression_a_session_process_calls_leftover_outlived_it,
         boundary::regression_a_concurrent_call_read_another_tasks_secrets_from_proc,
         egress::an_adopted_session_gets_its_proxy_back,
-        egress::a_pool_container_has_no_socket_until_bound_and_sees_only_its_own,
+        egress::a_pool_container_reaches_nothing_until_bound_and_each_session_is_its_own,
         hosts::placement_spreads_sessions_and_a_replica_reaches_them,
         hosts::the_tls_endpoint_refuses_clients_without_a_trusted_certificate,
         hosts::a_host_that_is_down_fails_only_its_sessions,

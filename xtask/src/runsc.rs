@@ -26,12 +26,12 @@ use crate::{apt, process};
 pub const RUNTIME: &str = "runsc";
 /// Arguments the engine passes to runsc for every container:
 /// - `--network=none`: gVisor's own network stack is not used — a sandbox has no network
-///   (`sandbox.network: none`) and reaches the outside only through the egress proxy's unix
-///   socket. Without it a `--network none` container fails to start on engines like this one
-///   ("cannot run with network enabled in root network namespace").
-/// - `--host-uds=open`: the sandbox may connect to (never create) host unix sockets bind-mounted
-///   into it — the egress forwarder's socket; gVisor refuses them by default.
-pub const RUNTIME_ARGS: [&str; 2] = ["--network=none", "--host-uds=open"];
+///   (`sandbox.network: none`) and reaches the outside only through the egress proxy (over a
+///   Docker exec). Without it a `--network none` container fails to start on engines like
+///   this one ("cannot run with network enabled in root network namespace").
+///
+/// Nothing else: host unix sockets stay closed to the sandbox (gVisor's default).
+pub const RUNTIME_ARGS: [&str; 1] = ["--network=none"];
 /// The engine's configuration file (Docker's documented default location).
 const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 /// The oldest gVisor release the sandbox works under. Debian 12's package (0.0~20221219)

@@ -133,6 +133,14 @@ impl Engine {
                 ),
             }
         }
+        // The narrowings of this replica's calls go on the board, and every connection it
+        // serves is judged by the other replicas' too (`sandbox.egress` with replicas).
+        if let Ok(sb) = self.tools().sandbox()
+            && sb.egress_policy().is_some()
+            && let Some(board) = crate::store::StoreEgressBoard::open(self.store.clone(), id.clone()).await?
+        {
+            sb.share_egress_holds(Arc::new(board))?;
+        }
         let mut ended = vec![];
         for (owner, rec) in self.store.take_expired(&id, replica.lease_until(), true).await? {
             let (reason, message) = if owner == id {

@@ -21,6 +21,7 @@
 //! It never interprets events or decides a task's outcome (the engine does), never logs
 //! a value it stores, and hands no caller a backend to write to directly.
 
+mod egress_board;
 mod postgres;
 mod queue;
 mod redb;
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::task_state::{FinishReason, TaskState};
+pub use egress_board::StoreEgressBoard;
 pub use queue::{Claimed, ControlMessages, Enqueued, OrphanedApproval, QueueLimits, RemoteApproval};
 
 /// Largest number of queued writes committed in one transaction.

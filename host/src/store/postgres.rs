@@ -40,6 +40,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "task_listing", include_str!("../../migrations/0003_task_listing.sql")),
     (4, "state_expiry", include_str!("../../migrations/0004_state_expiry.sql")),
     (5, "journal", include_str!("../../migrations/0005_journal.sql")),
+    (6, "egress_holds", include_str!("../../migrations/0006_egress_holds.sql")),
 ];
 
 /// The advisory lock key under which migrations run, so two hosts opening one new
@@ -702,6 +703,64 @@ impl PgBackend {
             })
             .await?;
         Ok(n > 0)
+    }
+
+    /// Puts replica `replica`'s hold `hold` in `user/session` on the egress board.
+    pub(super) async fn publish_egress_hold(
+        &self,
+        (user, session): (&str, &str),
+        replica: &str,
+        hold: i64,
+        narrowings: &str,
+    ) -> Result<(), String> {
+        self.read(|c| async move {
+            c.execute(
+                "INSERT INTO egress_holds (user_id, session_id, replica_id, hold_id, narrowings) \
+                 VALUES ($1, $2, $3, $4, $5::text::json) \
+                 ON CONFLICT (replica_id, hold_id) DO UPDATE SET narrowings = EXCLUDED.narrowings",
+                &[&user, &session, &replica, &hold, &narrowings],
+            )
+            .await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Takes replica `replica`'s hold `hold` off the egress board.
+    pub(super) async fn withdraw_egress_hold(&self, replica: &str, hold: i64) -> Result<(), String> {
+        self.read(|c| async move {
+            c.execute("DELETE FROM egress_holds WHERE replica_id = $1 AND hold_id = $2", &[&replica, &hold]).await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// The narrowings (JSON) held in `user/session` by the other replicas whose lease runs.
+    pub(super) async fn others_egress_holds(
+        &self,
+        (user, session): (&str, &str),
+        replica: &str,
+        now: i64,
+    ) -> Result<Vec<String>, String> {
+        let rows = self
+            .read(|c| async move {
+                c.query(
+                    "SELECT h.narrowings::text FROM egress_holds h JOIN replicas r ON r.replica_id = h.replica_id \
+                     WHERE h.user_id = $1 AND h.session_id = $2 AND h.replica_id <> $3 AND r.alive_until_ms > $4 \
+                     LIMIT 1000",
+                    &[&user, &session, &replica, &now],
+                )
+                .await
+            })
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Drops this replica's holds left by an earlier life (its calls ended with it).
+    pub(super) async fn clear_egress_holds(&self, replica: &str) -> Result<(), String> {
+        self.read(|c| async move { c.execute("DELETE FROM egress_holds WHERE replica_id = $1", &[&replica]).await })
+            .await
+            .map(drop)
     }
 
     /// Approval requests waiting in other replicas' gates: (owner, pending request JSON).

@@ -1,14 +1,15 @@
 //! Egress through warden's proxy (`sandbox.egress`): the only way out of a session
 //! container that has no network.
 //!
-//! Every container made while egress is configured mounts a directory of its own
-//! ([`EGRESS_MOUNT`], from `<socket_dir>/<container name>` on the host) and runs a tiny
-//! forwarder (`forwarder.py`, its own unprivileged user) on `127.0.0.1:`[`FORWARDER_PORT`]
-//! that relays each connection to `proxy.sock` in that directory; `HTTP_PROXY` and
-//! `HTTPS_PROXY` name the forwarder. The socket is created by the host only when the
-//! container is bound to a session (cold creation, or a warm-pool hand-out), so a pool
-//! container reaches nothing, and no container can reach another's socket: the listener
-//! that accepts a connection *is* the session, and so the policy.
+//! Every container made while egress is configured runs a tiny forwarder (`forwarder.py`,
+//! its own unprivileged user) on `127.0.0.1:`[`FORWARDER_PORT`]; `HTTP_PROXY` and
+//! `HTTPS_PROXY` name it. The forwarder relays each connection over a *channel*
+//! (`channel.rs`): a `docker exec` that the warden process serving the session opens into
+//! the container, carrying a yamux session, so the proxy stays in this process wherever
+//! the container runs (a remote Docker host, another replica's container). A pool container
+//! has no channel until a session takes it, so it reaches nothing; a channel is opened for
+//! one session and serves it only: the channel that carries a connection *is* the session,
+//! and so the policy.
 //!
 //! The proxy (hyper) serves CONNECT tunnels and absolute-form plain-HTTP requests. It
 //! judges the host (the policy of `egress_policy.rs`, below this module with the rest of
@@ -17,26 +18,29 @@
 //! TLS ClientHello whose server name is the CONNECT host (`sni.rs`); anything else is cut.
 //! Credentials are added to plain-HTTP requests to their host only — the operator's
 //! always, a task's (`Credential::task`) only while a call of that task holds it
-//! ([`EgressHold`]); their values live in this process only. Every decision passes the session's bounded recorder
+//! ([`EgressHold`]); their values live in this process only. With replicas, the
+//! narrowings of the session's calls running on other replicas are read from the
+//! [`EgressBoard`] for every decision. Every decision passes the session's bounded recorder
 //! (`recorder.rs`): within its budget it is logged (`tracing`, fields only) and reported
 //! to the observers ([`crate::Sandbox::on_egress`]) with the bytes moved; past it, it is
 //! counted and the count reported.
 //!
 //! This module must never place a credential in a container, never connect to an address
-//! it did not check, never serve a connection on a socket of another session, never
-//! report a decision but through the session's recorder, and never hold more than its
-//! named bounds (connections, header bytes, idle time, records).
+//! it did not check, never serve a connection under another session than its channel's,
+//! never judge more widely than every running call of the session allows, never report a
+//! decision but through the session's recorder, and never hold more than its named bounds
+//! (connections, header bytes, idle time, records).
 //!
-//! It sits below the containers (`container.rs` mounts a container's directory and starts
-//! its forwarder with what this module names) and knows a session by its key only.
+//! It sits below the containers (`container.rs` starts a container's forwarder with what
+//! this module names) and knows a session by its key only.
 
+pub mod channel;
 pub mod recorder;
 pub mod sni;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,9 +54,8 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
-use tokio::task::{JoinHandle, JoinSet};
 
 use self::recorder::Recorder;
 pub use self::recorder::{EgressReport, EgressSuppressed};
@@ -67,15 +70,11 @@ pub use crate::egress_policy::{
 use crate::error::SandboxError;
 use crate::session_key::SessionKey;
 
-/// Where a container sees its egress directory (holding `proxy.sock` once bound).
-pub const EGRESS_MOUNT: &str = "/run/warden-egress";
-/// The socket's file name in that directory.
-pub const SOCKET_NAME: &str = "proxy.sock";
-/// Hex digits of the digest naming a container's socket directory (64 bits: unique
-/// among the containers of one host by a wide margin).
-pub const DIR_NAME_HEX: usize = 16;
-/// Longest unix socket path Linux binds (`sun_path` is 108 bytes with its NUL).
-pub const MAX_SOCKET_PATH: usize = 107;
+/// The forwarder's socket for its channels, in the container's abstract unix namespace
+/// (`@`): nothing on a filesystem to plant or remove, gone with the container's network
+/// namespace. Both ends check that the other runs as [`FORWARDER_USER`] (`SO_PEERCRED`),
+/// so a sandboxed process that took the name serves or reaches nothing.
+pub const CHANNEL_SOCKET: &str = "@warden-egress";
 /// Port of the in-container forwarder on 127.0.0.1 (what `HTTP_PROXY` names).
 pub const FORWARDER_PORT: u16 = 3128;
 /// Exit status of the container setup (the agent's `prepare`, which waits up to 10 s, 200
@@ -153,11 +152,13 @@ type HeldNarrowing = (u64, Arc<EgressNarrowing>);
 /// hold's id and the credential.
 type HeldCredential = (u64, Arc<Credential>);
 
-/// The egress side of one `Sandbox`: the policy, the host directory holding the
-/// containers' socket directories, the observers, and the narrowings of running calls.
+/// The egress side of one `Sandbox`: the policy, the observers, the narrowings of running
+/// calls, and (with replicas) the board sharing them.
 pub(crate) struct Egress {
     pub(crate) policy: Arc<EgressPolicy>,
-    dir: PathBuf,
+    /// Where the narrowings of calls are shared with the other replicas (set once by the
+    /// host with `--replica-id`; `None`: this process serves every call of its sessions).
+    board: std::sync::OnceLock<Arc<dyn EgressBoard>>,
     observers: Mutex<Vec<EgressObserver>>,
     /// The narrowings held by the calls running in each session ([`EgressHold`]): while any
     /// is held, the session's proxy judges every new connection and request by the policy
@@ -171,57 +172,39 @@ pub(crate) struct Egress {
 
 impl std::fmt::Debug for Egress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Egress").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("Egress").field("shared", &self.board.get().is_some()).finish_non_exhaustive()
     }
 }
 
 impl Egress {
-    /// The egress of a sandbox with `policy`, its socket directories under `dir` (created
-    /// 0700; an existing one must be a directory of this user that no one else may enter).
-    pub(crate) fn new(policy: EgressPolicy, dir: PathBuf) -> Result<Egress, SandboxError> {
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-        let bad = |m: String| SandboxError::Config(format!("sandbox.egress_socket_dir {}: {m}", dir.display()));
-        let longest = dir.as_os_str().len() + 1 + DIR_NAME_HEX + 1 + SOCKET_NAME.len();
-        if longest > MAX_SOCKET_PATH {
-            return Err(bad(format!(
-                "too long for a unix socket path ({longest} of at most {MAX_SOCKET_PATH} bytes with the socket's own name); choose a directory of at most {} bytes",
-                MAX_SOCKET_PATH - (longest - dir.as_os_str().len())
-            )));
-        }
-        match std::fs::symlink_metadata(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| bad(e.to_string()))?;
-                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-                    .map_err(|e| bad(e.to_string()))?;
-            }
-            Err(e) => return Err(bad(e.to_string())),
-            Ok(m) => {
-                let me = std::fs::metadata("/proc/self").map(|p| p.uid()).map_err(|e| bad(e.to_string()))?;
-                if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
-                    return Err(
-                        bad("expected a directory owned by the warden user with mode 0700 (not a link)".into()),
-                    );
-                }
-            }
-        }
-        Ok(Egress {
+    /// The egress of a sandbox with `policy`.
+    pub(crate) fn new(policy: EgressPolicy) -> Egress {
+        Egress {
             policy: Arc::new(policy),
-            dir,
+            board: std::sync::OnceLock::new(),
             observers: Mutex::new(vec![]),
             holds: Mutex::default(),
             credentials: Mutex::default(),
             next_hold: AtomicU64::new(0),
-        })
+        }
+    }
+
+    /// Shares this process's holds through `board`, and reads the other replicas' from it
+    /// (once; a second board is refused).
+    pub(crate) fn share_holds(&self, board: Arc<dyn EgressBoard>) -> Result<(), SandboxError> {
+        self.board.set(board).map_err(|_| SandboxError::Config("the egress board is set once".into()))
     }
 
     /// Narrows `key`'s egress by `narrowings`, and adds `credentials` to its requests,
-    /// until the hold drops (see [`EgressHold`]).
-    pub(crate) fn hold(
+    /// until the hold drops (see [`EgressHold`]). With replicas the narrowings are on the
+    /// board before this returns; when they cannot be, nothing is held and the call must
+    /// not run.
+    pub(crate) async fn hold(
         self: &Arc<Self>,
         key: &SessionKey,
         narrowings: &[Arc<EgressNarrowing>],
         credentials: &[Arc<Credential>],
-    ) -> EgressHold {
+    ) -> Result<EgressHold, SandboxError> {
         let mut ids = Vec::with_capacity(narrowings.len() + credentials.len());
         if !narrowings.is_empty() {
             let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
@@ -241,7 +224,19 @@ impl Egress {
                 ids.push(id);
             }
         }
-        EgressHold { egress: Some(self.clone()), key: key.clone(), ids }
+        let mut hold = EgressHold { egress: Some(self.clone()), key: key.clone(), ids, published: None };
+        if let (Some(board), Some(&id)) = (self.board.get(), hold.ids.first())
+            && !narrowings.is_empty()
+        {
+            let shared: Vec<SharedNarrowing> = narrowings.iter().map(|n| SharedNarrowing::of(n)).collect();
+            board.publish(key, id, &shared).await.map_err(|e| {
+                SandboxError::Egress(format!(
+                    "this call's egress list could not be shared with the other replicas ({e}); it was not run"
+                ))
+            })?;
+            hold.published = Some((board.clone(), id));
+        }
+        Ok(hold)
     }
 
     /// The task credentials held in `key`'s session now that apply to `target`, one per
@@ -269,64 +264,38 @@ impl Egress {
     }
 
     /// The policy `key`'s proxy applies now: the operator's, narrowed by every narrowing
-    /// its running calls hold (the narrowest wins when concurrent calls differ).
-    fn policy_for(&self, key: &SessionKey) -> Arc<EgressPolicy> {
-        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
-        match holds.get(key) {
-            None => self.policy.clone(),
-            Some(held) => {
-                // One layer per distinct narrowing: concurrent calls of one task hold the same.
-                let mut distinct: Vec<&EgressNarrowing> = Vec::with_capacity(held.len());
-                for (_, n) in held {
-                    if !distinct.contains(&&**n) {
-                        distinct.push(n);
-                    }
+    /// its running calls hold — here and, with replicas, on the board (the narrowest wins
+    /// when concurrent calls differ). `Err` (the refusal's rule) when the board cannot be
+    /// read: what other replicas' calls allow is then unknown, so nothing is.
+    async fn policy_for(&self, key: &SessionKey) -> Result<Arc<EgressPolicy>, String> {
+        let mut distinct: Vec<Arc<EgressNarrowing>> = vec![];
+        {
+            let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+            // One layer per distinct narrowing: concurrent calls of one task hold the same.
+            for (_, n) in holds.get(key).into_iter().flatten() {
+                if !distinct.iter().any(|d| **d == **n) {
+                    distinct.push(n.clone());
                 }
-                Arc::new(self.policy.narrowed(distinct))
             }
         }
-    }
-
-    /// The host directory a container named `name` mounts at [`EGRESS_MOUNT`]: named by a
-    /// digest of `name` ([`DIR_NAME_HEX`] hex digits), so the socket path stays short
-    /// whatever user and session ids the container name carries.
-    pub(crate) fn container_dir(&self, name: &str) -> PathBuf {
-        use sha2::Digest;
-        let digest = hex::encode(sha2::Sha256::digest(name.as_bytes()));
-        self.dir.join(&digest[..DIR_NAME_HEX])
-    }
-
-    /// Creates (or empties of a stale socket) the directory of container `name`; the
-    /// container's users may enter it and use the socket, nothing more.
-    pub(crate) fn prepare_dir(&self, name: &str) -> Result<PathBuf, SandboxError> {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = self.container_dir(name);
-        let fail = |e: std::io::Error| SandboxError::Docker {
-            action: "prepare the egress directory".into(),
-            message: format!("{}: {e}", dir.display()),
-        };
-        std::fs::create_dir_all(&dir).map_err(fail)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
-        let _ = std::fs::remove_file(dir.join(SOCKET_NAME));
-        Ok(dir)
-    }
-
-    /// Removes the directory of container `name` (absent is fine).
-    pub(crate) fn remove_dir(&self, name: &str) {
-        self.remove_path(&self.container_dir(name));
-    }
-
-    /// Removes a container directory given by path; only ever one directly below the
-    /// socket directory.
-    pub(crate) fn remove_path(&self, dir: &Path) {
-        if dir.parent() == Some(self.dir.as_path()) {
-            let _ = std::fs::remove_dir_all(dir);
+        if let Some(board) = self.board.get() {
+            let others = board.others(key).await.map_err(|e| {
+                format!("the egress lists of this session's calls on other replicas could not be read ({e})")
+            })?;
+            for shared in others {
+                // An entry that no longer parses narrows to nothing (deny by default).
+                let n = EgressNarrowing::parse(&shared.allow, shared.source.clone())
+                    .or_else(|_| EgressNarrowing::parse(&[], shared.source))
+                    .map_err(|e| e.to_string())?;
+                if !distinct.iter().any(|d| **d == n) {
+                    distinct.push(Arc::new(n));
+                }
+            }
         }
-    }
-
-    /// Removes the socket directory itself when nothing is left in it (shutdown).
-    pub(crate) fn remove_base_if_empty(&self) {
-        let _ = std::fs::remove_dir(&self.dir);
+        Ok(match distinct.is_empty() {
+            true => self.policy.clone(),
+            false => Arc::new(self.policy.narrowed(distinct.iter().map(|n| &**n))),
+        })
     }
 
     pub(crate) fn observe(&self, observer: EgressObserver) {
@@ -354,31 +323,6 @@ impl Egress {
             o(report);
         }
     }
-
-    /// Starts serving `key`'s proxy on the socket in `dir` (the directory of the container
-    /// just bound to it). Dropping the [`Listener`] stops it and every connection.
-    pub(crate) fn listen(self: &Arc<Self>, dir: &Path, key: &SessionKey) -> Result<Listener, SandboxError> {
-        use std::os::unix::fs::PermissionsExt;
-        let path = dir.join(SOCKET_NAME);
-        let fail = |e: std::io::Error| SandboxError::Docker {
-            action: "open the egress socket".into(),
-            message: format!("{}: {e}", path.display()),
-        };
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path).map_err(fail)?;
-        // The container's users connect (they are not this user); the directory is theirs only.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(fail)?;
-        let (closing, closed) = tokio::sync::watch::channel(());
-        let session = Arc::new(SessionProxy {
-            egress: self.clone(),
-            key: key.clone(),
-            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_SESSION)),
-            closed,
-            recorder: Mutex::new(Recorder::new(key.clone(), Instant::now())),
-        });
-        let task = tokio::spawn(accept_loop(listener, session));
-        Ok(Listener { task, dir: dir.to_path_buf(), _closing: closing })
-    }
 }
 
 /// A call's narrowing of its session's egress, and its task's credentials
@@ -391,12 +335,14 @@ pub struct EgressHold {
     egress: Option<Arc<Egress>>,
     key: SessionKey,
     ids: Vec<u64>,
+    /// The board its narrowings are on, under this id (withdrawn on drop).
+    published: Option<(Arc<dyn EgressBoard>, u64)>,
 }
 
 impl EgressHold {
     /// A hold that narrows nothing (no egress configured).
     pub(crate) fn none(key: &SessionKey) -> EgressHold {
-        EgressHold { egress: None, key: key.clone(), ids: vec![] }
+        EgressHold { egress: None, key: key.clone(), ids: vec![], published: None }
     }
 }
 
@@ -408,6 +354,14 @@ impl std::fmt::Debug for EgressHold {
 
 impl Drop for EgressHold {
     fn drop(&mut self) {
+        if let Some((board, id)) = self.published.take() {
+            // Off the board at once, or with this replica's lease if that fails (the board's
+            // rows name their replica).
+            let key = self.key.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { board.withdraw(&key, id).await });
+            }
+        }
         let (Some(egress), false) = (&self.egress, self.ids.is_empty()) else { return };
         let mut holds = egress.holds.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(held) = holds.get_mut(&self.key) {
@@ -427,40 +381,7 @@ impl Drop for EgressHold {
     }
 }
 
-/// A session's proxy listener; dropping it closes the socket and every open connection.
-#[derive(Debug)]
-pub(crate) struct Listener {
-    task: JoinHandle<()>,
-    dir: PathBuf,
-    /// Dropped with the listener: every tunnel of the session ends (they run on tasks of
-    /// their own once hyper hands them over).
-    _closing: tokio::sync::watch::Sender<()>,
-}
-
-impl Listener {
-    /// The container directory it serves.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
-    }
-}
-
-/// The host directory a container mounts at [`EGRESS_MOUNT`], from its mounts.
-pub(crate) fn mounted_dir(mounts: Option<&[bollard::models::MountPoint]>) -> Option<PathBuf> {
-    mounts?
-        .iter()
-        .find(|m| m.destination.as_deref() == Some(EGRESS_MOUNT))
-        .and_then(|m| m.source.as_deref())
-        .map(PathBuf::from)
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        self.task.abort();
-        let _ = std::fs::remove_file(self.dir.join(SOCKET_NAME));
-    }
-}
-
-/// The container side of egress: the mount and the proxy environment of every container.
+/// The container side of egress: the proxy environment of every container.
 pub(crate) fn container_env() -> Vec<String> {
     let proxy = format!("http://127.0.0.1:{FORWARDER_PORT}");
     let no_proxy = "localhost,127.0.0.1,::1";
@@ -474,22 +395,58 @@ pub(crate) fn container_env() -> Vec<String> {
     ]
 }
 
-/// The forwarder's command line (run detached as [`FORWARDER_USER`]).
-pub(crate) fn forwarder_argv() -> Vec<String> {
+/// The forwarder's command line in `mode`: `serve` (run detached as [`FORWARDER_USER`] when
+/// the container starts: the listener on [`FORWARDER_PORT`]) or `channel` (an attached exec
+/// of the same user: one warden process's channel, see `channel.rs`).
+pub(crate) fn forwarder_argv(mode: &str) -> Vec<String> {
     let code: String = FORWARDER_SOURCE
         .lines()
         .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
         .collect::<Vec<_>>()
         .join("\n");
-    vec![
-        "python3".into(),
-        "-I".into(),
-        "-S".into(),
-        "-c".into(),
-        code,
-        FORWARDER_PORT.to_string(),
-        format!("{EGRESS_MOUNT}/{SOCKET_NAME}"),
-    ]
+    let mut argv = vec!["python3".into(), "-I".into(), "-S".into(), "-c".into(), code, mode.into()];
+    if mode == "serve" {
+        argv.push(FORWARDER_PORT.to_string());
+    }
+    argv.push(CHANNEL_SOCKET.into());
+    argv
+}
+
+/// A call's narrowing as the board keeps it: the entries as written and who narrows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SharedNarrowing {
+    pub source: String,
+    pub allow: Vec<String>,
+}
+
+impl SharedNarrowing {
+    fn of(n: &EgressNarrowing) -> SharedNarrowing {
+        SharedNarrowing { source: n.source().to_string(), allow: n.entries().map(str::to_string).collect() }
+    }
+}
+
+/// A boxed future, as the board's methods return (the trait is used as `dyn`).
+pub type BoardFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Where replicas share the narrowings of their running calls, per session: a session's
+/// connections may be served by any replica that has a channel into its container, and
+/// each judges by every running call's list ([`crate::Sandbox::share_egress_holds`]; the
+/// host's store implements it on PostgreSQL). Rows name their replica, so the holds of a
+/// replica that dies lapse with its lease. Task credentials are never on it: their values
+/// stay in the process of the call that holds them.
+pub trait EgressBoard: Send + Sync + 'static {
+    /// Puts `narrowings`, held by a call of this replica under `hold`, on the board;
+    /// returns once every replica would read them.
+    fn publish<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        hold: u64,
+        narrowings: &'a [SharedNarrowing],
+    ) -> BoardFuture<'a, Result<(), String>>;
+    /// Takes this replica's `hold` off the board.
+    fn withdraw<'a>(&'a self, key: &'a SessionKey, hold: u64) -> BoardFuture<'a, ()>;
+    /// The narrowings held in `key`'s session by the calls of the *other* live replicas.
+    fn others<'a>(&'a self, key: &'a SessionKey) -> BoardFuture<'a, Result<Vec<SharedNarrowing>, String>>;
 }
 
 struct SessionProxy {
@@ -543,35 +500,12 @@ impl Drop for SessionProxy {
 /// taken over by its tunnel when it becomes one (hyper's connection ends at the upgrade).
 type Slot = Arc<Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
 
-async fn accept_loop(listener: UnixListener, session: Arc<SessionProxy>) {
-    let mut conns = JoinSet::new();
-    let mut tick = tokio::time::interval(recorder::SUPPRESSED_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let Ok(permit) = session.slots.clone().try_acquire_owned() else {
-                    let (log, due) = session.recorder().connection_closed(Instant::now());
-                    session.emit(due, None);
-                    if log {
-                        tracing::warn!(user = %session.key.user_id, session = %session.key.session_id, max = MAX_CONNECTIONS_PER_SESSION, "egress: too many connections; closing one");
-                    }
-                    continue;
-                };
-                let s = session.clone();
-                conns.spawn(async move {
-                    let slot: Slot = Arc::new(Mutex::new(Some(permit)));
-                    serve_connection(stream, s, slot).await;
-                });
-            }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            _ = tick.tick() => session.report_due(),
-        }
-    }
-}
-
-async fn serve_connection(stream: UnixStream, session: Arc<SessionProxy>, slot: Slot) {
+/// Serves one connection of the session's forwarder (a channel's stream) as an HTTP/1
+/// proxy connection.
+async fn serve_connection<T>(stream: T, session: Arc<SessionProxy>, slot: Slot)
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let svc = hyper::service::service_fn(move |req| {
         let s = session.clone();
         let slot = slot.clone();
@@ -631,7 +565,7 @@ impl SessionProxy {
 
     /// Judges `target` and resolves it: the admitting rule and the checked addresses.
     async fn decide(&self, target: &Target) -> Result<(String, Vec<SocketAddr>), String> {
-        let policy = self.egress.policy_for(&self.key);
+        let policy = self.egress.policy_for(&self.key).await?;
         let admitted = policy.admit(target).map_err(|d| d.rule)?;
         let addrs: Vec<SocketAddr> = match &target.host {
             TargetHost::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],

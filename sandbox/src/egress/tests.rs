@@ -1,9 +1,15 @@
-//! The proxy in-process: a real unix socket in front, real TCP servers behind.
+//! The proxy in-process: a yamux channel in front (the forwarder's side played by the
+//! same [`channel::Mux`] in client mode), real TCP servers behind.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixStream};
+use tokio::net::TcpListener;
+use tokio_util::compat::FuturesAsyncReadCompatExt;
+
+use tokio::task::JoinSet;
+
+use super::channel::{Channel, Mux};
 
 use super::*;
 use crate::egress_policy::{CredentialConfig, EgressConfig};
@@ -46,29 +52,39 @@ async fn upstream(reply: &'static [u8]) -> Upstream {
 }
 
 struct Proxy {
-    _dir: tempfile::TempDir,
-    sock: PathBuf,
+    egress: Arc<Egress>,
+    forwarder: Arc<Mux>,
     events: Arc<Mutex<Vec<EgressEvent>>>,
-    _listener: Listener,
+    _channel: Channel,
+}
+
+/// A channel of `egress` for session `u/s`, and the forwarder's end of it.
+fn channel(egress: &Arc<Egress>) -> (Channel, Arc<Mux>) {
+    let (host_side, forwarder_side) = tokio::io::duplex(256 * 1024);
+    let channel = egress.attach(host_side, &SessionKey::new("u", "s"), "c1");
+    (channel, Arc::new(Mux::start(forwarder_side, yamux::Mode::Client, drop)))
+}
+
+/// What a tool connecting to the forwarder gets: a new stream of the channel.
+async fn connect_through(forwarder: &Mux) -> tokio_util::compat::Compat<yamux::Stream> {
+    forwarder.open().await.unwrap().compat()
 }
 
 fn proxy(allow: &[String], credentials: Vec<CredentialConfig>) -> Proxy {
-    let dir = tempfile::tempdir().unwrap();
     let cfg = EgressConfig { allow: allow.to_vec(), deny: vec!["denied.example".into()], credentials };
     let policy = cfg.resolve(|n| (n == "TEST_TOKEN").then(|| "tok-123-secret".to_string())).unwrap();
-    let egress = Arc::new(Egress::new(policy, dir.path().join("egress")).unwrap());
+    let egress = Arc::new(Egress::new(policy));
     let events = Arc::new(Mutex::new(Vec::new()));
     let log = events.clone();
     egress.observe(Arc::new(move |r: &EgressReport| log.lock().unwrap().extend(r.decision().cloned())));
-    let cdir = egress.prepare_dir("c1").unwrap();
-    let listener = egress.listen(&cdir, &SessionKey::new("u", "s")).unwrap();
-    Proxy { sock: cdir.join(SOCKET_NAME), _dir: dir, events, _listener: listener }
+    let (channel, forwarder) = channel(&egress);
+    Proxy { egress, forwarder, events, _channel: channel }
 }
 
 impl Proxy {
     /// Sends `request` and reads until the proxy closes (or 3 s pass).
     async fn exchange(&self, request: &[u8]) -> String {
-        let mut s = UnixStream::connect(&self.sock).await.unwrap();
+        let mut s = connect_through(&self.forwarder).await;
         s.write_all(request).await.unwrap();
         let mut out = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out)).await;
@@ -203,22 +219,19 @@ async fn regression_a_refusal_flood_writes_at_most_the_buckets_records() {
     use recorder::REFUSALS;
     const CLIENTS: u64 = 16;
     const EACH: u64 = 40;
-    let dir = tempfile::tempdir().unwrap();
     let cfg = EgressConfig { allow: vec!["pypi.org".into()], deny: vec![], credentials: vec![] };
-    let egress = Arc::new(Egress::new(cfg.resolve(|_| None).unwrap(), dir.path().join("egress")).unwrap());
+    let egress = Arc::new(Egress::new(cfg.resolve(|_| None).unwrap()));
     let reports = Arc::new(Mutex::new(Vec::new()));
     let log = reports.clone();
     egress.observe(Arc::new(move |r: &EgressReport| log.lock().unwrap().push(r.clone())));
-    let cdir = egress.prepare_dir("c1").unwrap();
-    let listener = egress.listen(&cdir, &SessionKey::new("u", "s")).unwrap();
-    let sock = cdir.join(SOCKET_NAME);
+    let (listener, forwarder) = channel(&egress);
     let started = Instant::now();
     let mut clients = JoinSet::new();
     for c in 0..CLIENTS {
-        let sock = sock.clone();
+        let forwarder = forwarder.clone();
         clients.spawn(async move {
             for i in 0..EACH {
-                let mut s = UnixStream::connect(&sock).await.unwrap();
+                let mut s = connect_through(&forwarder).await;
                 s.write_all(format!("CONNECT x{c}-{i}.example:1 HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
                 let mut out = Vec::new();
                 let _ = s.read_to_end(&mut out).await;
@@ -254,4 +267,101 @@ async fn regression_a_refusal_flood_writes_at_most_the_buckets_records() {
     );
     assert_eq!(recorded + counted, CLIENTS * EACH, "every refusal is recorded or counted");
     assert!(counted > 0, "the flood went past the budget");
+}
+
+/// A board standing in for the other replicas: what they hold, and what this one put on it.
+struct Board {
+    others: Mutex<Result<Vec<SharedNarrowing>, String>>,
+    published: Mutex<Vec<(SessionKey, u64, Vec<SharedNarrowing>)>>,
+}
+
+impl Default for Board {
+    fn default() -> Self {
+        Board { others: Mutex::new(Ok(vec![])), published: Mutex::default() }
+    }
+}
+
+impl EgressBoard for Board {
+    fn publish<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        hold: u64,
+        narrowings: &'a [SharedNarrowing],
+    ) -> BoardFuture<'a, Result<(), String>> {
+        self.published.lock().unwrap().push((key.clone(), hold, narrowings.to_vec()));
+        Box::pin(async { Ok(()) })
+    }
+    fn withdraw<'a>(&'a self, _key: &'a SessionKey, hold: u64) -> BoardFuture<'a, ()> {
+        self.published.lock().unwrap().retain(|(_, h, _)| *h != hold);
+        Box::pin(async {})
+    }
+    fn others<'a>(&'a self, _key: &'a SessionKey) -> BoardFuture<'a, Result<Vec<SharedNarrowing>, String>> {
+        let others = self.others.lock().unwrap().clone();
+        Box::pin(async move { others })
+    }
+}
+
+/// With replicas, a call running on another replica narrows the connections this one
+/// serves in the session; a board that cannot be read refuses everything; this replica's
+/// own holds go on the board (lists only) and off it when they drop.
+#[tokio::test]
+async fn another_replicas_running_call_narrows_what_this_one_serves() {
+    let up = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
+    let other = upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
+    let (a, b) = (format!("127.0.0.1:{}", up.port), format!("127.0.0.1:{}", other.port));
+    let p = proxy(&[a.clone(), b.clone()], vec![]);
+    let board = Arc::new(Board::default());
+    p.egress.share_holds(board.clone()).unwrap();
+    let get = |hostport: &str| format!("GET http://{hostport}/ HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
+    // Positive control: nothing held anywhere, both reached.
+    assert!(p.exchange(get(&b).as_bytes()).await.ends_with("ok"));
+    *board.others.lock().unwrap() =
+        Ok(vec![SharedNarrowing { source: "the task on replica r2 (egress)".into(), allow: vec![a.clone()] }]);
+    assert!(p.exchange(get(&a).as_bytes()).await.ends_with("ok"), "inside the other replica's list");
+    let refused = p.exchange(get(&b).as_bytes()).await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    assert!(refused.contains("outside the egress list of the task on replica r2 (egress)"), "{refused}");
+    *board.others.lock().unwrap() = Err("connection refused".into());
+    let refused = p.exchange(get(&a).as_bytes()).await;
+    assert!(refused.starts_with("HTTP/1.1 403") && refused.contains("could not be read"), "{refused}");
+    // This replica's own hold: on the board while held, lists only.
+    let key = SessionKey::new("u", "s");
+    let mine = Arc::new(EgressNarrowing::parse(std::slice::from_ref(&a), "the task (egress)").unwrap());
+    let hold = p.egress.hold(&key, &[mine], &[]).await.unwrap();
+    let published = board.published.lock().unwrap().clone();
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0].2, [SharedNarrowing { source: "the task (egress)".into(), allow: vec![a.clone()] }]);
+    drop(hold);
+    for _ in 0..100 {
+        if board.published.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(board.published.lock().unwrap().is_empty(), "withdrawn when the call ends");
+}
+
+/// A board that refuses a hold: the hold fails (the call is not run), and leaves nothing
+/// held here either.
+#[tokio::test]
+async fn a_hold_that_cannot_be_shared_is_not_held() {
+    struct Refusing;
+    impl EgressBoard for Refusing {
+        fn publish<'a>(&'a self, _: &'a SessionKey, _: u64, _: &'a [SharedNarrowing]) -> BoardFuture<'a, Result<(), String>> {
+            Box::pin(async { Err("database down".to_string()) })
+        }
+        fn withdraw<'a>(&'a self, _: &'a SessionKey, _: u64) -> BoardFuture<'a, ()> {
+            Box::pin(async {})
+        }
+        fn others<'a>(&'a self, _: &'a SessionKey) -> BoardFuture<'a, Result<Vec<SharedNarrowing>, String>> {
+            Box::pin(async { Ok(vec![]) })
+        }
+    }
+    let egress = Arc::new(Egress::new(EgressConfig { allow: vec!["pypi.org".into()], ..Default::default() }.resolve(|_| None).unwrap()));
+    egress.share_holds(Arc::new(Refusing)).unwrap();
+    let key = SessionKey::new("u", "s");
+    let n = Arc::new(EgressNarrowing::parse(&["pypi.org".into()], "the task (egress)").unwrap());
+    let e = egress.hold(&key, &[n], &[]).await.unwrap_err().to_string();
+    assert!(e.contains("could not be shared") && e.contains("database down"), "{e}");
+    assert!(egress.holds.lock().unwrap().is_empty(), "nothing held here");
 }

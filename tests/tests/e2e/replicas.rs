@@ -686,3 +686,306 @@ fn a_session_keeps_its_container_on_its_docker_host_across_replicas() {
     assert_eq!(hosts(ports[0]), placed, "a session moved or got a second container");
     drop(servers);
 }
+
+/// An HTTP server on 127.0.0.1 (its port) answering `cred` when a request carries
+/// `X-Token: Bearer <token>` and `none` otherwise (never echoing the header).
+fn credential_server(token: &'static str) -> u16 {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut s in server.incoming().flatten() {
+            let mut buf = vec![0u8; 16 * 1024];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+            let body: &[u8] = if head.contains(&format!("x-token: bearer {token}")) { b"cred" } else { b"none" };
+            let _ = s.write_all(&[b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n".as_slice(), body].concat());
+        }
+    });
+    port
+}
+
+/// Done when (issue 49): `sandbox.egress` with two replicas on PostgreSQL and two Docker
+/// hosts (the local socket and a TLS endpoint). A session made by one replica is used by a
+/// task on the other: the allowed server is reached with the task's injected credential,
+/// the server the task's list leaves out and a host the operator never allowed are
+/// refused, and the task's stream shows the decisions; after `kill -9` of the replica that
+/// made the session, the other one's calls in it work under the same policy. A second
+/// session is placed on the other Docker host and gets the same.
+#[test]
+fn egress_follows_a_session_across_replicas_and_docker_hosts() {
+    const TOKEN: &str = "s3cret-egress-49";
+    let db = TestDatabase::create();
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let proxy = TlsProxy::start(certs.path());
+    let tcp = format!("tcp://127.0.0.1:{}", proxy.port);
+    let c = |f: &str| certs.path().join(f).display().to_string();
+    let (allowed, left_out) = (credential_server(TOKEN), credential_server(TOKEN));
+    let scope = format!("rep{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let _cleanup = ScopeCleanup(scope.clone());
+    let d = Deployment::new(&format!(
+        "  limit_overrides:\n    hostile: {{ timeout: 10m }}\n\
+         \x20 grants:\n    hostile: {{ events: true }}\n    \
+         claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
+         subagents:\n  agent_dirs: [./agents]\n  references:\n    - {{ uri: \"hostile://sleeper\", kind: HOSTILE }}\n\
+         models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
+         sandbox:\n  scope: {scope}\n  warm_pool: 0\n  hosts:\n    - endpoint: {}\n    - endpoint: {tcp}\n      \
+         tls: {{ ca: {}, cert: {}, key: {} }}\n  \
+         egress:\n    allow: [\"127.0.0.1:{allowed}\", \"127.0.0.1:{left_out}\"]\n\
+         approval:\n  default: deny\n  allow: [Bash]\n\
+         server:\n  max_concurrent_tasks: 1\n  task_lease: {}s\n\
+         store:\n  url: {}\n",
+        warden_sandbox::config::DEFAULT_DOCKER_ENDPOINT,
+        c("ca.pem"),
+        c("client.pem"),
+        c("client.key"),
+        LEASE.as_secs(),
+        db.url
+    ));
+    d.add("hostile", "hostile");
+    let root = d.dir.path();
+    std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
+    std::fs::create_dir_all(root.join("agents")).unwrap();
+    std::fs::write(
+        root.join("agents/fetcher.md"),
+        "---\nname: fetcher\ndescription: Fetches\ntools: Bash\nmodel: main/scripted\n---\nFetch.\n",
+    )
+    .unwrap();
+    let curl = |p: u16| format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{p}/");
+    std::fs::write(
+        root.join("main.yaml"),
+        format!(
+            "- tool_calls: [{{ name: Bash, arguments: {{ command: \"{}; echo; {}; echo; curl -sS --max-time 20 http://1.1.1.1/; echo\" }} }}]\n\
+             - text: \"fetched\"\n  expect: {{ last_tool_result_contains: \"cred\" }}\n",
+            curl(allowed),
+            curl(left_out)
+        ),
+    )
+    .unwrap();
+    let mut servers: Vec<Option<Server>> = (0..2).map(|i| Some(Server::start_replica(&d, &replica_id(i)))).collect();
+    let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
+    let fetch = |port: u16, session: &str| -> Value {
+        let body = json!({
+            "description": "fetch", "prompt": "go", "subagent_type": "fetcher", "session_id": session,
+            "egress": [format!("127.0.0.1:{allowed}")],
+            "tool_context": { "token": { "value": TOKEN, "inject": { "host": format!("127.0.0.1:{allowed}"), "header": "X-Token", "format": "Bearer {}" } } },
+        });
+        let (status, r) = json_of(port, "POST", "/v1/tasks", Some(&body));
+        assert_eq!((status, r["status"].as_str()), (200, Some("completed")), "{session}: {r}\n{}", logs(&d));
+        r
+    };
+    // What a fetch's Bash call saw, and the egress decisions in its stream.
+    let check = |port: u16, task: &Value, what: &str| {
+        let id = task["task_id"].as_str().unwrap();
+        let evs: Vec<Value> = events(port, id, None).into_iter().map(|(_, e)| e).collect();
+        let result = evs.iter().find(|e| e["type"] == "tool_result").unwrap_or_else(|| panic!("{what}: {evs:?}"));
+        let content = result["content"].as_str().unwrap();
+        let lines: Vec<&str> = content.lines().collect();
+        assert_eq!(lines.first(), Some(&"cred"), "{what}: the allowed server, with the injected credential: {content}");
+        assert!(
+            content.contains(&format!("127.0.0.1:{left_out} is outside the egress list of the task (egress)")),
+            "{what}: the task's list applies: {content}"
+        );
+        assert!(content.contains("no allow entry names 1.1.1.1:80"), "{what}: {content}");
+        assert!(!content.contains(TOKEN), "{what}: the credential never reaches the sandbox");
+        let egress: Vec<&Value> = evs.iter().filter(|e| e["type"] == "egress").collect();
+        assert!(
+            egress.iter().any(|e| e["allowed"] == true && e["port"] == allowed && e["credential"].is_string()),
+            "{what}: {egress:?}"
+        );
+        assert!(egress.iter().any(|e| e["allowed"] == false && e["port"] == left_out), "{what}: {egress:?}");
+    };
+
+    // The session is made by whichever replica runs the first task; the second task runs on
+    // the other one (the maker is kept busy by a sleeper).
+    let first = fetch(ports[0], "eg-a");
+    check(ports[0], &first, "first task");
+    let maker = runner(&first);
+    let mut sleepers = vec![];
+    loop {
+        let t = submit(ports[0], &sleeper(120_000, "blocker"));
+        let on = runner(&working(ports[0], &t, Duration::from_secs(60)));
+        sleepers.push(t);
+        if on == maker {
+            break;
+        }
+        assert!(sleepers.len() < 3, "a sleeper never ran on {}: {sleepers:?}", replica_id(maker));
+    }
+    for t in &sleepers[..sleepers.len() - 1] {
+        let (status, r) = json_of(ports[0], "POST", &format!("/v1/tasks/{t}/cancel"), None);
+        assert_eq!(status, 200, "{r}");
+    }
+    let other = 1 - maker;
+    let second = fetch(ports[other], "eg-a");
+    assert_eq!(runner(&second), other, "{second}");
+    check(ports[other], &second, "on the replica that did not make the session");
+
+    // kill -9 of the maker: the other replica's calls in the session keep the policy.
+    let mut dead = servers[maker].take().unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    let third = fetch(ports[other], "eg-a");
+    check(ports[other], &third, "after kill -9 of the maker");
+
+    // A second session goes to the other Docker host, and is served alike.
+    let remote = fetch(ports[other], "eg-b");
+    check(ports[other], &remote, "second session");
+    let (status, r) = json_of(ports[other], "GET", "/v1/sessions", None);
+    assert_eq!(status, 200, "{r}");
+    let on: BTreeSet<&str> = r["sessions"].as_array().unwrap().iter().filter_map(|s| s["docker_host"].as_str()).collect();
+    assert_eq!(
+        on,
+        BTreeSet::from([warden_sandbox::config::DEFAULT_DOCKER_ENDPOINT, tcp.as_str()]),
+        "one session per Docker host: {r}"
+    );
+    drop(servers);
+}
+
+/// An HTTPS server on 127.0.0.1 (`server.pem` of `certs`, made by [`make_certs`]) answering
+/// every request `ok`; killed when dropped.
+struct TlsServer(std::process::Child, u16);
+
+impl TlsServer {
+    fn start(certs: &std::path::Path) -> TlsServer {
+        let port = free_port();
+        let code = "import http.server, ssl, sys\n\
+            class H(http.server.BaseHTTPRequestHandler):\n\
+            \x20   protocol_version = 'HTTP/1.1'\n\
+            \x20   def do_GET(self):\n\
+            \x20       self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers(); self.wfile.write(b'ok')\n\
+            \x20   def log_message(self, *a): pass\n\
+            s = http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H)\n\
+            c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[2], sys.argv[3])\n\
+            s.socket = c.wrap_socket(s.socket, server_side=True)\n\
+            s.serve_forever()\n";
+        let child = std::process::Command::new(python())
+            .args(["-c", code, &port.to_string()])
+            .args([certs.join("server.pem"), certs.join("server.key")])
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "the HTTPS server never listened on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        TlsServer(child, port)
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// BENCHMARKS.md `## Egress with replicas and remote hosts`: an HTTPS request (CONNECT,
+/// TLS handshake, GET) from a sandbox through the egress proxy to a server on the host, as
+/// curl inside the sandbox times it (`time_total`), with one server on the local Docker
+/// socket, with two replicas on PostgreSQL (each connection judged with the board's
+/// narrowings, each call claiming its channel), and with one server whose only Docker host
+/// is the TLS endpoint (the channel through the Docker API over TLS). Each task's Bash call
+/// makes `WARDEN_EGRESS_REQUESTS` (default 20) requests in a row; rounds alternate the
+/// setups; the median request of all rounds counts.
+#[test]
+#[ignore = "benchmark: run explicitly"]
+fn bench_egress() {
+    const ROUNDS: usize = 5;
+    let n: usize = std::env::var("WARDEN_EGRESS_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let db = TestDatabase::create();
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let docker_tls = TlsProxy::start(certs.path());
+    let https = TlsServer::start(certs.path());
+    let c = |f: &str| certs.path().join(f).display().to_string();
+    // A scope per setup: a server without a replica id takes its scope's leftovers for its own.
+    let scopes: Vec<String> =
+        (0..3).map(|i| format!("beg{i}{}", &uuid::Uuid::new_v4().simple().to_string()[..10])).collect();
+    let _cleanup: Vec<ScopeCleanup> = scopes.iter().cloned().map(ScopeCleanup).collect();
+    let deployment = |scope: &str, hosts: &str, store: &str| -> Deployment {
+        let d = Deployment::new(&format!(
+            "  grants:\n    claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
+             subagents:\n  agent_dirs: [./agents]\n\
+             models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
+             sandbox:\n  scope: {scope}\n  warm_pool: 0\n{hosts}  egress:\n    allow: [\"127.0.0.1:{}\"]\n\
+             approval:\n  default: deny\n  allow: [Bash]\n{store}",
+            https.1
+        ));
+        let root = d.dir.path();
+        std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
+        std::fs::create_dir_all(root.join("agents")).unwrap();
+        std::fs::write(
+            root.join("agents/fetcher.md"),
+            "---\nname: fetcher\ndescription: Fetches\ntools: Bash\nmodel: main/scripted\n---\nFetch.\n",
+        )
+        .unwrap();
+        let command = format!(
+            "for i in $(seq {n}); do curl -k -sS -o /dev/null -w '%{{time_total}} ' --noproxy '' https://127.0.0.1:{}/; done",
+            https.1
+        );
+        std::fs::write(
+            root.join("main.yaml"),
+            format!("- tool_calls: [{{ name: Bash, arguments: {{ command: \"{command}\" }} }}]\n- text: \"fetched\"\n"),
+        )
+        .unwrap();
+        d
+    };
+    let remote = format!(
+        "  hosts:\n    - endpoint: tcp://127.0.0.1:{}\n      tls: {{ ca: {}, cert: {}, key: {} }}\n",
+        docker_tls.port,
+        c("ca.pem"),
+        c("client.pem"),
+        c("client.key")
+    );
+    let setups: Vec<(&str, Deployment, Vec<Server>)> = {
+        let single = deployment(&scopes[0], "", "");
+        let replicas = deployment(&scopes[1], "", &format!("store:\n  url: {}\n", db.url));
+        let tls = deployment(&scopes[2], &remote, "");
+        let s1 = vec![Server::start(&single)];
+        let s2 = (0..2).map(|i| Server::start_replica(&replicas, &replica_id(i))).collect();
+        let s3 = vec![Server::start(&tls)];
+        vec![
+            ("1 server, local Docker socket", single, s1),
+            ("2 replicas on PostgreSQL, local Docker socket", replicas, s2),
+            ("1 server, remote Docker host (TLS)", tls, s3),
+        ]
+    };
+    // One request list per task: the times curl printed, in ms.
+    let run = |name: &str, servers: &[Server], round: usize| -> Vec<f64> {
+        let port = servers[round % servers.len()].port;
+        let session = "bench";
+        let body = json!({ "description": "bench", "prompt": "go", "subagent_type": "fetcher", "session_id": session });
+        let (status, r) = json_of(port, "POST", "/v1/tasks", Some(&body));
+        assert_eq!((status, r["status"].as_str()), (200, Some("completed")), "{name}: {r}");
+        let evs: Vec<Value> =
+            events(port, r["task_id"].as_str().unwrap(), None).into_iter().map(|(_, e)| e).collect();
+        let content = evs.iter().find(|e| e["type"] == "tool_result").unwrap()["content"].as_str().unwrap().to_owned();
+        let times: Vec<f64> = content.split_whitespace().filter_map(|t| t.parse::<f64>().ok()).map(|s| s * 1e3).collect();
+        assert_eq!(times.len(), n, "{name}: every request answered: {content}");
+        times
+    };
+    for (name, _, servers) in &setups {
+        run(name, servers, 0); // warm-up: the session's container, its channel
+    }
+    let mut all: Vec<Vec<f64>> = vec![vec![]; setups.len()];
+    for round in 0..ROUNDS {
+        for (k, (name, _, servers)) in setups.iter().enumerate() {
+            all[k].extend(run(name, servers, round));
+        }
+    }
+    let quantile = |v: &Vec<f64>, q: f64| {
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        v[((v.len() as f64 * q) as usize).min(v.len() - 1)]
+    };
+    println!("egress: {n} HTTPS requests per task, {ROUNDS} alternating rounds; curl's time_total in the sandbox");
+    println!("| setup | median | p90 | vs 1 server |");
+    println!("|---|---:|---:|---:|");
+    let base = quantile(&all[0], 0.5);
+    for (k, (name, ..)) in setups.iter().enumerate() {
+        let (m, p) = (quantile(&all[k], 0.5), quantile(&all[k], 0.9));
+        println!("| {name} | {m:.1} ms | {p:.1} ms | {:.2}x |", m / base);
+    }
+    drop(setups);
+}

@@ -1,0 +1,237 @@
+//! How a session container's connections reach the proxy: one byte stream per container
+//! and warden process (a `docker exec` of the forwarder in its `channel` mode, attached),
+//! carrying a yamux session. The forwarder in the container opens one yamux stream per
+//! connection a tool makes to `127.0.0.1:`[`super::FORWARDER_PORT`]; this process serves
+//! each as its own proxy connection ([`super::serve_connection`]).
+//!
+//! Because the stream is a Docker exec, it goes wherever the Docker API goes: a remote
+//! Docker host (over its TLS connection) and every replica that serves the session, each
+//! with a channel of its own. Nothing reaches a container but what its channels bring: a
+//! pool container has none until a session takes it, and a channel is a session's (the
+//! process that opened it serves it under that session's key and policy only).
+//!
+//! With several channels in one container (replicas), the forwarder sends a new connection
+//! to the channel that last *claimed* the container ([`Channel::claim`]): each call claims
+//! before it runs, so its own connections are served by the replica that holds its
+//! narrowing and its task's credentials. Every replica judges by the narrowings of all the
+//! session's running calls, wherever they run (`EgressBoard`), so a connection served by
+//! another replica is never judged more widely.
+//!
+//! This module must never serve a stream under another key than its channel's, never
+//! buffer past yamux's per-stream window, and never outlive its [`Channel`] (dropping it
+//! ends the exec, the yamux session and every connection on it).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
+
+use super::recorder::{self, Recorder};
+use super::{Egress, MAX_CONNECTIONS_PER_SESSION, SessionProxy, Slot};
+use crate::error::SandboxError;
+use crate::session_key::SessionKey;
+
+/// What a claim writes on its stream, and what the forwarder answers.
+const CLAIM: &[u8] = b"claim\n";
+const CLAIMED: &[u8] = b"ok\n";
+/// Time the forwarder has to answer a claim (one round trip through the Docker API).
+pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest answer read from a claim stream.
+const MAX_CLAIM_ANSWER: u64 = 64;
+/// Streams yamux lets the forwarder open at once: the proxy's own bound
+/// ([`MAX_CONNECTIONS_PER_SESSION`]) closes any past it first; this is yamux's backstop.
+const MAX_STREAMS: usize = 2 * MAX_CONNECTIONS_PER_SESSION;
+
+/// A yamux session over a byte stream, driven by a task of its own: inbound streams go to
+/// a handler, outbound ones are opened on request. Used both ways round: the proxy's
+/// channel (server) and the tests' stand-in for the forwarder (client).
+pub(crate) struct Mux {
+    opens: mpsc::UnboundedSender<oneshot::Sender<Result<yamux::Stream, String>>>,
+    task: JoinHandle<()>,
+}
+
+impl Mux {
+    /// Starts driving yamux over `io` in `mode`; every inbound stream goes to `inbound`.
+    /// Ends when the transport does (or on a protocol error).
+    pub(crate) fn start<T, F>(io: T, mode: yamux::Mode, mut inbound: F) -> Mux
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        F: FnMut(yamux::Stream) + Send + 'static,
+    {
+        let mut config = yamux::Config::default();
+        config.set_max_num_streams(MAX_STREAMS);
+        let mut conn = yamux::Connection::new(io.compat(), config, mode);
+        let (opens, mut requests) = mpsc::unbounded_channel::<oneshot::Sender<Result<yamux::Stream, String>>>();
+        let task = tokio::spawn(async move {
+            enum Event {
+                Opened(Result<yamux::Stream, yamux::ConnectionError>),
+                Inbound(Option<Result<yamux::Stream, yamux::ConnectionError>>),
+            }
+            let mut waiting: VecDeque<oneshot::Sender<Result<yamux::Stream, String>>> = VecDeque::new();
+            loop {
+                let event = std::future::poll_fn(|cx| {
+                    while let std::task::Poll::Ready(Some(w)) = requests.poll_recv(cx) {
+                        waiting.push_back(w);
+                    }
+                    if !waiting.is_empty()
+                        && let std::task::Poll::Ready(r) = conn.poll_new_outbound(cx)
+                    {
+                        return std::task::Poll::Ready(Event::Opened(r));
+                    }
+                    conn.poll_next_inbound(cx).map(Event::Inbound)
+                })
+                .await;
+                match event {
+                    Event::Opened(r) => {
+                        if let Some(w) = waiting.pop_front() {
+                            let _ = w.send(r.map_err(|e| e.to_string()));
+                        }
+                    }
+                    Event::Inbound(Some(Ok(stream))) => inbound(stream),
+                    Event::Inbound(Some(Err(_)) | None) => break,
+                }
+            }
+            for w in waiting {
+                let _ = w.send(Err("the channel closed".into()));
+            }
+        });
+        Mux { opens, task }
+    }
+
+    /// Opens a stream to the other side.
+    pub(crate) async fn open(&self) -> Result<yamux::Stream, String> {
+        let (tx, rx) = oneshot::channel();
+        self.opens.send(tx).map_err(|_| "the channel closed".to_string())?;
+        rx.await.map_err(|_| "the channel closed".to_string())?
+    }
+
+    /// Whether the yamux session still runs (its transport is open).
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.task.is_finished()
+    }
+}
+
+impl Drop for Mux {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A session's channel into one container: dropping it ends every connection it carries.
+pub(crate) struct Channel {
+    mux: Mux,
+    /// The container it reaches.
+    container: String,
+    /// Reports the session recorder's counts when due.
+    ticker: JoinHandle<()>,
+    /// Dropped with the channel: every tunnel of the session through it ends.
+    _closing: tokio::sync::watch::Sender<()>,
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel").field("container", &self.container).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        self.ticker.abort();
+    }
+}
+
+impl Channel {
+    /// Whether it still carries connections of container `id`.
+    pub(crate) fn serves(&self, id: &str) -> bool {
+        self.container == id && self.mux.is_alive()
+    }
+
+    /// Asks the forwarder to send new connections through this channel, and waits for its
+    /// answer (which also proves the whole way there works).
+    pub(crate) async fn claim(&self) -> Result<(), SandboxError> {
+        let fail = |m: String| SandboxError::Docker { action: "claim the egress channel".into(), message: m };
+        let stream = self.mux.open().await.map_err(fail)?;
+        let mut stream = stream.compat();
+        let exchange = async {
+            stream.write_all(CLAIM).await?;
+            stream.shutdown().await?;
+            let mut answer = Vec::new();
+            (&mut stream).take(MAX_CLAIM_ANSWER).read_to_end(&mut answer).await?;
+            Ok::<_, std::io::Error>(answer)
+        };
+        match tokio::time::timeout(CLAIM_TIMEOUT, exchange).await {
+            Ok(Ok(answer)) if answer == CLAIMED => Ok(()),
+            Ok(Ok(answer)) => Err(fail(format!(
+                "the forwarder answered {:?}, not {:?}",
+                String::from_utf8_lossy(&answer),
+                String::from_utf8_lossy(CLAIMED)
+            ))),
+            Ok(Err(e)) => Err(fail(e.to_string())),
+            Err(_) => Err(fail(format!("no answer within {}s", CLAIM_TIMEOUT.as_secs()))),
+        }
+    }
+}
+
+impl Egress {
+    /// Serves `key`'s proxy on the yamux session over `io` (the server side): every stream
+    /// the other side opens is one proxy connection of the session. `container` names what
+    /// `io` reaches.
+    pub(crate) fn attach<T>(self: &Arc<Self>, io: T, key: &SessionKey, container: &str) -> Channel
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (closing, closed) = tokio::sync::watch::channel(());
+        let session = Arc::new(SessionProxy {
+            egress: self.clone(),
+            key: key.clone(),
+            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_SESSION)),
+            closed,
+            recorder: Mutex::new(Recorder::new(key.clone(), Instant::now())),
+        });
+        let s = session.clone();
+        let mut connections = JoinSet::new();
+        let mux = Mux::start(io, yamux::Mode::Server, move |stream| {
+            while connections.try_join_next().is_some() {}
+            let Ok(permit) = s.slots.clone().try_acquire_owned() else {
+                let (log, due) = s.recorder().connection_closed(Instant::now());
+                s.emit(due, None);
+                if log {
+                    tracing::warn!(user = %s.key.user_id, session = %s.key.session_id, max = MAX_CONNECTIONS_PER_SESSION, "egress: too many connections; closing one");
+                }
+                return;
+            };
+            let s = s.clone();
+            connections.spawn(async move {
+                let slot: Slot = Arc::new(Mutex::new(Some(permit)));
+                super::serve_connection(stream.compat(), s, slot).await;
+            });
+        });
+        let ticker = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(recorder::SUPPRESSED_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                session.report_due();
+            }
+        });
+        Channel { mux, container: container.to_string(), ticker, _closing: closing }
+    }
+
+    /// Opens a channel into the running container `id` for `key`'s session (an attached exec
+    /// of the forwarder's `channel` mode) and claims it.
+    pub(crate) async fn open_channel(
+        self: &Arc<Self>,
+        docker: &bollard::Docker,
+        id: &str,
+        key: &SessionKey,
+    ) -> Result<Channel, SandboxError> {
+        let io = crate::exec::start_attached(docker, id, super::FORWARDER_USER, super::forwarder_argv("channel")).await?;
+        let channel = self.attach(io, key, id);
+        channel.claim().await?;
+        Ok(channel)
+    }
+}
