@@ -554,7 +554,9 @@ impl ToolHost {
                         // operator's list narrowed by the subagent's and the task's, and
                         // adds the task's injected secrets while the call runs.
                         let held = match self.sandbox.as_ref() {
-                            Ok(sb) => sb.hold_egress_with(&key, &scope.egress, &scope.egress_credentials).await.map(Some),
+                            Ok(sb) => {
+                                sb.hold_egress_with(&key, &scope.egress, &scope.egress_credentials).await.map(Some)
+                            }
                             Err(_) => Ok(None),
                         };
                         match held {

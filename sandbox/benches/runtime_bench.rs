@@ -67,7 +67,6 @@ async fn http_server() -> u16 {
 async fn main() {
     let scope = format!("rtbench{}", std::process::id());
     let port = http_server().await;
-    let dir = tempfile::tempdir().unwrap();
     let cfg = |runtime: Option<&str>, name: &str, pool: usize| SandboxConfig {
         scope: format!("{scope}{name}"),
         runtime: runtime.map(String::from),

@@ -518,10 +518,10 @@ impl SandboxConfig {
             }
         }
         self.validate_hosts()?;
-        if let Some(id) = &self.replica_id {
-            if !replica_id_ok(id) {
-                return bad("replica_id", "1-64 characters of [A-Za-z0-9_.-] (warden serve --replica-id)");
-            }
+        if let Some(id) = &self.replica_id
+            && !replica_id_ok(id)
+        {
+            return bad("replica_id", "1-64 characters of [A-Za-z0-9_.-] (warden serve --replica-id)");
         }
         if let Some(rt) = &self.runtime
             && !is_runtime_name(rt)

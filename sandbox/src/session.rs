@@ -1668,8 +1668,7 @@ impl Inner {
             let map = self.sessions.lock().expect("sessions lock");
             room_for_paused(&map, &slot.key, &self.config)?;
             // Counted as paused from here, so two pauses at once cannot pass the limits.
-            *slot.paused.lock().expect("paused lock") =
-                Some(Paused { container: id.clone(), stopped: false });
+            *slot.paused.lock().expect("paused lock") = Some(Paused { container: id.clone(), stopped: false });
         }
         if let Err(e) = container::stop_for_pause(docker, &id).await {
             *slot.paused.lock().expect("paused lock") = None;

@@ -61,8 +61,7 @@ impl EgressBoard for StoreEgressBoard {
     fn others<'a>(&'a self, key: &'a SessionKey) -> BoardFuture<'a, Result<Vec<SharedNarrowing>, String>> {
         Box::pin(async move {
             let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
-            let rows =
-                self.pg()?.others_egress_holds((&key.user_id, &key.session_id), &self.replica, now).await?;
+            let rows = self.pg()?.others_egress_holds((&key.user_id, &key.session_id), &self.replica, now).await?;
             let mut all = vec![];
             for row in rows {
                 // A row that does not read back narrows to nothing (deny by default).

@@ -176,6 +176,64 @@ impl Channel {
     }
 }
 
+/// Time a stream dropped unclosed has to send its FIN.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A proxy connection's stream that ends with a FIN, never a reset, however its server
+/// lets go of it: yamux resets a stream dropped without a close, and the forwarder would
+/// then cut the tool's connection before it read the last answer (a refusal with
+/// `Connection: close`, say). Dropped unclosed, it closes on a task of its own.
+struct Graceful(Option<tokio_util::compat::Compat<yamux::Stream>>);
+
+impl Graceful {
+    fn inner(&mut self) -> std::pin::Pin<&mut tokio_util::compat::Compat<yamux::Stream>> {
+        std::pin::Pin::new(self.0.as_mut().expect("taken only in drop"))
+    }
+}
+
+impl AsyncRead for Graceful {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.inner().poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Graceful {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.inner().poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.inner().poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.inner().poll_shutdown(cx)
+    }
+}
+
+impl Drop for Graceful {
+    fn drop(&mut self) {
+        if let (Some(mut stream), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            // A closed stream closes again at once (yamux keeps its state).
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, stream.shutdown()).await;
+            });
+        }
+    }
+}
+
 impl Egress {
     /// Serves `key`'s proxy on the yamux session over `io` (the server side): every stream
     /// the other side opens is one proxy connection of the session. `container` names what
@@ -207,7 +265,7 @@ impl Egress {
             let s = s.clone();
             connections.spawn(async move {
                 let slot: Slot = Arc::new(Mutex::new(Some(permit)));
-                super::serve_connection(stream.compat(), s, slot).await;
+                super::serve_connection(Graceful(Some(stream.compat())), s, slot).await;
             });
         });
         let ticker = tokio::spawn(async move {
@@ -229,7 +287,8 @@ impl Egress {
         id: &str,
         key: &SessionKey,
     ) -> Result<Channel, SandboxError> {
-        let io = crate::exec::start_attached(docker, id, super::FORWARDER_USER, super::forwarder_argv("channel")).await?;
+        let io =
+            crate::exec::start_attached(docker, id, super::FORWARDER_USER, super::forwarder_argv("channel")).await?;
         let channel = self.attach(io, key, id);
         channel.claim().await?;
         Ok(channel)

@@ -118,6 +118,17 @@ class Stream:
             self.remote_fin = True
             self.inbox.put_nowait(None)
 
+    def reset_by_host(self):
+        """The host reset the stream: what it sent before still reaches the tool, then the
+        connection ends (nothing more goes up)."""
+        if self.done:
+            return
+        self.done = True
+        self.session.streams.pop(self.id, None)
+        if self.tasks:
+            self.tasks[0].cancel()
+        self.receive_fin()
+
     def reset(self, send):
         """Ends the stream (RST to the host when `send`) and the tool's connection."""
         if self.done:
@@ -154,6 +165,9 @@ class Claim:
             self.session.send(DATA, FIN, self.id, 3, b"ok\n")
         else:
             self.session.send(WINDOW_UPDATE, RST, self.id, 0)
+
+    def reset_by_host(self):
+        self.reset(False)
 
     def reset(self, send):
         if self.session.streams.pop(self.id, None) is not None and send:
@@ -206,7 +220,7 @@ class Session:
                 if stream is None:
                     continue
                 if flags & RST:
-                    stream.reset(False)
+                    stream.reset_by_host()
                     continue
                 if kind == WINDOW_UPDATE:
                     stream.grant(length)

@@ -206,7 +206,9 @@ fn the_ready_check_waits_for_the_forwarders_port_and_exits_with_its_status() {
     let agent = crate::agent::AGENT_SOURCE;
     assert!(agent.contains(&format!("\nFORWARDER_NOT_READY = {FORWARDER_NOT_READY}\n")));
     assert!(agent.contains("socket.create_connection((\"127.0.0.1\", forwarder_port), 0.2)"));
-    assert_eq!(forwarder_argv()[5], FORWARDER_PORT.to_string());
+    let serve = forwarder_argv("serve");
+    assert_eq!(serve[5..], ["serve".to_string(), FORWARDER_PORT.to_string(), CHANNEL_SOCKET.to_string()]);
+    assert_eq!(forwarder_argv("channel")[5..], ["channel".to_string(), CHANNEL_SOCKET.to_string()]);
 }
 
 /// Regression (attack review, "egress decisions can be flooded"): every refused CONNECT
@@ -312,7 +314,8 @@ async fn another_replicas_running_call_narrows_what_this_one_serves() {
     let p = proxy(&[a.clone(), b.clone()], vec![]);
     let board = Arc::new(Board::default());
     p.egress.share_holds(board.clone()).unwrap();
-    let get = |hostport: &str| format!("GET http://{hostport}/ HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
+    let get =
+        |hostport: &str| format!("GET http://{hostport}/ HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
     // Positive control: nothing held anywhere, both reached.
     assert!(p.exchange(get(&b).as_bytes()).await.ends_with("ok"));
     *board.others.lock().unwrap() =
@@ -347,7 +350,12 @@ async fn another_replicas_running_call_narrows_what_this_one_serves() {
 async fn a_hold_that_cannot_be_shared_is_not_held() {
     struct Refusing;
     impl EgressBoard for Refusing {
-        fn publish<'a>(&'a self, _: &'a SessionKey, _: u64, _: &'a [SharedNarrowing]) -> BoardFuture<'a, Result<(), String>> {
+        fn publish<'a>(
+            &'a self,
+            _: &'a SessionKey,
+            _: u64,
+            _: &'a [SharedNarrowing],
+        ) -> BoardFuture<'a, Result<(), String>> {
             Box::pin(async { Err("database down".to_string()) })
         }
         fn withdraw<'a>(&'a self, _: &'a SessionKey, _: u64) -> BoardFuture<'a, ()> {
@@ -357,7 +365,9 @@ async fn a_hold_that_cannot_be_shared_is_not_held() {
             Box::pin(async { Ok(vec![]) })
         }
     }
-    let egress = Arc::new(Egress::new(EgressConfig { allow: vec!["pypi.org".into()], ..Default::default() }.resolve(|_| None).unwrap()));
+    let egress = Arc::new(Egress::new(
+        EgressConfig { allow: vec!["pypi.org".into()], ..Default::default() }.resolve(|_| None).unwrap(),
+    ));
     egress.share_holds(Arc::new(Refusing)).unwrap();
     let key = SessionKey::new("u", "s");
     let n = Arc::new(EgressNarrowing::parse(&["pypi.org".into()], "the task (egress)").unwrap());

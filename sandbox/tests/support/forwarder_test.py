@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -175,16 +176,17 @@ class Host:
             self.write(WINDOW_UPDATE, 0, sid, n)
         return out
 
-    def send(self, sid, data, flags=0):
+    def send(self, sid, data, flags=0, timeout=TIMEOUT):
         s = self.streams[sid]
         view = memoryview(data)
         while view:
-            self.wait(lambda: s.send_window > 0 or s.rst, f"window on {sid}")
+            self.wait(lambda: s.send_window > 0 or s.rst, f"window on {sid}", timeout)
             with self.cond:
                 if s.rst:
                     raise ConnectionResetError(sid)
                 n = min(len(view), s.send_window, 16 * 1024)
                 s.send_window -= n
+                self.cond.notify_all()
             self.write(DATA, flags, sid, n, bytes(view[:n]))
             flags, view = 0, view[n:]
 
@@ -233,13 +235,18 @@ def closed_at_once(conn, timeout=1.0):
 
 class ForwarderTest(unittest.TestCase):
     def setUp(self):
-        faulthandler.dump_traceback_later(120, exit=True)  # a hang fails the run, with stacks
         self.sock = f"@warden-forwarder-test-{os.getpid()}-{time.monotonic_ns()}"
         self.port = free_port()
-        self.stderr = open(f"/tmp/forwarder-test-{os.getpid()}.err", "w+")
+        self.stderr = tempfile.TemporaryFile("w+")
+        self.addCleanup(self.stderr.close)
         self.serve = subprocess.Popen(argv("serve", str(self.port), self.sock),
                                       stderr=self.stderr, **as_user(FORWARDER_UID))
         self.hosts, self.conns = [], []
+        self.addCleanup(self.stop)
+        # A hang fails the run, with every thread's stack, and leaves no process behind.
+        self.watchdog = threading.Timer(120, self.hung)
+        self.watchdog.daemon = True
+        self.watchdog.start()
         deadline = time.monotonic() + TIMEOUT
         while True:
             try:
@@ -250,21 +257,28 @@ class ForwarderTest(unittest.TestCase):
                 self.assertLess(time.monotonic(), deadline, "serve never listened")
                 time.sleep(0.02)
 
-    def tearDown(self):
+    def hung(self):
+        print(f"{self.id()} hung", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        self.stop()
+        os._exit(1)
+
+    def stop(self):
+        self.watchdog.cancel()
         for c in self.conns:
             c.close()
         for h in self.hosts:
             h.close()
+        if self.serve.poll() is None:
+            self.serve.kill()
+        self.serve.wait()
+
+    def tearDown(self):
+        for h in self.hosts:
             self.assertEqual(h.violations, [], "protocol violations")
         self.assertIsNone(self.serve.poll(), "serve died")
-        self.serve.kill()
-        self.serve.wait()
         self.stderr.seek(0)
-        err = self.stderr.read()
-        self.stderr.close()
-        os.unlink(self.stderr.name)
-        self.assertEqual(err, "", "serve's stderr")
-        faulthandler.cancel_dump_traceback_later()
+        self.assertEqual(self.stderr.read(), "", "serve's stderr")
 
     def host(self, uid=FORWARDER_UID):
         h = Host(self.sock, uid)
@@ -292,7 +306,7 @@ class ForwarderTest(unittest.TestCase):
         c.sendall(b"hello")
         sid = h.accept()
         self.assertEqual(sid, 1)
-        self.assertEqual(h.frames[-1][:3], (WINDOW_UPDATE, SYN, 1))
+        self.assertEqual([f for f in h.frames if f[2] == 1][0], (WINDOW_UPDATE, SYN, 1, 0))
         self.assertEqual(h.read(sid, 5), b"hello")
         h.send(sid, b"world")
         self.assertEqual(self.recv_exact(c, 5), b"world")
@@ -359,7 +373,7 @@ class ForwarderTest(unittest.TestCase):
         self.conns.append(slow)
         sid = h.accept()
         big = b"x" * (16 << 20)
-        sender = threading.Thread(target=lambda: h.send(sid, big), daemon=True)
+        sender = threading.Thread(target=lambda: h.send(sid, big, timeout=60), daemon=True)
         sender.start()
         s = h.streams[sid]
         h.wait(lambda: s.send_window == 0, "the host out of window")
@@ -441,12 +455,30 @@ class ForwarderTest(unittest.TestCase):
         h.rst(sid)
         self.assertTrue(closed_at_once(c, TIMEOUT))
         h.send(sid, b"after the reset")  # ignored, the session lives on
+        h.write(WINDOW_UPDATE, 0, sid, 1000)
         h.ready()
         c = self.connect()
         sid = h.accept()
         c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()  # a reset from the tool
         h.wait(lambda: h.streams[sid].rst, "RST from the forwarder")
+
+    def test_go_away_and_protocol_errors_end_the_session(self):
+        a, b = self.host(), self.host()
+        c = self.connect()
+        b.accept()
+        b.write(GO_AWAY, 0, 0, 0)
+        self.assertTrue(closed_at_once(c, TIMEOUT))
+        self.assertEqual(b.proc.wait(TIMEOUT), 0)  # the forwarder hung up: the channel exits
+        self.connect()
+        a.accept()
+        a.write(PING, SYN, 0, 1)
+        a.proc.stdin.write(b"\x01" + bytes(11))  # version 1
+        a.wait(lambda: a.eof, "the session's end")
+        self.assertEqual(a.violations, ["go away 1"])  # a protocol error
+        a.violations.clear()
+        self.assertEqual(a.pongs, [(0, 1)])
+        self.assertTrue(closed_at_once(self.connect()))
 
     def test_at_most_64_streams_per_session(self):
         h = self.host()
@@ -471,7 +503,7 @@ class ForwarderTest(unittest.TestCase):
             "try:\n"
             "  s.sendall(struct.pack('>BBHII',0,2,1,0,7))\n"
             "  print(repr(s.recv(100)))\n"
-            "except ConnectionResetError:\n"
+            "except (ConnectionResetError, BrokenPipeError):\n"
             "  print('reset')\n")
         out = subprocess.run(["python3", "-c", probe], capture_output=True, text=True,
                              timeout=TIMEOUT, **as_user(OTHER_UID))

@@ -699,7 +699,9 @@ fn credential_server(token: &'static str) -> u16 {
             let n = s.read(&mut buf).unwrap_or(0);
             let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
             let body: &[u8] = if head.contains(&format!("x-token: bearer {token}")) { b"cred" } else { b"none" };
-            let _ = s.write_all(&[b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n".as_slice(), body].concat());
+            let _ = s.write_all(
+                &[b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n".as_slice(), body].concat(),
+            );
         }
     });
     port
@@ -833,7 +835,8 @@ fn egress_follows_a_session_across_replicas_and_docker_hosts() {
     check(ports[other], &remote, "second session");
     let (status, r) = json_of(ports[other], "GET", "/v1/sessions", None);
     assert_eq!(status, 200, "{r}");
-    let on: BTreeSet<&str> = r["sessions"].as_array().unwrap().iter().filter_map(|s| s["docker_host"].as_str()).collect();
+    let on: BTreeSet<&str> =
+        r["sessions"].as_array().unwrap().iter().filter_map(|s| s["docker_host"].as_str()).collect();
     assert_eq!(
         on,
         BTreeSet::from([warden_sandbox::config::DEFAULT_DOCKER_ENDPOINT, tcp.as_str()]),
@@ -958,10 +961,10 @@ fn bench_egress() {
         let body = json!({ "description": "bench", "prompt": "go", "subagent_type": "fetcher", "session_id": session });
         let (status, r) = json_of(port, "POST", "/v1/tasks", Some(&body));
         assert_eq!((status, r["status"].as_str()), (200, Some("completed")), "{name}: {r}");
-        let evs: Vec<Value> =
-            events(port, r["task_id"].as_str().unwrap(), None).into_iter().map(|(_, e)| e).collect();
+        let evs: Vec<Value> = events(port, r["task_id"].as_str().unwrap(), None).into_iter().map(|(_, e)| e).collect();
         let content = evs.iter().find(|e| e["type"] == "tool_result").unwrap()["content"].as_str().unwrap().to_owned();
-        let times: Vec<f64> = content.split_whitespace().filter_map(|t| t.parse::<f64>().ok()).map(|s| s * 1e3).collect();
+        let times: Vec<f64> =
+            content.split_whitespace().filter_map(|t| t.parse::<f64>().ok()).map(|s| s * 1e3).collect();
         assert_eq!(times.len(), n, "{name}: every request answered: {content}");
         times
     };
