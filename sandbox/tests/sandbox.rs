@@ -2029,7 +2029,7 @@ mod egress {
     use std::sync::Mutex;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use warden_sandbox::egress::CredentialConfig;
-    use warden_sandbox::{EgressConfig, EgressEvent, EgressReport};
+    use warden_sandbox::{BoardFuture, EgressBoard, EgressConfig, EgressEvent, EgressReport, SharedNarrowing};
 
     /// The test's credential: only in this process's environment (the proxy reads it).
     const TOKEN_ENV: &str = "WARDEN_SANDBOX_TEST_EGRESS_TOKEN";
@@ -2040,7 +2040,7 @@ mod egress {
 
     /// A server on the host's 127.0.0.1 that records the first bytes of each connection and
     /// answers an HTTP request with `reached <path>`, anything else with garbage.
-    async fn test_server() -> (u16, Arc<Mutex<Vec<Vec<u8>>>>) {
+    pub(super) async fn test_server() -> (u16, Arc<Mutex<Vec<Vec<u8>>>>) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -2082,27 +2082,148 @@ mod egress {
         (port, seen)
     }
 
-    fn egress_sandbox(c: &Ctx, port: u16, warm_pool: usize) -> (Sandbox, Arc<Mutex<Vec<EgressEvent>>>) {
-        let sb = c.sandbox_with(|cfg| {
-            cfg.warm_pool = warm_pool;
-            cfg.egress = Some(EgressConfig {
-                allow: vec![format!("127.0.0.1:{port}"), "localhost:*".into(), "denied.example".into()],
-                deny: vec!["denied.example".into()],
-                credentials: vec![CredentialConfig {
-                    host: format!("127.0.0.1:{port}"),
-                    header: "X-Warden-Test".into(),
-                    value_env: TOKEN_ENV.into(),
-                    format: "Token {}".into(),
-                }],
-            });
-        });
+    /// The tests' egress settings: `127.0.0.1:<port>` (with the test's credential) and
+    /// `extra` allowed, `denied.example` allowed and denied.
+    pub(super) fn egress_config(port: u16, extra: &[u16]) -> EgressConfig {
+        let mut allow = vec![format!("127.0.0.1:{port}"), "localhost:*".into(), "denied.example".into()];
+        allow.extend(extra.iter().map(|p| format!("127.0.0.1:{p}")));
+        EgressConfig {
+            allow,
+            deny: vec!["denied.example".into()],
+            credentials: vec![CredentialConfig {
+                host: format!("127.0.0.1:{port}"),
+                header: "X-Warden-Test".into(),
+                value_env: TOKEN_ENV.into(),
+                format: "Token {}".into(),
+            }],
+        }
+    }
+
+    /// Every egress decision `sb` reports, as it reports them.
+    pub(super) fn record_decisions(sb: &Sandbox) -> Arc<Mutex<Vec<EgressEvent>>> {
         let events = Arc::new(Mutex::new(Vec::new()));
         let log = events.clone();
         sb.on_egress(Arc::new(move |r: &EgressReport| log.lock().unwrap().extend(r.decision().cloned())));
+        events
+    }
+
+    fn egress_sandbox(c: &Ctx, port: u16, warm_pool: usize) -> (Sandbox, Arc<Mutex<Vec<EgressEvent>>>) {
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = warm_pool;
+            cfg.egress = Some(egress_config(port, &[]));
+        });
+        let events = record_decisions(&sb);
         (sb, events)
     }
 
-    fn set_token() {
+    /// The board of replicas (PostgreSQL's `egress_holds` in warden) in memory: each
+    /// replica's rows, and the replicas whose lease ran out.
+    #[derive(Default)]
+    struct Board {
+        rows: Mutex<Vec<(String, SessionKey, u64, Vec<SharedNarrowing>)>>,
+        dead: Mutex<Vec<String>>,
+    }
+
+    /// One replica's view of [`Board`].
+    struct ReplicaBoard {
+        replica: String,
+        board: Arc<Board>,
+    }
+
+    impl EgressBoard for ReplicaBoard {
+        fn publish<'a>(
+            &'a self,
+            key: &'a SessionKey,
+            hold: u64,
+            narrowings: &'a [SharedNarrowing],
+        ) -> BoardFuture<'a, Result<(), String>> {
+            self.board.rows.lock().unwrap().push((self.replica.clone(), key.clone(), hold, narrowings.to_vec()));
+            Box::pin(async { Ok(()) })
+        }
+        fn withdraw<'a>(&'a self, _: &'a SessionKey, hold: u64) -> BoardFuture<'a, ()> {
+            self.board.rows.lock().unwrap().retain(|(r, _, h, _)| !(r == &self.replica && *h == hold));
+            Box::pin(async {})
+        }
+        fn others<'a>(&'a self, key: &'a SessionKey) -> BoardFuture<'a, Result<Vec<SharedNarrowing>, String>> {
+            let dead = self.board.dead.lock().unwrap().clone();
+            let rows = self.board.rows.lock().unwrap();
+            let found = rows
+                .iter()
+                .filter(|(r, k, ..)| r != &self.replica && !dead.contains(r) && k == key)
+                .flat_map(|(.., n)| n.clone())
+                .collect();
+            Box::pin(async move { Ok(found) })
+        }
+    }
+
+    /// Issue 49, replicas: a session made by one replica is served by another through a
+    /// channel of its own (its decisions, the operator's credential); a call running on one
+    /// replica narrows the connections the other serves, until it ends; a replica that dies
+    /// (its hold never withdrawn, its lease run out) leaves the other's calls working and
+    /// narrowed by nothing of it.
+    pub async fn replicas_serve_a_sessions_egress_under_every_replicas_narrowings(c: Ctx) {
+        use warden_sandbox::EgressNarrowing;
+        set_token();
+        let (port, seen) = test_server().await;
+        let (other, _) = test_server().await;
+        let board = Arc::new(Board::default());
+        let replica = |id: &str| {
+            let sb = c.sandbox_with(|cfg| {
+                cfg.warm_pool = 0;
+                cfg.replica_id = Some(id.to_string());
+                cfg.egress = Some(egress_config(port, &[other]));
+            });
+            sb.share_egress_holds(Arc::new(ReplicaBoard { replica: id.into(), board: board.clone() })).unwrap();
+            let events = record_decisions(&sb);
+            (sb, events)
+        };
+        let ((r1, _), (r2, events2)) = (replica("r1"), replica("r2"));
+        let k = key("egress-replicas");
+        let get = |p: u16| format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{p}/x");
+        assert_eq!(bash_ok(&r1, &k, &get(port)).await.trim(), "reached /x");
+        let id = container_of(&r1, &k).await;
+        assert_eq!(bash_ok(&r2, &k, &get(port)).await.trim(), "reached /x", "served by r2's channel");
+        assert_eq!(container_of(&r2, &k).await, id, "one container");
+        assert!(
+            events2.lock().unwrap().iter().any(|e| e.allowed && e.session == k && e.credential.is_some()),
+            "r2 decided and added the credential: {:?}",
+            events2.lock().unwrap()
+        );
+        let sent =
+            seen.lock().unwrap().iter().map(|b| String::from_utf8_lossy(b).to_ascii_lowercase()).collect::<Vec<_>>();
+        assert!(sent.iter().all(|r| r.contains(&format!("x-warden-test: token {}", token()))), "{sent:?}");
+        // A call of r1 narrowed to `port`: r2's connections are judged by its list too.
+        let narrow =
+            Arc::new(EgressNarrowing::parse(&[format!("127.0.0.1:{port}")], "the task on r1 (egress)").unwrap());
+        {
+            let _hold = r1.hold_egress(&k, &[narrow.clone()]).await.unwrap();
+            let o = bash(&r2, &k, &get(other)).await;
+            assert!(
+                o.content.contains(&format!("127.0.0.1:{other} is outside the egress list of the task on r1 (egress)")),
+                "{}",
+                o.content
+            );
+            assert_eq!(bash_ok(&r2, &k, &get(port)).await.trim(), "reached /x", "inside every list");
+        }
+        // Its end takes it off the board: r2 reaches `other` again.
+        let until = Instant::now() + Duration::from_secs(10);
+        while !board.rows.lock().unwrap().is_empty() {
+            assert!(Instant::now() < until, "the ended call's hold stayed on the board");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(bash_ok(&r2, &k, &get(other)).await.trim(), "reached /x");
+        // r1 dies holding the narrowing (positive control: in effect), then its lease runs out.
+        std::mem::forget(r1.hold_egress(&k, &[narrow]).await.unwrap());
+        assert!(bash(&r2, &k, &get(other)).await.content.contains("outside the egress list of the task on r1"));
+        drop(r1);
+        board.dead.lock().unwrap().push("r1".into());
+        assert_eq!(bash_ok(&r2, &k, &get(other)).await.trim(), "reached /x", "r1's hold lapsed with it");
+        assert_eq!(bash_ok(&r2, &k, &get(port)).await.trim(), "reached /x", "r2's channel outlives r1");
+        r2.end_session(&k).await.unwrap();
+        r2.shutdown().await.unwrap();
+    }
+
+    pub(super) fn set_token() {
         // SAFETY: one test sets this variable, always to the same value, before any sandbox
         // of it reads it; no other code reads or writes it.
         unsafe { std::env::set_var(TOKEN_ENV, token()) };
@@ -3197,6 +3318,37 @@ mod hosts {
         sb.shutdown().await.unwrap();
     }
 
+    /// Issue 49, remote Docker hosts: a session on a TLS endpoint reaches the proxy (its
+    /// channel goes through the Docker API over TLS): the allowed server, with the
+    /// credential; the denied and the unlisted hosts refused.
+    pub async fn egress_reaches_the_proxy_from_a_tls_docker_host(c: Ctx) {
+        let certs = Certs::new();
+        let proxy = TlsProxy::start(&certs, free_port());
+        super::egress::set_token();
+        let (port, seen) = super::egress::test_server().await;
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.hosts = vec![DockerHost { endpoint: proxy.endpoint(), tls: Some(certs.tls("client")) }];
+            cfg.egress = Some(super::egress::egress_config(port, &[]));
+        });
+        let events = super::egress::record_decisions(&sb);
+        let k = key("remote-egress");
+        let get = format!("curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/remote");
+        assert_eq!(bash_ok(&sb, &k, &get).await.trim(), "reached /remote");
+        assert_eq!(host_of(&sb, &k).await, proxy.endpoint(), "the session is on the TLS host");
+        assert!(
+            String::from_utf8_lossy(&seen.lock().unwrap()[0]).to_ascii_lowercase().contains("x-warden-test: token")
+        );
+        for (url, rule) in [("http://denied.example/", "deny `denied.example`"), ("http://1.1.1.1/", "no allow entry")]
+        {
+            let o = bash(&sb, &k, &format!("curl -sS --max-time 20 {url}")).await;
+            assert!(o.content.contains(rule), "{url}: {}", o.content);
+        }
+        assert!(events.lock().unwrap().iter().any(|e| e.allowed && e.session == k), "{:?}", events.lock().unwrap());
+        sb.end_session(&k).await.unwrap();
+        sb.shutdown().await.unwrap();
+    }
+
     pub async fn the_tls_endpoint_refuses_clients_without_a_trusted_certificate(c: Ctx) {
         let certs = Certs::new();
         let proxy = TlsProxy::start(&certs, free_port());
@@ -4257,6 +4409,8 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         boundary::regression_a_concurrent_call_read_another_tasks_secrets_from_proc,
         egress::an_adopted_session_gets_its_proxy_back,
         egress::a_pool_container_reaches_nothing_until_bound_and_each_session_is_its_own,
+        egress::replicas_serve_a_sessions_egress_under_every_replicas_narrowings,
+        hosts::egress_reaches_the_proxy_from_a_tls_docker_host,
         hosts::placement_spreads_sessions_and_a_replica_reaches_them,
         hosts::the_tls_endpoint_refuses_clients_without_a_trusted_certificate,
         hosts::a_host_that_is_down_fails_only_its_sessions,
