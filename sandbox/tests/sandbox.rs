@@ -3318,18 +3318,58 @@ mod hosts {
         sb.shutdown().await.unwrap();
     }
 
+    /// An HTTPS server (the test CA's `server` certificate) on the host's 127.0.0.1,
+    /// answering every GET `ok`; killed on drop.
+    struct HttpsServer(std::process::Child, u16);
+
+    impl HttpsServer {
+        fn start(certs: &Certs) -> HttpsServer {
+            let port = free_port();
+            let code = "import http.server, ssl, sys\n\
+                class H(http.server.BaseHTTPRequestHandler):\n\
+                \x20   protocol_version = 'HTTP/1.1'\n\
+                \x20   def do_GET(self):\n\
+                \x20       self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers(); self.wfile.write(b'ok')\n\
+                \x20   def log_message(self, *a): pass\n\
+                s = http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H)\n\
+                c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[2], sys.argv[3])\n\
+                s.socket = c.wrap_socket(s.socket, server_side=True)\n\
+                s.serve_forever()\n";
+            let child = Command::new("python3")
+                .args(["-c", code, &port.to_string()])
+                .args([certs.path("server.pem"), certs.path("server.key")])
+                .spawn()
+                .unwrap();
+            let until = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < until, "the HTTPS server never listened");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            HttpsServer(child, port)
+        }
+    }
+
+    impl Drop for HttpsServer {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     /// Issue 49, remote Docker hosts: a session on a TLS endpoint reaches the proxy (its
     /// channel goes through the Docker API over TLS): the allowed server, with the
-    /// credential; the denied and the unlisted hosts refused.
+    /// credential, an HTTPS server end to end (CONNECT, TLS, GET, three in a row); the
+    /// denied and the unlisted hosts refused.
     pub async fn egress_reaches_the_proxy_from_a_tls_docker_host(c: Ctx) {
         let certs = Certs::new();
         let proxy = TlsProxy::start(&certs, free_port());
+        let https = HttpsServer::start(&certs);
         super::egress::set_token();
         let (port, seen) = super::egress::test_server().await;
         let sb = c.sandbox_with(|cfg| {
             cfg.warm_pool = 0;
             cfg.hosts = vec![DockerHost { endpoint: proxy.endpoint(), tls: Some(certs.tls("client")) }];
-            cfg.egress = Some(super::egress::egress_config(port, &[]));
+            cfg.egress = Some(super::egress::egress_config(port, &[https.1]));
         });
         let events = super::egress::record_decisions(&sb);
         let k = key("remote-egress");
@@ -3339,6 +3379,11 @@ mod hosts {
         assert!(
             String::from_utf8_lossy(&seen.lock().unwrap()[0]).to_ascii_lowercase().contains("x-warden-test: token")
         );
+        let tls = format!(
+            "for i in 1 2 3; do curl -k -sS --max-time 20 --noproxy '' https://127.0.0.1:{}/; echo; done",
+            https.1
+        );
+        assert_eq!(bash_ok(&sb, &k, &tls).await, "ok\nok\nok\n", "HTTPS through the tunnel");
         for (url, rule) in [("http://denied.example/", "deny `denied.example`"), ("http://1.1.1.1/", "no allow entry")]
         {
             let o = bash(&sb, &k, &format!("curl -sS --max-time 20 {url}")).await;
