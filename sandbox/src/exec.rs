@@ -686,20 +686,36 @@ pub(crate) async fn start_detached(
     user: &str,
     cmd: Vec<String>,
 ) -> Result<(), SandboxError> {
-    let opts = CreateExecOptions::<String> {
-        attach_stdout: Some(false),
-        attach_stderr: Some(false),
-        attach_stdin: Some(false),
-        tty: Some(false),
-        cmd: Some(cmd),
-        user: Some(user.to_string()),
-        working_dir: Some("/".to_string()),
-        ..Default::default()
-    };
+    let opts = exec_options(user, cmd, "/", Attach::Nothing);
     let fail = |e: bollard::errors::Error| SandboxError::from_docker("start the egress forwarder", e);
     let exec = docker.create_exec(container, opts).await.map_err(fail)?;
     let start = bollard::exec::StartExecOptions { detach: true, ..Default::default() };
     docker.start_exec(&exec.id, Some(start)).await.map_err(fail).map(drop)
+}
+
+/// What an exec has attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attach {
+    /// Nothing: it runs detached.
+    Nothing,
+    /// Its stdout and stderr.
+    Output,
+    /// Its stdin, stdout and stderr.
+    Stdio,
+}
+
+/// The options of every exec warden makes: `cmd` as `user` in `dir`, no TTY, `attach`ed.
+pub(crate) fn exec_options(user: &str, cmd: Vec<String>, dir: &str, attach: Attach) -> CreateExecOptions<String> {
+    CreateExecOptions::<String> {
+        attach_stdout: Some(attach != Attach::Nothing),
+        attach_stderr: Some(attach != Attach::Nothing),
+        attach_stdin: Some(attach == Attach::Stdio),
+        tty: Some(false),
+        cmd: Some(cmd),
+        user: Some(user.to_string()),
+        working_dir: Some(dir.to_string()),
+        ..Default::default()
+    }
 }
 
 /// An attached exec's stdin and stdout as one byte stream (an egress channel). Its stderr
@@ -762,16 +778,7 @@ pub(crate) async fn start_attached(
     user: &str,
     cmd: Vec<String>,
 ) -> Result<AttachedIo, SandboxError> {
-    let opts = CreateExecOptions::<String> {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        attach_stdin: Some(true),
-        tty: Some(false),
-        cmd: Some(cmd),
-        user: Some(user.to_string()),
-        working_dir: Some("/".to_string()),
-        ..Default::default()
-    };
+    let opts = exec_options(user, cmd, "/", Attach::Stdio);
     let fail = |e: bollard::errors::Error| SandboxError::from_docker("open the egress channel", e);
     let exec = docker.create_exec(container, opts).await.map_err(fail)?;
     match docker.start_exec(&exec.id, None).await.map_err(fail)? {
@@ -790,16 +797,7 @@ async fn create(
     cmd: Vec<String>,
     stdin: bool,
 ) -> Result<String, ExecFailure> {
-    let opts = CreateExecOptions::<String> {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        attach_stdin: Some(stdin),
-        tty: Some(false),
-        cmd: Some(cmd),
-        user: Some(user.to_string()),
-        working_dir: Some(WORKSPACE.to_string()),
-        ..Default::default()
-    };
+    let opts = exec_options(user, cmd, WORKSPACE, if stdin { Attach::Stdio } else { Attach::Output });
     docker.create_exec(container, opts).await.map(|r| r.id).map_err(|e| classify("create exec", e))
 }
 

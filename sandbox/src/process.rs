@@ -270,16 +270,9 @@ impl Sandbox {
         let mut environment = vec![format!("PATH={}", crate::environment::CONTAINER_PATH)];
         environment.extend(env.iter().filter(|(k, _)| k != PROCESS_TAG_VAR).map(|(k, v)| format!("{k}={v}")));
         environment.push(format!("{PROCESS_TAG_VAR}={tag}"));
-        let opts = CreateExecOptions::<String> {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            attach_stdin: Some(true),
-            tty: Some(false),
-            cmd: Some(cmd),
+        let opts = CreateExecOptions {
             env: Some(environment),
-            user: Some(ctx.user().to_string()),
-            working_dir: Some(crate::container::WORKSPACE.to_string()),
-            ..Default::default()
+            ..crate::exec::exec_options(ctx.user(), cmd, crate::container::WORKSPACE, crate::exec::Attach::Stdio)
         };
         let docker = ctx.docker;
         let settler =

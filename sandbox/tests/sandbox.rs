@@ -2118,9 +2118,12 @@ mod egress {
 
     /// The board of replicas (PostgreSQL's `egress_holds` in warden) in memory: each
     /// replica's rows, and the replicas whose lease ran out.
+    /// A row of [`Board`]: the replica, the session, the hold, its lists.
+    type BoardRow = (String, SessionKey, u64, Vec<SharedNarrowing>);
+
     #[derive(Default)]
     struct Board {
-        rows: Mutex<Vec<(String, SessionKey, u64, Vec<SharedNarrowing>)>>,
+        rows: Mutex<Vec<BoardRow>>,
         dead: Mutex<Vec<String>>,
     }
 
@@ -2196,7 +2199,7 @@ mod egress {
         let narrow =
             Arc::new(EgressNarrowing::parse(&[format!("127.0.0.1:{port}")], "the task on r1 (egress)").unwrap());
         {
-            let _hold = r1.hold_egress(&k, &[narrow.clone()]).await.unwrap();
+            let _hold = r1.hold_egress(&k, std::slice::from_ref(&narrow)).await.unwrap();
             let o = bash(&r2, &k, &get(other)).await;
             assert!(
                 o.content.contains(&format!("127.0.0.1:{other} is outside the egress list of the task on r1 (egress)")),
@@ -3325,18 +3328,11 @@ mod hosts {
     impl HttpsServer {
         fn start(certs: &Certs) -> HttpsServer {
             let port = free_port();
-            let code = "import http.server, ssl, sys\n\
-                class H(http.server.BaseHTTPRequestHandler):\n\
-                \x20   protocol_version = 'HTTP/1.1'\n\
-                \x20   def do_GET(self):\n\
-                \x20       self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers(); self.wfile.write(b'ok')\n\
-                \x20   def log_message(self, *a): pass\n\
-                s = http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H)\n\
-                c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[2], sys.argv[3])\n\
-                s.socket = c.wrap_socket(s.socket, server_side=True)\n\
-                s.serve_forever()\n";
+
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/https_server.py");
             let child = Command::new("python3")
-                .args(["-c", code, &port.to_string()])
+                .arg(script)
+                .arg(port.to_string())
                 .args([certs.path("server.pem"), certs.path("server.key")])
                 .spawn()
                 .unwrap();

@@ -740,3 +740,41 @@ async fn plugin_state_unwritten_past_retention_expires(b: &Backend) {
     assert_eq!(state.get(&ns, "transcript/fresh").await.unwrap().as_deref(), Some(&b"f"[..]));
     assert_eq!(state.bytes_held(&ns).await.unwrap(), ("transcript/fresh".len() + 1) as u64);
 }
+
+/// Issue 49: the egress board of replicas on PostgreSQL. A replica reads the narrowings the
+/// *other* live replicas' calls hold in a session (never its own, never another session's),
+/// a withdrawn hold is gone at once, a dead replica's holds lapse with its lease, and a
+/// replica starting again under its id clears what its earlier life left.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_egress_holds_are_shared_per_session_and_lapse_with_their_replica() {
+    use warden::store::StoreEgressBoard;
+    use warden_sandbox::{EgressBoard, SessionKey, SharedNarrowing};
+    let b = Backend::postgres().await;
+    let store = b.open().await;
+    let alive = now_ms() + 60_000;
+    for r in ["r1", "r2"] {
+        assert_eq!(store.register_replica(r, &format!("{r}-life1"), alive, None).await.unwrap(), None);
+    }
+    let r1 = StoreEgressBoard::open(store.clone(), "r1".into()).await.unwrap().expect("a shared store");
+    let r2 = StoreEgressBoard::open(store.clone(), "r2".into()).await.unwrap().expect("a shared store");
+    let (k, other) = (SessionKey::new("u", "s"), SessionKey::new("u", "s2"));
+    let list = |host: &str| vec![SharedNarrowing { source: "the task (egress)".into(), allow: vec![host.into()] }];
+    r1.publish(&k, 7, &list("pypi.org")).await.unwrap();
+    r1.publish(&other, 8, &list("example.com")).await.unwrap();
+    assert_eq!(r2.others(&k).await.unwrap(), list("pypi.org"), "r2 reads r1's hold in the session");
+    assert_eq!(r1.others(&k).await.unwrap(), vec![], "never its own");
+    assert_eq!(r2.others(&other).await.unwrap(), list("example.com"), "per session");
+    r1.withdraw(&k, 7).await;
+    assert_eq!(r2.others(&k).await.unwrap(), vec![], "withdrawn");
+    // r1 holds again and dies: its lease runs out, its holds lapse.
+    r1.publish(&k, 9, &list("pypi.org")).await.unwrap();
+    assert_eq!(r2.others(&k).await.unwrap(), list("pypi.org"), "the control: held");
+    assert_eq!(store.register_replica("r1", "r1-life1", now_ms() - 1, None).await.unwrap(), None);
+    assert_eq!(r2.others(&k).await.unwrap(), vec![], "a dead replica's holds lapse");
+    // r1 comes back: what its earlier life left is cleared, not revived.
+    assert_eq!(store.register_replica("r1", "r1-life2", alive, Some(now_ms())).await.unwrap(), None);
+    StoreEgressBoard::open(store.clone(), "r1".into()).await.unwrap();
+    assert_eq!(r2.others(&k).await.unwrap(), vec![], "cleared at the replica's start");
+    assert_eq!(r2.others(&other).await.unwrap(), vec![]);
+    b.finish().await;
+}

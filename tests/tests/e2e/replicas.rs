@@ -565,6 +565,59 @@ impl Drop for TlsProxy {
     }
 }
 
+/// The `sandbox.hosts` entry of the TLS endpoint `proxy` (client certificate of `certs`).
+fn tls_host_entry(certs: &std::path::Path, proxy: &TlsProxy) -> String {
+    let c = |f: &str| certs.join(f).display().to_string();
+    format!(
+        "    - endpoint: tcp://127.0.0.1:{}\n      tls: {{ ca: {}, cert: {}, key: {} }}\n",
+        proxy.port,
+        c("ca.pem"),
+        c("client.pem"),
+        c("client.key")
+    )
+}
+
+/// `sandbox.hosts` (indented for the `sandbox:` section): the local socket, then `proxy`.
+fn local_and_tls_hosts(certs: &std::path::Path, proxy: &TlsProxy) -> String {
+    format!(
+        "  hosts:\n    - endpoint: {}\n{}",
+        warden_sandbox::config::DEFAULT_DOCKER_ENDPOINT,
+        tls_host_entry(certs, proxy)
+    )
+}
+
+/// The deployment of the two-host tests: replicas on `db` with one slot each, the `sleeper`
+/// (hostile plugin) and Claude agents of `./agents`, models `providers` (the default named
+/// by the second), sessions of `scope` over the local socket and the TLS endpoint `tls`,
+/// `sandbox` lines added to the section, and `allow` as the only tools allowed.
+fn two_host_cluster(
+    db: &TestDatabase,
+    tls: (&std::path::Path, &TlsProxy),
+    scope: &str,
+    (providers, default): (&str, &str),
+    sandbox: &str,
+    allow: &str,
+) -> Deployment {
+    let d = Deployment::new(&format!(
+        "  limit_overrides:\n    hostile: {{ timeout: 10m }}\n\
+         \x20 grants:\n    hostile: {{ events: true }}\n    \
+         claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
+         subagents:\n  agent_dirs: [./agents]\n  references:\n    - {{ uri: \"hostile://sleeper\", kind: HOSTILE }}\n\
+         models:\n  default: {default}/scripted\n  providers:\n{providers}\
+         sandbox:\n  scope: {scope}\n  warm_pool: 0\n{}{sandbox}\
+         approval:\n  default: deny\n  allow: [{allow}]\n\
+         server:\n  max_concurrent_tasks: 1\n  task_lease: {}s\n\
+         store:\n  url: {}\n",
+        local_and_tls_hosts(tls.0, tls.1),
+        LEASE.as_secs(),
+        db.url
+    ));
+    d.add("hostile", "hostile");
+    std::fs::copy(bundled_plugin("claude"), d.dir.path().join("plugins/claude.wasm")).unwrap();
+    std::fs::create_dir_all(d.dir.path().join("agents")).unwrap();
+    d
+}
+
 /// Done when (issue 16): sessions are placed over two Docker endpoints (the local socket
 /// and a TLS TCP endpoint in front of the same engine), and a session keeps its container
 /// across replicas: a file one replica's task writes is read by the next task of the
@@ -577,7 +630,6 @@ fn a_session_keeps_its_container_on_its_docker_host_across_replicas() {
     make_certs(certs.path());
     let proxy = TlsProxy::start(certs.path());
     let tcp = format!("tcp://127.0.0.1:{}", proxy.port);
-    let c = |f: &str| certs.path().join(f).display().to_string();
     let sessions = ["sess-a", "sess-b"];
     let mut providers = String::new();
     for s in sessions {
@@ -587,28 +639,8 @@ fn a_session_keeps_its_container_on_its_docker_host_across_replicas() {
     // Dropped last: every replica leaves its sessions to the others, so with all of them
     // stopped nothing would remove the scope's containers and volumes.
     let _cleanup = ScopeCleanup(scope.clone());
-    let d = Deployment::new(&format!(
-        "  limit_overrides:\n    hostile: {{ timeout: 10m }}\n\
-         \x20 grants:\n    hostile: {{ events: true }}\n    \
-         claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
-         subagents:\n  agent_dirs: [./agents]\n  references:\n    - {{ uri: \"hostile://sleeper\", kind: HOSTILE }}\n\
-         models:\n  default: w-sess-a/scripted\n  providers:\n{providers}\
-         sandbox:\n  scope: {scope}\n  warm_pool: 0\n  hosts:\n    - endpoint: {}\n    - endpoint: {tcp}\n      \
-         tls: {{ ca: {}, cert: {}, key: {} }}\n\
-         approval:\n  default: deny\n  allow: [Read, Write]\n\
-         server:\n  max_concurrent_tasks: 1\n  task_lease: {}s\n\
-         store:\n  url: {}\n",
-        warden_sandbox::config::DEFAULT_DOCKER_ENDPOINT,
-        c("ca.pem"),
-        c("client.pem"),
-        c("client.key"),
-        LEASE.as_secs(),
-        db.url
-    ));
-    d.add("hostile", "hostile");
+    let d = two_host_cluster(&db, (certs.path(), &proxy), &scope, (&providers, "w-sess-a"), "", "Read, Write");
     let root = d.dir.path();
-    std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
-    std::fs::create_dir_all(root.join("agents")).unwrap();
     for s in sessions {
         for (role, tools) in [("w", "Write"), ("r", "Read")] {
             std::fs::write(
@@ -722,33 +754,13 @@ fn egress_follows_a_session_across_replicas_and_docker_hosts() {
     make_certs(certs.path());
     let proxy = TlsProxy::start(certs.path());
     let tcp = format!("tcp://127.0.0.1:{}", proxy.port);
-    let c = |f: &str| certs.path().join(f).display().to_string();
     let (allowed, left_out) = (credential_server(TOKEN), credential_server(TOKEN));
     let scope = format!("rep{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let _cleanup = ScopeCleanup(scope.clone());
-    let d = Deployment::new(&format!(
-        "  limit_overrides:\n    hostile: {{ timeout: 10m }}\n\
-         \x20 grants:\n    hostile: {{ events: true }}\n    \
-         claude: {{ log: true, events: true, state: true, resources: true, model: true, tools: true }}\n\
-         subagents:\n  agent_dirs: [./agents]\n  references:\n    - {{ uri: \"hostile://sleeper\", kind: HOSTILE }}\n\
-         models:\n  default: main/scripted\n  providers:\n    main: {{ type: scripted, script: ./main.yaml }}\n\
-         sandbox:\n  scope: {scope}\n  warm_pool: 0\n  hosts:\n    - endpoint: {}\n    - endpoint: {tcp}\n      \
-         tls: {{ ca: {}, cert: {}, key: {} }}\n  \
-         egress:\n    allow: [\"127.0.0.1:{allowed}\", \"127.0.0.1:{left_out}\"]\n\
-         approval:\n  default: deny\n  allow: [Bash]\n\
-         server:\n  max_concurrent_tasks: 1\n  task_lease: {}s\n\
-         store:\n  url: {}\n",
-        warden_sandbox::config::DEFAULT_DOCKER_ENDPOINT,
-        c("ca.pem"),
-        c("client.pem"),
-        c("client.key"),
-        LEASE.as_secs(),
-        db.url
-    ));
-    d.add("hostile", "hostile");
+    let egress = format!("  egress:\n    allow: [\"127.0.0.1:{allowed}\", \"127.0.0.1:{left_out}\"]\n");
+    let providers = "    main: { type: scripted, script: ./main.yaml }\n";
+    let d = two_host_cluster(&db, (certs.path(), &proxy), &scope, (providers, "main"), &egress, "Bash");
     let root = d.dir.path();
-    std::fs::copy(bundled_plugin("claude"), root.join("plugins/claude.wasm")).unwrap();
-    std::fs::create_dir_all(root.join("agents")).unwrap();
     std::fs::write(
         root.join("agents/fetcher.md"),
         "---\nname: fetcher\ndescription: Fetches\ntools: Bash\nmodel: main/scripted\n---\nFetch.\n",
@@ -852,18 +864,10 @@ struct TlsServer(std::process::Child, u16);
 impl TlsServer {
     fn start(certs: &std::path::Path) -> TlsServer {
         let port = free_port();
-        let code = "import http.server, ssl, sys\n\
-            class H(http.server.BaseHTTPRequestHandler):\n\
-            \x20   protocol_version = 'HTTP/1.1'\n\
-            \x20   def do_GET(self):\n\
-            \x20       self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers(); self.wfile.write(b'ok')\n\
-            \x20   def log_message(self, *a): pass\n\
-            s = http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H)\n\
-            c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[2], sys.argv[3])\n\
-            s.socket = c.wrap_socket(s.socket, server_side=True)\n\
-            s.serve_forever()\n";
+
         let child = std::process::Command::new(python())
-            .args(["-c", code, &port.to_string()])
+            .arg(repo().join("sandbox/tests/support/https_server.py"))
+            .arg(port.to_string())
             .args([certs.join("server.pem"), certs.join("server.key")])
             .spawn()
             .unwrap();
@@ -901,7 +905,6 @@ fn bench_egress() {
     make_certs(certs.path());
     let docker_tls = TlsProxy::start(certs.path());
     let https = TlsServer::start(certs.path());
-    let c = |f: &str| certs.path().join(f).display().to_string();
     // A scope per setup: a server without a replica id takes its scope's leftovers for its own.
     let scopes: Vec<String> =
         (0..3).map(|i| format!("beg{i}{}", &uuid::Uuid::new_v4().simple().to_string()[..10])).collect();
@@ -934,13 +937,7 @@ fn bench_egress() {
         .unwrap();
         d
     };
-    let remote = format!(
-        "  hosts:\n    - endpoint: tcp://127.0.0.1:{}\n      tls: {{ ca: {}, cert: {}, key: {} }}\n",
-        docker_tls.port,
-        c("ca.pem"),
-        c("client.pem"),
-        c("client.key")
-    );
+    let remote = format!("  hosts:\n{}", tls_host_entry(certs.path(), &docker_tls));
     let setups: Vec<(&str, Deployment, Vec<Server>)> = {
         let single = deployment(&scopes[0], "", "");
         let replicas = deployment(&scopes[1], "", &format!("store:\n  url: {}\n", db.url));
