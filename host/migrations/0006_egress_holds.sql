@@ -1,5 +1,5 @@
 -- 0006: the egress narrowings of running tool calls, shared between replicas
--- (warden_sandbox::EgressBoard, host/src/store/queue.rs). A session's connections may be
+-- (warden_sandbox::EgressBoard, host/src/store/egress_board.rs). A session's connections may be
 -- served by any replica with a channel into its container; each judges them by the lists
 -- of every running call of the session, on whichever replica it runs. One row per held
 -- call; withdrawn when the call ends, and ignored once its replica's lease

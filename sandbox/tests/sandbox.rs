@@ -2459,6 +2459,23 @@ PY"#
         restarted.shutdown().await.unwrap();
     }
 
+    /// Sandboxed code can neither use nor take the forwarder's channel socket (through which
+    /// a channel is served every new connection of the session); the forwarder's own user
+    /// can (the positive control).
+    pub async fn sandboxed_code_cannot_reach_the_forwarders_channel_socket(c: Ctx) {
+        set_token();
+        let (port, _seen) = test_server().await;
+        let (sb, _events) = egress_sandbox(&c, port, 0);
+        let k = key("egress-socket");
+        let probe = "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('/tmp/.warden-egress/channels.sock')\n    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)\n";
+        let out = bash_ok(&sb, &k, &format!("python3 -c \"{probe}\"; stat -c '%u %a' /tmp/.warden-egress")).await;
+        assert_eq!(out, "PermissionError\n65533 700\n", "{out}");
+        let id = container_of(&sb, &k).await;
+        let control = docker(&["exec", "-u", "65533:65533", &id, "python3", "-c", probe]);
+        assert_eq!(control, "connected\n", "the forwarder's user connects");
+        sb.shutdown().await.unwrap();
+    }
+
     /// A pool container's forwarder has no channel: a tool in it reaches nothing. Once
     /// bound, each session's connections are served (and audited) as that session's.
     pub async fn a_pool_container_reaches_nothing_until_bound_and_each_session_is_its_own(c: Ctx) {
@@ -4451,6 +4468,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         egress::an_adopted_session_gets_its_proxy_back,
         egress::a_pool_container_reaches_nothing_until_bound_and_each_session_is_its_own,
         egress::replicas_serve_a_sessions_egress_under_every_replicas_narrowings,
+        egress::sandboxed_code_cannot_reach_the_forwarders_channel_socket,
         hosts::egress_reaches_the_proxy_from_a_tls_docker_host,
         hosts::placement_spreads_sessions_and_a_replica_reaches_them,
         hosts::the_tls_endpoint_refuses_clients_without_a_trusted_certificate,

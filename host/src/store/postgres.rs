@@ -33,6 +33,10 @@ use tokio_postgres::{Client, NoTls};
 
 use super::{Msg, TaskRecord, Write};
 
+/// Most egress holds of one session read from the board (one per call running in it on
+/// another replica; calls per session are bounded far below): more refuse the connection.
+const MAX_EGRESS_HOLDS_READ: usize = 1000;
+
 /// The schema's migrations, in order: (version, name, SQL). Append, never edit.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "tasks", include_str!("../../migrations/0001_tasks.sql")),
@@ -747,12 +751,16 @@ impl PgBackend {
                 c.query(
                     "SELECT h.narrowings::text FROM egress_holds h JOIN replicas r ON r.replica_id = h.replica_id \
                      WHERE h.user_id = $1 AND h.session_id = $2 AND h.replica_id <> $3 AND r.alive_until_ms > $4 \
-                     LIMIT 1000",
+                     LIMIT 1001",
                     &[&user, &session, &replica, &now],
                 )
                 .await
             })
             .await?;
+        // Past the bound the lists are not all known: refuse rather than judge by some.
+        if rows.len() > MAX_EGRESS_HOLDS_READ {
+            return Err(format!("more than {MAX_EGRESS_HOLDS_READ} egress holds in the session"));
+        }
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 

@@ -42,9 +42,16 @@ const CLAIMED: &[u8] = b"ok\n";
 pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest answer read from a claim stream.
 const MAX_CLAIM_ANSWER: u64 = 64;
-/// Streams yamux lets the forwarder open at once: the proxy's own bound
-/// ([`MAX_CONNECTIONS_PER_SESSION`]) closes any past it first; this is yamux's backstop.
-const MAX_STREAMS: usize = 2 * MAX_CONNECTIONS_PER_SESSION;
+/// Streams yamux lets a channel have at once: the proxy's own bound
+/// ([`MAX_CONNECTIONS_PER_SESSION`], which closes any connection past it first) and room
+/// for claims; yamux's backstop.
+const MAX_STREAMS: usize = MAX_CONNECTIONS_PER_SESSION + 8;
+/// yamux's default window of one stream (its `DEFAULT_CREDIT`).
+const STREAM_WINDOW: usize = 256 * 1024;
+/// What the host buffers for one channel at most: every stream at yamux's default window,
+/// never grown (yamux would grow a fast stream's window towards 1 GiB per connection, memory
+/// a session's tools could make warden hold outside the container's limits).
+const MAX_CHANNEL_BUFFER: usize = MAX_STREAMS * STREAM_WINDOW;
 
 /// A yamux session over a byte stream, driven by a task of its own: inbound streams go to
 /// a handler, outbound ones are opened on request. Used both ways round: the proxy's
@@ -64,6 +71,7 @@ impl Mux {
     {
         let mut config = yamux::Config::default();
         config.set_max_num_streams(MAX_STREAMS);
+        config.set_max_connection_receive_window(Some(MAX_CHANNEL_BUFFER));
         let mut conn = yamux::Connection::new(io.compat(), config, mode);
         let (opens, mut requests) = mpsc::unbounded_channel::<oneshot::Sender<Result<yamux::Stream, String>>>();
         let task = tokio::spawn(async move {

@@ -19,6 +19,7 @@ import asyncio
 import itertools
 import os
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -268,9 +269,28 @@ async def on_channel(reader, writer):
     await Session(reader, writer).serve()
 
 
+def own_directory(path):
+    """Makes the directory of a socket path ours alone (0700), or refuses: a directory someone
+    else made there (or a link) could hand the socket to them."""
+    directory = os.path.dirname(path)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise OSError(f"{directory} is not a directory of this user alone")
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def serve(port, path):
     unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        if not path.startswith("@"):
+            own_directory(path)
         unix.bind(unix_address(path))
         unix.listen(16)
     except OSError as e:

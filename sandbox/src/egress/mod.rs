@@ -70,11 +70,13 @@ pub use crate::egress_policy::{
 use crate::error::SandboxError;
 use crate::session_key::SessionKey;
 
-/// The forwarder's socket for its channels, in the container's abstract unix namespace
-/// (`@`): nothing on a filesystem to plant or remove, gone with the container's network
-/// namespace. Both ends check that the other runs as [`FORWARDER_USER`] (`SO_PEERCRED`),
-/// so a sandboxed process that took the name serves or reaches nothing.
-pub const CHANNEL_SOCKET: &str = "@warden-egress";
+/// The forwarder's socket for its channels: in a directory of the forwarder's user alone
+/// (0700, made by the forwarder, which starts before any sandboxed code and refuses one it
+/// did not make), so no sandboxed process can connect to it or take its name — the file
+/// system's permissions hold under every runtime, where a peer-credential check alone
+/// (which both ends also make) depends on the kernel (gVisor's). `/tmp` is the container's
+/// own tmpfs: gone with a stop, made afresh at each start.
+pub const CHANNEL_SOCKET: &str = "/tmp/.warden-egress/channels.sock";
 /// Port of the in-container forwarder on 127.0.0.1 (what `HTTP_PROXY` names).
 pub const FORWARDER_PORT: u16 = 3128;
 /// Exit status of the container setup (the agent's `prepare`, which waits up to 10 s, 200
@@ -229,12 +231,14 @@ impl Egress {
             && !narrowings.is_empty()
         {
             let shared: Vec<SharedNarrowing> = narrowings.iter().map(|n| SharedNarrowing::of(n)).collect();
+            // Withdrawn on drop whatever happens from here (a publish that committed and
+            // then failed or was cancelled leaves no row behind; a second withdraw is harmless).
+            hold.published = Some((board.clone(), id));
             board.publish(key, id, &shared).await.map_err(|e| {
                 SandboxError::Egress(format!(
                     "this call's egress list could not be shared with the other replicas ({e}); it was not run"
                 ))
             })?;
-            hold.published = Some((board.clone(), id));
         }
         Ok(hold)
     }
@@ -264,38 +268,52 @@ impl Egress {
     }
 
     /// The policy `key`'s proxy applies now: the operator's, narrowed by every narrowing
-    /// its running calls hold — here and, with replicas, on the board (the narrowest wins
-    /// when concurrent calls differ). `Err` (the refusal's rule) when the board cannot be
-    /// read: what other replicas' calls allow is then unknown, so nothing is.
-    async fn policy_for(&self, key: &SessionKey) -> Result<Arc<EgressPolicy>, String> {
-        let mut distinct: Vec<Arc<EgressNarrowing>> = vec![];
-        {
-            let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
-            // One layer per distinct narrowing: concurrent calls of one task hold the same.
-            for (_, n) in holds.get(key).into_iter().flatten() {
-                if !distinct.iter().any(|d| **d == **n) {
-                    distinct.push(n.clone());
+    /// this process's running calls hold (the narrowest wins when concurrent calls differ).
+    fn policy_for(&self, key: &SessionKey) -> Arc<EgressPolicy> {
+        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        match holds.get(key) {
+            None => self.policy.clone(),
+            Some(held) => {
+                // One layer per distinct narrowing: concurrent calls of one task hold the same.
+                let mut distinct: Vec<&EgressNarrowing> = Vec::with_capacity(held.len());
+                for (_, n) in held {
+                    if !distinct.contains(&&**n) {
+                        distinct.push(n);
+                    }
                 }
+                Arc::new(self.policy.narrowed(distinct))
             }
         }
-        if let Some(board) = self.board.get() {
-            let others = board.others(key).await.map_err(|e| {
-                format!("the egress lists of this session's calls on other replicas could not be read ({e})")
-            })?;
-            for shared in others {
-                // An entry that no longer parses narrows to nothing (deny by default).
-                let n = EgressNarrowing::parse(&shared.allow, shared.source.clone())
-                    .or_else(|_| EgressNarrowing::parse(&[], shared.source))
-                    .map_err(|e| e.to_string())?;
-                if !distinct.iter().any(|d| **d == n) {
-                    distinct.push(Arc::new(n));
-                }
+    }
+
+    /// With replicas, `policy` (this process's) narrowed further by the lists the
+    /// session's calls on the other replicas hold (the board). `Err` (the refusal's rule)
+    /// when the board cannot be read: what those calls allow is then unknown, so nothing
+    /// is. Asked only for what `policy` admits (a narrowing only takes away), so a flood of
+    /// refused requests costs the board nothing.
+    async fn with_other_replicas(
+        &self,
+        key: &SessionKey,
+        policy: Arc<EgressPolicy>,
+    ) -> Result<Arc<EgressPolicy>, String> {
+        let Some(board) = self.board.get() else { return Ok(policy) };
+        let others = board.others(key).await.map_err(|e| {
+            format!("the egress lists of this session's calls on other replicas could not be read ({e})")
+        })?;
+        if others.is_empty() {
+            return Ok(policy);
+        }
+        let mut layers: Vec<EgressNarrowing> = vec![];
+        for shared in others {
+            // An entry that no longer parses narrows to nothing (deny by default).
+            let n = EgressNarrowing::parse(&shared.allow, shared.source.clone())
+                .or_else(|_| EgressNarrowing::parse(&[], shared.source))
+                .map_err(|e| e.to_string())?;
+            if !layers.contains(&n) {
+                layers.push(n);
             }
         }
-        Ok(match distinct.is_empty() {
-            true => self.policy.clone(),
-            false => Arc::new(self.policy.narrowed(distinct.iter().map(|n| &**n))),
-        })
+        Ok(Arc::new(policy.narrowed(&layers)))
     }
 
     pub(crate) fn observe(&self, observer: EgressObserver) {
@@ -565,7 +583,9 @@ impl SessionProxy {
 
     /// Judges `target` and resolves it: the admitting rule and the checked addresses.
     async fn decide(&self, target: &Target) -> Result<(String, Vec<SocketAddr>), String> {
-        let policy = self.egress.policy_for(&self.key).await?;
+        let policy = self.egress.policy_for(&self.key);
+        policy.admit(target).map_err(|d| d.rule)?;
+        let policy = self.egress.with_other_replicas(&self.key, policy).await?;
         let admitted = policy.admit(target).map_err(|d| d.rule)?;
         let addrs: Vec<SocketAddr> = match &target.host {
             TargetHost::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
