@@ -186,7 +186,9 @@ async fn postgres_refuses_a_database_from_a_newer_warden() {
         .await
         .unwrap();
     let e = Store::connect(&db.url).await.unwrap_err().to_string();
-    assert!(e.contains("schema version 999, newer than this warden knows (5)"), "{e}");
+    // The newest version this warden knows: one per migration file.
+    let known = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations")).unwrap().count();
+    assert!(e.contains(&format!("schema version 999, newer than this warden knows ({known})")), "{e}");
     assert!(e.starts_with(&format!("task store {}", db.url)), "the error names the database: {e}");
     drop(client);
     b.finish().await;

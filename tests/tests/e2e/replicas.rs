@@ -589,7 +589,8 @@ fn local_and_tls_hosts(certs: &std::path::Path, proxy: &TlsProxy) -> String {
 /// The deployment of the two-host tests: replicas on `db` with one slot each, the `sleeper`
 /// (hostile plugin) and Claude agents of `./agents`, models `providers` (the default named
 /// by the second), sessions of `scope` over the local socket and the TLS endpoint `tls`,
-/// `sandbox` lines added to the section, and `allow` as the only tools allowed.
+/// `sandbox` lines added to the section, `allow` as the only tools allowed, and every
+/// replica's audit lines in `audit.jsonl`.
 fn two_host_cluster(
     db: &TestDatabase,
     tls: (&std::path::Path, &TlsProxy),
@@ -605,7 +606,7 @@ fn two_host_cluster(
          subagents:\n  agent_dirs: [./agents]\n  references:\n    - {{ uri: \"hostile://sleeper\", kind: HOSTILE }}\n\
          models:\n  default: {default}/scripted\n  providers:\n{providers}\
          sandbox:\n  scope: {scope}\n  warm_pool: 0\n{}{sandbox}\
-         approval:\n  default: deny\n  allow: [{allow}]\n\
+         approval:\n  default: deny\n  allow: [{allow}]\n  audit_log: ./audit.jsonl\n\
          server:\n  max_concurrent_tasks: 1\n  task_lease: {}s\n\
          store:\n  url: {}\n",
         local_and_tls_hosts(tls.0, tls.1),
@@ -841,6 +842,17 @@ fn egress_follows_a_session_across_replicas_and_docker_hosts() {
     let _ = dead.child.wait();
     let third = fetch(ports[other], "eg-a");
     check(ports[other], &third, "after kill -9 of the maker");
+
+    // The audit log (both replicas append to it) has the decisions, never the credential.
+    let audit = std::fs::read_to_string(root.join("audit.jsonl")).unwrap();
+    assert!(!audit.contains(TOKEN), "the credential is never in the audit log");
+    let lines: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v["event"] == "egress" && v["session_id"] == "eg-a")
+        .collect();
+    assert!(lines.iter().any(|l| l["decision"] == "allow" && l["port"] == allowed), "{audit}");
+    assert!(lines.iter().any(|l| l["decision"] == "deny" && l["port"] == left_out), "{audit}");
 
     // A second session goes to the other Docker host, and is served alike.
     let remote = fetch(ports[other], "eg-b");
