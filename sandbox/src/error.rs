@@ -186,8 +186,7 @@ pub enum SandboxError {
     },
 
     /// A call's egress narrowing could not be shared with the other replicas (the call is
-    /// not run: another replica would serve its connections more widely), or a channel
-    /// into a container could not be opened.
+    /// not run: another replica would serve its connections more widely).
     #[error("egress: {0}")]
     Egress(String),
 

@@ -778,8 +778,9 @@ impl Sandbox {
         // never starts it).
         pool::start(&self.inner, at, docker);
         let ctx = SessionCtx { inner: &self.inner, docker, lease, env, approved_path: None };
-        // Create the container now so that creation errors surface before any tool work.
-        if let Err(e) = ctx.container().await {
+        // Create the container now so that creation errors surface before any tool work
+        // (its egress channel is the work's own: `container` before each command claims it).
+        if let Err(e) = ctx.live_container().await {
             self.inner.forget_if_empty(&ctx.lease.slot).await;
             return Err(on_host(self.inner.hosts[at].endpoint(), e));
         }
@@ -1634,8 +1635,8 @@ impl Inner {
         }
         // A paused session's stopped container goes by its name with the rest below.
         let paused = slot.paused.lock().expect("paused lock").take();
-        if let Some(p) = paused {
-            self.forget_paused(p);
+        if paused.is_some() {
+            self.metrics.sessions_paused.fetch_sub(1, Ordering::Relaxed);
             self.metrics.sessions_removed.fetch_add(1, Ordering::Relaxed);
         }
         let removed = {
@@ -1835,11 +1836,6 @@ impl Inner {
                 }
             }
         }
-    }
-
-    /// Counts a paused container out (it goes by its name).
-    fn forget_paused(&self, _paused: Paused) {
-        self.metrics.sessions_paused.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Pauses the sessions with no call in flight idle for `pause_after` (each on its host);

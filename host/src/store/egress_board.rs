@@ -9,7 +9,7 @@
 
 use warden_sandbox::{BoardFuture, EgressBoard, SessionKey, SharedNarrowing};
 
-use super::{Backend, Store, now_ms};
+use super::{Store, now_ms};
 
 /// Replica `replica`'s view of the board on `store` (PostgreSQL).
 pub struct StoreEgressBoard {
@@ -21,16 +21,14 @@ impl StoreEgressBoard {
     /// The board of `replica` on `store`, after clearing what an earlier life of the
     /// replica left on it (its calls ended with it). `None` on a store that is not shared.
     pub async fn open(store: Store, replica: String) -> Result<Option<StoreEgressBoard>, super::StoreError> {
-        let Backend::Postgres(pg) = &store.inner.backend else { return Ok(None) };
+        let Some(pg) = store.pg() else { return Ok(None) };
         pg.clear_egress_holds(&replica).await.map_err(|e| store.err(e))?;
         Ok(Some(StoreEgressBoard { store, replica }))
     }
 
+    /// Its backend: PostgreSQL, as [`StoreEgressBoard::open`] checked.
     fn pg(&self) -> Result<&super::postgres::PgBackend, String> {
-        match &self.store.inner.backend {
-            Backend::Postgres(pg) => Ok(pg),
-            Backend::Redb(_) => Err("the store is not shared".into()),
-        }
+        self.store.pg().ok_or_else(|| "the store is not shared".to_string())
     }
 }
 

@@ -86,7 +86,8 @@ impl Store {
         matches!(self.inner.backend, Backend::Postgres(_))
     }
 
-    fn pg(&self) -> Option<&super::postgres::PgBackend> {
+    /// The PostgreSQL backend (`None`: the embedded store); also the egress board's.
+    pub(super) fn pg(&self) -> Option<&super::postgres::PgBackend> {
         match &self.inner.backend {
             Backend::Postgres(b) => Some(b),
             Backend::Redb(_) => None,

@@ -287,21 +287,21 @@ impl Egress {
     }
 
     /// With replicas, `policy` (this process's) narrowed further by the lists the
-    /// session's calls on the other replicas hold (the board). `Err` (the refusal's rule)
-    /// when the board cannot be read: what those calls allow is then unknown, so nothing
-    /// is. Asked only for what `policy` admits (a narrowing only takes away), so a flood of
-    /// refused requests costs the board nothing.
+    /// session's calls on the other replicas hold (the board); `None` when they hold none.
+    /// `Err` (the refusal's rule) when the board cannot be read: what those calls allow is
+    /// then unknown, so nothing is. Asked only for what `policy` admits (a narrowing only
+    /// takes away), so a flood of refused requests costs the board nothing.
     async fn with_other_replicas(
         &self,
         key: &SessionKey,
-        policy: Arc<EgressPolicy>,
-    ) -> Result<Arc<EgressPolicy>, String> {
-        let Some(board) = self.board.get() else { return Ok(policy) };
+        policy: &EgressPolicy,
+    ) -> Result<Option<Arc<EgressPolicy>>, String> {
+        let Some(board) = self.board.get() else { return Ok(None) };
         let others = board.others(key).await.map_err(|e| {
             format!("the egress lists of this session's calls on other replicas could not be read ({e})")
         })?;
         if others.is_empty() {
-            return Ok(policy);
+            return Ok(None);
         }
         let mut layers: Vec<EgressNarrowing> = vec![];
         for shared in others {
@@ -313,7 +313,7 @@ impl Egress {
                 layers.push(n);
             }
         }
-        Ok(Arc::new(policy.narrowed(&layers)))
+        Ok(Some(Arc::new(policy.narrowed(&layers))))
     }
 
     pub(crate) fn observe(&self, observer: EgressObserver) {
@@ -373,8 +373,9 @@ impl std::fmt::Debug for EgressHold {
 impl Drop for EgressHold {
     fn drop(&mut self) {
         if let Some((board, id)) = self.published.take() {
-            // Off the board at once, or with this replica's lease if that fails (the board's
-            // rows name their replica).
+            // Off the board at once; if that fails, the row stays (narrowing the session on
+            // the other replicas, never widening it) until this replica's lease runs out or
+            // it starts again (which clears its rows).
             let key = self.key.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move { board.withdraw(&key, id).await });
@@ -583,10 +584,12 @@ impl SessionProxy {
 
     /// Judges `target` and resolves it: the admitting rule and the checked addresses.
     async fn decide(&self, target: &Target) -> Result<(String, Vec<SocketAddr>), String> {
-        let policy = self.egress.policy_for(&self.key);
-        policy.admit(target).map_err(|d| d.rule)?;
-        let policy = self.egress.with_other_replicas(&self.key, policy).await?;
-        let admitted = policy.admit(target).map_err(|d| d.rule)?;
+        let mut policy = self.egress.policy_for(&self.key);
+        let mut admitted = policy.admit(target).map_err(|d| d.rule)?;
+        if let Some(narrower) = self.egress.with_other_replicas(&self.key, &policy).await? {
+            admitted = narrower.admit(target).map_err(|d| d.rule)?;
+            policy = narrower;
+        }
         let addrs: Vec<SocketAddr> = match &target.host {
             TargetHost::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
             TargetHost::Name(name) => {
