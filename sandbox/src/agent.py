@@ -9,7 +9,8 @@
 # its earlier lives and their trees), `kill-agent <pid> <starttime>` (a call overran its
 # deadline or was dropped); as the sandbox user: `exec-owned <argv...>` (say pid and start
 # time on stdout, then become argv: a session process the host ends on purpose); and as root:
-# `prepare <forwarder port or 0>` (once, before any sandboxed code runs), `use-hold
+# `prepare <forwarder port or 0>` (once, before any sandboxed code runs; `prepare-serve
+# <port> <uid> <gid>` prepares and then serves as the first agent, in one exec), `use-hold
 # <seconds>` (may an idle session be removed: no call running, and the use mark
 # untouched for that long; if so, no call starts until the host is done removing it) and
 # `settle <uid> <gid> <tag>` (record a session process's steady state, below).
@@ -1386,7 +1387,8 @@ def exec_owned(argv):
 
 def agent_tag(pid):
     """(replica, life) from the command line of a tagged agent
-    (`python3 -I -S -c CODE serve UID GID REPLICA LIFE`), else None."""
+    (`python3 -I -S -c CODE serve UID GID REPLICA LIFE`, or `prepare-serve PORT UID GID
+    REPLICA LIFE`), else None."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             argv = f.read().split(b"\0")
@@ -1394,6 +1396,8 @@ def agent_tag(pid):
         return None
     if len(argv) >= 10 and argv[5] == b"serve":
         return argv[8], argv[9]
+    if len(argv) >= 11 and argv[5] == b"prepare-serve":
+        return argv[9], argv[10]
     return None
 
 
@@ -1429,6 +1433,13 @@ if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "serve":
         serve(int(sys.argv[2]), int(sys.argv[3]))
+    elif mode == "prepare-serve":
+        # The container's preparation and its first agent in one exec (an exec round trip
+        # less at every cold start, pool fill and resume): prepare as root, then serve.
+        code = prepare(int(sys.argv[2]))
+        if code:
+            sys.exit(code)
+        serve(int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "sweep-all":
         as_sandbox_user(sys.argv)
         sys.stdout.write("%d\n" % sweep(True))

@@ -16,6 +16,7 @@
 //! session's or the pool's (`Owner`); anything else is a [`SandboxError::NotOwned`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bollard::Docker;
 use bollard::models::{
@@ -463,18 +464,22 @@ fn container_body(
 
 /// Creates (or reuses) the workspace volume `volume`, creates and starts the container
 /// `name` on it with `labels` (a session's or the pool's, `owner`), and opens /workspace to
-/// the session user. Returns the container id.
+/// the session user; with `sandbox.disk`, `disks` attaches the workspace's disk (gathered
+/// with other cold starts on the same Docker host) unless the copy that just made it did
+/// (`copied_disk`). Its first agent, which prepares it, goes to `agents`. Returns the
+/// container id.
 /// With [`NameTaken::Reuse`], a running container already holding `name` (another
 /// replica's, made a moment earlier) is returned instead, with its workspace prepared.
 /// An existing container, workspace or disk volume is reused or replaced only when it is
 /// `owner`'s ([`SandboxError::NotOwned`] otherwise, nothing touched).
 pub(crate) async fn create_and_start(
-    docker: &Docker,
+    (docker, disks): (&Docker, &Arc<disk::Attacher>),
     cfg: &SandboxConfig,
     (name, volume): (&str, &str),
     (labels, owner): (HashMap<String, String>, Owner<'_>),
-    egress: Option<&Egress>,
+    (egress, agents): (Option<&Egress>, &exec::AgentPool),
     policy: NameTaken,
+    copied_disk: Option<disk::VolumeOptions>,
 ) -> Result<Made, SandboxError> {
     let began = std::time::Instant::now();
     // Checked first so that a missing image leaves nothing (not even a volume) behind.
@@ -507,7 +512,10 @@ pub(crate) async fn create_and_start(
         (0, _) | (_, None) => None,
         (size, Some(disk_volume)) => {
             let attaching = std::time::Instant::now();
-            let opts = disk::attach(docker, &cfg.image, &disk_volume, labels.clone(), size, "0:0").await?;
+            let opts = match copied_disk {
+                Some(opts) => opts,
+                None => disks.attach(docker, &disk_volume, &labels, size, DISK_OWNER).await?,
+            };
             tracing::debug!(container = %name, took_ms = attaching.elapsed().as_millis() as u64, "cold start: disk attached");
             // After a reboot the image may sit on another loop device than the volume names.
             if let Ok(v) = docker.inspect_volume(volume).await
@@ -562,7 +570,7 @@ pub(crate) async fn create_and_start(
         }
     };
     tracing::debug!(container = %name, took_ms = began.elapsed().as_millis() as u64, "cold start: container started");
-    if let Err(e) = prepare(docker, &created.id, egress).await {
+    if let Err(e) = prepare(docker, &created.id, egress, Some((agents, &cfg.user))).await {
         let _ = remove_container(docker, &created.id).await;
         return Err(e);
     }
@@ -576,15 +584,22 @@ pub(crate) async fn create_and_start(
 async fn reuse(docker: &Docker, found: Made) -> Result<Made, SandboxError> {
     if let Made::Found { id, .. } = &found {
         tracing::info!(container = %id, "session container made by another replica; using it");
-        prepare(docker, id, None).await?;
+        prepare(docker, id, None, None).await?;
     }
     Ok(found)
 }
 
 /// Starts the egress forwarder (with `egress`) and opens /workspace to the session user in
 /// the running container `id`, and creates its use mark; the caller removes the container
-/// when this fails.
-async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(), SandboxError> {
+/// when this fails. With `first_agent` (a container this process just started: where its
+/// agents go, and the session user) the container's first agent does it before it serves,
+/// in the same exec round trip; without (another replica's container) a one-off exec.
+async fn prepare(
+    docker: &Docker,
+    id: &str,
+    egress: Option<&Egress>,
+    first_agent: Option<(&exec::AgentPool, &str)>,
+) -> Result<(), SandboxError> {
     // The egress forwarder starts first: it is listening by the time the workspace setup
     // (an exec round trip) is done, before any tool can run.
     if egress.is_some() {
@@ -603,8 +618,17 @@ async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(
         // records, the tools' configuration directory, the settings record); with egress it
         // waits until the forwarder listens, so no tool runs before it.
         let port = if egress.is_some() { egress::FORWARDER_PORT } else { 0 };
-        let setup = exec::agent_argv("prepare", Some(&port.to_string()));
-        setup_result = exec::run_housekeeping(docker, id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT).await;
+        setup_result = match first_agent {
+            Some((agents, user)) => match agents.spawn_preparing(docker, id, user, port).await {
+                Ok(()) => Ok(0),
+                Err(exec::PrepareFailure::Exited(code, _)) if code != 0 => Ok(code),
+                Err(f) => Err(f.into()),
+            },
+            None => {
+                let setup = exec::agent_argv("prepare", Some(&port.to_string()));
+                exec::run_housekeeping(docker, id, "0:0", setup, WORKSPACE_SETUP_TIMEOUT).await
+            }
+        };
         // 126: the runtime could not start the process (transient on a busy engine).
         if !matches!(setup_result, Ok(126)) {
             break;
@@ -632,6 +656,10 @@ async fn prepare(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(
     }
 }
 
+/// Owner (uid:gid) of a workspace disk's root directory: root, as a plain volume's; the
+/// setup opens it to the session user.
+pub(crate) const DISK_OWNER: &str = "0:0";
+
 /// `agent.py`'s `PREPARE_UNTRUSTED`: the setup found one of the files it makes under /tmp
 /// existing and not root's.
 const PREPARE_UNTRUSTED: i64 = 6;
@@ -653,14 +681,20 @@ pub(crate) async fn stop_for_pause(docker: &Docker, id: &str) -> Result<(), Sand
 }
 
 /// Starts a paused session's stopped container again and prepares it as a new one (its
-/// /tmp, use mark and egress forwarder are gone with its processes); the caller removes it
-/// when this fails and makes a new container on the same workspace.
-pub(crate) async fn start_paused(docker: &Docker, id: &str, egress: Option<&Egress>) -> Result<(), SandboxError> {
+/// /tmp, use mark and egress forwarder are gone with its processes), its first agent
+/// going to `agents`; the caller removes it when this fails and makes a new container on
+/// the same workspace.
+pub(crate) async fn start_paused(
+    docker: &Docker,
+    cfg: &SandboxConfig,
+    id: &str,
+    (egress, agents): (Option<&Egress>, &exec::AgentPool),
+) -> Result<(), SandboxError> {
     docker
         .start_container(id, None::<StartContainerOptions>)
         .await
         .map_err(|e| SandboxError::from_docker("start paused session container", e))?;
-    prepare(docker, id, egress).await
+    prepare(docker, id, egress, Some((agents, &cfg.user))).await
 }
 
 /// Force-removes a container by id or name; absent is success.
@@ -886,7 +920,7 @@ pub(crate) async fn list_bindings(
 }
 
 /// Labels of a disk helper container: managed and scoped, so a leftover one is pruned.
-fn helper_labels(scope: &str) -> HashMap<String, String> {
+pub(crate) fn helper_labels(scope: &str) -> HashMap<String, String> {
     HashMap::from([(LABEL_MANAGED.to_string(), "true".to_string()), (LABEL_SCOPE.to_string(), scope.to_string())])
 }
 

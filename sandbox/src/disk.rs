@@ -9,10 +9,16 @@
 //! can reach that lets a container use loop devices, with no host path and no root on warden's
 //! side. Detaching happens when the disk volume is removed.
 //!
+//! A helper is a container lifecycle of its own, as much engine work as the session's
+//! container: the attaches of cold starts and pool fills that wait at the same time share
+//! one ([`Attacher`], per Docker host), so a burst of new sessions costs a few helpers, not
+//! one each.
+//!
 //! A fork (`Sandbox::fork_session`) copies the source's image into the fork's new disk
 //! volume with the same helper (`copy`): copy-on-write where the Docker host's file system
 //! supports reflinks, a sparse copy otherwise, with the source's file system frozen
-//! meanwhile when a container has it mounted.
+//! meanwhile when a container has it mounted; the same helper attaches the copy, so the
+//! fork's container needs none of its own.
 //!
 //! The helper is the only container warden starts with a capability (CAP_SYS_ADMIN and
 //! CAP_MKNOD, loop devices only; to copy a plain workspace's tree, CAP_CHOWN, CAP_FOWNER
@@ -23,6 +29,7 @@
 //! freezes), never read a workspace's files, and never have a network.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bollard::Docker;
@@ -44,8 +51,9 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 const DISK_MOUNT: &str = "/disk";
 /// The kernel's loop device allocator, the one device node the helper gets from the host.
 const LOOP_CONTROL: &str = "/dev/loop-control";
-/// Output a helper may print (a device path or an error line).
-const HELPER_OUTPUT_MAX: usize = 4096;
+/// Output a helper may print per stream: a device or an error line of up to 300 bytes per
+/// disk volume it attaches (at most [`MAX_DISKS_PER_HELPER`]), or a copy's answer.
+const HELPER_OUTPUT_MAX: usize = 16 * 1024;
 
 /// Shell prelude of both scripts: device nodes for every loop device the kernel has (a
 /// container starts with none), so `losetup` can query them.
@@ -61,10 +69,11 @@ attached() {
 }
 "#;
 
-/// Creates the image on first use (sparse ext4 of the limit's size), attaches it to a loop
-/// device unless one already backs it (matched by device and inode, as paths differ between
-/// containers), and prints the device. `$1` size in bytes, `$2` owner uid:gid of its root.
-const ATTACH: &str = r#"set -e
+/// Defines `attach_disk`, which creates the image `$img` on first use (sparse ext4 of the
+/// limit's size), attaches it to a loop device unless one already backs it (matched by
+/// device and inode, as paths differ between containers), and prints the device. `$1` size
+/// in bytes, `$2` owner uid:gid of its root. Run with `set -e`, in a subshell.
+const ATTACH: &str = r#"attach_disk() {
 if [ ! -f "$img" ]; then
   # A leftover of an attach that failed half way is started afresh (its blocks, read
   # back through the journal area mkfs leaves unwritten below, would not read as zeros).
@@ -78,11 +87,11 @@ fi
 dev=$(attached | head -n 1)
 tries=0
 while [ -z "$dev" ]; do
-  # The unbound devices the kernel has, in a random order: helpers attaching at once
-  # (a burst of new sessions) mostly try different ones, where `losetup -f` gives all of
-  # them the same first free device and all but one lose. Attaching a device another
-  # helper bound meanwhile fails (EBUSY) and the next one is tried: nothing bound is
-  # touched.
+  # The unbound devices the kernel has, in a random order: attaches at once (a burst of
+  # new sessions, in one helper or several) mostly try different ones, where `losetup -f`
+  # gives all of them the same first free device and all but one lose. Attaching a device
+  # another attach bound meanwhile fails (EBUSY) and the next one is tried: nothing bound
+  # is touched.
   for s in $(ls -d /sys/block/loop* 2>/dev/null | shuf); do
     [ -e "$s/loop" ] && continue
     n=/dev/${s##*/}
@@ -90,7 +99,7 @@ while [ -z "$dev" ]; do
     if losetup "$n" "$img" 2>/dev/null; then dev=$n; break; fi
   done
   [ -z "$dev" ] || break
-  # None free: the kernel makes one (loop-control). Another helper may take it between
+  # None free: the kernel makes one (loop-control). Another attach may take it between
   # the query and the attach: retry after a random pause, so the losers do not meet again.
   free=$(losetup -f)
   [ -b "$free" ] || mknod "$free" b 7 "${free#/dev/loop}" 2>/dev/null || true
@@ -99,7 +108,30 @@ while [ -z "$dev" ]; do
   [ "$tries" -lt 50 ] || { echo "no free loop device after $tries attempts" >&2; exit 1; }
   sleep "0.$(od -An -N1 -tu1 /dev/urandom | awk '{ printf "%03d", $1 % 200 }')"
 done
-printf '%s' "$dev""#;
+printf '%s' "$dev"
+}
+"#;
+
+/// Attaches the disk volumes mounted at `/disk/0`, `/disk/1`, ... at once, each in its own
+/// subshell; `$@` holds a size and an owner per volume, in that order. Prints `<index>
+/// <device>` per attached volume on stdout and `<index> <error>` per failed one on stderr;
+/// exits 0 either way (each volume's outcome is its own).
+const ATTACH_ALL: &str = r#"count=0
+while [ "$#" -ge 2 ]; do
+  ( set -e; img=/disk/$count/workspace.ext4; attach_disk "$1" "$2" ) >"/tmp/dev.$count" 2>"/tmp/err.$count" &
+  count=$((count + 1))
+  shift 2
+done
+wait
+i=0
+while [ "$i" -lt "$count" ]; do
+  if [ -s "/tmp/dev.$i" ]; then
+    printf '%s %s\n' "$i" "$(cat "/tmp/dev.$i")"
+  else
+    printf '%s %s\n' "$i" "$(head -c 300 "/tmp/err.$i" | tr '\n' ' ')" >&2
+  fi
+  i=$((i + 1))
+done"#;
 
 /// Detaches every loop device backed by the image (the volume is removed afterwards).
 const DETACH: &str = r#"[ -f "$img" ] || exit 0
@@ -119,7 +151,9 @@ const COPY_TIMEOUT_SECS: u32 = 45;
 /// (reflink) where the Docker host's file system supports it, else a sparse copy. With
 /// `$1` = `freeze` the source's file system (mounted by a running container, and here at
 /// `/frozen`) is frozen for the copy so the image is consistent, and thawed whatever
-/// happens.
+/// happens. With `$3` (size) and `$4` (owner) the copy is attached too, as `attach_disk`
+/// does, and its device printed after `copied`: the new session's container needs it
+/// next, and this saves it a helper of its own.
 const COPY: &str = r#"set -e
 [ -f /source/workspace.ext4 ] || { echo "the source session has no workspace image" >&2; exit 1; }
 if [ "$1" = freeze ]; then
@@ -128,7 +162,12 @@ if [ "$1" = freeze ]; then
 fi
 timeout "$2" cp --reflink=auto --sparse=always /source/workspace.ext4 "$img.new"
 mv "$img.new" "$img"
-printf copied"#;
+if [ "$#" -ge 4 ]; then
+  dev=$(attach_disk "$3" "$4")
+  printf 'copied %s' "$dev"
+else
+  printf copied
+fi"#;
 
 /// Copies the source workspace's tree (`/source`) into the new workspace volume (`/disk`)
 /// when workspaces are plain volumes (`sandbox.disk: 0`): links stay links, nothing is
@@ -142,31 +181,172 @@ pub(crate) fn disk_of(workspace_volume: &str) -> Option<String> {
     workspace_volume.strip_prefix(WORKSPACE_PREFIX).map(|stem| format!("{DISK_PREFIX}{stem}"))
 }
 
-/// Creates (or reuses) the disk volume and its image, attaches it, and returns the options of
-/// a `local` workspace volume mounting it.
-pub(crate) async fn attach(
-    docker: &Docker,
-    image: &str,
-    disk_volume: &str,
+/// Most disk volumes one helper attaches: a burst's attaches beyond it wait for the next
+/// helper (a container's mounts are fixed when it is made, so one helper serves only the
+/// volumes gathered before it starts).
+const MAX_DISKS_PER_HELPER: usize = 32;
+/// Helpers attaching at once on one Docker host: a second one starts while the first
+/// runs, so a lone cold start never waits behind a burst's helper, and more add engine
+/// load without serving anyone sooner (each gathers every attach waiting when it starts).
+const MAX_ATTACH_HELPERS: usize = 2;
+
+/// The disk attaches of one Docker host, gathered: every cold start (and pool fill) needs
+/// its disk image attached by a disk helper, a container lifecycle of its own, as much
+/// engine work as the session container itself. A burst of new sessions would start one
+/// helper each; here the attaches waiting at the same time share a helper
+/// ([`MAX_DISKS_PER_HELPER`], at most [`MAX_ATTACH_HELPERS`] running), so a burst of 20
+/// cold starts costs about two helpers instead of 20.
+pub(crate) struct Attacher {
+    /// The sandbox image, which the helpers run.
+    image: String,
+    /// The labels of a helper container (managed and scoped, so a leftover one is pruned).
     labels: HashMap<String, String>,
+    queue: std::sync::Mutex<AttachQueue>,
+    /// Helpers run, and the disks they attached (`disk_helpers_total`, `disks_attached_total`).
+    helpers_run: AtomicU64,
+    disks_attached: AtomicU64,
+}
+
+/// Attaches waiting for a helper, and how many helpers run.
+#[derive(Default)]
+struct AttachQueue {
+    waiting: Vec<AttachRequest>,
+    helpers: usize,
+}
+
+/// One disk volume to attach, and where its answer goes.
+struct AttachRequest {
+    disk_volume: String,
     size: u64,
-    owner: &str,
-) -> Result<HashMap<String, String>, SandboxError> {
-    create_volume(docker, disk_volume, &labels, "create disk volume").await?;
-    let device = run_helper(docker, image, disk_volume, labels, ATTACH, &[&size.to_string(), owner]).await?;
-    let device = device.trim();
-    if !device.starts_with("/dev/loop") || device.contains(char::is_whitespace) {
-        return Err(SandboxError::Docker {
-            action: "attach workspace disk".into(),
-            message: format!("the disk helper printed {device:?}, not a loop device"),
-        });
+    owner: String,
+    answer: tokio::sync::oneshot::Sender<Result<String, SandboxError>>,
+}
+
+impl Attacher {
+    /// The attacher of one Docker host, whose helpers run `image` labelled `labels`.
+    pub(crate) fn new(image: &str, labels: HashMap<String, String>) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            image: image.to_string(),
+            labels,
+            queue: Default::default(),
+            helpers_run: AtomicU64::new(0),
+            disks_attached: AtomicU64::new(0),
+        })
     }
-    Ok(HashMap::from([
-        ("type".to_string(), "ext4".to_string()),
-        ("device".to_string(), device.to_string()),
-        // Nothing in the workspace can be a set-uid program or a device node.
-        ("o".to_string(), "nosuid,nodev".to_string()),
-    ]))
+
+    /// Creates (or reuses) the disk volume `disk_volume` (with `labels`) and its image of
+    /// `size` bytes whose root `owner` (uid:gid) owns, attaches it, and returns the options
+    /// of a `local` workspace volume mounting it.
+    pub(crate) async fn attach(
+        self: &std::sync::Arc<Self>,
+        docker: &Docker,
+        disk_volume: &str,
+        labels: &HashMap<String, String>,
+        size: u64,
+        owner: &str,
+    ) -> Result<VolumeOptions, SandboxError> {
+        create_volume(docker, disk_volume, labels, "create disk volume").await?;
+        let (answer, device) = tokio::sync::oneshot::channel();
+        let request = AttachRequest { disk_volume: disk_volume.to_string(), size, owner: owner.to_string(), answer };
+        let start_helper = {
+            let mut queue = self.queue.lock().expect("attach queue lock");
+            queue.waiting.push(request);
+            let start = queue.helpers < MAX_ATTACH_HELPERS;
+            queue.helpers += usize::from(start);
+            start
+        };
+        if start_helper {
+            // A task of its own: the helper serves other callers too, so it must not end
+            // when this caller's future is dropped.
+            tokio::spawn(self.clone().run_helpers(docker.clone()));
+        }
+        let device = device.await.map_err(|_| SandboxError::Docker {
+            action: "attach workspace disk".into(),
+            message: "the disk helper's task ended without an answer".into(),
+        })??;
+        Ok(workspace_volume_options(device))
+    }
+
+    /// Helpers run and disks they attached so far.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (self.helpers_run.load(Ordering::Relaxed), self.disks_attached.load(Ordering::Relaxed))
+    }
+
+    /// Runs helpers while attaches wait, each taking all of them (up to the limit).
+    async fn run_helpers(self: std::sync::Arc<Self>, docker: Docker) {
+        loop {
+            let batch: Vec<AttachRequest> = {
+                let mut queue = self.queue.lock().expect("attach queue lock");
+                if queue.waiting.is_empty() {
+                    queue.helpers -= 1;
+                    return;
+                }
+                let take = queue.waiting.len().min(MAX_DISKS_PER_HELPER);
+                queue.waiting.drain(..take).collect()
+            };
+            let began = std::time::Instant::now();
+            let mounts = batch
+                .iter()
+                .enumerate()
+                .map(|(i, r)| volume_mount(&r.disk_volume, &format!("{DISK_MOUNT}/{i}"), false))
+                .collect();
+            let args: Vec<String> = batch.iter().flat_map(|r| [r.size.to_string(), r.owner.clone()]).collect();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let script = format!("{ATTACH}{ATTACH_ALL}");
+            let outcome = run_helper_with(
+                &docker,
+                &self.image,
+                self.labels.clone(),
+                (&script, &args),
+                HelperCaps::LoopDevices,
+                mounts,
+            )
+            .await;
+            tracing::debug!(disks = batch.len(), took_ms = began.elapsed().as_millis() as u64, "disk helper attached");
+            self.helpers_run.fetch_add(1, Ordering::Relaxed);
+            match outcome {
+                Ok(output) => {
+                    let devices = attached_devices(&output.stdout, &output.stderr, batch.len());
+                    let attached = devices.iter().filter(|d| d.is_ok()).count();
+                    self.disks_attached.fetch_add(attached as u64, Ordering::Relaxed);
+                    for (request, device) in batch.into_iter().zip(devices) {
+                        let _ = request.answer.send(device);
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    for request in batch {
+                        let _ = request.answer.send(Err(SandboxError::Docker {
+                            action: "attach workspace disk".into(),
+                            message: message.clone(),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Each of `count` volumes' device from a gathered helper's output ([`ATTACH_ALL`]): a
+/// line `<index> /dev/loopN` on stdout, else the error its line on stderr gives.
+fn attached_devices(stdout: &str, stderr: &str, count: usize) -> Vec<Result<String, SandboxError>> {
+    let line_of = |text: &str, i: usize| {
+        text.lines().find_map(|l| {
+            l.split_once(' ').filter(|(n, _)| n.parse() == Ok(i)).map(|(_, rest)| rest.trim().to_string())
+        })
+    };
+    (0..count)
+        .map(|i| match line_of(stdout, i) {
+            Some(printed) => loop_device(&printed),
+            None => Err(SandboxError::Docker {
+                action: "attach workspace disk".into(),
+                message: format!(
+                    "{} (sandbox.disk needs an engine that lets a container with CAP_SYS_ADMIN use loop devices, and an image with e2fsprogs and losetup; set `sandbox.disk: 0` to turn the limit off)",
+                    line_of(stderr, i).unwrap_or_else(|| "the disk helper gave no device".into())
+                ),
+            }),
+        })
+        .collect()
 }
 
 /// Makes `disk_volume` (new, with `labels`) hold a copy of `source_disk`'s workspace image:
@@ -180,15 +360,52 @@ pub(crate) async fn copy(
     (source_disk, frozen): (&str, Option<&str>),
     disk_volume: &str,
     labels: HashMap<String, String>,
-) -> Result<(), SandboxError> {
+    attach: Option<(u64, &str)>,
+) -> Result<Option<VolumeOptions>, SandboxError> {
     create_volume(docker, disk_volume, &labels, "create disk volume").await?;
-    let mut extra = vec![volume_mount(source_disk, SOURCE_DISK_MOUNT, true)];
-    extra.extend(frozen.map(|w| volume_mount(w, SOURCE_WORKSPACE_MOUNT, false)));
+    let mut mounts =
+        vec![volume_mount(disk_volume, DISK_MOUNT, false), volume_mount(source_disk, SOURCE_DISK_MOUNT, true)];
+    mounts.extend(frozen.map(|w| volume_mount(w, SOURCE_WORKSPACE_MOUNT, false)));
     let mode = if frozen.is_some() { "freeze" } else { "plain" };
-    let args = [mode, &COPY_TIMEOUT_SECS.to_string()];
-    let out =
-        run_helper_with(docker, image, disk_volume, labels, (COPY, &args), HelperCaps::LoopDevices, extra).await?;
-    copied(&out)
+    let timeout = COPY_TIMEOUT_SECS.to_string();
+    let size = attach.map(|(size, _)| size.to_string());
+    let mut args = vec![mode, &timeout];
+    if let (Some(size), Some((_, owner))) = (&size, attach) {
+        args.extend([size.as_str(), owner]);
+    }
+    let script = format!("{ATTACH}{COPY}");
+    let out = run_helper_with(docker, image, labels, (&script, &args), HelperCaps::LoopDevices, mounts).await?;
+    match (out.stdout.trim().strip_prefix("copied"), attach) {
+        (Some(""), None) => Ok(None),
+        (Some(device), Some(_)) => loop_device(device.trim()).map(|d| Some(workspace_volume_options(d))),
+        _ => copied(&out.stdout).map(|()| None),
+    }
+}
+
+/// The options of a `local` workspace volume: the ext4 file system on a disk image's
+/// loop device.
+pub(crate) type VolumeOptions = HashMap<String, String>;
+
+/// [`VolumeOptions`] for the ext4 file system on `device`.
+fn workspace_volume_options(device: String) -> VolumeOptions {
+    HashMap::from([
+        ("type".to_string(), "ext4".to_string()),
+        ("device".to_string(), device),
+        // Nothing in the workspace can be a set-uid program or a device node.
+        ("o".to_string(), "nosuid,nodev".to_string()),
+    ])
+}
+
+/// `printed` when it is one loop device, else the error saying what the helper printed.
+fn loop_device(printed: &str) -> Result<String, SandboxError> {
+    if printed.starts_with("/dev/loop") && !printed.contains(char::is_whitespace) {
+        Ok(printed.to_string())
+    } else {
+        Err(SandboxError::Docker {
+            action: "attach workspace disk".into(),
+            message: format!("the disk helper printed {printed:?}, not a loop device"),
+        })
+    }
 }
 
 /// Without `sandbox.disk` (plain volumes): makes the workspace volume `workspace` (new,
@@ -201,11 +418,10 @@ pub(crate) async fn copy_tree(
     labels: HashMap<String, String>,
 ) -> Result<(), SandboxError> {
     create_volume(docker, workspace, &labels, "create workspace volume").await?;
-    let extra = vec![volume_mount(source, SOURCE_DISK_MOUNT, true)];
+    let mounts = vec![volume_mount(workspace, DISK_MOUNT, false), volume_mount(source, SOURCE_DISK_MOUNT, true)];
     let args = ["plain", &COPY_TIMEOUT_SECS.to_string()];
-    let out =
-        run_helper_with(docker, image, workspace, labels, (COPY_TREE, &args), HelperCaps::CopyTree, extra).await?;
-    copied(&out)
+    let out = run_helper_with(docker, image, labels, (COPY_TREE, &args), HelperCaps::CopyTree, mounts).await?;
+    copied(&out.stdout)
 }
 
 /// The copy helpers' output checked.
@@ -255,21 +471,8 @@ pub(crate) async fn detach(
     disk_volume: &str,
     labels: HashMap<String, String>,
 ) -> Result<(), SandboxError> {
-    run_helper(docker, image, disk_volume, labels, DETACH, &[]).await.map(drop)
-}
-
-/// Runs `script` as root in a network-less helper container (CAP_SYS_ADMIN + CAP_MKNOD, loop
-/// devices only) that mounts only
-/// `disk_volume`; returns its stdout, or an error with its stderr.
-async fn run_helper(
-    docker: &Docker,
-    image: &str,
-    disk_volume: &str,
-    labels: HashMap<String, String>,
-    script: &str,
-    args: &[&str],
-) -> Result<String, SandboxError> {
-    run_helper_with(docker, image, disk_volume, labels, (script, args), HelperCaps::LoopDevices, Vec::new()).await
+    let mounts = vec![volume_mount(disk_volume, DISK_MOUNT, false)];
+    run_helper_with(docker, image, labels, (DETACH, &[]), HelperCaps::LoopDevices, mounts).await.map(drop)
 }
 
 /// What a helper may do beyond an unprivileged root.
@@ -282,18 +485,23 @@ enum HelperCaps {
     CopyTree,
 }
 
-/// [`run_helper`] with `extra` volumes mounted besides the disk volume (the fork's source).
+/// What a helper that exited 0 printed (each stream cut at [`HELPER_OUTPUT_MAX`]).
+struct HelperOutput {
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `script` as root in a network-less helper container with `caps` that mounts only
+/// `mounts` (disk volumes, and a fork's source); returns what it printed, or an error
+/// with its stderr when it exits non-zero.
 async fn run_helper_with(
     docker: &Docker,
     image: &str,
-    disk_volume: &str,
     labels: HashMap<String, String>,
     (script, args): (&str, &[&str]),
     caps: HelperCaps,
-    extra: Vec<Mount>,
-) -> Result<String, SandboxError> {
-    let mut mounts = vec![volume_mount(disk_volume, DISK_MOUNT, false)];
-    mounts.extend(extra);
+    mounts: Vec<Mount>,
+) -> Result<HelperOutput, SandboxError> {
     let mut cmd = vec!["sh".to_string(), "-c".to_string(), format!("{NODES}{script}"), "warden-disk".to_string()];
     cmd.extend(args.iter().map(|a| a.to_string()));
     let body = ContainerCreateBody {
@@ -371,7 +579,7 @@ async fn run_helper_with(
             message: format!("did not finish within {HELPER_TIMEOUT:?}"),
         }),
         Ok(Err(e)) => Err(e),
-        Ok(Ok((Some(0), out, _))) => Ok(out),
+        Ok(Ok((Some(0), stdout, stderr))) => Ok(HelperOutput { stdout, stderr }),
         Ok(Ok((code, _, err))) => Err(SandboxError::Docker {
             action: "workspace disk helper".into(),
             message: format!(
@@ -379,5 +587,30 @@ async fn run_helper_with(
                 err.trim()
             ),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gathered_helpers_output_answers_each_volume_on_its_own() {
+        let stdout = "2 /dev/loop7\n0 /dev/loop3\n3 /dev/loop 9\n";
+        let stderr = "1 no free loop device after 50 attempts \n";
+        let devices = attached_devices(stdout, stderr, 5);
+        assert_eq!(devices[0].as_deref().ok(), Some("/dev/loop3"));
+        let err = devices[1].as_ref().unwrap_err().to_string();
+        assert!(err.contains("no free loop device after 50 attempts"), "{err}");
+        assert_eq!(devices[2].as_deref().ok(), Some("/dev/loop7"));
+        // A line that is not one device is refused, not passed on as volume options.
+        let err = devices[3].as_ref().unwrap_err().to_string();
+        assert!(err.contains("not a loop device"), "{err}");
+        // Nothing printed for it at all.
+        let err = devices[4].as_ref().unwrap_err().to_string();
+        assert!(err.contains("gave no device"), "{err}");
+        // Index 10 is not index 1.
+        let devices = attached_devices("10 /dev/loop1\n", "", 2);
+        assert!(devices[1].is_err());
     }
 }

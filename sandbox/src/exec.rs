@@ -296,12 +296,59 @@ impl AgentPool {
         agents.into_iter().for_each(|a| self.give(a));
     }
 
-    /// Starts one agent in `container` and keeps it idle, so the first request skips the
-    /// agent's start-up (the warm pool does this before a container is handed out).
-    pub(crate) async fn prespawn(&self, docker: &Docker, container: &str, user: &str) -> Result<(), ExecFailure> {
-        let agent = spawn_agent(docker, container, user, self.tag.as_deref()).await?;
+    /// Starts the just-started `container`'s first agent, which prepares the container
+    /// (agent.py's `prepare`, waiting for the egress forwarder on `forwarder_port` unless
+    /// 0) before it serves, and keeps it idle: the preparation and the first agent's
+    /// start-up in one exec round trip instead of two, and the first request (a pool
+    /// container's, a new session's, a resumed one's) skips the agent's start-up.
+    pub(crate) async fn spawn_preparing(
+        &self,
+        docker: &Docker,
+        container: &str,
+        user: &str,
+        forwarder_port: u16,
+    ) -> Result<(), PrepareFailure> {
+        let start = AgentStart::PrepareThenServe { forwarder_port };
+        let agent = spawn_agent(docker, container, user, self.tag.as_deref(), start).await?;
         self.give(agent);
         Ok(())
+    }
+}
+
+/// How a new agent starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AgentStart {
+    /// It serves at once: the container is prepared.
+    Serve,
+    /// It prepares the container first, as root, then serves (`prepare-serve`).
+    PrepareThenServe { forwarder_port: u16 },
+}
+
+/// Why an agent that prepares its container did not start serving.
+#[derive(Debug)]
+pub(crate) enum PrepareFailure {
+    /// Its process ended before it served, with this exit code (the preparation's verdict;
+    /// 126: the runtime could not start it) and stderr.
+    Exited(i64, String),
+    /// The exec failed otherwise.
+    Exec(ExecFailure),
+}
+
+impl From<ExecFailure> for PrepareFailure {
+    fn from(f: ExecFailure) -> Self {
+        PrepareFailure::Exec(f)
+    }
+}
+
+impl From<PrepareFailure> for ExecFailure {
+    fn from(f: PrepareFailure) -> Self {
+        match f {
+            PrepareFailure::Exited(_, stderr) => ExecFailure::Broken(format!(
+                "the agent exited at start: {} (the sandbox image needs python3)",
+                stderr.trim()
+            )),
+            PrepareFailure::Exec(f) => f,
+        }
     }
 }
 
@@ -323,16 +370,25 @@ enum AgentFailure {
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Starts an agent as root (`exec_user`, which it drops at once to `user`), tagged with
-/// `tag`, and waits for its hello frame.
+/// `tag`, and waits for its hello frame; with [`AgentStart::PrepareThenServe`] it prepares
+/// the container first.
 async fn spawn_agent(
     docker: &Docker,
     container: &str,
     user: &str,
     tag: Option<&AgentTag>,
-) -> Result<Agent, ExecFailure> {
+    start: AgentStart,
+) -> Result<Agent, PrepareFailure> {
     let (uid, gid) = uid_and_gid(user);
     let argv = {
-        let mut v = agent_argv("serve", Some(uid));
+        let mut v = match start {
+            AgentStart::Serve => agent_argv("serve", Some(uid)),
+            AgentStart::PrepareThenServe { forwarder_port } => {
+                let mut v = agent_argv("prepare-serve", Some(&forwarder_port.to_string()));
+                v.push(uid.to_string());
+                v
+            }
+        };
         v.push(gid.to_string());
         v.extend(tag.into_iter().flat_map(|t| [t.replica.clone(), t.life.clone()]));
         v
@@ -344,9 +400,10 @@ async fn spawn_agent(
             return Err(ExecFailure::Failed(SandboxError::Docker {
                 action: "start agent".into(),
                 message: "engine detached an attached exec".into(),
-            }));
+            })
+            .into());
         }
-        Err(e) => return Err(classify("start agent", e)),
+        Err(e) => return Err(classify("start agent", e).into()),
     };
     let mut frames = FrameReader::default();
     let mut stderr = Captured::new(4096);
@@ -358,26 +415,30 @@ async fn spawn_agent(
                     match frames.next() {
                         Ok(Some(Frame::Hello(fields))) => return Ok(fields),
                         Ok(None) => {}
-                        Ok(Some(_)) | Err(_) => return Err("the agent did not start with a hello frame".to_string()),
+                        Ok(Some(_)) | Err(_) => {
+                            return Err(Some("the agent did not start with a hello frame".to_string()));
+                        }
                     }
                 }
                 Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
                 Some(Ok(_)) => {}
-                Some(Err(e)) if docker_status(&e).is_some() => return Err(e.to_string()),
-                Some(Err(_)) | None => {
-                    return Err(format!(
-                        "the agent exited at start: {} (the sandbox image needs python3)",
-                        stderr.text().trim()
-                    ));
-                }
+                Some(Err(e)) if docker_status(&e).is_some() => return Err(Some(e.to_string())),
+                // It ended before serving: its exit code says why.
+                Some(Err(_)) | None => return Err(None),
             }
         }
     })
     .await;
     let hello = match hello {
         Ok(Ok(h)) => Outcome::from_agent(h),
-        Ok(Err(why)) => return Err(ExecFailure::Broken(why)),
-        Err(_) => return Err(ExecFailure::Broken(format!("the agent did not start within {HELLO_TIMEOUT:?}"))),
+        Ok(Err(Some(why))) => return Err(ExecFailure::Broken(why).into()),
+        Ok(Err(None)) => {
+            let code = docker.inspect_exec(&exec_id).await.ok().and_then(|i| i.exit_code).unwrap_or(-1);
+            return Err(PrepareFailure::Exited(code, stderr.text()));
+        }
+        Err(_) => {
+            return Err(ExecFailure::Broken(format!("the agent did not start within {HELLO_TIMEOUT:?}")).into());
+        }
     };
     Ok(Agent {
         container: container.to_string(),
@@ -539,7 +600,7 @@ pub(crate) async fn run(
     loop {
         let (mut agent, reused) = match pool.take(container) {
             Some(a) => (a, true),
-            None => (spawn_agent(docker, container, user, pool.tag.as_deref()).await?, false),
+            None => (spawn_agent(docker, container, user, pool.tag.as_deref(), AgentStart::Serve).await?, false),
         };
         let started_before = agent.started;
         let mut replies = Replies::new(req.capture_limit);

@@ -71,6 +71,9 @@ impl Metrics {
             warm_pool_target: 0,
             warm_pool_grown_total: get(&self.warm_grown),
             warm_pool_trimmed_total: get(&self.warm_trimmed),
+            // Filled in by `Sandbox::metrics` from the disk attachers.
+            disk_helpers_total: 0,
+            disks_attached_total: 0,
         }
     }
 }
@@ -128,6 +131,11 @@ pub struct MetricsSnapshot {
     pub warm_pool_grown_total: u64,
     /// Idle pool containers removed because the target decayed below what the pool held.
     pub warm_pool_trimmed_total: u64,
+    /// Disk helpers run to attach workspace disks (`sandbox.disk`); cold starts at once
+    /// share one, so this grows slower than `disks_attached_total` under a burst.
+    pub disk_helpers_total: u64,
+    /// Workspace disks those helpers attached (or found attached).
+    pub disks_attached_total: u64,
 }
 
 impl MetricsSnapshot {
@@ -220,6 +228,18 @@ impl MetricsSnapshot {
             "counter",
             "Idle pool containers removed because the pool's target decayed.",
             self.warm_pool_trimmed_total.to_string(),
+        );
+        put(
+            "disk_helpers_total",
+            "counter",
+            "Disk helpers run to attach workspace disks (shared by cold starts at once).",
+            self.disk_helpers_total.to_string(),
+        );
+        put(
+            "disks_attached_total",
+            "counter",
+            "Workspace disks attached by disk helpers.",
+            self.disks_attached_total.to_string(),
         );
         put("execs_total", "counter", "Execs run.", self.execs_total.to_string());
         put("exec_timeouts_total", "counter", "Execs killed by their timeout.", self.exec_timeouts_total.to_string());

@@ -92,7 +92,7 @@ use crate::config::SandboxConfig;
 use crate::container;
 use crate::egress::Egress;
 use crate::error::SandboxError;
-use crate::exec::{AgentPool, AgentTag, ExecFailure};
+use crate::exec::{AgentPool, AgentTag};
 use crate::metrics::Metrics;
 use crate::session_key::SessionKey;
 
@@ -138,6 +138,8 @@ pub(crate) trait PoolHost: Send + Sync + 'static {
     fn config(&self) -> &SandboxConfig;
     /// Egress through the proxy (`None`: containers have no way out).
     fn egress(&self) -> Option<&Arc<Egress>>;
+    /// The disk attaches of Docker host `at`, gathered into shared helpers.
+    fn disks(&self, at: usize) -> &Arc<crate::disk::Attacher>;
     /// The sandbox's counters.
     fn metrics(&self) -> &Metrics;
     /// Runs `f` with the number of sessions plus the containers the pools of the other
@@ -432,7 +434,7 @@ fn top_up<H: PoolHost>(inner: &Arc<H>, at: usize, docker: &Docker, fills: &mut J
         fills.spawn(fill(
             Arc::downgrade(inner),
             at,
-            docker.clone(),
+            (docker.clone(), inner.disks(at).clone()),
             cfg.clone(),
             (inner.egress().cloned(), inner.agent_tag()),
             name,
@@ -552,7 +554,7 @@ async fn discard_stopped<H: PoolHost>(host: &Weak<H>, at: usize, docker: &Docker
 async fn fill<H: PoolHost>(
     host: Weak<H>,
     at: usize,
-    docker: Docker,
+    (docker, disks): (Docker, Arc<crate::disk::Attacher>),
     cfg: SandboxConfig,
     (egress, tag): (Option<Arc<Egress>>, Option<Arc<AgentTag>>),
     name: String,
@@ -563,25 +565,22 @@ async fn fill<H: PoolHost>(
         // A pool name is unique: whatever holds it is a leftover of this pool.
         let replace = container::NameTaken::Replace;
         let owner = container::Owner::Pool { scope: &cfg.scope };
+        // The container's first agent (which prepares it) waits in `agents` for the
+        // session it is handed to.
+        let agents = AgentPool::new(tag);
         let id = match container::create_and_start(
-            &docker,
+            (&docker, &disks),
             &cfg,
             (&name, &volume),
             (labels, owner),
-            egress.as_deref(),
+            (egress.as_deref(), &agents),
             replace,
+            None,
         )
         .await?
         {
             container::Made::Created(id) | container::Made::Found { id, .. } => id,
         };
-        let agents = AgentPool::new(tag);
-        agents.prespawn(&docker, &id, &cfg.user).await.map_err(|f| match f {
-            ExecFailure::Failed(e) => e,
-            ExecFailure::ContainerGone(m) | ExecFailure::ContainerWedged(m) | ExecFailure::Broken(m) => {
-                SandboxError::Docker { action: "start the agent of a pool container".into(), message: m }
-            }
-        })?;
         Ok::<_, SandboxError>(Warm { id, name: name.clone(), volume: volume.clone(), agents })
     }
     .await;

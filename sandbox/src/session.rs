@@ -111,6 +111,9 @@ pub(crate) struct Host {
     observer: tokio::sync::OnceCell<Docker>,
     /// Ready, never-used containers on this host for new sessions placed on it.
     pool: WarmPool,
+    /// The disk attaches of cold starts and pool fills on this host, gathered into shared
+    /// disk helpers.
+    disks: Arc<crate::disk::Attacher>,
     /// The engine's runtimes, read (and checked against the configuration) when this
     /// host is first connected: the name of its default runtime for listings.
     runtimes: std::sync::OnceLock<EngineRuntimes>,
@@ -255,6 +258,10 @@ struct Slot {
     paused: Mutex<Option<Paused>>,
     /// A paused container a call is starting again (`SessionCtx::container`).
     resuming: Mutex<Option<Paused>>,
+    /// The disk of a workspace a copy just made (a fork, a session from a snapshot),
+    /// attached by that copy's helper: taken by the first container made on it, which
+    /// then needs no helper of its own. Only ever this slot's own copy's.
+    copied_disk: Mutex<Option<crate::disk::VolumeOptions>>,
 }
 
 /// A paused session's stopped container: what resuming it needs.
@@ -281,6 +288,7 @@ impl Slot {
             egress: tokio::sync::Mutex::new(None),
             paused: Mutex::new(None),
             resuming: Mutex::new(None),
+            copied_disk: Mutex::new(None),
         }
     }
 
@@ -402,6 +410,7 @@ impl Sandbox {
                 docker: tokio::sync::OnceCell::new(),
                 observer: tokio::sync::OnceCell::new(),
                 pool: WarmPool::new(config.warm_pool, config.warm_pool_max, config.warm_pool_decay),
+                disks: crate::disk::Attacher::new(&config.image, container::helper_labels(&config.scope)),
                 runtimes: std::sync::OnceLock::new(),
             })
             .collect();
@@ -571,6 +580,8 @@ impl Sandbox {
         let mut m = self.inner.metrics.snapshot();
         m.warm_pool_ready = self.inner.hosts.iter().map(|h| h.pool.ready_len() as u64).sum();
         m.warm_pool_target = self.inner.hosts.iter().map(|h| h.pool.target() as u64).sum();
+        (m.disk_helpers_total, m.disks_attached_total) =
+            self.inner.hosts.iter().map(|h| h.disks.counts()).fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
         m
     }
 
@@ -910,12 +921,15 @@ impl Sandbox {
                 let _objects = self.inner.object_lock(key).lock().await;
                 self.inner.copy_into_session(docker, at, &from, key).await
             };
-            if let Err(e) = copied {
-                let _objects = self.inner.object_lock(key).lock().await;
-                if let Err(r) = container::remove_session(docker, &self.inner.config, key, None).await {
-                    tracing::warn!(error = %r, "removing a failed copy of a workspace failed");
+            match copied {
+                Ok(disk) => *ctx.lease.slot.copied_disk.lock().expect("copied disk lock") = disk,
+                Err(e) => {
+                    let _objects = self.inner.object_lock(key).lock().await;
+                    if let Err(r) = container::remove_session(docker, &self.inner.config, key, None).await {
+                        tracing::warn!(error = %r, "removing a failed copy of a workspace failed");
+                    }
+                    return Err(e);
                 }
-                return Err(e);
             }
             *ctx.lease.slot.workspace.lock().expect("workspace lock") = Some(ctx.lease.slot.names.volume.clone());
             ctx.container().await
@@ -1483,6 +1497,10 @@ impl PoolHost for Inner {
         self.egress.as_ref()
     }
 
+    fn disks(&self, at: usize) -> &Arc<crate::disk::Attacher> {
+        &self.hosts[at].disks
+    }
+
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
@@ -1782,37 +1800,50 @@ impl Inner {
         target: &str,
         labels: HashMap<String, String>,
     ) -> Result<bool, SandboxError> {
+        self.copy_workspace_attaching(docker, src, target, labels, false).await.map(|c| c.is_some())
+    }
+
+    /// [`Inner::copy_workspace`]; with `attach` (the copy is a new session's workspace disk),
+    /// the copy's helper also attaches it, and its volume options come back inside the
+    /// `Some` (none for plain workspaces). `None`: the source has no workspace yet.
+    async fn copy_workspace_attaching(
+        &self,
+        docker: &Docker,
+        src: &Slot,
+        target: &str,
+        labels: HashMap<String, String>,
+        attach: bool,
+    ) -> Result<Option<Option<crate::disk::VolumeOptions>>, SandboxError> {
         let cfg = &self.config;
         let guard = src.container.lock().await;
-        let Some(source_ws) = src.workspace() else { return Ok(false) };
+        let Some(source_ws) = src.workspace() else { return Ok(None) };
         let running = guard.is_some();
         match (cfg.disk.0, crate::disk::disk_of(&source_ws)) {
-            (0, _) => crate::disk::copy_tree(docker, &cfg.image, &source_ws, target, labels).await?,
-            (_, Some(source_disk)) => {
+            (0, _) => crate::disk::copy_tree(docker, &cfg.image, &source_ws, target, labels).await.map(|()| Some(None)),
+            (size, Some(source_disk)) => {
                 let frozen = running.then_some(source_ws.as_str());
-                crate::disk::copy(docker, &cfg.image, (&source_disk, frozen), target, labels).await?
+                let attach = attach.then_some((size, container::DISK_OWNER));
+                crate::disk::copy(docker, &cfg.image, (&source_disk, frozen), target, labels, attach).await.map(Some)
             }
-            _ => {
-                return Err(SandboxError::Docker {
-                    action: "copy workspace".into(),
-                    message: format!("the workspace volume {source_ws} has no disk volume"),
-                });
-            }
+            _ => Err(SandboxError::Docker {
+                action: "copy workspace".into(),
+                message: format!("the workspace volume {source_ws} has no disk volume"),
+            }),
         }
-        Ok(true)
     }
 
     /// Makes `key`'s workspace (its deterministic volume names, on host `at`) a copy of
     /// `from`: a session's (a source with no workspace yet leaves it a fresh one) or a
     /// snapshot's, which must have been taken with the workspaces' current kind (an ext4
-    /// image with `sandbox.disk`, files without).
+    /// image with `sandbox.disk`, files without). With `sandbox.disk`, the copy's helper
+    /// attaches it too: its volume options are returned for the session's first container.
     async fn copy_into_session(
         &self,
         docker: &Docker,
         at: usize,
         from: &CopyFrom,
         key: &SessionKey,
-    ) -> Result<(), SandboxError> {
+    ) -> Result<Option<crate::disk::VolumeOptions>, SandboxError> {
         let cfg = &self.config;
         let names = container::names(&cfg.scope, key);
         let labels = container::labels(&cfg.scope, self.hosts[at].endpoint(), cfg.replica_id.as_deref(), key);
@@ -1827,12 +1858,17 @@ impl Inner {
             }
         };
         match from {
-            CopyFrom::Session(src) => self.copy_workspace(docker, src, &target, labels).await.map(drop),
+            CopyFrom::Session(src) => {
+                self.copy_workspace_attaching(docker, src, &target, labels, true).await.map(Option::flatten)
+            }
             CopyFrom::Snapshot(volume) => {
                 snapshot::check_format(docker, volume, snapshot::Format::of(cfg)).await?;
                 match cfg.disk.0 {
-                    0 => crate::disk::copy_tree(docker, &cfg.image, volume, &target, labels).await,
-                    _ => crate::disk::copy(docker, &cfg.image, (volume, None), &target, labels).await,
+                    0 => crate::disk::copy_tree(docker, &cfg.image, volume, &target, labels).await.map(|()| None),
+                    size => {
+                        let attach = Some((size, container::DISK_OWNER));
+                        crate::disk::copy(docker, &cfg.image, (volume, None), &target, labels, attach).await
+                    }
                 }
             }
         }
@@ -2088,15 +2124,17 @@ impl<'a> SessionCtx<'a> {
                 );
                 // The pool's growth waits while new sessions create their own containers.
                 let _cold = poolable.then(|| self.inner.hosts[slot.host].pool.cold_start());
+                let copied_disk = slot.copied_disk.lock().expect("copied disk lock").take();
                 let made = {
                     let _objects = self.inner.object_lock(&slot.key).lock().await;
                     container::create_and_start(
-                        self.docker,
+                        (self.docker, &self.inner.hosts[slot.host].disks),
                         cfg,
                         (&slot.names.container, &volume),
                         (labels, container::Owner::Session { scope: &cfg.scope, key: &slot.key }),
-                        self.inner.egress.as_deref(),
+                        (self.inner.egress.as_deref(), &slot.agents),
                         container::NameTaken::of(cfg),
+                        copied_disk,
                     )
                     .await?
                 };
@@ -2127,7 +2165,10 @@ impl<'a> SessionCtx<'a> {
     async fn resume(&self, paused: Paused) -> Result<String, SandboxError> {
         let slot = &self.lease.slot;
         let id = paused.container;
-        if let Err(e) = container::start_paused(self.docker, &id, self.inner.egress.as_deref()).await {
+        if let Err(e) =
+            container::start_paused(self.docker, &self.inner.config, &id, (self.inner.egress.as_deref(), &slot.agents))
+                .await
+        {
             let _objects = self.inner.object_lock(&slot.key).lock().await;
             let _ = container::remove_container(self.docker, &id).await;
             return Err(e);

@@ -1693,6 +1693,43 @@ mod pool {
         sb.shutdown().await.unwrap();
     }
 
+    /// Cold starts at once share disk helpers (a container lifecycle each, as costly as the
+    /// session's own container) instead of running one each, and every session still gets
+    /// a disk of its own: its own files, its own limit.
+    pub async fn cold_starts_at_once_share_disk_helpers(c: Ctx) {
+        const LIMIT: u64 = 32 * 1024 * 1024;
+        const SESSIONS: usize = 6;
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.disk = warden_sandbox::ByteSize(LIMIT);
+        });
+        sb.connect().await.unwrap();
+        let keys: Vec<SessionKey> = (0..SESSIONS).map(|i| key(&format!("disks{i}"))).collect();
+        let calls = keys.iter().enumerate().map(|(i, k)| {
+            let (sb, k) = (sb.clone(), k.clone());
+            tokio::spawn(async move {
+                bash_ok(&sb, &k, &format!("echo {i} > mine-{i}; ls -A; df -B1 --output=size /workspace | tail -n 1"))
+                    .await
+            })
+        });
+        for (i, r) in futures_util::future::join_all(calls).await.into_iter().enumerate() {
+            let out = r.unwrap();
+            let (files, size) = out.split_once('\n').unwrap();
+            assert_eq!(files, format!("mine-{i}"), "session {i} sees only its own file: {out}");
+            let size: u64 = size.trim().parse().unwrap();
+            assert!(size <= LIMIT && size > LIMIT / 2, "session {i} has a disk of the limit's size: {size}");
+        }
+        // One session filling its disk takes nothing from another's.
+        let full = bash(&sb, &keys[0], "head -c 40000000 /dev/zero > fill; echo rc=$?").await;
+        assert!(full.content.contains("No space left on device"), "{}", full.content);
+        assert_eq!(bash_ok(&sb, &keys[1], "head -c 20000000 /dev/zero > fill && echo written").await, "written\n");
+        let m = sb.metrics();
+        assert_eq!(m.disks_attached_total, SESSIONS as u64, "every cold start's disk was attached here: {m:?}");
+        assert!(m.disk_helpers_total < m.disks_attached_total, "helpers were shared: {m:?}");
+        assert!(m.to_prometheus().contains(&format!("warden_sandbox_disks_attached_total {SESSIONS}")));
+        sb.shutdown().await.unwrap();
+    }
+
     /// An ended session's container, workspace, disk and binding are gone; the pool refills
     /// with new containers, and neither a new session nor the same key gets the old one.
     pub async fn an_ended_session_is_gone_and_never_handed_out_again(c: Ctx) {
@@ -4429,6 +4466,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         lifecycle::an_ended_session_comes_back_from_its_end_snapshot,
         pool::first_command_runs_in_a_pooled_container,
         pool::two_sessions_never_share_a_container,
+        pool::cold_starts_at_once_share_disk_helpers,
         pool::an_ended_session_is_gone_and_never_handed_out_again,
         pool::the_pool_refills_within_max_sessions,
         pool::a_pool_container_is_no_sessions,
