@@ -1,5 +1,6 @@
 //! Session lifecycle costs against the real Docker Engine (issue 50), side by side in one
-//! run: the first call after a resume vs a warm-pool new session vs a warm session; a fork
+//! run: the first call after a resume vs a warm-pool new session vs a warm session (and vs
+//! a bare `docker start`, a resume's floor); a fork
 //! of a workspace holding 200 MB; what paused sessions hold compared with running idle ones.
 //!
 //! Run: `cargo bench -p warden-sandbox --bench lifecycle_bench` (needs Docker and the
@@ -124,6 +125,11 @@ async fn main() {
     // first call after a resume of a session with files, interleaved.
     let mut pool = Vec::new();
     let mut resume = Vec::new();
+    // The floor of a resume: a bare `docker start` of a stopped container of the same
+    // image (Engine API, as warden calls it), interleaved with the resumes.
+    let mut bare_start = Vec::new();
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let bare = bare_stopped_container(&scope);
     let paused_key = SessionKey::new("bench", "paused");
     sb.call_tool(&paused_key, "Bash", json!({"command": "head -c 10000000 /dev/urandom > f"}), &[]).await.unwrap();
     for i in 0..ITERS {
@@ -135,7 +141,13 @@ async fn main() {
         sb.end_session(&k).await.unwrap();
         sb.pause_session(&paused_key).await.unwrap();
         resume.push(echo(&sb, &paused_key).await);
+        let t = Instant::now();
+        docker.start_container(&bare, None::<bollard::query_parameters::StartContainerOptions>).await.unwrap();
+        bare_start.push(t.elapsed());
+        let stop = bollard::query_parameters::StopContainerOptions { t: Some(0), ..Default::default() };
+        docker.stop_container(&bare, Some(stop)).await.unwrap();
     }
+    Command::new("docker").args(["rm", "-f", &bare]).output().unwrap();
 
     // Forks of a session holding FORK_MIB of files, running (frozen for the copy) and paused.
     let src = SessionKey::new("bench", "fork-source");
@@ -190,18 +202,20 @@ async fn main() {
         format!("| {name} | {} | {} | {} |", v.len(), ms(quantile(v, 0.5)), ms(quantile(v, 0.9)))
     };
     let (w50, p50, r50) = (quantile(&mut warm, 0.5), quantile(&mut pool, 0.5), quantile(&mut resume, 0.5));
-    let f50 = quantile(&mut fork, 0.5);
+    let (f50, s50) = (quantile(&mut fork, 0.5), quantile(&mut bare_start, 0.5));
     println!(
-        "| measurement | n | median | p90 |\n|---|---|---|---|\n{}\n{}\n{}\n{}\n{}\n",
+        "| measurement | n | median | p90 |\n|---|---|---|---|\n{}\n{}\n{}\n{}\n{}\n{}\n",
         row("warm session, `Bash(echo hi)`", &mut warm),
         row("new session from the warm pool, first `Bash(echo hi)`", &mut pool),
         row("first `Bash(echo hi)` after a resume (10 MB workspace)", &mut resume),
+        row("bare `docker start` of a stopped container of the image (Engine API)", &mut bare_start),
         row(&format!("fork of a running session holding {FORK_MIB} MiB (frozen copy + new container)"), &mut fork),
         row(&format!("fork of a paused session holding {FORK_MIB} MiB"), &mut fork_paused),
     );
     println!(
-        "resume / warm-pool start: {:.2}× (target ≤ 2×); resume / warm call: {:.0}×; fork median {} (target ≤ 1 s); source workspace `du`: {}",
+        "resume / warm-pool start: {:.2}× (target ≤ 2×); resume / bare docker start: {:.2}×; resume / warm call: {:.0}×; fork median {} (target ≤ 1 s); source workspace `du`: {}",
         r50.as_secs_f64() / p50.as_secs_f64(),
+        r50.as_secs_f64() / s50.as_secs_f64(),
         r50.as_secs_f64() / w50.as_secs_f64(),
         ms(f50),
         du.trim()
@@ -241,6 +255,31 @@ fn loadavg() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A stopped bare container of the sandbox image (its idle command, init, no network),
+/// labelled with `scope`: what a resume's `docker start` is compared with.
+fn bare_stopped_container(scope: &str) -> String {
+    let image = warden_sandbox::config::DEFAULT_IMAGE;
+    let label = format!("bench-bare={scope}");
+    let out = Command::new("docker")
+        .args([
+            "create",
+            "--init",
+            "--network",
+            "none",
+            "--label",
+            &label,
+            "--entrypoint",
+            "",
+            image,
+            "sleep",
+            "infinity",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "docker create: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// `n` concurrent bare `docker run -d` of the sandbox image (its idle command, init), then

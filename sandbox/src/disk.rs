@@ -189,6 +189,10 @@ const MAX_DISKS_PER_HELPER: usize = 32;
 /// runs, so a lone cold start never waits behind a burst's helper, and more add engine
 /// load without serving anyone sooner (each gathers every attach waiting when it starts).
 const MAX_ATTACH_HELPERS: usize = 2;
+/// How long a helper that starts while another runs waits for more attaches before it
+/// takes what waits: the others of a burst arrive within this (their cold starts began
+/// together), where the first helper starts at once, so a lone cold start never waits.
+const GATHER_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The disk attaches of one Docker host, gathered: every cold start (and pool fill) needs
 /// its disk image attached by a disk helper, a container lifecycle of its own, as much
@@ -253,12 +257,13 @@ impl Attacher {
             queue.waiting.push(request);
             let start = queue.helpers < MAX_ATTACH_HELPERS;
             queue.helpers += usize::from(start);
-            start
+            // Another helper runs: this one gathers first.
+            start.then_some(queue.helpers > 1)
         };
-        if start_helper {
+        if let Some(gather) = start_helper {
             // A task of its own: the helper serves other callers too, so it must not end
             // when this caller's future is dropped.
-            tokio::spawn(self.clone().run_helpers(docker.clone()));
+            tokio::spawn(self.clone().run_helpers(docker.clone(), gather));
         }
         let device = device.await.map_err(|_| SandboxError::Docker {
             action: "attach workspace disk".into(),
@@ -272,8 +277,12 @@ impl Attacher {
         (self.helpers_run.load(Ordering::Relaxed), self.disks_attached.load(Ordering::Relaxed))
     }
 
-    /// Runs helpers while attaches wait, each taking all of them (up to the limit).
-    async fn run_helpers(self: std::sync::Arc<Self>, docker: Docker) {
+    /// Runs helpers while attaches wait, each taking all of them (up to the limit); with
+    /// `gather`, after [`GATHER_PAUSE`].
+    async fn run_helpers(self: std::sync::Arc<Self>, docker: Docker, gather: bool) {
+        if gather {
+            tokio::time::sleep(GATHER_PAUSE).await;
+        }
         loop {
             let batch: Vec<AttachRequest> = {
                 let mut queue = self.queue.lock().expect("attach queue lock");
