@@ -38,7 +38,17 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(360);
 struct Ctx {
     scope: String,
     runtime: Option<&'static str>,
+    /// The sandboxes get the default warm pool ([`POOLED_GROUPS`]); else none unless the
+    /// test asks for one.
+    pooled: bool,
 }
+
+/// Groups whose sandboxes keep the default warm pool: the pool's own tests and the session
+/// lifecycle's. Every other test's sandbox starts with `warm_pool: 0` (a test that needs a
+/// pool sets it): a pool of two would create, refill and remove three containers (and
+/// disks) around a test's one session, which made the whole suite take about twice as long
+/// for nothing those tests look at.
+const POOLED_GROUPS: [&str; 2] = ["pool", "sessions"];
 
 impl Ctx {
     fn sandbox(&self) -> Sandbox {
@@ -51,13 +61,16 @@ impl Ctx {
             runtime: self.runtime.map(String::from),
             ..SandboxConfig::default()
         };
+        if !self.pooled {
+            cfg.warm_pool = 0;
+        }
         f(&mut cfg);
         Sandbox::new(cfg).expect("valid config")
     }
 
     /// The same runtime under another scope.
     fn scoped(&self, scope: String) -> Ctx {
-        Ctx { scope, runtime: self.runtime }
+        Ctx { scope, ..self.clone() }
     }
 }
 
@@ -514,7 +527,7 @@ mod limits {
         assert_eq!(labels["warden.user"], json!("tester"));
         assert_eq!(labels["warden.pool"], Value::Null);
 
-        let sb = c.sandbox();
+        let sb = c.sandbox_with(|cfg| cfg.warm_pool = 2);
         sb.connect().await.unwrap();
         pool_ready(&sb, 2).await;
         let warm = assert_hardened(&sb, &k).await;
@@ -940,7 +953,7 @@ mod sessions {
     /// that scope rather than its own; it removes everything it made (and a leftover of an
     /// aborted run is adopted or removed by the next).
     pub async fn regression_two_tenants_whose_old_names_collided_get_two_containers(_: Ctx) {
-        let sb = Ctx { scope: "t".into(), runtime: None }.sandbox_with(|cfg| cfg.warm_pool = 0);
+        let sb = Ctx { scope: "t".into(), runtime: None, pooled: false }.sandbox_with(|cfg| cfg.warm_pool = 0);
         let a = SessionKey::new("tenant-aaaaaaaaaaaaaaaaa9e7a2e0a57f47f8c", "s");
         let b = SessionKey::new("tenant-aaaaaaaaaaaaaaaaa60a3fe52f75f5632", "s");
         bash_ok(&sb, &a, "echo secret-of-a > mine.txt").await;
@@ -2838,7 +2851,8 @@ mod boundary {
     pub async fn adoption_kills_commands_of_the_dead_host(c: Ctx) {
         let k = key("adopt-kill");
         {
-            let crashed = c.sandbox();
+            // With a pool, whose containers the crash leaves behind too.
+            let crashed = c.sandbox_with(|cfg| cfg.warm_pool = 2);
             bash_ok(&crashed, &k, "true").await;
             let id = container_of(&crashed, &k).await;
             // A command still running when the host died (started outside any agent call).
@@ -4656,7 +4670,10 @@ fn main() {
                 let alone = RUN_ALONE.iter().any(|t| name.ends_with(t));
                 let _permit = sem.acquire_many_owned(if alone { CONCURRENCY as u32 } else { 1 }).await.unwrap();
                 let t0 = Instant::now();
-                let mut task = tokio::spawn(f(Ctx { scope: format!("{scope}-"), runtime }));
+                let pooled = POOLED_GROUPS
+                    .iter()
+                    .any(|g| name.trim_start_matches(GVISOR).trim_start_matches('/').starts_with(&format!("{g}::")));
+                let mut task = tokio::spawn(f(Ctx { scope: format!("{scope}-"), runtime, pooled }));
                 let outcome = match tokio::time::timeout(TEST_TIMEOUT, &mut task).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(e)) if e.is_panic() => {
