@@ -24,9 +24,10 @@
 //! CAP_MKNOD, loop devices only; to copy a plain workspace's tree, CAP_CHOWN, CAP_FOWNER
 //! and CAP_DAC_OVERRIDE and no device). It must never run anything
 //! but the fixed scripts below (their only inputs are a size, a uid:gid and a copy mode,
-//! chosen by warden), never mount anything but the session's disk volume (and, to copy,
-//! the source session's disk volume read-only and its workspace volume, which it only
-//! freezes), never read a workspace's files, and never have a network.
+//! chosen by warden), never mount anything but the disk volumes it attaches (several
+//! sessions' when attaches are gathered: images it attaches, never mounts or reads) and,
+//! to copy, the source session's disk volume read-only and its workspace volume, which it
+//! only freezes; it never reads a workspace's files and never has a network.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
