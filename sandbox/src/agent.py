@@ -10,7 +10,8 @@
 # deadline or was dropped); as the sandbox user: `exec-owned <argv...>` (say pid and start
 # time on stdout, then become argv: a session process the host ends on purpose); and as root:
 # `prepare <forwarder port or 0>` (once, before any sandboxed code runs; `prepare-serve
-# <port> <uid> <gid>` prepares and then serves as the first agent, in one exec), `use-hold
+# <port> <uid> <gid> [<replica> <life>]` prepares and then serves as the first agent, in one
+# exec), `use-hold
 # <seconds>` (may an idle session be removed: no call running, and the use mark
 # untouched for that long; if so, no call starts until the host is done removing it) and
 # `settle <uid> <gid> <tag>` (record a session process's steady state, below).
@@ -38,7 +39,8 @@
 # sandboxed process can open, touch or lock it). A serving agent opens it before it drops
 # to the sandbox user and, around every request, holds a shared lock on it and writes it
 # (its mtime is the session's last use by any replica). Agents started by a replica carry
-# `<replica> <life>` after `serve <uid> <gid>`, visible in their command line only.
+# `<replica> <life>` after `serve <uid> <gid>` (or `prepare-serve <port> <uid> <gid>`),
+# visible in their command line only.
 #
 # Wire format (all integers u32 big-endian):
 #   request  = len, fields...      with field = len, bytes;  fields: op, nonce, op's own

@@ -145,7 +145,8 @@ const SOURCE_DISK_MOUNT: &str = "/source";
 const SOURCE_WORKSPACE_MOUNT: &str = "/frozen";
 /// How long the copy in the fork helper may run, seconds: past it the helper thaws the
 /// source and fails, well before the host's [`HELPER_TIMEOUT`] removes it (a helper removed
-/// while the source is frozen would leave the source session's writes blocked).
+/// while the source is frozen would leave the source session's writes blocked). The copy's
+/// attach runs after the thaw, so it never holds the source frozen.
 const COPY_TIMEOUT_SECS: u32 = 45;
 
 /// Copies the source's image (`/source`) into the disk volume (`/disk`): copy-on-write
@@ -163,6 +164,11 @@ if [ "$1" = freeze ]; then
 fi
 timeout "$2" cp --reflink=auto --sparse=always /source/workspace.ext4 "$img.new"
 mv "$img.new" "$img"
+# The source thaws before the copy is attached: its writes wait for the copy only.
+if [ "$1" = freeze ]; then
+  fsfreeze -u /frozen
+  trap - EXIT
+fi
 if [ "$#" -ge 4 ]; then
   dev=$(attach_disk "$3" "$4")
   printf 'copied %s' "$dev"
@@ -194,6 +200,11 @@ const MAX_ATTACH_HELPERS: usize = 2;
 /// takes what waits: the others of a burst arrive within this (their cold starts began
 /// together), where the first helper starts at once, so a lone cold start never waits.
 const GATHER_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+/// Longest wait of one attach for its helper's answer: the helper running when it queued
+/// and its own, each bounded by [`HELPER_TIMEOUT`], and the gathering pause. Past it the
+/// cold start fails with an error instead of waiting on a helper that will not come.
+const ATTACH_WAIT: std::time::Duration =
+    Duration::from_secs(2 * HELPER_TIMEOUT.as_secs() + 1).saturating_add(GATHER_PAUSE);
 
 /// The disk attaches of one Docker host, gathered: every cold start (and pool fill) needs
 /// its disk image attached by a disk helper, a container lifecycle of its own, as much
@@ -266,10 +277,21 @@ impl Attacher {
             // when this caller's future is dropped.
             tokio::spawn(self.clone().run_helpers(docker.clone(), gather));
         }
-        let device = device.await.map_err(|_| SandboxError::Docker {
-            action: "attach workspace disk".into(),
-            message: "the disk helper's task ended without an answer".into(),
-        })??;
+        let device = match tokio::time::timeout(ATTACH_WAIT, device).await {
+            Ok(Ok(device)) => device?,
+            Ok(Err(_)) => {
+                return Err(SandboxError::Docker {
+                    action: "attach workspace disk".into(),
+                    message: "the disk helper's task ended without an answer".into(),
+                });
+            }
+            Err(_) => {
+                return Err(SandboxError::Docker {
+                    action: "attach workspace disk".into(),
+                    message: format!("no disk helper answered within {ATTACH_WAIT:?}"),
+                });
+            }
+        };
         Ok(workspace_volume_options(device))
     }
 
@@ -287,6 +309,14 @@ impl Attacher {
         loop {
             let batch: Vec<AttachRequest> = {
                 let mut queue = self.queue.lock().expect("attach queue lock");
+                if queue.waiting.is_empty() {
+                    queue.helpers -= 1;
+                    return;
+                }
+                // A caller that gave up (its call timed out, its pool fill was dropped) is
+                // not served: its volume may be gone by now, and the helper would make it
+                // again, unlabelled, and attach an image nobody removes.
+                queue.waiting.retain(|r| !r.answer.is_closed());
                 if queue.waiting.is_empty() {
                     queue.helpers -= 1;
                     return;

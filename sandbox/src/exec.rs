@@ -248,7 +248,7 @@ pub(crate) struct Agent {
 }
 
 /// What a replica's agents carry on their command line (`serve <uid> <gid> <replica>
-/// <life>`), so that the replica, restarted under the same id, sweeps the agents (and
+/// <life>`, or after `prepare-serve <port> <uid> <gid>`), so that the replica, restarted under the same id, sweeps the agents (and
 /// commands) of its earlier lives in a container and no one else's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AgentTag {

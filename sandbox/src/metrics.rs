@@ -134,7 +134,8 @@ pub struct MetricsSnapshot {
     /// Disk helpers run to attach workspace disks (`sandbox.disk`); cold starts at once
     /// share one, so this grows slower than `disks_attached_total` under a burst.
     pub disk_helpers_total: u64,
-    /// Workspace disks those helpers attached (or found attached).
+    /// Workspace disks those helpers attached (or found attached). A fork's or a session's
+    /// from a snapshot is attached by its copy's helper and counted in neither.
     pub disks_attached_total: u64,
 }
 

@@ -258,10 +258,15 @@ struct Slot {
     paused: Mutex<Option<Paused>>,
     /// A paused container a call is starting again (`SessionCtx::container`).
     resuming: Mutex<Option<Paused>>,
-    /// The disk of a workspace a copy just made (a fork, a session from a snapshot),
-    /// attached by that copy's helper: taken by the first container made on it, which
-    /// then needs no helper of its own. Only ever this slot's own copy's.
-    copied_disk: Mutex<Option<crate::disk::VolumeOptions>>,
+}
+
+/// The workspace disk a copy just made and attached for a new session (its volume
+/// options), with the session's object lock held since before the copy: nothing can
+/// have detached the disk (whose loop device another session's attach could take next)
+/// before the session's first container mounts it.
+struct CopiedDisk<'a> {
+    options: crate::disk::VolumeOptions,
+    _objects: tokio::sync::MutexGuard<'a, ()>,
 }
 
 /// A paused session's stopped container: what resuming it needs.
@@ -288,7 +293,6 @@ impl Slot {
             egress: tokio::sync::Mutex::new(None),
             paused: Mutex::new(None),
             resuming: Mutex::new(None),
-            copied_disk: Mutex::new(None),
         }
     }
 
@@ -917,21 +921,25 @@ impl Sandbox {
             if container::find(docker, scope, key).await?.is_some() {
                 return Err(SandboxError::SessionExists { session: key.to_string() });
             }
-            let copied = {
-                let _objects = self.inner.object_lock(key).lock().await;
-                self.inner.copy_into_session(docker, at, &from, key).await
-            };
-            match copied {
-                Ok(disk) => *ctx.lease.slot.copied_disk.lock().expect("copied disk lock") = disk,
+            // Held until the first container runs on the copy: no call, pause or end of the
+            // new session runs in between (an end would detach the copy's disk, whose
+            // device the container is about to mount).
+            let mut guard = ctx.lease.slot.container.lock().await;
+            // And the key's object lock, from the copy until that container mounts the copy's
+            // disk: an end of a session this sandbox did not hold yet removes by key under it.
+            let objects = self.inner.object_lock(key).lock().await;
+            let copied_disk = match self.inner.copy_into_session(docker, at, &from, key).await {
+                Ok(disk) => disk.map(|options| CopiedDisk { options, _objects: objects }),
                 Err(e) => {
-                    let _objects = self.inner.object_lock(key).lock().await;
                     if let Err(r) = container::remove_session(docker, &self.inner.config, key, None).await {
                         tracing::warn!(error = %r, "removing a failed copy of a workspace failed");
                     }
                     return Err(e);
                 }
-            }
+            };
             *ctx.lease.slot.workspace.lock().expect("workspace lock") = Some(ctx.lease.slot.names.volume.clone());
+            ctx.live_container_locked(&mut guard, copied_disk).await?;
+            drop(guard);
             ctx.container().await
         }
         .await;
@@ -2055,8 +2063,20 @@ impl<'a> SessionCtx<'a> {
 
     /// The live container, made, taken from the pool, resumed or reached first if needed.
     async fn live_container(&self) -> Result<String, SandboxError> {
+        let mut guard = self.lease.slot.container.lock().await;
+        self.live_container_locked(&mut guard, None).await
+    }
+
+    /// [`Self::live_container`] with the slot's container lock held by the caller.
+    /// `copied_disk`: the workspace disk a copy just made and attached for this session
+    /// (a fork's, a session's from a snapshot), which its first container mounts instead of
+    /// attaching it again.
+    async fn live_container_locked(
+        &self,
+        guard: &mut Option<String>,
+        copied_disk: Option<CopiedDisk<'_>>,
+    ) -> Result<String, SandboxError> {
         let slot = &self.lease.slot;
-        let mut guard = slot.container.lock().await;
         if let Some(id) = &*guard {
             return Ok(id.clone());
         }
@@ -2093,7 +2113,7 @@ impl<'a> SessionCtx<'a> {
             match found {
                 Some((id, true, found)) => {
                     *slot.workspace.lock().expect("workspace lock") = found.or(workspace);
-                    return Ok(self.reached(&mut guard, id, started));
+                    return Ok(self.reached(guard, id, started));
                 }
                 Some((_, false, found)) if workspace.is_none() => workspace = found,
                 _ => {}
@@ -2124,9 +2144,16 @@ impl<'a> SessionCtx<'a> {
                 );
                 // The pool's growth waits while new sessions create their own containers.
                 let _cold = poolable.then(|| self.inner.hosts[slot.host].pool.cold_start());
-                let copied_disk = slot.copied_disk.lock().expect("copied disk lock").take();
+                let (copied_disk, held) = match copied_disk {
+                    Some(CopiedDisk { options, _objects }) => (Some(options), Some(_objects)),
+                    None => (None, None),
+                };
                 let made = {
-                    let _objects = self.inner.object_lock(&slot.key).lock().await;
+                    // The copy's object lock, held since the copy, or the key's now.
+                    let _objects = match held {
+                        Some(held) => held,
+                        None => self.inner.object_lock(&slot.key).lock().await,
+                    };
                     container::create_and_start(
                         (self.docker, &self.inner.hosts[slot.host].disks),
                         cfg,
@@ -2142,7 +2169,7 @@ impl<'a> SessionCtx<'a> {
                     container::Made::Created(id) => id,
                     container::Made::Found { id, workspace } => {
                         *slot.workspace.lock().expect("workspace lock") = workspace.or(Some(volume));
-                        return Ok(self.reached(&mut guard, id, started));
+                        return Ok(self.reached(guard, id, started));
                     }
                 };
                 *slot.workspace.lock().expect("workspace lock") = Some(volume);

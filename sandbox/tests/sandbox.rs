@@ -133,6 +133,23 @@ async fn pool_ready(sb: &Sandbox, n: u64) {
 }
 
 /// Full ids of the containers of `scope` still under their pool name (never handed out).
+/// The loop device of each running container of `scope`'s workspace (`sandbox.disk`), one
+/// entry per container.
+fn mounted_devices(scope: &str) -> Vec<String> {
+    let ids = docker(&["ps", "-q", "--no-trunc", "--filter", &format!("label=warden.scope={scope}")]);
+    ids.split_whitespace()
+        .map(|id| {
+            let volume = docker(&[
+                "inspect",
+                "-f",
+                "{{range .Mounts}}{{if eq .Destination \"/workspace\"}}{{.Name}}{{end}}{{end}}",
+                id,
+            ]);
+            docker(&["volume", "inspect", "-f", "{{index .Options \"device\"}}", volume.trim()]).trim().to_string()
+        })
+        .collect()
+}
+
 fn pooled(scope: &str) -> Vec<String> {
     docker(&[
         "ps",
@@ -1325,6 +1342,53 @@ mod lifecycle {
     /// their own, and see none of the others' writes; the source is unchanged and keeps
     /// running; the fork shares no process and no shell state; taken ids and unknown
     /// sources are refused.
+    /// Regression (review of the shared disk helpers): a fork's copy is attached by its
+    /// helper and its first container mounts that device; an end of the fork arriving in
+    /// between detached the device, which a cold start beside it could attach to its own
+    /// disk by then, and the fork's container would mount that other session's disk. Ends
+    /// now wait for the fork's first container. Whatever the order, no two containers ever
+    /// mount one device, and a session made afterwards under the fork's key starts empty.
+    pub async fn a_fork_ended_while_it_is_made_never_mounts_another_sessions_disk(c: Ctx) {
+        const ROUNDS: usize = 4;
+        let sb = c.sandbox_with(|cfg| {
+            cfg.warm_pool = 0;
+            cfg.disk = warden_sandbox::ByteSize(64 * 1024 * 1024);
+        });
+        let src = key("raced-source");
+        bash_ok(&sb, &src, "echo source-only > s.txt").await;
+        let mut ended_during = 0;
+        for round in 0..ROUNDS {
+            let fork = key(&format!("raced-fork-{round}"));
+            let bystander = key(&format!("raced-cold-{round}"));
+            let making = {
+                let (sb, src, fork) = (sb.clone(), src.clone(), fork.clone());
+                tokio::spawn(async move { sb.fork_session(&src, &fork).await })
+            };
+            // The end lands somewhere inside the fork (later each round), beside a cold
+            // start whose attach may take any device freed meanwhile.
+            tokio::time::sleep(Duration::from_millis(150 * round as u64)).await;
+            let cold = {
+                let (sb, k) = (sb.clone(), bystander.clone());
+                tokio::spawn(async move { bash_ok(&sb, &k, "echo mine > b.txt; ls -A").await })
+            };
+            let during = !making.is_finished();
+            let ended = sb.end_session(&fork).await.expect("end");
+            // The fork either failed (its session ended under it) or was made and ended.
+            let _ = making.await.unwrap();
+            ended_during += usize::from(during && ended);
+            assert_eq!(cold.await.unwrap(), "b.txt\n", "round {round}: the cold session sees only its own file");
+            // No two running containers of this test mount one loop device.
+            let devices = mounted_devices(&c.scope);
+            let unique: std::collections::HashSet<_> = devices.iter().collect();
+            assert_eq!(unique.len(), devices.len(), "round {round}: a device mounted twice: {devices:?}");
+            // The fork's key, used afterwards: the fork if it outlived the end, else empty.
+            let after = bash_ok(&sb, &fork, "ls -A").await;
+            assert!(after == "s.txt\n" || after.is_empty(), "round {round}: {after:?}");
+        }
+        assert!(ended_during > 0, "at least one end found the fork being made");
+        sb.shutdown().await.unwrap();
+    }
+
     pub async fn twenty_forks_are_copies_isolated_from_each_other(c: Ctx) {
         // Counts processes running `sleep 27182` (the pattern does not match itself).
         const FIND_SLEEP: &str = "grep -las 'sleep.2718[2]' /proc/[0-9]*/cmdline | wc -l";
@@ -4473,6 +4537,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         lifecycle::paused_sessions_have_limits_of_their_own,
         lifecycle::a_resumed_session_keeps_egress,
         lifecycle::twenty_forks_are_copies_isolated_from_each_other,
+        lifecycle::a_fork_ended_while_it_is_made_never_mounts_another_sessions_disk,
         lifecycle::host_commands_run_beside_the_shell_and_leave_it_as_it_was,
         lifecycle::a_fork_of_a_plain_volume_copies_its_files,
         lifecycle::a_session_from_a_snapshot_has_the_same_files,
