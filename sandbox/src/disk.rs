@@ -309,10 +309,6 @@ impl Attacher {
         loop {
             let batch: Vec<AttachRequest> = {
                 let mut queue = self.queue.lock().expect("attach queue lock");
-                if queue.waiting.is_empty() {
-                    queue.helpers -= 1;
-                    return;
-                }
                 // A caller that gave up (its call timed out, its pool fill was dropped) is
                 // not served: its volume may be gone by now, and the helper would make it
                 // again, unlabelled, and attach an image nobody removes.
